@@ -1,0 +1,48 @@
+# dsbench: `make demo` runs the main job on the embedded default, `make test` runs the whole suite.
+# Both create .venv and install everything on first use (torch as the pinned CPU wheel).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test test-unit test-dist lint format configs schema clean
+
+$(STAMP): setup.cfg pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[train,report,dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: venv
+	$(BIN)/dsbench demo
+
+test: venv
+	scripts/ensure_system_deps.sh
+	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+
+test-unit: venv
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+test-dist: venv
+	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check dsbench tests scripts
+
+format: venv
+	$(BIN)/ruff check --fix dsbench tests scripts
+
+# Re-render the shipped preset configs (ds_configs/*.json, "auto" kept for the HF Trainer).
+configs: venv
+	for p in $$($(BIN)/python -c "import json;print(' '.join(json.load(open('ds_configs/presets.json'))))"); do \
+		$(BIN)/dsbench render --preset $$p --keep-auto -o ds_configs/$$p.json; done
+
+# Regenerate dsbench/data/ds_schema.json from the installed DeepSpeed.
+schema: venv
+	$(BIN)/python scripts/gen_ds_schema.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache runs

@@ -1,0 +1,230 @@
+"""The ``dsbench`` command line: flags -> spec -> one library call -> exit code.
+
+Heavy modules (torch, deepspeed, transformers) are imported only inside the commands that need
+them, so ``dsbench --help`` stays fast. Every :class:`~dsbench.errors.DsbenchError` becomes one
+line on stderr and its exit code (2 for bad input, 1 for an invalid config or failed run).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dsbench import __version__
+from dsbench.errors import DsbenchError
+
+
+class _Group(click.Group):
+    """Turns dsbench errors into a one-line message and exit code instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except DsbenchError as exc:
+            click.echo(f"dsbench: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("dsbench: interrupted", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="dsbench")
+def cli() -> None:
+    """Render, validate, launch and compare DeepSpeed / DDP / FSDP training strategies."""
+
+
+_OFFLOAD = click.Choice(["none", "cpu", "nvme"])
+RENDER_FLAGS = ("zero", "offload", "offload_param", "nvme_path", "precision", "micro_batch", "grad_accum",
+                "global_batch", "pipeline_stages", "tp", "grad_clip", "lr", "warmup_steps", "train_steps")
+
+
+def render_options(func: Any) -> Any:
+    """The config-shaping flags shared by ``render`` and ``launch`` (default None = not given)."""
+    options = [
+        click.option("--preset", help="Start from a named preset (see `dsbench presets`)."),
+        click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage 0-3."),
+        click.option("--offload", type=_OFFLOAD, help="Offload optimizer states to cpu or nvme."),
+        click.option("--offload-param", type=_OFFLOAD, help="Offload parameters (ZeRO-3 only)."),
+        click.option("--nvme-path", help="Folder for NVMe offload swap files."),
+        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Training precision."),
+        click.option("--micro-batch", type=int, help="Samples per rank per micro-step."),
+        click.option("--grad-accum", type=int, help="Gradient-accumulation steps."),
+        click.option("--global-batch", type=int, help="Samples per optimizer step (derives --grad-accum)."),
+        click.option("--pipeline-stages", type=int, help="Pipeline-parallel stages (DeepSpeed PipelineModule)."),
+        click.option("--tp", type=int, help="Tensor-parallel degree (DeepSpeed AutoTP)."),
+        click.option("--grad-clip", type=float, help="Gradient-norm clipping [1.0]."),
+        click.option("--lr", type=float, help="Peak learning rate [3e-4]."),
+        click.option("--warmup-steps", type=int, help="Scheduler warm-up steps [0]."),
+        click.option("--train-steps", type=int, help="Total steps for decaying schedulers [100]."),
+        click.option("--model", help="Model preset, local dir with config.json, or cached hub id (sizes 'auto')."),
+        click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE",
+                     help="Override any key (JSON-typed value); repeatable, applied after the flags."),
+    ]
+    return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
+
+
+def world_options(func: Any) -> Any:
+    """``--world-size`` or ``--hostfile`` (+ ``--include``/``--exclude``)."""
+    options = [
+        click.option("--world-size", type=int, help="Total ranks."),
+        click.option("--hostfile", type=click.Path(dir_okay=False), help="DeepSpeed hostfile (world = its slots)."),
+        click.option("--include", default="", help="DeepSpeed resource filter, e.g. 'host1:0,1@host2'."),
+        click.option("--exclude", default="", help="DeepSpeed resource filter of slots to leave out."),
+    ]
+    return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
+
+
+@cli.command()
+@render_options
+@world_options
+@click.option("--keep-auto", is_flag=True, help="Leave 'auto' values for the HF Trainer / accelerate to fill.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE (atomically) instead of stdout.")
+def render(preset: str | None, model: str | None, sets: tuple[str, ...], world_size: int | None,
+           hostfile: str | None, include: str, exclude: str, keep_auto: bool, output: str | None,
+           **flags: Any) -> None:
+    """Render a DeepSpeed config from templates, a preset, flags and --set overrides."""
+    from dsbench.configs.api import render_config, world_size_from
+    from dsbench.io import atomic_write_text, dumps_json
+
+    flags["world_size"] = world_size_from(world_size, hostfile, include, exclude)
+    config, notes = render_config(flags, preset, model, keep_auto, sets)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    if output:
+        atomic_write_text(output, dumps_json(config))
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(dumps_json(config), nl=False)
+
+
+@cli.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@world_options
+@click.option("--allow-auto", is_flag=True, help="Report unresolved 'auto' as warnings (configs for the Trainer).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable findings.")
+@click.option("--deepspeed-check/--no-deepspeed-check", default=True, show_default=True,
+              help="Also run DeepSpeed's own config parser.")
+def validate(config: str, world_size: int | None, hostfile: str | None, include: str, exclude: str,
+             allow_auto: bool, as_json: bool, deepspeed_check: bool) -> None:
+    """Check CONFIG for what DeepSpeed accepts silently or rejects late. Exit 0 valid, 1 invalid, 2 usage."""
+    from dsbench.configs.api import validate_file, world_size_from
+    from dsbench.configs.findings import has_errors
+
+    world = world_size_from(world_size, hostfile, include, exclude)
+    _, findings = validate_file(config, world, allow_auto, deepspeed_check)
+    errors = has_errors(findings)
+    if as_json:
+        click.echo(json.dumps({"config": config, "world_size": world, "valid": not errors,
+                               "findings": [f.to_dict() for f in findings]}, indent=2))
+    else:
+        for finding in findings:
+            click.echo(finding.line())
+        n_err = sum(f.severity == "error" for f in findings)
+        verdict = "invalid" if errors else "valid"
+        click.echo(f"{config}: {verdict} ({n_err} errors, {len(findings) - n_err} warnings"
+                   f"{f', world size {world}' if world else ''})")
+    sys.exit(1 if errors else 0)
+
+
+@cli.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@world_options
+def explain(config: str, world_size: int | None, hostfile: str | None, include: str, exclude: str) -> None:
+    """Say in plain words what CONFIG does: stage, sharding, offload, batch, precision."""
+    from dsbench.configs.api import world_size_from
+    from dsbench.configs.explain import explain as explain_config
+    from dsbench.configs.loader import load_config_strict
+
+    world = world_size_from(world_size, hostfile, include, exclude)
+    for line in explain_config(load_config_strict(config), world):
+        click.echo(f"- {line}")
+
+
+@cli.command()
+def presets() -> None:
+    """List the presets and the flags each one sets."""
+    from dsbench.configs.templates import presets as all_presets
+
+    for name, values in all_presets().items():
+        click.echo(f"{name:15} " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in values.items()))
+
+
+@cli.group(cls=_Group)
+def hostfile() -> None:
+    """DeepSpeed hostfiles."""
+
+
+@hostfile.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+def hostfile_check(path: str) -> None:
+    """Check a hostfile strictly (grammar, hostnames, slots, duplicates). Exit 1 on bad lines."""
+    from dsbench.hostfile import HostfileError, read_hostfile
+
+    try:
+        hosts = read_hostfile(path)
+    except HostfileError as exc:
+        for line, message in exc.problems:
+            click.echo(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+        sys.exit(1)
+    for host in hosts:
+        click.echo(f"{host.name:30} slots={host.slots}")
+    click.echo(f"{path}: valid ({len(hosts)} hosts, {sum(h.slots for h in hosts)} slots)")
+
+
+@cli.command(context_settings={"ignore_unknown_options": False})
+@render_options
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Use this DeepSpeed config as is.")
+@click.option("--strategy", type=click.Choice(["deepspeed", "ddp", "fsdp", "single"]), default="deepspeed",
+              show_default=True, help="What the worker trains with.")
+@click.option("--launcher", type=click.Choice(["deepspeed", "torchrun", "accelerate"]), default="deepspeed",
+              show_default=True)
+@click.option("--hostfile", type=click.Path(dir_okay=False), help="DeepSpeed hostfile.")
+@click.option("--include", default="", help="DeepSpeed resource filter, e.g. 'host1:0,1@host2'.")
+@click.option("--exclude", default="", help="DeepSpeed resource filter of slots to leave out.")
+@click.option("--num-nodes", type=int, help="Use the first N hosts of the hostfile.")
+@click.option("--num-gpus", type=int, help="Ranks per node without a hostfile [GPUs, or 2 CPU ranks].")
+@click.option("--master-addr", default="127.0.0.1", show_default=True)
+@click.option("--master-port", type=int, help="Rendezvous port [29500 in --dry-run, else a free port].")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Folder for the config, logs and metrics.")
+@click.option("--dry-run", is_flag=True, help="Print the exact command (and write its files); run nothing.")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_file: str | None, strategy: str,
+           launcher: str, hostfile: str | None, include: str, exclude: str, num_nodes: int | None,
+           num_gpus: int | None, master_addr: str, master_port: int | None, run_dir: str | None, dry_run: bool,
+           script_args: tuple[str, ...], **flags: Any) -> None:
+    """Launch the training worker through deepspeed, torchrun or accelerate (args after -- go to the worker)."""
+    from dsbench.envinfo import default_ranks, free_port, local_gpu_count
+    from dsbench.launch import LaunchRequest, materialize, prepare
+
+    folder = Path(run_dir or f"runs/launch-{launcher}-{strategy}-{time.strftime('%Y%m%d-%H%M%S')}")
+    port = master_port or (29500 if dry_run else free_port())
+    worker_args = (*script_args, *(("--model", model) if model else ()))
+    req = LaunchRequest(launcher=launcher, strategy=strategy, render_flags=flags, preset=preset, model=model,
+                        sets=sets, config=config_file, hostfile=hostfile, include=include, exclude=exclude,
+                        num_nodes=num_nodes, num_gpus=num_gpus or default_ranks(), master_addr=master_addr,
+                        master_port=port, run_dir=folder, script_args=worker_args, cpu=local_gpu_count() == 0)
+    prepared = prepare(req)
+    materialize(prepared)
+    for note in prepared.notes:
+        click.echo(f"note: {note}", err=True)
+    if prepared.config_path:
+        click.echo(f"# DeepSpeed config: {prepared.config_path}")
+    for path, text in prepared.command.files.items():
+        click.echo(f"# {path}:\n" + "".join(f"#   {line}\n" for line in text.splitlines()), nl=False)
+    click.echo(prepared.command.shell_line())
+    if not dry_run:
+        from dsbench.runner import run
+
+        sys.exit(run(prepared.command, log_path=folder / "launch.log"))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="dsbench")

@@ -1,0 +1,1 @@
+"""DeepSpeed config handling: templates, overrides, "auto" resolution, validation, explanation."""

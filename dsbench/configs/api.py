@@ -1,0 +1,65 @@
+"""Library calls behind ``dsbench render``, ``validate`` and ``explain`` (flags -> spec -> result)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from dsbench.configs.findings import Finding
+from dsbench.configs.loader import load_config
+from dsbench.configs.render import render
+from dsbench.configs.templates import preset
+from dsbench.configs.validate import ValidateContext, validate
+from dsbench.errors import UserError
+from dsbench.hostfile import read_hostfile, select_slots, world_size_of
+from dsbench.models import ModelShape, resolve_model
+from dsbench.spec import RenderSpec
+
+_SPEC_FIELDS = {f.name for f in fields(RenderSpec)} - {"explicit", "sets", "keep_auto", "hidden_size"}
+
+
+def world_size_from(world_size: int | None, hostfile: str | None, include: str = "", exclude: str = "") -> int | None:
+    """World size from ``--world-size`` or a hostfile's selected slots (not both)."""
+    if hostfile:
+        if world_size is not None:
+            raise UserError("give --world-size or --hostfile, not both")
+        return world_size_of(select_slots(read_hostfile(hostfile), include, exclude))
+    if include or exclude:
+        raise UserError("--include/--exclude need --hostfile")
+    return world_size
+
+
+def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, model: str | None = None,
+                     keep_auto: bool = False, sets: tuple[str, ...] = ()) -> tuple[RenderSpec, ModelShape | None]:
+    """Combine preset values, explicit flags (``None`` = not given) and the model into a spec.
+
+    Precedence: explicit flag > preset > RenderSpec default.
+    """
+    values: dict[str, Any] = preset(preset_name) if preset_name else {}
+    unknown = set(values) - _SPEC_FIELDS
+    if unknown:
+        raise UserError(f"preset {preset_name!r} sets unknown fields {sorted(unknown)}")
+    explicit = {name for name, value in flags.items() if value is not None}
+    values.update({name: flags[name] for name in explicit})
+    shape = resolve_model(model) if model else None
+    spec = RenderSpec(**values, keep_auto=keep_auto, sets=tuple(sets),
+                      hidden_size=shape.hidden if shape else None,
+                      explicit=frozenset(explicit | set(values) | ({"hidden_size"} if shape else set())))
+    return spec, shape
+
+
+def render_config(flags: dict[str, Any], preset_name: str | None = None, model: str | None = None,
+                  keep_auto: bool = False, sets: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
+    """Render a config from CLI-style flags; returns the config and notes."""
+    spec, _ = make_render_spec(flags, preset_name, model, keep_auto, sets)
+    return render(spec)
+
+
+def validate_file(path: str, world_size: int | None, allow_auto: bool,
+                  deepspeed_check: bool = True) -> tuple[Any, list[Finding]]:
+    """Load and validate a config file; returns ``(config or None, findings)``."""
+    config, findings = load_config(path)
+    if config is None:
+        return None, findings
+    return config, findings + validate(config, ValidateContext(world_size=world_size, allow_auto=allow_auto),
+                                       deepspeed_check=deepspeed_check)

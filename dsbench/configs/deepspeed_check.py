@@ -1,0 +1,120 @@
+"""Run DeepSpeed's own config parser (``DeepSpeedConfig`` and its pydantic sections) offline.
+
+``DeepSpeedConfig(dict)`` asks ``torch.distributed`` for the world size; here
+``deepspeed.runtime.config.dist.get_world_size``/``get_rank`` are patched to return the
+data-parallel size being checked and 0 for the duration of the call, so a config can be checked
+for N ranks without starting N processes. Problems dsbench already reported (unknown keys,
+"auto", batch arithmetic) are taken out of the copy handed to DeepSpeed so each is reported once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import logging
+import os
+from typing import Any
+
+from dsbench.configs.autofill import auto_paths
+from dsbench.configs.findings import Finding
+from dsbench.configs.overrides import get_path
+
+# pydantic model title -> the config section DeepSpeed builds it from
+_SECTIONS = {
+    "DeepSpeedZeroConfig": "zero_optimization",
+    "DeepSpeedZeroOffloadParamConfig": "zero_optimization.offload_param",
+    "DeepSpeedZeroOffloadOptimizerConfig": "zero_optimization.offload_optimizer",
+    "DeepSpeedFP16Config": "fp16",
+    "DeepSpeedBF16Config": "bf16",
+    "TPTrainingConfig": "tensor_parallel",
+    "CompileConfig": "compile",
+    "CommsLoggerConfig": "comms_logger",
+    "DeepSpeedMonitorConfig": "",
+}
+
+
+def _quiet_import() -> Any:
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        from deepspeed.runtime import config as ds_config
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+    return ds_config
+
+
+def _delete(config: dict[str, Any], path: str) -> None:
+    *parents, last = path.split(".")
+    node: Any = config
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(last, None)
+
+
+def sanitized(config: dict[str, Any], reported: list[Finding]) -> dict[str, Any]:
+    """A copy without what dsbench already reported, so DeepSpeed's verdict is about the rest."""
+    out = copy.deepcopy(config)
+    for path in auto_paths(out):
+        _delete(out, path)
+    for finding in reported:
+        if finding.code in ("unknown-key", "removed-key", "batch-type"):
+            _delete(out, finding.path)
+        if finding.code in ("batch-mismatch", "batch-missing"):
+            out.pop("train_batch_size", None)
+            out.setdefault("train_micro_batch_size_per_gpu", 1)
+    if get_path(out, "train_batch_size") is None and get_path(out, "train_micro_batch_size_per_gpu") is None:
+        out["train_micro_batch_size_per_gpu"] = 1  # all batch keys were "auto": DeepSpeed needs one
+    return out
+
+
+def _world_for(config: dict[str, Any], world_size: int | None) -> int:
+    from dsbench.configs.validate import data_parallel_size
+
+    if world_size is not None:
+        return data_parallel_size(config, world_size) or 1
+    tb, mb, ga = (get_path(config, k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                                 "gradient_accumulation_steps"))
+    if isinstance(tb, int) and isinstance(mb, int) and tb % (mb * (ga if isinstance(ga, int) else 1)) == 0:
+        return tb // (mb * (ga if isinstance(ga, int) else 1))
+    return 1
+
+
+def deepspeed_findings(config: dict[str, Any], world_size: int | None, reported: list[Finding]) -> list[Finding]:
+    """Findings from DeepSpeed's own parser; an empty list when it accepts the config."""
+    try:
+        ds_config = _quiet_import()
+    except Exception as exc:  # deepspeed missing or broken: say so, don't fail validation on it
+        return [Finding(severity="warning", code="deepspeed-unavailable", path="",
+                        message=f"DeepSpeed's own parser was not run ({type(exc).__name__}: {exc})",
+                        fix="pip install deepspeed to check with DeepSpeed's classes too")]
+    checked = sanitized(config, reported)
+    dp = _world_for(checked, world_size)
+    saved = ds_config.dist.get_world_size, ds_config.dist.get_rank
+    ds_config.dist.get_world_size = lambda *a, **k: dp
+    ds_config.dist.get_rank = lambda *a, **k: 0
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            ds_config.DeepSpeedConfig(checked)
+    except Exception as exc:
+        return _from_exception(exc)
+    finally:
+        ds_config.dist.get_world_size, ds_config.dist.get_rank = saved
+    return []
+
+
+def _from_exception(exc: Exception) -> list[Finding]:
+    errors = getattr(exc, "errors", None)
+    if callable(errors) and hasattr(exc, "title"):  # pydantic.ValidationError
+        section = _SECTIONS.get(exc.title, "")
+        out = []
+        for err in errors():
+            loc = ".".join(str(p) for p in err.get("loc", ()))
+            path = ".".join(p for p in (section, loc) if p)
+            out.append(Finding(severity="error", code="deepspeed-rejects", path=path,
+                               message=f"DeepSpeed's {exc.title} rejects {err.get('input')!r}: {err.get('msg')}",
+                               fix=f"correct {path or 'the value'} (see DeepSpeed's config docs)"))
+        return out
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return [Finding(severity="error", code="deepspeed-rejects", path="",
+                    message=f"DeepSpeedConfig raised {type(exc).__name__}: {text}",
+                    fix="correct the setting the message names")]

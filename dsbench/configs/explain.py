@@ -1,0 +1,79 @@
+"""Describe in plain words what a DeepSpeed config does (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.configs.overrides import get_path
+from dsbench.configs.validate import data_parallel_size, parallel_degrees
+
+_STAGES = {
+    0: "ZeRO disabled: every rank holds the full parameters, gradients and optimizer states; gradients are "
+       "all-reduced each step (plain data parallelism)",
+    1: "ZeRO-1: optimizer states are partitioned across the data-parallel ranks; parameters and gradients are "
+       "replicated, gradients all-reduced",
+    2: "ZeRO-2: optimizer states and gradients are partitioned (reduce-scatter instead of all-reduce); parameters "
+       "are replicated",
+    3: "ZeRO-3: parameters, gradients and optimizer states are all partitioned; each layer's parameters are "
+       "all-gathered just before its forward and backward and released after",
+}
+
+
+def _offload_line(config: dict[str, Any], section: str, what: str) -> str | None:
+    device = get_path(config, f"zero_optimization.{section}.device")
+    if device in (None, "none"):
+        return None
+    nvme_path = get_path(config, f"zero_optimization.{section}.nvme_path")
+    where = "CPU RAM" if device == "cpu" else f"NVMe files under {nvme_path}"
+    pinned = " (pinned host memory)" if get_path(config, f"zero_optimization.{section}.pin_memory") else ""
+    extra = "; the optimizer step runs on the CPU (DeepSpeedCPUAdam)" if section == "offload_optimizer" else ""
+    return f"{what} offloaded to {where}{pinned}{extra}"
+
+
+def _batch_line(config: dict[str, Any], world_size: int | None) -> str:
+    tb, mb, ga = (get_path(config, k) for k in
+                  ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"))
+    dp: Any = data_parallel_size(config, world_size) if world_size else "data-parallel ranks"
+    return (f"batch: {mb if mb is not None else '(derived)'} samples per rank per micro-step x "
+            f"{ga if ga is not None else 1} accumulation steps x {dp} = {tb if tb is not None else '(derived)'} "
+            "samples per optimizer step")
+
+
+def _precision_line(config: dict[str, Any]) -> str:
+    if get_path(config, "bf16.enabled") is True or get_path(config, "bfloat16.enabled") is True:
+        return "precision: bf16 weights and activations, fp32 master weights and optimizer states"
+    if get_path(config, "fp16.enabled") is True:
+        scale = get_path(config, "fp16.loss_scale", 0)
+        kind = "dynamic loss scaling" if not scale else f"static loss scale {scale}"
+        return f"precision: fp16 with {kind}, fp32 master weights and optimizer states"
+    if "auto" in (get_path(config, "fp16.enabled"), get_path(config, "bf16.enabled")):
+        return "precision: 'auto' (decided by the HF Trainer's --fp16/--bf16)"
+    return "precision: fp32"
+
+
+def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
+    """Plain-language lines describing the config."""
+    stage = get_path(config, "zero_optimization.stage", 0)
+    lines = [_STAGES.get(stage, f"ZeRO stage {stage!r}")]
+    lines += [line for line in (_offload_line(config, "offload_optimizer", "optimizer states"),
+                                _offload_line(config, "offload_param", "parameters")) if line]
+    pp, tp = parallel_degrees(config)
+    if pp > 1:
+        lines.append(f"pipeline: {pp} stages (PipelineModule), partition method "
+                     f"{get_path(config, 'pipeline.partition', 'parameters')!r}")
+    if tp > 1:
+        lines.append(f"tensor parallel: AutoTP splits linear layers over {tp} ranks")
+    lines.append(_batch_line(config, world_size))
+    lines.append(_precision_line(config))
+    opt = get_path(config, "optimizer.type")
+    if opt:
+        lines.append(f"optimizer: {opt}, lr {get_path(config, 'optimizer.params.lr', '(default)')}")
+    sched = get_path(config, "scheduler.type")
+    if sched:
+        lines.append(f"scheduler: {sched}")
+    clip = get_path(config, "gradient_clipping")
+    if clip:
+        lines.append(f"gradient clipping: global norm {clip}")
+    if get_path(config, "activation_checkpointing.partition_activations"):
+        lines.append("activation checkpointing: checkpoints partitioned across model-parallel ranks")
+    return lines

@@ -1,0 +1,94 @@
+"""Read a config file the way DeepSpeed does, and report how it differs from strict JSON.
+
+DeepSpeed loads config files with ``hjson`` and rejects duplicate keys
+(``deepspeed/runtime/config.py``); the HF Trainer and accelerate use ``json.load``. A file that
+only hjson accepts (comments, trailing commas, unquoted keys) works with ``deepspeed`` but fails
+with the Trainer, so it is a warning; a file neither accepts is an error with line and column.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from dsbench.configs.findings import Finding
+from dsbench.configs.overrides import iter_leaves
+from dsbench.errors import UserError
+from dsbench.io import read_text
+
+
+class DuplicateKey(ValueError):
+    """A key appears twice in one JSON object."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def parse_config_text(text: str, source: str) -> tuple[Any, list[Finding]]:
+    """Parse config text; returns ``(config or None, findings)``."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates), []
+    except DuplicateKey as exc:
+        return None, [Finding(severity="error", code="duplicate-key", path=str(exc),
+                              message=f"key '{exc}' appears twice in one object; DeepSpeed refuses the file",
+                              fix="keep one of the two")]
+    except json.JSONDecodeError as exc:
+        strict_error = exc
+    try:
+        import hjson  # DeepSpeed's own loader (a deepspeed dependency)
+
+        loose = hjson.loads(text, object_pairs_hook=_no_duplicates)
+    except Exception:
+        loose = None
+    if isinstance(loose, dict):
+        placeholders = _placeholders(loose)
+        if placeholders:
+            return None, placeholders
+        return json.loads(json.dumps(loose)), [Finding(
+            severity="warning", code="not-strict-json", path="",
+            message=f"{source}:{strict_error.lineno}:{strict_error.colno}: not strict JSON ({strict_error.msg}); "
+                    "DeepSpeed reads it with hjson but the HF Trainer and accelerate (json.load) reject it",
+            fix="remove comments/trailing commas and quote keys")]
+    return None, [Finding(severity="error", code="malformed-json", path="",
+                          message=f"{source}:{strict_error.lineno}:{strict_error.colno}: malformed JSON: "
+                                  f"{strict_error.msg}",
+                          fix=f"correct line {strict_error.lineno}, column {strict_error.colno}")]
+
+
+# An unquoted upper-case token where a value belongs (``"train_batch_size": CONFIG_BATCH_SIZE,``) is a
+# template placeholder; hjson reads it as the string "CONFIG_BATCH_SIZE," up to the end of the line.
+_PLACEHOLDER = re.compile(r"^([A-Z][A-Z0-9_]{2,}),?$")
+
+
+def _placeholders(config: dict[str, Any]) -> list[Finding]:
+    found = []
+    for path, value in iter_leaves(config):
+        match = _PLACEHOLDER.match(value) if isinstance(value, str) else None
+        if match:
+            found.append(Finding(severity="error", code="template-placeholder", path=path,
+                                 message=f"unfilled template placeholder {match.group(1)} (this file is a template, "
+                                         "not a config)",
+                                 fix=f"substitute a value for {match.group(1)} before using the file"))
+    return found
+
+
+def load_config(path: str) -> tuple[Any, list[Finding]]:
+    """Read and parse a config file (missing/unreadable files are a :class:`UserError`)."""
+    return parse_config_text(read_text(path, "config"), path)
+
+
+def load_config_strict(path: str) -> dict[str, Any]:
+    """Read a config that must parse (for render/launch ``--config``): errors become a one-line UserError."""
+    config, findings = load_config(path)
+    errors = [f for f in findings if f.severity == "error"]
+    if errors or not isinstance(config, dict):
+        detail = errors[0].message if errors else "expected a JSON object"
+        raise UserError(detail if detail.startswith(path) else f"{path}: {detail}")
+    return config

@@ -1,0 +1,101 @@
+"""Render a DeepSpeed config: template fragments -> ``--set`` overrides -> "auto" fill.
+
+Each step is a pure function on fresh dicts. The flag-driven structure (stage, offload,
+precision, pipeline, tensor parallel) comes from the fragments in ``ds_configs/templates``;
+``--set`` is applied after the flags; "auto" values are then filled from the spec as the HF
+Trainer would (see :mod:`dsbench.configs.autofill`), unless ``keep_auto`` leaves them for the
+Trainer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.configs.autofill import DEEPSPEED_DEFAULTS, AutoInputs, fill_auto
+from dsbench.configs.overrides import apply_overrides, deep_merge, get_path, set_path
+from dsbench.configs.templates import load_template
+from dsbench.spec import RenderSpec
+
+
+def fragment_names(spec: RenderSpec) -> list[str]:
+    """The template fragments a spec is composed from, in merge order."""
+    names = ["base", f"zero{spec.zero}"]
+    if spec.keep_auto and "precision" not in spec.explicit:
+        names += ["fp16", "bf16"]  # both "auto": the Trainer's --fp16/--bf16 decides
+    elif spec.precision != "fp32":
+        names.append(spec.precision)
+    if spec.offload != "none":
+        names.append(f"offload_optimizer_{spec.offload}")
+    if spec.offload_param != "none":
+        names.append(f"offload_param_{spec.offload_param}")
+    if spec.pipeline_stages > 1:
+        names.append("pipeline")
+    if spec.tp > 1:
+        names.append("tensor_parallel")
+    return names
+
+
+def compose(spec: RenderSpec) -> dict[str, Any]:
+    """Merge the fragments and set the structural values the flags carry."""
+    config: dict[str, Any] = {}
+    for name in fragment_names(spec):
+        config = deep_merge(config, load_template(name))
+    for section in ("offload_optimizer", "offload_param"):
+        if get_path(config, f"zero_optimization.{section}.device") == "nvme" and spec.nvme_path:
+            set_path(config, ["zero_optimization", section, "nvme_path"], spec.nvme_path)
+    if spec.pipeline_stages > 1:
+        set_path(config, ["pipeline", "stages"], spec.pipeline_stages)
+    if spec.tp > 1:
+        set_path(config, ["tensor_parallel", "autotp_size"], spec.tp)
+    return config
+
+
+def auto_inputs(spec: RenderSpec, config: dict[str, Any] | None = None) -> AutoInputs:
+    """The values "auto" resolves to for this spec.
+
+    With ``keep_auto`` only explicitly given flags count. Batch values already fixed in
+    ``config`` (e.g. by ``--set``) are used for the derived ``train_batch_size``.
+    """
+    given = spec.explicit
+
+    def pick(name: str, value: Any) -> Any:
+        return value if (not spec.keep_auto or name in given) else None
+
+    config = config or {}
+    micro = get_path(config, "train_micro_batch_size_per_gpu")
+    accum = get_path(config, "gradient_accumulation_steps")
+    return AutoInputs(
+        micro_batch=micro if isinstance(micro, int) else pick("micro_batch", spec.micro_batch),
+        grad_accum=accum if isinstance(accum, int) else pick("grad_accum", spec.grad_accum_steps()),
+        data_parallel_size=pick("world_size", spec.data_parallel_size()),
+        grad_clip=pick("grad_clip", spec.grad_clip),
+        lr=pick("lr", spec.lr),
+        betas=pick("lr", (0.9, 0.999)),
+        eps=pick("lr", 1e-8),
+        weight_decay=pick("lr", 0.0),
+        warmup_steps=pick("warmup_steps", spec.warmup_steps),
+        train_steps=pick("train_steps", spec.train_steps),
+        precision=pick("precision", spec.precision),
+        hidden_size=spec.hidden_size,
+    )
+
+
+def render(spec: RenderSpec) -> tuple[dict[str, Any], list[str]]:
+    """Render the config for ``spec``; returns it with notes for the user (stderr)."""
+    notes: list[str] = []
+    config = apply_overrides(compose(spec), spec.sets)
+    config, unresolved = fill_auto(config, auto_inputs(spec, config))
+    for path in unresolved:
+        if path in DEEPSPEED_DEFAULTS and not spec.keep_auto:
+            section, key = path.split(".")
+            del config[section][key]
+            notes.append(f"{path}: no --model given, so DeepSpeed's default {DEEPSPEED_DEFAULTS[path]:,} applies "
+                         "(pass --model to size it as the HF Trainer does)")
+    return _sorted(config), notes
+
+
+def _sorted(data: Any) -> Any:
+    """Recursively sort object keys so renders are byte-for-byte reproducible."""
+    if isinstance(data, dict):
+        return {key: _sorted(data[key]) for key in sorted(data)}
+    return data

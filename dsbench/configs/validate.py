@@ -1,0 +1,226 @@
+"""Validate a DeepSpeed config: the checks DeepSpeed lacks, then DeepSpeed's own parser.
+
+Every check is a pure function ``config -> list[Finding]``. :func:`validate` runs them all and
+collects every problem (never only the first). DeepSpeed's own ``DeepSpeedConfig`` is applied
+last, lazily imported, with its world size patched to the data-parallel size being checked
+(see :mod:`dsbench.configs.deepspeed_check`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
+from dsbench.configs.findings import Finding
+from dsbench.configs.overrides import get_path
+from dsbench.configs.schema import unknown_keys
+
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ValidateContext:
+    """What the config is checked against."""
+
+    world_size: int | None = None
+    """Total ranks; ``None`` checks only what holds for every world size."""
+    allow_auto: bool = False
+    """Downgrade unresolved "auto" values to warnings (for configs meant for the HF Trainer)."""
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def parallel_degrees(config: dict[str, Any]) -> tuple[int, int]:
+    """Pipeline stages and tensor-parallel degree the config asks for (1 when absent or "auto")."""
+    pp = _int_or_none(get_path(config, "pipeline.stages")) or 1
+    tp = _int_or_none(get_path(config, "tensor_parallel.autotp_size")) or 1
+    return pp, tp
+
+
+def data_parallel_size(config: dict[str, Any], world_size: int) -> int | None:
+    """world / (pp x tp), or ``None`` when that does not divide."""
+    pp, tp = parallel_degrees(config)
+    return world_size // (pp * tp) if world_size % (pp * tp) == 0 else None
+
+
+def check_parallel_degrees(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
+    """Tensor/pipeline degrees must divide the world size."""
+    if ctx.world_size is None:
+        return []
+    pp, tp = parallel_degrees(config)
+    if ctx.world_size % (pp * tp) == 0:
+        return []
+    path = "tensor_parallel.autotp_size" if tp > 1 else "pipeline.stages"
+    return [Finding(severity="error", code="degree-not-dividing", path=path,
+                    message=f"world size {ctx.world_size} is not divisible by pipeline stages {pp} x tensor-parallel "
+                            f"{tp} = {pp * tp}",
+                    fix=f"use a world size that is a multiple of {pp * tp}, or change {path}")]
+
+
+def check_batch(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
+    """train_batch_size = micro x grad_accum x data-parallel size, derived as DeepSpeed derives it.
+
+    Mirrors ``DeepSpeedConfig._set_batch_related_parameters`` + ``_batch_assertion``
+    (deepspeed/runtime/config.py): missing values are derived with integer division, then the
+    product is asserted, so e.g. train 10, micro 3 on 2 ranks derives grad_accum 1 and fails.
+    """
+    values = {k: get_path(config, k) for k in BATCH_KEYS}
+    bad = [Finding(severity="error", code="batch-type", path=k,
+                   message=f"must be a positive integer, got {json.dumps(v)}", fix=f"set {k} to an integer >= 1")
+           for k, v in values.items() if v is not None and v != "auto" and (_int_or_none(v) or 0) < 1]
+    if bad:
+        return bad
+    tb, mb, ga = (_int_or_none(values[k]) for k in BATCH_KEYS)
+    if "auto" in values.values():
+        return []  # reported by check_auto, with what each would resolve to
+    if tb is None and mb is None:
+        return [Finding(severity="error", code="batch-missing", path="train_batch_size",
+                        message="neither train_batch_size nor train_micro_batch_size_per_gpu is set",
+                        fix="set train_micro_batch_size_per_gpu (and gradient_accumulation_steps)")]
+    if ctx.world_size is None:
+        return _batch_without_world(tb, mb, ga)
+    dp = data_parallel_size(config, ctx.world_size)
+    if dp is None:
+        return []  # check_parallel_degrees reports it
+    derived = _derive_batch(tb, mb, ga, dp)
+    tb2, mb2, ga2 = derived
+    if tb2 == mb2 * ga2 * dp and mb2 > 0 and ga2 > 0:
+        return []
+    return [Finding(severity="error", code="batch-mismatch", path="train_batch_size",
+                    message=f"train_batch_size {tb2} != micro {mb2} x grad_accum {ga2} x data-parallel {dp} "
+                            f"= {mb2 * ga2 * dp} (world {ctx.world_size}"
+                            + (f", pp x tp = {ctx.world_size // dp})" if dp != ctx.world_size else ")"),
+                    fix=_batch_fix(tb, mb, ga, dp))]
+
+
+def _derive_batch(tb: int | None, mb: int | None, ga: int | None, dp: int) -> tuple[int, int, int]:
+    """Fill missing batch values exactly as DeepSpeed does (integer division)."""
+    if tb is not None and mb is not None and ga is not None:
+        return tb, mb, ga
+    if tb is not None and mb is not None:
+        return tb, mb, tb // mb // dp
+    if tb is not None and ga is not None:
+        return tb, tb // dp // ga, ga
+    if mb is not None and ga is not None:
+        return mb * ga * dp, mb, ga
+    if tb is not None:
+        return tb, tb // dp, 1
+    assert mb is not None
+    return mb * dp, mb, 1
+
+
+def _batch_fix(tb: int | None, mb: int | None, ga: int | None, dp: int) -> str:
+    if mb is not None:
+        return f"set train_batch_size to {mb * (ga or 1) * dp}, or drop it and let DeepSpeed derive it"
+    return f"make train_batch_size a multiple of {dp * (ga or 1)}"
+
+
+def _batch_without_world(tb: int | None, mb: int | None, ga: int | None) -> list[Finding]:
+    """Without a world size, all three given must imply a whole data-parallel size."""
+    if tb is None or mb is None or ga is None or tb % (mb * ga) == 0:
+        return []
+    return [Finding(severity="error", code="batch-mismatch", path="train_batch_size",
+                    message=f"train_batch_size {tb} is not a multiple of micro {mb} x grad_accum {ga} = {mb * ga}, "
+                            "so no data-parallel size satisfies train = micro x accum x dp",
+                    fix=f"set train_batch_size to a multiple of {mb * ga}")]
+
+
+def _enabled(config: dict[str, Any], section: str) -> bool:
+    return get_path(config, f"{section}.enabled") is True
+
+
+def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
+    """Combinations DeepSpeed ignores silently (warning) or rejects late (error)."""
+    out: list[Finding] = []
+    stage = _int_or_none(get_path(config, "zero_optimization.stage")) or 0
+    opt_dev = get_path(config, "zero_optimization.offload_optimizer.device")
+    par_dev = get_path(config, "zero_optimization.offload_param.device")
+    if par_dev not in (None, "none") and stage < 3:
+        out.append(Finding(severity="warning", code="offload-param-below-zero3", path="zero_optimization.offload_param",
+                           message=f"parameter offload to {par_dev} is ignored at ZeRO stage {stage}: only stage 3 "
+                                   "partitions (and so offloads) parameters",
+                           fix="set zero_optimization.stage to 3, or delete offload_param"))
+    if opt_dev not in (None, "none") and stage == 0:
+        out.append(Finding(severity="warning", code="offload-optimizer-zero0",
+                           path="zero_optimization.offload_optimizer",
+                           message="optimizer offload is ignored at ZeRO stage 0",
+                           fix="set zero_optimization.stage to 1, 2 or 3, or delete offload_optimizer"))
+    if opt_dev == "nvme" and stage in (1, 2):
+        out.append(Finding(severity="warning", code="nvme-optimizer-below-zero3",
+                           path="zero_optimization.offload_optimizer.device",
+                           message=f"NVMe optimizer offload at ZeRO stage {stage} silently keeps optimizer states in "
+                                   "CPU RAM (ZeRO-Infinity NVMe swapping needs stage 3)",
+                           fix="use device 'cpu', or zero_optimization.stage 3"))
+    for section, dev in (("offload_optimizer", opt_dev), ("offload_param", par_dev)):
+        path = f"zero_optimization.{section}.nvme_path"
+        if dev == "nvme" and stage == 3 and not get_path(config, path):
+            out.append(Finding(severity="error", code="nvme-without-path", path=path,
+                               message="NVMe offload needs a folder for its swap files; DeepSpeed fails at "
+                                       "initialisation without one",
+                               fix=f"set {path} to a folder on a fast local disk"))
+    hpz = get_path(config, "zero_optimization.zero_hpz_partition_size")
+    zeropp = ((["zero_hpz_partition_size"] if isinstance(hpz, int) and not isinstance(hpz, bool) and hpz > 1 else [])
+              + [k for k in ("zero_quantized_weights", "zero_quantized_gradients")
+                 if get_path(config, f"zero_optimization.{k}") is True])
+    if zeropp and stage < 3:
+        out.append(Finding(severity="warning", code="zeropp-below-zero3", path=f"zero_optimization.{zeropp[0]}",
+                           message=f"ZeRO++ settings ({', '.join(zeropp)}) only act at ZeRO stage 3; at stage "
+                                   f"{stage} they are ignored",
+                           fix="set zero_optimization.stage to 3, or delete them"))
+    if _enabled(config, "fp16") and (_enabled(config, "bf16") or _enabled(config, "bfloat16")):
+        out.append(Finding(severity="error", code="fp16-and-bf16", path="bf16.enabled",
+                           message="fp16 and bf16 are both enabled; DeepSpeed asserts at start-up",
+                           fix="enable only one of fp16.enabled / bf16.enabled"))
+    pp, _ = parallel_degrees(config)
+    if pp > 1 and stage >= 2:
+        out.append(Finding(severity="error", code="pipeline-zero2", path="zero_optimization.stage",
+                           message=f"pipeline parallelism ({pp} stages) with ZeRO stage {stage}: DeepSpeed's "
+                                   "PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+                                   "parallelism' at initialisation",
+                           fix="use zero_optimization.stage 0 or 1 with a pipeline"))
+    return out
+
+
+def check_auto(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
+    """"auto" is filled only by the HF Trainer / accelerate; plain DeepSpeed fails late on it."""
+    dp = None if ctx.world_size is None else data_parallel_size(config, ctx.world_size)
+    mb = _int_or_none(get_path(config, "train_micro_batch_size_per_gpu"))
+    ga = _int_or_none(get_path(config, "gradient_accumulation_steps"))
+    # HF TrainingArguments defaults: per_device_train_batch_size 8, accumulation 1, learning_rate 5e-5
+    inputs = AutoInputs(micro_batch=mb or 8, grad_accum=ga or 1, data_parallel_size=dp, lr=5e-5, train_steps=None)
+    out = []
+    for path in auto_paths(config):
+        value = resolve_value(path, inputs)
+        would = f"; with TrainingArguments defaults it becomes {json.dumps(value)}" if value is not None else ""
+        out.append(Finding(
+            severity="warning" if ctx.allow_auto else "error", code="unresolved-auto", path=path,
+            message=f"'auto' is filled only by the HF Trainer/accelerate, plain DeepSpeed fails late on it{would}",
+            fix="set a value, render with `dsbench render --model NAME`, or --allow-auto if the Trainer fills it"))
+    return out
+
+
+def check_structure(config: Any) -> list[Finding]:
+    """The top level must be a JSON object."""
+    if isinstance(config, dict):
+        return []
+    return [Finding(severity="error", code="not-an-object", path="",
+                    message=f"a DeepSpeed config is a JSON object, got {type(config).__name__}",
+                    fix="wrap the settings in { ... }")]
+
+
+def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) -> list[Finding]:
+    """All findings for ``config``: dsbench's checks, then DeepSpeed's parser when importable."""
+    structural = check_structure(config)
+    if structural:
+        return structural
+    findings = [*unknown_keys(config), *check_parallel_degrees(config, ctx), *check_batch(config, ctx),
+                *check_combinations(config, ctx), *check_auto(config, ctx)]
+    if deepspeed_check:
+        from dsbench.configs.deepspeed_check import deepspeed_findings
+
+        findings += deepspeed_findings(config, ctx.world_size, findings)
+    return findings

@@ -1,0 +1,46 @@
+"""Cheap facts about this machine (no torch import): accelerators, CPU count, tool versions."""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import socket
+from importlib import metadata
+
+
+def local_gpu_count() -> int:
+    """NVIDIA GPUs visible through /dev (0 on a CPU machine); honours CUDA_VISIBLE_DEVICES."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    return len(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def default_ranks() -> int:
+    """Ranks per node by default: one per GPU, or 2 CPU ranks on a machine without GPUs."""
+    return local_gpu_count() or 2
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions of the stack (``None`` when absent), without importing the packages."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in ("dsbench", "torch", "deepspeed", "transformers", "accelerate", "datasets", "click"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def machine() -> dict[str, object]:
+    """Host facts recorded in every run header."""
+    return {"hostname": socket.gethostname(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "gpus": local_gpu_count()}

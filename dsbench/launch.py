@@ -1,0 +1,87 @@
+"""``dsbench launch``: render (or read) the config, build the launcher's command, run or print it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from dsbench.configs.api import make_render_spec
+from dsbench.configs.findings import has_errors
+from dsbench.configs.loader import load_config_strict
+from dsbench.configs.render import render
+from dsbench.configs.validate import ValidateContext, validate
+from dsbench.errors import InvalidConfig
+from dsbench.hostfile import read_hostfile
+from dsbench.io import atomic_write_json
+from dsbench.launchers import LaunchCommand, LaunchSpec, build
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchRequest:
+    """Everything the launch command was given."""
+
+    launcher: str
+    strategy: str
+    render_flags: dict[str, Any]
+    preset: str | None
+    model: str | None
+    sets: tuple[str, ...]
+    config: str | None
+    hostfile: str | None
+    include: str
+    exclude: str
+    num_nodes: int | None
+    num_gpus: int
+    master_addr: str
+    master_port: int
+    run_dir: Path
+    script_args: tuple[str, ...]
+    cpu: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedLaunch:
+    """The command to run and what was written for it."""
+
+    spec: LaunchSpec
+    command: LaunchCommand
+    config_path: Path | None
+    notes: list[str]
+
+
+def _config_for(req: LaunchRequest, world_size: int) -> tuple[dict[str, Any], list[str]]:
+    if req.config:
+        return load_config_strict(req.config), []
+    flags = dict(req.render_flags, world_size=world_size)
+    spec, _ = make_render_spec(flags, req.preset, req.model, False, req.sets)
+    return render(spec)
+
+
+def prepare(req: LaunchRequest) -> PreparedLaunch:
+    """Render/validate the config, write it into the run folder, and build the command."""
+    hosts = tuple(read_hostfile(req.hostfile)) if req.hostfile else ()
+    base = LaunchSpec(launcher=req.launcher, strategy=req.strategy, nproc_per_node=req.num_gpus,
+                      hostfile=req.hostfile, hosts=hosts, include=req.include, exclude=req.exclude,
+                      num_nodes=req.num_nodes, master_addr=req.master_addr, master_port=req.master_port,
+                      cpu=req.cpu, script_args=req.script_args,
+                      accelerate_config=str(req.run_dir / "accelerate_config.yaml"))
+    world = base.world_size()
+    notes: list[str] = []
+    config_path = None
+    if req.strategy == "deepspeed":
+        config, notes = _config_for(req, world)
+        findings = validate(config, ValidateContext(world_size=world), deepspeed_check=False)
+        if has_errors(findings):
+            raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
+        config_path = atomic_write_json(req.run_dir / "ds_config.json", config)
+    spec = replace(base, ds_config=str(config_path) if config_path else None)
+    return PreparedLaunch(spec=spec, command=build(spec), config_path=config_path, notes=notes)
+
+
+def materialize(prepared: PreparedLaunch) -> None:
+    """Write the files the command needs (e.g. the accelerate YAML) atomically."""
+    from dsbench.io import atomic_write_text
+
+    for path, text in prepared.command.files.items():
+        atomic_write_text(path, text)

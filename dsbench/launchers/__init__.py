@@ -1,0 +1,133 @@
+"""Launch commands: a frozen :class:`LaunchSpec` in, a :class:`LaunchCommand` (argv, env, files) out.
+
+Each launcher module exposes one pure ``build(spec) -> LaunchCommand``: no port probing, no
+``os.environ`` reads, no file writes. :mod:`dsbench.runner` is the only module that executes.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dsbench.errors import UserError
+from dsbench.hostfile import Host, select_slots, world_size_of
+from dsbench.spec import Launcher
+
+Strategy = str  # "deepspeed" | "ddp" | "fsdp" | "single"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchSpec:
+    """Where and how to start the training worker."""
+
+    launcher: Launcher = "deepspeed"
+    """``deepspeed``, ``torchrun`` or ``accelerate`` (``--launcher``)."""
+    strategy: Strategy = "deepspeed"
+    """What the worker runs: deepspeed, ddp, fsdp or single."""
+    module: str = "dsbench.train"
+    """Python module the launcher starts on every rank."""
+    script_args: tuple[str, ...] = ()
+    """Arguments passed to the module."""
+    ds_config: str | None = None
+    """Path of the rendered DeepSpeed config (deepspeed strategy)."""
+    nproc_per_node: int = 1
+    """Ranks per node when no hostfile is given (``--num-gpus``)."""
+    hostfile: str | None = None
+    """Hostfile path (``--hostfile``), already parsed into ``hosts``."""
+    hosts: tuple[Host, ...] = ()
+    include: str = ""
+    exclude: str = ""
+    num_nodes: int | None = None
+    """Use only the first N hosts (``--num-nodes``)."""
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    cpu: bool = True
+    """CPU ranks: DS_ACCELERATOR=cpu, gloo, one OpenMP thread per rank."""
+    omp_threads: int = 1
+    accelerate_config: str = "accelerate_config.yaml"
+    """Path where the accelerate launcher's YAML is written."""
+    mixed_precision: str = "no"
+    """accelerate's mixed_precision for the native strategies (no, fp16, bf16)."""
+
+    def __post_init__(self) -> None:
+        if self.nproc_per_node < 1:
+            raise UserError(f"--num-gpus must be >= 1, got {self.nproc_per_node}")
+        if self.num_nodes is not None and self.num_nodes < 1:
+            raise UserError(f"--num-nodes must be >= 1, got {self.num_nodes}")
+        if not 1 <= self.master_port <= 65535:
+            raise UserError(f"--master-port must be in 1..65535, got {self.master_port}")
+        if (self.include or self.exclude) and not self.hosts:
+            raise UserError("--include/--exclude need --hostfile")
+        if self.num_nodes is not None and self.hosts and self.num_nodes > len(self.hosts):
+            raise UserError(f"--num-nodes {self.num_nodes} exceeds the {len(self.hosts)} hosts in {self.hostfile}")
+
+    def selection(self) -> dict[str, list[int]]:
+        """host -> slot indices in use (after --num-nodes, --include/--exclude)."""
+        if not self.hosts:
+            return {"localhost": list(range(self.nproc_per_node))}
+        hosts = list(self.hosts[: self.num_nodes] if self.num_nodes else self.hosts)
+        return select_slots(hosts, self.include, self.exclude)
+
+    def nodes(self) -> int:
+        """Number of nodes used."""
+        return len(self.selection())
+
+    def world_size(self) -> int:
+        """Total ranks."""
+        return world_size_of(self.selection())
+
+    def ranks_per_node(self) -> int:
+        """Ranks per node; torchrun and accelerate need the same count on every node."""
+        counts = {len(slots) for slots in self.selection().values()}
+        if len(counts) != 1:
+            raise UserError(f"hosts have different slot counts {sorted(counts)}: torchrun/accelerate need the same "
+                            "number of ranks on every node (use --include or the deepspeed launcher)")
+        return counts.pop()
+
+    def first_host(self) -> str:
+        """Rendezvous host: the first selected host, or ``master_addr`` on one node."""
+        return next(iter(self.selection())) if self.hosts else self.master_addr
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchCommand:
+    """A command ready to execute: argv (never through a shell), environment delta, files to write first."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    def shell_line(self) -> str:
+        """The exact command as one copy-pasteable, shell-quoted line (env assignments first)."""
+        assignments = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        return " ".join([*assignments, shlex.join(self.argv)])
+
+
+def cpu_env(spec: LaunchSpec) -> dict[str, str]:
+    """Environment every rank needs on a CPU machine (empty on GPU)."""
+    if not spec.cpu:
+        return {}
+    return {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": str(spec.omp_threads), "DSBENCH_DEVICE": "cpu"}
+
+
+def worker_args(spec: LaunchSpec) -> list[str]:
+    """Arguments for the worker module: the strategy, the config, then the user's arguments."""
+    args = ["--strategy", spec.strategy]
+    if spec.strategy == "deepspeed" and spec.ds_config:
+        args += ["--deepspeed_config", spec.ds_config]
+    return args + list(spec.script_args)
+
+
+def _registry() -> dict[str, Callable[[LaunchSpec], LaunchCommand]]:
+    from dsbench.launchers import accelerate, deepspeed, torchrun
+
+    return {"deepspeed": deepspeed.build, "torchrun": torchrun.build, "accelerate": accelerate.build}
+
+
+def build(spec: LaunchSpec) -> LaunchCommand:
+    """Build the command for ``spec.launcher``."""
+    builders = _registry()
+    if spec.launcher not in builders:
+        raise UserError(f"--launcher must be one of {', '.join(builders)}, got {spec.launcher!r}")
+    return builders[spec.launcher](spec)

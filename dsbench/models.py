@@ -1,0 +1,183 @@
+"""Model shapes: named presets and shapes read from a local or cached HF ``config.json``.
+
+Pure and stdlib-only: rendering ("auto" bucket sizes from the hidden size) and planning need the
+shape of a model, never its weights. The training worker turns a shape into a transformers
+config with :meth:`ModelShape.hf_config`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from dsbench.errors import UserError
+
+Arch = Literal["gpt2", "llama"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelShape:
+    """The dimensions of a decoder-only transformer."""
+
+    name: str
+    """Preset name, local path or hub id the shape came from."""
+    arch: Arch
+    """Model family: ``gpt2`` (learned positions, LayerNorm, GELU MLP) or ``llama`` (RoPE, RMSNorm, SwiGLU)."""
+    vocab_size: int
+    hidden: int
+    """Hidden size (``n_embd`` / ``hidden_size``)."""
+    layers: int
+    heads: int
+    kv_heads: int
+    """Key/value heads (grouped-query attention); equals ``heads`` for GPT-2."""
+    intermediate: int
+    """MLP inner size (4·hidden for GPT-2)."""
+    max_positions: int
+    tied_embeddings: bool
+    source: str = "preset"
+    """Where the shape came from: ``preset``, ``local`` (a directory) or ``hub-cache``."""
+    path: str | None = None
+    """Directory holding config.json (and maybe weights) for ``local``/``hub-cache`` shapes."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Other config.json fields kept for building the HF config (e.g. rope_theta)."""
+
+    def num_params(self) -> int:
+        """Exact parameter count of the HF implementation (embeddings counted once if tied)."""
+        h, ff, v = self.hidden, self.intermediate, self.vocab_size
+        if self.arch == "gpt2":
+            attn = h * 3 * h + 3 * h + h * h + h  # c_attn + c_proj (weights and biases)
+            mlp = h * ff + ff + ff * h + h  # c_fc + c_proj
+            block = attn + mlp + 4 * h  # two LayerNorms (weight + bias)
+            emb = v * h + self.max_positions * h
+            head = 0 if self.tied_embeddings else v * h
+            return emb + self.layers * block + 2 * h + head
+        head_dim = h // self.heads
+        attn = h * h + 2 * h * self.kv_heads * head_dim + h * h  # q, k, v, o (no bias)
+        mlp = 3 * h * ff  # gate, up, down
+        block = attn + mlp + 2 * h  # two RMSNorms
+        emb = v * h
+        head = 0 if self.tied_embeddings else v * h
+        return emb + self.layers * block + h + head
+
+    def hf_config(self) -> dict[str, Any]:
+        """Keyword arguments for ``transformers.AutoConfig.for_model`` (dropout off for parity)."""
+        if self.arch == "gpt2":
+            cfg = dict(model_type="gpt2", vocab_size=self.vocab_size, n_embd=self.hidden, n_layer=self.layers,
+                       n_head=self.heads, n_inner=self.intermediate, n_positions=self.max_positions,
+                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=self.tied_embeddings,
+                       bos_token_id=0, eos_token_id=0)
+        else:
+            cfg = dict(model_type="llama", vocab_size=self.vocab_size, hidden_size=self.hidden,
+                       num_hidden_layers=self.layers, num_attention_heads=self.heads,
+                       num_key_value_heads=self.kv_heads, intermediate_size=self.intermediate,
+                       max_position_embeddings=self.max_positions, tie_word_embeddings=self.tied_embeddings,
+                       bos_token_id=0, eos_token_id=0, attention_dropout=0.0)
+        cfg.update(self.extra)
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description (recorded in run headers)."""
+        out = asdict(self)
+        out["num_params"] = self.num_params()
+        return out
+
+
+def _gpt2(name: str, vocab: int, hidden: int, layers: int, heads: int, positions: int) -> ModelShape:
+    return ModelShape(name=name, arch="gpt2", vocab_size=vocab, hidden=hidden, layers=layers, heads=heads,
+                      kv_heads=heads, intermediate=4 * hidden, max_positions=positions, tied_embeddings=True)
+
+
+def _llama(name: str, vocab: int, hidden: int, layers: int, heads: int, kv: int, ff: int, pos: int) -> ModelShape:
+    return ModelShape(name=name, arch="llama", vocab_size=vocab, hidden=hidden, layers=layers, heads=heads,
+                      kv_heads=kv, intermediate=ff, max_positions=pos, tied_embeddings=False)
+
+
+# Tiny shapes use the embedded tokenizer's 4096-token vocabulary; the others are the published shapes
+# (GPT-2: Radford et al. 2019 / HF gpt2*; llama-1b: TinyLlama-1.1B; llama-7b: Llama-2-7B).
+PRESETS: dict[str, ModelShape] = {
+    m.name: m
+    for m in [
+        _gpt2("gpt2-tiny", 4096, 64, 2, 4, 256),
+        _gpt2("gpt2-mini", 4096, 128, 4, 4, 256),
+        _gpt2("gpt2", 50257, 768, 12, 12, 1024),
+        _gpt2("gpt2-medium", 50257, 1024, 24, 16, 1024),
+        _gpt2("gpt2-large", 50257, 1280, 36, 20, 1024),
+        _gpt2("gpt2-xl", 50257, 1600, 48, 25, 1024),
+        _llama("llama-tiny", 4096, 64, 2, 4, 2, 176, 256),
+        _llama("llama-1b", 32000, 2048, 22, 32, 4, 5632, 2048),
+        _llama("llama-7b", 32000, 4096, 32, 32, 32, 11008, 4096),
+        _llama("llama-13b", 32000, 5120, 40, 40, 40, 13824, 4096),
+        _llama("llama-70b", 32000, 8192, 80, 64, 8, 28672, 4096),
+    ]
+}
+
+_KEPT_EXTRA = ("rope_theta", "rms_norm_eps", "layer_norm_epsilon", "hidden_act", "activation_function",
+               "attention_bias", "mlp_bias", "head_dim", "bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | None) -> ModelShape:
+    """Build a shape from a HF ``config.json`` dict (GPT-2 or Llama-style field names)."""
+    model_type = cfg.get("model_type", "")
+    try:
+        if model_type == "gpt2" or "n_embd" in cfg:
+            hidden = int(cfg["n_embd"])
+            return ModelShape(
+                name=name, arch="gpt2", vocab_size=int(cfg["vocab_size"]), hidden=hidden, layers=int(cfg["n_layer"]),
+                heads=int(cfg["n_head"]), kv_heads=int(cfg["n_head"]),
+                intermediate=int(cfg.get("n_inner") or 4 * hidden), max_positions=int(cfg.get("n_positions", 1024)),
+                tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), source=source, path=path,
+                extra={k: cfg[k] for k in _KEPT_EXTRA if k in cfg})
+        heads = int(cfg["num_attention_heads"])
+        return ModelShape(
+            name=name, arch="llama", vocab_size=int(cfg["vocab_size"]), hidden=int(cfg["hidden_size"]),
+            layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            intermediate=int(cfg["intermediate_size"]), max_positions=int(cfg.get("max_position_embeddings", 2048)),
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), source=source, path=path,
+            extra={k: cfg[k] for k in _KEPT_EXTRA if k in cfg})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"{name}: config.json lacks a usable {exc} (need GPT-2 or Llama-style fields)") from None
+
+
+def _hub_cache_config(repo_id: str) -> Path | None:
+    """The cached ``config.json`` of a hub model, if it is already in the local HF cache (no download)."""
+    root = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache/huggingface"))
+                / "hub")
+    snapshots = root / f"models--{repo_id.replace('/', '--')}" / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    found = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return found[0] if found else None
+
+
+def resolve_model(name: str) -> ModelShape:
+    """Resolve ``--model``: a preset name, a local directory with config.json, or a cached hub id."""
+    if name in PRESETS:
+        return PRESETS[name]
+    local = Path(name)
+    if local.is_dir():
+        cfg_path = local / "config.json"
+        if not cfg_path.is_file():
+            raise UserError(f"--model {name}: directory has no config.json")
+        return shape_from_config(_read_config(cfg_path), name, "local", str(local))
+    if local.is_file() and local.name.endswith(".json"):
+        return shape_from_config(_read_config(local), name, "local", str(local.parent))
+    cached = _hub_cache_config(name) if "/" in name or name.replace("-", "").isalnum() else None
+    if cached is not None:
+        return shape_from_config(_read_config(cached), name, "hub-cache", str(cached.parent))
+    raise UserError(f"--model {name!r}: not a preset ({', '.join(PRESETS)}), a local directory with config.json, "
+                    "or a hub model in the local cache (no downloads)")
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    return data

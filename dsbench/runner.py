@@ -1,0 +1,56 @@
+"""The one module that runs processes: execute a LaunchCommand, tee its output, return its exit code.
+
+``shell=False`` always: argv goes straight to ``exec``, so no hostname, path or value is ever
+interpreted by a shell. SIGINT/SIGTERM are forwarded to the launcher's process group, which
+stops every rank it started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from dsbench.launchers import LaunchCommand
+
+
+def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | None = sys.stdout,
+        timeout: float | None = None, cwd: str | None = None) -> int:
+    """Run ``command`` to completion; returns its exit code (124 on timeout, 128+N on signal N)."""
+    env = {**os.environ, **command.env}
+    log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(command.argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, bufsize=1, start_new_session=True)
+
+    def forward(signum: int, _frame: object) -> None:
+        os.killpg(proc.pid, signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)} if _main_thread() else {}
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if echo is not None:
+                echo.write(line)
+                echo.flush()
+            if log:
+                log.write(line)
+                log.flush()
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+        return 124
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if log:
+            log.close()
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -1,0 +1,170 @@
+"""Regenerate dsbench/data/ds_schema.json: the config keys DeepSpeed knows, per JSON path.
+
+Run with the pinned DeepSpeed installed:  python scripts/gen_ds_schema.py
+
+How the key sets are found (no hand-written key list for what DeepSpeed parses itself):
+1. ``DeepSpeedConfig`` parses a config whose dicts record every key looked up (``in``, ``get``,
+   ``[]``), with ``dist`` patched to a world size of 1. Keys asked for at a path are keys DeepSpeed
+   reads there, whether or not they were present.
+2. Sections that DeepSpeed hands to pydantic models contribute their field names and aliases,
+   recursively for nested models (zero_optimization.offload_param, ...).
+3. Sections DeepSpeed reads outside ``DeepSpeedConfig`` (by the engine, the pipeline module, the
+   compression/data-efficiency libraries) are listed in ``EXTRA`` with the module that reads them.
+Paths in ``open`` are sections whose contents DeepSpeed passes on without checking key names
+(optimizer/scheduler params go to the optimizer's constructor), so dsbench does not flag keys there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import typing
+from pathlib import Path
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+OUT = Path(__file__).resolve().parents[1] / "dsbench" / "data" / "ds_schema.json"
+
+# Sections read outside DeepSpeedConfig, with where (deepspeed 0.19.8).
+EXTRA: dict[str, list[str]] = {
+    "": [
+        "optimizer", "scheduler", "amp", "compression_training", "data_efficiency",
+        "quantize_training", "fp32_allreduce", "zero_optimization",
+        "tensorboard", "wandb", "csv_monitor", "comet", "nebula", "weight_quantization",
+        "sequence_parallel_size", "fp16", "bf16", "bfloat16", "zenflow", "aio", "checkpoint",
+        "data_types", "compile", "timers", "tensor_parallel", "expert_parallel", "hybrid_engine",
+        "autotuning", "flops_profiler", "activation_checkpointing", "comms_logger", "pipeline",
+        "datastates", "torch_autocast", "use_data_before_expert_parallelism",
+        "memory_breakdown", "dataloader_drop_last", "gradient_allreduce_op",
+    ],
+    # runtime/pipe/engine.py and runtime/config.py:get_pipeline_config defaults
+    "pipeline": [
+        "stages", "partition", "seed_layers", "activation_checkpoint_interval", "pipe_partitioned",
+        "grad_partitioned", "use_reentrant",
+    ],
+    "optimizer": ["type", "params", "legacy_fusion"],
+    "scheduler": ["type", "params"],
+    "amp": ["enabled", "opt_level"],
+}
+OPEN = ["optimizer.params", "scheduler.params", "compression_training", "data_efficiency",
+        "quantize_training", "autotuning", "amp", "nebula"]
+
+
+class Recorder(dict):
+    """A dict that records every key looked up, under its JSON path."""
+
+    seen: dict[str, set[str]] = {}
+
+    def __init__(self, *args, path: str = "", **kwargs):
+        super().__init__(*args, **kwargs)
+        self._path = path
+        for key, value in list(self.items()):
+            if isinstance(value, dict) and not isinstance(value, Recorder):
+                child = f"{path}.{key}" if path else key
+                super().__setitem__(key, Recorder(value, path=child))
+
+    def _note(self, key):
+        if isinstance(key, str):
+            Recorder.seen.setdefault(getattr(self, "_path", ""), set()).add(key)
+
+    def __contains__(self, key):
+        self._note(key)
+        return super().__contains__(key)
+
+    def __getitem__(self, key):
+        self._note(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self._note(key)
+        return super().get(key, default)
+
+
+def model_keys(model, prefix: str, out: dict[str, set[str]]) -> None:
+    """Add a pydantic model's field names and aliases, recursing into nested models."""
+    from pydantic import BaseModel
+
+    keys = out.setdefault(prefix, set())
+    for name, field in model.model_fields.items():
+        keys.add(name)
+        if field.alias:
+            keys.add(field.alias)
+        extra = field.json_schema_extra or {}
+        if isinstance(extra, dict) and extra.get("deprecated") and extra.get("new_param"):
+            keys.add(name)
+        for arg in [field.annotation, *typing.get_args(field.annotation)]:
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                model_keys(arg, f"{prefix}.{field.alias or name}", out)
+                if field.alias and field.alias != name:
+                    model_keys(arg, f"{prefix}.{name}", out)
+
+
+def main() -> int:
+    import deepspeed
+    from deepspeed.comm import torch as _  # noqa: F401  (import side effects of dist)
+    from deepspeed.comm.config import CommsLoggerConfig
+    from deepspeed.compile.config import CompileConfig
+    from deepspeed.monitor.config import CometConfig, CSVConfig, TensorBoardConfig, WandbConfig
+    from deepspeed.runtime import config as ds_config
+    from deepspeed.runtime.config import HybridEngineConfig
+    from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
+    from deepspeed.runtime.tensor_parallel.config import TPTrainingConfig
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    ds_config.dist.get_world_size = lambda *a, **k: 1
+    ds_config.dist.get_rank = lambda *a, **k: 0
+    probe = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "scheduler": {"type": "WarmupLR", "params": {}},
+        "activation_checkpointing": {},
+        "flops_profiler": {},
+        "autotuning": {},
+        "checkpoint": {},
+        "data_types": {},
+        "aio": {},
+        "datastates": {},
+        "torch_autocast": {},
+        "pipeline": {},
+        "data_efficiency": {},
+    }
+    ds_config.DeepSpeedConfig(Recorder(probe))
+    keys: dict[str, set[str]] = {path: set(found) for path, found in Recorder.seen.items()}
+    for path, extra in EXTRA.items():
+        keys.setdefault(path, set()).update(extra)
+    for section, model in {
+        "zero_optimization": DeepSpeedZeroConfig,
+        "fp16": DeepSpeedFP16Config,
+        "bf16": DeepSpeedBF16Config,
+        "bfloat16": DeepSpeedBF16Config,
+        "tensorboard": TensorBoardConfig,
+        "wandb": WandbConfig,
+        "csv_monitor": CSVConfig,
+        "comet": CometConfig,
+        "tensor_parallel": TPTrainingConfig,
+        "compile": CompileConfig,
+        "comms_logger": CommsLoggerConfig,
+        "hybrid_engine": HybridEngineConfig,
+    }.items():
+        model_keys(model, section, keys)
+    removed = {"": dict(ds_config._REMOVED_TOP_LEVEL_CONFIG_KEYS),
+               "zero_optimization": dict(ds_config._REMOVED_ZERO_CONFIG_KEYS)}
+    for path, gone in removed.items():
+        keys[path] = keys.get(path, set()) - set(gone)
+    schema = {
+        "deepspeed_version": deepspeed.__version__,
+        "removed": removed,
+        "generated_by": "scripts/gen_ds_schema.py",
+        "open": sorted(OPEN),
+        "keys": {path: sorted(found) for path, found in sorted(keys.items())},
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(schema, indent=1) + "\n")
+    print(f"wrote {OUT} ({sum(len(v) for v in keys.values())} keys in {len(keys)} sections)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

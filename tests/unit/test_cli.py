@@ -1,0 +1,102 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import CORPUS, ROOT
+
+HEAVY = ("torch", "deepspeed", "transformers", "accelerate", "datasets")
+
+LAZY_CHECK = """
+import sys
+from click.testing import CliRunner
+from dsbench.cli import cli
+runner = CliRunner()
+for args in {commands!r}:
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 0, (args, result.output)
+heavy = sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r})
+print(heavy)
+"""
+
+
+@pytest.mark.parametrize("commands", [
+    [["--help"]] + [[c, "--help"] for c in ("render", "validate", "explain", "launch", "presets", "hostfile")]
+    + [["hostfile", "check", "--help"]],
+    [["render", "--preset", "zero3_offload", "--model", "gpt2"], ["presets"],
+     ["hostfile", "check", str(ROOT / "hostfiles" / "a100")],
+     ["validate", "--no-deepspeed-check", str(ROOT / "ds_configs" / "zero3.json"), "--allow-auto"],
+     ["explain", str(ROOT / "ds_configs" / "zero2_offload.json")]],
+], ids=["help", "pure-commands"])
+def test_cli_does_not_import_heavy_modules(commands):
+    out = subprocess.run([sys.executable, "-c", LAZY_CHECK.format(commands=commands, heavy=HEAVY)],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_render_to_file_is_atomic_and_valid(cli_run, tmp_path):
+    result = cli_run("render", "--preset", "zero3_offload", "--world-size", "2", "--micro-batch", "2",
+                     "--model", "gpt2-tiny", "-o", "out/ds.json")
+    assert result.exit_code == 0, result.output
+    written = json.loads((tmp_path / "out" / "ds.json").read_text())
+    assert written["zero_optimization"]["offload_param"]["device"] == "cpu"
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["ds.json"]  # no temp files left
+    assert cli_run("validate", "out/ds.json", "--world-size", "2").exit_code == 0
+
+
+def test_render_with_hostfile_counts_slots(cli_run):
+    result = cli_run("render", "--hostfile", str(ROOT / "hostfiles" / "a100"), "--micro-batch", "2",
+                     "--exclude", "node2")
+    assert json.loads(result.stdout)["train_batch_size"] == 16
+
+
+def test_validate_json_output(cli_run, tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": True, "bogus": 1}}))
+    result = cli_run("validate", str(path), "--json", "--world-size", "4")
+    payload = json.loads(result.stdout)
+    assert result.exit_code == 1 and payload["valid"] is False and payload["world_size"] == 4
+    assert payload["findings"][0] == {"severity": "error", "code": "unknown-key", "path": "fp16.bogus",
+                                      "message": "DeepSpeed 0.19.8 has no key 'bogus' at 'fp16'",
+                                      "fix": "delete it or check the DeepSpeed config docs"}
+
+
+def test_explain_says_what_is_sharded_and_offloaded(cli_run):
+    result = cli_run("explain", str(ROOT / "ds_configs" / "zero3_offload.json"), "--world-size", "8")
+    text = result.output
+    assert "ZeRO-3: parameters, gradients and optimizer states are all partitioned" in text
+    assert "optimizer states offloaded to CPU RAM (pinned host memory)" in text
+    assert "parameters offloaded to CPU RAM" in text and "x 8 = auto samples" in text
+
+
+def test_launch_dry_run_prints_a_runnable_command(cli_run, tmp_path):
+    result = cli_run("launch", "--zero", "3", "--offload", "cpu", "--dry-run", "--run-dir", "r")
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[-1].startswith("DSBENCH_DEVICE=cpu DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 deepspeed --num_gpus 2")
+    assert lines[-1].endswith("--module dsbench.train --strategy deepspeed --deepspeed_config r/ds_config.json")
+    config = json.loads((tmp_path / "r" / "ds_config.json").read_text())
+    assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+
+
+def test_launch_dry_run_accelerate_writes_and_shows_yaml(cli_run, tmp_path):
+    result = cli_run("launch", "--launcher", "accelerate", "--preset", "zero2", "--dry-run", "--run-dir", "r",
+                     "--", "--steps", "3")
+    assert "distributed_type: DEEPSPEED" in result.output
+    assert (tmp_path / "r" / "accelerate_config.yaml").is_file()
+    assert result.output.strip().splitlines()[-1].endswith("--deepspeed_config r/ds_config.json --steps 3")
+
+
+def test_launch_hostfile_dry_run_quotes_paths(cli_run, tmp_path):
+    hostfile = tmp_path / "my hosts"
+    hostfile.write_text("node1 slots=2\nnode2 slots=2\n")
+    result = cli_run("launch", "--hostfile", str(hostfile), "--dry-run", "--run-dir", "r d")
+    assert f"--hostfile '{hostfile}'" in result.output and "'r d/ds_config.json'" in result.output
+
+
+def test_corpus_hostfile_check_exit_codes(cli_run):
+    good = cli_run("hostfile", "check", str(CORPUS / "hostfiles" / "Gezy777__distributed_train__hostfile"))
+    assert good.exit_code == 0 and "2 hosts, 2 slots" in good.output
+    bad = cli_run("hostfile", "check", str(CORPUS / "hostfiles" / "BAfsharmanesh__Metis__hostfile"))
+    assert bad.exit_code == 1 and "write 'IP1 slots=4'" in bad.output

@@ -1,0 +1,108 @@
+import pytest
+
+from dsbench.errors import UserError
+from dsbench.hostfile import (
+    Host,
+    HostfileError,
+    format_hostfile,
+    is_valid_hostname,
+    parse_hostfile,
+    select_slots,
+    world_size_of,
+)
+from tests.conftest import CORPUS, ROOT
+
+
+def test_parses_hosts_comments_and_blank_lines():
+    hosts = parse_hostfile(["# cluster", "", "node1 slots=8", "  node2   slots=4  # second", "10.0.0.3 slots=2"])
+    assert [(h.name, h.slots, h.line) for h in hosts] == [("node1", 8, 3), ("node2", 4, 4), ("10.0.0.3", 2, 5)]
+
+
+def test_round_trips_through_format():
+    hosts = parse_hostfile(["a slots=1", "b.example.com slots=2"])
+    assert parse_hostfile(format_hostfile(hosts).splitlines()) == [
+        Host(name="a", slots=1, line=1), Host(name="b.example.com", slots=2, line=2)]
+
+
+@pytest.mark.parametrize("line, needle", [
+    ("node1 slots=2foo", "slots must be a positive integer"),
+    ("node1 slots=0", "slots=0"),
+    ("node1 slots=-1", "slots must be a positive integer"),
+    ("-oProxyCommand=x slots=1", "invalid hostname"),
+    ("a;rm${IFS}-rf slots=1", "invalid hostname"),
+    ("$(touch${IFS}x) slots=1", "invalid hostname"),
+    ("`id` slots=1", "invalid hostname"),
+    ("host|nc slots=1", "invalid hostname"),
+    ("node1 4", "write 'node1 slots=4'"),
+    ("job-1,10.0.0.1", "CSV"),
+    ("node1", "expected 'HOST slots=N'"),
+    ("node1 slots=2 extra", "expected 'HOST slots=N'"),
+])
+def test_rejects_bad_lines_with_line_numbers(line, needle):
+    with pytest.raises(HostfileError) as err:
+        parse_hostfile(["ok slots=1", line])
+    assert err.value.problems[0][0] == 2
+    assert needle in err.value.problems[0][1]
+
+
+def test_duplicates_and_all_problems_reported():
+    with pytest.raises(HostfileError) as err:
+        parse_hostfile(["a slots=1", "a slots=2", "b slots=x", "c slots=0"])
+    assert [n for n, _ in err.value.problems] == [2, 3, 4]
+    assert "first on line 1" in err.value.problems[0][1]
+
+
+def test_empty_hostfile_is_an_error():
+    with pytest.raises(HostfileError, match="no hosts"):
+        parse_hostfile(["# nothing", ""])
+
+
+@pytest.mark.parametrize("name, ok", [
+    ("localhost", True), ("node-1.cluster.local", True), ("10.1.2.3", True), ("::1", True),
+    ("-bad", False), ("bad-", False), ("a..b", False), ("a b", False), ("", False), ("x" * 64, False),
+])
+def test_hostname_validity(name, ok):
+    assert is_valid_hostname(name) is ok
+
+
+def test_include_exclude_follow_deepspeed_semantics():
+    hosts = parse_hostfile(["w0 slots=4", "w1 slots=4"])
+    assert select_slots(hosts) == {"w0": [0, 1, 2, 3], "w1": [0, 1, 2, 3]}
+    assert select_slots(hosts, include="w0:0,2@w1") == {"w0": [0, 2], "w1": [0, 1, 2, 3]}
+    assert select_slots(hosts, exclude="w1") == {"w0": [0, 1, 2, 3]}
+    assert world_size_of(select_slots(hosts, exclude="w0:3@w1:0,1")) == 5
+
+
+@pytest.mark.parametrize("include, exclude, needle", [
+    ("w9", "", "not in the hostfile"), ("w0:7", "", "not in 0..3"), ("w0", "w1", "mutually exclusive"),
+    ("", "w0@w1", "removes every slot"),
+])
+def test_filter_errors(include, exclude, needle):
+    hosts = parse_hostfile(["w0 slots=4", "w1 slots=4"])
+    with pytest.raises(UserError, match=needle):
+        select_slots(hosts, include, exclude)
+
+
+def test_shipped_hostfiles_are_valid():
+    for path in (ROOT / "hostfiles").iterdir():
+        assert parse_hostfile(path.read_text().splitlines(), str(path))
+
+
+CORPUS_HOSTFILES = {
+    "Alpha-Innovator__OmniCaptioner__hostfile": 8,
+    "BAfsharmanesh__Metis__hostfile": None,  # "IP1 4": no slots=
+    "CyberSculptor96__MLLM-MSR__hostfile": None,  # a CSV
+    "DianaTurmakhan__lora-parallelization-strategies__hostfile": 2,
+    "Gezy777__distributed_train__hostfile": 2,
+    "microsoft__Megatron-DeepSpeed__examples_deepspeed_deepspeed4science_megatron_long_seq_support_host_file": 4,
+}
+
+
+@pytest.mark.parametrize("name, slots", CORPUS_HOSTFILES.items())
+def test_corpus_hostfiles(name, slots):
+    lines = (CORPUS / "hostfiles" / name).read_text().splitlines()
+    if slots is None:
+        with pytest.raises(HostfileError):
+            parse_hostfile(lines)
+    else:
+        assert sum(h.slots for h in parse_hostfile(lines)) == slots

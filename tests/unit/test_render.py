@@ -1,0 +1,146 @@
+import json
+
+import pytest
+
+from dsbench.configs.api import make_render_spec, render_config
+from dsbench.configs.autofill import auto_paths
+from dsbench.configs.findings import has_errors
+from dsbench.configs.overrides import apply_overrides, get_path, parse_value
+from dsbench.configs.render import fragment_names, render
+from dsbench.configs.templates import presets
+from dsbench.configs.validate import ValidateContext, validate
+from dsbench.errors import UserError
+from dsbench.io import dumps_json
+from dsbench.spec import RenderSpec
+from tests.conftest import ROOT
+
+PRESETS = sorted(presets())
+
+
+@pytest.mark.parametrize("world", [1, 2, 8, 64])
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_renders_and_deepspeed_accepts_it(name, world):
+    needs = presets()[name].get("pipeline_stages", 1) * presets()[name].get("tp", 1)
+    flags = {"world_size": world, "micro_batch": 2, "grad_accum": 2}
+    if world % needs:
+        with pytest.raises(UserError, match="not divisible"):
+            render_config(flags, name, model="gpt2")
+        return
+    config, _ = render_config(flags, name, model="gpt2")
+    assert auto_paths(config) == []
+    assert config["train_batch_size"] == 2 * 2 * world // needs
+    findings = validate(config, ValidateContext(world_size=world), deepspeed_check=True)
+    assert not has_errors(findings), [f.line() for f in findings]
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_shipped_preset_files_are_current(name):
+    """ds_configs/<preset>.json is `dsbench render --preset NAME --keep-auto` (regenerate with `make configs`)."""
+    config, _ = render_config({}, name, keep_auto=True)
+    assert (ROOT / "ds_configs" / f"{name}.json").read_text() == dumps_json(config)
+
+
+def test_auto_values_resolve_like_the_hf_trainer():
+    config, notes = render_config({"zero": 3, "world_size": 4, "micro_batch": 3, "grad_accum": 5, "lr": 1e-4,
+                                   "precision": "bf16", "grad_clip": 0.5}, model="gpt2")
+    zero = config["zero_optimization"]
+    assert zero["reduce_bucket_size"] == 768 * 768
+    assert zero["stage3_prefetch_bucket_size"] == int(0.9 * 768 * 768)
+    assert zero["stage3_param_persistence_threshold"] == 7680
+    assert (config["train_batch_size"], config["train_micro_batch_size_per_gpu"],
+            config["gradient_accumulation_steps"]) == (60, 3, 5)
+    assert config["optimizer"]["params"] == {"lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
+    assert config["scheduler"]["params"] == {"warmup_min_lr": 0, "warmup_max_lr": 1e-4, "warmup_num_steps": 0}
+    assert config["bf16"] == {"enabled": True} and "fp16" not in config
+    assert config["gradient_clipping"] == 0.5
+    assert notes == []
+
+
+def test_without_model_bucket_sizes_fall_back_to_deepspeed_defaults_with_a_note():
+    config, notes = render_config({"zero": 3})
+    assert "reduce_bucket_size" not in config["zero_optimization"]
+    assert any("no --model" in n for n in notes)
+
+
+def test_keep_auto_leaves_auto_except_explicit_flags():
+    config, _ = render_config({"zero": 2, "micro_batch": 4}, keep_auto=True)
+    assert config["train_micro_batch_size_per_gpu"] == 4
+    assert config["train_batch_size"] == "auto" and config["optimizer"]["params"]["lr"] == "auto"
+    assert config["fp16"]["enabled"] == "auto" and config["bf16"]["enabled"] == "auto"
+
+
+def test_global_batch_derives_accumulation():
+    config, _ = render_config({"world_size": 8, "micro_batch": 4, "global_batch": 256})
+    assert config["gradient_accumulation_steps"] == 8 and config["train_batch_size"] == 256
+
+
+@pytest.mark.parametrize("flags, needle", [
+    ({"world_size": 8, "micro_batch": 3, "global_batch": 100}, "not a multiple"),
+    ({"world_size": 2, "micro_batch": 1, "global_batch": 8, "grad_accum": 3}, "disagrees with --grad-accum"),
+    ({"zero": 2, "offload_param": "cpu"}, "needs --zero 3"),
+    ({"zero": 3, "offload": "nvme"}, "--nvme-path"),
+    ({"zero": 2, "offload": "nvme", "nvme_path": "/x"}, "needs --zero 3"),
+    ({"zero": 0, "offload": "cpu"}, "needs --zero 1, 2 or 3"),
+    ({"zero": 2, "pipeline_stages": 2, "world_size": 2}, "rejects ZeRO-2/3"),
+    ({"tp": 3, "world_size": 4}, "not divisible"),
+    ({"micro_batch": 0}, "--micro-batch must be >= 1"),
+])
+def test_bad_flag_combinations_name_the_flag(flags, needle):
+    with pytest.raises(UserError, match=needle):
+        render_config(flags)
+
+
+def test_offload_nvme_and_parallel_fragments():
+    spec = RenderSpec(zero=3, offload="nvme", offload_param="nvme", nvme_path="/mnt/nvme", world_size=4, tp=2)
+    assert fragment_names(spec)[-3:] == ["offload_optimizer_nvme", "offload_param_nvme", "tensor_parallel"]
+    config, _ = render(spec)
+    assert get_path(config, "zero_optimization.offload_param.nvme_path") == "/mnt/nvme"
+    assert get_path(config, "zero_optimization.offload_optimizer.nvme_path") == "/mnt/nvme"
+    assert config["tensor_parallel"] == {"autotp_size": 2}
+    assert config["train_batch_size"] == 2  # dp = 4 / tp 2
+
+
+def test_set_overrides_are_json_typed_and_applied_last():
+    config, _ = render_config({"zero": 2}, sets=("zero_optimization.stage=3", "optimizer.params.lr=1e-5",
+                                                  "zero_optimization.overlap_comm=false", "comms_logger.enabled=true",
+                                                  "optimizer.type=Adam", "train_micro_batch_size_per_gpu=7"))
+    assert config["zero_optimization"]["stage"] == 3 and config["optimizer"]["params"]["lr"] == 1e-5
+    assert config["zero_optimization"]["overlap_comm"] is False and config["comms_logger"] == {"enabled": True}
+    assert config["optimizer"]["type"] == "Adam"
+    assert config["train_batch_size"] == 7  # derived from the overridden micro-batch
+
+
+@pytest.mark.parametrize("item, needle", [("stage3", "expected KEY.PATH=VALUE"), ("=3", "expected"),
+                                          ("a..b=1", "expected"), ("optimizer.type.x=1", "not an object")])
+def test_bad_set_items(item, needle):
+    with pytest.raises(UserError, match=needle):
+        apply_overrides({"optimizer": {"type": "AdamW"}}, [item])
+
+
+def test_parse_value_types():
+    assert parse_value("3") == 3 and parse_value("1e-4") == 1e-4 and parse_value("true") is True
+    assert parse_value("[1, 2]") == [1, 2] and parse_value("cpu") == "cpu" and parse_value("null") is None
+
+
+def test_render_is_deterministic_and_sorted():
+    a, _ = render_config({"zero": 3, "offload": "cpu"}, model="llama-tiny")
+    b, _ = render_config({"zero": 3, "offload": "cpu"}, model="llama-tiny")
+    assert dumps_json(a) == dumps_json(b)
+    assert list(a) == sorted(a)
+
+
+def test_preset_values_are_overridden_by_explicit_flags():
+    spec, _ = make_render_spec({"offload": "none", "precision": "bf16"}, "zero3_offload")
+    assert (spec.zero, spec.offload, spec.offload_param, spec.precision) == (3, "none", "cpu", "bf16")
+    with pytest.raises(UserError, match="needs --zero 3"):
+        make_render_spec({"zero": 2}, "zero3_offload")  # the preset's param offload conflicts with the flag
+
+
+def test_unknown_preset_lists_known_ones():
+    with pytest.raises(UserError, match="zero3_offload"):
+        render_config({}, "zero4")
+
+
+def test_rendered_json_is_plain_json():
+    config, _ = render_config({"zero": 1})
+    assert json.loads(dumps_json(config)) == config

@@ -1,0 +1,148 @@
+import json
+
+import pytest
+
+from dsbench.configs.api import validate_file
+from dsbench.configs.findings import has_errors
+from dsbench.configs.loader import parse_config_text
+from dsbench.configs.validate import ValidateContext, validate
+
+BASE = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 2}}
+
+
+def run(config, world=2, allow_auto=False, ds=False):
+    return validate(config, ValidateContext(world_size=world, allow_auto=allow_auto), deepspeed_check=ds)
+
+
+def codes(findings):
+    return [(f.severity, f.code, f.path) for f in findings]
+
+
+def test_clean_config_has_no_findings_and_deepspeed_agrees():
+    assert run(BASE, ds=True) == []
+
+
+def test_unknown_keys_at_every_level_with_suggestions():
+    config = {**BASE, "train_batch_sizee": 4, "zero_optimization": {"stage": 3, "overlap_com": True,
+                                                                    "offload_param": {"device": "cpu", "pinmemory": 1}},
+              "pipeline": {"enabled": True}, "activation_checkpointing": {"partition_activation": True},
+              "flops_profiler": {"enable": True}, "autotuning": {"anything": 1},
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "whatever": 1}}}
+    found = {f.path: f for f in run(config) if f.code == "unknown-key"}
+    assert set(found) == {"train_batch_sizee", "zero_optimization.overlap_com",
+                          "zero_optimization.offload_param.pinmemory", "pipeline.enabled",
+                          "activation_checkpointing.partition_activation", "flops_profiler.enable"}
+    assert "did you mean 'train_batch_size'" in found["train_batch_sizee"].fix
+    assert "did you mean 'overlap_comm'" in found["zero_optimization.overlap_com"].fix
+    assert "did you mean 'partition_activations'" in found["activation_checkpointing.partition_activation"].fix
+
+
+def test_removed_keys_quote_deepspeed():
+    [finding] = run({**BASE, "elasticity": {"enabled": True}})
+    assert finding.code == "removed-key" and "Elastic training has been removed" in finding.message
+
+
+@pytest.mark.parametrize("batch, world, message", [
+    ({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}, 2,
+     "train_batch_size 32 != micro 4 x grad_accum 2 x data-parallel 2 = 16"),
+    ({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3}, 2,
+     "train_batch_size 10 != micro 3 x grad_accum 1 x data-parallel 2 = 6"),
+    ({"train_batch_size": 26, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 3}, None,
+     "train_batch_size 26 is not a multiple of micro 4 x grad_accum 3 = 12"),
+])
+def test_batch_arithmetic_shows_the_numbers(batch, world, message):
+    [finding] = run({"zero_optimization": {"stage": 1}, **batch}, world=world)
+    assert finding.code == "batch-mismatch" and message in finding.message
+
+
+def test_batch_uses_data_parallel_size_with_pipeline_and_tp():
+    config = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+              "pipeline": {"stages": 2}, "zero_optimization": {"stage": 1}}
+    assert run(config, world=4) == []
+    [finding] = run(config, world=8)
+    assert "data-parallel 4" in finding.message and "pp x tp = 2" in finding.message
+
+
+def test_batch_missing_and_bad_types():
+    assert codes(run({"gradient_accumulation_steps": 2})) == [("error", "batch-missing", "train_batch_size")]
+    assert codes(run({"train_micro_batch_size_per_gpu": "4"})) == [
+        ("error", "batch-type", "train_micro_batch_size_per_gpu")]
+
+
+@pytest.mark.parametrize("extra, code, severity", [
+    ({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}, "offload-param-below-zero3", "warning"),
+    ({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}}, "offload-optimizer-zero0",
+     "warning"),
+    ({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}, "nvme-without-path", "error"),
+    ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}},
+     "nvme-optimizer-below-zero3", "warning"),
+    ({"zero_optimization": {"stage": 2, "zero_quantized_weights": True}}, "zeropp-below-zero3", "warning"),
+    ({"zero_optimization": {"stage": 1, "zero_hpz_partition_size": 8}}, "zeropp-below-zero3", "warning"),
+    ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, "fp16-and-bf16", "error"),
+    ({"pipeline": {"stages": 2}, "zero_optimization": {"stage": 2}}, "pipeline-zero2", "error"),
+])
+def test_combinations(extra, code, severity):
+    findings = run({**BASE, **extra})
+    assert (severity, code) in [(f.severity, f.code) for f in findings]
+
+
+def test_tensor_parallel_must_divide_world():
+    [finding] = run({**BASE, "tensor_parallel": {"autotp_size": 4}}, world=6)
+    assert finding.code == "degree-not-dividing" and finding.path == "tensor_parallel.autotp_size"
+
+
+def test_auto_is_an_error_naming_the_value_unless_allowed():
+    config = {**BASE, "train_micro_batch_size_per_gpu": "auto", "optimizer": {"type": "AdamW",
+                                                                               "params": {"lr": "auto"}}}
+    findings = run(config)
+    assert {f.path for f in findings} == {"train_micro_batch_size_per_gpu", "optimizer.params.lr"}
+    assert all(f.severity == "error" and f.code == "unresolved-auto" for f in findings)
+    assert "becomes 8" in findings[0].message and "becomes 5e-05" in findings[1].message
+    assert not has_errors(run(config, allow_auto=True))
+
+
+def test_all_problems_are_listed_not_only_the_first():
+    config = {"train_batch_size": 7, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+              "zero_optimization": {"stage": 1, "offload_param": {"device": "cpu"}, "bogus": 1},
+              "fp16": {"enabled": True}, "bf16": {"enabled": True}, "wall_clock": True}
+    assert {f.code for f in run(config)} == {"batch-mismatch", "offload-param-below-zero3", "unknown-key",
+                                             "fp16-and-bf16"}
+
+
+def test_deepspeed_own_classes_catch_bad_values():
+    findings = run({**BASE, "zero_optimization": {"stage": 3, "offload_param": {"device": "gpu"}}}, ds=True)
+    [ds] = [f for f in findings if f.code == "deepspeed-rejects"]
+    assert ds.path.startswith("zero_optimization.offload_param") and "'gpu'" in ds.message
+
+
+def test_deepspeed_check_runs_at_the_given_world_size():
+    config = {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2}
+    assert run(config, world=4, ds=True) == []
+
+
+def test_malformed_json_reports_line_and_column():
+    config, findings = parse_config_text('{\n  "a": 1,\n  "b": ]\n}', "x.json")
+    assert config is None and findings[0].code == "malformed-json" and "x.json:3:8" in findings[0].message
+
+
+def test_duplicate_keys_are_errors_as_in_deepspeed():
+    _, findings = parse_config_text('{"fp16": {"enabled": true}, "fp16": {}}', "x.json")
+    assert findings[0].code == "duplicate-key" and findings[0].path == "fp16"
+
+
+def test_hjson_only_files_are_a_warning():
+    config, findings = parse_config_text('{\n // comment\n "train_micro_batch_size_per_gpu": 1,\n}', "x.json")
+    assert config == {"train_micro_batch_size_per_gpu": 1}
+    assert findings[0].severity == "warning" and findings[0].code == "not-strict-json"
+
+
+def test_template_placeholders():
+    _, findings = parse_config_text('{"train_batch_size": CONFIG_BATCH_SIZE,\n "steps_per_print": 1}', "t.json")
+    assert codes(findings) == [("error", "template-placeholder", "train_batch_size")]
+
+
+def test_top_level_must_be_an_object(tmp_path):
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps([1, 2]))
+    _, findings = validate_file(str(path), None, allow_auto=False)
+    assert findings[0].code == "not-an-object"
