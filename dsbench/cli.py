@@ -201,15 +201,15 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
            script_args: tuple[str, ...], **flags: Any) -> None:
     """Launch the training worker through deepspeed, torchrun or accelerate (args after -- go to the worker)."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
-    from dsbench.launch import LaunchRequest, materialize, prepare
+    from dsbench.launch import LaunchRequest, materialize, prepare, worker_args
 
     folder = Path(run_dir or f"runs/launch-{launcher}-{strategy}-{time.strftime('%Y%m%d-%H%M%S')}")
     port = master_port or (29500 if dry_run else free_port())
-    worker_args = (*script_args, *(("--model", model) if model else ()))
     req = LaunchRequest(launcher=launcher, strategy=strategy, render_flags=flags, preset=preset, model=model,
                         sets=sets, config=config_file, hostfile=hostfile, include=include, exclude=exclude,
                         num_nodes=num_nodes, num_gpus=num_gpus or default_ranks(), master_addr=master_addr,
-                        master_port=port, run_dir=folder, script_args=worker_args, cpu=local_gpu_count() == 0)
+                        master_port=port, run_dir=folder, script_args=worker_args(folder, model, flags, script_args),
+                        cpu=local_gpu_count() == 0)
     prepared = prepare(req)
     materialize(prepared)
     for note in prepared.notes:

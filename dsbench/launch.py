@@ -50,6 +50,22 @@ class PreparedLaunch:
     notes: list[str]
 
 
+# Render flags that the native strategies take as worker flags (deepspeed reads them from its config).
+_NATIVE_FLAGS = {"micro_batch": "--micro-batch", "grad_accum": "--grad-accum", "lr": "--lr", "grad_clip": "--grad-clip",
+                 "precision": "--precision", "warmup_steps": "--lr-warmup-steps"}
+
+
+def worker_args(run_dir: Path, model: str | None, flags: dict[str, Any], extra: tuple[str, ...]) -> tuple[str, ...]:
+    """Arguments for ``dsbench.train``: the run folder, the model, native-strategy flags, then the user's."""
+    args = ["--out", str(run_dir)] if "--out" not in extra else []
+    if model:
+        args += ["--model", model]
+    for name, flag in _NATIVE_FLAGS.items():
+        if flags.get(name) is not None and flag not in extra:
+            args += [flag, str(flags[name])]
+    return (*args, *extra)
+
+
 def _config_for(req: LaunchRequest, world_size: int) -> tuple[dict[str, Any], list[str]]:
     if req.config:
         return load_config_strict(req.config), []

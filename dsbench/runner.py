@@ -8,21 +8,37 @@ stops every rank it started.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import TextIO
 
+from dsbench.errors import UserError
 from dsbench.launchers import LaunchCommand
+
+
+def resolve_executable(name: str) -> str:
+    """Find a launcher next to the running Python first (an unactivated venv), then on PATH."""
+    here = os.path.dirname(sys.executable)
+    found = shutil.which(name, path=os.pathsep.join([here, os.environ.get("PATH", "")]))
+    if found is None:
+        raise UserError(f"launcher {name!r} not found next to {sys.executable} or on PATH: install it "
+                        "(pip install deepspeed / accelerate / torch)")
+    return found
 
 
 def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | None = sys.stdout,
         timeout: float | None = None, cwd: str | None = None) -> int:
     """Run ``command`` to completion; returns its exit code (124 on timeout, 128+N on signal N)."""
     env = {**os.environ, **command.env}
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    argv = [resolve_executable(command.argv[0]), *command.argv[1:]]
+    if log_path:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(command.argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, bufsize=1, start_new_session=True)
 
     def forward(signum: int, _frame: object) -> None:

@@ -20,6 +20,8 @@ from dsbench.spec import RenderSpec
 def fragment_names(spec: RenderSpec) -> list[str]:
     """The template fragments a spec is composed from, in merge order."""
     names = ["base", f"zero{spec.zero}"]
+    if spec.warmup_steps > 0 or (spec.keep_auto and "warmup_steps" not in spec.explicit):
+        names.append("scheduler_warmup")  # no warm-up: no scheduler, constant LR (see validate's warmup check)
     if spec.keep_auto and "precision" not in spec.explicit:
         names += ["fp16", "bf16"]  # both "auto": the Trainer's --fp16/--bf16 decides
     elif spec.precision != "fp32":

@@ -175,6 +175,13 @@ def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Fin
         out.append(Finding(severity="error", code="fp16-and-bf16", path="bf16.enabled",
                            message="fp16 and bf16 are both enabled; DeepSpeed asserts at start-up",
                            fix="enable only one of fp16.enabled / bf16.enabled"))
+    warmup = get_path(config, "scheduler.params.warmup_num_steps")
+    if get_path(config, "scheduler.type") in ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR") and \
+            _int_or_none(warmup) is not None and warmup < 2:
+        out.append(Finding(severity="warning", code="warmup-below-2", path="scheduler.params.warmup_num_steps",
+                           message=f"DeepSpeed raises warmup_num_steps {warmup} to 2 (runtime/lr_schedules.py), so "
+                                   "step 1 runs at warmup_min_lr and makes no update",
+                           fix="delete the scheduler for a constant LR, or use warmup_num_steps >= 2"))
     pp, _ = parallel_degrees(config)
     if pp > 1 and stage >= 2:
         out.append(Finding(severity="error", code="pipeline-zero2", path="zero_optimization.stage",

@@ -42,7 +42,7 @@ def test_shipped_preset_files_are_current(name):
 
 def test_auto_values_resolve_like_the_hf_trainer():
     config, notes = render_config({"zero": 3, "world_size": 4, "micro_batch": 3, "grad_accum": 5, "lr": 1e-4,
-                                   "precision": "bf16", "grad_clip": 0.5}, model="gpt2")
+                                   "precision": "bf16", "grad_clip": 0.5, "warmup_steps": 10}, model="gpt2")
     zero = config["zero_optimization"]
     assert zero["reduce_bucket_size"] == 768 * 768
     assert zero["stage3_prefetch_bucket_size"] == int(0.9 * 768 * 768)
@@ -50,7 +50,7 @@ def test_auto_values_resolve_like_the_hf_trainer():
     assert (config["train_batch_size"], config["train_micro_batch_size_per_gpu"],
             config["gradient_accumulation_steps"]) == (60, 3, 5)
     assert config["optimizer"]["params"] == {"lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
-    assert config["scheduler"]["params"] == {"warmup_min_lr": 0, "warmup_max_lr": 1e-4, "warmup_num_steps": 0}
+    assert config["scheduler"]["params"] == {"warmup_min_lr": 0, "warmup_max_lr": 1e-4, "warmup_num_steps": 10}
     assert config["bf16"] == {"enabled": True} and "fp16" not in config
     assert config["gradient_clipping"] == 0.5
     assert notes == []
@@ -67,6 +67,15 @@ def test_keep_auto_leaves_auto_except_explicit_flags():
     assert config["train_micro_batch_size_per_gpu"] == 4
     assert config["train_batch_size"] == "auto" and config["optimizer"]["params"]["lr"] == "auto"
     assert config["fp16"]["enabled"] == "auto" and config["bf16"]["enabled"] == "auto"
+
+
+def test_no_warmup_means_no_scheduler():
+    """DeepSpeed's WarmupLR raises warmup_num_steps to 2, so "no warm-up" must mean "no scheduler"."""
+    config, _ = render_config({"zero": 1})
+    assert "scheduler" not in config
+    findings = validate({**config, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}},
+                        ValidateContext(world_size=1), deepspeed_check=False)
+    assert [f.code for f in findings] == ["warmup-below-2"]
 
 
 def test_global_batch_derives_accumulation():

@@ -1,0 +1,102 @@
+"""Token data for the worker: the embedded corpus or a local dataset, in a fixed, seeded order.
+
+Every strategy sees the same samples per optimizer step: the global batch of step ``s`` is a
+fixed slice of a seeded permutation of all sequences, and each data-parallel rank takes a fixed
+part of it. So the same model, data and seed give the same losses under any strategy with the
+same global batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dsbench.errors import UserError
+from dsbench.paths import data_file
+
+_FORMATS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet",
+            ".csv": "csv"}
+
+
+def load_tokenizer(model_path: str | None = None) -> Any:
+    """The model directory's own tokenizer if it has one, else the shipped 4096-token BPE."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if model_path and any((Path(model_path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
+        return AutoTokenizer.from_pretrained(model_path)
+    return PreTrainedTokenizerFast(tokenizer_file=str(data_file("tokenizer.json")), eos_token="<|endoftext|>")
+
+
+def _dataset_texts(path: str, text_field: str) -> list[str]:
+    """Texts of a local file or folder through the ``datasets`` library (no hub access)."""
+    import datasets
+
+    p = Path(path)
+    files = sorted(f for f in p.rglob("*") if f.suffix in _FORMATS) if p.is_dir() else [p]
+    if not files or not all(f.is_file() for f in files):
+        raise UserError(f"--dataset {path}: no .txt/.json/.jsonl/.parquet/.csv files found")
+    kinds = {_FORMATS.get(f.suffix) for f in files}
+    if None in kinds or len(kinds) != 1:
+        raise UserError(f"--dataset {path}: use files of one format among {', '.join(sorted(_FORMATS))}")
+    table = datasets.load_dataset(kinds.pop(), data_files=[str(f) for f in files], split="train")
+    if text_field not in table.column_names:
+        raise UserError(f"--dataset {path}: no column {text_field!r} (columns: {', '.join(table.column_names)}); "
+                        "choose one with --text-field")
+    return [t for t in table[text_field] if t]
+
+
+def token_ids(tokenizer: Any, dataset: str | None, text_field: str = "text") -> list[int]:
+    """All token ids of the corpus, documents separated by the end-of-text token."""
+    from dsbench.worker.corpus import embedded_text
+
+    texts = _dataset_texts(dataset, text_field) if dataset else [embedded_text()]
+    eos = tokenizer.eos_token_id
+    ids: list[int] = []
+    for text in texts:
+        ids.extend(tokenizer(text)["input_ids"])
+        if eos is not None:
+            ids.append(eos)
+    return ids
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Which sequences each rank reads at each step."""
+
+    sequences: Any
+    """LongTensor [N, seq_len] of token ids."""
+    seed: int
+    micro_batch: int
+    grad_accum: int
+    dp_size: int
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.grad_accum * self.dp_size
+
+    def _order(self, epoch: int) -> Any:
+        """The seeded permutation of all sequences used in ``epoch``."""
+        import torch
+
+        return torch.randperm(self.sequences.shape[0], generator=torch.Generator().manual_seed(self.seed + epoch))
+
+    def micro_batch_for(self, step: int, micro_step: int, dp_rank: int) -> Any:
+        """Rows for ``dp_rank`` at ``micro_step`` of optimizer step ``step``: [micro_batch, seq_len]."""
+        n = self.sequences.shape[0]
+        start = step * self.global_batch + (micro_step * self.dp_size + dp_rank) * self.micro_batch
+        orders = {epoch: self._order(epoch) for epoch in {g // n for g in range(start, start + self.micro_batch)}}
+        rows = [int(orders[g // n][g % n]) for g in range(start, start + self.micro_batch)]
+        return self.sequences[rows]
+
+
+def build_plan(ids: list[int], seq_len: int, seed: int, micro_batch: int, grad_accum: int, dp_size: int) -> BatchPlan:
+    """Cut the token stream into ``seq_len`` sequences and plan their order."""
+    import torch
+
+    n = len(ids) // seq_len
+    if n < micro_batch * grad_accum * dp_size:
+        raise UserError(f"corpus has {len(ids)} tokens = {n} sequences of {seq_len}, fewer than one global batch "
+                        f"({micro_batch * grad_accum * dp_size}); use a shorter --seq-len or a larger --dataset")
+    sequences = torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
+    return BatchPlan(sequences=sequences, seed=seed, micro_batch=micro_batch, grad_accum=grad_accum, dp_size=dp_size)

@@ -1,0 +1,91 @@
+"""Native PyTorch strategies: one process, DDP, and FSDP2 (``fully_shard`` per block, then the root)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from dsbench.worker.engines import EngineOptions, warmup_factor
+from dsbench.worker.model import transformer_blocks
+from dsbench.worker.state_bytes import count_native
+
+
+def wrap_ddp(model: Any, device: str) -> Any:
+    """DistributedDataParallel; gradients are all-reduced in buckets during backward."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=None if device == "cpu" else [device])
+
+
+def wrap_fsdp2(model: Any, options: EngineOptions) -> Any:
+    """FSDP2: shard every transformer block, then the root (embeddings, final norm, head).
+
+    Each block's parameters are all-gathered before its forward/backward and (with
+    reshard-after-forward) freed after; gradients are reduce-scattered per block.
+    """
+    import torch
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    kwargs: dict[str, Any] = {"reshard_after_forward": options.fsdp_reshard,
+                              "offload_policy": CPUOffloadPolicy() if options.fsdp_cpu_offload else OffloadPolicy()}
+    if options.precision in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if options.precision == "bf16" else torch.float16
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    for block in transformer_blocks(model):
+        fully_shard(block, **kwargs)
+    return fully_shard(model, **kwargs)
+
+
+class NativeEngine:
+    """single / ddp / fsdp with torch.optim.AdamW, gradient accumulation and clipping."""
+
+    def __init__(self, strategy: str, model: Any, options: EngineOptions, dist_info: Any) -> None:
+        import torch
+
+        self.name = strategy
+        self.options = options
+        model = model.to(dist_info.device)
+        if strategy == "ddp":
+            model = wrap_ddp(model, dist_info.device)
+        elif strategy == "fsdp":
+            model = wrap_fsdp2(model, options)
+        self.model = model
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=options.lr, betas=options.betas, eps=options.eps,
+                                           weight_decay=options.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: warmup_factor(step, options.warmup_steps))
+        autocast = strategy != "fsdp" and options.precision in ("bf16", "fp16") and dist_info.device != "cpu"
+        dtype = torch.bfloat16 if options.precision == "bf16" else torch.float16
+        self._autocast = (lambda: torch.autocast("cuda", dtype=dtype)) if autocast else contextlib.nullcontext
+        self.measure_states = False
+
+    def _sync_context(self, last_micro: bool) -> Any:
+        if self.name == "ddp" and not last_micro:
+            return self.model.no_sync()  # skip the gradient all-reduce until the last micro-step
+        if self.name == "fsdp":
+            self.model.set_requires_gradient_sync(last_micro)  # reduce-scatter only on the last micro-step
+        return contextlib.nullcontext()
+
+    def forward_backward(self, input_ids: Any, last_micro: bool) -> Any:
+        with self._sync_context(last_micro):
+            with self._autocast():
+                loss = self.model(input_ids=input_ids, labels=input_ids).loss
+            (loss / self.options.grad_accum).backward()
+        return loss.detach()
+
+    def step(self) -> None:
+        import torch
+
+        if self.options.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def model_state_bytes(self) -> dict[str, Any]:
+        return count_native(self.model, self.optimizer)
+
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])

@@ -1,0 +1,84 @@
+"""Measurements on a rank: peak FLOP/s of the device, memory, and the JSONL writer (rank 0)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+from pathlib import Path
+from typing import Any, TextIO
+
+# Dense peak TFLOPS by GPU name (vendor datasheets): (bf16/fp16 tensor core, fp32/TF32-off).
+GPU_PEAKS = {
+    "H200": (989.0, 67.0), "H100 SXM": (989.0, 67.0), "H100 NVL": (835.0, 60.0), "H100 PCIe": (756.0, 51.0),
+    "H100": (989.0, 67.0), "A100": (312.0, 19.5), "L40S": (362.0, 91.6), "L4": (121.0, 30.3), "A10": (125.0, 31.2),
+    "V100": (125.0, 15.7), "RTX 4090": (165.0, 82.6), "T4": (65.0, 8.1),
+}
+
+
+def gpu_peak_tflops(name: str, precision: str) -> float | None:
+    """Datasheet dense peak for a CUDA device name (None when unknown)."""
+    for key, (low, fp32) in GPU_PEAKS.items():
+        if key.lower() in name.lower():
+            return low if precision in ("bf16", "fp16") else fp32
+    return None
+
+
+def cpu_peak_tflops(threads: int) -> tuple[float | None, str]:
+    """fp32 peak of ``threads`` cores: GHz x FLOPs/cycle (AVX-512: 64, AVX2+FMA: 32, else 8), from /proc/cpuinfo."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None, "unknown (no /proc/cpuinfo)"
+    flags = set(re.search(r"^flags\s*:\s*(.*)$", info, re.M).group(1).split()) if "flags" in info else set()
+    per_cycle = 64 if "avx512f" in flags else 32 if {"avx2", "fma"} <= flags else 8
+    named = re.search(r"@\s*([\d.]+)GHz", info)
+    mhz = re.search(r"^cpu MHz\s*:\s*([\d.]+)", info, re.M)
+    ghz = float(named.group(1)) if named else float(mhz.group(1)) / 1000 if mhz else None
+    if ghz is None:
+        return None, "unknown (no CPU frequency)"
+    value = threads * ghz * per_cycle / 1000
+    return value, f"cpu estimate: {threads} thread(s) x {ghz:.2f} GHz x {per_cycle} fp32 FLOPs/cycle"
+
+
+def device_peak(device: str, precision: str, override: float | None) -> tuple[float | None, str]:
+    """Peak TFLOPS per rank and where the figure comes from."""
+    if override:
+        return override, "--peak-tflops"
+    if device.startswith("cuda"):
+        import torch
+
+        name = torch.cuda.get_device_name(device)
+        value = gpu_peak_tflops(name, precision)
+        return value, f"datasheet {name} {precision}" if value else f"unknown GPU {name}"
+    return cpu_peak_tflops(int(os.environ.get("OMP_NUM_THREADS", "1")))
+
+
+def memory_now(device: str) -> tuple[int, int, str]:
+    """(current, peak, kind) bytes: CUDA allocated on GPU, resident set size on CPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
+    page = os.sysconf("SC_PAGE_SIZE")
+    with open("/proc/self/statm") as handle:
+        rss = int(handle.read().split()[1]) * page
+    return rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "rss"
+
+
+class JsonlWriter:
+    """Appends one JSON record per line, flushed and fsynced, so each line lands whole."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._handle: TextIO = open(path, "x", encoding="utf-8")  # noqa: SIM115 (closed in close())
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._handle.write(json.dumps(record) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        self._handle.close()

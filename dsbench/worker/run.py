@@ -1,0 +1,124 @@
+"""One training run on this rank: dist -> model -> data -> engine -> loop -> metrics."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dsbench.configs.autofill import AutoInputs
+from dsbench.errors import UserError
+from dsbench.io import atomic_write_json
+from dsbench.models import resolve_model
+from dsbench.records import METRICS, SUMMARY, flops_per_token, summarize
+from dsbench.worker import setup
+
+
+class Progress:
+    """Rank-0 progress: a tqdm bar on a terminal, a line every ~10% otherwise, nothing with --quiet."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        self.total, self.quiet = total, quiet
+        self.bar = None
+        if not quiet and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="step", dynamic_ncols=True)
+
+    def update(self, record: dict[str, Any]) -> None:
+        text = f"loss {record['loss']:.4f}  {record['tokens_per_s']:,.0f} tok/s"
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=False)
+            self.bar.update(1)
+        elif not self.quiet and (record["step"] % max(1, self.total // 10) == 0 or record["step"] == self.total - 1):
+            print(f"step {record['step'] + 1}/{self.total}  {text}  {record['step_time_s'] * 1e3:.1f} ms/step",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _run_dir(args: argparse.Namespace, strategy: str) -> Path:
+    folder = Path(args.out or f"runs/train-{strategy}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if (folder / METRICS).exists():
+        raise UserError(f"{folder / METRICS} exists: choose a new --out (dsbench never overwrites measurements)")
+    return folder
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train and record; returns the exit code."""
+    from dsbench.worker import dist
+    from dsbench.worker.data import build_plan, load_tokenizer, token_ids
+    from dsbench.worker.engines import EngineOptions, build_engine
+    from dsbench.worker.loop import LoopSettings, train_loop
+    from dsbench.worker.metrics import JsonlWriter, device_peak
+    from dsbench.worker.model import build_model
+
+    _, world, _ = dist.env_rank()
+    strategy = setup.resolve_strategy(args.strategy, args.deepspeed_config, world)
+    if strategy == "single" and world > 1:
+        raise UserError(f"--strategy single runs one process, but the launcher started {world}")
+    shape = resolve_model(args.model)
+    ds_config = None
+    micro, accum = args.micro_batch, args.grad_accum
+    if strategy == "deepspeed":
+        inputs = AutoInputs(micro_batch=micro, grad_accum=accum, data_parallel_size=world, grad_clip=args.grad_clip,
+                            lr=args.lr, weight_decay=args.weight_decay, warmup_steps=args.lr_warmup_steps,
+                            train_steps=args.steps, precision=args.precision, hidden_size=shape.hidden)
+        ds_config = setup.load_ds_config(setup.deepspeed_config_path(args.deepspeed_config), inputs, world)
+        micro, accum = ds_config["train_micro_batch_size_per_gpu"], ds_config.get("gradient_accumulation_steps", 1)
+    info = dist.init(strategy)
+    folder = _run_dir(args, strategy) if info.is_main else None
+    tokenizer = load_tokenizer(shape.path if shape.source != "preset" else None)
+    plan = build_plan(token_ids(tokenizer, args.dataset, args.text_field), args.seq_len, args.seed, micro, accum,
+                      world)
+    model = build_model(shape, args.seed, args.trust_remote_code, args.activation_checkpointing)
+    precision = setup.precision_of(ds_config, args.precision)
+    reshard, cpu_offload = setup.fsdp_options_from_env(args.fsdp_reshard, args.fsdp_cpu_offload)
+    options = EngineOptions(lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.999), eps=1e-8,
+                            grad_clip=args.grad_clip, warmup_steps=args.lr_warmup_steps, grad_accum=accum,
+                            precision=precision, fsdp_reshard=reshard, fsdp_cpu_offload=cpu_offload,
+                            ds_config=ds_config)
+    engine = build_engine(strategy, model, options, info)
+    peak, peak_source = device_peak(info.device, precision, args.peak_tflops)
+    flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, args.seq_len)
+    settings = LoopSettings(steps=args.steps, warmup=args.warmup, seq_len=args.seq_len, flops_per_token=flops,
+                            peak_tflops=peak)
+    writer = JsonlWriter(folder / METRICS) if folder else None
+    records: list[dict[str, Any]] = []
+    if writer:
+        definition = {"strategy": strategy, "model": shape.to_dict(), "ds_config": ds_config, "seq_len": args.seq_len,
+                      "micro_batch": micro, "grad_accum": accum, "world_size": world, "precision": precision,
+                      "seed": args.seed, "fsdp": {"reshard": reshard, "cpu_offload": cpu_offload}
+                      if strategy == "fsdp" else None, "activation_checkpointing": args.activation_checkpointing}
+        head = setup.header(**definition, run_id=folder.name, config_hash=setup.config_hash(definition),
+                            device=info.device, backend=info.backend, dp_size=world, global_batch=plan.global_batch,
+                            steps=args.steps, warmup_steps=args.warmup, dataset=args.dataset or "embedded:pydoc_data",
+                            tokens=int(plan.sequences.numel()), num_params=shape.num_params(),
+                            flops_per_token=flops, peak_tflops=peak, peak_tflops_source=peak_source)
+        writer.write(head)
+        records.append(head)
+    progress = Progress(args.steps, args.quiet or not info.is_main)
+
+    def emit(record: dict[str, Any]) -> None:
+        if writer:
+            writer.write(record)
+            records.append(record)
+        if record["type"] == "step":
+            progress.update(record)
+
+    train_loop(engine, plan, info, settings, emit)
+    progress.close()
+    if writer and folder:
+        writer.close()
+        summary = summarize(records)
+        atomic_write_json(folder / SUMMARY, summary)
+        if not args.quiet:
+            print(f"run: {folder}  loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}  "
+                  f"{summary['tokens_per_s']['median']:,.0f} tokens/s (median of {summary['measured_steps']} steps "
+                  f"after {summary['warmup_steps']} warm-up)", file=sys.stderr, flush=True)
+    dist.shutdown()
+    return 0

@@ -1,0 +1,97 @@
+"""Worker set-up: which strategy, which DeepSpeed config ("auto" resolved), and the run header."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dsbench.configs.autofill import AutoInputs, auto_paths, fill_auto
+from dsbench.configs.findings import has_errors
+from dsbench.configs.loader import load_config_strict
+from dsbench.configs.validate import ValidateContext, validate
+from dsbench.envinfo import machine, versions
+from dsbench.errors import UserError
+
+
+def resolve_strategy(requested: str, ds_config: str | None, world_size: int) -> str:
+    """``auto``: from the launcher's environment (accelerate's DeepSpeed/FSDP variables, a DeepSpeed config)."""
+    if requested != "auto":
+        return requested
+    env = os.environ
+    if ds_config or env.get("ACCELERATE_USE_DEEPSPEED") == "true" or env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE"):
+        return "deepspeed"
+    if env.get("ACCELERATE_USE_FSDP") == "true":
+        return "fsdp"
+    return "ddp" if world_size > 1 else "single"
+
+
+def deepspeed_config_path(given: str | None) -> str:
+    """The DeepSpeed config: ``--deepspeed_config``, or the one accelerate passes in the environment."""
+    path = given or os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+    if not path:
+        raise UserError("the deepspeed strategy needs --deepspeed_config FILE (e.g. ds_configs/zero2.json)")
+    return path
+
+
+def fsdp_options_from_env(reshard: bool, cpu_offload: bool) -> tuple[bool, bool]:
+    """accelerate's FSDP settings (FSDP_RESHARD_AFTER_FORWARD / FSDP_OFFLOAD_PARAMS) override the flags."""
+    env = os.environ
+    if "FSDP_RESHARD_AFTER_FORWARD" in env:
+        reshard = env["FSDP_RESHARD_AFTER_FORWARD"].lower() in ("true", "1", "full_shard")
+    if "FSDP_OFFLOAD_PARAMS" in env:
+        cpu_offload = env["FSDP_OFFLOAD_PARAMS"].lower() in ("true", "1")
+    return reshard, cpu_offload
+
+
+def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> dict[str, Any]:
+    """Read the config, fill "auto" as the HF Trainer would from the worker's own arguments, and validate it."""
+    config, unresolved = fill_auto(load_config_strict(path), inputs)
+    if unresolved:
+        raise UserError(f"{path}: cannot resolve 'auto' at {', '.join(unresolved)}")
+    findings = validate(config, ValidateContext(world_size=world_size), deepspeed_check=False)
+    if has_errors(findings):
+        raise UserError(f"{path}: " + "; ".join(f.line() for f in findings if f.severity == "error"))
+    return config
+
+
+def precision_of(config: dict[str, Any] | None, flag: str) -> str:
+    """Training precision: from the DeepSpeed config when there is one, else the flag."""
+    if config is None:
+        return flag
+    if config.get("bf16", {}).get("enabled") is True:
+        return "bf16"
+    return "fp16" if config.get("fp16", {}).get("enabled") is True else "fp32"
+
+
+def config_hash(data: Any) -> str:
+    """Short stable hash of what defines a run."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def git_revision() -> str | None:
+    """The dsbench source tree's git revision (None outside a checkout)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def header(**fields: Any) -> dict[str, Any]:
+    """The run header record: what ran, where, with which versions and command."""
+    launch = os.environ.get("DSBENCH_LAUNCH_COMMAND")
+    return {"type": "header", "schema": 1, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": [sys.executable, "-m", "dsbench.train", *sys.argv[1:]], "launch_command": launch,
+            "git_rev": git_revision(), "versions": versions(), "machine": machine(), **fields}
+
+
+def remaining_auto(config: dict[str, Any]) -> list[str]:
+    """"auto" paths still present (for error messages)."""
+    return auto_paths(config)

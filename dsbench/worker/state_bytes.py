@@ -1,0 +1,106 @@
+"""Count the model-state bytes a rank actually holds, from its tensors.
+
+Categories follow the ZeRO paper: parameters, gradients, optimizer states (Adam moments) and
+master weights (the fp32 copy DeepSpeed's ZeRO optimizers keep, at stages 1-3 even in fp32
+training). A tensor counts the bytes its elements span, and bytes already counted (a view into a
+flat buffer counted before, a gradient that aliases a partition) are not counted again: the total
+is the size of the union of the byte ranges the state tensors cover. A sharded tensor (DeepSpeed
+``ds_tensor``, FSDP2 ``DTensor``) counts only its local shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def local(tensor: Any) -> Any:
+    """The local shard of a DTensor, or the tensor itself."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
+class StateCounter:
+    """Accumulates bytes per category over the union of byte ranges seen so far."""
+
+    def __init__(self) -> None:
+        self._covered: list[tuple[int, int]] = []  # merged, sorted [start, end) byte ranges
+        self.bytes: dict[str, int] = {"params": 0, "grads": 0, "optimizer_states": 0, "master_weights": 0}
+        self.devices: dict[str, dict[str, int]] = {k: {} for k in self.bytes}
+
+    def _claim(self, start: int, end: int) -> int:
+        """Add [start, end) to the covered ranges; return how many of its bytes were new."""
+        new = end - start
+        merged: list[tuple[int, int]] = []
+        for lo, hi in self._covered:
+            if hi < start or lo > end:
+                merged.append((lo, hi))
+                continue
+            new -= max(0, min(hi, end) - max(lo, start))
+            start, end = min(lo, start), max(hi, end)
+        merged.append((start, end))
+        self._covered = sorted(merged)
+        return new
+
+    def add(self, category: str, tensors: Iterable[Any]) -> None:
+        """Count tensors under ``category`` (None and empty tensors are skipped)."""
+        import torch
+
+        for tensor in tensors:
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            tensor = local(tensor)
+            if tensor.numel() == 0 or tensor.data_ptr() == 0:
+                continue
+            start = tensor.data_ptr()
+            size = self._claim(start, start + tensor.numel() * tensor.element_size())
+            self.bytes[category] += size
+            where = self.devices[category]
+            where[tensor.device.type] = where.get(tensor.device.type, 0) + size
+
+    def result(self) -> dict[str, Any]:
+        """``{"params": n, ..., "total": n, "devices": {...}}``."""
+        return {**self.bytes, "total": sum(self.bytes.values()), "devices": self.devices}
+
+
+def optimizer_state_tensors(optimizer: Any) -> list[Any]:
+    """Tensors in a torch optimizer's ``state`` (moments, step counters)."""
+    return [t for state in getattr(optimizer, "state", {}).values() for t in state.values()]
+
+
+def count_native(model: Any, optimizer: Any) -> dict[str, Any]:
+    """Model states of a plain / DDP / FSDP2 model and its torch optimizer."""
+    counter = StateCounter()
+    params = list(model.parameters())
+    counter.add("params", params)
+    counter.add("grads", [p.grad for p in params])
+    counter.add("optimizer_states", optimizer_state_tensors(optimizer))
+    return counter.result()
+
+
+def _tensor_list(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensor_list(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensor_list(v)]
+    return [value]
+
+
+def count_deepspeed(engine: Any) -> dict[str, Any]:
+    """Model states held by a DeepSpeed engine (ZeRO 0-3, offloaded tensors included)."""
+    counter = StateCounter()
+    params = list(engine.module.parameters())
+    # ZeRO-3 keeps each parameter's partition in ds_tensor; p.data is empty unless persistent/gathered.
+    counter.add("params", [getattr(p, "ds_tensor", None) for p in params])
+    counter.add("params", params)
+    zero = engine.optimizer
+    masters = _tensor_list([getattr(zero, name, []) for name in
+                            ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat")])
+    counter.add("grads", [p.grad for p in params])
+    counter.add("grads", _tensor_list(getattr(zero, "averaged_gradients", {})))
+    counter.add("grads", [getattr(zero, "grad_partitions_flat_buffer", None)])
+    counter.add("grads", [getattr(m, "grad", None) for m in masters])
+    counter.add("master_weights", masters)
+    inner = getattr(zero, "optimizer", zero)
+    counter.add("optimizer_states", optimizer_state_tensors(inner))
+    return counter.result()
