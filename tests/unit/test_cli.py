@@ -75,7 +75,7 @@ def test_launch_dry_run_prints_a_runnable_command(cli_run, tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert lines[-1].startswith("DSBENCH_DEVICE=cpu DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 deepspeed --num_gpus 2")
-    assert lines[-1].endswith("--module dsbench.train --strategy deepspeed --deepspeed_config r/ds_config.json")
+    assert lines[-1].endswith("--module dsbench.train --strategy deepspeed --deepspeed_config r/ds_config.json --out r")
     config = json.loads((tmp_path / "r" / "ds_config.json").read_text())
     assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
 
@@ -85,7 +85,7 @@ def test_launch_dry_run_accelerate_writes_and_shows_yaml(cli_run, tmp_path):
                      "--", "--steps", "3")
     assert "distributed_type: DEEPSPEED" in result.output
     assert (tmp_path / "r" / "accelerate_config.yaml").is_file()
-    assert result.output.strip().splitlines()[-1].endswith("--deepspeed_config r/ds_config.json --steps 3")
+    assert result.output.strip().splitlines()[-1].endswith("--deepspeed_config r/ds_config.json --out r --steps 3")
 
 
 def test_launch_hostfile_dry_run_quotes_paths(cli_run, tmp_path):

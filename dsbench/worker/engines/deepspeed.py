@@ -44,7 +44,8 @@ class DeepSpeedEngine:
             return after
         merged = dict(self._pending_states)
         merged["optimizer_states"] = after["optimizer_states"]  # moments exist only after the first step
-        merged["devices"] = {**self._pending_states["devices"], "optimizer_states": after["devices"]["optimizer_states"]}
+        merged["devices"] = {**self._pending_states["devices"],
+                             "optimizer_states": after["devices"]["optimizer_states"]}
         merged["total"] = sum(merged[k] for k in ("params", "grads", "optimizer_states", "master_weights"))
         return merged
 
