@@ -220,9 +220,109 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
         click.echo(f"# {path}:\n" + "".join(f"#   {line}\n" for line in text.splitlines()), nl=False)
     click.echo(prepared.command.shell_line())
     if not dry_run:
-        from dsbench.runner import run
+        from dsbench.runner import last_error, run
 
-        sys.exit(run(prepared.command, log_path=folder / "launch.log"))
+        code = run(prepared.command, log_path=folder / "launch.log")
+        if code != 0:
+            reason = last_error(folder / "launch.log") or "no error line in the log"
+            click.echo(f"dsbench: error: launch failed with exit code {code}: {reason} (log: {folder}/launch.log)",
+                       err=True)
+        sys.exit(code)
+
+
+def _csv(kind: Any) -> Any:
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> list[Any] | None:
+        if value is None:
+            return None
+        try:
+            return [kind(item.strip()) for item in value.split(",") if item.strip()]
+        except ValueError:
+            raise click.BadParameter(f"expected a comma-separated list, got {value!r}") from None
+    return parse
+
+
+@cli.command()
+@click.option("--strategies", callback=_csv(str), help="Comma list [single,ddp,fsdp,zero1,zero2,zero3,zero2_offload].")
+@click.option("--world-sizes", callback=_csv(int), help="Comma list of rank counts [2].")
+@click.option("--micro-batches", callback=_csv(int), help="Comma list of per-rank micro-batches [2].")
+@click.option("--models", callback=_csv(str), help="Comma list of models [gpt2-mini].")
+@click.option("--matrix", "matrix_file", type=click.Path(dir_okay=False), help="YAML/JSON matrix (flags override it).")
+@click.option("--repeats", type=int, help="Repeat every cell R times [1].")
+@click.option("--steps", type=int, help="Optimizer steps per cell [20].")
+@click.option("--warmup", type=int, help="Warm-up steps excluded from figures [5].")
+@click.option("--seq-len", type=int, help="Tokens per sample [128].")
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help="[fp32]")
+@click.option("--out", type=click.Path(file_okay=False), help="Results folder [runs/compare-TIMESTAMP].")
+@click.option("--resume", is_flag=True, help="Continue an interrupted matrix in --out, skipping finished cells.")
+@click.option("--retry-failed", is_flag=True, help="With --resume, run failed/timed-out cells again.")
+@click.option("--timeout", type=float, default=900, show_default=True, help="Seconds per cell before it is stopped.")
+@click.option("--nvme-path", help="Folder for zero3_nvme swap files [inside each cell's folder].")
+@click.option("--no-report", is_flag=True, help="Do not build the report at the end.")
+@click.option("--quiet", is_flag=True, help="No live progress (one line per cell).")
+def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed: bool, timeout: float,
+            nvme_path: str | None, no_report: bool, quiet: bool, **flags: Any) -> None:
+    """Run a matrix of strategies side by side (real launches) and build the report."""
+    from dsbench.bench.session import compare_main
+
+    sys.exit(compare_main(matrix_file, flags, out, resume, retry_failed, timeout, nvme_path, no_report, quiet))
+
+
+@cli.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True))
+@click.option("-o", "--out", type=click.Path(file_okay=False), help="Report folder [first RUN_DIR/report].")
+@click.option("--no-plots", is_flag=True, help="Tables only (no matplotlib).")
+def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool) -> None:
+    """Build tables, CSV/JSON/Markdown, PNG plots and an HTML report from run folders (merged; nothing re-runs)."""
+    from dsbench.bench.session import print_report
+    from dsbench.report.build import build_report
+
+    folder = Path(out or Path(run_dirs[0]) / "report")
+    print_report(build_report([Path(d) for d in run_dirs], folder, plots=not no_plots))
+
+
+@cli.command()
+@click.option("--model", help="Model preset, local dir with config.json, or cached hub id.")
+@click.option("--params", type=float, help="Parameter count instead of a model (a Llama-like shape is assumed).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Explain this DeepSpeed config too.")
+@click.option("--gpus", type=int, help="Total GPUs (one node unless --nodes).")
+@click.option("--nodes", type=int, default=1, show_default=True)
+@click.option("--gpus-per-node", type=int, help="[--gpus on one node, else 8]")
+@click.option("--gpu", default="h100", show_default=True, help="GPU kind (sets peak TFLOPS and memory).")
+@click.option("--gpu-mem", type=float, help="GB per GPU [from --gpu].")
+@click.option("--peak-tflops", type=float, help="Dense peak per GPU [from --gpu].")
+@click.option("--efficiency", type=float, default=0.5, show_default=True, help="Achievable fraction of peak.")
+@click.option("--interconnect", default="infiniband", show_default=True, help="Between nodes.")
+@click.option("--intra", help="Within a node [nvlink4 for h100/h200, else nvlink].")
+@click.option("--bandwidth", type=float, help="Custom inter-node bandwidth, GB/s per GPU.")
+@click.option("--latency", type=float, help="Custom latency, µs.")
+@click.option("--seq-len", type=int, help="[min(model max positions, 2048)]")
+@click.option("--micro-batch", type=int, default=1, show_default=True)
+@click.option("--grad-accum", type=int, default=8, show_default=True)
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@click.option("--accounting", type=click.Choice(["mixed16", "mixed12", "fp32", "fp32_deepspeed"]),
+              help="Bytes/param accounting [mixed16 = ZeRO paper's 16; mixed12 = seeds' 12].")
+@click.option("--host-mem", type=float, default=1000, show_default=True, help="CPU RAM per node, GB.")
+@click.option("--top", type=int, default=12, show_default=True, help="Rows to show.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--verify", is_flag=True, help="Run the top candidates for a few steps and compare with measurements.")
+def plan(top: int, as_json: bool, verify: bool, config_file: str | None, **opts: Any) -> None:
+    """Estimate memory, communication, bubble and step time per strategy, and recommend one."""
+    from dsbench.plan.api import PlanRequest, print_plan
+    from dsbench.plan.api import plan as make_plan
+
+    result = make_plan(PlanRequest(config=config_file, **opts))
+    if verify:
+        from dsbench.plan.verify import verify as run_verify
+
+        result["verify"] = run_verify(result, opts)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        print_plan(result, top)
+        if verify:
+            from dsbench.plan.verify import print_verify
+
+            print_verify(result["verify"])
 
 
 def main() -> None:

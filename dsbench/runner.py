@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import TextIO
 
@@ -45,6 +46,10 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
         os.killpg(proc.pid, signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)} if _main_thread() else {}
+    timed_out = threading.Event()
+    timer = threading.Timer(timeout, _terminate, (proc, timed_out)) if timeout else None
+    if timer:
+        timer.start()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -54,19 +59,41 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
             if log:
                 log.write(line)
                 log.flush()
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait()
-        return 124
+        code = proc.wait()
+        return 124 if timed_out.is_set() else code
     finally:
+        if timer:
+            timer.cancel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if log:
             log.close()
 
 
-def _main_thread() -> bool:
-    import threading
+def last_error(log_path: Path) -> str | None:
+    """The last line of a launch log that reports an error (a rank's ``dsbench.train: error:`` first)."""
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for marker in ("dsbench.train: error:", "terminate called", "exits with return code", "Error", "error"):
+        found = [line.strip() for line in lines if marker in line]
+        if found:
+            return found[-1]
+    return None
 
+
+def _terminate(proc: subprocess.Popen, timed_out: threading.Event) -> None:
+    """Timeout: SIGTERM the launcher's process group (launchers stop their ranks), SIGKILL after 30 s."""
+    timed_out.set()
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()

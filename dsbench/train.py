@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from dsbench.worker.run import run
 
-        return run(parse_args(argv))
+        code = run(parse_args(argv))
     except UserError as exc:
         print(f"[rank {rank}] dsbench.train: error: {exc}", file=sys.stderr, flush=True)
         code = 2
@@ -70,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[rank {rank}] dsbench.train: error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         code = 1
     sys.stdout.flush()
-    os._exit(code)  # skip atexit/process-group teardown that would block on ranks still in a collective
+    sys.stderr.flush()
+    # Leave without interpreter teardown: on failure it would block on ranks still in a collective, and on
+    # success native threads (gloo, DeepSpeed ops) can abort in static destructors ("terminate called
+    # without an active exception"), turning a finished run into a failed launch. Results are on disk.
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,14 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
+def _fault(rank: int, step: int) -> None:
+    """Fault injection for tests of launch failure handling: DSBENCH_FAULT="RANK:STEP" fails that rank there."""
+    import os
+
+    if os.environ.get("DSBENCH_FAULT") == f"{rank}:{step}":
+        raise RuntimeError(f"injected fault at step {step} (DSBENCH_FAULT)")
+
+
 def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings, emit: Any) -> None:
     """Run ``settings.steps`` optimizer steps; ``emit(record)`` is called on rank 0 per step."""
     import torch
@@ -38,6 +46,7 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings, e
     global_tokens = plan.global_batch * settings.seq_len
     for step in range(settings.steps):
         batches = [plan.micro_batch_for(step, m, dp_rank).to(device) for m in range(ga)]
+        _fault(dist_info.rank, step)
         engine.zero_grad()
         engine.measure_states = step == 0
         _sync(device)

@@ -1,0 +1,137 @@
+"""Run a matrix of cells, one real launch after another, each into its own durable folder.
+
+Per cell: ``cell.json`` (definition, exact command, status, reason, timings; written atomically at
+start and end) next to what ``dsbench launch`` writes (rendered config, accelerate YAML, launch.log
+with all ranks' output, metrics.jsonl, summary.json). With ``resume`` finished cells (ok, failed
+or timed out) are skipped; an interrupted cell's partial folder is moved aside, never deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dsbench.bench.matrix import Cell, cell_launch_args
+from dsbench.errors import UserError
+from dsbench.io import atomic_write_json
+from dsbench.launchers import LaunchCommand
+from dsbench.records import METRICS
+
+FINISHED = ("ok", "failed", "timeout")
+
+
+@dataclass(frozen=True)
+class CellResult:
+    cell: Cell
+    status: str
+    folder: Path
+    reason: str | None = None
+    skipped: bool = False
+
+
+def cell_command(cell: Cell, folder: Path, nvme_path: str | None) -> list[str]:
+    """The exact command that runs a cell (what a user would type, with this Python)."""
+    return [sys.executable, "-m", "dsbench", "launch", *cell_launch_args(cell, folder, nvme_path)]
+
+
+def read_status(folder: Path) -> dict[str, Any] | None:
+    path = folder / "cell.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _set_aside(folder: Path) -> None:
+    """Keep an interrupted cell's partial data: rename the folder, never delete it."""
+    folder.rename(folder.with_name(f"{folder.name}.interrupted-{time.strftime('%Y%m%d-%H%M%S')}"))
+
+
+def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
+    """Create the results folder; refuse to mix with earlier results unless resuming the same matrix."""
+    existing = out / "matrix.json"
+    if existing.exists() and not resume:
+        raise UserError(f"{out} already holds results: pass --resume to continue it, or choose a new --out")
+    if existing.exists():
+        before = json.loads(existing.read_text()).get("matrix")
+        if before != matrix:
+            raise UserError(f"{out} holds a different matrix; --resume needs the same flags (or a new --out)")
+    atomic_write_json(existing, {"matrix": matrix, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+
+
+def _watch(metrics: Path, stop: threading.Event, on_step: Callable[[dict[str, Any]], None]) -> None:
+    """Poll the running cell's metrics file and report its last step (live progress)."""
+    seen = 0
+    while not stop.wait(0.5):
+        try:
+            lines = metrics.read_text().splitlines()
+        except OSError:
+            continue
+        if len(lines) > seen:
+            seen = len(lines)
+            try:
+                record = json.loads(lines[-1])
+            except json.JSONDecodeError:
+                continue
+            if record.get("type") == "step":
+                on_step(record)
+
+
+def run_cell(cell: Cell, folder: Path, timeout: float, nvme_path: str | None,
+             on_step: Callable[[dict[str, Any]], None] = lambda r: None) -> CellResult:
+    """Launch one cell and record its outcome; a failure is recorded, not raised."""
+    from dsbench.runner import last_error, run
+
+    argv = cell_command(cell, folder, nvme_path)
+    started = time.time()
+    status: dict[str, Any] = {"cell": cell.to_dict(), "id": cell.id, "command": shlex.join(argv),
+                              "status": "running", "started": started}
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(folder / "cell.json", status)
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(folder / METRICS, stop, on_step), daemon=True)
+    watcher.start()
+    try:
+        code = run(LaunchCommand(argv=argv), log_path=folder / "compare.log", echo=None, timeout=timeout)
+    finally:
+        stop.set()
+        watcher.join()
+    ok = code == 0 and (folder / "summary.json").exists()
+    outcome = "ok" if ok else "timeout" if code == 124 else "failed"
+    reason = None if ok else (f"timed out after {timeout:.0f} s" if code == 124 else
+                              f"exit code {code}: {last_error(folder / 'compare.log') or 'no error line in the log'}")
+    status.update(status=outcome, exit_code=code, reason=reason, finished=time.time(),
+                  duration_s=round(time.time() - started, 1))
+    atomic_write_json(folder / "cell.json", status)
+    return CellResult(cell=cell, status=outcome, folder=folder, reason=reason)
+
+
+def run_matrix(cells: list[Cell], out: Path, resume: bool, retry_failed: bool, timeout: float,
+               nvme_path: str | None, reporter: Any) -> list[CellResult]:
+    """Run every cell not already finished; ``reporter`` shows progress (see :mod:`dsbench.bench.progress`)."""
+    results: list[CellResult] = []
+    reporter.start(len(cells))
+    for cell in cells:
+        folder = out / "cells" / cell.id
+        previous = read_status(folder)
+        done = previous is not None and previous.get("status") in FINISHED
+        if resume and done and not (retry_failed and previous["status"] != "ok"):
+            results.append(CellResult(cell=cell, status=previous["status"], folder=folder,
+                                      reason=previous.get("reason"), skipped=True))
+            reporter.skipped(cell, previous["status"])
+            continue
+        if folder.exists():
+            _set_aside(folder)
+        reporter.begin(cell)
+        result = run_cell(cell, folder, timeout, nvme_path, on_step=lambda r, c=cell: reporter.step(c, r))
+        reporter.end(cell, result.status, result.reason)
+        results.append(result)
+    reporter.stop()
+    return results

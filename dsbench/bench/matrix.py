@@ -1,0 +1,123 @@
+"""The comparison matrix: strategies x world sizes x micro-batches x models, repeated (pure).
+
+A cell is one real launch. Its id is readable and unique (``zero2-w2-mb2-gpt2-tiny-r0``); the
+full definition lives in the cell's ``cell.json``, never only in folder names.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dsbench.errors import UserError
+
+# strategy name -> (worker strategy, launcher, dsbench launch flags)
+STRATEGIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "single": ("single", "torchrun", ()),
+    "ddp": ("ddp", "torchrun", ()),
+    "fsdp": ("fsdp", "torchrun", ()),
+    "fsdp_no_reshard": ("fsdp", "torchrun", ()),
+    "zero0": ("deepspeed", "deepspeed", ("--zero", "0")),
+    "zero1": ("deepspeed", "deepspeed", ("--zero", "1")),
+    "zero2": ("deepspeed", "deepspeed", ("--zero", "2")),
+    "zero3": ("deepspeed", "deepspeed", ("--zero", "3")),
+    "zero2_offload": ("deepspeed", "deepspeed", ("--zero", "2", "--offload", "cpu")),
+    "zero3_offload": ("deepspeed", "deepspeed", ("--zero", "3", "--offload", "cpu", "--offload-param", "cpu")),
+    "zero3_nvme": ("deepspeed", "deepspeed", ("--zero", "3", "--offload", "nvme", "--offload-param", "nvme")),
+}
+DEFAULT_STRATEGIES = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cell:
+    """One measured launch."""
+
+    strategy: str
+    world_size: int
+    micro_batch: int
+    model: str
+    repeat: int = 0
+    steps: int = 20
+    warmup: int = 5
+    seq_len: int = 128
+    precision: str = "fp32"
+    launcher: str | None = None
+    """Override the strategy's default launcher (deepspeed strategies can also use accelerate)."""
+
+    @property
+    def id(self) -> str:
+        model = self.model.replace("/", "_").replace(".", "_")
+        return f"{self.strategy}-w{self.world_size}-mb{self.micro_batch}-{model}-r{self.repeat}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _check(strategies: list[str], world_sizes: list[int], micro_batches: list[int], repeats: int,
+           steps: int, warmup: int) -> None:
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}")
+    if any(w < 1 for w in world_sizes) or any(m < 1 for m in micro_batches) or repeats < 1:
+        raise UserError("--world-sizes, --micro-batches and --repeats must be >= 1")
+    if not 0 <= warmup < steps:
+        raise UserError(f"--warmup must be in 0..{steps - 1}")
+
+
+def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[int], models: list[str],
+           repeats: int = 1, steps: int = 20, warmup: int = 5, seq_len: int = 128,
+           precision: str = "fp32") -> list[Cell]:
+    """All cells, in run order. ``single`` only runs at world size 1 (and always there, as the baseline)."""
+    _check(strategies, world_sizes, micro_batches, repeats, steps, warmup)
+    cells = []
+    for model, micro, strategy, world, repeat in itertools.product(models, micro_batches, strategies,
+                                                                     sorted(set(world_sizes)), range(repeats)):
+        if strategy == "single" and world != 1:
+            continue
+        cells.append(Cell(strategy=strategy, world_size=world, micro_batch=micro, model=model, repeat=repeat,
+                          steps=steps, warmup=warmup, seq_len=seq_len, precision=precision))
+    if "single" in strategies and 1 not in world_sizes:
+        for model, micro, repeat in itertools.product(models, micro_batches, range(repeats)):
+            cells.append(Cell(strategy="single", world_size=1, micro_batch=micro, model=model, repeat=repeat,
+                              steps=steps, warmup=warmup, seq_len=seq_len, precision=precision))
+    return sorted(cells, key=lambda c: (c.model, c.micro_batch, c.world_size, c.repeat))
+
+
+def load_matrix_file(path: str) -> dict[str, Any]:
+    """A YAML or JSON matrix file: keys strategies, world_sizes, micro_batches, models, repeats, steps, ..."""
+    from dsbench.io import read_text
+
+    text = read_text(path, "matrix file")
+    try:
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as exc:  # yaml.YAMLError / json.JSONDecodeError
+        raise UserError(f"{path}: cannot parse matrix file: {exc}".splitlines()[0]) from None
+    allowed = {"strategies", "world_sizes", "micro_batches", "models", "repeats", "steps", "warmup", "seq_len",
+               "precision"}
+    if not isinstance(data, dict) or set(data) - allowed:
+        extra = sorted(set(data) - allowed) if isinstance(data, dict) else "not a mapping"
+        raise UserError(f"{path}: unexpected matrix keys {extra}; allowed: {', '.join(sorted(allowed))}")
+    return data
+
+
+def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) -> list[str]:
+    """``dsbench launch`` arguments for a cell (the same command a user would type)."""
+    strategy, launcher, flags = STRATEGIES[cell.strategy]
+    args = ["--strategy", strategy, "--launcher", cell.launcher or launcher, "--num-gpus", str(cell.world_size),
+            "--micro-batch", str(cell.micro_batch), "--model", cell.model, "--run-dir", str(run_dir), *flags]
+    if cell.precision != "fp32":
+        args += ["--precision", cell.precision]
+    if cell.strategy == "zero3_nvme":
+        args += ["--nvme-path", nvme_path or str(run_dir / "nvme")]
+    worker = ["--steps", str(cell.steps), "--warmup", str(cell.warmup), "--seq-len", str(cell.seq_len), "--quiet"]
+    if cell.strategy == "fsdp_no_reshard":
+        worker.append("--no-fsdp-reshard")
+    return [*args, "--", *worker]

@@ -1,0 +1,56 @@
+"""``dsbench compare`` end to end: flags/matrix file -> cells -> runs -> report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from dsbench.bench.compare import prepare_out, run_matrix
+from dsbench.bench.matrix import DEFAULT_STRATEGIES, expand, load_matrix_file
+from dsbench.bench.progress import RichReporter
+
+DEFAULTS: dict[str, Any] = {"strategies": list(DEFAULT_STRATEGIES), "world_sizes": [2], "micro_batches": [2],
+                            "models": ["gpt2-mini"], "repeats": 1, "steps": 20, "warmup": 5, "seq_len": 128,
+                            "precision": "fp32"}
+
+
+def matrix_from(matrix_file: str | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """Defaults < matrix file < flags."""
+    matrix = dict(DEFAULTS)
+    if matrix_file:
+        matrix.update(load_matrix_file(matrix_file))
+    matrix.update({k: v for k, v in flags.items() if v is not None})
+    return matrix
+
+
+def print_report(report: Any) -> None:
+    """Terminal table and where each artefact is."""
+    from rich.console import Console
+
+    from dsbench.report.render import to_rich_table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # logs and pipes: do not squeeze the table to 80 columns
+    console.print(to_rich_table(report.rows))
+    for name, path in report.files.items():
+        console.print(f"{name:18} {path}")
+
+
+def compare_main(matrix_file: str | None, flags: dict[str, Any], out: str | None, resume: bool,
+                 retry_failed: bool, timeout: float, nvme_path: str | None, no_report: bool, quiet: bool) -> int:
+    """Run the matrix and report; exit 0 when every cell succeeded, 1 otherwise (results kept either way)."""
+    from dsbench.report.build import build_report
+
+    matrix = matrix_from(matrix_file, flags)
+    cells = expand(**matrix)
+    folder = Path(out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
+    prepare_out(folder, matrix, resume)
+    results = run_matrix(cells, folder, resume, retry_failed, timeout, nvme_path, RichReporter(quiet))
+    if not no_report:
+        print_report(build_report([folder / "cells"], folder / "report"))
+    failed = [r for r in results if r.status != "ok"]
+    print(f"{len(results) - len(failed)}/{len(results)} cells ok; results in {folder}"
+          + (f"; report: {folder / 'report' / 'report.html'}" if not no_report else ""))
+    return 1 if failed else 0

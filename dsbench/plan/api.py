@@ -1,0 +1,159 @@
+"""``dsbench plan``: inputs -> workload and cluster -> ranked estimates -> table / JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dsbench.errors import UserError
+from dsbench.models import ModelShape, resolve_model
+from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
+from dsbench.plan.recommend import Ranked, gib, launch_command, rank
+
+
+def synthetic_shape(num_params: float) -> ModelShape:
+    """A Llama-style shape of about ``num_params`` parameters: 12·L·h² ≈ N with h = 128·L (7B: 32 x 4096)."""
+    if num_params < 1e6:
+        raise UserError(f"--params {num_params:g} is too small to plan for (give a parameter count like 7e9)")
+    layers = max(2, round((num_params / (12 * 128**2)) ** (1 / 3)))
+    hidden = 128 * layers
+    return ModelShape(name=f"~{num_params / 1e9:g}B (assumed shape)", arch="llama", vocab_size=32000, hidden=hidden,
+                      layers=layers, heads=hidden // 128, kv_heads=hidden // 128, intermediate=int(8 * hidden / 3),
+                      max_positions=4096, tied_embeddings=False, source="synthetic")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    model: str | None
+    params: float | None
+    config: str | None
+    gpus: int | None
+    nodes: int
+    gpus_per_node: int | None
+    gpu: str
+    gpu_mem: float | None
+    peak_tflops: float | None
+    efficiency: float
+    interconnect: str
+    intra: str | None
+    bandwidth: float | None
+    latency: float | None
+    seq_len: int | None
+    micro_batch: int
+    grad_accum: int
+    precision: str
+    accounting: str | None
+    host_mem: float
+
+
+def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
+    """Workload and cluster from the request (and the DeepSpeed config when one is given)."""
+    if (req.model is None) == (req.params is None):
+        raise UserError("give exactly one of --model NAME and --params N")
+    shape = resolve_model(req.model) if req.model else synthetic_shape(float(req.params or 0))
+    if req.gpu not in GPUS:
+        raise UserError(f"--gpu {req.gpu!r} is unknown; choose one of {', '.join(GPUS)} or give --peak-tflops")
+    peak, mem = GPUS[req.gpu]
+    gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
+    if req.gpus and req.gpus != gpn * req.nodes:
+        raise UserError(f"--gpus {req.gpus} != --nodes {req.nodes} x --gpus-per-node {gpn}")
+    micro, accum, precision, config = req.micro_batch, req.grad_accum, req.precision, None
+    if req.config:
+        from dsbench.configs.loader import load_config_strict
+
+        config = load_config_strict(req.config)
+        micro = config.get("train_micro_batch_size_per_gpu", micro) if isinstance(
+            config.get("train_micro_batch_size_per_gpu"), int) else micro
+        accum = config.get("gradient_accumulation_steps", accum) if isinstance(
+            config.get("gradient_accumulation_steps"), int) else accum
+        precision = "bf16" if config.get("bf16", {}).get("enabled") is True else \
+            "fp16" if config.get("fp16", {}).get("enabled") is True else "fp32"
+    if min(micro, accum, gpn, req.nodes) < 1 or req.efficiency <= 0 or req.efficiency > 1:
+        raise UserError("--micro-batch, --grad-accum, --nodes, --gpus-per-node must be >= 1; --efficiency in (0, 1]")
+    intra = req.intra or ("nvlink4" if req.gpu in ("h100", "h200") else "nvlink")
+    zero = (config or {}).get("zero_optimization", {})
+    wl = Workload(shape=shape, seq_len=req.seq_len or min(shape.max_positions, 2048), micro_batch=micro,
+                  grad_accum=accum, precision=precision, accounting=req.accounting,
+                  reduce_bucket=zero.get("reduce_bucket_size") if isinstance(zero.get("reduce_bucket_size"), int)
+                  else None,
+                  prefetch_bucket=zero.get("stage3_prefetch_bucket_size")
+                  if isinstance(zero.get("stage3_prefetch_bucket_size"), int) else None)
+    cl = Cluster(nodes=req.nodes, gpus_per_node=gpn, gpu_mem_gb=req.gpu_mem or mem,
+                 peak_tflops=req.peak_tflops or peak, efficiency=req.efficiency, intra=link(intra),
+                 inter=link(req.interconnect, req.bandwidth, req.latency), host_link=INTERCONNECTS["pcie5"],
+                 host_mem_gb=req.host_mem)
+    return wl, cl, config
+
+
+def config_candidate(config: dict[str, Any]) -> Candidate:
+    """The strategy an existing DeepSpeed config describes."""
+    zero = config.get("zero_optimization", {})
+    stage = zero.get("stage", 0) if isinstance(zero.get("stage", 0), int) else 0
+    opt = zero.get("offload_optimizer", {}).get("device", "none") or "none"
+    par = zero.get("offload_param", {}).get("device", "none") or "none"
+    tp = config.get("tensor_parallel", {}).get("autotp_size", 1)
+    pp = config.get("pipeline", {}).get("stages", 1)
+    return Candidate(strategy=f"zero{stage}" if stage else "zero0", offload=opt if stage else "none",
+                     offload_param=par if stage == 3 else "none", tp=tp if isinstance(tp, int) else 1,
+                     pp=pp if isinstance(pp, int) else 1,
+                     checkpointing=bool(config.get("activation_checkpointing", {}).get("partition_activations")))
+
+
+def plan(req: PlanRequest) -> dict[str, Any]:
+    """Everything ``dsbench plan`` prints, as a JSON-ready dict."""
+    wl, cl, config = build(req)
+    ranked: list[Ranked] = rank(wl, cl)
+    if config is not None:
+        e = estimate(config_candidate(config), wl, cl)
+        ranked = [Ranked(e, 1 if e.fits else None, "the given --config")] + ranked
+    top = next((r for r in ranked if r.rank), None)
+    shape = wl.shape
+    return {
+        "model": {"name": shape.name, "params": shape.num_params(), "layers": shape.layers, "hidden": shape.hidden,
+                  "heads": shape.heads, "vocab": shape.vocab_size, "source": shape.source},
+        "cluster": {"nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node, "gpu_mem_gb": cl.gpu_mem_gb,
+                    "peak_tflops": cl.peak_tflops, "efficiency": cl.efficiency, "intra": cl.intra.note,
+                    "inter": cl.inter.note if cl.nodes > 1 else None},
+        "workload": {"seq_len": wl.seq_len, "micro_batch": wl.micro_batch, "grad_accum": wl.grad_accum,
+                     "global_batch": wl.micro_batch * wl.grad_accum, "precision": wl.precision},
+        "candidates": [{**r.estimate.to_dict(), "rank": r.rank, "reason": r.reason} for r in ranked],
+        "recommendation": None if top is None else {
+            "name": top.estimate.candidate.name, "command": launch_command(top.estimate, shape, wl, cl)},
+    }
+
+
+def print_plan(result: dict[str, Any], top_n: int) -> None:
+    """Readable tables (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    m, c, w = result["model"], result["cluster"], result["workload"]
+    console.print(f"model {m['name']}: {m['params'] / 1e9:,.2f}B params, {m['layers']} layers x {m['hidden']} hidden"
+                  f" ({m['source']}); cluster {c['nodes']} node(s) x {c['gpus_per_node']} GPUs, "
+                  f"{c['gpu_mem_gb']:g} GB each, {c['peak_tflops']:g} TFLOPS peak x {c['efficiency']:.0%} achievable;"
+                  f" seq {w['seq_len']}, micro-batch {w['micro_batch']} x {w['grad_accum']} accumulation, "
+                  f"{w['precision']}")
+    table = Table(caption="GiB per GPU (2^30 bytes); step time = compute/efficiency + exposed communication + "
+                          "offload (formulas and sources: docs/planner.md)", caption_justify="left")
+    for col in ("#", "strategy", "params", "grads", "optim+master", "activations", "buffers", "total", "host/node",
+                "step ms", "exposed comm ms", "MFU", "reason"):
+        table.add_column(col, justify="left" if col in ("strategy", "reason") else "right")
+    for row in result["candidates"][:top_n]:
+        mem = row["memory_gib"]
+        device = lambda v: f"{v:,.1f}"  # noqa: E731
+        table.add_row(str(row["rank"] or "-"), row["name"], device(mem["params"]), device(mem["grads"]),
+                      device(mem["optimizer_states"] + mem["master_weights"]), device(mem["activations"]),
+                      device(mem["buffers"]), device(mem["device_total"]), device(row["host_gib_per_node"]),
+                      f"{row['step_s'] * 1e3:,.0f}", f"{row['exposed_comm_s'] * 1e3:,.0f}", f"{row['mfu']:.0%}",
+                      row["reason"], style=None if row["fits"] else "dim")
+    console.print(table)
+    rec = result["recommendation"]
+    console.print(f"recommended: {rec['name']}\n  {rec['command']}" if rec else
+                  "nothing fits: add GPUs, use offload, or shorten the sequence")
+
+
+__all__ = ["PlanRequest", "build", "gib", "plan", "print_plan", "synthetic_shape"]

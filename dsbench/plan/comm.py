@@ -1,0 +1,84 @@
+"""Communication volume and time per step, and the pipeline bubble (pure).
+
+Ring collectives over N ranks (../shared/seeds/001; Patarasuk & Yuan 2009): an all-reduce of B bytes
+moves 2·B·(N−1)/N bytes per rank; reduce-scatter and all-gather each move B·(N−1)/N. Time =
+bytes / bandwidth + steps·latency (2(N−1) steps for all-reduce, N−1 otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsbench.plan.hardware import Link
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    what: str
+    kind: str
+    """all-reduce, reduce-scatter, all-gather or p2p."""
+    bytes_per_rank: float
+    """Bytes each rank sends per step."""
+    seconds: float
+
+
+def ring_bytes(kind: str, size: float, n: int) -> float:
+    """Bytes sent per rank by a ring collective over ``n`` ranks on a ``size``-byte buffer."""
+    if n <= 1:
+        return 0.0
+    factor = 2 if kind == "all-reduce" else 1
+    return factor * size * (n - 1) / n
+
+
+def ring_seconds(kind: str, size: float, n: int, link: Link) -> float:
+    """Ring time: 2·B·(N−1)/N / bandwidth for all-reduce (seeds/001), B·(N−1)/N for the others, plus latency."""
+    if n <= 1:
+        return 0.0
+    steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
+    return ring_bytes(kind, size, n) / (link.bandwidth_gbs * 1e9) + steps * link.latency_us * 1e-6
+
+
+def _coll(what: str, kind: str, size: float, n: int, link: Link, times: int = 1) -> Collective:
+    return Collective(what, kind, times * ring_bytes(kind, size, n), times * ring_seconds(kind, size, n, link))
+
+
+def data_parallel_comm(strategy: str, num_params: float, dp: int, link: Link, param_bytes: float,
+                       grad_bytes: float, micro_steps: int = 1) -> list[Collective]:
+    """Gradient/parameter collectives per optimizer step for one data-parallel group.
+
+    DDP / ZeRO-0: one all-reduce of the gradients. ZeRO-1/2: reduce-scatter of gradients + all-gather
+    of the updated parameters (same volume as DDP). ZeRO-3 / FSDP: all-gather of parameters in the
+    forward and again in the backward of every micro-step, reduce-scatter of gradients once (DeepSpeed
+    ZeRO-3 reduces every micro-step; counted once here, as FSDP2 with gradient sync on the last micro-step).
+    """
+    grads, params = num_params * grad_bytes, num_params * param_bytes
+    if strategy in ("ddp", "zero0"):
+        return [_coll("gradients", "all-reduce", grads, dp, link)]
+    if strategy in ("zero1", "zero2"):
+        return [_coll("gradients", "reduce-scatter", grads, dp, link),
+                _coll("updated parameters", "all-gather", params, dp, link)]
+    return [_coll("parameters (forward)", "all-gather", params, dp, link, micro_steps),
+            _coll("parameters (backward)", "all-gather", params, dp, link, micro_steps),
+            _coll("gradients", "reduce-scatter", grads, dp, link)]
+
+
+def tensor_parallel_comm(layers: float, seq: int, micro: int, hidden: int, tp: int, link: Link, act_bytes: float,
+                         micro_steps: int) -> list[Collective]:
+    """Megatron TP: 2 all-reduces of s·b·h activations per layer in the forward, 2 in the backward."""
+    size = seq * micro * hidden * act_bytes
+    return [_coll("activations (TP, 4 per layer)", "all-reduce", size, tp, link, int(4 * layers * micro_steps))]
+
+
+def pipeline_comm(seq: int, micro: int, hidden: int, stages: int, link: Link, act_bytes: float,
+                  micro_steps: int) -> list[Collective]:
+    """Pipeline: each stage boundary sends s·b·h activations forward and their gradients back per micro-batch."""
+    if stages <= 1:
+        return []
+    size = seq * micro * hidden * act_bytes * 2 * micro_steps
+    return [Collective("activations (PP, point-to-point)", "p2p", size,
+                       size / (link.bandwidth_gbs * 1e9) + 2 * micro_steps * link.latency_us * 1e-6)]
+
+
+def bubble_fraction(stages: int, micro_batches: int) -> float:
+    """Idle fraction of a GPipe/1F1B pipeline: (P−1)/(M+P−1) (seeds/001, 004)."""
+    return (stages - 1) / (micro_batches + stages - 1) if stages > 1 else 0.0

@@ -1,0 +1,202 @@
+"""Estimate one strategy on one cluster: memory per rank, step time and MFU (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsbench.models import ModelShape
+from dsbench.plan.comm import Collective, bubble_fraction, data_parallel_comm, pipeline_comm, tensor_parallel_comm
+from dsbench.plan.hardware import Link
+from dsbench.plan.memory import Accounting, ModelStates, accounting_for, activation_bytes, model_states
+from dsbench.records import flops_per_token
+
+GIB = 2**30
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cluster:
+    nodes: int
+    gpus_per_node: int
+    gpu_mem_gb: float
+    """Usable accelerator memory per GPU, GB (1e9 bytes), as on datasheets."""
+    peak_tflops: float
+    efficiency: float = 0.5
+    """Fraction of peak that matmul-heavy training achieves (0.4-0.6 is typical for dense LLMs)."""
+    intra: Link
+    inter: Link
+    host_link: Link
+    """GPU <-> CPU link (offload traffic)."""
+    host_mem_gb: float = 1000.0
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Workload:
+    shape: ModelShape
+    seq_len: int
+    micro_batch: int
+    grad_accum: int
+    precision: str = "bf16"
+    accounting: str | None = None
+    reduce_bucket: float | None = None
+    """Elements; default hidden² (HF "auto")."""
+    prefetch_bucket: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Candidate:
+    strategy: str
+    """ddp, zero0-3, fsdp, fsdp_hybrid."""
+    offload: str = "none"
+    offload_param: str = "none"
+    tp: int = 1
+    pp: int = 1
+    checkpointing: bool = False
+
+    @property
+    def name(self) -> str:
+        parts = [self.strategy]
+        if self.offload != "none":
+            parts.append(f"offload-{self.offload}" + ("+params" if self.offload_param != "none" else ""))
+        if self.tp > 1:
+            parts.append(f"tp{self.tp}")
+        if self.pp > 1:
+            parts.append(f"pp{self.pp}")
+        if self.checkpointing:
+            parts.append("ckpt")
+        return " + ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    candidate: Candidate
+    accounting: Accounting
+    dp: int
+    states: ModelStates
+    activations: float
+    buffers: float
+    device_total: float
+    fits: bool
+    host_per_node: float
+    nvme_per_node: float
+    compute_s: float
+    comm: list[Collective]
+    exposed_comm_s: float
+    offload_s: float
+    bubble: float
+    step_s: float
+    step_s_no_overlap: float
+    mfu: float
+    tokens_per_s: float
+    dominant: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.candidate
+        return {"name": c.name, "strategy": c.strategy, "offload": c.offload, "offload_param": c.offload_param,
+                "tp": c.tp, "pp": c.pp, "dp": self.dp, "activation_checkpointing": c.checkpointing,
+                "accounting": self.accounting.name, "fits": self.fits,
+                "memory_gib": {"params": self.states.params / GIB, "grads": self.states.grads / GIB,
+                               "optimizer_states": self.states.optimizer / GIB,
+                               "master_weights": self.states.master / GIB, "offloaded_host": self.states.host / GIB,
+                               "offloaded_nvme": self.states.nvme / GIB, "activations": self.activations / GIB,
+                               "buffers": self.buffers / GIB, "device_total": self.device_total / GIB},
+                "host_gib_per_node": self.host_per_node / GIB, "nvme_gib_per_node": self.nvme_per_node / GIB,
+                "compute_s": self.compute_s, "exposed_comm_s": self.exposed_comm_s, "offload_s": self.offload_s,
+                "bubble": self.bubble, "step_s": self.step_s, "step_s_no_overlap": self.step_s_no_overlap,
+                "mfu": self.mfu, "tokens_per_s": self.tokens_per_s, "dominant": self.dominant,
+                "collectives": [{"what": x.what, "kind": x.kind, "bytes_per_rank": x.bytes_per_rank,
+                                 "seconds": x.seconds} for x in self.comm], "notes": self.notes}
+
+
+def _buffers(cand: Candidate, shape: ModelShape, acc: Accounting, wl: Workload) -> float:
+    """Temporary buffers: DeepSpeed buckets (reduce_bucket_size = h², prefetch = 0.9·h² by HF "auto") or
+    FSDP2's unsharded block (current + prefetched) for all-gathered parameters and their gradients."""
+    h2 = shape.hidden ** 2
+    reduce = wl.reduce_bucket or h2
+    if cand.strategy in ("zero1", "zero2"):
+        return reduce * acc.grads  # the contiguous-gradients bucket; all-gathers write into the params
+    if cand.strategy == "zero3":
+        prefetch = wl.prefetch_bucket or 0.9 * h2
+        largest = shape.vocab_size * shape.hidden / cand.tp  # the embedding is gathered whole
+        return reduce * acc.grads + prefetch * acc.params + largest * acc.params
+    if cand.strategy in ("fsdp", "fsdp_hybrid"):
+        block = (shape.num_params() - shape.vocab_size * shape.hidden) / shape.layers / cand.tp
+        return 2 * block * acc.params + block * acc.grads
+    return 0.0
+
+
+def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
+    """Memory, time and MFU of ``cand`` for ``wl`` on ``cl``."""
+    shape = wl.shape
+    acc = accounting_for(wl.precision, cand.strategy, wl.accounting)
+    model_parallel = cand.tp * cand.pp
+    dp = cl.world // model_parallel
+    shards = cl.gpus_per_node // model_parallel if cand.strategy == "fsdp_hybrid" else dp
+    states = model_states(shape.num_params(), cand.strategy, shards, acc, cand.tp, cand.pp, cand.offload,
+                          cand.offload_param)
+    act_bytes = 2 if wl.precision in ("bf16", "fp16") else 4
+    # The global batch is fixed across candidates: with TP/PP the data-parallel degree shrinks, so each
+    # replica accumulates tp x pp times more micro-batches per step.
+    accum = wl.grad_accum * model_parallel
+    in_flight = min(cand.pp, accum) if cand.pp > 1 else 1  # 1F1B keeps up to P micro-batches per stage
+    activations = in_flight * activation_bytes(wl.seq_len, wl.micro_batch, shape.hidden, shape.heads,
+                                               shape.layers, shape.vocab_size, cand.tp, cand.pp,
+                                               cand.checkpointing, True, act_bytes)
+    buffers = _buffers(cand, shape, acc, wl)
+    device_total = states.device + activations + buffers
+    # Compute: model FLOPs per token 6N + 12·L·h·s (PaLM App. B); recomputation adds one forward (2N).
+    tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
+    model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
+    hw_flops = model_flops * (8 / 6 if cand.checkpointing else 1.0) / model_parallel
+    compute = hw_flops / (cl.peak_tflops * 1e12 * cl.efficiency)
+    bubble = bubble_fraction(cand.pp, accum)
+    compute_with_bubble = compute / (1 - bubble)
+    dp_link = cl.inter if (cl.nodes > 1 and dp > cl.gpus_per_node // model_parallel) else cl.intra
+    comm = data_parallel_comm(cand.strategy, shape.num_params() / model_parallel, dp if cand.strategy != "fsdp_hybrid"
+                              else shards, dp_link, acc.params, acc.grads, accum)
+    overlap = compute if cand.strategy in ("zero3", "fsdp", "fsdp_hybrid") else compute * 2 / 3  # backward ≈ 2/3
+    exposed = max(0.0, sum(c.seconds for c in comm) - overlap)
+    if cand.strategy == "fsdp_hybrid" and cl.nodes > 1:  # replicas all-reduce gradient shards across nodes
+        extra = data_parallel_comm("ddp", shape.num_params() / model_parallel / shards, cl.nodes, cl.inter,
+                                   acc.params, acc.grads)
+        comm += extra
+        exposed += sum(c.seconds for c in extra)
+    if cand.tp > 1:
+        tp_comm = tensor_parallel_comm(shape.layers / cand.pp, wl.seq_len, wl.micro_batch, shape.hidden, cand.tp,
+                                       cl.intra, act_bytes, accum)
+        comm += tp_comm
+        exposed += sum(c.seconds for c in tp_comm)  # on the critical path
+    if cand.pp > 1:
+        pp_comm = pipeline_comm(wl.seq_len, wl.micro_batch, shape.hidden, cand.pp,
+                                cl.inter if cl.nodes > 1 else cl.intra, act_bytes, accum)
+        comm += pp_comm
+        exposed += sum(c.seconds for c in pp_comm)
+    offload = _offload_seconds(states, cl)
+    step = compute_with_bubble + exposed + offload
+    no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload
+    mfu = model_flops / model_parallel / (step * cl.peak_tflops * 1e12)
+    terms = {"compute": compute, "communication": exposed, "offload": offload,
+             "pipeline bubble": compute_with_bubble - compute}
+    fits = device_total <= cl.gpu_mem_gb * 1e9 * 0.9 and states.host * cl.gpus_per_node <= cl.host_mem_gb * 1e9
+    return Estimate(candidate=cand, accounting=acc, dp=dp, states=states, activations=activations, buffers=buffers,
+                    device_total=device_total, fits=fits, host_per_node=states.host * cl.gpus_per_node,
+                    nvme_per_node=states.nvme * cl.gpus_per_node, compute_s=compute, comm=comm,
+                    exposed_comm_s=exposed, offload_s=offload, bubble=bubble, step_s=step,
+                    step_s_no_overlap=no_overlap, mfu=mfu, tokens_per_s=tokens * dp / step,
+                    dominant=max(terms, key=lambda k: terms[k]))
+
+
+def _offload_seconds(states: ModelStates, cl: Cluster) -> float:
+    """ZeRO-Offload per step: gradients to the host and parameters back over the host link, plus the CPU
+    Adam step, memory-bound at ~10 GB/s of optimizer state per rank (a rough figure; measure with --verify)."""
+    if states.host == 0 and states.nvme == 0:
+        return 0.0
+    transfer = (states.grads + states.params) / (cl.host_link.bandwidth_gbs * 1e9)
+    cpu_step = (states.optimizer + states.master) / 10e9
+    nvme = 2 * states.nvme / 3e9  # read + write at ~3 GB/s per rank
+    return transfer + cpu_step + nvme

@@ -1,0 +1,42 @@
+"""Named interconnects and GPUs for the planner (figures from vendor datasheets and the seed articles)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsbench.errors import UserError
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    name: str
+    bandwidth_gbs: float
+    """Per-rank unidirectional bandwidth in GB/s (1e9 bytes/s)."""
+    latency_us: float
+    note: str
+
+
+INTERCONNECTS = {
+    "nvlink": Link("nvlink", 300.0, 3.0, "NVLink 3 (A100): 600 GB/s bidirectional per GPU, 300 GB/s each way"),
+    "nvlink4": Link("nvlink4", 450.0, 3.0, "NVLink 4 (H100 SXM): 900 GB/s bidirectional, 450 GB/s each way"),
+    "infiniband": Link("infiniband", 25.0, 5.0, "InfiniBand HDR 200 Gb/s, one NIC per GPU (seeds/001)"),
+    "infiniband-ndr": Link("infiniband-ndr", 50.0, 5.0, "InfiniBand NDR 400 Gb/s, one NIC per GPU"),
+    "ethernet-100g": Link("ethernet-100g", 12.5, 20.0, "100 Gb/s Ethernet (seeds/003)"),
+    "pcie4": Link("pcie4", 25.0, 10.0, "PCIe 4.0 x16, ~25 GB/s achievable each way"),
+    "pcie5": Link("pcie5", 50.0, 10.0, "PCIe 5.0 x16, ~50 GB/s achievable each way"),
+}
+
+# Dense bf16 peak TFLOPS (datasheets).
+GPUS = {"h100": (989.0, 80), "h200": (989.0, 141), "a100": (312.0, 80), "a100-40g": (312.0, 40), "l4": (121.0, 24),
+        "a10": (125.0, 24), "v100": (125.0, 32)}
+
+
+def link(name: str | None, bandwidth: float | None = None, latency: float | None = None) -> Link:
+    """A named link, or a custom one from ``--bandwidth`` (GB/s) and ``--latency`` (µs)."""
+    if bandwidth is not None:
+        return Link("custom", bandwidth, latency if latency is not None else 5.0, "--bandwidth/--latency")
+    if name not in INTERCONNECTS:
+        raise UserError(f"--interconnect {name!r} is unknown; choose one of {', '.join(INTERCONNECTS)} "
+                        "or give --bandwidth GB/s")
+    base = INTERCONNECTS[name]
+    return base if latency is None else Link(base.name, base.bandwidth_gbs, latency, base.note)

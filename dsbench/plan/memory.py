@@ -1,0 +1,133 @@
+"""Model-state and activation memory per rank, by strategy (pure arithmetic, bytes).
+
+Model states follow the ZeRO paper (Rajbhandari et al., SC 2020, sec. 3.1 and 5): with Ψ parameters
+and data-parallel (sharding) degree N_d, per rank
+
+    DDP / ZeRO-0    (p + g + o + m) Ψ
+    ZeRO-1 (P_os)   (p + g) Ψ + (o + m) Ψ / N_d
+    ZeRO-2 (P_os+g) p Ψ + (g + o + m) Ψ / N_d
+    ZeRO-3 (P_os+g+p), FSDP2 full shard: (p + g + o + m) Ψ / N_d
+
+where p, g are the bytes per parameter of weights and gradients, o of the Adam moments and m of the
+fp32 master copy. The paper's mixed-precision Adam is p = g = 2, o + m = K = 12 (16 bytes/param);
+../shared/seeds/000 and 002 count 2 + 2 + 8 = 12 bytes/param (no master copy). Tensor parallelism
+divides every term by the TP degree, pipeline parallelism by the number of stages (even split).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Strategy = Literal["ddp", "zero0", "zero1", "zero2", "zero3", "fsdp", "fsdp_hybrid"]
+Offload = Literal["none", "cpu", "nvme"]
+
+
+@dataclass(frozen=True, slots=True)
+class Accounting:
+    """Bytes per parameter of each model-state component."""
+
+    name: str
+    params: float
+    grads: float
+    optimizer: float
+    """Adam moments (m and v)."""
+    master: float
+    """fp32 master weights (0 where the optimizer updates the weights in place)."""
+    source: str
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.master
+
+
+ACCOUNTINGS = {
+    "mixed16": Accounting("mixed16", 2, 2, 8, 4, "ZeRO paper: fp16/bf16 weights+grads, fp32 master + Adam m, v "
+                                                 "(K=12), 16 bytes/param"),
+    "mixed12": Accounting("mixed12", 2, 2, 8, 0, "../shared/seeds/000 and 002: fp16 weights+grads, fp32 Adam m, v; "
+                                                 "12 bytes/param"),
+    "fp32": Accounting("fp32", 4, 4, 8, 0, "fp32 weights/grads, torch AdamW moments; 16 bytes/param"),
+    "fp32_deepspeed": Accounting("fp32_deepspeed", 4, 4, 8, 4, "DeepSpeed ZeRO-1/2/3 in fp32: its optimizer keeps "
+                                                                "an fp32 copy of the partition; 20 bytes/param"),
+}
+
+
+def accounting_for(precision: str, strategy: str, explicit: str | None = None) -> Accounting:
+    """The accounting a run uses: explicit choice, else from precision and strategy."""
+    if explicit:
+        return ACCOUNTINGS[explicit]
+    if precision in ("bf16", "fp16"):
+        return ACCOUNTINGS["mixed16"]
+    return ACCOUNTINGS["fp32_deepspeed" if strategy in ("zero1", "zero2", "zero3") else "fp32"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStates:
+    """Bytes per rank of each component, split by where they live."""
+
+    params: float
+    grads: float
+    optimizer: float
+    master: float
+    host: float = 0.0
+    """Bytes of the above that live in CPU RAM (offload)."""
+    nvme: float = 0.0
+    """Bytes of the above that live on NVMe (offload)."""
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.master
+
+    @property
+    def device(self) -> float:
+        """Bytes on the accelerator."""
+        return self.total - self.host - self.nvme
+
+
+def model_states(num_params: float, strategy: str, shards: int, acc: Accounting, tp: int = 1, pp: int = 1,
+                 offload: Offload = "none", offload_param: Offload = "none") -> ModelStates:
+    """Per-rank model-state bytes (ZeRO paper sec. 5; offload per ZeRO-Offload / ZeRO-Infinity)."""
+    psi = num_params / (tp * pp)
+    n = max(1, shards)
+    if strategy in ("ddp", "zero0"):
+        params, grads, opt, master = acc.params * psi, acc.grads * psi, acc.optimizer * psi, acc.master * psi
+    elif strategy == "zero1":
+        params, grads, opt, master = acc.params * psi, acc.grads * psi, acc.optimizer * psi / n, acc.master * psi / n
+    elif strategy == "zero2":
+        params, grads, opt, master = acc.params * psi, acc.grads * psi / n, acc.optimizer * psi / n, acc.master * psi / n
+    elif strategy in ("zero3", "fsdp", "fsdp_hybrid"):
+        params, grads, opt, master = (x * psi / n for x in (acc.params, acc.grads, acc.optimizer, acc.master))
+    else:
+        raise ValueError(f"unknown strategy {strategy!r}")
+    off_opt = opt + master if offload != "none" else 0.0
+    # ZeRO-Offload also moves the fp32 gradient partition to the host for the CPU optimizer step.
+    off_grad = grads if offload != "none" and strategy in ("zero1", "zero2", "zero3") else 0.0
+    off_param = params if offload_param != "none" and strategy == "zero3" else 0.0
+    host = (off_opt if offload == "cpu" else 0.0) + (off_grad if offload == "cpu" else 0.0) + \
+        (off_param if offload_param == "cpu" else 0.0)
+    nvme = (off_opt if offload == "nvme" else 0.0) + (off_param if offload_param == "nvme" else 0.0)
+    if offload == "nvme":
+        host += off_grad  # gradients stage through CPU RAM on their way to the NVMe-swapped optimizer
+    return ModelStates(params=params, grads=grads, optimizer=opt, master=master, host=host, nvme=nvme)
+
+
+def activation_bytes(seq: int, micro: int, hidden: int, heads: int, layers: int, vocab: int, tp: int = 1,
+                     pp: int = 1, checkpointing: bool = False, flash_attention: bool = True,
+                     act_bytes: int = 2) -> float:
+    """Activation memory per rank for one micro-batch in flight.
+
+    Per layer, 16-bit activations, no sequence parallelism: s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes
+    (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", eq. 2;
+    34 + 5as/h at t = 1). Fused/flash attention keeps no s x s scores, dropping the 5as/h term. With full
+    activation checkpointing a layer keeps only its 2·s·b·h-byte input, and one layer's full
+    activations exist during its recomputation. The output layer adds the logits: s·b·V/t values
+    in 16 bits plus their fp32 copy for the loss. ``act_bytes`` = 4 doubles everything for fp32.
+    """
+    scale = act_bytes / 2
+    attn = 0.0 if flash_attention else 5 * heads * seq / (hidden * tp)
+    per_layer = seq * micro * hidden * (10 + 24 / tp + attn) * scale
+    layers_here = layers / pp
+    logits = seq * micro * vocab / tp * (act_bytes + 4)
+    if checkpointing:
+        return layers_here * 2 * seq * micro * hidden * scale + per_layer + logits
+    return layers_here * per_layer + logits

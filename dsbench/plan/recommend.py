@@ -1,0 +1,102 @@
+"""Rank the strategies that fit, with the reason for each place, and the command for the top one (pure)."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+
+from dsbench.models import ModelShape
+from dsbench.plan.estimate import GIB, Candidate, Cluster, Estimate, Workload, estimate
+
+# Simpler first: on a near tie (within 5 % of step time) the simpler strategy ranks higher.
+SIMPLICITY = ["ddp", "zero1", "zero2", "fsdp", "zero3", "fsdp_hybrid"]
+
+
+def candidates(cl: Cluster) -> list[Candidate]:
+    """Strategies worth estimating on this cluster, each with and without activation checkpointing."""
+    base = [Candidate(strategy=s) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp")]
+    if cl.nodes > 1:
+        base.append(Candidate(strategy="fsdp_hybrid"))
+    base += [Candidate(strategy="zero2", offload="cpu"), Candidate(strategy="zero3", offload="cpu",
+                                                                   offload_param="cpu"),
+             Candidate(strategy="zero3", offload="nvme", offload_param="nvme")]
+    tps = [t for t in (2, 4, 8) if t <= cl.gpus_per_node and cl.gpus_per_node % t == 0]
+    base += [Candidate(strategy="zero1", tp=t) for t in tps]
+    if cl.nodes > 1 and tps:
+        base.append(Candidate(strategy="zero1", tp=tps[-1], pp=cl.nodes))
+    out = []
+    for cand in base:
+        out += [cand, Candidate(strategy=cand.strategy, offload=cand.offload, offload_param=cand.offload_param,
+                                tp=cand.tp, pp=cand.pp, checkpointing=True)]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    estimate: Estimate
+    rank: int | None
+    reason: str
+
+
+def _reason(e: Estimate, cl: Cluster, best: Estimate | None) -> str:
+    need, have = e.device_total / 1e9, cl.gpu_mem_gb
+    if not e.fits:
+        host = e.host_per_node / 1e9
+        if host > cl.host_mem_gb:
+            return f"needs {host:,.0f} GB of host RAM per node > {cl.host_mem_gb:,.0f} GB"
+        return f"needs {need:,.1f} GB per GPU > 90% of {have:g} GB"
+    parts = [f"{need:,.1f} of {have:g} GB per GPU", f"step ≈ {e.step_s * 1e3:,.0f} ms ({e.dominant}-bound)"]
+    if best is not None and e is not best:
+        parts.append(f"{e.step_s / best.step_s:.2f}x the top choice's step time")
+    if e.bubble:
+        parts.append(f"pipeline bubble {e.bubble:.0%}")
+    if e.offload_s:
+        parts.append(f"offload adds ≈ {e.offload_s * 1e3:,.0f} ms")
+    return "; ".join(parts)
+
+
+def rank(wl: Workload, cl: Cluster) -> list[Ranked]:
+    """Every candidate estimated; those that fit ranked by step time (simplest first on near ties)."""
+    estimates = [estimate(c, wl, cl) for c in candidates(cl)]
+    fitting = [e for e in estimates if e.fits]
+
+    def key(e: Estimate) -> tuple[float, int, bool, int]:
+        bucket = math.floor(math.log(e.step_s) / math.log(1.05))  # 5 % buckets of step time
+        return (bucket, SIMPLICITY.index(e.candidate.strategy), e.candidate.checkpointing,
+                e.candidate.tp * e.candidate.pp)
+
+    fitting.sort(key=key)
+    best = fitting[0] if fitting else None
+    ranked = [Ranked(e, i + 1, _reason(e, cl, best)) for i, e in enumerate(fitting)]
+    rest = sorted((e for e in estimates if not e.fits), key=lambda e: e.device_total)
+    return ranked + [Ranked(e, None, _reason(e, cl, best)) for e in rest]
+
+
+def launch_command(e: Estimate, shape: ModelShape, wl: Workload, cl: Cluster) -> str:
+    """The ``dsbench launch`` command for a candidate."""
+    c = e.candidate
+    args = ["dsbench", "launch"]
+    if c.strategy in ("ddp", "fsdp", "fsdp_hybrid"):
+        args += ["--strategy", "fsdp" if c.strategy.startswith("fsdp") else "ddp", "--launcher", "torchrun"]
+    else:
+        args += ["--zero", c.strategy[-1]]
+        if c.offload != "none":
+            args += ["--offload", c.offload]
+        if c.offload_param != "none":
+            args += ["--offload-param", c.offload_param]
+        if "nvme" in (c.offload, c.offload_param):
+            args += ["--nvme-path", "/local_nvme"]
+        if c.tp > 1:
+            args += ["--tp", str(c.tp)]
+        if c.pp > 1:
+            args += ["--pipeline-stages", str(c.pp)]
+    args += ["--model", shape.name if shape.source != "synthetic" else "PATH_TO_MODEL", "--precision", wl.precision,
+             "--micro-batch", str(wl.micro_batch), "--grad-accum", str(wl.grad_accum * c.tp * c.pp)]
+    args += ["--hostfile", "hostfiles/YOUR_HOSTS"] if cl.nodes > 1 else ["--num-gpus", str(cl.gpus_per_node)]
+    worker = ["--", "--seq-len", str(wl.seq_len)] + (["--activation-checkpointing"] if c.checkpointing else [])
+    return shlex.join(args + worker)
+
+
+def gib(value: float) -> str:
+    return f"{value / GIB:,.1f}"

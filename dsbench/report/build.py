@@ -1,0 +1,48 @@
+"""Build every report artefact from run folders (no re-run): table, CSV, JSON, Markdown, PNGs, HTML."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dsbench.errors import UserError
+from dsbench.io import atomic_write_text
+from dsbench.report.collect import collect
+from dsbench.report.render import to_csv, to_json, to_markdown
+
+
+@dataclass(frozen=True)
+class Report:
+    rows: list[dict[str, Any]]
+    folder: Path
+    files: dict[str, Path]
+
+
+def environment(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Versions and machines of the runs (from their headers)."""
+    headers = [run["header"] for row in rows for run in row["runs"] if run.get("header")]
+    return {"versions": sorted({str(h.get("versions")) for h in headers}),
+            "machines": sorted({str(h.get("machine")) for h in headers}),
+            "git_revisions": sorted({str(h.get("git_rev")) for h in headers})}
+
+
+def build_report(roots: list[Path], out: Path, plots: bool = True) -> Report:
+    """Collect ``roots`` (merged) and write all artefacts into ``out``."""
+    rows = collect(roots)
+    if not rows:
+        raise UserError(f"no runs found under {', '.join(map(str, roots))} (looked for cell.json / metrics.jsonl)")
+    env = environment(rows)
+    files = {
+        "markdown": atomic_write_text(out / "report.md", to_markdown(rows)),
+        "csv": atomic_write_text(out / "report.csv", to_csv(rows)),
+        "json": atomic_write_text(out / "report.json", to_json(rows, env)),
+    }
+    if plots:
+        from dsbench.report.html import write_html
+        from dsbench.report.plots import all_plots
+
+        images = all_plots(rows, out)
+        files.update({f"png:{name}": path for name, path in images.items()})
+        files["html"] = write_html(rows, images, env, out / "report.html")
+    return Report(rows=rows, folder=out, files=files)

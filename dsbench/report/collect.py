@@ -1,0 +1,123 @@
+"""Read run folders into tidy rows and derive comparison figures (pure: files in, dicts out).
+
+A run folder is anything holding ``metrics.jsonl`` (a ``dsbench launch`` / ``dsbench.train`` run, or a
+compare cell, which adds ``cell.json``). Failed cells have a ``cell.json`` and maybe no metrics.
+Repeats of the same cell (same strategy, world size, micro-batch, model, device) are grouped: the
+row's figure is the median over repeats of each repeat's median.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from dsbench.records import METRICS, SUMMARY, read_records, scaling_efficiency, summarize
+
+KEY = ("model", "device", "micro_batch", "world_size", "strategy")
+
+
+def find_runs(roots: list[Path]) -> list[Path]:
+    """Every run folder under the given roots (a folder with metrics.jsonl or cell.json)."""
+    found: set[Path] = set()
+    for root in roots:
+        if not root.exists():
+            continue
+        for marker in ("cell.json", METRICS):
+            for path in root.rglob(marker):
+                if ".interrupted-" not in str(path.parent):
+                    found.add(path.parent)
+    return sorted(found)
+
+
+def _label(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
+    if cell:
+        return cell["cell"]["strategy"]
+    strategy = header.get("strategy", "?")
+    config = header.get("ds_config") or {}
+    if strategy != "deepspeed":
+        return strategy
+    zero = config.get("zero_optimization", {})
+    label = f"zero{zero.get('stage', 0)}"
+    if zero.get("offload_optimizer", {}).get("device") not in (None, "none"):
+        label += "_offload" if zero["offload_optimizer"]["device"] == "cpu" else "_nvme"
+    return label
+
+
+def load_run(folder: Path) -> dict[str, Any]:
+    """One run as a flat dict: definition, status, summary figures and the per-step series."""
+    cell = json.loads((folder / "cell.json").read_text()) if (folder / "cell.json").exists() else None
+    records = read_records(folder / METRICS) if (folder / METRICS).exists() else []
+    header = next((r for r in records if r.get("type") == "header"), {})
+    summary = json.loads((folder / SUMMARY).read_text()) if (folder / SUMMARY).exists() else summarize(records)
+    steps = [r for r in records if r.get("type") == "step"]
+    definition = cell["cell"] if cell else {}
+    status = cell["status"] if cell else ("ok" if summary.get("status") == "ok" else "incomplete")
+    return {
+        "folder": str(folder), "id": cell["id"] if cell else folder.name, "label": _label(header, cell),
+        "strategy": _label(header, cell), "status": status, "reason": cell.get("reason") if cell else None,
+        "model": definition.get("model") or header.get("model", {}).get("name"),
+        "world_size": definition.get("world_size") or header.get("world_size"),
+        "micro_batch": definition.get("micro_batch") or header.get("micro_batch"),
+        "repeat": definition.get("repeat", 0), "device": header.get("device", "?").split(":")[0],
+        "command": cell["command"] if cell else " ".join(header.get("command", [])),
+        "launch_command": header.get("launch_command"), "ds_config": header.get("ds_config"),
+        "header": header, "summary": summary,
+        "losses": [s["loss"] for s in steps], "step_times": [s["step_time_s"] for s in steps if not s["warmup"]],
+    }
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per cell (repeats merged) with medians, spreads and derived figures."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault(tuple(run[k] for k in KEY), []).append(run)
+    rows = []
+    for key, members in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        ok = [m for m in members if m["status"] == "ok"]
+        row: dict[str, Any] = dict(zip(KEY, key, strict=True))
+        row.update(repeats=len(members), ok=len(ok), status="ok" if ok else members[0]["status"],
+                   reason=None if ok else members[0]["reason"], runs=members)
+        if ok:
+            sums = [m["summary"] for m in ok]
+            states = sums[0].get("model_state_bytes_per_rank") or [{}]
+            row.update(
+                tokens_per_s=_median([s["tokens_per_s"]["median"] for s in sums]),
+                tokens_per_s_p10=min(s["tokens_per_s"]["p10"] for s in sums),
+                tokens_per_s_p90=max(s["tokens_per_s"]["p90"] for s in sums),
+                step_time_ms=1e3 * _median([s["step_time_s"]["median"] for s in sums]),
+                step_time_ms_min=1e3 * min(s["step_time_s"]["min"] for s in sums),
+                step_time_ms_max=1e3 * max(s["step_time_s"]["max"] for s in sums),
+                peak_memory_mib=max(max(s["peak_memory_bytes_per_rank"]) for s in sums) / 2**20,
+                memory_kind=sums[0].get("memory_kind"),
+                model_states_mib=states[0].get("total", 0) / 2**20, model_states=states[0],
+                mfu=_median([s["mfu"]["median"] for s in sums if s.get("mfu")]),
+                final_loss=_median([s["final_loss"] for s in sums]), measured_steps=sums[0]["measured_steps"],
+                warmup_steps=sums[0]["warmup_steps"])
+        rows.append(row)
+    _derive(rows)
+    return rows
+
+
+def _derive(rows: list[dict[str, Any]]) -> None:
+    """Scaling efficiency (vs the same strategy at 1 rank, else single) and speed-up vs DDP."""
+    by_key = {(r["model"], r["device"], r["micro_batch"], r["world_size"], r["strategy"]): r for r in rows}
+    for row in rows:
+        base = (row["model"], row["device"], row["micro_batch"])
+        one = by_key.get((*base, 1, row["strategy"])) or by_key.get((*base, 1, "single"))
+        ddp = by_key.get((*base, row["world_size"], "ddp"))
+        tps = row.get("tokens_per_s")
+        row["scaling_efficiency"] = (scaling_efficiency(tps, row["world_size"], one["tokens_per_s"])
+                                     if tps and one and one.get("tokens_per_s") else None)
+        row["scaling_baseline"] = one["strategy"] if row["scaling_efficiency"] is not None else None
+        row["speedup_vs_ddp"] = tps / ddp["tokens_per_s"] if tps and ddp and ddp.get("tokens_per_s") else None
+
+
+def collect(roots: list[Path]) -> list[dict[str, Any]]:
+    """Rows for every run under ``roots`` (several result folders merge into one report)."""
+    return group_rows([load_run(folder) for folder in find_runs(roots)])

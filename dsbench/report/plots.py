@@ -1,0 +1,123 @@
+"""PNG plots of report rows (matplotlib, Agg backend, imported lazily)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+STATE_PARTS = [("params", "parameters"), ("grads", "gradients"), ("optimizer_states", "optimizer states"),
+               ("master_weights", "fp32 master weights")]
+
+
+def _label(row: dict[str, Any]) -> str:
+    return f"{row['strategy']} x{row['world_size']}" + (f"\n{row['model']}" if row.get("_many_models") else "")
+
+
+def _figure(width: float = 9.0, height: float = 4.5) -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(width, height), dpi=110)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def throughput(rows: list[dict[str, Any]], path: Path) -> Path:
+    ok = [r for r in rows if r.get("tokens_per_s")]
+    fig, ax = _figure()
+    values = [r["tokens_per_s"] for r in ok]
+    low = [r["tokens_per_s"] - r["tokens_per_s_p10"] for r in ok]
+    high = [r["tokens_per_s_p90"] - r["tokens_per_s"] for r in ok]
+    ax.bar([_label(r) for r in ok], values, yerr=[low, high], capsize=4, color="#4c72b0")
+    ax.set_ylabel("tokens/s (global, median; bars p10-p90)")
+    ax.set_title("Throughput per strategy")
+    ax.tick_params(axis="x", rotation=30)
+    return _save(fig, path)
+
+
+def memory(rows: list[dict[str, Any]], path: Path) -> Path:
+    ok = [r for r in rows if r.get("model_states")]
+    _figure(1, 1)  # selects the Agg backend
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
+    labels = [_label(r) for r in ok]
+    bottom = [0.0] * len(ok)
+    for key, name in STATE_PARTS:
+        values = [r["model_states"].get(key, 0) / 2**20 for r in ok]
+        left.bar(labels, values, bottom=bottom, label=name)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    left.set_ylabel("MiB per rank (rank 0, counted from tensors)")
+    left.set_title("Model states per rank")
+    left.legend(fontsize=8)
+    kind = ok[0].get("memory_kind", "") if ok else ""
+    right.bar(labels, [r["peak_memory_mib"] for r in ok], color="#dd8452")
+    right.set_ylabel("MiB per rank (" + ("peak RSS: includes runtime and activations" if kind == "rss"
+                                         else "CUDA max allocated") + ")")
+    right.set_title("Peak memory per rank")
+    for ax in (left, right):
+        ax.tick_params(axis="x", rotation=30)
+    return _save(fig, path)
+
+
+def scaling(rows: list[dict[str, Any]], path: Path) -> Path:
+    fig, ax = _figure()
+    series: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        if row.get("scaling_efficiency") is not None:
+            series.setdefault(row["strategy"], []).append((row["world_size"], row["scaling_efficiency"]))
+    for name, points in sorted(series.items()):
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("scaling efficiency = tokens/s(N) / (N x tokens/s(1))")
+    ax.set_title("Scaling efficiency vs world size")
+    if series:
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def losses(rows: list[dict[str, Any]], path: Path) -> Path:
+    fig, ax = _figure()
+    for row in rows:
+        run = next((r for r in row["runs"] if r["status"] == "ok" and r["losses"]), None)
+        if run:
+            ax.plot(range(1, len(run["losses"]) + 1), run["losses"], label=_label(row).replace("\n", " "))
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss (mean over the global batch)")
+    ax.set_title("Loss curves (same data order and seed)")
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def step_times(rows: list[dict[str, Any]], path: Path) -> Path:
+    ok = [r for r in rows if r["status"] == "ok"]
+    fig, ax = _figure()
+    data = [[t * 1e3 for run in r["runs"] for t in run["step_times"]] for r in ok]
+    ax.boxplot(data, tick_labels=[_label(r) for r in ok])
+    ax.set_ylabel("step time, ms (measured steps, all repeats)")
+    ax.set_title("Step time distribution")
+    ax.tick_params(axis="x", rotation=30)
+    return _save(fig, path)
+
+
+def all_plots(rows: list[dict[str, Any]], folder: Path) -> dict[str, Path]:
+    """Write every plot into ``folder``; returns name -> path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    many = len({r["model"] for r in rows}) > 1
+    for row in rows:
+        row["_many_models"] = many
+    makers = {"throughput": throughput, "memory": memory, "scaling": scaling, "loss": losses,
+              "step_time": step_times}
+    return {name: make(rows, folder / f"{name}.png") for name, make in makers.items()}

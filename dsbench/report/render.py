@@ -1,0 +1,98 @@
+"""Tables from report rows: terminal (rich), CSV, JSON and Markdown (pure except the rich console)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+COLUMNS: list[tuple[str, str, str]] = [
+    # (key, header, format)
+    ("strategy", "strategy", "{}"),
+    ("world_size", "ranks", "{}"),
+    ("micro_batch", "micro", "{}"),
+    ("model", "model", "{}"),
+    ("device", "device", "{}"),
+    ("status", "status", "{}"),
+    ("tokens_per_s", "tokens/s", "{:,.0f}"),
+    ("tokens_per_s_range", "p10-p90", "{}"),
+    ("step_time_ms", "step ms", "{:.1f}"),
+    ("peak_memory_mib", "peak mem MiB/rank", "{:,.1f}"),
+    ("model_states_mib", "model states MiB/rank", "{:,.2f}"),
+    ("mfu", "MFU %", "{:.2%}"),
+    ("scaling_efficiency", "scaling eff", "{:.2f}"),
+    ("speedup_vs_ddp", "vs DDP", "{:.2f}x"),
+    ("final_loss", "final loss", "{:.4f}"),
+]
+EXPORT_KEYS = ["strategy", "world_size", "micro_batch", "model", "device", "status", "reason", "repeats", "ok",
+               "tokens_per_s", "tokens_per_s_p10", "tokens_per_s_p90", "step_time_ms", "step_time_ms_min",
+               "step_time_ms_max", "peak_memory_mib", "memory_kind", "model_states_mib", "mfu",
+               "scaling_efficiency", "scaling_baseline", "speedup_vs_ddp", "final_loss", "measured_steps",
+               "warmup_steps"]
+
+
+def cell_text(row: dict[str, Any], key: str, fmt: str) -> str:
+    if key == "tokens_per_s_range":
+        low, high = row.get("tokens_per_s_p10"), row.get("tokens_per_s_p90")
+        return "-" if low is None else f"{low:,.0f}-{high:,.0f}"
+    value = row.get(key)
+    if value is None:
+        return "-"
+    if key == "mfu":
+        return f"{value * 100:.2f}"
+    return fmt.format(value)
+
+
+def method_note(rows: list[dict[str, Any]]) -> str:
+    """How the figures were measured, for every table."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    if not ok:
+        return "no successful cells"
+    steps = sorted({r["measured_steps"] for r in ok})
+    warm = sorted({r["warmup_steps"] for r in ok})
+    reps = sorted({r["repeats"] for r in ok})
+    kinds = sorted({r["memory_kind"] for r in ok if r.get("memory_kind")})
+    memory = {"rss": "peak resident set size (CPU)", "cuda_max_allocated": "torch.cuda.max_memory_allocated"}
+    return (f"Medians over {'/'.join(map(str, steps))} measured steps after {'/'.join(map(str, warm))} warm-up "
+            f"steps, {'/'.join(map(str, reps))} repeat(s); tokens/s is global (all ranks), p10-p90 over measured "
+            "steps; step time is the slowest rank's; peak memory per rank is "
+            f"{', '.join(memory.get(k, k) for k in kinds)}; model states are params+grads+optimizer states+fp32 master "
+            "counted from rank 0's tensors; MFU = achieved FLOP/s per rank (6N + 12·L·h·s per token) / peak; "
+            "scaling efficiency = N-rank tokens/s / (N x 1-rank tokens/s).")
+
+
+def to_rich_table(rows: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="dsbench compare", caption=method_note(rows), caption_justify="left")
+    for _, header, _ in COLUMNS:
+        table.add_column(header, justify="left" if header in ("strategy", "model", "device", "status") else "right")
+    for row in rows:
+        style = None if row["status"] == "ok" else "red"
+        table.add_row(*(cell_text(row, k, f) for k, _, f in COLUMNS), style=style)
+    return table
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| " + " | ".join(h for _, h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell_text(r, k, f) for k, _, f in COLUMNS) + " |" for r in rows]
+    failed = [r for r in rows if r["status"] != "ok"]
+    notes = [f"- {r['strategy']} x{r['world_size']} ({r['model']}): {r['status']}: {r['reason']}" for r in failed]
+    return "\n".join(["# dsbench report", "", *lines, "", method_note(rows), *([""] + notes if notes else [])]) + "\n"
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=EXPORT_KEYS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: row.get(k) for k in EXPORT_KEYS})
+    return buffer.getvalue()
+
+
+def to_json(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
+    cells = [{**{k: row.get(k) for k in EXPORT_KEYS}, "model_states": row.get("model_states"),
+              "runs": [{k: run[k] for k in ("id", "folder", "status", "reason", "command")} for run in row["runs"]]}
+             for row in rows]
+    return json.dumps({"method": method_note(rows), "env": env, "cells": cells}, indent=2) + "\n"

@@ -1,0 +1,59 @@
+import json
+
+import pytest
+
+from dsbench.bench.matrix import DEFAULT_STRATEGIES, STRATEGIES, Cell, cell_launch_args, expand, load_matrix_file
+from dsbench.bench.session import DEFAULTS, matrix_from
+from dsbench.errors import UserError
+
+
+def test_default_matrix_is_single_plus_each_strategy_on_two_ranks():
+    cells = expand(**DEFAULTS)
+    assert [(c.strategy, c.world_size) for c in cells] == [("single", 1)] + [
+        (s, 2) for s in DEFAULT_STRATEGIES if s != "single"]
+    assert len({c.id for c in cells}) == len(cells)
+
+
+def test_expansion_is_the_full_product_with_repeats():
+    cells = expand(["ddp", "zero3"], [1, 2, 4], [1, 2], ["gpt2-tiny", "llama-tiny"], repeats=3)
+    assert len(cells) == 2 * 3 * 2 * 2 * 3
+    assert cells[0].id == "ddp-w1-mb1-gpt2-tiny-r0"
+
+
+def test_single_runs_only_at_one_rank_and_is_added_as_baseline():
+    cells = expand(["single", "ddp"], [2, 4], [2], ["gpt2-tiny"])
+    assert [(c.strategy, c.world_size) for c in cells] == [("single", 1), ("ddp", 2), ("ddp", 4)]
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"strategies": ["zero4"]}, "unknown strategy 'zero4'"),
+    ({"world_sizes": [0]}, ">= 1"),
+    ({"warmup": 20, "steps": 20}, "--warmup must be in 0..19"),
+])
+def test_bad_matrices(kwargs, needle):
+    base = {"strategies": ["ddp"], "world_sizes": [2], "micro_batches": [2], "models": ["gpt2-tiny"]}
+    with pytest.raises(UserError, match=needle):
+        expand(**{**base, **kwargs})
+
+
+def test_matrix_file_yaml_and_json_and_flag_precedence(tmp_path):
+    yaml_file = tmp_path / "m.yaml"
+    yaml_file.write_text("strategies: [ddp, zero2]\nworld_sizes: [1, 2]\nsteps: 8\n")
+    matrix = matrix_from(str(yaml_file), {"steps": 12, "models": None})
+    assert matrix["strategies"] == ["ddp", "zero2"] and matrix["steps"] == 12 and matrix["models"] == ["gpt2-mini"]
+    json_file = tmp_path / "m.json"
+    json_file.write_text(json.dumps({"repeats": 2}))
+    assert load_matrix_file(str(json_file)) == {"repeats": 2}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("strategy: [ddp]\n")
+    with pytest.raises(UserError, match="unexpected matrix keys"):
+        load_matrix_file(str(bad))
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_every_strategy_cell_is_a_valid_launch(cli_run, tmp_path, strategy):
+    cell = Cell(strategy=strategy, world_size=1 if strategy == "single" else 2, micro_batch=2, model="gpt2-tiny")
+    args = cell_launch_args(cell, tmp_path / "cell")
+    result = cli_run("launch", *args[: args.index("--")], "--dry-run", *args[args.index("--"):])
+    assert result.exit_code == 0, result.output
+    assert "--steps 20 --warmup 5 --seq-len 128 --quiet" in result.output
