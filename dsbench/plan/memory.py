@@ -84,21 +84,23 @@ class ModelStates:
         return self.total - self.host - self.nvme
 
 
+# Which components each strategy partitions over the sharding degree (ZeRO paper: P_os, P_os+g, P_os+g+p).
+_ALL = ("params", "grads", "optimizer", "master")
+SHARDED: dict[str, tuple[str, ...]] = {"ddp": (), "zero0": (), "zero1": ("optimizer", "master"),
+                                       "zero2": ("grads", "optimizer", "master"), "zero3": _ALL, "fsdp": _ALL,
+                                       "fsdp_hybrid": _ALL}
+
+
 def model_states(num_params: float, strategy: str, shards: int, acc: Accounting, tp: int = 1, pp: int = 1,
                  offload: Offload = "none", offload_param: Offload = "none") -> ModelStates:
     """Per-rank model-state bytes (ZeRO paper sec. 5; offload per ZeRO-Offload / ZeRO-Infinity)."""
     psi = num_params / (tp * pp)
-    n = max(1, shards)
-    if strategy in ("ddp", "zero0"):
-        params, grads, opt, master = acc.params * psi, acc.grads * psi, acc.optimizer * psi, acc.master * psi
-    elif strategy == "zero1":
-        params, grads, opt, master = acc.params * psi, acc.grads * psi, acc.optimizer * psi / n, acc.master * psi / n
-    elif strategy == "zero2":
-        params, grads, opt, master = acc.params * psi, acc.grads * psi / n, acc.optimizer * psi / n, acc.master * psi / n
-    elif strategy in ("zero3", "fsdp", "fsdp_hybrid"):
-        params, grads, opt, master = (x * psi / n for x in (acc.params, acc.grads, acc.optimizer, acc.master))
-    else:
+    if strategy not in SHARDED:
         raise ValueError(f"unknown strategy {strategy!r}")
+    n = max(1, shards)
+    parts = {name: getattr(acc, name) * psi / (n if name in SHARDED[strategy] else 1)
+             for name in ("params", "grads", "optimizer", "master")}
+    params, grads, opt, master = parts["params"], parts["grads"], parts["optimizer"], parts["master"]
     off_opt = opt + master if offload != "none" else 0.0
     # ZeRO-Offload also moves the fp32 gradient partition to the host for the CPU optimizer step.
     off_grad = grads if offload != "none" and strategy in ("zero1", "zero2", "zero3") else 0.0
