@@ -101,15 +101,17 @@ def model_states(num_params: float, strategy: str, shards: int, acc: Accounting,
     parts = {name: getattr(acc, name) * psi / (n if name in SHARDED[strategy] else 1)
              for name in ("params", "grads", "optimizer", "master")}
     params, grads, opt, master = parts["params"], parts["grads"], parts["optimizer"], parts["master"]
-    off_opt = opt + master if offload != "none" else 0.0
-    # ZeRO-Offload also moves the fp32 gradient partition to the host for the CPU optimizer step.
-    off_grad = grads if offload != "none" and strategy in ("zero1", "zero2", "zero3") else 0.0
-    off_param = params if offload_param != "none" and strategy == "zero3" else 0.0
-    host = (off_opt if offload == "cpu" else 0.0) + (off_grad if offload == "cpu" else 0.0) + \
-        (off_param if offload_param == "cpu" else 0.0)
-    nvme = (off_opt if offload == "nvme" else 0.0) + (off_param if offload_param == "nvme" else 0.0)
-    if offload == "nvme":
-        host += off_grad  # gradients stage through CPU RAM on their way to the NVMe-swapped optimizer
+    host = nvme = 0.0
+    if offload != "none" and strategy in ("zero1", "zero2", "zero3"):
+        # ZeRO-Offload: the optimizer (fp32 master + moments) and an fp32 copy of the gradient partition live on
+        # the host; 16-bit gradients stream out bucket by bucket, so the device keeps none between steps.
+        grads = 4 * psi / n
+        moved = opt + master
+        host += grads + (moved if offload == "cpu" else 0.0)
+        nvme += moved if offload == "nvme" else 0.0
+    if offload_param != "none" and strategy == "zero3":
+        host += params if offload_param == "cpu" else 0.0
+        nvme += params if offload_param == "nvme" else 0.0
     return ModelStates(params=params, grads=grads, optimizer=opt, master=master, host=host, nvme=nvme)
 
 

@@ -1,0 +1,156 @@
+"""The planner against published tables, DeepSpeed's own estimators, and the seeds' formulas."""
+
+import json
+from decimal import ROUND_HALF_UP, Decimal
+
+import pytest
+
+from dsbench.models import PRESETS
+from dsbench.plan.comm import bubble_fraction, ring_bytes, ring_seconds
+from dsbench.plan.hardware import Link
+from dsbench.plan.memory import ACCOUNTINGS, activation_bytes, model_states
+
+MIXED16, MIXED12 = ACCOUNTINGS["mixed16"], ACCOUNTINGS["mixed12"]
+
+# ZeRO paper (Rajbhandari et al. 2020) Table 1: per-device model-state memory in GB, K = 12, for
+# P_os / P_os+g / P_os+g+p. Values exactly as printed (the paper truncates to its shown precision).
+ZERO_TABLE_1 = {
+    7.5e9: {1: ("120", "120", "120"), 4: ("52.5", "41.3", "30"), 16: ("35.6", "21.6", "7.5"),
+            64: ("31.4", "16.6", "1.88"), 256: ("30.4", "15.4", "0.47"), 1024: ("30.1", "15.1", "0.12")},
+    128e9: {1: ("2048", "2048", "2048"), 4: ("896", "704", "512"), 16: ("608", "368", "128"),
+            64: ("536", "284", "32"), 256: ("518", "263", "8"), 1024: ("513", "257", "2")},
+    1e12: {1: ("16000", "16000", "16000"), 4: ("7000", "5500", "4000"), 16: ("4750", "2875", "1000"),
+           64: ("4187", "2218", "250"), 256: ("4046", "2054", "62.5"), 1024: ("4011", "2013", "15.6")},
+}
+
+
+def _paper_rounding(value: float, printed: str) -> bool:
+    """Equal to the printed figure when rounded or truncated to its number of decimals."""
+    decimals = len(printed.split(".")[1]) if "." in printed else 0
+    unit, target = 10 ** -decimals, float(printed)
+    rounded_half_up = abs(value - target) <= unit / 2 + 1e-9
+    truncated = 0 <= value - target < unit
+    return rounded_half_up or truncated
+
+
+@pytest.mark.parametrize("psi", list(ZERO_TABLE_1))
+@pytest.mark.parametrize("dp", [1, 4, 16, 64, 256, 1024])
+def test_zero_paper_table_1(psi, dp):
+    for strategy, printed in zip(("zero1", "zero2", "zero3"), ZERO_TABLE_1[psi][dp], strict=True):
+        gb = model_states(psi, strategy, dp, MIXED16).total / 1e9
+        assert _paper_rounding(gb, printed), (psi, dp, strategy, gb, printed)
+
+
+def test_seed_000_zero_table_1_3b_on_8_gpus_12_bytes():
+    totals = [model_states(1.3e9, s, 8, MIXED12).total / 1e9 for s in ("ddp", "zero1", "zero2", "zero3")]
+    assert [float(Decimal(str(t)).quantize(Decimal("0.1"), ROUND_HALF_UP)) for t in totals] == [15.6, 6.5, 4.2, 2.0]
+
+
+def test_seed_002_table_7b_on_4_gpus_12_bytes():
+    rows = {s: model_states(7e9, s, 4, MIXED12) for s in ("ddp", "zero1", "zero2", "zero3")}
+    assert [rows[s].total / 1e9 for s in rows] == [84.0, 42.0, 31.5, 21.0]
+    assert (rows["zero2"].params / 1e9, rows["zero2"].grads / 1e9) == (14.0, 3.5)
+
+
+# DeepSpeed's estimators, formulas of deepspeed 0.19.8 (runtime/zero/stage_1_and_2.py and stage3.py).
+@pytest.mark.parametrize("psi, gpn, nodes", [(1.3e9, 8, 1), (7e9, 4, 2), (70e9, 8, 8), (125e6, 2, 1)])
+def test_agrees_with_deepspeed_zero2_estimator(psi, gpn, nodes):
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs as ds_zero2
+
+    n = gpn * nodes
+    cpu, gpu = ds_zero2(psi, gpn, nodes, cpu_offload=False, additional_buffer_factor=1.0)
+    ours = model_states(psi, "zero2", n, MIXED16)
+    # DeepSpeed also counts an fp32 copy of the gradient partition (4 bytes/param / N)
+    assert gpu == pytest.approx(ours.device + 4 * psi / n, rel=1e-9)
+    cpu, gpu = ds_zero2(psi, gpn, nodes, cpu_offload=True, additional_buffer_factor=1.0)
+    off = model_states(psi, "zero2", n, MIXED16, offload="cpu")
+    assert gpu == pytest.approx(off.device) and off.host * gpn == pytest.approx(16 * psi / nodes)
+    if 4 * n <= 16:  # DeepSpeed's host figure is max(4 x GPUs, 16) bytes/param: 16 = our host states
+        assert cpu == pytest.approx(off.host * gpn * nodes)
+
+
+@pytest.mark.parametrize("psi, gpn, nodes", [(1.3e9, 8, 1), (7e9, 4, 2), (70e9, 8, 8)])
+def test_agrees_with_deepspeed_zero3_estimator(psi, gpn, nodes):
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs as ds_zero3
+
+    n, largest = gpn * nodes, 32000 * 4096
+    _, gpu, _ = ds_zero3(psi, largest, gpn, nodes, cpu_offload=False, cpu_offload_params=False,
+                         additional_buffer_factor=1.0)
+    ours = model_states(psi, "zero3", n, MIXED16)
+    # DeepSpeed: 4 bytes x largest layer gathered (16-bit weights + grads) and 18 = 2+4+4+8 bytes/param / N
+    # (an fp32 gradient partition instead of a 16-bit one): +2 bytes/param / N over the paper's 16.
+    assert gpu == pytest.approx(ours.device + 2 * psi / n + 4 * largest, rel=1e-9)
+    cpu, gpu, _ = ds_zero3(psi, largest, gpn, nodes, cpu_offload=True, cpu_offload_params=True,
+                           additional_buffer_factor=1.0)
+    off = model_states(psi, "zero3", n, MIXED16, offload="cpu", offload_param="cpu")
+    assert off.device == 0 and gpu == 4 * largest
+    assert cpu == pytest.approx(off.host * gpn)  # 18 bytes/param / nodes
+
+
+def test_offload_to_nvme_moves_optimizer_off_host():
+    states = model_states(7e9, "zero3", 8, MIXED16, offload="nvme", offload_param="nvme")
+    assert states.device == 0 and states.nvme == pytest.approx((2 + 8 + 4) * 7e9 / 8)
+
+
+def test_ring_allreduce_seed_001_example():
+    """8 GPUs, 28 GB of gradients over NVLink 600 GB/s: 2 x 28/600 x 7/8 = 0.082 s."""
+    nvlink = Link("nvlink", 600.0, 0.0, "seed")
+    assert ring_seconds("all-reduce", 28e9, 8, nvlink) == pytest.approx(0.0817, abs=5e-4)
+    assert ring_bytes("all-reduce", 28e9, 8) == pytest.approx(2 * 28e9 * 7 / 8)
+    assert ring_bytes("all-gather", 28e9, 8) == pytest.approx(28e9 * 7 / 8) and ring_bytes("all-reduce", 1, 1) == 0
+
+
+@pytest.mark.parametrize("stages, micro, expected", [(8, 32, 0.179), (8, 64, 0.099), (2, 8, 0.111), (8, 1, 0.875)])
+def test_bubble_matches_seed_tables(stages, micro, expected):
+    assert bubble_fraction(stages, micro) == pytest.approx(expected, abs=5e-4)
+
+
+def test_activation_formula_korthikanti():
+    """Per layer s·b·h·(34 + 5·a·s/h) bytes at t = 1 without flash attention; logits added once."""
+    s, b, h, a, L, v = 2048, 1, 4096, 32, 32, 32000
+    got = activation_bytes(s, b, h, a, L, v, flash_attention=False)
+    assert got == pytest.approx(L * s * b * h * (34 + 5 * a * s / h) + s * b * v * 6)
+    ckpt = activation_bytes(s, b, h, a, L, v, checkpointing=True)
+    assert ckpt < got / 5
+
+
+def test_fp32_accounting_matches_what_the_worker_counts():
+    """gpt2-tiny on 2 CPU ranks: figures the worker measured from tensors (tests/integration repeats this live)."""
+    n = PRESETS["gpt2-tiny"].num_params()
+    fp32, ds32 = ACCOUNTINGS["fp32"], ACCOUNTINGS["fp32_deepspeed"]
+    assert model_states(n, "ddp", 2, fp32).total == 6057984
+    assert model_states(n, "fsdp", 2, fp32).total == 3028992
+    assert model_states(n, "zero2", 2, ds32).total == 4543488
+    assert model_states(n, "zero3", 2, ds32).total == pytest.approx(3851776, rel=0.05)
+
+
+def test_plan_cli_tables_and_json(cli_run):
+    text = cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--gpu-mem", "80")
+    assert text.exit_code == 0 and "recommended:" in text.output and "dsbench launch" in text.output
+    result = cli_run("plan", "--params", "70e9", "--nodes", "8", "--gpus-per-node", "8", "--interconnect",
+                     "infiniband", "--json")
+    data = json.loads(result.output)
+    assert data["cluster"]["nodes"] == 8 and data["model"]["source"] == "synthetic"
+    top = next(c for c in data["candidates"] if c["rank"] == 1)
+    assert top["fits"] and top["tp"] == 8  # tensor parallel inside the NVLink node, data parallel across
+    ddp = next(c for c in data["candidates"] if c["name"] == "ddp")
+    assert not ddp["fits"] and "needs" in ddp["reason"]
+
+
+def test_plan_explains_a_config(cli_run, tmp_path):
+    cli_run("render", "--preset", "zero3_offload", "--world-size", "8", "--model", "llama-7b", "--precision", "bf16",
+            "-o", "ds.json")
+    data = json.loads(cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--config", "ds.json", "--json").output)
+    first = data["candidates"][0]
+    assert first["reason"] == "the given --config" and first["offload_param"] == "cpu"
+    assert first["memory_gib"]["offloaded_host"] > 0
+
+
+@pytest.mark.parametrize("args, needle", [(["--model", "gpt2", "--params", "1e9"], "exactly one"),
+                                          (["--params", "7e9", "--gpu", "tpu"], "--gpu 'tpu' is unknown"),
+                                          (["--params", "7e9", "--nodes", "2", "--interconnect", "smoke"],
+                                           "--interconnect 'smoke'"),
+                                          (["--params", "7e9", "--gpus", "12", "--gpus-per-node", "8"], "!=")])
+def test_plan_bad_input(cli_run, args, needle):
+    result = cli_run("plan", *args)
+    assert result.exit_code == 2 and needle in result.output
