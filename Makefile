@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-unit test-dist lint format configs schema clean
+.PHONY: venv demo test test-unit test-dist lint format configs schema bench-overhead clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,10 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
+# The default comparison: gpt2-mini on the embedded corpus, 2 CPU ranks, single/ddp/fsdp/zero1/zero2/zero3/
+# zero2+cpu offload; writes runs/compare-*/report/report.html.
 demo: venv
-	$(BIN)/dsbench demo
+	$(BIN)/dsbench compare
 
 test: venv
 	scripts/ensure_system_deps.sh
@@ -43,6 +45,10 @@ configs: venv
 # Regenerate dsbench/data/ds_schema.json from the installed DeepSpeed.
 schema: venv
 	$(BIN)/python scripts/gen_ds_schema.py
+
+# Harness overhead: minimal DeepSpeed loop vs dsbench.train, same ZeRO-2 config, interleaved.
+bench-overhead: venv
+	$(BIN)/python scripts/bench_harness_overhead.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache runs

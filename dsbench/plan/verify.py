@@ -1,0 +1,84 @@
+"""``dsbench plan --verify``: run the top candidates for a few steps and put predicted beside measured.
+
+Each candidate that ``dsbench launch`` can run (DDP, ZeRO 0-3 with offload, FSDP2) runs as a compare
+cell on this machine with the planned model, micro-batch and ranks; the planner's per-rank
+model-state bytes for the same run (precision and accounting of the run) are compared with the
+bytes the worker counted from its tensors, and predicted vs measured peak memory where the device is
+a GPU (CUDA max allocated).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from dsbench.plan.memory import accounting_for, model_states
+
+# planner strategy -> compare strategy name
+_RUNNABLE = {("ddp", "none"): "ddp", ("zero1", "none"): "zero1", ("zero2", "none"): "zero2",
+             ("zero3", "none"): "zero3", ("fsdp", "none"): "fsdp", ("zero2", "cpu"): "zero2_offload",
+             ("zero3", "cpu"): "zero3_offload"}
+
+
+def verify(result: dict[str, Any], opts: dict[str, Any], count: int = 3, steps: int = 6) -> list[dict[str, Any]]:
+    """Run up to ``count`` top-ranked runnable candidates; return predicted vs measured rows."""
+    from dsbench.bench.compare import run_cell
+    from dsbench.bench.matrix import Cell
+    from dsbench.envinfo import default_ranks, local_gpu_count
+
+    if not opts.get("model"):
+        return [{"error": "--verify needs --model (a runnable model, not --params)"}]
+    ranks = result["cluster"]["gpus_per_node"] if result["cluster"]["nodes"] == 1 else default_ranks()
+    precision = "fp32" if local_gpu_count() == 0 else result["workload"]["precision"]
+    chosen = [c for c in result["candidates"] if c["rank"] and c["tp"] == 1 and c["pp"] == 1
+              and not c["activation_checkpointing"] and (c["strategy"], c["offload"]) in _RUNNABLE]
+    out_dir = Path(f"runs/plan-verify-{time.strftime('%Y%m%d-%H%M%S')}")
+    rows = []
+    for cand in chosen[:count]:
+        name = _RUNNABLE[(cand["strategy"], cand["offload"])]
+        cell = Cell(strategy=name, world_size=ranks, micro_batch=result["workload"]["micro_batch"],
+                    model=opts["model"], steps=steps, warmup=2, seq_len=result["workload"]["seq_len"],
+                    precision=precision)
+        run = run_cell(cell, out_dir / cell.id, timeout=900, nvme_path=None)
+        rows.append(_compare(cand, run.folder, result["model"]["params"], ranks, precision, run.status))
+    return rows
+
+
+def _compare(cand: dict[str, Any], folder: Path, params: int, ranks: int, precision: str,
+             status: str) -> dict[str, Any]:
+    import json
+
+    row: dict[str, Any] = {"candidate": cand["name"], "folder": str(folder), "status": status}
+    if status != "ok":
+        return row
+    summary = json.loads((folder / "summary.json").read_text())
+    measured = summary["model_state_bytes_per_rank"][0]["total"]
+    acc = accounting_for(precision, cand["strategy"])
+    predicted = model_states(params, cand["strategy"], ranks, acc, offload=cand["offload"],
+                             offload_param=cand["offload_param"]).total
+    row.update(predicted_model_state_bytes=predicted, measured_model_state_bytes=measured,
+               model_state_error=(predicted - measured) / measured, accounting=acc.name,
+               measured_peak_memory_bytes=max(summary["peak_memory_bytes_per_rank"]),
+               memory_kind=summary["memory_kind"], tokens_per_s=summary["tokens_per_s"]["median"])
+    return row
+
+
+def print_verify(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="predicted vs measured (model states per rank, bytes counted from tensors)")
+    for col in ("candidate", "status", "accounting", "predicted MiB", "measured MiB", "error", "peak MiB (kind)"):
+        table.add_column(col)
+    for row in rows:
+        if "error" in row:
+            Console().print(row["error"])
+            continue
+        ok = row["status"] == "ok"
+        table.add_row(row["candidate"], row["status"], row.get("accounting", "-"),
+                      f"{row['predicted_model_state_bytes'] / 2**20:,.2f}" if ok else "-",
+                      f"{row['measured_model_state_bytes'] / 2**20:,.2f}" if ok else "-",
+                      f"{row['model_state_error']:+.1%}" if ok else "-",
+                      f"{row['measured_peak_memory_bytes'] / 2**20:,.0f} ({row['memory_kind']})" if ok else "-")
+    Console().print(table)
