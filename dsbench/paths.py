@@ -14,7 +14,9 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def _candidates(name: str) -> list[Path]:
-    roots = [_PACKAGE.parent, Path(sys.prefix) / "share" / "dsbench",
+    # source tree / editable install; the install prefix of this very file (<prefix>/lib/pythonX.Y/site-packages/
+    # dsbench); the running interpreter's prefix.
+    roots = [_PACKAGE.parent, _PACKAGE.parents[3] / "share" / "dsbench", Path(sys.prefix) / "share" / "dsbench",
              Path(sysconfig.get_path("data")) / "share" / "dsbench"]
     return [root / name for root in roots]
 
