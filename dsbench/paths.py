@@ -16,8 +16,10 @@ _PACKAGE = Path(__file__).resolve().parent
 def _candidates(name: str) -> list[Path]:
     # source tree / editable install; the install prefix of this very file (<prefix>/lib/pythonX.Y/site-packages/
     # dsbench); the running interpreter's prefix.
-    roots = [_PACKAGE.parent, _PACKAGE.parents[3] / "share" / "dsbench", Path(sys.prefix) / "share" / "dsbench",
+    roots = [_PACKAGE.parent, Path(sys.prefix) / "share" / "dsbench",
              Path(sysconfig.get_path("data")) / "share" / "dsbench"]
+    if len(_PACKAGE.parents) > 3:
+        roots.insert(1, _PACKAGE.parents[3] / "share" / "dsbench")
     return [root / name for root in roots]
 
 

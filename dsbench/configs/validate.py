@@ -17,6 +17,7 @@ from dsbench.configs.findings import Finding
 from dsbench.configs.overrides import get_path
 from dsbench.configs.schema import unknown_keys
 
+WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
 
@@ -175,12 +176,14 @@ def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Fin
         out.append(Finding(severity="error", code="fp16-and-bf16", path="bf16.enabled",
                            message="fp16 and bf16 are both enabled; DeepSpeed asserts at start-up",
                            fix="enable only one of fp16.enabled / bf16.enabled"))
-    warmup = get_path(config, "scheduler.params.warmup_num_steps")
-    if get_path(config, "scheduler.type") in ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR") and \
-            _int_or_none(warmup) is not None and warmup < 2:
-        out.append(Finding(severity="warning", code="warmup-below-2", path="scheduler.params.warmup_num_steps",
-                           message=f"DeepSpeed raises warmup_num_steps {warmup} to 2 (runtime/lr_schedules.py), so "
-                                   "step 1 runs at warmup_min_lr and makes no update",
+    warmup = _int_or_none(get_path(config, "scheduler.params.warmup_num_steps"))
+    if get_path(config, "scheduler.type") in WARMUP_SCHEDULERS and warmup is not None and warmup < 2:
+        zero = warmup < 1
+        out.append(Finding(severity="error" if zero else "warning", code="warmup-below-2",
+                           path="scheduler.params.warmup_num_steps",
+                           message=f"DeepSpeed raises ValueError for warmup_num_steps {warmup}" if zero else
+                           "DeepSpeed raises warmup_num_steps 1 to 2 (runtime/lr_schedules.py), so step 1 runs at "
+                           "warmup_min_lr and makes no update",
                            fix="delete the scheduler for a constant LR, or use warmup_num_steps >= 2"))
     pp, _ = parallel_degrees(config)
     if pp > 1 and stage >= 2:

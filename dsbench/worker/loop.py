@@ -18,6 +18,8 @@ class LoopSettings:
     seq_len: int
     flops_per_token: int
     peak_tflops: float | None
+    tp: int = 1
+    """Tensor-parallel degree: TP groups are consecutive ranks and share a batch; each does 1/tp of its FLOPs."""
 
 
 def _sync(device: str) -> None:
@@ -41,8 +43,8 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings, e
     import torch
 
     device, world = dist_info.device, dist_info.world_size
-    ga, dp_rank = plan.grad_accum, dist_info.rank  # data-parallel rank = global rank (no TP/PP here)
-    rank_tokens = plan.micro_batch * ga * settings.seq_len
+    ga, dp_rank = plan.grad_accum, dist_info.rank // settings.tp
+    rank_tokens = plan.micro_batch * ga * settings.seq_len / settings.tp  # tokens' worth of work per rank
     global_tokens = plan.global_batch * settings.seq_len
     for step in range(settings.steps):
         batches = [plan.micro_batch_for(step, m, dp_rank).to(device) for m in range(ga)]

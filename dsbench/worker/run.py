@@ -70,11 +70,12 @@ def run(args: argparse.Namespace) -> int:
                             train_steps=args.steps, precision=args.precision, hidden_size=shape.hidden)
         ds_config = setup.load_ds_config(setup.deepspeed_config_path(args.deepspeed_config), inputs, world)
         micro, accum = ds_config["train_micro_batch_size_per_gpu"], ds_config.get("gradient_accumulation_steps", 1)
+    tp = setup.tensor_parallel_size(ds_config)  # DeepSpeed AutoTP: ranks of a TP group read the same batch
+    dp = world // tp
     info = dist.init(strategy)
     folder = _run_dir(args, strategy) if info.is_main else None
     tokenizer = load_tokenizer(shape.path if shape.source != "preset" else None)
-    plan = build_plan(token_ids(tokenizer, args.dataset, args.text_field), args.seq_len, args.seed, micro, accum,
-                      world)
+    plan = build_plan(token_ids(tokenizer, args.dataset, args.text_field), args.seq_len, args.seed, micro, accum, dp)
     model = build_model(shape, args.seed, args.trust_remote_code, args.activation_checkpointing)
     precision = setup.precision_of(ds_config, args.precision)
     reshard, cpu_offload = setup.fsdp_options_from_env(args.fsdp_reshard, args.fsdp_cpu_offload)
@@ -86,16 +87,16 @@ def run(args: argparse.Namespace) -> int:
     peak, peak_source = device_peak(info.device, precision, args.peak_tflops)
     flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, args.seq_len)
     settings = LoopSettings(steps=args.steps, warmup=args.warmup, seq_len=args.seq_len, flops_per_token=flops,
-                            peak_tflops=peak)
+                            peak_tflops=peak, tp=tp)
     writer = JsonlWriter(folder / METRICS) if folder else None
     records: list[dict[str, Any]] = []
     if writer:
         definition = {"strategy": strategy, "model": shape.to_dict(), "ds_config": ds_config, "seq_len": args.seq_len,
                       "micro_batch": micro, "grad_accum": accum, "world_size": world, "precision": precision,
-                      "seed": args.seed, "fsdp": {"reshard": reshard, "cpu_offload": cpu_offload}
+                      "seed": args.seed, "tp": tp, "fsdp": {"reshard": reshard, "cpu_offload": cpu_offload}
                       if strategy == "fsdp" else None, "activation_checkpointing": args.activation_checkpointing}
         head = setup.header(**definition, run_id=folder.name, config_hash=setup.config_hash(definition),
-                            device=info.device, backend=info.backend, dp_size=world, global_batch=plan.global_batch,
+                            device=info.device, backend=info.backend, dp_size=dp, global_batch=plan.global_batch,
                             steps=args.steps, warmup_steps=args.warmup, dataset=args.dataset or "embedded:pydoc_data",
                             tokens=int(plan.sequences.numel()), num_params=shape.num_params(),
                             flops_per_token=flops, peak_tflops=peak, peak_tflops_source=peak_source)

@@ -8,13 +8,14 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, auto_paths, fill_auto
 from dsbench.configs.findings import has_errors
 from dsbench.configs.loader import load_config_strict
-from dsbench.configs.validate import ValidateContext, validate
+from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validate
 from dsbench.envinfo import machine, versions
 from dsbench.errors import UserError
 
@@ -49,11 +50,25 @@ def fsdp_options_from_env(reshard: bool, cpu_offload: bool) -> tuple[bool, bool]
     return reshard, cpu_offload
 
 
+def tensor_parallel_size(config: dict[str, Any] | None) -> int:
+    """DeepSpeed AutoTP degree (``tensor_parallel.autotp_size``), 1 without it."""
+    size = ((config or {}).get("tensor_parallel") or {}).get("autotp_size", 1)
+    return size if isinstance(size, int) and size > 0 else 1
+
+
 def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> dict[str, Any]:
     """Read the config, fill "auto" as the HF Trainer would from the worker's own arguments, and validate it."""
-    config, unresolved = fill_auto(load_config_strict(path), inputs)
+    raw = load_config_strict(path)
+    tp = tensor_parallel_size(raw)
+    if world_size % tp:
+        raise UserError(f"{path}: tensor_parallel.autotp_size {tp} does not divide the world size {world_size}")
+    config, unresolved = fill_auto(raw, replace(inputs, data_parallel_size=world_size // tp))
     if unresolved:
         raise UserError(f"{path}: cannot resolve 'auto' at {', '.join(unresolved)}")
+    scheduler = config.get("scheduler") or {}
+    if scheduler.get("type") in WARMUP_SCHEDULERS and (scheduler.get("params") or {}).get("warmup_num_steps") == 0:
+        # DeepSpeed rejects 0 warm-up steps; no warm-up means a constant LR, as dsbench renders it.
+        del config["scheduler"]
     findings = validate(config, ValidateContext(world_size=world_size), deepspeed_check=False)
     if has_errors(findings):
         raise UserError(f"{path}: " + "; ".join(f.line() for f in findings if f.severity == "error"))

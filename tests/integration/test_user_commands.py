@@ -15,11 +15,16 @@ WORKER = ["--steps", "8", "--warmup", "2", "--quiet"]
 
 
 def test_deepspeed_launcher_with_hostfile_and_shipped_config(tmp_path):
-    """deepspeed --hostfile ... --module dsbench.train --deepspeed_config ds_configs/zero2.json ("auto" kept)."""
+    """deepspeed --hostfile ... --module dsbench.train --deepspeed_config ds_configs/zero2.json ("auto" kept).
+
+    A hostfile makes DeepSpeed ssh to its hosts; without sshd here, --no_ssh --node_rank 0 runs this node's
+    part of the same hostfile launch (DeepSpeed's documented mode for clusters without passwordless ssh).
+    """
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost slots=2\n")
     out = tmp_path / "run"
-    result = run_command([bin_path("deepspeed"), "--hostfile", str(hostfile), "--master_port", "29731",
+    result = run_command([bin_path("deepspeed"), "--hostfile", str(hostfile), "--no_ssh", "--node_rank", "0",
+                          "--master_addr", "127.0.0.1", "--master_port", "29731",
                           "--module", "dsbench.train", "--deepspeed_config", "ds_configs/zero2.json",
                           "--out", str(out), *WORKER], cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -70,12 +70,14 @@ def test_keep_auto_leaves_auto_except_explicit_flags():
 
 
 def test_no_warmup_means_no_scheduler():
-    """DeepSpeed's WarmupLR raises warmup_num_steps to 2, so "no warm-up" must mean "no scheduler"."""
+    """DeepSpeed's WarmupLR rejects 0 warm-up steps and raises 1 to 2, so "no warm-up" means "no scheduler"."""
     config, _ = render_config({"zero": 1})
     assert "scheduler" not in config
-    findings = validate({**config, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}},
-                        ValidateContext(world_size=1), deepspeed_check=False)
-    assert [f.code for f in findings] == ["warmup-below-2"]
+    for steps, severity in ((0, "error"), (1, "warning")):
+        findings = validate({**config, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": steps}}},
+                            ValidateContext(world_size=1), deepspeed_check=True)
+        assert [(f.code, f.severity) for f in findings if f.code.startswith("warmup")] == [("warmup-below-2",
+                                                                                            severity)]
 
 
 def test_global_batch_derives_accumulation():
