@@ -17,7 +17,9 @@ def test_wheel_install_renders_presets(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(wheel_dir), str(ROOT)], check=True, capture_output=True)
     [wheel] = wheel_dir.glob("dsbench-*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--prefix", str(prefix), str(wheel)],
+    # --ignore-installed: never uninstall the dsbench this environment already has (e.g. an editable one)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q", "--prefix",
+                    str(prefix), str(wheel)],
                    check=True, capture_output=True)
     [site] = prefix.glob("lib/python*/site-packages")
     check = ("import dsbench, json; from dsbench.configs.api import render_config; "
