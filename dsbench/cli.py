@@ -220,11 +220,11 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
         click.echo(f"# {path}:\n" + "".join(f"#   {line}\n" for line in text.splitlines()), nl=False)
     click.echo(prepared.command.shell_line())
     if not dry_run:
-        from dsbench.runner import last_error, run
+        from dsbench.runner import first_error, run
 
         code = run(prepared.command, log_path=folder / "launch.log")
         if code != 0:
-            reason = last_error(folder / "launch.log") or "no error line in the log"
+            reason = first_error(folder / "launch.log") or "no error line in the log"
             click.echo(f"dsbench: error: launch failed with exit code {code}: {reason} (log: {folder}/launch.log)",
                        err=True)
         sys.exit(code)

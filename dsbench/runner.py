@@ -70,14 +70,18 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
             log.close()
 
 
-def last_error(log_path: Path) -> str | None:
-    """The last line of a launch log that reports an error (a rank's ``dsbench.train: error:`` first)."""
+def first_error(log_path: Path) -> str | None:
+    """The line that names why a launch failed: the first rank's ``dsbench.train: error:`` (the root cause;
+    other ranks then fail in collectives), else the launcher's last error-looking line."""
     try:
-        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = [line.strip() for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines()]
     except OSError:
         return None
-    for marker in ("dsbench.train: error:", "terminate called", "exits with return code", "Error", "error"):
-        found = [line.strip() for line in lines if marker in line]
+    rank_errors = [line for line in lines if "dsbench.train: error:" in line]
+    if rank_errors:
+        return rank_errors[0]
+    for marker in ("terminate called", "exits with return code", "Error", "error"):
+        found = [line for line in lines if marker in line]
         if found:
             return found[-1]
     return None

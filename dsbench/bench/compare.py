@@ -87,7 +87,7 @@ def _watch(metrics: Path, stop: threading.Event, on_step: Callable[[dict[str, An
 def run_cell(cell: Cell, folder: Path, timeout: float, nvme_path: str | None,
              on_step: Callable[[dict[str, Any]], None] = lambda r: None) -> CellResult:
     """Launch one cell and record its outcome; a failure is recorded, not raised."""
-    from dsbench.runner import last_error, run
+    from dsbench.runner import first_error, run
 
     argv = cell_command(cell, folder, nvme_path)
     started = time.time()
@@ -106,7 +106,7 @@ def run_cell(cell: Cell, folder: Path, timeout: float, nvme_path: str | None,
     ok = code == 0 and (folder / "summary.json").exists()
     outcome = "ok" if ok else "timeout" if code == 124 else "failed"
     reason = None if ok else (f"timed out after {timeout:.0f} s" if code == 124 else
-                              f"exit code {code}: {last_error(folder / 'compare.log') or 'no error line in the log'}")
+                              f"exit code {code}: {first_error(folder / 'compare.log') or 'no error line in the log'}")
     status.update(status=outcome, exit_code=code, reason=reason, finished=time.time(),
                   duration_s=round(time.time() - started, 1))
     atomic_write_json(folder / "cell.json", status)
