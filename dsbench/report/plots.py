@@ -24,7 +24,7 @@ def _figure(width: float = 9.0, height: float = 4.5) -> tuple[Any, Any]:
 
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -50,7 +50,7 @@ def memory(rows: list[dict[str, Any]], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     plt.close("all")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5), dpi=110, gridspec_kw={"wspace": 0.55})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.2), dpi=110)
     labels = [_label(r) for r in ok]
     bottom = [0.0] * len(ok)
     for key, name in STATE_PARTS:
@@ -59,7 +59,7 @@ def memory(rows: list[dict[str, Any]], path: Path) -> Path:
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     left.set_ylabel("MiB per rank (rank 0, counted from tensors)")
     left.set_title("Model states per rank")
-    left.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2)
     kind = ok[0].get("memory_kind", "") if ok else ""
     right.bar(labels, [r["peak_memory_mib"] for r in ok], color="#dd8452")
     right.set_ylabel("MiB per rank (" + ("peak RSS: includes runtime and activations" if kind == "rss"

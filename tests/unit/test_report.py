@@ -1,0 +1,77 @@
+"""Reports from stored run folders only (no re-run): rows, derived figures, every artefact, merging."""
+
+import csv
+import io
+import json
+
+import pytest
+
+from dsbench.report.build import build_report
+from dsbench.report.collect import collect
+from dsbench.report.render import to_csv, to_markdown
+from tests.conftest import DATA
+
+COMPARE = DATA / "runs" / "compare-cpu"
+LAUNCH = DATA / "runs" / "launch-zero3"
+
+
+def summary(cell_id):
+    return json.loads((COMPARE / "cells" / cell_id / "summary.json").read_text())
+
+
+def test_rows_and_derived_figures_from_summaries():
+    rows = {r["strategy"]: r for r in collect([COMPARE])}
+    assert set(rows) == {"single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload", "zero3_nvme"}
+    single = summary("single-w1-mb2-gpt2-mini-r0")["tokens_per_s"]["median"]
+    ddp = summary("ddp-w2-mb2-gpt2-mini-r0")["tokens_per_s"]["median"]
+    zero3 = summary("zero3-w2-mb2-gpt2-mini-r0")["tokens_per_s"]["median"]
+    assert rows["ddp"]["tokens_per_s"] == ddp
+    assert rows["ddp"]["scaling_efficiency"] == pytest.approx(ddp / (2 * single))  # seeds/000 definition
+    assert rows["ddp"]["scaling_baseline"] == "single" and rows["single"]["scaling_efficiency"] == pytest.approx(1)
+    assert rows["zero3"]["speedup_vs_ddp"] == pytest.approx(zero3 / ddp)
+    mfu = summary("ddp-w2-mb2-gpt2-mini-r0")["mfu"]["median"]
+    assert rows["ddp"]["mfu"] == pytest.approx(mfu) and 0 < mfu < 1
+    states = summary("zero3-w2-mb2-gpt2-mini-r0")["model_state_bytes_per_rank"][0]["total"]
+    assert rows["zero3"]["model_states_mib"] == pytest.approx(states / 2**20)
+    failed = rows["zero3_nvme"]
+    assert failed["status"] == "failed" and "libaio" in failed["reason"] and failed.get("tokens_per_s") is None
+
+
+def test_every_artefact_is_written(tmp_path):
+    report = build_report([COMPARE / "cells"], tmp_path)
+    for name in ("markdown", "csv", "json", "html", "png:throughput", "png:memory", "png:scaling", "png:loss",
+                 "png:step_time"):
+        assert report.files[name].stat().st_size > 0, name
+    html = report.files["html"].read_text()
+    assert html.count("data:image/png;base64,") == 5 and "hand-made fixture of a failed cell" in html
+    assert "-m dsbench launch --strategy ddp --launcher torchrun" in html  # each cell's exact command
+    assert '"stage": 3' in html  # and its DeepSpeed config
+    rows = list(csv.DictReader(io.StringIO(report.files["csv"].read_text())))
+    assert len(rows) == 8 and {r["status"] for r in rows} == {"ok", "failed"}
+    data = json.loads(report.files["json"].read_text())
+    assert "warm-up" in data["method"] and len(data["cells"]) == 8
+
+
+def test_markdown_names_units_and_method():
+    text = to_markdown(collect([COMPARE]))
+    assert "tokens/s" in text and "peak mem MiB/rank" in text
+    assert "Medians over 15 measured steps after 5 warm-up" in text
+    assert "zero3_nvme x2 (gpt2-mini): failed" in text
+
+
+def test_merging_a_compare_and_a_plain_launch_folder():
+    rows = collect([COMPARE, LAUNCH])
+    launched = [r for r in rows if r["model"] == "gpt2-tiny"]
+    assert len(rows) == 9 and [r["strategy"] for r in launched] == ["zero3"]
+    assert launched[0]["status"] == "ok" and launched[0]["world_size"] == 2
+    assert "gpt2-tiny" in to_csv(rows)
+
+
+def test_report_cli(cli_run, tmp_path):
+    result = cli_run("report", str(COMPARE), str(LAUNCH), "-o", str(tmp_path / "r"), "--no-plots")
+    assert result.exit_code == 0 and (tmp_path / "r" / "report.md").exists()
+    assert not (tmp_path / "r" / "report.html").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    missing = cli_run("report", str(empty))
+    assert missing.exit_code == 2 and "no runs found" in missing.output
