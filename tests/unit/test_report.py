@@ -45,7 +45,7 @@ def test_every_artefact_is_written(tmp_path):
     html = report.files["html"].read_text()
     assert html.count("data:image/png;base64,") == 5 and "hand-made fixture of a failed cell" in html
     assert "-m dsbench launch --strategy ddp --launcher torchrun" in html  # each cell's exact command
-    assert '"stage": 3' in html  # and its DeepSpeed config
+    assert '&quot;stage&quot;: 3' in html  # and its DeepSpeed config (HTML-escaped)
     rows = list(csv.DictReader(io.StringIO(report.files["csv"].read_text())))
     assert len(rows) == 8 and {r["status"] for r in rows} == {"ok", "failed"}
     data = json.loads(report.files["json"].read_text())
