@@ -91,8 +91,12 @@ class RenderSpec:
         self.grad_accum_steps()  # raises on a global batch that does not divide
 
     def data_parallel_size(self) -> int:
-        """Data-parallel degree: world / (pipeline stages x tensor-parallel degree)."""
-        return self.world_size // (self.pipeline_stages * self.tp)
+        """Ranks in DeepSpeed's batch arithmetic: world / pipeline stages.
+
+        With AutoTP, deepspeed 0.19.8 asserts train_batch_size over the full world (the ranks of a TP group
+        count although they share a batch), so ``--tp`` does not divide it; see configs/validate.py.
+        """
+        return self.world_size // self.pipeline_stages
 
     def grad_accum_steps(self) -> int:
         """Gradient-accumulation steps, from ``--grad-accum`` or ``--global-batch``."""

@@ -27,6 +27,8 @@ STRATEGIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "zero2_offload": ("deepspeed", "deepspeed", ("--zero", "2", "--offload", "cpu")),
     "zero3_offload": ("deepspeed", "deepspeed", ("--zero", "3", "--offload", "cpu", "--offload-param", "cpu")),
     "zero3_nvme": ("deepspeed", "deepspeed", ("--zero", "3", "--offload", "nvme", "--offload-param", "nvme")),
+    # DeepSpeed AutoTP: tensor parallel over 2 ranks with ZeRO-1 (Llama-family models; GPT-2's Conv1D is not split)
+    "zero1_tp2": ("deepspeed", "deepspeed", ("--zero", "1", "--tp", "2")),
 }
 DEFAULT_STRATEGIES = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
 

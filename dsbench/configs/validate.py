@@ -43,9 +43,14 @@ def parallel_degrees(config: dict[str, Any]) -> tuple[int, int]:
 
 
 def data_parallel_size(config: dict[str, Any], world_size: int) -> int | None:
-    """world / (pp x tp), or ``None`` when that does not divide."""
+    """The rank count DeepSpeed's batch assertion uses: world / pipeline stages (``None`` if pp x tp does not divide).
+
+    The pipeline engine passes its grid, so DeepSpeed divides by the stages. With AutoTP (deepspeed 0.19.8)
+    ``DeepSpeedConfig`` gets no mpu and asserts over the full world: the ranks of a TP group count as if each
+    had its own data, although they share one batch (distinct samples per step = micro x accum x world/(pp x tp)).
+    """
     pp, tp = parallel_degrees(config)
-    return world_size // (pp * tp) if world_size % (pp * tp) == 0 else None
+    return world_size // pp if world_size % (pp * tp) == 0 else None
 
 
 def check_parallel_degrees(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
@@ -94,7 +99,8 @@ def check_batch(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
     return [Finding(severity="error", code="batch-mismatch", path="train_batch_size",
                     message=f"train_batch_size {tb2} != micro {mb2} x grad_accum {ga2} x data-parallel {dp} "
                             f"= {mb2 * ga2 * dp} (world {ctx.world_size}"
-                            + (f", pp x tp = {ctx.world_size // dp})" if dp != ctx.world_size else ")"),
+                            + (f" / {ctx.world_size // dp} pipeline stages)" if dp != ctx.world_size else ")")
+                            + (" (DeepSpeed counts AutoTP ranks here)" if parallel_degrees(config)[1] > 1 else ""),
                     fix=_batch_fix(tb, mb, ga, dp))]
 
 

@@ -60,9 +60,9 @@ def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> dict[str, 
     """Read the config, fill "auto" as the HF Trainer would from the worker's own arguments, and validate it."""
     raw = load_config_strict(path)
     tp = tensor_parallel_size(raw)
-    if world_size % tp:
+    if world_size % tp:  # DeepSpeed asserts the batch over the full world even with AutoTP (see validate.py)
         raise UserError(f"{path}: tensor_parallel.autotp_size {tp} does not divide the world size {world_size}")
-    config, unresolved = fill_auto(raw, replace(inputs, data_parallel_size=world_size // tp))
+    config, unresolved = fill_auto(raw, replace(inputs, data_parallel_size=world_size))  # AutoTP ranks count
     if unresolved:
         raise UserError(f"{path}: cannot resolve 'auto' at {', '.join(unresolved)}")
     scheduler = config.get("scheduler") or {}

@@ -28,7 +28,8 @@ def test_every_preset_renders_and_deepspeed_accepts_it(name, world):
         return
     config, _ = render_config(flags, name, model="gpt2")
     assert auto_paths(config) == []
-    assert config["train_batch_size"] == 2 * 2 * world // needs
+    stages = presets()[name].get("pipeline_stages", 1)
+    assert config["train_batch_size"] == 2 * 2 * world // stages
     findings = validate(config, ValidateContext(world_size=world), deepspeed_check=True)
     assert not has_errors(findings), [f.line() for f in findings]
 
@@ -108,7 +109,7 @@ def test_offload_nvme_and_parallel_fragments():
     assert get_path(config, "zero_optimization.offload_param.nvme_path") == "/mnt/nvme"
     assert get_path(config, "zero_optimization.offload_optimizer.nvme_path") == "/mnt/nvme"
     assert config["tensor_parallel"] == {"autotp_size": 2}
-    assert config["train_batch_size"] == 2  # dp = 4 / tp 2
+    assert config["train_batch_size"] == 4  # DeepSpeed counts the AutoTP ranks in its batch assertion
 
 
 def test_set_overrides_are_json_typed_and_applied_last():

@@ -60,7 +60,7 @@ def test_batch_uses_data_parallel_size_with_pipeline_and_tp():
               "pipeline": {"stages": 2}, "zero_optimization": {"stage": 1}}
     assert run(config, world=4) == []
     [finding] = run(config, world=8)
-    assert "data-parallel 4" in finding.message and "pp x tp = 2" in finding.message
+    assert "data-parallel 4" in finding.message and "/ 2 pipeline stages" in finding.message
 
 
 def test_batch_missing_and_bad_types():
@@ -146,3 +146,12 @@ def test_top_level_must_be_an_object(tmp_path):
     path.write_text(json.dumps([1, 2]))
     _, findings = validate_file(str(path), None, allow_auto=False)
     assert findings[0].code == "not-an-object"
+
+
+def test_autotp_batch_counts_every_rank_like_deepspeed():
+    """deepspeed 0.19.8 asserts train_batch_size over the full world with AutoTP (no mpu in DeepSpeedConfig)."""
+    config = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+              "tensor_parallel": {"autotp_size": 2}, "zero_optimization": {"stage": 1}}
+    assert run(config, world=2, ds=True) == []
+    [finding] = run({**config, "train_batch_size": 2}, world=2, ds=True)
+    assert finding.code == "batch-mismatch" and "DeepSpeed counts AutoTP ranks" in finding.message
