@@ -178,7 +178,7 @@ def hostfile_check(path: str) -> None:
     click.echo(f"{path}: valid ({len(hosts)} hosts, {sum(h.slots for h in hosts)} slots)")
 
 
-@cli.command(context_settings={"ignore_unknown_options": False})
+@cli.command()
 @render_options
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Use this DeepSpeed config as is.")
 @click.option("--strategy", type=click.Choice(["deepspeed", "ddp", "fsdp", "single"]), default="deepspeed",

@@ -9,7 +9,7 @@ from dsbench.errors import UserError
 from dsbench.models import ModelShape, resolve_model
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
-from dsbench.plan.recommend import Ranked, gib, launch_command, rank
+from dsbench.plan.recommend import Ranked, launch_command, rank
 
 
 def synthetic_shape(num_params: float) -> ModelShape:
@@ -155,5 +155,3 @@ def print_plan(result: dict[str, Any], top_n: int) -> None:
     console.print(f"recommended: {rec['name']}\n  {rec['command']}" if rec else
                   "nothing fits: add GPUs, use offload, or shorten the sequence")
 
-
-__all__ = ["PlanRequest", "build", "gib", "plan", "print_plan", "synthetic_shape"]

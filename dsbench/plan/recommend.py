@@ -7,7 +7,7 @@ import shlex
 from dataclasses import dataclass
 
 from dsbench.models import ModelShape
-from dsbench.plan.estimate import GIB, Candidate, Cluster, Estimate, Workload, estimate
+from dsbench.plan.estimate import Candidate, Cluster, Estimate, Workload, estimate
 
 # Simpler first: on a near tie (within 5 % of step time) the simpler strategy ranks higher.
 SIMPLICITY = ["ddp", "zero1", "zero2", "fsdp", "zero3", "fsdp_hybrid"]
@@ -96,7 +96,3 @@ def launch_command(e: Estimate, shape: ModelShape, wl: Workload, cl: Cluster) ->
     args += ["--hostfile", "hostfiles/YOUR_HOSTS"] if cl.nodes > 1 else ["--num-gpus", str(cl.gpus_per_node)]
     worker = ["--", "--seq-len", str(wl.seq_len)] + (["--activation-checkpointing"] if c.checkpointing else [])
     return shlex.join(args + worker)
-
-
-def gib(value: float) -> str:
-    return f"{value / GIB:,.1f}"

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dsbench.configs.autofill import AutoInputs, auto_paths, fill_auto
+from dsbench.configs.autofill import AutoInputs, fill_auto
 from dsbench.configs.findings import has_errors
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validate
@@ -105,8 +105,3 @@ def header(**fields: Any) -> dict[str, Any]:
     return {"type": "header", "schema": 1, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": [sys.executable, "-m", "dsbench.train", *sys.argv[1:]], "launch_command": launch,
             "git_rev": git_revision(), "versions": versions(), "machine": machine(), **fields}
-
-
-def remaining_auto(config: dict[str, Any]) -> list[str]:
-    """"auto" paths still present (for error messages)."""
-    return auto_paths(config)
