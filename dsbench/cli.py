@@ -193,15 +193,17 @@ def hostfile_check(path: str) -> None:
 @click.option("--master-addr", default="127.0.0.1", show_default=True)
 @click.option("--master-port", type=int, help="Rendezvous port [29500 in --dry-run, else a free port].")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Folder for the config, logs and metrics.")
+@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE",
+              help="Environment for every rank; multi-node deepspeed launches get it through .deepspeed_env.")
 @click.option("--dry-run", is_flag=True, help="Print the exact command (and write its files); run nothing.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_file: str | None, strategy: str,
            launcher: str, hostfile: str | None, include: str, exclude: str, num_nodes: int | None,
-           num_gpus: int | None, master_addr: str, master_port: int | None, run_dir: str | None, dry_run: bool,
-           script_args: tuple[str, ...], **flags: Any) -> None:
+           num_gpus: int | None, master_addr: str, master_port: int | None, run_dir: str | None,
+           env_pairs: tuple[str, ...], dry_run: bool, script_args: tuple[str, ...], **flags: Any) -> None:
     """Launch the training worker through deepspeed, torchrun or accelerate (args after -- go to the worker)."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
-    from dsbench.launch import LaunchRequest, materialize, prepare, worker_args
+    from dsbench.launch import LaunchRequest, materialize, parse_env, prepare, worker_args
 
     folder = Path(run_dir or f"runs/launch-{launcher}-{strategy}-{time.strftime('%Y%m%d-%H%M%S')}")
     port = master_port or (29500 if dry_run else free_port())
@@ -209,7 +211,7 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
                         sets=sets, config=config_file, hostfile=hostfile, include=include, exclude=exclude,
                         num_nodes=num_nodes, num_gpus=num_gpus or default_ranks(), master_addr=master_addr,
                         master_port=port, run_dir=folder, script_args=worker_args(folder, model, flags, script_args),
-                        cpu=local_gpu_count() == 0)
+                        cpu=local_gpu_count() == 0, extra_env=parse_env(env_pairs))
     prepared = prepare(req)
     materialize(prepared)
     for note in prepared.notes:

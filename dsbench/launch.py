@@ -11,7 +11,7 @@ from dsbench.configs.findings import has_errors
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.render import render
 from dsbench.configs.validate import ValidateContext, validate
-from dsbench.errors import InvalidConfig
+from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import read_hostfile
 from dsbench.io import atomic_write_json
 from dsbench.launchers import LaunchCommand, LaunchSpec, build
@@ -38,6 +38,7 @@ class LaunchRequest:
     run_dir: Path
     script_args: tuple[str, ...]
     cpu: bool
+    extra_env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,17 @@ class PreparedLaunch:
 # Render flags that the native strategies take as worker flags (deepspeed reads them from its config).
 _NATIVE_FLAGS = {"micro_batch": "--micro-batch", "grad_accum": "--grad-accum", "lr": "--lr", "grad_clip": "--grad-clip",
                  "precision": "--precision", "warmup_steps": "--lr-warmup-steps"}
+
+
+def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``--env KEY=VALUE`` items as pairs."""
+    out = []
+    for item in pairs:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--env {item!r}: expected KEY=VALUE")
+        out.append((key, value))
+    return tuple(out)
 
 
 def worker_args(run_dir: Path, model: str | None, flags: dict[str, Any], extra: tuple[str, ...]) -> tuple[str, ...]:
@@ -80,8 +92,9 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     base = LaunchSpec(launcher=req.launcher, strategy=req.strategy, nproc_per_node=req.num_gpus,
                       hostfile=req.hostfile, hosts=hosts, include=req.include, exclude=req.exclude,
                       num_nodes=req.num_nodes, master_addr=req.master_addr, master_port=req.master_port,
-                      cpu=req.cpu, script_args=req.script_args,
-                      accelerate_config=str(req.run_dir / "accelerate_config.yaml"))
+                      cpu=req.cpu, script_args=req.script_args, extra_env=req.extra_env,
+                      accelerate_config=str(req.run_dir / "accelerate_config.yaml"),
+                      deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
     world = base.world_size()
     notes: list[str] = []
     config_path = None

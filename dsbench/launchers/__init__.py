@@ -47,6 +47,10 @@ class LaunchSpec:
     omp_threads: int = 1
     accelerate_config: str = "accelerate_config.yaml"
     """Path where the accelerate launcher's YAML is written."""
+    deepspeed_env_file: str = ".deepspeed_env"
+    """Absolute path of the ``.deepspeed_env`` written for multi-node deepspeed launches (``DS_ENV_FILE``)."""
+    extra_env: tuple[tuple[str, str], ...] = ()
+    """``--env KEY=VALUE`` pairs for every rank (also remote ones)."""
     mixed_precision: str = "no"
     """accelerate's mixed_precision for the native strategies (no, fp16, bf16)."""
 
@@ -105,10 +109,11 @@ class LaunchCommand:
 
 
 def cpu_env(spec: LaunchSpec) -> dict[str, str]:
-    """Environment every rank needs on a CPU machine (empty on GPU)."""
+    """Environment every rank needs on a CPU machine (empty on GPU), plus ``--env`` pairs."""
+    extra = dict(spec.extra_env)
     if not spec.cpu:
-        return {}
-    return {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": str(spec.omp_threads), "DSBENCH_DEVICE": "cpu"}
+        return extra
+    return {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": str(spec.omp_threads), "DSBENCH_DEVICE": "cpu", **extra}
 
 
 def worker_args(spec: LaunchSpec) -> list[str]:

@@ -121,3 +121,33 @@ def test_launcher_parsers_accept_the_argv(launch):
         args = launch_command_parser().parse_args(argv[2:])
         assert args.module and args.training_script == "dsbench.train" and args.num_processes == launch.world_size()
         assert args.training_script_args[:2] == ["--strategy", launch.strategy]
+
+
+# --- .deepspeed_env for multi-node deepspeed launches ---------------------------------------------------------------
+
+from dsbench.launchers.deepspeed import format_deepspeed_env  # noqa: E402
+
+
+def test_multinode_deepspeed_writes_env_file_and_points_deepspeed_at_it():
+    cmd = build(spec(launcher="deepspeed", hostfile="hf", hosts=TWO_NODES, deepspeed_env_file="/run/.deepspeed_env",
+                     extra_env=(("GLOO_SOCKET_IFNAME", "eth0"),)))
+    assert cmd.env["DS_ENV_FILE"] == "/run/.deepspeed_env"
+    text = cmd.files["/run/.deepspeed_env"]
+    assert text == ("DSBENCH_DEVICE=cpu\nDS_ACCELERATOR=cpu\nGLOO_SOCKET_IFNAME=eth0\nOMP_NUM_THREADS=1\n")
+    assert all(line and not line.startswith("#") and "=" in line for line in text.splitlines())
+
+
+def test_single_local_node_needs_no_env_file():
+    local = tuple(parse_hostfile(["localhost slots=2"]))
+    assert build(spec(launcher="deepspeed", hostfile="hf", hosts=local)).files == {}
+    assert "DS_ENV_FILE" not in build(spec(launcher="deepspeed")).env
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("A", "$(reboot)", "cannot be passed"), ("A", "`id`", "cannot be passed"), ("A", 'x"; rm -rf /; "', "cannot be"),
+    ("A", "back\\slash", "cannot be"), ("A", "two\nlines", "cannot be"), ("A", " padded", "cannot be"),
+    ("A", "", "cannot be"), ("1BAD", "x", "not a valid environment variable name"), ("A B", "x", "not a valid"),
+])
+def test_env_file_refuses_what_deepspeed_cannot_quote(key, value, needle):
+    with pytest.raises(UserError, match=needle):
+        format_deepspeed_env({key: value})
