@@ -63,10 +63,16 @@ def _compare(cand: dict[str, Any], folder: Path, params: int, ranks: int, precis
         # partition; the planner counts the full gradient held during backward. Compare the rest.
         measured, predicted = measured - counted["grads"], predicted - states.grads
         row["note"] = "gradients excluded (counted at different moments, see docs/planner.md)"
+    peak = max(summary["peak_memory_bytes_per_rank"])
     row.update(predicted_model_state_bytes=predicted, measured_model_state_bytes=measured,
                model_state_error=(predicted - measured) / measured, accounting=acc.name,
-               measured_peak_memory_bytes=max(summary["peak_memory_bytes_per_rank"]),
-               memory_kind=summary["memory_kind"], tokens_per_s=summary["tokens_per_s"]["median"])
+               measured_peak_memory_bytes=peak, memory_kind=summary["memory_kind"],
+               tokens_per_s=summary["tokens_per_s"]["median"])
+    if summary["memory_kind"] == "cuda_max_allocated":
+        # On a GPU the planner's device total (states + activations + buffers) is comparable with
+        # torch.cuda.max_memory_allocated; on CPU the RSS includes the whole runtime, so no comparison.
+        predicted_peak = cand["memory_gib"]["device_total"] * 2**30
+        row.update(predicted_peak_memory_bytes=predicted_peak, peak_memory_error=(predicted_peak - peak) / peak)
     return row
 
 
@@ -75,7 +81,8 @@ def print_verify(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     table = Table(title="predicted vs measured (model states per rank, bytes counted from tensors)")
-    for col in ("candidate", "status", "accounting", "predicted MiB", "measured MiB", "error", "peak MiB (kind)"):
+    for col in ("candidate", "status", "accounting", "predicted MiB", "measured MiB", "error", "peak MiB (kind)",
+                "predicted peak MiB", "peak error"):
         table.add_column(col)
     for row in rows:
         if "error" in row:
@@ -86,5 +93,8 @@ def print_verify(rows: list[dict[str, Any]]) -> None:
                       f"{row['predicted_model_state_bytes'] / 2**20:,.2f}" if ok else "-",
                       f"{row['measured_model_state_bytes'] / 2**20:,.2f}" if ok else "-",
                       f"{row['model_state_error']:+.1%}" if ok else "-",
-                      f"{row['measured_peak_memory_bytes'] / 2**20:,.0f} ({row['memory_kind']})" if ok else "-")
+                      f"{row['measured_peak_memory_bytes'] / 2**20:,.0f} ({row['memory_kind']})" if ok else "-",
+                      f"{row['predicted_peak_memory_bytes'] / 2**20:,.0f}" if "predicted_peak_memory_bytes" in row
+                      else "-",
+                      f"{row['peak_memory_error']:+.1%}" if "peak_memory_error" in row else "-")
     Console().print(table)
