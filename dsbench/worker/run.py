@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     if strategy == "single" and world > 1:
         raise UserError(f"--strategy single runs one process, but the launcher started {world}")
     shape = resolve_model(args.model)
+    if args.seq_len > shape.max_positions:
+        raise UserError(f"--seq-len {args.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
     ds_config = None
     micro, accum = args.micro_batch, args.grad_accum
     if strategy == "deepspeed":

@@ -92,3 +92,6 @@ def test_worker_bad_input_is_one_line(tmp_path):
                           "--out", str(tmp_path / "r")], cwd=ROOT)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "dsbench.train: error: --dataset" in result.stderr
+    too_long = run_command([sys.executable, "-m", "dsbench.train", "--seq-len", "4096", "--out", str(tmp_path / "s")],
+                           cwd=ROOT)
+    assert too_long.returncode == 2 and "exceeds gpt2-tiny's 256 positions" in too_long.stderr
