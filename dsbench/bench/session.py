@@ -26,13 +26,10 @@ def matrix_from(matrix_file: str | None, flags: dict[str, Any]) -> dict[str, Any
 
 def print_report(report: Any) -> None:
     """Terminal table and where each artefact is."""
-    from rich.console import Console
-
+    from dsbench.console import table_console
     from dsbench.report.render import to_rich_table
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)  # logs and pipes: do not squeeze the table to 80 columns
+    console = table_console()
     console.print(to_rich_table(report.rows))
     for name, path in report.files.items():
         console.print(f"{name:18} {path}")

@@ -125,12 +125,11 @@ def plan(req: PlanRequest) -> dict[str, Any]:
 
 def print_plan(result: dict[str, Any], top_n: int) -> None:
     """Readable tables (rich)."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)
+    from dsbench.console import table_console
+
+    console = table_console()
     m, c, w = result["model"], result["cluster"], result["workload"]
     console.print(f"model {m['name']}: {m['params'] / 1e9:,.2f}B params, {m['layers']} layers x {m['hidden']} hidden"
                   f" ({m['source']}); cluster {c['nodes']} node(s) x {c['gpus_per_node']} GPUs, "

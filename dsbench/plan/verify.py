@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.plan.memory import accounting_for, model_states
+from dsbench.records import SUMMARY
 
 # planner strategy -> compare strategy name
 _RUNNABLE = {("ddp", "none"): "ddp", ("zero1", "none"): "zero1", ("zero2", "none"): "zero2",
@@ -52,7 +53,7 @@ def _compare(cand: dict[str, Any], folder: Path, params: int, ranks: int, precis
     row: dict[str, Any] = {"candidate": cand["name"], "folder": str(folder), "status": status}
     if status != "ok":
         return row
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / SUMMARY).read_text())
     counted = summary["model_state_bytes_per_rank"][0]
     acc = accounting_for(precision, cand["strategy"])
     states = model_states(params, cand["strategy"], ranks, acc, offload=cand["offload"],
@@ -77,8 +78,11 @@ def _compare(cand: dict[str, Any], folder: Path, params: int, ranks: int, precis
 
 
 def print_verify(rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from dsbench.console import table_console
+
+    console = table_console()
 
     table = Table(title="predicted vs measured (model states per rank, bytes counted from tensors)")
     for col in ("candidate", "status", "accounting", "predicted MiB", "measured MiB", "error", "peak MiB (kind)",
@@ -86,7 +90,7 @@ def print_verify(rows: list[dict[str, Any]]) -> None:
         table.add_column(col)
     for row in rows:
         if "error" in row:
-            Console().print(row["error"])
+            console.print(row["error"])
             continue
         ok = row["status"] == "ok"
         table.add_row(row["candidate"], row["status"], row.get("accounting", "-"),
@@ -97,4 +101,4 @@ def print_verify(rows: list[dict[str, Any]]) -> None:
                       f"{row['predicted_peak_memory_bytes'] / 2**20:,.0f}" if "predicted_peak_memory_bytes" in row
                       else "-",
                       f"{row['peak_memory_error']:+.1%}" if "peak_memory_error" in row else "-")
-    Console().print(table)
+    console.print(table)

@@ -8,7 +8,7 @@ same global batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,8 @@ class BatchPlan:
     micro_batch: int
     grad_accum: int
     dp_size: int
+    _orders: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Seeded permutation per epoch, computed once."""
 
     @property
     def global_batch(self) -> int:
@@ -77,16 +79,18 @@ class BatchPlan:
 
     def _order(self, epoch: int) -> Any:
         """The seeded permutation of all sequences used in ``epoch``."""
-        import torch
+        if epoch not in self._orders:
+            import torch
 
-        return torch.randperm(self.sequences.shape[0], generator=torch.Generator().manual_seed(self.seed + epoch))
+            generator = torch.Generator().manual_seed(self.seed + epoch)
+            self._orders[epoch] = torch.randperm(self.sequences.shape[0], generator=generator)
+        return self._orders[epoch]
 
     def micro_batch_for(self, step: int, micro_step: int, dp_rank: int) -> Any:
         """Rows for ``dp_rank`` at ``micro_step`` of optimizer step ``step``: [micro_batch, seq_len]."""
         n = self.sequences.shape[0]
         start = step * self.global_batch + (micro_step * self.dp_size + dp_rank) * self.micro_batch
-        orders = {epoch: self._order(epoch) for epoch in {g // n for g in range(start, start + self.micro_batch)}}
-        rows = [int(orders[g // n][g % n]) for g in range(start, start + self.micro_batch)]
+        rows = [int(self._order(g // n)[g % n]) for g in range(start, start + self.micro_batch)]
         return self.sequences[rows]
 
 
