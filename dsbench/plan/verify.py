@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dsbench.plan.memory import accounting_for, model_states
+from dsbench.plan.memory import ModelStates, accounting_for, model_states
 from dsbench.records import SUMMARY
 
 # planner strategy -> compare strategy name
@@ -46,6 +46,18 @@ def verify(result: dict[str, Any], opts: dict[str, Any], count: int = 3, steps: 
     return rows
 
 
+def comparable_bytes(strategy: str, counted: dict[str, Any], states: ModelStates) -> tuple[float, float]:
+    """(measured, predicted) model-state bytes per rank, compared like for like.
+
+    The worker counts ZeRO-1 after the boundary reduction, when DeepSpeed keeps only its gradient
+    partition, while the planner counts the full gradient held during backward (the ZeRO paper's P_os):
+    for ZeRO-1 the gradients are left out of both sides.
+    """
+    if strategy == "zero1":
+        return counted["total"] - counted["grads"], states.total - states.grads
+    return counted["total"], states.total
+
+
 def _compare(cand: dict[str, Any], folder: Path, params: int, ranks: int, precision: str,
              status: str) -> dict[str, Any]:
     import json
@@ -58,11 +70,8 @@ def _compare(cand: dict[str, Any], folder: Path, params: int, ranks: int, precis
     acc = accounting_for(precision, cand["strategy"])
     states = model_states(params, cand["strategy"], ranks, acc, offload=cand["offload"],
                           offload_param=cand["offload_param"])
-    measured, predicted = counted["total"], states.total
+    measured, predicted = comparable_bytes(cand["strategy"], counted, states)
     if cand["strategy"] == "zero1":
-        # The worker counts after the boundary reduction, when DeepSpeed's ZeRO-1 keeps only its gradient
-        # partition; the planner counts the full gradient held during backward. Compare the rest.
-        measured, predicted = measured - counted["grads"], predicted - states.grads
         row["note"] = "gradients excluded (counted at different moments, see docs/planner.md)"
     peak = max(summary["peak_memory_bytes_per_rank"])
     row.update(predicted_model_state_bytes=predicted, measured_model_state_bytes=measured,
