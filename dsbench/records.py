@@ -1,9 +1,21 @@
 """The metrics schema shared by the training worker and the report (stdlib only).
 
 A run directory holds ``metrics.jsonl`` (one ``header`` record, one ``step`` record per step, one
-``model_states`` record) and ``summary.json``. Lines are written whole and flushed per step, so a
-killed run leaves a readable prefix. :func:`summarize` is the only place warm-up exclusion and
-spread are computed.
+``model_states`` record, and a closing ``window`` record) and ``summary.json``. Lines are written
+whole and flushed at every gather, so a killed run leaves a readable prefix. :func:`summarize` is the
+only place warm-up exclusion, throughput and spread are computed.
+
+Two clocks, never mixed (schema 2):
+
+- ``throughput``: the wall clock over the measured window (first measured step's start to the last
+  step's end, everything the worker does included). This is the throughput figure: tokens/s,
+  samples/s, TFLOPs and MFU.
+- ``timed_region``: per step, zero_grad + forward/backward + optimizer step (slowest rank), with its
+  spread; a separate, labelled figure. ``outside_timed_fraction`` is the share of the window spent
+  outside it (data, metrics gathers, logging).
+
+Schema 1 (before 2026-11-24) had only the timed region, under the names ``tokens_per_s`` etc.;
+:func:`upgrade_summary` reads it as such.
 """
 
 from __future__ import annotations
@@ -11,10 +23,11 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA = 1
+SCHEMA = 2
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 
@@ -65,26 +78,88 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepRecord:
+    """One optimizer step, gathered from every rank (``"type": "step"``)."""
+
+    step: int
+    warmup: bool
+    """Excluded from the summary (``--warmup``)."""
+    loss: float
+    """Mean over ranks of each rank's mean micro-batch loss."""
+    lr: float
+    step_time_s: float
+    """Timed region of the slowest rank: zero_grad + forward/backward + optimizer step."""
+    step_time_per_rank_s: list[float]
+    tokens: int
+    """Tokens in the global batch of this step."""
+    memory_bytes: list[int]
+    """Per rank at the step's end: CUDA allocated on GPU, resident set size on CPU."""
+    peak_memory_bytes: list[int]
+    memory_kind: str
+
+    def to_dict(self) -> dict[str, Any]:
+        rate = self.tokens / self.step_time_s if self.step_time_s > 0 else None
+        return {"type": "step", **asdict(self), "timed_tokens_per_s": rate}
+
+
+WALL_CLOCK = ("wall clock: rank 0's perf_counter from the first measured step's start to the last step's end, all "
+              "ranks and the device synchronised at both ends; everything the worker does in between is inside")
+TIMED_REGION = "timed region: zero_grad + forward/backward + optimizer step, slowest rank, per step"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WindowRecord:
+    """The measured window by the wall clock (``"type": "window"``), written once at the end."""
+
+    first_step: int
+    last_step: int
+    seconds: float
+    tokens: int
+    """Global tokens trained in the window."""
+    samples: int
+    rank_tokens: float
+    """Tokens' worth of work per rank in the window (a tensor-parallel rank does 1/tp of its group's)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "window", **asdict(self), "clock": WALL_CLOCK}
+
+
 def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Summary of a run: medians and spread over measured (non-warm-up) steps."""
+    """Summary of a run: wall-clock throughput over the window, and the timed region's spread per step."""
     records = list(records)
     header = next((r for r in records if r.get("type") == "header"), {})
     steps = [r for r in records if r.get("type") == "step"]
     measured = [r for r in steps if not r.get("warmup")]
     states = next((r for r in records if r.get("type") == "model_states"), None)
+    window = next((r for r in records if r.get("type") == "window"), None)
     out: dict[str, Any] = {"schema": SCHEMA, "strategy": header.get("strategy"), "world_size": header.get("world_size"),
                            "steps": len(steps), "measured_steps": len(measured),
                            "warmup_steps": len(steps) - len(measured)}
     if not measured:
         return {**out, "status": "no-measured-steps"}
+    if window is None or window["seconds"] <= 0:
+        return {**out, "status": "incomplete", "reason": "no measured window (the run did not finish)"}
+    flops, peak = header.get("flops_per_token"), header.get("peak_tflops")
+    rank_tps = window["rank_tokens"] / window["seconds"]
+    rank_tokens_per_step = window["rank_tokens"] / len(measured)
+    times = [r["step_time_s"] for r in measured]
     out.update({
         "status": "ok",
-        "step_time_s": spread([r["step_time_s"] for r in measured]),
-        "tokens_per_s": spread([r["tokens_per_s"] for r in measured]),
-        "tokens_per_s_per_rank": statistics.median(r["tokens_per_s_per_rank"] for r in measured),
-        "samples_per_s": statistics.median(r["samples_per_s"] for r in measured),
-        "tflops_per_rank": statistics.median(r["tflops_per_rank"] for r in measured),
-        "mfu": None if measured[0].get("mfu") is None else spread([r["mfu"] for r in measured]),
+        "throughput": {
+            "clock": WALL_CLOCK, "window_s": window["seconds"], "steps": len(measured),
+            "tokens_per_s": window["tokens"] / window["seconds"],
+            "samples_per_s": window["samples"] / window["seconds"],
+            "tokens_per_s_per_rank": rank_tps, "tflops_per_rank": rank_tps * flops / 1e12 if flops else None,
+            "mfu": mfu(rank_tps, flops, peak) if flops else None},
+        "timed_region": {
+            "what": TIMED_REGION, "step_time_s": spread(times),
+            "tokens_per_s": spread([r["tokens"] / r["step_time_s"] for r in measured]),
+            "mfu": spread([mfu(rank_tokens_per_step / t, flops, peak) for t in times]) if flops and peak else None,
+            "total_s": sum(times), "tokens_per_s_overall": window["tokens"] / sum(times)},
+        # Share of rank 0's wall-clock window spent outside its own timed regions (data, gathers, logging);
+        # rank 0's regions, not the slowest rank's, so that both figures come from the same clock.
+        "outside_timed_fraction": 1 - sum(r["step_time_per_rank_s"][0] for r in measured) / window["seconds"],
         "first_loss": steps[0]["loss"], "final_loss": steps[-1]["loss"],
         "peak_memory_bytes_per_rank": [max(r["peak_memory_bytes"][i] for r in steps)
                                        for i in range(len(steps[-1]["peak_memory_bytes"]))],
@@ -92,3 +167,16 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "model_state_bytes_per_rank": states["per_rank"] if states else None,
     })
     return out
+
+
+def upgrade_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary in the current schema. Schema 1 measured only the timed region (under ``tokens_per_s``,
+    ``step_time_s``, ``mfu``): it is kept as the timed region, and its wall-clock throughput is unknown."""
+    if summary.get("schema", 1) >= 2 or summary.get("status") != "ok":
+        return summary
+    old = dict(summary)
+    timed = {"what": "timed region (schema 1: forward/backward + optimizer step, slowest rank)",
+             "step_time_s": old.pop("step_time_s"), "tokens_per_s": old.pop("tokens_per_s"), "mfu": old.pop("mfu")}
+    for key in ("tokens_per_s_per_rank", "samples_per_s", "tflops_per_rank"):
+        old.pop(key, None)
+    return {**old, "schema": 2, "throughput": None, "timed_region": timed, "outside_timed_fraction": None}

@@ -15,6 +15,10 @@ Offload = Literal["none", "cpu", "nvme"]
 Precision = Literal["fp32", "fp16", "bf16"]
 Launcher = Literal["deepspeed", "torchrun", "accelerate"]
 
+DEFAULT_MICRO_BATCH = 2
+"""Samples per rank per micro-step when none is given: one default for every strategy and command (render,
+launch, compare and the worker), so the same command with another strategy trains the same global batch."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RenderSpec:
@@ -30,7 +34,7 @@ class RenderSpec:
     """Folder for NVMe offload swap files (``--nvme-path``)."""
     precision: Precision = "fp32"
     """Training precision (``--precision``)."""
-    micro_batch: int = 1
+    micro_batch: int = DEFAULT_MICRO_BATCH
     """Per-rank micro-batch (``--micro-batch``)."""
     grad_accum: int | None = None
     """Gradient-accumulation steps (``--grad-accum``); derived from ``global_batch`` when omitted."""

@@ -16,7 +16,9 @@ import os
 import sys
 import traceback
 
+from dsbench import __version__
 from dsbench.errors import UserError
+from dsbench.spec import DEFAULT_MICRO_BATCH
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -30,7 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dataset", help="local text/json/jsonl/parquet/csv file or folder (default: embedded corpus)")
     p.add_argument("--text-field", default="text")
     p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--micro-batch", type=int, default=2, help="per rank (a DeepSpeed config's value wins)")
+    p.add_argument("--micro-batch", type=int, default=DEFAULT_MICRO_BATCH,
+                   help="per rank (a DeepSpeed config's value wins)")
     p.add_argument("--grad-accum", type=int, default=1, help="(a DeepSpeed config's value wins)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3, help="steps excluded from the summary")
@@ -38,7 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr-warmup-steps", type=int, default=0)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32", help="native strategies")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
+                   help="native strategies, and 'auto' in a DeepSpeed config [accelerate's mixed_precision, else fp32]")
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--fsdp-reshard", action=argparse.BooleanOptionalAction, default=True,
                    help="FSDP2 reshard_after_forward")
@@ -46,9 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--peak-tflops", type=float, help="per-rank peak for MFU (default: detected)")
     p.add_argument("--out", help="run directory for metrics.jsonl and summary.json")
+    p.add_argument("--gather-every", type=int, default=10,
+                   help="steps between gathers of per-step metrics across ranks (each is one host-device sync)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--version", action="version", version=f"dsbench {__version__}")
     args = p.parse_args(argv)
-    for name in ("seq_len", "micro_batch", "grad_accum", "steps"):
+    for name in ("seq_len", "micro_batch", "grad_accum", "steps", "gather_every"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1")
     if not 0 <= args.warmup < args.steps:
@@ -62,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         from dsbench.worker.run import run
 
         code = run(parse_args(argv))
+    except SystemExit as exc:  # argparse: --help/--version exit 0, a usage error exits 2 (message printed)
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     except UserError as exc:
         print(f"[rank {rank}] dsbench.train: error: {exc}", file=sys.stderr, flush=True)
         code = 2

@@ -51,7 +51,7 @@ class RichReporter:
         if self.progress:
             self.progress.update(self.current, completed=record["step"] + 1,
                                  description=f"  {cell.id}  loss {record['loss']:.3f}  "
-                                             f"{record['tokens_per_s']:,.0f} tok/s")
+                                             f"{record['timed_tokens_per_s']:,.0f} tok/s (timed region)")
 
     def end(self, cell: Cell, status: str, reason: str | None) -> None:
         self._line(f"{status:4} {cell.id}" + (f": {reason}" if reason else ""))

@@ -9,8 +9,10 @@ from typing import Any
 from dsbench.bench.compare import prepare_out, run_matrix
 from dsbench.bench.matrix import DEFAULT_STRATEGIES, expand, load_matrix_file
 from dsbench.bench.progress import RichReporter
+from dsbench.spec import DEFAULT_MICRO_BATCH
 
-DEFAULTS: dict[str, Any] = {"strategies": list(DEFAULT_STRATEGIES), "world_sizes": [2], "micro_batches": [2],
+DEFAULTS: dict[str, Any] = {"strategies": list(DEFAULT_STRATEGIES), "world_sizes": [2],
+                            "micro_batches": [DEFAULT_MICRO_BATCH],
                             "models": ["gpt2-mini"], "repeats": 1, "steps": 20, "warmup": 5, "seq_len": 128,
                             "precision": "fp32"}
 

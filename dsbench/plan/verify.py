@@ -77,7 +77,7 @@ def _compare(cand: dict[str, Any], folder: Path, params: int, ranks: int, precis
     row.update(predicted_model_state_bytes=predicted, measured_model_state_bytes=measured,
                model_state_error=(predicted - measured) / measured, accounting=acc.name,
                measured_peak_memory_bytes=peak, memory_kind=summary["memory_kind"],
-               tokens_per_s=summary["tokens_per_s"]["median"])
+               tokens_per_s=summary["throughput"]["tokens_per_s"])
     if summary["memory_kind"] == "cuda_max_allocated":
         # On a GPU the planner's device total (states + activations + buffers) is comparable with
         # torch.cuda.max_memory_allocated; on CPU the RSS includes the whole runtime, so no comparison.

@@ -3,7 +3,8 @@
 A run folder is anything holding ``metrics.jsonl`` (a ``dsbench launch`` / ``dsbench.train`` run, or a
 compare cell, which adds ``cell.json``). Failed cells have a ``cell.json`` and maybe no metrics.
 Repeats of the same cell (same strategy, world size, micro-batch, model, device) are grouped: the
-row's figure is the median over repeats of each repeat's median.
+row's wall-clock throughput is the median over repeats (min-max beside it), its timed-region figures
+the median over repeats of each repeat's median.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from dsbench.records import METRICS, SUMMARY, read_records, scaling_efficiency, summarize
+from dsbench.records import METRICS, SUMMARY, read_records, scaling_efficiency, summarize, upgrade_summary
 
 KEY = ("model", "device", "micro_batch", "world_size", "strategy")
 
@@ -50,7 +51,8 @@ def load_run(folder: Path) -> dict[str, Any]:
     cell = json.loads((folder / "cell.json").read_text()) if (folder / "cell.json").exists() else None
     records = read_records(folder / METRICS) if (folder / METRICS).exists() else []
     header = next((r for r in records if r.get("type") == "header"), {})
-    summary = json.loads((folder / SUMMARY).read_text()) if (folder / SUMMARY).exists() else summarize(records)
+    summary = upgrade_summary(json.loads((folder / SUMMARY).read_text()) if (folder / SUMMARY).exists()
+                              else summarize(records))
     steps = [r for r in records if r.get("type") == "step"]
     definition = cell["cell"] if cell else {}
     status = cell["status"] if cell else ("ok" if summary.get("status") == "ok" else "incomplete")
@@ -86,17 +88,26 @@ def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if ok:
             sums = [m["summary"] for m in ok]
             states = sums[0].get("model_state_bytes_per_rank") or [{}]
+            walls = [s["throughput"] for s in sums if s.get("throughput")]
+            timed = [s["timed_region"] for s in sums]
             row.update(
-                tokens_per_s=_median([s["tokens_per_s"]["median"] for s in sums]),
-                tokens_per_s_p10=min(s["tokens_per_s"]["p10"] for s in sums),
-                tokens_per_s_p90=max(s["tokens_per_s"]["p90"] for s in sums),
-                step_time_ms=1e3 * _median([s["step_time_s"]["median"] for s in sums]),
-                step_time_ms_min=1e3 * min(s["step_time_s"]["min"] for s in sums),
-                step_time_ms_max=1e3 * max(s["step_time_s"]["max"] for s in sums),
+                tokens_per_s=_median([w["tokens_per_s"] for w in walls]),
+                tokens_per_s_min=min((w["tokens_per_s"] for w in walls), default=None),
+                tokens_per_s_max=max((w["tokens_per_s"] for w in walls), default=None),
+                window_s=_median([w["window_s"] for w in walls]),
+                mfu=_median([w["mfu"] for w in walls if w.get("mfu") is not None]),
+                timed_tokens_per_s=_median([t["tokens_per_s"]["median"] for t in timed]),
+                timed_tokens_per_s_p10=min(t["tokens_per_s"]["p10"] for t in timed),
+                timed_tokens_per_s_p90=max(t["tokens_per_s"]["p90"] for t in timed),
+                timed_mfu=_median([t["mfu"]["median"] for t in timed if t.get("mfu")]),
+                outside_timed_fraction=_median([s["outside_timed_fraction"] for s in sums
+                                                if s.get("outside_timed_fraction") is not None]),
+                step_time_ms=1e3 * _median([t["step_time_s"]["median"] for t in timed]),
+                step_time_ms_min=1e3 * min(t["step_time_s"]["min"] for t in timed),
+                step_time_ms_max=1e3 * max(t["step_time_s"]["max"] for t in timed),
                 peak_memory_mib=max(max(s["peak_memory_bytes_per_rank"]) for s in sums) / 2**20,
                 memory_kind=sums[0].get("memory_kind"),
                 model_states_mib=states[0].get("total", 0) / 2**20, model_states=states[0],
-                mfu=_median([s["mfu"]["median"] for s in sums if s.get("mfu")]),
                 final_loss=_median([s["final_loss"] for s in sums]), measured_steps=sums[0]["measured_steps"],
                 warmup_steps=sums[0]["warmup_steps"])
         rows.append(row)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dsbench.report.render import COLUMNS, cell_text, method_note
+from dsbench.report.render import COLUMNS, TEXT_COLUMNS, cell_text, method_note
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1200px;color:#222}
@@ -24,7 +24,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
     body = []
     for row in rows:
         cells = "".join(
-            f"<td class='{'num' if k not in ('strategy', 'model', 'device', 'status') else ''}'>"
+            f"<td class='{'' if k in TEXT_COLUMNS else 'num'}'>"
             f"{html.escape(cell_text(row, k, f))}</td>" for k, _, f in COLUMNS)
         body.append(f"<tr class='{'' if row['status'] == 'ok' else 'failed'}'>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

@@ -15,32 +15,38 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("model", "model", "{}"),
     ("device", "device", "{}"),
     ("status", "status", "{}"),
-    ("tokens_per_s", "tokens/s", "{:,.0f}"),
-    ("tokens_per_s_range", "p10-p90", "{}"),
-    ("step_time_ms", "step ms", "{:.1f}"),
+    ("tokens_per_s", "tokens/s (wall)", "{:,.0f}"),
+    ("timed_tokens_per_s", "timed tokens/s", "{:,.0f}"),
+    ("timed_tokens_per_s_range", "timed p10-p90", "{}"),
+    ("step_time_ms", "timed step ms", "{:.1f}"),
+    ("outside_timed_fraction", "outside timed %", "{:.1%}"),
     ("peak_memory_mib", "peak mem MiB/rank", "{:,.1f}"),
     ("model_states_mib", "model states MiB/rank", "{:,.2f}"),
-    ("mfu", "MFU %", "{:.2%}"),
+    ("mfu", "MFU % (wall)", "{:.2%}"),
     ("scaling_efficiency", "scaling eff", "{:.2f}"),
     ("speedup_vs_ddp", "vs DDP", "{:.2f}x"),
     ("final_loss", "final loss", "{:.4f}"),
 ]
 EXPORT_KEYS = ["strategy", "world_size", "micro_batch", "model", "device", "status", "reason", "repeats", "ok",
-               "tokens_per_s", "tokens_per_s_p10", "tokens_per_s_p90", "step_time_ms", "step_time_ms_min",
-               "step_time_ms_max", "peak_memory_mib", "memory_kind", "model_states_mib", "mfu",
-               "scaling_efficiency", "scaling_baseline", "speedup_vs_ddp", "final_loss", "measured_steps",
-               "warmup_steps"]
+               "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "window_s", "mfu", "timed_tokens_per_s",
+               "timed_tokens_per_s_p10", "timed_tokens_per_s_p90", "timed_mfu", "outside_timed_fraction",
+               "step_time_ms", "step_time_ms_min", "step_time_ms_max", "peak_memory_mib", "memory_kind",
+               "model_states_mib", "scaling_efficiency", "scaling_baseline", "speedup_vs_ddp", "final_loss",
+               "measured_steps", "warmup_steps"]
+TEXT_COLUMNS = ("strategy", "model", "device", "status")
 
 
 def cell_text(row: dict[str, Any], key: str, fmt: str) -> str:
-    if key == "tokens_per_s_range":
-        low, high = row.get("tokens_per_s_p10"), row.get("tokens_per_s_p90")
+    if key == "timed_tokens_per_s_range":
+        low, high = row.get("timed_tokens_per_s_p10"), row.get("timed_tokens_per_s_p90")
         return "-" if low is None else f"{low:,.0f}-{high:,.0f}"
     value = row.get(key)
     if value is None:
         return "-"
     if key == "mfu":
         return f"{value * 100:.2f}"
+    if key == "outside_timed_fraction":
+        return f"{value * 100:.1f}"
     return fmt.format(value)
 
 
@@ -54,12 +60,14 @@ def method_note(rows: list[dict[str, Any]]) -> str:
     reps = sorted({r["repeats"] for r in ok})
     kinds = sorted({r["memory_kind"] for r in ok if r.get("memory_kind")})
     memory = {"rss": "peak resident set size (CPU)", "cuda_max_allocated": "torch.cuda.max_memory_allocated"}
-    return (f"Medians over {'/'.join(map(str, steps))} measured steps after {'/'.join(map(str, warm))} warm-up "
-            f"steps, {'/'.join(map(str, reps))} repeat(s); tokens/s is global (all ranks), p10-p90 over measured "
-            "steps; step time is the slowest rank's; peak memory per rank is "
-            f"{', '.join(memory.get(k, k) for k in kinds)}; model states are params+grads+optimizer states+fp32 master "
-            "counted from rank 0's tensors; MFU = achieved FLOP/s per rank (6N + 12·L·h·s per token) / peak; "
-            "scaling efficiency = N-rank tokens/s / (N x 1-rank tokens/s).")
+    return (f"{'/'.join(map(str, steps))} measured steps after {'/'.join(map(str, warm))} warm-up steps, "
+            f"{'/'.join(map(str, reps))} repeat(s). tokens/s (wall) is global (all ranks), by the wall clock over the "
+            "measured window, everything included (median over repeats); MFU uses it. timed tokens/s and timed step "
+            "ms cover only zero_grad + forward/backward + optimizer step of the slowest rank (median, p10-p90 over "
+            "steps); outside timed % is the window's share outside that region (data, metrics gathers, logging). "
+            f"Peak memory per rank is {', '.join(memory.get(k, k) for k in kinds)}; model states are "
+            "params+grads+optimizer states+fp32 master counted from rank 0's tensors; MFU = achieved FLOP/s per rank "
+            "(6N + 12·L·h·s per token) / peak; scaling efficiency = N-rank tokens/s / (N x 1-rank tokens/s).")
 
 
 def to_rich_table(rows: list[dict[str, Any]]) -> Any:
@@ -67,7 +75,7 @@ def to_rich_table(rows: list[dict[str, Any]]) -> Any:
 
     table = Table(title="dsbench compare", caption=method_note(rows), caption_justify="left")
     for _, header, _ in COLUMNS:
-        table.add_column(header, justify="left" if header in ("strategy", "model", "device", "status") else "right")
+        table.add_column(header, justify="left" if header in TEXT_COLUMNS else "right")
     for row in rows:
         style = None if row["status"] == "ok" else "red"
         table.add_row(*(cell_text(row, k, f) for k, _, f in COLUMNS), style=style)

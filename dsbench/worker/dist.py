@@ -1,10 +1,17 @@
-"""Process-group set-up: rank/world from any launcher's environment, gloo on CPU, NCCL on GPU."""
+"""Process-group set-up and the worker's only collectives: gloo on CPU, NCCL on GPU.
+
+Every tensor handed to a collective lives on this rank's device (:class:`Collectives` checks it):
+NCCL process groups have no CPU backend, so a CPU tensor there fails at the first collective. Under
+a launcher the process group is initialised at every world size, 1 included, so a single-GPU run goes
+through the same NCCL code as a multi-GPU one; only a bare ``python -m dsbench.train`` has no group.
+"""
 
 from __future__ import annotations
 
 import datetime
 import os
 from dataclasses import dataclass
+from typing import Any
 
 # Launchers that do not export torch's names: Open MPI and SLURM (mapped to RANK/WORLD_SIZE/LOCAL_RANK).
 _ALIASES = {
@@ -22,12 +29,20 @@ class DistInfo:
     world_size: int
     local_rank: int
     device: str
-    """``cpu`` or ``cuda:N``."""
+    """``cpu`` or ``cuda:N``: where this rank's tensors, and every collective's tensors, live."""
     backend: str
+    process_group: bool = False
+    """True when a torch.distributed process group is initialised (always under a launcher)."""
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def launched() -> bool:
+    """True when a launcher started this process: torchrun, deepspeed, accelerate, Open MPI and SLURM all
+    export a rank (a MASTER_ADDR left in a user's shell is not enough)."""
+    return any(name in os.environ for name in ("RANK", *_ALIASES["RANK"]))
 
 
 def env_rank() -> tuple[int, int, int]:
@@ -36,8 +51,6 @@ def env_rank() -> tuple[int, int, int]:
     for name, aliases in _ALIASES.items():
         raw = next((os.environ[k] for k in (name, *aliases) if k in os.environ), None)
         values[name] = int(raw) if raw is not None else (1 if name == "WORLD_SIZE" else 0)
-    for name, value in values.items():
-        os.environ.setdefault(name, str(value))
     return values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"]
 
 
@@ -50,17 +63,20 @@ def use_cpu() -> bool:
 
 
 def init(strategy: str, timeout_s: float = 600.0) -> DistInfo:
-    """Join the process group (none for a single process) and pick this rank's device."""
+    """Pick this rank's device and, under a launcher, join the process group (world size 1 included)."""
     import torch
     import torch.distributed as dist
 
+    group = launched()
     rank, world, local_rank = env_rank()
+    for name, value in (("RANK", rank), ("WORLD_SIZE", world), ("LOCAL_RANK", local_rank)):
+        os.environ.setdefault(name, str(value))  # SLURM/MPI names mapped for torch's env:// rendezvous
     cpu = use_cpu()
     device = "cpu" if cpu else f"cuda:{local_rank}"
     backend = "gloo" if cpu else "nccl"
     if not cpu:
-        torch.cuda.set_device(local_rank)
-    if world > 1 and not dist.is_initialized():
+        torch.cuda.set_device(local_rank)  # NCCL and all_gather_object use the current device
+    if (group or world > 1) and not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
         timeout = datetime.timedelta(seconds=timeout_s)
@@ -69,31 +85,75 @@ def init(strategy: str, timeout_s: float = 600.0) -> DistInfo:
 
             deepspeed.init_distributed(dist_backend=backend, timeout=timeout)
         else:
-            dist.init_process_group(backend=backend, timeout=timeout)
-    return DistInfo(rank=rank, world_size=world, local_rank=local_rank, device=device, backend=backend)
+            extra = {} if cpu else {"device_id": torch.device(device)}  # binds NCCL to this rank's GPU
+            dist.init_process_group(backend=backend, timeout=timeout, **extra)
+    return DistInfo(rank=rank, world_size=world, local_rank=local_rank, device=device, backend=backend,
+                    process_group=dist.is_initialized())
 
 
-def all_gather_object(value: object, world_size: int) -> list[object]:
-    """Gather one picklable value from every rank (a synchronisation point)."""
+def process_group_facts() -> dict[str, Any]:
+    """What the run header records of the process group (backend and size as torch reports them)."""
     import torch.distributed as dist
 
-    if world_size == 1 or not dist.is_initialized():
-        return [value]
-    out: list[object] = [None] * world_size
-    dist.all_gather_object(out, value)
-    return out
+    if not dist.is_initialized():
+        return {"initialized": False}
+    return {"initialized": True, "backend": str(dist.get_backend()), "world_size": dist.get_world_size()}
 
 
-def mean_across_ranks(value: float, world_size: int) -> float:
-    """Average a float over all ranks (all-reduce: a synchronisation point)."""
-    import torch
-    import torch.distributed as dist
+class Collectives:
+    """The worker's collectives, each a synchronisation point across ranks.
 
-    if world_size == 1 or not dist.is_initialized():
-        return value
-    tensor = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(tensor)
-    return float(tensor.item()) / world_size
+    Tensors must be on the rank's device: with NCCL a CPU tensor fails ("No backend type associated
+    with device type cpu"), so :meth:`check` refuses any other device before torch is called. Without a
+    process group (a bare single process) each collective returns what one rank would see.
+    """
+
+    def __init__(self, info: DistInfo) -> None:
+        import torch
+
+        self.device = torch.device(info.device)
+        self.world_size = info.world_size
+
+    def check(self, tensor: Any) -> None:
+        if tensor.device != self.device:
+            raise RuntimeError(f"collective given a tensor on {tensor.device}, but this rank's device is "
+                               f"{self.device} (an NCCL process group has no CPU backend)")
+
+    def all_gather(self, tensor: Any) -> Any:
+        """Stack every rank's ``tensor`` (same shape on all ranks) into [world_size, *shape]: a sync point."""
+        import torch
+        import torch.distributed as dist
+
+        self.check(tensor)
+        if not dist.is_initialized():
+            return tensor.unsqueeze(0)
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        for part in parts:
+            self.check(part)
+        dist.all_gather(parts, tensor)
+        return torch.stack(parts)
+
+    def barrier(self) -> None:
+        """Wait for every rank: an all-reduce of one element on the rank's device (a sync point)."""
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            return
+        token = torch.zeros(1, device=self.device)
+        self.check(token)
+        dist.all_reduce(token)
+
+    def all_gather_object(self, value: object) -> list[object]:
+        """Gather one picklable value from every rank (a sync point; torch pickles it into a tensor on the
+        current CUDA device under NCCL, which :func:`init` set to this rank's GPU)."""
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            return [value]
+        out: list[object] = [None] * self.world_size
+        dist.all_gather_object(out, value)
+        return out
 
 
 def shutdown() -> None:

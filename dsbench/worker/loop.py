@@ -1,13 +1,27 @@
-"""The engine-agnostic training loop: fixed data order, warm-up excluded, one record per step."""
+"""The engine-agnostic training loop: fixed data order, warm-up excluded, no host stall per step.
+
+Two clocks, reported as two labelled figures (see :mod:`dsbench.records`):
+
+- **wall clock** (the throughput figure): rank 0's ``perf_counter`` from the start of the first measured
+  step to the end of the last one, including everything the loop does in between (data, the metrics
+  gathers, the JSONL writes). Both ends follow a synchronisation of all ranks and of the device.
+- **timed region** (per step): ``zero_grad`` + forward/backward of every micro-batch + optimizer step,
+  timed with CUDA events on GPU (read later, no host sync) or ``perf_counter`` on CPU.
+
+Per-step values (loss, timings, memory) stay on the rank until a gather every ``gather_every`` steps:
+one all-gather of a small tensor on the rank's device. A plain training loop pays no per-step
+``.item()``, ``all_gather_object`` or ``cuda.synchronize``, and neither does this one.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dsbench.records import mfu
-from dsbench.worker.dist import all_gather_object, mean_across_ranks
+from dsbench.records import StepRecord, WindowRecord
+from dsbench.worker.dist import Collectives
 from dsbench.worker.metrics import memory_now
 
 
@@ -16,18 +30,73 @@ class LoopSettings:
     steps: int
     warmup: int
     seq_len: int
-    flops_per_token: int
-    peak_tflops: float | None
     tp: int = 1
     """Tensor-parallel degree: TP groups are consecutive ranks and share a batch; each does 1/tp of its FLOPs."""
+    gather_every: int = 10
+    """Steps between gathers of per-step metrics (each gather is one host-device synchronisation)."""
+
+
+@dataclass
+class _Pending:
+    """One step's values on this rank, not yet gathered."""
+
+    step: int
+    loss: Any
+    """0-d tensor on the rank's device: the mean loss of this rank's micro-batches."""
+    clock: Any
+    memory: int
+    peak_memory: int
+    lr: float
+    states: dict[str, Any] | None
+
+
+class StepClock:
+    """Times a step's region: a pair of CUDA events on GPU (elapsed time read at the next gather, so the
+    host never waits), ``perf_counter`` on CPU (CPU ops are synchronous)."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device.startswith("cuda")
+
+    def start(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def stop(self, started: Any) -> Any:
+        if not self.cuda:
+            return time.perf_counter() - started
+        import torch
+
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        return started, end
+
+    def seconds(self, handle: Any) -> float:
+        """The region's duration; on GPU waits for its end event (call at a gather, never per step)."""
+        if not self.cuda:
+            return handle
+        start, end = handle
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
 
 
 def _sync(device: str) -> None:
-    """Wait for queued GPU work so the clock measures it (CPU ops are already synchronous)."""
+    """Wait for queued GPU work so a host clock reading includes it (CPU ops are already synchronous)."""
     if device.startswith("cuda"):
         import torch
 
         torch.cuda.synchronize(device)
+
+
+def _to_device(batch: Any, device: str) -> Any:
+    """Copy a batch to the device without blocking the host (pinned memory, asynchronous copy on GPU)."""
+    if not device.startswith("cuda"):
+        return batch.to(device)
+    return batch.pin_memory().to(device, non_blocking=True)
 
 
 def _fault(rank: int, step: int) -> None:
@@ -38,43 +107,79 @@ def _fault(rank: int, step: int) -> None:
         raise RuntimeError(f"injected fault at step {step} (DSBENCH_FAULT)")
 
 
-def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings, emit: Any) -> None:
-    """Run ``settings.steps`` optimizer steps; ``emit(record)`` is called on rank 0 per step."""
+def to_host(tensor: Any) -> list[Any]:
+    """Copy a gathered tensor to the host as nested lists (the gather's one host-device synchronisation)."""
+    return tensor.cpu().tolist()
+
+
+def gather_records(pending: list[_Pending], clock: StepClock, comm: Collectives, warmup: int,
+                   tokens: int, memory_kind: str) -> tuple[list[dict[str, Any]], list[Any] | None]:
+    """Gather ``pending`` steps from every rank: one all-gather of a [steps, 4] float64 tensor on the rank's
+    device (a sync point), plus the model-state counts the first time. Returns step records for rank 0."""
     import torch
 
-    device, world = dist_info.device, dist_info.world_size
+    device = comm.device
+    local = torch.tensor([[clock.seconds(p.clock), p.memory, p.peak_memory] for p in pending],
+                         dtype=torch.float64, device=device)
+    losses = torch.stack([p.loss.detach().reshape(()) for p in pending]).to(device=device, dtype=torch.float64)
+    gathered = to_host(comm.all_gather(torch.cat([local, losses[:, None]], dim=1)))  # [rank][step][field]
+    states = next((p.states for p in pending if p.states is not None), None)
+    per_rank_states = comm.all_gather_object(states) if states is not None else None  # sync point, once
+    records = []
+    for i, p in enumerate(pending):
+        rows = [gathered[r][i] for r in range(len(gathered))]
+        times = [row[0] for row in rows]
+        records.append(StepRecord(
+            step=p.step, warmup=p.step < warmup, loss=sum(row[3] for row in rows) / len(rows), lr=p.lr,
+            step_time_s=max(times), step_time_per_rank_s=times, tokens=tokens,
+            memory_bytes=[int(row[1]) for row in rows], peak_memory_bytes=[int(row[2]) for row in rows],
+            memory_kind=memory_kind).to_dict())
+    return records, per_rank_states
+
+
+def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
+               emit: Callable[[list[dict[str, Any]]], None]) -> None:
+    """Run ``settings.steps`` optimizer steps; ``emit(records)`` receives each gather's records (rank 0 keeps
+    them, the other ranks ignore them)."""
+    import torch
+
+    device = dist_info.device
+    comm, clock = Collectives(dist_info), StepClock(device)
     ga, dp_rank = plan.grad_accum, dist_info.rank // settings.tp
-    rank_tokens = plan.micro_batch * ga * settings.seq_len / settings.tp  # tokens' worth of work per rank
     global_tokens = plan.global_batch * settings.seq_len
+    rank_tokens = plan.micro_batch * ga * settings.seq_len / settings.tp  # tokens' worth of work per rank
+    pending: list[_Pending] = []
+    window_start = 0.0
+
+    def gather() -> None:
+        records, states = gather_records(pending, clock, comm, settings.warmup, global_tokens,
+                                         memory_now(device)[2])
+        head = [{"type": "model_states", "step": 0, "per_rank": states}] if states is not None else []
+        emit(head + records)
+        pending.clear()
+
     for step in range(settings.steps):
-        batches = [plan.micro_batch_for(step, m, dp_rank).to(device) for m in range(ga)]
+        if step == settings.warmup:
+            # Window start: every rank and the device idle, warm-up work and its records behind us.
+            comm.barrier()  # sync point
+            _sync(device)
+            window_start = time.perf_counter()
+        batches = [_to_device(plan.micro_batch_for(step, m, dp_rank), device) for m in range(ga)]
         _fault(dist_info.rank, step)
-        engine.zero_grad()
         engine.measure_states = step == 0
-        _sync(device)
-        start = time.perf_counter()
+        started = clock.start()
+        engine.zero_grad()
         losses = [engine.forward_backward(batch, last_micro=(m == ga - 1)) for m, batch in enumerate(batches)]
         engine.step()
-        _sync(device)
-        step_time = time.perf_counter() - start
-        # Everything below is outside the timed region.
-        states = engine.model_state_bytes() if step == 0 else None
-        loss = mean_across_ranks(float(torch.stack(losses).mean()), world)  # all-reduce: sync point
-        current, peak, kind = memory_now(device)
-        per_rank = all_gather_object((step_time, current, peak, states), world)  # sync point
-        times = [r[0] for r in per_rank]
-        job_time = max(times)  # the step ends when the slowest rank ends
-        rank_tps = [rank_tokens / t for t in times]
-        record = {
-            "type": "step", "step": step, "warmup": step < settings.warmup, "loss": loss, "lr": engine.lr(),
-            "step_time_s": job_time, "step_time_per_rank_s": times, "tokens_per_s": global_tokens / job_time,
-            "tokens_per_s_per_rank": rank_tokens / job_time, "samples_per_s": plan.global_batch / job_time,
-            "tokens_per_s_by_rank": rank_tps,
-            "tflops_per_rank": rank_tokens / job_time * settings.flops_per_token / 1e12,
-            "mfu": mfu(rank_tokens / job_time, settings.flops_per_token, settings.peak_tflops),
-            "memory_bytes": [r[1] for r in per_rank], "peak_memory_bytes": [r[2] for r in per_rank],
-            "memory_kind": kind,
-        }
-        if states is not None:
-            emit({"type": "model_states", "step": step, "per_rank": [r[3] for r in per_rank]})
-        emit(record)
+        region = clock.stop(started)
+        current, peak, _ = memory_now(device)  # allocator statistics: host-side, no device sync
+        pending.append(_Pending(step=step, loss=torch.stack(losses).mean(), clock=region, memory=current,
+                                peak_memory=peak, lr=engine.lr(),
+                                states=engine.model_state_bytes() if step == 0 else None))
+        if len(pending) >= settings.gather_every or step in (settings.warmup - 1, settings.steps - 1):
+            gather()  # all-gather across ranks: sync point; the last one also waits for the slowest rank
+    _sync(device)
+    measured = settings.steps - settings.warmup
+    emit([WindowRecord(first_step=settings.warmup, last_step=settings.steps - 1,
+                       seconds=time.perf_counter() - window_start, tokens=measured * global_tokens,
+                       samples=measured * plan.global_batch, rank_tokens=measured * rank_tokens).to_dict()])

@@ -68,15 +68,15 @@ def memory_now(device: str) -> tuple[int, int, str]:
 
 
 class JsonlWriter:
-    """Appends one JSON record per line, flushed and fsynced, so each line lands whole."""
+    """Appends one JSON record per line; each batch is flushed and fsynced, so every line lands whole."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._handle: TextIO = open(path, "x", encoding="utf-8")  # noqa: SIM115 (closed in close())
 
-    def write(self, record: dict[str, Any]) -> None:
-        self._handle.write(json.dumps(record) + "\n")
+    def write_many(self, records: list[dict[str, Any]]) -> None:
+        self._handle.write("".join(json.dumps(record) + "\n" for record in records))
         self._handle.flush()
         os.fsync(self._handle.fileno())
 

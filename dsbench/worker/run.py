@@ -12,7 +12,7 @@ from dsbench.configs.autofill import AutoInputs
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import resolve_model
-from dsbench.records import METRICS, SUMMARY, flops_per_token, summarize
+from dsbench.records import METRICS, SCHEMA, SUMMARY, flops_per_token, summarize
 from dsbench.worker import setup
 
 
@@ -28,7 +28,7 @@ class Progress:
             self.bar = tqdm(total=total, unit="step", dynamic_ncols=True)
 
     def update(self, record: dict[str, Any]) -> None:
-        text = f"loss {record['loss']:.4f}  {record['tokens_per_s']:,.0f} tok/s"
+        text = f"loss {record['loss']:.4f}  {record['timed_tokens_per_s']:,.0f} tok/s (timed region)"
         if self.bar is not None:
             self.bar.set_postfix_str(text, refresh=False)
             self.bar.update(1)
@@ -69,12 +69,15 @@ def run(args: argparse.Namespace) -> int:
     if strategy == "deepspeed":
         inputs = AutoInputs(micro_batch=micro, grad_accum=accum, data_parallel_size=world, grad_clip=args.grad_clip,
                             lr=args.lr, weight_decay=args.weight_decay, warmup_steps=args.lr_warmup_steps,
-                            train_steps=args.steps, precision=args.precision, hidden_size=shape.hidden)
+                            train_steps=args.steps, precision=setup.precision_of(None, args.precision),
+                            hidden_size=shape.hidden)
         ds_config = setup.load_ds_config(setup.deepspeed_config_path(args.deepspeed_config), inputs, world)
         micro, accum = ds_config["train_micro_batch_size_per_gpu"], ds_config.get("gradient_accumulation_steps", 1)
     tp = setup.tensor_parallel_size(ds_config)  # DeepSpeed AutoTP: ranks of a TP group read the same batch
     dp = world // tp
     info = dist.init(strategy)
+    if strategy == "deepspeed" and info.device.startswith("cuda"):
+        setup.check_cuda_arch_list()
     folder = _run_dir(args, strategy) if info.is_main else None
     tokenizer = load_tokenizer(shape.path if shape.source != "preset" else None)
     plan = build_plan(token_ids(tokenizer, args.dataset, args.text_field), args.seq_len, args.seed, micro, accum, dp)
@@ -88,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
     engine = build_engine(strategy, model, options, info)
     peak, peak_source = device_peak(info.device, precision, args.peak_tflops)
     flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, args.seq_len)
-    settings = LoopSettings(steps=args.steps, warmup=args.warmup, seq_len=args.seq_len, flops_per_token=flops,
-                            peak_tflops=peak, tp=tp)
+    settings = LoopSettings(steps=args.steps, warmup=args.warmup, seq_len=args.seq_len, tp=tp,
+                            gather_every=args.gather_every)
     writer = JsonlWriter(folder / METRICS) if folder else None
     records: list[dict[str, Any]] = []
     if writer:
@@ -99,19 +102,22 @@ def run(args: argparse.Namespace) -> int:
                       if strategy == "fsdp" else None, "activation_checkpointing": args.activation_checkpointing}
         head = setup.header(**definition, run_id=folder.name, config_hash=setup.config_hash(definition),
                             device=info.device, backend=info.backend, dp_size=dp, global_batch=plan.global_batch,
-                            steps=args.steps, warmup_steps=args.warmup, dataset=args.dataset or "embedded:pydoc_data",
+                            steps=args.steps, warmup_steps=args.warmup, gather_every=args.gather_every,
+                            process_group=dist.process_group_facts(), schema=SCHEMA,
+                            dataset=args.dataset or "embedded:pydoc_data",
                             tokens=int(plan.sequences.numel()), num_params=shape.num_params(),
                             flops_per_token=flops, peak_tflops=peak, peak_tflops_source=peak_source)
-        writer.write(head)
+        writer.write_many([head])
         records.append(head)
     progress = Progress(args.steps, args.quiet or not info.is_main)
 
-    def emit(record: dict[str, Any]) -> None:
+    def emit(batch: list[dict[str, Any]]) -> None:
         if writer:
-            writer.write(record)
-            records.append(record)
-        if record["type"] == "step":
-            progress.update(record)
+            writer.write_many(batch)  # one flush + fsync per gather
+            records.extend(batch)
+        for record in batch:
+            if record["type"] == "step":
+                progress.update(record)
 
     train_loop(engine, plan, info, settings, emit)
     progress.close()
@@ -121,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_json(folder / SUMMARY, summary)
         if not args.quiet:
             print(f"run: {folder}  loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}  "
-                  f"{summary['tokens_per_s']['median']:,.0f} tokens/s (median of {summary['measured_steps']} steps "
-                  f"after {summary['warmup_steps']} warm-up)", file=sys.stderr, flush=True)
+                  f"{summary['throughput']['tokens_per_s']:,.0f} tokens/s by the wall clock over "
+                  f"{summary['measured_steps']} steps after {summary['warmup_steps']} warm-up (timed region: median "
+                  f"{summary['timed_region']['tokens_per_s']['median']:,.0f})", file=sys.stderr, flush=True)
     dist.shutdown()
     return 0

@@ -39,6 +39,7 @@ def load_run(folder: Path) -> dict:
     return {"header": [r for r in records if r["type"] == "header"],
             "steps": [r for r in records if r["type"] == "step"],
             "states": [r for r in records if r["type"] == "model_states"],
+            "window": [r for r in records if r["type"] == "window"],
             "summary": json.loads((folder / "summary.json").read_text())}
 
 

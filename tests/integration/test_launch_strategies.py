@@ -50,15 +50,22 @@ def test_trains_and_records_complete_metrics(runs, name):
     expected = {"single": "single", "single_llama": "single", "autotp": "deepspeed"}
     assert header["strategy"] == expected.get(name, "deepspeed" if "zero" in name else name.split("_")[-1])
     assert header["versions"]["torch"] and header["command"] and header["config_hash"]
+    assert header["process_group"] == {"initialized": True, "backend": "gloo", "world_size": world}
+    tokens = GLOBAL_BATCH.get(name, 4) * 128
     steps = run["steps"]
     assert [s["step"] for s in steps] == list(range(STEPS))
     assert steps[-1]["loss"] < steps[0]["loss"] - 0.02, [s["loss"] for s in steps]
     for step in steps:
         assert len(step["step_time_per_rank_s"]) == world and len(step["peak_memory_bytes"]) == world
-        assert step["tokens_per_s"] == pytest.approx(GLOBAL_BATCH.get(name, 4) * 128 / step["step_time_s"])
-        assert step["mfu"] is None or 0 < step["mfu"] < 1
+        assert step["step_time_s"] == max(step["step_time_per_rank_s"]) and step["tokens"] == tokens
+        assert step["timed_tokens_per_s"] == pytest.approx(tokens / step["step_time_s"])
+    [window] = run["window"]
+    assert (window["first_step"], window["last_step"], window["tokens"]) == (2, STEPS - 1, (STEPS - 2) * tokens)
     summary = run["summary"]
     assert summary["status"] == "ok" and summary["measured_steps"] == STEPS - 2
+    # the throughput figure is the wall clock over the window; the timed region is reported beside it
+    assert summary["throughput"]["tokens_per_s"] == pytest.approx(window["tokens"] / window["seconds"])
+    assert 0 <= summary["outside_timed_fraction"] < 1
     [states] = run["states"]
     assert len(states["per_rank"]) == world and all(r["total"] > 0 for r in states["per_rank"])
 

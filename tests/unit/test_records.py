@@ -3,7 +3,7 @@
 import pytest
 
 from dsbench.models import PRESETS
-from dsbench.records import flops_per_token, mfu, scaling_efficiency, spread, summarize
+from dsbench.records import flops_per_token, mfu, scaling_efficiency, spread, summarize, upgrade_summary
 
 
 def test_flops_per_token_gpt2_124m():
@@ -31,18 +31,41 @@ def test_spread_quantiles():
     assert s["p10"] == pytest.approx(1.4) and s["p90"] == pytest.approx(4.6)
 
 
-def _step(i, warmup, t):
-    return {"type": "step", "step": i, "warmup": warmup, "loss": 10.0 - i, "step_time_s": t, "tokens_per_s": 100 / t,
-            "tokens_per_s_per_rank": 50 / t, "samples_per_s": 1 / t, "tflops_per_rank": 1.0, "mfu": 0.1,
-            "peak_memory_bytes": [10 + i, 20], "memory_kind": "rss"}
+def _step(i, warmup, t, rank1=None):
+    return {"type": "step", "step": i, "warmup": warmup, "loss": 10.0 - i, "step_time_s": max(t, rank1 or 0),
+            "step_time_per_rank_s": [t, rank1 or t], "tokens": 400, "peak_memory_bytes": [10 + i, 20],
+            "memory_kind": "rss"}
 
 
-def test_summarize_excludes_warmup():
-    records = [{"type": "header", "strategy": "ddp", "world_size": 2}, _step(0, True, 9.0), _step(1, True, 9.0),
-               _step(2, False, 1.0), _step(3, False, 2.0), _step(4, False, 3.0)]
+HEADER = {"type": "header", "strategy": "ddp", "world_size": 2, "flops_per_token": 1000, "peak_tflops": 1e-6}
+
+
+def test_summarize_excludes_warmup_and_uses_the_wall_clock():
+    window = {"type": "window", "first_step": 2, "last_step": 4, "seconds": 8.0, "tokens": 1200, "samples": 12,
+              "rank_tokens": 600}
+    records = [HEADER, _step(0, True, 9.0), _step(1, True, 9.0), _step(2, False, 1.0), _step(3, False, 2.0),
+               _step(4, False, 3.0, rank1=4.0), window]
     summary = summarize(records)
     assert summary["measured_steps"] == 3 and summary["warmup_steps"] == 2
-    assert summary["step_time_s"]["median"] == 2.0 and summary["step_time_s"]["max"] == 3.0
+    wall = summary["throughput"]
+    # 3 steps x 400 tokens in 8 s of wall clock: 150 tokens/s, 75 per rank; 75 x 1000 FLOPs / 1 MFLOP/s peak
+    assert (wall["tokens_per_s"], wall["samples_per_s"], wall["tokens_per_s_per_rank"]) == (150, 1.5, 75)
+    assert wall["mfu"] == pytest.approx(0.075) and wall["window_s"] == 8.0
+    timed = summary["timed_region"]
+    # slowest rank per step: 1, 2, 4 s
+    assert timed["step_time_s"]["median"] == 2.0 and timed["step_time_s"]["max"] == 4.0
+    assert timed["tokens_per_s"]["median"] == 200 and timed["tokens_per_s_overall"] == pytest.approx(1200 / 7)
+    # rank 0 spent 1 + 2 + 3 = 6 of its 8 s window inside its timed regions
+    assert summary["outside_timed_fraction"] == pytest.approx(0.25)
     assert summary["first_loss"] == 10.0 and summary["final_loss"] == 6.0
     assert summary["peak_memory_bytes_per_rank"] == [14, 20]
     assert summarize(records[:3])["status"] == "no-measured-steps"
+    assert summarize(records[:-1])["status"] == "incomplete"  # killed before the window closed
+
+
+def test_schema_1_summaries_are_read_as_timed_region_only():
+    old = {"status": "ok", "step_time_s": {"median": 0.1}, "tokens_per_s": {"median": 5.0}, "mfu": None,
+           "tokens_per_s_per_rank": 2.5, "samples_per_s": 1.0, "tflops_per_rank": 1.0, "final_loss": 3.0}
+    new = upgrade_summary(old)
+    assert new["throughput"] is None and new["timed_region"]["tokens_per_s"] == {"median": 5.0}
+    assert "tokens_per_s" not in new and new["final_loss"] == 3.0

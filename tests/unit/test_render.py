@@ -103,7 +103,8 @@ def test_bad_flag_combinations_name_the_flag(flags, needle):
 
 
 def test_offload_nvme_and_parallel_fragments():
-    spec = RenderSpec(zero=3, offload="nvme", offload_param="nvme", nvme_path="/mnt/nvme", world_size=4, tp=2)
+    spec = RenderSpec(zero=3, offload="nvme", offload_param="nvme", nvme_path="/mnt/nvme", world_size=4, tp=2,
+                      micro_batch=1)
     assert fragment_names(spec)[-3:] == ["offload_optimizer_nvme", "offload_param_nvme", "tensor_parallel"]
     config, _ = render(spec)
     assert get_path(config, "zero_optimization.offload_param.nvme_path") == "/mnt/nvme"

@@ -22,19 +22,35 @@ def summary(cell_id):
 def test_rows_and_derived_figures_from_summaries():
     rows = {r["strategy"]: r for r in collect([COMPARE])}
     assert set(rows) == {"single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload", "zero3_nvme"}
-    single = summary("single-w1-mb2-gpt2-mini-r0")["tokens_per_s"]["median"]
-    ddp = summary("ddp-w2-mb2-gpt2-mini-r0")["tokens_per_s"]["median"]
-    zero3 = summary("zero3-w2-mb2-gpt2-mini-r0")["tokens_per_s"]["median"]
-    assert rows["ddp"]["tokens_per_s"] == ddp
+    single = summary("single-w1-mb2-gpt2-mini-r0")["throughput"]["tokens_per_s"]
+    ddp = summary("ddp-w2-mb2-gpt2-mini-r0")["throughput"]["tokens_per_s"]
+    zero3 = summary("zero3-w2-mb2-gpt2-mini-r0")["throughput"]["tokens_per_s"]
+    assert rows["ddp"]["tokens_per_s"] == ddp  # the wall-clock figure is the throughput
+    assert rows["ddp"]["timed_tokens_per_s"] == summary("ddp-w2-mb2-gpt2-mini-r0")["timed_region"]["tokens_per_s"][
+        "median"]
     assert rows["ddp"]["scaling_efficiency"] == pytest.approx(ddp / (2 * single))  # seeds/000 definition
     assert rows["ddp"]["scaling_baseline"] == "single" and rows["single"]["scaling_efficiency"] == pytest.approx(1)
     assert rows["zero3"]["speedup_vs_ddp"] == pytest.approx(zero3 / ddp)
-    mfu = summary("ddp-w2-mb2-gpt2-mini-r0")["mfu"]["median"]
+    mfu = summary("ddp-w2-mb2-gpt2-mini-r0")["throughput"]["mfu"]
     assert rows["ddp"]["mfu"] == pytest.approx(mfu) and 0 < mfu < 1
     states = summary("zero3-w2-mb2-gpt2-mini-r0")["model_state_bytes_per_rank"][0]["total"]
     assert rows["zero3"]["model_states_mib"] == pytest.approx(states / 2**20)
     failed = rows["zero3_nvme"]
     assert failed["status"] == "failed" and "libaio" in failed["reason"] and failed.get("tokens_per_s") is None
+
+
+def test_schema_1_folders_report_their_timed_region_only():
+    [row] = collect([LAUNCH])
+    old = json.loads((LAUNCH / "summary.json").read_text())
+    assert row["status"] == "ok" and row["tokens_per_s"] is None and row["mfu"] is None
+    assert row["timed_tokens_per_s"] == old["tokens_per_s"]["median"]
+    assert "-" in to_markdown([row])
+
+
+def test_gpu_runs_report_cuda_memory_and_mfu():
+    rows = collect([DATA / "runs" / "gpu-h100" / "compare-gpt2", DATA / "runs" / "gpu-h100" / "compare-llama-1b"])
+    assert len(rows) == 10 and {r["device"] for r in rows} == {"cuda"}
+    assert all(r["memory_kind"] == "cuda_max_allocated" and 0 < r["mfu"] < 1 for r in rows)
 
 
 def test_every_artefact_is_written(tmp_path):
@@ -55,7 +71,7 @@ def test_every_artefact_is_written(tmp_path):
 def test_markdown_names_units_and_method():
     text = to_markdown(collect([COMPARE]))
     assert "tokens/s" in text and "peak mem MiB/rank" in text
-    assert "Medians over 15 measured steps after 5 warm-up" in text
+    assert "15 measured steps after 5 warm-up steps" in text and "tokens/s (wall)" in text
     assert "zero3_nvme x2 (gpt2-mini): failed" in text
 
 
