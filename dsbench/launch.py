@@ -56,6 +56,10 @@ _NATIVE_FLAGS = {"micro_batch": "--micro-batch", "grad_accum": "--grad-accum", "
                  "precision": "--precision", "warmup_steps": "--lr-warmup-steps"}
 
 
+# --precision as accelerate's mixed_precision (the YAML of a native-strategy launch says what the worker trains).
+_ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
+
+
 def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """``--env KEY=VALUE`` items as pairs."""
     out = []
@@ -94,6 +98,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
                       num_nodes=req.num_nodes, master_addr=req.master_addr, master_port=req.master_port,
                       cpu=req.cpu, script_args=req.script_args, extra_env=req.extra_env,
                       accelerate_config=str(req.run_dir / "accelerate_config.yaml"),
+                      mixed_precision=_ACCELERATE_PRECISION.get(req.render_flags.get("precision") or "fp32", "no"),
                       deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
     world = base.world_size()
     notes: list[str] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench.configs.overrides import get_path
+from dsbench.configs.precision import config_precision
 from dsbench.configs.validate import data_parallel_size, parallel_degrees
 
 _STAGES = {
@@ -40,13 +41,14 @@ def _batch_line(config: dict[str, Any], world_size: int | None) -> str:
 
 
 def _precision_line(config: dict[str, Any]) -> str:
-    if get_path(config, "bf16.enabled") is True or get_path(config, "bfloat16.enabled") is True:
+    precision = config_precision(config)
+    if precision == "bf16":
         return "precision: bf16 weights and activations, fp32 master weights and optimizer states"
-    if get_path(config, "fp16.enabled") is True:
+    if precision == "fp16":
         scale = get_path(config, "fp16.loss_scale", 0)
         kind = "dynamic loss scaling" if not scale else f"static loss scale {scale}"
         return f"precision: fp16 with {kind}, fp32 master weights and optimizer states"
-    if "auto" in (get_path(config, "fp16.enabled"), get_path(config, "bf16.enabled")):
+    if precision == "auto":
         return "precision: 'auto' (decided by the HF Trainer's --fp16/--bf16)"
     return "precision: fp32"
 

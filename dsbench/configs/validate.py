@@ -15,6 +15,7 @@ from typing import Any
 from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
 from dsbench.configs.findings import Finding
 from dsbench.configs.overrides import get_path
+from dsbench.configs.precision import bf16_enabled, fp16_enabled
 from dsbench.configs.schema import unknown_keys
 
 WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
@@ -136,10 +137,6 @@ def _batch_without_world(tb: int | None, mb: int | None, ga: int | None) -> list
                     fix=f"set train_batch_size to a multiple of {mb * ga}")]
 
 
-def _enabled(config: dict[str, Any], section: str) -> bool:
-    return get_path(config, f"{section}.enabled") is True
-
-
 def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
     """Combinations DeepSpeed ignores silently (warning) or rejects late (error)."""
     out: list[Finding] = []
@@ -178,7 +175,7 @@ def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Fin
                            message=f"ZeRO++ settings ({', '.join(zeropp)}) only act at ZeRO stage 3; at stage "
                                    f"{stage} they are ignored",
                            fix="set zero_optimization.stage to 3, or delete them"))
-    if _enabled(config, "fp16") and (_enabled(config, "bf16") or _enabled(config, "bfloat16")):
+    if fp16_enabled(config) and bf16_enabled(config):
         out.append(Finding(severity="error", code="fp16-and-bf16", path="bf16.enabled",
                            message="fp16 and bf16 are both enabled; DeepSpeed asserts at start-up",
                            fix="enable only one of fp16.enabled / bf16.enabled"))

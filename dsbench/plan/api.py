@@ -12,14 +12,36 @@ from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
 from dsbench.plan.recommend import Ranked, launch_command, rank
 
 
+def _llama_params(vocab: int, hidden: int, layers: int, ff: int) -> int:
+    """Parameters of a Llama block stack with full multi-head attention (see ModelShape.num_params)."""
+    return 2 * vocab * hidden + layers * (4 * hidden * hidden + 3 * hidden * ff + 2 * hidden) + hidden
+
+
 def synthetic_shape(num_params: float) -> ModelShape:
-    """A Llama-style shape of about ``num_params`` parameters: 12·L·h² ≈ N with h = 128·L (7B: 32 x 4096)."""
-    if num_params < 1e6:
+    """A Llama-style shape with ``num_params`` parameters (to well under 1%).
+
+    Depth and width follow the usual ratio hidden = 128·layers with 12·L·h² ≈ N (7B: 32 layers x 4096);
+    the vocabulary is 32,000, or smaller where the embeddings would exceed an eighth of the model; the MLP
+    width is then solved so the exact count (:meth:`ModelShape.num_params`) matches N.
+    """
+    if not num_params >= 1e6:  # also refuses NaN
         raise UserError(f"--params {num_params:g} is too small to plan for (give a parameter count like 7e9)")
+    if num_params > 1e15:
+        raise UserError(f"--params {num_params:g} is beyond any model dsbench can plan (at most 1e15)")
     layers = max(2, round((num_params / (12 * 128**2)) ** (1 / 3)))
     hidden = 128 * layers
-    return ModelShape(name=f"~{num_params / 1e9:g}B (assumed shape)", arch="llama", vocab_size=32000, hidden=hidden,
-                      layers=layers, heads=hidden // 128, kv_heads=hidden // 128, intermediate=int(8 * hidden / 3),
+    while True:
+        vocab = 32000 if 2 * 32000 * hidden <= num_params / 8 else max(64, int(num_params / 16 / hidden) // 64 * 64)
+        fixed = _llama_params(vocab, hidden, layers, 0)
+        ff = round((num_params - fixed) / (3 * hidden * layers))
+        if ff >= hidden or hidden <= 64:
+            break
+        hidden -= 64  # attention alone would exceed the budget: narrower
+    if ff < 1:
+        raise UserError(f"--params {num_params:g}: no Llama-like shape of that size (give a larger count)")
+    head_dim = 128 if hidden % 128 == 0 else 64
+    return ModelShape(name=f"~{num_params / 1e9:g}B (assumed shape)", arch="llama", vocab_size=vocab, hidden=hidden,
+                      layers=layers, heads=hidden // head_dim, kv_heads=hidden // head_dim, intermediate=ff,
                       max_positions=4096, tied_embeddings=False, source="synthetic")
 
 
@@ -67,8 +89,10 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
             config.get("train_micro_batch_size_per_gpu"), int) else micro
         accum = config.get("gradient_accumulation_steps", accum) if isinstance(
             config.get("gradient_accumulation_steps"), int) else accum
-        precision = "bf16" if config.get("bf16", {}).get("enabled") is True else \
-            "fp16" if config.get("fp16", {}).get("enabled") is True else "fp32"
+        from dsbench.configs.precision import config_precision
+
+        found = config_precision(config)
+        precision = req.precision if found == "auto" else found  # "auto": the Trainer decides, keep --precision
     if min(micro, accum, gpn, req.nodes) < 1 or req.efficiency <= 0 or req.efficiency > 1:
         raise UserError("--micro-batch, --grad-accum, --nodes, --gpus-per-node must be >= 1; --efficiency in (0, 1]")
     intra = req.intra or ("nvlink4" if req.gpu in ("h100", "h200") else "nvlink")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from typing import Any
 from dsbench.configs.autofill import AutoInputs, fill_auto
 from dsbench.configs.findings import has_errors
 from dsbench.configs.loader import load_config_strict
+from dsbench.configs.precision import config_precision
 from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validate
 from dsbench.envinfo import machine, versions
 from dsbench.errors import UserError
@@ -56,6 +58,20 @@ def tensor_parallel_size(config: dict[str, Any] | None) -> int:
     return size if isinstance(size, int) and size > 0 else 1
 
 
+_ARCH = re.compile(r"\d+\.\d+(\+PTX)?")
+
+
+def check_cuda_arch_list() -> None:
+    """DeepSpeed 0.19.8's JIT op builder parses ``TORCH_CUDA_ARCH_LIST`` as numbers only: a Hopper-style entry
+    such as ``9.0a`` ends the first ZeRO run with "invalid literal for int() with base 10: '0a'" (seen on an
+    H100 image that exports 9.0a). Say so before DeepSpeed starts building."""
+    value = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    bad = [entry for entry in re.split(r"[ ;]+", value.strip()) if entry and not _ARCH.fullmatch(entry)]
+    if bad:
+        raise UserError(f"TORCH_CUDA_ARCH_LIST={value!r}: DeepSpeed 0.19.8's JIT builder cannot parse {bad[0]!r}; "
+                        "use plain versions such as 9.0 (or unset it)")
+
+
 def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> dict[str, Any]:
     """Read the config, fill "auto" as the HF Trainer would from the worker's own arguments, and validate it."""
     raw = load_config_strict(path)
@@ -75,13 +91,16 @@ def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> dict[str, 
     return config
 
 
-def precision_of(config: dict[str, Any] | None, flag: str) -> str:
-    """Training precision: from the DeepSpeed config when there is one, else the flag."""
-    if config is None:
+def precision_of(config: dict[str, Any] | None, flag: str | None) -> str:
+    """Training precision: from the DeepSpeed config when there is one (``bf16`` or its legacy spelling
+    ``bfloat16``), else the flag, else accelerate's ``ACCELERATE_MIXED_PRECISION`` (``no`` = fp32)."""
+    if config is not None:
+        precision = config_precision(config)
+        return "fp32" if precision == "auto" else precision  # fill_auto resolved "auto" before; be safe
+    if flag:
         return flag
-    if config.get("bf16", {}).get("enabled") is True:
-        return "bf16"
-    return "fp16" if config.get("fp16", {}).get("enabled") is True else "fp32"
+    mixed = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()
+    return mixed if mixed in ("bf16", "fp16") else "fp32"
 
 
 def config_hash(data: Any) -> str:
@@ -102,6 +121,6 @@ def git_revision() -> str | None:
 def header(**fields: Any) -> dict[str, Any]:
     """The run header record: what ran, where, with which versions and command."""
     launch = os.environ.get("DSBENCH_LAUNCH_COMMAND")
-    return {"type": "header", "schema": 1, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    return {"type": "header", "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": [sys.executable, "-m", "dsbench.train", *sys.argv[1:]], "launch_command": launch,
             "git_rev": git_revision(), "versions": versions(), "machine": machine(), **fields}

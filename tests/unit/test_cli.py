@@ -100,3 +100,61 @@ def test_corpus_hostfile_check_exit_codes(cli_run):
     assert good.exit_code == 0 and "2 hosts, 2 slots" in good.output
     bad = cli_run("hostfile", "check", str(CORPUS / "hostfiles" / "BAfsharmanesh__Metis__hostfile"))
     assert bad.exit_code == 1 and "write 'IP1 slots=4'" in bad.output
+
+
+def _all_commands(group, prefix=()):
+    """Every (sub)command path of a click group."""
+    import click
+
+    for name, command in group.commands.items():
+        yield (*prefix, name)
+        if isinstance(command, click.Group):
+            yield from _all_commands(command, (*prefix, name))
+
+
+def test_every_command_help_exits_0_without_traceback(cli_run):
+    from dsbench.cli import cli
+
+    paths = list(_all_commands(cli))
+    assert {"render", "launch", "compare", "report", "plan", "hostfile"} <= {p[0] for p in paths}
+    for path in [(), *paths]:
+        result = cli_run(*path, "--help")
+        assert result.exit_code == 0 and "Usage:" in result.output and "Traceback" not in result.output, path
+
+
+@pytest.mark.parametrize("argv, code, needle", [
+    (["-m", "dsbench", "--version"], 0, "dsbench, version"),
+    (["-m", "dsbench", "--help"], 0, "Usage:"),
+    (["-m", "dsbench.train", "--help"], 0, "usage: python -m dsbench.train"),
+    (["-m", "dsbench.train", "--version"], 0, "dsbench "),
+    (["-m", "dsbench.train", "--steps", "x"], 2, "argument --steps: invalid int value"),
+    (["-m", "dsbench.train", "--gather-every", "0"], 2, "--gather-every must be >= 1"),
+    (["scripts/bench_harness_overhead.py", "--help"], 0, "usage:"),
+], ids=["version", "help", "worker-help", "worker-version", "worker-bad-int", "worker-gather", "script-help"])
+def test_programs_answer_help_version_and_bad_flags_in_one_piece(argv, code, needle):
+    """--help and --version exit 0; a bad flag exits 2 with argparse's message; never a traceback."""
+    out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    text = out.stdout + out.stderr
+    assert out.returncode == code and needle in text and "Traceback" not in text and "SystemExit" not in text, text
+
+
+def test_one_default_batch_whatever_the_strategy(cli_run, tmp_path):
+    """`dsbench launch` with only the strategy changed trains the same global batch (and so the same losses)."""
+    import shlex
+
+    from dsbench.spec import DEFAULT_MICRO_BATCH
+    from dsbench.train import parse_args
+
+    batches = {}
+    for name, args in {"zero2": ["--zero", "2"], "zero3-accelerate": ["--zero", "3", "--launcher", "accelerate"],
+                       "ddp": ["--strategy", "ddp", "--launcher", "torchrun"],
+                       "fsdp": ["--strategy", "fsdp", "--launcher", "torchrun"]}.items():
+        result = cli_run("launch", *args, "--dry-run", "--run-dir", name)
+        argv = shlex.split(result.output.strip().splitlines()[-1])
+        worker = parse_args(argv[argv.index("dsbench.train") + 1:])
+        micro, accum = worker.micro_batch, worker.grad_accum
+        if worker.deepspeed_config:  # the rendered config's values are what DeepSpeed trains
+            config = json.loads((tmp_path / worker.deepspeed_config).read_text())
+            micro, accum = config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]
+        batches[name] = (micro, accum)
+    assert set(batches.values()) == {(DEFAULT_MICRO_BATCH, 1)}, batches

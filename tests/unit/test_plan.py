@@ -154,3 +154,41 @@ def test_plan_explains_a_config(cli_run, tmp_path):
 def test_plan_bad_input(cli_run, args, needle):
     result = cli_run("plan", *args)
     assert result.exit_code == 2 and needle in result.output
+
+
+def _states_gb(result_json: str) -> dict[str, float]:
+    """Model-state GB (1e9 bytes) per rank of the plain data-parallel candidates in `plan --json` output."""
+    out = {}
+    for c in json.loads(result_json)["candidates"]:
+        if c["tp"] == c["pp"] == 1 and c["offload"] == "none" and not c["activation_checkpointing"]:
+            mem = c["memory_gib"]
+            out[c["strategy"]] = sum(mem[k] for k in ("params", "grads", "optimizer_states", "master_weights")) \
+                * 2**30 / 1e9
+    return out
+
+
+@pytest.mark.parametrize("params", [1e6, 3.5e7, 1.3e9, 7.5e9, 70e9, 175e9, 1e12])
+def test_assumed_shape_has_the_requested_parameter_count(cli_run, params):
+    result = cli_run("plan", "--params", f"{params:g}", "--gpus", "8", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["model"]["params"] == pytest.approx(params, rel=0.01)
+
+
+def test_zero_paper_table_1_through_the_cli(cli_run):
+    """Psi = 7.5B on N_d = 64 (Table 1, K = 12): 120 / 31.4 / 16.6 / 1.88 GB, typed as a user would."""
+    result = cli_run("plan", "--params", "7.5e9", "--gpus", "64", "--accounting", "mixed16", "--json")
+    gb = _states_gb(result.output)
+    assert [gb[s] for s in ("ddp", "zero1", "zero2", "zero3")] == pytest.approx([120, 31.4, 16.6, 1.88], rel=0.01)
+
+
+def test_seed_000_1_3b_table_through_the_cli(cli_run):
+    """seeds/000: 1.3B on 8 GPUs, 12 bytes/param: 15.6 / 6.5 / 4.2 / 2.0 GB (printed to one decimal)."""
+    result = cli_run("plan", "--params", "1.3e9", "--gpus", "8", "--accounting", "mixed12", "--json")
+    gb = _states_gb(result.output)
+    assert [gb[s] for s in ("ddp", "zero1", "zero2", "zero3")] == pytest.approx([15.6, 6.5, 4.2, 2.0], abs=0.05)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "1e16", "500"])
+def test_absurd_parameter_counts_are_one_line_errors(cli_run, value):
+    result = cli_run("plan", "--params", value, "--gpus", "8")
+    assert result.exit_code == 2 and "--params" in result.output and "Traceback" not in result.output
