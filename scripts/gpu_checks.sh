@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU checks of the issues, on a machine with one CUDA GPU (e.g. the lent H100), from the project root:
+#
+#   scripts/gpu_checks.sh OUT [tier] [matrix-gpt2] [matrix-llama] [overhead]      (default: all four)
+#
+# tier: every strategy through its launcher at world size 1 on NCCL (tests/gpu); matrix-*: the bf16
+# compare of single/ZeRO-1/2/3/offload (GPT-2 124M at seq 1024 x 16, a 1.1B Llama at seq 2048 x 4);
+# overhead: scripts/bench_harness_overhead.py on GPT-2 124M bf16. Logs and result folders (tar.gz) go
+# into OUT. Needs deepspeed importable (see ../shared/GPU.md for installing it from wheels).
+set -u
+out=${1:?usage: scripts/gpu_checks.sh OUT [tier] [matrix-gpt2] [matrix-llama] [overhead]}
+shift
+steps=${*:-tier matrix-gpt2 matrix-llama overhead}
+mkdir -p "$out"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+# DeepSpeed's JIT ops for this GPU only, as a plain version: DeepSpeed 0.19.8 cannot parse "9.0a", which some
+# CUDA images export (dsbench refuses it with a one-line error).
+TORCH_CUDA_ARCH_LIST=$(python3 -c "import torch; print('%d.%d' % torch.cuda.get_device_capability())")
+export TORCH_CUDA_ARCH_LIST
+export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/gpu.csv" 2>&1
+python3 -c "import torch, transformers, deepspeed, accelerate; print('torch', torch.__version__, 'cuda', \
+torch.version.cuda, 'transformers', transformers.__version__, 'deepspeed', deepspeed.__version__, \
+'accelerate', accelerate.__version__)" >> "$out/gpu.csv" 2>&1
+status=0
+for step in $steps; do
+  start=$(date +%s)
+  case $step in
+    tier)
+      python3 -m pytest tests/gpu -m gpu -v -p no:cacheprovider -k "nccl or collectives or same_losses" \
+        > "$out/tier.log" 2>&1 || status=1 ;;
+    matrix-gpt2|matrix-llama)
+      model=$([ "$step" = matrix-gpt2 ] && echo gpt2 || echo llama-1b)
+      DSBENCH_GPU_OUT=$out/runs python3 -m pytest tests/gpu -m gpu -v -s -p no:cacheprovider \
+        -k "bf16_matrix and $model" > "$out/$step.log" 2>&1 || status=1
+      tar czf "$out/$step.tgz" -C "$out/runs" "compare-$model" 2>/dev/null ;;
+    overhead)
+      python3 scripts/bench_harness_overhead.py --model gpt2 --precision bf16 --micro-batch 16 --seq-len 1024 \
+        --steps 25 --warmup 5 --repeats 2 > "$out/overhead.json" 2> "$out/overhead.err" || status=1 ;;
+    *) echo "unknown step $step"; status=2 ;;
+  esac
+  echo "$step: $(( $(date +%s) - start )) s (status so far $status)" | tee -a "$out/steps.txt"
+done
+rm -rf "$out/runs"
+exit $status
