@@ -64,7 +64,8 @@ def method_note(rows: list[dict[str, Any]]) -> str:
             f"{'/'.join(map(str, reps))} repeat(s). tokens/s (wall) is global (all ranks), by the wall clock over the "
             "measured window, everything included (median over repeats); MFU uses it. timed tokens/s and timed step "
             "ms cover only zero_grad + forward/backward + optimizer step of the slowest rank (median, p10-p90 over "
-            "steps); outside timed % is the window's share outside that region (data, metrics gathers, logging). "
+            "steps); outside timed % is the share of rank 0's window outside its own timed regions (data, metrics "
+            "gathers, logging). "
             f"Peak memory per rank is {', '.join(memory.get(k, k) for k in kinds)}; model states are "
             "params+grads+optimizer states+fp32 master counted from rank 0's tensors; MFU = achieved FLOP/s per rank "
             "(6N + 12·L·h·s per token) / peak; scaling efficiency = N-rank tokens/s / (N x 1-rank tokens/s).")

@@ -68,7 +68,8 @@ def memory_now(device: str) -> tuple[int, int, str]:
 
 
 class JsonlWriter:
-    """Appends one JSON record per line; each batch is flushed and fsynced, so every line lands whole."""
+    """Appends one JSON record per line. Each batch is flushed to the OS, so a killed worker leaves whole lines
+    behind; the file is fsynced once, at close (a per-gather fsync would put disk latency in the window)."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,7 +79,8 @@ class JsonlWriter:
     def write_many(self, records: list[dict[str, Any]]) -> None:
         self._handle.write("".join(json.dumps(record) + "\n" for record in records))
         self._handle.flush()
-        os.fsync(self._handle.fileno())
 
     def close(self) -> None:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
         self._handle.close()
