@@ -10,8 +10,9 @@ PYTEST_ARGS ?=
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[train,report,dev]'
+	$(BIN)/pip install -qq --upgrade pip
+	# -qq: errors only (setuptools prints an informational box for every editable install)
+	$(BIN)/pip install -qq -c constraints.txt -e '.[train,report,dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dsbench.configs.autofill import AutoInputs
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
-from dsbench.models import resolve_model
+from dsbench.models import ModelShape, resolve_model
 from dsbench.records import METRICS, SCHEMA, SUMMARY, flops_per_token, summarize
 from dsbench.worker import setup
 
@@ -48,13 +49,46 @@ def _run_dir(args: argparse.Namespace, strategy: str) -> Path:
     return folder
 
 
-def run(args: argparse.Namespace) -> int:
-    """Train and record; returns the exit code."""
+@dataclass
+class Prepared:
+    """Everything set up for the run on this rank (what :func:`record` needs)."""
+
+    strategy: str
+    shape: ModelShape
+    ds_config: dict[str, Any] | None
+    info: Any
+    """This rank's DistInfo."""
+    plan: Any
+    """The BatchPlan: which sequences each rank reads at each step."""
+    engine: Any
+    precision: str
+    tp: int
+    fsdp: dict[str, bool] | None
+    settings: Any
+    """The loop's LoopSettings."""
+    folder: Path | None
+    """The run folder (rank 0), checked before the model is built: measurements are never overwritten."""
+
+
+def _batch_config(args: argparse.Namespace, strategy: str, shape: ModelShape,
+                  world: int) -> tuple[dict[str, Any] | None, int, int]:
+    """The DeepSpeed config ("auto" filled from the worker's flags) and the micro-batch and accumulation used."""
+    if strategy != "deepspeed":
+        return None, args.micro_batch, args.grad_accum
+    inputs = AutoInputs(micro_batch=args.micro_batch, grad_accum=args.grad_accum, data_parallel_size=world,
+                        grad_clip=args.grad_clip, lr=args.lr, weight_decay=args.weight_decay,
+                        warmup_steps=args.lr_warmup_steps, train_steps=args.steps,
+                        precision=setup.precision_of(None, args.precision), hidden_size=shape.hidden)
+    config = setup.load_ds_config(setup.deepspeed_config_path(args.deepspeed_config), inputs, world)
+    return config, config["train_micro_batch_size_per_gpu"], config.get("gradient_accumulation_steps", 1)
+
+
+def prepare(args: argparse.Namespace) -> Prepared:
+    """Set-up: strategy, config, process group, data plan, model and engine."""
     from dsbench.worker import dist
     from dsbench.worker.data import build_plan, load_tokenizer, token_ids
     from dsbench.worker.engines import EngineOptions, build_engine
-    from dsbench.worker.loop import LoopSettings, train_loop
-    from dsbench.worker.metrics import JsonlWriter, device_peak
+    from dsbench.worker.loop import LoopSettings
     from dsbench.worker.model import build_model
 
     _, world, _ = dist.env_rank()
@@ -64,23 +98,15 @@ def run(args: argparse.Namespace) -> int:
     shape = resolve_model(args.model)
     if args.seq_len > shape.max_positions:
         raise UserError(f"--seq-len {args.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
-    ds_config = None
-    micro, accum = args.micro_batch, args.grad_accum
-    if strategy == "deepspeed":
-        inputs = AutoInputs(micro_batch=micro, grad_accum=accum, data_parallel_size=world, grad_clip=args.grad_clip,
-                            lr=args.lr, weight_decay=args.weight_decay, warmup_steps=args.lr_warmup_steps,
-                            train_steps=args.steps, precision=setup.precision_of(None, args.precision),
-                            hidden_size=shape.hidden)
-        ds_config = setup.load_ds_config(setup.deepspeed_config_path(args.deepspeed_config), inputs, world)
-        micro, accum = ds_config["train_micro_batch_size_per_gpu"], ds_config.get("gradient_accumulation_steps", 1)
+    ds_config, micro, accum = _batch_config(args, strategy, shape, world)
     tp = setup.tensor_parallel_size(ds_config)  # DeepSpeed AutoTP: ranks of a TP group read the same batch
-    dp = world // tp
     info = dist.init(strategy)
     if strategy == "deepspeed" and info.device.startswith("cuda"):
         setup.check_cuda_arch_list()
     folder = _run_dir(args, strategy) if info.is_main else None
     tokenizer = load_tokenizer(shape.path if shape.source != "preset" else None)
-    plan = build_plan(token_ids(tokenizer, args.dataset, args.text_field), args.seq_len, args.seed, micro, accum, dp)
+    plan = build_plan(token_ids(tokenizer, args.dataset, args.text_field), args.seq_len, args.seed, micro, accum,
+                      world // tp)
     model = build_model(shape, args.seed, args.trust_remote_code, args.activation_checkpointing)
     precision = setup.precision_of(ds_config, args.precision)
     reshard, cpu_offload = setup.fsdp_options_from_env(args.fsdp_reshard, args.fsdp_cpu_offload)
@@ -88,38 +114,55 @@ def run(args: argparse.Namespace) -> int:
                             grad_clip=args.grad_clip, warmup_steps=args.lr_warmup_steps, grad_accum=accum,
                             precision=precision, fsdp_reshard=reshard, fsdp_cpu_offload=cpu_offload,
                             ds_config=ds_config)
-    engine = build_engine(strategy, model, options, info)
-    peak, peak_source = device_peak(info.device, precision, args.peak_tflops)
-    flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, args.seq_len)
-    settings = LoopSettings(steps=args.steps, warmup=args.warmup, seq_len=args.seq_len, tp=tp,
-                            gather_every=args.gather_every)
+    return Prepared(strategy=strategy, shape=shape, ds_config=ds_config, info=info, plan=plan,
+                    engine=build_engine(strategy, model, options, info), precision=precision, tp=tp,
+                    fsdp={"reshard": reshard, "cpu_offload": cpu_offload} if strategy == "fsdp" else None,
+                    settings=LoopSettings(steps=args.steps, warmup=args.warmup, seq_len=args.seq_len, tp=tp,
+                                          gather_every=args.gather_every), folder=folder)
+
+
+def _header(args: argparse.Namespace, run: Prepared, folder: Path) -> dict[str, Any]:
+    """The run's header record: its definition (hashed), where it ran, and how its figures are computed."""
+    from dsbench.worker.dist import process_group_facts
+    from dsbench.worker.metrics import device_peak
+
+    shape, plan, info = run.shape, run.plan, run.info
+    definition = {"strategy": run.strategy, "model": shape.to_dict(), "ds_config": run.ds_config,
+                  "seq_len": args.seq_len, "micro_batch": plan.micro_batch, "grad_accum": plan.grad_accum,
+                  "world_size": info.world_size, "precision": run.precision, "seed": args.seed, "tp": run.tp,
+                  "fsdp": run.fsdp, "activation_checkpointing": args.activation_checkpointing}
+    peak, peak_source = device_peak(info.device, run.precision, args.peak_tflops)
+    return setup.header(**definition, run_id=folder.name, config_hash=setup.config_hash(definition),
+                        device=info.device, backend=info.backend, dp_size=plan.dp_size, global_batch=plan.global_batch,
+                        steps=args.steps, warmup_steps=args.warmup, gather_every=args.gather_every,
+                        process_group=process_group_facts(), schema=SCHEMA,
+                        dataset=args.dataset or "embedded:pydoc_data", tokens=int(plan.sequences.numel()),
+                        num_params=shape.num_params(),
+                        flops_per_token=flops_per_token(shape.num_params(), shape.layers, shape.hidden, args.seq_len),
+                        peak_tflops=peak, peak_tflops_source=peak_source)
+
+
+def record(args: argparse.Namespace, run: Prepared) -> None:
+    """Recording: train through the loop; rank 0 writes the header, every gather's records and the summary."""
+    from dsbench.worker.loop import train_loop
+    from dsbench.worker.metrics import JsonlWriter
+
+    folder = run.folder
     writer = JsonlWriter(folder / METRICS) if folder else None
     records: list[dict[str, Any]] = []
-    if writer:
-        definition = {"strategy": strategy, "model": shape.to_dict(), "ds_config": ds_config, "seq_len": args.seq_len,
-                      "micro_batch": micro, "grad_accum": accum, "world_size": world, "precision": precision,
-                      "seed": args.seed, "tp": tp, "fsdp": {"reshard": reshard, "cpu_offload": cpu_offload}
-                      if strategy == "fsdp" else None, "activation_checkpointing": args.activation_checkpointing}
-        head = setup.header(**definition, run_id=folder.name, config_hash=setup.config_hash(definition),
-                            device=info.device, backend=info.backend, dp_size=dp, global_batch=plan.global_batch,
-                            steps=args.steps, warmup_steps=args.warmup, gather_every=args.gather_every,
-                            process_group=dist.process_group_facts(), schema=SCHEMA,
-                            dataset=args.dataset or "embedded:pydoc_data",
-                            tokens=int(plan.sequences.numel()), num_params=shape.num_params(),
-                            flops_per_token=flops, peak_tflops=peak, peak_tflops_source=peak_source)
-        writer.write_many([head])
-        records.append(head)
-    progress = Progress(args.steps, args.quiet or not info.is_main)
+    progress = Progress(args.steps, args.quiet or not run.info.is_main)
 
     def emit(batch: list[dict[str, Any]]) -> None:
         if writer:
-            writer.write_many(batch)  # one flush + fsync per gather
+            writer.write_many(batch)  # one flush per gather
             records.extend(batch)
-        for record in batch:
-            if record["type"] == "step":
-                progress.update(record)
+        for item in batch:
+            if item["type"] == "step":
+                progress.update(item)
 
-    train_loop(engine, plan, info, settings, emit)
+    if folder:
+        emit([_header(args, run, folder)])
+    train_loop(run.engine, run.plan, run.info, run.settings, emit)
     progress.close()
     if writer and folder:
         writer.close()
@@ -130,5 +173,12 @@ def run(args: argparse.Namespace) -> int:
                   f"{summary['throughput']['tokens_per_s']:,.0f} tokens/s by the wall clock over "
                   f"{summary['measured_steps']} steps after {summary['warmup_steps']} warm-up (timed region: median "
                   f"{summary['timed_region']['tokens_per_s']['median']:,.0f})", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Set up, train and record; returns the exit code."""
+    from dsbench.worker import dist
+
+    record(args, prepare(args))
     dist.shutdown()
     return 0
