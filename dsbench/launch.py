@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dsbench import trainspec
 from dsbench.configs.api import make_render_spec
 from dsbench.configs.findings import has_errors
 from dsbench.configs.loader import load_config_strict
@@ -15,6 +16,7 @@ from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import read_hostfile
 from dsbench.io import atomic_write_json
 from dsbench.launchers import LaunchCommand, LaunchSpec, build
+from dsbench.launchers import worker_args as worker_argv
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -110,6 +112,10 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
             raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
         config_path = atomic_write_json(req.run_dir / "ds_config.json", config)
     spec = replace(base, ds_config=str(config_path) if config_path else None)
+    # The worker's whole input as one typed description, checked now rather than on every rank later.
+    train = trainspec.from_argv(worker_argv(spec))
+    run_file = trainspec.write(train, req.run_dir / "run.json")
+    spec = replace(spec, run_file=str(run_file))
     return PreparedLaunch(spec=spec, command=build(spec), config_path=config_path, notes=notes)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dsbench.errors import UserError
+from dsbench.parallel import ParallelDims
 
 Offload = Literal["none", "cpu", "nvme"]
 Precision = Literal["fp32", "fp16", "bf16"]
@@ -85,22 +86,20 @@ class RenderSpec:
              "NVMe offload needs --nvme-path DIR (a folder on a fast local disk)"),
             (self.pipeline_stages == 1 or self.zero <= 1, f"--pipeline-stages {self.pipeline_stages} needs --zero 0 "
              "or 1 (DeepSpeed's pipeline engine rejects ZeRO-2/3)"),
-            (self.world_size % (self.pipeline_stages * self.tp) == 0,
-             f"--world-size {self.world_size} is not divisible by --pipeline-stages {self.pipeline_stages} x --tp "
-             f"{self.tp}"),
         ]
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
+        self.dims()  # raises when tp x pp does not divide the world
         self.grad_accum_steps()  # raises on a global batch that does not divide
 
-    def data_parallel_size(self) -> int:
-        """Ranks in DeepSpeed's batch arithmetic: world / pipeline stages.
+    def dims(self) -> ParallelDims:
+        """The parallel layout of the world these flags describe."""
+        return ParallelDims(world=self.world_size, tp=self.tp, pp=self.pipeline_stages)
 
-        With AutoTP, deepspeed 0.19.8 asserts train_batch_size over the full world (the ranks of a TP group
-        count although they share a batch), so ``--tp`` does not divide it; see configs/validate.py.
-        """
-        return self.world_size // self.pipeline_stages
+    def data_parallel_size(self) -> int:
+        """Ranks in DeepSpeed's batch arithmetic (see :meth:`ParallelDims.deepspeed_batch_ranks`)."""
+        return self.dims().deepspeed_batch_ranks()
 
     def grad_accum_steps(self) -> int:
         """Gradient-accumulation steps, from ``--grad-accum`` or ``--global-batch``."""

@@ -29,6 +29,11 @@ def world_size_from(world_size: int | None, hostfile: str | None, include: str =
     return world_size
 
 
+PIPELINE_DEFAULT_ZERO = 1
+"""ZeRO stage for a pipeline when none is named: DeepSpeed's pipeline engine takes 0 or 1, and 1 shards the
+optimizer states (the default stage 2 would be refused)."""
+
+
 def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, model: str | None = None,
                      keep_auto: bool = False, sets: tuple[str, ...] = ()) -> tuple[RenderSpec, ModelShape | None]:
     """Combine preset values, explicit flags (``None`` = not given) and the model into a spec.
@@ -41,10 +46,15 @@ def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, mode
         raise UserError(f"preset {preset_name!r} sets unknown fields {sorted(unknown)}")
     explicit = {name for name, value in flags.items() if value is not None}
     values.update({name: flags[name] for name in explicit})
+    chosen = set(values)
+    if (values.get("pipeline_stages") or 1) > 1 and "zero" not in values:
+        values["zero"] = PIPELINE_DEFAULT_ZERO  # no stage named: one the pipeline engine accepts (render notes it)
     shape = resolve_model(model) if model else None
     spec = RenderSpec(**values, keep_auto=keep_auto, sets=tuple(sets),
                       hidden_size=shape.hidden if shape else None,
-                      explicit=frozenset(explicit | set(values) | ({"hidden_size"} if shape else set())))
+                      explicit=frozenset(explicit | chosen | ({"hidden_size"} if shape else set())))
+    if shape:
+        spec.dims().check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
     return spec, shape
 
 

@@ -85,6 +85,9 @@ def auto_inputs(spec: RenderSpec, config: dict[str, Any] | None = None) -> AutoI
 def render(spec: RenderSpec) -> tuple[dict[str, Any], list[str]]:
     """Render the config for ``spec``; returns it with notes for the user (stderr)."""
     notes: list[str] = []
+    if spec.pipeline_stages > 1 and "zero" not in spec.explicit:
+        notes.append(f"no --zero given: ZeRO-{spec.zero} with {spec.pipeline_stages} pipeline stages (DeepSpeed's "
+                     "pipeline engine takes stage 0 or 1; ZeRO-1 shards the optimizer states)")
     config = apply_overrides(compose(spec), spec.sets)
     config, unresolved = fill_auto(config, auto_inputs(spec, config))
     for path in unresolved:

@@ -17,6 +17,8 @@ from dsbench.configs.findings import Finding
 from dsbench.configs.overrides import get_path
 from dsbench.configs.precision import bf16_enabled, fp16_enabled
 from dsbench.configs.schema import unknown_keys
+from dsbench.errors import UserError
+from dsbench.parallel import ParallelDims
 
 WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
@@ -43,24 +45,28 @@ def parallel_degrees(config: dict[str, Any]) -> tuple[int, int]:
     return pp, tp
 
 
-def data_parallel_size(config: dict[str, Any], world_size: int) -> int | None:
-    """The rank count DeepSpeed's batch assertion uses: world / pipeline stages (``None`` if pp x tp does not divide).
-
-    The pipeline engine passes its grid, so DeepSpeed divides by the stages. With AutoTP (deepspeed 0.19.8)
-    ``DeepSpeedConfig`` gets no mpu and asserts over the full world: the ranks of a TP group count as if each
-    had its own data, although they share one batch (distinct samples per step = micro x accum x world/(pp x tp)).
-    """
+def config_dims(config: dict[str, Any], world_size: int) -> ParallelDims | None:
+    """The parallel layout a config asks for on ``world_size`` ranks (``None`` if pp x tp does not divide it)."""
     pp, tp = parallel_degrees(config)
-    return world_size // pp if world_size % (pp * tp) == 0 else None
+    try:
+        return ParallelDims(world=world_size, tp=tp, pp=pp)
+    except UserError:
+        return None
+
+
+def data_parallel_size(config: dict[str, Any], world_size: int) -> int | None:
+    """The rank count DeepSpeed's batch assertion uses (:meth:`ParallelDims.deepspeed_batch_ranks`), or ``None``."""
+    dims = config_dims(config, world_size)
+    return None if dims is None else dims.deepspeed_batch_ranks()
 
 
 def check_parallel_degrees(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
     """Tensor/pipeline degrees must divide the world size."""
     if ctx.world_size is None:
         return []
-    pp, tp = parallel_degrees(config)
-    if ctx.world_size % (pp * tp) == 0:
+    if config_dims(config, ctx.world_size) is not None:
         return []
+    pp, tp = parallel_degrees(config)
     path = "tensor_parallel.autotp_size" if tp > 1 else "pipeline.stages"
     return [Finding(severity="error", code="degree-not-dividing", path=path,
                     message=f"world size {ctx.world_size} is not divisible by pipeline stages {pp} x tensor-parallel "

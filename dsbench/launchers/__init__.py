@@ -29,6 +29,8 @@ class LaunchSpec:
     """Python module the launcher starts on every rank."""
     script_args: tuple[str, ...] = ()
     """Arguments passed to the module."""
+    run_file: str | None = None
+    """The run description (run.json) the worker reads instead of flags, when ``dsbench launch`` wrote one."""
     ds_config: str | None = None
     """Path of the rendered DeepSpeed config (deepspeed strategy)."""
     nproc_per_node: int = 1
@@ -117,7 +119,9 @@ def cpu_env(spec: LaunchSpec) -> dict[str, str]:
 
 
 def worker_args(spec: LaunchSpec) -> list[str]:
-    """Arguments for the worker module: the strategy, the config, then the user's arguments."""
+    """Arguments for the worker module: its run description, or the strategy, the config and the user's flags."""
+    if spec.run_file:
+        return ["--run-json", spec.run_file]
     args = ["--strategy", spec.strategy]
     if spec.strategy == "deepspeed" and spec.ds_config:
         args += ["--deepspeed_config", spec.ds_config]

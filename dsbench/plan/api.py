@@ -7,6 +7,7 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.models import ModelShape, resolve_model
+from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
 from dsbench.plan.recommend import Ranked, launch_command, rank
@@ -140,7 +141,9 @@ def plan(req: PlanRequest) -> dict[str, Any]:
                     "peak_tflops": cl.peak_tflops, "efficiency": cl.efficiency, "intra": cl.intra.note,
                     "inter": cl.inter.note if cl.nodes > 1 else None},
         "workload": {"seq_len": wl.seq_len, "micro_batch": wl.micro_batch, "grad_accum": wl.grad_accum,
-                     "global_batch": wl.micro_batch * wl.grad_accum, "precision": wl.precision},
+                     # fixed across candidates: --grad-accum is per rank of pure data parallelism
+                     "global_batch": ParallelDims(world=cl.world).samples_per_step(wl.micro_batch, wl.grad_accum),
+                     "precision": wl.precision},
         "candidates": [{**r.estimate.to_dict(), "rank": r.rank, "reason": r.reason} for r in ranked],
         "recommendation": None if top is None else {
             "name": top.estimate.candidate.name, "command": launch_command(top.estimate, shape, wl, cl)},

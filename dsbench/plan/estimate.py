@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsbench.models import ModelShape
+from dsbench.parallel import ParallelDims
 from dsbench.plan.comm import Collective, bubble_fraction, data_parallel_comm, pipeline_comm, tensor_parallel_comm
 from dsbench.plan.hardware import Link
 from dsbench.plan.memory import Accounting, ModelStates, accounting_for, activation_bytes, model_states
@@ -135,7 +136,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     shape = wl.shape
     acc = accounting_for(wl.precision, cand.strategy, wl.accounting)
     model_parallel = cand.tp * cand.pp
-    dp = cl.world // model_parallel
+    dp = ParallelDims(world=cl.world, tp=cand.tp, pp=cand.pp).dp
     shards = cl.gpus_per_node // model_parallel if cand.strategy == "fsdp_hybrid" else dp
     states = model_states(shape.num_params(), cand.strategy, shards, acc, cand.tp, cand.pp, cand.offload,
                           cand.offload_param)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass
@@ -13,7 +12,9 @@ from dsbench.configs.autofill import AutoInputs
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import ModelShape, resolve_model
+from dsbench.parallel import ParallelDims
 from dsbench.records import METRICS, SCHEMA, SUMMARY, flops_per_token, summarize
+from dsbench.trainspec import TrainSpec
 from dsbench.worker import setup
 
 
@@ -42,8 +43,8 @@ class Progress:
             self.bar.close()
 
 
-def _run_dir(args: argparse.Namespace, strategy: str) -> Path:
-    folder = Path(args.out or f"runs/train-{strategy}-{time.strftime('%Y%m%d-%H%M%S')}")
+def _run_dir(spec: TrainSpec, strategy: str) -> Path:
+    folder = Path(spec.out or f"runs/train-{strategy}-{time.strftime('%Y%m%d-%H%M%S')}")
     if (folder / METRICS).exists():
         raise UserError(f"{folder / METRICS} exists: choose a new --out (dsbench never overwrites measurements)")
     return folder
@@ -70,20 +71,20 @@ class Prepared:
     """The run folder (rank 0), checked before the model is built: measurements are never overwritten."""
 
 
-def _batch_config(args: argparse.Namespace, strategy: str, shape: ModelShape,
+def _batch_config(spec: TrainSpec, strategy: str, shape: ModelShape,
                   world: int) -> tuple[dict[str, Any] | None, int, int]:
     """The DeepSpeed config ("auto" filled from the worker's flags) and the micro-batch and accumulation used."""
     if strategy != "deepspeed":
-        return None, args.micro_batch, args.grad_accum
-    inputs = AutoInputs(micro_batch=args.micro_batch, grad_accum=args.grad_accum, data_parallel_size=world,
-                        grad_clip=args.grad_clip, lr=args.lr, weight_decay=args.weight_decay,
-                        warmup_steps=args.lr_warmup_steps, train_steps=args.steps,
-                        precision=setup.precision_of(None, args.precision), hidden_size=shape.hidden)
-    config = setup.load_ds_config(setup.deepspeed_config_path(args.deepspeed_config), inputs, world)
+        return None, spec.micro_batch, spec.grad_accum
+    inputs = AutoInputs(micro_batch=spec.micro_batch, grad_accum=spec.grad_accum, data_parallel_size=world,
+                        grad_clip=spec.grad_clip, lr=spec.lr, weight_decay=spec.weight_decay,
+                        warmup_steps=spec.lr_warmup_steps, train_steps=spec.steps,
+                        precision=setup.precision_of(None, spec.precision), hidden_size=shape.hidden)
+    config = setup.load_ds_config(setup.deepspeed_config_path(spec.deepspeed_config), inputs, world)
     return config, config["train_micro_batch_size_per_gpu"], config.get("gradient_accumulation_steps", 1)
 
 
-def prepare(args: argparse.Namespace) -> Prepared:
+def prepare(spec: TrainSpec) -> Prepared:
     """Set-up: strategy, config, process group, data plan, model and engine."""
     from dsbench.worker import dist
     from dsbench.worker.data import build_plan, load_tokenizer, token_ids
@@ -92,57 +93,60 @@ def prepare(args: argparse.Namespace) -> Prepared:
     from dsbench.worker.model import build_model
 
     _, world, _ = dist.env_rank()
-    strategy = setup.resolve_strategy(args.strategy, args.deepspeed_config, world)
+    strategy = setup.resolve_strategy(spec.strategy, spec.deepspeed_config, world)
     if strategy == "single" and world > 1:
         raise UserError(f"--strategy single runs one process, but the launcher started {world}")
-    shape = resolve_model(args.model)
-    if args.seq_len > shape.max_positions:
-        raise UserError(f"--seq-len {args.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
-    ds_config, micro, accum = _batch_config(args, strategy, shape, world)
-    tp = setup.tensor_parallel_size(ds_config)  # DeepSpeed AutoTP: ranks of a TP group read the same batch
+    shape = resolve_model(spec.model)
+    if spec.seq_len > shape.max_positions:
+        raise UserError(f"--seq-len {spec.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
+    ds_config, micro, accum = _batch_config(spec, strategy, shape, world)
+    # DeepSpeed AutoTP: the ranks of a TP group read the same batch
+    dims = ParallelDims(world=world, tp=setup.tensor_parallel_size(ds_config))
+    dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+    tp = dims.tp
     info = dist.init(strategy)
     if strategy == "deepspeed" and info.device.startswith("cuda"):
         setup.check_cuda_arch_list()
-    folder = _run_dir(args, strategy) if info.is_main else None
+    folder = _run_dir(spec, strategy) if info.is_main else None
     tokenizer = load_tokenizer(shape.path if shape.source != "preset" else None)
-    plan = build_plan(token_ids(tokenizer, args.dataset, args.text_field), args.seq_len, args.seed, micro, accum,
-                      world // tp)
-    model = build_model(shape, args.seed, args.trust_remote_code, args.activation_checkpointing)
-    precision = setup.precision_of(ds_config, args.precision)
-    reshard, cpu_offload = setup.fsdp_options_from_env(args.fsdp_reshard, args.fsdp_cpu_offload)
-    options = EngineOptions(lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.999), eps=1e-8,
-                            grad_clip=args.grad_clip, warmup_steps=args.lr_warmup_steps, grad_accum=accum,
+    plan = build_plan(token_ids(tokenizer, spec.dataset, spec.text_field), spec.seq_len, spec.seed, micro, accum,
+                      dims.dp)
+    model = build_model(shape, spec.seed, spec.trust_remote_code, spec.activation_checkpointing)
+    precision = setup.precision_of(ds_config, spec.precision)
+    reshard, cpu_offload = setup.fsdp_options_from_env(spec.fsdp_reshard, spec.fsdp_cpu_offload)
+    options = EngineOptions(lr=spec.lr, weight_decay=spec.weight_decay, betas=(0.9, 0.999), eps=1e-8,
+                            grad_clip=spec.grad_clip, warmup_steps=spec.lr_warmup_steps, grad_accum=accum,
                             precision=precision, fsdp_reshard=reshard, fsdp_cpu_offload=cpu_offload,
                             ds_config=ds_config)
     return Prepared(strategy=strategy, shape=shape, ds_config=ds_config, info=info, plan=plan,
                     engine=build_engine(strategy, model, options, info), precision=precision, tp=tp,
                     fsdp={"reshard": reshard, "cpu_offload": cpu_offload} if strategy == "fsdp" else None,
-                    settings=LoopSettings(steps=args.steps, warmup=args.warmup, seq_len=args.seq_len, tp=tp,
-                                          gather_every=args.gather_every), folder=folder)
+                    settings=LoopSettings(steps=spec.steps, warmup=spec.warmup, seq_len=spec.seq_len, tp=tp,
+                                          gather_every=spec.gather_every), folder=folder)
 
 
-def _header(args: argparse.Namespace, run: Prepared, folder: Path) -> dict[str, Any]:
+def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
     """The run's header record: its definition (hashed), where it ran, and how its figures are computed."""
     from dsbench.worker.dist import process_group_facts
     from dsbench.worker.metrics import device_peak
 
     shape, plan, info = run.shape, run.plan, run.info
     definition = {"strategy": run.strategy, "model": shape.to_dict(), "ds_config": run.ds_config,
-                  "seq_len": args.seq_len, "micro_batch": plan.micro_batch, "grad_accum": plan.grad_accum,
-                  "world_size": info.world_size, "precision": run.precision, "seed": args.seed, "tp": run.tp,
-                  "fsdp": run.fsdp, "activation_checkpointing": args.activation_checkpointing}
-    peak, peak_source = device_peak(info.device, run.precision, args.peak_tflops)
+                  "seq_len": spec.seq_len, "micro_batch": plan.micro_batch, "grad_accum": plan.grad_accum,
+                  "world_size": info.world_size, "precision": run.precision, "seed": spec.seed, "tp": run.tp,
+                  "fsdp": run.fsdp, "activation_checkpointing": spec.activation_checkpointing}
+    peak, peak_source = device_peak(info.device, run.precision, spec.peak_tflops)
     return setup.header(**definition, run_id=folder.name, config_hash=setup.config_hash(definition),
                         device=info.device, backend=info.backend, dp_size=plan.dp_size, global_batch=plan.global_batch,
-                        steps=args.steps, warmup_steps=args.warmup, gather_every=args.gather_every,
+                        steps=spec.steps, warmup_steps=spec.warmup, gather_every=spec.gather_every,
                         process_group=process_group_facts(), schema=SCHEMA,
-                        dataset=args.dataset or "embedded:pydoc_data", tokens=int(plan.sequences.numel()),
+                        dataset=spec.dataset or "embedded:pydoc_data", tokens=int(plan.sequences.numel()),
                         num_params=shape.num_params(),
-                        flops_per_token=flops_per_token(shape.num_params(), shape.layers, shape.hidden, args.seq_len),
+                        flops_per_token=flops_per_token(shape.num_params(), shape.layers, shape.hidden, spec.seq_len),
                         peak_tflops=peak, peak_tflops_source=peak_source)
 
 
-def record(args: argparse.Namespace, run: Prepared) -> None:
+def record(spec: TrainSpec, run: Prepared) -> None:
     """Recording: train through the loop; rank 0 writes the header, every gather's records and the summary."""
     from dsbench.worker.loop import train_loop
     from dsbench.worker.metrics import JsonlWriter
@@ -150,7 +154,7 @@ def record(args: argparse.Namespace, run: Prepared) -> None:
     folder = run.folder
     writer = JsonlWriter(folder / METRICS) if folder else None
     records: list[dict[str, Any]] = []
-    progress = Progress(args.steps, args.quiet or not run.info.is_main)
+    progress = Progress(spec.steps, spec.quiet or not run.info.is_main)
 
     def emit(batch: list[dict[str, Any]]) -> None:
         if writer:
@@ -161,24 +165,24 @@ def record(args: argparse.Namespace, run: Prepared) -> None:
                 progress.update(item)
 
     if folder:
-        emit([_header(args, run, folder)])
+        emit([_header(spec, run, folder)])
     train_loop(run.engine, run.plan, run.info, run.settings, emit)
     progress.close()
     if writer and folder:
         writer.close()
         summary = summarize(records)
         atomic_write_json(folder / SUMMARY, summary)
-        if not args.quiet:
+        if not spec.quiet:
             print(f"run: {folder}  loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}  "
                   f"{summary['throughput']['tokens_per_s']:,.0f} tokens/s by the wall clock over "
                   f"{summary['measured_steps']} steps after {summary['warmup_steps']} warm-up (timed region: median "
                   f"{summary['timed_region']['tokens_per_s']['median']:,.0f})", file=sys.stderr, flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(spec: TrainSpec) -> int:
     """Set up, train and record; returns the exit code."""
     from dsbench.worker import dist
 
-    record(args, prepare(args))
+    record(spec, prepare(spec))
     dist.shutdown()
     return 0

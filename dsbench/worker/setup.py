@@ -17,7 +17,7 @@ from dsbench.configs.autofill import AutoInputs, fill_auto
 from dsbench.configs.findings import has_errors
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.precision import config_precision
-from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validate
+from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, config_dims, parallel_degrees, validate
 from dsbench.envinfo import machine, versions
 from dsbench.errors import UserError
 
@@ -75,10 +75,13 @@ def check_cuda_arch_list() -> None:
 def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> dict[str, Any]:
     """Read the config, fill "auto" as the HF Trainer would from the worker's own arguments, and validate it."""
     raw = load_config_strict(path)
-    tp = tensor_parallel_size(raw)
-    if world_size % tp:  # DeepSpeed asserts the batch over the full world even with AutoTP (see validate.py)
-        raise UserError(f"{path}: tensor_parallel.autotp_size {tp} does not divide the world size {world_size}")
-    config, unresolved = fill_auto(raw, replace(inputs, data_parallel_size=world_size))  # AutoTP ranks count
+    dims = config_dims(raw, world_size)
+    if dims is None:
+        pp, tp = parallel_degrees(raw)
+        raise UserError(f"{path}: pipeline.stages {pp} x tensor_parallel.autotp_size {tp} does not divide the world "
+                        f"size {world_size}")
+    # "auto" batch values as DeepSpeed asserts them (AutoTP ranks count, pipeline stages divide)
+    config, unresolved = fill_auto(raw, replace(inputs, data_parallel_size=dims.deepspeed_batch_ranks()))
     if unresolved:
         raise UserError(f"{path}: cannot resolve 'auto' at {', '.join(unresolved)}")
     scheduler = config.get("scheduler") or {}

@@ -75,9 +75,11 @@ def test_launch_dry_run_prints_a_runnable_command(cli_run, tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert lines[-1].startswith("DSBENCH_DEVICE=cpu DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 deepspeed --num_gpus 2")
-    assert lines[-1].endswith("--module dsbench.train --strategy deepspeed --deepspeed_config r/ds_config.json --out r")
+    assert lines[-1].endswith("--module dsbench.train --run-json r/run.json")
     config = json.loads((tmp_path / "r" / "ds_config.json").read_text())
     assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    run = json.loads((tmp_path / "r" / "run.json").read_text())  # the worker's typed input
+    assert (run["strategy"], run["deepspeed_config"], run["out"]) == ("deepspeed", "r/ds_config.json", "r")
 
 
 def test_launch_dry_run_accelerate_writes_and_shows_yaml(cli_run, tmp_path):
@@ -85,14 +87,15 @@ def test_launch_dry_run_accelerate_writes_and_shows_yaml(cli_run, tmp_path):
                      "--", "--steps", "3")
     assert "distributed_type: DEEPSPEED" in result.output
     assert (tmp_path / "r" / "accelerate_config.yaml").is_file()
-    assert result.output.strip().splitlines()[-1].endswith("--deepspeed_config r/ds_config.json --out r --steps 3")
+    assert result.output.strip().splitlines()[-1].endswith("--module dsbench.train --run-json r/run.json")
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["steps"] == 3
 
 
 def test_launch_hostfile_dry_run_quotes_paths(cli_run, tmp_path):
     hostfile = tmp_path / "my hosts"
     hostfile.write_text("node1 slots=2\nnode2 slots=2\n")
     result = cli_run("launch", "--hostfile", str(hostfile), "--dry-run", "--run-dir", "r d")
-    assert f"--hostfile '{hostfile}'" in result.output and "'r d/ds_config.json'" in result.output
+    assert f"--hostfile '{hostfile}'" in result.output and "'r d/run.json'" in result.output
 
 
 def test_corpus_hostfile_check_exit_codes(cli_run):

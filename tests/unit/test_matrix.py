@@ -56,4 +56,7 @@ def test_every_strategy_cell_is_a_valid_launch(cli_run, tmp_path, strategy):
     args = cell_launch_args(cell, tmp_path / "cell")
     result = cli_run("launch", *args[: args.index("--")], "--dry-run", *args[args.index("--"):])
     assert result.exit_code == 0, result.output
-    assert "--steps 20 --warmup 5 --seq-len 128 --quiet" in result.output
+    assert result.output.strip().endswith(f"--run-json {tmp_path / 'cell' / 'run.json'}")
+    run = json.loads((tmp_path / "cell" / "run.json").read_text())  # what the worker will run
+    assert (run["steps"], run["warmup"], run["seq_len"], run["quiet"], run["micro_batch"]) == (20, 5, 128, True, 2)
+    assert run["fsdp_reshard"] is (strategy != "fsdp_no_reshard")

@@ -58,7 +58,7 @@ def test_accelerate_yaml_says_the_precision_of_native_strategies(cli_run, tmp_pa
     assert result.exit_code == 0, result.output
     written = yaml.safe_load((tmp_path / "r" / "accelerate_config.yaml").read_text())
     assert written["mixed_precision"] == mixed
-    assert result.output.strip().splitlines()[-1].endswith("--precision bf16")
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["precision"] == "bf16"
     fp32 = cli_run("launch", "--launcher", "accelerate", "--strategy", strategy, "--dry-run", "--run-dir", "r32")
     assert fp32.exit_code == 0 and yaml.safe_load((tmp_path / "r32" / "accelerate_config.yaml").read_text())[
         "mixed_precision"] == "no"

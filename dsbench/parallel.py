@@ -1,0 +1,65 @@
+"""The parallel layout of a job: data x tensor x pipeline ranks, and the batch arithmetic on it (pure, stdlib).
+
+The only place this arithmetic lives: render, validate, the worker and the planner all ask
+:class:`ParallelDims`. Ranks are laid out as in Megatron-LM and DeepSpeed's pipeline grid: the ``tp`` ranks
+of a tensor-parallel group are consecutive, then pipeline stages, then data-parallel replicas
+(rank = dp_rank·pp·tp + stage·tp + tp_rank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsbench.errors import UserError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParallelDims:
+    """How ``world`` ranks are split: ``dp`` data-parallel replicas x ``tp`` tensor x ``pp`` pipeline ranks."""
+
+    world: int
+    """Total ranks (``--world-size``, a hostfile's slots, or the launcher's WORLD_SIZE)."""
+    tp: int = 1
+    """Tensor-parallel degree (``--tp``): ranks that split every layer's matrices and share one batch."""
+    pp: int = 1
+    """Pipeline stages (``--pipeline-stages``): ranks that each hold a slice of the layers."""
+
+    def __post_init__(self) -> None:
+        for value, flag in ((self.world, "the world size"), (self.tp, "--tp"), (self.pp, "--pipeline-stages")):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UserError(f"{flag} must be an integer >= 1, got {value!r}")
+        if self.world % (self.tp * self.pp):
+            raise UserError(f"world size {self.world} is not divisible by --pipeline-stages {self.pp} x --tp "
+                            f"{self.tp} = {self.tp * self.pp} (change the ranks or the degrees)")
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel replicas: world / (tp x pp)."""
+        return self.world // (self.tp * self.pp)
+
+    def samples_per_step(self, micro_batch: int, grad_accum: int) -> int:
+        """Distinct samples per optimizer step (the global batch): micro x accumulation x dp.
+
+        A tensor-parallel group shares one batch and a pipeline's stages pass one batch along, so only
+        data-parallel replicas multiply it.
+        """
+        return micro_batch * grad_accum * self.dp
+
+    def deepspeed_batch_ranks(self) -> int:
+        """The rank count in DeepSpeed 0.19.8's ``train_batch_size`` assertion: world / pipeline stages.
+
+        The pipeline engine passes its grid, so DeepSpeed divides by the stages; with AutoTP
+        ``DeepSpeedConfig`` gets no mpu and counts the ranks of a TP group as if each had its own data
+        (runtime/config.py ``_batch_assertion``). So with AutoTP train_batch_size = micro x accum x world/pp,
+        tp times the samples actually trained.
+        """
+        return self.world // self.pp
+
+    def check_model(self, *, name: str, heads: int, kv_heads: int, layers: int) -> None:
+        """The model can be split this way: tp divides the attention and key/value heads; pp <= layers."""
+        if heads % self.tp or kv_heads % self.tp:
+            raise UserError(f"--tp {self.tp} must divide {name}'s {heads} attention heads and {kv_heads} key/value "
+                            "heads (each rank holds whole heads)")
+        if self.pp > layers:
+            raise UserError(f"--pipeline-stages {self.pp} exceeds {name}'s {layers} decoder layers (each stage "
+                            "needs at least one)")

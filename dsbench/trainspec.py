@@ -1,0 +1,190 @@
+"""What one training run is: the worker's whole input, typed (stdlib only).
+
+``dsbench launch`` writes it as ``run.json`` in the run folder and starts the worker with ``--run-json run.json``;
+people who start the worker themselves (``deepspeed``/``torchrun``/``accelerate launch ... dsbench.train``)
+give flags, and flags given next to ``--run-json`` override the file's values. :func:`from_argv` is the one
+parser for both, so a launch checks the worker's arguments before any process starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from dsbench import __version__
+from dsbench.errors import UserError
+from dsbench.spec import DEFAULT_MICRO_BATCH
+
+STRATEGIES = ("auto", "deepspeed", "ddp", "fsdp", "single")
+WorkerStrategy = Literal["auto", "deepspeed", "ddp", "fsdp", "single"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainSpec:
+    """One training run on every rank: strategy, model, data, batch, optimizer, schedule and recording."""
+
+    strategy: WorkerStrategy = "auto"
+    """auto: deepspeed when a DeepSpeed config is given (or by accelerate), else ddp/single."""
+    deepspeed_config: str | None = None
+    """DeepSpeed JSON config (the deepspeed strategy); its batch, optimizer and precision win."""
+    model: str = "gpt2-tiny"
+    """Preset, local folder with config.json, or a hub id already in the local cache."""
+    trust_remote_code: bool = False
+    dataset: str | None = None
+    """Local text/json/jsonl/parquet/csv file or folder (default: the embedded corpus)."""
+    text_field: str = "text"
+    seq_len: int = 128
+    micro_batch: int = DEFAULT_MICRO_BATCH
+    """Samples per rank per micro-step (a DeepSpeed config's value wins)."""
+    grad_accum: int = 1
+    """Micro-steps per optimizer step (a DeepSpeed config's value wins)."""
+    steps: int = 20
+    warmup: int = 3
+    """Steps excluded from the summary (before the measured window); at most steps - 1 when not given."""
+    lr: float = 3e-4
+    lr_warmup_steps: int = 0
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    precision: Literal["fp32", "bf16", "fp16"] | None = None
+    """Native strategies and "auto" in a DeepSpeed config [accelerate's mixed_precision, else fp32]."""
+    activation_checkpointing: bool = False
+    fsdp_reshard: bool = True
+    """FSDP2 reshard_after_forward."""
+    fsdp_cpu_offload: bool = False
+    seed: int = 1234
+    peak_tflops: float | None = None
+    """Per-rank peak for MFU (default: detected)."""
+    out: str | None = None
+    """Run folder for metrics.jsonl and summary.json."""
+    gather_every: int = 10
+    """Steps between gathers of per-step metrics across ranks (each is one host-device sync)."""
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise UserError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+        if self.precision not in (None, "fp32", "bf16", "fp16"):
+            raise UserError(f"--precision must be fp32, bf16 or fp16, got {self.precision!r}")
+        for name in ("seq_len", "micro_batch", "grad_accum", "steps", "gather_every"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+        if not 0 <= self.warmup < self.steps:
+            raise UserError(f"--warmup must be in 0..{self.steps - 1} (steps excluded from the summary)")
+        positive = {"lr": self.lr, "peak_tflops": self.peak_tflops if self.peak_tflops is not None else 1.0}
+        at_least_0 = {"weight_decay": self.weight_decay, "grad_clip": self.grad_clip,
+                      "lr_warmup_steps": self.lr_warmup_steps}
+        for name, value in positive.items():
+            if not (math.isfinite(value) and value > 0):
+                raise UserError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
+        for name, value in at_least_0.items():
+            if not (math.isfinite(value) and value >= 0):
+                raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The worker's flags; every default is suppressed so that only what was given reaches the spec."""
+    p = _Parser(prog="python -m dsbench.train", argument_default=argparse.SUPPRESS,
+                description="The dsbench training worker (started on every rank by a launcher).")
+    p.add_argument("--run-json", metavar="FILE", help="a run description written by `dsbench launch` (flags override)")
+    p.add_argument("--strategy", choices=STRATEGIES, help=_doc("strategy"))
+    p.add_argument("--deepspeed_config", "--deepspeed-config", dest="deepspeed_config", help=_doc("deepspeed_config"))
+    p.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)  # set by the launchers
+    p.add_argument("--model", help=_doc("model"))
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--dataset", help=_doc("dataset"))
+    p.add_argument("--text-field")
+    for name in ("seq_len", "micro_batch", "grad_accum", "steps", "warmup", "lr_warmup_steps", "seed",
+                 "gather_every"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, help=_doc(name))
+    for name in ("lr", "weight_decay", "grad_clip", "peak_tflops"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=float, help=_doc(name))
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help=_doc("precision"))
+    p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--fsdp-reshard", action=argparse.BooleanOptionalAction, help=_doc("fsdp_reshard"))
+    p.add_argument("--fsdp-cpu-offload", action="store_true")
+    p.add_argument("--out", help=_doc("out"))
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--version", action="version", version=f"dsbench {__version__}")
+    return p
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are dsbench's one-line errors (exit 2), in the worker and in `launch`."""
+
+    def error(self, message: str) -> Any:
+        raise UserError(message)
+
+
+HELP = {
+    "strategy": "auto: deepspeed when a DeepSpeed config is given (or by accelerate), else ddp/single",
+    "deepspeed_config": "DeepSpeed JSON config (its batch, optimizer and precision win)",
+    "model": "preset, local dir with config.json, or cached hub id",
+    "dataset": "local text/json/jsonl/parquet/csv file or folder (default: embedded corpus)",
+    "micro_batch": "samples per rank per micro-step (a DeepSpeed config's value wins)",
+    "grad_accum": "micro-steps per optimizer step (a DeepSpeed config's value wins)",
+    "warmup": "steps excluded from the summary",
+    "precision": "native strategies, and 'auto' in a DeepSpeed config (default: accelerate's mixed_precision, else "
+                 "fp32)",
+    "fsdp_reshard": "FSDP2 reshard_after_forward",
+    "peak_tflops": "per-rank peak for MFU (default: detected)",
+    "out": "run directory for metrics.jsonl and summary.json",
+    "gather_every": "steps between gathers of per-step metrics across ranks (each is one host-device sync)",
+}
+
+
+def _doc(name: str) -> str:
+    """--help text for a field, with its default."""
+    default = next(f.default for f in fields(TrainSpec) if f.name == name)
+    return HELP.get(name, "") + (f" [{default}]" if default is not None else "")
+
+
+def from_argv(argv: list[str]) -> TrainSpec:
+    """The spec from worker flags: ``--run-json FILE`` first if given, then every flag given on the command line."""
+    given = vars(_parser().parse_args(argv))
+    given.pop("local_rank", None)
+    base = load(given.pop("run_json")) if "run_json" in given else {}
+    return from_dict({**base, **given}, "the worker's flags")
+
+
+def from_dict(data: dict[str, Any], where: str) -> TrainSpec:
+    """A spec from a mapping (run.json), with unknown keys and wrong types refused by name."""
+    known = {f.name: f for f in fields(TrainSpec)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise UserError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(known)})")
+    for name, value in data.items():
+        default = known[name].default
+        kind = type(default) if default is not None else (str if name != "peak_tflops" else float)
+        ok = value is None and default is None or (
+            isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
+            else isinstance(value, kind) and (kind is not int or not isinstance(value, bool)))
+        if not ok:
+            raise UserError(f"{where}: {name} must be {kind.__name__}, got {json.dumps(value)}")
+    if "warmup" not in data and isinstance(data.get("steps"), int):
+        # the default warm-up never swallows a short run: --steps 3 alone warms up 2 steps and measures 1
+        data = {**data, "warmup": min(known["warmup"].default, max(0, data["steps"] - 1))}
+    return TrainSpec(**data)
+
+
+def load(path: str) -> dict[str, Any]:
+    """The mapping in a run.json file."""
+    from dsbench.io import read_json
+
+    data = read_json(path, "run description")
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object (a run description)")
+    return data
+
+
+def write(spec: TrainSpec, path: Path) -> Path:
+    """Write ``spec`` as run.json (atomically)."""
+    from dsbench.io import atomic_write_json
+
+    return atomic_write_json(path, spec.to_dict())

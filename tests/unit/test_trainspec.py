@@ -1,0 +1,60 @@
+"""The worker's typed run description: flags, run.json, and the two together."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dsbench.errors import UserError
+from dsbench.trainspec import TrainSpec, from_argv, from_dict, write
+
+
+def test_flags_and_run_json_give_the_same_spec(tmp_path):
+    flags = ["--strategy", "ddp", "--model", "llama-tiny", "--micro-batch", "3", "--steps", "9", "--no-fsdp-reshard",
+             "--lr", "1e-3", "--precision", "bf16", "--local_rank=1"]
+    spec = from_argv(flags)
+    assert (spec.strategy, spec.model, spec.micro_batch, spec.steps, spec.lr) == ("ddp", "llama-tiny", 3, 9, 1e-3)
+    assert spec.fsdp_reshard is False and spec.precision == "bf16" and spec.seed == TrainSpec().seed
+    path = write(spec, tmp_path / "run.json")
+    assert from_argv(["--run-json", str(path)]) == spec
+    # a flag next to --run-json overrides the file; the rest comes from the file
+    override = from_argv(["--run-json", str(path), "--steps", "4"])
+    assert override.steps == 4 and override.model == "llama-tiny" and override.warmup == spec.warmup
+
+
+def test_default_warmup_fits_a_short_run():
+    assert from_argv(["--steps", "3"]).warmup == 2 and from_argv(["--steps", "1"]).warmup == 0
+    assert from_argv([]).warmup == 3
+    with pytest.raises(UserError, match="--warmup must be in 0..2"):
+        from_argv(["--steps", "3", "--warmup", "3"])
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({"stepz": 3}, "unknown key 'stepz'"),
+    ({"steps": True}, "steps must be int, got true"),
+    ({"steps": "5"}, 'steps must be int, got "5"'),
+    ({"lr": "fast"}, 'lr must be float, got "fast"'),
+    ({"lr": float("nan")}, "--lr must be a finite number > 0, got nan"),
+    ({"grad_clip": -1.0}, "--grad-clip must be a finite number >= 0, got -1.0"),
+    ({"strategy": "megatron"}, "--strategy must be one of auto, deepspeed, ddp, fsdp, single"),
+    ({"precision": "fp8"}, "--precision must be fp32, bf16 or fp16"),
+    ({"micro_batch": 0}, "--micro-batch must be >= 1"),
+])
+def test_bad_run_descriptions_are_named(data, needle):
+    with pytest.raises(UserError, match=needle):
+        from_dict(data, "run.json")
+
+
+def test_bad_files_and_flags_are_one_line_errors(tmp_path):
+    (tmp_path / "list.json").write_text(json.dumps([1, 2]))
+    (tmp_path / "torn.json").write_text('{"steps": ')
+    cases = {("--run-json", str(tmp_path / "missing.json")): "run description not found",
+             ("--run-json", str(tmp_path / "list.json")): "expected a JSON object",
+             ("--run-json", str(tmp_path / "torn.json")): "malformed JSON",
+             ("--run-json", str(tmp_path)): "run description is a directory",
+             ("--steps", "x"): "argument --steps: invalid int value: 'x'",
+             ("--bogus",): "unrecognized arguments: --bogus"}
+    for argv, needle in cases.items():
+        with pytest.raises(UserError, match=needle):
+            from_argv(list(argv))
