@@ -314,7 +314,7 @@ def plan(top: int, as_json: bool, verify: bool, config_file: str | None, **opts:
 
     result = make_plan(PlanRequest(config=config_file, **opts))
     if verify:
-        from dsbench.plan.verify import verify as run_verify
+        from dsbench.bench.verify import verify as run_verify
 
         result["verify"] = run_verify(result, opts)
     if as_json:

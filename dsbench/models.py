@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from dsbench.errors import UserError
 
-Arch = Literal["gpt2", "llama"]
+Arch = Literal["gpt2", "llama", "qwen2", "mistral"]
+LLAMA_LIKE = ("llama", "qwen2", "mistral")
+"""Rotary decoder families with Llama's layout (RMSNorm, SwiGLU, q/k/v/o); Qwen2 adds q/k/v biases."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -25,7 +27,8 @@ class ModelShape:
     name: str
     """Preset name, local path or hub id the shape came from."""
     arch: Arch
-    """Model family: ``gpt2`` (learned positions, LayerNorm, GELU MLP) or ``llama`` (RoPE, RMSNorm, SwiGLU)."""
+    """Model family: ``gpt2`` (learned positions, LayerNorm, GELU MLP) or a Llama-like one (``llama``,
+    ``qwen2``, ``mistral``: RoPE, RMSNorm, SwiGLU)."""
     vocab_size: int
     hidden: int
     """Hidden size (``n_embd`` / ``hidden_size``)."""
@@ -55,7 +58,9 @@ class ModelShape:
             head = 0 if self.tied_embeddings else v * h
             return emb + self.layers * block + 2 * h + head
         head_dim = h // self.heads
-        attn = h * h + 2 * h * self.kv_heads * head_dim + h * h  # q, k, v, o (no bias)
+        attn = h * h + 2 * h * self.kv_heads * head_dim + h * h  # q, k, v, o
+        if self.arch == "qwen2":
+            attn += h + 2 * self.kv_heads * head_dim  # Qwen2's q/k/v biases
         mlp = 3 * h * ff  # gate, up, down
         block = attn + mlp + 2 * h  # two RMSNorms
         emb = v * h
@@ -70,7 +75,7 @@ class ModelShape:
                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=self.tied_embeddings,
                        bos_token_id=0, eos_token_id=0)
         else:
-            cfg = dict(model_type="llama", vocab_size=self.vocab_size, hidden_size=self.hidden,
+            cfg = dict(model_type=self.arch, vocab_size=self.vocab_size, hidden_size=self.hidden,
                        num_hidden_layers=self.layers, num_attention_heads=self.heads,
                        num_key_value_heads=self.kv_heads, intermediate_size=self.intermediate,
                        max_position_embeddings=self.max_positions, tie_word_embeddings=self.tied_embeddings,
@@ -107,6 +112,7 @@ PRESETS: dict[str, ModelShape] = {
         _gpt2("gpt2-large", 50257, 1280, 36, 20, 1024),
         _gpt2("gpt2-xl", 50257, 1600, 48, 25, 1024),
         _llama("llama-tiny", 4096, 64, 2, 4, 2, 176, 256),
+        replace(_llama("qwen2-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="qwen2"),
         _llama("llama-1b", 32000, 2048, 22, 32, 4, 5632, 2048),
         _llama("llama-7b", 32000, 4096, 32, 32, 32, 11008, 4096),
         _llama("llama-13b", 32000, 5120, 40, 40, 40, 13824, 4096),
@@ -132,7 +138,8 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | N
                 extra={k: cfg[k] for k in _KEPT_EXTRA if k in cfg})
         heads = int(cfg["num_attention_heads"])
         return ModelShape(
-            name=name, arch="llama", vocab_size=int(cfg["vocab_size"]), hidden=int(cfg["hidden_size"]),
+            name=name, arch=model_type if model_type in LLAMA_LIKE else "llama", vocab_size=int(cfg["vocab_size"]),
+            hidden=int(cfg["hidden_size"]),
             layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
             intermediate=int(cfg["intermediate_size"]), max_positions=int(cfg.get("max_position_embeddings", 2048)),
             tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), source=source, path=path,

@@ -1,9 +1,9 @@
 """The parallel layout of a job: data x tensor x pipeline ranks, and the batch arithmetic on it (pure, stdlib).
 
 The only place this arithmetic lives: render, validate, the worker and the planner all ask
-:class:`ParallelDims`. Ranks are laid out as in Megatron-LM and DeepSpeed's pipeline grid: the ``tp`` ranks
-of a tensor-parallel group are consecutive, then pipeline stages, then data-parallel replicas
-(rank = dp_rank·pp·tp + stage·tp + tp_rank).
+:class:`ParallelDims`. Ranks are laid out as DeepSpeed's pipeline grid (``PipeModelDataParallelTopology``,
+axes pipe, data, model) and Megatron-LM's default order: the ``tp`` ranks of a tensor-parallel group are
+consecutive, then data-parallel replicas, then pipeline stages: rank = stage·dp·tp + dp_rank·tp + tp_rank.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ class ParallelDims:
         """Data-parallel replicas: world / (tp x pp)."""
         return self.world // (self.tp * self.pp)
 
+    def dp_rank(self, rank: int) -> int:
+        """The data-parallel replica ``rank`` belongs to (which part of each global batch it reads)."""
+        return (rank // self.tp) % self.dp
+
     def samples_per_step(self, micro_batch: int, grad_accum: int) -> int:
         """Distinct samples per optimizer step (the global batch): micro x accumulation x dp.
 
@@ -63,3 +67,9 @@ class ParallelDims:
         if self.pp > layers:
             raise UserError(f"--pipeline-stages {self.pp} exceeds {name}'s {layers} decoder layers (each stage "
                             "needs at least one)")
+
+
+def bubble_fraction(stages: int, micro_batches: int) -> float:
+    """Idle share of each stage in a GPipe/1F1B pipeline step: (P - 1) / (M + P - 1) for P stages and M
+    micro-batches (GPipe, Huang et al. 2019; ../shared/seeds/000 and 004). 0 without a pipeline."""
+    return (stages - 1) / (micro_batches + stages - 1) if stages > 1 else 0.0

@@ -86,6 +86,9 @@ class RenderSpec:
              "NVMe offload needs --nvme-path DIR (a folder on a fast local disk)"),
             (self.pipeline_stages == 1 or self.zero <= 1, f"--pipeline-stages {self.pipeline_stages} needs --zero 0 "
              "or 1 (DeepSpeed's pipeline engine rejects ZeRO-2/3)"),
+            (self.pipeline_stages == 1 or self.offload == "none" or self.precision != "bf16",
+             "--offload with --pipeline-stages and --precision bf16: DeepSpeed's pipeline engine fails in the bf16 "
+             "optimizer with offload (DeepSpeed#3866); use fp16/fp32 or no offload"),
         ]
         for ok, message in checks:
             if not ok:

@@ -38,10 +38,11 @@ EXTRA: dict[str, list[str]] = {
         "datastates", "torch_autocast", "use_data_before_expert_parallelism",
         "memory_breakdown", "dataloader_drop_last", "gradient_allreduce_op",
     ],
-    # runtime/pipe/engine.py and runtime/config.py:get_pipeline_config defaults
+    # runtime/pipe/engine.py and runtime/config.py:get_pipeline_config defaults; partition_method is read by
+    # dsbench's worker for the PipelineModule it builds (dsbench/worker/engines/pipeline.py)
     "pipeline": [
-        "stages", "partition", "seed_layers", "activation_checkpoint_interval", "pipe_partitioned",
-        "grad_partitioned", "use_reentrant",
+        "stages", "partition", "partition_method", "seed_layers", "activation_checkpoint_interval",
+        "pipe_partitioned", "grad_partitioned", "use_reentrant",
     ],
     "optimizer": ["type", "params", "legacy_fusion"],
     "scheduler": ["type", "params"],

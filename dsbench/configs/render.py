@@ -14,6 +14,7 @@ from typing import Any
 from dsbench.configs.autofill import DEEPSPEED_DEFAULTS, AutoInputs, fill_auto
 from dsbench.configs.overrides import apply_overrides, deep_merge, get_path, set_path
 from dsbench.configs.templates import load_template
+from dsbench.parallel import bubble_fraction
 from dsbench.spec import RenderSpec
 
 
@@ -88,6 +89,12 @@ def render(spec: RenderSpec) -> tuple[dict[str, Any], list[str]]:
     if spec.pipeline_stages > 1 and "zero" not in spec.explicit:
         notes.append(f"no --zero given: ZeRO-{spec.zero} with {spec.pipeline_stages} pipeline stages (DeepSpeed's "
                      "pipeline engine takes stage 0 or 1; ZeRO-1 shards the optimizer states)")
+    micro_batches = spec.grad_accum_steps()
+    if 1 < spec.pipeline_stages and micro_batches < spec.pipeline_stages:
+        idle = bubble_fraction(spec.pipeline_stages, micro_batches)
+        notes.append(f"warning: {micro_batches} micro-batch(es) for {spec.pipeline_stages} pipeline stages: each stage "
+                     f"idles (P-1)/(M+P-1) = {idle:.0%} of a step; raise --grad-accum to at least "
+                     f"{spec.pipeline_stages} (the micro-batches per step)")
     config = apply_overrides(compose(spec), spec.sets)
     config, unresolved = fill_auto(config, auto_inputs(spec, config))
     for path in unresolved:

@@ -79,6 +79,3 @@ def pipeline_comm(seq: int, micro: int, hidden: int, stages: int, link: Link, ac
                        size / (link.bandwidth_gbs * 1e9) + 2 * micro_steps * link.latency_us * 1e-6)]
 
 
-def bubble_fraction(stages: int, micro_batches: int) -> float:
-    """Idle fraction of a GPipe/1F1B pipeline: (P−1)/(M+P−1) (seeds/001, 004)."""
-    return (stages - 1) / (micro_batches + stages - 1) if stages > 1 else 0.0

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsbench.models import ModelShape
-from dsbench.parallel import ParallelDims
-from dsbench.plan.comm import Collective, bubble_fraction, data_parallel_comm, pipeline_comm, tensor_parallel_comm
+from dsbench.parallel import ParallelDims, bubble_fraction
+from dsbench.plan.comm import Collective, data_parallel_comm, pipeline_comm, tensor_parallel_comm
 from dsbench.plan.hardware import Link
 from dsbench.plan.memory import Accounting, ModelStates, accounting_for, activation_bytes, model_states
 from dsbench.records import flops_per_token

@@ -1,15 +1,12 @@
-"""``dsbench plan --verify``: run the top candidates for a few steps and put predicted beside measured.
+"""Predicted beside measured for ``dsbench plan --verify`` (pure; the runs are made by dsbench.bench.verify).
 
-Each candidate that ``dsbench launch`` can run (DDP, ZeRO 0-3 with offload, FSDP2) runs as a compare
-cell on this machine with the planned model, micro-batch and ranks; the planner's per-rank
-model-state bytes for the same run (precision and accounting of the run) are compared with the
-bytes the worker counted from its tensors, and predicted vs measured peak memory where the device is
-a GPU (CUDA max allocated).
+The planner's per-rank model-state bytes for a run (its precision and accounting) are compared with the
+bytes the worker counted from its tensors, and predicted vs measured peak memory where the device is a GPU
+(CUDA max allocated).
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,33 +14,9 @@ from dsbench.plan.memory import ModelStates, accounting_for, model_states
 from dsbench.records import SUMMARY
 
 # planner strategy -> compare strategy name
-_RUNNABLE = {("ddp", "none"): "ddp", ("zero1", "none"): "zero1", ("zero2", "none"): "zero2",
-             ("zero3", "none"): "zero3", ("fsdp", "none"): "fsdp", ("zero2", "cpu"): "zero2_offload",
-             ("zero3", "cpu"): "zero3_offload"}
-
-
-def verify(result: dict[str, Any], opts: dict[str, Any], count: int = 3, steps: int = 6) -> list[dict[str, Any]]:
-    """Run up to ``count`` top-ranked runnable candidates; return predicted vs measured rows."""
-    from dsbench.bench.compare import run_cell
-    from dsbench.bench.matrix import Cell
-    from dsbench.envinfo import default_ranks, local_gpu_count
-
-    if not opts.get("model"):
-        return [{"error": "--verify needs --model (a runnable model, not --params)"}]
-    ranks = result["cluster"]["gpus_per_node"] if result["cluster"]["nodes"] == 1 else default_ranks()
-    precision = "fp32" if local_gpu_count() == 0 else result["workload"]["precision"]
-    chosen = [c for c in result["candidates"] if c["rank"] and c["tp"] == 1 and c["pp"] == 1
-              and not c["activation_checkpointing"] and (c["strategy"], c["offload"]) in _RUNNABLE]
-    out_dir = Path(f"runs/plan-verify-{time.strftime('%Y%m%d-%H%M%S')}")
-    rows = []
-    for cand in chosen[:count]:
-        name = _RUNNABLE[(cand["strategy"], cand["offload"])]
-        cell = Cell(strategy=name, world_size=ranks, micro_batch=result["workload"]["micro_batch"],
-                    model=opts["model"], steps=steps, warmup=2, seq_len=result["workload"]["seq_len"],
-                    precision=precision)
-        run = run_cell(cell, out_dir / cell.id, timeout=900, nvme_path=None)
-        rows.append(_compare(cand, run.folder, result["model"]["params"], ranks, precision, run.status))
-    return rows
+RUNNABLE = {("ddp", "none"): "ddp", ("zero1", "none"): "zero1", ("zero2", "none"): "zero2",
+            ("zero3", "none"): "zero3", ("fsdp", "none"): "fsdp", ("zero2", "cpu"): "zero2_offload",
+            ("zero3", "cpu"): "zero3_offload"}
 
 
 def comparable_bytes(strategy: str, counted: dict[str, Any], states: ModelStates) -> tuple[float, float]:
@@ -58,7 +31,7 @@ def comparable_bytes(strategy: str, counted: dict[str, Any], states: ModelStates
     return counted["total"], states.total
 
 
-def _compare(cand: dict[str, Any], folder: Path, params: int, ranks: int, precision: str,
+def compare_row(cand: dict[str, Any], folder: Path, params: int, ranks: int, precision: str,
              status: str) -> dict[str, Any]:
     import json
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dsbench.parallel import ParallelDims
 from dsbench.records import StepRecord, WindowRecord
 from dsbench.worker.dist import Collectives
 from dsbench.worker.metrics import memory_now
@@ -30,8 +31,9 @@ class LoopSettings:
     steps: int
     warmup: int
     seq_len: int
-    tp: int = 1
-    """Tensor-parallel degree: TP groups are consecutive ranks and share a batch; each does 1/tp of its FLOPs."""
+    dims: ParallelDims
+    """The layout: which part of each global batch this rank reads; each rank does 1/(tp x pp) of its
+    replica's FLOPs."""
     gather_every: int = 10
     """Steps between gathers of per-step metrics (each gather is one host-device synchronisation)."""
 
@@ -141,13 +143,11 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
                emit: Callable[[list[dict[str, Any]]], None]) -> None:
     """Run ``settings.steps`` optimizer steps; ``emit(records)`` receives each gather's records (rank 0 keeps
     them, the other ranks ignore them)."""
-    import torch
-
-    device = dist_info.device
+    device, dims = dist_info.device, settings.dims
     comm, clock = Collectives(dist_info), StepClock(device)
-    ga, dp_rank = plan.grad_accum, dist_info.rank // settings.tp
+    ga, dp_rank = plan.grad_accum, dims.dp_rank(dist_info.rank)
     global_tokens = plan.global_batch * settings.seq_len
-    rank_tokens = plan.micro_batch * ga * settings.seq_len / settings.tp  # tokens' worth of work per rank
+    rank_tokens = plan.micro_batch * ga * settings.seq_len / (dims.tp * dims.pp)  # tokens' worth of work per rank
     pending: list[_Pending] = []
     window_start = 0.0
 
@@ -168,12 +168,10 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
         _fault(dist_info.rank, step)
         engine.measure_states = step == 0
         started = clock.start()
-        engine.zero_grad()
-        losses = [engine.forward_backward(batch, last_micro=(m == ga - 1)) for m, batch in enumerate(batches)]
-        engine.step()
+        loss = engine.train_step(batches)
         region = clock.stop(started)
         current, peak, _ = memory_now(device)  # allocator statistics: host-side, no device sync
-        pending.append(_Pending(step=step, loss=torch.stack(losses).mean(), clock=region, memory=current,
+        pending.append(_Pending(step=step, loss=loss, clock=region, memory=current,
                                 peak_memory=peak, lr=engine.lr(),
                                 states=engine.model_state_bytes() if step == 0 else None))
         if len(pending) >= settings.gather_every or step in (settings.warmup - 1, settings.steps - 1):

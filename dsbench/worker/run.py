@@ -63,7 +63,7 @@ class Prepared:
     """The BatchPlan: which sequences each rank reads at each step."""
     engine: Any
     precision: str
-    tp: int
+    dims: ParallelDims
     fsdp: dict[str, bool] | None
     settings: Any
     """The loop's LoopSettings."""
@@ -100,10 +100,8 @@ def prepare(spec: TrainSpec) -> Prepared:
     if spec.seq_len > shape.max_positions:
         raise UserError(f"--seq-len {spec.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
     ds_config, micro, accum = _batch_config(spec, strategy, shape, world)
-    # DeepSpeed AutoTP: the ranks of a TP group read the same batch
-    dims = ParallelDims(world=world, tp=setup.tensor_parallel_size(ds_config))
+    dims = setup.layout(ds_config, world)  # AutoTP groups share a batch; pipeline stages pass one along
     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
-    tp = dims.tp
     info = dist.init(strategy)
     if strategy == "deepspeed" and info.device.startswith("cuda"):
         setup.check_cuda_arch_list()
@@ -119,9 +117,9 @@ def prepare(spec: TrainSpec) -> Prepared:
                             precision=precision, fsdp_reshard=reshard, fsdp_cpu_offload=cpu_offload,
                             ds_config=ds_config)
     return Prepared(strategy=strategy, shape=shape, ds_config=ds_config, info=info, plan=plan,
-                    engine=build_engine(strategy, model, options, info), precision=precision, tp=tp,
+                    engine=build_engine(strategy, model, options, info), precision=precision, dims=dims,
                     fsdp={"reshard": reshard, "cpu_offload": cpu_offload} if strategy == "fsdp" else None,
-                    settings=LoopSettings(steps=spec.steps, warmup=spec.warmup, seq_len=spec.seq_len, tp=tp,
+                    settings=LoopSettings(steps=spec.steps, warmup=spec.warmup, seq_len=spec.seq_len, dims=dims,
                                           gather_every=spec.gather_every), folder=folder)
 
 
@@ -133,7 +131,8 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
     shape, plan, info = run.shape, run.plan, run.info
     definition = {"strategy": run.strategy, "model": shape.to_dict(), "ds_config": run.ds_config,
                   "seq_len": spec.seq_len, "micro_batch": plan.micro_batch, "grad_accum": plan.grad_accum,
-                  "world_size": info.world_size, "precision": run.precision, "seed": spec.seed, "tp": run.tp,
+                  "world_size": info.world_size, "precision": run.precision, "seed": spec.seed,
+                  "tp": run.dims.tp, "pp": run.dims.pp,
                   "fsdp": run.fsdp, "activation_checkpointing": spec.activation_checkpointing}
     peak, peak_source = device_peak(info.device, run.precision, spec.peak_tflops)
     return setup.header(**definition, run_id=folder.name, config_hash=setup.config_hash(definition),

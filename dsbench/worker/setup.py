@@ -20,6 +20,7 @@ from dsbench.configs.precision import config_precision
 from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, config_dims, parallel_degrees, validate
 from dsbench.envinfo import machine, versions
 from dsbench.errors import UserError
+from dsbench.parallel import ParallelDims
 
 
 def resolve_strategy(requested: str, ds_config: str | None, world_size: int) -> str:
@@ -52,10 +53,13 @@ def fsdp_options_from_env(reshard: bool, cpu_offload: bool) -> tuple[bool, bool]
     return reshard, cpu_offload
 
 
-def tensor_parallel_size(config: dict[str, Any] | None) -> int:
-    """DeepSpeed AutoTP degree (``tensor_parallel.autotp_size``), 1 without it."""
-    size = ((config or {}).get("tensor_parallel") or {}).get("autotp_size", 1)
-    return size if isinstance(size, int) and size > 0 else 1
+def layout(config: dict[str, Any] | None, world_size: int) -> ParallelDims:
+    """The run's parallel layout: from a DeepSpeed config (AutoTP degree, pipeline stages), else pure data
+    parallelism."""
+    dims = config_dims(config, world_size) if config is not None else ParallelDims(world=world_size)
+    if dims is None:  # load_ds_config refused it already; kept for callers with another config
+        raise UserError(f"pipeline stages x tensor-parallel degree do not divide the world size {world_size}")
+    return dims
 
 
 _ARCH = re.compile(r"\d+\.\d+(\+PTX)?")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dsbench.parallel import ParallelDims
 from dsbench.worker import loop
 from dsbench.worker.data import build_plan
 from dsbench.worker.dist import Collectives, DistInfo
@@ -52,15 +53,9 @@ class MetaEngine:
 
     measure_states = False
 
-    def zero_grad(self) -> None:
-        pass
-
-    def forward_backward(self, batch: torch.Tensor, last_micro: bool) -> torch.Tensor:
-        assert batch.device.type == "meta"
+    def train_step(self, batches: list[torch.Tensor]) -> torch.Tensor:
+        assert all(batch.device.type == "meta" for batch in batches)
         return torch.ones((), device="meta")
-
-    def step(self) -> None:
-        pass
 
     def lr(self) -> float:
         return 1e-3
@@ -90,7 +85,7 @@ def test_a_tensor_on_another_device_is_refused(recorder):
 def test_the_training_loop_hands_collectives_only_rank_device_tensors(recorder):
     plan = build_plan(list(range(4096)), seq_len=16, seed=0, micro_batch=2, grad_accum=2, dp_size=2)
     batches: list[list[dict]] = []
-    settings = loop.LoopSettings(steps=7, warmup=2, seq_len=16, gather_every=3)
+    settings = loop.LoopSettings(steps=7, warmup=2, seq_len=16, dims=ParallelDims(world=2), gather_every=3)
     loop.train_loop(MetaEngine(), plan, META, settings, batches.append)
     kinds = {name for name, _ in recorder.devices}
     assert kinds == {"all_gather", "all_reduce"}  # the per-step gathers and the window's barrier ran

@@ -6,7 +6,8 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 
 from dsbench.models import PRESETS
-from dsbench.plan.comm import bubble_fraction, ring_bytes, ring_seconds
+from dsbench.parallel import bubble_fraction
+from dsbench.plan.comm import ring_bytes, ring_seconds
 from dsbench.plan.hardware import Link
 from dsbench.plan.memory import ACCOUNTINGS, activation_bytes, model_states
 

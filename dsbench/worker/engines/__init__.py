@@ -28,12 +28,12 @@ class Engine(Protocol):
 
     name: str
     model: Any
+    measure_states: bool
+    """Set by the loop for the step whose model-state bytes are counted (gradients exist only inside it)."""
 
-    def forward_backward(self, input_ids: Any, last_micro: bool) -> Any:
-        """Forward and backward of one micro-batch; returns its (unscaled) mean loss as a detached tensor."""
-
-    def step(self) -> None:
-        """Optimizer step (and LR schedule) at the end of an optimizer step."""
+    def train_step(self, batches: list[Any]) -> Any:
+        """One optimizer step over ``batches`` (one per micro-step); returns the mean loss as a detached
+        0-d tensor on the rank's device (never read on the host here: the loop gathers it later)."""
 
     def model_state_bytes(self) -> dict[str, Any]:
         """Bytes of params/grads/optimizer states held by this rank, counted from tensors."""
@@ -56,8 +56,23 @@ def warmup_factor(step: int, warmup_steps: int) -> float:
     return math.log(step + 1) / math.log(total) if step < total else 1.0
 
 
+def accumulate(engine: Any, batches: list[Any]) -> Any:
+    """``train_step`` for engines that expose micro-steps: zero_grad, forward/backward per micro-batch (the
+    gradient reduction happens on the last one), optimizer step; the mean of the micro-batch losses."""
+    import torch
+
+    engine.zero_grad()
+    losses = [engine.forward_backward(batch, last_micro=(m == len(batches) - 1)) for m, batch in enumerate(batches)]
+    engine.step()
+    return torch.stack(losses).mean()
+
+
 def build_engine(strategy: str, model: Any, options: EngineOptions, dist_info: Any) -> Engine:
-    """The engine for ``strategy``: single, ddp, fsdp or deepspeed."""
+    """The engine for ``strategy``: single, ddp, fsdp or deepspeed (its pipeline engine with pipeline.stages)."""
+    if strategy == "deepspeed" and ((options.ds_config or {}).get("pipeline") or {}).get("stages", 1) != 1:
+        from dsbench.worker.engines.pipeline import DeepSpeedPipelineEngine
+
+        return DeepSpeedPipelineEngine(model, options, dist_info)
     if strategy == "deepspeed":
         from dsbench.worker.engines.deepspeed import DeepSpeedEngine
 

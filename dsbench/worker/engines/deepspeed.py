@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench.worker.engines import EngineOptions
+from dsbench.worker.engines import EngineOptions, accumulate
 from dsbench.worker.state_bytes import count_deepspeed
 
 
@@ -37,6 +37,9 @@ class DeepSpeedEngine:
 
     def zero_grad(self) -> None:
         """DeepSpeed zeroes gradients itself at the boundary."""
+
+    def train_step(self, batches: list[Any]) -> Any:
+        return accumulate(self, batches)
 
     def model_state_bytes(self) -> dict[str, Any]:
         after = count_deepspeed(self.engine)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from dsbench.worker.engines import EngineOptions, warmup_factor
+from dsbench.worker.engines import EngineOptions, accumulate, warmup_factor
 from dsbench.worker.model import transformer_blocks
 from dsbench.worker.state_bytes import count_native
 
@@ -83,6 +83,9 @@ class NativeEngine:
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
+
+    def train_step(self, batches: list[Any]) -> Any:
+        return accumulate(self, batches)
 
     def model_state_bytes(self) -> dict[str, Any]:
         return count_native(self.model, self.optimizer)

@@ -1,0 +1,37 @@
+"""``dsbench plan --verify``: run the top candidates for a few steps and put predicted beside measured.
+
+Each candidate that ``dsbench launch`` can run (DDP, ZeRO 0-3 with offload, FSDP2) runs as a compare cell on
+this machine with the planned model, micro-batch and ranks; :mod:`dsbench.plan.verify` compares.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from dsbench.plan.verify import RUNNABLE, compare_row
+
+
+def verify(result: dict[str, Any], opts: dict[str, Any], count: int = 3, steps: int = 6) -> list[dict[str, Any]]:
+    """Run up to ``count`` top-ranked runnable candidates; return predicted vs measured rows."""
+    from dsbench.bench.compare import run_cell
+    from dsbench.bench.matrix import Cell
+    from dsbench.envinfo import default_ranks, local_gpu_count
+
+    if not opts.get("model"):
+        return [{"error": "--verify needs --model (a runnable model, not --params)"}]
+    ranks = result["cluster"]["gpus_per_node"] if result["cluster"]["nodes"] == 1 else default_ranks()
+    precision = "fp32" if local_gpu_count() == 0 else result["workload"]["precision"]
+    chosen = [c for c in result["candidates"] if c["rank"] and c["tp"] == 1 and c["pp"] == 1
+              and not c["activation_checkpointing"] and (c["strategy"], c["offload"]) in RUNNABLE]
+    out_dir = Path(f"runs/plan-verify-{time.strftime('%Y%m%d-%H%M%S')}")
+    rows = []
+    for cand in chosen[:count]:
+        name = RUNNABLE[(cand["strategy"], cand["offload"])]
+        cell = Cell(strategy=name, world_size=ranks, micro_batch=result["workload"]["micro_batch"],
+                    model=opts["model"], steps=steps, warmup=2, seq_len=result["workload"]["seq_len"],
+                    precision=precision)
+        run = run_cell(cell, out_dir / cell.id, timeout=900, nvme_path=None)
+        rows.append(compare_row(cand, run.folder, result["model"]["params"], ranks, precision, run.status))
+    return rows

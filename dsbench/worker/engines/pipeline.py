@@ -1,0 +1,85 @@
+"""DeepSpeed's pipeline engine on a Hugging Face model: ``PipelineModule`` from the model's own layers.
+
+The config's ``pipeline`` section sets the stages, ``partition_method`` (``parameters``, ``uniform`` or
+``type:REGEX`` over layer class names; dsbench renders ``type:BlockPipe``, an equal number of decoder blocks
+per stage) and ``activation_checkpoint_interval``. Micro-batches per step are the gradient-accumulation
+steps. GPT-2's tied input/output embedding is a ``TiedLayerSpec`` on the first and last stage; DeepSpeed
+keeps the two copies equal (broadcast at start, gradients all-reduced between the two stages each step).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.errors import UserError
+from dsbench.worker.engines import EngineOptions
+from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, tied_head
+from dsbench.worker.state_bytes import count_deepspeed
+
+DEFAULT_PARTITION = "type:BlockPipe"
+
+
+def pipeline_settings(config: dict[str, Any]) -> tuple[int, str, int]:
+    """(stages, partition method, activation-checkpoint interval) from the config's ``pipeline`` section
+    (``partition_method``, or DeepSpeed's own ``partition`` key when it names a method)."""
+    pipe = config.get("pipeline") or {}
+    stages = pipe.get("stages")
+    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
+        raise UserError(f"pipeline.stages must be an integer >= 1, got {stages!r}")
+    method = pipe.get("partition_method") or pipe.get("partition")
+    if method in (None, "best"):  # "best" is DeepSpeed's placeholder default; no PipelineModule method has it
+        method = DEFAULT_PARTITION
+    if not isinstance(method, str) or not (method in ("parameters", "uniform") or method.startswith("type:")):
+        raise UserError(f"pipeline.partition_method {method!r}: use parameters, uniform or type:REGEX "
+                        "(DeepSpeed's 'profile' is not implemented)")
+    interval = pipe.get("activation_checkpoint_interval", 0)
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval < 0:
+        raise UserError(f"pipeline.activation_checkpoint_interval must be an integer >= 0, got {interval!r}")
+    return stages, method, interval
+
+
+def deepspeed_layers(split: Split) -> list[Any]:
+    """The layer list for ``PipelineModule``: modules as they are, the tied embedding as ``TiedLayerSpec``."""
+    from deepspeed.pipe import TiedLayerSpec
+
+    if not split.tied:
+        return [*split.layers(), split.head]
+    embedding = split.embed.embedding
+
+    def tied(**kwargs: Any) -> Any:
+        return TiedLayerSpec("embed", TokenEmbedding, embedding, tied_weight_attr=["embedding.weight"], **kwargs)
+
+    return [tied(), *split.layers()[1:], tied(forward_fn=tied_head)]
+
+
+class DeepSpeedPipelineEngine:
+    """``PipelineEngine.train_batch`` runs all micro-batches (1F1B-style schedule) and the optimizer step."""
+
+    name = "deepspeed"
+
+    def __init__(self, model: Any, options: EngineOptions, dist_info: Any) -> None:
+        import deepspeed
+        from deepspeed.pipe import PipelineModule
+
+        assert options.ds_config is not None
+        stages, method, interval = pipeline_settings(options.ds_config)
+        module = PipelineModule(layers=deepspeed_layers(split_model(model)), num_stages=stages,
+                                loss_fn=causal_lm_loss, partition_method=method,
+                                activation_checkpoint_interval=interval)
+        self.engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=module.parameters(),
+                                                    config=options.ds_config)
+        self.model = self.engine
+        self.measure_states = False
+        self.stage = self.engine.stage_id
+
+    def train_step(self, batches: list[Any]) -> Any:
+        """One optimizer step over ``batches`` (one per micro-step): inputs enter the first stage, labels the
+        last; returns the loss averaged over micro-batches and data-parallel replicas (on every rank)."""
+        loss = self.engine.train_batch(data_iter=iter([(batch, batch) for batch in batches]))
+        return loss.detach()
+
+    def model_state_bytes(self) -> dict[str, Any]:
+        return count_deepspeed(self.engine)
+
+    def lr(self) -> float:
+        return float(self.engine.get_lr()[0])

@@ -1,0 +1,70 @@
+"""Imports run one way: cli -> commands -> pure core; torch only in the worker; no sideways imports.
+
+Each dsbench unit (a top-level module or a subpackage) may import only the units listed for it. The core is
+stdlib-only (plus PyYAML/click where a command needs them); torch, deepspeed, transformers and datasets are
+imported only under dsbench/worker (and dsbench/train.py reaches the worker lazily).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+CORE = {"errors", "io", "paths", "spec", "parallel", "records", "models", "hostfile", "trainspec", "envinfo",
+        "console", "__init__"}
+ALLOWED: dict[str, set[str]] = {
+    **{unit: CORE for unit in CORE},
+    "configs": CORE,
+    "launchers": CORE,
+    "report": CORE,
+    "plan": CORE | {"configs"},
+    "runner": CORE | {"launchers"},
+    "launch": CORE | {"configs", "launchers"},
+    "bench": CORE | {"configs", "launchers", "runner", "report", "plan", "launch"},
+    "worker": CORE | {"configs"},
+    "train": CORE | {"worker"},
+    "cli": CORE | {"configs", "launchers", "report", "plan", "runner", "launch", "bench"},
+    "__main__": {"cli"},
+}
+HEAVY = {"torch", "deepspeed", "transformers", "datasets", "accelerate"}
+# `validate` runs DeepSpeed's own config parser, imported lazily inside the check (`--no-deepspeed-check` skips it)
+HEAVY_EXCEPTIONS = {Path("configs/deepspeed_check.py"): {"deepspeed"}}
+
+
+def _imports(path: Path) -> set[str]:
+    """Top-level names imported by ``path``: dsbench units as 'dsbench.X', others by their package."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            parts = node.module.split(".")
+            if parts[0] == "dsbench" and len(parts) == 1:
+                found |= {f"dsbench.{alias.name}" for alias in node.names}
+            else:
+                found.add(".".join(parts[:2]) if parts[0] == "dsbench" else parts[0])
+        elif isinstance(node, ast.Import):
+            found |= {".".join(a.name.split(".")[:2]) if a.name.startswith("dsbench.") else a.name.split(".")[0]
+                      for a in node.names}
+    return found
+
+
+def test_units_import_only_what_they_may():
+    problems = []
+    for path in sorted((ROOT / "dsbench").rglob("*.py")):
+        rel = path.relative_to(ROOT / "dsbench")
+        unit = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+        for name in _imports(path):
+            if name.startswith("dsbench."):
+                other = name.split(".")[1]
+                if other not in (unit, "__version__") and other not in ALLOWED[unit]:
+                    problems.append(f"{rel} imports dsbench.{other}")
+            elif name in HEAVY and unit != "worker" and name not in HEAVY_EXCEPTIONS.get(rel, set()):
+                problems.append(f"{rel} imports {name} (only dsbench/worker may)")
+    assert problems == []
+
+
+def test_every_unit_has_a_rule():
+    units = {p.relative_to(ROOT / "dsbench").parts[0].removesuffix(".py") for p in (ROOT / "dsbench").glob("*")
+             if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())}
+    assert units <= set(ALLOWED), units - set(ALLOWED)
