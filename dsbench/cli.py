@@ -181,7 +181,8 @@ def hostfile_check(path: str) -> None:
 @cli.command()
 @render_options
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Use this DeepSpeed config as is.")
-@click.option("--strategy", type=click.Choice(["deepspeed", "ddp", "fsdp", "single"]), default="deepspeed",
+@click.option("--strategy", type=click.Choice(["deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp"]),
+              default="deepspeed",
               show_default=True, help="What the worker trains with.")
 @click.option("--launcher", type=click.Choice(["deepspeed", "torchrun", "accelerate"]), default="deepspeed",
               show_default=True)
@@ -210,8 +211,9 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
     req = LaunchRequest(launcher=launcher, strategy=strategy, render_flags=flags, preset=preset, model=model,
                         sets=sets, config=config_file, hostfile=hostfile, include=include, exclude=exclude,
                         num_nodes=num_nodes, num_gpus=num_gpus or default_ranks(), master_addr=master_addr,
-                        master_port=port, run_dir=folder, script_args=worker_args(folder, model, flags, script_args),
-                        cpu=local_gpu_count() == 0, extra_env=parse_env(env_pairs))
+                        master_port=port, run_dir=folder, cpu=local_gpu_count() == 0,
+                        script_args=worker_args(folder, model, flags, script_args, strategy),
+                        extra_env=parse_env(env_pairs))
     prepared = prepare(req)
     materialize(prepared)
     for note in prepared.notes:

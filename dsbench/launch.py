@@ -11,12 +11,14 @@ from dsbench.configs.api import make_render_spec
 from dsbench.configs.findings import has_errors
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.render import render
-from dsbench.configs.validate import ValidateContext, validate
+from dsbench.configs.validate import ValidateContext, config_dims, validate
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import read_hostfile
 from dsbench.io import atomic_write_json
 from dsbench.launchers import LaunchCommand, LaunchSpec, build
 from dsbench.launchers import worker_args as worker_argv
+from dsbench.models import check_megatron_tp, resolve_model
+from dsbench.parallel import ParallelDims
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,6 +64,10 @@ _NATIVE_FLAGS = {"micro_batch": "--micro-batch", "grad_accum": "--grad-accum", "
 _ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 
 
+# --pipeline-stages / --tp are the native engines' own worker flags (DeepSpeed reads them from its config).
+_MODEL_PARALLEL_FLAGS = {"torch_pp": {"pipeline_stages": "--pipeline-stages"}, "torch_tp": {"tp": "--tp"}}
+
+
 def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """``--env KEY=VALUE`` items as pairs."""
     out = []
@@ -73,12 +79,14 @@ def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def worker_args(run_dir: Path, model: str | None, flags: dict[str, Any], extra: tuple[str, ...]) -> tuple[str, ...]:
+def worker_args(run_dir: Path, model: str | None, flags: dict[str, Any], extra: tuple[str, ...],
+                strategy: str = "deepspeed") -> tuple[str, ...]:
     """Arguments for ``dsbench.train``: the run folder, the model, native-strategy flags, then the user's."""
     args = ["--out", str(run_dir)] if "--out" not in extra else []
     if model:
         args += ["--model", model]
-    for name, flag in _NATIVE_FLAGS.items():
+    native = dict(_NATIVE_FLAGS, **_MODEL_PARALLEL_FLAGS.get(strategy, {}))
+    for name, flag in native.items():
         if flags.get(name) is not None and flag not in extra:
             args += [flag, str(flags[name])]
     return (*args, *extra)
@@ -94,6 +102,11 @@ def _config_for(req: LaunchRequest, world_size: int) -> tuple[dict[str, Any], li
 
 def prepare(req: LaunchRequest) -> PreparedLaunch:
     """Render/validate the config, write it into the run folder, and build the command."""
+    for name, flag, takers in (("pipeline_stages", "--pipeline-stages", ("deepspeed", "torch_pp")),
+                               ("tp", "--tp", ("deepspeed", "torch_tp"))):
+        if (req.render_flags.get(name) or 1) > 1 and req.strategy not in takers:
+            raise UserError(f"{flag} needs --strategy {' or '.join(takers)}; --strategy {req.strategy} would "
+                            "ignore it")
     hosts = tuple(read_hostfile(req.hostfile)) if req.hostfile else ()
     base = LaunchSpec(launcher=req.launcher, strategy=req.strategy, nproc_per_node=req.num_gpus,
                       hostfile=req.hostfile, hosts=hosts, include=req.include, exclude=req.exclude,
@@ -104,7 +117,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
                       deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
     world = base.world_size()
     notes: list[str] = []
-    config_path = None
+    config_path, config = None, None
     if req.strategy == "deepspeed":
         config, notes = _config_for(req, world)
         findings = validate(config, ValidateContext(world_size=world), deepspeed_check=False)
@@ -114,9 +127,24 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     spec = replace(base, ds_config=str(config_path) if config_path else None)
     # The worker's whole input as one typed description, checked now rather than on every rank later.
     train = trainspec.from_argv(worker_argv(spec))
+    check_layout(train, config, world)
     run_file = trainspec.write(train, req.run_dir / "run.json")
     spec = replace(spec, run_file=str(run_file))
     return PreparedLaunch(spec=spec, command=build(spec), config_path=config_path, notes=notes)
+
+
+def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, world: int) -> None:
+    """Before any process starts: the model splits as the layout asks (heads, layers, family)."""
+    shape = resolve_model(train.model)
+    if config is not None:
+        dims = config_dims(config, world)
+        if dims is None:
+            return  # validate() reported it
+    else:
+        dims = ParallelDims(world=world, tp=train.tp, pp=train.pipeline_stages)
+    dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+    if train.strategy == "torch_tp":
+        check_megatron_tp(shape.arch)
 
 
 def materialize(prepared: PreparedLaunch) -> None:

@@ -90,6 +90,13 @@ class ModelShape:
         return out
 
 
+def check_megatron_tp(family: str) -> None:
+    """Megatron-style tensor parallelism (--strategy torch_tp) splits Llama-family projections; say so for others."""
+    if family not in LLAMA_LIKE:
+        raise UserError(f"--strategy torch_tp splits Llama-family models ({', '.join(LLAMA_LIKE)}), not {family!r}: "
+                        "GPT-2's fused c_attn (Conv1D q|k|v) does not split into whole heads by columns")
+
+
 def _gpt2(name: str, vocab: int, hidden: int, layers: int, heads: int, positions: int) -> ModelShape:
     return ModelShape(name=name, arch="gpt2", vocab_size=vocab, hidden=hidden, layers=layers, heads=heads,
                       kv_heads=heads, intermediate=4 * hidden, max_positions=positions, tied_embeddings=True)

@@ -19,8 +19,9 @@ from dsbench import __version__
 from dsbench.errors import UserError
 from dsbench.spec import DEFAULT_MICRO_BATCH
 
-STRATEGIES = ("auto", "deepspeed", "ddp", "fsdp", "single")
-WorkerStrategy = Literal["auto", "deepspeed", "ddp", "fsdp", "single"]
+STRATEGIES = ("auto", "deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp")
+WorkerStrategy = Literal["auto", "deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp"]
+SCHEDULES = ("1f1b", "gpipe")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,6 +56,12 @@ class TrainSpec:
     fsdp_reshard: bool = True
     """FSDP2 reshard_after_forward."""
     fsdp_cpu_offload: bool = False
+    pipeline_stages: int = 1
+    """Pipeline stages of --strategy torch_pp (DeepSpeed's pipeline takes them from its config)."""
+    pipeline_schedule: Literal["1f1b", "gpipe"] = "1f1b"
+    """torch_pp's schedule: 1F1B (one forward, one backward in steady state) or GPipe (all forwards first)."""
+    tp: int = 1
+    """Tensor-parallel degree of --strategy torch_tp (DeepSpeed's AutoTP takes it from its config)."""
     seed: int = 1234
     peak_tflops: float | None = None
     """Per-rank peak for MFU (default: detected)."""
@@ -69,7 +76,16 @@ class TrainSpec:
             raise UserError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
         if self.precision not in (None, "fp32", "bf16", "fp16"):
             raise UserError(f"--precision must be fp32, bf16 or fp16, got {self.precision!r}")
-        for name in ("seq_len", "micro_batch", "grad_accum", "steps", "gather_every"):
+        if self.pipeline_schedule not in SCHEDULES:
+            raise UserError(f"--pipeline-schedule must be one of {', '.join(SCHEDULES)}, "
+                            f"got {self.pipeline_schedule!r}")
+        if self.strategy != "torch_pp" and self.pipeline_stages != 1:
+            raise UserError(f"--pipeline-stages {self.pipeline_stages} is for --strategy torch_pp (DeepSpeed's "
+                            "pipeline engine takes its stages from the config: pipeline.stages)")
+        if self.strategy != "torch_tp" and self.tp != 1:
+            raise UserError(f"--tp {self.tp} is for --strategy torch_tp (DeepSpeed's AutoTP takes its degree from "
+                            "the config: tensor_parallel.autotp_size)")
+        for name in ("seq_len", "micro_batch", "grad_accum", "steps", "gather_every", "pipeline_stages", "tp"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1")
         if not 0 <= self.warmup < self.steps:
@@ -101,11 +117,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", help=_doc("dataset"))
     p.add_argument("--text-field")
     for name in ("seq_len", "micro_batch", "grad_accum", "steps", "warmup", "lr_warmup_steps", "seed",
-                 "gather_every"):
+                 "gather_every", "pipeline_stages", "tp"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, help=_doc(name))
     for name in ("lr", "weight_decay", "grad_clip", "peak_tflops"):
         p.add_argument(f"--{name.replace('_', '-')}", type=float, help=_doc(name))
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help=_doc("precision"))
+    p.add_argument("--pipeline-schedule", choices=SCHEDULES, help=_doc("pipeline_schedule"))
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--fsdp-reshard", action=argparse.BooleanOptionalAction, help=_doc("fsdp_reshard"))
     p.add_argument("--fsdp-cpu-offload", action="store_true")
@@ -136,6 +153,9 @@ HELP = {
     "peak_tflops": "per-rank peak for MFU (default: detected)",
     "out": "run directory for metrics.jsonl and summary.json",
     "gather_every": "steps between gathers of per-step metrics across ranks (each is one host-device sync)",
+    "pipeline_stages": "pipeline stages of --strategy torch_pp",
+    "pipeline_schedule": "torch_pp schedule",
+    "tp": "tensor-parallel degree of --strategy torch_tp",
 }
 
 

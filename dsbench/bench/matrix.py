@@ -14,21 +14,39 @@ from typing import Any
 
 from dsbench.errors import UserError
 
-# strategy name -> (worker strategy, launcher, dsbench launch flags)
-STRATEGIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "single": ("single", "torchrun", ()),
-    "ddp": ("ddp", "torchrun", ()),
-    "fsdp": ("fsdp", "torchrun", ()),
-    "fsdp_no_reshard": ("fsdp", "torchrun", ()),
-    "zero0": ("deepspeed", "deepspeed", ("--zero", "0")),
-    "zero1": ("deepspeed", "deepspeed", ("--zero", "1")),
-    "zero2": ("deepspeed", "deepspeed", ("--zero", "2")),
-    "zero3": ("deepspeed", "deepspeed", ("--zero", "3")),
-    "zero2_offload": ("deepspeed", "deepspeed", ("--zero", "2", "--offload", "cpu")),
-    "zero3_offload": ("deepspeed", "deepspeed", ("--zero", "3", "--offload", "cpu", "--offload-param", "cpu")),
-    "zero3_nvme": ("deepspeed", "deepspeed", ("--zero", "3", "--offload", "nvme", "--offload-param", "nvme")),
+
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    """How a compare strategy launches: the worker's strategy, the launcher, extra ``dsbench launch`` flags."""
+
+    worker: str
+    launcher: str
+    flags: tuple[str, ...] = ()
+    model_parallel: int = 1
+    """Ranks that share one batch (tp x pp): the cell accumulates that many micro-batches, so every strategy
+    trains the global batch of pure data parallelism (micro-batch x world size) and the same losses."""
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "single": Strategy("single", "torchrun"),
+    "ddp": Strategy("ddp", "torchrun"),
+    "fsdp": Strategy("fsdp", "torchrun"),
+    "fsdp_no_reshard": Strategy("fsdp", "torchrun"),
+    "zero0": Strategy("deepspeed", "deepspeed", ("--zero", "0")),
+    "zero1": Strategy("deepspeed", "deepspeed", ("--zero", "1")),
+    "zero2": Strategy("deepspeed", "deepspeed", ("--zero", "2")),
+    "zero3": Strategy("deepspeed", "deepspeed", ("--zero", "3")),
+    "zero2_offload": Strategy("deepspeed", "deepspeed", ("--zero", "2", "--offload", "cpu")),
+    "zero3_offload": Strategy("deepspeed", "deepspeed", ("--zero", "3", "--offload", "cpu", "--offload-param", "cpu")),
+    "zero3_nvme": Strategy("deepspeed", "deepspeed", ("--zero", "3", "--offload", "nvme", "--offload-param", "nvme")),
     # DeepSpeed AutoTP: tensor parallel over 2 ranks with ZeRO-1 (Llama-family models; GPT-2's Conv1D is not split)
-    "zero1_tp2": ("deepspeed", "deepspeed", ("--zero", "1", "--tp", "2")),
+    "zero1_tp2": Strategy("deepspeed", "deepspeed", ("--zero", "1", "--tp", "2"), model_parallel=2),
+    # DeepSpeed's pipeline engine, 2 stages, ZeRO-1
+    "pipe2": Strategy("deepspeed", "deepspeed", ("--zero", "1", "--pipeline-stages", "2"), model_parallel=2),
+    # torch.distributed.pipelining, 2 stages, 1F1B
+    "torch_pipe2": Strategy("torch_pp", "torchrun", ("--pipeline-stages", "2"), model_parallel=2),
+    # DTensor Megatron-style tensor parallel over 2 ranks (Llama-family models)
+    "torch_tp2": Strategy("torch_tp", "torchrun", ("--tp", "2"), model_parallel=2),
 }
 DEFAULT_STRATEGIES = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
 
@@ -77,8 +95,8 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
     cells = []
     for model, micro, strategy, world, repeat in itertools.product(models, micro_batches, strategies,
                                                                      sorted(set(world_sizes)), range(repeats)):
-        if strategy == "single" and world != 1:
-            continue
+        if strategy == "single" and world != 1 or world % STRATEGIES[strategy].model_parallel:
+            continue  # single runs at 1 rank; model-parallel strategies need a multiple of their degree
         cells.append(Cell(strategy=strategy, world_size=world, micro_batch=micro, model=model, repeat=repeat,
                           steps=steps, warmup=warmup, seq_len=seq_len, precision=precision))
     if "single" in strategies and 1 not in world_sizes:
@@ -112,9 +130,11 @@ def load_matrix_file(path: str) -> dict[str, Any]:
 
 def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) -> list[str]:
     """``dsbench launch`` arguments for a cell (the same command a user would type)."""
-    strategy, launcher, flags = STRATEGIES[cell.strategy]
-    args = ["--strategy", strategy, "--launcher", cell.launcher or launcher, "--num-gpus", str(cell.world_size),
-            "--micro-batch", str(cell.micro_batch), "--model", cell.model, "--run-dir", str(run_dir), *flags]
+    how = STRATEGIES[cell.strategy]
+    args = ["--strategy", how.worker, "--launcher", cell.launcher or how.launcher, "--num-gpus", str(cell.world_size),
+            "--micro-batch", str(cell.micro_batch), "--model", cell.model, "--run-dir", str(run_dir), *how.flags]
+    if how.model_parallel > 1:
+        args += ["--grad-accum", str(how.model_parallel)]
     if cell.precision != "fp32":
         args += ["--precision", cell.precision]
     if cell.strategy == "zero3_nvme":

@@ -144,6 +144,24 @@ class Collectives:
         self.check(token)
         dist.all_reduce(token)
 
+    def all_reduce_(self, tensor: Any, group: Any = None) -> Any:
+        """Sum ``tensor`` in place over ``group`` (default: every rank): a sync point within the group."""
+        import torch.distributed as dist
+
+        self.check(tensor)
+        if dist.is_initialized():
+            dist.all_reduce(tensor, group=group)
+        return tensor
+
+    def broadcast_(self, tensor: Any, src: int, group: Any = None) -> Any:
+        """Overwrite ``tensor`` in place with global rank ``src``'s copy (a sync point within ``group``)."""
+        import torch.distributed as dist
+
+        self.check(tensor)
+        if dist.is_initialized():
+            dist.broadcast(tensor, src=src, group=group)
+        return tensor
+
     def all_gather_object(self, value: object) -> list[object]:
         """Gather one picklable value from every rank (a sync point; torch pickles it into a tensor on the
         current CUDA device under NCCL, which :func:`init` set to this rank's GPU)."""

@@ -100,7 +100,9 @@ def prepare(spec: TrainSpec) -> Prepared:
     if spec.seq_len > shape.max_positions:
         raise UserError(f"--seq-len {spec.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
     ds_config, micro, accum = _batch_config(spec, strategy, shape, world)
-    dims = setup.layout(ds_config, world)  # AutoTP groups share a batch; pipeline stages pass one along
+    # AutoTP/torch_tp groups share a batch; pipeline stages pass one along
+    dims = setup.layout(ds_config, world) if ds_config else ParallelDims(world=world, tp=spec.tp,
+                                                                          pp=spec.pipeline_stages)
     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
     info = dist.init(strategy)
     if strategy == "deepspeed" and info.device.startswith("cuda"):
@@ -115,7 +117,7 @@ def prepare(spec: TrainSpec) -> Prepared:
     options = EngineOptions(lr=spec.lr, weight_decay=spec.weight_decay, betas=(0.9, 0.999), eps=1e-8,
                             grad_clip=spec.grad_clip, warmup_steps=spec.lr_warmup_steps, grad_accum=accum,
                             precision=precision, fsdp_reshard=reshard, fsdp_cpu_offload=cpu_offload,
-                            ds_config=ds_config)
+                            ds_config=ds_config, dims=dims, pipeline_schedule=spec.pipeline_schedule)
     return Prepared(strategy=strategy, shape=shape, ds_config=ds_config, info=info, plan=plan,
                     engine=build_engine(strategy, model, options, info), precision=precision, dims=dims,
                     fsdp={"reshard": reshard, "cpu_offload": cpu_offload} if strategy == "fsdp" else None,

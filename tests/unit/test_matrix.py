@@ -52,11 +52,14 @@ def test_matrix_file_yaml_and_json_and_flag_precedence(tmp_path):
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_every_strategy_cell_is_a_valid_launch(cli_run, tmp_path, strategy):
-    cell = Cell(strategy=strategy, world_size=1 if strategy == "single" else 2, micro_batch=2, model="gpt2-tiny")
+    model = "llama-tiny" if "tp" in strategy else "gpt2-tiny"  # tensor parallelism splits Llama-family models
+    cell = Cell(strategy=strategy, world_size=1 if strategy == "single" else 2, micro_batch=2, model=model)
     args = cell_launch_args(cell, tmp_path / "cell")
     result = cli_run("launch", *args[: args.index("--")], "--dry-run", *args[args.index("--"):])
     assert result.exit_code == 0, result.output
     assert result.output.strip().endswith(f"--run-json {tmp_path / 'cell' / 'run.json'}")
     run = json.loads((tmp_path / "cell" / "run.json").read_text())  # what the worker will run
     assert (run["steps"], run["warmup"], run["seq_len"], run["quiet"], run["micro_batch"]) == (20, 5, 128, True, 2)
+    # every strategy trains micro x world samples per step: model-parallel ranks accumulate to make up for it
+    assert run["grad_accum"] == STRATEGIES[strategy].model_parallel
     assert run["fsdp_reshard"] is (strategy != "fsdp_no_reshard")

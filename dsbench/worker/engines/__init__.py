@@ -21,6 +21,9 @@ class EngineOptions:
     fsdp_reshard: bool = True
     fsdp_cpu_offload: bool = False
     ds_config: dict[str, Any] | None = None
+    dims: Any = None
+    """The run's ParallelDims (torch_pp / torch_tp build their meshes from it)."""
+    pipeline_schedule: str = "1f1b"
 
 
 class Engine(Protocol):
@@ -68,11 +71,20 @@ def accumulate(engine: Any, batches: list[Any]) -> Any:
 
 
 def build_engine(strategy: str, model: Any, options: EngineOptions, dist_info: Any) -> Engine:
-    """The engine for ``strategy``: single, ddp, fsdp or deepspeed (its pipeline engine with pipeline.stages)."""
+    """The engine for ``strategy``: single, ddp, fsdp, torch_pp, torch_tp, or deepspeed (its pipeline engine
+    when the config has pipeline.stages)."""
     if strategy == "deepspeed" and ((options.ds_config or {}).get("pipeline") or {}).get("stages", 1) != 1:
         from dsbench.worker.engines.pipeline import DeepSpeedPipelineEngine
 
         return DeepSpeedPipelineEngine(model, options, dist_info)
+    if strategy == "torch_pp":
+        from dsbench.worker.engines.model_parallel import TorchPipelineEngine
+
+        return TorchPipelineEngine(model, options, dist_info, options.dims, options.pipeline_schedule)
+    if strategy == "torch_tp":
+        from dsbench.worker.engines.model_parallel import TorchTensorParallelEngine
+
+        return TorchTensorParallelEngine(model, options, dist_info, options.dims)
     if strategy == "deepspeed":
         from dsbench.worker.engines.deepspeed import DeepSpeedEngine
 

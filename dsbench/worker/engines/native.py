@@ -36,11 +36,30 @@ def wrap_fsdp2(model: Any, options: EngineOptions) -> Any:
     return fully_shard(model, **kwargs)
 
 
+def adamw(params: Any, options: EngineOptions) -> tuple[Any, Any]:
+    """torch AdamW and the warm-up schedule every native strategy uses (DeepSpeed's WarmupLR ramp)."""
+    import torch
+
+    optimizer = torch.optim.AdamW(params, lr=options.lr, betas=options.betas, eps=options.eps,
+                                  weight_decay=options.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_factor(step, options.warmup_steps))
+    return optimizer, scheduler
+
+
+def autocast(options: EngineOptions, device: str) -> Any:
+    """A context factory: bf16/fp16 autocast on GPU for mixed precision, nothing on CPU or in fp32."""
+    import torch
+
+    if options.precision not in ("bf16", "fp16") or device == "cpu":
+        return contextlib.nullcontext
+    dtype = torch.bfloat16 if options.precision == "bf16" else torch.float16
+    return lambda: torch.autocast("cuda", dtype=dtype)
+
+
 class NativeEngine:
     """single / ddp / fsdp with torch.optim.AdamW, gradient accumulation and clipping."""
 
     def __init__(self, strategy: str, model: Any, options: EngineOptions, dist_info: Any) -> None:
-        import torch
 
         self.name = strategy
         self.options = options
@@ -50,13 +69,8 @@ class NativeEngine:
         elif strategy == "fsdp":
             model = wrap_fsdp2(model, options)
         self.model = model
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=options.lr, betas=options.betas, eps=options.eps,
-                                           weight_decay=options.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: warmup_factor(step, options.warmup_steps))
-        autocast = strategy != "fsdp" and options.precision in ("bf16", "fp16") and dist_info.device != "cpu"
-        dtype = torch.bfloat16 if options.precision == "bf16" else torch.float16
-        self._autocast = (lambda: torch.autocast("cuda", dtype=dtype)) if autocast else contextlib.nullcontext
+        self.optimizer, self.scheduler = adamw(model.parameters(), options)
+        self._autocast = autocast(options, dist_info.device) if strategy != "fsdp" else contextlib.nullcontext
         self.measure_states = False
 
     def _sync_context(self, last_micro: bool) -> Any:

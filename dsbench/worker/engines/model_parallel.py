@@ -1,0 +1,236 @@
+"""Native PyTorch model parallelism, each with data parallelism on top where the world allows.
+
+- ``torch_pp``: ``torch.distributed.pipelining`` stages cut by module from the HF model (tracing fails on
+  HF rotary models), GPipe or 1F1B schedule, micro-batches = gradient-accumulation steps.
+- ``torch_tp``: DTensor ``parallelize_module`` with Megatron-LM's layout on Llama-family models: q/k/v and
+  gate/up column-parallel, o_proj and down_proj row-parallel, so each rank holds whole heads and one
+  all-reduce per pair runs in forward (after the row-parallel matmul) and one in backward (before the
+  column-parallel one). Embeddings, norms and the LM head stay replicated.
+
+Both step with torch AdamW and the same warm-up schedule as the other native strategies; gradient clipping
+uses the norm over the whole model (every stage / every shard, each weight once), as clip_grad_norm_ on an
+unsplit model does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from dsbench.models import check_megatron_tp
+from dsbench.parallel import ParallelDims
+from dsbench.worker.dist import Collectives
+from dsbench.worker.engines import EngineOptions, accumulate
+from dsbench.worker.engines.native import adamw, autocast
+from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, tied_head
+from dsbench.worker.state_bytes import count_native
+
+SCHEDULES = ("1f1b", "gpipe")
+
+
+def clip_(*, parts: list[Any], whole: list[Any], scale: list[Any], max_norm: float, comm: Collectives,
+          group: Any) -> None:
+    """Scale ``scale`` so that the gradients' global 2-norm is at most ``max_norm``, as torch's clip_grad_norm_
+    does (coefficient max_norm / (norm + 1e-6), capped at 1). The norm counts each weight once: ``parts`` are
+    this rank's pieces of gradients spread over ``group`` (squares summed over it), ``whole`` are the same on
+    every rank of it (counted once)."""
+    total = torch.zeros((), dtype=torch.float32, device=comm.device)
+    for g in parts:
+        total += g.float().pow(2).sum()
+    comm.all_reduce_(total, group)  # sync point: every rank's share of the squares
+    for g in whole:
+        total += g.float().pow(2).sum()
+    coef = (max_norm / (total.sqrt() + 1e-6)).clamp(max=1.0)
+    for g in scale:
+        g.mul_(coef.to(g.dtype))
+
+
+def average_over_data_parallel(grads: list[Any], comm: Collectives, group: Any, dp: int) -> None:
+    """Average gradients over the data-parallel replicas: one all-reduce of all of them, flattened."""
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    if dp == 1 or not grads:
+        return
+    flat = _flatten_dense_tensors(grads)
+    comm.all_reduce_(flat, group)  # sync point across replicas
+    flat.div_(dp)
+    for grad, averaged in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+        grad.copy_(averaged)
+
+
+class TiedHead(nn.Module):
+    """The LM head of a tied model on the last stage: logits through its copy of the token embedding."""
+
+    def __init__(self, embed: TokenEmbedding) -> None:
+        super().__init__()
+        self.embed = embed
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return tied_head(self.embed, hidden)
+
+
+class Stage(nn.Module):
+    """One pipeline stage: its layers in order, under autocast when training in bf16/fp16 on GPU."""
+
+    def __init__(self, layers: list[nn.Module], context: Any) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.context = context
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with self.context():
+            for layer in self.layers:
+                x = layer(x)
+        return x
+
+
+def stage_layers(split: Split, stage: int, stages: int) -> list[nn.Module]:
+    """Stage ``stage`` of ``stages``: an equal share of the decoder blocks (earlier stages take the remainder),
+    the embedding on the first stage, the final norm and the head on the last."""
+    base, extra = divmod(len(split.blocks), stages)
+    start = stage * base + min(stage, extra)
+    layers: list[nn.Module] = list(split.blocks[start:start + base + (1 if stage < extra else 0)])
+    if stage == 0:
+        layers = [split.embed, *([split.positions] if split.positions else []), *layers]
+    if stage == stages - 1:
+        layers += [split.norm, TiedHead(split.embed) if split.tied else split.head]
+    return layers
+
+
+class TorchPipelineEngine:
+    """One pipeline stage per rank (mesh pp x dp: DeepSpeed's rank layout). ``schedule.step`` runs every
+    micro-batch; the tied embedding and data-parallel replicas are synchronised by hand; then AdamW steps."""
+
+    name = "torch_pp"
+
+    def __init__(self, model: Any, options: EngineOptions, dist_info: Any, dims: ParallelDims,
+                 schedule: str) -> None:
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        device = torch.device(dist_info.device)
+        self.comm, self.options, self.dims = Collectives(dist_info), options, dims
+        mesh = init_device_mesh(device.type, (dims.pp, dims.dp), mesh_dim_names=("pp", "dp"))
+        self.stage, dp_index = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
+        self.pp_group, self.dp_group = mesh.get_group("pp"), mesh.get_group("dp")
+        self.last_rank = int(mesh.mesh[dims.pp - 1, dp_index])  # the global rank whose stage computes the loss
+        split = split_model(model)
+        self.module = Stage(stage_layers(split, self.stage, dims.pp), autocast(options, dist_info.device)).to(device)
+        self.tied: tuple[Any, Any] | None = None
+        if split.tied and dims.pp > 1:  # the first and last stage of each replica hold the embedding matrix
+            groups = [dist.new_group([int(mesh.mesh[0, d]), int(mesh.mesh[-1, d])]) for d in range(dims.dp)]
+            if self.stage in (0, dims.pp - 1):
+                self.tied = (split.embed.embedding.weight, groups[dp_index])
+        kind = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe}[schedule]
+        pipe_stage = PipelineStage(self.module, self.stage, dims.pp, device, group=self.pp_group)
+        self.schedule = kind(pipe_stage, n_microbatches=options.grad_accum, loss_fn=causal_lm_loss, scale_grads=True)
+        self.optimizer, self.scheduler = adamw(self.module.parameters(), options)
+        self.model, self.measure_states = self.module, False
+
+    def train_step(self, batches: list[Any]) -> Any:
+        full = torch.cat(batches)  # the schedule cuts it back into the same micro-batches
+        first, last = self.stage == 0, self.stage == self.dims.pp - 1
+        self.optimizer.zero_grad(set_to_none=True)
+        losses: list[Any] = []
+        self.schedule.step(*((full,) if first else ()), target=full if last else None,
+                           losses=losses if last else None, return_outputs=False)
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        if self.tied is not None:  # the embedding's gradient sums its use as input (first) and as head (last)
+            self.comm.all_reduce_(self.tied[0].grad, self.tied[1])
+        average_over_data_parallel(grads, self.comm, self.dp_group, self.dims.dp)
+        if self.options.grad_clip > 0:
+            # the tied weight's second copy (last stage) is scaled but not counted twice in the norm
+            second_copy = self.tied[0].grad if self.tied is not None and last and not first else None
+            clip_(parts=[g for g in grads if g is not second_copy], whole=[], scale=grads,
+                  max_norm=self.options.grad_clip, comm=self.comm, group=self.pp_group)
+        self.optimizer.step()
+        self.scheduler.step()
+        loss = torch.stack(losses).mean() if last else torch.zeros((), device=self.comm.device)
+        return self.comm.broadcast_(loss.detach(), src=self.last_rank, group=self.pp_group)
+
+    def model_state_bytes(self) -> dict[str, Any]:
+        return count_native(self.module, self.optimizer)
+
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+
+def megatron_plan(model: Any) -> dict[str, Any]:
+    """Megatron-LM's layout for every decoder layer of a Llama-family model: column-parallel q/k/v and
+    gate/up (each rank computes whole heads / its slice of the MLP), row-parallel o_proj and down_proj (their
+    partial outputs summed by one all-reduce)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    check_megatron_tp(getattr(model.config, "model_type", "?"))
+    plan: dict[str, Any] = {}
+    for i in range(len(model.model.layers)):
+        prefix = f"model.layers.{i}"
+        plan.update({f"{prefix}.self_attn.{name}": ColwiseParallel() for name in ("q_proj", "k_proj", "v_proj")})
+        plan[f"{prefix}.self_attn.o_proj"] = RowwiseParallel()
+        plan.update({f"{prefix}.mlp.{name}": ColwiseParallel() for name in ("gate_proj", "up_proj")})
+        plan[f"{prefix}.mlp.down_proj"] = RowwiseParallel()
+    return plan
+
+
+class TorchTensorParallelEngine:
+    """DTensor tensor parallelism over the ``tp`` ranks of a (dp, tp) mesh; replicas average gradients."""
+
+    name = "torch_tp"
+
+    def __init__(self, model: Any, options: EngineOptions, dist_info: Any, dims: ParallelDims) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        device = torch.device(dist_info.device)
+        self.comm, self.options, self.dims = Collectives(dist_info), options, dims
+        mesh = init_device_mesh(device.type, (dims.dp, dims.tp), mesh_dim_names=("dp", "tp"))
+        self.tp_group, self.dp_group = mesh.get_group("tp"), mesh.get_group("dp")
+        plan = megatron_plan(model)
+        self.model = parallelize_module(model.to(device), mesh["tp"], plan)
+        self.optimizer, self.scheduler = adamw(self.model.parameters(), options)
+        self._autocast = autocast(options, dist_info.device)
+        self.measure_states = False
+
+    def forward_backward(self, input_ids: Any, last_micro: bool) -> Any:
+        with self._autocast():
+            loss = self.model(input_ids=input_ids, labels=input_ids).loss
+        (loss / self.options.grad_accum).backward()
+        return loss.detach()
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self) -> None:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        sharded = [_local(p.grad) for p in params if _is_sharded(p)]
+        whole = [_local(p.grad) for p in params if not _is_sharded(p)]
+        average_over_data_parallel(sharded + whole, self.comm, self.dp_group, self.dims.dp)
+        if self.options.grad_clip > 0:
+            clip_(parts=sharded, whole=whole, scale=sharded + whole, max_norm=self.options.grad_clip,
+                  comm=self.comm, group=self.tp_group)
+        self.optimizer.step()
+        self.scheduler.step()
+
+    def train_step(self, batches: list[Any]) -> Any:
+        return accumulate(self, batches)
+
+    def model_state_bytes(self) -> dict[str, Any]:
+        return count_native(self.model, self.optimizer)
+
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+
+def _local(tensor: Any) -> Any:
+    """A DTensor's local shard (a plain tensor as is): what this rank holds and updates."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
+def _is_sharded(param: Any) -> bool:
+    """A DTensor split over the tp ranks (its gradient's squares are summed over them for the norm)."""
+    placements = getattr(param, "placements", ())
+    return any(p.is_shard() for p in placements)
