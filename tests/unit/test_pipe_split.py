@@ -1,0 +1,77 @@
+"""Pipeline splits of Hugging Face models (no processes): the split computes the model's own logits and loss."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dsbench.errors import UserError
+from dsbench.models import PRESETS
+from dsbench.worker.engines.model_parallel import megatron_plan, stage_layers
+from dsbench.worker.engines.pipeline import pipeline_settings
+from dsbench.worker.model import build_model
+from dsbench.worker.pipe_split import BlockPipe, causal_lm_loss, split_model
+
+
+@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "qwen2-tiny"])
+def test_split_model_computes_the_models_logits_and_loss(name):
+    """The oracle is the unsplit HF model: same logits bit for bit, same loss as its ForCausalLMLoss."""
+    model = build_model(PRESETS[name], seed=0)
+    ids = torch.randint(0, PRESETS[name].vocab_size, (2, 48), generator=torch.Generator().manual_seed(1))
+    expected = model(input_ids=ids, labels=ids)
+    split = split_model(model)
+    hidden = ids
+    for layer in split.layers():
+        hidden = layer(hidden)
+    logits = split.logits(hidden)
+    assert torch.equal(logits, expected.logits)
+    assert causal_lm_loss(logits, ids).item() == pytest.approx(expected.loss.item(), rel=1e-6)
+    assert split.tied == (name == "gpt2-tiny")  # GPT-2 ties lm_head to wte
+    assert len(split.blocks) == PRESETS[name].layers and all(isinstance(b, BlockPipe) for b in split.blocks)
+
+
+def test_stages_get_equal_shares_of_the_blocks():
+    split = split_model(build_model(PRESETS["llama-tiny"], seed=0))  # 2 decoder blocks
+    first, last = stage_layers(split, 0, 2), stage_layers(split, 1, 2)
+    assert [type(m).__name__ for m in first] == ["TokenEmbedding", "BlockPipe"]
+    assert [type(m).__name__ for m in last] == ["BlockPipe", "Norm", "LMHead"]
+    gpt2 = split_model(build_model(PRESETS["gpt2-tiny"], seed=0))
+    assert [type(m).__name__ for m in stage_layers(gpt2, 1, 2)] == ["BlockPipe", "Norm", "TiedHead"]
+
+
+def test_an_unknown_family_names_those_it_knows():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("gpt_neox", vocab_size=64, hidden_size=32, num_hidden_layers=1,
+                                  num_attention_heads=2, intermediate_size=64)
+    with pytest.raises(UserError, match="does not know the model family 'gpt_neox'; it splits gpt2, llama, qwen2"):
+        split_model(AutoModelForCausalLM.from_config(config))
+
+
+@pytest.mark.parametrize("pipeline, expected", [
+    ({"stages": 2}, (2, "type:BlockPipe", 0)),
+    ({"stages": 4, "partition": "parameters", "activation_checkpoint_interval": 1}, (4, "parameters", 1)),
+    ({"stages": 2, "partition": "best"}, (2, "type:BlockPipe", 0)),  # DeepSpeed's placeholder default
+    ({"stages": 2, "partition_method": "type:BlockPipe|Norm"}, (2, "type:BlockPipe|Norm", 0)),
+])
+def test_pipeline_settings_from_the_config(pipeline, expected):
+    assert pipeline_settings({"pipeline": pipeline}) == expected
+
+
+@pytest.mark.parametrize("pipeline, needle", [
+    ({"stages": "auto"}, "pipeline.stages must be an integer >= 1"),
+    ({"stages": 2, "partition_method": "profile"}, "'profile' is not implemented"),
+    ({"stages": 2, "activation_checkpoint_interval": -1}, "activation_checkpoint_interval must be an integer >= 0"),
+])
+def test_bad_pipeline_sections_are_named(pipeline, needle):
+    with pytest.raises(UserError, match=needle):
+        pipeline_settings({"pipeline": pipeline})
+
+
+def test_megatron_plan_covers_every_projection_and_refuses_gpt2():
+    plan = megatron_plan(build_model(PRESETS["llama-tiny"], seed=0))
+    assert len(plan) == 2 * 7  # q, k, v, o, gate, up, down per layer
+    assert type(plan["model.layers.1.self_attn.o_proj"]).__name__ == "RowwiseParallel"
+    assert type(plan["model.layers.0.mlp.up_proj"]).__name__ == "ColwiseParallel"
+    with pytest.raises(UserError, match="torch_tp splits Llama-family models"):
+        megatron_plan(build_model(PRESETS["gpt2-tiny"], seed=0))
