@@ -47,25 +47,32 @@ class ModelShape:
     extra: dict[str, Any] = field(default_factory=dict)
     """Other config.json fields kept for building the HF config (e.g. rope_theta)."""
 
-    def num_params(self) -> int:
-        """Exact parameter count of the HF implementation (embeddings counted once if tied)."""
+    def parts(self) -> dict[str, int]:
+        """Parameter counts of the model's pieces, per HF implementation (they sum to :meth:`num_params`).
+
+        ``block_split`` is what Megatron-style tensor parallelism splits in one decoder block (the attention and
+        MLP matrices, and the biases of column-parallel layers); ``block_whole`` what it keeps whole (norms,
+        biases of row-parallel layers). ``head`` is 0 when the LM head is the tied embedding.
+        """
         h, ff, v = self.hidden, self.intermediate, self.vocab_size
         if self.arch == "gpt2":
-            attn = h * 3 * h + 3 * h + h * h + h  # c_attn + c_proj (weights and biases)
-            mlp = h * ff + ff + ff * h + h  # c_fc + c_proj
-            block = attn + mlp + 4 * h  # two LayerNorms (weight + bias)
-            emb = v * h + self.max_positions * h
-            head = 0 if self.tied_embeddings else v * h
-            return emb + self.layers * block + 2 * h + head
+            # c_attn (+ bias), attention c_proj, c_fc (+ bias), MLP c_proj
+            split = h * 3 * h + 3 * h + h * h + h * ff + ff + ff * h
+            whole = 2 * h + 4 * h  # the two row-parallel biases, two LayerNorms (weight + bias)
+            return {"embedding": v * h, "positions": self.max_positions * h, "block_split": split,
+                    "block_whole": whole, "final_norm": 2 * h, "head": 0 if self.tied_embeddings else v * h}
         head_dim = h // self.heads
-        attn = h * h + 2 * h * self.kv_heads * head_dim + h * h  # q, k, v, o
+        split = h * h + 2 * h * self.kv_heads * head_dim + h * h + 3 * h * ff  # q, k, v, o; gate, up, down
         if self.arch == "qwen2":
-            attn += h + 2 * self.kv_heads * head_dim  # Qwen2's q/k/v biases
-        mlp = 3 * h * ff  # gate, up, down
-        block = attn + mlp + 2 * h  # two RMSNorms
-        emb = v * h
-        head = 0 if self.tied_embeddings else v * h
-        return emb + self.layers * block + h + head
+            split += h + 2 * self.kv_heads * head_dim  # Qwen2's q/k/v biases
+        return {"embedding": v * h, "positions": 0, "block_split": split, "block_whole": 2 * h,  # two RMSNorms
+                "final_norm": h, "head": 0 if self.tied_embeddings else v * h}
+
+    def num_params(self) -> int:
+        """Exact parameter count of the HF implementation (embeddings counted once if tied)."""
+        p = self.parts()
+        return (p["embedding"] + p["positions"] + self.layers * (p["block_split"] + p["block_whole"])
+                + p["final_norm"] + p["head"])
 
     def hf_config(self) -> dict[str, Any]:
         """Keyword arguments for ``transformers.AutoConfig.for_model`` (dropout off for parity)."""

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dsbench.plan.verify import RUNNABLE, compare_row
+from dsbench.models import resolve_model
+from dsbench.plan.verify import compare_row, compare_strategy
 
 
 def verify(result: dict[str, Any], opts: dict[str, Any], count: int = 3, steps: int = 6) -> list[dict[str, Any]]:
@@ -23,15 +24,15 @@ def verify(result: dict[str, Any], opts: dict[str, Any], count: int = 3, steps: 
         return [{"error": "--verify needs --model (a runnable model, not --params)"}]
     ranks = result["cluster"]["gpus_per_node"] if result["cluster"]["nodes"] == 1 else default_ranks()
     precision = "fp32" if local_gpu_count() == 0 else result["workload"]["precision"]
-    chosen = [c for c in result["candidates"] if c["rank"] and c["tp"] == 1 and c["pp"] == 1
-              and not c["activation_checkpointing"] and (c["strategy"], c["offload"]) in RUNNABLE]
+    shape = resolve_model(opts["model"])
+    chosen = [c for c in result["candidates"] if c["rank"] and compare_strategy(c)]
     out_dir = Path(f"runs/plan-verify-{time.strftime('%Y%m%d-%H%M%S')}")
     rows = []
     for cand in chosen[:count]:
-        name = RUNNABLE[(cand["strategy"], cand["offload"])]
+        name = compare_strategy(cand)
         cell = Cell(strategy=name, world_size=ranks, micro_batch=result["workload"]["micro_batch"],
                     model=opts["model"], steps=steps, warmup=2, seq_len=result["workload"]["seq_len"],
                     precision=precision)
         run = run_cell(cell, out_dir / cell.id, timeout=900, nvme_path=None)
-        rows.append(compare_row(cand, run.folder, result["model"]["params"], ranks, precision, run.status))
+        rows.append(compare_row(cand, run.folder, shape, ranks, precision, run.status))
     return rows

@@ -21,7 +21,7 @@ def _llama_params(vocab: int, hidden: int, layers: int, ff: int) -> int:
 def synthetic_shape(num_params: float) -> ModelShape:
     """A Llama-style shape with ``num_params`` parameters (to well under 1%).
 
-    Depth and width follow the usual ratio hidden = 128·layers with 12·L·h² ≈ N (7B: 32 layers x 4096);
+    Depth and width follow the usual ratio hidden ≈ 128·layers with 12·L·h² ≈ N (7B: 32 layers x 4096);
     the vocabulary is 32,000, or smaller where the embeddings would exceed an eighth of the model; the MLP
     width is then solved so the exact count (:meth:`ModelShape.num_params`) matches N.
     """
@@ -30,7 +30,8 @@ def synthetic_shape(num_params: float) -> ModelShape:
     if num_params > 1e15:
         raise UserError(f"--params {num_params:g} is beyond any model dsbench can plan (at most 1e15)")
     layers = max(2, round((num_params / (12 * 128**2)) ** (1 / 3)))
-    hidden = 128 * layers
+    # heads of 128 dimensions; from 1024 wide on a multiple of 8 heads, as published models have (TP splits them)
+    hidden = 128 * (max(8, round(layers / 8) * 8) if layers >= 8 else layers)
     while True:
         vocab = 32000 if 2 * 32000 * hidden <= num_params / 8 else max(64, int(num_params / 16 / hidden) // 64 * 64)
         fixed = _llama_params(vocab, hidden, layers, 0)

@@ -9,7 +9,7 @@ from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims, bubble_fraction
 from dsbench.plan.comm import Collective, data_parallel_comm, pipeline_comm, tensor_parallel_comm
 from dsbench.plan.hardware import Link
-from dsbench.plan.memory import Accounting, ModelStates, accounting_for, activation_bytes, model_states
+from dsbench.plan.memory import Accounting, ModelStates, accounting_for, activation_bytes, held_params, model_states
 from dsbench.records import flops_per_token
 
 GIB = 2**30
@@ -57,9 +57,14 @@ class Candidate:
     tp: int = 1
     pp: int = 1
     checkpointing: bool = False
+    engine: str = "deepspeed"
+    """Who implements tp/pp: ``deepspeed`` (AutoTP, the pipeline engine) or ``torch`` (torch_tp, torch_pp)."""
 
     @property
     def name(self) -> str:
+        if self.engine == "torch":  # native counterparts: the strategy names compare and launch use
+            return (f"torch_tp{self.tp}" if self.tp > 1 else f"torch_pp{self.pp}") + (" + ckpt" if self.checkpointing
+                                                                                       else "")
         parts = [self.strategy]
         if self.offload != "none":
             parts.append(f"offload-{self.offload}" + ("+params" if self.offload_param != "none" else ""))
@@ -99,7 +104,7 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         c = self.candidate
         return {"name": c.name, "strategy": c.strategy, "offload": c.offload, "offload_param": c.offload_param,
-                "tp": c.tp, "pp": c.pp, "dp": self.dp, "activation_checkpointing": c.checkpointing,
+                "tp": c.tp, "pp": c.pp, "engine": c.engine, "dp": self.dp, "activation_checkpointing": c.checkpointing,
                 "accounting": self.accounting.name, "fits": self.fits,
                 "memory_gib": {"params": self.states.params / GIB, "grads": self.states.grads / GIB,
                                "optimizer_states": self.states.optimizer / GIB,
@@ -138,8 +143,8 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     model_parallel = cand.tp * cand.pp
     dp = ParallelDims(world=cl.world, tp=cand.tp, pp=cand.pp).dp
     shards = cl.gpus_per_node // model_parallel if cand.strategy == "fsdp_hybrid" else dp
-    states = model_states(shape.num_params(), cand.strategy, shards, acc, cand.tp, cand.pp, cand.offload,
-                          cand.offload_param)
+    held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed")
+    states = model_states(held, cand.strategy, shards, acc, cand.offload, cand.offload_param)
     act_bytes = 2 if wl.precision in ("bf16", "fp16") else 4
     # The global batch is fixed across candidates: with TP/PP the data-parallel degree shrinks, so each
     # replica accumulates tp x pp times more micro-batches per step.
@@ -158,13 +163,12 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     bubble = bubble_fraction(cand.pp, accum)
     compute_with_bubble = compute / (1 - bubble)
     dp_link = cl.inter if (cl.nodes > 1 and dp > cl.gpus_per_node // model_parallel) else cl.intra
-    comm = data_parallel_comm(cand.strategy, shape.num_params() / model_parallel, dp if cand.strategy != "fsdp_hybrid"
-                              else shards, dp_link, acc.params, acc.grads, accum)
+    comm = data_parallel_comm(cand.strategy, held, dp if cand.strategy != "fsdp_hybrid" else shards, dp_link,
+                              acc.params, acc.grads, accum)
     overlap = compute if cand.strategy in ("zero3", "fsdp", "fsdp_hybrid") else compute * 2 / 3  # backward ≈ 2/3
     exposed = max(0.0, sum(c.seconds for c in comm) - overlap)
     if cand.strategy == "fsdp_hybrid" and cl.nodes > 1:  # replicas all-reduce gradient shards across nodes
-        extra = data_parallel_comm("ddp", shape.num_params() / model_parallel / shards, cl.nodes, cl.inter,
-                                   acc.params, acc.grads)
+        extra = data_parallel_comm("ddp", held / shards, cl.nodes, cl.inter, acc.params, acc.grads)
         comm += extra
         exposed += sum(c.seconds for c in extra)
     if cand.tp > 1:

@@ -10,14 +10,20 @@ and data-parallel (sharding) degree N_d, per rank
 
 where p, g are the bytes per parameter of weights and gradients, o of the Adam moments and m of the
 fp32 master copy. The paper's mixed-precision Adam is p = g = 2, o + m = K = 12 (16 bytes/param);
-../shared/seeds/000 and 002 count 2 + 2 + 8 = 12 bytes/param (no master copy). Tensor parallelism
-divides every term by the TP degree, pipeline parallelism by the number of stages (even split).
+../shared/seeds/000 and 002 count 2 + 2 + 8 = 12 bytes/param (no master copy).
+
+With tensor or pipeline parallelism Ψ is what a rank holds (:func:`held_params`), counted from the model's
+parts: TP splits each block's matrices and keeps norms (and the embeddings) whole; a pipeline stage holds its
+blocks, the first stage the embeddings, the last the final norm and head (and, when tied, a copy of the
+embedding).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from dsbench.models import ModelShape
 
 Strategy = Literal["ddp", "zero0", "zero1", "zero2", "zero3", "fsdp", "fsdp_hybrid"]
 Offload = Literal["none", "cpu", "nvme"]
@@ -91,10 +97,33 @@ SHARDED: dict[str, tuple[str, ...]] = {"ddp": (), "zero0": (), "zero1": ("optimi
                                        "fsdp_hybrid": _ALL}
 
 
-def model_states(num_params: float, strategy: str, shards: int, acc: Accounting, tp: int = 1, pp: int = 1,
-                 offload: Offload = "none", offload_param: Offload = "none") -> ModelStates:
-    """Per-rank model-state bytes (ZeRO paper sec. 5; offload per ZeRO-Offload / ZeRO-Infinity)."""
-    psi = num_params / (tp * pp)
+def held_params(shape: ModelShape, tp: int = 1, pp: int = 1, vocab_parallel_head: bool = False) -> int:
+    """Parameters on the busiest rank of a tp x pp layout (before any ZeRO/FSDP sharding).
+
+    Stages take equal shares of the decoder blocks, earlier stages the remainder (dsbench's torch_pp split and
+    DeepSpeed's ``type:BlockPipe`` partition); the first stage adds the embeddings, the last the final norm and
+    the head, or a second copy of the tied embedding. ``vocab_parallel_head``: the head's vocabulary is split
+    over the TP ranks too (DeepSpeed AutoTP does; dsbench's torch_tp keeps it whole).
+    """
+    p = shape.parts()
+    block = p["block_split"] // tp + p["block_whole"]
+    head = p["head"] // tp if vocab_parallel_head else p["head"]
+    base, extra = divmod(shape.layers, pp)
+    held = []
+    for stage in range(pp):
+        count = (base + (1 if stage < extra else 0)) * block
+        if stage == 0:
+            count += p["embedding"] + p["positions"]
+        if stage == pp - 1:
+            count += p["final_norm"] + head + (p["embedding"] if p["head"] == 0 and pp > 1 else 0)
+        held.append(count)
+    return max(held)
+
+
+def model_states(psi: float, strategy: str, shards: int, acc: Accounting, offload: Offload = "none",
+                 offload_param: Offload = "none") -> ModelStates:
+    """Per-rank model-state bytes for a rank holding ``psi`` parameters (ZeRO paper sec. 5; offload per
+    ZeRO-Offload / ZeRO-Infinity); ZeRO stages and FSDP shard them further over ``shards`` ranks."""
     if strategy not in SHARDED:
         raise ValueError(f"unknown strategy {strategy!r}")
     n = max(1, shards)

@@ -4,32 +4,38 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from dsbench.models import ModelShape
+from dsbench.errors import UserError
+from dsbench.models import LLAMA_LIKE, ModelShape
+from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Estimate, Workload, estimate
 
 # Simpler first: on a near tie (within 5 % of step time) the simpler strategy ranks higher.
 SIMPLICITY = ["ddp", "zero1", "zero2", "fsdp", "zero3", "fsdp_hybrid"]
+"""On a near tie the simpler strategy ranks higher; model parallelism (tp x pp > 1) after pure data parallelism."""
 
 
-def candidates(cl: Cluster) -> list[Candidate]:
-    """Strategies worth estimating on this cluster, each with and without activation checkpointing."""
+def candidates(cl: Cluster, shape: ModelShape) -> list[Candidate]:
+    """Strategies worth estimating on this cluster, each with and without activation checkpointing: data
+    parallelism (DDP, ZeRO, FSDP, offload), tensor and pipeline parallelism by DeepSpeed (AutoTP, the pipeline
+    engine, both with ZeRO-1) and by torch (torch_tp, torch_pp), where the model splits that way."""
     base = [Candidate(strategy=s) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp")]
     if cl.nodes > 1:
         base.append(Candidate(strategy="fsdp_hybrid"))
     base += [Candidate(strategy="zero2", offload="cpu"), Candidate(strategy="zero3", offload="cpu",
                                                                    offload_param="cpu"),
              Candidate(strategy="zero3", offload="nvme", offload_param="nvme")]
-    tps = [t for t in (2, 4, 8) if t <= cl.gpus_per_node and cl.gpus_per_node % t == 0]
-    base += [Candidate(strategy="zero1", tp=t) for t in tps]
-    if cl.nodes > 1 and tps:
-        base.append(Candidate(strategy="zero1", tp=tps[-1], pp=cl.nodes))
-    out = []
-    for cand in base:
-        out += [cand, Candidate(strategy=cand.strategy, offload=cand.offload, offload_param=cand.offload_param,
-                                tp=cand.tp, pp=cand.pp, checkpointing=True)]
-    return out
+    degrees = [d for d in (2, 4, 8) if d <= cl.gpus_per_node and cl.gpus_per_node % d == 0]
+    if shape.arch in LLAMA_LIKE:  # both TP implementations split Llama-family projections
+        base += [Candidate(strategy="zero1", tp=t) for t in degrees]
+        base += [Candidate(strategy="ddp", tp=t, engine="torch") for t in degrees]
+    base += [Candidate(strategy="zero1", pp=p) for p in degrees]
+    base += [Candidate(strategy="ddp", pp=p, engine="torch") for p in degrees]
+    if cl.nodes > 1 and degrees and shape.arch in LLAMA_LIKE:
+        base.append(Candidate(strategy="zero1", tp=degrees[-1], pp=cl.nodes))
+    base = [c for c in base if _splits(c, cl, shape)]
+    return [variant for cand in base for variant in (cand, replace(cand, checkpointing=True))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +62,25 @@ def _reason(e: Estimate, cl: Cluster, best: Estimate | None) -> str:
     return "; ".join(parts)
 
 
+def _splits(cand: Candidate, cl: Cluster, shape: ModelShape) -> bool:
+    """The model splits into this layout: tp divides the heads and KV heads, pp <= layers, degrees divide."""
+    try:
+        ParallelDims(world=cl.world, tp=cand.tp, pp=cand.pp).check_model(
+            name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+    except UserError:
+        return False
+    return True
+
+
 def rank(wl: Workload, cl: Cluster) -> list[Ranked]:
     """Every candidate estimated; those that fit ranked by step time (simplest first on near ties)."""
-    estimates = [estimate(c, wl, cl) for c in candidates(cl)]
+    estimates = [estimate(c, wl, cl) for c in candidates(cl, wl.shape)]
     fitting = [e for e in estimates if e.fits]
 
-    def key(e: Estimate) -> tuple[float, int, bool, int]:
+    def key(e: Estimate) -> tuple[float, bool, int, bool, int]:
         bucket = math.floor(math.log(e.step_s) / math.log(1.05))  # 5 % buckets of step time
-        return (bucket, SIMPLICITY.index(e.candidate.strategy), e.candidate.checkpointing,
-                e.candidate.tp * e.candidate.pp)
+        c = e.candidate
+        return (bucket, c.tp * c.pp > 1, SIMPLICITY.index(c.strategy), c.checkpointing, c.tp * c.pp)
 
     fitting.sort(key=key)
     best = fitting[0] if fitting else None
@@ -77,7 +93,11 @@ def launch_command(e: Estimate, shape: ModelShape, wl: Workload, cl: Cluster) ->
     """The ``dsbench launch`` command for a candidate."""
     c = e.candidate
     args = ["dsbench", "launch"]
-    if c.strategy in ("ddp", "fsdp", "fsdp_hybrid"):
+    if c.engine == "torch" and c.tp > 1:
+        args += ["--strategy", "torch_tp", "--tp", str(c.tp), "--launcher", "torchrun"]
+    elif c.engine == "torch" and c.pp > 1:
+        args += ["--strategy", "torch_pp", "--pipeline-stages", str(c.pp), "--launcher", "torchrun"]
+    elif c.strategy in ("ddp", "fsdp", "fsdp_hybrid"):
         args += ["--strategy", "fsdp" if c.strategy.startswith("fsdp") else "ddp", "--launcher", "torchrun"]
     else:
         args += ["--zero", c.strategy[-1]]

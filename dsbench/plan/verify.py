@@ -10,13 +10,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dsbench.plan.memory import ModelStates, accounting_for, model_states
+from dsbench.models import ModelShape
+from dsbench.parallel import ParallelDims
+from dsbench.plan.memory import ModelStates, accounting_for, held_params, model_states
 from dsbench.records import SUMMARY
 
-# planner strategy -> compare strategy name
-RUNNABLE = {("ddp", "none"): "ddp", ("zero1", "none"): "zero1", ("zero2", "none"): "zero2",
-            ("zero3", "none"): "zero3", ("fsdp", "none"): "fsdp", ("zero2", "cpu"): "zero2_offload",
-            ("zero3", "cpu"): "zero3_offload"}
+# planner candidate (strategy, offload, tp, pp, engine) -> the compare strategy that runs it
+RUNNABLE = {("ddp", "none", 1, 1, "deepspeed"): "ddp", ("zero1", "none", 1, 1, "deepspeed"): "zero1",
+            ("zero2", "none", 1, 1, "deepspeed"): "zero2", ("zero3", "none", 1, 1, "deepspeed"): "zero3",
+            ("fsdp", "none", 1, 1, "deepspeed"): "fsdp", ("zero2", "cpu", 1, 1, "deepspeed"): "zero2_offload",
+            ("zero3", "cpu", 1, 1, "deepspeed"): "zero3_offload", ("zero1", "none", 2, 1, "deepspeed"): "zero1_tp2",
+            ("zero1", "none", 1, 2, "deepspeed"): "pipe2", ("ddp", "none", 1, 2, "torch"): "torch_pipe2",
+            ("ddp", "none", 2, 1, "torch"): "torch_tp2"}
+
+
+def compare_strategy(cand: dict[str, Any]) -> str | None:
+    """The compare strategy that runs a planner candidate (``None`` when dsbench has none for it)."""
+    if cand["activation_checkpointing"]:
+        return None
+    return RUNNABLE.get((cand["strategy"], cand["offload"], cand["tp"], cand["pp"], cand.get("engine", "deepspeed")))
+
+
+def predicted_states(shape: ModelShape, cand: dict[str, Any], world: int, precision: str) -> ModelStates:
+    """The planner's model states on a run's busiest rank, in the run's precision and accounting."""
+    dims = ParallelDims(world=world, tp=cand["tp"], pp=cand["pp"])
+    held = held_params(shape, cand["tp"], cand["pp"], vocab_parallel_head=cand.get("engine") == "deepspeed")
+    return model_states(held, cand["strategy"], dims.dp, accounting_for(precision, cand["strategy"]),
+                        offload=cand["offload"], offload_param=cand["offload_param"])
 
 
 def comparable_bytes(strategy: str, counted: dict[str, Any], states: ModelStates) -> tuple[float, float]:
@@ -31,18 +51,18 @@ def comparable_bytes(strategy: str, counted: dict[str, Any], states: ModelStates
     return counted["total"], states.total
 
 
-def compare_row(cand: dict[str, Any], folder: Path, params: int, ranks: int, precision: str,
-             status: str) -> dict[str, Any]:
+def compare_row(cand: dict[str, Any], folder: Path, shape: ModelShape, ranks: int, precision: str,
+                status: str) -> dict[str, Any]:
+    """Predicted vs measured for one candidate's run: model states on the busiest rank, and peak memory on GPU."""
     import json
 
     row: dict[str, Any] = {"candidate": cand["name"], "folder": str(folder), "status": status}
     if status != "ok":
         return row
     summary = json.loads((folder / SUMMARY).read_text())
-    counted = summary["model_state_bytes_per_rank"][0]
+    counted = max(summary["model_state_bytes_per_rank"], key=lambda r: r["total"])  # a stage may hold more
+    states = predicted_states(shape, cand, ranks, precision)
     acc = accounting_for(precision, cand["strategy"])
-    states = model_states(params, cand["strategy"], ranks, acc, offload=cand["offload"],
-                          offload_param=cand["offload_param"])
     measured, predicted = comparable_bytes(cand["strategy"], counted, states)
     if cand["strategy"] == "zero1":
         row["note"] = "gradients excluded (counted at different moments, see docs/planner.md)"

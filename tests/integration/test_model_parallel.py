@@ -104,3 +104,26 @@ def test_issue_compare_matrix_trains_every_strategy(tmp_path):
     for name, losses in curves.items():  # 20 steps: the same curve as DDP, and falling
         assert max(abs(a - b) / abs(b) for a, b in zip(losses, ddp, strict=True)) < 1e-4, name
         assert losses[-1] < losses[0] - 0.05, name
+
+
+# run -> the planner's candidate for it (strategy, tp, pp, engine)
+PLANNED = {"pipe2_llama": ("zero1", 1, 2, "deepspeed"), "pipe2_gpt2": ("zero1", 1, 2, "deepspeed"),
+           "torch_pipe2_llama": ("ddp", 1, 2, "torch"), "torch_pipe2_gpt2": ("ddp", 1, 2, "torch"),
+           "torch_tp2_llama": ("ddp", 2, 1, "torch"), "pipe2_dp2_llama": ("zero1", 1, 2, "deepspeed"),
+           "torch_pipe2_dp2_llama": ("ddp", 1, 2, "torch"), "torch_tp2_dp2_llama": ("ddp", 2, 1, "torch")}
+
+
+@pytest.mark.parametrize("name", list(PLANNED))
+def test_planner_model_states_per_rank_within_5_percent(base, name):
+    """dsbench plan's bytes on the busiest rank of a pipeline/TP layout vs what the run counted from tensors."""
+    from dsbench.models import resolve_model
+    from dsbench.plan.verify import comparable_bytes, predicted_states
+
+    strategy, tp, pp, engine = PLANNED[name]
+    run = launched(name, base)
+    header = run["header"][0]
+    cand = {"strategy": strategy, "tp": tp, "pp": pp, "engine": engine, "offload": "none", "offload_param": "none"}
+    predicted = predicted_states(resolve_model(header["model"]["name"]), cand, header["world_size"], "fp32")
+    counted = max(run["states"][0]["per_rank"], key=lambda r: r["total"])
+    measured, expected = comparable_bytes(strategy, counted, predicted)
+    assert measured == pytest.approx(expected, rel=0.05)
