@@ -18,7 +18,7 @@ from dsbench.io import atomic_write_json
 from dsbench.launchers import LaunchCommand, LaunchSpec, build
 from dsbench.launchers import worker_args as worker_argv
 from dsbench.models import check_megatron_tp, resolve_model
-from dsbench.parallel import ParallelDims
+from dsbench.parallel import ParallelDims, bubble_fraction
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -127,14 +127,14 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     spec = replace(base, ds_config=str(config_path) if config_path else None)
     # The worker's whole input as one typed description, checked now rather than on every rank later.
     train = trainspec.from_argv(worker_argv(spec))
-    check_layout(train, config, world)
+    notes += check_layout(train, config, world)
     run_file = trainspec.write(train, req.run_dir / "run.json")
     spec = replace(spec, run_file=str(run_file))
     return PreparedLaunch(spec=spec, command=build(spec), config_path=config_path, notes=notes)
 
 
-def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, world: int) -> None:
-    """Before any process starts: the model splits as the layout asks (heads, layers, family)."""
+def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, world: int) -> list[str]:
+    """Before any process starts: the model splits as the layout asks (heads, layers, family); returns notes."""
     shape = resolve_model(train.model)
     if config is not None:
         dims = config_dims(config, world)
@@ -145,6 +145,11 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
     if train.strategy == "torch_tp":
         check_megatron_tp(shape.arch)
+    if train.strategy == "torch_pp" and train.grad_accum < dims.pp:  # GPipe runs it; most of each step idles
+        idle = bubble_fraction(dims.pp, train.grad_accum)
+        return [f"warning: {train.grad_accum} micro-batch(es) for {dims.pp} pipeline stages: each stage idles "
+                f"(P-1)/(M+P-1) = {idle:.0%} of a step; raise --grad-accum to at least {dims.pp}"]
+    return []
 
 
 def materialize(prepared: PreparedLaunch) -> None:

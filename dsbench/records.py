@@ -97,6 +97,10 @@ class StepRecord:
     """Per rank at the step's end: CUDA allocated on GPU, resident set size on CPU."""
     peak_memory_bytes: list[int]
     memory_kind: str
+    pipeline_compute_s_per_rank: list[float] | None = None
+    """Pipeline stages on CPU: each rank's forward/backward compute seconds in the step."""
+    pipeline_span_s_per_rank: list[float] | None = None
+    """...and its seconds inside the pipeline schedule (to the flush): 1 - compute/span is its idle share."""
 
     def to_dict(self) -> dict[str, Any]:
         rate = self.tokens / self.step_time_s if self.step_time_s > 0 else None

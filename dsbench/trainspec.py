@@ -82,6 +82,10 @@ class TrainSpec:
         if self.strategy != "torch_pp" and self.pipeline_stages != 1:
             raise UserError(f"--pipeline-stages {self.pipeline_stages} is for --strategy torch_pp (DeepSpeed's "
                             "pipeline engine takes its stages from the config: pipeline.stages)")
+        if self.strategy == "torch_pp" and self.pipeline_schedule == "1f1b" and self.grad_accum < self.pipeline_stages:
+            raise UserError(f"1F1B needs at least as many micro-batches as stages: --grad-accum {self.grad_accum} < "
+                            f"--pipeline-stages {self.pipeline_stages}; raise --grad-accum or use "
+                            "--pipeline-schedule gpipe")
         if self.strategy != "torch_tp" and self.tp != 1:
             raise UserError(f"--tp {self.tp} is for --strategy torch_tp (DeepSpeed's AutoTP takes its degree from "
                             "the config: tensor_parallel.autotp_size)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench.configs.overrides import get_path
+from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import config_precision
 from dsbench.configs.validate import data_parallel_size, parallel_degrees
 
@@ -61,8 +62,10 @@ def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
                                 _offload_line(config, "offload_param", "parameters")) if line]
     pp, tp = parallel_degrees(config)
     if pp > 1:
-        lines.append(f"pipeline: {pp} stages (PipelineModule), partition method "
-                     f"{get_path(config, 'pipeline.partition', 'parameters')!r}")
+        _, method, interval = pipeline_settings(config)
+        every = f", activation checkpoint every {interval} layer(s)" if interval else ""
+        lines.append(f"pipeline: {pp} stages (PipelineModule), partition method {method!r}{every}; "
+                     f"{get_path(config, 'gradient_accumulation_steps', 1)} micro-batch(es) per step")
     if tp > 1:
         lines.append(f"tensor parallel: AutoTP splits linear layers over {tp} ranks")
     lines.append(_batch_line(config, world_size))

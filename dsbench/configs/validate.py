@@ -15,10 +15,11 @@ from typing import Any
 from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
 from dsbench.configs.findings import Finding
 from dsbench.configs.overrides import get_path
+from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import bf16_enabled, fp16_enabled
 from dsbench.configs.schema import unknown_keys
 from dsbench.errors import UserError
-from dsbench.parallel import ParallelDims
+from dsbench.parallel import ParallelDims, bubble_fraction
 
 WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
@@ -201,6 +202,25 @@ def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Fin
                                    "PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
                                    "parallelism' at initialisation",
                            fix="use zero_optimization.stage 0 or 1 with a pipeline"))
+    if pp > 1:
+        try:
+            pipeline_settings(config)
+        except UserError as exc:
+            out.append(Finding(severity="error", code="pipeline-section", path="pipeline", message=str(exc),
+                               fix="see docs/parallelism.md for the pipeline keys dsbench's worker reads"))
+    micro_batches = _int_or_none(get_path(config, "gradient_accumulation_steps"))
+    if pp > 1 and micro_batches is not None and micro_batches < pp:
+        out.append(Finding(severity="warning", code="pipeline-bubble", path="gradient_accumulation_steps",
+                           message=f"{micro_batches} micro-batch(es) for {pp} pipeline stages: each stage idles "
+                                   f"(P-1)/(M+P-1) = {bubble_fraction(pp, micro_batches):.0%} of a step",
+                           fix=f"set gradient_accumulation_steps (the micro-batches per step) to at least {pp}"))
+    offload = get_path(config, "zero_optimization.offload_optimizer.device")
+    if pp > 1 and bf16_enabled(config) and offload not in (None, "none"):
+        out.append(Finding(severity="error", code="pipeline-bf16-offload",
+                           path="zero_optimization.offload_optimizer.device",
+                           message=f"pipeline parallelism ({pp} stages) with bf16 and optimizer offload to {offload}: "
+                                   "DeepSpeed's pipeline engine fails in its bf16 optimizer step (DeepSpeed#3866)",
+                           fix="drop the offload, or train in fp16/fp32 with the pipeline"))
     return out
 
 

@@ -50,6 +50,8 @@ class _Pending:
     peak_memory: int
     lr: float
     states: dict[str, Any] | None
+    busy: tuple[float, float] | None
+    """A pipeline stage's (compute, schedule span) seconds in the step (CPU), else None."""
 
 
 class StepClock:
@@ -116,26 +118,29 @@ def to_host(tensor: Any) -> list[Any]:
 
 def gather_records(pending: list[_Pending], clock: StepClock, comm: Collectives, warmup: int,
                    tokens: int, memory_kind: str) -> tuple[list[dict[str, Any]], list[Any] | None]:
-    """Gather ``pending`` steps from every rank: one all-gather of a [steps, 4] float64 tensor on the rank's
+    """Gather ``pending`` steps from every rank: one all-gather of a [steps, 6] float64 tensor on the rank's
     device (a sync point), plus the model-state counts the first time. Returns step records for rank 0."""
     import torch
 
     device = comm.device
-    local = torch.tensor([[clock.seconds(p.clock), p.memory, p.peak_memory] for p in pending],
-                         dtype=torch.float64, device=device)
+    local = torch.tensor([[clock.seconds(p.clock), p.memory, p.peak_memory, *(p.busy or (-1.0, -1.0))]
+                          for p in pending], dtype=torch.float64, device=device)
     losses = torch.stack([p.loss.detach().reshape(()) for p in pending]).to(device=device, dtype=torch.float64)
     gathered = to_host(comm.all_gather(torch.cat([local, losses[:, None]], dim=1)))  # [rank][step][field]
+    # fields: 0 timed region, 1 memory, 2 peak memory, 3-4 pipeline compute and span (-1: not measured), 5 loss
     states = next((p.states for p in pending if p.states is not None), None)
     per_rank_states = comm.all_gather_object(states) if states is not None else None  # sync point, once
     records = []
     for i, p in enumerate(pending):
         rows = [gathered[r][i] for r in range(len(gathered))]
         times = [row[0] for row in rows]
+        measured = min(row[4] for row in rows) >= 0
         records.append(StepRecord(
-            step=p.step, warmup=p.step < warmup, loss=sum(row[3] for row in rows) / len(rows), lr=p.lr,
+            step=p.step, warmup=p.step < warmup, loss=sum(row[5] for row in rows) / len(rows), lr=p.lr,
             step_time_s=max(times), step_time_per_rank_s=times, tokens=tokens,
             memory_bytes=[int(row[1]) for row in rows], peak_memory_bytes=[int(row[2]) for row in rows],
-            memory_kind=memory_kind).to_dict())
+            memory_kind=memory_kind, pipeline_compute_s_per_rank=[row[3] for row in rows] if measured else None,
+            pipeline_span_s_per_rank=[row[4] for row in rows] if measured else None).to_dict())
     return records, per_rank_states
 
 
@@ -173,7 +178,8 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
         current, peak, _ = memory_now(device)  # allocator statistics: host-side, no device sync
         pending.append(_Pending(step=step, loss=loss, clock=region, memory=current,
                                 peak_memory=peak, lr=engine.lr(),
-                                states=engine.model_state_bytes() if step == 0 else None))
+                                states=engine.model_state_bytes() if step == 0 else None,
+                                busy=engine.busy_seconds() if hasattr(engine, "busy_seconds") else None))
         if len(pending) >= settings.gather_every or step in (settings.warmup - 1, settings.steps - 1):
             gather()  # all-gather across ranks: sync point; the last one also waits for the slowest rank
     _sync(device)

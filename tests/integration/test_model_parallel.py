@@ -127,3 +127,15 @@ def test_planner_model_states_per_rank_within_5_percent(base, name):
     counted = max(run["states"][0]["per_rank"], key=lambda r: r["total"])
     measured, expected = comparable_bytes(strategy, counted, predicted)
     assert measured == pytest.approx(expected, rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["pipe2_llama", "torch_pipe2_llama"])
+def test_pipeline_stages_record_compute_inside_their_schedule(base, name):
+    """What scripts/bench_pipeline_bubble.py reads: per rank, compute seconds within the schedule's span."""
+    for step in launched(name, base)["steps"]:
+        compute, span = step["pipeline_compute_s_per_rank"], step["pipeline_span_s_per_rank"]
+        assert len(compute) == len(span) == 2
+        assert all(0 < c <= s for c, s in zip(compute, span, strict=True)), step
+        assert max(span) <= step["step_time_s"]  # the schedule runs inside the timed region
+    assert "pipeline_compute_s_per_rank" not in launched("single_llama_4", base)["steps"][0] or \
+        launched("single_llama_4", base)["steps"][0]["pipeline_compute_s_per_rank"] is None

@@ -63,3 +63,10 @@ def test_every_strategy_cell_is_a_valid_launch(cli_run, tmp_path, strategy):
     # every strategy trains micro x world samples per step: model-parallel ranks accumulate to make up for it
     assert run["grad_accum"] == STRATEGIES[strategy].model_parallel
     assert run["fsdp_reshard"] is (strategy != "fsdp_no_reshard")
+
+
+def test_model_parallel_cells_only_where_the_world_divides():
+    cells = expand(["single", "ddp", "pipe2", "torch_tp2"], [1, 2, 3, 4], [2], ["llama-tiny"])
+    pairs = sorted({(c.strategy, c.world_size) for c in cells})
+    assert ("pipe2", 1) not in pairs and ("pipe2", 3) not in pairs and ("torch_tp2", 3) not in pairs
+    assert {("pipe2", 2), ("pipe2", 4), ("torch_tp2", 2), ("torch_tp2", 4), ("ddp", 3), ("single", 1)} <= set(pairs)

@@ -69,3 +69,20 @@ def test_model_must_split_into_whole_heads_and_layers():
         ParallelDims(world=4, tp=4).check_model(**kwargs)
     with pytest.raises(UserError, match="--pipeline-stages 4 exceeds llama-tiny's 2 decoder layers"):
         ParallelDims(world=4, pp=4).check_model(**kwargs)
+
+
+@pytest.mark.parametrize("world, tp, pp", [(8, 2, 2), (16, 2, 4), (12, 3, 2), (4, 1, 2), (4, 2, 1)])
+def test_data_parallel_rank_follows_deepspeeds_grid(world, tp, pp):
+    """The oracle: DeepSpeed's own PipeModelDataParallelTopology (axes pipe, data, model) on the same ranks."""
+    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+
+    dims = ParallelDims(world=world, tp=tp, pp=pp)
+    grid = PipeModelDataParallelTopology(num_pp=pp, num_mp=tp, num_dp=dims.dp)
+    assert [dims.dp_rank(rank) for rank in range(world)] == [grid.get_coord(rank).data for rank in range(world)]
+
+
+def test_bubble_fraction_formula():
+    from dsbench.parallel import bubble_fraction
+
+    assert [bubble_fraction(2, m) for m in (1, 2, 4, 8)] == pytest.approx([1 / 2, 1 / 3, 1 / 5, 1 / 9])
+    assert bubble_fraction(1, 4) == 0.0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dsbench.configs.pipeline import pipeline_settings
 from dsbench.errors import UserError
 from dsbench.models import PRESETS
 from dsbench.worker.engines.model_parallel import megatron_plan, stage_layers
-from dsbench.worker.engines.pipeline import pipeline_settings
 from dsbench.worker.model import build_model
 from dsbench.worker.pipe_split import BlockPipe, causal_lm_loss, split_model
 

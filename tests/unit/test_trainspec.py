@@ -58,3 +58,17 @@ def test_bad_files_and_flags_are_one_line_errors(tmp_path):
     for argv, needle in cases.items():
         with pytest.raises(UserError, match=needle):
             from_argv(list(argv))
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--strategy", "ddp", "--pipeline-stages", "2"], "--pipeline-stages 2 is for --strategy torch_pp"),
+    (["--strategy", "ddp", "--tp", "2"], "--tp 2 is for --strategy torch_tp"),
+    (["--strategy", "torch_pp", "--pipeline-stages", "2"], "1F1B needs at least as many micro-batches as stages"),
+    (["--strategy", "torch_pp", "--pipeline-stages", "0"], "--pipeline-stages must be >= 1"),
+    (["--pipeline-schedule", "zb"], "invalid choice: 'zb'"),
+])
+def test_model_parallel_flags_are_checked(argv, needle):
+    with pytest.raises(UserError, match=needle):
+        from_argv(argv)
+    gpipe = from_argv(["--strategy", "torch_pp", "--pipeline-stages", "2", "--pipeline-schedule", "gpipe"])
+    assert gpipe.grad_accum == 1  # GPipe runs fewer micro-batches than stages (launch warns of the bubble)

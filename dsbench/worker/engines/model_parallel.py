@@ -23,6 +23,7 @@ from dsbench.models import check_megatron_tp
 from dsbench.parallel import ParallelDims
 from dsbench.worker.dist import Collectives
 from dsbench.worker.engines import EngineOptions, accumulate
+from dsbench.worker.engines.busy import BusyClock
 from dsbench.worker.engines.native import adamw, autocast
 from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, tied_head
 from dsbench.worker.state_bytes import count_native
@@ -126,7 +127,11 @@ class TorchPipelineEngine:
                 self.tied = (split.embed.embedding.weight, groups[dp_index])
         kind = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe}[schedule]
         pipe_stage = PipelineStage(self.module, self.stage, dims.pp, device, group=self.pp_group)
+        self.busy = BusyClock(dist_info.device)  # compute time of this stage, for the bubble (CPU)
+        pipe_stage.forward_one_chunk = self.busy.wrap(pipe_stage.forward_one_chunk)
+        pipe_stage.backward_one_chunk = self.busy.wrap(pipe_stage.backward_one_chunk)
         self.schedule = kind(pipe_stage, n_microbatches=options.grad_accum, loss_fn=causal_lm_loss, scale_grads=True)
+        self.schedule.step = self.busy.wrap(self.schedule.step, "span")
         self.optimizer, self.scheduler = adamw(self.module.parameters(), options)
         self.model, self.measure_states = self.module, False
 
@@ -150,6 +155,10 @@ class TorchPipelineEngine:
         self.scheduler.step()
         loss = torch.stack(losses).mean() if last else torch.zeros((), device=self.comm.device)
         return self.comm.broadcast_(loss.detach(), src=self.last_rank, group=self.pp_group)
+
+    def busy_seconds(self) -> tuple[float, float] | None:
+        """This stage's (compute, schedule span) seconds in the last step (CPU), for the measured bubble."""
+        return self.busy.take()
 
     def model_state_bytes(self) -> dict[str, Any]:
         return count_native(self.module, self.optimizer)

@@ -11,31 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench.errors import UserError
+from dsbench.configs.pipeline import pipeline_settings
 from dsbench.worker.engines import EngineOptions
+from dsbench.worker.engines.busy import BusyClock
 from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, tied_head
 from dsbench.worker.state_bytes import count_deepspeed
-
-DEFAULT_PARTITION = "type:BlockPipe"
-
-
-def pipeline_settings(config: dict[str, Any]) -> tuple[int, str, int]:
-    """(stages, partition method, activation-checkpoint interval) from the config's ``pipeline`` section
-    (``partition_method``, or DeepSpeed's own ``partition`` key when it names a method)."""
-    pipe = config.get("pipeline") or {}
-    stages = pipe.get("stages")
-    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
-        raise UserError(f"pipeline.stages must be an integer >= 1, got {stages!r}")
-    method = pipe.get("partition_method") or pipe.get("partition")
-    if method in (None, "best"):  # "best" is DeepSpeed's placeholder default; no PipelineModule method has it
-        method = DEFAULT_PARTITION
-    if not isinstance(method, str) or not (method in ("parameters", "uniform") or method.startswith("type:")):
-        raise UserError(f"pipeline.partition_method {method!r}: use parameters, uniform or type:REGEX "
-                        "(DeepSpeed's 'profile' is not implemented)")
-    interval = pipe.get("activation_checkpoint_interval", 0)
-    if not isinstance(interval, int) or isinstance(interval, bool) or interval < 0:
-        raise UserError(f"pipeline.activation_checkpoint_interval must be an integer >= 0, got {interval!r}")
-    return stages, method, interval
 
 
 def deepspeed_layers(split: Split) -> list[Any]:
@@ -60,6 +40,7 @@ class DeepSpeedPipelineEngine:
     def __init__(self, model: Any, options: EngineOptions, dist_info: Any) -> None:
         import deepspeed
         from deepspeed.pipe import PipelineModule
+        from deepspeed.runtime.pipe import schedule
 
         assert options.ds_config is not None
         stages, method, interval = pipeline_settings(options.ds_config)
@@ -71,12 +52,24 @@ class DeepSpeedPipelineEngine:
         self.model = self.engine
         self.measure_states = False
         self.stage = self.engine.stage_id
+        self.busy = BusyClock(dist_info.device)  # compute time of this stage, for the bubble (CPU)
+        instructions = dict(self.engine._INSTRUCTION_MAP)  # an instance copy: DeepSpeed looks it up on self
+        for kind in (schedule.ForwardPass, schedule.BackwardPass):
+            instructions[kind] = self.busy.wrap(instructions[kind])
+        for kind in (schedule.ReduceTiedGrads, schedule.ReduceGrads, schedule.OptimizerStep):  # after the flush
+            instructions[kind] = self.busy.wrap(instructions[kind], "excluded")
+        self.engine._INSTRUCTION_MAP = instructions
+        self.engine.train_batch = self.busy.wrap(self.engine.train_batch, "span")
 
     def train_step(self, batches: list[Any]) -> Any:
         """One optimizer step over ``batches`` (one per micro-step): inputs enter the first stage, labels the
         last; returns the loss averaged over micro-batches and data-parallel replicas (on every rank)."""
         loss = self.engine.train_batch(data_iter=iter([(batch, batch) for batch in batches]))
         return loss.detach()
+
+    def busy_seconds(self) -> tuple[float, float] | None:
+        """This stage's (compute, schedule span) seconds in the last step (CPU), for the measured bubble."""
+        return self.busy.take()
 
     def model_state_bytes(self) -> dict[str, Any]:
         return count_deepspeed(self.engine)
