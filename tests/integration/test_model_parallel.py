@@ -24,6 +24,9 @@ COMMANDS = {
                          "--micro-batch 1 --grad-accum 4 --num-gpus 2",
     "torch_tp2_llama": "--strategy torch_tp --tp 2 --launcher torchrun --model llama-tiny --num-gpus 2",  # batch 2
     "pipe2_gpt2": "--pipeline-stages 2 --model gpt2-tiny --micro-batch 1 --grad-accum 4 --num-gpus 2",
+    # activation checkpointing every block (DeepSpeed recomputes each block's forward in the backward)
+    "pipe2_ckpt_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 4 --num-gpus 2 "
+                        "--set pipeline.activation_checkpoint_interval=1",
     "torch_pipe2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-tiny "
                         "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --pipeline-schedule gpipe",
     # 4 ranks: data parallelism on top (pp 2 x dp 2, dp 2 x tp 2)
@@ -37,7 +40,8 @@ COMMANDS = {
     "single_llama_2": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 2",
     "single_gpt2_4": "--strategy single --launcher torchrun --num-gpus 1 --model gpt2-tiny --micro-batch 4",
 }
-REFERENCE = {"pipe2_llama": "single_llama_4", "torch_pipe2_llama": "single_llama_4",
+REFERENCE = {"pipe2_llama": "single_llama_4", "pipe2_ckpt_llama": "single_llama_4",
+             "torch_pipe2_llama": "single_llama_4",
              "torch_tp2_llama": "single_llama_2", "pipe2_gpt2": "single_gpt2_4", "torch_pipe2_gpt2": "single_gpt2_4",
              "pipe2_dp2_llama": "single_llama_4", "torch_pipe2_dp2_llama": "single_llama_4",
              "torch_tp2_dp2_llama": "single_llama_4"}

@@ -44,9 +44,11 @@ class DeepSpeedPipelineEngine:
 
         assert options.ds_config is not None
         stages, method, interval = pipeline_settings(options.ds_config)
+        # only decoder blocks are checkpointed: the embedding takes integer ids, and a reentrant checkpoint
+        # of a segment whose inputs need no gradient would leave the stage's output without one
         module = PipelineModule(layers=deepspeed_layers(split_model(model)), num_stages=stages,
                                 loss_fn=causal_lm_loss, partition_method=method,
-                                activation_checkpoint_interval=interval)
+                                activation_checkpoint_interval=interval, checkpointable_layers=["BlockPipe"])
         self.engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=module.parameters(),
                                                     config=options.ds_config)
         self.model = self.engine
