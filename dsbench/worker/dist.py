@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # Launchers that do not export torch's names: Open MPI and SLURM (mapped to RANK/WORLD_SIZE/LOCAL_RANK).
@@ -84,11 +85,38 @@ def init(strategy: str, timeout_s: float = 600.0) -> DistInfo:
             import deepspeed
 
             deepspeed.init_distributed(dist_backend=backend, timeout=timeout)
+            if cpu:
+                _release_deepspeed_shm(rank)
         else:
             extra = {} if cpu else {"device_id": torch.device(device)}  # binds NCCL to this rank's GPU
             dist.init_process_group(backend=backend, timeout=timeout, **extra)
     return DistInfo(rank=rank, world_size=world, local_rank=local_rank, device=device, backend=backend,
                     process_group=dist.is_initialized())
+
+
+SHM_DIR = Path("/dev/shm")
+
+
+def deepspeed_shm_name(rank: int) -> str:
+    """The shared-memory workspace DeepSpeed's CPU comm op makes for ``rank`` (DeepSpeed 0.19.8,
+    csrc/cpu/comm/shm.cpp ``shm_initialize``: ``deepspeed_allreduce_buffer_{uid}_{MASTER_ADDR}_{MASTER_PORT}_{rank}``,
+    2 x 1 MiB + 2 x 32 MiB; made only when every rank is local, LOCAL_SIZE == world size)."""
+    return (f"deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR', '')}_"
+            f"{os.environ.get('MASTER_PORT', '')}_{rank}")
+
+
+def _release_deepspeed_shm(rank: int) -> None:
+    """Remove this rank's DeepSpeed shared-memory workspace name once every rank has mapped it.
+
+    DeepSpeed never unlinks it (``shared_close`` is never called), so each CPU run would leave ~69 MB per
+    rank in /dev/shm, which is RAM: a test suite of a hundred runs filled the machine. ``init_distributed``
+    returns only after this rank has mapped every peer's workspace; after the barrier every rank has, and
+    an unlinked name keeps its mappings valid until the processes exit.
+    """
+    import torch.distributed as dist
+
+    dist.barrier()  # sync point: every rank has mapped every workspace (shm_initialize ran on all of them)
+    (SHM_DIR / deepspeed_shm_name(rank)).unlink(missing_ok=True)
 
 
 def process_group_facts() -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -69,6 +70,8 @@ class Prepared:
     """The loop's LoopSettings."""
     folder: Path | None
     """The run folder (rank 0), checked before the model is built: measurements are never overwritten."""
+    hostnames: list[Any]
+    """The host each rank runs on, by rank."""
 
 
 def _batch_config(spec: TrainSpec, strategy: str, shape: ModelShape,
@@ -104,10 +107,13 @@ def prepare(spec: TrainSpec) -> Prepared:
     dims = setup.layout(ds_config, world) if ds_config else ParallelDims(world=world, tp=spec.tp,
                                                                           pp=spec.pipeline_stages)
     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+    if strategy == "deepspeed":
+        setup.check_jit_locks()  # before init_distributed, which builds DeepSpeed's comm op on CPU
     info = dist.init(strategy)
     if strategy == "deepspeed" and info.device.startswith("cuda"):
         setup.check_cuda_arch_list()
     folder = _run_dir(spec, strategy) if info.is_main else None
+    hostnames = dist.Collectives(info).all_gather_object(socket.gethostname())  # sync point: where each rank runs
     tokenizer = load_tokenizer(shape.path if shape.source != "preset" else None)
     plan = build_plan(token_ids(tokenizer, spec.dataset, spec.text_field), spec.seq_len, spec.seed, micro, accum,
                       dims.dp)
@@ -122,7 +128,7 @@ def prepare(spec: TrainSpec) -> Prepared:
                     engine=build_engine(strategy, model, options, info), precision=precision, dims=dims,
                     fsdp={"reshard": reshard, "cpu_offload": cpu_offload} if strategy == "fsdp" else None,
                     settings=LoopSettings(steps=spec.steps, warmup=spec.warmup, seq_len=spec.seq_len, dims=dims,
-                                          gather_every=spec.gather_every), folder=folder)
+                                          gather_every=spec.gather_every), folder=folder, hostnames=hostnames)
 
 
 def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
@@ -140,7 +146,7 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
     return setup.header(**definition, run_id=folder.name, config_hash=setup.config_hash(definition),
                         device=info.device, backend=info.backend, dp_size=plan.dp_size, global_batch=plan.global_batch,
                         steps=spec.steps, warmup_steps=spec.warmup, gather_every=spec.gather_every,
-                        process_group=process_group_facts(), schema=SCHEMA,
+                        process_group=process_group_facts(), schema=SCHEMA, hostnames=run.hostnames,
                         dataset=spec.dataset or "embedded:pydoc_data", tokens=int(plan.sequences.numel()),
                         num_params=shape.num_params(),
                         flops_per_token=flops_per_token(shape.num_params(), shape.layers, shape.hidden, spec.seq_len),

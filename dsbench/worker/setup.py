@@ -20,6 +20,7 @@ from dsbench.configs.precision import config_precision
 from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, config_dims, parallel_degrees, validate
 from dsbench.envinfo import machine, versions
 from dsbench.errors import UserError
+from dsbench.jitlocks import stale_lock_message, stale_locks
 from dsbench.parallel import ParallelDims
 
 
@@ -74,6 +75,16 @@ def check_cuda_arch_list() -> None:
     if bad:
         raise UserError(f"TORCH_CUDA_ARCH_LIST={value!r}: DeepSpeed 0.19.8's JIT builder cannot parse {bad[0]!r}; "
                         "use plain versions such as 9.0 (or unset it)")
+
+
+def check_jit_locks() -> None:
+    """Refuse to start DeepSpeed while a stale build lock would make it wait forever (dsbench.jitlocks)."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    locks = stale_locks(root, time.time())
+    if locks:
+        raise UserError(stale_lock_message(locks))
 
 
 def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> dict[str, Any]:

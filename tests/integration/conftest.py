@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,9 @@ from tests.conftest import ROOT
 
 STEPS = 12
 CPU_ENV = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "DSBENCH_DEVICE": "cpu", "PYTHONUNBUFFERED": "1"}
+# DeepSpeed's JIT-built ops in this venv's own folder: a fresh venv (CI's clone) rebuilds them anyway (its sources
+# are newer than any cached object), and a lock that an interrupted build left in ~/.cache cannot stall the suite.
+CPU_ENV["TORCH_EXTENSIONS_DIR"] = os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path(sys.prefix) / "torch_extensions")
 
 
 def bin_path(name: str) -> str:
@@ -21,12 +25,34 @@ def bin_path(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
+_TIMEOUTS: list[str] = []
+"""Commands that ran past their limit this session: after two, a hang is systemic (e.g. a stale JIT build lock
+that every DeepSpeed run waits on), and failing the remaining launches at once keeps the suite's output and
+its 90-minute CI budget."""
+
+
 def run_command(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
                 timeout: int = 900) -> subprocess.CompletedProcess:
-    """Run a command with the CPU environment; output captured as text."""
+    """Run a command with the CPU environment; output captured as text. On timeout the command gets SIGTERM
+    (dsbench forwards it to the launcher's process group, which stops every rank), then SIGKILL."""
+    if len(_TIMEOUTS) >= 2:
+        pytest.fail(f"not started: {len(_TIMEOUTS)} commands already timed out this session ({_TIMEOUTS[0]})")
     full_env = {**os.environ, **CPU_ENV, **(env or {})}
     full_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{full_env.get('PATH', '')}"
-    return subprocess.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _TIMEOUTS.append(" ".join(argv[2:6]))
+        os.killpg(proc.pid, signal.SIGTERM)  # its whole group; dsbench forwards it to the launcher's group
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        pytest.fail(f"timed out after {timeout} s: {' '.join(argv)}\n{out[-3000:]}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def dsbench(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 900):

@@ -137,3 +137,39 @@ def test_plan_verify_runs_top_candidates(tmp_path):
     rows = json.loads(result.stdout)["verify"]
     assert rows and all(r["status"] == "ok" for r in rows)
     assert all(abs(r["model_state_error"]) < 0.05 for r in rows), rows
+
+
+def test_deepspeed_shared_memory_is_released(runs):
+    """DeepSpeed's CPU comm op makes a ~69 MB /dev/shm workspace per rank and never removes it; the worker
+    removes the names once every rank has mapped them, so runs leave no RAM behind."""
+    import os
+    import re
+
+    for name in ("zero1", "autotp"):  # AutoTP's all-reduces go through the workspace after its name is gone
+        result, _ = runs.get(name, CELLS[name])
+        assert result.returncode == 0, result.stderr[-2000:]
+        port = re.search(r"--master_port (\d+)", result.stdout).group(1)
+        left = [p.name for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*")]
+        assert left == [], left
+
+
+def test_stale_jit_build_lock_is_refused_not_waited_on(tmp_path):
+    """A build killed part-way leaves torch's lock file; DeepSpeed would wait on it forever."""
+    import os
+    import time
+
+    from tests.conftest import ROOT
+    from tests.integration.conftest import dsbench
+
+    folder = tmp_path / "ext" / "deepspeed_shm_comm"
+    folder.mkdir(parents=True)
+    lock = folder / "lock"
+    lock.touch()
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    os.utime(folder, (old, old))
+    result = dsbench("launch", "--zero", "1", "--micro-batch", "2", "--run-dir", str(tmp_path / "run"), "--",
+                     "--steps", "2", "--warmup", "1", "--quiet", cwd=ROOT,
+                     env={"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}, timeout=300)
+    assert result.returncode != 0
+    assert f"{lock}: a JIT build lock left by an interrupted build" in result.stderr + result.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 CORE = {"errors", "io", "paths", "spec", "parallel", "records", "models", "hostfile", "trainspec", "envinfo",
-        "console", "__init__"}
+        "console", "jitlocks", "__init__"}
 ALLOWED: dict[str, set[str]] = {
     **{unit: CORE for unit in CORE},
     "configs": CORE,
@@ -21,11 +21,14 @@ ALLOWED: dict[str, set[str]] = {
     "report": CORE,
     "plan": CORE | {"configs"},
     "runner": CORE | {"launchers"},
+    "testbed": CORE | {"runner"},
+    "doctor": CORE | {"launchers", "runner"},
     "launch": CORE | {"configs", "launchers"},
     "bench": CORE | {"configs", "launchers", "runner", "report", "plan", "launch"},
     "worker": CORE | {"configs"},
     "train": CORE | {"worker"},
-    "cli": CORE | {"configs", "launchers", "report", "plan", "runner", "launch", "bench"},
+    "cli": CORE | {"configs", "launchers", "report", "plan", "runner", "launch", "bench", "testbed",
+                   "doctor"},
     "__main__": {"cli"},
 }
 HEAVY = {"torch", "deepspeed", "transformers", "datasets", "accelerate"}

@@ -1,0 +1,37 @@
+"""Stale build locks in torch's JIT extension cache (pure: paths and times in, paths out).
+
+torch builds DeepSpeed's ops (shm comm, CPU Adam, FusedAdam, async_io) on first use under
+``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions/<pyXY>_<cpu|cuXYZ>/<op>``. The process that builds
+holds a ``lock`` file there (torch.utils.file_baton.FileBaton); every other process waits for it to go, with
+no timeout. A build killed part-way (a rank stopped by a timeout or a failing peer) leaves the file behind,
+and every later DeepSpeed run then waits forever without a word. While a build runs, ninja keeps writing
+into the folder, so a lock in a folder where nothing changed for ``stale_s`` seconds is left over.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+STALE_S = 600.0
+"""No build of a DeepSpeed op on 2 cores goes 10 minutes without writing a file (async_io, the longest,
+takes 4-5 minutes in all: ../shared/FINDINGS.md)."""
+
+
+def stale_locks(root: Path, now: float, stale_s: float = STALE_S) -> list[Path]:
+    """``lock`` files under ``root`` (``<op>/lock`` or ``<pyXY_dev>/<op>/lock``) in folders idle for ``stale_s``."""
+    found = []
+    for lock in sorted([*root.glob("*/lock"), *root.glob("*/*/lock")]):
+        try:
+            newest = max(path.stat().st_mtime for path in lock.parent.iterdir())
+        except (OSError, ValueError):
+            continue  # the build finished (or the folder went) while we looked
+        if now - newest > stale_s:
+            found.append(lock)
+    return found
+
+
+def stale_lock_message(locks: list[Path]) -> str:
+    """One line naming the first stale lock and what to do."""
+    more = f" (and {len(locks) - 1} more)" if len(locks) > 1 else ""
+    return (f"{locks[0]}{more}: a JIT build lock left by an interrupted build; every DeepSpeed run would wait "
+            f"on it forever. Remove it (rm {locks[0]}) if no build is running")

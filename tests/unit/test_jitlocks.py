@@ -1,0 +1,52 @@
+"""Stale JIT build locks: the file torch's own FileBaton leaves is found once its folder has gone idle."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from dsbench.jitlocks import STALE_S, stale_lock_message, stale_locks
+
+
+def _interrupted_build(folder, age_s: float):
+    """A build folder as a killed build leaves it: torch's FileBaton lock and a half-written object file."""
+    from torch.utils.file_baton import FileBaton
+
+    folder.mkdir(parents=True)
+    (folder / "shm.o").write_bytes(b"\0")
+    assert FileBaton(str(folder / "lock")).try_acquire()  # what torch's _jit_compile takes before building
+    old = time.time() - age_s
+    for path in folder.iterdir():
+        os.utime(path, (old, old))
+    return folder / "lock"
+
+
+def test_lock_in_idle_folder_is_stale_under_both_layouts(tmp_path):
+    default = _interrupted_build(tmp_path / "py311_cpu" / "deepspeed_shm_comm", STALE_S + 60)
+    flat = _interrupted_build(tmp_path / "cpu_adam", STALE_S + 60)  # TORCH_EXTENSIONS_DIR layout
+    assert stale_locks(tmp_path, time.time()) == sorted([flat, default])
+
+
+def test_lock_of_a_build_still_writing_is_not_stale(tmp_path):
+    lock = _interrupted_build(tmp_path / "py311_cpu" / "async_io", STALE_S + 60)
+    (lock.parent / "deepspeed_aio.o").write_bytes(b"\0")  # ninja just wrote an object: the build is alive
+    assert stale_locks(tmp_path, time.time()) == []
+
+
+def test_finished_build_has_no_lock(tmp_path):
+    from torch.utils.file_baton import FileBaton
+
+    folder = tmp_path / "py311_cpu" / "fused_adam"
+    folder.mkdir(parents=True)
+    baton = FileBaton(str(folder / "lock"))
+    assert baton.try_acquire()
+    baton.release()  # what a build that completes does
+    assert stale_locks(tmp_path, time.time() + 10 * STALE_S) == []
+    assert stale_locks(tmp_path / "missing", time.time()) == []
+
+
+def test_message_names_the_file_and_the_fix(tmp_path):
+    locks = [tmp_path / "a" / "lock", tmp_path / "b" / "lock"]
+    message = stale_lock_message(locks)
+    assert str(locks[0]) in message and f"rm {locks[0]}" in message and "1 more" in message
+    assert "\n" not in message
