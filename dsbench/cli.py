@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -191,6 +192,9 @@ def hostfile_check(path: str) -> None:
 @click.option("--exclude", default="", help="DeepSpeed resource filter of slots to leave out.")
 @click.option("--num-nodes", type=int, help="Use the first N hosts of the hostfile.")
 @click.option("--num-gpus", type=int, help="Ranks per node without a hostfile [GPUs, or 2 CPU ranks].")
+@click.option("--launcher-backend", type=click.Choice(["pdsh", "ssh", "openmpi"]), default="pdsh", show_default=True,
+              help="How --launcher deepspeed reaches other nodes: pdsh, openmpi, or ssh (DeepSpeed's --no_ssh "
+                   "per-node mode, started by dsbench on each node).")
 @click.option("--master-addr", default="127.0.0.1", show_default=True)
 @click.option("--master-port", type=int, help="Rendezvous port [29500 in --dry-run, else a free port].")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Folder for the config, logs and metrics.")
@@ -199,21 +203,23 @@ def hostfile_check(path: str) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the exact command (and write its files); run nothing.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_file: str | None, strategy: str,
-           launcher: str, hostfile: str | None, include: str, exclude: str, num_nodes: int | None,
-           num_gpus: int | None, master_addr: str, master_port: int | None, run_dir: str | None,
+           launcher: str, launcher_backend: str, hostfile: str | None, include: str, exclude: str,
+           num_nodes: int | None, num_gpus: int | None, master_addr: str, master_port: int | None, run_dir: str | None,
            env_pairs: tuple[str, ...], dry_run: bool, script_args: tuple[str, ...], **flags: Any) -> None:
     """Launch the training worker through deepspeed, torchrun or accelerate (args after -- go to the worker)."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
-    from dsbench.launch import LaunchRequest, materialize, parse_env, prepare, worker_args
+    from dsbench.launch import LaunchRequest, inherited_env, materialize, parse_env, prepare, worker_args
 
     folder = Path(run_dir or f"runs/launch-{launcher}-{strategy}-{time.strftime('%Y%m%d-%H%M%S')}")
     port = master_port or (29500 if dry_run else free_port())
     req = LaunchRequest(launcher=launcher, strategy=strategy, render_flags=flags, preset=preset, model=model,
                         sets=sets, config=config_file, hostfile=hostfile, include=include, exclude=exclude,
                         num_nodes=num_nodes, num_gpus=num_gpus or default_ranks(), master_addr=master_addr,
-                        master_port=port, run_dir=folder, cpu=local_gpu_count() == 0,
+                        master_port=port, run_dir=folder, cpu=local_gpu_count() == 0, python=sys.executable,
+                        cwd=os.getcwd(), launcher_backend=launcher_backend,
                         script_args=worker_args(folder, model, flags, script_args, strategy),
-                        extra_env=parse_env(env_pairs))
+                        extra_env=parse_env(env_pairs),
+                        inherited_env=inherited_env(os.environ, sys.executable))
     prepared = prepare(req)
     materialize(prepared)
     for note in prepared.notes:
@@ -224,8 +230,10 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
         click.echo(f"# {path}:\n" + "".join(f"#   {line}\n" for line in text.splitlines()), nl=False)
     click.echo(prepared.command.shell_line())
     if not dry_run:
-        from dsbench.runner import first_error, run
+        from dsbench.runner import first_error, preflight_nodes, run
 
+        if prepared.spec.multinode():
+            preflight_nodes(prepared.spec)
         code = run(prepared.command, log_path=folder / "launch.log")
         if code != 0:
             reason = first_error(folder / "launch.log") or "no error line in the log"
@@ -327,6 +335,86 @@ def plan(top: int, as_json: bool, verify: bool, config_file: str | None, **opts:
             from dsbench.plan.verify import print_verify
 
             print_verify(result["verify"])
+
+
+@cli.group(cls=_Group)
+def testbed() -> None:
+    """Several "nodes" on this machine (network namespaces with sshd) for real multi-node launches."""
+
+
+@testbed.command("up")
+@click.option("--nodes", type=int, required=True, help="Number of nodes (1-16).")
+@click.option("--slots", type=int, default=1, show_default=True, help="Ranks per node in the hostfile.")
+@click.option("--bandwidth", help="Shape every link to this tc rate each way, e.g. 1gbit, 100mbit.")
+@click.option("--latency", type=float, help="Add this one-way delay each way, ms.")
+def testbed_up(nodes: int, slots: int, bandwidth: str | None, latency: float | None) -> None:
+    """Make the nodes: a namespace, an address and an sshd each; print the DeepSpeed hostfile's path."""
+    from dsbench.testbed.layout import Testbed
+    from dsbench.testbed.manage import testbed_dir, up
+
+    made = up(Testbed(nodes=nodes, slots=slots, bandwidth=bandwidth, latency_ms=latency, root=testbed_dir()))
+    for name in made.names():
+        click.echo(f"{name:10} {made.address(name):14} slots={slots}")
+    shaped = ", ".join(filter(None, [bandwidth, f"{latency:g} ms" if latency else None])) or "unshaped"
+    click.echo(f"links: {shaped}")
+    click.echo(f"hostfile: {made.hostfile}")
+
+
+@testbed.command("down")
+def testbed_down() -> None:
+    """Remove the nodes and everything dsbench made for them (also after a failed or interrupted up)."""
+    from dsbench.testbed.manage import down
+
+    for item in down():
+        click.echo(f"removed {item}")
+
+
+@testbed.command("status")
+def testbed_status() -> None:
+    """List the nodes and whether each answers. Exit 0 when a test bed is up, 1 when none is."""
+    from dsbench.testbed.manage import status
+
+    info = status()
+    if not info["up"]:
+        click.echo("no test bed is up" + (" (leftovers of one: `dsbench testbed down` removes them)"
+                                          if info["partial"] else ""))
+        sys.exit(1)
+    state = info["state"]
+    for node in info["nodes"]:
+        click.echo(f"{node['name']:10} {node['address']:14} namespace={'yes' if node['namespace'] else 'MISSING'} "
+                   f"sshd={'up' if node['sshd'] else 'DOWN'}")
+    click.echo(f"slots per node: {state['slots']}; links: {state['bandwidth'] or 'unshaped'}"
+               f"{', ' + format(state['latency_ms'], 'g') + ' ms' if state['latency_ms'] else ''}")
+    click.echo(f"hostfile: {state['hostfile']}")
+
+
+@cli.command()
+@click.option("--hostfile", type=click.Path(dir_okay=False), help="Check every host of this DeepSpeed hostfile "
+              "(default: this host only).")
+@click.option("--master-port", type=int, default=29500, show_default=True, help="Rendezvous port to check.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+def doctor(hostfile: str | None, master_port: int, as_json: bool) -> None:
+    """Check that a launch on these hosts would work: ssh, pdsh, versions, port, interface, GPUs vs slots, JIT
+    ops. Exit 1 when something would make a launch fail."""
+    import dataclasses
+
+    from dsbench.doctor import diagnose, failed
+    from dsbench.envinfo import default_ranks
+
+    rows = diagnose(hostfile, sys.executable, os.getcwd(), master_port, default_ranks())
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+    else:
+        from rich.table import Table
+
+        from dsbench.console import table_console
+
+        table = Table("host", "check", "status", "detail", "fix")
+        for row in rows:
+            style = {"FAIL": "bold red", "note": "yellow"}.get(row.status, "green")
+            table.add_row(row.host, row.check, f"[{style}]{row.status}[/]", row.detail, row.fix)
+        table_console().print(table)
+    sys.exit(1 if failed(rows) else 0)
 
 
 def main() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,31 @@ class LaunchRequest:
     script_args: tuple[str, ...]
     cpu: bool
     extra_env: tuple[tuple[str, str], ...] = ()
+    python: str = "python3"
+    """The Python every node runs (this one's path)."""
+    launcher_backend: str = "pdsh"
+    cwd: str = "."
+    """This launch's folder (other nodes cd to it)."""
+    inherited_env: tuple[tuple[str, str], ...] = ()
+    """Variables of the launching shell that remote ranks need too (:func:`inherited_env`); local ranks inherit
+    them anyway."""
+
+
+def inherited_env(environ: Mapping[str, str], python: str) -> tuple[tuple[str, str], ...]:
+    """What ranks on other nodes need from this shell (an ssh command gets a login's bare environment):
+
+    - ``PATH`` with this Python's bin folder first, as an activated venv has it: torch JIT-builds DeepSpeed's
+      ops with the first ``ninja`` on PATH, and a system ninja of another version (Debian's 1.11 beside the
+      venv's 1.13) hashes build commands differently, so each sees the other's build as changed and rebuilds
+      it: a minute of compiling per op on every launch (seen here);
+    - ``TORCH_EXTENSIONS_DIR`` when set: where those ops are cached.
+    """
+    bin_dir = os.path.dirname(python)
+    rest = [part for part in environ.get("PATH", "").split(os.pathsep) if part and part != bin_dir]
+    pairs = [("PATH", os.pathsep.join([bin_dir, *rest]))]
+    if environ.get("TORCH_EXTENSIONS_DIR"):
+        pairs.append(("TORCH_EXTENSIONS_DIR", environ["TORCH_EXTENSIONS_DIR"]))
+    return tuple(pairs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,13 +135,19 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
             raise UserError(f"{flag} needs --strategy {' or '.join(takers)}; --strategy {req.strategy} would "
                             "ignore it")
     hosts = tuple(read_hostfile(req.hostfile)) if req.hostfile else ()
+    given = {key for key, _ in req.extra_env}
+    inherited = tuple((k, v) for k, v in req.inherited_env if k not in given)
     base = LaunchSpec(launcher=req.launcher, strategy=req.strategy, nproc_per_node=req.num_gpus,
                       hostfile=req.hostfile, hosts=hosts, include=req.include, exclude=req.exclude,
                       num_nodes=req.num_nodes, master_addr=req.master_addr, master_port=req.master_port,
                       cpu=req.cpu, script_args=req.script_args, extra_env=req.extra_env,
                       accelerate_config=str(req.run_dir / "accelerate_config.yaml"),
+                      launch_script=str(req.run_dir / "launch_nodes.sh"), python=req.python, cwd=req.cwd,
+                      launcher_backend=req.launcher_backend,
                       mixed_precision=_ACCELERATE_PRECISION.get(req.render_flags.get("precision") or "fp32", "no"),
                       deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
+    if base.multinode() and inherited:
+        base = replace(base, extra_env=req.extra_env + inherited)
     world = base.world_size()
     notes: list[str] = []
     config_path, config = None, None
@@ -128,7 +161,8 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     # The worker's whole input as one typed description, checked now rather than on every rank later.
     train = trainspec.from_argv(worker_argv(spec))
     notes += check_layout(train, config, world)
-    run_file = trainspec.write(train, req.run_dir / "run.json")
+    # absolute: the per-node ssh script stops a failed job by this path (pkill -f), and nodes cd elsewhere
+    run_file = trainspec.write(train, (Path(req.cwd) / req.run_dir / "run.json").resolve())
     spec = replace(spec, run_file=str(run_file))
     return PreparedLaunch(spec=spec, command=build(spec), config_path=config_path, notes=notes)
 

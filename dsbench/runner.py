@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from dsbench.errors import UserError
-from dsbench.launchers import LaunchCommand
+from dsbench.launchers import LaunchCommand, LaunchSpec
 
 
 def resolve_executable(name: str) -> str:
@@ -68,6 +68,77 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
             signal.signal(sig, handler)
         if log:
             log.close()
+
+
+def check(argv: list[str], what: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run a short command to completion (no shell), output captured; a failure is a one-line error naming
+    ``what`` and the command's last error line."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise UserError(f"{what}: {argv[0]} not found (install it)") from None
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{what}: {argv[0]} did not finish within {timeout:g} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip() or done.stdout.strip() or f"exit code {done.returncode}").splitlines()[-1]
+        raise UserError(f"{what}: {last}")
+    return done
+
+
+def ssh_problems(hosts: list[str], timeout: float = 10) -> dict[str, str]:
+    """Hosts that ``ssh -o BatchMode=yes HOST true`` cannot reach without a password, with ssh's last line
+    (checked in parallel)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def probe(host: str) -> str | None:
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(timeout)}", host, "true"]
+        try:
+            check(argv, f"ssh {host}", timeout=timeout + 5)
+        except UserError as exc:
+            return str(exc).split(": ", 1)[-1]
+        return None
+
+    with ThreadPoolExecutor(max_workers=min(32, len(hosts) or 1)) as pool:
+        answers = dict(zip(hosts, pool.map(probe, hosts), strict=True))
+    return {host: problem for host, problem in answers.items() if problem}
+
+
+def probe_host(host: str | None, python: str, cwd: str, port: int, timeout: float = 120) -> dict | str:
+    """``python -m dsbench.worker.probe`` here (``host`` None) or on ``host`` over ssh: its facts, or one line
+    saying why none came back (``ssh: ...`` when the host could not be reached)."""
+    import json
+    import shlex
+
+    probe = [python, "-m", "dsbench.worker.probe", "--port", str(port)]
+    argv = probe if host is None else ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", host,
+                                       f"cd {shlex.quote(cwd)} && exec {shlex.join(probe)}"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd if host is None else None)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"probe did not run: {exc}"
+    last = (done.stderr.strip() or done.stdout.strip() or f"exit code {done.returncode}").splitlines()[-1]
+    if done.returncode == 255 and host is not None:
+        return f"ssh: {last}"
+    if done.returncode != 0:
+        return f"{shlex.join(probe)} failed: {last}"
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])  # DeepSpeed may print before the JSON line
+    except (ValueError, IndexError):
+        return f"{shlex.join(probe)} printed no facts"
+
+
+def preflight_nodes(spec: LaunchSpec) -> None:
+    """Before a multi-node launch: the tools it needs, and every node reachable by ssh without a password."""
+    if spec.launcher == "deepspeed" and spec.launcher_backend == "pdsh" and shutil.which("pdsh") is None:
+        raise UserError("pdsh is missing (DeepSpeed reaches other nodes with it): apt-get install pdsh, or "
+                        "--launcher-backend ssh")
+    if spec.launcher == "deepspeed" and spec.launcher_backend == "openmpi" and shutil.which("mpirun") is None:
+        raise UserError("mpirun is missing for --launcher-backend openmpi: apt-get install openmpi-bin")
+    problems = ssh_problems(list(spec.selection()))
+    if problems:
+        host, why = next(iter(problems.items()))
+        raise UserError(f"host {host} is not reachable by ssh without a password ({why}); "
+                        f"`dsbench doctor --hostfile {spec.hostfile}` checks every host")
 
 
 def first_error(log_path: Path) -> str | None:

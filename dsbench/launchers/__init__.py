@@ -14,7 +14,9 @@ from dsbench.errors import UserError
 from dsbench.hostfile import Host, select_slots, world_size_of
 from dsbench.spec import Launcher
 
-Strategy = str  # "deepspeed" | "ddp" | "fsdp" | "single"
+Strategy = str  # "deepspeed" | "ddp" | "fsdp" | "single" | "torch_pp" | "torch_tp"
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+BACKENDS = ("pdsh", "ssh", "openmpi")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,6 +57,15 @@ class LaunchSpec:
     """``--env KEY=VALUE`` pairs for every rank (also remote ones)."""
     mixed_precision: str = "no"
     """accelerate's mixed_precision for the native strategies (no, fp16, bf16)."""
+    python: str = "python3"
+    """The Python other nodes run (the launching one's path: the project is at the same path everywhere)."""
+    cwd: str = "."
+    """The folder other nodes run in (relative paths in the command resolve from it)."""
+    launcher_backend: str = "pdsh"
+    """How the deepspeed launcher reaches other nodes: ``pdsh`` (its default), ``openmpi``, or ``ssh`` (dsbench
+    starts DeepSpeed's per-node --no_ssh mode on each node over ssh)."""
+    launch_script: str = "launch_nodes.sh"
+    """Where the per-node ssh script is written when torchrun/accelerate span several nodes."""
 
     def __post_init__(self) -> None:
         if self.nproc_per_node < 1:
@@ -65,6 +76,8 @@ class LaunchSpec:
             raise UserError(f"--master-port must be in 1..65535, got {self.master_port}")
         if (self.include or self.exclude) and not self.hosts:
             raise UserError("--include/--exclude need --hostfile")
+        if self.launcher_backend not in BACKENDS:
+            raise UserError(f"--launcher-backend must be one of {', '.join(BACKENDS)}, got {self.launcher_backend!r}")
         if self.num_nodes is not None and self.hosts and self.num_nodes > len(self.hosts):
             raise UserError(f"--num-nodes {self.num_nodes} exceeds the {len(self.hosts)} hosts in {self.hostfile}")
 
@@ -91,6 +104,11 @@ class LaunchSpec:
                             "number of ranks on every node (use --include or the deepspeed launcher)")
         return counts.pop()
 
+    def multinode(self) -> bool:
+        """True when ranks run on other machines (a selected host that is not this one)."""
+        hosts = list(self.selection())
+        return bool(self.hosts) and (len(hosts) > 1 or hosts[0] not in LOCAL_HOSTS)
+
     def first_host(self) -> str:
         """Rendezvous host: the first selected host, or ``master_addr`` on one node."""
         return next(iter(self.selection())) if self.hosts else self.master_addr
@@ -103,6 +121,8 @@ class LaunchCommand:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    remote: dict[str, list[str]] = field(default_factory=dict)
+    """For launches the command fans out over ssh: the argv each node runs (what the script's commands exec)."""
 
     def shell_line(self) -> str:
         """The exact command as one copy-pasteable, shell-quoted line (env assignments first)."""

@@ -8,10 +8,12 @@ mixed precision, accumulation, clipping, stage or offload.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.launchers import LaunchCommand, LaunchSpec, cpu_env, worker_args
+from dsbench.launchers.remote import fan_out
 
 
 def accelerate_config(spec: LaunchSpec) -> dict[str, Any]:
@@ -51,10 +53,16 @@ def to_yaml(data: dict[str, Any]) -> str:
 
 
 def build(spec: LaunchSpec) -> LaunchCommand:
-    """``accelerate launch --config_file Y [--num_processes ...] --module M args``."""
+    """``accelerate launch --config_file Y [--num_processes ...] --module M args``; on several nodes one such
+    command per node with its ``--machine_rank``, started over ssh (as accelerate's multi-node docs do)."""
     config = accelerate_config(spec)
-    argv = ["accelerate", "launch", "--config_file", spec.accelerate_config,
-            "--num_processes", str(config["num_processes"]), "--num_machines", str(config["num_machines"]),
-            "--main_process_ip", str(config["main_process_ip"]), "--main_process_port", str(spec.master_port),
-            "--module", spec.module, *worker_args(spec)]
-    return LaunchCommand(argv=argv, env=cpu_env(spec), files={spec.accelerate_config: to_yaml(config)})
+    files = {spec.accelerate_config: to_yaml(config)}
+    options = ["--config_file", spec.accelerate_config, "--num_processes", str(config["num_processes"]),
+               "--num_machines", str(config["num_machines"])]
+    address = ["--main_process_ip", str(config["main_process_ip"]), "--main_process_port", str(spec.master_port),
+               "--module", spec.module, *worker_args(spec)]
+    if not spec.multinode():
+        return LaunchCommand(argv=["accelerate", "launch", *options, *address], env=cpu_env(spec), files=files)
+    command = fan_out(spec, {host: [spec.python, "-m", "accelerate.commands.launch", *options, "--machine_rank",
+                                    str(rank), *address] for rank, host in enumerate(spec.selection())})
+    return replace(command, files={**files, **command.files})

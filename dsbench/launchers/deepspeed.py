@@ -6,13 +6,13 @@ import re
 
 from dsbench.errors import UserError
 from dsbench.launchers import LaunchCommand, LaunchSpec, cpu_env, worker_args
+from dsbench.launchers.remote import fan_out
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # DeepSpeed's multinode runners export each value as-is, or wrapped in double quotes when it holds other
 # characters (multinode_runner.py add_export) -- inside double quotes the remote shell still expands
 # $, ` and \, and " ends the quote. Values with those, or with line breaks, cannot be passed safely.
 _UNSAFE = re.compile(r'[$`"\\\n\r]')
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 def format_deepspeed_env(env: dict[str, str]) -> str:
@@ -29,35 +29,40 @@ def format_deepspeed_env(env: dict[str, str]) -> str:
     return "".join(lines)
 
 
-def is_multinode(spec: LaunchSpec) -> bool:
-    """True when DeepSpeed will start ranks over ssh/pdsh (any selected host is not this machine)."""
-    hosts = list(spec.selection())
-    return bool(spec.hosts) and (len(hosts) > 1 or hosts[0] not in LOCAL_HOSTS)
-
-
 def build(spec: LaunchSpec) -> LaunchCommand:
     """``deepspeed [--hostfile F --include/--exclude --num_nodes N | --num_gpus N] ... --module M args``.
 
     Locally DeepSpeed builds its own ``localhost slots=N`` pool from ``--num_gpus``; on CPU with
     ``DS_ACCELERATOR=cpu`` it counts CPU ranks as slots. The worker receives ``--local_rank``.
     """
-    argv = ["deepspeed"]
+    options: list[str] = []
     if spec.hosts:
         assert spec.hostfile is not None
-        argv += ["--hostfile", spec.hostfile]
+        options += ["--hostfile", spec.hostfile]
         if spec.include:
-            argv += ["--include", spec.include]
+            options += ["--include", spec.include]
         if spec.exclude:
-            argv += ["--exclude", spec.exclude]
+            options += ["--exclude", spec.exclude]
         if spec.num_nodes:
-            argv += ["--num_nodes", str(spec.num_nodes)]
-        argv += ["--master_addr", spec.first_host()]
+            options += ["--num_nodes", str(spec.num_nodes)]
+        options += ["--master_addr", spec.first_host()]
     else:
-        argv += ["--num_gpus", str(spec.nproc_per_node), "--master_addr", spec.master_addr]
-    argv += ["--master_port", str(spec.master_port), "--module", spec.module, *worker_args(spec)]
+        options += ["--num_gpus", str(spec.nproc_per_node), "--master_addr", spec.master_addr]
+    tail = ["--master_port", str(spec.master_port), "--module", spec.module, *worker_args(spec)]
     env = cpu_env(spec)
-    if not is_multinode(spec):
-        return LaunchCommand(argv=argv, env=env)
-    # Remote ranks get only PYTHON*/MLFLOW*/MV2*/UCX* from this environment; the rest goes in the env file.
-    return LaunchCommand(argv=argv, env={**env, "DS_ENV_FILE": spec.deepspeed_env_file},
+    if not spec.multinode():
+        return LaunchCommand(argv=["deepspeed", *options, *tail], env=env)
+    if spec.launcher_backend == "ssh":
+        # DeepSpeed's per-node mode (--no_ssh --node_rank, DeepSpeed#5728), started on each node by dsbench
+        return fan_out(spec, {host: [spec.python, "-m", "deepspeed.launcher.runner", *options, "--no_ssh",
+                                     "--node_rank", str(rank), *tail]
+                              for rank, host in enumerate(spec.selection())})
+    # pdsh (DeepSpeed's default) or openmpi: DeepSpeed reaches the nodes itself. Remote ranks get only
+    # PYTHON*/MLFLOW*/MV2*/UCX* from this environment; the rest goes in the env file.
+    backend = [] if spec.launcher_backend == "pdsh" else ["--launcher", spec.launcher_backend]
+    # DeepSpeed runs a selection of one host here, whatever its name (runner.py: multi_node_exec =
+    # force_multi or len(active_resources) > 1): --force_multi sends it to that host.
+    force = ["--force_multi"] if len(spec.selection()) == 1 else []
+    return LaunchCommand(argv=["deepspeed", *options, *backend, *force, *tail],
+                         env={**env, "DS_ENV_FILE": spec.deepspeed_env_file},
                          files={spec.deepspeed_env_file: format_deepspeed_env(env)})

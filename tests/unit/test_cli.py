@@ -75,7 +75,7 @@ def test_launch_dry_run_prints_a_runnable_command(cli_run, tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert lines[-1].startswith("DSBENCH_DEVICE=cpu DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 deepspeed --num_gpus 2")
-    assert lines[-1].endswith("--module dsbench.train --run-json r/run.json")
+    assert lines[-1].endswith(f"--module dsbench.train --run-json {tmp_path}/r/run.json")
     config = json.loads((tmp_path / "r" / "ds_config.json").read_text())
     assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     run = json.loads((tmp_path / "r" / "run.json").read_text())  # the worker's typed input
@@ -87,7 +87,7 @@ def test_launch_dry_run_accelerate_writes_and_shows_yaml(cli_run, tmp_path):
                      "--", "--steps", "3")
     assert "distributed_type: DEEPSPEED" in result.output
     assert (tmp_path / "r" / "accelerate_config.yaml").is_file()
-    assert result.output.strip().splitlines()[-1].endswith("--module dsbench.train --run-json r/run.json")
+    assert result.output.strip().splitlines()[-1].endswith(f"--module dsbench.train --run-json {tmp_path}/r/run.json")
     assert json.loads((tmp_path / "r" / "run.json").read_text())["steps"] == 3
 
 
@@ -95,7 +95,7 @@ def test_launch_hostfile_dry_run_quotes_paths(cli_run, tmp_path):
     hostfile = tmp_path / "my hosts"
     hostfile.write_text("node1 slots=2\nnode2 slots=2\n")
     result = cli_run("launch", "--hostfile", str(hostfile), "--dry-run", "--run-dir", "r d")
-    assert f"--hostfile '{hostfile}'" in result.output and "'r d/run.json'" in result.output
+    assert f"--hostfile '{hostfile}'" in result.output and f"'{tmp_path}/r d/run.json'" in result.output
 
 
 def test_corpus_hostfile_check_exit_codes(cli_run):
@@ -161,3 +161,31 @@ def test_one_default_batch_whatever_the_strategy(cli_run, tmp_path):
             micro, accum = config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]
         batches[name] = (micro, accum)
     assert set(batches.values()) == {(DEFAULT_MICRO_BATCH, 1)}, batches
+
+
+def test_multinode_launch_passes_the_jit_cache_folder_on(cli_run, tmp_path, monkeypatch):
+    """TORCH_EXTENSIONS_DIR set here reaches the other nodes' ranks (they would otherwise build every op anew);
+    an --env value wins; a one-node launch needs nothing (its ranks inherit this environment)."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/cache/ext")
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1 slots=2\nnode2 slots=2\n")
+    result = cli_run("launch", "--hostfile", str(hostfile), "--dry-run", "--run-dir", "multi")
+    assert "#   TORCH_EXTENSIONS_DIR=/cache/ext" in result.output  # the .deepspeed_env DeepSpeed ships to nodes
+    given = cli_run("launch", "--hostfile", str(hostfile), "--dry-run", "--run-dir", "given",
+                    "--env", "TORCH_EXTENSIONS_DIR=/elsewhere")
+    assert "#   TORCH_EXTENSIONS_DIR=/elsewhere" in given.output and "/cache/ext" not in given.output
+    torchrun = cli_run("launch", "--hostfile", str(hostfile), "--launcher", "torchrun", "--strategy", "ddp",
+                       "--dry-run", "--run-dir", "tr")
+    assert "export TORCH_EXTENSIONS_DIR=/cache/ext" in torchrun.output
+    single = cli_run("launch", "--dry-run", "--run-dir", "one")
+    assert "TORCH_EXTENSIONS_DIR" not in single.output
+
+
+def test_remote_ranks_get_this_pythons_bin_folder_first_on_path():
+    """An ssh login's PATH lacks the venv: torch would build DeepSpeed's ops with a system ninja instead."""
+    from dsbench.launch import inherited_env
+
+    env = dict(inherited_env({"PATH": "/usr/bin:/venv/bin:/bin"}, "/venv/bin/python"))
+    assert env == {"PATH": "/venv/bin:/usr/bin:/bin"}
+    assert dict(inherited_env({"TORCH_EXTENSIONS_DIR": "/x"}, "/v/bin/python")) == {"PATH": "/v/bin",
+                                                                                   "TORCH_EXTENSIONS_DIR": "/x"}

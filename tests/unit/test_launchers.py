@@ -44,9 +44,13 @@ def test_torchrun_local_and_multinode():
     local = build(spec(launcher="torchrun", strategy="ddp"))
     assert local.argv == ["torchrun", "--nproc-per-node", "2", "--nnodes", "1", "--master-addr", "127.0.0.1",
                           "--master-port", "29501", "--module", "dsbench.train", "--strategy", "ddp", "--steps", "5"]
-    multi = build(spec(launcher="torchrun", strategy="fsdp", hostfile="hf", hosts=TWO_NODES))
-    assert multi.argv[:10] == ["torchrun", "--nproc-per-node", "8", "--nnodes", "2", "--rdzv-backend", "c10d",
-                               "--rdzv-endpoint", "node1:29501", "--module"]
+    multi = build(spec(launcher="torchrun", strategy="fsdp", hostfile="hf", hosts=TWO_NODES, python="/venv/python",
+                       launch_script="run/launch_nodes.sh"))
+    # torchrun starts ranks on its own node: the same c10d command runs on every node, over ssh from a script
+    assert multi.argv == ["bash", "run/launch_nodes.sh"] and sorted(multi.remote) == ["node1", "node2"]
+    assert multi.remote["node2"][:12] == ["/venv/python", "-m", "torch.distributed.run", "--nproc-per-node", "8",
+                                          "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node1:29501",
+                                          "--rdzv-id"]
 
 
 def test_torchrun_needs_equal_slots():
@@ -101,7 +105,12 @@ CASES = [
 
 @pytest.mark.parametrize("launch", CASES, ids=lambda s: f"{s.launcher}-{s.strategy}-{len(s.hosts)}hosts")
 def test_launcher_parsers_accept_the_argv(launch):
-    argv = build(launch).argv
+    command = build(launch)
+    argv = command.argv
+    if command.remote:  # several nodes: each node's command, as `torchrun ...` / `accelerate launch ...` would read
+        node = next(iter(command.remote.values()))
+        assert node[1:3] == ["-m", "torch.distributed.run"] or node[1:3] == ["-m", "accelerate.commands.launch"]
+        argv = (["torchrun"] if node[2] == "torch.distributed.run" else ["accelerate", "launch"]) + node[3:]
     if argv[0] == "deepspeed":
         from deepspeed.launcher.runner import parse_args
 
@@ -151,3 +160,18 @@ def test_single_local_node_needs_no_env_file():
 def test_env_file_refuses_what_deepspeed_cannot_quote(key, value, needle):
     with pytest.raises(UserError, match=needle):
         format_deepspeed_env({key: value})
+
+
+def test_one_remote_host_left_by_a_filter_runs_there_not_here():
+    """DeepSpeed runs a one-host selection locally whatever the host's name; --force_multi sends it to the host
+    (DeepSpeed's own parser and resource filter read the argv)."""
+    from deepspeed.launcher.runner import parse_args, parse_resource_filter
+
+    cmd = build(spec(launcher="deepspeed", hostfile="hf", hosts=TWO_NODES, exclude="node2",
+                     deepspeed_env_file="/r/.deepspeed_env"))
+    args = parse_args(cmd.argv[1:])
+    assert args.force_multi and args.master_addr == "node1"
+    pool = {h.name: list(range(h.slots)) for h in TWO_NODES}
+    assert list(parse_resource_filter(pool, include_str=args.include, exclude_str=args.exclude)) == ["node1"]
+    both = build(spec(launcher="deepspeed", hostfile="hf", hosts=TWO_NODES, deepspeed_env_file="/r/.deepspeed_env"))
+    assert not parse_args(both.argv[1:]).force_multi

@@ -1,0 +1,63 @@
+"""One command per node over ssh, for launchers that start ranks on their own node only (torchrun, accelerate).
+
+The builders here are pure: they return the text of a bash script (written into the run folder by
+``dsbench launch``) that starts each node's command over ``ssh`` in parallel, prefixes every output line
+with its node, and, as soon as one node fails, names it and stops the job on every node (``pkill -f`` of the
+run's unique run.json path), so a dead node never leaves the others hanging in a collective. Its exit code
+is the first failing node's. Remote commands are shell-quoted with :func:`shlex.quote`: hostnames, paths and
+``--env`` values reach the remote shell as data.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from dsbench.launchers import LaunchCommand, LaunchSpec, cpu_env
+
+SSH = ["ssh", "-o", "BatchMode=yes"]
+
+
+def remote_command(spec: LaunchSpec, argv: list[str], env: dict[str, str]) -> str:
+    """The shell command a node runs: cd to the launch folder, export the ranks' environment, exec argv."""
+    exports = [f"export {key}={shlex.quote(value)}" for key, value in sorted(env.items())]
+    steps = [f"cd {shlex.quote(spec.cwd)}", *exports, f"exec {shlex.join(argv)}"]
+    return " && ".join(steps)
+
+
+def fan_out_script(commands: dict[str, str], marker: str) -> str:
+    """Bash that runs ``commands`` (host -> remote shell command) at once and ends them all on a failure."""
+    hosts = " ".join(shlex.quote(h) for h in commands)
+    remote = " ".join(shlex.quote(c) for c in commands.values())
+    stop = shlex.quote(f"pkill -f -- {shlex.quote(marker)} || true")
+    return f"""#!/usr/bin/env bash
+# Written by `dsbench launch`: starts the job on every node over ssh (one command per node), prefixes each
+# output line with its node, and stops the job on every node as soon as one node fails.
+set -u -o pipefail
+hosts=({hosts})
+commands=({remote})
+declare -A host_of
+for i in "${{!hosts[@]}}"; do
+  {shlex.join(SSH)} "${{hosts[$i]}}" "${{commands[$i]}}" 2>&1 | sed -u "s/^/${{hosts[$i]}}: /" &
+  host_of[$!]=${{hosts[$i]}}
+done
+status=0
+for _ in "${{hosts[@]}}"; do
+  wait -n -p finished
+  rc=$?
+  if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then
+    status=$rc
+    echo "dsbench: node ${{host_of[$finished]}} failed with exit code $rc; stopping the job on every node" >&2
+    for host in "${{hosts[@]}}"; do timeout 15 {shlex.join(SSH)} "$host" {stop} >/dev/null 2>&1; done
+  fi
+done
+exit "$status"
+"""
+
+
+def fan_out(spec: LaunchSpec, node_argv: dict[str, list[str]]) -> LaunchCommand:
+    """The command that runs ``node_argv`` (host -> argv) on every node: ``bash`` on the written script."""
+    env = cpu_env(spec)
+    commands = {host: remote_command(spec, argv, env) for host, argv in node_argv.items()}
+    script = fan_out_script(commands, marker=spec.run_file or spec.module)
+    return LaunchCommand(argv=["bash", spec.launch_script], env=env, files={spec.launch_script: script},
+                         remote=node_argv)

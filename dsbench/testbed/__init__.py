@@ -1,0 +1,1 @@
+"""``dsbench testbed``: several "nodes" on one machine (network namespaces + sshd) for real multi-node launches."""

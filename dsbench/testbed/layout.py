@@ -1,0 +1,155 @@
+"""A test bed of "nodes" on one machine, as data: names, addresses, files and commands (pure).
+
+Each node is a Linux network namespace on a private bridge, with its own address, its own sshd (key-only root
+login) started in its own UTS and mount namespaces, so it has its own hostname and sees a private
+``/etc/hosts`` (every node's name) and an empty ``/etc/resolv.conf`` (no DNS to wait for: the namespaces
+have no route off the machine, and a lookup would stall for seconds). Processes and files are shared with
+the host: the project is at the same path on every node. :mod:`dsbench.testbed.manage` runs what this
+module describes.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsbench.errors import UserError
+
+PREFIX = "dsb"
+SUBNET = "10.213.0"
+"""A private /24 the bridge and the nodes live in; nothing routes it off the machine (no default route)."""
+BRIDGE = f"{PREFIX}-br0"
+HOST_ADDRESS = f"{SUBNET}.254"
+NODE_INTERFACE = "eth0"
+_RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
+
+
+def veth_of(name: str) -> str:
+    """The host end of node ``name``'s link (``dsb-n3`` -> ``dsb-v3``), on the bridge."""
+    return f"{PREFIX}-v{name.removeprefix(f'{PREFIX}-n')}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Testbed:
+    """``nodes`` nodes of ``slots`` ranks each; links optionally shaped to ``bandwidth`` and ``latency_ms``."""
+
+    nodes: int
+    slots: int = 1
+    bandwidth: str | None = None
+    """tc rate per direction of every node's link, e.g. ``1gbit``, ``100mbit`` (``--bandwidth``)."""
+    latency_ms: float | None = None
+    """Added one-way delay per direction of every node's link (``--latency``)."""
+    root: Path
+    """The folder holding keys, configs, the hostfile and the state (``DSBENCH_TESTBED_DIR``)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nodes <= 16:
+            raise UserError(f"--nodes must be in 1..16, got {self.nodes}")
+        if not 1 <= self.slots <= 64:
+            raise UserError(f"--slots must be in 1..64, got {self.slots}")
+        if self.bandwidth is not None and not _RATE.match(self.bandwidth):
+            raise UserError(f"--bandwidth {self.bandwidth!r}: give a tc rate such as 1gbit, 100mbit or 500kbit")
+        if self.latency_ms is not None and not 0 < self.latency_ms <= 10_000:
+            raise UserError(f"--latency must be in (0, 10000] ms, got {self.latency_ms}")
+
+    def names(self) -> list[str]:
+        return [f"{PREFIX}-n{i}" for i in range(1, self.nodes + 1)]
+
+    def address(self, name: str) -> str:
+        return f"{SUBNET}.{self.names().index(name) + 1}"
+
+    def veth(self, name: str) -> str:
+        """The host end of the node's link (on the bridge)."""
+        self.names().index(name)  # only this test bed's nodes
+        return veth_of(name)
+
+    def node_dir(self, name: str) -> Path:
+        return self.root / name
+
+    @property
+    def hostfile(self) -> Path:
+        return self.root / "hostfile"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.root / "ssh_config"
+
+    @property
+    def key(self) -> Path:
+        return self.root / "id_ed25519"
+
+    # ---- files -------------------------------------------------------------------------------------------
+
+    def hostfile_text(self) -> str:
+        """A DeepSpeed hostfile of the nodes (names resolve through the ssh config and the nodes' hosts file)."""
+        return "".join(f"{name} slots={self.slots}\n" for name in self.names())
+
+    def hosts_text(self) -> str:
+        """The /etc/hosts every node sees: each node's name, the host's, localhost."""
+        lines = ["127.0.0.1 localhost", f"{HOST_ADDRESS} {PREFIX}-host"]
+        lines += [f"{self.address(name)} {name}" for name in self.names()]
+        return "\n".join(lines) + "\n"
+
+    def sshd_config_text(self, name: str) -> str:
+        """One node's sshd: on its address only, key-only root login, keys and pid file in the test bed."""
+        node = self.node_dir(name)
+        return "\n".join([
+            f"ListenAddress {self.address(name)}", f"HostKey {node / 'ssh_host_ed25519_key'}",
+            f"PidFile {node / 'sshd.pid'}", "PermitRootLogin prohibit-password", "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no", "PubkeyAuthentication yes",
+            f"AuthorizedKeysFile {self.root / 'authorized_keys'}", "StrictModes no", "UsePAM no",
+            "LogLevel ERROR", ""])
+
+    def ssh_config_text(self) -> str:
+        """Client settings for the launching host (included from ~/.ssh/config: DeepSpeed and pdsh call plain
+        ``ssh``): each node name, its address, the test bed's key, no host-key prompts."""
+        blocks = [f"Host {name}\n  HostName {self.address(name)}\n" for name in self.names()]
+        blocks.append(f"Host {PREFIX}-n*\n  User root\n  IdentityFile {self.key}\n  IdentitiesOnly yes\n"
+                      "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+                      "  ConnectTimeout 5\n")
+        return "".join(blocks)
+
+    # ---- commands ----------------------------------------------------------------------------------------
+
+    def network_commands(self) -> list[list[str]]:
+        """The bridge, and per node: its namespace, a veth pair (host end on the bridge), its address."""
+        out = [["ip", "link", "add", BRIDGE, "type", "bridge"],
+               ["ip", "addr", "add", f"{HOST_ADDRESS}/24", "dev", BRIDGE], ["ip", "link", "set", BRIDGE, "up"]]
+        for name in self.names():
+            veth = self.veth(name)
+            out += [["ip", "netns", "add", name],
+                    ["ip", "link", "add", veth, "type", "veth", "peer", "name", NODE_INTERFACE, "netns", name],
+                    ["ip", "link", "set", veth, "master", BRIDGE], ["ip", "link", "set", veth, "up"],
+                    ["ip", "-n", name, "addr", "add", f"{self.address(name)}/24", "dev", NODE_INTERFACE],
+                    ["ip", "-n", name, "link", "set", NODE_INTERFACE, "up"],
+                    ["ip", "-n", name, "link", "set", "lo", "up"]]
+        return out + self.shaping_commands()
+
+    def shaping_commands(self) -> list[list[str]]:
+        """netem on both ends of every link, so traffic in each direction is shaped (tc shapes egress)."""
+        if self.bandwidth is None and self.latency_ms is None:
+            return []
+        netem = (["rate", self.bandwidth] if self.bandwidth else []) + \
+                (["delay", f"{self.latency_ms:g}ms"] if self.latency_ms else [])
+        out = []
+        for name in self.names():
+            out.append(["tc", "qdisc", "replace", "dev", self.veth(name), "root", "netem", *netem])
+            out.append(["ip", "netns", "exec", name, "tc", "qdisc", "replace", "dev", NODE_INTERFACE, "root", "netem",
+                        *netem])
+        return out
+
+    def sshd_command(self, name: str) -> list[str]:
+        """Start the node's sshd in its network namespace, with its own hostname, hosts and resolv.conf."""
+        setup = (f"mount --bind {shlex.quote(str(self.root / 'hosts'))} /etc/hosts && "
+                 f"mount --bind {shlex.quote(str(self.root / 'resolv.conf'))} /etc/resolv.conf && "
+                 f"hostname {name} && exec /usr/sbin/sshd -f {shlex.quote(str(self.node_dir(name) / 'sshd_config'))}")
+        return ["ip", "netns", "exec", name, "unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c",
+                setup]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"nodes": self.nodes, "slots": self.slots, "bandwidth": self.bandwidth,
+                "latency_ms": self.latency_ms, "root": str(self.root), "names": self.names(),
+                "addresses": {name: self.address(name) for name in self.names()}, "bridge": BRIDGE,
+                "hostfile": str(self.hostfile)}

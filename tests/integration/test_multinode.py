@@ -1,0 +1,144 @@
+"""Multi-node launches for real, across "nodes" that `dsbench testbed` makes on this machine (network namespaces,
+one sshd each): DeepSpeed over pdsh and over ssh (its --no_ssh per-node mode), torchrun with c10d rendezvous
+and accelerate with machine ranks, a failing rank named by its node, an unreachable node refused before launch.
+
+Oracle for losses: the single-node run of the same world size (same model, data, seed and global batch).
+Needs root, network namespaces, sshd and pdsh (make test installs them as root); skipped otherwise, with the
+reason. After each test bed comes down, nothing of it may be left (namespaces, bridge, processes, ssh config).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.integration.conftest import STEPS, dsbench, load_run
+
+pytestmark = [pytest.mark.dist, pytest.mark.multinode]
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    for tool in ("ip", "/usr/sbin/sshd", "pdsh", "ssh"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (scripts/ensure_system_deps.sh installs it as root)"
+    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
+        return "network namespaces are not available here"
+    return None
+
+
+REASON = _why_not()
+needs_testbed = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+WORKER = ["--", "--steps", str(STEPS), "--warmup", "2", "--quiet"]  # as the session's single-node runs
+
+
+def assert_nothing_left() -> None:
+    """No namespace, bridge, sshd of the test bed, rank, or ssh Include line remains."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "dsb-n" not in netns and "dsb-br0" not in links
+    assert "/run/dsbench-testbed" not in procs and "dsbench.train" not in procs, procs
+    config = Path.home() / ".ssh" / "config"
+    assert not config.exists() or "dsbench testbed" not in config.read_text()
+
+
+@pytest.fixture(scope="module")
+def hostfile() -> Path:
+    """A test bed of 2 nodes x 2 slots for the module; torn down (and checked empty) at its end."""
+    up = dsbench("testbed", "up", "--nodes", "2", "--slots", "2", cwd=ROOT, timeout=120)
+    assert up.returncode == 0, up.stdout + up.stderr
+    path = Path(up.stdout.strip().splitlines()[-1].split("hostfile: ")[1])
+    yield path
+    down = dsbench("testbed", "down", cwd=ROOT, timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert_nothing_left()
+
+
+_RUNS: dict[str, Path] = {}
+
+
+def launched(name: str, args: list[str], base: Path, extra: list[str] | None = None) -> dict:
+    """Run `dsbench launch ARGS` once (cached by name); assert success; load the run."""
+    if name not in _RUNS:
+        folder = base / name
+        result = dsbench("launch", *args, "--run-dir", str(folder), *(extra or WORKER), cwd=ROOT, timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        _RUNS[name] = folder
+    return load_run(_RUNS[name])
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("multinode")
+
+
+def losses(run: dict) -> list[float]:
+    return [s["loss"] for s in run["steps"]]
+
+
+ONE_PER_NODE = ["--include", "dsb-n1:0@dsb-n2:0"]
+MB = ["--micro-batch", "2"]
+ZERO2, ZERO3, DDP = ["--zero", "2", *MB], ["--zero", "3", *MB], ["--strategy", "ddp", "--launcher", "torchrun", *MB]
+MULTI = {  # name -> (multi-node launch args, single-node reference (a session run's name and args), hostnames)
+    "zero2_2x1": ([*ZERO2, *ONE_PER_NODE], ("zero2", ZERO2), ["dsb-n1", "dsb-n2"]),
+    "zero3_2x1": ([*ZERO3, *ONE_PER_NODE], ("zero3", ZERO3), ["dsb-n1", "dsb-n2"]),
+    "zero2_2x2": (ZERO2, ("zero2_w4", [*ZERO2, "--num-gpus", "4"]), ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
+    "zero3_ssh_2x1": ([*ZERO3, "--launcher-backend", "ssh", *ONE_PER_NODE], ("zero3", ZERO3), ["dsb-n1", "dsb-n2"]),
+    "torchrun_ddp_2x1": ([*DDP, *ONE_PER_NODE], ("ddp", DDP), ["dsb-n1", "dsb-n2"]),
+    "accelerate_zero2_2x1": (["--launcher", "accelerate", *ZERO2, *ONE_PER_NODE], ("zero2", ZERO2),
+                             ["dsb-n1", "dsb-n2"]),
+}
+
+
+@needs_testbed
+@pytest.mark.parametrize("name", list(MULTI))
+def test_two_nodes_train_like_one(hostfile, base, runs, name):
+    args, (reference, reference_args), hosts = MULTI[name]
+    run = launched(name, ["--hostfile", str(hostfile), *args], base)
+    result, folder = runs.get(reference, reference_args)  # the single-node run (shared with other modules)
+    assert result.returncode == 0, result.stderr[-2000:]
+    header = run["header"][0]
+    assert header["hostnames"] == hosts and header["world_size"] == len(hosts)
+    worst = max(abs(a - b) / abs(b) for a, b in zip(losses(run), losses(load_run(folder)), strict=True))
+    assert worst < 1e-4, (name, worst)
+
+
+@needs_testbed
+@pytest.mark.parametrize("launcher", [["--zero", "2"], ["--strategy", "ddp", "--launcher", "torchrun"]],
+                         ids=["deepspeed-pdsh", "torchrun"])
+def test_a_failing_rank_ends_the_launch_and_names_its_node(hostfile, base, launcher):
+    folder = base / f"fault-{launcher[-1]}"
+    result = dsbench("launch", *launcher, "--hostfile", str(hostfile), *ONE_PER_NODE, "--env", "DSBENCH_FAULT=1:3",
+                     "--run-dir", str(folder), *WORKER, cwd=ROOT, timeout=300)
+    assert result.returncode != 0
+    assert "dsb-n2: [rank 1] dsbench.train: error: RuntimeError: injected fault at step 3" in result.stderr
+
+
+@needs_testbed
+def test_include_and_exclude_select_slots_as_deepspeed_documents(hostfile, base):
+    """--exclude dsb-n2 leaves one node's two slots; the environment reaches every rank."""
+    run = launched("exclude", ["--zero", "2", "--hostfile", str(hostfile), "--exclude", "dsb-n2", "--env",
+                               "DSBENCH_TAG=checked"], base)
+    assert run["header"][0]["hostnames"] == ["dsb-n1", "dsb-n1"]
+    env_file = (_RUNS["exclude"] / ".deepspeed_env").read_text()
+    assert "DSBENCH_TAG=checked" in env_file and "DS_ACCELERATOR=cpu" in env_file
+
+
+@needs_testbed
+def test_doctor_checks_every_node(hostfile):
+    result = dsbench("doctor", "--hostfile", str(hostfile), "--json", cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    rows = json.loads(result.stdout)
+    for name, address in (("dsb-n1", "10.213.0.1"), ("dsb-n2", "10.213.0.2")):
+        checks = {r["check"]: r for r in rows if r["host"] == name}
+        assert checks["ssh"]["status"] == checks["versions"]["status"] == "ok"
+        assert checks["interface"]["detail"].startswith(f"eth0 {address}")  # gloo listens on the node's own link
+    assert {r["check"]: r["status"] for r in rows if r["host"] == "dsb-n1"}["port"] == "ok"
