@@ -195,6 +195,14 @@ def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Fin
                            "DeepSpeed raises warmup_num_steps 1 to 2 (runtime/lr_schedules.py), so step 1 runs at "
                            "warmup_min_lr and makes no update",
                            fix="delete the scheduler for a constant LR, or use warmup_num_steps >= 2"))
+    out += _pipeline_combinations(config, stage, opt_dev)
+    return out
+
+
+def _pipeline_combinations(config: dict[str, Any], stage: int, opt_dev: Any) -> list[Finding]:
+    """What DeepSpeed's pipeline engine rejects or wastes: ZeRO-2/3, a bad section, too few micro-batches,
+    bf16 with optimizer offload."""
+    out: list[Finding] = []
     pp, _ = parallel_degrees(config)
     if pp > 1 and stage >= 2:
         out.append(Finding(severity="error", code="pipeline-zero2", path="zero_optimization.stage",
@@ -214,11 +222,10 @@ def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Fin
                            message=f"{micro_batches} micro-batch(es) for {pp} pipeline stages: each stage idles "
                                    f"(P-1)/(M+P-1) = {bubble_fraction(pp, micro_batches):.0%} of a step",
                            fix=f"set gradient_accumulation_steps (the micro-batches per step) to at least {pp}"))
-    offload = get_path(config, "zero_optimization.offload_optimizer.device")
-    if pp > 1 and bf16_enabled(config) and offload not in (None, "none"):
+    if pp > 1 and bf16_enabled(config) and opt_dev not in (None, "none"):
         out.append(Finding(severity="error", code="pipeline-bf16-offload",
                            path="zero_optimization.offload_optimizer.device",
-                           message=f"pipeline parallelism ({pp} stages) with bf16 and optimizer offload to {offload}: "
+                           message=f"pipeline parallelism ({pp} stages) with bf16 and optimizer offload to {opt_dev}: "
                                    "DeepSpeed's pipeline engine fails in its bf16 optimizer step (DeepSpeed#3866)",
                            fix="drop the offload, or train in fp16/fp32 with the pipeline"))
     return out
