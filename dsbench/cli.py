@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from dsbench import __version__
-from dsbench.errors import DsbenchError
+from dsbench.errors import DsbenchError, UserError
 
 
 class _Group(click.Group):
@@ -179,15 +179,54 @@ def hostfile_check(path: str) -> None:
     click.echo(f"{path}: valid ({len(hosts)} hosts, {sum(h.slots for h in hosts)} slots)")
 
 
+SLURM_FLAGS = {"nodes": "--nodes", "gpus_per_node": "--gpus-per-node", "partition": "--partition",
+               "time": "--time", "account": "--account", "wait": "--wait"}
+
+
+def slurm_options(command: Any) -> Any:
+    """The flags of ``--launcher slurm`` (collected by :func:`_slurm_job`)."""
+    for option in reversed([
+        click.option("--nodes", type=int, help="slurm: nodes to ask for [1]."),
+        click.option("--gpus-per-node", type=int, help="slurm: ranks (GPUs) per node [GPUs, or 2 CPU ranks]."),
+        click.option("--partition", help="slurm: the partition (sbatch --partition)."),
+        click.option("--time", help="slurm: the time limit, e.g. 30, 02:00:00, 1-00:00:00 (sbatch --time)."),
+        click.option("--account", help="slurm: the account to charge (sbatch --account)."),
+        click.option("--wait", is_flag=True, help="slurm: wait for the job and exit with its exit code."),
+    ]):
+        command = option(command)
+    return command
+
+
+def _slurm_job(launcher: str, folder: Path, flags: dict[str, Any]) -> tuple[Any, int | None]:
+    """The SlurmJob for ``--launcher slurm`` (and its ranks per node); the slurm flags are taken out of
+    ``flags``. Slurm flags with another launcher are an error."""
+    from dsbench.launchers import SlurmJob
+
+    given = {name: flags.pop(name) for name in SLURM_FLAGS}
+    if launcher != "slurm":
+        used = [SLURM_FLAGS[name] for name, value in given.items() if value not in (None, False)]
+        if used:
+            raise UserError(f"{used[0]} is for --launcher slurm")
+        return None, None
+    job = SlurmJob(nodes=1 if given["nodes"] is None else given["nodes"], partition=given["partition"],
+                   time=given["time"], account=given["account"], wait=given["wait"],
+                   script=str((folder / "job.sbatch").absolute()),
+                   output=str((folder / "slurm-%j.out").absolute()))
+    if given["gpus_per_node"] is not None and given["gpus_per_node"] < 1:
+        raise UserError(f"--gpus-per-node must be >= 1, got {given['gpus_per_node']}")
+    return job, given["gpus_per_node"]
+
+
 @cli.command()
 @render_options
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Use this DeepSpeed config as is.")
 @click.option("--strategy", type=click.Choice(["deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp"]),
               default="deepspeed",
               show_default=True, help="What the worker trains with.")
-@click.option("--launcher", type=click.Choice(["deepspeed", "torchrun", "accelerate"]), default="deepspeed",
-              show_default=True)
+@click.option("--launcher", type=click.Choice(["deepspeed", "torchrun", "accelerate", "slurm"]), default="deepspeed",
+              show_default=True, help="slurm: submit an sbatch script (one srun task per rank).")
 @click.option("--hostfile", type=click.Path(dir_okay=False), help="DeepSpeed hostfile.")
+@slurm_options
 @click.option("--include", default="", help="DeepSpeed resource filter, e.g. 'host1:0,1@host2'.")
 @click.option("--exclude", default="", help="DeepSpeed resource filter of slots to leave out.")
 @click.option("--num-nodes", type=int, help="Use the first N hosts of the hostfile.")
@@ -211,10 +250,14 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
     from dsbench.launch import LaunchRequest, inherited_env, materialize, parse_env, prepare, worker_args
 
     folder = Path(run_dir or f"runs/launch-{launcher}-{strategy}-{time.strftime('%Y%m%d-%H%M%S')}")
+    job, per_node = _slurm_job(launcher, folder, flags)
+    if job and hostfile:
+        raise UserError("--launcher slurm: SLURM picks the nodes; drop --hostfile (use --nodes)")
     port = master_port or (29500 if dry_run else free_port())
     req = LaunchRequest(launcher=launcher, strategy=strategy, render_flags=flags, preset=preset, model=model,
                         sets=sets, config=config_file, hostfile=hostfile, include=include, exclude=exclude,
-                        num_nodes=num_nodes, num_gpus=num_gpus or default_ranks(), master_addr=master_addr,
+                        num_nodes=num_nodes, num_gpus=per_node or num_gpus or default_ranks(),
+                        master_addr=master_addr, slurm=job,
                         master_port=port, run_dir=folder, cpu=local_gpu_count() == 0, python=sys.executable,
                         cwd=os.getcwd(), launcher_backend=launcher_backend,
                         script_args=worker_args(folder, model, flags, script_args, strategy),
@@ -230,13 +273,18 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
         click.echo(f"# {path}:\n" + "".join(f"#   {line}\n" for line in text.splitlines()), nl=False)
     click.echo(prepared.command.shell_line())
     if not dry_run:
-        from dsbench.runner import first_error, preflight_nodes, run
+        from dsbench.runner import first_error, preflight_nodes, preflight_slurm, run, slurm_failure
 
         if prepared.spec.multinode():
             preflight_nodes(prepared.spec)
+        if job:
+            preflight_slurm()
         code = run(prepared.command, log_path=folder / "launch.log")
+        if job and code == 0 and not job.wait:
+            click.echo(f"dsbench: submitted; the job writes {job.output} and {folder}/metrics.jsonl")
         if code != 0:
-            reason = first_error(folder / "launch.log") or "no error line in the log"
+            reason = (slurm_failure(folder / "launch.log", job.output) if job else None) or \
+                first_error(folder / "launch.log") or "no error line in the log"
             click.echo(f"dsbench: error: launch failed with exit code {code}: {reason} (log: {folder}/launch.log)",
                        err=True)
         sys.exit(code)

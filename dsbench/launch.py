@@ -17,7 +17,7 @@ from dsbench.configs.validate import ValidateContext, config_dims, validate
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import read_hostfile
 from dsbench.io import atomic_write_json
-from dsbench.launchers import LaunchCommand, LaunchSpec, build
+from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
 from dsbench.launchers import worker_args as worker_argv
 from dsbench.models import check_megatron_tp, resolve_model
 from dsbench.parallel import ParallelDims, bubble_fraction
@@ -50,6 +50,8 @@ class LaunchRequest:
     launcher_backend: str = "pdsh"
     cwd: str = "."
     """This launch's folder (other nodes cd to it)."""
+    slurm: SlurmJob | None = None
+    """The job for ``--launcher slurm``."""
     inherited_env: tuple[tuple[str, str], ...] = ()
     """Variables of the launching shell that remote ranks need too (:func:`inherited_env`); local ranks inherit
     them anyway."""
@@ -143,7 +145,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
                       cpu=req.cpu, script_args=req.script_args, extra_env=req.extra_env,
                       accelerate_config=str(req.run_dir / "accelerate_config.yaml"),
                       launch_script=str(req.run_dir / "launch_nodes.sh"), python=req.python, cwd=req.cwd,
-                      launcher_backend=req.launcher_backend,
+                      launcher_backend=req.launcher_backend, slurm=req.slurm,
                       mixed_precision=_ACCELERATE_PRECISION.get(req.render_flags.get("precision") or "fp32", "no"),
                       deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
     if base.multinode() and inherited:

@@ -8,6 +8,7 @@ stops every rank it started.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -139,6 +140,32 @@ def preflight_nodes(spec: LaunchSpec) -> None:
         host, why = next(iter(problems.items()))
         raise UserError(f"host {host} is not reachable by ssh without a password ({why}); "
                         f"`dsbench doctor --hostfile {spec.hostfile}` checks every host")
+
+
+def preflight_slurm() -> None:
+    """``--launcher slurm`` needs sbatch (and scontrol/srun inside the job) on this host."""
+    if shutil.which("sbatch") is None:
+        raise UserError("sbatch is missing: run on the cluster's login node, or apt-get install slurm-client")
+
+
+def slurm_failure(log_path: Path, output_template: str, lines: int = 3) -> str | None:
+    """For a failed ``sbatch --wait``: the job id (from sbatch's "Submitted batch job N" in the launch log) and
+    the last lines of the job's output, on one line."""
+    try:
+        found = re.search(r"Submitted batch job (\d+)", log_path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+    if not found:
+        return None
+    output = Path(output_template.replace("%j", found.group(1)))
+    try:
+        tail = [line.strip() for line in output.read_text(encoding="utf-8", errors="replace").splitlines()
+                if line.strip()][-lines:]
+    except OSError:
+        tail = ["(no output file)"]
+    cause = first_error(output)
+    return (f"SLURM job {found.group(1)} failed{': ' + cause if cause else ''}; last lines of {output}: "
+            f"{' | '.join(tail)}")
 
 
 def first_error(log_path: Path) -> str | None:

@@ -14,7 +14,7 @@ from dsbench.parallel import ParallelDims
 
 Offload = Literal["none", "cpu", "nvme"]
 Precision = Literal["fp32", "fp16", "bf16"]
-Launcher = Literal["deepspeed", "torchrun", "accelerate"]
+Launcher = Literal["deepspeed", "torchrun", "accelerate", "slurm"]
 
 DEFAULT_MICRO_BATCH = 2
 """Samples per rank per micro-step when none is given: one default for every strategy and command (render,

@@ -26,7 +26,9 @@ def parse_args(argv: list[str] | None = None) -> TrainSpec:
 
 
 def main(argv: list[str] | None = None) -> int:
-    rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+    from dsbench.worker.dist import env_rank  # stdlib only: every launcher's name for the rank (SLURM, Open MPI)
+
+    rank = env_rank()[0]
     try:
         from dsbench.worker.run import run
 

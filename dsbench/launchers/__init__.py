@@ -6,6 +6,7 @@ Each launcher module exposes one pure ``build(spec) -> LaunchCommand``: no port 
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,35 @@ from dsbench.spec import Launcher
 Strategy = str  # "deepspeed" | "ddp" | "fsdp" | "single" | "torch_pp" | "torch_tp"
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 BACKENDS = ("pdsh", "ssh", "openmpi")
+
+
+_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")  # sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SlurmJob:
+    """What ``sbatch`` is asked for (``--nodes``, ``--gpus-per-node`` is the spec's ranks per node)."""
+
+    nodes: int = 1
+    partition: str | None = None
+    time: str | None = None
+    account: str | None = None
+    wait: bool = False
+    """``--wait``: block until the job ends and return its exit code."""
+    script: str = "job.sbatch"
+    """Where the batch script is written (the run folder)."""
+    output: str = "slurm-%j.out"
+    """The job's output file (``%j``: the job id)."""
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise UserError(f"--nodes must be >= 1, got {self.nodes}")
+        if self.time is not None and not _TIME.match(self.time):
+            raise UserError(f"--time {self.time!r}: give minutes, HH:MM:SS or D-HH:MM:SS as sbatch reads it")
+        for flag, value in (("--partition", self.partition), ("--account", self.account)):
+            if value is not None and not _NAME.match(value):
+                raise UserError(f"{flag} {value!r}: letters, digits, '_', '.' and '-' only")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,6 +96,8 @@ class LaunchSpec:
     starts DeepSpeed's per-node --no_ssh mode on each node over ssh)."""
     launch_script: str = "launch_nodes.sh"
     """Where the per-node ssh script is written when torchrun/accelerate span several nodes."""
+    slurm: SlurmJob | None = None
+    """The job to submit (``--launcher slurm``): ``slurm.nodes`` x ``nproc_per_node`` ranks."""
 
     def __post_init__(self) -> None:
         if self.nproc_per_node < 1:
@@ -90,10 +122,12 @@ class LaunchSpec:
 
     def nodes(self) -> int:
         """Number of nodes used."""
-        return len(self.selection())
+        return self.slurm.nodes if self.slurm else len(self.selection())
 
     def world_size(self) -> int:
         """Total ranks."""
+        if self.slurm:
+            return self.slurm.nodes * self.nproc_per_node
         return world_size_of(self.selection())
 
     def ranks_per_node(self) -> int:
@@ -149,9 +183,10 @@ def worker_args(spec: LaunchSpec) -> list[str]:
 
 
 def _registry() -> dict[str, Callable[[LaunchSpec], LaunchCommand]]:
-    from dsbench.launchers import accelerate, deepspeed, torchrun
+    from dsbench.launchers import accelerate, deepspeed, slurm, torchrun
 
-    return {"deepspeed": deepspeed.build, "torchrun": torchrun.build, "accelerate": accelerate.build}
+    return {"deepspeed": deepspeed.build, "torchrun": torchrun.build, "accelerate": accelerate.build,
+            "slurm": slurm.build}
 
 
 def build(spec: LaunchSpec) -> LaunchCommand:

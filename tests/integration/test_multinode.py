@@ -45,7 +45,17 @@ def assert_nothing_left() -> None:
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "dsb-n" not in netns and "dsb-br0" not in links
-    assert "/run/dsbench-testbed" not in procs and "dsbench.train" not in procs, procs
+    assert "/run/dsbench-testbed" not in procs, procs
+    # a rank or daemon left on a node would still live in that node's (now nameless) network namespace
+    ours = os.readlink("/proc/self/ns/net")
+    elsewhere = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and os.readlink(proc / "ns" / "net") != ours:
+                elsewhere.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue  # gone meanwhile, or a kernel thread
+    assert not [args for args in elsewhere if args.strip()], elsewhere
     config = Path.home() / ".ssh" / "config"
     assert not config.exists() or "dsbench testbed" not in config.read_text()
 

@@ -1,0 +1,46 @@
+"""``--launcher slurm``: an sbatch script that starts one task per rank with ``srun`` (pure).
+
+The script asks for ``nodes`` x ``ranks per node`` tasks (one GPU each on GPU nodes), exports what every
+rank needs, points torch's env:// rendezvous at the job's first node, and runs ``srun`` once: each task is a
+rank, and the worker reads its rank, world size and local rank from SLURM_PROCID / SLURM_NTASKS /
+SLURM_LOCALID (dsbench/worker/dist.py), whatever the strategy (DeepSpeed, DDP, FSDP2, pipelines). Output goes
+to ``slurm-<job id>.out`` in the run folder. ``sbatch --wait`` returns the job's exit code.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, cpu_env, worker_args
+
+
+def sbatch_script(spec: LaunchSpec, job: SlurmJob) -> str:
+    """The batch script's text: #SBATCH lines, the ranks' environment, the rendezvous, one srun."""
+    per_node = spec.nproc_per_node
+    lines = ["#!/usr/bin/env bash",
+             "# Written by `dsbench launch --launcher slurm`: one srun task per rank; rank, world size and local",
+             "# rank come from SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID.",
+             f"#SBATCH --job-name=dsbench-{spec.strategy}", f"#SBATCH --nodes={job.nodes}",
+             f"#SBATCH --ntasks-per-node={per_node}", f"#SBATCH --output={job.output}",
+             f"#SBATCH --chdir={spec.cwd}"]
+    if not spec.cpu:
+        lines.append(f"#SBATCH --gpus-per-node={per_node}")
+    lines += [f"#SBATCH --{flag}={value}" for flag, value in
+              (("partition", job.partition), ("time", job.time), ("account", job.account)) if value]
+    lines += ["set -euo pipefail"]
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(cpu_env(spec).items())]
+    lines += ["# torch's env:// rendezvous on the job's first node",
+              'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+              f"export MASTER_ADDR MASTER_PORT={spec.master_port}",
+              "# --kill-on-bad-exit: one failing rank ends every task (no rank left waiting in a collective)",
+              shlex.join(["srun", "--kill-on-bad-exit=1", "--label", spec.python, "-m", spec.module,
+                          *worker_args(spec)])]
+    return "\n".join(lines) + "\n"
+
+
+def build(spec: LaunchSpec) -> LaunchCommand:
+    """``sbatch [--wait] job.sbatch`` with the script to write first."""
+    job = spec.slurm
+    assert job is not None
+    argv = ["sbatch", *(["--wait"] if job.wait else []), job.script]
+    return LaunchCommand(argv=argv, files={job.script: sbatch_script(spec, job)})

@@ -1,0 +1,108 @@
+"""`dsbench launch --launcher slurm` against a real SLURM controller and daemon that the fixture starts (private
+SLURM_CONF, nothing in /etc): a 1-node 2-task job trains like the same 2 ranks under DeepSpeed's launcher, a
+failing rank fails the job and is named, a submission without --wait completes on its own, nothing is left.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.integration.conftest import STEPS, dsbench, load_run
+from tests.integration.slurm_cluster import Cluster, why_not
+
+REASON = why_not()
+pytestmark = [pytest.mark.dist, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
+ZERO2 = ["--zero", "2", "--micro-batch", "2"]
+WORKER = ["--", "--steps", str(STEPS), "--warmup", "2", "--quiet"]  # as the session's single-node runs
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    slurm = Cluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        slurm.start()
+        yield slurm
+    finally:
+        pids = slurm.pids()
+        slurm.stop()
+        assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()], "a SLURM daemon was left running"
+        procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        # no job step (and so no rank: ranks are the steps' children) and no daemon of this cluster
+        assert "slurmstepd" not in procs and str(slurm.conf) not in procs, procs
+
+
+def slurm(cluster, *args, timeout=600):
+    return dsbench("launch", "--launcher", "slurm", *args, cwd=ROOT, env={"SLURM_CONF": str(cluster.conf)},
+                   timeout=timeout)
+
+
+def test_one_node_two_task_job_trains_like_deepspeed_launcher(cluster, runs, tmp_path):
+    result = slurm(cluster, "--nodes", "1", "--gpus-per-node", "2", *ZERO2, "--time", "10", "--wait",
+                   "--run-dir", str(tmp_path / "job"), *WORKER)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    job = re.search(r"Submitted batch job (\d+)", result.stdout).group(1)
+    assert (tmp_path / "job" / f"slurm-{job}.out").exists()
+    run = load_run(tmp_path / "job")
+    assert run["header"][0]["world_size"] == 2 and run["summary"]["status"] == "ok"
+    reference, folder = runs.get("zero2", ZERO2)  # the same 2 ranks under the deepspeed launcher
+    assert reference.returncode == 0
+    ours = [s["loss"] for s in run["steps"]]
+    theirs = [s["loss"] for s in load_run(folder)["steps"]]
+    assert max(abs(a - b) / abs(b) for a, b in zip(ours, theirs, strict=True)) < 1e-4
+
+
+def test_failed_job_is_named_with_its_log(cluster, tmp_path):
+    result = slurm(cluster, "--gpus-per-node", "2", *ZERO2, "--wait", "--env", "DSBENCH_FAULT=1:3",
+                   "--run-dir", str(tmp_path / "bad"), *WORKER)
+    assert result.returncode != 0
+    assert re.search(r"SLURM job \d+ failed: \d+: \[rank 1\] dsbench.train: error: RuntimeError: injected fault "
+                     r"at step 3 \(DSBENCH_FAULT\); last lines of .*slurm-\d+\.out: ", result.stderr), result.stderr
+
+
+def test_submission_without_wait_completes_on_its_own(cluster, tmp_path):
+    result = slurm(cluster, "--gpus-per-node", "2", "--strategy", "ddp", "--run-dir", str(tmp_path / "bg"),
+                   "--", "--steps", "4", "--warmup", "1", "--quiet")
+    assert result.returncode == 0 and "dsbench: submitted" in result.stdout, result.stderr
+    summary = tmp_path / "bg" / "summary.json"
+    deadline = time.monotonic() + 300
+    while not summary.exists() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert json.loads(summary.read_text())["status"] == "ok"
+
+
+def test_two_node_job_on_the_test_bed(runs, tmp_path):
+    """slurmd in each test-bed namespace: one task per node, each on its own host, losses as on one node."""
+    from tests.integration.test_multinode import REASON as NO_TESTBED
+    from tests.integration.test_multinode import assert_nothing_left
+
+    if NO_TESTBED:
+        pytest.skip(NO_TESTBED)
+    up = dsbench("testbed", "up", "--nodes", "2", "--slots", "1", cwd=ROOT, timeout=120)
+    assert up.returncode == 0, up.stderr
+    two = None
+    try:
+        state = json.loads(Path("/run/dsbench-testbed/state.json").read_text())
+        two = Cluster(tmp_path / "cluster", testbed=state)
+        two.start()
+        result = slurm(two, "--nodes", "2", "--gpus-per-node", "1", *ZERO2, "--wait", "--run-dir",
+                       str(tmp_path / "job"), *WORKER)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    finally:
+        if two:
+            two.stop()
+        down = dsbench("testbed", "down", cwd=ROOT, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert_nothing_left()
+    run = load_run(tmp_path / "job")
+    assert run["header"][0]["hostnames"] == ["dsb-n1", "dsb-n2"]
+    reference, folder = runs.get("zero2", ZERO2)
+    theirs = [s["loss"] for s in load_run(folder)["steps"]]
+    ours = [s["loss"] for s in run["steps"]]
+    assert max(abs(a - b) / abs(b) for a, b in zip(ours, theirs, strict=True)) < 1e-4
