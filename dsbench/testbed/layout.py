@@ -26,6 +26,19 @@ NODE_INTERFACE = "eth0"
 _RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
 
 
+_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12, "bps": 8, "kbps": 8 * 10**3,
+          "mbps": 8 * 10**6, "gbps": 8 * 10**9}
+"""tc's rate units (tc(8)): ...bit are bits per second, ...bps bytes per second."""
+
+
+def rate_bits(rate: str, flag: str = "--bandwidth") -> int:
+    """A tc rate such as ``100mbit`` in bits per second (``flag`` names it in the error)."""
+    found = _RATE.match(rate)
+    if not found:
+        raise UserError(f"{flag} {rate!r}: give a tc rate such as 1gbit, 100mbit or 500kbit")
+    return int(float(rate[: -len(found.group(2))]) * _UNITS[found.group(2)])
+
+
 def veth_of(name: str) -> str:
     """The host end of node ``name``'s link (``dsb-n3`` -> ``dsb-v3``), on the bridge."""
     return f"{PREFIX}-v{name.removeprefix(f'{PREFIX}-n')}"
@@ -128,16 +141,28 @@ class Testbed:
         return out + self.shaping_commands()
 
     def shaping_commands(self) -> list[list[str]]:
-        """netem on both ends of every link, so traffic in each direction is shaped (tc shapes egress)."""
+        """Shaping on both ends of every link, so each direction is shaped (tc shapes what leaves a device).
+
+        Rate: a token bucket (tbf), the one rate shaper this machine's kernel has (../shared/FINDINGS.md: tbf
+        at 100mbit measured ~94 Mbit/s); burst = 1 ms at the rate, at least 32 kbit, so the kernel's timer can
+        keep up. Delay: netem as the root with the tbf under it (netem is absent from some kernels: `up`
+        then says so).
+        """
         if self.bandwidth is None and self.latency_ms is None:
             return []
-        netem = (["rate", self.bandwidth] if self.bandwidth else []) + \
-                (["delay", f"{self.latency_ms:g}ms"] if self.latency_ms else [])
+        shapers = []
+        if self.latency_ms:
+            shapers.append(["root", "handle", "1:", "netem", "delay", f"{self.latency_ms:g}ms"])
+        if self.bandwidth:
+            burst = max(32_000, rate_bits(self.bandwidth) // 1000)
+            shapers.append([*(["parent", "1:", "handle", "2:"] if self.latency_ms else ["root"]), "tbf", "rate",
+                            self.bandwidth, "burst", f"{burst // 8}b", "latency", "400ms"])
         out = []
         for name in self.names():
-            out.append(["tc", "qdisc", "replace", "dev", self.veth(name), "root", "netem", *netem])
-            out.append(["ip", "netns", "exec", name, "tc", "qdisc", "replace", "dev", NODE_INTERFACE, "root", "netem",
-                        *netem])
+            for shaper in shapers:
+                verb = "replace" if shaper[0] == "root" else "add"
+                out.append(["tc", "qdisc", verb, "dev", self.veth(name), *shaper])
+                out.append(["ip", "netns", "exec", name, "tc", "qdisc", verb, "dev", NODE_INTERFACE, *shaper])
         return out
 
     def sshd_command(self, name: str) -> list[str]:

@@ -64,7 +64,7 @@ def up(testbed: Testbed) -> Testbed:
     try:
         _write_files(testbed)
         for argv in testbed.network_commands():
-            check(argv, f"testbed up: {' '.join(argv[:4])}")
+            check(argv, _what(argv))
         for name in testbed.names():
             check(testbed.sshd_command(name), f"testbed up: sshd on {name}")
         _include_ssh_config(testbed.ssh_config)
@@ -74,6 +74,15 @@ def up(testbed: Testbed) -> Testbed:
         raise
     atomic_write_text(testbed.root / STATE, json.dumps({**testbed.to_dict(), "created": time.time()}, indent=2))
     return testbed
+
+
+def _what(argv: list[str]) -> str:
+    """How a failing network command is named: the flag it serves for shaping, else the command."""
+    if "netem" in argv:
+        return "testbed up: --latency needs tc's netem qdisc (kernel CONFIG_NET_SCH_NETEM)"
+    if "tbf" in argv:
+        return "testbed up: --bandwidth needs tc's tbf qdisc (kernel CONFIG_NET_SCH_TBF)"
+    return f"testbed up: {' '.join(argv[:4])}"
 
 
 def _write_files(testbed: Testbed) -> None:

@@ -72,22 +72,12 @@ def hostfile() -> Path:
     assert_nothing_left()
 
 
-_RUNS: dict[str, Path] = {}
-
-
-def launched(name: str, args: list[str], base: Path, extra: list[str] | None = None) -> dict:
-    """Run `dsbench launch ARGS` once (cached by name); assert success; load the run."""
-    if name not in _RUNS:
-        folder = base / name
-        result = dsbench("launch", *args, "--run-dir", str(folder), *(extra or WORKER), cwd=ROOT, timeout=600)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        _RUNS[name] = folder
-    return load_run(_RUNS[name])
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("multinode")
+def launched(runs, name: str, args: list[str]) -> tuple[dict, Path]:
+    """`dsbench launch ARGS` once per session (the session's run cache, as the single-node references): the
+    loaded run and its folder."""
+    result, folder = runs.get(name, args)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return load_run(folder), folder
 
 
 def losses(run: dict) -> list[float]:
@@ -110,9 +100,9 @@ MULTI = {  # name -> (multi-node launch args, single-node reference (a session r
 
 @needs_testbed
 @pytest.mark.parametrize("name", list(MULTI))
-def test_two_nodes_train_like_one(hostfile, base, runs, name):
+def test_two_nodes_train_like_one(hostfile, runs, name):
     args, (reference, reference_args), hosts = MULTI[name]
-    run = launched(name, ["--hostfile", str(hostfile), *args], base)
+    run, _ = launched(runs, name, ["--hostfile", str(hostfile), *args])
     result, folder = runs.get(reference, reference_args)  # the single-node run (shared with other modules)
     assert result.returncode == 0, result.stderr[-2000:]
     header = run["header"][0]
@@ -124,8 +114,8 @@ def test_two_nodes_train_like_one(hostfile, base, runs, name):
 @needs_testbed
 @pytest.mark.parametrize("launcher", [["--zero", "2"], ["--strategy", "ddp", "--launcher", "torchrun"]],
                          ids=["deepspeed-pdsh", "torchrun"])
-def test_a_failing_rank_ends_the_launch_and_names_its_node(hostfile, base, launcher):
-    folder = base / f"fault-{launcher[-1]}"
+def test_a_failing_rank_ends_the_launch_and_names_its_node(hostfile, tmp_path, launcher):
+    folder = tmp_path / "fault"
     result = dsbench("launch", *launcher, "--hostfile", str(hostfile), *ONE_PER_NODE, "--env", "DSBENCH_FAULT=1:3",
                      "--run-dir", str(folder), *WORKER, cwd=ROOT, timeout=300)
     assert result.returncode != 0
@@ -133,12 +123,12 @@ def test_a_failing_rank_ends_the_launch_and_names_its_node(hostfile, base, launc
 
 
 @needs_testbed
-def test_include_and_exclude_select_slots_as_deepspeed_documents(hostfile, base):
+def test_include_and_exclude_select_slots_as_deepspeed_documents(hostfile, runs):
     """--exclude dsb-n2 leaves one node's two slots; the environment reaches every rank."""
-    run = launched("exclude", ["--zero", "2", "--hostfile", str(hostfile), "--exclude", "dsb-n2", "--env",
-                               "DSBENCH_TAG=checked"], base)
+    run, folder = launched(runs, "exclude", ["--zero", "2", "--hostfile", str(hostfile), "--exclude", "dsb-n2",
+                                             "--env", "DSBENCH_TAG=checked"])
     assert run["header"][0]["hostnames"] == ["dsb-n1", "dsb-n1"]
-    env_file = (_RUNS["exclude"] / ".deepspeed_env").read_text()
+    env_file = (folder / ".deepspeed_env").read_text()
     assert "DSBENCH_TAG=checked" in env_file and "DS_ACCELERATOR=cpu" in env_file
 
 
