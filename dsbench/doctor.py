@@ -11,11 +11,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from dsbench.envinfo import MATCHED, version_differences
 from dsbench.launchers import LOCAL_HOSTS
-
-COMPARED = ("python", "dsbench", "torch", "deepspeed", "accelerate")
-"""Versions that must match across nodes: ranks exchange pickled objects and tensors, and DeepSpeed's
-launcher and ops must agree."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,13 +26,12 @@ class Row:
 
 
 def _versions(host: str, facts: dict[str, Any], here: dict[str, Any]) -> Row:
-    ours, theirs = here["versions"], facts["versions"]
-    differ = [f"{name} {theirs.get(name)} (here {ours.get(name)})" for name in COMPARED
-              if theirs.get(name) != ours.get(name)]
+    theirs = facts["versions"]
+    differ = version_differences(here["versions"], theirs)
     if differ:
         return Row(host, "versions", "FAIL", "; ".join(differ),
                    "install the launching host's versions there (pip install -c constraints.txt -e '.[train]')")
-    return Row(host, "versions", "ok", " ".join(f"{n} {theirs.get(n)}" for n in COMPARED))
+    return Row(host, "versions", "ok", " ".join(f"{n} {theirs.get(n)}" for n in MATCHED))
 
 
 def _interface(host: str, facts: dict[str, Any], multinode: bool) -> Row:

@@ -40,6 +40,17 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+MATCHED = ("python", "dsbench", "torch", "deepspeed", "accelerate")
+"""Versions that must match across nodes: ranks exchange pickled objects and tensors, and DeepSpeed's launcher
+and ops must agree."""
+
+
+def version_differences(ours: dict[str, str | None], theirs: dict[str, str | None]) -> list[str]:
+    """``name THEIRS (here OURS)`` for each of :data:`MATCHED` that differs."""
+    return [f"{name} {theirs.get(name)} (here {ours.get(name)})" for name in MATCHED
+            if theirs.get(name) != ours.get(name)]
+
+
 def machine() -> dict[str, object]:
     """Host facts recorded in every run header."""
     return {"hostname": socket.gethostname(), "platform": platform.platform(), "cpus": os.cpu_count(),

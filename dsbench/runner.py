@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from dsbench.errors import UserError
-from dsbench.launchers import LaunchCommand, LaunchSpec
+from dsbench.launchers import LOCAL_HOSTS, LaunchCommand, LaunchSpec
 
 
 def resolve_executable(name: str) -> str:
@@ -104,13 +104,13 @@ def ssh_problems(hosts: list[str], timeout: float = 10) -> dict[str, str]:
     return {host: problem for host, problem in answers.items() if problem}
 
 
-def probe_host(host: str | None, python: str, cwd: str, port: int, timeout: float = 120) -> dict | str:
-    """``python -m dsbench.worker.probe`` here (``host`` None) or on ``host`` over ssh: its facts, or one line
-    saying why none came back (``ssh: ...`` when the host could not be reached)."""
+def probe_host(host: str | None, python: str, cwd: str, port: int | None, timeout: float = 120) -> dict | str:
+    """``python -m dsbench.worker.probe`` here (``host`` None) or on ``host`` over ssh: its facts (only the
+    versions when ``port`` is None), or one line saying why none came back (``ssh: ...``: host unreachable)."""
     import json
     import shlex
 
-    probe = [python, "-m", "dsbench.worker.probe", "--port", str(port)]
+    probe = [python, "-m", "dsbench.worker.probe", *(["--port", str(port)] if port else ["--versions"])]
     argv = probe if host is None else ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", host,
                                        f"cd {shlex.quote(cwd)} && exec {shlex.join(probe)}"]
     try:
@@ -140,6 +140,20 @@ def preflight_nodes(spec: LaunchSpec) -> None:
         host, why = next(iter(problems.items()))
         raise UserError(f"host {host} is not reachable by ssh without a password ({why}); "
                         f"`dsbench doctor --hostfile {spec.hostfile}` checks every host")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dsbench.envinfo import version_differences, versions
+
+    remote = [h for h in spec.selection() if h not in LOCAL_HOSTS]
+    with ThreadPoolExecutor(max_workers=min(32, len(remote) or 1)) as pool:
+        found = dict(zip(remote, pool.map(lambda h: probe_host(h, spec.python, spec.cwd, None), remote), strict=True))
+    for host, facts in found.items():
+        if isinstance(facts, str):
+            raise UserError(f"host {host}: {facts}; install the project at {spec.cwd} there, with {spec.python}")
+        differ = version_differences(versions(), facts["versions"])
+        if differ:
+            raise UserError(f"host {host} runs {'; '.join(differ)}: install the same versions on every node "
+                            f"(`dsbench doctor --hostfile {spec.hostfile}` lists them)")
 
 
 def preflight_slurm() -> None:

@@ -66,6 +66,8 @@ class Cell:
     precision: str = "fp32"
     launcher: str | None = None
     """Override the strategy's default launcher (deepspeed strategies can also use accelerate)."""
+    hostfile: str | None = None
+    """Run across the hosts of this hostfile (``world_size`` = their slots) instead of this machine's ranks."""
 
     @property
     def id(self) -> str:
@@ -131,7 +133,8 @@ def load_matrix_file(path: str) -> dict[str, Any]:
 def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) -> list[str]:
     """``dsbench launch`` arguments for a cell (the same command a user would type)."""
     how = STRATEGIES[cell.strategy]
-    args = ["--strategy", how.worker, "--launcher", cell.launcher or how.launcher, "--num-gpus", str(cell.world_size),
+    ranks = ["--hostfile", cell.hostfile] if cell.hostfile else ["--num-gpus", str(cell.world_size)]
+    args = ["--strategy", how.worker, "--launcher", cell.launcher or how.launcher, *ranks,
             "--micro-batch", str(cell.micro_batch), "--model", cell.model, "--run-dir", str(run_dir), *how.flags]
     if how.model_parallel > 1:
         args += ["--grad-accum", str(how.model_parallel)]

@@ -13,7 +13,7 @@ def _label(row: dict[str, Any]) -> str:
     return f"{row['strategy']} x{row['world_size']}" + (f"\n{row['model']}" if row.get("_many_models") else "")
 
 
-def _figure(width: float = 9.0, height: float = 4.5) -> tuple[Any, Any]:
+def figure(width: float = 9.0, height: float = 4.5) -> tuple[Any, Any]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -22,7 +22,7 @@ def _figure(width: float = 9.0, height: float = 4.5) -> tuple[Any, Any]:
     return plt.subplots(figsize=(width, height), dpi=110)
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, bbox_inches="tight")
     import matplotlib.pyplot as plt
@@ -34,7 +34,7 @@ def _save(fig: Any, path: Path) -> Path:
 def throughput(rows: list[dict[str, Any]], path: Path) -> Path:
     """Bars: wall-clock tokens/s (the throughput figure); markers: the timed region's median, p10-p90."""
     ok = [r for r in rows if r.get("timed_tokens_per_s") is not None]
-    fig, ax = _figure()
+    fig, ax = figure()
     labels = [_label(r) for r in ok]
     ax.bar(labels, [r.get("tokens_per_s") or 0 for r in ok], color="#4c72b0",
            label="wall clock over the measured window")
@@ -46,12 +46,12 @@ def throughput(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_title("Throughput per strategy")
     ax.legend(fontsize=8)
     ax.tick_params(axis="x", rotation=30)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def memory(rows: list[dict[str, Any]], path: Path) -> Path:
     ok = [r for r in rows if r.get("model_states")]
-    _figure(1, 1)  # selects the Agg backend
+    figure(1, 1)  # selects the Agg backend
     import matplotlib.pyplot as plt
 
     plt.close("all")
@@ -72,11 +72,11 @@ def memory(rows: list[dict[str, Any]], path: Path) -> Path:
     right.set_title("Peak memory per rank")
     for ax in (left, right):
         ax.tick_params(axis="x", rotation=30)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def scaling(rows: list[dict[str, Any]], path: Path) -> Path:
-    fig, ax = _figure()
+    fig, ax = figure()
     series: dict[str, list[tuple[int, float]]] = {}
     for row in rows:
         if row.get("scaling_efficiency") is not None:
@@ -90,11 +90,11 @@ def scaling(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_title("Scaling efficiency vs world size")
     if series:
         ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def losses(rows: list[dict[str, Any]], path: Path) -> Path:
-    fig, ax = _figure()
+    fig, ax = figure()
     for row in rows:
         run = next((r for r in row["runs"] if r["status"] == "ok" and r["losses"]), None)
         if run:
@@ -103,18 +103,18 @@ def losses(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_ylabel("training loss (mean over the global batch)")
     ax.set_title("Loss curves (same data order and seed)")
     ax.legend(fontsize=7, ncol=2)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def step_times(rows: list[dict[str, Any]], path: Path) -> Path:
     ok = [r for r in rows if r["status"] == "ok"]
-    fig, ax = _figure()
+    fig, ax = figure()
     data = [[t * 1e3 for run in r["runs"] for t in run["step_times"]] for r in ok]
     ax.boxplot(data, tick_labels=[_label(r) for r in ok])
     ax.set_ylabel("timed-region step time, ms (measured steps, all repeats)")
     ax.set_title("Step time distribution")
     ax.tick_params(axis="x", rotation=30)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def all_plots(rows: list[dict[str, Any]], folder: Path) -> dict[str, Path]:

@@ -83,8 +83,9 @@ def facts(port: int | None) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dsbench.worker.probe")
     parser.add_argument("--port", type=int, default=None, help="check that this rendezvous port is free")
+    parser.add_argument("--versions", action="store_true", help="only the versions (quick: no torch import)")
     args = parser.parse_args(argv)
-    print(json.dumps(facts(args.port)))
+    print(json.dumps({"versions": versions()} if args.versions else facts(args.port)))
 
 
 if __name__ == "__main__":

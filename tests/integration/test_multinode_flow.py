@@ -56,3 +56,90 @@ def test_the_issue_flow_as_typed(tmp_path):
     assert down.returncode == 0, down.stderr
     assert_nothing_left()
     assert dsbench("testbed", "down", cwd=tmp_path).returncode == 2  # nothing to take down
+
+
+TRANSFER = """
+import socket, sys, time
+mode, addr, nbytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if mode == "serve":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((addr, 5199)); s.listen(1)
+    print("ready", flush=True)
+    c, _ = s.accept(); got = 0
+    while got < nbytes:
+        got += len(c.recv(1 << 16))
+    c.sendall(b"k")
+else:
+    c = socket.create_connection((addr, 5199)); t = time.perf_counter(); c.sendall(bytes(nbytes)); c.recv(1)
+    print(time.perf_counter() - t)
+"""
+
+
+def _transfer_seconds(sender: str, receiver: str, address: str, nbytes: int) -> float:
+    """Seconds to send ``nbytes`` over TCP from node ``sender`` to ``address`` on node ``receiver``."""
+    import subprocess
+    import sys
+
+    server = subprocess.Popen(["ip", "netns", "exec", receiver, sys.executable, "-c", TRANSFER, "serve", address,
+                               str(nbytes)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        sent = subprocess.run(["ip", "netns", "exec", sender, sys.executable, "-c", TRANSFER, "send", address,
+                               str(nbytes)], capture_output=True, text=True, timeout=60, check=True)
+        return float(sent.stdout)
+    finally:
+        server.wait(timeout=30)
+
+
+@needs_testbed
+def test_bandwidth_shapes_both_directions(tmp_path):
+    """--bandwidth 20mbit: 2.5 MB take at least the 1.0 s the rate allows, each way (a lower bound: a shaped link
+    cannot be faster); unshaped, the same transfer is far quicker."""
+    up = dsbench("testbed", "up", "--nodes", "2", "--bandwidth", "20mbit", cwd=tmp_path, timeout=120)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "links: 20mbit" in dsbench("testbed", "status", cwd=tmp_path).stdout
+        nbytes = 2_500_000
+        expected = nbytes * 8 / 20e6
+        forth = _transfer_seconds("dsb-n1", "dsb-n2", "10.213.0.2", nbytes)
+        back = _transfer_seconds("dsb-n2", "dsb-n1", "10.213.0.1", nbytes)
+        assert 0.9 * expected < forth < 3 * expected and 0.9 * expected < back < 3 * expected, (forth, back)
+    finally:
+        dsbench("testbed", "down", cwd=tmp_path, timeout=120)
+    assert dsbench("testbed", "up", "--nodes", "2", cwd=tmp_path, timeout=120).returncode == 0
+    try:
+        assert _transfer_seconds("dsb-n1", "dsb-n2", "10.213.0.2", 2_500_000) < 0.3 * expected
+    finally:
+        assert dsbench("testbed", "down", cwd=tmp_path, timeout=120).returncode == 0
+    assert_nothing_left()
+
+
+@needs_testbed
+def test_latency_needs_netem_and_says_so(tmp_path):
+    """This machine's kernel has tbf but not netem: --latency fails in one line naming the qdisc, and leaves
+    nothing; where netem exists the test bed comes up with the delay."""
+    up = dsbench("testbed", "up", "--nodes", "2", "--latency", "5", cwd=tmp_path, timeout=120)
+    if up.returncode == 0:
+        assert "5 ms" in up.stdout
+        assert dsbench("testbed", "down", cwd=tmp_path, timeout=120).returncode == 0
+    else:
+        assert up.returncode == 2 and "--latency needs tc's netem qdisc" in up.stderr, up.stderr
+        assert len(up.stderr.strip().splitlines()) == 1
+    assert_nothing_left()
+
+
+@needs_testbed
+def test_whatif_measures_a_slow_link_beside_the_planner(tmp_path):
+    """Two strategies on 2 nodes, unshaped and at 20 Mbit/s: the slow link costs each at least half the
+    planner's communication time per step (the bytes cannot cross faster than the rate; overlap with compute
+    can hide a little), and the test bed is gone afterwards."""
+    out = tmp_path / "whatif"
+    result = dsbench("whatif", "--links", "unshaped,20mbit", "--strategies", "ddp,zero2", "--steps", "4",
+                     "--warmup", "1", "--out", str(out), "--quiet", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = {(r["link"], r["strategy"]): r for r in json.loads((out / "whatif.json").read_text())["rows"]}
+    for strategy in ("ddp", "zero2"):
+        slow, fast = rows["20mbit", strategy], rows["unshaped", strategy]
+        assert slow["tokens_per_s"] < fast["tokens_per_s"]
+        assert 0.5 * slow["predicted_comm_s"] < slow["extra_step_s"] < 5 * slow["predicted_comm_s"], slow
+    assert (out / "whatif.png").stat().st_size > 0 and "| 20mbit | ddp |" in (out / "whatif.md").read_text()
+    assert_nothing_left()

@@ -74,3 +74,24 @@ def test_probe_facts_have_what_judge_reads():
     rows = judge({"localhost": facts}, facts, {"localhost": 2}, master="localhost", port=29500,
                  pdsh_needed=False, pdsh_found=False)
     assert {r.check for r in rows} >= {"versions", "interface", "gpus", "jit ops"}
+
+
+def test_launch_refuses_a_node_with_other_versions(monkeypatch):
+    """preflight_nodes: after ssh, each remote node's versions (probe --versions) must equal this host's."""
+    from dsbench import runner
+    from dsbench.envinfo import versions
+    from dsbench.errors import UserError
+    from dsbench.hostfile import parse_hostfile
+    from dsbench.launchers import LaunchSpec
+
+    spec = LaunchSpec(launcher="deepspeed", hostfile="hf", hosts=tuple(parse_hostfile(["n1 slots=1", "n2 slots=1"])),
+                      python="/venv/bin/python", cwd="/work")
+    other = {**versions(), "torch": "2.12.0"}
+    monkeypatch.setattr(runner.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(runner, "ssh_problems", lambda hosts: {})
+    monkeypatch.setattr(runner, "probe_host", lambda host, *a: {"versions": other if host == "n2" else versions()})
+    with pytest.raises(UserError, match=r"host n2 runs torch 2\.12\.0 \(here .*\): install the same versions"):
+        runner.preflight_nodes(spec)
+    monkeypatch.setattr(runner, "probe_host", lambda host, *a: "python -m dsbench.worker.probe failed: No module")
+    with pytest.raises(UserError, match="host n1: python -m dsbench.worker.probe failed"):
+        runner.preflight_nodes(spec)

@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "testbed": CORE | {"runner"},
     "doctor": CORE | {"launchers", "runner"},
     "launch": CORE | {"configs", "launchers"},
-    "bench": CORE | {"configs", "launchers", "runner", "report", "plan", "launch"},
+    "bench": CORE | {"configs", "launchers", "runner", "report", "plan", "launch", "testbed"},
     "worker": CORE | {"configs"},
     "train": CORE | {"worker"},
     "cli": CORE | {"configs", "launchers", "report", "plan", "runner", "launch", "bench", "testbed",

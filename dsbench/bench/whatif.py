@@ -1,0 +1,171 @@
+"""``dsbench whatif``: the same strategies across test-bed nodes at several link rates, measured, beside the
+planner's communication time for each link (../shared/seeds/003's network study, on real links).
+
+For each link: `dsbench testbed up` shaped to that rate (tc tbf both ways), one compare cell per strategy
+launched across the nodes with the test bed's hostfile, `testbed down` (also on failure). The result per
+strategy and link: wall-clock tokens/s and seconds per step, the extra seconds per step over the unshaped
+link, the rank among strategies on that link, and `dsbench plan`'s ring-model communication seconds per step
+at that rate (dsbench/plan/comm.py). Written as whatif.json, whatif.md, whatif.csv and whatif.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dsbench.bench.compare import prepare_out, run_matrix
+from dsbench.bench.matrix import STRATEGIES, Cell
+from dsbench.errors import UserError
+from dsbench.io import atomic_write_json, atomic_write_text
+
+UNSHAPED = "unshaped"
+WHATIF_STRATEGIES = ("ddp", "zero2", "zero3", "fsdp", "pipe2")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    link: str
+    strategy: str
+    status: str
+    tokens_per_s: float | None
+    step_s: float | None
+    """Wall-clock seconds per measured step (window / steps)."""
+    extra_step_s: float | None
+    """Seconds per step above the same strategy on the unshaped link."""
+    rank: int | None
+    """1 = fastest strategy on this link."""
+    predicted_comm_s: float | None
+    """The planner's communication seconds per step at this link's rate (None for the unshaped link)."""
+
+
+def check_links(links: list[str]) -> list[str]:
+    """Links in order, the unshaped baseline first; each a tc rate or ``unshaped``."""
+    from dsbench.testbed.layout import rate_bits
+
+    for link in links:
+        if link != UNSHAPED:
+            rate_bits(link, "--links")  # a one-line error for a bad rate
+    return [UNSHAPED, *[link for link in links if link != UNSHAPED]]
+
+
+def predicted_comm_s(strategy: str, model: str, world: int, micro: int, seq: int, link: str) -> float | None:
+    """Communication seconds per optimizer step by the planner's ring model (fp32 params and grads, no latency:
+    the test bed's links add none)."""
+    from dsbench.models import resolve_model
+    from dsbench.plan.comm import data_parallel_comm, pipeline_comm
+    from dsbench.plan.hardware import Link
+    from dsbench.testbed.layout import rate_bits
+
+    if link == UNSHAPED:
+        return None
+    shape = resolve_model(model)
+    wire = Link(link, rate_bits(link) / 8 / 1e9, 0.0, "test bed link")
+    how = STRATEGIES[strategy]
+    if how.model_parallel > 1:  # pipe2: activations between the stages, one data-parallel replica
+        parts = pipeline_comm(seq, micro, shape.hidden, how.model_parallel, wire, 4, how.model_parallel)
+    else:
+        name = {"fsdp": "zero3"}.get(strategy, strategy)
+        parts = data_parallel_comm(name, shape.num_params(), world, wire, 4, 4)
+    return sum(part.seconds for part in parts)
+
+
+def rows_from(results: dict[str, dict[str, tuple[str, dict[str, Any] | None]]], model: str, world: int,
+              micro: int, seq: int) -> list[Row]:
+    """``results``: link -> strategy -> (status, summary.json or None) -> table rows (pure)."""
+    def step_s(summary: dict[str, Any] | None) -> float | None:
+        if not summary:
+            return None
+        window = summary["throughput"]
+        return window["window_s"] / window["steps"]
+
+    base = {s: step_s(summary) for s, (_, summary) in results.get(UNSHAPED, {}).items()}
+    rows = []
+    for link, by_strategy in results.items():
+        speeds = {s: (summary or {}).get("throughput", {}).get("tokens_per_s") for s, (_, summary) in
+                  by_strategy.items()}
+        order = sorted((s for s, v in speeds.items() if v), key=lambda s: -speeds[s])
+        for strategy, (status, summary) in by_strategy.items():
+            step, ref = step_s(summary), base.get(strategy)
+            rows.append(Row(link=link, strategy=strategy, status=status, tokens_per_s=speeds[strategy],
+                            step_s=step, extra_step_s=None if step is None or ref is None or link == UNSHAPED
+                            else step - ref, rank=order.index(strategy) + 1 if strategy in order else None,
+                            predicted_comm_s=predicted_comm_s(strategy, model, world, micro, seq, link)))
+    return rows
+
+
+def markdown(rows: list[Row]) -> str:
+    def fmt(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    lines = ["| link | strategy | tokens/s | s/step | extra s/step vs unshaped | planner comm s/step | rank |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.link} | {r.strategy} | {fmt(r.tokens_per_s, ',.0f')} | {fmt(r.step_s, '.3f')} | "
+              f"{fmt(r.extra_step_s, '.3f')} | {fmt(r.predicted_comm_s, '.3f')} | {r.rank or r.status} |"
+              for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[Row], links: list[str], path: Path) -> Path:
+    from dsbench.report.plots import figure, save_figure
+
+    fig, ax = figure()
+    for strategy in dict.fromkeys(r.strategy for r in rows):
+        speed = {r.link: r.tokens_per_s for r in rows if r.strategy == strategy}
+        ax.plot(links, [speed.get(link) or float("nan") for link in links], marker="o", label=strategy)
+    ax.set_xlabel("link rate between the nodes (tc tbf, both ways)")
+    ax.set_ylabel("tokens/s (wall clock)")
+    ax.set_yscale("log")
+    ax.set_title("Throughput by link rate")
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def write(rows: list[Row], links: list[str], out: Path) -> dict[str, Path]:
+    files = {"json": out / "whatif.json", "markdown": out / "whatif.md", "csv": out / "whatif.csv",
+             "plot": out / "whatif.png"}
+    atomic_write_json(files["json"], {"rows": [asdict(r) for r in rows]})
+    atomic_write_text(files["markdown"], markdown(rows))
+    with open(files["csv"], "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(Row.__dataclass_fields__))
+        writer.writeheader()
+        writer.writerows(asdict(r) for r in rows)
+    plot(rows, links, files["plot"])
+    return files
+
+
+def whatif_main(links: list[str], strategies: list[str], nodes: int, slots: int, model: str, micro: int,
+                steps: int, warmup: int, seq_len: int, out: Path, timeout: float, reporter: Any) -> list[Row]:
+    """Bring a shaped test bed up per link, run the strategies across it, take it down; then the table."""
+    from dsbench.testbed.layout import Testbed
+    from dsbench.testbed.manage import down, testbed_dir, up
+
+    links = check_links(links)
+    unknown = [s for s in strategies if s not in STRATEGIES or s in ("single", "zero3_nvme")]
+    if unknown:
+        raise UserError(f"--strategies {unknown[0]!r}: choose among {', '.join(WHATIF_STRATEGIES)} and the other "
+                        "compare strategies that run on several ranks")
+    prepare_out(out, {"links": links, "strategies": strategies, "nodes": nodes, "slots": slots, "model": model,
+                      "micro_batch": micro, "steps": steps, "warmup": warmup, "seq_len": seq_len}, resume=False)
+    results: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {}
+    for link in links:
+        bed = up(Testbed(nodes=nodes, slots=slots, bandwidth=None if link == UNSHAPED else link,
+                         root=testbed_dir()))
+        try:
+            cells = [Cell(strategy=s, world_size=nodes * slots, micro_batch=micro, model=model, steps=steps,
+                          warmup=warmup, seq_len=seq_len, hostfile=str(bed.hostfile)) for s in strategies]
+            done = run_matrix(cells, out / link, resume=False, retry_failed=False, timeout=timeout, nvme_path=None,
+                              reporter=reporter)
+        finally:
+            down(quiet=True)
+        results[link] = {r.cell.strategy: (r.status, _summary(r.folder)) for r in done}
+    return rows_from(results, model, nodes * slots, micro, seq_len)
+
+
+def _summary(folder: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((folder / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None

@@ -1,0 +1,42 @@
+"""dsbench whatif's pure parts: the link list, the planner's time per link, the table from summaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsbench.bench.whatif import UNSHAPED, check_links, markdown, predicted_comm_s, rows_from
+from dsbench.errors import UserError
+from dsbench.models import resolve_model
+
+
+def test_links_start_with_the_unshaped_baseline_and_bad_rates_are_refused():
+    assert check_links(["100mbit", "unshaped", "1gbit"]) == ["unshaped", "100mbit", "1gbit"]
+    with pytest.raises(UserError, match="--links 'fast': give a tc rate"):
+        check_links(["fast"])
+
+
+def test_planner_time_is_the_ring_all_reduce_at_the_link_rate():
+    """DDP on 2 ranks: a ring all-reduce sends 2 x B x (N-1)/N = B bytes per rank (seeds/001), B = 4 bytes per
+    fp32 gradient; at 20 Mbit/s that is B x 8 / 20e6 seconds."""
+    params = resolve_model("gpt2-tiny").num_params()
+    assert predicted_comm_s("ddp", "gpt2-tiny", 2, 2, 128, "20mbit") == pytest.approx(4 * params * 8 / 20e6)
+    # ZeRO-2 moves the same volume (reduce-scatter + all-gather); ZeRO-3/FSDP 1.5x (the ZeRO paper, sec. 7:
+    # 3 psi against data parallelism's 2 psi: parameters gathered in the forward and again in the backward)
+    assert predicted_comm_s("zero2", "gpt2-tiny", 2, 2, 128, "20mbit") == pytest.approx(4 * params * 8 / 20e6)
+    assert predicted_comm_s("fsdp", "gpt2-tiny", 2, 2, 128, "20mbit") == pytest.approx(1.5 * 4 * params * 8 / 20e6)
+    assert predicted_comm_s("ddp", "gpt2-tiny", 2, 2, 128, UNSHAPED) is None
+
+
+def _summary(tokens_per_s, window_s, steps=10):
+    return {"throughput": {"tokens_per_s": tokens_per_s, "window_s": window_s, "steps": steps}}
+
+
+def test_rows_rank_strategies_per_link_and_subtract_the_unshaped_step():
+    results = {UNSHAPED: {"ddp": ("ok", _summary(8000, 1.0)), "zero2": ("ok", _summary(5000, 1.6))},
+               "20mbit": {"ddp": ("ok", _summary(500, 8.0)), "zero2": ("failed", None)}}
+    rows = {(r.link, r.strategy): r for r in rows_from(results, "gpt2-tiny", 2, 2, 128)}
+    assert rows[UNSHAPED, "ddp"].rank == 1 and rows[UNSHAPED, "zero2"].rank == 2
+    assert rows["20mbit", "ddp"].extra_step_s == pytest.approx(0.8 - 0.1)
+    assert rows["20mbit", "zero2"].rank is None and rows["20mbit", "zero2"].step_s is None
+    table = markdown(list(rows.values()))
+    assert "| 20mbit | zero2 | - | - | - |" in table and table.count("\n") == 6
