@@ -64,14 +64,16 @@ def inherited_env(environ: Mapping[str, str], python: str) -> tuple[tuple[str, s
       ops with the first ``ninja`` on PATH, and a system ninja of another version (Debian's 1.11 beside the
       venv's 1.13) hashes build commands differently, so each sees the other's build as changed and rebuilds
       it: a minute of compiling per op on every launch (seen here);
-    - ``TORCH_EXTENSIONS_DIR`` when set: where those ops are cached.
+    - when set: ``TORCH_EXTENSIONS_DIR`` (where those ops are cached), ``PYTHONPATH``, and the interface
+      gloo/NCCL should use (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``).
     """
     bin_dir = os.path.dirname(python)
     rest = [part for part in environ.get("PATH", "").split(os.pathsep) if part and part != bin_dir]
     pairs = [("PATH", os.pathsep.join([bin_dir, *rest]))]
-    if environ.get("TORCH_EXTENSIONS_DIR"):
-        pairs.append(("TORCH_EXTENSIONS_DIR", environ["TORCH_EXTENSIONS_DIR"]))
-    return tuple(pairs)
+    return tuple(pairs + [(name, environ[name]) for name in INHERITED if environ.get(name)])
+
+
+INHERITED = ("TORCH_EXTENSIONS_DIR", "PYTHONPATH", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
 @dataclass(frozen=True, slots=True)

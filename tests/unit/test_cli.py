@@ -189,3 +189,6 @@ def test_remote_ranks_get_this_pythons_bin_folder_first_on_path():
     assert env == {"PATH": "/venv/bin:/usr/bin:/bin"}
     assert dict(inherited_env({"TORCH_EXTENSIONS_DIR": "/x"}, "/v/bin/python")) == {"PATH": "/v/bin",
                                                                                    "TORCH_EXTENSIONS_DIR": "/x"}
+    given = {"PYTHONPATH": "/src", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "ib0", "HOME": "/root"}
+    assert dict(inherited_env(given, "/v/bin/python")) == {"PATH": "/v/bin", "PYTHONPATH": "/src",
+                                                          "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "ib0"}
