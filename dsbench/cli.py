@@ -439,7 +439,8 @@ def testbed_status() -> None:
 @cli.command()
 @click.option("--hostfile", type=click.Path(dir_okay=False), help="Check every host of this DeepSpeed hostfile "
               "(default: this host only).")
-@click.option("--master-port", type=int, default=29500, show_default=True, help="Rendezvous port to check.")
+@click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True,
+              help="Rendezvous port to check.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 def doctor(hostfile: str | None, master_port: int, as_json: bool) -> None:
     """Check that a launch on these hosts would work: ssh, pdsh, versions, port, interface, GPUs vs slots, JIT

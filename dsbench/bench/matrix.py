@@ -78,13 +78,15 @@ class Cell:
         return asdict(self)
 
 
-def _check(strategies: list[str], world_sizes: list[int], micro_batches: list[int], repeats: int,
+def check_matrix(strategies: list[str], world_sizes: list[int], micro_batches: list[int], repeats: int,
            steps: int, warmup: int) -> None:
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}")
     if any(w < 1 for w in world_sizes) or any(m < 1 for m in micro_batches) or repeats < 1:
         raise UserError("--world-sizes, --micro-batches and --repeats must be >= 1")
+    if steps < 1:
+        raise UserError(f"--steps must be >= 1, got {steps}")
     if not 0 <= warmup < steps:
         raise UserError(f"--warmup must be in 0..{steps - 1}")
 
@@ -93,7 +95,7 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
            repeats: int = 1, steps: int = 20, warmup: int = 5, seq_len: int = 128,
            precision: str = "fp32") -> list[Cell]:
     """All cells, in run order. ``single`` only runs at world size 1 (and always there, as the baseline)."""
-    _check(strategies, world_sizes, micro_batches, repeats, steps, warmup)
+    check_matrix(strategies, world_sizes, micro_batches, repeats, steps, warmup)
     cells = []
     for model, micro, strategy, world, repeat in itertools.product(models, micro_batches, strategies,
                                                                      sorted(set(world_sizes)), range(repeats)):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.bench.compare import prepare_out, run_matrix
-from dsbench.bench.matrix import STRATEGIES, Cell
+from dsbench.bench.matrix import STRATEGIES, Cell, check_matrix
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json, atomic_write_text
 
@@ -147,6 +147,8 @@ def whatif_main(links: list[str], strategies: list[str], nodes: int, slots: int,
     if unknown:
         raise UserError(f"--strategies {unknown[0]!r}: choose among {', '.join(WHATIF_STRATEGIES)} and the other "
                         "compare strategies that run on several ranks")
+    Testbed(nodes=nodes, slots=slots, root=testbed_dir())  # --nodes/--slots checked before anything is written
+    check_matrix(strategies, [nodes * slots], [micro], 1, steps, warmup)
     prepare_out(out, {"links": links, "strategies": strategies, "nodes": nodes, "slots": slots, "model": model,
                       "micro_batch": micro, "steps": steps, "warmup": warmup, "seq_len": seq_len}, resume=False)
     results: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {}
