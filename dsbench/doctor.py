@@ -106,17 +106,14 @@ def failed(rows: list[Row]) -> bool:
 
 def diagnose(hostfile: str | None, python: str, cwd: str, port: int, default_slots: int) -> list[Row]:
     """Probe this host and every host of ``hostfile`` (in parallel), then judge."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from dsbench.hostfile import read_hostfile
-    from dsbench.runner import probe_host
+    from dsbench.runner import probe_host, probe_hosts
 
     slots = {h.name: h.slots for h in read_hostfile(hostfile)} if hostfile else {"localhost": default_slots}
     here = probe_host(None, python, cwd, port)
     if isinstance(here, str):
         return [Row("(this host)", "probe", "FAIL", here, "reinstall dsbench in this environment (make venv)")]
-    with ThreadPoolExecutor(max_workers=min(32, len(slots))) as pool:
-        answers = list(pool.map(lambda h: here if h in LOCAL_HOSTS else probe_host(h, python, cwd, port), slots))
-    remote = any(h not in LOCAL_HOSTS for h in slots)
-    return judge(dict(zip(slots, answers, strict=True)), here, slots, master=next(iter(slots)), port=port,
-                 pdsh_needed=remote, pdsh_found=shutil.which("pdsh") is not None)
+    remote = probe_hosts([h for h in slots if h not in LOCAL_HOSTS], python, cwd, port)
+    facts = {h: remote.get(h, here) for h in slots}
+    return judge(facts, here, slots, master=next(iter(slots)), port=port, pdsh_needed=bool(remote),
+                 pdsh_found=shutil.which("pdsh") is not None)

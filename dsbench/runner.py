@@ -128,6 +128,14 @@ def probe_host(host: str | None, python: str, cwd: str, port: int | None, timeou
         return f"{shlex.join(probe)} printed no facts"
 
 
+def probe_hosts(hosts: list[str], python: str, cwd: str, port: int | None) -> dict[str, dict | str]:
+    """:func:`probe_host` on every host in parallel (host -> facts, or why none came back)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(32, len(hosts) or 1)) as pool:
+        return dict(zip(hosts, pool.map(lambda h: probe_host(h, python, cwd, port), hosts), strict=True))
+
+
 def preflight_nodes(spec: LaunchSpec) -> None:
     """Before a multi-node launch: the tools it needs, and every node reachable by ssh without a password."""
     if spec.launcher == "deepspeed" and spec.launcher_backend == "pdsh" and shutil.which("pdsh") is None:
@@ -140,14 +148,10 @@ def preflight_nodes(spec: LaunchSpec) -> None:
         host, why = next(iter(problems.items()))
         raise UserError(f"host {host} is not reachable by ssh without a password ({why}); "
                         f"`dsbench doctor --hostfile {spec.hostfile}` checks every host")
-    from concurrent.futures import ThreadPoolExecutor
-
     from dsbench.envinfo import version_differences, versions
 
     remote = [h for h in spec.selection() if h not in LOCAL_HOSTS]
-    with ThreadPoolExecutor(max_workers=min(32, len(remote) or 1)) as pool:
-        found = dict(zip(remote, pool.map(lambda h: probe_host(h, spec.python, spec.cwd, None), remote), strict=True))
-    for host, facts in found.items():
+    for host, facts in probe_hosts(remote, spec.python, spec.cwd, None).items():
         if isinstance(facts, str):
             raise UserError(f"host {host}: {facts}; install the project at {spec.cwd} there, with {spec.python}")
         differ = version_differences(versions(), facts["versions"])
