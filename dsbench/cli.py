@@ -259,7 +259,7 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
                         num_nodes=num_nodes, num_gpus=per_node or num_gpus or default_ranks(),
                         master_addr=master_addr, slurm=job,
                         master_port=port, run_dir=folder, cpu=local_gpu_count() == 0, python=sys.executable,
-                        cwd=os.getcwd(), launcher_backend=launcher_backend,
+                        cwd=os.getcwd(), launcher_backend=launcher_backend, as_root=os.geteuid() == 0,
                         script_args=worker_args(folder, model, flags, script_args, strategy),
                         extra_env=parse_env(env_pairs),
                         inherited_env=inherited_env(os.environ, sys.executable))

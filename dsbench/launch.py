@@ -52,6 +52,8 @@ class LaunchRequest:
     """This launch's folder (other nodes cd to it)."""
     slurm: SlurmJob | None = None
     """The job for ``--launcher slurm``."""
+    as_root: bool = False
+    """Launched by root (Open MPI's mpirun needs an explicit opt-in then)."""
     inherited_env: tuple[tuple[str, str], ...] = ()
     """Variables of the launching shell that remote ranks need too (:func:`inherited_env`); local ranks inherit
     them anyway."""
@@ -147,7 +149,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
                       cpu=req.cpu, script_args=req.script_args, extra_env=req.extra_env,
                       accelerate_config=str(req.run_dir / "accelerate_config.yaml"),
                       launch_script=str(req.run_dir / "launch_nodes.sh"), python=req.python, cwd=req.cwd,
-                      launcher_backend=req.launcher_backend, slurm=req.slurm,
+                      launcher_backend=req.launcher_backend, slurm=req.slurm, as_root=req.as_root,
                       mixed_precision=_ACCELERATE_PRECISION.get(req.render_flags.get("precision") or "fp32", "no"),
                       deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
     if base.multinode() and inherited:

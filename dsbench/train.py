@@ -13,6 +13,7 @@ On a machine without GPUs set ``DS_ACCELERATOR=cpu`` (dsbench launch does): rank
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import traceback
 
@@ -28,7 +29,8 @@ def parse_args(argv: list[str] | None = None) -> TrainSpec:
 def main(argv: list[str] | None = None) -> int:
     from dsbench.worker.dist import env_rank  # stdlib only: every launcher's name for the rank (SLURM, Open MPI)
 
-    rank = env_rank()[0]
+    # the host is named so that a failure is traceable under launchers that do not prefix output with it (mpirun)
+    where = f"[rank {env_rank()[0]} on {socket.gethostname()}]"
     try:
         from dsbench.worker.run import run
 
@@ -36,11 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse's --help/--version: printed, exit 0
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     except UserError as exc:
-        print(f"[rank {rank}] dsbench.train: error: {exc}", file=sys.stderr, flush=True)
+        print(f"{where} dsbench.train: error: {exc}", file=sys.stderr, flush=True)
         code = 2
     except BaseException as exc:  # a failing rank must end the job, not hang the others
         traceback.print_exc()
-        print(f"[rank {rank}] dsbench.train: error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        print(f"{where} dsbench.train: error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()

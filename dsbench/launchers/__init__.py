@@ -98,6 +98,8 @@ class LaunchSpec:
     """Where the per-node ssh script is written when torchrun/accelerate span several nodes."""
     slurm: SlurmJob | None = None
     """The job to submit (``--launcher slurm``): ``slurm.nodes`` x ``nproc_per_node`` ranks."""
+    as_root: bool = False
+    """The launching user is root: Open MPI's mpirun refuses to start then unless told it may."""
 
     def __post_init__(self) -> None:
         if self.nproc_per_node < 1:
@@ -110,6 +112,10 @@ class LaunchSpec:
             raise UserError("--include/--exclude need --hostfile")
         if self.launcher_backend not in BACKENDS:
             raise UserError(f"--launcher-backend must be one of {', '.join(BACKENDS)}, got {self.launcher_backend!r}")
+        if self.launcher_backend == "openmpi" and (self.include or self.exclude or self.num_nodes):
+            # DeepSpeed's OpenMPIRunner.validate_args raises ValueError for these: mpirun runs every slot
+            raise UserError("--launcher-backend openmpi runs every slot of the hostfile (DeepSpeed's openmpi runner "
+                            "has no --include/--exclude/--num-nodes): write a hostfile of the slots to use")
         if self.num_nodes is not None and self.hosts and self.num_nodes > len(self.hosts):
             raise UserError(f"--num-nodes {self.num_nodes} exceeds the {len(self.hosts)} hosts in {self.hostfile}")
 

@@ -63,6 +63,16 @@ def build(spec: LaunchSpec) -> LaunchCommand:
     # DeepSpeed runs a selection of one host here, whatever its name (runner.py: multi_node_exec =
     # force_multi or len(active_resources) > 1): --force_multi sends it to that host.
     force = ["--force_multi"] if len(spec.selection()) == 1 else []
+    remote, launcher_env = env, {}
+    if spec.launcher_backend == "openmpi":
+        # mpirun starts the worker itself, not deepspeed.launcher.launch, so nothing sets the rendezvous
+        # address (DeepSpeed would ask mpi4py; the worker maps OMPI_COMM_WORLD_* to RANK/WORLD_SIZE):
+        # it goes to every rank as an -x export from the env file (runner.py reads DS_ENV_FILE).
+        remote = {**env, "MASTER_ADDR": spec.first_host(), "MASTER_PORT": str(spec.master_port)}
+        if spec.as_root:
+            # Open MPI's documented opt-in for root (mpirun's "attempt to run as root" message); read by
+            # mpirun only, never exported to the ranks (DeepSpeed exports PYTHON*/MLFLOW*/MV2*/UCX* and the file)
+            launcher_env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     return LaunchCommand(argv=["deepspeed", *options, *backend, *force, *tail],
-                         env={**env, "DS_ENV_FILE": spec.deepspeed_env_file},
-                         files={spec.deepspeed_env_file: format_deepspeed_env(env)})
+                         env={**env, **launcher_env, "DS_ENV_FILE": spec.deepspeed_env_file},
+                         files={spec.deepspeed_env_file: format_deepspeed_env(remote)})

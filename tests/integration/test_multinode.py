@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.dist, pytest.mark.multinode]
 def _why_not() -> str | None:
     if os.geteuid() != 0:
         return "needs root (network namespaces)"
-    for tool in ("ip", "/usr/sbin/sshd", "pdsh", "ssh"):
+    for tool in ("ip", "/usr/sbin/sshd", "pdsh", "ssh", "mpirun"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (scripts/ensure_system_deps.sh installs it as root)"
     if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
@@ -92,6 +92,8 @@ MULTI = {  # name -> (multi-node launch args, single-node reference (a session r
     "zero3_2x1": ([*ZERO3, *ONE_PER_NODE], ("zero3", ZERO3), ["dsb-n1", "dsb-n2"]),
     "zero2_2x2": (ZERO2, ("zero2_w4", [*ZERO2, "--num-gpus", "4"]), ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
     "zero3_ssh_2x1": ([*ZERO3, "--launcher-backend", "ssh", *ONE_PER_NODE], ("zero3", ZERO3), ["dsb-n1", "dsb-n2"]),
+    "zero2_openmpi_2x2": ([*ZERO2, "--launcher-backend", "openmpi"], ("zero2_w4", [*ZERO2, "--num-gpus", "4"]),
+                          ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
     "torchrun_ddp_2x1": ([*DDP, *ONE_PER_NODE], ("ddp", DDP), ["dsb-n1", "dsb-n2"]),
     "accelerate_zero2_2x1": (["--launcher", "accelerate", *ZERO2, *ONE_PER_NODE], ("zero2", ZERO2),
                              ["dsb-n1", "dsb-n2"]),
@@ -111,15 +113,21 @@ def test_two_nodes_train_like_one(hostfile, runs, name):
     assert worst < 1e-4, (name, worst)
 
 
+FAULTS = {  # launch args -> the rank to fail (on dsb-n2 in each layout)
+    "deepspeed-pdsh": (["--zero", "2", *ONE_PER_NODE], 1),
+    "deepspeed-openmpi": (["--zero", "2", "--launcher-backend", "openmpi"], 2),  # every slot: ranks 2, 3 on dsb-n2
+    "torchrun": (["--strategy", "ddp", "--launcher", "torchrun", *ONE_PER_NODE], 1),
+}
+
+
 @needs_testbed
-@pytest.mark.parametrize("launcher", [["--zero", "2"], ["--strategy", "ddp", "--launcher", "torchrun"]],
-                         ids=["deepspeed-pdsh", "torchrun"])
-def test_a_failing_rank_ends_the_launch_and_names_its_node(hostfile, tmp_path, launcher):
-    folder = tmp_path / "fault"
-    result = dsbench("launch", *launcher, "--hostfile", str(hostfile), *ONE_PER_NODE, "--env", "DSBENCH_FAULT=1:3",
-                     "--run-dir", str(folder), *WORKER, cwd=ROOT, timeout=300)
+@pytest.mark.parametrize("name", list(FAULTS))
+def test_a_failing_rank_ends_the_launch_and_names_its_node(hostfile, tmp_path, name):
+    args, rank = FAULTS[name]
+    result = dsbench("launch", *args, "--hostfile", str(hostfile), "--env", f"DSBENCH_FAULT={rank}:3",
+                     "--run-dir", str(tmp_path / "fault"), *WORKER, cwd=ROOT, timeout=300)
     assert result.returncode != 0
-    assert "dsb-n2: [rank 1] dsbench.train: error: RuntimeError: injected fault at step 3" in result.stderr
+    assert f"[rank {rank} on dsb-n2] dsbench.train: error: RuntimeError: injected fault at step 3" in result.stderr
 
 
 @needs_testbed

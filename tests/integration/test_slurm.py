@@ -62,7 +62,8 @@ def test_failed_job_is_named_with_its_log(cluster, tmp_path):
     result = slurm(cluster, "--gpus-per-node", "2", *ZERO2, "--wait", "--env", "DSBENCH_FAULT=1:3",
                    "--run-dir", str(tmp_path / "bad"), *WORKER)
     assert result.returncode != 0
-    assert re.search(r"SLURM job \d+ failed: \d+: \[rank 1\] dsbench.train: error: RuntimeError: injected fault "
+    assert re.search(r"SLURM job \d+ failed: \d+: \[rank 1 on [\w.-]+\] dsbench.train: error: RuntimeError: "
+                     r"injected fault "
                      r"at step 3 \(DSBENCH_FAULT\); last lines of .*slurm-\d+\.out: ", result.stderr), result.stderr
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 
 import pytest
@@ -53,7 +54,8 @@ def test_a_failing_rank_fails_the_launch_with_its_error(tmp_path, launcher):
                      "--steps", "6", "--quiet", cwd=ROOT, env={"DSBENCH_FAULT": "1:2"}, timeout=300)
     assert result.returncode != 0
     assert "launch failed with exit code" in result.stderr
-    assert "[rank 1] dsbench.train: error: RuntimeError: injected fault at step 2" in result.stderr
+    expected = f"[rank 1 on {socket.gethostname()}] dsbench.train: error: RuntimeError: injected fault at step 2"
+    assert expected in result.stderr
 
 
 def test_local_checkpoint_tokenizer_and_datasets(tmp_path):

@@ -175,3 +175,41 @@ def test_one_remote_host_left_by_a_filter_runs_there_not_here():
     assert list(parse_resource_filter(pool, include_str=args.include, exclude_str=args.exclude)) == ["node1"]
     both = build(spec(launcher="deepspeed", hostfile="hf", hosts=TWO_NODES, deepspeed_env_file="/r/.deepspeed_env"))
     assert not parse_args(both.argv[1:]).force_multi
+
+
+def test_openmpi_backend_gives_mpirun_the_rendezvous_and_root_opt_in():
+    """DeepSpeed's own OpenMPIRunner is the oracle: it accepts the argv, and the mpirun command it builds from
+    the env file exports the rendezvous every rank needs (mpirun starts the worker directly)."""
+    from deepspeed.launcher.multinode_runner import OpenMPIRunner
+    from deepspeed.launcher.runner import parse_args
+
+    cmd = build(spec(launcher="deepspeed", hostfile="hf", hosts=TWO_NODES, launcher_backend="openmpi",
+                     deepspeed_env_file="/r/.deepspeed_env", master_port=29611, as_root=True))
+    args = parse_args(cmd.argv[1:])
+    assert args.launcher == "openmpi" and not args.force_multi
+    runner = OpenMPIRunner(args, "e30=", {h.name: h.slots for h in TWO_NODES})
+    runner.validate_args()  # raises ValueError for include/exclude/num_nodes
+    for line in cmd.files["/r/.deepspeed_env"].splitlines():
+        runner.add_export(*line.split("=", 1))  # as runner.py reads DS_ENV_FILE
+    mpirun = runner.get_cmd({}, {})
+    assert mpirun[:3] == ["mpirun", "-n", str(sum(h.slots for h in TWO_NODES))]
+    exports = {mpirun[i + 1] for i, arg in enumerate(mpirun) if arg == "-x"}
+    assert {"MASTER_ADDR=node1", "MASTER_PORT=29611", "DS_ACCELERATOR=cpu"} <= exports
+    assert cmd.env["OMPI_ALLOW_RUN_AS_ROOT"] == cmd.env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+    assert not any(e.startswith("OMPI_") for e in exports)  # mpirun's opt-in, not the ranks'
+    user = build(spec(launcher="deepspeed", hostfile="hf", hosts=TWO_NODES, launcher_backend="openmpi",
+                      deepspeed_env_file="/r/.deepspeed_env"))
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in user.env
+
+
+@pytest.mark.parametrize("selection", [{"include": "node1"}, {"exclude": "node2"}, {"num_nodes": 1}])
+def test_openmpi_backend_refuses_what_deepspeeds_openmpi_runner_refuses(selection):
+    from deepspeed.launcher.multinode_runner import OpenMPIRunner
+    from deepspeed.launcher.runner import parse_args
+
+    with pytest.raises(UserError, match="openmpi runs every slot of the hostfile"):
+        spec(launcher="deepspeed", hostfile="hf", hosts=TWO_NODES, launcher_backend="openmpi", **selection)
+    flags = {"include": ["--include", "node1"], "exclude": ["--exclude", "node2"], "num_nodes": ["--num_nodes", "1"]}
+    args = parse_args(["--hostfile", "hf", "--launcher", "openmpi", *flags[next(iter(selection))], "m.py"])
+    with pytest.raises(ValueError, match="does not support"):
+        OpenMPIRunner(args, "e30=", {}).validate_args()

@@ -54,10 +54,12 @@ def test_time_limits_sbatch_reads(time):
 
 def test_failed_job_line_names_the_rank_and_the_log_tail(tmp_path):
     (tmp_path / "launch.log").write_text("sbatch --wait job.sbatch\nSubmitted batch job 42\n")
-    (tmp_path / "slurm-42.out").write_text("0: step 1/4\n1: [rank 1] dsbench.train: error: RuntimeError: boom\n"
+    (tmp_path / "slurm-42.out").write_text("0: step 1/4\n"
+                                           "1: [rank 1 on dsb-n2] dsbench.train: error: RuntimeError: boom\n"
                                            "srun: error: vm: task 1: Exited with exit code 1\n")
     line = slurm_failure(tmp_path / "launch.log", str(tmp_path / "slurm-%j.out"))
-    assert line.startswith("SLURM job 42 failed: 1: [rank 1] dsbench.train: error: RuntimeError: boom; last lines of")
+    assert line.startswith("SLURM job 42 failed: 1: [rank 1 on dsb-n2] dsbench.train: error: RuntimeError: boom; "
+                           "last lines of")
     assert line.endswith("srun: error: vm: task 1: Exited with exit code 1") and "\n" not in line
     (tmp_path / "launch.log").write_text("sbatch: error: Batch job submission failed: Invalid partition name\n")
     assert slurm_failure(tmp_path / "launch.log", str(tmp_path / "slurm-%j.out")) is None  # never submitted
