@@ -499,6 +499,23 @@ def whatif(links: str, strategies: str, nodes: int, slots: int, model: str, micr
     sys.exit(1 if any(r.status != "ok" for r in rows) else 0)
 
 
+@cli.command()
+@click.argument("checkpoint", type=click.Path())
+@click.argument("out", type=click.Path())
+@click.option("--max-shard-size", default="2GB", show_default=True,
+              help="Largest safetensors shard (as save_pretrained's max_shard_size).")
+def export(checkpoint: str, out: str, max_shard_size: str) -> None:
+    """Write a checkpoint (DeepSpeed ZeRO 0-3, or DCP of ddp/fsdp/single) as a new Hugging Face folder:
+    config, tokenizer and safetensors weights that from_pretrained loads. CHECKPOINT is a --checkpoint-dir
+    (its latest) or one global_stepN folder in it. Exit 2 for a bad checkpoint or OUT, 1 for an I/O error."""
+    from dsbench.launchers import LaunchCommand
+    from dsbench.runner import run
+
+    command = LaunchCommand(argv=[sys.executable, "-m", "dsbench.worker.export", checkpoint, out,
+                                  "--max-shard-size", max_shard_size], env={"DS_ACCELERATOR": "cpu"})
+    sys.exit(run(command, echo=sys.stdout))
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="dsbench")

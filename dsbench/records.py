@@ -129,6 +129,23 @@ class WindowRecord:
         return {"type": "window", **asdict(self), "clock": WALL_CLOCK}
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointRecord:
+    """A checkpoint written during the run (``"type": "checkpoint"``): inside the wall-clock window when it
+    falls there, and timed on its own here."""
+
+    step: int
+    """Optimizer steps done when it was saved (a resume starts at this step)."""
+    path: str
+    seconds: float
+    """Rank 0's perf_counter around the save, from the barrier before it to the one after every rank wrote."""
+    bytes: int
+    """Size of the checkpoint's files on disk."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "checkpoint", **asdict(self)}
+
+
 def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Summary of a run: wall-clock throughput over the window, and the timed region's spread per step."""
     records = list(records)
@@ -169,6 +186,8 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
                                        for i in range(len(steps[-1]["peak_memory_bytes"]))],
         "memory_kind": steps[-1].get("memory_kind"),
         "model_state_bytes_per_rank": states["per_rank"] if states else None,
+        "checkpoints": [{"step": r["step"], "seconds": r["seconds"], "bytes": r["bytes"]}
+                        for r in records if r.get("type") == "checkpoint"],
     })
     return out
 

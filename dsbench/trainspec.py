@@ -69,6 +69,12 @@ class TrainSpec:
     """Run folder for metrics.jsonl and summary.json."""
     gather_every: int = 10
     """Steps between gathers of per-step metrics across ranks (each is one host-device sync)."""
+    save_every: int = 0
+    """Save a checkpoint every N steps into --checkpoint-dir (0: only after the last step)."""
+    checkpoint_dir: str | None = None
+    """Where checkpoints go (DeepSpeed's layout: a ``latest`` file and one ``global_stepN`` folder each)."""
+    resume: str | None = None
+    """Continue from a checkpoint: its folder (its ``latest``) or one ``global_stepN`` folder in it."""
     quiet: bool = False
 
     def __post_init__(self) -> None:
@@ -92,6 +98,10 @@ class TrainSpec:
         for name in ("seq_len", "micro_batch", "grad_accum", "steps", "gather_every", "pipeline_stages", "tp"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.save_every < 0:
+            raise UserError(f"--save-every must be >= 0 (0: save after the last step only), got {self.save_every}")
+        if self.save_every and not self.checkpoint_dir:
+            raise UserError("--save-every needs --checkpoint-dir (where the checkpoints go)")
         if not 0 <= self.warmup < self.steps:
             raise UserError(f"--warmup must be in 0..{self.steps - 1} (steps excluded from the summary)")
         positive = {"lr": self.lr, "peak_tflops": self.peak_tflops if self.peak_tflops is not None else 1.0}
@@ -121,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", help=_doc("dataset"))
     p.add_argument("--text-field")
     for name in ("seq_len", "micro_batch", "grad_accum", "steps", "warmup", "lr_warmup_steps", "seed",
-                 "gather_every", "pipeline_stages", "tp"):
+                 "gather_every", "pipeline_stages", "tp", "save_every"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, help=_doc(name))
     for name in ("lr", "weight_decay", "grad_clip", "peak_tflops"):
         p.add_argument(f"--{name.replace('_', '-')}", type=float, help=_doc(name))
@@ -131,6 +141,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fsdp-reshard", action=argparse.BooleanOptionalAction, help=_doc("fsdp_reshard"))
     p.add_argument("--fsdp-cpu-offload", action="store_true")
     p.add_argument("--out", help=_doc("out"))
+    p.add_argument("--checkpoint-dir", help=_doc("checkpoint_dir"))
+    p.add_argument("--resume", metavar="CHECKPOINT", help=_doc("resume"))
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--version", action="version", version=f"dsbench {__version__}")
     return p
@@ -160,6 +172,9 @@ HELP = {
     "pipeline_stages": "pipeline stages of --strategy torch_pp",
     "pipeline_schedule": "torch_pp schedule",
     "tp": "tensor-parallel degree of --strategy torch_tp",
+    "save_every": "save a checkpoint every N steps into --checkpoint-dir (0: only after the last step)",
+    "checkpoint_dir": "checkpoint folder (DeepSpeed's layout: latest + global_stepN/)",
+    "resume": "continue from a checkpoint folder (its latest) or one global_stepN folder",
 }
 
 

@@ -36,6 +36,12 @@ class LoopSettings:
     replica's FLOPs."""
     gather_every: int = 10
     """Steps between gathers of per-step metrics (each gather is one host-device synchronisation)."""
+    start: int = 0
+    """The first step index: a resumed run continues at the checkpoint's step; its warm-up steps are the first
+    ``warmup`` ones this process runs (caches and JIT warm per process)."""
+    save_every: int = 0
+    """Save a checkpoint after every N-th step (0: never), and after the last step when saving at all."""
+    save_last: bool = False
 
 
 @dataclass
@@ -116,7 +122,7 @@ def to_host(tensor: Any) -> list[Any]:
     return tensor.cpu().tolist()
 
 
-def gather_records(pending: list[_Pending], clock: StepClock, comm: Collectives, warmup: int,
+def gather_records(pending: list[_Pending], clock: StepClock, comm: Collectives, first_measured: int,
                    tokens: int, memory_kind: str) -> tuple[list[dict[str, Any]], list[Any] | None]:
     """Gather ``pending`` steps from every rank: one all-gather of a [steps, 6] float64 tensor on the rank's
     device (a sync point), plus the model-state counts the first time. Returns step records for rank 0."""
@@ -136,7 +142,7 @@ def gather_records(pending: list[_Pending], clock: StepClock, comm: Collectives,
         times = [row[0] for row in rows]
         measured = min(row[4] for row in rows) >= 0
         records.append(StepRecord(
-            step=p.step, warmup=p.step < warmup, loss=sum(row[5] for row in rows) / len(rows), lr=p.lr,
+            step=p.step, warmup=p.step < first_measured, loss=sum(row[5] for row in rows) / len(rows), lr=p.lr,
             step_time_s=max(times), step_time_per_rank_s=times, tokens=tokens,
             memory_bytes=[int(row[1]) for row in rows], peak_memory_bytes=[int(row[2]) for row in rows],
             memory_kind=memory_kind, pipeline_compute_s_per_rank=[row[3] for row in rows] if measured else None,
@@ -144,10 +150,20 @@ def gather_records(pending: list[_Pending], clock: StepClock, comm: Collectives,
     return records, per_rank_states
 
 
+def saves_after(step: int, settings: LoopSettings) -> bool:
+    """True when a checkpoint is due once ``step`` (0-based) is done: every ``save_every`` steps, and the last."""
+    done = step + 1
+    return (settings.save_every > 0 and done % settings.save_every == 0) or (
+        settings.save_last and done == settings.steps)
+
+
 def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
-               emit: Callable[[list[dict[str, Any]]], None]) -> None:
-    """Run ``settings.steps`` optimizer steps; ``emit(records)`` receives each gather's records (rank 0 keeps
-    them, the other ranks ignore them)."""
+               emit: Callable[[list[dict[str, Any]]], None],
+               save: Callable[[int], dict[str, Any]] | None = None) -> None:
+    """Run optimizer steps ``settings.start`` .. ``settings.steps - 1``; ``emit(records)`` receives each gather's
+    records (rank 0 keeps them, the other ranks ignore them); ``save(steps_done)`` writes a checkpoint when one
+    is due and returns its record (inside the measured window: the wall clock includes it, and the record
+    carries its own seconds)."""
     device, dims = dist_info.device, settings.dims
     comm, clock = Collectives(dist_info), StepClock(device)
     ga, dp_rank = plan.grad_accum, dims.dp_rank(dist_info.rank)
@@ -155,35 +171,40 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
     rank_tokens = plan.micro_batch * ga * settings.seq_len / (dims.tp * dims.pp)  # tokens' worth of work per rank
     pending: list[_Pending] = []
     window_start = 0.0
+    first_measured = settings.start + settings.warmup
 
     def gather() -> None:
-        records, states = gather_records(pending, clock, comm, settings.warmup, global_tokens,
+        records, states = gather_records(pending, clock, comm, first_measured, global_tokens,
                                          memory_now(device)[2])
         head = [{"type": "model_states", "step": 0, "per_rank": states}] if states is not None else []
         emit(head + records)
         pending.clear()
 
-    for step in range(settings.steps):
-        if step == settings.warmup:
+    for step in range(settings.start, settings.steps):
+        if step == first_measured:
             # Window start: every rank and the device idle, warm-up work and its records behind us.
             comm.barrier()  # sync point
             _sync(device)
             window_start = time.perf_counter()
         batches = [_to_device(plan.micro_batch_for(step, m, dp_rank), device) for m in range(ga)]
         _fault(dist_info.rank, step)
-        engine.measure_states = step == 0
+        engine.measure_states = step == settings.start
         started = clock.start()
         loss = engine.train_step(batches)
         region = clock.stop(started)
         current, peak, _ = memory_now(device)  # allocator statistics: host-side, no device sync
         pending.append(_Pending(step=step, loss=loss, clock=region, memory=current,
                                 peak_memory=peak, lr=engine.lr(),
-                                states=engine.model_state_bytes() if step == 0 else None,
+                                states=engine.model_state_bytes() if step == settings.start else None,
                                 busy=engine.busy_seconds() if hasattr(engine, "busy_seconds") else None))
-        if len(pending) >= settings.gather_every or step in (settings.warmup - 1, settings.steps - 1):
+        due = save is not None and saves_after(step, settings)
+        if len(pending) >= settings.gather_every or step in (first_measured - 1, settings.steps - 1) or due:
             gather()  # all-gather across ranks: sync point; the last one also waits for the slowest rank
+        if due:
+            assert save is not None
+            emit([save(step + 1)])  # collective: every rank saves its part; records up to here are on disk
     _sync(device)
-    measured = settings.steps - settings.warmup
-    emit([WindowRecord(first_step=settings.warmup, last_step=settings.steps - 1,
+    measured = settings.steps - first_measured
+    emit([WindowRecord(first_step=first_measured, last_step=settings.steps - 1,
                        seconds=time.perf_counter() - window_start, tokens=measured * global_tokens,
                        samples=measured * plan.global_batch, rank_tokens=measured * rank_tokens).to_dict()])

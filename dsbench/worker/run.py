@@ -14,9 +14,9 @@ from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
-from dsbench.records import METRICS, SCHEMA, SUMMARY, flops_per_token, summarize
+from dsbench.records import METRICS, SCHEMA, SUMMARY, CheckpointRecord, flops_per_token, summarize
 from dsbench.trainspec import TrainSpec
-from dsbench.worker import setup
+from dsbench.worker import checkpoint, setup
 
 
 class Progress:
@@ -72,6 +72,11 @@ class Prepared:
     """The run folder (rank 0), checked before the model is built: measurements are never overwritten."""
     hostnames: list[Any]
     """The host each rank runs on, by rank."""
+    model: Any = None
+    """The Hugging Face model the engine wraps (its config goes into checkpoints)."""
+    tokenizer: Any = None
+    resumed: Any = None
+    """(tag folder, Manifest) of the checkpoint this run continues, or None."""
 
 
 def _batch_config(spec: TrainSpec, strategy: str, shape: ModelShape,
@@ -92,7 +97,7 @@ def prepare(spec: TrainSpec) -> Prepared:
     from dsbench.worker import dist
     from dsbench.worker.data import build_plan, load_tokenizer, token_ids
     from dsbench.worker.engines import EngineOptions, build_engine
-    from dsbench.worker.loop import LoopSettings
+    from dsbench.worker.loop import LoopSettings, saves_after
     from dsbench.worker.model import build_model
 
     _, world, _ = dist.env_rank()
@@ -102,6 +107,12 @@ def prepare(spec: TrainSpec) -> Prepared:
     shape = resolve_model(spec.model)
     if spec.seq_len > shape.max_positions:
         raise UserError(f"--seq-len {spec.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
+    resumed = checkpoint.resolve(spec.resume) if spec.resume else None
+    if spec.checkpoint_dir:
+        checkpoint.prepare_dir(Path(spec.checkpoint_dir), resumed[0] if resumed else None)
+    if resumed and not resumed[1].step < spec.steps - spec.warmup:
+        raise UserError(f"{resumed[0]} was saved after {resumed[1].step} steps: --steps {spec.steps} with "
+                        f"--warmup {spec.warmup} leaves no step to measure; raise --steps")
     ds_config, micro, accum = _batch_config(spec, strategy, shape, world)
     # AutoTP/torch_tp groups share a batch; pipeline stages pass one along
     dims = setup.layout(ds_config, world) if ds_config else ParallelDims(world=world, tp=spec.tp,
@@ -124,11 +135,49 @@ def prepare(spec: TrainSpec) -> Prepared:
                             grad_clip=spec.grad_clip, warmup_steps=spec.lr_warmup_steps, grad_accum=accum,
                             precision=precision, fsdp_reshard=reshard, fsdp_cpu_offload=cpu_offload,
                             ds_config=ds_config, dims=dims, pipeline_schedule=spec.pipeline_schedule)
+    settings = LoopSettings(steps=spec.steps, warmup=spec.warmup, seq_len=spec.seq_len, dims=dims,
+                            gather_every=spec.gather_every, start=resumed[1].step if resumed else 0,
+                            save_every=spec.save_every, save_last=bool(spec.checkpoint_dir))
+    if spec.checkpoint_dir:
+        checkpoint.check_free(Path(spec.checkpoint_dir), [s + 1 for s in range(settings.start, settings.steps)
+                                                          if saves_after(s, settings)])
+    engine = build_engine(strategy, model, options, info)
+    if resumed:
+        checkpoint.check_resumable(resumed[1], strategy, _definition(shape, spec, plan, precision), world)
+        checkpoint.load(engine, strategy, *resumed, info)
     return Prepared(strategy=strategy, shape=shape, ds_config=ds_config, info=info, plan=plan,
-                    engine=build_engine(strategy, model, options, info), precision=precision, dims=dims,
+                    engine=engine, precision=precision, dims=dims,
                     fsdp={"reshard": reshard, "cpu_offload": cpu_offload} if strategy == "fsdp" else None,
-                    settings=LoopSettings(steps=spec.steps, warmup=spec.warmup, seq_len=spec.seq_len, dims=dims,
-                                          gather_every=spec.gather_every), folder=folder, hostnames=hostnames)
+                    settings=settings,
+                    folder=folder, hostnames=hostnames, model=model, tokenizer=tokenizer, resumed=resumed)
+
+
+def _definition(shape: ModelShape, spec: TrainSpec, plan: Any, precision: str) -> dict[str, Any]:
+    """What a checkpoint must share with the run resuming it (checkpoint.MUST_MATCH)."""
+    return {"model": shape.to_dict(), "seq_len": spec.seq_len, "seed": spec.seed,
+            "global_batch": plan.global_batch, "precision": precision}
+
+
+def _saver(spec: TrainSpec, run: Prepared) -> Any:
+    """The loop's ``save(steps_done)``: a collective checkpoint, timed, as a CheckpointRecord."""
+    from dsbench.worker.dist import Collectives
+
+    if not spec.checkpoint_dir:
+        return None
+    folder, comm = Path(spec.checkpoint_dir), Collectives(run.info)
+    zero = (run.ds_config or {}).get("zero_optimization", {}).get("stage", 0) if run.ds_config else None
+    fields = {"world_size": run.info.world_size, "dp": run.dims.dp, "tp": run.dims.tp, "pp": run.dims.pp,
+              "zero_stage": zero, "definition": _definition(run.shape, spec, run.plan, run.precision)}
+    hf_files = checkpoint.copy_hf_files(run.model, run.tokenizer)
+
+    def save(step: int) -> dict[str, Any]:
+        started = time.perf_counter()
+        target = checkpoint.save(run.engine, run.strategy, folder, step, run.info, fields, comm, hf_files)
+        seconds = time.perf_counter() - started
+        size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file()) if run.info.is_main else 0
+        return CheckpointRecord(step=step, path=str(target), seconds=seconds, bytes=size).to_dict()
+
+    return save
 
 
 def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
@@ -150,7 +199,9 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
                         dataset=spec.dataset or "embedded:pydoc_data", tokens=int(plan.sequences.numel()),
                         num_params=shape.num_params(),
                         flops_per_token=flops_per_token(shape.num_params(), shape.layers, shape.hidden, spec.seq_len),
-                        peak_tflops=peak, peak_tflops_source=peak_source)
+                        peak_tflops=peak, peak_tflops_source=peak_source,
+                        resumed_from=({"path": str(run.resumed[0]), "step": run.resumed[1].step}
+                                      if run.resumed else None))
 
 
 def record(spec: TrainSpec, run: Prepared) -> None:
@@ -173,7 +224,7 @@ def record(spec: TrainSpec, run: Prepared) -> None:
 
     if folder:
         emit([_header(spec, run, folder)])
-    train_loop(run.engine, run.plan, run.info, run.settings, emit)
+    train_loop(run.engine, run.plan, run.info, run.settings, emit, _saver(spec, run))
     progress.close()
     if writer and folder:
         writer.close()

@@ -1,0 +1,277 @@
+"""Checkpoints that resume exactly: save every N steps, resume from the newest complete one.
+
+Layout of ``--checkpoint-dir D`` (DeepSpeed's own layout, so its tools read it too)::
+
+    D/latest                        the tag of the newest *complete* checkpoint (text, as DeepSpeed writes it)
+    D/global_step10/                one checkpoint (DeepSpeed's tag naming)
+        mp_rank_00_model_states.pt  ...  DeepSpeed's engine files (deepspeed strategy), or
+        __0_0.distcp .metadata           torch.distributed.checkpoint shards (ddp, fsdp, single)
+        dsbench_rank0.pt ...             per rank: RNG states (and the LR schedule of native strategies)
+        hf/config.json, tokenizer        what ``dsbench export`` needs to make a Hugging Face folder
+        dsbench_checkpoint.json          the manifest, written last: step, strategy, layout, definition
+
+A save is complete only once every rank has written its files (a barrier) and rank 0 has written the manifest;
+only then is ``latest`` replaced, atomically (write a temporary file, ``os.replace``). A crash mid-save
+leaves ``latest`` on the previous checkpoint and a tag folder without a manifest, which resume refuses
+and the next save moves aside, never deletes.
+
+What is restored: model, optimizer, LR schedule (DeepSpeed's engine state; DCP + the scheduler's
+state_dict for native strategies), RNG states (torch CPU and CUDA, Python's ``random``) and the step. The data
+position is the step itself: the batch of step s is a pure function of (seed, s) (:mod:`dsbench.worker.data`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dsbench.errors import UserError
+from dsbench.io import atomic_write_json, atomic_write_text
+
+MANIFEST = "dsbench_checkpoint.json"
+LATEST = "latest"
+FORMAT = 1
+# Strategies whose checkpoints dsbench writes, and how: DeepSpeed's engine (ZeRO 0-3, offload, its pipeline)
+# or torch.distributed.checkpoint (DCP) for the native ones. torch_pp/torch_tp are not covered yet.
+FORMATS = {"deepspeed": "deepspeed", "ddp": "dcp", "fsdp": "dcp", "single": "dcp"}
+# What must match for a resumed run to continue the same training: the data order depends on the seed, the
+# sequence length and the global batch (data.BatchPlan), the weights on the model.
+MUST_MATCH = ("model", "seq_len", "seed", "global_batch", "precision")
+
+
+def tag_for(step: int) -> str:
+    """DeepSpeed's tag for a checkpoint after ``step`` optimizer steps (its ``global_step{N}`` naming)."""
+    return f"global_step{step}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Manifest:
+    """What a complete checkpoint holds (``dsbench_checkpoint.json``)."""
+
+    format: int
+    step: int
+    """Optimizer steps done: the resumed run starts at this step index."""
+    tag: str
+    strategy: str
+    storage: str
+    """``deepspeed`` (the engine's files) or ``dcp`` (torch.distributed.checkpoint)."""
+    world_size: int
+    dp: int
+    tp: int
+    pp: int
+    zero_stage: int | None
+    definition: dict[str, Any]
+    """The values in MUST_MATCH, as the saving run had them."""
+    written_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_manifest(folder: Path) -> Manifest:
+    """The manifest of a checkpoint tag folder, refused by name when missing or malformed."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise UserError(f"{folder}: no {MANIFEST}, so not a complete dsbench checkpoint (a save that did not "
+                        "finish, or another tool's folder)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        manifest = Manifest(**data)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{path}: not a dsbench checkpoint manifest ({exc})") from None
+    if manifest.format != FORMAT:
+        raise UserError(f"{path}: checkpoint format {manifest.format}, this dsbench reads {FORMAT}")
+    return manifest
+
+
+def resolve(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:
+    """A checkpoint given as its folder (``D``: its ``latest``) or as one tag folder (``D/global_step10``)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: no such checkpoint folder")
+    if (folder / MANIFEST).is_file():
+        return folder, read_manifest(folder)
+    latest = folder / LATEST
+    if not latest.is_file():
+        raise UserError(f"{folder}: neither a checkpoint (no {MANIFEST}) nor a checkpoint folder (no {LATEST} file)")
+    tag = latest.read_text(encoding="utf-8").strip()
+    if not tag or "/" in tag or tag in (".", ".."):
+        raise UserError(f"{latest}: holds {tag!r}, not a checkpoint tag")
+    return folder / tag, read_manifest(folder / tag)
+
+
+def check_resumable(manifest: Manifest, strategy: str, definition: dict[str, Any], world_size: int) -> None:
+    """Refuse a resume that could not reproduce the saved run, naming what differs."""
+    if FORMATS.get(strategy) != manifest.storage:
+        raise UserError(f"the checkpoint was written by --strategy {manifest.strategy}; resume it with the same "
+                        f"strategy (this run: {strategy}), or `dsbench export` it to a Hugging Face folder")
+    for key in MUST_MATCH:
+        if manifest.definition.get(key) != definition.get(key):
+            raise UserError(f"the checkpoint has {key} {json.dumps(manifest.definition.get(key))}, this run "
+                            f"{json.dumps(definition.get(key))}: resume with the same {key}")
+    if manifest.storage == "deepspeed" and manifest.world_size != world_size:
+        # DeepSpeed's ZeRO files are partitioned per data-parallel rank; its loader needs the same count,
+        # unless the checkpoint is first converted to a universal one (deepspeed/checkpoint/ds_to_universal.py)
+        raise UserError(f"the checkpoint was written by {manifest.world_size} ranks, this run has {world_size}: "
+                        "DeepSpeed loads ZeRO partitions on the same world size (convert it with `python -m "
+                        "deepspeed.checkpoint.ds_to_universal` for another one)")
+
+
+def prepare_dir(folder: Path, resume_from: Path | None) -> None:
+    """A checkpoint folder may receive this run's saves: new, empty, or the one being resumed (its newer tags
+    are this run's to write). Refused: a folder holding another run's checkpoints (they would be mixed)."""
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--checkpoint-dir {folder}: exists and is not a folder")
+    if resume_from is not None and folder.resolve() in (resume_from.resolve(), resume_from.resolve().parent):
+        return
+    if (folder / LATEST).exists():
+        raise UserError(f"--checkpoint-dir {folder} holds another run's checkpoints ({LATEST} exists): choose a "
+                        "new folder, or --resume from it")
+
+
+def check_free(folder: Path, steps: list[int]) -> None:
+    """Refuse, before training, a run whose saves would meet a complete checkpoint already there."""
+    for step in steps:
+        if (folder / tag_for(step) / MANIFEST).exists():
+            raise UserError(f"{folder / tag_for(step)} exists and this run would save there again: resume from it, "
+                            "or choose another --checkpoint-dir")
+
+
+def move_aside(folder: Path) -> Path | None:
+    """A tag folder left by a save that never finished (no manifest): renamed, never deleted."""
+    if not folder.exists():
+        return None
+    if (folder / MANIFEST).exists():
+        raise UserError(f"{folder} is a complete checkpoint already: dsbench never overwrites one")
+    aside = folder.with_name(f"{folder.name}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}")
+    folder.rename(aside)
+    return aside
+
+
+def rng_state() -> dict[str, Any]:
+    """This rank's random states (dropout, sampling): torch CPU, every CUDA device, Python's ``random``."""
+    import torch
+
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _rank_file(folder: Path, rank: int) -> Path:
+    return folder / f"dsbench_rank{rank}.pt"
+
+
+def _save_rank_file(folder: Path, rank: int, data: dict[str, Any]) -> None:
+    import torch
+
+    target = _rank_file(folder, rank)
+    tmp = target.with_name(f".{target.name}.tmp")
+    torch.save(data, tmp)
+    os.replace(tmp, target)
+
+
+def _load_rank_file(folder: Path, rank: int, world_size: int) -> dict[str, Any] | None:
+    """This rank's extras; on another world size, rank 0's LR schedule and no RNG (ranks do not map)."""
+    import torch
+
+    same = _rank_file(folder, rank)
+    path = same if same.is_file() else _rank_file(folder, 0)
+    if not path.is_file():
+        raise UserError(f"{folder}: {path.name} is missing: the checkpoint is incomplete")
+    # weights_only: tensors, numbers, tuples and lists only; nothing in the file can run code
+    data = torch.load(path, map_location="cpu", weights_only=True)
+    if path != same:
+        data.pop("rng", None)
+    return data
+
+
+def save(engine: Any, strategy: str, folder: Path, step: int, info: Any, manifest_fields: dict[str, Any],
+         comm: Any, hf_files: Any) -> Path:
+    """Save this rank's part of the checkpoint after ``step`` steps; rank 0 completes it (manifest, latest).
+
+    Collective: every rank calls it at the same step.
+    """
+    tag = tag_for(step)
+    target = folder / tag
+    if info.is_main:
+        folder.mkdir(parents=True, exist_ok=True)
+        move_aside(target)
+    comm.barrier()  # sync point: the tag folder is fresh before any rank writes into it
+    storage = FORMATS.get(strategy)
+    if storage is None:
+        raise UserError(f"--checkpoint-dir: checkpoints of --strategy {strategy} are not supported yet "
+                        f"(supported: {', '.join(FORMATS)})")
+    extras: dict[str, Any] = {"rng": rng_state()}
+    if storage == "deepspeed":
+        # every rank writes its own ZeRO partition (and rank 0 the module); latest is ours to write, below
+        engine.engine.save_checkpoint(str(folder), tag=tag, save_latest=False)
+    else:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optim_state = get_state_dict(engine.model, engine.optimizer)
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(target))  # collective
+        extras["scheduler"] = engine.scheduler.state_dict()
+    _save_rank_file(target, info.rank, extras)
+    if info.is_main:
+        hf_files(target / "hf")
+    comm.barrier()  # sync point: every rank's files are on disk before the checkpoint is declared complete
+    if info.is_main:
+        manifest = Manifest(format=FORMAT, step=step, tag=tag, strategy=strategy, storage=storage,
+                            written_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **manifest_fields)
+        atomic_write_json(target / MANIFEST, manifest.to_dict())
+        atomic_write_text(folder / LATEST, tag)  # last: a crash before this leaves latest on the previous save
+    return target
+
+
+def load(engine: Any, strategy: str, target: Path, manifest: Manifest, info: Any) -> None:
+    """Restore model, optimizer, LR schedule and RNG from a complete checkpoint (collective)."""
+    extras = _load_rank_file(target, info.rank, info.world_size)
+    if manifest.storage == "deepspeed":
+        path, _ = engine.engine.load_checkpoint(str(target.parent), tag=target.name, load_optimizer_states=True,
+                                                load_lr_scheduler_states=True)
+        if path is None:
+            raise UserError(f"{target}: DeepSpeed found no checkpoint to load there")
+    else:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        model_state, optim_state = get_state_dict(engine.model, engine.optimizer)
+        state = {"model": model_state, "optim": optim_state}
+        dcp.load(state, checkpoint_id=str(target))  # collective; reshards to this run's layout
+        set_state_dict(engine.model, engine.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
+        assert extras is not None
+        engine.scheduler.load_state_dict(extras["scheduler"])
+    if extras and "rng" in extras:
+        set_rng_state(extras["rng"])
+
+
+def copy_hf_files(model: Any, tokenizer: Any) -> Any:
+    """A writer of the model's config (and generation config) and the tokenizer into a folder."""
+
+    def write(folder: Path) -> None:
+        tmp = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        model.config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(folder)
+
+    return write

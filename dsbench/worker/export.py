@@ -1,0 +1,219 @@
+"""``dsbench export CHECKPOINT OUT``: a dsbench checkpoint as a Hugging Face folder (safetensors shards).
+
+Streaming: weights are materialised one at a time and written shard by shard, so the consolidated model is
+never held whole in memory. DeepSpeed ZeRO 1-3 checkpoints are read through DeepSpeed's own
+``get_fp32_state_dict_from_zero_checkpoint(lazy_mode=True)`` (each fp32 weight is gathered from the rank
+partitions when asked for; the partitions themselves are loaded, as DeepSpeed's loader does); ZeRO-0 from the
+engine's module file; torch.distributed.checkpoint folders (ddp, fsdp, single) by reading tensors in groups of
+at most one shard through ``dcp.load`` without a process group. Weights tied to another (GPT-2's ``lm_head``
+to ``wte``) are written once, as ``save_pretrained`` does; ``from_pretrained`` ties them again.
+
+The output appears only when complete: it is written into a temporary sibling folder and renamed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from dsbench.errors import UserError
+from dsbench.worker import checkpoint
+
+WEIGHTS_INDEX = "model.safetensors.index.json"
+
+
+def parse_size(text: str) -> int:
+    """``2GB``, ``500MB``, ``1.5GiB`` or a byte count -> bytes."""
+    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "b": 1}
+    raw = text.strip().lower()
+    unit = next((u for u in units if raw.endswith(u)), "")
+    try:
+        value = float(raw[: len(raw) - len(unit)] if unit else raw) * units.get(unit, 1)
+    except ValueError:
+        raise UserError(f"--max-shard-size {text!r}: expected a size such as 2GB or 500MB") from None
+    if not (value >= 1000 and value < 2**50):
+        raise UserError(f"--max-shard-size {text!r}: must be between 1kB and 1PiB")
+    return int(value)
+
+
+def tied_names(config_folder: Path) -> set[str]:
+    """Names of weights that are the same tensor as an earlier one in the model (dropped from the export)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(config_folder)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    first: dict[int, str] = {}
+    dropped = set()
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            dropped.add(name)
+        else:
+            first[id(param)] = name
+    return dropped
+
+
+def deepspeed_weights(target: Path, manifest: checkpoint.Manifest) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """(name, materialise) for every weight of a DeepSpeed checkpoint."""
+    if manifest.pp != 1:
+        raise UserError(f"{target}: export of DeepSpeed pipeline checkpoints (layer files) is not supported yet")
+    if manifest.zero_stage in (None, 0):
+        import torch
+
+        # DeepSpeed's own module file (written by engine.save_checkpoint); its pickle holds the engine's config
+        # objects too, so it loads as DeepSpeed's own loader loads it
+        states = torch.load(target / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False, mmap=True)
+        for name, tensor in states["module"].items():
+            yield name, lambda tensor=tensor: tensor.float()
+        return
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    lazy = get_fp32_state_dict_from_zero_checkpoint(str(target.parent), tag=target.name, lazy_mode=True)
+    for name, tensor in lazy.items():
+        yield name, tensor.contiguous
+
+
+def dcp_weights(target: Path, max_bytes: int) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """(name, materialise) for every model weight of a torch.distributed.checkpoint folder, read a group of
+    at most ``max_bytes`` at a time."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    metadata = dcp.FileSystemReader(str(target)).read_metadata()
+    names = [k for k, v in metadata.state_dict_metadata.items()
+             if k.startswith("model.") and isinstance(v, TensorStorageMetadata)]
+    group: list[str] = []
+    loaded: dict[str, Any] = {}
+
+    def load(keys: list[str]) -> None:
+        state = {k: torch.empty(tuple(metadata.state_dict_metadata[k].size),
+                                dtype=metadata.state_dict_metadata[k].properties.dtype) for k in keys}
+        dcp.load(state, checkpoint_id=str(target), no_dist=True)
+        loaded.clear()
+        loaded.update(state)
+
+    def size(key: str) -> int:
+        meta = metadata.state_dict_metadata[key]
+        return int(torch.Size(meta.size).numel()) * torch.empty((), dtype=meta.properties.dtype).element_size()
+
+    i = 0
+    while i < len(names):
+        group, total = [], 0
+        while i < len(names) and (not group or total + size(names[i]) <= max_bytes):
+            group.append(names[i])
+            total += size(names[i])
+            i += 1
+        load(group)
+        for key in group:
+            yield key.removeprefix("model."), lambda key=key: loaded[key]
+
+
+def write_shards(weights: Iterator[tuple[str, Callable[[], Any]]], skip: set[str], out: Path,
+                 max_bytes: int) -> dict[str, Any]:
+    """Write weights into safetensors shards of at most ``max_bytes`` (one tensor may exceed it alone), as
+    ``save_pretrained`` names them; returns the index."""
+    from safetensors.torch import save_file
+
+    shards: list[dict[str, Any]] = [{}]
+    sizes = [0]
+    files: list[Path] = []
+    total = 0
+
+    def flush() -> None:
+        path = out / f"shard-{len(files):05d}.safetensors"
+        save_file(shards[-1], str(path), metadata={"format": "pt"})
+        files.append(path)
+        shards[-1] = {}  # free the shard's tensors
+        sizes[-1] = 0
+
+    for name, materialise in weights:
+        if name in skip:
+            continue
+        tensor = materialise().detach().to("cpu").contiguous()
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and sizes[-1] + nbytes > max_bytes:
+            flush()
+            shards.append({})
+            sizes.append(0)
+        shards[-1][name] = tensor
+        sizes[-1] += nbytes
+        total += nbytes
+    if shards[-1]:
+        flush()
+    if not files:
+        raise UserError("the checkpoint holds no model weights")
+    # save_pretrained's names: model.safetensors alone, or model-0000i-of-0000n.safetensors with an index
+    weight_map: dict[str, str] = {}
+    for i, path in enumerate(files):
+        final = "model.safetensors" if len(files) == 1 else f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as handle:
+            weight_map.update({key: final for key in handle.keys()})
+        path.rename(out / final)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    if len(files) > 1:
+        (out / WEIGHTS_INDEX).write_text(json.dumps(index, indent=2) + "\n")
+    return index
+
+
+def export(source: str, out: str, max_shard_size: str = "2GB") -> Path:
+    """Export the checkpoint at ``source`` into a new Hugging Face folder ``out``."""
+    max_bytes = parse_size(max_shard_size)
+    target, manifest = checkpoint.resolve(source)
+    destination = Path(out)
+    if destination.exists() or destination.is_symlink():
+        raise UserError(f"{destination} exists: export writes a new folder and never replaces one")
+    if not destination.parent.is_dir():
+        raise UserError(f"{destination.parent}: no such folder for the export")
+    hf = target / "hf"
+    if not (hf / "config.json").is_file():
+        raise UserError(f"{target}: no hf/config.json in the checkpoint, so no model to export it as")
+    skip = tied_names(hf)
+    work = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+    try:
+        for item in hf.iterdir():
+            shutil.copy2(item, work / item.name)
+        weights = (deepspeed_weights(target, manifest) if manifest.storage == "deepspeed"
+                   else dcp_weights(target, max_bytes))
+        write_shards(weights, skip, work, max_bytes)
+        (work / "dsbench_export.json").write_text(json.dumps(
+            {"checkpoint": str(target.resolve()), "step": manifest.step, "strategy": manifest.strategy}, indent=2)
+            + "\n")
+        os.rename(work, destination)  # the folder appears complete or not at all
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return destination
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dsbench.worker.export",
+                                     description="Export a dsbench checkpoint as a Hugging Face folder.")
+    parser.add_argument("checkpoint")
+    parser.add_argument("out")
+    parser.add_argument("--max-shard-size", default="2GB")
+    args = parser.parse_args(argv)
+    try:
+        path = export(args.checkpoint, args.out, args.max_shard_size)
+    except UserError as exc:
+        print(f"dsbench export: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"dsbench export: error: {exc.filename or args.out}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(f"exported: {path} (load it with from_pretrained)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
