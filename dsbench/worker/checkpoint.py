@@ -95,8 +95,8 @@ def resolve(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:
     folder = Path(path)
     if not folder.is_dir():
         raise UserError(f"{folder}: no such checkpoint folder")
-    if (folder / MANIFEST).is_file():
-        return folder, read_manifest(folder)
+    if (folder / MANIFEST).is_file() or folder.name.startswith("global_step") or any(folder.glob("dsbench_rank*")):
+        return folder, read_manifest(folder)  # a tag folder (refused by name when its save never finished)
     latest = folder / LATEST
     if not latest.is_file():
         raise UserError(f"{folder}: neither a checkpoint (no {MANIFEST}) nor a checkpoint folder (no {LATEST} file)")

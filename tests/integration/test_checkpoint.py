@@ -1,0 +1,172 @@
+"""Checkpoints on 2 CPU ranks: 20 steps straight vs 10 + resume 10 give the same losses and learning rates
+(ZeRO-2, ZeRO-3, DDP, FSDP2); a resume on another world size (DCP resharding) and DeepSpeed's refusal of one;
+`dsbench export` against DeepSpeed's and torch's own consolidation, and against the training run's own loss.
+
+Oracles: the uninterrupted run (the straight run also saves, which reads the state and changes nothing);
+DeepSpeed's get_fp32_state_dict_from_zero_checkpoint and torch's dcp_to_torch_save for the exported weights;
+the loss the training run recorded at step 10 (weights after 10 steps) for the exported model's forward.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.integration.conftest import dsbench, load_run
+
+pytestmark = pytest.mark.dist
+
+STRATEGIES = {
+    "zero2": ["--zero", "2"],
+    "zero3": ["--zero", "3"],
+    "ddp": ["--strategy", "ddp", "--launcher", "torchrun"],
+    "fsdp": ["--strategy", "fsdp", "--launcher", "torchrun"],
+}
+# an LR still ramping at the resume point (DeepSpeed's WarmupLR / the native LambdaLR): the schedule must resume too
+WORKER = ["--warmup", "2", "--lr-warmup-steps", "15", "--micro-batch", "2", "--quiet"]
+
+
+class Trained:
+    """Per strategy, once per module: a 20-step run saving at 10 and 20, and a run resumed from step 10."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.cache: dict[str, tuple[Path, dict, dict]] = {}
+
+    def launch(self, name: str, args: list[str], worker: list[str]) -> tuple[Path, object]:
+        folder = self.base / name
+        result = dsbench("launch", *args, "--run-dir", str(folder), "--", *WORKER, *worker, cwd=ROOT, timeout=600)
+        return folder, result
+
+    def get(self, name: str) -> tuple[Path, dict, dict]:
+        if name not in self.cache:
+            checkpoints = self.base / f"{name}-ckpt"
+            folder, result = self.launch(f"{name}-straight", STRATEGIES[name],
+                                         ["--steps", "20", "--checkpoint-dir", str(checkpoints), "--save-every", "10"])
+            assert result.returncode == 0, result.stderr[-3000:]
+            resumed, result = self.launch(f"{name}-resumed", STRATEGIES[name],
+                                          ["--steps", "20", "--resume", str(checkpoints / "global_step10")])
+            assert result.returncode == 0, result.stderr[-3000:]
+            self.cache[name] = (checkpoints, load_run(folder), load_run(resumed))
+        return self.cache[name]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Trained:
+    return Trained(tmp_path_factory.mktemp("ckpt"))
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_resume_reproduces_the_uninterrupted_run(trained, name):
+    checkpoints, straight, resumed = trained.get(name)
+    after = [(s["step"], s["loss"], s["lr"]) for s in straight["steps"] if s["step"] >= 10]
+    again = [(s["step"], s["loss"], s["lr"]) for s in resumed["steps"]]
+    assert [s for s, _, _ in again] == list(range(10, 20))
+    assert again == after  # exactly: same data, weights, optimizer moments, LR step and RNG on CPU fp32
+    assert resumed["header"][0]["resumed_from"]["step"] == 10
+    assert resumed["summary"]["status"] == "ok" and resumed["summary"]["measured_steps"] == 8
+    saved = [json.loads(line) for line in (checkpoints.parent / f"{name}-straight" / "metrics.jsonl").read_text()
+             .splitlines() if '"checkpoint"' in line]
+    assert [c["step"] for c in saved] == [10, 20] and all(c["seconds"] > 0 and c["bytes"] > 0 for c in saved)
+    assert (checkpoints / "latest").read_text() == "global_step20"
+
+
+def test_fsdp_checkpoint_resumes_on_one_rank(trained, tmp_path):
+    """DCP reshards: the 2-rank FSDP2 checkpoint continues on 1 rank with the same global batch (2 x 2)."""
+    checkpoints, straight, _ = trained.get("fsdp")
+    folder = tmp_path / "one-rank"
+    result = dsbench("launch", *STRATEGIES["fsdp"], "--num-gpus", "1", "--run-dir", str(folder), "--", *WORKER,
+                     "--grad-accum", "2", "--steps", "20", "--resume", str(checkpoints / "global_step10"),
+                     cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    again = [s["loss"] for s in load_run(folder)["steps"]]
+    after = [s["loss"] for s in straight["steps"] if s["step"] >= 10]
+    worst = max(abs(a - b) / abs(b) for a, b in zip(again, after, strict=True))
+    assert worst < 1e-5, worst  # the same sums in another order
+
+
+def test_deepspeed_checkpoint_on_another_world_size_is_refused(trained, tmp_path):
+    checkpoints, _, _ = trained.get("zero2")
+    # the rendered config's micro-batch wins over the worker's flag: the global batch stays 4 on 1 rank
+    result = dsbench("launch", *STRATEGIES["zero2"], "--micro-batch", "4", "--num-gpus", "1", "--run-dir",
+                     str(tmp_path / "r"), "--", *WORKER, "--steps", "20",
+                     "--resume", str(checkpoints / "global_step10"), cwd=ROOT, timeout=600)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "the checkpoint was written by 2 ranks, this run has 1" in result.stderr
+    assert "Traceback" not in result.stderr.split("dsbench: error:")[-1]
+
+
+def test_resuming_past_the_last_step_is_refused(trained, tmp_path):
+    checkpoints, _, _ = trained.get("zero2")  # latest: global_step20
+    result = dsbench("launch", *STRATEGIES["zero2"], "--run-dir", str(tmp_path / "r"), "--", *WORKER,
+                     "--steps", "20", "--resume", str(checkpoints), cwd=ROOT, timeout=600)
+    assert result.returncode == 2
+    assert "was saved after 20 steps: --steps 20 with --warmup 2 leaves no step to measure" in result.stderr
+
+
+def test_a_resume_with_another_global_batch_is_refused(trained, tmp_path):
+    checkpoints, _, _ = trained.get("ddp")
+    result = dsbench("launch", *STRATEGIES["ddp"], "--run-dir", str(tmp_path / "r"), "--", *WORKER,
+                     "--steps", "20", "--micro-batch", "4", "--resume", str(checkpoints / "global_step10"),
+                     cwd=ROOT, timeout=600)
+    assert result.returncode != 0  # torchrun exits 1 for a rank's 2
+    assert "the checkpoint has global_batch 4, this run 8: resume with the same global_batch" in result.stderr
+
+
+def _loss_at(export: Path, header: dict, step: int) -> float:
+    """The exported model's loss on the global batch of ``step``, averaged as the run averages it (mean over
+    data-parallel ranks of each rank's micro-batch loss)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from dsbench.worker.data import build_plan, load_tokenizer, token_ids
+
+    model = AutoModelForCausalLM.from_pretrained(export).eval()
+    plan = build_plan(token_ids(load_tokenizer(None), None), header["seq_len"], header["seed"],
+                      header["micro_batch"], header["grad_accum"], header["dp_size"])
+    losses = []
+    with torch.no_grad():
+        for rank in range(header["dp_size"]):
+            batch = plan.micro_batch_for(step, 0, rank)
+            losses.append(model(input_ids=batch, labels=batch).loss.item())
+    return sum(losses) / len(losses)
+
+
+@pytest.mark.parametrize("name", ["zero2", "zero3", "fsdp"])
+def test_export_gives_the_training_models_weights_and_logits(trained, tmp_path, name):
+    import torch
+    from safetensors.torch import load_file
+
+    checkpoints, straight, _ = trained.get(name)
+    out = tmp_path / "hf"
+    result = dsbench("export", str(checkpoints / "global_step10"), str(out), "--max-shard-size", "400kB",
+                     cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    index = json.loads((out / "model.safetensors.index.json").read_text())  # 400 kB shards: several files
+    exported = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        exported.update(load_file(out / shard))
+    if name == "fsdp":
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        dcp_to_torch_save(checkpoints / "global_step10", tmp_path / "oracle.pt")
+        oracle = torch.load(tmp_path / "oracle.pt")["model"]  # the state as saved: {"model": ..., "optim": ...}
+    else:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        oracle = get_fp32_state_dict_from_zero_checkpoint(str(checkpoints), tag="global_step10")
+    assert set(exported) == set(oracle) - {"lm_head.weight"}  # tied to transformer.wte.weight, written once
+    assert all(torch.equal(exported[k], oracle[k]) for k in exported)
+    recorded = next(s["loss"] for s in straight["steps"] if s["step"] == 10)  # forward with the step-10 weights
+    assert _loss_at(out, straight["header"][0], 10) == pytest.approx(recorded, rel=1e-5)
+
+
+def test_export_never_replaces_a_folder(trained, tmp_path):
+    checkpoints, _, _ = trained.get("zero2")
+    (tmp_path / "taken").mkdir()
+    result = dsbench("export", str(checkpoints), str(tmp_path / "taken"), cwd=ROOT, timeout=300)
+    assert result.returncode == 2
+    assert "exists: export writes a new folder and never replaces one" in result.stdout + result.stderr

@@ -1,0 +1,133 @@
+"""Checkpoint bookkeeping: what resume accepts and refuses, and that a crash mid-save never moves `latest`."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from dsbench.errors import UserError
+from dsbench.worker import checkpoint
+from dsbench.worker.export import parse_size
+from dsbench.worker.loop import LoopSettings, saves_after
+
+DEFINITION = {"model": {"name": "gpt2-tiny"}, "seq_len": 128, "seed": 1, "global_batch": 4, "precision": "fp32"}
+
+
+def manifest(**kw):
+    base = dict(format=1, step=10, tag="global_step10", strategy="deepspeed", storage="deepspeed", world_size=2,
+                dp=2, tp=1, pp=1, zero_stage=2, definition=DEFINITION, written_at="now")
+    return checkpoint.Manifest(**{**base, **kw})
+
+
+def write_checkpoint(folder, step=10, **kw):
+    tag = folder / checkpoint.tag_for(step)
+    tag.mkdir(parents=True)
+    (tag / checkpoint.MANIFEST).write_text(json.dumps(manifest(step=step, tag=tag.name, **kw).to_dict()))
+    (folder / checkpoint.LATEST).write_text(tag.name)
+    return tag
+
+
+def test_saves_every_n_steps_and_after_the_last():
+    settings = LoopSettings(steps=20, warmup=2, seq_len=8, dims=None, save_every=6, save_last=True)
+    assert [s + 1 for s in range(20) if saves_after(s, settings)] == [6, 12, 18, 20]
+    assert not any(saves_after(s, LoopSettings(steps=5, warmup=1, seq_len=8, dims=None)) for s in range(5))
+
+
+def test_resolve_reads_latest_or_a_tag_folder(tmp_path):
+    tag = write_checkpoint(tmp_path)
+    assert checkpoint.resolve(tmp_path)[0] == tag == checkpoint.resolve(tag)[0]
+    assert checkpoint.resolve(tmp_path)[1].step == 10
+
+
+@pytest.mark.parametrize("breakage, needle", [
+    (lambda d: (d / "latest").write_text("../../etc"), "not a checkpoint tag"),
+    (lambda d: (d / "global_step10" / checkpoint.MANIFEST).unlink(), "not a complete dsbench checkpoint"),
+    (lambda d: (d / "global_step10" / checkpoint.MANIFEST).write_text("{"), "not a dsbench checkpoint manifest"),
+    (lambda d: (d / "global_step10" / checkpoint.MANIFEST).write_text('{"step": 1}'), "not a dsbench checkpoint"),
+    (lambda d: (d / "latest").unlink(), "neither a checkpoint"),
+])
+def test_resolve_refuses_what_is_not_a_complete_checkpoint(tmp_path, breakage, needle):
+    write_checkpoint(tmp_path)
+    breakage(tmp_path)
+    with pytest.raises(UserError, match=needle):
+        checkpoint.resolve(tmp_path)
+
+
+@pytest.mark.parametrize("strategy, definition, world, needle", [
+    ("ddp", DEFINITION, 2, "written by --strategy deepspeed; resume it with the same strategy"),
+    ("deepspeed", {**DEFINITION, "global_batch": 8}, 2, "global_batch 4, this run 8"),
+    ("deepspeed", {**DEFINITION, "seed": 2}, 2, "seed 1, this run 2"),
+    ("deepspeed", DEFINITION, 4, "written by 2 ranks, this run has 4"),
+])
+def test_resume_refuses_what_would_not_continue_the_run(strategy, definition, world, needle):
+    with pytest.raises(UserError, match=needle):
+        checkpoint.check_resumable(manifest(), strategy, definition, world)
+
+
+def test_dcp_checkpoints_resume_on_another_world_size():
+    checkpoint.check_resumable(manifest(strategy="fsdp", storage="dcp"), "fsdp", DEFINITION, 1)
+
+
+def test_checkpoint_dir_of_another_run_is_refused_and_its_own_accepted(tmp_path):
+    tag = write_checkpoint(tmp_path / "ck")
+    with pytest.raises(UserError, match="holds another run's checkpoints"):
+        checkpoint.prepare_dir(tmp_path / "ck", None)
+    checkpoint.prepare_dir(tmp_path / "ck", tag)  # resuming from it: its later tags are this run's
+    checkpoint.prepare_dir(tmp_path / "new", None)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="not a folder"):
+        checkpoint.prepare_dir(tmp_path / "file", None)
+    with pytest.raises(UserError, match="would save there again"):
+        checkpoint.check_free(tmp_path / "ck", [5, 10])
+
+
+@pytest.mark.parametrize("text, size", [("2GB", 2 * 10**9), ("500MB", 5 * 10**8), ("1.5GiB", 3 * 2**29),
+                                        ("400kB", 400_000), ("123456", 123456)])
+def test_shard_sizes(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["huge", "0", "-5GB", "nan", "inf", "1e400"])
+def test_bad_shard_sizes(text):
+    with pytest.raises(UserError, match="--max-shard-size"):
+        parse_size(text)
+
+
+class _Comm:
+    def barrier(self) -> None:
+        """One process: nothing to wait for."""
+
+
+def test_a_crash_mid_save_leaves_latest_on_the_previous_checkpoint(tmp_path, monkeypatch):
+    import torch
+
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters())
+    engine = SimpleNamespace(model=model, optimizer=optimizer,
+                             scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0))
+    info = SimpleNamespace(rank=0, world_size=1, is_main=True)
+    fields = {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "zero_stage": None, "definition": DEFINITION}
+
+    def save(step):
+        return checkpoint.save(engine, "single", tmp_path, step, info, fields, _Comm(), lambda folder: folder.mkdir())
+
+    save(1)
+
+    def crash(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "_save_rank_file", crash)
+    with pytest.raises(OSError):
+        save(2)
+    assert (tmp_path / "latest").read_text() == "global_step1"
+    assert checkpoint.resolve(tmp_path)[1].step == 1
+    with pytest.raises(UserError, match="not a complete dsbench checkpoint"):
+        checkpoint.resolve(tmp_path / "global_step2")
+    monkeypatch.undo()
+    save(2)  # the partial folder is moved aside, never deleted
+    assert (tmp_path / "latest").read_text() == "global_step2"
+    assert len(list(tmp_path.glob("global_step2.incomplete-*"))) == 1
+    with pytest.raises(UserError, match="complete checkpoint already"):
+        save(2)
