@@ -94,7 +94,8 @@ def resolve(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:
     """A checkpoint given as its folder (``D``: its ``latest``) or as one tag folder (``D/global_step10``)."""
     folder = Path(path)
     if not folder.is_dir():
-        raise UserError(f"{folder}: no such checkpoint folder")
+        raise UserError(f"{folder}: {'not a folder' if folder.exists() else 'no such folder'}; give a checkpoint "
+                        "folder (--checkpoint-dir of a run) or one global_stepN folder in it")
     if (folder / MANIFEST).is_file() or folder.name.startswith("global_step") or any(folder.glob("dsbench_rank*")):
         return folder, read_manifest(folder)  # a tag folder (refused by name when its save never finished)
     latest = folder / LATEST

@@ -165,7 +165,7 @@ def _saver(spec: TrainSpec, run: Prepared) -> Any:
     if not spec.checkpoint_dir:
         return None
     folder, comm = Path(spec.checkpoint_dir), Collectives(run.info)
-    zero = (run.ds_config or {}).get("zero_optimization", {}).get("stage", 0) if run.ds_config else None
+    zero = run.ds_config.get("zero_optimization", {}).get("stage", 0) if run.ds_config else None
     fields = {"world_size": run.info.world_size, "dp": run.dims.dp, "tp": run.dims.tp, "pp": run.dims.pp,
               "zero_stage": zero, "definition": _definition(run.shape, spec, run.plan, run.precision)}
     hf_files = checkpoint.copy_hf_files(run.model, run.tokenizer)
