@@ -187,7 +187,7 @@ def _save_rank_file(folder: Path, rank: int, data: dict[str, Any]) -> None:
     os.replace(tmp, target)
 
 
-def _load_rank_file(folder: Path, rank: int, world_size: int) -> dict[str, Any] | None:
+def _load_rank_file(folder: Path, rank: int) -> dict[str, Any]:
     """This rank's extras; on another world size, rank 0's LR schedule and no RNG (ranks do not map)."""
     import torch
 
@@ -243,7 +243,7 @@ def save(engine: Any, strategy: str, folder: Path, step: int, info: Any, manifes
 
 def load(engine: Any, strategy: str, target: Path, manifest: Manifest, info: Any) -> None:
     """Restore model, optimizer, LR schedule and RNG from a complete checkpoint (collective)."""
-    extras = _load_rank_file(target, info.rank, info.world_size)
+    extras = _load_rank_file(target, info.rank)
     if manifest.storage == "deepspeed":
         path, _ = engine.engine.load_checkpoint(str(target.parent), tag=target.name, load_optimizer_states=True,
                                                 load_lr_scheduler_states=True)
@@ -258,9 +258,8 @@ def load(engine: Any, strategy: str, target: Path, manifest: Manifest, info: Any
         dcp.load(state, checkpoint_id=str(target))  # collective; reshards to this run's layout
         set_state_dict(engine.model, engine.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
-        assert extras is not None
         engine.scheduler.load_state_dict(extras["scheduler"])
-    if extras and "rng" in extras:
+    if "rng" in extras:
         set_rng_state(extras["rng"])
 
 

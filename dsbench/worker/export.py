@@ -121,6 +121,7 @@ def write_shards(weights: Iterator[tuple[str, Callable[[], Any]]], skip: set[str
                  max_bytes: int) -> dict[str, Any]:
     """Write weights into safetensors shards of at most ``max_bytes`` (one tensor may exceed it alone), as
     ``save_pretrained`` names them; returns the index."""
+    from safetensors import safe_open
     from safetensors.torch import save_file
 
     shards: list[dict[str, Any]] = [{}]
@@ -155,8 +156,6 @@ def write_shards(weights: Iterator[tuple[str, Callable[[], Any]]], skip: set[str
     weight_map: dict[str, str] = {}
     for i, path in enumerate(files):
         final = "model.safetensors" if len(files) == 1 else f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
-        from safetensors import safe_open
-
         with safe_open(str(path), framework="pt") as handle:
             weight_map.update({key: final for key in handle.keys()})
         path.rename(out / final)
