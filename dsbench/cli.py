@@ -22,25 +22,68 @@ from dsbench.errors import DsbenchError, UserError
 
 
 class _Group(click.Group):
-    """Turns dsbench errors into a one-line message and exit code instead of a traceback."""
+    """Turns dsbench errors into a one-line message and exit code instead of a traceback; anything else that
+    escapes is a dsbench bug, also one line (exit 1), with the traceback under ``--debug``."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except DsbenchError as exc:
+            if _debug(ctx):
+                raise
             click.echo(f"dsbench: error: {exc}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("dsbench: interrupted", err=True)
             ctx.exit(130)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            if _debug(ctx):
+                raise
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            click.echo(f"dsbench: error: internal error {type(exc).__name__}: {first} (a dsbench bug: rerun with "
+                       "--debug for the traceback and report it)", err=True)
+            ctx.exit(1)
+
+
+def _debug(ctx: click.Context) -> bool:
+    return bool(ctx.params.get("debug")) or os.environ.get("DSBENCH_DEBUG", "") not in ("", "0")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="dsbench")
-def cli() -> None:
+@click.option("--debug", is_flag=True, help="Show the traceback of an error (also DSBENCH_DEBUG=1).")
+def cli(debug: bool) -> None:
     """Render, validate, launch and compare DeepSpeed / DDP / FSDP training strategies."""
 
 
+class Finite(click.ParamType):
+    """A finite float in a range: click's FloatRange lets NaN through (every comparison with NaN is false)."""
+
+    name = "number"
+
+    def __init__(self, low: float | None = None, low_open: bool = False, high: float | None = None) -> None:
+        self.low, self.low_open, self.high = low, low_open, high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        import math
+
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.low is not None and (number < self.low or (self.low_open and number == self.low)):
+            self.fail(f"{value} must be {'>' if self.low_open else '>='} {self.low:g}", param, ctx)
+        if self.high is not None and number > self.high:
+            self.fail(f"{value} must be <= {self.high:g}", param, ctx)
+        return number
+
+
+POSITIVE = Finite(0, low_open=True)
+COUNT = click.IntRange(min=1)
 _OFFLOAD = click.Choice(["none", "cpu", "nvme"])
 RENDER_FLAGS = ("zero", "offload", "offload_param", "nvme_path", "precision", "micro_batch", "grad_accum",
                 "global_batch", "pipeline_stages", "tp", "grad_clip", "lr", "warmup_steps", "train_steps")
@@ -74,7 +117,7 @@ def render_options(func: Any) -> Any:
 def world_options(func: Any) -> Any:
     """``--world-size`` or ``--hostfile`` (+ ``--include``/``--exclude``)."""
     options = [
-        click.option("--world-size", type=int, help="Total ranks."),
+        click.option("--world-size", type=COUNT, help="Total ranks."),
         click.option("--hostfile", type=click.Path(dir_okay=False), help="DeepSpeed hostfile (world = its slots)."),
         click.option("--include", default="", help="DeepSpeed resource filter, e.g. 'host1:0,1@host2'."),
         click.option("--exclude", default="", help="DeepSpeed resource filter of slots to leave out."),
@@ -112,15 +155,17 @@ def render(preset: str | None, model: str | None, sets: tuple[str, ...], world_s
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable findings.")
 @click.option("--deepspeed-check/--no-deepspeed-check", default=True, show_default=True,
               help="Also run DeepSpeed's own config parser.")
+@click.option("--strict", is_flag=True, help="Warnings fail too (exit 1): for CI.")
 def validate(config: str, world_size: int | None, hostfile: str | None, include: str, exclude: str,
-             allow_auto: bool, as_json: bool, deepspeed_check: bool) -> None:
-    """Check CONFIG for what DeepSpeed accepts silently or rejects late. Exit 0 valid, 1 invalid, 2 usage."""
+             allow_auto: bool, as_json: bool, deepspeed_check: bool, strict: bool) -> None:
+    """Check CONFIG for what DeepSpeed accepts silently or rejects late. Exit 0 valid, 1 invalid (or, with
+    --strict, any warning), 2 usage."""
     from dsbench.configs.api import validate_file, world_size_from
     from dsbench.configs.findings import has_errors
 
     world = world_size_from(world_size, hostfile, include, exclude)
     _, findings = validate_file(config, world, allow_auto, deepspeed_check)
-    errors = has_errors(findings)
+    errors = has_errors(findings) or (strict and bool(findings))
     if as_json:
         click.echo(json.dumps({"config": config, "world_size": world, "valid": not errors,
                                "findings": [f.to_dict() for f in findings]}, indent=2))
@@ -128,7 +173,7 @@ def validate(config: str, world_size: int | None, hostfile: str | None, include:
         for finding in findings:
             click.echo(finding.line())
         n_err = sum(f.severity == "error" for f in findings)
-        verdict = "invalid" if errors else "valid"
+        verdict = "invalid" if has_errors(findings) else "fails --strict" if errors else "valid"
         click.echo(f"{config}: {verdict} ({n_err} errors, {len(findings) - n_err} warnings"
                    f"{f', world size {world}' if world else ''})")
     sys.exit(1 if errors else 0)
@@ -229,22 +274,27 @@ def _slurm_job(launcher: str, folder: Path, flags: dict[str, Any]) -> tuple[Any,
 @slurm_options
 @click.option("--include", default="", help="DeepSpeed resource filter, e.g. 'host1:0,1@host2'.")
 @click.option("--exclude", default="", help="DeepSpeed resource filter of slots to leave out.")
-@click.option("--num-nodes", type=int, help="Use the first N hosts of the hostfile.")
-@click.option("--num-gpus", type=int, help="Ranks per node without a hostfile [GPUs, or 2 CPU ranks].")
+@click.option("--num-nodes", type=click.IntRange(min=1), help="Use the first N hosts of the hostfile.")
+@click.option("--num-gpus", type=click.IntRange(min=1),
+              help="Ranks per node without a hostfile [GPUs, or 2 CPU ranks].")
 @click.option("--launcher-backend", type=click.Choice(["pdsh", "ssh", "openmpi"]), default="pdsh", show_default=True,
               help="How --launcher deepspeed reaches other nodes: pdsh, openmpi, or ssh (DeepSpeed's --no_ssh "
                    "per-node mode, started by dsbench on each node).")
 @click.option("--master-addr", default="127.0.0.1", show_default=True)
-@click.option("--master-port", type=int, help="Rendezvous port [29500 in --dry-run, else a free port].")
+@click.option("--master-port", type=click.IntRange(1, 65535),
+              help="Rendezvous port [29500 in --dry-run, else a free port].")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Folder for the config, logs and metrics.")
 @click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE",
               help="Environment for every rank; multi-node deepspeed launches get it through .deepspeed_env.")
 @click.option("--dry-run", is_flag=True, help="Print the exact command (and write its files); run nothing.")
+@click.option("--timeout", type=POSITIVE, help="Stop the whole launch after this many seconds (exit 124) [none]; "
+              "the worker's --dist-timeout bounds one collective.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_file: str | None, strategy: str,
            launcher: str, launcher_backend: str, hostfile: str | None, include: str, exclude: str,
            num_nodes: int | None, num_gpus: int | None, master_addr: str, master_port: int | None, run_dir: str | None,
-           env_pairs: tuple[str, ...], dry_run: bool, script_args: tuple[str, ...], **flags: Any) -> None:
+           env_pairs: tuple[str, ...], dry_run: bool, timeout: float | None, script_args: tuple[str, ...],
+           **flags: Any) -> None:
     """Launch the training worker through deepspeed, torchrun or accelerate (args after -- go to the worker)."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
     from dsbench.launch import LaunchRequest, inherited_env, materialize, parse_env, prepare, worker_args
@@ -253,10 +303,14 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
     job, per_node = _slurm_job(launcher, folder, flags)
     if job and hostfile:
         raise UserError("--launcher slurm: SLURM picks the nodes; drop --hostfile (use --nodes)")
-    port = master_port or (29500 if dry_run else free_port())
+    if hostfile and num_gpus is not None:
+        raise UserError("--num-gpus is the ranks per node without a hostfile; with --hostfile its slots=N say it: "
+                        "drop one")
+    port = master_port if master_port is not None else 29500 if dry_run else free_port()
+    ranks = num_gpus if num_gpus is not None else default_ranks()
     req = LaunchRequest(launcher=launcher, strategy=strategy, render_flags=flags, preset=preset, model=model,
                         sets=sets, config=config_file, hostfile=hostfile, include=include, exclude=exclude,
-                        num_nodes=num_nodes, num_gpus=per_node or num_gpus or default_ranks(),
+                        num_nodes=num_nodes, num_gpus=per_node or ranks,
                         master_addr=master_addr, slurm=job,
                         master_port=port, run_dir=folder, cpu=local_gpu_count() == 0, python=sys.executable,
                         cwd=os.getcwd(), launcher_backend=launcher_backend, as_root=os.geteuid() == 0,
@@ -273,16 +327,24 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
         click.echo(f"# {path}:\n" + "".join(f"#   {line}\n" for line in text.splitlines()), nl=False)
     click.echo(prepared.command.shell_line())
     if not dry_run:
-        from dsbench.runner import first_error, preflight_nodes, preflight_slurm, run, slurm_failure
+        from dsbench.runner import Interrupted, first_error, preflight_nodes, preflight_slurm, run, slurm_failure
 
         if prepared.spec.multinode():
             preflight_nodes(prepared.spec)
         if job:
             preflight_slurm()
-        code = run(prepared.command, log_path=folder / "launch.log")
+        try:
+            code = run(prepared.command, log_path=folder / "launch.log", timeout=timeout)
+        except Interrupted as exc:
+            click.echo(f"dsbench: {exc}; what the run wrote is kept in {folder} (its summary.json says interrupted)",
+                       err=True)
+            sys.exit(exc.exit_code)
         if job and code == 0 and not job.wait:
             click.echo(f"dsbench: submitted; the job writes {job.output} and {folder}/metrics.jsonl")
-        if code != 0:
+        if code == 124 and timeout:
+            click.echo(f"dsbench: error: the launch ran past --timeout {timeout:g} s and was stopped; what it wrote "
+                       f"is kept in {folder} (log: {folder}/launch.log)", err=True)
+        elif code != 0:
             reason = (slurm_failure(folder / "launch.log", job.output) if job else None) or \
                 first_error(folder / "launch.log") or "no error line in the log"
             click.echo(f"dsbench: error: launch failed with exit code {code}: {reason} (log: {folder}/launch.log)",
@@ -307,15 +369,15 @@ def _csv(kind: Any) -> Any:
 @click.option("--micro-batches", callback=_csv(int), help="Comma list of per-rank micro-batches [2].")
 @click.option("--models", callback=_csv(str), help="Comma list of models [gpt2-mini].")
 @click.option("--matrix", "matrix_file", type=click.Path(dir_okay=False), help="YAML/JSON matrix (flags override it).")
-@click.option("--repeats", type=int, help="Repeat every cell R times [1].")
+@click.option("--repeats", type=COUNT, help="Repeat every cell R times [1].")
 @click.option("--steps", type=int, help="Optimizer steps per cell [20].")
-@click.option("--warmup", type=int, help="Warm-up steps excluded from figures [5].")
-@click.option("--seq-len", type=int, help="Tokens per sample [128].")
+@click.option("--warmup", type=click.IntRange(min=0), help="Warm-up steps excluded from figures [5].")
+@click.option("--seq-len", type=COUNT, help="Tokens per sample [128].")
 @click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help="[fp32]")
 @click.option("--out", type=click.Path(file_okay=False), help="Results folder [runs/compare-TIMESTAMP].")
 @click.option("--resume", is_flag=True, help="Continue an interrupted matrix in --out, skipping finished cells.")
 @click.option("--retry-failed", is_flag=True, help="With --resume, run failed/timed-out cells again.")
-@click.option("--timeout", type=float, default=900, show_default=True, help="Seconds per cell before it is stopped.")
+@click.option("--timeout", type=POSITIVE, default=900, show_default=True, help="Seconds per cell before it is stopped.")
 @click.option("--nvme-path", help="Folder for zero3_nvme swap files [inside each cell's folder].")
 @click.option("--no-report", is_flag=True, help="Do not build the report at the end.")
 @click.option("--quiet", is_flag=True, help="No live progress (one line per cell).")
@@ -332,37 +394,45 @@ def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed
 @click.option("-o", "--out", type=click.Path(file_okay=False), help="Report folder [first RUN_DIR/report].")
 @click.option("--no-plots", is_flag=True, help="Tables only (no matplotlib).")
 def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool) -> None:
-    """Build tables, CSV/JSON/Markdown, PNG plots and an HTML report from run folders (merged; nothing re-runs)."""
+    """Build tables, CSV/JSON/Markdown, PNG plots and an HTML report from run folders (merged; nothing re-runs).
+    Exit 1 when a folder could not be read (it is listed as corrupt; the others are reported)."""
     from dsbench.bench.session import print_report
     from dsbench.report.build import build_report
 
     folder = Path(out or Path(run_dirs[0]) / "report")
-    print_report(build_report([Path(d) for d in run_dirs], folder, plots=not no_plots))
+    built = build_report([Path(d) for d in run_dirs], folder, plots=not no_plots)
+    print_report(built)
+    corrupt = [run for row in built.rows for run in row["runs"] if run["status"] == "corrupt"]
+    for run in corrupt:
+        click.echo(f"dsbench: warning: {run['folder']}: unreadable run folder ({run['reason']}); reported as corrupt",
+                   err=True)
+    sys.exit(1 if corrupt else 0)
 
 
 @cli.command()
 @click.option("--model", help="Model preset, local dir with config.json, or cached hub id.")
 @click.option("--params", type=float, help="Parameter count instead of a model (a Llama-like shape is assumed).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Explain this DeepSpeed config too.")
-@click.option("--gpus", type=int, help="Total GPUs (one node unless --nodes).")
-@click.option("--nodes", type=int, default=1, show_default=True)
-@click.option("--gpus-per-node", type=int, help="[--gpus on one node, else 8]")
+@click.option("--gpus", type=COUNT, help="Total GPUs (one node unless --nodes).")
+@click.option("--nodes", type=COUNT, default=1, show_default=True)
+@click.option("--gpus-per-node", type=COUNT, help="[--gpus on one node, else 8]")
 @click.option("--gpu", default="h100", show_default=True, help="GPU kind (sets peak TFLOPS and memory).")
-@click.option("--gpu-mem", type=float, help="GB per GPU [from --gpu].")
-@click.option("--peak-tflops", type=float, help="Dense peak per GPU [from --gpu].")
-@click.option("--efficiency", type=float, default=0.5, show_default=True, help="Achievable fraction of peak.")
+@click.option("--gpu-mem", type=POSITIVE, help="GB per GPU [from --gpu].")
+@click.option("--peak-tflops", type=POSITIVE, help="Dense peak per GPU [from --gpu].")
+@click.option("--efficiency", type=Finite(0, low_open=True, high=1), default=0.5, show_default=True,
+              help="Achievable fraction of peak.")
 @click.option("--interconnect", default="infiniband", show_default=True, help="Between nodes.")
 @click.option("--intra", help="Within a node [nvlink4 for h100/h200, else nvlink].")
-@click.option("--bandwidth", type=float, help="Custom inter-node bandwidth, GB/s per GPU.")
-@click.option("--latency", type=float, help="Custom latency, µs.")
-@click.option("--seq-len", type=int, help="[min(model max positions, 2048)]")
-@click.option("--micro-batch", type=int, default=1, show_default=True)
-@click.option("--grad-accum", type=int, default=8, show_default=True)
+@click.option("--bandwidth", type=POSITIVE, help="Custom inter-node bandwidth, GB/s per GPU.")
+@click.option("--latency", type=Finite(0), help="Custom latency, µs.")
+@click.option("--seq-len", type=COUNT, help="[min(model max positions, 2048)]")
+@click.option("--micro-batch", type=COUNT, default=1, show_default=True)
+@click.option("--grad-accum", type=COUNT, default=8, show_default=True)
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @click.option("--accounting", type=click.Choice(["mixed16", "mixed12", "fp32", "fp32_deepspeed"]),
               help="Bytes/param accounting [mixed16 = ZeRO paper's 16; mixed12 = seeds' 12].")
-@click.option("--host-mem", type=float, default=1000, show_default=True, help="CPU RAM per node, GB.")
-@click.option("--top", type=int, default=12, show_default=True, help="Rows to show.")
+@click.option("--host-mem", type=POSITIVE, default=1000, show_default=True, help="CPU RAM per node, GB.")
+@click.option("--top", type=COUNT, default=12, show_default=True, help="Rows to show.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--verify", is_flag=True, help="Run the top candidates for a few steps and compare with measurements.")
 def plan(top: int, as_json: bool, verify: bool, config_file: str | None, **opts: Any) -> None:
@@ -474,12 +544,12 @@ def doctor(hostfile: str | None, master_port: int, as_json: bool) -> None:
 @click.option("--nodes", type=int, default=2, show_default=True, help="Test-bed nodes.")
 @click.option("--slots", type=int, default=1, show_default=True, help="Ranks per node.")
 @click.option("--model", default="gpt2-tiny", show_default=True)
-@click.option("--micro-batch", type=int, default=2, show_default=True)
+@click.option("--micro-batch", type=COUNT, default=2, show_default=True)
 @click.option("--steps", type=int, default=10, show_default=True)
 @click.option("--warmup", type=int, default=2, show_default=True)
-@click.option("--seq-len", type=int, default=128, show_default=True)
+@click.option("--seq-len", type=COUNT, default=128, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False), help="Results folder [runs/whatif-<time>].")
-@click.option("--timeout", type=float, default=900, show_default=True, help="Seconds per cell.")
+@click.option("--timeout", type=POSITIVE, default=900, show_default=True, help="Seconds per cell.")
 @click.option("--quiet", is_flag=True, help="No live progress.")
 def whatif(links: str, strategies: str, nodes: int, slots: int, model: str, micro_batch: int, steps: int,
            warmup: int, seq_len: int, out: str | None, timeout: float, quiet: bool) -> None:

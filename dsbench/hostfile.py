@@ -21,6 +21,13 @@ from dsbench.io import read_text
 # RFC 1123 label: letters, digits, hyphens; no leading or trailing hyphen; 1-63 characters.
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 _LINE = re.compile(r"^(?P<host>\S+)\s+slots=(?P<slots>\S+)$")
+MAX_SLOTS = 1024
+"""Most ranks one host may run: more is a typo (and ``range`` over it would exhaust memory)."""
+
+
+def _is_count(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts '²' and Arabic-Indic digits, which no launcher reads."""
+    return text.isascii() and text.isdigit()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +79,11 @@ def _parse_line(text: str) -> tuple[str, int] | str:
     host, slots = match.group("host"), match.group("slots")
     if not is_valid_hostname(host):
         return f"invalid hostname {host!r}: use a DNS name (letters, digits, '-', '.') or an IP address"
-    if not slots.isdigit():
+    if not _is_count(slots):
         return f"slots must be a positive integer, got 'slots={slots}'"
+    if len(slots) > 5 or int(slots) > MAX_SLOTS:
+        shown = slots[:12] + ("..." if len(slots) > 12 else "")
+        return f"host {host!r} has slots={shown}: at most {MAX_SLOTS} ranks per host"
     if int(slots) == 0:
         return f"host {host!r} has slots=0: remove the line or give it at least one slot"
     return host, int(slots)
@@ -116,18 +126,28 @@ def format_hostfile(hosts: Iterable[Host]) -> str:
 
 
 def _parse_filter(text: str, flag: str, hosts: dict[str, int]) -> dict[str, list[int]]:
-    """Parse DeepSpeed's ``host1:0,1@host2`` resource filter against known hosts."""
+    """Parse DeepSpeed's ``host1:0,1@host2`` resource filter against known hosts.
+
+    Stricter than DeepSpeed's ``parse_node_config_list``, which merges every mention of a host: there
+    ``node1:0,1@node1`` selects slots 0 and 1 only (the bare mention, "all slots", adds nothing), a surprise
+    that is refused here; so are empty node specs (``a@@b``) and non-ASCII digits.
+    """
     selected: dict[str, list[int]] = {}
-    for part in filter(None, text.split("@")):
-        name, _, slot_text = part.partition(":")
+    for part in text.split("@") if text else ():
+        name, colon, slot_text = part.partition(":")
+        if not name:
+            raise UserError(f"{flag} {text!r}: an empty host between '@'s; write HOST[:SLOT,...]@HOST...")
+        if name in selected:
+            raise UserError(f"{flag} {text!r} names host {name!r} twice: name each host once, with all its "
+                            f"slots (e.g. {name}:0,1)")
         if name not in hosts:
             raise UserError(f"{flag}: host {name!r} is not in the hostfile (known: {', '.join(hosts)})")
-        if not slot_text:
+        if not colon:
             selected[name] = list(range(hosts[name]))
             continue
         slots: list[int] = []
         for item in slot_text.split(","):
-            if not item.isdigit() or int(item) >= hosts[name]:
+            if not _is_count(item) or int(item) >= hosts[name]:
                 raise UserError(f"{flag}: slot {item!r} of {name!r} is not in 0..{hosts[name] - 1}")
             slots.append(int(item))
         selected[name] = sorted(set(slots))
@@ -143,8 +163,9 @@ def select_slots(hosts: list[Host], include: str = "", exclude: str = "") -> dic
     if include and exclude:
         raise UserError("--include and --exclude are mutually exclusive: keep one")
     pool = {h.name: h.slots for h in hosts}
-    if include:
-        return _parse_filter(include, "--include", pool)
+    if include:  # in hostfile order, as DeepSpeed orders its ranks, whatever the order of the filter
+        chosen = _parse_filter(include, "--include", pool)
+        return {name: chosen[name] for name in pool if name in chosen}
     result = {name: list(range(n)) for name, n in pool.items()}
     for name, slots in _parse_filter(exclude, "--exclude", pool).items():
         kept = [s for s in result[name] if s not in slots]

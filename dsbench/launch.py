@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,7 +16,7 @@ from dsbench.configs.loader import load_config_strict
 from dsbench.configs.render import render
 from dsbench.configs.validate import ValidateContext, config_dims, validate
 from dsbench.errors import InvalidConfig, UserError
-from dsbench.hostfile import read_hostfile
+from dsbench.hostfile import is_valid_hostname, read_hostfile
 from dsbench.io import atomic_write_json
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
 from dsbench.launchers import worker_args as worker_argv
@@ -101,15 +102,68 @@ _ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 _MODEL_PARALLEL_FLAGS = {"torch_pp": {"pipeline_stages": "--pipeline-stages"}, "torch_tp": {"tp": "--tp"}}
 
 
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """``--env KEY=VALUE`` items as pairs."""
+    """``--env KEY=VALUE`` items as pairs. KEY must be a POSIX variable name on every path (one node or many):
+    the printed command puts it before ``=`` unquoted, so a key such as ``A;B`` would be shell syntax there."""
     out = []
     for item in pairs:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UserError(f"--env {item!r}: expected KEY=VALUE")
+        if not _ENV_KEY.match(key):
+            raise UserError(f"--env {key!r}: a variable name is letters, digits and '_', not starting with a digit")
+        if "\0" in value:
+            raise UserError(f"--env {key}: the value holds a NUL byte, which no environment can carry")
         out.append((key, value))
     return tuple(out)
+
+
+# Flags that shape a DeepSpeed config: the native strategies have no config to put them in.
+DEEPSPEED_ONLY = {"zero": "--zero", "offload": "--offload", "offload_param": "--offload-param",
+                  "nvme_path": "--nvme-path", "global_batch": "--global-batch", "train_steps": "--train-steps"}
+
+
+def check_request(req: LaunchRequest) -> None:
+    """Flags that contradict each other, or that the chosen strategy would silently ignore, stop the launch."""
+    given = [flag for name, flag in {**_RENDER_FLAG_NAMES, **DEEPSPEED_ONLY}.items()
+             if req.render_flags.get(name) is not None]
+    if req.config:
+        shaping = given + (["--preset"] if req.preset else []) + (["--set"] if req.sets else [])
+        if shaping:
+            raise UserError(f"--config uses {req.config} as is, so {shaping[0]} would be ignored: drop it, or drop "
+                            "--config and let dsbench render the config from the flags")
+    if req.strategy != "deepspeed":
+        ds_only = [flag for name, flag in DEEPSPEED_ONLY.items() if req.render_flags.get(name) is not None]
+        ds_only += ["--config"] * bool(req.config) + ["--preset"] * bool(req.preset) + ["--set"] * bool(req.sets)
+        if ds_only:
+            raise UserError(f"{ds_only[0]} shapes a DeepSpeed config; --strategy {req.strategy} has none: use "
+                            "--strategy deepspeed, or drop it")
+    if not is_valid_hostname(req.master_addr):
+        raise UserError(f"--master-addr {req.master_addr!r}: give a hostname or an IP address")
+
+
+MEASURED = ("metrics.jsonl", "summary.json")
+"""Files that mean a run folder holds a run's results (the worker writes them)."""
+
+
+def check_run_dir(folder: Path) -> None:
+    """A launch writes its config, run.json and log into ``folder``: never into a folder that already holds a
+    run's measurements (a second launch, even a dry run, would replace the config those figures came from)."""
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--run-dir {folder}: exists and is not a folder")
+    held = [name for name in MEASURED if (folder / name).exists()]
+    if held:
+        raise UserError(f"--run-dir {folder} already holds a run's measurements ({held[0]}): give a new --run-dir "
+                        "(dsbench never overwrites results)")
+
+
+# The render flags launch takes, by option name (the deepspeed-only ones are in DEEPSPEED_ONLY).
+_RENDER_FLAG_NAMES = {"precision": "--precision", "micro_batch": "--micro-batch", "grad_accum": "--grad-accum",
+                      "pipeline_stages": "--pipeline-stages", "tp": "--tp", "grad_clip": "--grad-clip", "lr": "--lr",
+                      "warmup_steps": "--warmup-steps"}
 
 
 def worker_args(run_dir: Path, model: str | None, flags: dict[str, Any], extra: tuple[str, ...],
@@ -135,6 +189,8 @@ def _config_for(req: LaunchRequest, world_size: int) -> tuple[dict[str, Any], li
 
 def prepare(req: LaunchRequest) -> PreparedLaunch:
     """Render/validate the config, write it into the run folder, and build the command."""
+    check_request(req)
+    check_run_dir(req.run_dir)
     for name, flag, takers in (("pipeline_stages", "--pipeline-stages", ("deepspeed", "torch_pp")),
                                ("tp", "--tp", ("deepspeed", "torch_tp"))):
         if (req.render_flags.get(name) or 1) > 1 and req.strategy not in takers:

@@ -124,12 +124,27 @@ def load_matrix_file(path: str) -> dict[str, Any]:
             data = json.loads(text)
     except Exception as exc:  # yaml.YAMLError / json.JSONDecodeError
         raise UserError(f"{path}: cannot parse matrix file: {exc}".splitlines()[0]) from None
-    allowed = {"strategies", "world_sizes", "micro_batches", "models", "repeats", "steps", "warmup", "seq_len",
-               "precision"}
-    if not isinstance(data, dict) or set(data) - allowed:
-        extra = sorted(set(data) - allowed) if isinstance(data, dict) else "not a mapping"
-        raise UserError(f"{path}: unexpected matrix keys {extra}; allowed: {', '.join(sorted(allowed))}")
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a matrix is a mapping of keys ({', '.join(MATRIX_TYPES)}), got "
+                        f"{type(data).__name__}")
+    extra = sorted(set(data) - set(MATRIX_TYPES))
+    if extra:
+        raise UserError(f"{path}: unexpected matrix keys {extra}; allowed: {', '.join(sorted(MATRIX_TYPES))}")
+    for key, value in data.items():
+        kind = MATRIX_TYPES[key]
+        items = value if kind in (list[int], list[str]) else [value]
+        item_type = int if kind in (list[int], int) else str
+        if (kind in (list[int], list[str]) and not isinstance(value, list)) or not all(
+                isinstance(item, item_type) and not isinstance(item, bool) for item in items):
+            raise UserError(f"{path}: {key} must be {_KIND_NAMES[kind]}, got {json.dumps(value, default=str)[:60]}")
     return data
+
+
+# The matrix file's keys and the type of each (the flags of `dsbench compare` with the same names).
+MATRIX_TYPES: dict[str, Any] = {"strategies": list[str], "world_sizes": list[int], "micro_batches": list[int],
+                                "models": list[str], "repeats": int, "steps": int, "warmup": int, "seq_len": int,
+                                "precision": str}
+_KIND_NAMES = {list[str]: "a list of names", list[int]: "a list of integers", int: "an integer", str: "a name"}
 
 
 def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) -> list[str]:

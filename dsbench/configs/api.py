@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from typing import Any
 
@@ -50,19 +51,49 @@ def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, mode
     if (values.get("pipeline_stages") or 1) > 1 and "zero" not in values:
         values["zero"] = PIPELINE_DEFAULT_ZERO  # no stage named: one the pipeline engine accepts (render notes it)
     shape = resolve_model(model) if model else None
-    spec = RenderSpec(**values, keep_auto=keep_auto, sets=tuple(sets),
-                      hidden_size=shape.hidden if shape else None,
-                      explicit=frozenset(explicit | chosen | ({"hidden_size"} if shape else set())))
-    if shape:
-        spec.dims().check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+    try:
+        spec = RenderSpec(**values, keep_auto=keep_auto, sets=tuple(sets),
+                          hidden_size=shape.hidden if shape else None,
+                          explicit=frozenset(explicit | chosen | ({"hidden_size"} if shape else set())))
+        if shape:
+            spec.dims().check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads,
+                                    layers=shape.layers)
+    except UserError as exc:
+        raise UserError(credit_preset(str(exc), preset_name, chosen - explicit)) from None
     return spec, shape
+
+
+def credit_preset(message: str, preset_name: str | None, from_preset: set[str]) -> str:
+    """Name the preset beside a flag the user did not type but the preset set (``--offload-param nvme (from
+    --preset zero3_nvme)``), so that an error never blames a flag that is not on the command line."""
+    for name in sorted(from_preset):
+        flag = "--" + name.replace("_", "-")
+        message = re.sub(rf"{re.escape(flag)}( \S+)?(?![\w-])", lambda m, f=flag: f"{m.group(0)} (from --preset "
+                         f"{preset_name})", message, count=1)
+    return message
 
 
 def render_config(flags: dict[str, Any], preset_name: str | None = None, model: str | None = None,
                   keep_auto: bool = False, sets: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
-    """Render a config from CLI-style flags; returns the config and notes."""
+    """Render a config from CLI-style flags; returns the config and notes. The result is validated as
+    ``dsbench validate`` would (with DeepSpeed's parser too when ``--set`` changed it): a rendered config that
+    validate would reject is refused, naming the ``--set`` that broke it."""
     spec, _ = make_render_spec(flags, preset_name, model, keep_auto, sets)
-    return render(spec)
+    config, notes = render(spec)
+    context = ValidateContext(world_size=flags.get("world_size"), allow_auto=keep_auto)
+    errors = [f for f in validate(config, context, deepspeed_check=bool(sets)) if f.severity == "error"]
+    if errors:
+        raise UserError(_blame(errors[0], sets))
+    return config, notes
+
+
+def _blame(finding: Finding, sets: tuple[str, ...]) -> str:
+    """The ``--set`` that wrote (or sits above) the finding's path, else the rendered config as a whole."""
+    for item in reversed(sets):
+        key = item.partition("=")[0]
+        if finding.path == key or finding.path.startswith(key + ".") or key.startswith(finding.path + "."):
+            return f"--set {item}: {finding.path} {finding.message} (fix: {finding.fix})"
+    return f"the rendered config is invalid: {finding.path or '(file)'}: {finding.message} (fix: {finding.fix})"
 
 
 def validate_file(path: str, world_size: int | None, allow_auto: bool,

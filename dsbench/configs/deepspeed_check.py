@@ -57,7 +57,7 @@ def sanitized(config: dict[str, Any], reported: list[Finding]) -> dict[str, Any]
     for path in auto_paths(out):
         _delete(out, path)
     for finding in reported:
-        if finding.code in ("unknown-key", "removed-key", "batch-type"):
+        if finding.code in ("unknown-key", "removed-key", "batch-type", "value-type"):
             _delete(out, finding.path)
         if finding.code in ("batch-mismatch", "batch-missing"):
             out.pop("train_batch_size", None)

@@ -15,7 +15,7 @@ from typing import Any
 from dsbench.configs.findings import Finding
 from dsbench.configs.overrides import iter_leaves
 from dsbench.errors import UserError
-from dsbench.io import read_text
+from dsbench.io import check_depth, loads_json, read_text
 
 
 class DuplicateKey(ValueError):
@@ -33,19 +33,31 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def parse_config_text(text: str, source: str) -> tuple[Any, list[Finding]]:
     """Parse config text; returns ``(config or None, findings)``."""
+    if not text.strip():
+        return None, [Finding(severity="error", code="empty-file", path="", message=f"{source} is empty",
+                              fix="write the config's JSON object into it")]
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates), []
+        config = json.loads(text, object_pairs_hook=_no_duplicates)
+        check_depth(config, source)
+        return config, []
     except DuplicateKey as exc:
         return None, [Finding(severity="error", code="duplicate-key", path=str(exc),
                               message=f"key '{exc}' appears twice in one object; DeepSpeed refuses the file",
                               fix="keep one of the two")]
     except json.JSONDecodeError as exc:
         strict_error = exc
+    except (RecursionError, ValueError, UserError):  # too deep, or a number beyond Python's 4300 digits
+        try:
+            loads_json(text, source)
+        except UserError as why:
+            return None, [Finding(severity="error", code="unreadable-json", path="", message=str(why),
+                                  fix="correct the file")]
     try:
         import hjson  # DeepSpeed's own loader (a deepspeed dependency)
 
         loose = hjson.loads(text, object_pairs_hook=_no_duplicates)
-    except Exception:
+        check_depth(loose, source)
+    except Exception:  # hjson's own errors, RecursionError, the depth check: not hjson either
         loose = None
     if isinstance(loose, dict):
         placeholders = _placeholders(loose)

@@ -18,6 +18,7 @@ from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import bf16_enabled, fp16_enabled
 from dsbench.configs.schema import unknown_keys
+from dsbench.configs.types import check_types
 from dsbench.errors import UserError
 from dsbench.parallel import ParallelDims, bubble_fraction
 
@@ -263,8 +264,8 @@ def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) ->
     structural = check_structure(config)
     if structural:
         return structural
-    findings = [*unknown_keys(config), *check_parallel_degrees(config, ctx), *check_batch(config, ctx),
-                *check_combinations(config, ctx), *check_auto(config, ctx)]
+    findings = [*unknown_keys(config), *check_types(config, skip=BATCH_KEYS), *check_parallel_degrees(config, ctx),
+                *check_batch(config, ctx), *check_combinations(config, ctx), *check_auto(config, ctx)]
     if deepspeed_check:
         from dsbench.configs.deepspeed_check import deepspeed_findings
 

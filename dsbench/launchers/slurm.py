@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import shlex
 
+from dsbench.errors import UserError
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, cpu_env, worker_args
 
 
 def sbatch_script(spec: LaunchSpec, job: SlurmJob) -> str:
     """The batch script's text: #SBATCH lines, the ranks' environment, the rendezvous, one srun."""
     per_node = spec.nproc_per_node
+    for what, value in (("the run folder", job.output), ("the working folder", spec.cwd)):
+        if "\n" in value or "\r" in value:  # an #SBATCH line ends at a newline: the rest would be a command
+            raise UserError(f"{what} {value!r} holds a line break, which an sbatch script cannot carry: rename it")
     lines = ["#!/usr/bin/env bash",
              "# Written by `dsbench launch --launcher slurm`: one srun task per rank; rank, world size and local",
              "# rank come from SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID.",

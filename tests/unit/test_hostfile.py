@@ -106,3 +106,75 @@ def test_corpus_hostfiles(name, slots):
             parse_hostfile(lines)
     else:
         assert sum(h.slots for h in parse_hostfile(lines)) == slots
+
+
+def _generated_filters() -> list[str]:
+    """Every filter of one to three node specs over a 3-host hostfile (plus an unknown host), each spec bare or
+    with a slot list drawn from in-range, out-of-range and repeated slots: 2,000+ strings."""
+    import itertools
+
+    specs = []
+    for host in ("node1", "node2", "node3", "nodeX"):
+        specs.append(host)
+        for slots in ("0", "1", "3", "0,1", "1,0", "0,0", "0,2", "0,1,2,3", "x", ""):
+            specs.append(f"{host}:{slots}")
+    filters = list(specs)
+    filters += ["@".join(pair) for pair in itertools.product(specs, specs)]
+    filters += ["@".join(trio) for trio in itertools.product(("node1", "node1:1", "node2:0", "node3:0,2"),
+                                                             ("node2", "node3:3", "node2:1"),
+                                                             ("node3", "node1:0", "nodeX"))]
+    return filters
+
+
+def test_filters_agree_with_deepspeeds_own_parser():
+    """Oracle: DeepSpeed's ``parse_resource_filter``, on every generated --include and --exclude. Where a filter
+    names a host twice DeepSpeed merges the mentions (``node1:0@node1`` keeps only slot 0) and dsbench refuses it;
+    where DeepSpeed's result is empty (every slot excluded) dsbench refuses it too. Everything else: the same
+    hosts, in the same order, with the same slots."""
+    from collections import OrderedDict
+
+    from deepspeed.launcher.runner import parse_resource_filter
+
+    hosts = [Host("node1", 2), Host("node2", 2), Host("node3", 4)]
+    pool = OrderedDict((h.name, list(range(h.slots))) for h in hosts)
+    filters = _generated_filters()
+    assert len(filters) > 2000
+    agreed = 0
+    for text in filters:
+        for flag in ("include", "exclude"):
+            named = [part.partition(":")[0] for part in text.split("@")]
+            try:
+                theirs = parse_resource_filter(pool, **{f"{flag}_str": text})
+            except ValueError:
+                theirs = None
+            try:
+                ours = select_slots(hosts, **{flag: text})
+            except UserError:
+                ours = None
+            if len(set(named)) < len(named):
+                assert ours is None, (flag, text)
+            elif not theirs:
+                assert ours is None, (flag, text, theirs)
+            else:
+                assert ours is not None, (flag, text, dict(theirs))
+                assert list(ours) == list(theirs), (flag, text)
+                same = {h: sorted(s) for h, s in theirs.items()}
+                assert {h: sorted(s) for h, s in ours.items()} == same, (flag, text)
+                agreed += 1
+    assert agreed > 300
+
+
+@pytest.mark.parametrize("text", ["node1:0,1@node1", "node1@node1:0", "node1:0@node1:1", "node1@@node2", "node1:١"])
+def test_filters_deepspeed_would_read_otherwise_are_refused(text):
+    hosts = [Host("node1", 2), Host("node2", 2)]
+    with pytest.raises(UserError, match="twice|empty host|slot"):
+        select_slots(hosts, include=text)
+
+
+@pytest.mark.parametrize("line, problem", [("n1 slots=99999999999999999999", "at most 1024 ranks per host"),
+                                           ("n1 slots=٣", "slots must be a positive integer"),
+                                           ("n1 slots=²", "slots must be a positive integer"),
+                                           ("n1 slots=" + "9" * 5000, "at most 1024 ranks per host")])
+def test_absurd_slot_counts_are_refused(line, problem):
+    with pytest.raises(HostfileError, match=problem):
+        parse_hostfile([line])

@@ -1,0 +1,107 @@
+"""Types and ranges of the config values DeepSpeed reads as numbers or switches.
+
+DeepSpeed's own parser (pydantic for the ZeRO section, plain ``dict.get`` elsewhere) lets many wrong values
+through to fail deep inside training, or never: ``"lr": "fast"`` reaches the optimizer constructor,
+``"bf16": {"enabled": "yes"}`` is truthy, ``gradient_clipping: -1`` silently disables clipping
+(``deepspeed/runtime/engine.py`` clips only when > 0). Each rule names the JSON path and what it must be.
+JSON's NaN and Infinity (which ``json.load`` accepts) are refused anywhere in the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from dsbench.configs.findings import Finding
+from dsbench.configs.overrides import get_path, iter_leaves
+
+# path -> (kind, lowest allowed, whether the lowest itself is allowed); ranges from DeepSpeed's docs and the
+# checks its optimizers make (torch.optim.Adam: lr >= 0, eps >= 0, 0 <= beta < 1, weight_decay >= 0).
+RULES: dict[str, tuple[str, float | None, bool]] = {
+    "optimizer.params.lr": ("number", 0, False),
+    "optimizer.params.eps": ("number", 0, False),
+    "optimizer.params.weight_decay": ("number", 0, True),
+    "gradient_clipping": ("number", 0, True),
+    "steps_per_print": ("int", 1, True),
+    "prescale_gradients": ("bool", None, True),
+    "wall_clock_breakdown": ("bool", None, True),
+    "bf16.enabled": ("bool", None, True),
+    "fp16.enabled": ("bool", None, True),
+    "fp16.loss_scale": ("number", 0, True),
+    "fp16.initial_scale_power": ("int", 0, True),
+    "fp16.loss_scale_window": ("int", 1, True),
+    "fp16.hysteresis": ("int", 1, True),
+    "fp16.min_loss_scale": ("number", 0, False),
+    "zero_optimization.overlap_comm": ("bool", None, True),
+    "zero_optimization.contiguous_gradients": ("bool", None, True),
+    "zero_optimization.reduce_scatter": ("bool", None, True),
+    "zero_optimization.allgather_partitions": ("bool", None, True),
+    "zero_optimization.reduce_bucket_size": ("number", 1, True),
+    "zero_optimization.allgather_bucket_size": ("number", 1, True),
+    "zero_optimization.stage3_prefetch_bucket_size": ("number", 0, True),
+    "zero_optimization.stage3_param_persistence_threshold": ("number", 0, True),
+    "zero_optimization.stage3_max_live_parameters": ("number", 0, True),
+    "zero_optimization.stage3_max_reuse_distance": ("number", 0, True),
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save": ("bool", None, True),
+    "zero_optimization.offload_optimizer.pin_memory": ("bool", None, True),
+    "zero_optimization.offload_param.pin_memory": ("bool", None, True),
+    "scheduler.params.warmup_min_lr": ("number", 0, True),
+    "scheduler.params.warmup_max_lr": ("number", 0, True),
+    "scheduler.params.warmup_num_steps": ("int", 0, True),
+    "scheduler.params.total_num_steps": ("int", 1, True),
+}
+
+_EXPECTED = {"bool": "true or false", "int": "an integer", "number": "a number"}
+
+
+def _is(kind: str, value: Any) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind == "int":
+        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    return isinstance(value, int | float)
+
+
+def _problem(path: str, value: Any) -> str | None:
+    kind, low, inclusive = RULES[path]
+    if not _is(kind, value):
+        return f"must be {_EXPECTED[kind]}, got {json.dumps(value)[:40]}"
+    if low is not None and (value < low or (value == low and not inclusive)):
+        return f"must be {'>=' if inclusive else '>'} {low:g}, got {value}"
+    return None
+
+
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, list):
+        return any(_non_finite(item) for item in value)
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def check_types(config: dict[str, Any], skip: tuple[str, ...] = ()) -> list[Finding]:
+    """Non-finite numbers anywhere but ``skip`` (checked elsewhere), then every :data:`RULES` path that is set
+    (``"auto"`` is check_auto's)."""
+    out = [Finding(severity="error", code="value-type", path=path,
+                   message=f"{value} is not a number DeepSpeed can use (JSON has no NaN or Infinity)",
+                   fix=f"set {path} to a finite number")
+           for path, value in iter_leaves(config) if path not in skip and _non_finite(value)]
+    flagged = {f.path for f in out}
+    betas = get_path(config, "optimizer.params.betas")
+    if betas not in (None, "auto") and "optimizer.params.betas" not in flagged and not (
+            isinstance(betas, list) and len(betas) == 2 and all(_is("number", b) and 0 <= b < 1 for b in betas)):
+        out.append(Finding(severity="error", code="value-type", path="optimizer.params.betas",
+                           message=f"must be two numbers in [0, 1), got {json.dumps(betas)[:40]}",
+                           fix="set optimizer.params.betas to e.g. [0.9, 0.999]"))
+    for path in RULES:
+        value = get_path(config, path)
+        if value is None or value == "auto" or path in flagged:
+            continue
+        problem = _problem(path, value)
+        if problem:
+            out.append(Finding(severity="error", code="value-type", path=path, message=problem,
+                               fix=f"set {path} to {_EXPECTED[RULES[path][0]]}"
+                                   + (f" {'>=' if RULES[path][2] else '>'} {RULES[path][1]:g}"
+                                      if RULES[path][1] is not None else "")))
+    return out
