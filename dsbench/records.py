@@ -146,6 +146,21 @@ class CheckpointRecord:
         return {"type": "checkpoint", **asdict(self)}
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EndRecord:
+    """How a run that did not finish ended (``"type": "end"``), written by rank 0 when told to stop."""
+
+    status: str
+    """``interrupted``."""
+    signal: str
+    """SIGINT (Ctrl-C) or SIGTERM (a launcher or scheduler ending the job)."""
+    last_step: int
+    """The last step whose record was written before it (0: none)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "end", **asdict(self)}
+
+
 def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Summary of a run: wall-clock throughput over the window, and the timed region's spread per step."""
     records = list(records)

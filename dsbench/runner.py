@@ -17,8 +17,18 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from dsbench.errors import UserError
+from dsbench.errors import DsbenchError, UserError
 from dsbench.launchers import LOCAL_HOSTS, LaunchCommand, LaunchSpec
+
+
+class Interrupted(DsbenchError):
+    """dsbench was told to stop (Ctrl-C, SIGTERM) while a launch ran: the launch's processes were stopped;
+    exit 128 + the signal number, the shell's convention."""
+
+    def __init__(self, signum: int) -> None:
+        self.signal = signal.Signals(signum).name
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by {self.signal}: the processes this launch started were stopped")
 
 
 def resolve_executable(name: str) -> str:
@@ -43,8 +53,11 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, bufsize=1, start_new_session=True)
 
+    received: list[int] = []
+
     def forward(signum: int, _frame: object) -> None:
-        os.killpg(proc.pid, signum)
+        received.append(signum)
+        _signal_group(proc.pid, signum)  # the launcher's whole process group: it and every rank it started
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)} if _main_thread() else {}
     timed_out = threading.Event()
@@ -61,6 +74,9 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
                 log.write(line)
                 log.flush()
         code = proc.wait()
+        _signal_group(proc.pid, signal.SIGKILL)  # whatever the launcher left behind in its group
+        if received:
+            raise Interrupted(received[0])
         return 124 if timed_out.is_set() else code
     finally:
         if timer:
@@ -186,14 +202,43 @@ def slurm_failure(log_path: Path, output_template: str, lines: int = 3) -> str |
             f"{' | '.join(tail)}")
 
 
+_RANK_LINE = re.compile(r"\[rank (\d+) on ([^\]]+)\] dsbench\.train: (started|finished|error|stopped by)")
+
+
+def _split_rank_lines(lines: list[str]) -> list[str]:
+    """The log's lines, with a line holding several ranks' lines cut before each (a launcher that runs ranks
+    unbuffered, or a rank older than this one, can interleave two ranks' writes into one line)."""
+    out = []
+    for line in lines:
+        starts = [found.start() for found in _RANK_LINE.finditer(line)][1:]  # a prefix (pdsh's "host: ") stays
+        cuts = [0, *starts, len(line)]
+        out.extend(line[a:b].strip() for a, b in zip(cuts, cuts[1:], strict=False) if line[a:b].strip())
+    return out
+
+
 def first_error(log_path: Path) -> str | None:
-    """The line that names why a launch failed: the first rank's ``dsbench.train: error:`` (the root cause;
-    other ranks then fail in collectives), else the launcher's last error-looking line."""
+    """The line that names why a launch failed:
+
+    1. the first rank's ``dsbench.train: error:`` that is a cause (not a lost connection to a peer that died: the
+       others fail in collectives after the first);
+    2. else the ranks that started and never said how they ended (no error, ``finished`` or ``stopped by``): they
+       were killed outright (SIGKILL, the OOM killer) or crashed in native code;
+    3. else the first rank error, or the launcher's last error-looking line.
+    """
     try:
-        lines = [line.strip() for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines()]
+        text = log_path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
+    lines = _split_rank_lines(text.splitlines())
     rank_errors = [line for line in lines if "dsbench.train: error:" in line]
+    causes = [line for line in rank_errors if "lost the connection to another rank" not in line]
+    if causes:
+        return causes[0]
+    silent = silent_ranks(lines)
+    if silent:
+        named = ", ".join(f"rank {rank} on {host}" for rank, host in silent)
+        return (f"{named} stopped without a word (no error line): killed by a signal such as SIGKILL or the "
+                "out-of-memory killer, or crashed in native code")
     if rank_errors:
         return rank_errors[0]
     for marker in ("terminate called", "exits with return code", "Error", "error"):
@@ -201,6 +246,27 @@ def first_error(log_path: Path) -> str | None:
         if found:
             return found[-1]
     return None
+
+
+def silent_ranks(lines: list[str]) -> list[tuple[int, str]]:
+    """Ranks (with their host) that printed ``started`` but no line saying how they ended."""
+    started: dict[int, str] = {}
+    ended: set[int] = set()
+    for line in lines:
+        for found in _RANK_LINE.finditer(line):
+            rank, host, what = int(found.group(1)), found.group(2), found.group(3)
+            if what == "started":
+                started[rank] = host
+            else:
+                ended.add(rank)
+    return sorted((rank, host) for rank, host in started.items() if rank not in ended)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):  # the group is gone already
+        pass
 
 
 def _terminate(proc: subprocess.Popen, timed_out: threading.Event) -> None:

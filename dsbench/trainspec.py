@@ -24,6 +24,10 @@ WorkerStrategy = Literal["auto", "deepspeed", "ddp", "fsdp", "single", "torch_pp
 SCHEDULES = ("1f1b", "gpipe")
 
 
+MAX_COUNT = 2**31 - 1
+"""Largest step, batch, length or degree accepted: beyond it a value is a typo (and overflows int32 tensors)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainSpec:
     """One training run on every rank: strategy, model, data, batch, optimizer, schedule and recording."""
@@ -63,6 +67,9 @@ class TrainSpec:
     tp: int = 1
     """Tensor-parallel degree of --strategy torch_tp (DeepSpeed's AutoTP takes it from its config)."""
     seed: int = 1234
+    dist_timeout: float = 600.0
+    """Seconds a collective or the rendezvous may wait for the other ranks before this rank fails (a rank that
+    hung or never joined); torch's own default is 30 minutes."""
     peak_tflops: float | None = None
     """Per-rank peak for MFU (default: detected)."""
     out: str | None = None
@@ -78,6 +85,13 @@ class TrainSpec:
     quiet: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("seq_len", "micro_batch", "grad_accum", "steps", "gather_every", "pipeline_stages", "tp"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+            if getattr(self, name) > MAX_COUNT:
+                raise UserError(f"--{name.replace('_', '-')} {getattr(self, name)} is beyond {MAX_COUNT:,}")
+        if not 0 <= self.seed < 2**32:  # numpy's and torch's generators both take a 32-bit seed without surprises
+            raise UserError(f"--seed must be in 0..{2**32 - 1}, got {self.seed}")
         if self.strategy not in STRATEGIES:
             raise UserError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
         if self.precision not in (None, "fp32", "bf16", "fp16"):
@@ -95,16 +109,14 @@ class TrainSpec:
         if self.strategy != "torch_tp" and self.tp != 1:
             raise UserError(f"--tp {self.tp} is for --strategy torch_tp (DeepSpeed's AutoTP takes its degree from "
                             "the config: tensor_parallel.autotp_size)")
-        for name in ("seq_len", "micro_batch", "grad_accum", "steps", "gather_every", "pipeline_stages", "tp"):
-            if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be >= 1")
         if self.save_every < 0:
             raise UserError(f"--save-every must be >= 0 (0: save after the last step only), got {self.save_every}")
         if self.save_every and not self.checkpoint_dir:
             raise UserError("--save-every needs --checkpoint-dir (where the checkpoints go)")
         if not 0 <= self.warmup < self.steps:
             raise UserError(f"--warmup must be in 0..{self.steps - 1} (steps excluded from the summary)")
-        positive = {"lr": self.lr, "peak_tflops": self.peak_tflops if self.peak_tflops is not None else 1.0}
+        positive = {"lr": self.lr, "dist_timeout": self.dist_timeout,
+                    "peak_tflops": self.peak_tflops if self.peak_tflops is not None else 1.0}
         at_least_0 = {"weight_decay": self.weight_decay, "grad_clip": self.grad_clip,
                       "lr_warmup_steps": self.lr_warmup_steps}
         for name, value in positive.items():
@@ -133,7 +145,7 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("seq_len", "micro_batch", "grad_accum", "steps", "warmup", "lr_warmup_steps", "seed",
                  "gather_every", "pipeline_stages", "tp", "save_every"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, help=_doc(name))
-    for name in ("lr", "weight_decay", "grad_clip", "peak_tflops"):
+    for name in ("lr", "weight_decay", "grad_clip", "peak_tflops", "dist_timeout"):
         p.add_argument(f"--{name.replace('_', '-')}", type=float, help=_doc(name))
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help=_doc("precision"))
     p.add_argument("--pipeline-schedule", choices=SCHEDULES, help=_doc("pipeline_schedule"))

@@ -3,7 +3,8 @@
 Per cell: ``cell.json`` (definition, exact command, status, reason, timings; written atomically at
 start and end) next to what ``dsbench launch`` writes (rendered config, accelerate YAML, launch.log
 with all ranks' output, metrics.jsonl, summary.json). With ``resume`` finished cells (ok, failed
-or timed out) are skipped; an interrupted cell's partial folder is moved aside, never deleted.
+or timed out) are skipped; an interrupted cell (Ctrl-C, SIGTERM: ``cell.json`` says ``interrupted``, the
+matrix stops there) is run again, its partial folder moved aside, never deleted.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _watch(metrics: Path, stop: threading.Event, on_step: Callable[[dict[str, An
 def run_cell(cell: Cell, folder: Path, timeout: float, nvme_path: str | None,
              on_step: Callable[[dict[str, Any]], None] = lambda r: None) -> CellResult:
     """Launch one cell and record its outcome; a failure is recorded, not raised."""
-    from dsbench.runner import first_error, run
+    from dsbench.runner import Interrupted, first_error, run
 
     argv = cell_command(cell, folder, nvme_path)
     started = time.time()
@@ -100,6 +101,11 @@ def run_cell(cell: Cell, folder: Path, timeout: float, nvme_path: str | None,
     watcher.start()
     try:
         code = run(LaunchCommand(argv=argv), log_path=folder / "compare.log", echo=None, timeout=timeout)
+    except Interrupted as exc:  # Ctrl-C/SIGTERM: the cell's processes are stopped; record it, keep its files
+        status.update(status="interrupted", exit_code=exc.exit_code, reason=str(exc), finished=time.time(),
+                      duration_s=round(time.time() - started, 1))
+        atomic_write_json(folder / "cell.json", status)
+        return CellResult(cell=cell, status="interrupted", folder=folder, reason=str(exc))
     finally:
         stop.set()
         watcher.join()
@@ -133,5 +139,7 @@ def run_matrix(cells: list[Cell], out: Path, resume: bool, retry_failed: bool, t
         result = run_cell(cell, folder, timeout, nvme_path, on_step=lambda r, c=cell: reporter.step(c, r))
         reporter.end(cell, result.status, result.reason)
         results.append(result)
+        if result.status == "interrupted":  # the user stopped the matrix: no further cell starts
+            break
     reporter.stop()
     return results

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -52,4 +53,9 @@ def compare_main(matrix_file: str | None, flags: dict[str, Any], out: str | None
     failed = [r for r in results if r.status != "ok"]
     print(f"{len(results) - len(failed)}/{len(results)} cells ok; results in {folder}"
           + (f"; report: {folder / 'report' / 'report.html'}" if not no_report else ""))
+    interrupted = next((r for r in results if r.status == "interrupted"), None)
+    if interrupted:
+        print(f"interrupted: {len(cells) - len(results)} cell(s) not started; `dsbench compare --resume --out "
+              f"{folder}` runs them and {interrupted.cell.id} again", file=sys.stderr)
+        return 130
     return 1 if failed else 0

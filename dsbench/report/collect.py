@@ -9,11 +9,13 @@ the median over repeats of each repeat's median.
 
 from __future__ import annotations
 
-import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
 
+from dsbench.errors import UserError
+from dsbench.io import read_json
 from dsbench.records import METRICS, SUMMARY, read_records, scaling_efficiency, summarize, upgrade_summary
 
 KEY = ("model", "device", "micro_batch", "world_size", "strategy")
@@ -46,19 +48,88 @@ def _label(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
     return label
 
 
+def _json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object file of a run folder (None when absent); a corrupt one raises ValueError naming it."""
+    if not path.exists():
+        return None
+    data = read_json(path, path.name)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def run_status(cell: dict[str, Any] | None, summary: dict[str, Any], losses: list[Any]) -> tuple[str, str | None]:
+    """A run is ok only when its cell says so (if it has one), its summary is complete, and every loss is a
+    finite number; otherwise the status and reason say what is missing."""
+    status = cell["status"] if cell else "ok"
+    reason = cell.get("reason") if cell else None
+    if status != "ok":
+        return status, reason
+    if summary.get("status") != "ok":
+        kind = "interrupted" if summary.get("status") == "interrupted" else "incomplete"
+        return kind, summary.get("reason") or f"summary status {summary.get('status')!r}"
+    bad = next((i for i, loss in enumerate(losses, 1)
+                if not isinstance(loss, int | float) or isinstance(loss, bool) or not math.isfinite(loss)), None)
+    if bad is not None:
+        return "failed", f"loss at step {bad} is {losses[bad - 1]!r}"
+    return "ok", None
+
+
+# The summary figures a report row reads (records.summarize writes them): each must be a number.
+_FIGURES = (("throughput", "tokens_per_s"), ("throughput", "window_s"), ("timed_region", "tokens_per_s", "median"),
+            ("timed_region", "tokens_per_s", "p10"), ("timed_region", "tokens_per_s", "p90"),
+            ("timed_region", "step_time_s", "median"), ("timed_region", "step_time_s", "min"),
+            ("timed_region", "step_time_s", "max"), ("final_loss",), ("measured_steps",), ("warmup_steps",))
+
+
+def _check_figures(summary: dict[str, Any], where: Path) -> None:
+    """Raise ValueError naming the first figure of an ok summary that is missing or not a number."""
+    for path in _FIGURES:
+        if path[0] == "throughput" and summary.get("throughput") is None:  # schema-1 summaries: timed region only
+            continue
+        value: Any = summary
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ValueError(f"{where}: {'.'.join(path)} is {value!r}, not a number")
+    peaks = summary.get("peak_memory_bytes_per_rank")
+    if not isinstance(peaks, list) or not peaks or not all(isinstance(p, int | float) for p in peaks):
+        raise ValueError(f"{where}: peak_memory_bytes_per_rank is {peaks!r}, not a list of numbers")
+
+
 def load_run(folder: Path) -> dict[str, Any]:
-    """One run as a flat dict: definition, status, summary figures and the per-step series."""
-    cell = json.loads((folder / "cell.json").read_text()) if (folder / "cell.json").exists() else None
-    records = read_records(folder / METRICS) if (folder / METRICS).exists() else []
+    """One run as a flat dict: definition, status, summary figures and the per-step series. A folder whose files
+    are corrupt, half-written or wrongly typed becomes a row with status ``corrupt`` and the reason; it never
+    stops the other folders of a merge."""
+    try:
+        return _load_run(folder)
+    except UserError as exc:
+        return _corrupt(folder, str(exc))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        return _corrupt(folder, f"{type(exc).__name__}: {exc}")
+
+
+def _corrupt(folder: Path, why: str) -> dict[str, Any]:
+    return {"folder": str(folder), "id": folder.name, "label": "?", "strategy": "?", "status": "corrupt",
+            "reason": why.splitlines()[0][:300], "model": None, "world_size": None, "micro_batch": None,
+            "repeat": 0, "device": "?", "command": "", "launch_command": None, "ds_config": None, "header": {},
+            "summary": {}, "losses": [], "step_times": []}
+
+
+def _load_run(folder: Path) -> dict[str, Any]:
+    cell = _json_object(folder / "cell.json")
+    records = [r for r in read_records(folder / METRICS) if isinstance(r, dict)] if (folder / METRICS).exists() else []
     header = next((r for r in records if r.get("type") == "header"), {})
-    summary = upgrade_summary(json.loads((folder / SUMMARY).read_text()) if (folder / SUMMARY).exists()
-                              else summarize(records))
+    stored = _json_object(folder / SUMMARY)
+    summary = upgrade_summary(stored if stored is not None else summarize(records))
     steps = [r for r in records if r.get("type") == "step"]
     definition = cell["cell"] if cell else {}
-    status = cell["status"] if cell else ("ok" if summary.get("status") == "ok" else "incomplete")
+    status, reason = run_status(cell, summary, [s.get("loss") for s in steps])
+    if status == "ok":
+        _check_figures(summary, folder / SUMMARY)
     return {
         "folder": str(folder), "id": cell["id"] if cell else folder.name, "label": _label(header, cell),
-        "strategy": _label(header, cell), "status": status, "reason": cell.get("reason") if cell else None,
+        "strategy": _label(header, cell), "status": status, "reason": reason,
         "model": definition.get("model") or header.get("model", {}).get("name"),
         "world_size": definition.get("world_size") or header.get("world_size"),
         "micro_batch": definition.get("micro_batch") or header.get("micro_batch"),
@@ -66,7 +137,8 @@ def load_run(folder: Path) -> dict[str, Any]:
         "command": cell["command"] if cell else " ".join(header.get("command", [])),
         "launch_command": header.get("launch_command"), "ds_config": header.get("ds_config"),
         "header": header, "summary": summary,
-        "losses": [s["loss"] for s in steps], "step_times": [s["step_time_s"] for s in steps if not s["warmup"]],
+        "losses": [s["loss"] for s in steps],
+        "step_times": [float(s["step_time_s"]) for s in steps if not s["warmup"]],
     }
 
 

@@ -102,7 +102,8 @@ def losses(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("training loss (mean over the global batch)")
     ax.set_title("Loss curves (same data order and seed)")
-    ax.legend(fontsize=7, ncol=2)
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize=7, ncol=2)
     return save_figure(fig, path)
 
 
@@ -110,7 +111,10 @@ def step_times(rows: list[dict[str, Any]], path: Path) -> Path:
     ok = [r for r in rows if r["status"] == "ok"]
     fig, ax = figure()
     data = [[t * 1e3 for run in r["runs"] for t in run["step_times"]] for r in ok]
-    ax.boxplot(data, tick_labels=[_label(r) for r in ok])
+    if any(data):  # matplotlib's boxplot fails on no columns
+        ax.boxplot(data, tick_labels=[_label(r) for r in ok])
+    else:
+        ax.text(0.5, 0.5, "no successful run", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("timed-region step time, ms (measured steps, all repeats)")
     ax.set_title("Step time distribution")
     ax.tick_params(axis="x", rotation=30)

@@ -27,12 +27,14 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.io import atomic_write_json, atomic_write_text
+from dsbench.io import WriteError, atomic_write_json, atomic_write_text, write_failed
 
 MANIFEST = "dsbench_checkpoint.json"
 LATEST = "latest"
@@ -218,6 +220,58 @@ def save(engine: Any, strategy: str, folder: Path, step: int, info: Any, manifes
     if storage is None:
         raise UserError(f"--checkpoint-dir: checkpoints of --strategy {strategy} are not supported yet "
                         f"(supported: {', '.join(FORMATS)})")
+    with _refused_writes(target):
+        _write_parts(engine, strategy, storage, folder, target, tag, info, hf_files)
+    comm.barrier()  # sync point: every rank's files are on disk before the checkpoint is declared complete
+    if info.is_main:
+        manifest = Manifest(format=FORMAT, step=step, tag=tag, strategy=strategy, storage=storage,
+                            written_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **manifest_fields)
+        atomic_write_json(target / MANIFEST, manifest.to_dict())
+        atomic_write_text(folder / LATEST, tag)  # last: a crash before this leaves latest on the previous save
+    return target
+
+
+@contextmanager
+def _refused_writes(target: Path) -> Iterator[None]:
+    """A write the disk refuses (full, quota, file-size limit) is one line, exit 1; ``latest`` still names the
+    previous complete checkpoint. torch.save reports it as a RuntimeError from its zip writer, and DCP wraps that
+    in a CheckpointException holding each rank's failure."""
+    try:
+        yield
+    except OSError as exc:
+        raise write_failed(target, exc) from None
+    except BaseException as exc:  # DCP's CheckpointException derives from BaseException
+        cause = None if isinstance(exc, KeyboardInterrupt | SystemExit) else _write_failure(exc)
+        if cause is None:
+            raise
+        raise WriteError(f"cannot write checkpoint {target}: {cause} (latest still names the previous complete "
+                         "checkpoint)") from None
+
+
+_WRITER_MARKERS = ("PytorchStreamWriter", "inline_container", "file write failed", "No space left", "File too large")
+
+
+def _write_failure(exc: BaseException) -> str | None:
+    """The first line of a write failure inside ``exc`` (its DCP per-rank failures, its cause chain), or None."""
+    seen: list[BaseException] = [exc]
+    while seen:
+        current = seen.pop()
+        if isinstance(current, OSError) and current.strerror:
+            return current.strerror
+        text = str(current).splitlines()[0] if str(current) else ""
+        if isinstance(current, RuntimeError) and any(marker in str(current) for marker in _WRITER_MARKERS):
+            return text[:200]
+        for failure in getattr(current, "failures", {}).values():  # DCP: rank -> (exception, traceback)
+            inner = failure[0] if isinstance(failure, tuple) else failure
+            if isinstance(inner, BaseException):
+                seen.append(inner)
+        seen += [e for e in (current.__cause__, current.__context__) if e is not None]
+    return None
+
+
+def _write_parts(engine: Any, strategy: str, storage: str, folder: Path, target: Path, tag: str, info: Any,
+                 hf_files: Any) -> None:
+    """This rank's files of the checkpoint (model, optimizer, its RNG and schedule; rank 0: the HF files)."""
     extras: dict[str, Any] = {"rng": rng_state()}
     if storage == "deepspeed":
         # every rank writes its own ZeRO partition (and rank 0 the module); latest is ours to write, below
@@ -232,13 +286,6 @@ def save(engine: Any, strategy: str, folder: Path, step: int, info: Any, manifes
     _save_rank_file(target, info.rank, extras)
     if info.is_main:
         hf_files(target / "hf")
-    comm.barrier()  # sync point: every rank's files are on disk before the checkpoint is declared complete
-    if info.is_main:
-        manifest = Manifest(format=FORMAT, step=step, tag=tag, strategy=strategy, storage=storage,
-                            written_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **manifest_fields)
-        atomic_write_json(target / MANIFEST, manifest.to_dict())
-        atomic_write_text(folder / LATEST, tag)  # last: a crash before this leaves latest on the previous save
-    return target
 
 
 def load(engine: Any, strategy: str, target: Path, manifest: Manifest, info: Any) -> None:

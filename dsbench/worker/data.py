@@ -35,11 +35,18 @@ def _dataset_texts(path: str, text_field: str) -> list[str]:
     p = Path(path)
     files = sorted(f for f in p.rglob("*") if f.suffix in _FORMATS) if p.is_dir() else [p]
     if not files or not all(f.is_file() for f in files):
-        raise UserError(f"--dataset {path}: no .txt/.json/.jsonl/.parquet/.csv files found")
+        kind = "" if not p.exists() or p.is_dir() or p.is_file() else " (not a regular file)"
+        raise UserError(f"--dataset {path}: no .txt/.json/.jsonl/.parquet/.csv files found{kind}")
     kinds = {_FORMATS.get(f.suffix) for f in files}
     if None in kinds or len(kinds) != 1:
         raise UserError(f"--dataset {path}: use files of one format among {', '.join(sorted(_FORMATS))}")
-    table = datasets.load_dataset(kinds.pop(), data_files=[str(f) for f in files], split="train")
+    if all(f.stat().st_size == 0 for f in files):
+        raise UserError(f"--dataset {path}: empty (no text to train on)")
+    try:
+        table = datasets.load_dataset(kinds.pop(), data_files=[str(f) for f in files], split="train")
+    except Exception as exc:  # datasets wraps a parse failure in DatasetGenerationError: name the file instead
+        raise UserError(f"--dataset {path}: cannot be read as {', '.join(sorted(_FORMATS))} data "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:150]})") from None
     if text_field not in table.column_names:
         raise UserError(f"--dataset {path}: no column {text_field!r} (columns: {', '.join(table.column_names)}); "
                         "choose one with --text-field")

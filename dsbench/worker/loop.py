@@ -22,6 +22,7 @@ from typing import Any
 
 from dsbench.parallel import ParallelDims
 from dsbench.records import StepRecord, WindowRecord
+from dsbench.worker import stop
 from dsbench.worker.dist import Collectives
 from dsbench.worker.metrics import memory_now
 
@@ -109,12 +110,24 @@ def _to_device(batch: Any, device: str) -> Any:
     return batch.pin_memory().to(device, non_blocking=True)
 
 
-def _fault(rank: int, step: int) -> None:
-    """Fault injection for tests of launch failure handling: DSBENCH_FAULT="RANK:STEP" fails that rank there."""
+def _fault(rank: int, step: int | str) -> None:
+    """Fault injection for tests of failure handling: DSBENCH_FAULT="RANK:STEP" fails that rank at that step,
+    "RANK:STEP:hang" makes it hang there (the others wait in the step's collective), "RANK:join:hang" makes it
+    hang before joining the process group."""
     import os
+    import time
 
-    if os.environ.get("DSBENCH_FAULT") == f"{rank}:{step}":
+    fault = os.environ.get("DSBENCH_FAULT", "")
+    if fault == f"{rank}:{step}":
         raise RuntimeError(f"injected fault at step {step} (DSBENCH_FAULT)")
+    if fault == f"{rank}:{step}:hang":
+        while True:  # until a signal ends the rank
+            time.sleep(1)
+
+
+def fault_before_join(rank: int) -> None:
+    """DSBENCH_FAULT="RANK:join:hang": this rank never joins the process group."""
+    _fault(rank, "join")
 
 
 def to_host(tensor: Any) -> list[Any]:
@@ -192,6 +205,7 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
         started = clock.start()
         loss = engine.train_step(batches)
         region = clock.stop(started)
+        stop.beat()  # the step's collectives completed: the watchdog's clock restarts
         current, peak, _ = memory_now(device)  # allocator statistics: host-side, no device sync
         pending.append(_Pending(step=step, loss=loss, clock=region, memory=current,
                                 peak_memory=peak, lr=engine.lr(),

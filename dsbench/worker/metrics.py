@@ -6,8 +6,12 @@ import json
 import os
 import re
 import resource
+import threading
 from pathlib import Path
 from typing import Any, TextIO
+
+from dsbench.errors import UserError
+from dsbench.io import write_failed
 
 # Dense peak TFLOPS by GPU name (vendor datasheets): (bf16/fp16 tensor core, fp32/TF32-off).
 GPU_PEAKS = {
@@ -69,18 +73,43 @@ def memory_now(device: str) -> tuple[int, int, str]:
 
 class JsonlWriter:
     """Appends one JSON record per line. Each batch is flushed to the OS, so a killed worker leaves whole lines
-    behind; the file is fsynced once, at close (a per-gather fsync would put disk latency in the window)."""
+    behind; the file is fsynced once, at close (a per-gather fsync would put disk latency in the window).
+    A lock serialises the training thread and the stop watcher (:mod:`dsbench.worker.stop`); a write the disk
+    refuses (full, quota, file size limit) is a one-line :class:`~dsbench.io.WriteError`, and the lines before it
+    stay readable (a torn last line is skipped by ``read_records``)."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle: TextIO = open(path, "x", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        except FileExistsError:
+            raise UserError(f"{path} exists: a run folder holds one run (give a new --out)") from None
+        except OSError as exc:
+            raise write_failed(path, exc) from None
         self.path = path
-        self._handle: TextIO = open(path, "x", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._lock = threading.Lock()
 
     def write_many(self, records: list[dict[str, Any]]) -> None:
-        self._handle.write("".join(json.dumps(record) + "\n" for record in records))
-        self._handle.flush()
+        with self._lock:
+            if self._handle.closed:
+                return
+            try:
+                self._handle.write("".join(json.dumps(record) + "\n" for record in records))
+                self._handle.flush()
+            except OSError as exc:
+                raise write_failed(self.path, exc) from None
 
     def close(self) -> None:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
+        with self._lock:
+            if self._handle.closed:
+                return
+            try:
+                self._handle.flush()
+                os.fsync(self._handle.fileno())
+            except OSError as exc:
+                raise write_failed(self.path, exc) from None
+            finally:
+                try:
+                    self._handle.close()
+                except OSError:
+                    pass

@@ -14,9 +14,9 @@ from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
-from dsbench.records import METRICS, SCHEMA, SUMMARY, CheckpointRecord, flops_per_token, summarize
+from dsbench.records import METRICS, SCHEMA, SUMMARY, CheckpointRecord, EndRecord, flops_per_token, summarize
 from dsbench.trainspec import TrainSpec
-from dsbench.worker import checkpoint, setup
+from dsbench.worker import checkpoint, setup, stop
 
 
 class Progress:
@@ -97,7 +97,7 @@ def prepare(spec: TrainSpec) -> Prepared:
     from dsbench.worker import dist
     from dsbench.worker.data import build_plan, load_tokenizer, token_ids
     from dsbench.worker.engines import EngineOptions, build_engine
-    from dsbench.worker.loop import LoopSettings, saves_after
+    from dsbench.worker.loop import LoopSettings, fault_before_join, saves_after
     from dsbench.worker.model import build_model
 
     _, world, _ = dist.env_rank()
@@ -120,7 +120,8 @@ def prepare(spec: TrainSpec) -> Prepared:
     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
     if strategy == "deepspeed":
         setup.check_jit_locks()  # before init_distributed, which builds DeepSpeed's comm op on CPU
-    info = dist.init(strategy)
+    fault_before_join(dist.env_rank()[0])
+    info = dist.init(strategy, spec.dist_timeout)
     if strategy == "deepspeed" and info.device.startswith("cuda"):
         setup.check_cuda_arch_list()
     folder = _run_dir(spec, strategy) if info.is_main else None
@@ -172,7 +173,8 @@ def _saver(spec: TrainSpec, run: Prepared) -> Any:
 
     def save(step: int) -> dict[str, Any]:
         started = time.perf_counter()
-        target = checkpoint.save(run.engine, run.strategy, folder, step, run.info, fields, comm, hf_files)
+        with stop.unwatched():  # a large checkpoint may take longer than --dist-timeout
+            target = checkpoint.save(run.engine, run.strategy, folder, step, run.info, fields, comm, hf_files)
         seconds = time.perf_counter() - started
         size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file()) if run.info.is_main else 0
         return CheckpointRecord(step=step, path=str(target), seconds=seconds, bytes=size).to_dict()
@@ -204,6 +206,18 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
                                       if run.resumed else None))
 
 
+def _interrupted(writer: Any, records: list[dict[str, Any]], folder: Path, signal_name: str) -> None:
+    """Rank 0, told to stop: an end record and a summary saying the run was interrupted, after the last step
+    written; every line already in metrics.jsonl stays."""
+    end = EndRecord(status="interrupted", signal=signal_name,
+                    last_step=max((r["step"] for r in records if r.get("type") == "step"), default=0))
+    writer.write_many([end.to_dict()])
+    writer.close()
+    summary = summarize(records)
+    atomic_write_json(folder / SUMMARY, {**summary, "status": "interrupted",
+                                         "reason": f"stopped by {signal_name} after step {end.last_step}"})
+
+
 def record(spec: TrainSpec, run: Prepared) -> None:
     """Recording: train through the loop; rank 0 writes the header, every gather's records and the summary."""
     from dsbench.worker.loop import train_loop
@@ -224,6 +238,8 @@ def record(spec: TrainSpec, run: Prepared) -> None:
 
     if folder:
         emit([_header(spec, run, folder)])
+        stop.on_stop(lambda name: _interrupted(writer, records, folder, name))
+    stop.watch(spec.dist_timeout)
     train_loop(run.engine, run.plan, run.info, run.settings, emit, _saver(spec, run))
     progress.close()
     if writer and folder:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from dsbench.errors import UserError
+from dsbench.io import WriteError
 from dsbench.worker import checkpoint
 from dsbench.worker.export import parse_size
 from dsbench.worker.loop import LoopSettings, saves_after
@@ -119,8 +120,8 @@ def test_a_crash_mid_save_leaves_latest_on_the_previous_checkpoint(tmp_path, mon
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(checkpoint, "_save_rank_file", crash)
-    with pytest.raises(OSError):
-        save(2)
+    with pytest.raises(WriteError, match=r"global_step2: No space left on device \(files written before it"):
+        save(2)  # one line, exit 1
     assert (tmp_path / "latest").read_text() == "global_step1"
     assert checkpoint.resolve(tmp_path)[1].step == 1
     with pytest.raises(UserError, match="not a complete dsbench checkpoint"):

@@ -1,0 +1,65 @@
+"""Which line names why a launch failed (pure: a log in, one line out)."""
+
+from __future__ import annotations
+
+from dsbench.runner import first_error, silent_ranks
+
+LOST = ("[rank 0 on n1] dsbench.train: error: lost the connection to another rank, which stopped first "
+        "(RuntimeError: Connection reset by peer)")
+
+
+def _log(tmp_path, *lines):
+    path = tmp_path / "launch.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_rank_that_never_said_how_it_ended_is_named_before_the_ranks_that_lost_it(tmp_path):
+    log = _log(tmp_path, "[rank 0 on n1] dsbench.train: started (pid 10)",
+               "[rank 1 on n2] dsbench.train: started (pid 11)", LOST, "[launch.py] exits with return code = 1")
+    assert silent_ranks(log.read_text().splitlines()) == [(1, "n2")]
+    assert first_error(log).startswith("rank 1 on n2 stopped without a word (no error line): killed by a signal")
+
+
+def test_a_real_error_wins_over_silence_and_symptoms(tmp_path):
+    log = _log(tmp_path, "n2: [rank 1 on n2] dsbench.train: started (pid 11)", LOST,
+               "n1: [rank 2 on n1] dsbench.train: error: ValueError: bad batch",
+               "[rank 0 on n1] dsbench.train: started (pid 10)")
+    assert first_error(log) == "n1: [rank 2 on n1] dsbench.train: error: ValueError: bad batch"
+
+
+def test_ranks_stopped_by_a_signal_or_finished_are_not_silent(tmp_path):
+    lines = ["[rank 0 on a] dsbench.train: started (pid 1)", "[rank 1 on a] dsbench.train: started (pid 2)",
+             "[rank 0 on a] dsbench.train: finished", "[rank 1 on a] dsbench.train: stopped by SIGTERM"]
+    assert silent_ranks(lines) == []
+    assert first_error(_log(tmp_path, *lines, "Traceback ... Error: x")) == "Traceback ... Error: x"
+
+
+def test_only_symptoms_fall_back_to_the_first_of_them(tmp_path):
+    log = _log(tmp_path, "[rank 0 on n1] dsbench.train: started (pid 10)", LOST)
+    assert first_error(log) == LOST
+
+
+def test_two_ranks_lines_written_into_one_line_are_read_as_two(tmp_path):
+    # seen under DeepSpeed's launcher (ranks run with python -u): rank 1's "started" was glued to rank 0's line,
+    # and the rank killed with SIGKILL went unnamed
+    log = _log(tmp_path, "[rank 0 on n1] dsbench.train: started (pid 10)[rank 1 on n1] dsbench.train: started (pid 11)",
+               "", LOST)
+    assert first_error(log).startswith("rank 1 on n1 stopped without a word")
+    glued = _log(tmp_path, "[rank 1 on n1] dsbench.train: started (pid 11)",
+                 "[rank 0 on n1] dsbench.train: started (pid 10)[rank 1 on n1] dsbench.train: error: ValueError: x")
+    assert first_error(glued) == "[rank 1 on n1] dsbench.train: error: ValueError: x"
+
+
+def test_a_rank_line_is_one_write_of_one_line(monkeypatch):
+    import os
+
+    from dsbench.worker import stop
+
+    writes = []
+    monkeypatch.setattr(os, "write", lambda fd, data: writes.append(data) or len(data))
+    monkeypatch.setattr(stop, "_where", "[rank 3 on h]")
+    stop.say("error: ValueError: two\nlines")
+    stop.say("x" * 10_000)
+    assert writes[0] == b"[rank 3 on h] dsbench.train: error: ValueError: two lines\n"
+    assert len(writes) == 2 and len(writes[1]) == 4096 and writes[1].endswith(b"x\n")  # atomic on a pipe: <= PIPE_BUF
