@@ -109,8 +109,11 @@ def resolve(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:
     return folder / tag, read_manifest(folder / tag)
 
 
-def check_resumable(manifest: Manifest, strategy: str, definition: dict[str, Any], world_size: int) -> None:
-    """Refuse a resume that could not reproduce the saved run, naming what differs."""
+def check_resumable(manifest: Manifest, strategy: str, definition: dict[str, Any], world_size: int,
+                    tp: int = 1, pp: int = 1) -> bool:
+    """Refuse a resume that could not reproduce the saved run, naming what differs. Returns True when the
+    DeepSpeed checkpoint must first become a universal one (:func:`to_universal`): ZeRO partitions written by
+    another number of data-parallel ranks."""
     if FORMATS.get(strategy) != manifest.storage:
         raise UserError(f"the checkpoint was written by --strategy {manifest.strategy}; resume it with the same "
                         f"strategy (this run: {strategy}), or `dsbench export` it to a Hugging Face folder")
@@ -118,12 +121,73 @@ def check_resumable(manifest: Manifest, strategy: str, definition: dict[str, Any
         if manifest.definition.get(key) != definition.get(key):
             raise UserError(f"the checkpoint has {key} {json.dumps(manifest.definition.get(key))}, this run "
                             f"{json.dumps(definition.get(key))}: resume with the same {key}")
-    if manifest.storage == "deepspeed" and manifest.world_size != world_size:
-        # DeepSpeed's ZeRO files are partitioned per data-parallel rank; its loader needs the same count,
-        # unless the checkpoint is first converted to a universal one (deepspeed/checkpoint/ds_to_universal.py)
-        raise UserError(f"the checkpoint was written by {manifest.world_size} ranks, this run has {world_size}: "
-                        "DeepSpeed loads ZeRO partitions on the same world size (convert it with `python -m "
-                        "deepspeed.checkpoint.ds_to_universal` for another one)")
+    if manifest.storage != "deepspeed":
+        return False
+    if (manifest.tp, manifest.pp) != (tp, pp):
+        # ds_to_universal merges TP slices of Megatron-style models only (its UNIVERSAL_CHECKPOINT_INFO patterns);
+        # AutoTP and the pipeline engine's layer files are loaded on the layout that wrote them
+        raise UserError(f"the checkpoint was written with tp {manifest.tp} x pp {manifest.pp} on "
+                        f"{manifest.world_size} ranks, this run has tp {tp} x pp {pp} on {world_size}: resume "
+                        "with the same --tp and pipeline stages (only the data-parallel size may change)")
+    if manifest.world_size == world_size:
+        return False
+    # ZeRO-1/2/3 partition the optimizer (and ZeRO-3 the weights) per data-parallel rank, and DeepSpeed's loader
+    # needs the same count: on another world size the checkpoint is converted to its universal format first
+    # (deepspeed/checkpoint/ds_to_universal.py, "Universal Checkpointing", arXiv:2406.18820). Without ZeRO the
+    # engine's files hold whole tensors, which any world size loads.
+    return bool(manifest.zero_stage)
+
+
+UNIVERSAL_SUFFIX = "_universal"
+UNIVERSAL_DONE = "dsbench_universal.json"
+
+
+def universal_tag(tag: str) -> str:
+    """DeepSpeed's naming for the universal form of a checkpoint tag (``global_step10_universal``)."""
+    return f"{tag}{UNIVERSAL_SUFFIX}"
+
+
+def universal_path(target: Path) -> Path:
+    return target.with_name(universal_tag(target.name))
+
+
+def to_universal(target: Path) -> Path:
+    """The universal form of the DeepSpeed checkpoint ``target`` (``D/global_stepN``), converted once beside it
+    as ``D/global_stepN_universal`` with DeepSpeed's own converter; rank 0 only.
+
+    The conversion writes into a hidden temporary folder renamed into place once complete (marked by
+    ``dsbench_universal.json``), so a crash mid-way leaves nothing a later resume would trust.
+    """
+    out = universal_path(target)
+    if (out / UNIVERSAL_DONE).is_file():
+        return out
+    if out.exists():
+        raise UserError(f"{out} exists but is not a complete universal checkpoint written by dsbench: move it "
+                        "aside, and dsbench converts the checkpoint again")
+    from argparse import Namespace
+
+    from deepspeed.checkpoint import ds_to_universal
+
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    # one worker each: the converter's process pools are for many-GB checkpoints, and a rank should not fork
+    # while its process group is up
+    args = Namespace(input_folder=str(target), output_folder=str(tmp), num_extract_workers=1,
+                     num_merge_workers=1, keep_temp_folder=False, strict=True,
+                     inject_missing_state=True)  # a plain HF model carries no universal_checkpoint_info
+    try:
+        with _refused_writes(tmp):
+            ds_to_universal.main(args)
+    except (KeyError, ValueError, RuntimeError, NotImplementedError, AssertionError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"{target}: DeepSpeed cannot convert this checkpoint to a universal one for another "
+                        f"world size ({type(exc).__name__}: {str(exc)[:200]}); resume on "
+                        "the world size that wrote it") from None
+    # no manifest: the universal folder is a form of the checkpoint beside it, not one to resume from by name
+    atomic_write_json(tmp / UNIVERSAL_DONE, {"converted_from": target.name, "by": "deepspeed.checkpoint."
+                                             "ds_to_universal", "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    tmp.rename(out)
+    return out
 
 
 def prepare_dir(folder: Path, resume_from: Path | None) -> None:
@@ -288,14 +352,17 @@ def _write_parts(engine: Any, strategy: str, storage: str, folder: Path, target:
         hf_files(target / "hf")
 
 
-def load(engine: Any, strategy: str, target: Path, manifest: Manifest, info: Any) -> None:
-    """Restore model, optimizer, LR schedule and RNG from a complete checkpoint (collective)."""
+def load(engine: Any, strategy: str, target: Path, manifest: Manifest, info: Any, universal: Path | None = None
+         ) -> None:
+    """Restore model, optimizer, LR schedule and RNG from a complete checkpoint (collective). ``universal``: the
+    checkpoint's universal form, loaded instead (the engine was built with ``checkpoint.load_universal``)."""
     extras = _load_rank_file(target, info.rank)
     if manifest.storage == "deepspeed":
-        path, _ = engine.engine.load_checkpoint(str(target.parent), tag=target.name, load_optimizer_states=True,
+        source = universal or target
+        path, _ = engine.engine.load_checkpoint(str(source.parent), tag=source.name, load_optimizer_states=True,
                                                 load_lr_scheduler_states=True)
         if path is None:
-            raise UserError(f"{target}: DeepSpeed found no checkpoint to load there")
+            raise UserError(f"{source}: DeepSpeed found no checkpoint to load there")
     else:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict

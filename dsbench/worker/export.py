@@ -64,7 +64,8 @@ def tied_names(config_folder: Path) -> set[str]:
 def deepspeed_weights(target: Path, manifest: checkpoint.Manifest) -> Iterator[tuple[str, Callable[[], Any]]]:
     """(name, materialise) for every weight of a DeepSpeed checkpoint."""
     if manifest.pp != 1:
-        raise UserError(f"{target}: export of DeepSpeed pipeline checkpoints (layer files) is not supported yet")
+        yield from pipeline_weights(target)
+        return
     if manifest.zero_stage in (None, 0):
         import torch
 
@@ -79,6 +80,50 @@ def deepspeed_weights(target: Path, manifest: checkpoint.Manifest) -> Iterator[t
     lazy = get_fp32_state_dict_from_zero_checkpoint(str(target.parent), tag=target.name, lazy_mode=True)
     for name, tensor in lazy.items():
         yield name, tensor.contiguous
+
+
+def pipeline_weights(target: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """(name, materialise) for every weight of a DeepSpeed pipeline checkpoint: one file per layer
+    (``layer_NN-model_states.pt``, names local to dsbench's pipeline layer), read one file at a time.
+
+    The Hugging Face name of each local weight comes from the model itself, not from a table: the model is built
+    on the meta device from the checkpoint's config and split as training split it (pipe_split.stage_layers), so
+    a layer's tensor is the very object the whole model names.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from dsbench.worker.pipe_split import split_model, stage_layers
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(target / "hf"))
+    named: dict[int, str] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        named.setdefault(id(tensor), name)  # a tied weight keeps its first name, as save_pretrained writes it
+    wanted = set(named.values())
+    for index, layer in enumerate(stage_layers(split_model(model))):
+        path = target / f"layer_{index:02d}-model_states.pt"
+        if not path.is_file():
+            continue  # the tied head: its weight is the embedding's, saved with layer 0
+        local = {key: named[id(tensor)] for key, tensor in layer.state_dict(keep_vars=True).items()}
+        states = torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # tensors only: no code runs
+        unknown = sorted(set(states) - set(local))
+        if unknown:
+            raise UserError(f"{path}: holds {unknown[0]!r}, which the model in {target / 'hf'} does not have at "
+                            f"pipeline layer {index}: the checkpoint and its config disagree")
+        for key, tensor in states.items():
+            wanted.discard(local[key])
+            yield local[key], lambda tensor=tensor: tensor.float()
+    # persistent buffers that training never saved per layer are rebuilt by from_pretrained; weights are not
+    missing = sorted(name for name in wanted if isinstance(_get_tensor(model, name), torch.nn.Parameter))
+    if missing:
+        raise UserError(f"{target}: no layer file holds {missing[0]} ({len(missing)} weights missing): the "
+                        "checkpoint is incomplete")
+
+
+def _get_tensor(model: Any, name: str) -> Any:
+    owner, _, attr = name.rpartition(".")
+    return getattr(model.get_submodule(owner) if owner else model, attr)
 
 
 def dcp_weights(target: Path, max_bytes: int) -> Iterator[tuple[str, Callable[[], Any]]]:

@@ -168,6 +168,13 @@ class Split:
         return tied_head(self.embed, hidden) if self.tied else self.head(hidden)
 
 
+def stage_layers(split: Split) -> list[nn.Module]:
+    """The layers as the pipeline runs them, head last (the token embedding again when tied). Entry i is what
+    DeepSpeed saves as ``layer_{i:02d}-model_states.pt`` (PipelineModule.ckpt_layer_path); the second copy of
+    a tied embedding is saved by neither stage."""
+    return [*split.layers(), split.embed if split.tied else split.head]
+
+
 def split_model(model: Any) -> Split:
     """The HF model as a :class:`Split` of its own modules (no copies)."""
     _, family = family_of(model)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dsbench.configs.autofill import AutoInputs
-from dsbench.errors import UserError
+from dsbench.errors import DsbenchError, UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
@@ -142,15 +142,39 @@ def prepare(spec: TrainSpec) -> Prepared:
     if spec.checkpoint_dir:
         checkpoint.check_free(Path(spec.checkpoint_dir), [s + 1 for s in range(settings.start, settings.steps)
                                                           if saves_after(s, settings)])
+    universal = None
+    if resumed and checkpoint.check_resumable(resumed[1], strategy, _definition(shape, spec, plan, precision),
+                                              world, tp=dims.tp, pp=dims.pp):
+        universal = _converted(resumed[0], info)
+        options = replace(options, ds_config={**ds_config, "checkpoint": {**ds_config.get("checkpoint", {}),
+                                                                          "load_universal": True}})
     engine = build_engine(strategy, model, options, info)
     if resumed:
-        checkpoint.check_resumable(resumed[1], strategy, _definition(shape, spec, plan, precision), world)
-        checkpoint.load(engine, strategy, *resumed, info)
+        checkpoint.load(engine, strategy, *resumed, info, universal=universal)
     return Prepared(strategy=strategy, shape=shape, ds_config=ds_config, info=info, plan=plan,
                     engine=engine, precision=precision, dims=dims,
                     fsdp={"reshard": reshard, "cpu_offload": cpu_offload} if strategy == "fsdp" else None,
                     settings=settings,
                     folder=folder, hostnames=hostnames, model=model, tokenizer=tokenizer, resumed=resumed)
+
+
+def _converted(target: Path, info: Any) -> Path:
+    """Rank 0 converts the DeepSpeed checkpoint to its universal form; every rank learns whether it worked."""
+    from dsbench.worker.dist import Collectives
+
+    problem = None
+    if info.is_main:
+        try:
+            checkpoint.to_universal(target)
+        except DsbenchError as exc:
+            problem = exc
+    # sync point: rank 0's conversion is complete (or has failed) before any rank loads or gives up
+    failed = Collectives(info).all_gather_object(str(problem) if problem else None)[0]
+    if problem:
+        raise problem
+    if failed:
+        raise UserError(failed)
+    return checkpoint.universal_path(target)
 
 
 def _definition(shape: ModelShape, spec: TrainSpec, plan: Any, precision: str) -> dict[str, Any]:

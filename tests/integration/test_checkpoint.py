@@ -1,5 +1,5 @@
 """Checkpoints on 2 CPU ranks: 20 steps straight vs 10 + resume 10 give the same losses and learning rates
-(ZeRO-2, ZeRO-3, DDP, FSDP2); a resume on another world size (DCP resharding) and DeepSpeed's refusal of one;
+(ZeRO-2, ZeRO-3, DDP, FSDP2); a resume on another world size (DCP resharding, DeepSpeed's universal checkpoint);
 `dsbench export` against DeepSpeed's and torch's own consolidation, and against the training run's own loss.
 
 Oracles: the uninterrupted run (the straight run also saves, which reads the state and changes nothing);
@@ -24,6 +24,8 @@ STRATEGIES = {
     "zero3": ["--zero", "3"],
     "ddp": ["--strategy", "ddp", "--launcher", "torchrun"],
     "fsdp": ["--strategy", "fsdp", "--launcher", "torchrun"],
+    # DeepSpeed's pipeline engine: one layer file per layer; 2 stages x 2 micro-batches, the same global batch
+    "pipe": ["--zero", "0", "--pipeline-stages", "2", "--grad-accum", "2"],
 }
 # an LR still ramping at the resume point (DeepSpeed's WarmupLR / the native LambdaLR): the schedule must resume too
 WORKER = ["--warmup", "2", "--lr-warmup-steps", "15", "--micro-batch", "2", "--quiet"]
@@ -88,14 +90,34 @@ def test_fsdp_checkpoint_resumes_on_one_rank(trained, tmp_path):
     assert worst < 1e-5, worst  # the same sums in another order
 
 
-def test_deepspeed_checkpoint_on_another_world_size_is_refused(trained, tmp_path):
+@pytest.mark.parametrize("name", ["zero2", "zero3"])
+def test_zero_checkpoint_resumes_on_one_rank_through_a_universal_checkpoint(trained, tmp_path, name):
+    """DeepSpeed's ZeRO partitions of 2 ranks, converted by its ds_to_universal, continue on 1 rank with the
+    same global batch (micro 2 x accumulation 2): the losses of the uninterrupted 2-rank run."""
+    checkpoints, straight, _ = trained.get(name)
+    folder = tmp_path / "one-rank"
+    result = dsbench("launch", *STRATEGIES[name], "--grad-accum", "2", "--num-gpus", "1", "--run-dir",
+                     str(folder), "--", *WORKER, "--steps", "20", "--resume", str(checkpoints / "global_step10"),
+                     cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = load_run(folder)
+    assert run["header"][0]["world_size"] == 1
+    again = [(s["step"], s["loss"]) for s in run["steps"]]
+    after = [(s["step"], s["loss"]) for s in straight["steps"] if s["step"] >= 10]
+    assert [s for s, _ in again] == [s for s, _ in after]
+    worst = max(abs(a - b) / abs(b) for (_, a), (_, b) in zip(again, after, strict=True))
+    assert worst < 1e-5, worst  # the same sums in another order
+    universal = checkpoints / "global_step10_universal"
+    assert (universal / "dsbench_universal.json").is_file() and (universal / "zero").is_dir()
+    assert (checkpoints / "latest").read_text() == "global_step20"  # the user's checkpoint folder is untouched
+
+
+def test_zero_checkpoint_on_another_tensor_parallel_layout_is_refused(trained, tmp_path):
     checkpoints, _, _ = trained.get("zero2")
-    # the rendered config's micro-batch wins over the worker's flag: the global batch stays 4 on 1 rank
-    result = dsbench("launch", *STRATEGIES["zero2"], "--micro-batch", "4", "--num-gpus", "1", "--run-dir",
-                     str(tmp_path / "r"), "--", *WORKER, "--steps", "20",
-                     "--resume", str(checkpoints / "global_step10"), cwd=ROOT, timeout=600)
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "the checkpoint was written by 2 ranks, this run has 1" in result.stderr
+    result = dsbench("launch", *STRATEGIES["zero2"], "--tp", "2", "--grad-accum", "2", "--run-dir", str(tmp_path / "r"), "--",
+                     *WORKER, "--steps", "20", "--resume", str(checkpoints / "global_step10"), cwd=ROOT, timeout=600)
+    assert result.returncode != 0, result.stderr[-2000:]
+    assert "resume with the same --tp and pipeline stages" in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr.split("dsbench: error:")[-1]
 
 
@@ -130,12 +152,13 @@ def _loss_at(export: Path, header: dict, step: int) -> float:
     losses = []
     with torch.no_grad():
         for rank in range(header["dp_size"]):
-            batch = plan.micro_batch_for(step, 0, rank)
-            losses.append(model(input_ids=batch, labels=batch).loss.item())
+            for micro in range(header["grad_accum"]):
+                batch = plan.micro_batch_for(step, micro, rank)
+                losses.append(model(input_ids=batch, labels=batch).loss.item())
     return sum(losses) / len(losses)
 
 
-@pytest.mark.parametrize("name", ["zero2", "zero3", "fsdp"])
+@pytest.mark.parametrize("name", ["zero2", "zero3", "fsdp", "pipe"])
 def test_export_gives_the_training_models_weights_and_logits(trained, tmp_path, name):
     import torch
     from safetensors.torch import load_file
@@ -149,7 +172,17 @@ def test_export_gives_the_training_models_weights_and_logits(trained, tmp_path, 
     exported = {}
     for shard in sorted(set(index["weight_map"].values())):
         exported.update(load_file(out / shard))
-    if name == "fsdp":
+    if name == "pipe":  # no consolidation tool reads DeepSpeed's layer files: the same training under ZeRO-2
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        oracle = get_fp32_state_dict_from_zero_checkpoint(str(trained.get("zero2")[0]), tag="global_step10")
+        assert set(exported) == set(oracle) - {"lm_head.weight"}
+        # the two trainings drift apart slowly (seen: losses 1e-4 apart by step 10, weights 1.3% apart in norm at
+        # worst, a LayerNorm bias), while a weight exported under another layer's name is ~100% off; the exact
+        # check is the loss below
+        worst = max(float((exported[k] - oracle[k]).norm() / oracle[k].norm()) for k in exported)
+        assert worst < 0.05, worst
+    elif name == "fsdp":
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
         dcp_to_torch_save(checkpoints / "global_step10", tmp_path / "oracle.pt")
@@ -158,8 +191,9 @@ def test_export_gives_the_training_models_weights_and_logits(trained, tmp_path, 
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
         oracle = get_fp32_state_dict_from_zero_checkpoint(str(checkpoints), tag="global_step10")
-    assert set(exported) == set(oracle) - {"lm_head.weight"}  # tied to transformer.wte.weight, written once
-    assert all(torch.equal(exported[k], oracle[k]) for k in exported)
+    if name != "pipe":
+        assert set(exported) == set(oracle) - {"lm_head.weight"}  # tied to transformer.wte.weight, written once
+        assert all(torch.equal(exported[k], oracle[k]) for k in exported)
     recorded = next(s["loss"] for s in straight["steps"] if s["step"] == 10)  # forward with the step-10 weights
     assert _loss_at(out, straight["header"][0], 10) == pytest.approx(recorded, rel=1e-5)
 

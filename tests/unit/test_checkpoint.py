@@ -60,15 +60,33 @@ def test_resolve_refuses_what_is_not_a_complete_checkpoint(tmp_path, breakage, n
     ("ddp", DEFINITION, 2, "written by --strategy deepspeed; resume it with the same strategy"),
     ("deepspeed", {**DEFINITION, "global_batch": 8}, 2, "global_batch 4, this run 8"),
     ("deepspeed", {**DEFINITION, "seed": 2}, 2, "seed 1, this run 2"),
-    ("deepspeed", DEFINITION, 4, "written by 2 ranks, this run has 4"),
 ])
 def test_resume_refuses_what_would_not_continue_the_run(strategy, definition, world, needle):
     with pytest.raises(UserError, match=needle):
         checkpoint.check_resumable(manifest(), strategy, definition, world)
 
 
-def test_dcp_checkpoints_resume_on_another_world_size():
-    checkpoint.check_resumable(manifest(strategy="fsdp", storage="dcp"), "fsdp", DEFINITION, 1)
+@pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)])
+def test_deepspeed_checkpoints_keep_their_model_parallel_layout(tp, pp):
+    with pytest.raises(UserError, match=f"tp 1 x pp 1 on 2 ranks, this run has tp {tp} x pp {pp} on 2"):
+        checkpoint.check_resumable(manifest(), "deepspeed", DEFINITION, 2, tp=tp, pp=pp)
+
+
+def test_which_resumes_need_a_universal_checkpoint():
+    # DCP reshards itself; ZeRO partitions on another data-parallel size go through ds_to_universal; without ZeRO
+    # (stage 0) DeepSpeed's files hold whole tensors
+    assert checkpoint.check_resumable(manifest(strategy="fsdp", storage="dcp"), "fsdp", DEFINITION, 1) is False
+    assert checkpoint.check_resumable(manifest(), "deepspeed", DEFINITION, 2) is False
+    assert checkpoint.check_resumable(manifest(), "deepspeed", DEFINITION, 4) is True
+    assert checkpoint.check_resumable(manifest(zero_stage=0), "deepspeed", DEFINITION, 1) is False
+
+
+def test_a_half_written_universal_folder_is_never_trusted_or_replaced(tmp_path):
+    target = tmp_path / "global_step10"
+    target.mkdir()
+    (tmp_path / "global_step10_universal").mkdir()
+    with pytest.raises(UserError, match="exists but is not a complete universal checkpoint written by dsbench"):
+        checkpoint.to_universal(target)
 
 
 def test_checkpoint_dir_of_another_run_is_refused_and_its_own_accepted(tmp_path):

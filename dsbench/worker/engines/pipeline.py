@@ -14,22 +14,23 @@ from typing import Any
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.worker.engines import EngineOptions
 from dsbench.worker.engines.busy import BusyClock
-from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, tied_head
+from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, stage_layers, tied_head
 from dsbench.worker.state_bytes import count_deepspeed
 
 
 def deepspeed_layers(split: Split) -> list[Any]:
-    """The layer list for ``PipelineModule``: modules as they are, the tied embedding as ``TiedLayerSpec``."""
+    """The layer list for ``PipelineModule`` (:func:`stage_layers`), the tied embedding as ``TiedLayerSpec``."""
     from deepspeed.pipe import TiedLayerSpec
 
+    layers = stage_layers(split)
     if not split.tied:
-        return [*split.layers(), split.head]
+        return layers
     embedding = split.embed.embedding
 
     def tied(**kwargs: Any) -> Any:
         return TiedLayerSpec("embed", TokenEmbedding, embedding, tied_weight_attr=["embedding.weight"], **kwargs)
 
-    return [tied(), *split.layers()[1:], tied(forward_fn=tied_head)]
+    return [tied(), *layers[1:-1], tied(forward_fn=tied_head)]
 
 
 class DeepSpeedPipelineEngine:
