@@ -183,13 +183,17 @@ def validate(config: str, world_size: int | None, hostfile: str | None, include:
 @click.argument("config", type=click.Path(dir_okay=False))
 @world_options
 def explain(config: str, world_size: int | None, hostfile: str | None, include: str, exclude: str) -> None:
-    """Say in plain words what CONFIG does: stage, sharding, offload, batch, precision."""
-    from dsbench.configs.api import world_size_from
+    """Say in plain words what CONFIG (DeepSpeed JSON or accelerate YAML) does: engine, stage, sharding,
+    offload, batch, precision, processes."""
+    from dsbench.configs.accelerate import looks_like_accelerate
+    from dsbench.configs.api import explain_accelerate, world_size_from
     from dsbench.configs.explain import explain as explain_config
     from dsbench.configs.loader import load_config_strict
 
     world = world_size_from(world_size, hostfile, include, exclude)
-    for line in explain_config(load_config_strict(config), world):
+    lines = (explain_accelerate(config) if looks_like_accelerate(config)
+             else explain_config(load_config_strict(config), world))
+    for line in lines:
         click.echo(f"- {line}")
 
 

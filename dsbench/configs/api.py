@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import fields
+from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any
 
+from dsbench.configs import accelerate
 from dsbench.configs.findings import Finding
 from dsbench.configs.loader import load_config
 from dsbench.configs.render import render
@@ -13,6 +15,7 @@ from dsbench.configs.templates import preset
 from dsbench.configs.validate import ValidateContext, validate
 from dsbench.errors import UserError
 from dsbench.hostfile import read_hostfile, select_slots, world_size_of
+from dsbench.io import read_text
 from dsbench.models import ModelShape, resolve_model
 from dsbench.spec import RenderSpec
 
@@ -98,9 +101,88 @@ def _blame(finding: Finding, sets: tuple[str, ...]) -> str:
 
 def validate_file(path: str, world_size: int | None, allow_auto: bool,
                   deepspeed_check: bool = True) -> tuple[Any, list[Finding]]:
-    """Load and validate a config file; returns ``(config or None, findings)``."""
+    """Load and validate a config file (DeepSpeed JSON, or an accelerate YAML); returns ``(config or None,
+    findings)``."""
+    if accelerate.looks_like_accelerate(path):
+        return validate_accelerate(path, world_size, deepspeed_check)
     config, findings = load_config(path)
     if config is None:
         return None, findings
     return config, findings + validate(config, ValidateContext(world_size=world_size, allow_auto=allow_auto),
                                        deepspeed_check=deepspeed_check)
+
+
+def load_accelerate(path: str) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """Read and parse an accelerate YAML (bounded, regular files only)."""
+    return accelerate.parse_yaml(read_text(path, "accelerate config"), path)
+
+
+def ds_file_of(config: dict[str, Any], yaml_path: str) -> tuple[str | None, list[Finding]]:
+    """The DeepSpeed file an accelerate YAML names, resolved as accelerate resolves it (from the folder
+    ``accelerate launch`` runs in); a file found only beside the YAML is a finding."""
+    name = accelerate.ds_config_file(config)
+    if not name:
+        return None, []
+    where = "deepspeed_config.deepspeed_config_file"
+    if not isinstance(name, str):
+        return None, [Finding(severity="error", code="bad-type", path=where, message=f"{name!r} is not a path",
+                              fix="give the DeepSpeed JSON's path")]
+    if Path(name).is_file():
+        return name, []
+    beside = Path(yaml_path).parent / name
+    if beside.is_file():
+        return str(beside), [Finding(severity="warning", code="relative-path", path=where, message=f"{name} "
+                                     f"is not in the current folder, only beside {yaml_path}: accelerate reads it "
+                                     "from the folder it is launched in", fix=f"launch from {beside.parent}, or "
+                                     "give an absolute path")]
+    return None, [Finding(severity="error", code="missing-file", path=where, message=f"{name} does not exist "
+                          "(accelerate reads it from the folder it is launched in)", fix="give the DeepSpeed "
+                          "JSON's path")]
+
+
+def validate_accelerate(path: str, world_size: int | None, deepspeed_check: bool = True
+                        ) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """An accelerate YAML's findings, then the findings of the DeepSpeed file it names (checked for the
+    YAML's process count), under that file's name."""
+    config, findings = load_accelerate(path)
+    if config is None:
+        return None, findings
+    findings = findings + accelerate.check(config)
+    hostfile = (config.get("deepspeed_config") or {}).get("deepspeed_hostfile") if isinstance(
+        config.get("deepspeed_config"), dict) else None
+    if hostfile:
+        try:
+            read_hostfile(str(hostfile))
+        except UserError as exc:
+            findings.append(Finding(severity="error", code="hostfile", path="deepspeed_config.deepspeed_hostfile",
+                                    message=str(exc), fix="`dsbench hostfile check` lists every bad line"))
+    ds_path, problems = ds_file_of(config, path)
+    findings += problems
+    if ds_path:
+        world = world_size or accelerate.world_size(config)
+        ds_config, ds_findings = validate_file(ds_path, world, allow_auto=True, deepspeed_check=deepspeed_check)
+        # accelerate fills "auto" itself (from the script's optimizer, scheduler and batch): not a finding here
+        ds_findings = [f for f in ds_findings if f.code != "unresolved-auto"]
+        if isinstance(ds_config, dict) and "zero_optimization" not in ds_config:
+            # accelerate's DeepSpeedPlugin raises "Please specify the ZeRO optimization config"
+            ds_findings.append(Finding(severity="error", code="missing-key", path="zero_optimization",
+                                       message="accelerate refuses a DeepSpeed file without zero_optimization",
+                                       fix='add "zero_optimization": {"stage": N}'))
+        findings += [replace(f, path=f"{ds_path}:{f.path}" if f.path else ds_path) for f in ds_findings]
+    return config, findings
+
+
+def explain_accelerate(path: str) -> list[str]:
+    """``dsbench explain FILE.yaml``: the YAML in plain words, with the DeepSpeed file it names explained in turn.
+    A YAML with errors is refused (one line), never explained."""
+    from dsbench.configs.explain import explain as explain_ds
+    from dsbench.configs.loader import load_config_strict
+
+    config, findings = load_accelerate(path)
+    accelerate.require_valid(findings, path)
+    assert config is not None
+    accelerate.require_valid(accelerate.check(config), path)
+    ds_path, problems = ds_file_of(config, path)
+    accelerate.require_valid(problems, path)
+    ds_lines = explain_ds(load_config_strict(ds_path), accelerate.world_size(config)) if ds_path else None
+    return accelerate.explain(config, ds_lines)

@@ -98,7 +98,13 @@ def load_config(path: str) -> tuple[Any, list[Finding]]:
 
 def load_config_strict(path: str) -> dict[str, Any]:
     """Read a config that must parse (for render/launch ``--config``): errors become a one-line UserError."""
-    config, findings = load_config(path)
+    text = read_text(path, "config")
+    from dsbench.configs.accelerate import looks_like_accelerate
+
+    if looks_like_accelerate(path, text):
+        raise UserError(f"{path} is an accelerate config, not a DeepSpeed JSON: `dsbench validate` and "
+                        "`dsbench explain` read it; give the DeepSpeed file it names (deepspeed_config_file)")
+    config, findings = parse_config_text(text, path)
     errors = [f for f in findings if f.severity == "error"]
     if errors or not isinstance(config, dict):
         detail = errors[0].message if errors else "expected a JSON object"

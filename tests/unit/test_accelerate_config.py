@@ -1,0 +1,152 @@
+"""Users' accelerate YAMLs through `validate` and `explain`: planted faults, the corpus verdicts, and accelerate's
+own code as the oracle for what it refuses (ClusterConfig.from_yaml_file, DeepSpeedPlugin's file check)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+import yaml
+
+from dsbench.configs import accelerate
+from dsbench.configs.api import validate_file
+from tests.conftest import CORPUS, DATA, ROOT
+
+BAD = DATA / "bad"
+YAMLS = sorted((CORPUS / "accelerate").iterdir())
+PLANTED = sorted((BAD / "accelerate").glob("*.yaml"))
+
+
+@pytest.fixture
+def in_bad(monkeypatch):
+    monkeypatch.chdir(BAD)  # the planted YAMLs name their DeepSpeed files from here, as the catalogue runs them
+
+
+def _errors(path):
+    _, findings = validate_file(str(path), None, allow_auto=False, deepspeed_check=False)
+    return {(f.code, f.path) for f in findings if f.severity == "error"}
+
+
+@pytest.mark.parametrize("name, code, path", [
+    ("plugin_typo", "unknown-key", "deepspeed_config.zero_stagee"),
+    ("file_and_inline", "ds-file-conflict", "deepspeed_config.gradient_accumulation_steps"),
+    ("file_and_precision", "ds-file-conflict", "mixed_precision"),
+    ("processes_machines", "process-count", "num_processes"),
+    ("fsdp_v1_key", "fsdp-version", "fsdp_config.fsdp_sharding_strategy"),
+    ("fsdp_wrap_name", "bad-value", "fsdp_config.fsdp_auto_wrap_policy"),
+    ("top_typo", "unknown-key", "mixed_precison"),
+    ("type_typo", "bad-value", "distributed_type"),
+    ("placeholder_ip", "placeholder", "main_process_ip"),
+    ("missing_ds_file", "missing-file", "deepspeed_config.deepspeed_config_file"),
+    ("ds_file_findings", "unknown-key", "typo.json:train_batch_sizee"),
+    ("ds_file_findings", "missing-key", "typo.json:zero_optimization"),
+    ("duplicate", "malformed-yaml", ""),
+    ("malformed", "malformed-yaml", ""),
+    ("list", "not-a-mapping", ""),
+])
+def test_each_planted_fault_is_one_error_at_its_key(in_bad, name, code, path):
+    assert (code, path) in _errors(BAD / "accelerate" / f"{name}.yaml")
+
+
+def test_planted_faults_exit_1_naming_the_key(cli_run):
+    result = cli_run("validate", str(BAD / "accelerate" / "plugin_typo.yaml"), "--no-deepspeed-check")
+    assert result.exit_code == 1
+    assert "deepspeed_config.zero_stagee" in result.output and "did you mean 'zero_stage'?" in result.output
+    refused = cli_run("explain", str(BAD / "accelerate" / "fsdp_v1_key.yaml"))
+    assert refused.exit_code == 2 and "fsdp_config.fsdp_sharding_strategy" in refused.output
+
+
+def test_a_good_yaml_and_its_file_are_valid(in_bad):
+    assert _errors(BAD / "accelerate" / "good_file.yaml") == set()
+
+
+@pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.name[:60])
+def test_corpus_verdict_matches_the_reviewed_one(path):
+    expected = json.loads((CORPUS / "expected" / "accelerate" / f"{path.name}.json").read_text())
+    _, findings = validate_file(str(path), None, allow_auto=False, deepspeed_check=False)
+    got = sorted([list(t) for t in {(f.severity, f.code, f.path) for f in findings}])
+    assert {"valid": not any(f.severity == "error" for f in findings), "findings": got} == \
+        {k: expected[k] for k in ("valid", "findings")}
+    assert expected["review"]  # the hand-written reason for the verdict
+
+
+def _accelerate_refuses_top_level(path) -> bool:
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    try:
+        ClusterConfig.from_yaml_file(str(path))
+    except ValueError as exc:
+        return "unknown keys" in str(exc)
+    except (TypeError, KeyError):  # a bad value, not an unknown key
+        return False
+    return False
+
+
+@pytest.mark.parametrize("path", YAMLS + [p for p in PLANTED if p.stem not in ("duplicate", "malformed", "list")],
+                         ids=lambda p: p.name[:60])
+def test_unknown_top_level_keys_are_what_accelerate_refuses(path):
+    ours = any(code == "unknown-key" and "." not in where for code, where in _errors(path))
+    assert ours == _accelerate_refuses_top_level(path)
+
+
+@pytest.mark.parametrize("path", [BAD / "accelerate" / n for n in ("file_and_inline.yaml", "file_and_precision.yaml",
+                                                                   "good_file.yaml")], ids=lambda p: p.stem)
+def test_conflicts_with_a_deepspeed_file_are_what_accelerate_refuses(path, monkeypatch):
+    """accelerate's launch passes the YAML's deepspeed_config keys (and mixed_precision when the YAML sets it) as
+    ACCELERATE_CONFIG_DS_FIELDS (commands/launch.py launch_command); DeepSpeedPlugin checks them."""
+    from accelerate.utils.dataclasses import DeepSpeedPlugin
+
+    config = yaml.safe_load(path.read_text())
+    fields = list(config["deepspeed_config"]) + (["mixed_precision"] if config.get("mixed_precision") else [])
+    monkeypatch.setenv("ACCELERATE_CONFIG_DS_FIELDS", ",".join(fields).lower())
+    try:
+        DeepSpeedPlugin._deepspeed_config_checks(None)
+        refused = False
+    except ValueError:
+        refused = True
+    monkeypatch.chdir(BAD)
+    assert any(code == "ds-file-conflict" for code, _ in _errors(path)) == refused
+
+
+def test_the_shipped_schema_is_the_installed_accelerates():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from gen_accelerate_schema import build
+    finally:
+        sys.path.pop(0)
+    assert build() == accelerate.schema()  # after upgrading accelerate: python scripts/gen_accelerate_schema.py
+
+
+def test_explain_says_engine_sharding_processes_and_precision():
+    fsdp = {"distributed_type": "FSDP", "num_processes": 8, "num_machines": 2, "main_process_ip": "10.0.0.1",
+            "mixed_precision": "bf16", "fsdp_config": {"fsdp_version": 2, "reshard_after_forward": False,
+                                                        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}}
+    lines = accelerate.explain(fsdp)
+    assert lines[0] == "`accelerate launch` starts 8 process(es) on 2 machine(s) (4 per machine); machine 0 at " \
+                       "10.0.0.1:29500"
+    assert "FSDP2" in lines[1] and "like ZeRO-2" in lines[1]  # reshard_after_forward false (prefix added)
+    assert lines[-1].startswith("precision: bf16 autocast")
+    ds = {"distributed_type": "DEEPSPEED", "num_processes": 2,
+          "deepspeed_config": {"zero3_init_flag": True, "offload_optimizer_device": "cpu"}}
+    text = " ".join(accelerate.explain(ds))
+    assert "ZeRO-2" in text and "no zero_stage: accelerate's default" in text and "offloaded to CPU RAM" in text
+
+
+def test_yaml_is_recognised_and_refused_where_a_deepspeed_json_is_expected():
+    from dsbench.configs.loader import load_config_strict
+    from dsbench.errors import UserError
+
+    assert accelerate.looks_like_accelerate("x.yml")
+    assert accelerate.looks_like_accelerate("cfg.txt", "compute_environment: LOCAL_MACHINE\n")
+    assert not accelerate.looks_like_accelerate("ds.json", '{"train_batch_size": 8}')
+    with pytest.raises(UserError, match="is an accelerate config, not a DeepSpeed JSON"):
+        load_config_strict(str(YAMLS[0]))
+
+
+def test_every_corpus_yaml_has_a_verdict_file():
+    names = {p.name for p in YAMLS}
+    verdicts = {p.name.removesuffix(".json") for p in (CORPUS / "expected" / "accelerate").iterdir()}
+    assert names == verdicts
+    assert os.path.isfile(CORPUS / "SOURCES.tsv")
