@@ -115,7 +115,8 @@ def test_zero_checkpoint_resumes_on_one_rank_through_a_universal_checkpoint(trai
 def test_zero_checkpoint_on_another_tensor_parallel_layout_is_refused(trained, tmp_path):
     checkpoints, _, _ = trained.get("zero2")
     result = dsbench("launch", *STRATEGIES["zero2"], "--tp", "2", "--grad-accum", "2", "--run-dir",
-                     str(tmp_path / "r"), "--", *WORKER, "--steps", "20", "--resume", str(checkpoints / "global_step10"), cwd=ROOT, timeout=600)
+                     str(tmp_path / "r"), "--", *WORKER, "--steps", "20", "--resume",
+                     str(checkpoints / "global_step10"), cwd=ROOT, timeout=600)
     assert result.returncode != 0, result.stderr[-2000:]
     assert "resume with the same --tp and pipeline stages" in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr.split("dsbench: error:")[-1]
