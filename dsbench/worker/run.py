@@ -142,12 +142,8 @@ def prepare(spec: TrainSpec) -> Prepared:
     if spec.checkpoint_dir:
         checkpoint.check_free(Path(spec.checkpoint_dir), [s + 1 for s in range(settings.start, settings.steps)
                                                           if saves_after(s, settings)])
-    universal = None
-    if resumed and checkpoint.check_resumable(resumed[1], strategy, _definition(shape, spec, plan, precision),
-                                              world, tp=dims.tp, pp=dims.pp):
-        universal = _converted(resumed[0], info)
-        options = replace(options, ds_config={**ds_config, "checkpoint": {**ds_config.get("checkpoint", {}),
-                                                                          "load_universal": True}})
+    universal, options = _check_resume(resumed, strategy, _definition(shape, spec, plan, precision), dims, info,
+                                       options)
     engine = build_engine(strategy, model, options, info)
     if resumed:
         checkpoint.load(engine, strategy, *resumed, info, universal=universal)
@@ -156,6 +152,19 @@ def prepare(spec: TrainSpec) -> Prepared:
                     fsdp={"reshard": reshard, "cpu_offload": cpu_offload} if strategy == "fsdp" else None,
                     settings=settings,
                     folder=folder, hostnames=hostnames, model=model, tokenizer=tokenizer, resumed=resumed)
+
+
+def _check_resume(resumed: Any, strategy: str, definition: dict[str, Any], dims: ParallelDims, info: Any,
+                  options: Any) -> tuple[Path | None, Any]:
+    """Refuse a resume that could not continue the run; when DeepSpeed needs the checkpoint's universal form,
+    convert it and return it with the engine options that load it (``checkpoint.load_universal``, read when the
+    engine is built)."""
+    if not resumed or not checkpoint.check_resumable(resumed[1], strategy, definition, dims.world, tp=dims.tp,
+                                                     pp=dims.pp):
+        return None, options
+    config = options.ds_config
+    return _converted(resumed[0], info), replace(options, ds_config={
+        **config, "checkpoint": {**config.get("checkpoint", {}), "load_universal": True}})
 
 
 def _converted(target: Path, info: Any) -> Path:
