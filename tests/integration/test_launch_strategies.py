@@ -100,7 +100,7 @@ def test_loss_parity_with_single_process(runs):
 
 
 @pytest.mark.skipif(not NVME, reason="libaio-dev is not installed (make test installs it as root)")
-def test_zero3_nvme_offload(runs, tmp_path):
+def test_zero3_nvme_offload(runs, tmp_path):  # its op is built from the session's start (conftest NVME_TEST)
     name = "zero3_nvme"
     CELLS[name] = ["--preset", "zero3_nvme", "--nvme-path", str(tmp_path), "--micro-batch", "2"]
     run = finished(runs, name)
