@@ -130,15 +130,25 @@ def world_options(func: Any) -> Any:
 @world_options
 @click.option("--keep-auto", is_flag=True, help="Leave 'auto' values for the HF Trainer / accelerate to fill.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to FILE (atomically) instead of stdout.")
+@click.option("--from-accelerate", "from_accelerate", type=click.Path(dir_okay=False), metavar="YAML",
+              help="Write the DeepSpeed config an accelerate YAML's inline deepspeed_config makes (no other flags).")
 def render(preset: str | None, model: str | None, sets: tuple[str, ...], world_size: int | None,
            hostfile: str | None, include: str, exclude: str, keep_auto: bool, output: str | None,
-           **flags: Any) -> None:
-    """Render a DeepSpeed config from templates, a preset, flags and --set overrides."""
-    from dsbench.configs.api import render_config, world_size_from
+           from_accelerate: str | None, **flags: Any) -> None:
+    """Render a DeepSpeed config from templates, a preset, flags and --set overrides (or from an accelerate
+    YAML's inline DeepSpeed settings)."""
+    from dsbench.configs.api import from_accelerate_yaml, render_config, world_size_from
     from dsbench.io import atomic_write_text, dumps_json
 
-    flags["world_size"] = world_size_from(world_size, hostfile, include, exclude)
-    config, notes = render_config(flags, preset, model, keep_auto, sets)
+    if from_accelerate:
+        given = [n for n, v in {**flags, "preset": preset, "model": model, "set": sets, "world_size": world_size,
+                                "hostfile": hostfile, "keep_auto": keep_auto}.items() if v]
+        if given:
+            raise UserError(f"--from-accelerate converts the YAML as it is: drop --{given[0].replace('_', '-')}")
+        config, notes = from_accelerate_yaml(from_accelerate), []
+    else:
+        flags["world_size"] = world_size_from(world_size, hostfile, include, exclude)
+        config, notes = render_config(flags, preset, model, keep_auto, sets)
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if output:

@@ -429,3 +429,39 @@ def _explain_fsdp(config: dict[str, Any]) -> list[str]:
         lines.append("activation checkpointing on every shard unit")
     lines.append(f"checkpoints saved as {fsdp.get('fsdp_state_dict_type', 'FULL_STATE_DICT')}")
     return lines
+
+
+def to_deepspeed(config: dict[str, Any]) -> dict[str, Any]:
+    """The DeepSpeed config accelerate builds from an inline ``deepspeed_config`` (accelerate 1.15
+    utils/dataclasses.py: ``DeepSpeedPlugin.__post_init__`` without a config file, then ``set_mixed_precision``
+    with the YAML's ``mixed_precision``). Batch sizes stay "auto", as accelerate leaves them for the script to fill;
+    accelerate's ``steps_per_print: inf`` (not JSON) and its ``nvme_path: null`` entries are left out."""
+    ds = config.get("deepspeed_config") or {}
+    if config.get("distributed_type") != "DEEPSPEED":
+        raise UserError(f"distributed_type is {config.get('distributed_type')}, not DEEPSPEED: there is no DeepSpeed "
+                        "config to write")
+    if ds.get("deepspeed_config_file"):
+        raise UserError(f"the YAML names its DeepSpeed config already: {ds['deepspeed_config_file']}")
+
+    def offload(what: str) -> dict[str, Any]:
+        device = ds.get(f"offload_{what}_device", "none")
+        return {"device": device, **({"nvme_path": ds.get(f"offload_{what}_nvme_path")} if device == "nvme" else {})}
+
+    out: dict[str, Any] = {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": ds.get("gradient_accumulation_steps", "auto"),
+        "zero_optimization": {
+            "stage": ds.get("zero_stage", DEFAULT_ZERO_STAGE),
+            "offload_optimizer": offload("optimizer"),
+            "offload_param": offload("param"),
+            "stage3_gather_16bit_weights_on_model_save": ds.get("zero3_save_16bit_model", False) is True,
+        },
+    }
+    clipping = ds.get("gradient_clipping", "auto")
+    if clipping:  # accelerate: `if self.gradient_clipping:` ("auto" stays, 0 drops the key)
+        out["gradient_clipping"] = clipping
+    precision = str(config.get("mixed_precision") or "no")
+    out["fp16"] = {"enabled": True, "auto_cast": True} if precision == "fp16" else {"enabled": False}
+    out["bf16"] = {"enabled": precision in ("bf16", "fp8")}
+    return out

@@ -186,3 +186,18 @@ def explain_accelerate(path: str) -> list[str]:
     accelerate.require_valid(problems, path)
     ds_lines = explain_ds(load_config_strict(ds_path), accelerate.world_size(config)) if ds_path else None
     return accelerate.explain(config, ds_lines)
+
+
+def from_accelerate_yaml(path: str) -> dict[str, Any]:
+    """``render --from-accelerate``: the DeepSpeed config an accelerate YAML's inline settings make, checked by the
+    DeepSpeed validator (its "auto" batch sizes are accelerate's to fill)."""
+    config, findings = load_accelerate(path)
+    accelerate.require_valid(findings, path)
+    assert config is not None
+    accelerate.require_valid(accelerate.check(config), path)
+    out = accelerate.to_deepspeed(config)
+    errors = [f for f in validate(out, ValidateContext(world_size=accelerate.world_size(config), allow_auto=True))
+              if f.severity == "error"]
+    if errors:
+        raise UserError(f"{path}: its DeepSpeed config is invalid: {errors[0].path}: {errors[0].message}")
+    return out

@@ -150,3 +150,40 @@ def test_every_corpus_yaml_has_a_verdict_file():
     verdicts = {p.name.removesuffix(".json") for p in (CORPUS / "expected" / "accelerate").iterdir()}
     assert names == verdicts
     assert os.path.isfile(CORPUS / "SOURCES.tsv")
+
+
+INLINE = [p for p in YAMLS if (c := yaml.safe_load(p.read_text())).get("distributed_type") == "DEEPSPEED"
+          and not c["deepspeed_config"].get("deepspeed_config_file")]
+
+
+@pytest.mark.parametrize("path", INLINE, ids=lambda p: p.name[:60])
+def test_from_accelerate_writes_the_config_accelerate_builds(path, monkeypatch):
+    """Oracle: accelerate's DeepSpeedPlugin given the YAML's inline settings, then set_mixed_precision, as
+    `accelerate launch` + Accelerator() do."""
+    from accelerate.utils.dataclasses import DeepSpeedPlugin
+
+    for name in list(os.environ):
+        if name.startswith("ACCELERATE_"):
+            monkeypatch.delenv(name)
+    config = yaml.safe_load(path.read_text())
+    ds = config["deepspeed_config"]
+    keys = ("gradient_accumulation_steps", "gradient_clipping", "zero_stage", "offload_optimizer_device",
+            "offload_param_device", "offload_optimizer_nvme_path", "offload_param_nvme_path", "zero3_save_16bit_model")
+    plugin = DeepSpeedPlugin(**{k: ds[k] for k in keys if k in ds}, zero3_init_flag=False)
+    plugin.set_mixed_precision(config.get("mixed_precision") or "no")
+    oracle = dict(plugin.deepspeed_config)
+    oracle.pop("steps_per_print")  # inf: not JSON
+    for section in ("offload_optimizer", "offload_param"):
+        if oracle["zero_optimization"][section].get("nvme_path") is None:
+            oracle["zero_optimization"][section].pop("nvme_path")
+    assert accelerate.to_deepspeed(config) == oracle
+
+
+def test_from_accelerate_on_the_command_line(cli_run, tmp_path):
+    out = tmp_path / "ds.json"
+    result = cli_run("render", "--from-accelerate", str(INLINE[0]), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["zero_optimization"]["stage"] in (2, 3)
+    multi_gpu = CORPUS / "accelerate" / "huggingface__trl__examples_accelerate_configs_multi_gpu.yaml"
+    refused = cli_run("render", "--from-accelerate", str(multi_gpu))
+    assert refused.exit_code == 2 and "not DEEPSPEED" in refused.output
