@@ -42,6 +42,10 @@ _PLACEHOLDER_ADDRESS = re.compile(r"^(x+\.){1,3}x+$|[<>{}$]|your|changeme|placeh
                                   re.IGNORECASE)
 
 
+# YAML 1.1 (PyYAML, which accelerate uses) reads a bare no/NO as the boolean false
+_QUOTE_NO = "quote it, {key}: '{value}' (YAML reads a bare {value} as false)"
+
+
 @lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
     """The accelerate schema shipped in ``dsbench/data/accelerate_schema.json``."""
@@ -140,11 +144,13 @@ def _top_level(config: dict[str, Any]) -> list[Finding]:
                           "without it)", "set DEEPSPEED, FSDP, MULTI_GPU, MULTI_CPU or NO"))
     elif kind not in s["distributed_types"]:
         out.append(_error("bad-value", "distributed_type", f"{kind!r} is not one of accelerate's types "
-                          f"({', '.join(s['distributed_types'])})", _did_you_mean(str(kind), s["distributed_types"])))
+                          f"({', '.join(s['distributed_types'])})", _QUOTE_NO.format(key="distributed_type", value="NO")
+                          if kind is False else _did_you_mean(str(kind), s["distributed_types"])))
     precision = config.get("mixed_precision")
     if precision is not None and precision not in s["precisions"]:
         out.append(_error("bad-value", "mixed_precision", f"{precision!r} is not one of {s['precisions']}",
-                          "use no, fp16 or bf16"))
+                          _QUOTE_NO.format(key="mixed_precision", value="no") if precision is False
+                          else "use no, fp16 or bf16"))
     if config.get("use_cpu") is True and kind in ("DEEPSPEED", "FSDP"):
         out.append(_warning("ignored", "use_cpu", f"use_cpu: true makes `accelerate launch` skip the {kind} "
                             "launcher: the run is plain multi-CPU data parallelism", "set use_cpu: false"))
@@ -196,7 +202,7 @@ def _processes(config: dict[str, Any]) -> list[Finding]:
         out.append(_error("process-count", "num_processes", f"{processes} processes do not split over {machines} "
                           "machines: num_processes is the total, num_machines x processes per machine",
                           f"set num_processes to {machines} x the GPUs per machine"))
-    rank = config.get("machine_rank", 0)
+    rank = _int(config.get("machine_rank")) or 0
     if rank >= machines:
         out.append(_error("bad-value", "machine_rank", f"{rank} with {machines} machine(s): ranks are 0.."
                           f"{machines - 1}", "set machine_rank to this machine's index"))

@@ -129,6 +129,9 @@ def ds_file_of(config: dict[str, Any], yaml_path: str) -> tuple[str | None, list
                               fix="give the DeepSpeed JSON's path")]
     if Path(name).is_file():
         return name, []
+    if Path(name).exists():
+        return None, [Finding(severity="error", code="missing-file", path=where, message=f"{name} is not a regular "
+                              "file", fix="give the DeepSpeed JSON's path")]
     beside = Path(yaml_path).parent / name
     if beside.is_file():
         return str(beside), [Finding(severity="warning", code="relative-path", path=where, message=f"{name} "

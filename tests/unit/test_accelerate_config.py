@@ -187,3 +187,14 @@ def test_from_accelerate_on_the_command_line(cli_run, tmp_path):
     multi_gpu = CORPUS / "accelerate" / "huggingface__trl__examples_accelerate_configs_multi_gpu.yaml"
     refused = cli_run("render", "--from-accelerate", str(multi_gpu))
     assert refused.exit_code == 2 and "not DEEPSPEED" in refused.output
+
+
+def test_a_bare_no_is_yamls_false_and_the_fix_says_to_quote_it(tmp_path):
+    path = tmp_path / "a.yaml"
+    path.write_text("distributed_type: NO\nmixed_precision: no\n")
+    _, findings = validate_file(str(path), None, allow_auto=False)
+    fixes = {f.path: f.fix for f in findings}
+    assert fixes["distributed_type"] == "quote it, distributed_type: 'NO' (YAML reads a bare NO as false)"
+    assert fixes["mixed_precision"] == "quote it, mixed_precision: 'no' (YAML reads a bare no as false)"
+    path.write_text("distributed_type: 'NO'\nmixed_precision: 'no'\n")
+    assert validate_file(str(path), None, allow_auto=False)[1] == []
