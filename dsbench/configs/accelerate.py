@@ -321,8 +321,7 @@ def world_size(config: dict[str, Any]) -> int | None:
 
 
 def ds_config_file(config: dict[str, Any]) -> str | None:
-    ds = config.get("deepspeed_config")
-    return ds.get("deepspeed_config_file") if isinstance(ds, dict) else None
+    return section_keys(config, "deepspeed_config").get("deepspeed_config_file")
 
 
 def require_valid(findings: list[Finding], source: str) -> None:
@@ -380,7 +379,7 @@ def explain(config: dict[str, Any], ds_lines: list[str] | None = None) -> list[s
 def _explain_deepspeed(config: dict[str, Any], ds_lines: list[str] | None) -> list[str]:
     from dsbench.configs.explain import _STAGES
 
-    ds = config.get("deepspeed_config") if isinstance(config.get("deepspeed_config"), dict) else {}
+    ds = section_keys(config, "deepspeed_config")
     launcher = ds.get("deepspeed_multinode_launcher")
     lines = ["engine: DeepSpeed" + (f" (nodes started with its {launcher} launcher)" if launcher and
                                     (_int(config.get("num_machines")) or 1) > 1 else "")]
@@ -442,7 +441,7 @@ def to_deepspeed(config: dict[str, Any]) -> dict[str, Any]:
     utils/dataclasses.py: ``DeepSpeedPlugin.__post_init__`` without a config file, then ``set_mixed_precision``
     with the YAML's ``mixed_precision``). Batch sizes stay "auto", as accelerate leaves them for the script to fill;
     accelerate's ``steps_per_print: inf`` (not JSON) and its ``nvme_path: null`` entries are left out."""
-    ds = config.get("deepspeed_config") or {}
+    ds = section_keys(config, "deepspeed_config")
     if config.get("distributed_type") != "DEEPSPEED":
         raise UserError(f"distributed_type is {config.get('distributed_type')}, not DEEPSPEED: there is no DeepSpeed "
                         "config to write")

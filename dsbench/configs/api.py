@@ -117,6 +117,15 @@ def load_accelerate(path: str) -> tuple[dict[str, Any] | None, list[Finding]]:
     return accelerate.parse_yaml(read_text(path, "accelerate config"), path)
 
 
+def load_accelerate_strict(path: str) -> dict[str, Any]:
+    """An accelerate YAML that must parse and check clean (for explain and render): its first error is one line."""
+    config, findings = load_accelerate(path)
+    accelerate.require_valid(findings, path)
+    assert config is not None
+    accelerate.require_valid(accelerate.check(config), path)
+    return config
+
+
 def ds_file_of(config: dict[str, Any], yaml_path: str) -> tuple[str | None, list[Finding]]:
     """The DeepSpeed file an accelerate YAML names, resolved as accelerate resolves it (from the folder
     ``accelerate launch`` runs in); a file found only beside the YAML is a finding."""
@@ -151,8 +160,7 @@ def validate_accelerate(path: str, world_size: int | None, deepspeed_check: bool
     if config is None:
         return None, findings
     findings = findings + accelerate.check(config)
-    hostfile = (config.get("deepspeed_config") or {}).get("deepspeed_hostfile") if isinstance(
-        config.get("deepspeed_config"), dict) else None
+    hostfile = accelerate.section_keys(config, "deepspeed_config").get("deepspeed_hostfile")
     if hostfile:
         try:
             read_hostfile(str(hostfile))
@@ -181,10 +189,7 @@ def explain_accelerate(path: str) -> list[str]:
     from dsbench.configs.explain import explain as explain_ds
     from dsbench.configs.loader import load_config_strict
 
-    config, findings = load_accelerate(path)
-    accelerate.require_valid(findings, path)
-    assert config is not None
-    accelerate.require_valid(accelerate.check(config), path)
+    config = load_accelerate_strict(path)
     ds_path, problems = ds_file_of(config, path)
     accelerate.require_valid(problems, path)
     ds_lines = explain_ds(load_config_strict(ds_path), accelerate.world_size(config)) if ds_path else None
@@ -194,10 +199,7 @@ def explain_accelerate(path: str) -> list[str]:
 def from_accelerate_yaml(path: str) -> dict[str, Any]:
     """``render --from-accelerate``: the DeepSpeed config an accelerate YAML's inline settings make, checked by the
     DeepSpeed validator (its "auto" batch sizes are accelerate's to fill)."""
-    config, findings = load_accelerate(path)
-    accelerate.require_valid(findings, path)
-    assert config is not None
-    accelerate.require_valid(accelerate.check(config), path)
+    config = load_accelerate_strict(path)
     out = accelerate.to_deepspeed(config)
     errors = [f for f in validate(out, ValidateContext(world_size=accelerate.world_size(config), allow_auto=True))
               if f.severity == "error"]

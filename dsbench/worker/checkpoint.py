@@ -178,6 +178,8 @@ def to_universal(target: Path) -> Path:
     try:
         with _refused_writes(tmp):
             ds_to_universal.main(args)
+    # what the converter raises for a checkpoint it cannot read: its own asserts on required state, a missing
+    # key, NotImplementedError for layouts it does not convert (AutoEP + AutoTP, ...)
     except (KeyError, ValueError, RuntimeError, NotImplementedError, AssertionError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(f"{target}: DeepSpeed cannot convert this checkpoint to a universal one for another "
