@@ -280,10 +280,13 @@ def _slurm_job(launcher: str, folder: Path, flags: dict[str, Any]) -> tuple[Any,
 @render_options
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Use this DeepSpeed config as is.")
 @click.option("--strategy", type=click.Choice(["deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp"]),
-              default="deepspeed",
-              show_default=True, help="What the worker trains with.")
-@click.option("--launcher", type=click.Choice(["deepspeed", "torchrun", "accelerate", "slurm"]), default="deepspeed",
-              show_default=True, help="slurm: submit an sbatch script (one srun task per rank).")
+              help="What the worker trains with [deepspeed].")
+@click.option("--launcher", type=click.Choice(["deepspeed", "torchrun", "accelerate", "slurm"]),
+              help="How ranks start [deepspeed]; slurm: submit an sbatch script (one srun task per rank).")
+@click.option("--accelerate-config", type=click.Path(dir_okay=False), metavar="YAML",
+              help="Run your own accelerate YAML through `accelerate launch` (it picks the engine and its settings).")
+@click.option("--num-processes", type=click.IntRange(min=1), help="With --accelerate-config: replace its num_processes.")
+@click.option("--num-machines", type=click.IntRange(min=1), help="With --accelerate-config: replace its num_machines.")
 @click.option("--hostfile", type=click.Path(dir_okay=False), help="DeepSpeed hostfile.")
 @slurm_options
 @click.option("--include", default="", help="DeepSpeed resource filter, e.g. 'host1:0,1@host2'.")
@@ -304,16 +307,27 @@ def _slurm_job(launcher: str, folder: Path, flags: dict[str, Any]) -> tuple[Any,
 @click.option("--timeout", type=POSITIVE, help="Stop the whole launch after this many seconds (exit 124) [none]; "
               "the worker's --dist-timeout bounds one collective.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_file: str | None, strategy: str,
-           launcher: str, launcher_backend: str, hostfile: str | None, include: str, exclude: str,
+def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_file: str | None,
+           strategy: str | None, launcher: str | None, accelerate_config: str | None, num_processes: int | None,
+           num_machines: int | None, launcher_backend: str, hostfile: str | None, include: str, exclude: str,
            num_nodes: int | None, num_gpus: int | None, master_addr: str, master_port: int | None, run_dir: str | None,
            env_pairs: tuple[str, ...], dry_run: bool, timeout: float | None, script_args: tuple[str, ...],
            **flags: Any) -> None:
-    """Launch the training worker through deepspeed, torchrun or accelerate (args after -- go to the worker)."""
+    """Launch the training worker through deepspeed, torchrun or accelerate (args after -- go to the worker);
+    with --accelerate-config, your own accelerate YAML through `accelerate launch`."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
-    from dsbench.launch import LaunchRequest, inherited_env, materialize, parse_env, prepare, worker_args
+    from dsbench.launch import (LaunchRequest, inherited_env, materialize, parse_env, prepare, strategy_and_launcher,
+                                worker_args)
 
-    folder = Path(run_dir or f"runs/launch-{launcher}-{strategy}-{time.strftime('%Y%m%d-%H%M%S')}")
+    strategy, launcher = strategy_and_launcher(strategy, launcher, accelerate_config)
+    if not accelerate_config and (num_processes or num_machines):
+        raise UserError(f"--{'num-processes' if num_processes else 'num-machines'} goes with --accelerate-config "
+                        "(dsbench's own launches take --num-gpus or a --hostfile)")
+    if accelerate_config and num_gpus is not None:
+        raise UserError("--accelerate-config: the YAML's num_processes (or --num-processes) is the rank count; "
+                        "drop --num-gpus")
+    label = f"accelerate-{Path(accelerate_config).stem}" if accelerate_config else f"{launcher}-{strategy}"
+    folder = Path(run_dir or f"runs/launch-{label}-{time.strftime('%Y%m%d-%H%M%S')}")
     job, per_node = _slurm_job(launcher, folder, flags)
     if job and hostfile:
         raise UserError("--launcher slurm: SLURM picks the nodes; drop --hostfile (use --nodes)")
@@ -330,7 +344,9 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
                         cwd=os.getcwd(), launcher_backend=launcher_backend, as_root=os.geteuid() == 0,
                         script_args=worker_args(folder, model, flags, script_args, strategy),
                         extra_env=parse_env(env_pairs),
-                        inherited_env=inherited_env(os.environ, sys.executable))
+                        inherited_env=inherited_env(os.environ, sys.executable),
+                        accelerate_config=accelerate_config, num_processes=num_processes,
+                        num_machines=num_machines, port_given=master_port is not None)
     prepared = prepare(req)
     materialize(prepared)
     for note in prepared.notes:

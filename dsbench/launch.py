@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import trainspec
-from dsbench.configs.api import make_render_spec
+from dsbench.configs import accelerate
+from dsbench.configs.api import ds_file_of, make_render_spec, validate_accelerate
 from dsbench.configs.findings import has_errors
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.render import render
 from dsbench.configs.validate import ValidateContext, config_dims, validate
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import is_valid_hostname, read_hostfile
-from dsbench.io import atomic_write_json
+from dsbench.io import atomic_write_json, atomic_write_text, read_text
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
 from dsbench.launchers import worker_args as worker_argv
 from dsbench.models import check_megatron_tp, resolve_model
@@ -58,6 +59,13 @@ class LaunchRequest:
     inherited_env: tuple[tuple[str, str], ...] = ()
     """Variables of the launching shell that remote ranks need too (:func:`inherited_env`); local ranks inherit
     them anyway."""
+    accelerate_config: str | None = None
+    """The user's own accelerate YAML (``--accelerate-config``): it decides the engine and its settings."""
+    num_processes: int | None = None
+    """``--num-processes``: replaces the YAML's num_processes (as ``accelerate launch --num_processes`` does)."""
+    num_machines: int | None = None
+    port_given: bool = False
+    """``--master-port`` was typed (else ``master_port`` is dsbench's pick)."""
 
 
 def inherited_env(environ: Mapping[str, str], python: str) -> tuple[tuple[str, str], ...]:
@@ -189,6 +197,8 @@ def _config_for(req: LaunchRequest, world_size: int) -> tuple[dict[str, Any], li
 
 def prepare(req: LaunchRequest) -> PreparedLaunch:
     """Render/validate the config, write it into the run folder, and build the command."""
+    if req.accelerate_config:
+        return _prepare_user_yaml(req)
     check_request(req)
     check_run_dir(req.run_dir)
     for name, flag, takers in (("pipeline_stages", "--pipeline-stages", ("deepspeed", "torch_pp")),
@@ -227,6 +237,108 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     run_file = trainspec.write(train, (Path(req.cwd) / req.run_dir / "run.json").resolve())
     spec = replace(spec, run_file=str(run_file))
     return PreparedLaunch(spec=spec, command=build(spec), config_path=config_path, notes=notes)
+
+
+def strategy_and_launcher(strategy: str | None, launcher: str | None, accelerate_config: str | None
+                          ) -> tuple[str, str]:
+    """The worker strategy and the launcher as typed, or their defaults. ``--accelerate-config``: the YAML picks the
+    engine and ``accelerate launch`` runs it, so a typed --strategy or another --launcher is refused."""
+    if not accelerate_config:
+        return strategy or "deepspeed", launcher or "deepspeed"
+    if strategy:
+        raise UserError(f"--accelerate-config: the YAML's distributed_type picks the engine, so --strategy {strategy} "
+                        "would be ignored: drop it")
+    if launcher not in (None, "accelerate"):
+        raise UserError(f"--accelerate-config runs `accelerate launch`; drop --launcher {launcher}")
+    return "auto", "accelerate"
+
+
+# Flags that would be ignored beside a user's accelerate YAML, with what decides instead.
+_YAML_DECIDES = {**DEEPSPEED_ONLY, "pipeline_stages": "--pipeline-stages", "tp": "--tp"}
+# Worker flags that a YAML's inline DeepSpeed settings (or its DeepSpeed file) fix: (YAML key, DeepSpeed key).
+_YAML_FIXES = {"grad_accum": ("--grad-accum", "gradient_accumulation_steps"),
+               "grad_clip": ("--grad-clip", "gradient_clipping")}
+
+
+def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file: dict[str, Any] | None) -> None:
+    """Flags that the YAML (or the DeepSpeed file it names) would override are refused by name."""
+    given = [flag for name, flag in _YAML_DECIDES.items() if req.render_flags.get(name) is not None]
+    given += ["--config"] * bool(req.config) + ["--preset"] * bool(req.preset) + ["--set"] * bool(req.sets)
+    if given:
+        raise UserError(f"--accelerate-config: the YAML decides what {given[0]} would set: drop {given[0]} (or drop "
+                        "--accelerate-config and let dsbench render the config)")
+    inline = accelerate.section_keys(config, "deepspeed_config") if config.get("distributed_type") == "DEEPSPEED" \
+        else {}
+    for name, (flag, key) in _YAML_FIXES.items():
+        fixed = ds_file.get(key, "auto") != "auto" if ds_file is not None else key in inline
+        if req.render_flags.get(name) is not None and fixed:
+            where = accelerate.ds_config_file(config) if ds_file is not None else f"{req.accelerate_config}"
+            raise UserError(f"--accelerate-config: {where} sets {key}, so {flag} would be ignored: drop it")
+
+
+def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
+    """``--accelerate-config``: check the user's YAML (and the DeepSpeed file it names) for the process count that
+    will run, refuse what the worker cannot honour, and run ``accelerate launch --config_file`` on it as is."""
+    assert req.accelerate_config
+    path = req.accelerate_config
+    check_run_dir(req.run_dir)
+    overrides = {key: value for key, value in (("num_processes", req.num_processes),
+                                               ("num_machines", req.num_machines)) if value is not None}
+    hosts = tuple(read_hostfile(req.hostfile)) if req.hostfile else ()
+    if hosts:
+        selected = LaunchSpec(hosts=hosts, hostfile=req.hostfile, include=req.include, exclude=req.exclude,
+                              num_nodes=req.num_nodes)
+        overrides = check_hostfile_overrides(overrides, selected.world_size(), selected.nodes(), req.hostfile)
+    config, findings = validate_accelerate(path, None, overrides=overrides)
+    if config is None or has_errors(findings):
+        raise InvalidConfig(f"{path} is invalid for this launch:\n" + "\n".join(f.line() for f in findings
+                                                                                 if f.severity == "error"))
+    processes = accelerate.world_size(config)
+    if processes is None:
+        raise UserError(f"{path} has no num_processes: give --num-processes N")
+    refusal = accelerate.worker_refusal(config, processes)
+    if refusal:
+        raise UserError(f"{path}: {refusal}")
+    ds_path, _ = ds_file_of(config, path)
+    check_user_yaml_request(req, config, load_config_strict(ds_path) if ds_path else None)
+    machines = _int_or(config.get("num_machines"), 1)
+    args = [item for key, value in overrides.items() if not hosts for item in (f"--{key}", str(value))]
+    if req.render_flags.get("precision"):
+        args += ["--mixed_precision", _ACCELERATE_PRECISION[req.render_flags["precision"]]]
+    if req.port_given or (machines == 1 and config.get("main_process_port") is None and not hosts):
+        args += ["--main_process_port", str(req.master_port)]  # one machine: dsbench's free port, not 29500
+    base = LaunchSpec(launcher="accelerate", strategy="auto", nproc_per_node=max(1, processes // machines),
+                      hostfile=req.hostfile, hosts=hosts, include=req.include, exclude=req.exclude,
+                      num_nodes=req.num_nodes, master_addr=req.master_addr, master_port=req.master_port,
+                      cpu=req.cpu, script_args=req.script_args, extra_env=req.extra_env, python=req.python,
+                      cwd=req.cwd, launch_script=str(req.run_dir / "launch_nodes.sh"), as_root=req.as_root,
+                      user_accelerate_config=path, accelerate_args=tuple(args))
+    given = {key for key, _ in req.extra_env}
+    inherited = tuple((k, v) for k, v in req.inherited_env if k not in given)
+    if base.multinode() and inherited:
+        base = replace(base, extra_env=req.extra_env + inherited)
+    train = trainspec.from_argv(worker_argv(base))
+    notes = check_layout(train, None, processes) + accelerate.worker_notes(config)
+    req.run_dir.mkdir(parents=True, exist_ok=True)
+    copy = req.run_dir / "accelerate_config.yaml"
+    if not (copy.exists() and copy.resolve() == Path(path).resolve()):
+        atomic_write_text(copy, read_text(path, "accelerate config"))  # the YAML as it was, beside its results
+    run_file = trainspec.write(train, (Path(req.cwd) / req.run_dir / "run.json").resolve())
+    spec = replace(base, run_file=str(run_file))
+    return PreparedLaunch(spec=spec, command=build(spec), config_path=None, notes=notes)
+
+
+def check_hostfile_overrides(overrides: dict[str, int], world: int, nodes: int, hostfile: str) -> dict[str, int]:
+    """With --hostfile, the hostfile's hosts and slots are the machines and processes; typed counts must agree."""
+    for key, value in (("num_processes", world), ("num_machines", nodes)):
+        if key in overrides and overrides[key] != value:
+            raise UserError(f"--{key.replace('_', '-')} {overrides[key]} disagrees with {hostfile} ({value}): drop it "
+                            "(the hostfile says how many)")
+    return {"num_processes": world, "num_machines": nodes}
+
+
+def _int_or(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
 def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, world: int) -> list[str]:

@@ -152,13 +152,15 @@ def ds_file_of(config: dict[str, Any], yaml_path: str) -> tuple[str | None, list
                           "JSON's path")]
 
 
-def validate_accelerate(path: str, world_size: int | None, deepspeed_check: bool = True
-                        ) -> tuple[dict[str, Any] | None, list[Finding]]:
+def validate_accelerate(path: str, world_size: int | None, deepspeed_check: bool = True,
+                        overrides: dict[str, Any] | None = None) -> tuple[dict[str, Any] | None, list[Finding]]:
     """An accelerate YAML's findings, then the findings of the DeepSpeed file it names (checked for the
-    YAML's process count), under that file's name."""
+    YAML's process count), under that file's name. ``overrides``: top-level keys replaced as ``accelerate
+    launch``'s own flags replace them (``--num_processes`` ...), before any check."""
     config, findings = load_accelerate(path)
     if config is None:
         return None, findings
+    config = {**config, **(overrides or {})}
     findings = findings + accelerate.check(config)
     hostfile = accelerate.section_keys(config, "deepspeed_config").get("deepspeed_hostfile")
     if hostfile:

@@ -81,6 +81,10 @@ class LaunchSpec:
     omp_threads: int = 1
     accelerate_config: str = "accelerate_config.yaml"
     """Path where the accelerate launcher's YAML is written."""
+    user_accelerate_config: str | None = None
+    """The user's own accelerate YAML (``--accelerate-config``): passed to ``accelerate launch`` as is, never
+    written; ``accelerate_args`` are the command-line overrides that go with it."""
+    accelerate_args: tuple[str, ...] = ()
     deepspeed_env_file: str = ".deepspeed_env"
     """Absolute path of the ``.deepspeed_env`` written for multi-node deepspeed launches (``DS_ENV_FILE``)."""
     extra_env: tuple[tuple[str, str], ...] = ()

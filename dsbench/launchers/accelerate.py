@@ -16,33 +16,42 @@ from dsbench.launchers import LaunchCommand, LaunchSpec, cpu_env, worker_args
 from dsbench.launchers.remote import fan_out
 
 
-def accelerate_config(spec: LaunchSpec) -> dict[str, Any]:
-    """The accelerate config dict for ``spec`` (written as YAML)."""
+def accelerate_yaml(kind: str, *, processes: int, machines: int, main_ip: str, port: int,
+                   ds_config: str | None = None, mixed_precision: str = "no") -> dict[str, Any]:
+    """An accelerate config dict (written as YAML) that runs ``kind``: deepspeed (its plugin pointing at the
+    DeepSpeed JSON ``ds_config``), fsdp (FSDP2, every transformer block a shard unit) or ddp."""
     common: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
-        "num_machines": spec.nodes(),
-        "num_processes": spec.world_size(),
+        "num_machines": machines,
+        "num_processes": processes,
         "machine_rank": 0,
-        "main_process_ip": spec.first_host(),
-        "main_process_port": spec.master_port,
+        "main_process_ip": main_ip,
+        "main_process_port": port,
         "rdzv_backend": "static",
         "same_network": True,
         "main_training_function": "main",
         "debug": False,
         "use_cpu": False,
     }
-    if spec.strategy == "deepspeed":
-        if not spec.ds_config:
+    if kind == "deepspeed":
+        if not ds_config:
             raise UserError("the deepspeed strategy needs a rendered config (--config or render flags)")
         return {**common, "distributed_type": "DEEPSPEED",
-                "deepspeed_config": {"deepspeed_config_file": spec.ds_config, "zero3_init_flag": False,
+                "deepspeed_config": {"deepspeed_config_file": ds_config, "zero3_init_flag": False,
                                      "deepspeed_multinode_launcher": "standard"}}
-    if spec.strategy == "fsdp":
-        return {**common, "distributed_type": "FSDP", "mixed_precision": spec.mixed_precision,
+    if kind == "fsdp":
+        return {**common, "distributed_type": "FSDP", "mixed_precision": mixed_precision,
                 "fsdp_config": {"fsdp_version": 2, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
                                 "fsdp_reshard_after_forward": True, "fsdp_cpu_ram_efficient_loading": False,
                                 "fsdp_state_dict_type": "SHARDED_STATE_DICT", "fsdp_offload_params": False}}
-    return {**common, "distributed_type": "MULTI_GPU", "mixed_precision": spec.mixed_precision}
+    return {**common, "distributed_type": "MULTI_GPU", "mixed_precision": mixed_precision}
+
+
+def accelerate_config(spec: LaunchSpec) -> dict[str, Any]:
+    """The accelerate config dict for ``spec``."""
+    return accelerate_yaml(spec.strategy, processes=spec.world_size(), machines=spec.nodes(),
+                           main_ip=spec.first_host(), port=spec.master_port, ds_config=spec.ds_config,
+                           mixed_precision=spec.mixed_precision)
 
 
 def to_yaml(data: dict[str, Any]) -> str:
@@ -54,15 +63,22 @@ def to_yaml(data: dict[str, Any]) -> str:
 
 def build(spec: LaunchSpec) -> LaunchCommand:
     """``accelerate launch --config_file Y [--num_processes ...] --module M args``; on several nodes one such
-    command per node with its ``--machine_rank``, started over ssh (as accelerate's multi-node docs do)."""
-    config = accelerate_config(spec)
-    files = {spec.accelerate_config: to_yaml(config)}
-    options = ["--config_file", spec.accelerate_config, "--num_processes", str(config["num_processes"]),
-               "--num_machines", str(config["num_machines"])]
-    address = ["--main_process_ip", str(config["main_process_ip"]), "--main_process_port", str(spec.master_port),
-               "--module", spec.module, *worker_args(spec)]
+    command per node with its ``--machine_rank``, started over ssh (as accelerate's multi-node docs do).
+    With the user's own YAML (``spec.user_accelerate_config``) that file is passed as is, with its overrides."""
+    if spec.user_accelerate_config:
+        files, options = {}, ["--config_file", spec.user_accelerate_config, *spec.accelerate_args]
+    else:
+        config = accelerate_config(spec)
+        files = {spec.accelerate_config: to_yaml(config)}
+        options = ["--config_file", spec.accelerate_config, "--num_processes", str(config["num_processes"]),
+                   "--num_machines", str(config["num_machines"]), "--main_process_ip", str(config["main_process_ip"]),
+                   "--main_process_port", str(spec.master_port)]
+    tail = ["--module", spec.module, *worker_args(spec)]
     if not spec.multinode():
-        return LaunchCommand(argv=["accelerate", "launch", *options, *address], env=cpu_env(spec), files=files)
+        return LaunchCommand(argv=["accelerate", "launch", *options, *tail], env=cpu_env(spec), files=files)
+    if spec.user_accelerate_config:  # the hostfile says where each machine is and how many ranks it runs
+        options += ["--num_processes", str(spec.world_size()), "--num_machines", str(spec.nodes()),
+                    "--main_process_ip", spec.first_host(), "--main_process_port", str(spec.master_port)]
     command = fan_out(spec, {host: [spec.python, "-m", "accelerate.commands.launch", *options, "--machine_rank",
-                                    str(rank), *address] for rank, host in enumerate(spec.selection())})
+                                    str(rank), *tail] for rank, host in enumerate(spec.selection())})
     return replace(command, files={**files, **command.files})

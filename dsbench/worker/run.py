@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -16,7 +17,7 @@ from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
 from dsbench.records import METRICS, SCHEMA, SUMMARY, CheckpointRecord, EndRecord, flops_per_token, summarize
 from dsbench.trainspec import TrainSpec
-from dsbench.worker import checkpoint, setup, stop
+from dsbench.worker import accelerate_env, checkpoint, setup, stop
 
 
 class Progress:
@@ -88,7 +89,15 @@ def _batch_config(spec: TrainSpec, strategy: str, shape: ModelShape,
                         grad_clip=spec.grad_clip, lr=spec.lr, weight_decay=spec.weight_decay,
                         warmup_steps=spec.lr_warmup_steps, train_steps=spec.steps,
                         precision=setup.precision_of(None, spec.precision), hidden_size=shape.hidden)
-    config = setup.load_ds_config(setup.deepspeed_config_path(spec.deepspeed_config), inputs, world)
+    # the config: --deepspeed_config, else the file accelerate names, else accelerate's inline plugin settings
+    path = spec.deepspeed_config or os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+    if path:
+        config = setup.load_ds_config(path, inputs, world)
+    elif accelerate_env.inline_deepspeed(os.environ):
+        raw, _ = accelerate_env.deepspeed_config(spec.lr_warmup_steps)
+        config = setup.complete_ds_config(raw, accelerate_env.PLUGIN_SOURCE, inputs, world)
+    else:
+        raise UserError("the deepspeed strategy needs --deepspeed_config FILE (e.g. ds_configs/zero2.json)")
     return config, config["train_micro_batch_size_per_gpu"], config.get("gradient_accumulation_steps", 1)
 
 
@@ -129,12 +138,15 @@ def prepare(spec: TrainSpec) -> Prepared:
     tokenizer = load_tokenizer(shape.path if shape.source != "preset" else None)
     plan = build_plan(token_ids(tokenizer, spec.dataset, spec.text_field), spec.seq_len, spec.seed, micro, accum,
                       dims.dp)
-    model = build_model(shape, spec.seed, spec.trust_remote_code, spec.activation_checkpointing)
+    fsdp = accelerate_env.fsdp_settings(spec.fsdp_reshard, spec.fsdp_cpu_offload, spec.activation_checkpointing) \
+        if strategy == "fsdp" else None
+    checkpointing = fsdp["activation_checkpointing"] if fsdp else spec.activation_checkpointing
+    model = build_model(shape, spec.seed, spec.trust_remote_code, checkpointing)
     precision = setup.precision_of(ds_config, spec.precision)
-    reshard, cpu_offload = setup.fsdp_options_from_env(spec.fsdp_reshard, spec.fsdp_cpu_offload)
     options = EngineOptions(lr=spec.lr, weight_decay=spec.weight_decay, betas=(0.9, 0.999), eps=1e-8,
                             grad_clip=spec.grad_clip, warmup_steps=spec.lr_warmup_steps, grad_accum=accum,
-                            precision=precision, fsdp_reshard=reshard, fsdp_cpu_offload=cpu_offload,
+                            precision=precision, fsdp_reshard=bool(fsdp and fsdp["reshard"]),
+                            fsdp_cpu_offload=bool(fsdp and fsdp["cpu_offload"]),
                             ds_config=ds_config, dims=dims, pipeline_schedule=spec.pipeline_schedule)
     settings = LoopSettings(steps=spec.steps, warmup=spec.warmup, seq_len=spec.seq_len, dims=dims,
                             gather_every=spec.gather_every, start=resumed[1].step if resumed else 0,
@@ -149,7 +161,7 @@ def prepare(spec: TrainSpec) -> Prepared:
         checkpoint.load(engine, strategy, *resumed, info, universal=universal)
     return Prepared(strategy=strategy, shape=shape, ds_config=ds_config, info=info, plan=plan,
                     engine=engine, precision=precision, dims=dims,
-                    fsdp={"reshard": reshard, "cpu_offload": cpu_offload} if strategy == "fsdp" else None,
+                    fsdp=fsdp,
                     settings=settings,
                     folder=folder, hostnames=hostnames, model=model, tokenizer=tokenizer, resumed=resumed)
 
@@ -225,7 +237,9 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
                   "seq_len": spec.seq_len, "micro_batch": plan.micro_batch, "grad_accum": plan.grad_accum,
                   "world_size": info.world_size, "precision": run.precision, "seed": spec.seed,
                   "tp": run.dims.tp, "pp": run.dims.pp,
-                  "fsdp": run.fsdp, "activation_checkpointing": spec.activation_checkpointing}
+                  "fsdp": run.fsdp,
+                  "activation_checkpointing": run.fsdp["activation_checkpointing"] if run.fsdp
+                  else spec.activation_checkpointing}
     peak, peak_source = device_peak(info.device, run.precision, spec.peak_tflops)
     return setup.header(**definition, run_id=folder.name, config_hash=setup.config_hash(definition),
                         device=info.device, backend=info.backend, dp_size=plan.dp_size, global_batch=plan.global_batch,
@@ -236,7 +250,8 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
                         flops_per_token=flops_per_token(shape.num_params(), shape.layers, shape.hidden, spec.seq_len),
                         peak_tflops=peak, peak_tflops_source=peak_source,
                         resumed_from=({"path": str(run.resumed[0]), "step": run.resumed[1].step}
-                                      if run.resumed else None))
+                                      if run.resumed else None),
+                        launcher_env=accelerate_env.launcher_env(os.environ))
 
 
 def _interrupted(writer: Any, records: list[dict[str, Any]], folder: Path, signal_name: str) -> None:

@@ -36,24 +36,6 @@ def resolve_strategy(requested: str, ds_config: str | None, world_size: int) -> 
     return "ddp" if world_size > 1 else "single"
 
 
-def deepspeed_config_path(given: str | None) -> str:
-    """The DeepSpeed config: ``--deepspeed_config``, or the one accelerate passes in the environment."""
-    path = given or os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
-    if not path:
-        raise UserError("the deepspeed strategy needs --deepspeed_config FILE (e.g. ds_configs/zero2.json)")
-    return path
-
-
-def fsdp_options_from_env(reshard: bool, cpu_offload: bool) -> tuple[bool, bool]:
-    """accelerate's FSDP settings (FSDP_RESHARD_AFTER_FORWARD / FSDP_OFFLOAD_PARAMS) override the flags."""
-    env = os.environ
-    if "FSDP_RESHARD_AFTER_FORWARD" in env:
-        reshard = env["FSDP_RESHARD_AFTER_FORWARD"].lower() in ("true", "1", "full_shard")
-    if "FSDP_OFFLOAD_PARAMS" in env:
-        cpu_offload = env["FSDP_OFFLOAD_PARAMS"].lower() in ("true", "1")
-    return reshard, cpu_offload
-
-
 def layout(config: dict[str, Any] | None, world_size: int) -> ParallelDims:
     """The run's parallel layout: from a DeepSpeed config (AutoTP degree, pipeline stages), else pure data
     parallelism."""
@@ -89,12 +71,23 @@ def check_jit_locks() -> None:
 
 def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> dict[str, Any]:
     """Read the config, fill "auto" as the HF Trainer would from the worker's own arguments, and validate it."""
-    raw = load_config_strict(path)
+    return complete_ds_config(load_config_strict(path), path, inputs, world_size)
+
+
+def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs, world_size: int) -> dict[str, Any]:
+    """Fill a config's "auto" values as the HF Trainer would from the worker's own arguments, and validate it;
+    ``path`` names where it came from in errors."""
     dims = config_dims(raw, world_size)
     if dims is None:
         pp, tp = parallel_degrees(raw)
         raise UserError(f"{path}: pipeline.stages {pp} x tensor_parallel.autotp_size {tp} does not divide the world "
                         f"size {world_size}")
+    # the config's own micro-batch and accumulation win over the flags, also inside the "auto" values derived from
+    # them (accelerate's Accelerator._prepare_deepspeed: train_batch_size = micro x the plugin's accumulation x ranks)
+    given = {name: raw.get(key) for name, key in (("micro_batch", "train_micro_batch_size_per_gpu"),
+                                                  ("grad_accum", "gradient_accumulation_steps"))}
+    inputs = replace(inputs, **{name: value for name, value in given.items()
+                                if isinstance(value, int) and not isinstance(value, bool)})
     # "auto" batch values as DeepSpeed asserts them (AutoTP ranks count, pipeline stages divide)
     config, unresolved = fill_auto(raw, replace(inputs, data_parallel_size=dims.deepspeed_batch_ranks()))
     if unresolved:

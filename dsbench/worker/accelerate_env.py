@@ -1,0 +1,89 @@
+"""What ``accelerate launch`` asked this rank to run, read the way accelerate reads it.
+
+accelerate passes a YAML's settings to the training process as environment variables (accelerate 1.15
+utils/launch.py: ``ACCELERATE_USE_DEEPSPEED``, ``ACCELERATE_DEEPSPEED_*``, ``ACCELERATE_GRADIENT_*``,
+``ACCELERATE_USE_FSDP``, ``FSDP_*``, ``ACCELERATE_MIXED_PRECISION``), and its plugins read them back. The worker
+builds those same plugins (``DeepSpeedPlugin``, ``FullyShardedDataParallelPlugin``) from the environment and
+takes their settings, never ``Accelerator()``'s state: on a machine without a GPU that state is wrong
+(../shared/FINDINGS.md: one process and rank 0 everywhere under DEEPSPEED, distributed type NO under FSDP).
+Rank and world size come from ``torch.distributed``'s variables, as for every launcher.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from dsbench.configs.accelerate import FSDP1_RESHARD, with_script_optimizer
+from dsbench.errors import UserError
+
+PLUGIN_SOURCE = "accelerate's DeepSpeed plugin (the YAML's inline deepspeed_config)"
+
+
+def launched_by_accelerate(env: Mapping[str, str]) -> bool:
+    """Every accelerate launcher sets ``ACCELERATE_MIXED_PRECISION`` (utils/launch.py, each ``prepare_*_env``)."""
+    return "ACCELERATE_MIXED_PRECISION" in env
+
+
+def launcher_env(env: Mapping[str, str]) -> dict[str, str] | None:
+    """The variables accelerate set for this run (recorded in the metrics header), or None without accelerate."""
+    if not launched_by_accelerate(env):
+        return None
+    return {key: env[key] for key in sorted(env) if key.startswith(("ACCELERATE_", "FSDP_"))}
+
+
+def inline_deepspeed(env: Mapping[str, str]) -> bool:
+    """accelerate runs DeepSpeed from inline YAML settings (no ``deepspeed_config_file``)."""
+    return env.get("ACCELERATE_USE_DEEPSPEED") == "true" and not env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+
+
+def deepspeed_config(warmup_steps: int) -> tuple[dict[str, Any], list[str]]:
+    """The DeepSpeed config accelerate builds from the YAML's inline settings (``DeepSpeedPlugin()`` reads the
+    environment; ``set_mixed_precision`` as ``Accelerator`` calls it), completed with the optimizer the training
+    script brings (:func:`dsbench.configs.accelerate.with_script_optimizer`). Returns it and what was added."""
+    from accelerate.utils import DeepSpeedPlugin
+
+    plugin = DeepSpeedPlugin()
+    plugin.set_mixed_precision(os.environ.get("ACCELERATE_MIXED_PRECISION", "no"))
+    config = copy.deepcopy(plugin.deepspeed_config)
+    config.pop("steps_per_print", None)  # accelerate writes float("inf"): not JSON, and only a log interval
+    for section in ("offload_optimizer", "offload_param"):
+        offload = config.get("zero_optimization", {}).get(section, {})
+        if offload.get("nvme_path", "") is None:
+            del offload["nvme_path"]  # accelerate's placeholder; DeepSpeed's schema wants a path or nothing
+    return with_script_optimizer(config, warmup_steps)
+
+
+def fsdp_settings(reshard: bool, cpu_offload: bool, activation_checkpointing: bool) -> dict[str, Any]:
+    """FSDP as accelerate's ``FullyShardedDataParallelPlugin()`` reads it from the environment, mapped onto the
+    worker's FSDP2 (``fully_shard``): FSDP1's sharding strategy becomes ``reshard_after_forward``
+    (:data:`FSDP1_RESHARD`). Without accelerate, the worker's own flags."""
+    if os.environ.get("ACCELERATE_USE_FSDP") != "true":
+        return {"reshard": reshard, "cpu_offload": cpu_offload, "activation_checkpointing": activation_checkpointing}
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    # sync_module_states (and the RAM-efficient loading that needs it) make accelerate's plugin ask for a GPU to
+    # initialise on, and raise without one; the worker builds the same weights on every rank from the seed, so it
+    # has nothing to sync: both are turned off here, every other setting is read from the environment
+    plugin = FullyShardedDataParallelPlugin(sync_module_states=False, cpu_ram_efficient_loading=False)
+    version = plugin.fsdp_version
+    strategy = None
+    if version == 1:
+        strategy = plugin.sharding_strategy.name
+        if strategy not in FSDP1_RESHARD:
+            raise UserError(f"FSDP sharding strategy {strategy}: dsbench's worker runs FSDP2 (fully_shard), which has "
+                            f"{' and '.join(FSDP1_RESHARD)} only")
+        reshard = FSDP1_RESHARD[strategy]
+        cpu_offload = bool(plugin.cpu_offload.offload_params)
+    else:
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        reshard, cpu_offload = bool(plugin.reshard_after_forward), isinstance(plugin.cpu_offload, CPUOffloadPolicy)
+    return {"reshard": reshard, "cpu_offload": cpu_offload,
+            "activation_checkpointing": activation_checkpointing or bool(plugin.activation_checkpointing),
+            "accelerate": {"fsdp_version": version, "sharding_strategy": strategy,
+                           "auto_wrap_policy": os.environ.get("FSDP_AUTO_WRAP_POLICY"),
+                           "state_dict_type": os.environ.get("FSDP_STATE_DICT_TYPE")},
+            "wrap": "every transformer block, then the root (fully_shard)"}
