@@ -21,6 +21,7 @@ from dsbench.hostfile import is_valid_hostname, read_hostfile
 from dsbench.io import atomic_write_json, atomic_write_text, read_text
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
 from dsbench.launchers import worker_args as worker_argv
+from dsbench.launchers.accelerate import ACCELERATE_PRECISION
 from dsbench.models import check_megatron_tp, resolve_model
 from dsbench.parallel import ParallelDims, bubble_fraction
 
@@ -102,8 +103,6 @@ _NATIVE_FLAGS = {"micro_batch": "--micro-batch", "grad_accum": "--grad-accum", "
                  "precision": "--precision", "warmup_steps": "--lr-warmup-steps"}
 
 
-# --precision as accelerate's mixed_precision (the YAML of a native-strategy launch says what the worker trains).
-_ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 
 
 # --pipeline-stages / --tp are the native engines' own worker flags (DeepSpeed reads them from its config).
@@ -216,7 +215,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
                       accelerate_config=str(req.run_dir / "accelerate_config.yaml"),
                       launch_script=str(req.run_dir / "launch_nodes.sh"), python=req.python, cwd=req.cwd,
                       launcher_backend=req.launcher_backend, slurm=req.slurm, as_root=req.as_root,
-                      mixed_precision=_ACCELERATE_PRECISION.get(req.render_flags.get("precision") or "fp32", "no"),
+                      mixed_precision=ACCELERATE_PRECISION.get(req.render_flags.get("precision") or "fp32", "no"),
                       deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
     if base.multinode() and inherited:
         base = replace(base, extra_env=req.extra_env + inherited)
@@ -289,6 +288,8 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
         selected = LaunchSpec(hosts=hosts, hostfile=req.hostfile, include=req.include, exclude=req.exclude,
                               num_nodes=req.num_nodes)
         overrides = check_hostfile_overrides(overrides, selected.world_size(), selected.nodes(), req.hostfile)
+        # what the per-node commands pass (launchers/accelerate.py build): machine 0 is the first host
+        overrides |= {"main_process_ip": selected.first_host(), "machine_rank": 0}
     config, findings = validate_accelerate(path, None, overrides=overrides)
     if config is None or has_errors(findings):
         raise InvalidConfig(f"{path} is invalid for this launch:\n" + "\n".join(f.line() for f in findings
@@ -304,7 +305,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
     machines = _int_or(config.get("num_machines"), 1)
     args = [item for key, value in overrides.items() if not hosts for item in (f"--{key}", str(value))]
     if req.render_flags.get("precision"):
-        args += ["--mixed_precision", _ACCELERATE_PRECISION[req.render_flags["precision"]]]
+        args += ["--mixed_precision", ACCELERATE_PRECISION[req.render_flags["precision"]]]
     if req.port_given or (machines == 1 and config.get("main_process_port") is None and not hosts):
         args += ["--main_process_port", str(req.master_port)]  # one machine: dsbench's free port, not 29500
     base = LaunchSpec(launcher="accelerate", strategy="auto", nproc_per_node=max(1, processes // machines),

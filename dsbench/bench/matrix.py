@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,23 @@ STRATEGIES: dict[str, Strategy] = {
     "torch_tp2": Strategy("torch_tp", "torchrun", ("--tp", "2"), model_parallel=2),
 }
 DEFAULT_STRATEGIES = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
+ACCEL = "accel:"
+"""``accel:PATH.yaml`` in --strategies: a user's own accelerate YAML, run by ``launch --accelerate-config``."""
+
+
+def accelerate_yaml_of(strategy: str) -> str | None:
+    """The YAML path of an ``accel:PATH`` strategy (None for dsbench's own strategies)."""
+    return strategy[len(ACCEL):] if strategy.startswith(ACCEL) else None
+
+
+def label_of(strategy: str) -> str:
+    """How a strategy is labelled in cells and reports: a user's YAML by its file name."""
+    path = accelerate_yaml_of(strategy)
+    return f"{ACCEL}{Path(path).name}" if path is not None else strategy
+
+
+def _model_parallel(strategy: str) -> int:
+    return 1 if accelerate_yaml_of(strategy) is not None else STRATEGIES[strategy].model_parallel
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,11 +86,14 @@ class Cell:
     """Override the strategy's default launcher (deepspeed strategies can also use accelerate)."""
     hostfile: str | None = None
     """Run across the hosts of this hostfile (``world_size`` = their slots) instead of this machine's ranks."""
+    accelerate_config: str | None = None
+    """A user's accelerate YAML (``accel:PATH``); ``strategy`` is then its label, ``accel:FILE_NAME``."""
 
     @property
     def id(self) -> str:
         model = self.model.replace("/", "_").replace(".", "_")
-        return f"{self.strategy}-w{self.world_size}-mb{self.micro_batch}-{model}-r{self.repeat}"
+        strategy = re.sub(r"[^A-Za-z0-9_.-]", "-", self.strategy)
+        return f"{strategy}-w{self.world_size}-mb{self.micro_batch}-{model}-r{self.repeat}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,9 +101,15 @@ class Cell:
 
 def check_matrix(strategies: list[str], world_sizes: list[int], micro_batches: list[int], repeats: int,
            steps: int, warmup: int) -> None:
-    unknown = [s for s in strategies if s not in STRATEGIES]
+    unknown = [s for s in strategies if s not in STRATEGIES and accelerate_yaml_of(s) is None]
     if unknown:
-        raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}")
+        raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}, or "
+                        f"{ACCEL}PATH.yaml (your accelerate YAML)")
+    labels = [label_of(s) for s in strategies]
+    twice = next((label for label in labels if labels.count(label) > 1), None)
+    if twice:
+        raise UserError(f"--strategies names {twice} twice (YAMLs are labelled by file name): give each YAML its "
+                        "own name")
     if any(w < 1 for w in world_sizes) or any(m < 1 for m in micro_batches) or repeats < 1:
         raise UserError("--world-sizes, --micro-batches and --repeats must be >= 1")
     if steps < 1:
@@ -99,10 +126,11 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
     cells = []
     for model, micro, strategy, world, repeat in itertools.product(models, micro_batches, strategies,
                                                                      sorted(set(world_sizes)), range(repeats)):
-        if strategy == "single" and world != 1 or world % STRATEGIES[strategy].model_parallel:
+        if strategy == "single" and world != 1 or world % _model_parallel(strategy):
             continue  # single runs at 1 rank; model-parallel strategies need a multiple of their degree
-        cells.append(Cell(strategy=strategy, world_size=world, micro_batch=micro, model=model, repeat=repeat,
-                          steps=steps, warmup=warmup, seq_len=seq_len, precision=precision))
+        cells.append(Cell(strategy=label_of(strategy), world_size=world, micro_batch=micro, model=model,
+                          repeat=repeat, steps=steps, warmup=warmup, seq_len=seq_len, precision=precision,
+                          accelerate_config=accelerate_yaml_of(strategy)))
     if "single" in strategies and 1 not in world_sizes:
         for model, micro, repeat in itertools.product(models, micro_batches, range(repeats)):
             cells.append(Cell(strategy="single", world_size=1, micro_batch=micro, model=model, repeat=repeat,
@@ -149,6 +177,11 @@ _KIND_NAMES = {list[str]: "a list of names", list[int]: "a list of integers", in
 
 def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) -> list[str]:
     """``dsbench launch`` arguments for a cell (the same command a user would type)."""
+    worker = ["--steps", str(cell.steps), "--warmup", str(cell.warmup), "--seq-len", str(cell.seq_len), "--quiet"]
+    if cell.accelerate_config:  # the YAML on this machine's ranks, in the matrix's precision like every cell
+        return ["--accelerate-config", cell.accelerate_config, "--num-processes", str(cell.world_size),
+                "--num-machines", "1", "--micro-batch", str(cell.micro_batch), "--model", cell.model,
+                "--precision", cell.precision, "--run-dir", str(run_dir), "--", *worker]
     how = STRATEGIES[cell.strategy]
     ranks = ["--hostfile", cell.hostfile] if cell.hostfile else ["--num-gpus", str(cell.world_size)]
     args = ["--strategy", how.worker, "--launcher", cell.launcher or how.launcher, *ranks,
@@ -159,7 +192,6 @@ def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) ->
         args += ["--precision", cell.precision]
     if cell.strategy == "zero3_nvme":
         args += ["--nvme-path", nvme_path or str(run_dir / "nvme")]
-    worker = ["--steps", str(cell.steps), "--warmup", str(cell.warmup), "--seq-len", str(cell.seq_len), "--quiet"]
     if cell.strategy == "fsdp_no_reshard":
         worker.append("--no-fsdp-reshard")
     return [*args, "--", *worker]

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.bench.compare import prepare_out, run_matrix
-from dsbench.bench.matrix import DEFAULT_STRATEGIES, expand, load_matrix_file
+from dsbench.bench.matrix import ACCEL, DEFAULT_STRATEGIES, Cell, expand, load_matrix_file
 from dsbench.bench.progress import RichReporter
+from dsbench.errors import InvalidConfig, UserError
 from dsbench.spec import DEFAULT_MICRO_BATCH
 
 DEFAULTS: dict[str, Any] = {"strategies": list(DEFAULT_STRATEGIES), "world_sizes": [2],
@@ -38,6 +39,22 @@ def print_report(report: Any) -> None:
         console.print(f"{name:18} {path}")
 
 
+def check_accelerate_yamls(cells: list[Cell]) -> None:
+    """Each ``accel:`` YAML checked for every rank count it will run at, before the first cell starts: a bad YAML
+    is one line now, not a failed cell after the others have run."""
+    from dsbench.configs import accelerate
+    from dsbench.configs.api import validate_accelerate
+
+    for path, world in sorted({(c.accelerate_config, c.world_size) for c in cells if c.accelerate_config}):
+        config, findings = validate_accelerate(path, None, overrides={"num_processes": world, "num_machines": 1})
+        errors = [f for f in findings if f.severity == "error"]
+        if config is None or errors:
+            raise InvalidConfig(f"{ACCEL}{path} at {world} ranks: {errors[0].line()}" if errors else path)
+        refusal = accelerate.worker_refusal(config, world)
+        if refusal:
+            raise UserError(f"{ACCEL}{path}: {refusal}")
+
+
 def compare_main(matrix_file: str | None, flags: dict[str, Any], out: str | None, resume: bool,
                  retry_failed: bool, timeout: float, nvme_path: str | None, no_report: bool, quiet: bool) -> int:
     """Run the matrix and report; exit 0 when every cell succeeded, 1 otherwise (results kept either way)."""
@@ -45,6 +62,7 @@ def compare_main(matrix_file: str | None, flags: dict[str, Any], out: str | None
 
     matrix = matrix_from(matrix_file, flags)
     cells = expand(**matrix)
+    check_accelerate_yamls(cells)
     folder = Path(out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
     prepare_out(folder, matrix, resume)
     results = run_matrix(cells, folder, resume, retry_failed, timeout, nvme_path, RichReporter(quiet))

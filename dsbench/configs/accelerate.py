@@ -499,12 +499,14 @@ def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
     if kind not in WORKER_ENGINES and kind != "MULTI_CPU":
         return (f"distributed_type {kind}: dsbench's worker runs {', '.join(WORKER_ENGINES)} (and MULTI_CPU with "
                 "one process)")
-    sizes = {key.removeprefix("parallelism_config_"): _int(value) for key, value in
-             section_keys(config, "parallelism_config").items() if key.endswith("_size")}
-    parallel = [f"{name} {size}" for name, size in sizes.items() if (size or 1) > 1 and name != "dp_shard_size"]
+    sizes = {key: _int(value) for key, value in section_keys(config, "parallelism_config").items()
+             if key.endswith("_size")}
+    # dp_shard alone is FSDP/ZeRO sharding, which the engines do; the other sizes split or replicate otherwise
+    parallel = [f"parallelism_config.{key} {size}" for key, size in sizes.items()
+                if (size or 1) > 1 and not key.endswith("dp_shard_size")]
     if parallel:
-        return (f"parallelism_config {parallel[0]}: accelerate's sequence/context/tensor/replica parallelism is not "
-                "run by dsbench's worker; delete parallelism_config, or compare --strategy torch_tp")
+        return (f"{parallel[0]}: accelerate's sequence/context/tensor/replica parallelism is not run by dsbench's "
+                "worker; delete parallelism_config to train plain data parallelism")
     if str(config.get("mixed_precision") or "no") == "fp8":
         return "mixed_precision fp8: dsbench's worker trains in fp32, bf16 or fp16; use --precision"
     fsdp = section_keys(config, "fsdp_config")

@@ -54,6 +54,34 @@ def accelerate_config(spec: LaunchSpec) -> dict[str, Any]:
                            mixed_precision=spec.mixed_precision)
 
 
+KINDS = ("deepspeed", "ddp", "fsdp")
+# dsbench's --precision as accelerate's mixed_precision
+ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
+
+
+def check_to_accelerate(kind: str, given: list[str], output: str | None) -> None:
+    """``render --to-accelerate``: a DeepSpeed YAML points at the rendered JSON, so it needs ``-o``; a DDP or FSDP
+    YAML has no DeepSpeed config, and no place for the training script's batch or optimizer flags (only
+    ``--precision``, as its mixed_precision). ``given``: the other render flags typed, as ``--flag``."""
+    if kind not in KINDS:
+        raise UserError(f"--strategy must be one of {', '.join(KINDS)} with --to-accelerate, got {kind!r}")
+    if kind == "deepspeed" and not output:
+        raise UserError("--to-accelerate with DeepSpeed needs -o FILE.json: the YAML's deepspeed_config_file points "
+                        "at it")
+    extra = [flag for flag in given if flag != "--precision"] + (["-o"] if output else [])
+    if kind != "deepspeed" and extra:
+        raise UserError(f"--strategy {kind}: an accelerate YAML for {kind} holds no DeepSpeed config, batch or "
+                        f"optimizer settings, so {extra[0]} would be lost: drop it (pass batch flags to the worker)")
+
+
+def yaml_text(config: dict[str, Any], path: str) -> str:
+    """The YAML file ``render --to-accelerate`` writes: how to run it, then the config."""
+    return (f"# written by dsbench render --to-accelerate; run it with:\n"
+            f"#   accelerate launch --config_file {path} -m dsbench.train\n"
+            "# (a relative deepspeed_config_file is read from the folder accelerate is launched in)\n"
+            + to_yaml(config))
+
+
 def to_yaml(data: dict[str, Any]) -> str:
     """Deterministic YAML text (imports PyYAML lazily)."""
     import yaml

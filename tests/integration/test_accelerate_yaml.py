@@ -84,7 +84,8 @@ def test_a_users_yaml_trains_like_its_dsbench_equivalent(tmp_path, name):
     ds = header["ds_config"]
     if "stage" in expect:
         assert header["strategy"] == "deepspeed" and ds["zero_optimization"]["stage"] == expect["stage"]
-        assert ds["zero_optimization"].get("offload_optimizer", {}).get("device", "none") == expect.get("offload", "none")
+        offload = ds["zero_optimization"].get("offload_optimizer", {}).get("device", "none")
+        assert offload == expect.get("offload", "none")
         assert ds["gradient_accumulation_steps"] == expect.get("accum", 1)
         assert ds["bf16"]["enabled"] is False and ds["optimizer"]["type"] == "AdamW"
     elif "reshard" in expect:
@@ -94,7 +95,7 @@ def test_a_users_yaml_trains_like_its_dsbench_equivalent(tmp_path, name):
         assert header["strategy"] == "ddp"
     losses, reference = _losses(folder), _equivalent(flags, tmp_path)
     assert len(losses) == len(reference) == 3
-    for got, want in zip(losses, reference):
+    for got, want in zip(losses, reference, strict=True):
         assert abs(got - want) <= 1e-4 * abs(want), (losses, reference)
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 from dsbench.bench.compare import run_matrix
 from dsbench.bench.matrix import Cell
+from tests.conftest import ROOT
 from tests.integration.conftest import dsbench
 
 pytestmark = pytest.mark.dist
@@ -71,10 +73,15 @@ def test_failed_cell_is_recorded_and_matrix_goes_on_then_resume_skips(tmp_path):
 
 def test_small_compare_end_to_end(tmp_path):
     out = tmp_path / "cmp"
-    result = dsbench("compare", "--strategies", "single,ddp,zero2", "--models", "gpt2-tiny", "--steps", "6",
-                     "--warmup", "2", "--out", str(out), "--quiet", cwd=tmp_path)
+    # a user's accelerate YAML beside dsbench's strategies (trl's multi-GPU config: DDP), labelled by file name
+    shutil.copy(ROOT / "tests" / "data" / "corpus" / "accelerate" /
+                "huggingface__trl__examples_accelerate_configs_multi_gpu.yaml", tmp_path / "trl_multi_gpu.yaml")
+    result = dsbench("compare", "--strategies", "single,ddp,zero2,accel:trl_multi_gpu.yaml", "--models", "gpt2-tiny",
+                     "--steps", "6", "--warmup", "2", "--out", str(out), "--quiet", cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "3/3 cells ok" in result.stdout
+    assert "4/4 cells ok" in result.stdout
+    cells = {c["strategy"]: c for c in json.loads((out / "report" / "report.json").read_text())["cells"]}
+    assert cells["accel:trl_multi_gpu.yaml"]["final_loss"] == pytest.approx(cells["ddp"]["final_loss"], rel=1e-4)
     for name in ("report.html", "report.md", "report.csv", "report.json", "throughput.png", "memory.png",
                  "scaling.png", "loss.png", "step_time.png"):
         assert (out / "report" / name).stat().st_size > 0, name
@@ -85,8 +92,9 @@ def test_small_compare_end_to_end(tmp_path):
     zero2, ddp = cells["zero2"], cells["ddp"]
     assert zero2["speedup_vs_ddp"] == pytest.approx(zero2["tokens_per_s"] / ddp["tokens_per_s"])
     # the same matrix again without --resume is refused; with --resume nothing re-runs
-    assert dsbench("compare", "--strategies", "single,ddp,zero2", "--models", "gpt2-tiny", "--steps", "6", "--warmup",
+    strategies = "single,ddp,zero2,accel:trl_multi_gpu.yaml"
+    assert dsbench("compare", "--strategies", strategies, "--models", "gpt2-tiny", "--steps", "6", "--warmup",
                    "2", "--out", str(out), cwd=tmp_path).returncode == 2
-    resumed = dsbench("compare", "--strategies", "single,ddp,zero2", "--models", "gpt2-tiny", "--steps", "6",
+    resumed = dsbench("compare", "--strategies", strategies, "--models", "gpt2-tiny", "--steps", "6",
                       "--warmup", "2", "--out", str(out), "--resume", "--quiet", cwd=tmp_path)
-    assert resumed.returncode == 0 and resumed.stderr.count("skip") == 3
+    assert resumed.returncode == 0 and resumed.stderr.count("skip") == 4

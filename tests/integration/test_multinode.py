@@ -97,6 +97,10 @@ MULTI = {  # name -> (multi-node launch args, single-node reference (a session r
     "torchrun_ddp_2x1": ([*DDP, *ONE_PER_NODE], ("ddp", DDP), ["dsb-n1", "dsb-n2"]),
     "accelerate_zero2_2x1": (["--launcher", "accelerate", *ZERO2, *ONE_PER_NODE], ("zero2", ZERO2),
                              ["dsb-n1", "dsb-n2"]),
+    # a user's single-node accelerate YAML (trl's ZeRO-2, bf16) spread over the hostfile's machines in fp32
+    "accelerate_yaml_2x1": (["--accelerate-config", str(ROOT / "tests" / "data" / "corpus" / "accelerate" /
+                                                     "huggingface__trl__examples_accelerate_configs_deepspeed_zero2.yaml"),
+                             "--precision", "fp32", *MB, *ONE_PER_NODE], ("zero2", ZERO2), ["dsb-n1", "dsb-n2"]),
 }
 
 

@@ -32,3 +32,19 @@ def test_arch_lists_are_refused_exactly_when_deepspeed_cannot_parse_them(monkeyp
         with pytest.raises(UserError, match="JIT builder cannot parse"):
             check_cuda_arch_list()
     assert accepted == (value in ("9.0", "8.0;9.0+PTX", "7.5 8.6"))
+
+
+def test_a_configs_own_accumulation_sizes_the_auto_batch():
+    """accelerate's Accelerator._prepare_deepspeed sets train_batch_size = micro x the plugin's accumulation x
+    processes: the config's 16 accumulation steps win over the worker's --grad-accum 1 there too."""
+    from dsbench.configs.autofill import AutoInputs
+    from dsbench.worker.setup import complete_ds_config
+
+    raw = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 16,
+           "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}
+    inputs = AutoInputs(micro_batch=2, grad_accum=1, data_parallel_size=2, grad_clip=1.0, lr=3e-4, weight_decay=0.0,
+                        warmup_steps=0, train_steps=10, precision="fp32", hidden_size=64)
+    config = complete_ds_config(raw, "plugin", inputs, world_size=2)
+    assert (config["train_batch_size"], config["train_micro_batch_size_per_gpu"]) == (2 * 16 * 2, 2)
+    with pytest.raises(UserError, match="plugin: "):
+        complete_ds_config({**raw, "train_batch_size": 5}, "plugin", inputs, world_size=2)

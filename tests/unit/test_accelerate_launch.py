@@ -1,0 +1,275 @@
+"""A user's accelerate YAML as a launch, a compare strategy and a render target (no process starts here).
+
+Oracles: accelerate's own ``launch_command`` (run up to the point where it would start processes) for the
+environment a YAML gives the training process; accelerate's ``ClusterConfig`` for what a written YAML means;
+dsbench's shipped zero2.json for the optimizer section a rendered config carries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+import pytest
+import yaml
+
+from dsbench.bench.matrix import cell_launch_args, expand
+from dsbench.configs import accelerate
+from dsbench.errors import UserError
+from dsbench.launch import strategy_and_launcher
+from dsbench.launchers.accelerate import check_to_accelerate
+from tests.conftest import DATA, ROOT
+
+CORPUS = DATA / "corpus" / "accelerate"
+BAD = DATA / "bad" / "accelerate"
+TRL_ZERO2 = CORPUS / "huggingface__trl__examples_accelerate_configs_deepspeed_zero2.yaml"
+DYME = CORPUS / "HKUST-LongGroup__DyME__default_config.yaml"
+FSDP1 = CORPUS / "OptimalScale__LMFlow__configs_accelerate_fsdp_config.yaml"
+
+
+def _command(output: str) -> list[str]:
+    line = next(line for line in output.splitlines() if "accelerate launch" in line or "bash " in line)
+    return shlex.split(line)
+
+
+def test_the_yaml_picks_engine_and_launcher():
+    assert strategy_and_launcher(None, None, None) == ("deepspeed", "deepspeed")
+    assert strategy_and_launcher("ddp", "torchrun", None) == ("ddp", "torchrun")
+    assert strategy_and_launcher(None, "accelerate", "a.yaml") == ("auto", "accelerate")
+    with pytest.raises(UserError, match="--strategy ddp would be ignored"):
+        strategy_and_launcher("ddp", None, "a.yaml")
+    with pytest.raises(UserError, match="drop --launcher torchrun"):
+        strategy_and_launcher(None, "torchrun", "a.yaml")
+
+
+def test_dry_run_prints_accelerate_launch_on_the_users_file(cli_run, tmp_path):
+    result = cli_run("launch", "--accelerate-config", str(TRL_ZERO2), "--num-processes", "2", "--precision", "fp32",
+                     "--run-dir", "r", "--dry-run", "--", "--steps", "3")
+    assert result.exit_code == 0, result.output
+    argv = _command(result.output)
+    start = argv.index("accelerate")
+    assert argv[start:start + 12] == ["accelerate", "launch", "--config_file", str(TRL_ZERO2), "--num_processes",
+                                      "2", "--mixed_precision", "no", "--main_process_port", "29500", "--module",
+                                      "dsbench.train"]
+    assert "DS_ACCELERATOR=cpu" in result.output.splitlines()[-1]
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert run["strategy"] == "auto" and run["precision"] == "fp32" and run["steps"] == 3
+    # the YAML as it was is kept beside the run; the user's file is never written
+    assert (tmp_path / "r" / "accelerate_config.yaml").read_text() == TRL_ZERO2.read_text()
+
+
+def test_the_yamls_own_port_and_count_are_kept_when_not_overridden(cli_run):
+    moss = CORPUS / "OpenLMLab__MOSS-RLHF__accelerate_config.yaml"  # main_process_port 10532, num_processes 7
+    result = cli_run("launch", "--accelerate-config", str(moss), "--run-dir", "r", "--dry-run")
+    assert result.exit_code == 0, result.output
+    argv = _command(result.output)
+    assert "--main_process_port" not in argv and "--num_processes" not in argv
+
+
+@pytest.mark.parametrize("name, flag, message", [
+    ("inline_accum.yaml", "--grad-accum", "sets gradient_accumulation_steps, so --grad-accum would be ignored"),
+    ("inline_accum.yaml", "--zero", "the YAML decides what --zero would set"),
+    ("inline_accum.yaml", "--offload", "the YAML decides what --offload would set"),
+])
+def test_flags_the_yaml_would_override_are_refused(cli_run, name, flag, message):
+    value = {"--grad-accum": "2", "--zero": "3", "--offload": "cpu"}[flag]
+    result = cli_run("launch", "--accelerate-config", str(BAD / name), flag, value, "--run-dir", "r", "--dry-run")
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_worker_flags_fill_what_the_yaml_leaves_to_the_script(cli_run, tmp_path):
+    result = cli_run("launch", "--accelerate-config", str(TRL_ZERO2), "--num-processes", "2", "--grad-accum", "4",
+                     "--micro-batch", "3", "--run-dir", "r", "--dry-run")
+    assert result.exit_code == 0, result.output
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert (run["grad_accum"], run["micro_batch"]) == (4, 3)
+
+
+def test_a_deepspeed_file_with_its_own_accumulation_refuses_the_flag(cli_run, tmp_path):
+    (tmp_path / "ds.json").write_text(json.dumps({"gradient_accumulation_steps": 8, "train_micro_batch_size_per_gpu":
+                                                  "auto", "zero_optimization": {"stage": 2}}))
+    (tmp_path / "a.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
+                                     "  deepspeed_config_file: ds.json\n")
+    result = cli_run("launch", "--accelerate-config", "a.yaml", "--grad-accum", "2", "--run-dir", "r", "--dry-run")
+    assert result.exit_code == 2 and "ds.json sets gradient_accumulation_steps" in result.output
+    assert cli_run("launch", "--accelerate-config", "a.yaml", "--micro-batch", "2", "--run-dir", "r2",
+                   "--dry-run").exit_code == 0
+
+
+def test_overrides_are_checked_like_the_yaml(cli_run, tmp_path):
+    (tmp_path / "two.yaml").write_text("distributed_type: MULTI_GPU\nnum_machines: 2\nnum_processes: 4\n"
+                                       "machine_rank: 0\nmain_process_ip: 10.0.0.1\n")
+    result = cli_run("launch", "--accelerate-config", "two.yaml", "--num-processes", "3", "--run-dir", "r",
+                     "--dry-run")
+    assert result.exit_code == 1 and "3 processes do not split over 2 machines" in result.output
+    result = cli_run("launch", "--accelerate-config", "two.yaml", "--run-dir", "r2", "--dry-run")
+    assert result.exit_code == 0, result.output  # this machine's part: accelerate reads rank and address from it
+    assert "--machine_rank" not in _command(result.output)
+
+
+def test_a_hostfile_spreads_the_yaml_over_its_machines(cli_run, tmp_path):
+    (tmp_path / "hosts").write_text("node1 slots=2\nnode2 slots=2\n")
+    result = cli_run("launch", "--accelerate-config", str(TRL_ZERO2), "--hostfile", "hosts", "--run-dir", "r",
+                     "--dry-run")
+    assert result.exit_code == 0, result.output
+    script = (tmp_path / "r" / "launch_nodes.sh").read_text()
+    for rank in (0, 1):
+        assert f"--machine_rank {rank}" in script
+    assert "--num_processes 4 --num_machines 2 --main_process_ip node1" in script
+    bad = cli_run("launch", "--accelerate-config", str(TRL_ZERO2), "--hostfile", "hosts", "--num-processes", "2",
+                  "--run-dir", "r2", "--dry-run")
+    assert bad.exit_code == 2 and "--num-processes 2 disagrees with hosts (4)" in bad.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--num-processes", "2"], "--num-processes goes with --accelerate-config"),
+    (["--accelerate-config", str(TRL_ZERO2), "--num-gpus", "2"], "drop --num-gpus"),
+    (["--accelerate-config", str(BAD / "no_processes.yaml")], "has no num_processes: give --num-processes N"),
+])
+def test_launch_misuse_is_one_line(cli_run, args, message):
+    result = cli_run("launch", *args, "--run-dir", "r", "--dry-run")
+    assert result.exit_code == 2 and message in result.output
+
+
+@pytest.mark.parametrize("name, key", [("sequence_parallel.yaml", "parallelism_config.parallelism_config_sp_size"),
+                                       ("fsdp_no_shard.yaml", "fsdp_sharding_strategy NO_SHARD"),
+                                       ("multi_cpu.yaml", "distributed_type MULTI_CPU")])
+def test_what_the_worker_cannot_honour_is_named(name, key):
+    config = yaml.safe_load((BAD / name).read_text())
+    assert key in accelerate.worker_refusal(config, config["num_processes"])
+
+
+def test_every_single_node_corpus_yaml_is_runnable():
+    for path in CORPUS.iterdir():
+        config = yaml.safe_load(path.read_text())
+        if all(finding.severity != "error" for finding in accelerate.check(config)):
+            assert accelerate.worker_refusal(config, 2) is None, path.name
+
+
+def test_notes_say_what_the_worker_does_differently():
+    notes = accelerate.worker_notes(yaml.safe_load((CORPUS / "huggingface__trl__examples_accelerate_configs_"
+                                                              "deepspeed_zero3.yaml").read_text()))
+    assert any("zero3_init_flag" in note for note in notes)
+    assert any("SIZE_BASED_WRAP" in note for note in accelerate.worker_notes(
+        {"distributed_type": "FSDP", "fsdp_config": {"fsdp_auto_wrap_policy": "SIZE_BASED_WRAP"}}))
+
+
+def test_the_script_brings_the_optimizer_dsbench_renders():
+    shipped = json.loads((ROOT / "ds_configs" / "zero2.json").read_text())
+    config, added = accelerate.with_script_optimizer({"zero_optimization": {"stage": 2}}, warmup_steps=0)
+    assert added == ["optimizer"] and config["optimizer"] == shipped["optimizer"] and "scheduler" not in config
+    config, added = accelerate.with_script_optimizer({"optimizer": {"type": "Adam"}}, warmup_steps=10)
+    assert added == ["scheduler"] and config["optimizer"] == {"type": "Adam"}
+    assert config["scheduler"] == shipped["scheduler"]
+
+
+def _accelerate_env(path, monkeypatch, *extra: str) -> dict[str, str]:
+    """The environment accelerate's own launch_command gives the training process for ``path`` (its launchers are
+    replaced by a recorder just before they would start processes)."""
+    from accelerate.commands import launch
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+
+    seen: dict[str, str] = {}
+    monkeypatch.setattr(launch, "deepspeed_launcher", lambda args: seen.update(prepare_deepspeed_cmd_env(args)[1]))
+    monkeypatch.setattr(launch, "multi_gpu_launcher", lambda args: seen.update(prepare_multi_gpu_env(args)))
+    for name in list(os.environ):
+        if name.startswith(("ACCELERATE_", "FSDP_")):
+            monkeypatch.delenv(name)
+    args = launch.launch_command_parser().parse_args(["--config_file", str(path), "--num_processes", "2", *extra,
+                                                      "-m", "dsbench.train"])
+    launch.launch_command(args)
+    return {k: v for k, v in seen.items() if k.startswith(("ACCELERATE_", "FSDP_"))}
+
+
+@pytest.mark.parametrize("path", [TRL_ZERO2, DYME, CORPUS / "OpenLMLab__MOSS-RLHF__accelerate_config.yaml"])
+def test_the_worker_reads_the_deepspeed_config_accelerate_builds(path, monkeypatch):
+    from dsbench.worker import accelerate_env
+
+    env = _accelerate_env(path, monkeypatch, "--mixed_precision", "no")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert accelerate_env.inline_deepspeed(os.environ)
+    config, added = accelerate_env.deepspeed_config(warmup_steps=0)
+    expected = accelerate.to_deepspeed({**yaml.safe_load(path.read_text()), "mixed_precision": "no"})
+    assert added == ["optimizer"] and {k: v for k, v in config.items() if k != "optimizer"} == expected
+    assert accelerate_env.launcher_env(os.environ)["ACCELERATE_USE_DEEPSPEED"] == "true"
+
+
+@pytest.mark.parametrize("path, reshard, version", [
+    (FSDP1, True, 1),
+    (BAD / "fsdp_v1_key.yaml", None, 2),
+])
+def test_the_worker_reads_fsdp_as_accelerate_does(path, reshard, version, monkeypatch, tmp_path):
+    from dsbench.worker import accelerate_env
+
+    if reshard is None:  # an FSDP2 YAML without the FSDP1 key: reshard_after_forward false
+        config = yaml.safe_load(path.read_text())
+        config["fsdp_config"] = {"fsdp_version": 2, "fsdp_reshard_after_forward": False}
+        path = tmp_path / "fsdp2.yaml"
+        path.write_text(yaml.safe_dump(config))
+    for key, value in _accelerate_env(path, monkeypatch).items():
+        monkeypatch.setenv(key, value)
+    settings = accelerate_env.fsdp_settings(reshard=True, cpu_offload=False, activation_checkpointing=False)
+    assert settings["reshard"] is (reshard if reshard is not None else False)
+    assert settings["accelerate"]["fsdp_version"] == version and settings["cpu_offload"] is False
+
+
+def test_compare_labels_a_yaml_by_its_file_name(tmp_path):
+    cells = expand(["ddp", f"accel:{TRL_ZERO2}"], [2], [2], ["gpt2-tiny"])
+    yaml_cell = next(c for c in cells if c.accelerate_config)
+    assert yaml_cell.strategy == f"accel:{TRL_ZERO2.name}" and ":" not in yaml_cell.id and "/" not in yaml_cell.id
+    args = cell_launch_args(yaml_cell, tmp_path / "cell")
+    assert args[:6] == ["--accelerate-config", str(TRL_ZERO2), "--num-processes", "2", "--num-machines", "1"]
+    assert args[args.index("--precision") + 1] == "fp32"
+    with pytest.raises(UserError, match="twice"):
+        expand([f"accel:{TRL_ZERO2}", f"accel:{tmp_path / TRL_ZERO2.name}"], [2], [2], ["gpt2-tiny"])
+    with pytest.raises(UserError, match="accel:PATH.yaml"):
+        expand(["zero9"], [2], [2], ["gpt2-tiny"])
+
+
+def test_compare_refuses_a_bad_yaml_before_any_cell(cli_run, tmp_path):
+    result = cli_run("compare", "--strategies", f"ddp,accel:{BAD / 'multi_cpu.yaml'}", "--out", "c")
+    assert result.exit_code == 2 and "distributed_type MULTI_CPU" in result.output
+    result = cli_run("compare", "--strategies", f"ddp,accel:{BAD / 'plugin_typo.yaml'}", "--out", "c")
+    assert result.exit_code == 1 and "zero_stagee" in result.output
+    assert not (tmp_path / "c").exists()
+
+
+def test_to_accelerate_writes_what_accelerate_reads(cli_run, tmp_path):
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    result = cli_run("render", "--zero", "3", "--offload", "cpu", "--world-size", "4", "-o", "ds.json",
+                     "--to-accelerate", "acc.yaml")
+    assert result.exit_code == 0, result.output
+    loaded = ClusterConfig.from_yaml_file(str(tmp_path / "acc.yaml"))
+    assert loaded.distributed_type == "DEEPSPEED" and loaded.num_processes == 4
+    assert loaded.deepspeed_config["deepspeed_config_file"] == "ds.json" and loaded.mixed_precision is None
+    assert json.loads((tmp_path / "ds.json").read_text())["zero_optimization"]["stage"] == 3
+    assert cli_run("validate", "acc.yaml").exit_code == 0
+    result = cli_run("render", "--strategy", "fsdp", "--precision", "bf16", "--world-size", "2", "--to-accelerate",
+                     "fsdp.yaml")
+    assert result.exit_code == 0, result.output
+    loaded = ClusterConfig.from_yaml_file(str(tmp_path / "fsdp.yaml"))
+    assert loaded.distributed_type == "FSDP" and loaded.mixed_precision == "bf16"
+    assert loaded.fsdp_config["fsdp_version"] == 2
+
+
+def test_to_accelerate_with_a_hostfile_names_its_machines(cli_run, tmp_path):
+    (tmp_path / "hosts").write_text("node1 slots=2\nnode2 slots=2\n")
+    result = cli_run("render", "--strategy", "ddp", "--hostfile", "hosts", "--to-accelerate", "ddp.yaml")
+    assert result.exit_code == 0, result.output
+    config = yaml.safe_load((tmp_path / "ddp.yaml").read_text())
+    assert (config["num_machines"], config["num_processes"], config["main_process_ip"]) == (2, 4, "node1")
+
+
+@pytest.mark.parametrize("kind, given, output, message", [
+    ("deepspeed", [], None, "needs -o FILE.json"),
+    ("fsdp", ["--zero"], None, "--zero would be lost"),
+    ("ddp", ["--micro-batch"], None, "--micro-batch would be lost"),
+    ("ddp", [], "x.json", "-o would be lost"),
+])
+def test_to_accelerate_refusals(kind, given, output, message):
+    with pytest.raises(UserError, match=message):
+        check_to_accelerate(kind, given, output)
+    check_to_accelerate(kind, ["--precision"], "x.json" if kind == "deepspeed" else None)
