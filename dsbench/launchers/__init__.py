@@ -183,7 +183,10 @@ def cpu_env(spec: LaunchSpec) -> dict[str, str]:
 
 
 def worker_args(spec: LaunchSpec) -> list[str]:
-    """Arguments for the worker module: its run description, or the strategy, the config and the user's flags."""
+    """Arguments for the worker module: its run description, or the strategy, the config and the user's flags
+    (another module, such as ``dsbench calibrate``'s, gets its own arguments only)."""
+    if spec.module != "dsbench.train":
+        return list(spec.script_args)
     if spec.run_file:
         return ["--run-json", spec.run_file]
     args = ["--strategy", spec.strategy]

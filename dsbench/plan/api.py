@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dsbench.errors import UserError
@@ -10,6 +10,7 @@ from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
+from dsbench.plan.profile import compute_group, load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
 
 
@@ -69,6 +70,8 @@ class PlanRequest:
     precision: str
     accounting: str | None
     host_mem: float
+    profile: str | None = None
+    """A machine profile from ``dsbench calibrate``: measured compute rate and links replace datasheet figures."""
 
 
 def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
@@ -109,7 +112,23 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
                  peak_tflops=req.peak_tflops or peak, efficiency=req.efficiency, intra=link(intra),
                  inter=link(req.interconnect, req.bandwidth, req.latency), host_link=INTERCONNECTS["pcie5"],
                  host_mem_gb=req.host_mem)
+    if req.profile:
+        cl = with_profile(cl, read_profile(req.profile))
     return wl, cl, config
+
+
+def read_profile(path: str) -> dict[str, Any]:
+    from dsbench.io import read_json
+
+    return load_profile(read_json(path, "machine profile"), path)
+
+
+def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
+    """The cluster with what the profile measured: the forward+backward rate per rank (the slowest rank's) and the
+    links of each measured group; what it did not measure (across nodes, for a one-node profile) stays as given."""
+    intra, inter = compute_group(profile)
+    return replace(cl, compute_tflops=profile["rates"]["model_tflops"], intra=intra or cl.intra,
+                   inter=inter or cl.inter)
 
 
 def config_candidate(config: dict[str, Any]) -> Candidate:
@@ -140,7 +159,8 @@ def plan(req: PlanRequest) -> dict[str, Any]:
                   "heads": shape.heads, "vocab": shape.vocab_size, "source": shape.source},
         "cluster": {"nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node, "gpu_mem_gb": cl.gpu_mem_gb,
                     "peak_tflops": cl.peak_tflops, "efficiency": cl.efficiency, "intra": cl.intra.note,
-                    "inter": cl.inter.note if cl.nodes > 1 else None},
+                    "inter": cl.inter.note if cl.nodes > 1 else None, "compute_tflops": cl.compute_tflops,
+                    "profile": req.profile},
         "workload": {"seq_len": wl.seq_len, "micro_batch": wl.micro_batch, "grad_accum": wl.grad_accum,
                      # fixed across candidates: --grad-accum is per rank of pure data parallelism
                      "global_batch": ParallelDims(world=cl.world).samples_per_step(wl.micro_batch, wl.grad_accum),
@@ -161,13 +181,16 @@ def print_plan(result: dict[str, Any], top_n: int) -> None:
     m, c, w = result["model"], result["cluster"], result["workload"]
     console.print(f"model {m['name']}: {m['params'] / 1e9:,.2f}B params, {m['layers']} layers x {m['hidden']} hidden"
                   f" ({m['source']}); cluster {c['nodes']} node(s) x {c['gpus_per_node']} GPUs, "
-                  f"{c['gpu_mem_gb']:g} GB each, {c['peak_tflops']:g} TFLOPS peak x {c['efficiency']:.0%} achievable;"
+                  f"{c['gpu_mem_gb']:g} GB each, "
+                  + (f"{c['compute_tflops']:.3g} TFLOPS per rank measured (profile {c['profile']});"
+                     if c.get("compute_tflops") else
+                     f"{c['peak_tflops']:g} TFLOPS peak x {c['efficiency']:.0%} achievable;") +
                   f" seq {w['seq_len']}, micro-batch {w['micro_batch']} x {w['grad_accum']} accumulation, "
                   f"{w['precision']}")
     table = Table(caption="GiB per GPU (2^30 bytes); step time = compute/efficiency + exposed communication + "
                           "offload (formulas and sources: docs/planner.md)", caption_justify="left")
     for col in ("#", "strategy", "params", "grads", "optim+master", "activations", "buffers", "total", "host/node",
-                "step ms", "exposed comm ms", "MFU", "reason"):
+                "step ms", "exposed comm ms", "dominant", "MFU", "reason"):
         table.add_column(col, justify="left" if col in ("strategy", "reason") else "right")
     for row in result["candidates"][:top_n]:
         mem = row["memory_gib"]
@@ -175,7 +198,8 @@ def print_plan(result: dict[str, Any], top_n: int) -> None:
         table.add_row(str(row["rank"] or "-"), row["name"], device(mem["params"]), device(mem["grads"]),
                       device(mem["optimizer_states"] + mem["master_weights"]), device(mem["activations"]),
                       device(mem["buffers"]), device(mem["device_total"]), device(row["host_gib_per_node"]),
-                      f"{row['step_s'] * 1e3:,.0f}", f"{row['exposed_comm_s'] * 1e3:,.0f}", f"{row['mfu']:.0%}",
+                      f"{row['step_s'] * 1e3:,.1f}", f"{row['exposed_comm_s'] * 1e3:,.1f}", row["dominant"],
+                      f"{row['mfu']:.0%}",
                       row["reason"], style=None if row["fits"] else "dim")
     console.print(table)
     rec = result["recommendation"]

@@ -35,7 +35,8 @@ def ring_seconds(kind: str, size: float, n: int, link: Link) -> float:
     if n <= 1:
         return 0.0
     steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
-    return ring_bytes(kind, size, n) / (link.bandwidth_gbs * 1e9) + steps * link.latency_us * 1e-6
+    bandwidth, latency = link.figures(kind)
+    return ring_bytes(kind, size, n) / (bandwidth * 1e9) + steps * latency * 1e-6
 
 
 def _coll(what: str, kind: str, size: float, n: int, link: Link, times: int = 1) -> Collective:
@@ -75,7 +76,8 @@ def pipeline_comm(seq: int, micro: int, hidden: int, stages: int, link: Link, ac
     if stages <= 1:
         return []
     size = seq * micro * hidden * act_bytes * 2 * micro_steps
+    bandwidth, latency = link.figures("p2p")
     return [Collective("activations (PP, point-to-point)", "p2p", size,
-                       size / (link.bandwidth_gbs * 1e9) + 2 * micro_steps * link.latency_us * 1e-6)]
+                       size / (bandwidth * 1e9) + 2 * micro_steps * latency * 1e-6)]
 
 

@@ -29,6 +29,13 @@ class Cluster:
     host_link: Link
     """GPU <-> CPU link (offload traffic)."""
     host_mem_gb: float = 1000.0
+    compute_tflops: float | None = None
+    """Achieved TFLOPS per rank of a forward+backward, measured by ``dsbench calibrate`` (a profile): replaces
+    peak x efficiency for the compute term. Peak still defines MFU."""
+
+    @property
+    def achieved_tflops(self) -> float:
+        return self.compute_tflops or self.peak_tflops * self.efficiency
 
     @property
     def world(self) -> int:
@@ -159,7 +166,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
     model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
     hw_flops = model_flops * (8 / 6 if cand.checkpointing else 1.0) / model_parallel
-    compute = hw_flops / (cl.peak_tflops * 1e12 * cl.efficiency)
+    compute = hw_flops / (cl.achieved_tflops * 1e12)
     bubble = bubble_fraction(cand.pp, accum)
     compute_with_bubble = compute / (1 - bubble)
     dp_link = cl.inter if (cl.nodes > 1 and dp > cl.gpus_per_node // model_parallel) else cl.intra

@@ -13,7 +13,17 @@ class Link:
     bandwidth_gbs: float
     """Per-rank unidirectional bandwidth in GB/s (1e9 bytes/s)."""
     latency_us: float
+    """Per ring step."""
     note: str
+    by_kind: tuple[tuple[str, float, float], ...] = ()
+    """Measured links (``dsbench calibrate``): (collective, bandwidth GB/s, latency µs per step) for each kind."""
+
+    def figures(self, kind: str) -> tuple[float, float]:
+        """(bandwidth GB/s, latency µs per step) for one collective: its measured figures, else the link's."""
+        for name, bandwidth, latency in self.by_kind:
+            if name == kind:
+                return bandwidth, latency
+        return self.bandwidth_gbs, self.latency_us
 
 
 INTERCONNECTS = {

@@ -1,0 +1,135 @@
+"""Machine profiles: what ``dsbench calibrate`` measured on the real ranks, fitted to the planner's time model (pure).
+
+Collectives follow the ring model of :mod:`dsbench.plan.comm`: one call of ``kind`` on a B-byte buffer over n
+ranks takes ``alpha + bytes_per_rank / bandwidth``, bytes_per_rank = 2B(n-1)/n (all-reduce), B(n-1)/n
+(all-gather, reduce-scatter; ../shared/seeds/001, Patarasuk & Yuan 2009) or B (point-to-point). alpha and the
+bandwidth are fitted per collective by least squares on relative error (every size weighs the same, from 4 KiB
+to 16 MiB); the fit's worst relative error over the measured sizes is kept with it, so a profile says how well
+the model describes the machine. The planner's per-step latency is alpha divided by the ring's steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.errors import UserError
+from dsbench.plan.comm import ring_bytes
+from dsbench.plan.hardware import Link
+
+SCHEMA = "dsbench.profile/1"
+MEASURED = "dsbench.measured/1"
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "p2p")
+
+
+def ring_steps(kind: str, n: int) -> int:
+    """Latency-bound steps of one call: 2(n-1) for a ring all-reduce, n-1 for all-gather/reduce-scatter, 1 for p2p."""
+    if kind == "p2p":
+        return 1
+    return max(1, 2 * (n - 1) if kind == "all-reduce" else n - 1)
+
+
+def moved_bytes(kind: str, size: float, n: int) -> float:
+    """Bytes each rank sends in one call (the ring model's; the whole buffer for point-to-point)."""
+    return size if kind == "p2p" else ring_bytes(kind, size, n)
+
+
+def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """``(alpha, beta)`` of ``t = alpha + beta * x`` minimising the sum of squared relative errors
+    ``((alpha + beta x - t) / t)^2`` (weighted least squares, weights 1/t^2), with alpha and beta kept >= 0:
+    a negative intercept is refitted through the origin."""
+    if len(points) < 2:
+        raise ValueError("a line needs at least two points")
+    weights = [1 / t**2 for _, t in points]
+    sw = sum(weights)
+    swx = sum(w * x for w, (x, _) in zip(weights, points, strict=True))
+    swy = sum(w * t for w, (_, t) in zip(weights, points, strict=True))
+    swxx = sum(w * x * x for w, (x, _) in zip(weights, points, strict=True))
+    swxy = sum(w * x * t for w, (x, t) in zip(weights, points, strict=True))
+    det = sw * swxx - swx**2
+    beta = (sw * swxy - swx * swy) / det if det else 0.0
+    alpha = (swy - beta * swx) / sw
+    if alpha < 0:  # latency cannot be negative: the best line through the origin
+        alpha, beta = 0.0, swxy / swxx
+    return alpha, max(beta, 0.0)
+
+
+def fit_collective(kind: str, n: int, points: list[dict[str, Any]]) -> dict[str, Any]:
+    """alpha (µs per call), bandwidth (GB/s per rank) and the worst relative error of the fit over ``points``."""
+    xy = [(moved_bytes(kind, p["bytes"], n), p["seconds"]) for p in points]
+    alpha, beta = fit_line(xy)
+    worst = max(abs(alpha + beta * x - t) / t for x, t in xy)
+    return {"alpha_us": alpha * 1e6, "bandwidth_gbs": 1 / beta / 1e9 if beta else float("inf"),
+            "latency_us_per_step": alpha * 1e6 / ring_steps(kind, n), "fit_worst_error": worst}
+
+
+def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
+    """The machine profile from ``calibrate``'s measurements: every collective fitted, and the compute rates the
+    planner uses (the slowest rank's: in a synchronous step every rank waits for it)."""
+    if measured.get("schema") != MEASURED:
+        raise UserError(f"not dsbench calibrate's measurements (schema {measured.get('schema')!r})")
+    collectives = {}
+    for group, data in measured["collectives"].items():
+        fitted = {key: value for key, value in data.items() if key not in KINDS}
+        for kind in KINDS:
+            entry = data.get(kind) or {}
+            fitted[kind] = {**entry, **fit_collective(kind, data["size"], entry["points"])} if "points" in entry \
+                else entry
+        collectives[group] = fitted
+    per_rank = measured["compute_per_rank"]
+    rates = {f"{name}_tflops": min(rank[name]["tflops"] for rank in per_rank) for name in ("gemm", "attention",
+                                                                                             "model")}
+    rates["adam_params_per_s"] = min(rank["optimizer"]["params_per_s"] for rank in per_rank)
+    return {**measured, "schema": SCHEMA, "collectives": collectives, "rates": rates}
+
+
+def load_profile(data: Any, source: str) -> dict[str, Any]:
+    """A profile read from ``source`` (a parsed JSON value), checked enough for the planner to use."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise UserError(f"{source}: not a dsbench machine profile (write one with `dsbench calibrate -o FILE`)")
+    if not isinstance(data.get("rates"), dict) or not isinstance(data.get("collectives"), dict):
+        raise UserError(f"{source}: the profile has no rates or collectives (write it again with dsbench calibrate)")
+    return data
+
+
+def link_from(profile: dict[str, Any], group: str) -> Link | None:
+    """The planner's link for one measured group (``intra``, ``inter`` or ``world``), each collective with its own
+    fitted bandwidth and per-step latency; None when the profile did not measure that group."""
+    data = profile["collectives"].get(group)
+    if not data:
+        return None
+    figures = tuple((kind, data[kind]["bandwidth_gbs"], data[kind]["latency_us_per_step"]) for kind in KINDS
+                    if "bandwidth_gbs" in data.get(kind, {}))
+    if not figures:
+        return None
+    all_reduce = dict((kind, (bw, lat)) for kind, bw, lat in figures).get("all-reduce", figures[0][1:])
+    return Link(f"measured:{group}", all_reduce[0], all_reduce[1],
+                f"measured by dsbench calibrate over {data['size']} ranks ({profile.get('backend')}, {group})",
+                by_kind=figures)
+
+
+def compute_group(profile: dict[str, Any]) -> tuple[Link | None, Link | None]:
+    """(within a node, across nodes) links of a profile: a one-node profile's ``world`` is its intra-node link."""
+    intra = link_from(profile, "intra") or (link_from(profile, "world") if profile.get("nodes", 1) == 1 else None)
+    return intra, link_from(profile, "inter")
+
+
+def summary_lines(profile: dict[str, Any]) -> list[str]:
+    """What a profile says, in a few lines (printed by ``dsbench calibrate``)."""
+    rates = profile["rates"]
+    model = profile["model"]["name"]
+    lines = [f"{profile['world_size']} rank(s) on {profile['nodes']} node(s), {profile['backend']} on "
+             f"{profile['device'].split(':')[0]}, {profile['precision']}, measured in {profile['seconds']:.0f} s",
+             f"compute per rank (slowest rank): {model} forward+backward {rates['model_tflops'] * 1e3:,.2f} GFLOP/s "
+             f"at micro-batch {profile['micro_batch']} x seq {profile['seq_len']}; its MLP matmul "
+             f"{rates['gemm_tflops'] * 1e3:,.2f}, attention {rates['attention_tflops'] * 1e3:,.2f} GFLOP/s; "
+             f"AdamW {rates['adam_params_per_s'] / 1e6:,.1f} M params/s"]
+    for group, data in profile["collectives"].items():
+        for kind in KINDS:
+            entry = data.get(kind) or {}
+            if "bandwidth_gbs" in entry:
+                lines.append(f"{group} ({data['size']} ranks) {kind}: {entry['bandwidth_gbs']:.3g} GB/s per rank, "
+                             f"{entry['alpha_us']:,.0f} µs per call (fit within {entry['fit_worst_error']:.0%} "
+                             "over 4 KiB-16 MiB)")
+            elif "unsupported" in entry:
+                lines.append(f"{group} {kind}: not supported by {profile['backend']} ({entry['unsupported']})")
+    return lines

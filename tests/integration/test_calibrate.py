@@ -1,0 +1,40 @@
+"""dsbench calibrate on 2 CPU ranks: a profile that plan --profile reads, in well under a minute."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.integration.conftest import dsbench
+
+pytestmark = pytest.mark.dist
+
+
+def test_calibrate_measures_the_ranks_and_plan_uses_it(tmp_path):
+    profile_path = tmp_path / "profile.json"
+    started = time.monotonic()
+    result = dsbench("calibrate", "--num-gpus", "2", "--model", "gpt2-tiny", "--run-dir", str(tmp_path / "cal"),
+                     "-o", str(profile_path), cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert time.monotonic() - started < 60
+    profile = json.loads(profile_path.read_text())
+    assert profile["world_size"] == 2 and profile["backend"] == "gloo" and profile["seconds"] < 60
+    assert len(profile["compute_per_rank"]) == 2 and profile["command"].startswith("dsbench calibrate")
+    assert profile["rates"]["model_tflops"] > 0 and profile["rates"]["adam_params_per_s"] > 0
+    world = profile["collectives"]["world"]
+    for kind in ("all-reduce", "all-gather", "reduce-scatter", "p2p"):
+        sizes = [point["bytes"] for point in world[kind]["points"]]
+        assert sizes == [2**k for k in range(12, 25, 2)], kind
+        assert all(p["p10"] <= p["seconds"] <= p["p90"] for p in world[kind]["points"]), kind
+        assert world[kind]["bandwidth_gbs"] > 0, kind
+    assert (tmp_path / "cal" / "measured.json").exists()  # the raw measurements stay beside the log
+    again = dsbench("calibrate", "--num-gpus", "2", "--run-dir", str(tmp_path / "cal2"), "-o", str(profile_path),
+                    cwd=ROOT, timeout=60)
+    assert again.returncode == 2 and "exists: choose a new -o" in again.stderr  # a measurement is never replaced
+    plan = dsbench("plan", "--model", "gpt2-tiny", "--gpus", "2", "--precision", "fp32", "--gpu-mem", "12",
+                   "--profile", str(profile_path), "--json", cwd=ROOT, timeout=60)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert json.loads(plan.stdout)["cluster"]["compute_tflops"] == profile["rates"]["model_tflops"]
