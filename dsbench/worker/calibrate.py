@@ -108,54 +108,53 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
     return out
 
 
-def _collective(kind: str, size: int, group: Any, ranks: list[int], rank: int, device: str, dtype: Any) -> Any:
-    """A callable running one ``kind`` collective of ``size`` bytes in ``group`` (None when this rank is not in
-    it), each call a synchronisation point among the group's ranks."""
+def _collective(kind: str, size: int, group: Any, ranks: list[int], rank: int, comm: Any, dtype: Any) -> Any:
+    """A callable running one ``kind`` collective of ``size`` bytes in ``group`` through the worker's
+    :class:`~dsbench.worker.dist.Collectives`, each call a synchronisation point among the group's ranks."""
     import torch
-    import torch.distributed as dist
 
-    n = len(ranks)
+    n, device = len(ranks), comm.device
     element = torch.tensor([], dtype=dtype).element_size()
     count = max(n, size // element // n * n)
     if kind == "all-reduce":
         buf = torch.ones(count, device=device, dtype=dtype)
-        return lambda: dist.all_reduce(buf, group=group)
+        return lambda: comm.all_reduce_(buf, group=group)
     if kind == "all-gather":
         part, full = torch.ones(count // n, device=device, dtype=dtype), torch.empty(count, device=device, dtype=dtype)
-        return lambda: dist.all_gather_into_tensor(full, part, group=group)
+        return lambda: comm.all_gather_into_(full, part, group=group)
     if kind == "reduce-scatter":
         full, part = torch.ones(count, device=device, dtype=dtype), torch.empty(count // n, device=device, dtype=dtype)
-        return lambda: dist.reduce_scatter_tensor(part, full, group=group)
+        return lambda: comm.reduce_scatter_(part, full, group=group)
     # point-to-point: ranks 2k -> 2k+1 (an odd last rank idles); the receiver's wait ends the transfer
     index = ranks.index(rank)
     buf = torch.ones(count, device=device, dtype=dtype)
     if index % 2 == 0 and index + 1 < n:
-        return lambda: dist.send(buf, dst=ranks[index + 1], group=group)
+        return lambda: comm.send(buf, dst=ranks[index + 1], group=group)
     if index % 2 == 1:
-        return lambda: dist.recv(buf, src=ranks[index - 1], group=group)
+        return lambda: comm.recv(buf, src=ranks[index - 1], group=group)
     return lambda: None
 
 
-def measure_group(ranks: list[int], group: Any, rank: int, device: str, repeats: int) -> dict[str, Any] | None:
+def measure_group(ranks: list[int], group: Any, rank: int, comm: Any, repeats: int) -> dict[str, Any] | None:
     """Every collective at every size in one group (None on ranks outside it; they wait at the next barrier)."""
     import torch
-    import torch.distributed as dist
 
     if rank not in ranks:
         return None
+    device = str(comm.device)
     out: dict[str, Any] = {}
     for kind in KINDS:
         points = []
         for size in SIZES:
-            try:
-                work = _collective(kind, size, group, ranks, rank, device, torch.float32)
-            except (RuntimeError, ValueError) as exc:  # a backend without this collective
-                out[kind] = {"unsupported": str(exc).splitlines()[0][:200]}
-                break
-            dist.barrier(group=group)  # sync point: every rank of the group starts the size together
+            work = _collective(kind, size, group, ranks, rank, comm, torch.float32)
+            comm.barrier(group)  # sync point: every rank of the group starts the size together
             # the same number of calls on every rank (each call is a sync point): more for small messages
             calls = max(1, min(64, 2**22 // size))
-            points.append({"bytes": size, **_rate(work, device, repeats, calls=calls)})
+            try:
+                points.append({"bytes": size, **_rate(work, device, repeats, calls=calls)})
+            except (RuntimeError, ValueError) as exc:  # a backend without this collective (raised on every rank)
+                out[kind] = {"unsupported": str(exc).splitlines()[0][:200]}
+                break
         else:
             out[kind] = {"points": points}
     return out
@@ -198,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         group = dist.new_group(ranks) if info.process_group and len(ranks) < info.world_size else None
         if len(ranks) > 1:
             measured[name] = {"ranks": ranks, "size": len(ranks),
-                              **(measure_group(ranks, group, info.rank, info.device, args.repeats) or {})}
+                              **(measure_group(ranks, group, info.rank, comm, args.repeats) or {})}
         comm.barrier()  # sync point: the next group starts when this one is done everywhere
     if info.is_main:
         measurements = {"schema": "dsbench.measured/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -161,8 +161,9 @@ class Collectives:
         dist.all_gather(parts, tensor)
         return torch.stack(parts)
 
-    def barrier(self) -> None:
-        """Wait for every rank: an all-reduce of one element on the rank's device (a sync point)."""
+    def barrier(self, group: Any = None) -> None:
+        """Wait for every rank of ``group`` (default: all): an all-reduce of one element on the rank's device (a
+        sync point)."""
         import torch
         import torch.distributed as dist
 
@@ -170,7 +171,42 @@ class Collectives:
             return
         token = torch.zeros(1, device=self.device)
         self.check(token)
-        dist.all_reduce(token)
+        dist.all_reduce(token, group=group)
+
+    def all_gather_into_(self, out: Any, part: Any, group: Any = None) -> Any:
+        """Concatenate every rank's ``part`` into ``out`` (one flat tensor; FSDP's and ZeRO's parameter gather):
+        a sync point within ``group``."""
+        import torch.distributed as dist
+
+        self.check(out)
+        self.check(part)
+        dist.all_gather_into_tensor(out, part, group=group)
+        return out
+
+    def reduce_scatter_(self, out: Any, full: Any, group: Any = None) -> Any:
+        """Sum ``full`` over ``group`` and keep this rank's slice in ``out`` (FSDP's and ZeRO's gradient
+        reduction): a sync point within ``group``."""
+        import torch.distributed as dist
+
+        self.check(out)
+        self.check(full)
+        dist.reduce_scatter_tensor(out, full, group=group)
+        return out
+
+    def send(self, tensor: Any, dst: int, group: Any = None) -> None:
+        """Send ``tensor`` to global rank ``dst``; returns when it is handed over (pairs with :meth:`recv`)."""
+        import torch.distributed as dist
+
+        self.check(tensor)
+        dist.send(tensor, dst=dst, group=group)
+
+    def recv(self, tensor: Any, src: int, group: Any = None) -> Any:
+        """Receive into ``tensor`` from global rank ``src``: waits until it has arrived (a sync point of the pair)."""
+        import torch.distributed as dist
+
+        self.check(tensor)
+        dist.recv(tensor, src=src, group=group)
+        return tensor
 
     def all_reduce_(self, tensor: Any, group: Any = None) -> Any:
         """Sum ``tensor`` in place over ``group`` (default: every rank): a sync point within the group."""
