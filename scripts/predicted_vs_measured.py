@@ -15,28 +15,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from dsbench.plan.estimate import Candidate, estimate
-
-# compare strategy -> the planner's candidate (world size 1: single and DDP hold the same states)
-CANDIDATES = {"single": Candidate(strategy="ddp"), "ddp": Candidate(strategy="ddp"), "fsdp": Candidate(strategy="fsdp"),
-              "zero0": Candidate(strategy="ddp"), "zero1": Candidate(strategy="zero1"),
-              "zero2": Candidate(strategy="zero2"), "zero3": Candidate(strategy="zero3"),
-              "zero2_offload": Candidate(strategy="zero2", offload="cpu"),
-              "zero3_offload": Candidate(strategy="zero3", offload="cpu", offload_param="cpu")}
+from dsbench.plan.verify import measured_step_s, predict_cell
 
 
-def predict(row: dict, gpu: str, efficiency: float, profile: str | None = None) -> dict:
-    from dsbench.plan.api import PlanRequest, build
-
-    header = row["runs"][0]["header"]
-    request = PlanRequest(model=row["model"], params=None, config=None, gpus=row["world_size"], nodes=1,
-                          gpus_per_node=None, gpu=gpu, gpu_mem=None, peak_tflops=header.get("peak_tflops"),
-                          efficiency=efficiency, interconnect="infiniband", intra=None, bandwidth=None, latency=None,
-                          seq_len=header["seq_len"], micro_batch=row["micro_batch"], grad_accum=header["grad_accum"],
-                          precision=header["precision"], accounting=None, host_mem=1000, profile=profile)
-    workload, cluster, _ = build(request)
-    e = estimate(CANDIDATES[row["strategy"]], workload, cluster)
-    return {"tokens_per_s": e.tokens_per_s, "mfu": e.mfu, "peak_mib": e.device_total / 2**20,
+def predict(row: dict, gpu: str, efficiency: float, profile: str | None = None) -> dict | None:
+    e = predict_cell(row, profile, gpu, efficiency)
+    if e is None:
+        return None
+    return {"tokens_per_s": e.tokens_per_s, "mfu": e.mfu, "peak_mib": e.device_total / 2**20, "step_s": e.step_s,
             "dominant": e.dominant}
 
 
@@ -53,16 +39,17 @@ def main() -> int:
     args = p.parse_args()
     from dsbench.report.collect import collect
 
-    print("| model | strategy | tokens/s measured (wall) | predicted | error | MFU measured | predicted | "
-          "peak MiB measured | predicted | error | predicted dominant term |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | strategy | step ms measured (wall) | predicted | error | tokens/s measured | predicted | "
+          "MFU measured | predicted | peak MiB measured | predicted | error | predicted dominant term |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in collect(args.roots):
-        if row["status"] != "ok" or row["strategy"] not in CANDIDATES:
+        guess = predict(row, args.gpu, args.efficiency, args.profile) if row["status"] == "ok" else None
+        if guess is None:
             continue
-        guess = predict(row, args.gpu, args.efficiency, args.profile)
-        print(f"| {row['model']} | {row['strategy']} | {row['tokens_per_s']:,.0f} | {guess['tokens_per_s']:,.0f} | "
-              f"{error(guess['tokens_per_s'], row['tokens_per_s'])} | {row['mfu']:.1%} | {guess['mfu']:.1%} | "
-              f"{row['peak_memory_mib']:,.0f} | {guess['peak_mib']:,.0f} | "
+        step = measured_step_s(row)
+        print(f"| {row['model']} | {row['strategy']} | {step * 1e3:,.1f} | {guess['step_s'] * 1e3:,.1f} | "
+              f"{error(guess['step_s'], step)} | {row['tokens_per_s']:,.0f} | {guess['tokens_per_s']:,.0f} | "
+              f"{row['mfu']:.1%} | {guess['mfu']:.1%} | {row['peak_memory_mib']:,.0f} | {guess['peak_mib']:,.0f} | "
               f"{error(guess['peak_mib'], row['peak_memory_mib'])} | {guess['dominant']} |")
     return 0
 

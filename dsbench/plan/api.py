@@ -127,8 +127,10 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
     """The cluster with what the profile measured: the forward+backward rate per rank (the slowest rank's) and the
     links of each measured group; what it did not measure (across nodes, for a one-node profile) stays as given."""
     intra, inter = compute_group(profile)
+    # CPU ranks: gloo's threads share the cores with the compute, so nothing overlaps (docs/planner.md)
     return replace(cl, compute_tflops=profile["rates"]["model_tflops"], intra=intra or cl.intra,
-                   inter=inter or cl.inter)
+                   inter=inter or cl.inter, optimizer_params_per_s=profile["rates"]["adam_params_per_s"],
+                   overlap_comm=not str(profile.get("device", "")).startswith("cpu"))
 
 
 def config_candidate(config: dict[str, Any]) -> Candidate:

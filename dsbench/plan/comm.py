@@ -20,6 +20,8 @@ class Collective:
     bytes_per_rank: float
     """Bytes each rank sends per step."""
     seconds: float
+    calls: int = 1
+    """Calls per step that carry it."""
 
 
 def ring_bytes(kind: str, size: float, n: int) -> float:
@@ -30,37 +32,52 @@ def ring_bytes(kind: str, size: float, n: int) -> float:
     return factor * size * (n - 1) / n
 
 
-def ring_seconds(kind: str, size: float, n: int, link: Link) -> float:
-    """Ring time: 2·B·(N−1)/N / bandwidth for all-reduce (seeds/001), B·(N−1)/N for the others, plus latency."""
+def ring_seconds(kind: str, size: float, n: int, link: Link, calls: int = 1) -> float:
+    """Ring time: 2·B·(N−1)/N / bandwidth for all-reduce (seeds/001), B·(N−1)/N for the others, plus the latency
+    of every ring step of every call (a buffer sent in ``calls`` pieces pays the latency ``calls`` times)."""
     if n <= 1:
         return 0.0
     steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
     bandwidth, latency = link.figures(kind)
-    return ring_bytes(kind, size, n) / (bandwidth * 1e9) + steps * latency * 1e-6
+    return ring_bytes(kind, size, n) / (bandwidth * 1e9) + calls * steps * latency * 1e-6
 
 
-def _coll(what: str, kind: str, size: float, n: int, link: Link, times: int = 1) -> Collective:
-    return Collective(what, kind, times * ring_bytes(kind, size, n), times * ring_seconds(kind, size, n, link))
+@dataclass(frozen=True, slots=True)
+class Calls:
+    """How many calls carry each collective's volume per optimizer step (the latency term counts calls): gradient
+    reductions (DDP buckets, ZeRO reduce buckets, FSDP units), parameter all-gathers in one forward and in one
+    backward (ZeRO-3 modules, FSDP units), and ZeRO-1/2's all-gather of the updated parameters."""
+
+    grads: int = 1
+    gather_forward: int = 1
+    gather_backward: int = 1
+    updated_params: int = 1
+
+
+def _coll(what: str, kind: str, size: float, n: int, link: Link, times: int = 1, calls: int = 1) -> Collective:
+    return Collective(what, kind, times * ring_bytes(kind, size, n), times * ring_seconds(kind, size, n, link, calls),
+                      calls=times * calls)
 
 
 def data_parallel_comm(strategy: str, num_params: float, dp: int, link: Link, param_bytes: float,
-                       grad_bytes: float, micro_steps: int = 1) -> list[Collective]:
+                       grad_bytes: float, micro_steps: int = 1, calls: Calls = Calls()) -> list[Collective]:
     """Gradient/parameter collectives per optimizer step for one data-parallel group.
 
     DDP / ZeRO-0: one all-reduce of the gradients. ZeRO-1/2: reduce-scatter of gradients + all-gather
     of the updated parameters (same volume as DDP). ZeRO-3 / FSDP: all-gather of parameters in the
     forward and again in the backward of every micro-step, reduce-scatter of gradients once (DeepSpeed
     ZeRO-3 reduces every micro-step; counted once here, as FSDP2 with gradient sync on the last micro-step).
+    ``calls``: into how many calls each volume is cut (:func:`dsbench.plan.estimate.collective_calls`).
     """
     grads, params = num_params * grad_bytes, num_params * param_bytes
     if strategy in ("ddp", "zero0"):
-        return [_coll("gradients", "all-reduce", grads, dp, link)]
+        return [_coll("gradients", "all-reduce", grads, dp, link, calls=calls.grads)]
     if strategy in ("zero1", "zero2"):
-        return [_coll("gradients", "reduce-scatter", grads, dp, link),
-                _coll("updated parameters", "all-gather", params, dp, link)]
-    return [_coll("parameters (forward)", "all-gather", params, dp, link, micro_steps),
-            _coll("parameters (backward)", "all-gather", params, dp, link, micro_steps),
-            _coll("gradients", "reduce-scatter", grads, dp, link)]
+        return [_coll("gradients", "reduce-scatter", grads, dp, link, calls=calls.grads),
+                _coll("updated parameters", "all-gather", params, dp, link, calls=calls.updated_params)]
+    return [_coll("parameters (forward)", "all-gather", params, dp, link, micro_steps, calls.gather_forward),
+            _coll("parameters (backward)", "all-gather", params, dp, link, micro_steps, calls.gather_backward),
+            _coll("gradients", "reduce-scatter", grads, dp, link, calls=calls.grads)]
 
 
 def tensor_parallel_comm(layers: float, seq: int, micro: int, hidden: int, tp: int, link: Link, act_bytes: float,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims, bubble_fraction
-from dsbench.plan.comm import Collective, data_parallel_comm, pipeline_comm, tensor_parallel_comm
+from dsbench.plan.comm import Calls, Collective, data_parallel_comm, pipeline_comm, tensor_parallel_comm
 from dsbench.plan.hardware import Link
 from dsbench.plan.memory import Accounting, ModelStates, accounting_for, activation_bytes, held_params, model_states
 from dsbench.records import flops_per_token
@@ -32,6 +33,11 @@ class Cluster:
     compute_tflops: float | None = None
     """Achieved TFLOPS per rank of a forward+backward, measured by ``dsbench calibrate`` (a profile): replaces
     peak x efficiency for the compute term. Peak still defines MFU."""
+    optimizer_params_per_s: float | None = None
+    """Parameters per second one rank's optimizer step updates (a profile's AdamW rate): adds the optimizer term."""
+    overlap_comm: bool = True
+    """Whether collectives run beside compute (NCCL's own streams). On CPU ranks gloo's threads take the same
+    cores as the compute (a profile of a CPU machine says False): every collective is then exposed."""
 
     @property
     def achieved_tflops(self) -> float:
@@ -165,15 +171,19 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     # Compute: model FLOPs per token 6N + 12·L·h·s (PaLM App. B); recomputation adds one forward (2N).
     tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
     model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
-    hw_flops = model_flops * (8 / 6 if cand.checkpointing else 1.0) / model_parallel
+    # the busiest rank sets the pace: 6 FLOPs per token for each parameter it holds (a pipeline's last stage also
+    # holds the LM head, the first the embeddings; tensor parallelism leaves norms and embeddings whole) plus its
+    # share of attention, 12·(L/pp)·h·s/tp (PaLM App. B, per rank)
+    busiest = (6 * held + 12 * shape.layers / cand.pp * shape.hidden * wl.seq_len / cand.tp) * tokens
+    hw_flops = busiest * (8 / 6 if cand.checkpointing else 1.0)
     compute = hw_flops / (cl.achieved_tflops * 1e12)
     bubble = bubble_fraction(cand.pp, accum)
     compute_with_bubble = compute / (1 - bubble)
     dp_link = cl.inter if (cl.nodes > 1 and dp > cl.gpus_per_node // model_parallel) else cl.intra
     comm = data_parallel_comm(cand.strategy, held, dp if cand.strategy != "fsdp_hybrid" else shards, dp_link,
-                              acc.params, acc.grads, accum)
+                              acc.params, acc.grads, accum, collective_calls(cand, shape, held, wl, acc))
     overlap = compute if cand.strategy in ("zero3", "fsdp", "fsdp_hybrid") else compute * 2 / 3  # backward ≈ 2/3
-    exposed = max(0.0, sum(c.seconds for c in comm) - overlap)
+    exposed = max(0.0, sum(c.seconds for c in comm) - (overlap if cl.overlap_comm else 0.0))
     if cand.strategy == "fsdp_hybrid" and cl.nodes > 1:  # replicas all-reduce gradient shards across nodes
         extra = data_parallel_comm("ddp", held / shards, cl.nodes, cl.inter, acc.params, acc.grads)
         comm += extra
@@ -189,11 +199,15 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
         comm += pp_comm
         exposed += sum(c.seconds for c in pp_comm)
     offload = _offload_seconds(states, cl)
-    step = compute_with_bubble + exposed + offload
-    no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload
+    # the optimizer step over the parameters this rank updates (its shard under ZeRO-1/2/3 and FSDP), at the
+    # measured rate; without a profile it is not counted (small beside compute on a GPU)
+    stepped = held / shards if cand.strategy not in ("ddp", "zero0") else held
+    optimizer = stepped / cl.optimizer_params_per_s if cl.optimizer_params_per_s else 0.0
+    step = compute_with_bubble + exposed + offload + optimizer
+    no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer
     mfu = model_flops / model_parallel / (step * cl.peak_tflops * 1e12)
     terms = {"compute": compute, "communication": exposed, "offload": offload,
-             "pipeline bubble": compute_with_bubble - compute}
+             "pipeline bubble": compute_with_bubble - compute, "optimizer": optimizer}
     fits = device_total <= cl.gpu_mem_gb * 1e9 * 0.9 and states.host * cl.gpus_per_node <= cl.host_mem_gb * 1e9
     return Estimate(candidate=cand, accounting=acc, dp=dp, states=states, activations=activations, buffers=buffers,
                     device_total=device_total, fits=fits, host_per_node=states.host * cl.gpus_per_node,
@@ -201,6 +215,47 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
                     exposed_comm_s=exposed, offload_s=offload, bubble=bubble, step_s=step,
                     step_s_no_overlap=no_overlap, mfu=mfu, tokens_per_s=tokens * dp / step,
                     dominant=max(terms, key=lambda k: terms[k]))
+
+
+# Calls, not only bytes: each collective call pays the link's latency, and on CPU ranks that is most of the cost
+# (docs/planner.md, "Calibration"). The counts follow each engine's own bucketing.
+DDP_FIRST_BUCKET = 2**20
+"""torch DDP's first gradient bucket, bytes (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)."""
+DDP_BUCKET = 25 * 2**20
+"""torch DDP's bucket_cap_mb default, 25 MiB."""
+DEEPSPEED_ALLGATHER_BUCKET = 5e8
+"""DeepSpeed's allgather_bucket_size default, elements (runtime/zero/config.py)."""
+MATRICES_PER_BLOCK = {"gpt2": 4, "llama": 7, "qwen2": 7}
+"""Weight matrices per transformer block: GPT-2 c_attn, c_proj, c_fc, c_proj; Llama/Qwen2 q, k, v, o, gate, up,
+down. Norms stay whole under ZeRO-3: HF "auto" sets stage3_param_persistence_threshold = 10·h, above a norm's h."""
+
+
+def collective_calls(cand: Candidate, shape: ModelShape, held: float, wl: Workload, acc: Accounting) -> Calls:
+    """How many calls carry each data-parallel collective per optimizer step:
+
+    - DDP: gradient buckets, 1 MiB first then 25 MiB (torch DistributedDataParallel's defaults);
+    - ZeRO-1/2: one reduction per ``reduce_bucket_size`` elements of gradients (DeepSpeed stage_1_and_2 reduces
+      bucket by bucket; HF "auto" = h²), one all-gather per ``allgather_bucket_size`` of updated parameters;
+    - ZeRO-3: one all-gather per partitioned module in the forward and again in the backward (the block's weight
+      matrices and the embeddings; norms persist), reductions per ``reduce_bucket_size`` as above;
+    - FSDP2 (``fully_shard`` per block, then the root): an all-gather per unit in the forward, per block in the
+      backward (the root is not resharded after forward), a reduce-scatter per unit.
+    """
+    layers = shape.layers / cand.pp
+    reduce_bucket = wl.reduce_bucket or shape.hidden**2
+    if cand.strategy == "ddp":
+        grads = held * acc.grads
+        return Calls(grads=1 + math.ceil(max(0.0, grads - DDP_FIRST_BUCKET) / DDP_BUCKET))
+    if cand.strategy == "zero0":
+        return Calls(grads=math.ceil(held / DEEPSPEED_ALLGATHER_BUCKET))
+    if cand.strategy in ("zero1", "zero2"):
+        return Calls(grads=math.ceil(held / reduce_bucket), updated_params=math.ceil(held / DEEPSPEED_ALLGATHER_BUCKET))
+    if cand.strategy == "zero3":
+        embeddings = (1 if shape.tied_embeddings else 2) + (1 if shape.arch == "gpt2" else 0)  # + GPT-2's wpe
+        modules = round(layers * MATRICES_PER_BLOCK.get(shape.arch, 4)) + embeddings
+        return Calls(grads=math.ceil(held / reduce_bucket), gather_forward=modules, gather_backward=modules)
+    units = round(layers) + 1
+    return Calls(grads=units, gather_forward=units, gather_backward=round(layers))
 
 
 def _offload_seconds(states: ModelStates, cl: Cluster) -> float:

@@ -104,3 +104,46 @@ def print_verify(rows: list[dict[str, Any]]) -> None:
                       else "-",
                       f"{row['peak_memory_error']:+.1%}" if "peak_memory_error" in row else "-")
     console.print(table)
+
+
+def candidate_for(strategy: str) -> Any:
+    """The planner's candidate for a compare strategy (the inverse of :data:`RUNNABLE`; ``single`` is DDP on one
+    rank, ZeRO-3 offload moves the parameters too); None when the planner has none."""
+    from dsbench.plan.estimate import Candidate
+
+    if strategy == "single":
+        strategy = "ddp"
+    for (name, offload, tp, pp, engine), runs in RUNNABLE.items():
+        if runs == strategy:
+            return Candidate(strategy=name, offload=offload, tp=tp, pp=pp, engine=engine,
+                             offload_param="cpu" if name == "zero3" and offload == "cpu" else "none")
+    return None
+
+
+def predict_cell(row: dict[str, Any], profile: str | None = None, gpu: str = "h100",
+                 efficiency: float = 0.5) -> Any:
+    """The planner's estimate for one measured compare row (``dsbench.report.collect``): the same model,
+    micro-batch, accumulation, sequence, precision and ranks, with a machine profile's measured figures when
+    given; None for a strategy the planner has no candidate for."""
+    from dsbench.plan.api import PlanRequest, build
+    from dsbench.plan.estimate import estimate
+
+    candidate = candidate_for(row["strategy"])
+    if candidate is None:
+        return None
+    header = row["runs"][0]["header"]
+    # the cell's accumulation is per model-parallel group; the planner's --grad-accum is per pure-DP rank
+    accum = max(1, header["grad_accum"] // (candidate.tp * candidate.pp))
+    request = PlanRequest(model=row["model"], params=None, config=None, gpus=row["world_size"], nodes=1,
+                          gpus_per_node=None, gpu=gpu, gpu_mem=None, peak_tflops=header.get("peak_tflops"),
+                          efficiency=efficiency, interconnect="infiniband", intra=None, bandwidth=None, latency=None,
+                          seq_len=header["seq_len"], micro_batch=row["micro_batch"], grad_accum=accum,
+                          precision=header["precision"], accounting=None, host_mem=1000, profile=profile)
+    workload, cluster, _ = build(request)
+    return estimate(candidate, workload, cluster)
+
+
+def measured_step_s(row: dict[str, Any]) -> float:
+    """A measured row's step time by the wall clock: its global tokens per step over its tokens/s."""
+    header = row["runs"][0]["header"]
+    return header["global_batch"] * header["seq_len"] / row["tokens_per_s"]
