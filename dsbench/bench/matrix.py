@@ -88,12 +88,18 @@ class Cell:
     """Run across the hosts of this hostfile (``world_size`` = their slots) instead of this machine's ranks."""
     accelerate_config: str | None = None
     """A user's accelerate YAML (``accel:PATH``); ``strategy`` is then its label, ``accel:FILE_NAME``."""
+    grad_accum: int = 1
+    """Micro-steps per step on each rank of pure data parallelism (``dsbench tune`` varies it at a fixed global
+    batch; model-parallel strategies accumulate their degree times more)."""
+    checkpointing: bool = False
+    """Activation checkpointing (the worker's --activation-checkpointing)."""
 
     @property
     def id(self) -> str:
         model = self.model.replace("/", "_").replace(".", "_")
         strategy = re.sub(r"[^A-Za-z0-9_.-]", "-", self.strategy)
-        return f"{strategy}-w{self.world_size}-mb{self.micro_batch}-{model}-r{self.repeat}"
+        layout = (f"-ga{self.grad_accum}" if self.grad_accum != 1 else "") + ("-ckpt" if self.checkpointing else "")
+        return f"{strategy}-w{self.world_size}-mb{self.micro_batch}{layout}-{model}-r{self.repeat}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,8 +192,10 @@ def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) ->
     ranks = ["--hostfile", cell.hostfile] if cell.hostfile else ["--num-gpus", str(cell.world_size)]
     args = ["--strategy", how.worker, "--launcher", cell.launcher or how.launcher, *ranks,
             "--micro-batch", str(cell.micro_batch), "--model", cell.model, "--run-dir", str(run_dir), *how.flags]
-    if how.model_parallel > 1:
-        args += ["--grad-accum", str(how.model_parallel)]
+    if how.model_parallel * cell.grad_accum > 1:
+        args += ["--grad-accum", str(how.model_parallel * cell.grad_accum)]
+    if cell.checkpointing:
+        worker.append("--activation-checkpointing")
     if cell.precision != "fp32":
         args += ["--precision", cell.precision]
     if cell.strategy == "zero3_nvme":

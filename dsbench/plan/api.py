@@ -128,7 +128,9 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
     links of each measured group; what it did not measure (across nodes, for a one-node profile) stays as given."""
     intra, inter = compute_group(profile)
     # CPU ranks: gloo's threads share the cores with the compute, so nothing overlaps (docs/planner.md)
+    by_micro = profile["rates"].get("model_tflops_by_micro_batch", {})
     return replace(cl, compute_tflops=profile["rates"]["model_tflops"], intra=intra or cl.intra,
+                   compute_by_micro_batch=tuple(sorted((int(m), r) for m, r in by_micro.items())),
                    inter=inter or cl.inter, optimizer_params_per_s=profile["rates"]["adam_params_per_s"],
                    overlap_comm=not str(profile.get("device", "")).startswith("cpu"))
 

@@ -11,6 +11,7 @@ from dsbench.parallel import ParallelDims, bubble_fraction
 from dsbench.plan.comm import Calls, Collective, data_parallel_comm, pipeline_comm, tensor_parallel_comm
 from dsbench.plan.hardware import Link
 from dsbench.plan.memory import Accounting, ModelStates, accounting_for, activation_bytes, held_params, model_states
+from dsbench.plan.profile import rate_at
 from dsbench.records import flops_per_token
 
 GIB = 2**30
@@ -39,9 +40,14 @@ class Cluster:
     """Whether collectives run beside compute (NCCL's own streams). On CPU ranks gloo's threads take the same
     cores as the compute (a profile of a CPU machine says False): every collective is then exposed."""
 
-    @property
-    def achieved_tflops(self) -> float:
-        return self.compute_tflops or self.peak_tflops * self.efficiency
+    compute_by_micro_batch: tuple[tuple[int, float], ...] = ()
+    """The measured forward+backward TFLOPS per rank at several micro-batches (a profile)."""
+
+    def achieved_tflops(self, micro_batch: int) -> float:
+        """TFLOPS one rank achieves at ``micro_batch``: measured (interpolated between the measured micro-batches),
+        else peak x efficiency."""
+        default = self.compute_tflops or self.peak_tflops * self.efficiency
+        return rate_at({str(m): r for m, r in self.compute_by_micro_batch}, micro_batch, default)
 
     @property
     def world(self) -> int:
@@ -176,7 +182,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     # share of attention, 12·(L/pp)·h·s/tp (PaLM App. B, per rank)
     busiest = (6 * held + 12 * shape.layers / cand.pp * shape.hidden * wl.seq_len / cand.tp) * tokens
     hw_flops = busiest * (8 / 6 if cand.checkpointing else 1.0)
-    compute = hw_flops / (cl.achieved_tflops * 1e12)
+    compute = hw_flops / (cl.achieved_tflops(wl.micro_batch) * 1e12)
     bubble = bubble_fraction(cand.pp, accum)
     compute_with_bubble = compute / (1 - bubble)
     dp_link = cl.inter if (cl.nodes > 1 and dp > cl.gpus_per_node // model_parallel) else cl.intra

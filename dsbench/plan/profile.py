@@ -10,6 +10,7 @@ the model describes the machine. The planner's per-step latency is alpha divided
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dsbench.errors import UserError
@@ -79,6 +80,9 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
     rates = {f"{name}_tflops": min(rank[name]["tflops"] for rank in per_rank) for name in ("gemm", "attention",
                                                                                              "model")}
     rates["adam_params_per_s"] = min(rank["optimizer"]["params_per_s"] for rank in per_rank)
+    sizes = per_rank[0].get("model_by_micro_batch", {})
+    rates["model_tflops_by_micro_batch"] = {size: min(rank["model_by_micro_batch"][size]["tflops"] for rank in per_rank)
+                                            for size in sizes}
     return {**measured, "schema": SCHEMA, "collectives": collectives, "rates": rates}
 
 
@@ -133,3 +137,18 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
             elif "unsupported" in entry:
                 lines.append(f"{group} {kind}: not supported by {profile['backend']} ({entry['unsupported']})")
     return lines
+
+
+def rate_at(by_micro: dict[str, float], micro: int, default: float) -> float:
+    """The forward+backward rate at micro-batch ``micro``: measured there, else interpolated linearly in log2 of
+    the micro-batch between the measured sizes (the nearest end beyond them); ``default`` when none was measured."""
+    points = sorted((int(size), rate) for size, rate in by_micro.items())
+    if not points:
+        return default
+    if micro <= points[0][0]:
+        return points[0][1]
+    for (low, low_rate), (high, high_rate) in zip(points, points[1:], strict=False):
+        if micro <= high:
+            share = (math.log2(micro) - math.log2(low)) / (math.log2(high) - math.log2(low))
+            return low_rate + share * (high_rate - low_rate)
+    return points[-1][1]

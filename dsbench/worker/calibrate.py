@@ -7,7 +7,8 @@ planner's fit, :mod:`dsbench.plan.profile`, turns them into the machine profile)
 - compute, per rank: achieved FLOP/s of the model's own matrix multiply (the MLP up-projection,
   ``[b*s, h] x [h, ff]``: 2*b*s*h*ff FLOPs), of attention (``scaled_dot_product_attention`` at
   ``[b, heads, s, h/heads]``: 4*b*s^2*h forward FLOPs), and of a whole forward+backward of the model
-  (6N + 12*L*h*s FLOPs per token, PaLM App. B, as the run metrics count them);
+  (6N + 12*L*h*s FLOPs per token, PaLM App. B, as the run metrics count them) at micro-batches 1, 2, 4 and the
+  one asked for;
 - the optimizer: seconds per torch AdamW step of the model (fp32 states on this device);
 - collectives over the job's backend (gloo on CPU, NCCL on GPU): all-reduce, all-gather, reduce-scatter and
   point-to-point (send/recv between ranks 2k and 2k+1), at message sizes 4 KiB to 16 MiB, in the groups the job
@@ -91,12 +92,17 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
     q = torch.randn(micro, shape.heads, seq, head, device=device, dtype=dtype)
     attention = _rate(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True), device, repeats)
     model = build_model(shape, seed, False, False).to(device=device, dtype=dtype)
-    ids = torch.randint(0, shape.vocab_size, (micro, seq), device=device)
+    by_micro = {}
+    for size in sorted({1, 2, 4, micro}):  # small batches run below the large ones' rate: the planner interpolates
+        ids = torch.randint(0, shape.vocab_size, (size, seq), device=device)
 
-    def step() -> None:
-        model(input_ids=ids, labels=ids).loss.backward()
+        def step(ids: Any = ids) -> None:
+            model(input_ids=ids, labels=ids).loss.backward()
 
-    model_step = _rate(step, device, repeats, min_s=0.2)
+        timing = _rate(step, device, repeats, min_s=0.2)
+        flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, seq) * size * seq
+        by_micro[str(size)] = {**timing, "flops": flops, "tflops": flops / timing["seconds"] / 1e12}
+    model_step = {key: value for key, value in by_micro[str(micro)].items() if key not in ("flops", "tflops")}
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     adam = _rate(optimizer.step, device, repeats)
     flops = {"gemm": 2 * tokens * shape.hidden * shape.intermediate,
@@ -105,6 +111,7 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
     out = {name: {**timing, "flops": flops[name], "tflops": flops[name] / timing["seconds"] / 1e12}
            for name, timing in (("gemm", gemm), ("attention", attention), ("model", model_step))}
     out["optimizer"] = {**adam, "params": shape.num_params(), "params_per_s": shape.num_params() / adam["seconds"]}
+    out["model_by_micro_batch"] = by_micro
     return out
 
 

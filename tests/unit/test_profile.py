@@ -91,3 +91,12 @@ def test_plan_uses_the_profile(cli_run, tmp_path):
 def test_link_kinds_default_to_the_link():
     link = Link("x", 10.0, 2.0, "n")
     assert link.figures("p2p") == (10.0, 2.0)
+
+
+def test_the_rate_between_measured_micro_batches_is_interpolated_in_log2():
+    from dsbench.plan.profile import rate_at
+
+    measured = {"1": 0.02, "4": 0.06}
+    assert rate_at(measured, 1, 9.9) == 0.02 and rate_at(measured, 4, 9.9) == 0.06
+    assert rate_at(measured, 2, 9.9) == pytest.approx(0.04)  # halfway in log2 between 1 and 4
+    assert rate_at(measured, 16, 9.9) == 0.06 and rate_at({}, 2, 9.9) == 9.9

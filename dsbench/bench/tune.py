@@ -1,0 +1,158 @@
+"""``dsbench tune``: the planner ranks every layout, then at most ``--budget`` real runs find the best one.
+
+Each run is a compare cell (``OUT/cells/<id>/``: cell.json, the launch's files, metrics and summary), so
+``dsbench report OUT/cells`` works on a tune folder and ``--resume`` skips the runs already made. ``OUT/tune.json``
+holds the whole search: every layout with its prediction, correction and measurement, the runs in order, and the
+winner (the best measured layout) with its launch command.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dsbench.bench.compare import prepare_out, read_status, run_cell
+from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args
+from dsbench.errors import UserError
+from dsbench.io import atomic_write_json
+from dsbench.models import resolve_model
+from dsbench.plan import search
+from dsbench.plan.api import PlanRequest
+from dsbench.records import SUMMARY
+
+TENSOR_PARALLEL = ("zero1_tp2", "torch_tp2")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneRequest:
+    model: str
+    world: int
+    global_batch: int
+    budget: int = 3
+    strategies: list[str] | None = None
+    checkpointing: bool = True
+    profile: str | None = None
+    gpu: str = "h100"
+    gpu_mem: float | None = None
+    precision: str = "fp32"
+    seq_len: int = 128
+    steps: int = 12
+    warmup: int = 4
+    hostfile: str | None = None
+    out: Path = Path("runs/tune")
+    resume: bool = False
+    timeout: float = 900
+
+
+def default_strategies(model: str, world: int) -> list[str]:
+    """Every compare strategy that can run ``model`` on ``world`` ranks."""
+    shape = resolve_model(model)
+    out = []
+    for name in STRATEGIES:
+        if name == "zero3_nvme" or (name == "single") != (world == 1):
+            continue  # NVMe offload needs a swap folder (name it in --strategies); single is the 1-rank layout
+        if name in TENSOR_PARALLEL and shape.arch not in ("llama", "qwen2"):
+            continue  # Megatron-style TP and AutoTP split Llama-family linears only (GPT-2's Conv1D is not split)
+        if world % STRATEGIES[name].model_parallel:
+            continue
+        out.append(name)
+    return out
+
+
+def plan_request(req: TuneRequest) -> PlanRequest:
+    return PlanRequest(model=req.model, params=None, config=None, gpus=req.world, nodes=1, gpus_per_node=None,
+                       gpu=req.gpu, gpu_mem=req.gpu_mem, peak_tflops=None, efficiency=0.5, interconnect="infiniband",
+                       intra=None, bandwidth=None, latency=None, seq_len=req.seq_len, micro_batch=1, grad_accum=1,
+                       precision=req.precision, accounting=None, host_mem=1000)
+
+
+def cell_of(req: TuneRequest, layout: search.Layout) -> Cell:
+    return Cell(strategy=layout.strategy, world_size=req.world, micro_batch=layout.micro_batch, model=req.model,
+                steps=req.steps, warmup=req.warmup, seq_len=req.seq_len, precision=req.precision,
+                grad_accum=layout.grad_accum, checkpointing=layout.checkpointing, hostfile=req.hostfile)
+
+
+def measured_tokens_per_s(folder: Path) -> float | None:
+    """A finished cell's wall-clock tokens/s (None when it failed)."""
+    status = read_status(folder)
+    if not status or status.get("status") != "ok":
+        return None
+    try:
+        return float(json.loads((folder / SUMMARY).read_text())["throughput"]["tokens_per_s"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
+    """Rank, run, correct, repeat; returns what ``tune.json`` holds."""
+    say = reporter or (lambda text: print(text, file=sys.stderr, flush=True))
+    strategies = req.strategies or default_strategies(req.model, req.world)
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}")
+    layouts = search.layouts(strategies, req.world, req.global_batch, lambda s: STRATEGIES[s].model_parallel,
+                             req.checkpointing)
+    base = plan_request(req)
+    found = search.start([(layout, *search.predict(layout, base, req.profile)) for layout in layouts], req.budget)
+    definition = {"tune": {k: str(v) if isinstance(v, Path) else v for k, v in req.__dict__.items()
+                           if k not in ("out", "resume", "timeout")}}
+    prepare_out(req.out, definition, req.resume)
+    if req.resume:
+        done = {s.layout.name: measured_tokens_per_s(req.out / "cells" / cell_of(req, s.layout).id)
+                for s in found.scored if read_status(req.out / "cells" / cell_of(req, s.layout).id)}
+        found = search.resumed(found, done)
+        say(f"resumed: {len(done)} run(s) already made")
+    say(f"{len(found.scored)} layouts, {sum(s.fits for s in found.scored)} fit; predicted best: "
+        f"{search.ranked(found.scored)[0].layout.name}")
+
+    def measure(layout: search.Layout) -> float | None:
+        cell = cell_of(req, layout)
+        say(f"run {len(found.runs)}/{req.budget}: {layout.name} ({cell.id})")
+        result = run_cell(cell, req.out / "cells" / cell.id, req.timeout, None)
+        value = measured_tokens_per_s(result.folder)
+        say(f"  {result.status}: " + (f"{value:,.0f} tokens/s" if value else str(result.reason)))
+        return value
+
+    while found.step(measure) is not None:
+        pass
+    winner = found.winner()
+    result = {"model": req.model, "world_size": req.world, "global_batch": req.global_batch,
+              "profile": req.profile, "budget": req.budget, "runs_used": len(found.runs), "runs": found.runs,
+              "layouts": [s.to_dict() for s in search.ranked(found.scored)], "winner": None}
+    if winner:
+        cell = cell_of(req, winner.layout)
+        command = ["dsbench", "launch", *cell_launch_args(cell, Path(f"runs/{cell.id}"))]
+        result["winner"] = {**winner.to_dict(), "cell": cell.id, "command": shlex.join(command),
+                            "tokens_per_s": winner.measured,
+                            "throughput": "wall clock over the measured window, every rank (never a sum of phases)"}
+    atomic_write_json(req.out / "tune.json", result)
+    return result
+
+
+def print_result(result: dict[str, Any], top: int = 12) -> None:
+    """The ranking table and the winner."""
+    from rich.table import Table
+
+    from dsbench.console import table_console
+
+    console = table_console()
+    table = Table(caption="tokens/s, global. predicted: the planner; corrected: after the runs (measured/predicted "
+                          "of the same strategy, else the median ratio); measured: the wall clock over the run's "
+                          "measured window", caption_justify="left")
+    for col in ("layout", "fits", "predicted", "corrected", "measured", "status"):
+        table.add_column(col, justify="left" if col in ("layout", "status") else "right")
+    number = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+    for row in result["layouts"][:top]:
+        table.add_row(row["layout"], "yes" if row["fits"] else "no", number(row["predicted_tokens_per_s"]),
+                      number(row["corrected_tokens_per_s"]), number(row["measured_tokens_per_s"]), row["status"])
+    console.print(table)
+    winner = result["winner"]
+    if winner:
+        console.print(f"winner after {result['runs_used']} run(s): {winner['layout']}, "
+                      f"{winner['tokens_per_s']:,.0f} tokens/s measured\n  {winner['command']}")
+    else:
+        console.print(f"no run succeeded in {result['runs_used']} attempt(s): see the cells' compare.log")
