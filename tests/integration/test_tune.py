@@ -1,0 +1,35 @@
+"""dsbench tune for real on 2 CPU ranks: at most --budget runs, each a compare cell; --resume runs nothing again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.integration.conftest import dsbench
+
+pytestmark = pytest.mark.dist
+TUNE = ["tune", "--model", "gpt2-tiny", "--num-gpus", "2", "--strategies", "ddp,zero2,zero3", "--no-checkpointing",
+        "--budget", "2", "--steps", "4", "--warmup", "1", "--gpu-mem", "12", "--json"]
+
+
+def test_tune_runs_within_its_budget_and_resumes(tmp_path):
+    out = tmp_path / "tune"
+    result = dsbench(*TUNE, "--out", str(out), cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    found = json.loads(result.stdout)
+    assert 1 <= found["runs_used"] <= 2 and len(found["layouts"]) == 9  # 3 strategies x micro-batch 1, 2, 4
+    winner = found["winner"]
+    cell = out / "cells" / winner["cell"]
+    summary = json.loads((cell / "summary.json").read_text())
+    assert winner["tokens_per_s"] == summary["throughput"]["tokens_per_s"]  # the wall clock, as measured
+    assert winner["micro_batch"] * winner["grad_accum"] == 4 and winner["command"].startswith("dsbench launch")
+    assert json.loads((out / "tune.json").read_text())["winner"]["cell"] == winner["cell"]
+    cells = sorted(p.name for p in (out / "cells").iterdir())
+    again = dsbench(*TUNE, "--out", str(out), "--resume", cwd=ROOT, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(p.name for p in (out / "cells").iterdir()) == cells  # nothing ran again
+    assert json.loads(again.stdout)["winner"]["cell"] == winner["cell"]
+    report = dsbench("report", str(out / "cells"), "-o", str(tmp_path / "report"), "--no-plots", cwd=ROOT)
+    assert report.returncode == 0, report.stderr[-2000:]
