@@ -22,6 +22,7 @@ from dsbench.io import atomic_write_json
 from dsbench.models import resolve_model
 from dsbench.plan import search
 from dsbench.plan.api import PlanRequest
+from dsbench.plan.verify import candidate_for
 from dsbench.records import SUMMARY
 
 TENSOR_PARALLEL = ("zero1_tp2", "torch_tp2")
@@ -57,8 +58,8 @@ def default_strategies(model: str, world: int) -> list[str]:
             continue  # NVMe offload needs a swap folder (name it in --strategies); single is the 1-rank layout
         if name in TENSOR_PARALLEL and shape.arch not in ("llama", "qwen2"):
             continue  # Megatron-style TP and AutoTP split Llama-family linears only (GPT-2's Conv1D is not split)
-        if world % STRATEGIES[name].model_parallel:
-            continue
+        if world % STRATEGIES[name].model_parallel or candidate_for(name) is None:
+            continue  # the planner has no model of fsdp_no_reshard: name it in --strategies to have it refused
         out.append(name)
     return out
 

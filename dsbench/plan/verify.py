@@ -16,7 +16,8 @@ from dsbench.plan.memory import ModelStates, accounting_for, held_params, model_
 from dsbench.records import SUMMARY
 
 # planner candidate (strategy, offload, tp, pp, engine) -> the compare strategy that runs it
-RUNNABLE = {("ddp", "none", 1, 1, "deepspeed"): "ddp", ("zero1", "none", 1, 1, "deepspeed"): "zero1",
+RUNNABLE = {("ddp", "none", 1, 1, "deepspeed"): "ddp", ("zero0", "none", 1, 1, "deepspeed"): "zero0",
+            ("zero1", "none", 1, 1, "deepspeed"): "zero1",
             ("zero2", "none", 1, 1, "deepspeed"): "zero2", ("zero3", "none", 1, 1, "deepspeed"): "zero3",
             ("fsdp", "none", 1, 1, "deepspeed"): "fsdp", ("zero2", "cpu", 1, 1, "deepspeed"): "zero2_offload",
             ("zero3", "cpu", 1, 1, "deepspeed"): "zero3_offload", ("zero1", "none", 2, 1, "deepspeed"): "zero1_tp2",
