@@ -540,6 +540,15 @@ def plan(top: int, as_json: bool, verify: bool, config_file: str | None, **opts:
             print_verify(result["verify"])
 
 
+def check_seq_len(model: str, seq_len: int) -> None:
+    """The model resolves and has positions for ``seq_len`` (refused before any rank starts)."""
+    from dsbench.models import resolve_model
+
+    shape = resolve_model(model)
+    if seq_len > shape.max_positions:
+        raise UserError(f"--seq-len {seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
+
+
 @cli.command()
 @click.option("--hostfile", type=click.Path(dir_okay=False), help="Measure across these hosts (one torchrun each).")
 @click.option("--num-gpus", type=COUNT, help="Ranks on this machine without a hostfile [GPUs, or 2 CPU ranks].")
@@ -562,12 +571,11 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     from dsbench.io import atomic_write_json, check_output_path, read_json
     from dsbench.launch import inherited_env
     from dsbench.launchers import LaunchSpec, build
-    from dsbench.models import resolve_model
     from dsbench.plan.profile import fit_profile, summary_lines
 
     if hostfile and num_gpus:
         raise UserError("--num-gpus is the ranks on this machine; with --hostfile its slots say it: drop one")
-    resolve_model(model)
+    check_seq_len(model, seq_len)
     folder = Path(run_dir or f"runs/calibrate-{time.strftime('%Y%m%d-%H%M%S')}")
     target = Path(output) if output else folder / "profile.json"
     check_output_path(target)
@@ -642,6 +650,7 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
         else num_gpus or default_ranks()
     if not 0 <= warmup < steps:
         raise UserError(f"--warmup must be in 0..{steps - 1}")
+    check_seq_len(model, seq_len)
     req = TuneRequest(model=model, world=world, global_batch=global_batch or 4 * world, budget=budget,
                       strategies=strategies, checkpointing=not no_checkpointing, profile=profile, gpu=gpu,
                       gpu_mem=gpu_mem, precision=precision, seq_len=seq_len, steps=steps, warmup=warmup,

@@ -107,6 +107,8 @@ class Cell:
 
 def check_matrix(strategies: list[str], world_sizes: list[int], micro_batches: list[int], repeats: int,
            steps: int, warmup: int) -> None:
+    if any(accelerate_yaml_of(s) == "" for s in strategies):
+        raise UserError(f"{ACCEL} needs the YAML's path: {ACCEL}PATH.yaml")
     unknown = [s for s in strategies if s not in STRATEGIES and accelerate_yaml_of(s) is None]
     if unknown:
         raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}, or "
