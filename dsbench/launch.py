@@ -206,8 +206,6 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
             raise UserError(f"{flag} needs --strategy {' or '.join(takers)}; --strategy {req.strategy} would "
                             "ignore it")
     hosts = tuple(read_hostfile(req.hostfile)) if req.hostfile else ()
-    given = {key for key, _ in req.extra_env}
-    inherited = tuple((k, v) for k, v in req.inherited_env if k not in given)
     base = LaunchSpec(launcher=req.launcher, strategy=req.strategy, nproc_per_node=req.num_gpus,
                       hostfile=req.hostfile, hosts=hosts, include=req.include, exclude=req.exclude,
                       num_nodes=req.num_nodes, master_addr=req.master_addr, master_port=req.master_port,
@@ -217,8 +215,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
                       launcher_backend=req.launcher_backend, slurm=req.slurm, as_root=req.as_root,
                       mixed_precision=ACCELERATE_PRECISION.get(req.render_flags.get("precision") or "fp32", "no"),
                       deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
-    if base.multinode() and inherited:
-        base = replace(base, extra_env=req.extra_env + inherited)
+    base = with_inherited_env(base, req)
     world = base.world_size()
     notes: list[str] = []
     config_path, config = None, None
@@ -257,6 +254,14 @@ _YAML_DECIDES = {**DEEPSPEED_ONLY, "pipeline_stages": "--pipeline-stages", "tp":
 # Worker flags that a YAML's inline DeepSpeed settings (or its DeepSpeed file) fix: (YAML key, DeepSpeed key).
 _YAML_FIXES = {"grad_accum": ("--grad-accum", "gradient_accumulation_steps"),
                "grad_clip": ("--grad-clip", "gradient_clipping")}
+
+
+def with_inherited_env(spec: LaunchSpec, req: LaunchRequest) -> LaunchSpec:
+    """Ranks on other nodes also get the launching shell's variables (:func:`inherited_env`), after the user's
+    ``--env`` pairs, which win; local ranks inherit them anyway."""
+    given = {key for key, _ in req.extra_env}
+    inherited = tuple((k, v) for k, v in req.inherited_env if k not in given)
+    return replace(spec, extra_env=req.extra_env + inherited) if spec.multinode() and inherited else spec
 
 
 def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file: dict[str, Any] | None) -> None:
@@ -314,10 +319,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
                       cpu=req.cpu, script_args=req.script_args, extra_env=req.extra_env, python=req.python,
                       cwd=req.cwd, launch_script=str(req.run_dir / "launch_nodes.sh"), as_root=req.as_root,
                       user_accelerate_config=path, accelerate_args=tuple(args))
-    given = {key for key, _ in req.extra_env}
-    inherited = tuple((k, v) for k, v in req.inherited_env if k not in given)
-    if base.multinode() and inherited:
-        base = replace(base, extra_env=req.extra_env + inherited)
+    base = with_inherited_env(base, req)
     train = trainspec.from_argv(worker_argv(base))
     notes = check_layout(train, None, processes) + accelerate.worker_notes(config)
     req.run_dir.mkdir(parents=True, exist_ok=True)
