@@ -464,26 +464,31 @@ def _csv(kind: Any) -> Any:
 @click.option("--nvme-path", help="Folder for zero3_nvme swap files [inside each cell's folder].")
 @click.option("--no-report", is_flag=True, help="Do not build the report at the end.")
 @click.option("--quiet", is_flag=True, help="No live progress (one line per cell).")
+@click.option("--profile", type=click.Path(dir_okay=False, exists=True),
+              help="Machine profile (dsbench calibrate): the report shows predicted beside measured step time.")
 def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed: bool, timeout: float,
-            nvme_path: str | None, no_report: bool, quiet: bool, **flags: Any) -> None:
+            nvme_path: str | None, no_report: bool, quiet: bool, profile: str | None, **flags: Any) -> None:
     """Run a matrix of strategies side by side (real launches) and build the report."""
     from dsbench.bench.session import compare_main
 
-    sys.exit(compare_main(matrix_file, flags, out, resume, retry_failed, timeout, nvme_path, no_report, quiet))
+    sys.exit(compare_main(matrix_file, flags, out, resume, retry_failed, timeout, nvme_path, no_report, quiet,
+                          profile))
 
 
 @cli.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True))
 @click.option("-o", "--out", type=click.Path(file_okay=False), help="Report folder [first RUN_DIR/report].")
 @click.option("--no-plots", is_flag=True, help="Tables only (no matplotlib).")
-def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool) -> None:
+@click.option("--profile", type=click.Path(dir_okay=False, exists=True),
+              help="Machine profile (dsbench calibrate): add the planner's predicted step time beside the measured.")
+def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: str | None) -> None:
     """Build tables, CSV/JSON/Markdown, PNG plots and an HTML report from run folders (merged; nothing re-runs).
     Exit 1 when a folder could not be read (it is listed as corrupt; the others are reported)."""
-    from dsbench.bench.session import print_report
+    from dsbench.bench.session import predictor, print_report
     from dsbench.report.build import build_report
 
     folder = Path(out or Path(run_dirs[0]) / "report")
-    built = build_report([Path(d) for d in run_dirs], folder, plots=not no_plots)
+    built = build_report([Path(d) for d in run_dirs], folder, plots=not no_plots, predict=predictor(profile))
     print_report(built)
     corrupt = [run for row in built.rows for run in row["runs"] if run["status"] == "corrupt"]
     for run in corrupt:

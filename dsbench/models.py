@@ -68,6 +68,27 @@ class ModelShape:
         return {"embedding": v * h, "positions": 0, "block_split": split, "block_whole": 2 * h,  # two RMSNorms
                 "final_norm": h, "head": 0 if self.tied_embeddings else v * h}
 
+    def block_tensors(self) -> list[int]:
+        """Element counts of one decoder block's parameter tensors, in the HF module's registration order (GPT-2:
+        ln_1, c_attn, attn c_proj, ln_2, c_fc, mlp c_proj, each weight then bias; Llama: q, k, v, o, gate, up, down,
+        the two RMSNorms; Qwen2 adds q/k/v biases). They sum to the block's share of :meth:`parts`."""
+        h, ff = self.hidden, self.intermediate
+        if self.arch == "gpt2":
+            return [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * ff, ff, ff * h, h]
+        kv = self.kv_heads * (h // self.heads)
+        bias = self.arch == "qwen2"
+        attention = [h * h, *([h] if bias else []), kv * h, *([kv] if bias else []), kv * h, *([kv] if bias else []),
+                     h * h]
+        return [*attention, ff * h, ff * h, h * ff, h, h]
+
+    def tensors(self) -> list[int]:
+        """Element counts of every parameter tensor, in ``model.parameters()`` order (a tied head is the embedding,
+        counted once). They sum to :meth:`num_params`."""
+        p = self.parts()
+        ends = [p["embedding"], *([p["positions"]] if p["positions"] else [])]
+        final = [self.hidden, self.hidden] if self.arch == "gpt2" else [self.hidden]
+        return [*ends, *self.block_tensors() * self.layers, *final, *([p["head"]] if p["head"] else [])]
+
     def num_params(self) -> int:
         """Exact parameter count of the HF implementation (embeddings counted once if tied)."""
         p = self.parts()

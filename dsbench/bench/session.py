@@ -55,11 +55,27 @@ def check_accelerate_yamls(cells: list[Cell]) -> None:
             raise UserError(f"{ACCEL}{path}: {refusal}")
 
 
+def predictor(profile: str | None) -> Any:
+    """The report's predicted columns from a machine profile (checked here, so a bad file is refused before any
+    work), or None without one."""
+    if profile is None:
+        return None
+    from functools import partial
+
+    from dsbench.plan.api import read_profile
+    from dsbench.plan.verify import predicted_figures
+
+    read_profile(profile)
+    return partial(predicted_figures, profile=profile)
+
+
 def compare_main(matrix_file: str | None, flags: dict[str, Any], out: str | None, resume: bool,
-                 retry_failed: bool, timeout: float, nvme_path: str | None, no_report: bool, quiet: bool) -> int:
+                 retry_failed: bool, timeout: float, nvme_path: str | None, no_report: bool, quiet: bool,
+                 profile: str | None = None) -> int:
     """Run the matrix and report; exit 0 when every cell succeeded, 1 otherwise (results kept either way)."""
     from dsbench.report.build import build_report
 
+    predict = predictor(profile)  # a bad profile is refused before any cell runs
     matrix = matrix_from(matrix_file, flags)
     cells = expand(**matrix)
     check_accelerate_yamls(cells)
@@ -67,7 +83,7 @@ def compare_main(matrix_file: str | None, flags: dict[str, Any], out: str | None
     prepare_out(folder, matrix, resume)
     results = run_matrix(cells, folder, resume, retry_failed, timeout, nvme_path, RichReporter(quiet))
     if not no_report:
-        print_report(build_report([folder / "cells"], folder / "report"))
+        print_report(build_report([folder / "cells"], folder / "report", predict=predict))
     failed = [r for r in results if r.status != "ok"]
     print(f"{len(results) - len(failed)}/{len(results)} cells ok; results in {folder}"
           + (f"; report: {folder / 'report' / 'report.html'}" if not no_report else ""))

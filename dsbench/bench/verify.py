@@ -30,7 +30,9 @@ def verify(result: dict[str, Any], opts: dict[str, Any], count: int = 3, steps: 
     rows = []
     for cand in chosen[:count]:
         name = compare_strategy(cand)
+        # the plan's accumulation is per data-parallel replica, as the cell's is (the cell multiplies it by tp x pp)
         cell = Cell(strategy=name, world_size=ranks, micro_batch=result["workload"]["micro_batch"],
+                    grad_accum=result["workload"]["grad_accum"], checkpointing=cand["activation_checkpointing"],
                     model=opts["model"], steps=steps, warmup=2, seq_len=result["workload"]["seq_len"],
                     precision=precision)
         run = run_cell(cell, out_dir / cell.id, timeout=900, nvme_path=None)

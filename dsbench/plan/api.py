@@ -132,6 +132,10 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
     return replace(cl, compute_tflops=profile["rates"]["model_tflops"], intra=intra or cl.intra,
                    compute_by_micro_batch=tuple(sorted((int(m), r) for m, r in by_micro.items())),
                    inter=inter or cl.inter, optimizer_params_per_s=profile["rates"]["adam_params_per_s"],
+                   fsdp_unit_s=(profile["rates"].get("fsdp_unit_s_per_micro_step", 0.0),
+                                profile["rates"].get("fsdp_unit_s_per_step", 0.0)),
+                   deepspeed_s=tuple(profile["rates"].get(key, 0.0) for key in ("zero1_call_s", "zero2_call_s",
+                                                                                 "zero3_module_s")),
                    overlap_comm=not str(profile.get("device", "")).startswith("cpu"))
 
 

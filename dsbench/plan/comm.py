@@ -54,6 +54,20 @@ class Calls:
     updated_params: int = 1
 
 
+def bucket_calls(sizes: list[float], bucket: float) -> int:
+    """Reductions DeepSpeed makes for gradients becoming ready in the order of ``sizes`` (elements each), packed
+    into buckets of ``bucket`` elements: a gradient that would overflow the bucket flushes it first, and one larger
+    than the bucket is reduced on its own (runtime/zero/stage_1_and_2.py
+    ``reduce_independent_p_g_buckets_and_remove_grads``; stage3.py packs the same way)."""
+    calls, filled = 0, 0.0
+    for size in sizes:
+        if filled and filled + size > bucket:
+            calls += 1
+            filled = 0.0
+        filled += size
+    return calls + (1 if filled else 0)
+
+
 def _coll(what: str, kind: str, size: float, n: int, link: Link, times: int = 1, calls: int = 1) -> Collective:
     return Collective(what, kind, times * ring_bytes(kind, size, n), times * ring_seconds(kind, size, n, link, calls),
                       calls=times * calls)

@@ -8,7 +8,7 @@ from typing import Any
 
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims, bubble_fraction
-from dsbench.plan.comm import Calls, Collective, data_parallel_comm, pipeline_comm, tensor_parallel_comm
+from dsbench.plan.comm import Calls, Collective, bucket_calls, data_parallel_comm, pipeline_comm, tensor_parallel_comm
 from dsbench.plan.hardware import Link
 from dsbench.plan.memory import Accounting, ModelStates, accounting_for, activation_bytes, held_params, model_states
 from dsbench.plan.profile import rate_at
@@ -39,6 +39,15 @@ class Cluster:
     overlap_comm: bool = True
     """Whether collectives run beside compute (NCCL's own streams). On CPU ranks gloo's threads take the same
     cores as the compute (a profile of a CPU machine says False): every collective is then exposed."""
+
+    fsdp_unit_s: tuple[float, float] = (0.0, 0.0)
+    """FSDP2's own seconds per ``fully_shard`` unit beyond compute and collectives (hooks, DTensor dispatch,
+    copy-in/out), per micro-step and per optimizer step, measured by ``dsbench calibrate``; zero without a profile."""
+
+    deepspeed_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """DeepSpeed's own seconds, small collectives included (calibrate's stack): per gradient reduction under ZeRO-1
+    and under ZeRO-2 (ZeRO-3 reduces as ZeRO-2 does), and per module ZeRO-3 gathers; zero without a profile, when
+    each collective call pays the link's latency instead."""
 
     compute_by_micro_batch: tuple[tuple[int, float], ...] = ()
     """The measured forward+backward TFLOPS per rank at several micro-batches (a profile)."""
@@ -112,6 +121,9 @@ class Estimate:
     comm: list[Collective]
     exposed_comm_s: float
     offload_s: float
+    optimizer_s: float
+    framework_s: float
+    """The engine's own work beyond compute and collectives (FSDP2's per-unit hooks, measured by calibrate)."""
     bubble: float
     step_s: float
     step_s_no_overlap: float
@@ -132,6 +144,7 @@ class Estimate:
                                "buffers": self.buffers / GIB, "device_total": self.device_total / GIB},
                 "host_gib_per_node": self.host_per_node / GIB, "nvme_gib_per_node": self.nvme_per_node / GIB,
                 "compute_s": self.compute_s, "exposed_comm_s": self.exposed_comm_s, "offload_s": self.offload_s,
+                "optimizer_s": self.optimizer_s, "framework_s": self.framework_s,
                 "bubble": self.bubble, "step_s": self.step_s, "step_s_no_overlap": self.step_s_no_overlap,
                 "mfu": self.mfu, "tokens_per_s": self.tokens_per_s, "dominant": self.dominant,
                 "collectives": [{"what": x.what, "kind": x.kind, "bytes_per_rank": x.bytes_per_rank,
@@ -186,8 +199,10 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     bubble = bubble_fraction(cand.pp, accum)
     compute_with_bubble = compute / (1 - bubble)
     dp_link = cl.inter if (cl.nodes > 1 and dp > cl.gpus_per_node // model_parallel) else cl.intra
+    # a measured per-tensor cost of DeepSpeed holds its collectives' latency: then only their bytes count here
+    counted = collective_calls(cand, shape, held, wl, acc)
     comm = data_parallel_comm(cand.strategy, held, dp if cand.strategy != "fsdp_hybrid" else shards, dp_link,
-                              acc.params, acc.grads, accum, collective_calls(cand, shape, held, wl, acc))
+                              acc.params, acc.grads, accum, NO_LATENCY if _deepspeed_measured(cand, cl) else counted)
     overlap = compute if cand.strategy in ("zero3", "fsdp", "fsdp_hybrid") else compute * 2 / 3  # backward ≈ 2/3
     exposed = max(0.0, sum(c.seconds for c in comm) - (overlap if cl.overlap_comm else 0.0))
     if cand.strategy == "fsdp_hybrid" and cl.nodes > 1:  # replicas all-reduce gradient shards across nodes
@@ -209,16 +224,18 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     # measured rate; without a profile it is not counted (small beside compute on a GPU)
     stepped = held / shards if cand.strategy not in ("ddp", "zero0") else held
     optimizer = stepped / cl.optimizer_params_per_s if cl.optimizer_params_per_s else 0.0
-    step = compute_with_bubble + exposed + offload + optimizer
-    no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer
+    framework = _framework_seconds(cand, shape, accum, cl, counted)
+    step = compute_with_bubble + exposed + offload + optimizer + framework
+    no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework
     mfu = model_flops / model_parallel / (step * cl.peak_tflops * 1e12)
     terms = {"compute": compute, "communication": exposed, "offload": offload,
-             "pipeline bubble": compute_with_bubble - compute, "optimizer": optimizer}
+             "pipeline bubble": compute_with_bubble - compute, "optimizer": optimizer, "framework": framework}
     fits = device_total <= cl.gpu_mem_gb * 1e9 * 0.9 and states.host * cl.gpus_per_node <= cl.host_mem_gb * 1e9
     return Estimate(candidate=cand, accounting=acc, dp=dp, states=states, activations=activations, buffers=buffers,
                     device_total=device_total, fits=fits, host_per_node=states.host * cl.gpus_per_node,
                     nvme_per_node=states.nvme * cl.gpus_per_node, compute_s=compute, comm=comm,
-                    exposed_comm_s=exposed, offload_s=offload, bubble=bubble, step_s=step,
+                    exposed_comm_s=exposed, offload_s=offload, optimizer_s=optimizer, framework_s=framework,
+                    bubble=bubble, step_s=step,
                     step_s_no_overlap=no_overlap, mfu=mfu, tokens_per_s=tokens * dp / step,
                     dominant=max(terms, key=lambda k: terms[k]))
 
@@ -236,14 +253,26 @@ MATRICES_PER_BLOCK = {"gpt2": 4, "llama": 7, "qwen2": 7}
 down. Norms stay whole under ZeRO-3: HF "auto" sets stage3_param_persistence_threshold = 10·h, above a norm's h."""
 
 
+def ready_order(shape: ModelShape, cand: Candidate) -> list[float]:
+    """The busiest rank's parameter tensors in the order their gradients become ready (the reverse of the forward:
+    last block first; a tied embedding is ready last). A pipeline stage holds layers/pp blocks and, on the busiest
+    one, the embeddings; tensor parallelism splits every tensor tp ways (norms too, which overcounts no call)."""
+    parts = shape.parts()
+    front = [parts["embedding"], *([parts["positions"]] if parts["positions"] else [])]
+    back = [shape.hidden] * (2 if shape.arch == "gpt2" else 1) + ([parts["head"]] if parts["head"] else [])
+    tensors = [*front, *shape.block_tensors() * round(shape.layers / cand.pp), *back]
+    return [size / cand.tp for size in reversed(tensors)]
+
+
 def collective_calls(cand: Candidate, shape: ModelShape, held: float, wl: Workload, acc: Accounting) -> Calls:
     """How many calls carry each data-parallel collective per optimizer step:
 
     - DDP: gradient buckets, 1 MiB first then 25 MiB (torch DistributedDataParallel's defaults);
-    - ZeRO-1/2: one reduction per ``reduce_bucket_size`` elements of gradients (DeepSpeed stage_1_and_2 reduces
-      bucket by bucket; HF "auto" = h²), one all-gather per ``allgather_bucket_size`` of updated parameters;
+    - ZeRO-1/2/3: gradients packed into ``reduce_bucket_size`` buckets as they become ready, one reduction per
+      bucket and per tensor larger than it (:func:`bucket_calls`; HF "auto" = h²); ZeRO-1/2 then one all-gather
+      per ``allgather_bucket_size`` of updated parameters;
     - ZeRO-3: one all-gather per partitioned module in the forward and again in the backward (the block's weight
-      matrices and the embeddings; norms persist), reductions per ``reduce_bucket_size`` as above;
+      matrices and the embeddings; norms persist);
     - FSDP2 (``fully_shard`` per block, then the root): an all-gather per unit in the forward, per block in the
       backward (the root is not resharded after forward), a reduce-scatter per unit.
     """
@@ -255,13 +284,47 @@ def collective_calls(cand: Candidate, shape: ModelShape, held: float, wl: Worklo
     if cand.strategy == "zero0":
         return Calls(grads=math.ceil(held / DEEPSPEED_ALLGATHER_BUCKET))
     if cand.strategy in ("zero1", "zero2"):
-        return Calls(grads=math.ceil(held / reduce_bucket), updated_params=math.ceil(held / DEEPSPEED_ALLGATHER_BUCKET))
+        return Calls(grads=bucket_calls(ready_order(shape, cand), reduce_bucket),
+                     updated_params=math.ceil(held / DEEPSPEED_ALLGATHER_BUCKET))
     if cand.strategy == "zero3":
         embeddings = (1 if shape.tied_embeddings else 2) + (1 if shape.arch == "gpt2" else 0)  # + GPT-2's wpe
         modules = round(layers * MATRICES_PER_BLOCK.get(shape.arch, 4)) + embeddings
-        return Calls(grads=math.ceil(held / reduce_bucket), gather_forward=modules, gather_backward=modules)
+        return Calls(grads=bucket_calls(ready_order(shape, cand), reduce_bucket), gather_forward=modules,
+                     gather_backward=modules)
     units = round(layers) + 1
     return Calls(grads=units, gather_forward=units, gather_backward=round(layers))
+
+
+NO_LATENCY = Calls(grads=0, gather_forward=0, gather_backward=0, updated_params=0)
+
+
+def _deepspeed_measured(cand: Candidate, cl: Cluster) -> bool:
+    """Whether calibrate measured the candidate's ZeRO stage (not for DeepSpeed's pipeline engine, which reduces
+    its stage's gradients at the boundary without the ZeRO hooks)."""
+    return cand.strategy in ("zero1", "zero2", "zero3") and cand.pp == 1 and any(cl.deepspeed_s)
+
+
+def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl: Cluster, calls: Calls) -> float:
+    """The engine's own work beyond compute and the collectives' bytes, at the costs ``dsbench calibrate`` measured
+    on its stack (dsbench.plan.profile):
+
+    - FSDP2: units x (per micro-step cost x micro-steps + per optimizer step cost); the units are the worker's,
+      every transformer block, then the root (dsbench.worker.engines.native.wrap_fsdp2);
+    - DeepSpeed ZeRO: the gradient reductions (:func:`collective_calls`) x the stage's cost per reduction, plus
+      for ZeRO-3 the gathered modules x its cost per module; once per micro-step for ZeRO-2/3 (their gradient hooks
+      reduce every backward) and once per step for ZeRO-1 (reduced at the boundary).
+    """
+    if _deepspeed_measured(cand, cl):
+        per_call, per_module = cl.deepspeed_s[1 if cand.strategy != "zero1" else 0], cl.deepspeed_s[2]
+        if cand.strategy == "zero1":
+            return calls.grads * per_call
+        modules = calls.gather_forward if cand.strategy == "zero3" else 0
+        return (calls.grads * per_call + modules * per_module) * micro_steps
+    if cand.strategy not in ("fsdp", "fsdp_hybrid"):
+        return 0.0
+    units = round(shape.layers / cand.pp) + 1
+    per_micro, per_step = cl.fsdp_unit_s
+    return units * (per_micro * micro_steps + per_step)
 
 
 def _offload_seconds(states: ModelStates, cl: Cluster) -> float:

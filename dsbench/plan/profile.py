@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.plan.comm import ring_bytes
+from dsbench.plan.comm import bucket_calls, ring_bytes
 from dsbench.plan.hardware import Link
 
 SCHEMA = "dsbench.profile/1"
@@ -63,6 +63,60 @@ def fit_collective(kind: str, n: int, points: list[dict[str, Any]]) -> dict[str,
             "latency_us_per_step": alpha * 1e6 / ring_steps(kind, n), "fit_worst_error": worst}
 
 
+def call_seconds(fitted: dict[str, Any], kind: str, size: float, n: int) -> float:
+    """One call of ``kind`` on a ``size``-byte buffer over ``n`` ranks, as a fitted collective predicts it."""
+    entry = fitted.get(kind) or {}
+    if "alpha_us" not in entry:
+        return 0.0
+    return entry["alpha_us"] * 1e-6 + moved_bytes(kind, size, n) / (entry["bandwidth_gbs"] * 1e9)
+
+
+def fsdp_unit_costs(fsdp: dict[str, Any], world: dict[str, Any]) -> dict[str, float]:
+    """FSDP2's cost per ``fully_shard`` unit beyond compute and communication, from calibrate's stack:
+
+    - per micro-step: (sharded − plain forward+backward) / units, less one unit's collectives as the fitted world
+      link predicts them (an all-gather in the forward, another in the backward, a reduce-scatter of its gradients);
+    - per optimizer step: the sharded step's time beyond its forward+backward (clipping, AdamW over DTensors) less
+      what the plain model's takes for the 1/n of the parameters a rank updates, less the norm's all-reduce, per
+      unit.
+
+    Kept at zero when noise makes either negative (the planner then adds nothing)."""
+    n, size, units = fsdp["world"], fsdp["unit_bytes"], fsdp["units"]
+    unit_comm = 2 * call_seconds(world, "all-gather", size, n) + call_seconds(world, "reduce-scatter", size, n)
+    extra_fb = fsdp["sharded_forward_backward"]["seconds"] - fsdp["plain_forward_backward"]["seconds"]
+    per_micro = extra_fb / units - unit_comm
+    optimizer = ((fsdp["sharded_step"]["seconds"] - fsdp["sharded_forward_backward"]["seconds"])
+                 - (fsdp["plain_step"]["seconds"] - fsdp["plain_forward_backward"]["seconds"]) / n  # its 1/n shard
+                 - call_seconds(world, "all-reduce", 4, n))
+    return {"fsdp_unit_s_per_micro_step": max(0.0, per_micro), "fsdp_unit_s_per_step": max(0.0, optimizer / units)}
+
+
+def zero_costs(zero: dict[str, Any], fsdp: dict[str, Any]) -> dict[str, float]:
+    """DeepSpeed's own costs from calibrate's stack, each stage's training step less the plain model's
+    forward+backward and the AdamW step over the 1/n of the parameters a rank updates:
+
+    - ZeRO-1 and ZeRO-2, per gradient reduction: the stack's reductions are its tensors packed into buckets of
+      width² elements as DeepSpeed packs them (:func:`dsbench.plan.comm.bucket_calls`; every weight fills a bucket,
+      so each tensor is reduced alone);
+    - ZeRO-3, per gathered module (each Linear, fetched in the forward and again in the backward): what remains
+      after its reductions at ZeRO-2's cost.
+
+    Each includes its small collectives, so the planner counts only their bytes beside it. Kept at zero when noise
+    makes one negative."""
+    n, linears, width = zero["world"], zero["tensors_per_unit"] // 2, zero["width"]
+    calls = bucket_calls([width, width * width] * linears * zero["units"], width * width)
+    modules = linears * zero["units"]
+    plain_fb = fsdp["plain_forward_backward"]["seconds"]
+    base = plain_fb + (fsdp["plain_step"]["seconds"] - plain_fb) / n
+
+    def extra(stage: int) -> float:
+        return zero[f"zero{stage}_step"]["seconds"] - base
+
+    per_call = {stage: max(0.0, extra(stage) / calls) for stage in (1, 2)}
+    return {"zero1_call_s": per_call[1], "zero2_call_s": per_call[2],
+            "zero3_module_s": max(0.0, (extra(3) - calls * per_call[2]) / modules)}
+
+
 def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
     """The machine profile from ``calibrate``'s measurements: every collective fitted, and the compute rates the
     planner uses (the slowest rank's: in a synchronous step every rank waits for it)."""
@@ -83,6 +137,10 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
     sizes = per_rank[0].get("model_by_micro_batch", {})
     rates["model_tflops_by_micro_batch"] = {size: min(rank["model_by_micro_batch"][size]["tflops"] for rank in per_rank)
                                             for size in sizes}
+    if measured.get("fsdp") and "world" in collectives:
+        rates.update(fsdp_unit_costs(measured["fsdp"], collectives["world"]))
+        if measured.get("deepspeed"):
+            rates.update(zero_costs(measured["deepspeed"], measured["fsdp"]))
     return {**measured, "schema": SCHEMA, "collectives": collectives, "rates": rates}
 
 
@@ -127,6 +185,14 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
              f"at micro-batch {profile['micro_batch']} x seq {profile['seq_len']}; its MLP matmul "
              f"{rates['gemm_tflops'] * 1e3:,.2f}, attention {rates['attention_tflops'] * 1e3:,.2f} GFLOP/s; "
              f"AdamW {rates['adam_params_per_s'] / 1e6:,.1f} M params/s"]
+    if "fsdp_unit_s_per_micro_step" in rates:
+        lines.append("FSDP2 beyond compute and collectives, per unit: "
+                     f"{rates['fsdp_unit_s_per_micro_step'] * 1e3:,.2f} ms per micro-step, "
+                     f"{rates['fsdp_unit_s_per_step'] * 1e3:,.2f} ms per optimizer step")
+    if "zero1_call_s" in rates:
+        lines.append(f"DeepSpeed, small collectives included: {rates['zero1_call_s'] * 1e3:,.2f} ms (ZeRO-1) and "
+                     f"{rates['zero2_call_s'] * 1e3:,.2f} ms (ZeRO-2) per gradient reduction, "
+                     f"{rates['zero3_module_s'] * 1e3:,.2f} ms per module ZeRO-3 gathers")
     for group, data in profile["collectives"].items():
         for kind in KINDS:
             entry = data.get(kind) or {}

@@ -26,9 +26,8 @@ RUNNABLE = {("ddp", "none", 1, 1, "deepspeed"): "ddp", ("zero0", "none", 1, 1, "
 
 
 def compare_strategy(cand: dict[str, Any]) -> str | None:
-    """The compare strategy that runs a planner candidate (``None`` when dsbench has none for it)."""
-    if cand["activation_checkpointing"]:
-        return None
+    """The compare strategy that runs a planner candidate (``None`` when dsbench has none for it); activation
+    checkpointing is the cell's own switch."""
     return RUNNABLE.get((cand["strategy"], cand["offload"], cand["tp"], cand["pp"], cand.get("engine", "deepspeed")))
 
 
@@ -68,10 +67,14 @@ def compare_row(cand: dict[str, Any], folder: Path, shape: ModelShape, ranks: in
     if cand["strategy"] == "zero1":
         row["note"] = "gradients excluded (counted at different moments, see docs/planner.md)"
     peak = max(summary["peak_memory_bytes_per_rank"])
+    throughput = summary["throughput"]
+    # the step time by the wall clock: the measured window over its steps (everything included)
+    wall_step = throughput["window_s"] / throughput["steps"]
     row.update(predicted_model_state_bytes=predicted, measured_model_state_bytes=measured,
                model_state_error=(predicted - measured) / measured, accounting=acc.name,
                measured_peak_memory_bytes=peak, memory_kind=summary["memory_kind"],
-               tokens_per_s=summary["throughput"]["tokens_per_s"])
+               tokens_per_s=throughput["tokens_per_s"], measured_step_s=wall_step, predicted_step_s=cand["step_s"],
+               step_error=(cand["step_s"] - wall_step) / wall_step)
     if summary["memory_kind"] == "cuda_max_allocated":
         # On a GPU the planner's device total (states + activations + buffers) is comparable with
         # torch.cuda.max_memory_allocated; on CPU the RSS includes the whole runtime, so no comparison.
@@ -87,9 +90,10 @@ def print_verify(rows: list[dict[str, Any]]) -> None:
 
     console = table_console()
 
-    table = Table(title="predicted vs measured (model states per rank, bytes counted from tensors)")
+    table = Table(title="predicted vs measured (model states per rank, bytes counted from tensors; step time by the "
+                        "wall clock)")
     for col in ("candidate", "status", "accounting", "predicted MiB", "measured MiB", "error", "peak MiB (kind)",
-                "predicted peak MiB", "peak error"):
+                "predicted peak MiB", "peak error", "predicted step ms", "measured step ms", "step error"):
         table.add_column(col)
     for row in rows:
         if "error" in row:
@@ -103,7 +107,10 @@ def print_verify(rows: list[dict[str, Any]]) -> None:
                       f"{row['measured_peak_memory_bytes'] / 2**20:,.0f} ({row['memory_kind']})" if ok else "-",
                       f"{row['predicted_peak_memory_bytes'] / 2**20:,.0f}" if "predicted_peak_memory_bytes" in row
                       else "-",
-                      f"{row['peak_memory_error']:+.1%}" if "peak_memory_error" in row else "-")
+                      f"{row['peak_memory_error']:+.1%}" if "peak_memory_error" in row else "-",
+                      f"{row['predicted_step_s'] * 1e3:,.1f}" if ok else "-",
+                      f"{row['measured_step_s'] * 1e3:,.1f}" if ok else "-",
+                      f"{row['step_error']:+.0%}" if ok else "-")
     console.print(table)
 
 
@@ -148,3 +155,29 @@ def measured_step_s(row: dict[str, Any]) -> float:
     """A measured row's step time by the wall clock: its global tokens per step over its tokens/s."""
     header = row["runs"][0]["header"]
     return header["global_batch"] * header["seq_len"] / row["tokens_per_s"]
+
+
+def predicted_figures(row: dict[str, Any], profile: str) -> dict[str, Any]:
+    """What the planner, from a machine profile, predicts for one measured report row, beside what was measured:
+    the step time by the wall clock and, where the peak is the GPU's allocator peak, the device memory. Empty for a
+    failed row or a strategy the planner has no candidate for (the report shows "-")."""
+    from dsbench.errors import DsbenchError
+
+    if row.get("status") != "ok" or not row.get("tokens_per_s"):
+        return {}
+    try:
+        estimate = predict_cell(row, profile)
+    except DsbenchError:  # a model the planner cannot resolve here (a local folder since moved): no prediction
+        return {}
+    if estimate is None:
+        return {}
+    measured = measured_step_s(row)
+    out = {"wall_step_ms": measured * 1e3, "predicted_step_ms": estimate.step_s * 1e3,
+           "step_error": (estimate.step_s - measured) / measured, "predicted_dominant": estimate.dominant}
+    if row.get("memory_kind") == "cuda_max_allocated" and row.get("peak_memory_mib"):
+        # the planner's device total (states + activations + buffers) against torch.cuda.max_memory_allocated;
+        # a CPU run's RSS holds the whole runtime and is not compared
+        predicted = estimate.device_total / 2**20
+        out.update(predicted_peak_mib=predicted,
+                   peak_error=(predicted - row["peak_memory_mib"]) / row["peak_memory_mib"])
+    return out

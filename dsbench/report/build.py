@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,17 @@ def environment(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "git_revisions": sorted({str(h.get("git_rev")) for h in headers})}
 
 
-def build_report(roots: list[Path], out: Path, plots: bool = True) -> Report:
-    """Collect ``roots`` (merged) and write all artefacts into ``out``."""
+Predict = Callable[[dict[str, Any]], dict[str, Any]]
+"""Figures to add to one report row (the planner's predictions beside the measurement: ``dsbench.plan.verify``)."""
+
+
+def build_report(roots: list[Path], out: Path, plots: bool = True, predict: Predict | None = None) -> Report:
+    """Collect ``roots`` (merged) and write all artefacts into ``out``; ``predict`` adds predicted columns."""
     rows = collect(roots)
     if not rows:
         raise UserError(f"no runs found under {', '.join(map(str, roots))} (looked for cell.json / metrics.jsonl)")
+    if predict is not None:
+        rows = [{**row, **predict(row)} for row in rows]
     env = environment(rows)
     files = {
         "markdown": atomic_write_text(out / "report.md", to_markdown(rows)),

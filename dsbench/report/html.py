@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dsbench.report.render import COLUMNS, TEXT_COLUMNS, cell_text, method_note
+from dsbench.report.render import TEXT_COLUMNS, cell_text, columns_for, method_note
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1200px;color:#222}
@@ -20,12 +20,13 @@ font-size:.8rem}details{margin:.4rem 0}.note{color:#555;font-size:.85rem}
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in COLUMNS)
+    columns = columns_for(rows)
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)
     body = []
     for row in rows:
         cells = "".join(
             f"<td class='{'' if k in TEXT_COLUMNS else 'num'}'>"
-            f"{html.escape(cell_text(row, k, f))}</td>" for k, _, f in COLUMNS)
+            f"{html.escape(cell_text(row, k, f))}</td>" for k, _, f in columns)
         body.append(f"<tr class='{'' if row['status'] == 'ok' else 'failed'}'>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 

@@ -27,13 +27,27 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("speedup_vs_ddp", "vs DDP", "{:.2f}x"),
     ("final_loss", "final loss", "{:.4f}"),
 ]
+PREDICTED_COLUMNS: list[tuple[str, str, str]] = [
+    # shown when the report was built with a machine profile (dsbench report/compare --profile)
+    ("wall_step_ms", "wall step ms", "{:.1f}"),
+    ("predicted_step_ms", "predicted step ms", "{:.1f}"),
+    ("step_error", "step error", "{:+.0%}"),
+    ("predicted_dominant", "predicted dominant", "{}"),
+    ("predicted_peak_mib", "predicted peak MiB", "{:,.1f}"),
+    ("peak_error", "peak error", "{:+.0%}"),
+]
 EXPORT_KEYS = ["strategy", "world_size", "micro_batch", "model", "device", "status", "reason", "repeats", "ok",
                "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "window_s", "mfu", "timed_tokens_per_s",
                "timed_tokens_per_s_p10", "timed_tokens_per_s_p90", "timed_mfu", "outside_timed_fraction",
                "step_time_ms", "step_time_ms_min", "step_time_ms_max", "peak_memory_mib", "memory_kind",
                "model_states_mib", "scaling_efficiency", "scaling_baseline", "speedup_vs_ddp", "final_loss",
-               "measured_steps", "warmup_steps"]
-TEXT_COLUMNS = ("strategy", "model", "device", "status")
+               "measured_steps", "warmup_steps", *(key for key, _, _ in PREDICTED_COLUMNS)]
+TEXT_COLUMNS = ("strategy", "model", "device", "status", "predicted_dominant", "predicted dominant")
+
+
+def columns_for(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The table's columns: the measured ones, then each predicted one that some row has."""
+    return COLUMNS + [col for col in PREDICTED_COLUMNS if any(row.get(col[0]) is not None for row in rows)]
 
 
 def cell_text(row: dict[str, Any], key: str, fmt: str) -> str:
@@ -75,20 +89,34 @@ def to_rich_table(rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
     table = Table(title="dsbench compare", caption=method_note(rows), caption_justify="left")
-    for _, header, _ in COLUMNS:
+    columns = columns_for(rows)
+    for _, header, _ in columns:
         table.add_column(header, justify="left" if header in TEXT_COLUMNS else "right")
     for row in rows:
         style = None if row["status"] == "ok" else "red"
-        table.add_row(*(cell_text(row, k, f) for k, _, f in COLUMNS), style=style)
+        table.add_row(*(cell_text(row, k, f) for k, _, f in columns), style=style)
     return table
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| " + " | ".join(h for _, h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(cell_text(r, k, f) for k, _, f in COLUMNS) + " |" for r in rows]
+    columns = columns_for(rows)
+    lines = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell_text(r, k, f) for k, _, f in columns) + " |" for r in rows]
     failed = [r for r in rows if r["status"] != "ok"]
     notes = [f"- {r['strategy']} x{r['world_size']} ({r['model']}): {r['status']}: {r['reason']}" for r in failed]
-    return "\n".join(["# dsbench report", "", *lines, "", method_note(rows), *([""] + notes if notes else [])]) + "\n"
+    return "\n".join(["# dsbench report", "", *lines, "", method_note(rows), *predicted_note(rows),
+                      *([""] + notes if notes else [])]) + "\n"
+
+
+def predicted_note(rows: list[dict[str, Any]]) -> list[str]:
+    """How the predicted columns were made, when the report has them."""
+    if not any(row.get("predicted_step_ms") is not None for row in rows):
+        return []
+    return ["", "predicted step ms: dsbench plan's time model from the machine profile given with --profile, for the "
+            "cell's model, ranks, micro-batch, accumulation, sequence and precision; wall step ms is the measured "
+            "global tokens per step over tokens/s (wall); step error = (predicted - measured) / measured. "
+            "predicted peak MiB is the planner's device total against torch.cuda.max_memory_allocated (GPU runs "
+            "only)."]
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:

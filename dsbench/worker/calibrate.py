@@ -15,7 +15,13 @@ planner's fit, :mod:`dsbench.plan.profile`, turns them into the machine profile)
   has: ``world``, ``intra`` (the ranks of node 0) and ``inter`` (the first rank of every node). Each size is
   timed as the median of repeats after warm-up; a ring model (the planner's ``plan.comm``) is fitted to them:
   seconds = alpha + bytes_per_rank / bandwidth, bytes_per_rank = 2B(n-1)/n for all-reduce, B(n-1)/n for
-  all-gather and reduce-scatter (Patarasuk & Yuan 2009), B for point-to-point.
+  all-gather and reduce-scatter (Patarasuk & Yuan 2009), B for point-to-point;
+- FSDP2's own cost per unit (``fully_shard``): a forward+backward, and a whole training step (with clipping and
+  AdamW), of a stack of small units shaped like transformer blocks, once plain and once with every unit sharded
+  over the world. The fit subtracts the stack's collectives (from the fitted links) and divides by the units: what
+  FSDP2's hooks, DTensor dispatch and copy-in/copy-out add per unit in each micro-step, and in each optimizer step;
+- DeepSpeed's own cost per parameter tensor: a training step of the same stack under ZeRO-1, 2 and 3 against the
+  plain one (the fit: what each stage adds per tensor, its small collectives included).
 """
 
 from __future__ import annotations
@@ -70,9 +76,7 @@ def _rate(work: Any, device: str, repeats: int, min_s: float = 0.05, calls: int 
             work()
         _sync(device)
         samples.append((time.perf_counter() - started) / calls)
-    ordered = sorted(samples)
-    return {"seconds": statistics.median(samples), "p10": ordered[len(ordered) // 10],
-            "p90": ordered[-1 - len(ordered) // 10], "calls_per_sample": calls, "samples": repeats}
+    return _summary(samples, calls)
 
 
 def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, repeats: int,
@@ -92,15 +96,35 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
     q = torch.randn(micro, shape.heads, seq, head, device=device, dtype=dtype)
     attention = _rate(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True), device, repeats)
     model = build_model(shape, seed, False, False).to(device=device, dtype=dtype)
-    by_micro = {}
-    for size in sorted({1, 2, 4, micro}):  # small batches run below the large ones' rate: the planner interpolates
+    # small batches run below the large ones' rate: the planner interpolates between the sizes. They are measured
+    # in interleaved rounds (each size once per round), as the collectives are, so that a slow moment of the shared
+    # cores falls on every size alike rather than on one
+    sizes = sorted({1, 2, 4, micro})
+    steps = {}
+    for size in sizes:
         ids = torch.randint(0, shape.vocab_size, (size, seq), device=device)
 
         def step(ids: Any = ids) -> None:
             model(input_ids=ids, labels=ids).loss.backward()
 
-        timing = _rate(step, device, repeats, min_s=0.2)
+        step()  # warm-up
+        _sync(device)
+        started = time.perf_counter()
+        step()
+        _sync(device)
+        steps[size] = (step, max(1, int(0.1 / max(time.perf_counter() - started, 1e-6))))
+    samples: dict[int, list[float]] = {size: [] for size in sizes}
+    for _ in range(max(repeats, 7)):
+        for size, (step, calls) in steps.items():
+            started = time.perf_counter()
+            for _ in range(calls):
+                step()
+            _sync(device)
+            samples[size].append((time.perf_counter() - started) / calls)
+    by_micro = {}
+    for size in sizes:
         flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, seq) * size * seq
+        timing = _summary(samples[size], steps[size][1])
         by_micro[str(size)] = {**timing, "flops": flops, "tflops": flops / timing["seconds"] / 1e12}
     model_step = {key: value for key, value in by_micro[str(micro)].items() if key not in ("flops", "tflops")}
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -142,8 +166,18 @@ def _collective(kind: str, size: int, group: Any, ranks: list[int], rank: int, c
     return lambda: None
 
 
+def _summary(samples: list[float], calls: int) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {"seconds": statistics.median(samples), "p10": ordered[len(ordered) // 10],
+            "p90": ordered[-1 - len(ordered) // 10], "calls_per_sample": calls, "samples": len(samples)}
+
+
 def measure_group(ranks: list[int], group: Any, rank: int, comm: Any, repeats: int) -> dict[str, Any] | None:
-    """Every collective at every size in one group (None on ranks outside it; they wait at the next barrier)."""
+    """Every collective at every size in one group (None on ranks outside it; they wait at the next barrier).
+
+    The sizes are measured in interleaved rounds (every size once per round, ``repeats`` rounds) and each size's
+    median taken over the rounds: on shared cores the latency drifts over seconds, and a size measured in one
+    burst would carry one moment's drift into the fit."""
     import torch
 
     if rank not in ranks:
@@ -151,20 +185,120 @@ def measure_group(ranks: list[int], group: Any, rank: int, comm: Any, repeats: i
     device = str(comm.device)
     out: dict[str, Any] = {}
     for kind in KINDS:
-        points = []
-        for size in SIZES:
-            work = _collective(kind, size, group, ranks, rank, comm, torch.float32)
-            comm.barrier(group)  # sync point: every rank of the group starts the size together
-            # the same number of calls on every rank (each call is a sync point): more for small messages
-            calls = max(1, min(64, 2**22 // size))
-            try:
-                points.append({"bytes": size, **_rate(work, device, repeats, calls=calls)})
-            except (RuntimeError, ValueError) as exc:  # a backend without this collective (raised on every rank)
-                out[kind] = {"unsupported": str(exc).splitlines()[0][:200]}
-                break
-        else:
-            out[kind] = {"points": points}
+        works = {size: _collective(kind, size, group, ranks, rank, comm, torch.float32) for size in SIZES}
+        # the same number of calls on every rank (each call is a sync point): more for small messages
+        calls = {size: max(1, min(32, 2**21 // size)) for size in SIZES}
+        samples: dict[int, list[float]] = {size: [] for size in SIZES}
+        try:
+            for size in SIZES:
+                works[size]()  # warm-up call
+            for _ in range(max(repeats, 5)):
+                for size in SIZES:
+                    comm.barrier(group)  # sync point: every rank of the group starts the sample together
+                    started = time.perf_counter()
+                    for _ in range(calls[size]):
+                        works[size]()
+                    _sync(device)
+                    samples[size].append((time.perf_counter() - started) / calls[size])
+        except (RuntimeError, ValueError) as exc:  # a backend without this collective (raised on every rank)
+            out[kind] = {"unsupported": str(exc).splitlines()[0][:200]}
+            continue
+        out[kind] = {"points": [{"bytes": size, **_summary(samples[size], calls[size])} for size in SIZES]}
     return out
+
+
+FSDP_UNITS = 8
+"""Units in the FSDP2 stack: enough that the per-unit cost stands above one step's noise."""
+FSDP_UNIT_SHAPE = (6, 64)
+STACK_CALLS = 4
+"""Training steps of the stack per timed sample (each sample's median is over ``--repeats`` samples)."""
+"""Each unit: 6 Linear(64, 64) with bias, 12 parameter tensors as a GPT-2 block has (2 norms, 4 linears)."""
+
+
+def _stack(device: str, dtype: Any) -> Any:
+    """The calibration stack: FSDP_UNITS units of FSDP_UNIT_SHAPE, seeded (the same weights on every rank)."""
+    import torch
+
+    linears, width = FSDP_UNIT_SHAPE
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(linears)])
+                                 for _ in range(FSDP_UNITS)]).to(device=device, dtype=dtype)
+
+
+def _stack_input(device: str, dtype: Any) -> Any:
+    import torch
+
+    return torch.randn(8, FSDP_UNIT_SHAPE[1], device=device, dtype=dtype)
+
+
+def _stack_facts(dtype: Any, world: int) -> dict[str, Any]:
+    import torch
+
+    linears, width = FSDP_UNIT_SHAPE
+    return {"units": FSDP_UNITS, "tensors_per_unit": 2 * linears, "width": width, "world": world,
+            "unit_bytes": linears * (width * width + width) * torch.tensor([], dtype=dtype).element_size()}
+
+
+def measure_fsdp(comm: Any, device: str, dtype: Any, repeats: int) -> dict[str, Any]:
+    """Seconds per forward+backward and per training step of the calibration stack, plain and under FSDP2 (every
+    unit, then the root), on this rank. Every rank runs the same number of steps per sample: each sharded step holds
+    collectives (sync points)."""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    x = _stack_input(device, dtype)
+
+    def trainer(model: Any, optimize: bool) -> Any:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step() -> None:
+            model(x).square().mean().backward()
+            if optimize:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # under FSDP2: an all-reduce of the norm
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+
+        return step
+
+    plain_model, sharded_model = _stack(device, dtype), _stack(device, dtype)
+    for unit in sharded_model:
+        fully_shard(unit)
+    fully_shard(sharded_model)
+    timed = {}
+    for name, model in (("plain", plain_model), ("sharded", sharded_model)):
+        for optimize in (False, True):
+            comm.barrier()  # sync point: every rank starts the same steps together
+            key = f"{name}_{'step' if optimize else 'forward_backward'}"
+            timed[key] = _rate(trainer(model, optimize), device, repeats, calls=STACK_CALLS)
+    return {**_stack_facts(dtype, comm.world_size), **timed}
+
+
+def measure_deepspeed(comm: Any, device: str, dtype: Any, precision: str, repeats: int) -> dict[str, Any]:
+    """Seconds per training step (forward, ``engine.backward``, ``engine.step`` with clipping) of the calibration
+    stack under DeepSpeed ZeRO-1, 2 and 3, with torch AdamW as the client optimizer and the reduce bucket at
+    width² elements (HF "auto"'s h²): what DeepSpeed's per-parameter hooks, bucketing and partitioning cost."""
+    import deepspeed
+    import torch
+
+    x = _stack_input(device, dtype)
+    width = FSDP_UNIT_SHAPE[1]
+    out = {}
+    for stage in (1, 2, 3):
+        model = _stack(device, dtype)
+        config = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+                  "zero_optimization": {"stage": stage, "reduce_bucket_size": width * width},
+                  "bf16": {"enabled": precision == "bf16"}, "fp16": {"enabled": precision == "fp16"}}
+        engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4),
+                                          config=config)
+
+        def step(engine: Any = engine) -> None:
+            engine.backward(engine(x).float().square().mean())
+            engine.step()
+
+        comm.barrier()  # sync point: every rank starts the same steps together
+        out[f"zero{stage}_step"] = _rate(step, device, repeats, calls=STACK_CALLS)
+        engine.destroy()
+    return {**_stack_facts(dtype, comm.world_size), **out}
 
 
 def groups_of(hostnames: list[str]) -> dict[str, list[int]]:
@@ -206,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
             measured[name] = {"ranks": ranks, "size": len(ranks),
                               **(measure_group(ranks, group, info.rank, comm, args.repeats) or {})}
         comm.barrier()  # sync point: the next group starts when this one is done everywhere
+    fsdp = measure_fsdp(comm, info.device, dtype, args.repeats) if info.world_size > 1 else None
+    zero = measure_deepspeed(comm, info.device, dtype, args.precision, args.repeats) if info.world_size > 1 else None
     if info.is_main:
         measurements = {"schema": "dsbench.measured/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "command": args.command, "seconds": round(time.time() - started, 1), "versions": versions(),
@@ -213,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                    "world_size": info.world_size, "hostnames": hostnames,
                    "nodes": len(set(hostnames)), "model": shape.to_dict(), "micro_batch": args.micro_batch,
                    "seq_len": args.seq_len, "precision": args.precision, "compute": every[0],
-                   "compute_per_rank": every, "collectives": measured}
+                   "compute_per_rank": every, "collectives": measured, "fsdp": fsdp, "deepspeed": zero}
         atomic_write_json(args.out, measurements)
     wdist.shutdown()
     return 0

@@ -30,6 +30,11 @@ def test_calibrate_measures_the_ranks_and_plan_uses_it(tmp_path):
         assert sizes == [2**k for k in range(12, 25, 2)], kind
         assert all(p["p10"] <= p["seconds"] <= p["p90"] for p in world[kind]["points"]), kind
         assert world[kind]["bandwidth_gbs"] > 0, kind
+    # the engines' own costs, from the stack run plain, under FSDP2 and under ZeRO-1/2/3 (a real step each)
+    for key in ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
+                "zero3_module_s"):
+        assert key in profile["rates"], key
+    assert profile["deepspeed"]["zero3_step"]["seconds"] > profile["fsdp"]["plain_step"]["seconds"]
     assert (tmp_path / "cal" / "measured.json").exists()  # the raw measurements stay beside the log
     again = dsbench("calibrate", "--num-gpus", "2", "--run-dir", str(tmp_path / "cal2"), "-o", str(profile_path),
                     cwd=ROOT, timeout=60)

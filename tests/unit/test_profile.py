@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -100,3 +101,117 @@ def test_the_rate_between_measured_micro_batches_is_interpolated_in_log2():
     assert rate_at(measured, 1, 9.9) == 0.02 and rate_at(measured, 4, 9.9) == 0.06
     assert rate_at(measured, 2, 9.9) == pytest.approx(0.04)  # halfway in log2 between 1 and 4
     assert rate_at(measured, 16, 9.9) == 0.06 and rate_at({}, 2, 9.9) == 9.9
+
+
+def _fsdp_measurement() -> dict:
+    """calibrate's FSDP2 stack: 8 units of 1,000 bytes over 2 ranks; every figure in seconds."""
+    timing = {"plain_forward_backward": 0.010, "plain_step": 0.016, "sharded_forward_backward": 0.050,
+              "sharded_step": 0.070}
+    return {"units": 8, "tensors_per_unit": 12, "unit_bytes": 1000, "world": 2,
+            **{key: {"seconds": value} for key, value in timing.items()}}
+
+
+def test_fsdp_costs_per_unit_are_what_the_stack_shows_beyond_its_collectives():
+    from dsbench.plan.profile import fsdp_unit_costs
+
+    world = {"all-gather": {"alpha_us": 500.0, "bandwidth_gbs": 1.0},
+             "reduce-scatter": {"alpha_us": 1000.0, "bandwidth_gbs": 1.0},
+             "all-reduce": {"alpha_us": 200.0, "bandwidth_gbs": 1.0}}
+    costs = fsdp_unit_costs(_fsdp_measurement(), world)
+    # by hand: 40 ms extra over 8 units = 5 ms; one unit's collectives over 2 ranks move 500 bytes each:
+    # 2 all-gathers (500 µs + 0.5 µs) and a reduce-scatter (1000 µs + 0.5 µs) = 2.0015 ms
+    assert costs["fsdp_unit_s_per_micro_step"] == pytest.approx(5e-3 - 2.0015e-3, rel=1e-9)
+    # optimizer: 20 ms sharded, less the plain 6 ms / 2 ranks, less the norm's all-reduce (200 µs + 4 bytes at
+    # 1 GB/s), over 8 units
+    assert costs["fsdp_unit_s_per_step"] == pytest.approx((20e-3 - 3e-3 - 200.004e-6) / 8, rel=1e-9)
+
+
+def test_noise_never_makes_fsdp_cheaper_than_the_plain_model():
+    from dsbench.plan.profile import fsdp_unit_costs
+
+    measured = _fsdp_measurement()
+    measured["sharded_forward_backward"]["seconds"] = 0.005
+    costs = fsdp_unit_costs(measured, {"all-gather": {"alpha_us": 1.0, "bandwidth_gbs": 1.0}})
+    assert costs["fsdp_unit_s_per_micro_step"] == 0.0
+
+
+def test_the_planner_adds_fsdp_s_own_work_per_unit_and_micro_step():
+    shape = resolve_model("gpt2-mini")  # 4 blocks + the root: 5 fully_shard units (worker.engines.native)
+    wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=3, precision="fp32")
+    plain = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+                    inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04)
+    measured = replace(plain, fsdp_unit_s=(2e-3, 5e-3))
+    fsdp, ddp = Candidate(strategy="fsdp"), Candidate(strategy="ddp")
+    assert estimate(fsdp, wl, measured).framework_s == pytest.approx(5 * (2e-3 * 3 + 5e-3))
+    assert estimate(fsdp, wl, measured).step_s - estimate(fsdp, wl, plain).step_s == pytest.approx(5 * 11e-3)
+    assert estimate(ddp, wl, measured).framework_s == 0.0
+    assert estimate(fsdp, wl, plain).framework_s == 0.0  # no profile, no term
+
+
+def test_a_profile_with_the_fsdp_stack_carries_its_costs_to_the_planner():
+    from dsbench.plan.api import with_profile
+
+    measured = {**_measured([0.05, 0.04]), "fsdp": _fsdp_measurement()}
+    profile = fit_profile(measured)
+    assert profile["rates"]["fsdp_unit_s_per_micro_step"] > 0 and profile["rates"]["fsdp_unit_s_per_step"] > 0
+    assert any(line.startswith("FSDP2 beyond compute") for line in summary_lines(profile))
+    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+                   inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"])
+    assert with_profile(base, profile).fsdp_unit_s == (profile["rates"]["fsdp_unit_s_per_micro_step"],
+                                                       profile["rates"]["fsdp_unit_s_per_step"])
+
+
+def test_deepspeed_packs_gradients_into_buckets_and_reduces_an_oversized_one_alone():
+    from dsbench.plan.comm import bucket_calls
+
+    assert bucket_calls([1, 1, 1], 5) == 1
+    assert bucket_calls([3, 3, 3], 5) == 3  # each would overflow the bucket the one before filled
+    assert bucket_calls([10, 1, 1], 5) == 2  # the 10 alone, then the two together
+    assert bucket_calls([], 5) == 0
+
+
+@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "qwen2-tiny"])
+def test_the_tensor_list_is_the_hf_models_parameters(name):
+    from dsbench.worker.model import build_model
+
+    shape = resolve_model(name)
+    assert shape.tensors() == [p.numel() for p in build_model(shape, 0, False, False).parameters()]
+
+
+def test_deepspeed_costs_per_reduction_and_per_gathered_module_from_the_stack():
+    from dsbench.plan.profile import zero_costs
+
+    fsdp = _fsdp_measurement()  # plain forward+backward 10 ms, plain step 16 ms: AdamW 6 ms, 3 ms per shard
+    zero = {"units": 8, "tensors_per_unit": 12, "width": 64, "world": 2,
+            "zero1_step": {"seconds": 0.013 + 96 * 1e-3}, "zero2_step": {"seconds": 0.013 + 96 * 2e-3},
+            "zero3_step": {"seconds": 0.013 + 96 * 2e-3 + 48 * 5e-3}}
+    # by hand: 8 units x 6 Linear(64, 64); every 4,096-element weight fills a width² bucket, so each of the 96
+    # tensors is reduced alone; ZeRO-3 gathers the 48 Linears
+    costs = zero_costs(zero, fsdp)
+    assert costs["zero1_call_s"] == pytest.approx(1e-3) and costs["zero2_call_s"] == pytest.approx(2e-3)
+    assert costs["zero3_module_s"] == pytest.approx(5e-3)
+
+
+def test_the_planner_prices_deepspeed_by_its_reductions_and_gathers_when_measured():
+    from dsbench.plan.estimate import collective_calls
+    from dsbench.plan.memory import accounting_for
+
+    shape = resolve_model("gpt2-mini")
+    wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=2, precision="fp32")
+    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+                 inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04,
+                 deepspeed_s=(1e-3, 2e-3, 5e-3))
+    acc = accounting_for("fp32", "zero3")
+    for strategy, per_step in (("zero1", 1), ("zero2", 2)):
+        calls = collective_calls(Candidate(strategy=strategy), shape, shape.num_params(), wl, acc)
+        cost = 1e-3 if strategy == "zero1" else 2e-3
+        expected = calls.grads * cost * per_step
+        assert estimate(Candidate(strategy=strategy), wl, cl).framework_s == pytest.approx(expected)
+    calls = collective_calls(Candidate(strategy="zero3"), shape, shape.num_params(), wl, acc)
+    # gpt2-mini, counted by hand: 4 blocks x 4 weight matrices + wte + wpe gathered. Reductions in ready order
+    # (h² = 16,384-element buckets): each block closes 8 (mlp c_proj w, c_fc b, c_fc w, ln_2 b, attn c_proj w,
+    # c_attn b, c_attn w each overflow the bucket before them; ln_1 starts the next), 32 for the four, then wpe,
+    # wte and the last flush: 35
+    assert calls.gather_forward == 18 and calls.grads == 35
+    assert estimate(Candidate(strategy="zero3"), wl, cl).framework_s == pytest.approx((35 * 2e-3 + 18 * 5e-3) * 2)
+    assert estimate(Candidate(strategy="zero1", pp=2), wl, cl).framework_s == 0.0  # the pipeline engine

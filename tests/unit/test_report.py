@@ -3,6 +3,8 @@
 import csv
 import io
 import json
+import statistics
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +93,41 @@ def test_report_cli(cli_run, tmp_path):
     empty.mkdir()
     missing = cli_run("report", str(empty))
     assert missing.exit_code == 2 and "no runs found" in missing.output
+
+
+CALIBRATED = DATA / "runs" / "cpu-calibrated"
+
+
+def test_a_profile_adds_predicted_step_times_beside_the_measured(cli_run, tmp_path):
+    profile = next(CALIBRATED.glob("profile-*.json"))
+    compare = next(CALIBRATED.glob("compare-*"))
+    result = cli_run("report", str(compare), "--profile", str(profile), "-o", str(tmp_path / "r"), "--no-plots")
+    assert result.exit_code == 0, result.output
+    markdown = (tmp_path / "r" / "report.md").read_text()
+    assert "predicted step ms" in markdown and "step error" in markdown
+    assert "| predicted peak MiB |" not in markdown  # CPU runs: no allocator peak to compare
+    cells = json.loads((tmp_path / "r" / "report.json").read_text())["cells"]
+    for cell in cells:
+        # the measured side by its own route: each repeat's window over its steps (the report divides the global
+        # tokens per step by the median tokens/s)
+        windows = [json.loads((Path(run["folder"]) / "summary.json").read_text())["throughput"] for run in cell["runs"]]
+        step = statistics.median(w["window_s"] / w["steps"] for w in windows)
+        assert cell["wall_step_ms"] == pytest.approx(step * 1e3, rel=0.05)
+        assert cell["step_error"] == pytest.approx(cell["predicted_step_ms"] / cell["wall_step_ms"] - 1, rel=1e-9)
+
+
+def test_no_profile_no_predicted_columns_and_a_bad_one_is_refused(cli_run, tmp_path):
+    compare = next(CALIBRATED.glob("compare-*"))
+    plain = cli_run("report", str(compare), "-o", str(tmp_path / "r"), "--no-plots")
+    assert plain.exit_code == 0 and "predicted" not in (tmp_path / "r" / "report.md").read_text()
+    (tmp_path / "bad.json").write_text("{}")
+    bad = cli_run("report", str(compare), "--profile", str(tmp_path / "bad.json"), "-o", str(tmp_path / "s"))
+    assert bad.exit_code == 2 and "not a dsbench machine profile" in bad.output
+
+
+def test_compare_refuses_a_bad_profile_before_any_cell_runs(cli_run, tmp_path):
+    (tmp_path / "bad.json").write_text("[]")
+    result = cli_run("compare", "--strategies", "ddp", "--profile", str(tmp_path / "bad.json"),
+                     "--out", str(tmp_path / "c"))
+    assert result.exit_code == 2 and "not a dsbench machine profile" in result.output
+    assert not (tmp_path / "c").exists()

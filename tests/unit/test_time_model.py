@@ -1,10 +1,10 @@
 """The calibrated time model against stored measurements (no process starts).
 
-Oracle: ``tests/data/runs/cpu-calibrated/`` holds a real ``dsbench compare`` of gpt2-mini on 2 CPU ranks (10
-strategies, 20 steps, 5 warm-up) and the profile ``dsbench calibrate --model gpt2-mini`` wrote on the same machine
-minutes before. The planner predicts each cell's step time from the profile alone; the measured step time is the
-wall-clock window's (global tokens per step / tokens per second). The bounds are issue 14's goals where they are
-met, and the one strategy that misses them is named (strict xfail: it fails loudly once fixed).
+Oracle: ``tests/data/runs/cpu-calibrated/`` holds real ``dsbench compare`` runs of gpt2-mini and gpt2-tiny on 2 CPU
+ranks (10 strategies, 20 steps of which 5 warm-up, 2 repeats) and the profile ``dsbench calibrate --model M`` wrote
+for each on the same machine the same hour. The planner predicts each cell's step time from the profile alone; the
+measured step time is the wall-clock window's (global tokens per step / tokens per second). The bounds are issue
+14's goals where they are met; a goal missed is named (strict xfail: it fails loudly once met).
 """
 
 from __future__ import annotations
@@ -18,43 +18,54 @@ from dsbench.report.collect import collect
 from tests.conftest import DATA
 
 STORED = DATA / "runs" / "cpu-calibrated"
-PROFILE = str(STORED / "profile-gpt2-mini.json")
+MODELS = ["gpt2-mini", "gpt2-tiny"]
+STRATEGIES = {"single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload", "pipe2",
+              "torch_pipe2"}
 
 
-@pytest.fixture(scope="module")
-def cells() -> dict[str, tuple[float, float, float, float]]:
+def _cells(model: str) -> dict[str, tuple[float, float, float, float]]:
     """strategy -> (measured step s, predicted step s, measured tokens/s, predicted tokens/s)."""
     out = {}
-    for row in collect([STORED / "compare-gpt2-mini"]):
-        estimate = predict_cell(row, PROFILE)
+    for row in collect([STORED / f"compare-{model}"]):
+        estimate = predict_cell(row, str(STORED / f"profile-{model}.json"))
         assert estimate is not None, row["strategy"]
         out[row["strategy"]] = (measured_step_s(row), estimate.step_s, row["tokens_per_s"], estimate.tokens_per_s)
     return out
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, dict[str, tuple[float, float, float, float]]]:
+    return {model: _cells(model) for model in MODELS}
 
 
 def _error(cell: tuple[float, float, float, float]) -> float:
     return abs(cell[1] - cell[0]) / cell[0]
 
 
-def test_every_stored_strategy_is_predicted(cells):
-    assert set(cells) == {"single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload",
-                          "pipe2", "torch_pipe2"}
+@pytest.mark.parametrize("model", MODELS)
+def test_every_stored_strategy_is_predicted(models, model):
+    assert set(models[model]) == STRATEGIES
 
 
-def test_the_median_step_time_error_is_within_ten_percent(cells):
-    assert statistics.median(_error(c) for c in cells.values()) <= 0.10
+@pytest.mark.parametrize("model", ["gpt2-mini"])
+def test_the_median_step_time_error_is_within_ten_percent(models, model):
+    assert statistics.median(_error(c) for c in models[model].values()) <= 0.10
 
 
-@pytest.mark.parametrize("strategy", ["single", "ddp", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload",
-                                      "pipe2", "torch_pipe2"])
-def test_each_step_time_is_within_a_quarter(cells, strategy):
-    assert _error(cells[strategy]) <= 0.25, cells[strategy]
+@pytest.mark.xfail(strict=True, reason="gpt2-tiny's median error is 12%: its ZeRO-1/2 steps are predicted ~20% short")
+def test_the_median_step_time_error_of_the_smaller_model_is_within_ten_percent(models):
+    assert statistics.median(_error(c) for c in models["gpt2-tiny"].values()) <= 0.10
 
 
-@pytest.mark.xfail(strict=True, reason="FSDP2's per-unit work on CPU beyond its collectives (DTensor hooks, copy-in/"
-                                       "out) is not modelled yet: predicted 37% short")
-def test_fsdp_step_time_is_within_a_quarter(cells):
-    assert _error(cells["fsdp"]) <= 0.25
+@pytest.mark.parametrize("model", MODELS)
+def test_the_median_step_time_error_is_within_fifteen_percent(models, model):
+    assert statistics.median(_error(c) for c in models[model].values()) <= 0.15  # the level both models reach
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_each_step_time_is_within_a_quarter(models, model, strategy):
+    assert _error(models[model][strategy]) <= 0.25, models[model][strategy]
 
 
 def _ranks(values: list[float]) -> list[float]:
@@ -80,10 +91,6 @@ def _spearman(cells: dict[str, tuple[float, float, float, float]]) -> float:
     return 1 - 6 * sum((a - b) ** 2 for a, b in zip(measured, predicted, strict=True)) / (n * (n**2 - 1))
 
 
-def test_the_predicted_ranking_follows_the_measured_one(cells):
-    assert _spearman(cells) >= 0.85  # measured 0.88: what the model reaches now, kept from regressing
-
-
-@pytest.mark.xfail(strict=True, reason="the goal, 0.9, is missed by FSDP2 (predicted 2nd fastest, measured 4th)")
-def test_the_predicted_ranking_matches_the_measured_one(cells):
-    assert _spearman(cells) >= 0.9
+@pytest.mark.parametrize("model", MODELS)
+def test_the_predicted_ranking_matches_the_measured_one(models, model):
+    assert _spearman(models[model]) >= 0.9
