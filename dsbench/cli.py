@@ -625,6 +625,8 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
 @click.option("--hostfile", type=click.Path(dir_okay=False), help="Run across these hosts (their slots).")
 @click.option("--global-batch", type=COUNT, help="Samples per optimizer step, fixed for every layout [4 x ranks].")
 @click.option("--budget", type=COUNT, default=3, show_default=True, help="Real runs at most.")
+@click.option("--exhaustive", is_flag=True,
+              help="Run every layout that fits, best predicted first (the oracle a search is checked against).")
 @click.option("--profile", type=click.Path(dir_okay=False), help="A machine profile (`dsbench calibrate`).")
 @click.option("--strategies", callback=_csv(str), help="Comma list of compare strategies [every one that runs].")
 @click.option("--no-checkpointing", is_flag=True, help="Leave activation checkpointing out of the search.")
@@ -639,9 +641,9 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
 @click.option("--timeout", type=POSITIVE, default=900, show_default=True, help="Seconds per run before it is stopped.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: int | None, budget: int,
-         profile: str | None, strategies: list[str] | None, no_checkpointing: bool, gpu: str, gpu_mem: float | None,
-         precision: str, seq_len: int, steps: int, warmup: int, out: str | None, resume: bool, timeout: float,
-         as_json: bool) -> None:
+         exhaustive: bool, profile: str | None, strategies: list[str] | None, no_checkpointing: bool, gpu: str,
+         gpu_mem: float | None, precision: str, seq_len: int, steps: int, warmup: int, out: str | None, resume: bool,
+         timeout: float, as_json: bool) -> None:
     """Find the fastest layout (strategy x micro-batch x accumulation x checkpointing) at a fixed global batch:
     the planner ranks them all, then at most --budget real runs decide."""
     from dsbench.bench.tune import TuneRequest, print_result
@@ -657,6 +659,7 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
         raise UserError(f"--warmup must be in 0..{steps - 1}")
     check_seq_len(model, seq_len)
     req = TuneRequest(model=model, world=world, global_batch=global_batch or 4 * world, budget=budget,
+                      exhaustive=exhaustive,
                       strategies=strategies, checkpointing=not no_checkpointing, profile=profile, gpu=gpu,
                       gpu_mem=gpu_mem, precision=precision, seq_len=seq_len, steps=steps, warmup=warmup,
                       hostfile=hostfile, out=Path(out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"),

@@ -34,6 +34,8 @@ class TuneRequest:
     world: int
     global_batch: int
     budget: int = 3
+    exhaustive: bool = False
+    """Run every layout that fits (the budget is ignored): the oracle a search is checked against."""
     strategies: list[str] | None = None
     checkpointing: bool = True
     profile: str | None = None
@@ -65,7 +67,16 @@ def default_strategies(model: str, world: int) -> list[str]:
 
 
 def plan_request(req: TuneRequest) -> PlanRequest:
-    return PlanRequest(model=req.model, params=None, config=None, gpus=req.world, nodes=1, gpus_per_node=None,
+    """The planner's description of the job: one node of ``world`` ranks, or a hostfile's nodes x slots (so the
+    planner uses the profile's link across nodes where data parallelism crosses them)."""
+    nodes, per_node = 1, None
+    if req.hostfile:
+        from dsbench.hostfile import read_hostfile
+
+        slots = {host.slots for host in read_hostfile(req.hostfile)}
+        if len(slots) == 1:  # the planner's cluster is uniform; uneven slots are planned as one node
+            nodes, per_node = req.world // next(iter(slots)), next(iter(slots))
+    return PlanRequest(model=req.model, params=None, config=None, gpus=req.world, nodes=nodes, gpus_per_node=per_node,
                        gpu=req.gpu, gpu_mem=req.gpu_mem, peak_tflops=None, efficiency=0.5, interconnect="infiniband",
                        intra=None, bandwidth=None, latency=None, seq_len=req.seq_len, micro_batch=1, grad_accum=1,
                        precision=req.precision, accounting=None, host_mem=1000)
@@ -98,7 +109,8 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
     layouts = search.layouts(strategies, req.world, req.global_batch, lambda s: STRATEGIES[s].model_parallel,
                              req.checkpointing)
     base = plan_request(req)
-    found = search.start([(layout, *search.predict(layout, base, req.profile)) for layout in layouts], req.budget)
+    found = search.start([(layout, *search.predict(layout, base, req.profile)) for layout in layouts], req.budget,
+                         req.exhaustive)
     definition = {"tune": {k: str(v) if isinstance(v, Path) else v for k, v in req.__dict__.items()
                            if k not in ("out", "resume", "timeout")}}
     prepare_out(req.out, definition, req.resume)
@@ -112,7 +124,7 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
 
     def measure(layout: search.Layout) -> float | None:
         cell = cell_of(req, layout)
-        say(f"run {len(found.runs)}/{req.budget}: {layout.name} ({cell.id})")
+        say(f"run {len(found.runs)}/{found.runs_allowed()}: {layout.name} ({cell.id})")
         result = run_cell(cell, req.out / "cells" / cell.id, req.timeout, None)
         value = measured_tokens_per_s(result.folder)
         say(f"  {result.status}: " + (f"{value:,.0f} tokens/s" if value else str(result.reason)))
@@ -122,7 +134,8 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
         pass
     winner = found.winner()
     result = {"model": req.model, "world_size": req.world, "global_batch": req.global_batch,
-              "profile": req.profile, "budget": req.budget, "runs_used": len(found.runs), "runs": found.runs,
+              "profile": req.profile, "budget": req.budget, "exhaustive": req.exhaustive,
+              "runs_used": len(found.runs), "runs": found.runs,
               "layouts": [s.to_dict() for s in search.ranked(found.scored)], "winner": None}
     if winner:
         cell = cell_of(req, winner.layout)

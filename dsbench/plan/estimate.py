@@ -187,38 +187,14 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
                                                cand.checkpointing, True, act_bytes)
     buffers = _buffers(cand, shape, acc, wl)
     device_total = states.device + activations + buffers
-    # Compute: model FLOPs per token 6N + 12·L·h·s (PaLM App. B); recomputation adds one forward (2N).
     tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
+    # model FLOPs per token 6N + 12·L·h·s (PaLM App. B), for MFU
     model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
-    # the busiest rank sets the pace: 6 FLOPs per token for each parameter it holds (a pipeline's last stage also
-    # holds the LM head, the first the embeddings; tensor parallelism leaves norms and embeddings whole) plus its
-    # share of attention, 12·(L/pp)·h·s/tp (PaLM App. B, per rank)
-    busiest = (6 * held + 12 * shape.layers / cand.pp * shape.hidden * wl.seq_len / cand.tp) * tokens
-    hw_flops = busiest * (8 / 6 if cand.checkpointing else 1.0)
-    compute = hw_flops / (cl.achieved_tflops(wl.micro_batch) * 1e12)
+    compute = _compute_seconds(cand, wl, cl, held, tokens)
     bubble = bubble_fraction(cand.pp, accum)
     compute_with_bubble = compute / (1 - bubble)
-    dp_link = cl.inter if (cl.nodes > 1 and dp > cl.gpus_per_node // model_parallel) else cl.intra
-    # a measured per-tensor cost of DeepSpeed holds its collectives' latency: then only their bytes count here
     counted = collective_calls(cand, shape, held, wl, acc)
-    comm = data_parallel_comm(cand.strategy, held, dp if cand.strategy != "fsdp_hybrid" else shards, dp_link,
-                              acc.params, acc.grads, accum, NO_LATENCY if _deepspeed_measured(cand, cl) else counted)
-    overlap = compute if cand.strategy in ("zero3", "fsdp", "fsdp_hybrid") else compute * 2 / 3  # backward ≈ 2/3
-    exposed = max(0.0, sum(c.seconds for c in comm) - (overlap if cl.overlap_comm else 0.0))
-    if cand.strategy == "fsdp_hybrid" and cl.nodes > 1:  # replicas all-reduce gradient shards across nodes
-        extra = data_parallel_comm("ddp", held / shards, cl.nodes, cl.inter, acc.params, acc.grads)
-        comm += extra
-        exposed += sum(c.seconds for c in extra)
-    if cand.tp > 1:
-        tp_comm = tensor_parallel_comm(shape.layers / cand.pp, wl.seq_len, wl.micro_batch, shape.hidden, cand.tp,
-                                       cl.intra, act_bytes, accum)
-        comm += tp_comm
-        exposed += sum(c.seconds for c in tp_comm)  # on the critical path
-    if cand.pp > 1:
-        pp_comm = pipeline_comm(wl.seq_len, wl.micro_batch, shape.hidden, cand.pp,
-                                cl.inter if cl.nodes > 1 else cl.intra, act_bytes, accum)
-        comm += pp_comm
-        exposed += sum(c.seconds for c in pp_comm)
+    comm, exposed = _communication(cand, wl, cl, held, dp, shards, acc, accum, compute, counted)
     offload = _offload_seconds(states, cl)
     # the optimizer step over the parameters this rank updates (its shard under ZeRO-1/2/3 and FSDP), at the
     # measured rate; without a profile it is not counted (small beside compute on a GPU)
@@ -238,6 +214,43 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
                     bubble=bubble, step_s=step,
                     step_s_no_overlap=no_overlap, mfu=mfu, tokens_per_s=tokens * dp / step,
                     dominant=max(terms, key=lambda k: terms[k]))
+
+
+def _compute_seconds(cand: Candidate, wl: Workload, cl: Cluster, held: float, tokens: float) -> float:
+    """The busiest rank's forward+backward: it sets the pace. 6 FLOPs per token for each parameter it holds (a
+    pipeline's last stage also holds the LM head, the first the embeddings; tensor parallelism leaves norms and
+    embeddings whole) plus its share of attention, 12·(L/pp)·h·s/tp (PaLM App. B, per rank); recomputation under
+    activation checkpointing adds one forward (8N instead of 6N). At the achieved rate for the micro-batch."""
+    shape = wl.shape
+    busiest = (6 * held + 12 * shape.layers / cand.pp * shape.hidden * wl.seq_len / cand.tp) * tokens
+    hw_flops = busiest * (8 / 6 if cand.checkpointing else 1.0)
+    return hw_flops / (cl.achieved_tflops(wl.micro_batch) * 1e12)
+
+
+def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: int, shards: int, acc: Accounting,
+                   accum: int, compute: float, counted: Calls) -> tuple[list[Collective], float]:
+    """Every collective of a step and the seconds of it left exposed: data-parallel collectives overlap the
+    backward (≈ 2/3 of compute; ZeRO-3/FSDP gathers the whole step) where the backend overlaps at all, hybrid
+    FSDP's cross-node all-reduce, TP's and PP's traffic are on the critical path."""
+    shape = wl.shape
+    act_bytes = 2 if wl.precision in ("bf16", "fp16") else 4
+    model_parallel = cand.tp * cand.pp
+    dp_link = cl.inter if (cl.nodes > 1 and dp > cl.gpus_per_node // model_parallel) else cl.intra
+    # a measured DeepSpeed cost per reduction holds its collectives' latency: then only their bytes count here
+    comm = data_parallel_comm(cand.strategy, held, dp if cand.strategy != "fsdp_hybrid" else shards, dp_link,
+                              acc.params, acc.grads, accum, NO_LATENCY if _deepspeed_measured(cand, cl) else counted)
+    overlap = compute if cand.strategy in ("zero3", "fsdp", "fsdp_hybrid") else compute * 2 / 3
+    exposed = max(0.0, sum(c.seconds for c in comm) - (overlap if cl.overlap_comm else 0.0))
+    critical = []
+    if cand.strategy == "fsdp_hybrid" and cl.nodes > 1:  # replicas all-reduce gradient shards across nodes
+        critical += data_parallel_comm("ddp", held / shards, cl.nodes, cl.inter, acc.params, acc.grads)
+    if cand.tp > 1:
+        critical += tensor_parallel_comm(shape.layers / cand.pp, wl.seq_len, wl.micro_batch, shape.hidden, cand.tp,
+                                         cl.intra, act_bytes, accum)
+    if cand.pp > 1:
+        critical += pipeline_comm(wl.seq_len, wl.micro_batch, shape.hidden, cand.pp,
+                                  cl.inter if cl.nodes > 1 else cl.intra, act_bytes, accum)
+    return comm + critical, exposed + sum(c.seconds for c in critical)
 
 
 # Calls, not only bytes: each collective call pays the link's latency, and on CPU ranks that is most of the cost

@@ -170,9 +170,12 @@ def link_from(profile: dict[str, Any], group: str) -> Link | None:
 
 
 def compute_group(profile: dict[str, Any]) -> tuple[Link | None, Link | None]:
-    """(within a node, across nodes) links of a profile: a one-node profile's ``world`` is its intra-node link."""
-    intra = link_from(profile, "intra") or (link_from(profile, "world") if profile.get("nodes", 1) == 1 else None)
-    return intra, link_from(profile, "inter")
+    """(within a node, across nodes) links of a profile: a one-node profile's ``world`` is its intra-node link, and
+    with one rank per node ``world`` is the link across nodes (calibrate then measures no separate ``inter``)."""
+    nodes = profile.get("nodes", 1)
+    intra = link_from(profile, "intra") or (link_from(profile, "world") if nodes == 1 else None)
+    one_per_node = nodes > 1 and nodes == profile.get("world_size")
+    return intra, link_from(profile, "inter") or (link_from(profile, "world") if one_per_node else None)
 
 
 def summary_lines(profile: dict[str, Any]) -> list[str]:
@@ -199,10 +202,19 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
             if "bandwidth_gbs" in entry:
                 lines.append(f"{group} ({data['size']} ranks) {kind}: {entry['bandwidth_gbs']:.3g} GB/s per rank, "
                              f"{entry['alpha_us']:,.0f} µs per call (fit within {entry['fit_worst_error']:.0%} "
-                             "over 4 KiB-16 MiB)")
+                             f"over {_size_range(entry['points'])})")
             elif "unsupported" in entry:
                 lines.append(f"{group} {kind}: not supported by {profile['backend']} ({entry['unsupported']})")
     return lines
+
+
+def _size_range(points: list[dict[str, Any]]) -> str:
+    """'4 KiB-16 MiB': the message sizes a fit covers (calibrate stops early on a slow link)."""
+    def name(size: int) -> str:
+        return f"{size // 2**20} MiB" if size >= 2**20 else f"{size // 2**10} KiB"
+
+    sizes = [point["bytes"] for point in points]
+    return f"{name(min(sizes))}-{name(max(sizes))}"
 
 
 def rate_at(by_micro: dict[str, float], micro: int, default: float) -> float:

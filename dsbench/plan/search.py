@@ -95,9 +95,10 @@ def correct(scored: list[Scored]) -> None:
             s.corrected = s.predicted * (statistics.median(own) if own else overall)
 
 
-def next_layout(scored: list[Scored], runs_left: int) -> Scored | None:
+def next_layout(scored: list[Scored], runs_left: int, exhaustive: bool = False) -> Scored | None:
     """The layout to run next: the best (corrected) prediction among those that fit and were not run, while it
-    still beats the best measured layout; None when the budget is spent or nothing promises better."""
+    still beats the best measured layout; None when the budget is spent or nothing promises better. Exhaustive:
+    every layout that fits, best predicted first."""
     if runs_left <= 0:
         return None
     waiting = [s for s in scored if s.fits and s.status == "not run"]
@@ -105,7 +106,7 @@ def next_layout(scored: list[Scored], runs_left: int) -> Scored | None:
         return None
     best = max(waiting, key=lambda s: s.corrected or s.predicted)
     measured = [s.measured for s in scored if s.measured]
-    if measured and (best.corrected or best.predicted) <= max(measured):
+    if not exhaustive and measured and (best.corrected or best.predicted) <= max(measured):
         return None
     return best
 
@@ -116,11 +117,15 @@ class Search:
 
     scored: list[Scored]
     budget: int
+    exhaustive: bool = False
     runs: list[str] = field(default_factory=list)
+
+    def runs_allowed(self) -> int:
+        return len(self.scored) if self.exhaustive else self.budget
 
     def step(self, measure: Callable[[Layout], float | None]) -> Scored | None:
         """Run the next layout (``measure`` returns its tokens/s, or None when the run failed); None when done."""
-        chosen = next_layout(self.scored, self.budget - len(self.runs))
+        chosen = next_layout(self.scored, self.runs_allowed() - len(self.runs), self.exhaustive)
         if chosen is None:
             return None
         self.runs.append(chosen.layout.name)
@@ -134,14 +139,14 @@ class Search:
         return max(measured, key=lambda s: s.measured or 0.0) if measured else None
 
 
-def start(candidates: list[tuple[Layout, float, bool]], budget: int) -> Search:
+def start(candidates: list[tuple[Layout, float, bool]], budget: int, exhaustive: bool = False) -> Search:
     """A search over ``(layout, predicted tokens/s, fits)``; nothing that fits means nothing to run."""
     if budget < 1:
         raise UserError(f"--budget must be >= 1 (real runs), got {budget}")
     scored = [Scored(layout=layout, predicted=predicted, fits=fits) for layout, predicted, fits in candidates]
     if not any(s.fits for s in scored):
         raise UserError("no layout fits the memory given (--gpu-mem): add ranks, or allow offload strategies")
-    return Search(scored=scored, budget=budget)
+    return Search(scored=scored, budget=budget, exhaustive=exhaustive)
 
 
 def resumed(search: Search, done: dict[str, float | None]) -> Search:

@@ -31,6 +31,7 @@ import socket
 import statistics
 import sys
 import time
+import warnings
 from typing import Any
 
 SIZES = [2**k for k in range(12, 25, 2)]
@@ -172,38 +173,60 @@ def _summary(samples: list[float], calls: int) -> dict[str, float]:
             "p90": ordered[-1 - len(ordered) // 10], "calls_per_sample": calls, "samples": len(samples)}
 
 
+SLOW_CALL_S = 0.05
+"""A warm-up call this slow means the link is bandwidth-bound at that size: larger sizes add time, not information
+(on a 100 Mbit/s link one 16 MiB all-reduce takes 2.7 s)."""
+
+
+def _sizes_to_measure(kind: str, group: Any, ranks: list[int], rank: int, comm: Any) -> dict[int, Any]:
+    """The sizes to time for ``kind``, each with its callable after one warm-up call: from 4 KiB up, stopping after
+    the first (from the third on) whose warm-up call took SLOW_CALL_S on the group's first rank, which decides for
+    every rank of the group (so all run the same calls)."""
+    import torch
+
+    device = str(comm.device)
+    works = {}
+    for size in SIZES:
+        work = _collective(kind, size, group, ranks, rank, comm, torch.float32)
+        started = time.perf_counter()
+        work()
+        _sync(device)
+        took = torch.tensor([time.perf_counter() - started], dtype=torch.float64, device=comm.device)
+        comm.broadcast_(took, src=ranks[0], group=group)  # sync point: the first rank's figure decides
+        works[size] = work
+        if len(works) >= 3 and took.item() >= SLOW_CALL_S:
+            break
+    return works
+
+
 def measure_group(ranks: list[int], group: Any, rank: int, comm: Any, repeats: int) -> dict[str, Any] | None:
     """Every collective at every size in one group (None on ranks outside it; they wait at the next barrier).
 
     The sizes are measured in interleaved rounds (every size once per round, ``repeats`` rounds) and each size's
     median taken over the rounds: on shared cores the latency drifts over seconds, and a size measured in one
-    burst would carry one moment's drift into the fit."""
-    import torch
-
+    burst would carry one moment's drift into the fit. A slow link stops the sizes early (:func:`_sizes_to_measure`)."""
     if rank not in ranks:
         return None
     device = str(comm.device)
     out: dict[str, Any] = {}
     for kind in KINDS:
-        works = {size: _collective(kind, size, group, ranks, rank, comm, torch.float32) for size in SIZES}
-        # the same number of calls on every rank (each call is a sync point): more for small messages
-        calls = {size: max(1, min(32, 2**21 // size)) for size in SIZES}
-        samples: dict[int, list[float]] = {size: [] for size in SIZES}
         try:
-            for size in SIZES:
-                works[size]()  # warm-up call
-            for _ in range(max(repeats, 5)):
-                for size in SIZES:
-                    comm.barrier(group)  # sync point: every rank of the group starts the sample together
-                    started = time.perf_counter()
-                    for _ in range(calls[size]):
-                        works[size]()
-                    _sync(device)
-                    samples[size].append((time.perf_counter() - started) / calls[size])
+            works = _sizes_to_measure(kind, group, ranks, rank, comm)
         except (RuntimeError, ValueError) as exc:  # a backend without this collective (raised on every rank)
             out[kind] = {"unsupported": str(exc).splitlines()[0][:200]}
             continue
-        out[kind] = {"points": [{"bytes": size, **_summary(samples[size], calls[size])} for size in SIZES]}
+        # the same number of calls on every rank (each call is a sync point): more for small messages
+        calls = {size: max(1, min(32, 2**21 // size)) for size in works}
+        samples: dict[int, list[float]] = {size: [] for size in works}
+        for _ in range(max(repeats, 5)):
+            for size, work in works.items():
+                comm.barrier(group)  # sync point: every rank of the group starts the sample together
+                started = time.perf_counter()
+                for _ in range(calls[size]):
+                    work()
+                _sync(device)
+                samples[size].append((time.perf_counter() - started) / calls[size])
+        out[kind] = {"points": [{"bytes": size, **_summary(samples[size], calls[size])} for size in works]}
     return out
 
 
@@ -302,7 +325,8 @@ def measure_deepspeed(comm: Any, device: str, dtype: Any, precision: str, repeat
 
 
 def groups_of(hostnames: list[str]) -> dict[str, list[int]]:
-    """The groups to measure, by the host each rank runs on: every rank, node 0's ranks, one rank per node."""
+    """The groups to measure, by the host each rank runs on: every rank, node 0's ranks, one rank per node (not
+    measured twice: with one rank per node ``world`` is the link across nodes, and the profile says so)."""
     nodes: dict[str, list[int]] = {}
     for rank, host in enumerate(hostnames):
         nodes.setdefault(host, []).append(rank)
@@ -310,7 +334,7 @@ def groups_of(hostnames: list[str]) -> dict[str, list[int]]:
     first = next(iter(nodes.values()))
     if len(nodes) > 1 and len(first) > 1:
         out["intra"] = first
-    if len(nodes) > 1:
+    if len(nodes) > 1 and len(nodes) < len(hostnames):
         out["inter"] = [ranks[0] for ranks in nodes.values()]
     return out
 
@@ -325,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     from dsbench.worker import dist as wdist
 
     args = _parser().parse_args(argv)
+    # FSDP2 (torch 2.13) still calls the collectives' old names, which warn on every call: thousands of log lines
+    warnings.filterwarnings("ignore", category=FutureWarning, message=r".*is deprecated\. Please use `torch\.distri")
     started = time.time()
     info = wdist.init("ddp")
     comm = wdist.Collectives(info)

@@ -180,7 +180,9 @@ class Collectives:
 
         self.check(out)
         self.check(part)
-        dist.all_gather_into_tensor(out, part, group=group)
+        # torch 2.13 renamed it all_gather_single (the old name warns on every call)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        gather(out, part, group=group)
         return out
 
     def reduce_scatter_(self, out: Any, full: Any, group: Any = None) -> Any:
@@ -190,7 +192,8 @@ class Collectives:
 
         self.check(out)
         self.check(full)
-        dist.reduce_scatter_tensor(out, full, group=group)
+        reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # renamed in 2.13
+        reduce_scatter(out, full, group=group)
         return out
 
     def send(self, tensor: Any, dst: int, group: Any = None) -> None:

@@ -154,3 +154,19 @@ def test_doctor_checks_every_node(hostfile):
         assert checks["ssh"]["status"] == checks["versions"]["status"] == "ok"
         assert checks["interface"]["detail"].startswith(f"eth0 {address}")  # gloo listens on the node's own link
     assert {r["check"]: r["status"] for r in rows if r["host"] == "dsb-n1"}["port"] == "ok"
+
+
+@needs_testbed
+def test_calibrate_measures_within_and_across_nodes(hostfile, tmp_path):
+    profile_path = tmp_path / "profile.json"
+    result = dsbench("calibrate", "--hostfile", str(hostfile), "--model", "gpt2-tiny", "--run-dir",
+                     str(tmp_path / "cal"), "-o", str(profile_path), cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    profile = json.loads(profile_path.read_text())
+    assert profile["nodes"] == 2 and profile["world_size"] == 4
+    assert profile["hostnames"] == ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]
+    groups = profile["collectives"]
+    assert groups["intra"]["ranks"] == [0, 1] and groups["inter"]["ranks"] == [0, 2]
+    for group in ("world", "intra", "inter"):
+        assert groups[group]["all-reduce"]["bandwidth_gbs"] > 0, group
+    assert "zero3_module_s" in profile["rates"] and "fsdp_unit_s_per_micro_step" in profile["rates"]

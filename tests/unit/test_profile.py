@@ -215,3 +215,20 @@ def test_the_planner_prices_deepspeed_by_its_reductions_and_gathers_when_measure
     assert calls.gather_forward == 18 and calls.grads == 35
     assert estimate(Candidate(strategy="zero3"), wl, cl).framework_s == pytest.approx((35 * 2e-3 + 18 * 5e-3) * 2)
     assert estimate(Candidate(strategy="zero1", pp=2), wl, cl).framework_s == 0.0  # the pipeline engine
+
+
+def test_calibrate_measures_each_distinct_group_once():
+    from dsbench.worker.calibrate import groups_of
+
+    assert groups_of(["a", "a"]) == {"world": [0, 1]}
+    assert groups_of(["a", "b"]) == {"world": [0, 1]}  # one rank per node: world is the link across nodes
+    assert groups_of(["a", "a", "b", "b"]) == {"world": [0, 1, 2, 3], "intra": [0, 1], "inter": [0, 2]}
+
+
+def test_with_one_rank_per_node_the_world_link_is_the_link_across_nodes():
+    from dsbench.plan.profile import compute_group
+
+    profile = fit_profile({**_measured([0.05]), "nodes": 2, "world_size": 2})
+    intra, inter = compute_group(profile)
+    assert intra is None and inter is not None and inter.note.endswith("world)")
+    assert compute_group(fit_profile(_measured([0.05])))[1] is None  # one node: nothing across nodes
