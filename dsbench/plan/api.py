@@ -195,8 +195,10 @@ def print_plan(result: dict[str, Any], top_n: int) -> None:
                      f"{c['peak_tflops']:g} TFLOPS peak x {c['efficiency']:.0%} achievable;") +
                   f" seq {w['seq_len']}, micro-batch {w['micro_batch']} x {w['grad_accum']} accumulation, "
                   f"{w['precision']}")
-    table = Table(caption="GiB per GPU (2^30 bytes); step time = compute/efficiency + exposed communication + "
-                          "offload (formulas and sources: docs/planner.md)", caption_justify="left")
+    table = Table(caption="GiB per GPU (2^30 bytes); step time = compute (at the measured rate with --profile, else "
+                          "peak x efficiency) / (1 - bubble) + exposed communication + offload + the optimizer and "
+                          "the engines' own work measured by a profile (formulas and sources: docs/planner.md)",
+                  caption_justify="left")
     for col in ("#", "strategy", "params", "grads", "optim+master", "activations", "buffers", "total", "host/node",
                 "step ms", "exposed comm ms", "dominant", "MFU", "reason"):
         table.add_column(col, justify="left" if col in ("strategy", "reason") else "right")
