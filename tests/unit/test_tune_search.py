@@ -32,6 +32,15 @@ def measured() -> dict[str, float]:
             if row["strategy"] != "single"}
 
 
+def _assert_finds_the_best_within_three_runs(found: search.Search, measured: dict[search.Layout, float]) -> None:
+    """Run the search, each run reading the stored measurement of the layout it chose (and nothing else)."""
+    while found.step(lambda layout: measured[layout]) is not None:
+        pass
+    winner = found.winner()
+    assert winner is not None and 1 <= len(found.runs) <= 3
+    assert winner.measured >= 0.95 * max(measured.values()), (found.runs, winner.layout.name)
+
+
 def test_tune_finds_the_exhaustive_best_within_three_runs(measured):
     req = TuneRequest(model="gpt2-mini", world=2, global_batch=4, gpu_mem=12)
     layouts = [layout for layout in search.layouts(list(measured), 2, 4, lambda s: STRATEGIES[s].model_parallel,
@@ -39,17 +48,7 @@ def test_tune_finds_the_exhaustive_best_within_three_runs(measured):
     assert {layout.strategy for layout in layouts} == set(measured)  # the stored space, one layout per strategy
     found = search.start([(layout, *search.predict(layout, plan_request(req), PROFILE)) for layout in layouts],
                          budget=3)
-    looked: list[str] = []
-
-    def measure(layout: search.Layout) -> float:
-        looked.append(layout.strategy)
-        return measured[layout.strategy]
-
-    while found.step(measure) is not None:
-        pass
-    winner = found.winner()
-    assert winner is not None and 1 <= len(looked) <= 3
-    assert winner.measured >= 0.95 * max(measured.values()), (looked, winner.layout.name)
+    _assert_finds_the_best_within_three_runs(found, {layout: measured[layout.strategy] for layout in layouts})
 
 
 def test_a_measurement_corrects_the_predictions_of_its_strategy_first():
@@ -96,17 +95,7 @@ def test_tune_finds_the_best_of_the_whole_space_within_three_runs(model):
     assert set(space) == set(measured)  # the stored runs are the whole space, each layout once
     found = search.start([(layout, *search.predict(layout, plan_request(req), profile)) for layout in space],
                          budget=3)
-    looked: list[str] = []
-
-    def measure(layout: search.Layout) -> float:
-        looked.append(layout.name)
-        return measured[layout]
-
-    while found.step(measure) is not None:
-        pass
-    winner = found.winner()
-    assert winner is not None and 1 <= len(looked) <= 3
-    assert winner.measured >= 0.95 * max(measured.values()), (looked, winner.layout.name)
+    _assert_finds_the_best_within_three_runs(found, measured)
 
 
 def test_an_exhaustive_search_runs_every_layout_that_fits_best_predicted_first():
@@ -145,7 +134,5 @@ def test_under_a_shaped_link_across_nodes_the_predicted_ranking_matches_the_meas
     predicted = {layout: search.predict(layout, plan_request(req), str(SHAPED / "profile.json"))[0]
                  for layout in measured}
     assert len(measured) == 10 and _spearman(measured, predicted) >= 0.9  # measured 0.92
-    found = search.start([(layout, predicted[layout], True) for layout in measured], budget=3)
-    while found.step(lambda layout: measured[layout]) is not None:
-        pass
-    assert len(found.runs) <= 3 and found.winner().measured >= 0.95 * max(measured.values())
+    _assert_finds_the_best_within_three_runs(
+        search.start([(layout, predicted[layout], True) for layout in measured], budget=3), measured)
