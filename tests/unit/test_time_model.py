@@ -94,3 +94,30 @@ def _spearman(cells: dict[str, tuple[float, float, float, float]]) -> float:
 @pytest.mark.parametrize("model", MODELS)
 def test_the_predicted_ranking_matches_the_measured_one(models, model):
     assert _spearman(models[model]) >= 0.9
+
+
+LLAMA_STRATEGIES = STRATEGIES | {"zero1_tp2", "torch_tp2"}
+
+
+@pytest.fixture(scope="module")
+def llama() -> dict[str, tuple[float, float, float, float]]:
+    """llama-tiny, the same matrix plus tensor parallelism (DeepSpeed AutoTP under ZeRO-1, Megatron-style torch_tp)."""
+    return _cells("llama-tiny")
+
+
+def test_every_llama_strategy_is_predicted_including_tensor_parallelism(llama):
+    assert set(llama) == LLAMA_STRATEGIES
+
+
+def test_the_llama_winner_is_predicted(llama):
+    # what holds now: DDP fastest, measured and predicted (tensor parallelism, measured slowest, is predicted mid-pack)
+    assert max(llama, key=lambda s: llama[s][2]) == max(llama, key=lambda s: llama[s][3]) == "ddp"
+
+
+@pytest.mark.xfail(strict=True, reason="llama-tiny: median 27%, worst 58%: tensor parallelism's per-layer work "
+                                       "beyond its all-reduces (DTensor dispatch, AutoTP's hooks) is not measured by "
+                                       "calibrate yet, and ZeRO-3 gathers 7 modules per Llama block at the cost of "
+                                       "the stack's Linear")
+def test_llama_with_tensor_parallelism_meets_the_goals(llama):
+    errors = [_error(c) for c in llama.values()]
+    assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25 and _spearman(llama) >= 0.9
