@@ -321,6 +321,33 @@ def _slurm_job(launcher: str, folder: Path, flags: dict[str, Any]) -> tuple[Any,
     return job, given["gpus_per_node"]
 
 
+def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) -> int:
+    """Run a prepared launch (node and SLURM checks first) and say in one line how it ended; its exit code."""
+    from dsbench.runner import Interrupted, first_error, preflight_nodes, preflight_slurm, run, slurm_failure
+
+    if prepared.spec.multinode():
+        preflight_nodes(prepared.spec)
+    if job:
+        preflight_slurm()
+    try:
+        code = run(prepared.command, log_path=folder / "launch.log", timeout=timeout)
+    except Interrupted as exc:
+        click.echo(f"dsbench: {exc}; what the run wrote is kept in {folder} (its summary.json says interrupted)",
+                   err=True)
+        return exc.exit_code
+    if job and code == 0 and not job.wait:
+        click.echo(f"dsbench: submitted; the job writes {job.output} and {folder}/metrics.jsonl")
+    if code == 124 and timeout:
+        click.echo(f"dsbench: error: the launch ran past --timeout {timeout:g} s and was stopped; what it wrote "
+                   f"is kept in {folder} (log: {folder}/launch.log)", err=True)
+    elif code != 0:
+        reason = (slurm_failure(folder / "launch.log", job.output) if job else None) or \
+            first_error(folder / "launch.log") or "no error line in the log"
+        click.echo(f"dsbench: error: launch failed with exit code {code}: {reason} (log: {folder}/launch.log)",
+                   err=True)
+    return code
+
+
 @cli.command()
 @render_options
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Use this DeepSpeed config as is.")
@@ -410,29 +437,7 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
         click.echo(f"# {path}:\n" + "".join(f"#   {line}\n" for line in text.splitlines()), nl=False)
     click.echo(prepared.command.shell_line())
     if not dry_run:
-        from dsbench.runner import Interrupted, first_error, preflight_nodes, preflight_slurm, run, slurm_failure
-
-        if prepared.spec.multinode():
-            preflight_nodes(prepared.spec)
-        if job:
-            preflight_slurm()
-        try:
-            code = run(prepared.command, log_path=folder / "launch.log", timeout=timeout)
-        except Interrupted as exc:
-            click.echo(f"dsbench: {exc}; what the run wrote is kept in {folder} (its summary.json says interrupted)",
-                       err=True)
-            sys.exit(exc.exit_code)
-        if job and code == 0 and not job.wait:
-            click.echo(f"dsbench: submitted; the job writes {job.output} and {folder}/metrics.jsonl")
-        if code == 124 and timeout:
-            click.echo(f"dsbench: error: the launch ran past --timeout {timeout:g} s and was stopped; what it wrote "
-                       f"is kept in {folder} (log: {folder}/launch.log)", err=True)
-        elif code != 0:
-            reason = (slurm_failure(folder / "launch.log", job.output) if job else None) or \
-                first_error(folder / "launch.log") or "no error line in the log"
-            click.echo(f"dsbench: error: launch failed with exit code {code}: {reason} (log: {folder}/launch.log)",
-                       err=True)
-        sys.exit(code)
+        sys.exit(_run_launch(prepared, folder, job, timeout))
 
 
 def _csv(kind: Any) -> Any:
