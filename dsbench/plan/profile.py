@@ -150,7 +150,41 @@ def load_profile(data: Any, source: str) -> dict[str, Any]:
         raise UserError(f"{source}: not a dsbench machine profile (write one with `dsbench calibrate -o FILE`)")
     if not isinstance(data.get("rates"), dict) or not isinstance(data.get("collectives"), dict):
         raise UserError(f"{source}: the profile has no rates or collectives (write it again with dsbench calibrate)")
+    rates = data["rates"]
+    for key in REQUIRED_RATES:
+        _check_figure(rates.get(key), f"rates.{key}", source, positive=True)
+    for key in OPTIONAL_RATES:
+        if key in rates:
+            _check_figure(rates[key], f"rates.{key}", source, positive=False)
+    by_micro = rates.get("model_tflops_by_micro_batch", {})
+    if not isinstance(by_micro, dict) or not all(str(size).isdigit() for size in by_micro):
+        raise UserError(f"{source}: rates.model_tflops_by_micro_batch must map micro-batch sizes to TFLOPS")
+    for size, rate in by_micro.items():
+        _check_figure(rate, f"rates.model_tflops_by_micro_batch.{size}", source, positive=True)
+    for group, entry in data["collectives"].items():
+        for kind in KINDS:
+            fitted = entry.get(kind) if isinstance(entry, dict) else None
+            if isinstance(fitted, dict) and "bandwidth_gbs" in fitted:
+                _check_figure(fitted["bandwidth_gbs"], f"collectives.{group}.{kind}.bandwidth_gbs", source, True)
+                _check_figure(fitted.get("latency_us_per_step"), f"collectives.{group}.{kind}.latency_us_per_step",
+                              source, positive=False)
     return data
+
+
+REQUIRED_RATES = ("model_tflops", "adam_params_per_s")
+"""The rates the planner always reads from a profile."""
+OPTIONAL_RATES = ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
+                  "zero3_module_s")
+"""The engine costs a profile may carry (older profiles have none)."""
+
+
+def _check_figure(value: Any, key: str, source: str, positive: bool) -> None:
+    """A profile figure must be a finite number, > 0 or >= 0: one line naming the key otherwise."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and \
+        (value > 0 if positive else value >= 0)
+    if not ok:
+        raise UserError(f"{source}: {key} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r} "
+                        "(write the profile again with dsbench calibrate)")
 
 
 def link_from(profile: dict[str, Any], group: str) -> Link | None:

@@ -232,3 +232,21 @@ def test_with_one_rank_per_node_the_world_link_is_the_link_across_nodes():
     intra, inter = compute_group(profile)
     assert intra is None and inter is not None and inter.note.endswith("world)")
     assert compute_group(fit_profile(_measured([0.05])))[1] is None  # one node: nothing across nodes
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    (lambda p: p["rates"].pop("model_tflops"), "rates.model_tflops"),
+    (lambda p: p["rates"].update(model_tflops="x"), "rates.model_tflops"),
+    (lambda p: p["rates"].update(adam_params_per_s=float("nan")), "rates.adam_params_per_s"),
+    (lambda p: p["rates"].update(zero2_call_s=-1.0), "rates.zero2_call_s"),
+    (lambda p: p["rates"]["model_tflops_by_micro_batch"].update({"2": 0}), "rates.model_tflops_by_micro_batch.2"),
+    (lambda p: p["collectives"]["world"]["all-reduce"].update(bandwidth_gbs=None),
+     "collectives.world.all-reduce.bandwidth_gbs"),
+])
+def test_a_profile_with_a_bad_figure_is_refused_naming_it(change, key):
+    profile = fit_profile(_measured([0.05, 0.04]))
+    profile["rates"]["model_tflops_by_micro_batch"] = {"2": 0.04}
+    load_profile(json.loads(json.dumps(profile)), "p.json")  # as calibrate wrote it: accepted
+    change(profile)
+    with pytest.raises(UserError, match=f"p.json: {key}"):
+        load_profile(profile, "p.json")
