@@ -101,6 +101,13 @@ def tensor_parallel_comm(layers: float, seq: int, micro: int, hidden: int, tp: i
     return [_coll("activations (TP, 4 per layer)", "all-reduce", size, tp, link, int(4 * layers * micro_steps))]
 
 
+def tied_embedding_comm(params: float, grad_bytes: float, link: Link) -> list[Collective]:
+    """A pipeline whose first and last stage both hold a tied embedding (GPT-2's input embedding and LM head) sums
+    its two gradients once per step, after the flush: an all-reduce between those two ranks (DeepSpeed's
+    ``ReduceTiedGrads``; dsbench's torch_pp does the same by hand)."""
+    return [_coll("tied embedding gradients (first and last stage)", "all-reduce", params * grad_bytes, 2, link)]
+
+
 def pipeline_comm(seq: int, micro: int, hidden: int, stages: int, link: Link, act_bytes: float,
                   micro_steps: int) -> list[Collective]:
     """Pipeline: each stage boundary sends s·b·h activations forward and their gradients back per micro-batch."""

@@ -7,8 +7,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsbench.models import ModelShape
-from dsbench.parallel import ParallelDims, bubble_fraction
-from dsbench.plan.comm import Calls, Collective, bucket_calls, data_parallel_comm, pipeline_comm, tensor_parallel_comm
+from dsbench.parallel import ParallelDims
+from dsbench.plan.comm import (
+    Calls,
+    Collective,
+    bucket_calls,
+    data_parallel_comm,
+    pipeline_comm,
+    tensor_parallel_comm,
+    tied_embedding_comm,
+)
 from dsbench.plan.hardware import Link
 from dsbench.plan.memory import Accounting, ModelStates, accounting_for, activation_bytes, held_params, model_states
 from dsbench.plan.profile import rate_at
@@ -46,8 +54,13 @@ class Cluster:
 
     deepspeed_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """DeepSpeed's own seconds, small collectives included (calibrate's stack): per gradient reduction under ZeRO-1
-    and under ZeRO-2 (ZeRO-3 reduces as ZeRO-2 does), and per module ZeRO-3 gathers; zero without a profile, when
-    each collective call pays the link's latency instead."""
+    and under ZeRO-2 (ZeRO-3 reduces as ZeRO-2 does), and per parameter tensor under ZeRO-3; zero without a
+    profile, when each collective call pays the link's latency instead."""
+
+    tp_layer_s: tuple[float, float] = (0.0, 0.0)
+    """Tensor parallelism's own seconds per decoder layer per micro-step beyond 1/tp of the compute and the
+    activation all-reduces, under DTensor (torch_tp) and DeepSpeed AutoTP, measured by ``dsbench calibrate`` on the
+    model's layers; zero without a profile."""
 
     compute_by_micro_batch: tuple[tuple[int, float], ...] = ()
     """The measured forward+backward TFLOPS per rank at several micro-batches (a profile)."""
@@ -190,9 +203,10 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
     # model FLOPs per token 6N + 12·L·h·s (PaLM App. B), for MFU
     model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
-    compute = _compute_seconds(cand, wl, cl, held, tokens)
-    bubble = bubble_fraction(cand.pp, accum)
-    compute_with_bubble = compute / (1 - bubble)
+    stages = stage_seconds(cand, wl, cl)
+    compute = accum * max(stages)  # the busiest stage's (the only one's, without a pipeline) work sets the pace
+    compute_with_bubble = pipeline_seconds(stages, accum)
+    bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(M + P - 1) when the stages are equal
     counted = collective_calls(cand, shape, held, wl, acc)
     comm, exposed = _communication(cand, wl, cl, held, dp, shards, acc, accum, compute, counted)
     offload = _offload_seconds(states, cl)
@@ -216,15 +230,40 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
                     dominant=max(terms, key=lambda k: terms[k]))
 
 
-def _compute_seconds(cand: Candidate, wl: Workload, cl: Cluster, held: float, tokens: float) -> float:
-    """The busiest rank's forward+backward: it sets the pace. 6 FLOPs per token for each parameter it holds (a
-    pipeline's last stage also holds the LM head, the first the embeddings; tensor parallelism leaves norms and
-    embeddings whole) plus its share of attention, 12·(L/pp)·h·s/tp (PaLM App. B, per rank); recomputation under
-    activation checkpointing adds one forward (8N instead of 6N). At the achieved rate for the micro-batch."""
-    shape = wl.shape
-    busiest = (6 * held + 12 * shape.layers / cand.pp * shape.hidden * wl.seq_len / cand.tp) * tokens
-    hw_flops = busiest * (8 / 6 if cand.checkpointing else 1.0)
-    return hw_flops / (cl.achieved_tflops(wl.micro_batch) * 1e12)
+def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:
+    """Seconds of one micro-batch's forward+backward on each pipeline stage (one entry without a pipeline).
+
+    A stage's share of the whole model's time is its share of the model's matrix work: 6 FLOPs per token for every
+    parameter it multiplies by (its blocks, split tp ways where Megatron splits them; the final norm and the LM head,
+    or the tied embedding serving as the head, on the last stage) plus its layers' attention, 12·L·h·s/tp (PaLM
+    App. B). Embedding lookups multiply nothing, so the first stage's embeddings add no time; in the whole model's
+    6N they are FLOPs that were never done, and the measured rate (6N + 12·L·h·s per token, as runs count it)
+    already spreads the real work over them. Activation checkpointing adds one forward (8/6)."""
+    shape, parts = wl.shape, wl.shape.parts()
+    head = parts["head"] or parts["embedding"]  # a tied head multiplies by the embedding matrix
+    vocab_split = cand.engine == "deepspeed" and cand.tp > 1  # AutoTP splits the head's vocabulary (held_params)
+    attention = 12 * shape.hidden * wl.seq_len  # per layer per token
+
+    def work(blocks: int, last: bool, tp: int, vocab_tp: int) -> float:
+        block = parts["block_split"] / tp + parts["block_whole"]
+        return 6 * (blocks * block + (parts["final_norm"] + head / vocab_tp if last else 0)) + blocks * attention / tp
+
+    whole = work(shape.layers, True, 1, 1)
+    tokens = wl.micro_batch * wl.seq_len
+    whole_seconds = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens / (
+        cl.achieved_tflops(wl.micro_batch) * 1e12)
+    base, extra = divmod(shape.layers, cand.pp)  # earlier stages take the remainder (memory.held_params)
+    stages = [work(base + (1 if stage < extra else 0), stage == cand.pp - 1, cand.tp, cand.tp if vocab_split else 1)
+              for stage in range(cand.pp)]
+    return [whole_seconds * share / whole * (8 / 6 if cand.checkpointing else 1.0) for share in stages]
+
+
+def pipeline_seconds(stages: list[float], micro_batches: int) -> float:
+    """A GPipe or 1F1B step of ``micro_batches`` through stages taking ``stages`` seconds each per micro-batch:
+    the slowest stage works on every micro-batch, and the first micro-batch's pass through the others fills and
+    drains the pipeline, (M - 1)·max + sum. With P equal stages it is (M + P - 1)·t, the bubble (P - 1)/(M + P - 1)
+    of GPipe (Huang et al. 2019; ../shared/seeds/000 and 004)."""
+    return (micro_batches - 1) * max(stages) + sum(stages)
 
 
 def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: int, shards: int, acc: Accounting,
@@ -248,8 +287,10 @@ def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: 
         critical += tensor_parallel_comm(shape.layers / cand.pp, wl.seq_len, wl.micro_batch, shape.hidden, cand.tp,
                                          cl.intra, act_bytes, accum)
     if cand.pp > 1:
-        critical += pipeline_comm(wl.seq_len, wl.micro_batch, shape.hidden, cand.pp,
-                                  cl.inter if cl.nodes > 1 else cl.intra, act_bytes, accum)
+        pipe_link = cl.inter if cl.nodes > 1 else cl.intra
+        critical += pipeline_comm(wl.seq_len, wl.micro_batch, shape.hidden, cand.pp, pipe_link, act_bytes, accum)
+        if shape.tied_embeddings:
+            critical += tied_embedding_comm(shape.parts()["embedding"], acc.grads, pipe_link)
     return comm + critical, exposed + sum(c.seconds for c in critical)
 
 
@@ -324,20 +365,24 @@ def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl:
     - FSDP2: units x (per micro-step cost x micro-steps + per optimizer step cost); the units are the worker's,
       every transformer block, then the root (dsbench.worker.engines.native.wrap_fsdp2);
     - DeepSpeed ZeRO: the gradient reductions (:func:`collective_calls`) x the stage's cost per reduction, plus
-      for ZeRO-3 the gathered modules x its cost per module; once per micro-step for ZeRO-2/3 (their gradient hooks
-      reduce every backward) and once per step for ZeRO-1 (reduced at the boundary).
+      for ZeRO-3 the model's parameter tensors x its cost per tensor; once per micro-step for ZeRO-2/3 (their
+      gradient hooks reduce every backward) and once per step for ZeRO-1 (reduced at the boundary);
+    - tensor parallelism (DTensor for the torch engine, AutoTP's layers for DeepSpeed): its cost per split layer
+      x the rank's layers x micro-steps.
     """
+    # tensor parallelism: every split layer of the rank's stage, every micro-step
+    tensor = shape.layers / cand.pp * cl.tp_layer_s[cand.engine != "torch"] * micro_steps if cand.tp > 1 else 0.0
     if _deepspeed_measured(cand, cl):
-        per_call, per_module = cl.deepspeed_s[1 if cand.strategy != "zero1" else 0], cl.deepspeed_s[2]
+        per_call, per_tensor = cl.deepspeed_s[1 if cand.strategy != "zero1" else 0], cl.deepspeed_s[2]
         if cand.strategy == "zero1":
-            return calls.grads * per_call
-        modules = calls.gather_forward if cand.strategy == "zero3" else 0
-        return (calls.grads * per_call + modules * per_module) * micro_steps
+            return tensor + calls.grads * per_call
+        tensors = len(shape.tensors()) if cand.strategy == "zero3" else 0
+        return tensor + (calls.grads * per_call + tensors * per_tensor) * micro_steps
     if cand.strategy not in ("fsdp", "fsdp_hybrid"):
-        return 0.0
+        return tensor
     units = round(shape.layers / cand.pp) + 1
     per_micro, per_step = cl.fsdp_unit_s
-    return units * (per_micro * micro_steps + per_step)
+    return tensor + units * (per_micro * micro_steps + per_step)
 
 
 def _offload_seconds(states: ModelStates, cl: Cluster) -> float:

@@ -98,14 +98,18 @@ def zero_costs(zero: dict[str, Any], fsdp: dict[str, Any]) -> dict[str, float]:
     - ZeRO-1 and ZeRO-2, per gradient reduction: the stack's reductions are its tensors packed into buckets of
       width² elements as DeepSpeed packs them (:func:`dsbench.plan.comm.bucket_calls`; every weight fills a bucket,
       so each tensor is reduced alone);
-    - ZeRO-3, per gathered module (each Linear, fetched in the forward and again in the backward): what remains
-      after its reductions at ZeRO-2's cost.
+    - ZeRO-3, per parameter tensor: what remains after its reductions at ZeRO-2's cost, over the stack's tensors.
+      Per tensor, not per module: the same stack without biases (half the tensors, as many modules) costs ZeRO-3
+      half as much beyond ZeRO-2 (measured: 82 vs 148 ms over 48 Linear(64, 64), 2 CPU ranks), and so do the
+      models' own layers, 1.6-1.9 ms per tensor for gpt2-tiny, gpt2-mini and llama-tiny alike, where per gathered
+      module GPT-2's cost 2.5x Llama's (docs/planner.md). The persistent biases and norms count: ZeRO-3's hooks
+      and its partitioned optimizer visit them too.
 
     Each includes its small collectives, so the planner counts only their bytes beside it. Kept at zero when noise
     makes one negative."""
     n, linears, width = zero["world"], zero["tensors_per_unit"] // 2, zero["width"]
     calls = bucket_calls([width, width * width] * linears * zero["units"], width * width)
-    modules = linears * zero["units"]
+    tensors = zero["tensors_per_unit"] * zero["units"]
     plain_fb = fsdp["plain_forward_backward"]["seconds"]
     base = plain_fb + (fsdp["plain_step"]["seconds"] - plain_fb) / n
 
@@ -114,7 +118,23 @@ def zero_costs(zero: dict[str, Any], fsdp: dict[str, Any]) -> dict[str, float]:
 
     per_call = {stage: max(0.0, extra(stage) / calls) for stage in (1, 2)}
     return {"zero1_call_s": per_call[1], "zero2_call_s": per_call[2],
-            "zero3_module_s": max(0.0, (extra(3) - calls * per_call[2]) / modules)}
+            "zero3_tensor_s": max(0.0, (extra(3) - calls * per_call[2]) / tensors)}
+
+
+def tensor_parallel_costs(tp: dict[str, Any], link: dict[str, Any], element_bytes: int) -> dict[str, float]:
+    """What tensor parallelism costs per decoder layer per micro-step beyond 1/tp of the layer's compute and its
+    activation all-reduces, from calibrate's measurement of the model's own layers split ``tp`` ways:
+    (split forward+backward - plain forward+backward / tp) / layers, less the 4 all-reduces of micro x seq x hidden
+    activations per layer (2 in the forward after the row-parallel projections, 2 in the backward before the
+    column-parallel ones; Shoeybi et al. 2019, section 3) as the fitted link predicts them. For DTensor
+    (``torch_tp_layer_s``) and for DeepSpeed AutoTP's layers (``autotp_layer_s``): dispatch, hooks, and the rate
+    lost by matrix multiplies 1/tp the size. Kept at zero when noise makes one negative."""
+    n, layers = tp["tp"], tp["layers"]
+    activations = tp["micro_batch"] * tp["seq_len"] * tp["hidden"] * element_bytes
+    all_reduces = 4 * call_seconds(link, "all-reduce", activations, n)
+    ideal = tp["plain_forward_backward"]["seconds"] / n
+    return {f"{name}_layer_s": max(0.0, (tp[f"{engine}_forward_backward"]["seconds"] - ideal) / layers - all_reduces)
+            for name, engine in (("torch_tp", "torch"), ("autotp", "autotp"))}
 
 
 def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
@@ -141,6 +161,11 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
         rates.update(fsdp_unit_costs(measured["fsdp"], collectives["world"]))
         if measured.get("deepspeed"):
             rates.update(zero_costs(measured["deepspeed"], measured["fsdp"]))
+    tp = measured.get("tensor_parallel") or {}
+    tp_link = collectives.get("intra") or (collectives.get("world") if measured.get("nodes", 1) == 1 else None)
+    if "plain_forward_backward" in tp and tp_link:
+        element = 2 if measured.get("precision") in ("bf16", "fp16") else 4
+        rates.update(tensor_parallel_costs(tp, tp_link, element))
     return {**measured, "schema": SCHEMA, "collectives": collectives, "rates": rates}
 
 
@@ -174,7 +199,7 @@ def load_profile(data: Any, source: str) -> dict[str, Any]:
 REQUIRED_RATES = ("model_tflops", "adam_params_per_s")
 """The rates the planner always reads from a profile."""
 OPTIONAL_RATES = ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
-                  "zero3_module_s")
+                  "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s")
 """The engine costs a profile may carry (older profiles have none)."""
 
 
@@ -229,7 +254,12 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
     if "zero1_call_s" in rates:
         lines.append(f"DeepSpeed, small collectives included: {rates['zero1_call_s'] * 1e3:,.2f} ms (ZeRO-1) and "
                      f"{rates['zero2_call_s'] * 1e3:,.2f} ms (ZeRO-2) per gradient reduction, "
-                     f"{rates['zero3_module_s'] * 1e3:,.2f} ms per module ZeRO-3 gathers")
+                     f"{rates['zero3_tensor_s'] * 1e3:,.2f} ms per parameter tensor under ZeRO-3")
+    if "torch_tp_layer_s" in rates:
+        lines.append(f"tensor parallelism over {profile['tensor_parallel']['tp']} ranks, beyond 1/tp of the compute "
+                     "and the activation all-reduces, per layer per micro-step: "
+                     f"{rates['torch_tp_layer_s'] * 1e3:,.2f} ms (DTensor), {rates['autotp_layer_s'] * 1e3:,.2f} ms "
+                     "(DeepSpeed AutoTP)")
     for group, data in profile["collectives"].items():
         for kind in KINDS:
             entry = data.get(kind) or {}

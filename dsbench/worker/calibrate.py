@@ -80,6 +80,26 @@ def _rate(work: Any, device: str, repeats: int, min_s: float = 0.05, calls: int 
     return _summary(samples, calls)
 
 
+def _interleaved(works: dict[str, Any], comm: Any, device: str, repeats: int, calls: int) -> dict[str, Any]:
+    """Seconds per call of each of ``works``, timed in ``repeats`` interleaved rounds (each work once per round,
+    ``calls`` calls per sample) and summarised over the rounds: on shared cores the speed drifts over seconds, and a
+    work timed in one burst would carry one moment's drift into a difference of two works. Each work may hold
+    collectives: every rank runs the same works in the same order."""
+    for work in works.values():
+        work()  # warm-up: first calls allocate, build and register hooks
+    _sync(device)
+    samples: dict[str, list[float]] = {name: [] for name in works}
+    for _ in range(repeats):
+        for name, work in works.items():
+            comm.barrier()  # sync point: every rank starts the sample together
+            started = time.perf_counter()
+            for _ in range(calls):
+                work()
+            _sync(device)
+            samples[name].append((time.perf_counter() - started) / calls)
+    return {name: _summary(samples[name], calls) for name in works}
+
+
 def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, repeats: int,
                     seed: int) -> dict[str, Any]:
     """GEMM, attention and whole-model forward+backward throughput, and the AdamW step time, on this rank."""
@@ -287,41 +307,107 @@ def measure_fsdp(comm: Any, device: str, dtype: Any, repeats: int) -> dict[str, 
     for unit in sharded_model:
         fully_shard(unit)
     fully_shard(sharded_model)
-    timed = {}
-    for name, model in (("plain", plain_model), ("sharded", sharded_model)):
-        for optimize in (False, True):
-            comm.barrier()  # sync point: every rank starts the same steps together
-            key = f"{name}_{'step' if optimize else 'forward_backward'}"
-            timed[key] = _rate(trainer(model, optimize), device, repeats, calls=STACK_CALLS)
+    works = {f"{name}_{'step' if optimize else 'forward_backward'}": trainer(model, optimize)
+             for name, model in (("plain", plain_model), ("sharded", sharded_model)) for optimize in (False, True)}
+    timed = _interleaved(works, comm, device, repeats, STACK_CALLS)
     return {**_stack_facts(dtype, comm.world_size), **timed}
 
 
 def measure_deepspeed(comm: Any, device: str, dtype: Any, precision: str, repeats: int) -> dict[str, Any]:
     """Seconds per training step (forward, ``engine.backward``, ``engine.step`` with clipping) of the calibration
-    stack under DeepSpeed ZeRO-1, 2 and 3, with torch AdamW as the client optimizer and the reduce bucket at
-    width² elements (HF "auto"'s h²): what DeepSpeed's per-parameter hooks, bucketing and partitioning cost."""
+    stack under DeepSpeed ZeRO-1, 2 and 3, with torch AdamW as the client optimizer and the size-dependent settings
+    HF "auto" gives a model of the stack's width: what DeepSpeed's per-parameter hooks, bucketing and partitioning
+    cost. The three engines are timed in interleaved rounds."""
     import deepspeed
     import torch
 
+    from dsbench.configs.autofill import AutoInputs, fill_auto
+
     x = _stack_input(device, dtype)
     width = FSDP_UNIT_SHAPE[1]
-    out = {}
+    engines = {}
     for stage in (1, 2, 3):
         model = _stack(device, dtype)
-        config = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
-                  "zero_optimization": {"stage": stage, "reduce_bucket_size": width * width},
-                  "bf16": {"enabled": precision == "bf16"}, "fp16": {"enabled": precision == "fp16"}}
-        engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4),
-                                          config=config)
+        # the hidden-size-dependent buckets as HF "auto" sets them for a model of the stack's width, as dsbench's
+        # runs do: reduce bucket width², ZeRO-3 prefetch 0.9·width², and only tensors under 10·width (the biases)
+        # kept whole, so ZeRO-3 gathers every weight as it gathers a model's matrices
+        config, _ = fill_auto({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+                               "gradient_clipping": 1.0, "zero_optimization": {
+                                   "stage": stage, "reduce_bucket_size": "auto",
+                                   "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"},
+                               "bf16": {"enabled": precision == "bf16"}, "fp16": {"enabled": precision == "fp16"}},
+                              AutoInputs(hidden_size=width))
+        engines[stage], *_ = deepspeed.initialize(model=model, config=config,
+                                                  optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4))
 
-        def step(engine: Any = engine) -> None:
+    def trainer(engine: Any) -> Any:
+        def step() -> None:
             engine.backward(engine(x).float().square().mean())
             engine.step()
 
-        comm.barrier()  # sync point: every rank starts the same steps together
-        out[f"zero{stage}_step"] = _rate(step, device, repeats, calls=STACK_CALLS)
+        return step
+
+    out = _interleaved({f"zero{stage}_step": trainer(engine) for stage, engine in engines.items()}, comm, device,
+                       repeats, STACK_CALLS)
+    for engine in engines.values():
         engine.destroy()
     return {**_stack_facts(dtype, comm.world_size), **out}
+
+
+def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: Any, dtype: Any, repeats: int,
+                            tp: int) -> dict[str, Any]:
+    """Seconds per forward+backward of the model's own decoder layers (HF modules, the profile's micro-batch and
+    sequence), plain on each rank and split ``tp`` ways as the worker splits them: DTensor's ``parallelize_module``
+    with Megatron's layout (torch_tp), and DeepSpeed AutoTP's training layers (``LinearLayer`` column-parallel,
+    ``LinearAllreduce`` row-parallel) on the same projections (its layout for Llama). What splitting costs beyond
+    1/tp of the layers' compute and their activation all-reduces is the fit's (dsbench.plan.profile)."""
+    import copy
+
+    import deepspeed
+    import torch
+    from deepspeed.module_inject.layers import LinearAllreduce, LinearLayer, set_autotp_mode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from dsbench.models import LLAMA_LIKE
+    from dsbench.worker.engines.model_parallel import MEGATRON_LAYER
+    from dsbench.worker.model import build_model
+
+    facts = {"layers": shape.layers, "tp": tp, "micro_batch": micro, "seq_len": seq, "hidden": shape.hidden}
+    if shape.arch not in LLAMA_LIKE:
+        return {**facts, "unsupported": f"tensor parallelism is measured on Llama-family layers, not {shape.arch}"}
+    device = info.device
+    deepspeed.init_distributed(dist_backend=info.backend)  # AutoTP's layers ask deepspeed.comm for group sizes
+    model = build_model(shape, 1234, False, False).to(device=device, dtype=dtype)
+    mesh = init_device_mesh(torch.device(device).type, (comm.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
+    hidden = torch.randn(micro, seq, shape.hidden, device=device, dtype=dtype)
+    rotary = model.model.rotary_emb(hidden, torch.arange(seq, device=device).unsqueeze(0))
+
+    def trainer(layers: Any) -> Any:
+        def step() -> None:
+            x = hidden
+            for layer in layers:
+                out = layer(x, position_embeddings=rotary)
+                x = out[0] if isinstance(out, tuple) else out
+            x.float().square().mean().backward()
+
+        return step
+
+    plain = model.model.layers
+    torch_tp = copy.deepcopy(plain)
+    for layer in torch_tp:
+        parallelize_module(layer, mesh["tp"], {name: ColwiseParallel() if kind == "column" else RowwiseParallel()
+                                               for name, kind in MEGATRON_LAYER.items()})
+    set_autotp_mode(training=True)
+    autotp = copy.deepcopy(plain)
+    group = mesh.get_group("tp")
+    for layer in autotp:
+        for name, kind in MEGATRON_LAYER.items():
+            parent, attr = layer.get_submodule(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]
+            setattr(parent, attr, (LinearLayer if kind == "column" else LinearAllreduce)(getattr(parent, attr), group))
+    works = {"plain_forward_backward": trainer(plain), "torch_forward_backward": trainer(torch_tp),
+             "autotp_forward_backward": trainer(autotp)}
+    return {**facts, **_interleaved(works, comm, device, repeats, STACK_CALLS)}
 
 
 def groups_of(hostnames: list[str]) -> dict[str, list[int]]:
@@ -368,6 +454,10 @@ def main(argv: list[str] | None = None) -> int:
         comm.barrier()  # sync point: the next group starts when this one is done everywhere
     fsdp = measure_fsdp(comm, info.device, dtype, args.repeats) if info.world_size > 1 else None
     zero = measure_deepspeed(comm, info.device, dtype, args.precision, args.repeats) if info.world_size > 1 else None
+    # tensor parallelism spans one node's ranks (the launchers place consecutive ranks on a node)
+    tp = hostnames.count(hostnames[0])
+    tensor = measure_tensor_parallel(shape, args.micro_batch, args.seq_len, comm, info, dtype, args.repeats, tp) \
+        if tp > 1 and info.world_size % tp == 0 else None
     if info.is_main:
         measurements = {"schema": "dsbench.measured/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "command": args.command, "seconds": round(time.time() - started, 1), "versions": versions(),
@@ -375,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
                    "world_size": info.world_size, "hostnames": hostnames,
                    "nodes": len(set(hostnames)), "model": shape.to_dict(), "micro_batch": args.micro_batch,
                    "seq_len": args.seq_len, "precision": args.precision, "compute": every[0],
-                   "compute_per_rank": every, "collectives": measured, "fsdp": fsdp, "deepspeed": zero}
+                   "compute_per_rank": every, "collectives": measured, "fsdp": fsdp, "deepspeed": zero,
+                        "tensor_parallel": tensor}
         atomic_write_json(args.out, measurements)
     wdist.shutdown()
     return 0

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.dist
 def test_calibrate_measures_the_ranks_and_plan_uses_it(tmp_path):
     profile_path = tmp_path / "profile.json"
     started = time.monotonic()
-    result = dsbench("calibrate", "--num-gpus", "2", "--model", "gpt2-tiny", "--run-dir", str(tmp_path / "cal"),
+    result = dsbench("calibrate", "--num-gpus", "2", "--model", "llama-tiny", "--run-dir", str(tmp_path / "cal"),
                      "-o", str(profile_path), cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert time.monotonic() - started < 60
@@ -30,16 +30,20 @@ def test_calibrate_measures_the_ranks_and_plan_uses_it(tmp_path):
         assert sizes == [2**k for k in range(12, 25, 2)], kind
         assert all(p["p10"] <= p["seconds"] <= p["p90"] for p in world[kind]["points"]), kind
         assert world[kind]["bandwidth_gbs"] > 0, kind
-    # the engines' own costs, from the stack run plain, under FSDP2 and under ZeRO-1/2/3 (a real step each)
+    # the engines' own costs, from the stack run plain, under FSDP2 and under ZeRO-1/2/3 (a real step each), and
+    # from the model's own layers split over both ranks by DTensor and by DeepSpeed AutoTP's layers
     for key in ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
-                "zero3_module_s"):
+                "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s"):
         assert key in profile["rates"], key
     assert profile["deepspeed"]["zero3_step"]["seconds"] > profile["fsdp"]["plain_step"]["seconds"]
+    split = profile["tensor_parallel"]
+    assert split["tp"] == 2 and split["layers"] == 2
+    assert split["torch_forward_backward"]["seconds"] > split["plain_forward_backward"]["seconds"] / 2
     assert (tmp_path / "cal" / "measured.json").exists()  # the raw measurements stay beside the log
     again = dsbench("calibrate", "--num-gpus", "2", "--run-dir", str(tmp_path / "cal2"), "-o", str(profile_path),
                     cwd=ROOT, timeout=60)
     assert again.returncode == 2 and "exists: choose a new -o" in again.stderr  # a measurement is never replaced
-    plan = dsbench("plan", "--model", "gpt2-tiny", "--gpus", "2", "--precision", "fp32", "--gpu-mem", "12",
+    plan = dsbench("plan", "--model", "llama-tiny", "--gpus", "2", "--precision", "fp32", "--gpu-mem", "12",
                    "--profile", str(profile_path), "--json", cwd=ROOT, timeout=60)
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert json.loads(plan.stdout)["cluster"]["compute_tflops"] == profile["rates"]["model_tflops"]

@@ -169,4 +169,5 @@ def test_calibrate_measures_within_and_across_nodes(hostfile, tmp_path):
     assert groups["intra"]["ranks"] == [0, 1] and groups["inter"]["ranks"] == [0, 2]
     for group in ("world", "intra", "inter"):
         assert groups[group]["all-reduce"]["bandwidth_gbs"] > 0, group
-    assert "zero3_module_s" in profile["rates"] and "fsdp_unit_s_per_micro_step" in profile["rates"]
+    assert "zero3_tensor_s" in profile["rates"] and "fsdp_unit_s_per_micro_step" in profile["rates"]
+    assert profile["tensor_parallel"]["tp"] == 2  # tensor parallelism spans a node's ranks (GPT-2: not measured)

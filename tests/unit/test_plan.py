@@ -194,3 +194,55 @@ def test_seed_000_1_3b_table_through_the_cli(cli_run):
 def test_absurd_parameter_counts_are_one_line_errors(cli_run, value):
     result = cli_run("plan", "--params", value, "--gpus", "8")
     assert result.exit_code == 2 and "--params" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("stages, micro, expected", [(8, 32, 0.179), (8, 64, 0.099), (2, 8, 0.111), (8, 1, 0.875)])
+def test_a_pipeline_of_equal_stages_idles_the_seed_tables_bubble(stages, micro, expected):
+    from dsbench.plan.estimate import pipeline_seconds
+
+    step = pipeline_seconds([1.0] * stages, micro)
+    assert 1 - micro / step == pytest.approx(expected, abs=5e-4)  # the busy share is M of the (M - 1) + P slots
+
+
+def test_an_unequal_pipeline_waits_on_its_slowest_stage_and_fills_once():
+    from dsbench.plan.estimate import pipeline_seconds
+
+    # by hand, 2 stages of 1 s and 3 s per micro-batch, 4 micro-batches: the second stage works 4 x 3 s, and the
+    # first micro-batch's 1 s on the first stage comes before it: 13 s (the equal-stage formula says 4 x 3 / (4/5))
+    assert pipeline_seconds([1.0, 3.0], 4) == pytest.approx(13.0)
+    assert pipeline_seconds([2.0], 3) == pytest.approx(6.0)  # no pipeline: every micro-batch in turn
+
+
+def test_a_stage_s_time_is_its_share_of_the_model_s_matrix_work_and_lookups_are_free():
+    from dsbench.plan.estimate import Candidate, Cluster, Workload, stage_seconds
+
+    shape = PRESETS["llama-tiny"]  # h 64, ff 176, 4 heads of 16, 2 KV heads, vocab 4096, 2 layers, untied head
+    wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=1, precision="fp32")
+    link = Link("x", 10.0, 1.0, "test")
+    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link, host_link=link,
+                 compute_tflops=0.04)
+    # by hand: a block multiplies by q 64x64, k and v 64x32, o 64x64, gate/up/down 64x176 (46,080) and holds two
+    # norms (128); attention adds 12 x 64 x 128 FLOPs per token per layer. First stage: 1 block and the embedding
+    # (a lookup); last: 1 block, the final norm (64) and the head (4096 x 64)
+    first = 6 * 46_208 + 98_304
+    last = 6 * (46_208 + 64 + 262_144) + 98_304
+    whole = (6 * 616_768 + 2 * 98_304) * 256 / 0.04e12  # the measured rate counts 6N + 12·L·h·s over all N
+    assert stage_seconds(Candidate(strategy="ddp", pp=2), wl, cl) == pytest.approx(
+        [whole * first / (first + last), whole * last / (first + last)], rel=1e-9)
+    assert stage_seconds(Candidate(strategy="ddp"), wl, cl) == pytest.approx([whole], rel=1e-9)
+
+
+def test_a_pipeline_with_a_tied_embedding_sums_its_two_gradients_once_per_step():
+    from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+
+    link = Link("x", 10.0, 0.0, "test")
+    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link, host_link=link)
+    tied = [c for c in estimate(Candidate(strategy="ddp", pp=2), Workload(
+        shape=PRESETS["gpt2-tiny"], seq_len=128, micro_batch=2, grad_accum=1, precision="fp32"), cl).comm
+        if c.what.startswith("tied embedding")]
+    shape = PRESETS["gpt2-tiny"]
+    # fp32 gradients of the vocab x h matrix, all-reduced by the 2 ranks holding it: each sends 2 x B x 1/2
+    assert [c.bytes_per_rank for c in tied] == [shape.vocab_size * shape.hidden * 4]
+    untied = estimate(Candidate(strategy="ddp", pp=2), Workload(shape=PRESETS["llama-tiny"], seq_len=128,
+                                                                micro_batch=2, grad_accum=1, precision="fp32"), cl)
+    assert not [c for c in untied.comm if c.what.startswith("tied embedding")]

@@ -178,21 +178,21 @@ def test_the_tensor_list_is_the_hf_models_parameters(name):
     assert shape.tensors() == [p.numel() for p in build_model(shape, 0, False, False).parameters()]
 
 
-def test_deepspeed_costs_per_reduction_and_per_gathered_module_from_the_stack():
+def test_deepspeed_costs_per_reduction_and_per_tensor_from_the_stack():
     from dsbench.plan.profile import zero_costs
 
     fsdp = _fsdp_measurement()  # plain forward+backward 10 ms, plain step 16 ms: AdamW 6 ms, 3 ms per shard
     zero = {"units": 8, "tensors_per_unit": 12, "width": 64, "world": 2,
             "zero1_step": {"seconds": 0.013 + 96 * 1e-3}, "zero2_step": {"seconds": 0.013 + 96 * 2e-3},
-            "zero3_step": {"seconds": 0.013 + 96 * 2e-3 + 48 * 5e-3}}
+            "zero3_step": {"seconds": 0.013 + 96 * 2e-3 + 96 * 5e-3}}
     # by hand: 8 units x 6 Linear(64, 64); every 4,096-element weight fills a width² bucket, so each of the 96
-    # tensors is reduced alone; ZeRO-3 gathers the 48 Linears
+    # tensors is reduced alone; ZeRO-3's cost beyond those reductions is spread over the same 96 tensors
     costs = zero_costs(zero, fsdp)
     assert costs["zero1_call_s"] == pytest.approx(1e-3) and costs["zero2_call_s"] == pytest.approx(2e-3)
-    assert costs["zero3_module_s"] == pytest.approx(5e-3)
+    assert costs["zero3_tensor_s"] == pytest.approx(5e-3)
 
 
-def test_the_planner_prices_deepspeed_by_its_reductions_and_gathers_when_measured():
+def test_the_planner_prices_deepspeed_by_its_reductions_and_tensors_when_measured():
     from dsbench.plan.estimate import collective_calls
     from dsbench.plan.memory import accounting_for
 
@@ -213,8 +213,65 @@ def test_the_planner_prices_deepspeed_by_its_reductions_and_gathers_when_measure
     # c_attn b, c_attn w each overflow the bucket before them; ln_1 starts the next), 32 for the four, then wpe,
     # wte and the last flush: 35
     assert calls.gather_forward == 18 and calls.grads == 35
-    assert estimate(Candidate(strategy="zero3"), wl, cl).framework_s == pytest.approx((35 * 2e-3 + 18 * 5e-3) * 2)
+    # and its 52 parameter tensors (wte, wpe, 12 per block, ln_f's two) at ZeRO-3's cost each, every micro-step
+    assert estimate(Candidate(strategy="zero3"), wl, cl).framework_s == pytest.approx((35 * 2e-3 + 52 * 5e-3) * 2)
     assert estimate(Candidate(strategy="zero1", pp=2), wl, cl).framework_s == 0.0  # the pipeline engine
+
+
+def _tp_measurement(**seconds: float) -> dict:
+    timing = {"plain": 0.008, "torch": 0.044, "autotp": 0.030, **seconds}
+    return {"layers": 2, "tp": 2, "micro_batch": 2, "seq_len": 128, "hidden": 64,
+            **{f"{name}_forward_backward": {"seconds": value} for name, value in timing.items()}}
+
+
+def test_tensor_parallel_costs_per_layer_are_what_splitting_adds_beyond_its_all_reduces():
+    from dsbench.plan.profile import tensor_parallel_costs
+
+    link = {"all-reduce": {"alpha_us": 1000.0, "bandwidth_gbs": 1.0}}
+    costs = tensor_parallel_costs(_tp_measurement(), link, element_bytes=4)
+    # by hand: the layers' ideal split is 8 ms / 2 = 4 ms. 4 all-reduces per layer of 2 x 128 x 64 fp32
+    # activations (65,536 bytes; a 2-rank ring sends 2 x 65,536 x 1/2 bytes each): 4 x (1 ms + 65.536 µs)
+    all_reduces = 4 * (1e-3 + 65_536e-9)
+    assert costs["torch_tp_layer_s"] == pytest.approx((0.044 - 0.004) / 2 - all_reduces, rel=1e-9)
+    assert costs["autotp_layer_s"] == pytest.approx((0.030 - 0.004) / 2 - all_reduces, rel=1e-9)
+    # noise that makes the split layers look no slower than the ideal split costs nothing, never less
+    assert tensor_parallel_costs(_tp_measurement(torch=0.004), link, 4)["torch_tp_layer_s"] == 0.0
+
+
+def test_a_profile_with_split_layers_carries_their_cost_to_the_planner():
+    from dsbench.plan.api import with_profile
+
+    profile = fit_profile({**_measured([0.05, 0.04]), "tensor_parallel": _tp_measurement()})
+    rates = profile["rates"]
+    assert rates["torch_tp_layer_s"] > rates["autotp_layer_s"] > 0
+    assert any(line.startswith("tensor parallelism over 2 ranks") for line in summary_lines(profile))
+    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+                   inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"])
+    assert with_profile(base, profile).tp_layer_s == (rates["torch_tp_layer_s"], rates["autotp_layer_s"])
+    unsupported = {**_measured([0.05, 0.04]), "tensor_parallel": {"layers": 2, "tp": 2, "unsupported": "gpt2"}}
+    assert "torch_tp_layer_s" not in fit_profile(unsupported)["rates"]
+
+
+def test_the_planner_adds_tensor_parallelism_s_own_work_per_layer_and_micro_step():
+    shape = resolve_model("llama-tiny")  # 2 decoder layers
+    wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=1, precision="fp32")
+    plain = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+                    inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04)
+    measured = replace(plain, tp_layer_s=(7e-3, 3e-3))
+    # tp 2 on 2 ranks: 1 replica accumulating 2 micro-steps to keep the global batch; 2 layers each
+    torch_tp = Candidate(strategy="ddp", tp=2, engine="torch")
+    assert estimate(torch_tp, wl, measured).framework_s == pytest.approx(2 * 7e-3 * 2)
+    assert estimate(Candidate(strategy="zero1", tp=2), wl, measured).framework_s == pytest.approx(2 * 3e-3 * 2)
+    assert estimate(torch_tp, wl, plain).framework_s == 0.0  # no profile, no term
+    assert estimate(Candidate(strategy="ddp"), wl, measured).framework_s == 0.0
+
+
+def test_calibrate_says_which_models_it_splits():
+    from dsbench.worker.calibrate import measure_tensor_parallel
+
+    gpt2 = measure_tensor_parallel(resolve_model("gpt2-tiny"), 2, 128, comm=None, info=None, dtype=None, repeats=1,
+                                   tp=2)
+    assert "Llama-family" in gpt2["unsupported"] and gpt2["tp"] == 2
 
 
 def test_calibrate_measures_each_distinct_group_once():

@@ -167,21 +167,21 @@ class TorchPipelineEngine:
         return float(self.optimizer.param_groups[0]["lr"])
 
 
+MEGATRON_LAYER = {"self_attn.q_proj": "column", "self_attn.k_proj": "column", "self_attn.v_proj": "column",
+                  "self_attn.o_proj": "row", "mlp.gate_proj": "column", "mlp.up_proj": "column",
+                  "mlp.down_proj": "row"}
+"""Megatron-LM's layout of one Llama-family decoder layer (Shoeybi et al. 2019, section 3): column-parallel q/k/v
+and gate/up (each rank computes whole heads / its slice of the MLP), row-parallel o_proj and down_proj (their
+partial outputs summed by one all-reduce)."""
+
+
 def megatron_plan(model: Any) -> dict[str, Any]:
-    """Megatron-LM's layout for every decoder layer of a Llama-family model: column-parallel q/k/v and
-    gate/up (each rank computes whole heads / its slice of the MLP), row-parallel o_proj and down_proj (their
-    partial outputs summed by one all-reduce)."""
+    """:data:`MEGATRON_LAYER` for every decoder layer of a Llama-family model, as DTensor parallel styles."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     check_megatron_tp(getattr(model.config, "model_type", "?"))
-    plan: dict[str, Any] = {}
-    for i in range(len(model.model.layers)):
-        prefix = f"model.layers.{i}"
-        plan.update({f"{prefix}.self_attn.{name}": ColwiseParallel() for name in ("q_proj", "k_proj", "v_proj")})
-        plan[f"{prefix}.self_attn.o_proj"] = RowwiseParallel()
-        plan.update({f"{prefix}.mlp.{name}": ColwiseParallel() for name in ("gate_proj", "up_proj")})
-        plan[f"{prefix}.mlp.down_proj"] = RowwiseParallel()
-    return plan
+    return {f"model.layers.{i}.{name}": ColwiseParallel() if kind == "column" else RowwiseParallel()
+            for i in range(len(model.model.layers)) for name, kind in MEGATRON_LAYER.items()}
 
 
 class TorchTensorParallelEngine:
