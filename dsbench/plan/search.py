@@ -6,8 +6,8 @@ data-parallel ranks is the fixed global batch) x activation checkpointing. The p
 tokens/s and memory; layouts that do not fit are dropped. Measuring then goes greedily: run the best predicted
 layout; divide each measured tokens/s by its prediction; scale the other predictions by that ratio (the same
 strategy's when it has been run, else the median of all measured ratios) and run the best corrected one, while it
-is still predicted to beat the best measured layout and the budget lasts. The winner is the best *measured*
-layout: never a prediction, never a sum of timed phases.
+might still beat the best measured layout (within the time model's error) and the budget lasts. The winner is the
+best *measured* layout: never a prediction, never a sum of timed phases.
 """
 
 from __future__ import annotations
@@ -95,10 +95,19 @@ def correct(scored: list[Scored]) -> None:
             s.corrected = s.predicted * (statistics.median(own) if own else overall)
 
 
+UNCERTAINTY = 0.25
+"""How far a corrected prediction may fall short of what the layout measures: the time model's worst step-time error
+on the stored runs (docs/planner.md, "The time model with a profile"). A layout predicted within it of the best
+measured one may still beat it, so it is worth a run."""
+
+
 def next_layout(scored: list[Scored], runs_left: int, exhaustive: bool = False) -> Scored | None:
     """The layout to run next: the best (corrected) prediction among those that fit and were not run, while it
-    still beats the best measured layout; None when the budget is spent or nothing promises better. Exhaustive:
-    every layout that fits, best predicted first."""
+    might still beat the best measured layout (by the model's own error, :data:`UNCERTAINTY`); None when the
+    budget is spent or nothing promises better. Exhaustive: every layout that fits, best predicted first.
+
+    The band matters: after one run every other prediction is scaled by the same measured ratio, so none is ever
+    above the measured layout, and a rule of "predicted better" would never spend a second run."""
     if runs_left <= 0:
         return None
     waiting = [s for s in scored if s.fits and s.status == "not run"]
@@ -106,7 +115,7 @@ def next_layout(scored: list[Scored], runs_left: int, exhaustive: bool = False) 
         return None
     best = max(waiting, key=lambda s: s.corrected or s.predicted)
     measured = [s.measured for s in scored if s.measured]
-    if not exhaustive and measured and (best.corrected or best.predicted) <= max(measured):
+    if not exhaustive and measured and (best.corrected or best.predicted) * (1 + UNCERTAINTY) <= max(measured):
         return None
     return best
 

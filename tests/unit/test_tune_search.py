@@ -58,7 +58,19 @@ def test_a_measurement_corrects_the_predictions_of_its_strategy_first():
     by_name = {s.layout.name: s for s in found.scored}
     assert by_name[a2.name].corrected == 45.0  # its own strategy's ratio
     assert by_name[b.name].corrected == 40.0  # the median ratio: no run of b yet
-    assert found.step(lambda layout: 1.0) is None  # nothing promises more than the 50 measured: stop
+    # a2's 45 is within the time model's error (25%) of the 50 measured: it might beat it, so it runs
+    assert found.step(lambda layout: 1.0).layout == a2
+    # measured at 1, a's ratios are 0.5 and 1/90: b is corrected by their median to 80 x 0.2556 = 20.4, and even
+    # 25% above that it cannot beat the 50 measured: stop with a run of the budget left
+    assert by_name[b.name].corrected == pytest.approx(80 * (0.5 + 1 / 90) / 2)
+    assert found.step(lambda layout: 1.0) is None and len(found.runs) == 2
+
+
+def test_one_run_spends_no_more_when_nothing_else_comes_near():
+    a, b = (search.Layout(strategy=s, micro_batch=1, grad_accum=1) for s in "ab")
+    found = search.start([(a, 100.0, True), (b, 70.0, True)], budget=3)
+    found.step(lambda layout: 100.0)
+    assert found.step(lambda layout: 1.0) is None  # b: 70 x 1.25 = 87.5 < 100 measured
 
 
 def test_the_search_space_keeps_the_global_batch():
@@ -89,7 +101,7 @@ def _exhaustive(model: str, folder: Path | None = None) -> dict[search.Layout, f
 def test_tune_finds_the_best_of_the_whole_space_within_three_runs(model):
     measured = _exhaustive(model)
     req = TuneRequest(model=model, world=2, global_batch=8, gpu_mem=12)
-    profile = str(STORED / f"profile-{model}.json")
+    profile = str(STORED / f"tune-{model}" / "profile.json")  # the calibration that tune ran with, the same hour
     space = search.layouts(sorted({layout.strategy for layout in measured}), 2, 8,
                            lambda s: STRATEGIES[s].model_parallel)
     assert set(space) == set(measured)  # the stored runs are the whole space, each layout once
