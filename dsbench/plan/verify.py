@@ -142,9 +142,16 @@ def predict_cell(row: dict[str, Any], profile: str | None = None, gpu: str = "h1
     header = row["runs"][0]["header"]
     # the cell's accumulation is per model-parallel group; the planner's --grad-accum is per pure-DP rank
     accum = max(1, header["grad_accum"] // (candidate.tp * candidate.pp))
-    request = PlanRequest(model=row["model"], params=None, config=None, gpus=row["world_size"], nodes=1,
-                          gpus_per_node=None, gpu=gpu, gpu_mem=None, peak_tflops=header.get("peak_tflops"),
-                          efficiency=efficiency, interconnect="infiniband", intra=None, bandwidth=None, latency=None,
+    # the nodes the ranks ran on (the run header records every rank's host): data parallelism across them is
+    # priced at the profile's link across nodes
+    world = row["world_size"]
+    nodes = len(set(header.get("hostnames") or [])) or 1
+    if world % nodes:
+        nodes = 1  # uneven placement: the planner's nodes x slots cannot say it; planned as one node
+    request = PlanRequest(model=row["model"], params=None, config=None, gpus=world, nodes=nodes,
+                          gpus_per_node=world // nodes if nodes > 1 else None, gpu=gpu, gpu_mem=None,
+                          peak_tflops=header.get("peak_tflops"), efficiency=efficiency, interconnect="infiniband",
+                          intra=None, bandwidth=None, latency=None,
                           seq_len=header["seq_len"], micro_batch=row["micro_batch"], grad_accum=accum,
                           precision=header["precision"], accounting=None, host_mem=1000, profile=profile)
     workload, cluster, _ = build(request)

@@ -148,3 +148,23 @@ def test_under_a_shaped_link_across_nodes_the_predicted_ranking_matches_the_meas
     assert len(measured) == 10 and _spearman(measured, predicted) >= 0.9  # measured 0.92
     _assert_finds_the_best_within_three_runs(
         search.start([(layout, predicted[layout], True) for layout in measured], budget=3), measured)
+
+
+def test_a_report_row_from_two_nodes_is_planned_as_two_nodes(tmp_path):
+    from dsbench.plan.verify import predict_cell
+
+    (tmp_path / "hosts").write_text("node1 slots=1\nnode2 slots=1\n")
+    profile = str(SHAPED / "profile.json")  # its link across nodes: the 100 Mbit/s shaped one
+
+    def row(hostnames: list[str]) -> dict:
+        header = {"grad_accum": 1, "seq_len": 128, "precision": "fp32", "peak_tflops": None, "hostnames": hostnames}
+        return {"strategy": "ddp", "model": "gpt2-tiny", "world_size": 2, "micro_batch": 2,
+                "runs": [{"header": header}]}
+
+    across = predict_cell(row(["dsb-n1", "dsb-n2"]), profile)
+    req = TuneRequest(model="gpt2-tiny", world=2, global_batch=4, gpu_mem=12, hostfile=str(tmp_path / "hosts"))
+    layout = search.Layout(strategy="ddp", micro_batch=2, grad_accum=1)
+    # as tune plans the same layout from the hostfile (its predictions ranked the shaped runs at 0.92)
+    assert across.tokens_per_s == pytest.approx(search.predict(layout, plan_request(req), profile)[0], rel=1e-9)
+    within = predict_cell(row(["vm", "vm"]), profile)
+    assert within.tokens_per_s > across.tokens_per_s  # one node: the gradients never cross the slow link
