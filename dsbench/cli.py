@@ -462,6 +462,8 @@ def _csv(kind: Any) -> Any:
 @click.option("--warmup", type=click.IntRange(min=0), help="Warm-up steps excluded from figures [5].")
 @click.option("--seq-len", type=COUNT, help="Tokens per sample [128].")
 @click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help="[fp32]")
+@click.option("--compile", type=click.Choice(["off", "on", "both"]),
+              help="torch.compile the cells: off, on, or both (each strategy eager and compiled side by side) [off].")
 @click.option("--out", type=click.Path(file_okay=False), help="Results folder [runs/compare-TIMESTAMP].")
 @click.option("--resume", is_flag=True, help="Continue an interrupted matrix in --out, skipping finished cells.")
 @click.option("--retry-failed", is_flag=True, help="With --resume, run failed/timed-out cells again.")

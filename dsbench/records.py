@@ -161,6 +161,10 @@ class EndRecord:
         return {"type": "end", **asdict(self)}
 
 
+WARMUP = ("the warm-up steps' timed regions (slowest rank), outside the measured window: first-call work, and "
+          "with --compile the compilation")
+
+
 def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Summary of a run: wall-clock throughput over the window, and the timed region's spread per step."""
     records = list(records)
@@ -196,6 +200,8 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         # Share of rank 0's wall-clock window spent outside its own timed regions (data, gathers, logging);
         # rank 0's regions, not the slowest rank's, so that both figures come from the same clock.
         "outside_timed_fraction": 1 - sum(r["step_time_per_rank_s"][0] for r in measured) / window["seconds"],
+        "warmup": {"what": WARMUP, "steps": len(steps) - len(measured),
+                   "timed_s": sum(r["step_time_s"] for r in steps if r.get("warmup"))},
         "first_loss": steps[0]["loss"], "final_loss": steps[-1]["loss"],
         "peak_memory_bytes_per_rank": [max(r["peak_memory_bytes"][i] for r in steps)
                                        for i in range(len(steps[-1]["peak_memory_bytes"]))],

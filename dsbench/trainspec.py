@@ -57,6 +57,11 @@ class TrainSpec:
     precision: Literal["fp32", "bf16", "fp16"] | None = None
     """Native strategies and "auto" in a DeepSpeed config [accelerate's mixed_precision, else fp32]."""
     activation_checkpointing: bool = False
+    compile: bool = False
+    """torch.compile every transformer block (single, ddp, fsdp: before wrapping, so FSDP2's per-block hooks stay
+    outside the graphs; deepspeed: the engine's own ``compile()``). Compilation runs in the warm-up steps."""
+    fused_optimizer: bool = False
+    """torch AdamW's fused kernel (``fused=True``) for the native strategies; DeepSpeed's optimizer is its config's."""
     fsdp_reshard: bool = True
     """FSDP2 reshard_after_forward."""
     fsdp_cpu_offload: bool = False
@@ -115,6 +120,12 @@ class TrainSpec:
             raise UserError("--save-every needs --checkpoint-dir (where the checkpoints go)")
         if not 0 <= self.warmup < self.steps:
             raise UserError(f"--warmup must be in 0..{self.steps - 1} (steps excluded from the summary)")
+        if self.compile and self.warmup < 1:
+            raise UserError("--compile needs --warmup >= 1: the first step compiles, and compilation must stay out "
+                            "of the measured window")
+        if self.compile and self.strategy in ("torch_pp", "torch_tp"):
+            raise UserError(f"--compile is not supported with --strategy {self.strategy} (its stages and DTensor "
+                            "layers are not compiled by dsbench); drop --compile")
         positive = {"lr": self.lr, "dist_timeout": self.dist_timeout,
                     "peak_tflops": self.peak_tflops if self.peak_tflops is not None else 1.0}
         at_least_0 = {"weight_decay": self.weight_decay, "grad_clip": self.grad_clip,
@@ -150,6 +161,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help=_doc("precision"))
     p.add_argument("--pipeline-schedule", choices=SCHEDULES, help=_doc("pipeline_schedule"))
     p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--compile", action="store_true", help=HELP["compile"])
+    p.add_argument("--fused-optimizer", action="store_true", help=HELP["fused_optimizer"])
     p.add_argument("--fsdp-reshard", action=argparse.BooleanOptionalAction, help=_doc("fsdp_reshard"))
     p.add_argument("--fsdp-cpu-offload", action="store_true")
     p.add_argument("--out", help=_doc("out"))
@@ -185,6 +198,8 @@ HELP = {
     "pipeline_schedule": "torch_pp schedule",
     "tp": "tensor-parallel degree of --strategy torch_tp",
     "save_every": "save a checkpoint every N steps into --checkpoint-dir (0: only after the last step)",
+    "compile": "torch.compile every transformer block (deepspeed: engine.compile()); compiles in the warm-up steps",
+    "fused_optimizer": "torch AdamW fused=True for single/ddp/fsdp (DeepSpeed's optimizer is its config's)",
     "checkpoint_dir": "checkpoint folder (DeepSpeed's layout: latest + global_stepN/)",
     "resume": "continue from a checkpoint folder (its latest) or one global_stepN folder",
 }

@@ -62,6 +62,8 @@ def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
         raise UserError(f"{out} already holds results: pass --resume to continue it, or choose a new --out")
     if existing.exists():
         before = json.loads(existing.read_text()).get("matrix")
+        if isinstance(before, dict):
+            before.setdefault("compile", "off")  # a matrix from before --compile existed ran eager cells
         if before != matrix:
             raise UserError(f"{out} holds a different matrix; --resume needs the same flags (or a new --out)")
     atomic_write_json(existing, {"matrix": matrix, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})

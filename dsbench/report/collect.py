@@ -35,6 +35,12 @@ def find_runs(roots: list[Path]) -> list[Path]:
 
 
 def _label(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
+    """The row's strategy as compare spells it, ``+compile`` when the worker compiled the model."""
+    compiled = bool(cell["cell"].get("compile")) if cell else bool((header.get("speed") or {}).get("compile"))
+    return _strategy_label(header, cell) + ("+compile" if compiled else "")
+
+
+def _strategy_label(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
     if cell:
         return cell["cell"]["strategy"]
     strategy = header.get("strategy", "?")

@@ -147,7 +147,8 @@ def prepare(spec: TrainSpec) -> Prepared:
                             grad_clip=spec.grad_clip, warmup_steps=spec.lr_warmup_steps, grad_accum=accum,
                             precision=precision, fsdp_reshard=bool(fsdp and fsdp["reshard"]),
                             fsdp_cpu_offload=bool(fsdp and fsdp["cpu_offload"]),
-                            ds_config=ds_config, dims=dims, pipeline_schedule=spec.pipeline_schedule)
+                            ds_config=ds_config, dims=dims, pipeline_schedule=spec.pipeline_schedule,
+                            compile=spec.compile, fused_optimizer=spec.fused_optimizer)
     settings = LoopSettings(steps=spec.steps, warmup=spec.warmup, seq_len=spec.seq_len, dims=dims,
                             gather_every=spec.gather_every, start=resumed[1].step if resumed else 0,
                             save_every=spec.save_every, save_last=bool(spec.checkpoint_dir))
@@ -251,7 +252,32 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
                         peak_tflops=peak, peak_tflops_source=peak_source,
                         resumed_from=({"path": str(run.resumed[0]), "step": run.resumed[1].step}
                                       if run.resumed else None),
-                        launcher_env=accelerate_env.launcher_env(os.environ))
+                        launcher_env=accelerate_env.launcher_env(os.environ),
+                        speed=_speed_options(spec, run))
+
+
+def _speed_options(spec: TrainSpec, run: Prepared) -> dict[str, Any]:
+    """What the run did to go fast, as the report shows it: compilation, the attention kernel the model calls
+    (transformers' ``attn_implementation``: "sdpa" is torch's scaled_dot_product_attention, which picks flash or
+    memory-efficient kernels on GPU) and the optimizer's implementation."""
+    return {"compile": spec.compile, "attention": getattr(run.model.config, "_attn_implementation", None),
+            "optimizer": optimizer_kind(run.engine, run.info.device)}
+
+
+def optimizer_kind(engine: Any, device: str) -> str:
+    """The optimizer implementation a run steps with: DeepSpeed's own choice (FusedAdam, DeepSpeedCPUAdam under
+    offload, ...) by its class, torch AdamW's kernel by its flags (torch picks foreach on CUDA, the for-loop on CPU
+    when neither is asked for)."""
+    inner = getattr(getattr(engine, "engine", None), "basic_optimizer", None)
+    if inner is not None:
+        return type(inner).__name__
+    optimizer = getattr(engine, "optimizer", None)
+    if optimizer is None:
+        return "unknown"
+    flags = optimizer.defaults
+    kernel = "fused" if flags.get("fused") else "foreach" if flags.get("foreach") or device.startswith("cuda") \
+        else "for-loop"
+    return f"{type(optimizer).__name__} ({kernel})"
 
 
 def _interrupted(writer: Any, records: list[dict[str, Any]], folder: Path, signal_name: str) -> None:

@@ -173,3 +173,26 @@ def test_stale_jit_build_lock_is_refused_not_waited_on(tmp_path):
                      env={"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}, timeout=300)
     assert result.returncode != 0
     assert f"{lock}: a JIT build lock left by an interrupted build" in result.stderr + result.stdout
+
+
+COMPILED = {"ddp": ["--compile", "--fused-optimizer"], "fsdp": ["--compile", "--fused-optimizer"],
+            "zero2": ["--compile"]}
+"""The worker's speed options on 2 ranks: blocks compiled (DeepSpeed: engine.compile()) and, for the native
+strategies, torch AdamW's fused kernel (single runs the same code as ddp without the wrapper)."""
+
+
+@pytest.mark.parametrize("name", list(COMPILED))
+def test_compiled_and_fused_runs_keep_the_single_process_losses(runs, name):
+    result, folder = runs.get(f"{name}_compiled", CELLS[name], COMPILED[name])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = load_run(folder)
+    reference = [s["loss"] for s in finished(runs, "single")["steps"]]  # eager, for-loop AdamW, 1 process
+    losses = [s["loss"] for s in run["steps"]]
+    assert max(abs(a - b) / abs(b) for a, b in zip(losses, reference, strict=True)) < 1e-4
+    speed = run["header"][0]["speed"]  # what the report shows of how the run was made fast
+    assert speed["compile"] is True and speed["attention"] == "sdpa"
+    assert speed["optimizer"] == ("FusedAdam" if name == "zero2" else "AdamW (fused)")
+    # compilation happened in the warm-up steps: the first is the slow one, and the window excludes it
+    steps = run["steps"]
+    assert steps[0]["step_time_s"] > 2 * max(s["step_time_s"] for s in steps[2:])
+    assert run["summary"]["warmup"]["timed_s"] == pytest.approx(sum(s["step_time_s"] for s in steps[:2]))

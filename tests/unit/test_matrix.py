@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,34 @@ def test_model_parallel_cells_only_where_the_world_divides():
     pairs = sorted({(c.strategy, c.world_size) for c in cells})
     assert ("pipe2", 1) not in pairs and ("pipe2", 3) not in pairs and ("torch_tp2", 3) not in pairs
     assert {("pipe2", 2), ("pipe2", 4), ("torch_tp2", 2), ("torch_tp2", 4), ("ddp", 3), ("single", 1)} <= set(pairs)
+
+
+def test_compile_both_puts_each_strategy_eager_and_compiled_side_by_side():
+    cells = expand(["single", "ddp", "pipe2"], [2], [2], ["gpt2-tiny"], compile="both")
+    assert [(c.strategy, c.compile) for c in cells] == [("single", False), ("single", True), ("ddp", False),
+                                                       ("ddp", True), ("pipe2", False)]  # pipelines run eager
+    assert {c.id for c in cells if c.compile} == {"single-w1-mb2-compiled-gpt2-tiny-r0",
+                                                  "ddp-w2-mb2-compiled-gpt2-tiny-r0"}
+    compiled = next(c for c in cells if c.compile and c.strategy == "ddp")
+    assert cell_launch_args(compiled, Path("x"))[-1] == "--compile"  # the worker's flag, after "--"
+    assert "--compile" not in cell_launch_args(cells[2], Path("x"))
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"compile": "yes"}, "--compile must be one of off, on, both"),
+    ({"compile": "on", "warmup": 0}, "--compile needs --warmup >= 1"),
+    ({"compile": "on", "strategies": ["ddp", "torch_tp2"]}, "torch_tp2 is not compiled by dsbench"),
+])
+def test_compile_requests_that_cannot_be_met_are_refused(kwargs, needle):
+    args = {"strategies": ["ddp"], "world_sizes": [2], "micro_batches": [2], "models": ["llama-tiny"], **kwargs}
+    with pytest.raises(UserError, match=needle):
+        expand(**args)
+
+
+def test_a_compiled_cell_is_its_own_row_in_the_report():
+    from dsbench.report.collect import _label
+
+    header = {"strategy": "ddp"}
+    assert _label(header, {"cell": {"strategy": "ddp", "compile": True}}) == "ddp+compile"
+    assert _label(header, {"cell": {"strategy": "ddp"}}) == "ddp"  # a cell from before --compile existed
+    assert _label({"strategy": "fsdp", "speed": {"compile": True}}, None) == "fsdp+compile"  # a plain launch

@@ -72,3 +72,18 @@ def test_model_parallel_flags_are_checked(argv, needle):
         from_argv(argv)
     gpipe = from_argv(["--strategy", "torch_pp", "--pipeline-stages", "2", "--pipeline-schedule", "gpipe"])
     assert gpipe.grad_accum == 1  # GPipe runs fewer micro-batches than stages (launch warns of the bubble)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--compile", "--warmup", "0"], "--compile needs --warmup >= 1"),
+    (["--compile", "--strategy", "torch_tp", "--tp", "2"], "--compile is not supported with --strategy torch_tp"),
+])
+def test_compile_is_refused_where_it_cannot_be_measured_or_done(argv, needle):
+    with pytest.raises(UserError, match=needle):
+        from_argv(argv)
+
+
+def test_speed_flags_reach_the_spec():
+    spec = from_argv(["--compile", "--fused-optimizer", "--warmup", "2"])
+    assert spec.compile and spec.fused_optimizer
+    assert not from_argv([]).compile

@@ -24,6 +24,10 @@ class EngineOptions:
     dims: Any = None
     """The run's ParallelDims (torch_pp / torch_tp build their meshes from it)."""
     pipeline_schedule: str = "1f1b"
+    compile: bool = False
+    """torch.compile the model's transformer blocks (native) or the DeepSpeed engine (its ``compile()``)."""
+    fused_optimizer: bool = False
+    """torch AdamW ``fused=True`` (native strategies)."""
 
 
 class Engine(Protocol):

@@ -19,6 +19,8 @@ class DeepSpeedEngine:
         assert options.ds_config is not None
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                     config=options.ds_config)
+        if options.compile:
+            self.engine.compile()  # DeepSpeed's own torch.compile of its module, aware of its ZeRO hooks
         self.model = self.engine
         self.options = options
         self._pending_states: dict[str, Any] | None = None

@@ -36,12 +36,21 @@ def wrap_fsdp2(model: Any, options: EngineOptions) -> Any:
     return fully_shard(model, **kwargs)
 
 
+def compile_blocks(model: Any) -> None:
+    """torch.compile every transformer block in place (``nn.Module.compile``), as torchtitan compiles per block:
+    each block is one graph reused by every layer, and wrappers applied afterwards (DDP's bucket hooks, FSDP2's
+    per-block all-gather and reduce-scatter) run around the graphs, not inside them. Compilation happens at the
+    first forward, in the warm-up steps."""
+    for block in transformer_blocks(model):
+        block.compile()
+
+
 def adamw(params: Any, options: EngineOptions) -> tuple[Any, Any]:
     """torch AdamW and the warm-up schedule every native strategy uses (DeepSpeed's WarmupLR ramp)."""
     import torch
 
     optimizer = torch.optim.AdamW(params, lr=options.lr, betas=options.betas, eps=options.eps,
-                                  weight_decay=options.weight_decay)
+                                  weight_decay=options.weight_decay, fused=options.fused_optimizer or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_factor(step, options.warmup_steps))
     return optimizer, scheduler
 
@@ -64,6 +73,8 @@ class NativeEngine:
         self.name = strategy
         self.options = options
         model = model.to(dist_info.device)
+        if options.compile:
+            compile_blocks(model)
         if strategy == "ddp":
             model = wrap_ddp(model, dist_info.device)
         elif strategy == "fsdp":
