@@ -8,6 +8,10 @@ hits both alike; the ratio is dsbench's median window over the minimal loop's (g
 
     python scripts/bench_harness_overhead.py --repeats 3 --steps 30 --model gpt2-mini            # 2 CPU ranks
     python scripts/bench_harness_overhead.py --model gpt2 --precision bf16 --micro-batch 16 --seq-len 1024  # 1 GPU
+    python scripts/bench_harness_overhead.py --strategy ddp --compile --fused-optimizer          # native, torchrun
+
+The native strategies (``--strategy ddp|fsdp``) are measured against scripts/minimal_native_loop.py, both started
+by torchrun, with the same speed options (``--compile``, ``--fused-optimizer``) on both sides.
 """
 
 from __future__ import annotations
@@ -47,17 +51,24 @@ def main() -> int:
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--zero", type=int, default=2)
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--strategy", default="deepspeed", choices=["deepspeed", "ddp", "fsdp"])
+    p.add_argument("--compile", action="store_true", help="torch.compile on both sides")
+    p.add_argument("--fused-optimizer", action="store_true", help="torch AdamW fused=True on both sides (native)")
     args = p.parse_args()
+    if args.strategy != "deepspeed" and args.precision != "fp32":
+        sys.exit("--strategy ddp|fsdp is measured in fp32 (the minimal native loop has no autocast)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if not gpu:
         env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     work = Path(tempfile.mkdtemp(prefix="dsbench-overhead-"))
+    if args.strategy != "deepspeed":
+        return native(args, env, work)
     config = work / "ds_config.json"
     run([sys.executable, "-m", "dsbench", "render", "--zero", str(args.zero), "--world-size", str(args.ranks),
          "--micro-batch", str(args.micro_batch), "--model", args.model, "--precision", args.precision,
          "-o", str(config)], env)
     common = ["--deepspeed_config", str(config), "--model", args.model, "--steps", str(args.steps),
-              "--warmup", str(args.warmup), "--seq-len", str(args.seq_len)]
+              "--warmup", str(args.warmup), "--seq-len", str(args.seq_len), *(["--compile"] if args.compile else [])]
     minimal, harness = [], []
     for repeat in range(args.repeats):
         out = work / f"minimal-{repeat}.json"
@@ -68,8 +79,36 @@ def main() -> int:
         run(deepspeed_cmd(29900 + repeat, ["--module", "dsbench.train", *common, "--out", str(folder), "--quiet"],
                           args.ranks), env)
         harness.append(json.loads((folder / "summary.json").read_text())["throughput"]["window_s"])
+    return report(args, minimal, harness)
+
+
+def torchrun_cmd(port: int, ranks: int, target: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port", str(port),
+            *target]
+
+
+def native(args: argparse.Namespace, env: dict[str, str], work: Path) -> int:
+    """ddp / fsdp: scripts/minimal_native_loop.py against ``dsbench.train --strategy ...``, both under torchrun."""
+    options = [*(["--compile"] if args.compile else []), *(["--fused-optimizer"] if args.fused_optimizer else [])]
+    common = ["--strategy", args.strategy, "--model", args.model, "--micro-batch", str(args.micro_batch),
+              "--steps", str(args.steps), "--warmup", str(args.warmup), "--seq-len", str(args.seq_len), *options]
+    minimal, harness = [], []
+    for repeat in range(args.repeats):  # interleaved: A B A B ...
+        out = work / f"minimal-{repeat}.json"
+        run(torchrun_cmd(29800 + repeat, args.ranks, [str(ROOT / "scripts" / "minimal_native_loop.py"), *common,
+                                                      "--out", str(out)]), env)
+        minimal.append(json.loads(out.read_text())["window_s"])
+        folder = work / f"dsbench-{repeat}"
+        run(torchrun_cmd(29900 + repeat, args.ranks, ["-m", "dsbench.train", *common, "--out", str(folder),
+                                                      "--quiet"]), env)
+        harness.append(json.loads((folder / "summary.json").read_text())["throughput"]["window_s"])
+    return report(args, minimal, harness)
+
+
+def report(args: argparse.Namespace, minimal: list[float], harness: list[float]) -> int:
     a, b = statistics.median(minimal), statistics.median(harness)
-    print(json.dumps({"model": args.model, "ranks": args.ranks, "zero": args.zero, "precision": args.precision,
+    print(json.dumps({"strategy": args.strategy, "compile": args.compile, "fused_optimizer": args.fused_optimizer,
+                      "model": args.model, "ranks": args.ranks, "zero": args.zero, "precision": args.precision,
                       "micro_batch": args.micro_batch, "seq_len": args.seq_len, "repeats": args.repeats,
                       "measured_steps": args.steps - args.warmup, "warmup": args.warmup,
                       "clock": "wall clock over the measured window, end to end (both loops)",

@@ -25,6 +25,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--compile", action="store_true", help="DeepSpeed's engine.compile(), as dsbench's --compile")
     p.add_argument("--out")
     args = p.parse_args()
     from dsbench.models import resolve_model
@@ -35,6 +36,8 @@ def main() -> None:
     config = json.load(open(args.deepspeed_config))
     model = build_model(resolve_model(args.model), seed=1234)
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    if args.compile:
+        engine.compile()
     micro, accum = config["train_micro_batch_size_per_gpu"], config.get("gradient_accumulation_steps", 1)
     generator = torch.Generator().manual_seed(engine.global_rank)
     vocab = model.config.vocab_size

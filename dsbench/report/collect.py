@@ -152,6 +152,12 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _speed(header: dict[str, Any]) -> dict[str, Any]:
+    """How a run was made fast, from its header (absent in runs from before it was recorded)."""
+    speed = header.get("speed") or {}
+    return {"compile": speed.get("compile"), "attention": speed.get("attention"), "optimizer": speed.get("optimizer")}
+
+
 def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per cell (repeats merged) with medians, spreads and derived figures."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -187,7 +193,9 @@ def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 memory_kind=sums[0].get("memory_kind"),
                 model_states_mib=states[0].get("total", 0) / 2**20, model_states=states[0],
                 final_loss=_median([s["final_loss"] for s in sums]), measured_steps=sums[0]["measured_steps"],
-                warmup_steps=sums[0]["warmup_steps"])
+                warmup_steps=sums[0]["warmup_steps"],
+                warmup_s=_median([s["warmup"]["timed_s"] for s in sums if s.get("warmup")]),
+                **_speed(ok[0]["header"]))
         rows.append(row)
     _derive(rows)
     return rows

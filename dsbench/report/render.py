@@ -36,18 +36,26 @@ PREDICTED_COLUMNS: list[tuple[str, str, str]] = [
     ("predicted_peak_mib", "predicted peak MiB", "{:,.1f}"),
     ("peak_error", "peak error", "{:+.0%}"),
 ]
+SPEED_COLUMNS: list[tuple[str, str, str]] = [
+    # shown when some row compiled: where the compilation went, and what each run stepped with
+    ("warmup_s", "warm-up s (compile)", "{:.1f}"),
+    ("optimizer", "optimizer", "{}"),
+]
 EXPORT_KEYS = ["strategy", "world_size", "micro_batch", "model", "device", "status", "reason", "repeats", "ok",
                "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "window_s", "mfu", "timed_tokens_per_s",
                "timed_tokens_per_s_p10", "timed_tokens_per_s_p90", "timed_mfu", "outside_timed_fraction",
                "step_time_ms", "step_time_ms_min", "step_time_ms_max", "peak_memory_mib", "memory_kind",
                "model_states_mib", "scaling_efficiency", "scaling_baseline", "speedup_vs_ddp", "final_loss",
-               "measured_steps", "warmup_steps", *(key for key, _, _ in PREDICTED_COLUMNS)]
-TEXT_COLUMNS = ("strategy", "model", "device", "status", "predicted_dominant", "predicted dominant")
+               "measured_steps", "warmup_steps", "warmup_s", "compile", "attention", "optimizer",
+               *(key for key, _, _ in PREDICTED_COLUMNS)]
+TEXT_COLUMNS = ("strategy", "model", "device", "status", "predicted_dominant", "predicted dominant", "optimizer")
 
 
 def columns_for(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    """The table's columns: the measured ones, then each predicted one that some row has."""
-    return COLUMNS + [col for col in PREDICTED_COLUMNS if any(row.get(col[0]) is not None for row in rows)]
+    """The table's columns: the measured ones, the speed options' when some row compiled, then each predicted one
+    that some row has."""
+    speed = SPEED_COLUMNS if any(row.get("compile") for row in rows) else []
+    return COLUMNS + speed + [col for col in PREDICTED_COLUMNS if any(row.get(col[0]) is not None for row in rows)]
 
 
 def cell_text(row: dict[str, Any], key: str, fmt: str) -> str:

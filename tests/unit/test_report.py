@@ -131,3 +131,13 @@ def test_compare_refuses_a_bad_profile_before_any_cell_runs(cli_run, tmp_path):
                      "--out", str(tmp_path / "c"))
     assert result.exit_code == 2 and "not a dsbench machine profile" in result.output
     assert not (tmp_path / "c").exists()
+
+
+def test_compiled_rows_show_where_their_compilation_went_and_what_they_stepped_with():
+    from dsbench.report.render import columns_for
+
+    eager = {"strategy": "ddp", "compile": False, "warmup_s": 0.3, "optimizer": "AdamW (for-loop)"}
+    compiled = {"strategy": "ddp+compile", "compile": True, "warmup_s": 14.2, "optimizer": "AdamW (for-loop)"}
+    headers = [header for _, header, _ in columns_for([eager, compiled])]
+    assert "warm-up s (compile)" in headers and "optimizer" in headers
+    assert "warm-up s (compile)" not in [header for _, header, _ in columns_for([eager])]  # nothing compiled
