@@ -175,10 +175,11 @@ def test_stale_jit_build_lock_is_refused_not_waited_on(tmp_path):
     assert f"{lock}: a JIT build lock left by an interrupted build" in result.stderr + result.stdout
 
 
-COMPILED = {"ddp": ["--compile", "--fused-optimizer"], "fsdp": ["--compile", "--fused-optimizer"],
-            "zero2": ["--compile"]}
+COMPILED = {"ddp": ["--compile", "--fused-optimizer", "--activation-checkpointing"],
+            "fsdp": ["--compile", "--fused-optimizer", "--activation-checkpointing"], "zero2": ["--compile"]}
 """The worker's speed options on 2 ranks: blocks compiled (DeepSpeed: engine.compile()) and, for the native
-strategies, torch AdamW's fused kernel (single runs the same code as ddp without the wrapper)."""
+strategies, torch AdamW's fused kernel and every block checkpointed inside its compiled graph (single runs the
+same code as ddp without the wrapper)."""
 
 
 @pytest.mark.parametrize("name", list(COMPILED))

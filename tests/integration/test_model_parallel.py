@@ -27,6 +27,11 @@ COMMANDS = {
     # activation checkpointing every block (DeepSpeed recomputes each block's forward in the backward)
     "pipe2_ckpt_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 4 --num-gpus 2 "
                         "--set pipeline.activation_checkpoint_interval=1",
+    # the worker's --activation-checkpointing (every HF decoder block recomputed in the backward) under both
+    "torch_pipe2_ckpt_llama": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model llama-tiny "
+                              "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --activation-checkpointing",
+    "torch_tp2_ckpt_llama": "--strategy torch_tp --tp 2 --launcher torchrun --model llama-tiny --num-gpus 2 -- "
+                            "--activation-checkpointing",
     "torch_pipe2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-tiny "
                         "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --pipeline-schedule gpipe",
     # 4 ranks: data parallelism on top (pp 2 x dp 2, dp 2 x tp 2)
@@ -41,6 +46,7 @@ COMMANDS = {
     "single_gpt2_4": "--strategy single --launcher torchrun --num-gpus 1 --model gpt2-tiny --micro-batch 4",
 }
 REFERENCE = {"pipe2_llama": "single_llama_4", "pipe2_ckpt_llama": "single_llama_4",
+             "torch_pipe2_ckpt_llama": "single_llama_4", "torch_tp2_ckpt_llama": "single_llama_2",
              "torch_pipe2_llama": "single_llama_4",
              "torch_tp2_llama": "single_llama_2", "pipe2_gpt2": "single_gpt2_4", "torch_pipe2_gpt2": "single_gpt2_4",
              "pipe2_dp2_llama": "single_llama_4", "torch_pipe2_dp2_llama": "single_llama_4",
@@ -75,6 +81,7 @@ def test_losses_match_the_single_process_run(base, name):
     worst = max(abs(a - b) / abs(b) for a, b in zip(losses, expected, strict=True))
     assert worst < 1e-4, (name, worst)
     header = run["header"][0]
+    assert header["activation_checkpointing"] is name.startswith(("torch_pipe2_ckpt", "torch_tp2_ckpt"))
     assert header["global_batch"] == reference["header"][0]["global_batch"]
     assert header["pp"] * header["tp"] * header["dp_size"] == header["world_size"]
 
