@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks of the issues, on a machine with one CUDA GPU (e.g. the lent H100), from the project root:
 #
-#   scripts/gpu_checks.sh OUT [tier] [matrix-gpt2] [matrix-llama] [overhead]      (default: all four)
+#   scripts/gpu_checks.sh OUT [tier] [matrix-gpt2] [matrix-llama] [overhead] [compile-gpt2] [compile-llama]
+#                                                        (default: the first four; compile-*: issue 15's eager vs
+#                                                         compiled bf16 compare, --compile both)
 #
 # tier: every strategy through its launcher at world size 1 on NCCL (tests/gpu); matrix-*: the bf16
 # compare of single/ZeRO-1/2/3/offload (GPT-2 124M at seq 1024 x 16, a 1.1B Llama at seq 2048 x 4);
@@ -27,13 +29,18 @@ for step in $steps; do
   start=$(date +%s)
   case $step in
     tier)
-      python3 -m pytest tests/gpu -m gpu -v -p no:cacheprovider -k "nccl or collectives or same_losses" \
+      python3 -m pytest tests/gpu -m gpu -v -p no:cacheprovider -k "nccl or collectives or same_losses or compiled_strategies" \
         > "$out/tier.log" 2>&1 || status=1 ;;
     matrix-gpt2|matrix-llama)
       model=$([ "$step" = matrix-gpt2 ] && echo gpt2 || echo llama-1b)
       DSBENCH_GPU_OUT=$out/runs python3 -m pytest tests/gpu -m gpu -v -s -p no:cacheprovider \
         -k "bf16_matrix and $model" > "$out/$step.log" 2>&1 || status=1
       tar czf "$out/$step.tgz" -C "$out/runs" "compare-$model" 2>/dev/null ;;
+    compile-gpt2|compile-llama)
+      model=$([ "$step" = compile-gpt2 ] && echo gpt2 || echo llama-1b)
+      DSBENCH_GPU_OUT=$out/runs python3 -m pytest tests/gpu -m gpu -v -s -p no:cacheprovider \
+        -k "eager_and_compiled and $model" > "$out/$step.log" 2>&1 || status=1
+      tar czf "$out/$step.tgz" -C "$out/runs" "compile-$model" 2>/dev/null ;;
     overhead)
       python3 scripts/bench_harness_overhead.py --model gpt2 --precision bf16 --micro-batch 16 --seq-len 1024 \
         --steps 25 --warmup 5 --repeats 2 > "$out/overhead.json" 2> "$out/overhead.err" || status=1 ;;

@@ -98,6 +98,28 @@ def test_same_losses_under_every_strategy_on_gpu(tier_dir):
         assert worst < 1e-3, (name, worst)
 
 
+COMPILED = {"single": ["--compile", "--fused-optimizer"], "ddp": ["--compile", "--fused-optimizer"],
+            "fsdp": ["--compile", "--fused-optimizer"], "zero2": ["--compile"]}
+"""Issue 15's speed options on the GPU: blocks compiled (DeepSpeed: engine.compile()), torch AdamW fused."""
+
+
+@pytest.mark.parametrize("name", list(COMPILED))
+def test_compiled_strategies_keep_the_losses_on_gpu(tier_dir, name):
+    folder = tier_dir / f"{name}-compiled"
+    result = _dsbench("launch", *TIER[name], "--num-gpus", "1", "--model", "gpt2-tiny", "--run-dir", str(folder),
+                      "--", "--steps", "8", "--warmup", "2", "--gather-every", "3", "--quiet", *COMPILED[name],
+                      cwd=tier_dir, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    reference_result, reference = _tier_run("single", tier_dir)
+    assert reference_result.returncode == 0
+    losses = [r["loss"] for r in _records(folder) if r["type"] == "step"]
+    expected = [r["loss"] for r in _records(reference) if r["type"] == "step"]
+    assert max(abs(a - b) / abs(b) for a, b in zip(losses, expected, strict=True)) < 1e-3
+    speed = _records(folder)[0]["speed"]
+    assert speed["compile"] is True and speed["attention"] == "sdpa"
+    assert speed["optimizer"] == ("FusedAdam" if name == "zero2" else "AdamW (fused)")
+
+
 COLLECTIVE_PROBE = """
 import torch, torch.distributed as dist
 from dsbench.worker import dist as wd
@@ -146,6 +168,22 @@ def test_bf16_matrix_on_one_gpu(tmp_path, model):
     assert result.returncode == 0, result.stderr[-3000:]
     cells = json.loads((out / "report" / "report.json").read_text())["cells"]
     assert all(c["status"] == "ok" and c["mfu"] and c["memory_kind"] == "cuda_max_allocated" for c in cells)
+
+
+@pytest.mark.parametrize("model", list(MATRIX))
+def test_bf16_matrix_eager_and_compiled_on_one_gpu(tmp_path, model):
+    """Issue 15: each strategy eager and compiled side by side (compare --compile both), bf16, world size 1."""
+    micro, seq = MATRIX[model]
+    out = Path(os.environ.get("DSBENCH_GPU_OUT", tmp_path)) / f"compile-{model}"
+    result = _dsbench("compare", "--models", model, "--world-sizes", "1", "--micro-batches", micro,
+                      "--strategies", "single,zero1,zero2,zero3,zero2_offload", "--precision", "bf16",
+                      "--seq-len", seq, "--steps", "20", "--warmup", "5", "--timeout", "600", "--compile", "both",
+                      "--out", str(out), cwd=tmp_path)
+    print(result.stdout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    cells = json.loads((out / "report" / "report.json").read_text())["cells"]
+    assert any(c["strategy"].endswith("+compile") for c in cells)
+    assert all(c["status"] == "ok" and c["mfu"] for c in cells)
 
 
 @pytest.mark.parametrize("model", ["gpt2", "llama-1b"])
