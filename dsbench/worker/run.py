@@ -105,7 +105,7 @@ def prepare(spec: TrainSpec) -> Prepared:
     """Set-up: strategy, config, process group, data plan, model and engine."""
     from dsbench.worker import dist
     from dsbench.worker.data import build_plan, load_tokenizer, token_ids
-    from dsbench.worker.engines import EngineOptions, build_engine
+    from dsbench.worker.engines import build_engine
     from dsbench.worker.loop import LoopSettings, fault_before_join, saves_after
     from dsbench.worker.model import build_model
 
@@ -143,12 +143,7 @@ def prepare(spec: TrainSpec) -> Prepared:
     checkpointing = fsdp["activation_checkpointing"] if fsdp else spec.activation_checkpointing
     model = build_model(shape, spec.seed, spec.trust_remote_code, checkpointing)
     precision = setup.precision_of(ds_config, spec.precision)
-    options = EngineOptions(lr=spec.lr, weight_decay=spec.weight_decay, betas=(0.9, 0.999), eps=1e-8,
-                            grad_clip=spec.grad_clip, warmup_steps=spec.lr_warmup_steps, grad_accum=accum,
-                            precision=precision, fsdp_reshard=bool(fsdp and fsdp["reshard"]),
-                            fsdp_cpu_offload=bool(fsdp and fsdp["cpu_offload"]),
-                            ds_config=ds_config, dims=dims, pipeline_schedule=spec.pipeline_schedule,
-                            compile=spec.compile, fused_optimizer=spec.fused_optimizer)
+    options = _engine_options(spec, accum, precision, fsdp, ds_config, dims)
     settings = LoopSettings(steps=spec.steps, warmup=spec.warmup, seq_len=spec.seq_len, dims=dims,
                             gather_every=spec.gather_every, start=resumed[1].step if resumed else 0,
                             save_every=spec.save_every, save_last=bool(spec.checkpoint_dir))
@@ -165,6 +160,19 @@ def prepare(spec: TrainSpec) -> Prepared:
                     fsdp=fsdp,
                     settings=settings,
                     folder=folder, hostnames=hostnames, model=model, tokenizer=tokenizer, resumed=resumed)
+
+
+def _engine_options(spec: TrainSpec, accum: int, precision: str, fsdp: dict[str, bool] | None,
+                    ds_config: dict[str, Any] | None, dims: ParallelDims) -> Any:
+    """The training settings every engine takes, from the spec and what set-up resolved."""
+    from dsbench.worker.engines import EngineOptions
+
+    return EngineOptions(lr=spec.lr, weight_decay=spec.weight_decay, betas=(0.9, 0.999), eps=1e-8,
+                         grad_clip=spec.grad_clip, warmup_steps=spec.lr_warmup_steps, grad_accum=accum,
+                         precision=precision, fsdp_reshard=bool(fsdp and fsdp["reshard"]),
+                         fsdp_cpu_offload=bool(fsdp and fsdp["cpu_offload"]), ds_config=ds_config, dims=dims,
+                         pipeline_schedule=spec.pipeline_schedule, compile=spec.compile,
+                         fused_optimizer=spec.fused_optimizer)
 
 
 def _check_resume(resumed: Any, strategy: str, definition: dict[str, Any], dims: ParallelDims, info: Any,

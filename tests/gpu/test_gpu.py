@@ -155,33 +155,30 @@ def test_collectives_use_the_rank_device_under_nccl(tmp_path):
 MATRIX = {"gpt2": ("16", "1024"), "llama-1b": ("4", "2048")}
 
 
+def _bf16_compare(tmp_path: Path, model: str, name: str, *extra: str) -> list[dict]:
+    """single/zero1/zero2/zero3/zero2_offload at world size 1, bf16, at GPU.md's shape for ``model``: the report's
+    cells (each printed with its wall-clock tokens/s and MFU)."""
+    micro, seq = MATRIX[model]
+    out = Path(os.environ.get("DSBENCH_GPU_OUT", tmp_path)) / f"{name}-{model}"
+    result = _dsbench("compare", "--models", model, "--world-sizes", "1", "--micro-batches", micro,
+                      "--strategies", "single,zero1,zero2,zero3,zero2_offload", "--precision", "bf16",
+                      "--seq-len", seq, "--steps", "20", "--warmup", "5", "--out", str(out), *extra, cwd=tmp_path)
+    print(result.stdout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((out / "report" / "report.json").read_text())["cells"]
+
+
 @pytest.mark.parametrize("model", list(MATRIX))
 def test_bf16_matrix_on_one_gpu(tmp_path, model):
     """single/zero1/zero2/zero3/zero2_offload at world size 1, bf16, with wall-clock tokens/s and MFU."""
-    micro, seq = MATRIX[model]
-    out = Path(os.environ.get("DSBENCH_GPU_OUT", tmp_path)) / f"compare-{model}"
-    result = _dsbench("compare", "--models", model, "--world-sizes", "1", "--micro-batches", micro,
-                      "--strategies", "single,zero1,zero2,zero3,zero2_offload", "--precision", "bf16",
-                      "--seq-len", seq, "--steps", "20", "--warmup", "5", "--timeout", "420", "--out", str(out),
-                      cwd=tmp_path)
-    print(result.stdout)
-    assert result.returncode == 0, result.stderr[-3000:]
-    cells = json.loads((out / "report" / "report.json").read_text())["cells"]
+    cells = _bf16_compare(tmp_path, model, "compare", "--timeout", "420")
     assert all(c["status"] == "ok" and c["mfu"] and c["memory_kind"] == "cuda_max_allocated" for c in cells)
 
 
 @pytest.mark.parametrize("model", list(MATRIX))
 def test_bf16_matrix_eager_and_compiled_on_one_gpu(tmp_path, model):
     """Issue 15: each strategy eager and compiled side by side (compare --compile both), bf16, world size 1."""
-    micro, seq = MATRIX[model]
-    out = Path(os.environ.get("DSBENCH_GPU_OUT", tmp_path)) / f"compile-{model}"
-    result = _dsbench("compare", "--models", model, "--world-sizes", "1", "--micro-batches", micro,
-                      "--strategies", "single,zero1,zero2,zero3,zero2_offload", "--precision", "bf16",
-                      "--seq-len", seq, "--steps", "20", "--warmup", "5", "--timeout", "600", "--compile", "both",
-                      "--out", str(out), cwd=tmp_path)
-    print(result.stdout)
-    assert result.returncode == 0, result.stderr[-3000:]
-    cells = json.loads((out / "report" / "report.json").read_text())["cells"]
+    cells = _bf16_compare(tmp_path, model, "compile", "--timeout", "600", "--compile", "both")
     assert any(c["strategy"].endswith("+compile") for c in cells)
     assert all(c["status"] == "ok" and c["mfu"] for c in cells)
 
