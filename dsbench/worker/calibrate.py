@@ -21,7 +21,9 @@ planner's fit, :mod:`dsbench.plan.profile`, turns them into the machine profile)
   over the world. The fit subtracts the stack's collectives (from the fitted links) and divides by the units: what
   FSDP2's hooks, DTensor dispatch and copy-in/copy-out add per unit in each micro-step, and in each optimizer step;
 - DeepSpeed's own cost per parameter tensor: a training step of the same stack under ZeRO-1, 2 and 3 against the
-  plain one (the fit: what each stage adds per tensor, its small collectives included).
+  plain one (the fit: what each stage adds per reduction and per tensor, its small collectives included);
+- tensor parallelism's own cost per layer (Llama-family models): a forward+backward of the model's own decoder
+  layers, plain and split over a node's ranks by DTensor (torch_tp) and by DeepSpeed AutoTP's layers.
 """
 
 from __future__ import annotations
@@ -398,7 +400,7 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     for layer in torch_tp:
         parallelize_module(layer, mesh["tp"], {name: ColwiseParallel() if kind == "column" else RowwiseParallel()
                                                for name, kind in MEGATRON_LAYER.items()})
-    set_autotp_mode(training=True)
+    set_autotp_mode(training=True)  # DeepSpeed's process-wide switch, as deepspeed.initialize sets it for AutoTP
     autotp = copy.deepcopy(plain)
     group = mesh.get_group("tp")
     for layer in autotp:
