@@ -55,6 +55,12 @@ def _set_aside(folder: Path) -> None:
     folder.rename(folder.with_name(f"{folder.name}.interrupted-{time.strftime('%Y%m%d-%H%M%S')}"))
 
 
+def _eager_by_default(matrix: dict[str, Any]) -> dict[str, Any]:
+    """A matrix with ``compile`` spelt out: one written before --compile existed (or by tune, which does not
+    compile) ran eager cells."""
+    return {"compile": "off", **matrix}
+
+
 def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
     """Create the results folder; refuse to mix with earlier results unless resuming the same matrix."""
     existing = out / "matrix.json"
@@ -62,9 +68,7 @@ def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
         raise UserError(f"{out} already holds results: pass --resume to continue it, or choose a new --out")
     if existing.exists():
         before = json.loads(existing.read_text()).get("matrix")
-        if isinstance(before, dict):
-            before.setdefault("compile", "off")  # a matrix from before --compile existed ran eager cells
-        if before != matrix:
+        if not isinstance(before, dict) or _eager_by_default(before) != _eager_by_default(matrix):
             raise UserError(f"{out} holds a different matrix; --resume needs the same flags (or a new --out)")
     atomic_write_json(existing, {"matrix": matrix, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 

@@ -102,3 +102,14 @@ def test_a_compiled_cell_is_its_own_row_in_the_report():
     assert _label(header, {"cell": {"strategy": "ddp", "compile": True}}) == "ddp+compile"
     assert _label(header, {"cell": {"strategy": "ddp"}}) == "ddp"  # a cell from before --compile existed
     assert _label({"strategy": "fsdp", "speed": {"compile": True}}, None) == "fsdp+compile"  # a plain launch
+
+
+def test_a_matrix_written_before_compile_existed_resumes_as_eager(tmp_path):
+    from dsbench.bench.compare import prepare_out
+
+    old = {"strategies": ["ddp"], "models": ["gpt2-tiny"]}  # as compare (and tune, always) wrote it
+    (tmp_path / "matrix.json").write_text(json.dumps({"matrix": old}))
+    prepare_out(tmp_path, {**old, "compile": "off"}, resume=True)  # compare today: the same eager matrix
+    prepare_out(tmp_path, dict(old), resume=True)  # tune's matrix has no compile key at all
+    with pytest.raises(UserError, match="holds a different matrix"):
+        prepare_out(tmp_path, {**old, "compile": "both"}, resume=True)
