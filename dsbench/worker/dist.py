@@ -86,7 +86,7 @@ def init(strategy: str, timeout_s: float = 600.0) -> DistInfo:
 
             deepspeed.init_distributed(dist_backend=backend, timeout=timeout)
             if cpu:
-                _release_deepspeed_shm(rank)
+                release_deepspeed_shm(rank)
         else:
             extra = {} if cpu else {"device_id": torch.device(device)}  # binds NCCL to this rank's GPU
             dist.init_process_group(backend=backend, timeout=timeout, **extra)
@@ -105,7 +105,7 @@ def deepspeed_shm_name(rank: int) -> str:
             f"{os.environ.get('MASTER_PORT', '')}_{rank}")
 
 
-def _release_deepspeed_shm(rank: int) -> None:
+def release_deepspeed_shm(rank: int) -> None:
     """Remove this rank's DeepSpeed shared-memory workspace name once every rank has mapped it.
 
     DeepSpeed never unlinks it (``shared_close`` is never called), so each CPU run would leave ~69 MB per
