@@ -144,16 +144,16 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
         raise UserError(f"--compile must be one of {', '.join(COMPILE_MODES)}, got {compile!r}")
     if compile != "off" and warmup < 1:
         raise UserError("--compile needs --warmup >= 1: compilation must stay out of the measured window")
-    refused = [s for s in strategies if s in UNCOMPILED or accelerate_yaml_of(s) is not None]
-    if compile == "on" and refused:
-        raise UserError(f"--compile on: {refused[0]} is not compiled by dsbench; use --compile both, or leave it "
+    eager_only = [s for s in strategies if s in UNCOMPILED or accelerate_yaml_of(s) is not None]
+    if compile == "on" and eager_only:
+        raise UserError(f"--compile on: {eager_only[0]} is not compiled by dsbench; use --compile both, or leave it "
                         "out of --strategies")
     cells = []
     for model, micro, strategy, world, repeat, compiled in itertools.product(
             models, micro_batches, strategies, sorted(set(world_sizes)), range(repeats), COMPILE_MODES[compile]):
         if strategy == "single" and world != 1 or world % _model_parallel(strategy):
             continue  # single runs at 1 rank; model-parallel strategies need a multiple of their degree
-        if compiled and strategy in refused:
+        if compiled and strategy in eager_only:
             continue
         cells.append(Cell(strategy=label_of(strategy), world_size=world, micro_batch=micro, model=model,
                           repeat=repeat, steps=steps, warmup=warmup, seq_len=seq_len, precision=precision,

@@ -202,11 +202,14 @@ def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _derive(rows: list[dict[str, Any]]) -> None:
-    """Scaling efficiency (vs the same strategy at 1 rank, else single) and speed-up vs DDP."""
+    """Scaling efficiency (vs the same strategy at 1 rank, else single, compiled for a compiled row when there is
+    one) and speed-up vs DDP (eager: what compiling gains shows there)."""
     by_key = {(r["model"], r["device"], r["micro_batch"], r["world_size"], r["strategy"]): r for r in rows}
     for row in rows:
         base = (row["model"], row["device"], row["micro_batch"])
-        one = by_key.get((*base, 1, row["strategy"])) or by_key.get((*base, 1, "single"))
+        compiled = "+compile" if row["strategy"].endswith("+compile") else ""
+        one = by_key.get((*base, 1, row["strategy"])) or by_key.get((*base, 1, f"single{compiled}")) or \
+            by_key.get((*base, 1, "single"))
         ddp = by_key.get((*base, row["world_size"], "ddp"))
         tps = row.get("tokens_per_s")
         row["scaling_efficiency"] = (scaling_efficiency(tps, row["world_size"], one["tokens_per_s"])

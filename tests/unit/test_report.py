@@ -141,3 +141,19 @@ def test_compiled_rows_show_where_their_compilation_went_and_what_they_stepped_w
     headers = [header for _, header, _ in columns_for([eager, compiled])]
     assert "warm-up s (compile)" in headers and "optimizer" in headers
     assert "warm-up s (compile)" not in [header for _, header, _ in columns_for([eager])]  # nothing compiled
+
+
+def test_a_compiled_row_scales_against_the_compiled_single_run():
+    from dsbench.report.collect import _derive
+
+    def row(strategy, world, tps):
+        return {"model": "m", "device": "cpu", "micro_batch": 2, "world_size": world, "strategy": strategy,
+                "tokens_per_s": tps}
+
+    rows = [row("single", 1, 100.0), row("single+compile", 1, 120.0), row("ddp", 2, 180.0),
+            row("ddp+compile", 2, 216.0)]
+    _derive(rows)
+    by = {r["strategy"]: r for r in rows}
+    assert by["ddp+compile"]["scaling_baseline"] == "single+compile"
+    assert by["ddp+compile"]["scaling_efficiency"] == pytest.approx(216 / (2 * 120))  # 0.9, as eager ddp's
+    assert by["ddp"]["scaling_baseline"] == "single" and by["ddp+compile"]["speedup_vs_ddp"] == pytest.approx(1.2)
