@@ -464,6 +464,8 @@ def _csv(kind: Any) -> Any:
 @click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help="[fp32]")
 @click.option("--compile", type=click.Choice(["off", "on", "both"]),
               help="torch.compile the cells: off, on, or both (each strategy eager and compiled side by side) [off].")
+@click.option("--fused-optimizer", type=click.Choice(["off", "on", "both"]),
+              help="torch AdamW's fused kernel for the non-DeepSpeed cells: off, on, or both (side by side) [off].")
 @click.option("--out", type=click.Path(file_okay=False), help="Results folder [runs/compare-TIMESTAMP].")
 @click.option("--resume", is_flag=True, help="Continue an interrupted matrix in --out, skipping finished cells.")
 @click.option("--retry-failed", is_flag=True, help="With --resume, run failed/timed-out cells again.")
@@ -637,6 +639,8 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
 @click.option("--profile", type=click.Path(dir_okay=False), help="A machine profile (`dsbench calibrate`).")
 @click.option("--strategies", callback=_csv(str), help="Comma list of compare strategies [every one that runs].")
 @click.option("--no-checkpointing", is_flag=True, help="Leave activation checkpointing out of the search.")
+@click.option("--speed-options", is_flag=True, help="Then race the winner with --compile and --fused-optimizer "
+              "(where they apply) against itself, and keep the fastest.")
 @click.option("--gpu", default="h100", show_default=True, help="GPU kind for memory when --gpu-mem is not given.")
 @click.option("--gpu-mem", type=POSITIVE, help="GB per rank the layouts must fit in [from --gpu].")
 @click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True)
@@ -648,11 +652,13 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
 @click.option("--timeout", type=POSITIVE, default=900, show_default=True, help="Seconds per run before it is stopped.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: int | None, budget: int,
-         exhaustive: bool, profile: str | None, strategies: list[str] | None, no_checkpointing: bool, gpu: str,
+         exhaustive: bool, profile: str | None, strategies: list[str] | None, no_checkpointing: bool,
+         speed_options: bool, gpu: str,
          gpu_mem: float | None, precision: str, seq_len: int, steps: int, warmup: int, out: str | None, resume: bool,
          timeout: float, as_json: bool) -> None:
     """Find the fastest layout (strategy x micro-batch x accumulation x checkpointing) at a fixed global batch:
-    the planner ranks them all, then at most --budget real runs decide."""
+    the planner ranks them all, then at most --budget real runs decide (--speed-options: then the winner with and
+    without the worker's speed options, side by side)."""
     from dsbench.bench.tune import TuneRequest, print_result
     from dsbench.bench.tune import tune as run_tune
     from dsbench.envinfo import default_ranks
@@ -666,7 +672,7 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
         raise UserError(f"--warmup must be in 0..{steps - 1}")
     check_seq_len(model, seq_len)
     req = TuneRequest(model=model, world=world, global_batch=global_batch or 4 * world, budget=budget,
-                      exhaustive=exhaustive,
+                      exhaustive=exhaustive, speed_options=speed_options,
                       strategies=strategies, checkpointing=not no_checkpointing, profile=profile, gpu=gpu,
                       gpu_mem=gpu_mem, precision=precision, seq_len=seq_len, steps=steps, warmup=warmup,
                       hostfile=hostfile, out=Path(out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"),

@@ -126,6 +126,10 @@ class TrainSpec:
         if self.compile and self.strategy in ("torch_pp", "torch_tp"):
             raise UserError(f"--compile is not supported with --strategy {self.strategy} (its stages and DTensor "
                             "layers are not compiled by dsbench); drop --compile")
+        if self.fused_optimizer and self.strategy == "deepspeed":
+            raise UserError("--fused-optimizer selects torch AdamW's fused kernel; --strategy deepspeed steps with its "
+                            "config's optimizer (FusedAdam on GPU, DeepSpeedCPUAdam under offload): drop "
+                            "--fused-optimizer")
         positive = {"lr": self.lr, "dist_timeout": self.dist_timeout,
                     "peak_tflops": self.peak_tflops if self.peak_tflops is not None else 1.0}
         at_least_0 = {"weight_decay": self.weight_decay, "grad_clip": self.grad_clip,
@@ -199,7 +203,7 @@ HELP = {
     "tp": "tensor-parallel degree of --strategy torch_tp",
     "save_every": "save a checkpoint every N steps into --checkpoint-dir (0: only after the last step)",
     "compile": "torch.compile every transformer block (deepspeed: engine.compile()); compiles in the warm-up steps",
-    "fused_optimizer": "torch AdamW fused=True for single/ddp/fsdp (DeepSpeed's optimizer is its config's)",
+    "fused_optimizer": "torch AdamW fused=True (not deepspeed: its optimizer is its config's)",
     "checkpoint_dir": "checkpoint folder (DeepSpeed's layout: latest + global_stepN/)",
     "resume": "continue from a checkpoint folder (its latest) or one global_stepN folder",
 }

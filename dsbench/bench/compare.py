@@ -50,15 +50,15 @@ def read_status(folder: Path) -> dict[str, Any] | None:
         return None
 
 
-def _set_aside(folder: Path) -> None:
+def set_aside(folder: Path) -> None:
     """Keep an interrupted cell's partial data: rename the folder, never delete it."""
     folder.rename(folder.with_name(f"{folder.name}.interrupted-{time.strftime('%Y%m%d-%H%M%S')}"))
 
 
 def _eager_by_default(matrix: dict[str, Any]) -> dict[str, Any]:
-    """A matrix with ``compile`` spelt out: one written before --compile existed (or by tune, which does not
-    compile) ran eager cells."""
-    return {"compile": "off", **matrix}
+    """A matrix with the speed options spelt out: one written before --compile/--fused-optimizer existed (or by
+    tune, which sets neither) ran without them."""
+    return {"compile": "off", "fused_optimizer": "off", **matrix}
 
 
 def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
@@ -140,7 +140,7 @@ def run_matrix(cells: list[Cell], out: Path, resume: bool, retry_failed: bool, t
             reporter.skipped(cell, previous["status"])
             continue
         if folder.exists():
-            _set_aside(folder)
+            set_aside(folder)
         reporter.begin(cell)
         result = run_cell(cell, folder, timeout, nvme_path, on_step=lambda r, c=cell: reporter.step(c, r))
         reporter.end(cell, result.status, result.reason)

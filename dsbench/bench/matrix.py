@@ -95,13 +95,15 @@ class Cell:
     """Activation checkpointing (the worker's --activation-checkpointing)."""
     compile: bool = False
     """torch.compile (the worker's --compile); the report labels the cell ``STRATEGY+compile``."""
+    fused_optimizer: bool = False
+    """torch AdamW's fused kernel (the worker's --fused-optimizer); the report labels the cell ``STRATEGY+fused``."""
 
     @property
     def id(self) -> str:
         model = self.model.replace("/", "_").replace(".", "_")
         strategy = re.sub(r"[^A-Za-z0-9_.-]", "-", self.strategy)
         layout = (f"-ga{self.grad_accum}" if self.grad_accum != 1 else "") + ("-ckpt" if self.checkpointing else "") \
-            + ("-compiled" if self.compile else "")
+            + ("-compiled" if self.compile else "") + ("-fused" if self.fused_optimizer else "")
         return f"{strategy}-w{self.world_size}-mb{self.micro_batch}{layout}-{model}-r{self.repeat}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -129,41 +131,55 @@ def check_matrix(strategies: list[str], world_sizes: list[int], micro_batches: l
         raise UserError(f"--warmup must be in 0..{steps - 1}")
 
 
-COMPILE_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
-"""``--compile``: eager cells only, compiled only, or each strategy both ways side by side."""
+SPEED_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
+"""``--compile`` / ``--fused-optimizer``: without the option, with it, or each strategy both ways side by side."""
 UNCOMPILED = ("pipe2", "torch_pipe2", "zero1_tp2", "torch_tp2")
 """Strategies the worker does not compile (pipeline stages, DTensor layers): eager only under --compile both."""
 
 
+def takes(strategy: str, option: str) -> bool:
+    """Whether the worker applies a speed option to a strategy: ``compile`` all but the pipeline and tensor-parallel
+    ones; ``fused-optimizer`` the ones stepping torch AdamW (not DeepSpeed's, which step its config's optimizer);
+    neither a user's accelerate YAML (its own settings stand)."""
+    if accelerate_yaml_of(strategy) is not None:
+        return False
+    return strategy not in UNCOMPILED if option == "compile" else STRATEGIES[strategy].worker != "deepspeed"
+
+
+def _without(strategies: list[str], option: str, mode: str) -> list[str]:
+    """The strategies that cannot take a speed option: run without it under ``both``; ``on`` refuses them."""
+    if mode not in SPEED_MODES:
+        raise UserError(f"--{option} must be one of {', '.join(SPEED_MODES)}, got {mode!r}")
+    cannot = [s for s in strategies if not takes(s, option)]
+    if mode == "on" and cannot:
+        reason = "is not compiled by dsbench" if option == "compile" else "steps with DeepSpeed's optimizer"
+        raise UserError(f"--{option} on: {label_of(cannot[0])} {reason}; use --{option} both, or leave it out of "
+                        "--strategies")
+    return cannot
+
+
 def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[int], models: list[str],
            repeats: int = 1, steps: int = 20, warmup: int = 5, seq_len: int = 128,
-           precision: str = "fp32", compile: str = "off") -> list[Cell]:
+           precision: str = "fp32", compile: str = "off", fused_optimizer: str = "off") -> list[Cell]:
     """All cells, in run order. ``single`` only runs at world size 1 (and always there, as the baseline)."""
     check_matrix(strategies, world_sizes, micro_batches, repeats, steps, warmup)
-    if compile not in COMPILE_MODES:
-        raise UserError(f"--compile must be one of {', '.join(COMPILE_MODES)}, got {compile!r}")
+    eager_only = _without(strategies, "compile", compile)
+    unfused = _without(strategies, "fused-optimizer", fused_optimizer)
     if compile != "off" and warmup < 1:
         raise UserError("--compile needs --warmup >= 1: compilation must stay out of the measured window")
-    eager_only = [s for s in strategies if s in UNCOMPILED or accelerate_yaml_of(s) is not None]
-    if compile == "on" and eager_only:
-        raise UserError(f"--compile on: {eager_only[0]} is not compiled by dsbench; use --compile both, or leave it "
-                        "out of --strategies")
-    cells = []
-    for model, micro, strategy, world, repeat, compiled in itertools.product(
-            models, micro_batches, strategies, sorted(set(world_sizes)), range(repeats), COMPILE_MODES[compile]):
-        if strategy == "single" and world != 1 or world % _model_parallel(strategy):
-            continue  # single runs at 1 rank; model-parallel strategies need a multiple of their degree
-        if compiled and strategy in eager_only:
-            continue
-        cells.append(Cell(strategy=label_of(strategy), world_size=world, micro_batch=micro, model=model,
-                          repeat=repeat, steps=steps, warmup=warmup, seq_len=seq_len, precision=precision,
-                          accelerate_config=accelerate_yaml_of(strategy), compile=compiled))
+    variants = list(itertools.product(SPEED_MODES[compile], SPEED_MODES[fused_optimizer]))
+    placed = [(strategy, world) for strategy in strategies for world in sorted(set(world_sizes))
+              # single runs at 1 rank; model-parallel strategies need a multiple of their degree
+              if not (strategy == "single" and world != 1 or world % _model_parallel(strategy))]
     if "single" in strategies and 1 not in world_sizes:
-        for model, micro, repeat, compiled in itertools.product(models, micro_batches, range(repeats),
-                                                                COMPILE_MODES[compile]):
-            cells.append(Cell(strategy="single", world_size=1, micro_batch=micro, model=model, repeat=repeat,
-                              steps=steps, warmup=warmup, seq_len=seq_len, precision=precision, compile=compiled))
-    # eager and compiled cells of a strategy side by side, so that drift of the machine falls on both alike
+        placed.append(("single", 1))  # the baseline of scaling efficiency
+    cells = [Cell(strategy=label_of(strategy), world_size=world, micro_batch=micro, model=model, repeat=repeat,
+                  steps=steps, warmup=warmup, seq_len=seq_len, precision=precision,
+                  accelerate_config=accelerate_yaml_of(strategy), compile=compiled, fused_optimizer=fused)
+             for model, micro, (strategy, world), repeat, (compiled, fused) in itertools.product(
+                 models, micro_batches, placed, range(repeats), variants)
+             if not (compiled and strategy in eager_only or fused and strategy in unfused)]
+    # a strategy's variants (eager/compiled, fused or not) side by side, so that drift of the machine falls on all
     return sorted(cells, key=lambda c: (c.model, c.micro_batch, c.world_size, c.repeat))
 
 
@@ -200,7 +216,7 @@ def load_matrix_file(path: str) -> dict[str, Any]:
 # The matrix file's keys and the type of each (the flags of `dsbench compare` with the same names).
 MATRIX_TYPES: dict[str, Any] = {"strategies": list[str], "world_sizes": list[int], "micro_batches": list[int],
                                 "models": list[str], "repeats": int, "steps": int, "warmup": int, "seq_len": int,
-                                "precision": str, "compile": str}
+                                "precision": str, "compile": str, "fused_optimizer": str}
 _KIND_NAMES = {list[str]: "a list of names", list[int]: "a list of integers", int: "an integer", str: "a name"}
 
 
@@ -221,6 +237,8 @@ def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) ->
         worker.append("--activation-checkpointing")
     if cell.compile:
         worker.append("--compile")
+    if cell.fused_optimizer:
+        worker.append("--fused-optimizer")
     if cell.precision != "fp32":
         args += ["--precision", cell.precision]
     if cell.strategy == "zero3_nvme":

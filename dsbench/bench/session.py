@@ -16,7 +16,8 @@ from dsbench.spec import DEFAULT_MICRO_BATCH
 DEFAULTS: dict[str, Any] = {"strategies": list(DEFAULT_STRATEGIES), "world_sizes": [2],
                             "micro_batches": [DEFAULT_MICRO_BATCH],
                             "models": ["gpt2-mini"], "repeats": 1, "steps": 20, "warmup": 5, "seq_len": 128,
-                            "precision": "fp32", "compile": "off"}
+                            "precision": "fp32", "compile": "off",
+                            "fused_optimizer": "off"}
 
 
 def matrix_from(matrix_file: str | None, flags: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,10 @@ Each run is a compare cell (``OUT/cells/<id>/``: cell.json, the launch's files, 
 ``dsbench report OUT/cells`` works on a tune folder and ``--resume`` skips the runs already made. ``OUT/tune.json``
 holds the whole search: every layout with its prediction, correction and measurement, the runs in order, and the
 winner (the best measured layout) with its launch command.
+
+With ``--speed-options`` the winning layout then races against itself with the worker's speed options that apply
+to it (``--compile``, ``--fused-optimizer``, both): the planner has no term for them, so they are measured, never
+predicted. The layout runs again without them in the same phase, so every ratio is of runs made side by side.
 """
 
 from __future__ import annotations
@@ -11,12 +15,13 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsbench.bench.compare import prepare_out, read_status, run_cell
-from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args
+from dsbench.bench.compare import FINISHED, prepare_out, read_status, run_cell, set_aside
+from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args, takes
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import resolve_model
@@ -36,6 +41,8 @@ class TuneRequest:
     budget: int = 3
     exhaustive: bool = False
     """Run every layout that fits (the budget is ignored): the oracle a search is checked against."""
+    speed_options: bool = False
+    """After the search, measure the winner with each speed option that applies to it; keep the fastest."""
     strategies: list[str] | None = None
     checkpointing: bool = True
     profile: str | None = None
@@ -82,10 +89,27 @@ def plan_request(req: TuneRequest) -> PlanRequest:
                        precision=req.precision, accounting=None, host_mem=1000)
 
 
-def cell_of(req: TuneRequest, layout: search.Layout) -> Cell:
+def cell_of(req: TuneRequest, layout: search.Layout, options: tuple[bool, bool] = (False, False),
+            repeat: int = 0) -> Cell:
+    """The compare cell that measures a layout, with the speed options (compile, fused optimizer) given."""
     return Cell(strategy=layout.strategy, world_size=req.world, micro_batch=layout.micro_batch, model=req.model,
                 steps=req.steps, warmup=req.warmup, seq_len=req.seq_len, precision=req.precision,
-                grad_accum=layout.grad_accum, checkpointing=layout.checkpointing, hostfile=req.hostfile)
+                grad_accum=layout.grad_accum, checkpointing=layout.checkpointing, hostfile=req.hostfile,
+                compile=options[0], fused_optimizer=options[1], repeat=repeat)
+
+
+def speed_variants(strategy: str, warmup: int) -> list[tuple[bool, bool]]:
+    """(compile, fused optimizer) pairs to race for a strategy, the plain one first; compiling needs a warm-up
+    step to compile in (outside the measured window)."""
+    compile = (False, True) if takes(strategy, "compile") and warmup >= 1 else (False,)
+    fused = (False, True) if takes(strategy, "fused-optimizer") else (False,)
+    return [(c, f) for c in compile for f in fused]
+
+
+def finished(folder: Path) -> bool:
+    """A cell that ran to its end (ok, failed or timed out); an interrupted one runs again on --resume."""
+    status = read_status(folder)
+    return bool(status) and status.get("status") in FINISHED
 
 
 def measured_tokens_per_s(folder: Path) -> float | None:
@@ -112,23 +136,30 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
     found = search.start([(layout, *search.predict(layout, base, req.profile)) for layout in layouts], req.budget,
                          req.exhaustive)
     definition = {"tune": {k: str(v) if isinstance(v, Path) else v for k, v in req.__dict__.items()
-                           if k not in ("out", "resume", "timeout")}}
+                           if k not in ("out", "resume", "timeout") and (k != "speed_options" or v)}}
     prepare_out(req.out, definition, req.resume)
     if req.resume:
         done = {s.layout.name: measured_tokens_per_s(req.out / "cells" / cell_of(req, s.layout).id)
-                for s in found.scored if read_status(req.out / "cells" / cell_of(req, s.layout).id)}
+                for s in found.scored if finished(req.out / "cells" / cell_of(req, s.layout).id)}
         found = search.resumed(found, done)
         say(f"resumed: {len(done)} run(s) already made")
     say(f"{len(found.scored)} layouts, {sum(s.fits for s in found.scored)} fit; predicted best: "
         f"{search.ranked(found.scored)[0].layout.name}")
 
-    def measure(layout: search.Layout) -> float | None:
-        cell = cell_of(req, layout)
-        say(f"run {len(found.runs)}/{found.runs_allowed()}: {layout.name} ({cell.id})")
-        result = run_cell(cell, req.out / "cells" / cell.id, req.timeout, None)
+    def run(cell: Cell, what: str) -> float | None:
+        folder = req.out / "cells" / cell.id
+        if req.resume and finished(folder):
+            return measured_tokens_per_s(folder)  # made before the interruption (a failed run stays failed)
+        if folder.exists():
+            set_aside(folder)  # an interrupted run's files are kept beside, never overwritten
+        say(f"{what} ({cell.id})")
+        result = run_cell(cell, folder, req.timeout, None)
         value = measured_tokens_per_s(result.folder)
         say(f"  {result.status}: " + (f"{value:,.0f} tokens/s" if value else str(result.reason)))
         return value
+
+    def measure(layout: search.Layout) -> float | None:
+        return run(cell_of(req, layout), f"run {len(found.runs)}/{found.runs_allowed()}: {layout.name}")
 
     while found.step(measure) is not None:
         pass
@@ -138,13 +169,34 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
               "runs_used": len(found.runs), "runs": found.runs,
               "layouts": [s.to_dict() for s in search.ranked(found.scored)], "winner": None}
     if winner:
-        cell = cell_of(req, winner.layout)
+        cell, measured = cell_of(req, winner.layout), winner.measured
+        if req.speed_options:
+            result["speed"] = race_speed_options(req, winner.layout, run)
+            best = max((r for r in result["speed"] if r["tokens_per_s"]), key=lambda r: r["tokens_per_s"],
+                       default=None)
+            if best:
+                cell, measured = cell_of(req, winner.layout, (best["compile"], best["fused_optimizer"]), 1), \
+                    best["tokens_per_s"]
         command = ["dsbench", "launch", *cell_launch_args(cell, Path(f"runs/{cell.id}"))]
         result["winner"] = {**winner.to_dict(), "cell": cell.id, "command": shlex.join(command),
-                            "tokens_per_s": winner.measured,
+                            "compile": cell.compile, "fused_optimizer": cell.fused_optimizer,
+                            "tokens_per_s": measured,
                             "throughput": "wall clock over the measured window, every rank (never a sum of phases)"}
     atomic_write_json(req.out / "tune.json", result)
     return result
+
+
+def race_speed_options(req: TuneRequest, layout: search.Layout,
+                       run: Callable[[Cell, str], float | None]) -> list[dict[str, Any]]:
+    """The layout once more without speed options and once with each that applies, one after the other (repeat 1
+    of the layout's cell, so the search's own run stays as it was); tokens/s of each, None when it failed."""
+    out = []
+    for options in speed_variants(layout.strategy, req.warmup):
+        cell = cell_of(req, layout, options, repeat=1)
+        label = layout.name + "".join(name for name, on in zip((" +compile", " +fused"), options, strict=True) if on)
+        out.append({"layout": label, "compile": options[0], "fused_optimizer": options[1], "cell": cell.id,
+                    "tokens_per_s": run(cell, f"speed options: {label}")})
+    return out
 
 
 def print_result(result: dict[str, Any], top: int = 12) -> None:
@@ -164,9 +216,21 @@ def print_result(result: dict[str, Any], top: int = 12) -> None:
         table.add_row(row["layout"], "yes" if row["fits"] else "no", number(row["predicted_tokens_per_s"]),
                       number(row["corrected_tokens_per_s"]), number(row["measured_tokens_per_s"]), row["status"])
     console.print(table)
+    if result.get("speed"):
+        speed = Table(caption="the winning layout again, with the speed options that apply to it, one run after the "
+                              "other; tokens/s by the wall clock", caption_justify="left")
+        for col in ("layout", "measured", "vs without"):
+            speed.add_column(col, justify="left" if col == "layout" else "right")
+        plain = result["speed"][0]["tokens_per_s"]
+        for row in result["speed"]:
+            ratio = row["tokens_per_s"] / plain if row["tokens_per_s"] and plain else None
+            speed.add_row(row["layout"], number(row["tokens_per_s"]), "-" if ratio is None else f"{ratio:.2f}x")
+        console.print(speed)
     winner = result["winner"]
     if winner:
-        console.print(f"winner after {result['runs_used']} run(s): {winner['layout']}, "
+        console.print(f"winner after {result['runs_used']} run(s): {winner['layout']}"
+                      + "".join(f" {label}" for name, label in (("compile", "+compile"), ("fused_optimizer", "+fused"))
+                              if winner.get(name)) + ", "
                       f"{winner['tokens_per_s']:,.0f} tokens/s measured\n  {winner['command']}")
     else:
         console.print(f"no run succeeded in {result['runs_used']} attempt(s): see the cells' compare.log")

@@ -34,10 +34,21 @@ def find_runs(roots: list[Path]) -> list[Path]:
     return sorted(found)
 
 
+SPEED_SUFFIXES = {"compile": "+compile", "fused_optimizer": "+fused"}
+"""The worker's speed options as a row's label shows them (``ddp+compile+fused``)."""
+
+
 def _label(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
-    """The row's strategy as compare spells it, ``+compile`` when the worker compiled the model."""
-    compiled = bool(cell["cell"].get("compile")) if cell else bool((header.get("speed") or {}).get("compile"))
-    return _strategy_label(header, cell) + ("+compile" if compiled else "")
+    """The row's strategy as compare spells it, ``+compile`` when the worker compiled the model, ``+fused`` when it
+    stepped with torch AdamW's fused kernel by request (from the cell, else the run header)."""
+    options = cell["cell"] if cell else header.get("speed") or {}
+    return _strategy_label(header, cell) + "".join(suffix for key, suffix in SPEED_SUFFIXES.items()
+                                                   if options.get(key))
+
+
+def speed_suffix(label: str) -> str:
+    """The speed options part of a row's label (``+compile+fused`` of ``ddp+compile+fused``)."""
+    return label[label.index("+"):] if "+" in label else ""
 
 
 def _strategy_label(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
@@ -155,7 +166,8 @@ def _median(values: list[float]) -> float | None:
 def _speed(header: dict[str, Any]) -> dict[str, Any]:
     """How a run was made fast, from its header (absent in runs from before it was recorded)."""
     speed = header.get("speed") or {}
-    return {"compile": speed.get("compile"), "attention": speed.get("attention"), "optimizer": speed.get("optimizer")}
+    return {"compile": speed.get("compile"), "fused_optimizer": speed.get("fused_optimizer"),
+            "attention": speed.get("attention"), "optimizer": speed.get("optimizer")}
 
 
 def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -202,13 +214,13 @@ def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _derive(rows: list[dict[str, Any]]) -> None:
-    """Scaling efficiency (vs the same strategy at 1 rank, else single, compiled for a compiled row when there is
-    one) and speed-up vs DDP (eager: what compiling gains shows there)."""
+    """Scaling efficiency (vs the same strategy at 1 rank, else single with the row's speed options when there is
+    one, else eager single) and speed-up vs DDP (eager: what the speed options gain shows there)."""
     by_key = {(r["model"], r["device"], r["micro_batch"], r["world_size"], r["strategy"]): r for r in rows}
     for row in rows:
         base = (row["model"], row["device"], row["micro_batch"])
-        compiled = "+compile" if row["strategy"].endswith("+compile") else ""
-        one = by_key.get((*base, 1, row["strategy"])) or by_key.get((*base, 1, f"single{compiled}")) or \
+        options = speed_suffix(row["strategy"])
+        one = by_key.get((*base, 1, row["strategy"])) or by_key.get((*base, 1, f"single{options}")) or \
             by_key.get((*base, 1, "single"))
         ddp = by_key.get((*base, row["world_size"], "ddp"))
         tps = row.get("tokens_per_s")

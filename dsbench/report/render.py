@@ -37,7 +37,8 @@ PREDICTED_COLUMNS: list[tuple[str, str, str]] = [
     ("peak_error", "peak error", "{:+.0%}"),
 ]
 SPEED_COLUMNS: list[tuple[str, str, str]] = [
-    # shown when some row compiled: where the compilation went, and what each run stepped with
+    # shown when some row ran a speed option (--compile, --fused-optimizer): where the compilation went, and what
+    # each run stepped with
     ("warmup_s", "warm-up s (compile)", "{:.1f}"),
     ("optimizer", "optimizer", "{}"),
 ]
@@ -46,15 +47,15 @@ EXPORT_KEYS = ["strategy", "world_size", "micro_batch", "model", "device", "stat
                "timed_tokens_per_s_p10", "timed_tokens_per_s_p90", "timed_mfu", "outside_timed_fraction",
                "step_time_ms", "step_time_ms_min", "step_time_ms_max", "peak_memory_mib", "memory_kind",
                "model_states_mib", "scaling_efficiency", "scaling_baseline", "speedup_vs_ddp", "final_loss",
-               "measured_steps", "warmup_steps", "warmup_s", "compile", "attention", "optimizer",
+               "measured_steps", "warmup_steps", "warmup_s", "compile", "fused_optimizer", "attention", "optimizer",
                *(key for key, _, _ in PREDICTED_COLUMNS)]
 TEXT_COLUMNS = ("strategy", "model", "device", "status", "predicted_dominant", "predicted dominant", "optimizer")
 
 
 def columns_for(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    """The table's columns: the measured ones, the speed options' when some row compiled, then each predicted one
+    """The table's columns: the measured ones, the speed options' when some row ran one, then each predicted one
     that some row has."""
-    speed = SPEED_COLUMNS if any(row.get("compile") for row in rows) else []
+    speed = SPEED_COLUMNS if any(row.get("compile") or row.get("fused_optimizer") for row in rows) else []
     return COLUMNS + speed + [col for col in PREDICTED_COLUMNS if any(row.get(col[0]) is not None for row in rows)]
 
 

@@ -7,6 +7,10 @@ from typing import Any
 
 from dsbench.models import ModelShape
 
+ATTENTION = "sdpa"
+"""The attention every model is built with: torch's ``scaled_dot_product_attention`` (flash or memory-efficient
+kernels on GPU). A model class without it gets transformers' eager attention; the run header's ``speed`` record
+says which ran."""
 _WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
@@ -25,14 +29,22 @@ def build_model(shape: ModelShape, seed: int, trust_remote_code: bool = False,
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    torch.manual_seed(seed)
-    if has_weights(shape):
-        model = AutoModelForCausalLM.from_pretrained(shape.path, dtype=torch.float32,
-                                                     trust_remote_code=trust_remote_code)
-    else:
+    def build(attention: str) -> Any:
+        torch.manual_seed(seed)
+        if has_weights(shape):
+            return AutoModelForCausalLM.from_pretrained(shape.path, dtype=torch.float32, attn_implementation=attention,
+                                                        trust_remote_code=trust_remote_code)
         kwargs = shape.hf_config()
         config = AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=trust_remote_code)
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attention,
+                                                trust_remote_code=trust_remote_code)
+
+    try:
+        model = build(ATTENTION)
+    except ValueError as exc:  # transformers refuses SDPA for a class that lacks it (e.g. some remote code)
+        if "scaled_dot_product_attention" not in str(exc) and ATTENTION not in str(exc):
+            raise
+        model = build("eager")
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False

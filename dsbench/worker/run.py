@@ -268,7 +268,8 @@ def _speed_options(spec: TrainSpec, run: Prepared) -> dict[str, Any]:
     """What the run did to go fast, as the report shows it: compilation, the attention kernel the model calls
     (transformers' ``attn_implementation``: "sdpa" is torch's scaled_dot_product_attention, which picks flash or
     memory-efficient kernels on GPU) and the optimizer's implementation."""
-    return {"compile": spec.compile, "attention": getattr(run.model.config, "_attn_implementation", None),
+    return {"compile": spec.compile, "fused_optimizer": spec.fused_optimizer,
+            "attention": getattr(run.model.config, "_attn_implementation", None),
             "optimizer": optimizer_kind(run.engine, run.info.device)}
 
 

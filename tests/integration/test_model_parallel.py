@@ -27,11 +27,13 @@ COMMANDS = {
     # activation checkpointing every block (DeepSpeed recomputes each block's forward in the backward)
     "pipe2_ckpt_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 4 --num-gpus 2 "
                         "--set pipeline.activation_checkpoint_interval=1",
-    # the worker's --activation-checkpointing (every HF decoder block recomputed in the backward) under both
+    # the worker's --activation-checkpointing (every HF decoder block recomputed in the backward) under both, with
+    # torch AdamW's fused kernel (under torch_tp it steps the DTensor and the plain parameters as separate groups)
     "torch_pipe2_ckpt_llama": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model llama-tiny "
-                              "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --activation-checkpointing",
+                              "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --activation-checkpointing "
+                              "--fused-optimizer",
     "torch_tp2_ckpt_llama": "--strategy torch_tp --tp 2 --launcher torchrun --model llama-tiny --num-gpus 2 -- "
-                            "--activation-checkpointing",
+                            "--activation-checkpointing --fused-optimizer",
     "torch_pipe2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-tiny "
                         "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --pipeline-schedule gpipe",
     # 4 ranks: data parallelism on top (pp 2 x dp 2, dp 2 x tp 2)
@@ -82,6 +84,8 @@ def test_losses_match_the_single_process_run(base, name):
     assert worst < 1e-4, (name, worst)
     header = run["header"][0]
     assert header["activation_checkpointing"] is name.startswith(("torch_pipe2_ckpt", "torch_tp2_ckpt"))
+    if name.startswith(("torch_pipe2_ckpt", "torch_tp2_ckpt")):
+        assert header["speed"]["optimizer"] == "AdamW (fused)"
     assert header["global_batch"] == reference["header"][0]["global_batch"]
     assert header["pp"] * header["tp"] * header["dp_size"] == header["world_size"]
 

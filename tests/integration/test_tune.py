@@ -1,4 +1,5 @@
-"""dsbench tune for real on 2 CPU ranks: at most --budget runs, each a compare cell; --resume runs nothing again."""
+"""dsbench tune for real on 2 CPU ranks: at most --budget runs, each a compare cell, then the winner raced with its
+speed options; --resume runs nothing again."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tests.integration.conftest import dsbench
 
 pytestmark = pytest.mark.dist
 TUNE = ["tune", "--model", "gpt2-tiny", "--num-gpus", "2", "--strategies", "ddp,zero2,zero3", "--no-checkpointing",
-        "--budget", "2", "--steps", "4", "--warmup", "1", "--gpu-mem", "12", "--json"]
+        "--budget", "2", "--steps", "4", "--warmup", "1", "--gpu-mem", "12", "--speed-options", "--json"]
 
 
 def test_tune_runs_within_its_budget_and_resumes(tmp_path):
@@ -25,6 +26,13 @@ def test_tune_runs_within_its_budget_and_resumes(tmp_path):
     summary = json.loads((cell / "summary.json").read_text())
     assert winner["tokens_per_s"] == summary["throughput"]["tokens_per_s"]  # the wall clock, as measured
     assert winner["micro_batch"] * winner["grad_accum"] == 4 and winner["command"].startswith("dsbench launch")
+    # the speed race: the layout again plain, then compiled (every strategy here compiles), fused for ddp only
+    speed = found["speed"]
+    assert [(r["compile"], r["fused_optimizer"]) for r in speed][:1] == [(False, False)]
+    assert len(speed) == (4 if winner["strategy"] == "ddp" else 2) and all(r["tokens_per_s"] for r in speed)
+    fastest = max(speed, key=lambda r: r["tokens_per_s"])
+    assert winner["cell"] == fastest["cell"] and winner["tokens_per_s"] == fastest["tokens_per_s"]
+    assert ("--compile" in winner["command"]) is fastest["compile"]
     assert json.loads((out / "tune.json").read_text())["winner"]["cell"] == winner["cell"]
     cells = sorted(p.name for p in (out / "cells").iterdir())
     again = dsbench(*TUNE, "--out", str(out), "--resume", cwd=ROOT, timeout=300)

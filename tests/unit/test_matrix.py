@@ -88,11 +88,28 @@ def test_compile_both_puts_each_strategy_eager_and_compiled_side_by_side():
     ({"compile": "yes"}, "--compile must be one of off, on, both"),
     ({"compile": "on", "warmup": 0}, "--compile needs --warmup >= 1"),
     ({"compile": "on", "strategies": ["ddp", "torch_tp2"]}, "torch_tp2 is not compiled by dsbench"),
+    ({"fused_optimizer": "always"}, "--fused-optimizer must be one of off, on, both"),
+    ({"fused_optimizer": "on", "strategies": ["ddp", "zero2"]}, "zero2 steps with DeepSpeed's optimizer"),
 ])
 def test_compile_requests_that_cannot_be_met_are_refused(kwargs, needle):
     args = {"strategies": ["ddp"], "world_sizes": [2], "micro_batches": [2], "models": ["llama-tiny"], **kwargs}
     with pytest.raises(UserError, match=needle):
         expand(**args)
+
+
+def test_fused_optimizer_both_puts_the_native_strategies_both_ways_beside_compile():
+    cells = expand(["single", "ddp", "zero2", "torch_tp2"], [2], [2], ["llama-tiny"], compile="both",
+                   fused_optimizer="both")
+    variants = {}
+    for c in cells:
+        variants.setdefault(c.strategy, []).append((c.compile, c.fused_optimizer))
+    every = [(False, False), (False, True), (True, False), (True, True)]
+    # DeepSpeed steps with its config's optimizer; torch_tp2 is not compiled but takes the fused kernel
+    assert variants == {"single": every, "ddp": every, "zero2": [(False, False), (True, False)],
+                        "torch_tp2": [(False, False), (False, True)]}
+    both = next(c for c in cells if c.strategy == "ddp" and c.compile and c.fused_optimizer)
+    assert both.id == "ddp-w2-mb2-compiled-fused-llama-tiny-r0"
+    assert cell_launch_args(both, Path("x"))[-2:] == ["--compile", "--fused-optimizer"]
 
 
 def test_a_compiled_cell_is_its_own_row_in_the_report():
@@ -102,6 +119,9 @@ def test_a_compiled_cell_is_its_own_row_in_the_report():
     assert _label(header, {"cell": {"strategy": "ddp", "compile": True}}) == "ddp+compile"
     assert _label(header, {"cell": {"strategy": "ddp"}}) == "ddp"  # a cell from before --compile existed
     assert _label({"strategy": "fsdp", "speed": {"compile": True}}, None) == "fsdp+compile"  # a plain launch
+    assert _label(header, {"cell": {"strategy": "ddp", "compile": True, "fused_optimizer": True}}) \
+        == "ddp+compile+fused"
+    assert _label({"strategy": "ddp", "speed": {"fused_optimizer": True}}, None) == "ddp+fused"
 
 
 def test_a_matrix_written_before_compile_existed_resumes_as_eager(tmp_path):
@@ -111,5 +131,8 @@ def test_a_matrix_written_before_compile_existed_resumes_as_eager(tmp_path):
     (tmp_path / "matrix.json").write_text(json.dumps({"matrix": old}))
     prepare_out(tmp_path, {**old, "compile": "off"}, resume=True)  # compare today: the same eager matrix
     prepare_out(tmp_path, dict(old), resume=True)  # tune's matrix has no compile key at all
+    prepare_out(tmp_path, {**old, "compile": "off", "fused_optimizer": "off"}, resume=True)
     with pytest.raises(UserError, match="holds a different matrix"):
         prepare_out(tmp_path, {**old, "compile": "both"}, resume=True)
+    with pytest.raises(UserError, match="holds a different matrix"):
+        prepare_out(tmp_path, {**old, "fused_optimizer": "on"}, resume=True)

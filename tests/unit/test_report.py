@@ -141,6 +141,8 @@ def test_compiled_rows_show_where_their_compilation_went_and_what_they_stepped_w
     headers = [header for _, header, _ in columns_for([eager, compiled])]
     assert "warm-up s (compile)" in headers and "optimizer" in headers
     assert "warm-up s (compile)" not in [header for _, header, _ in columns_for([eager])]  # nothing compiled
+    fused = {"strategy": "ddp+fused", "fused_optimizer": True, "optimizer": "AdamW (fused)"}
+    assert "optimizer" in [header for _, header, _ in columns_for([eager, fused])]
 
 
 def test_a_compiled_row_scales_against_the_compiled_single_run():
@@ -157,3 +159,9 @@ def test_a_compiled_row_scales_against_the_compiled_single_run():
     assert by["ddp+compile"]["scaling_baseline"] == "single+compile"
     assert by["ddp+compile"]["scaling_efficiency"] == pytest.approx(216 / (2 * 120))  # 0.9, as eager ddp's
     assert by["ddp"]["scaling_baseline"] == "single" and by["ddp+compile"]["speedup_vs_ddp"] == pytest.approx(1.2)
+    rows = [row("single", 1, 100.0), row("single+compile+fused", 1, 130.0), row("ddp+compile+fused", 2, 234.0),
+            row("ddp+fused", 2, 190.0)]
+    _derive(rows)
+    by = {r["strategy"]: r for r in rows}
+    assert by["ddp+compile+fused"]["scaling_baseline"] == "single+compile+fused"
+    assert by["ddp+fused"]["scaling_baseline"] == "single"  # no fused single ran: the eager one

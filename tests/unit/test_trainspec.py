@@ -77,8 +77,9 @@ def test_model_parallel_flags_are_checked(argv, needle):
 @pytest.mark.parametrize("argv, needle", [
     (["--compile", "--warmup", "0"], "--compile needs --warmup >= 1"),
     (["--compile", "--strategy", "torch_tp", "--tp", "2"], "--compile is not supported with --strategy torch_tp"),
+    (["--fused-optimizer", "--strategy", "deepspeed"], "--strategy deepspeed steps with its config's optimizer"),
 ])
-def test_compile_is_refused_where_it_cannot_be_measured_or_done(argv, needle):
+def test_speed_options_are_refused_where_they_cannot_be_measured_or_done(argv, needle):
     with pytest.raises(UserError, match=needle):
         from_argv(argv)
 

@@ -168,3 +168,35 @@ def test_a_report_row_from_two_nodes_is_planned_as_two_nodes(tmp_path):
     assert across.tokens_per_s == pytest.approx(search.predict(layout, plan_request(req), profile)[0], rel=1e-9)
     within = predict_cell(row(["vm", "vm"]), profile)
     assert within.tokens_per_s > across.tokens_per_s  # one node: the gradients never cross the slow link
+
+
+@pytest.mark.parametrize("strategy, warmup, expected", [
+    ("ddp", 1, [(False, False), (False, True), (True, False), (True, True)]),
+    ("zero2", 1, [(False, False), (True, False)]),  # DeepSpeed steps with its config's optimizer
+    ("torch_tp2", 1, [(False, False), (False, True)]),  # DTensor layers are not compiled
+    ("pipe2", 1, [(False, False)]),
+    ("fsdp", 0, [(False, False), (False, True)]),  # no warm-up step to compile in
+])
+def test_speed_options_race_only_where_the_worker_applies_them(strategy, warmup, expected):
+    from dsbench.bench.tune import speed_variants
+
+    assert speed_variants(strategy, warmup) == expected
+
+
+def test_the_speed_race_runs_the_layout_again_beside_each_option(tmp_path):
+    from dsbench.bench.tune import race_speed_options
+
+    ran = []
+
+    def run(cell, what):
+        ran.append(cell)
+        return None if cell.fused_optimizer and cell.compile else 100.0 + 10 * cell.compile + 5 * cell.fused_optimizer
+
+    req = TuneRequest(model="gpt2-tiny", world=2, global_batch=8, warmup=1, out=tmp_path)
+    rows = race_speed_options(req, search.Layout(strategy="ddp", micro_batch=2, grad_accum=2), run)
+    assert [r["layout"] for r in rows] == ["ddp mb2 x2", "ddp mb2 x2 +fused", "ddp mb2 x2 +compile",
+                                           "ddp mb2 x2 +compile +fused"]
+    assert [r["tokens_per_s"] for r in rows] == [100.0, 105.0, 110.0, None]  # a failed run stays None
+    # repeat 1 of the layout's cells: the search's own run (repeat 0) is kept as it was
+    assert all(c.repeat == 1 for c in ran) and ran[0].id == "ddp-w2-mb2-ga2-gpt2-tiny-r1"
+    assert ran[3].id == "ddp-w2-mb2-ga2-compiled-fused-gpt2-tiny-r1"

@@ -49,10 +49,23 @@ def adamw(params: Any, options: EngineOptions) -> tuple[Any, Any]:
     """torch AdamW and the warm-up schedule every native strategy uses (DeepSpeed's WarmupLR ramp)."""
     import torch
 
+    if options.fused_optimizer:
+        params = _by_tensor_kind(list(params))
     optimizer = torch.optim.AdamW(params, lr=options.lr, betas=options.betas, eps=options.eps,
                                   weight_decay=options.weight_decay, fused=options.fused_optimizer or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_factor(step, options.warmup_steps))
     return optimizer, scheduler
+
+
+def _by_tensor_kind(params: list[Any]) -> list[Any]:
+    """Parameters as optimizer groups of one tensor kind each: AdamW's fused kernel steps a group at a time and
+    refuses a group mixing DTensors (torch_tp's split layers) with plain tensors (its replicated norms). The groups
+    share every hyper-parameter, so the update is the one a single group would make."""
+    from torch.distributed.tensor import DTensor
+
+    split = [p for p in params if isinstance(p, DTensor)]
+    plain = [p for p in params if not isinstance(p, DTensor)]
+    return [{"params": group} for group in (split, plain) if group] if split and plain else params
 
 
 def autocast(options: EngineOptions, device: str) -> Any:

@@ -1,0 +1,34 @@
+"""The models the worker builds: SDPA attention for every family dsbench builds (the issue's "checked"), eager
+attention where transformers has no SDPA for the class."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from dsbench.models import LLAMA_LIKE, PRESETS
+from dsbench.worker.model import build_model
+
+
+@pytest.mark.parametrize("arch", ["gpt2", *LLAMA_LIKE])
+def test_every_family_dsbench_builds_attends_through_sdpa(arch):
+    shape = PRESETS["gpt2-tiny"] if arch == "gpt2" else replace(PRESETS["llama-tiny"], arch=arch)
+    model = build_model(shape, seed=0)
+    assert model.config._attn_implementation == "sdpa"
+    # what transformers dispatches to: the SDPA kernel of its own registry, not the eager matmul-softmax path
+    attention = next(m for m in model.modules() if type(m).__name__.endswith("Attention"))
+    assert attention.config._attn_implementation == "sdpa"
+
+
+def test_a_class_without_sdpa_is_built_with_eager_attention_and_the_same_model(monkeypatch):
+    from transformers import LlamaForCausalLM
+
+    ids = torch.randint(0, 4096, (1, 16), generator=torch.Generator().manual_seed(0))
+    sdpa = build_model(PRESETS["llama-tiny"], seed=0)
+    monkeypatch.setattr(LlamaForCausalLM, "_supports_sdpa", False)
+    eager = build_model(PRESETS["llama-tiny"], seed=0)
+    assert eager.config._attn_implementation == "eager"
+    # the oracle: the same weights under transformers' two attention paths give the same logits
+    torch.testing.assert_close(eager(input_ids=ids).logits, sdpa(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
