@@ -354,6 +354,7 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
     else:
         dims = ParallelDims(world=world, tp=train.tp, pp=train.pipeline_stages)
     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+    train.check_compile_layout(dims)
     if train.strategy == "torch_tp":
         check_megatron_tp(shape.arch)
     if train.strategy == "torch_pp" and train.grad_accum < dims.pp:  # GPipe runs it; most of each step idles

@@ -13,11 +13,14 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dsbench import __version__
 from dsbench.errors import UserError
 from dsbench.spec import DEFAULT_MICRO_BATCH
+
+if TYPE_CHECKING:
+    from dsbench.parallel import ParallelDims
 
 STRATEGIES = ("auto", "deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp")
 WorkerStrategy = Literal["auto", "deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp"]
@@ -140,6 +143,14 @@ class TrainSpec:
         for name, value in at_least_0.items():
             if not (math.isfinite(value) and value >= 0):
                 raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
+
+    def check_compile_layout(self, dims: ParallelDims) -> None:
+        """--compile where the layout is known (DeepSpeed's comes from its config): dsbench compiles DeepSpeed's
+        ZeRO engine (``engine.compile()``), not its pipeline engine or AutoTP's split layers."""
+        if self.compile and self.strategy == "deepspeed" and (dims.pp > 1 or dims.tp > 1):
+            what = "pipeline engine (pipeline.stages)" if dims.pp > 1 else "AutoTP (tensor_parallel.autotp_size)"
+            raise UserError(f"--compile is not supported with DeepSpeed's {what}: dsbench compiles the ZeRO engine "
+                            "only; drop --compile")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -127,6 +127,7 @@ def prepare(spec: TrainSpec) -> Prepared:
     dims = setup.layout(ds_config, world) if ds_config else ParallelDims(world=world, tp=spec.tp,
                                                                           pp=spec.pipeline_stages)
     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+    spec.check_compile_layout(dims)
     if strategy == "deepspeed":
         setup.check_jit_locks()  # before init_distributed, which builds DeepSpeed's comm op on CPU
     fault_before_join(dist.env_rank()[0])

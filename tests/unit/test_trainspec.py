@@ -84,6 +84,17 @@ def test_speed_options_are_refused_where_they_cannot_be_measured_or_done(argv, n
         from_argv(argv)
 
 
+def test_compile_is_refused_for_deepspeeds_pipeline_and_autotp_layouts():
+    from dsbench.parallel import ParallelDims
+
+    spec = from_argv(["--compile", "--strategy", "deepspeed"])
+    spec.check_compile_layout(ParallelDims(world=2))  # ZeRO: engine.compile()
+    for dims, needle in ((ParallelDims(world=2, pp=2), "pipeline engine"), (ParallelDims(world=2, tp=2), "AutoTP")):
+        with pytest.raises(UserError, match=needle):
+            spec.check_compile_layout(dims)
+    from_argv(["--strategy", "deepspeed"]).check_compile_layout(ParallelDims(world=2, pp=2))  # eager: fine
+
+
 def test_speed_flags_reach_the_spec():
     spec = from_argv(["--compile", "--fused-optimizer", "--warmup", "2"])
     assert spec.compile and spec.fused_optimizer
