@@ -464,8 +464,9 @@ def _csv(kind: Any) -> Any:
 @click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help="[fp32]")
 @click.option("--compile", type=click.Choice(["off", "on", "both"]),
               help="torch.compile the cells: off, on, or both (each strategy eager and compiled side by side) [off].")
-@click.option("--fused-optimizer", type=click.Choice(["off", "on", "both"]),
-              help="torch AdamW's fused kernel for the non-DeepSpeed cells: off, on, or both (side by side) [off].")
+@click.option("--fused-optimizer", type=click.Choice(["auto", "off", "on", "both"]),
+              help="torch AdamW's fused kernel for the cells that step torch AdamW: auto (wherever it applies, as "
+                   "DeepSpeed steps its FusedAdam), off, on, or both (side by side) [auto].")
 @click.option("--out", type=click.Path(file_okay=False), help="Results folder [runs/compare-TIMESTAMP].")
 @click.option("--resume", is_flag=True, help="Continue an interrupted matrix in --out, skipping finished cells.")
 @click.option("--retry-failed", is_flag=True, help="With --resume, run failed/timed-out cells again.")

@@ -133,6 +133,9 @@ def check_matrix(strategies: list[str], world_sizes: list[int], micro_batches: l
 
 SPEED_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 """``--compile`` / ``--fused-optimizer``: without the option, with it, or each strategy both ways side by side."""
+FUSED_MODES = {**SPEED_MODES, "auto": (True,)}
+"""``--fused-optimizer auto`` (compare's default): the fused kernel wherever it applies, so that every strategy steps
+with a fused Adam (DeepSpeed's strategies step its FusedAdam, or DeepSpeedCPUAdam under offload, by default)."""
 UNCOMPILED = ("pipe2", "torch_pipe2", "zero1_tp2", "torch_tp2")
 """Strategies the worker does not compile (pipeline stages, DTensor layers): eager only under --compile both."""
 
@@ -146,16 +149,25 @@ def takes(strategy: str, option: str) -> bool:
     return strategy not in UNCOMPILED if option == "compile" else STRATEGIES[strategy].worker != "deepspeed"
 
 
-def _without(strategies: list[str], option: str, mode: str) -> list[str]:
-    """The strategies that cannot take a speed option: run without it under ``both``; ``on`` refuses them."""
-    if mode not in SPEED_MODES:
-        raise UserError(f"--{option} must be one of {', '.join(SPEED_MODES)}, got {mode!r}")
+def _check_mode(strategies: list[str], option: str, mode: str) -> None:
+    """A speed option's mode is known, and ``on`` names no strategy that cannot take it (``both`` and ``auto`` run
+    those without it)."""
+    modes = FUSED_MODES if option == "fused-optimizer" else SPEED_MODES
+    if mode not in modes:
+        raise UserError(f"--{option} must be one of {', '.join(modes)}, got {mode!r}")
     cannot = [s for s in strategies if not takes(s, option)]
     if mode == "on" and cannot:
         reason = "is not compiled by dsbench" if option == "compile" else "steps with DeepSpeed's optimizer"
         raise UserError(f"--{option} on: {label_of(cannot[0])} {reason}; use --{option} both, or leave it out of "
                         "--strategies")
-    return cannot
+
+
+def variants(strategy: str, compile: str, fused_optimizer: str) -> list[tuple[bool, bool]]:
+    """The (compile, fused optimizer) pairs a strategy runs under the two modes: each option's values where the
+    worker applies it to the strategy, off where it does not."""
+    compiled = SPEED_MODES[compile] if takes(strategy, "compile") else (False,)
+    fused = FUSED_MODES[fused_optimizer] if takes(strategy, "fused-optimizer") else (False,)
+    return list(itertools.product(compiled, fused))
 
 
 def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[int], models: list[str],
@@ -163,11 +175,10 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
            precision: str = "fp32", compile: str = "off", fused_optimizer: str = "off") -> list[Cell]:
     """All cells, in run order. ``single`` only runs at world size 1 (and always there, as the baseline)."""
     check_matrix(strategies, world_sizes, micro_batches, repeats, steps, warmup)
-    eager_only = _without(strategies, "compile", compile)
-    unfused = _without(strategies, "fused-optimizer", fused_optimizer)
+    _check_mode(strategies, "compile", compile)
+    _check_mode(strategies, "fused-optimizer", fused_optimizer)
     if compile != "off" and warmup < 1:
         raise UserError("--compile needs --warmup >= 1: compilation must stay out of the measured window")
-    variants = list(itertools.product(SPEED_MODES[compile], SPEED_MODES[fused_optimizer]))
     placed = [(strategy, world) for strategy in strategies for world in sorted(set(world_sizes))
               # single runs at 1 rank; model-parallel strategies need a multiple of their degree
               if not (strategy == "single" and world != 1 or world % _model_parallel(strategy))]
@@ -176,9 +187,9 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
     cells = [Cell(strategy=label_of(strategy), world_size=world, micro_batch=micro, model=model, repeat=repeat,
                   steps=steps, warmup=warmup, seq_len=seq_len, precision=precision,
                   accelerate_config=accelerate_yaml_of(strategy), compile=compiled, fused_optimizer=fused)
-             for model, micro, (strategy, world), repeat, (compiled, fused) in itertools.product(
-                 models, micro_batches, placed, range(repeats), variants)
-             if not (compiled and strategy in eager_only or fused and strategy in unfused)]
+             for model, micro, (strategy, world), repeat in itertools.product(models, micro_batches, placed,
+                                                                              range(repeats))
+             for compiled, fused in variants(strategy, compile, fused_optimizer)]
     # a strategy's variants (eager/compiled, fused or not) side by side, so that drift of the machine falls on all
     return sorted(cells, key=lambda c: (c.model, c.micro_batch, c.world_size, c.repeat))
 

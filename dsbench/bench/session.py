@@ -17,7 +17,7 @@ DEFAULTS: dict[str, Any] = {"strategies": list(DEFAULT_STRATEGIES), "world_sizes
                             "micro_batches": [DEFAULT_MICRO_BATCH],
                             "models": ["gpt2-mini"], "repeats": 1, "steps": 20, "warmup": 5, "seq_len": 128,
                             "precision": "fp32", "compile": "off",
-                            "fused_optimizer": "off"}
+                            "fused_optimizer": "auto"}
 
 
 def matrix_from(matrix_file: str | None, flags: dict[str, Any]) -> dict[str, Any]:

@@ -5,9 +5,10 @@ Each run is a compare cell (``OUT/cells/<id>/``: cell.json, the launch's files, 
 holds the whole search: every layout with its prediction, correction and measurement, the runs in order, and the
 winner (the best measured layout) with its launch command.
 
-With ``--speed-options`` the winning layout then races against itself with the worker's speed options that apply
-to it (``--compile``, ``--fused-optimizer``, both): the planner has no term for them, so they are measured, never
-predicted. The layout runs again without them in the same phase, so every ratio is of runs made side by side.
+Every layout steps with a fused Adam, as compare's cells do by default: torch's fused AdamW where the worker steps
+torch AdamW, DeepSpeed's own for ZeRO. With ``--speed-options`` the winning layout then races against itself
+compiled (``--compile``, where it applies): the planner has no term for compilation, so it is measured, never
+predicted. The layout runs again uncompiled in the same phase, so the ratio is of runs made side by side.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.bench.compare import FINISHED, prepare_out, read_status, run_cell, set_aside
-from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args, takes
+from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args, variants
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import resolve_model
@@ -42,7 +43,7 @@ class TuneRequest:
     exhaustive: bool = False
     """Run every layout that fits (the budget is ignored): the oracle a search is checked against."""
     speed_options: bool = False
-    """After the search, measure the winner with each speed option that applies to it; keep the fastest."""
+    """After the search, measure the winner compiled and uncompiled, side by side; keep the faster."""
     strategies: list[str] | None = None
     checkpointing: bool = True
     profile: str | None = None
@@ -89,21 +90,19 @@ def plan_request(req: TuneRequest) -> PlanRequest:
                        precision=req.precision, accounting=None, host_mem=1000)
 
 
-def cell_of(req: TuneRequest, layout: search.Layout, options: tuple[bool, bool] = (False, False),
-            repeat: int = 0) -> Cell:
-    """The compare cell that measures a layout, with the speed options (compile, fused optimizer) given."""
+def cell_of(req: TuneRequest, layout: search.Layout, compile: bool = False, repeat: int = 0) -> Cell:
+    """The compare cell that measures a layout: compiled or not, with the fused optimizer wherever it applies."""
+    (_, fused), = variants(layout.strategy, "off", "auto")
     return Cell(strategy=layout.strategy, world_size=req.world, micro_batch=layout.micro_batch, model=req.model,
                 steps=req.steps, warmup=req.warmup, seq_len=req.seq_len, precision=req.precision,
                 grad_accum=layout.grad_accum, checkpointing=layout.checkpointing, hostfile=req.hostfile,
-                compile=options[0], fused_optimizer=options[1], repeat=repeat)
+                compile=compile, fused_optimizer=fused, repeat=repeat)
 
 
-def speed_variants(strategy: str, warmup: int) -> list[tuple[bool, bool]]:
-    """(compile, fused optimizer) pairs to race for a strategy, the plain one first; compiling needs a warm-up
-    step to compile in (outside the measured window)."""
-    compile = (False, True) if takes(strategy, "compile") and warmup >= 1 else (False,)
-    fused = (False, True) if takes(strategy, "fused-optimizer") else (False,)
-    return [(c, f) for c in compile for f in fused]
+def speed_variants(strategy: str, warmup: int) -> list[bool]:
+    """Whether compiled, for each run of a strategy's speed race: uncompiled first, then compiled where the worker
+    compiles it and a warm-up step is there to compile in (outside the measured window)."""
+    return [compiled for compiled, _ in variants(strategy, "both" if warmup >= 1 else "off", "auto")]
 
 
 def finished(folder: Path) -> bool:
@@ -175,8 +174,7 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
             best = max((r for r in result["speed"] if r["tokens_per_s"]), key=lambda r: r["tokens_per_s"],
                        default=None)
             if best:
-                cell, measured = cell_of(req, winner.layout, (best["compile"], best["fused_optimizer"]), 1), \
-                    best["tokens_per_s"]
+                cell, measured = cell_of(req, winner.layout, best["compile"], repeat=1), best["tokens_per_s"]
         command = ["dsbench", "launch", *cell_launch_args(cell, Path(f"runs/{cell.id}"))]
         result["winner"] = {**winner.to_dict(), "cell": cell.id, "command": shlex.join(command),
                             "compile": cell.compile, "fused_optimizer": cell.fused_optimizer,
@@ -188,13 +186,13 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
 
 def race_speed_options(req: TuneRequest, layout: search.Layout,
                        run: Callable[[Cell, str], float | None]) -> list[dict[str, Any]]:
-    """The layout once more without speed options and once with each that applies, one after the other (repeat 1
-    of the layout's cell, so the search's own run stays as it was); tokens/s of each, None when it failed."""
+    """The layout once more uncompiled and once compiled, one after the other (repeat 1 of the layout's cell, so the
+    search's own run stays as it was); tokens/s of each, None when it failed."""
     out = []
-    for options in speed_variants(layout.strategy, req.warmup):
-        cell = cell_of(req, layout, options, repeat=1)
-        label = layout.name + "".join(name for name, on in zip((" +compile", " +fused"), options, strict=True) if on)
-        out.append({"layout": label, "compile": options[0], "fused_optimizer": options[1], "cell": cell.id,
+    for compiled in speed_variants(layout.strategy, req.warmup):
+        cell = cell_of(req, layout, compiled, repeat=1)
+        label = layout.name + (" +compile" if compiled else "")
+        out.append({"layout": label, "compile": compiled, "fused_optimizer": cell.fused_optimizer, "cell": cell.id,
                     "tokens_per_s": run(cell, f"speed options: {label}")})
     return out
 
@@ -217,8 +215,8 @@ def print_result(result: dict[str, Any], top: int = 12) -> None:
                       number(row["corrected_tokens_per_s"]), number(row["measured_tokens_per_s"]), row["status"])
     console.print(table)
     if result.get("speed"):
-        speed = Table(caption="the winning layout again, with the speed options that apply to it, one run after the "
-                              "other; tokens/s by the wall clock", caption_justify="left")
+        speed = Table(caption="the winning layout again, uncompiled and compiled, one run after the other; tokens/s "
+                              "by the wall clock", caption_justify="left")
         for col in ("layout", "measured", "vs without"):
             speed.add_column(col, justify="left" if col == "layout" else "right")
         plain = result["speed"][0]["tokens_per_s"]

@@ -132,11 +132,13 @@ def predict_cell(row: dict[str, Any], profile: str | None = None, gpu: str = "h1
                  efficiency: float = 0.5) -> Any:
     """The planner's estimate for one measured compare row (``dsbench.report.collect``): the same model,
     micro-batch, accumulation, sequence, precision and ranks, with a machine profile's measured figures when
-    given; None for a strategy the planner has no candidate for."""
+    given; None for a strategy the planner has no candidate for, and for a compiled run (the planner has no term for
+    compilation). A row stepping torch AdamW's fused kernel (``+fused``) is planned at the profile's optimizer rate,
+    as every other row (calibrate measures the fused kernel)."""
     from dsbench.plan.api import PlanRequest, build
     from dsbench.plan.estimate import estimate
 
-    candidate = candidate_for(row["strategy"])
+    candidate = candidate_for(row["strategy"].removesuffix("+fused"))
     if candidate is None:
         return None
     header = row["runs"][0]["header"]

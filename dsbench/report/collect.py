@@ -215,14 +215,15 @@ def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _derive(rows: list[dict[str, Any]]) -> None:
     """Scaling efficiency (vs the same strategy at 1 rank, else single with the row's speed options when there is
-    one, else eager single) and speed-up vs DDP (eager: what the speed options gain shows there)."""
+    one, else eager single) and speed-up vs DDP (uncompiled, with torch AdamW's for-loop when that ran, else its
+    fused kernel, compare's default: what the speed options gain shows there)."""
     by_key = {(r["model"], r["device"], r["micro_batch"], r["world_size"], r["strategy"]): r for r in rows}
     for row in rows:
         base = (row["model"], row["device"], row["micro_batch"])
         options = speed_suffix(row["strategy"])
         one = by_key.get((*base, 1, row["strategy"])) or by_key.get((*base, 1, f"single{options}")) or \
             by_key.get((*base, 1, "single"))
-        ddp = by_key.get((*base, row["world_size"], "ddp"))
+        ddp = by_key.get((*base, row["world_size"], "ddp")) or by_key.get((*base, row["world_size"], "ddp+fused"))
         tps = row.get("tokens_per_s")
         row["scaling_efficiency"] = (scaling_efficiency(tps, row["world_size"], one["tokens_per_s"])
                                      if tps and one and one.get("tokens_per_s") else None)

@@ -9,7 +9,7 @@ planner's fit, :mod:`dsbench.plan.profile`, turns them into the machine profile)
   ``[b, heads, s, h/heads]``: 4*b*s^2*h forward FLOPs), and of a whole forward+backward of the model
   (6N + 12*L*h*s FLOPs per token, PaLM App. B, as the run metrics count them) at micro-batches 1, 2, 4 and the
   one asked for;
-- the optimizer: seconds per torch AdamW step of the model (fp32 states on this device);
+- the optimizer: seconds per step of torch AdamW's fused kernel over the model (fp32 states on this device);
 - collectives over the job's backend (gloo on CPU, NCCL on GPU): all-reduce, all-gather, reduce-scatter and
   point-to-point (send/recv between ranks 2k and 2k+1), at message sizes 4 KiB to 16 MiB, in the groups the job
   has: ``world``, ``intra`` (the ranks of node 0) and ``inter`` (the first rank of every node). Each size is
@@ -150,14 +150,17 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
         timing = _summary(samples[size], steps[size][1])
         by_micro[str(size)] = {**timing, "flops": flops, "tflops": flops / timing["seconds"] / 1e12}
     model_step = {key: value for key, value in by_micro[str(micro)].items() if key not in ("flops", "tflops")}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    # the fused kernel: what every strategy of a compare steps with by default (torch's fused AdamW for the native
+    # ones, DeepSpeed's FusedAdam or DeepSpeedCPUAdam for ZeRO)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     adam = _rate(optimizer.step, device, repeats)
     flops = {"gemm": 2 * tokens * shape.hidden * shape.intermediate,
              "attention": 4 * micro * seq * seq * shape.hidden,  # QK^T and AV, causal mask not discounted
              "model": flops_per_token(shape.num_params(), shape.layers, shape.hidden, seq) * tokens}
     out = {name: {**timing, "flops": flops[name], "tflops": flops[name] / timing["seconds"] / 1e12}
            for name, timing in (("gemm", gemm), ("attention", attention), ("model", model_step))}
-    out["optimizer"] = {**adam, "params": shape.num_params(), "params_per_s": shape.num_params() / adam["seconds"]}
+    out["optimizer"] = {**adam, "params": shape.num_params(), "params_per_s": shape.num_params() / adam["seconds"],
+                        "kernel": "torch AdamW fused"}
     out["model_by_micro_batch"] = by_micro
     return out
 
@@ -294,7 +297,7 @@ def measure_fsdp(comm: Any, device: str, dtype: Any, repeats: int) -> dict[str, 
     x = _stack_input(device, dtype)
 
     def trainer(model: Any, optimize: bool) -> Any:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as compare's fsdp cells step
 
         def step() -> None:
             model(x).square().mean().backward()

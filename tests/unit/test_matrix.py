@@ -13,6 +13,18 @@ def test_default_matrix_is_single_plus_each_strategy_on_two_ranks():
     assert [(c.strategy, c.world_size) for c in cells] == [("single", 1)] + [
         (s, 2) for s in DEFAULT_STRATEGIES if s != "single"]
     assert len({c.id for c in cells}) == len(cells)
+    # every strategy steps with a fused Adam by default: torch's fused AdamW where the worker steps torch AdamW,
+    # DeepSpeed's own (FusedAdam, DeepSpeedCPUAdam under offload) for the ZeRO strategies
+    assert {c.strategy for c in cells if c.fused_optimizer} == {"single", "ddp", "fsdp"}
+    assert not any(c.compile for c in cells)
+
+
+def test_fused_auto_runs_each_strategy_once_with_the_kernel_where_it_applies():
+    cells = expand(["single", "torch_tp2", "zero1_tp2", "pipe2", f"accel:{Path('x.yaml')}"], [2], [2],
+                   ["llama-tiny"], fused_optimizer="auto")
+    assert {c.strategy: c.fused_optimizer for c in cells} == {"single": True, "torch_tp2": True, "zero1_tp2": False,
+                                                               "pipe2": False, "accel:x.yaml": False}
+    assert len(cells) == 5
 
 
 def test_expansion_is_the_full_product_with_repeats():

@@ -165,3 +165,4 @@ def test_a_compiled_row_scales_against_the_compiled_single_run():
     by = {r["strategy"]: r for r in rows}
     assert by["ddp+compile+fused"]["scaling_baseline"] == "single+compile+fused"
     assert by["ddp+fused"]["scaling_baseline"] == "single"  # no fused single ran: the eager one
+    assert by["ddp+compile+fused"]["speedup_vs_ddp"] == pytest.approx(234 / 190)  # compare's default DDP: fused
