@@ -68,8 +68,14 @@ def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
         raise UserError(f"{out} already holds results: pass --resume to continue it, or choose a new --out")
     if existing.exists():
         before = json.loads(existing.read_text()).get("matrix")
-        if not isinstance(before, dict) or _eager_by_default(before) != _eager_by_default(matrix):
+        if not isinstance(before, dict):
             raise UserError(f"{out} holds a different matrix; --resume needs the same flags (or a new --out)")
+        before, now = _eager_by_default(before), _eager_by_default(matrix)
+        differ = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+        if differ:  # e.g. a folder from before --fused-optimizer auto became compare's default: it ran "off"
+            key = differ[0]
+            raise UserError(f"{out} holds a different matrix ({key}: {json.dumps(before.get(key))} there, "
+                            f"{json.dumps(now.get(key))} now); --resume needs the same flags (or a new --out)")
     atomic_write_json(existing, {"matrix": matrix, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
 

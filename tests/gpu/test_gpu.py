@@ -179,7 +179,7 @@ def test_bf16_matrix_on_one_gpu(tmp_path, model):
 def test_bf16_matrix_eager_and_compiled_on_one_gpu(tmp_path, model):
     """Issue 15: each strategy eager and compiled side by side (compare --compile both), bf16, world size 1."""
     cells = _bf16_compare(tmp_path, model, "compile", "--timeout", "600", "--compile", "both")
-    assert any(c["strategy"].endswith("+compile") for c in cells)
+    assert any("+compile" in c["strategy"] for c in cells)  # single+compile+fused: the fused kernel by default
     assert all(c["status"] == "ok" and c["mfu"] for c in cells)
 
 

@@ -78,8 +78,9 @@ def _spearman(cells: dict[str, tuple[float, float, float, float]]) -> float:
     """Spearman's rank correlation of tokens/s, predicted vs measured, over the strategies."""
     names = sorted(cells)
     measured, predicted = _ranks([cells[n][2] for n in names]), _ranks([cells[n][3] for n in names])
-    n = len(names)
-    return 1 - 6 * sum((a - b) ** 2 for a, b in zip(measured, predicted, strict=True)) / (n * (n**2 - 1))
+    # Pearson's correlation of the ranks: Spearman's definition, exact with ties (two pipelines predicted alike);
+    # the shortcut 1 - 6·Σd²/(n(n²-1)) holds only without them
+    return statistics.correlation(measured, predicted)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -108,3 +109,24 @@ def test_the_llama_winner_is_predicted(llama):
 def test_llama_with_tensor_parallelism_meets_the_goals(llama):
     errors = [_error(c) for c in llama.values()]
     assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25 and _spearman(llama) >= 0.9
+
+
+FUSED = STORED / "fused-gpt2-mini"
+"""Out of sample: a compare at compare's default since issue 15 (every strategy with a fused Adam) and the
+calibration right after it (the fused AdamW rate), both made after the time model was last changed."""
+
+
+def test_the_model_holds_out_of_sample_with_fused_optimizers():
+    cells = {}
+    for row in collect([FUSED / "compare"]):
+        estimate = predict_cell(row, str(FUSED / "profile.json"))
+        assert estimate is not None, row["strategy"]  # +fused rows are planned
+        cells[row["strategy"]] = (measured_step_s(row), estimate.step_s, row["tokens_per_s"], estimate.tokens_per_s)
+    assert {"single+fused", "ddp+fused", "fsdp+fused", "zero1", "zero3"} <= set(cells)
+    errors = [_error(c) for c in cells.values()]
+    # measured 2026-11-24: median 12.8%, worst 16.7% (zero2_offload), Spearman 0.89. Issue 14's worst-case goal
+    # (25%) holds out of sample; its median (10%) and ranking (0.9) goals, met in sample, are missed narrowly: the
+    # ZeRO rows are predicted 8-16% fast, the calibration's framework costs being one sample of a noisy machine.
+    # The bounds guard the planner against regressions at what it measured, not at the in-sample goals.
+    assert statistics.median(errors) <= 0.15 and max(errors) <= 0.25, sorted(errors)
+    assert _spearman(cells) >= 0.85
