@@ -213,16 +213,30 @@ def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def steps_fused(optimizer: str | None) -> bool:
+    """Whether a run's optimizer (the header's ``speed.optimizer``) is a fused kernel: torch AdamW's ``fused``, or
+    DeepSpeed's own (FusedAdam, DeepSpeedCPUAdam); not torch's for-loop or foreach, nor a run that did not say."""
+    return bool(optimizer) and optimizer != "unknown" and (optimizer == "AdamW (fused)"
+                                                           or not optimizer.startswith("AdamW ("))
+
+
+def single_baselines(row: dict[str, Any]) -> list[str]:
+    """The ``single`` rows a row's scaling efficiency may be measured against, best first: compiled like it, then
+    not; with a fused Adam when it steps one (``+fused``, or DeepSpeed's FusedAdam), then without."""
+    compiled = ["+compile", ""] if "+compile" in speed_suffix(row["strategy"]) else [""]
+    fused = ["+fused", ""] if "+fused" in row["strategy"] or steps_fused(row.get("optimizer")) else ["", "+fused"]
+    return [f"single{c}{f}" for c in compiled for f in fused]
+
+
 def _derive(rows: list[dict[str, Any]]) -> None:
-    """Scaling efficiency (vs the same strategy at 1 rank, else single with the row's speed options when there is
-    one, else eager single) and speed-up vs DDP (uncompiled, with torch AdamW's for-loop when that ran, else its
+    """Scaling efficiency (vs the same strategy at 1 rank, else the single run closest in speed options: see
+    :func:`single_baselines`) and speed-up vs DDP (uncompiled, with torch AdamW's for-loop when that ran, else its
     fused kernel, compare's default: what the speed options gain shows there)."""
     by_key = {(r["model"], r["device"], r["micro_batch"], r["world_size"], r["strategy"]): r for r in rows}
     for row in rows:
         base = (row["model"], row["device"], row["micro_batch"])
-        options = speed_suffix(row["strategy"])
-        one = by_key.get((*base, 1, row["strategy"])) or by_key.get((*base, 1, f"single{options}")) or \
-            by_key.get((*base, 1, "single"))
+        one = next((by_key[key] for key in [(*base, 1, row["strategy"])]
+                    + [(*base, 1, name) for name in single_baselines(row)] if key in by_key), None)
         ddp = by_key.get((*base, row["world_size"], "ddp")) or by_key.get((*base, row["world_size"], "ddp+fused"))
         tps = row.get("tokens_per_s")
         row["scaling_efficiency"] = (scaling_efficiency(tps, row["world_size"], one["tokens_per_s"])

@@ -166,3 +166,26 @@ def test_a_compiled_row_scales_against_the_compiled_single_run():
     assert by["ddp+compile+fused"]["scaling_baseline"] == "single+compile+fused"
     assert by["ddp+fused"]["scaling_baseline"] == "single"  # no fused single ran: the eager one
     assert by["ddp+compile+fused"]["speedup_vs_ddp"] == pytest.approx(234 / 190)  # compare's default DDP: fused
+
+
+def test_every_row_scales_against_the_single_run_closest_in_speed_options():
+    """compare's default runs single+fused: the ZeRO rows (DeepSpeed's FusedAdam) scale against it, as do the fused
+    native rows; a for-loop row against the for-loop single when one ran; a run that did not say, plain single."""
+    from dsbench.report.collect import _derive, steps_fused
+
+    def row(strategy, world, tps, optimizer=None):
+        return {"model": "m", "device": "cpu", "micro_batch": 2, "world_size": world, "strategy": strategy,
+                "tokens_per_s": tps, "optimizer": optimizer}
+
+    assert [steps_fused(o) for o in ("AdamW (fused)", "FusedAdam", "DeepSpeedCPUAdam", "AdamW (for-loop)",
+                                     "AdamW (foreach)", None, "unknown")] == [True, True, True, False, False,
+                                                                             False, False]
+    default = [row("single+fused", 1, 100.0, "AdamW (fused)"), row("ddp+fused", 2, 160.0, "AdamW (fused)"),
+               row("zero2", 2, 80.0, "FusedAdam"), row("zero2_offload", 2, 70.0, "DeepSpeedCPUAdam")]
+    _derive(default)
+    assert [r["scaling_baseline"] for r in default] == ["single+fused"] * 4
+    assert default[2]["scaling_efficiency"] == pytest.approx(80 / (2 * 100))
+    both = [row("single", 1, 90.0, "AdamW (for-loop)"), row("single+fused", 1, 100.0, "AdamW (fused)"),
+            row("ddp", 2, 150.0, "AdamW (for-loop)"), row("zero2", 2, 80.0, "FusedAdam"), row("zero1", 2, 80.0)]
+    _derive(both)
+    assert [r["scaling_baseline"] for r in both[2:]] == ["single", "single+fused", "single"]
