@@ -99,8 +99,11 @@ def to_rich_table(rows: list[dict[str, Any]]) -> Any:
 
     table = Table(title="dsbench compare", caption=method_note(rows), caption_justify="left")
     columns = columns_for(rows)
-    for _, header, _ in columns:
-        table.add_column(header, justify="left" if header in TEXT_COLUMNS else "right")
+    for key, header, _ in columns:
+        # the row's name is never cut short (``ddp+compile+fused`` and ``ddp`` must stay apart); others may wrap
+        whole = max((len(str(row.get(key, ""))) for row in rows), default=0) if key in ("strategy", "model") else None
+        table.add_column(header, justify="left" if header in TEXT_COLUMNS else "right", min_width=whole,
+                         no_wrap=key in ("strategy", "model"))
     for row in rows:
         style = None if row["status"] == "ok" else "red"
         table.add_row(*(cell_text(row, k, f) for k, _, f in columns), style=style)
