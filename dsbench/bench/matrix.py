@@ -149,6 +149,12 @@ def takes(strategy: str, option: str) -> bool:
     return strategy not in UNCOMPILED if option == "compile" else STRATEGIES[strategy].worker != "deepspeed"
 
 
+def fused_by_default(strategy: str) -> bool:
+    """Whether a cell of ``strategy`` steps torch AdamW's fused kernel under compare's default (``auto``): the one
+    rule that compare, tune, ``plan --verify`` and what-if share."""
+    return takes(strategy, "fused-optimizer")
+
+
 def _check_mode(strategies: list[str], option: str, mode: str) -> None:
     """A speed option's mode is known, and ``on`` names no strategy that cannot take it (``both`` and ``auto`` run
     those without it)."""

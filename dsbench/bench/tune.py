@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.bench.compare import FINISHED, prepare_out, read_status, run_cell, set_aside
-from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args, variants
+from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args, fused_by_default, variants
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import resolve_model
@@ -92,11 +92,10 @@ def plan_request(req: TuneRequest) -> PlanRequest:
 
 def cell_of(req: TuneRequest, layout: search.Layout, compile: bool = False, repeat: int = 0) -> Cell:
     """The compare cell that measures a layout: compiled or not, with the fused optimizer wherever it applies."""
-    (_, fused), = variants(layout.strategy, "off", "auto")
     return Cell(strategy=layout.strategy, world_size=req.world, micro_batch=layout.micro_batch, model=req.model,
                 steps=req.steps, warmup=req.warmup, seq_len=req.seq_len, precision=req.precision,
                 grad_accum=layout.grad_accum, checkpointing=layout.checkpointing, hostfile=req.hostfile,
-                compile=compile, fused_optimizer=fused, repeat=repeat)
+                compile=compile, fused_optimizer=fused_by_default(layout.strategy), repeat=repeat)
 
 
 def speed_variants(strategy: str, warmup: int) -> list[bool]:

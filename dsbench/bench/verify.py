@@ -17,7 +17,7 @@ from dsbench.plan.verify import compare_row, compare_strategy
 def verify(result: dict[str, Any], opts: dict[str, Any], count: int = 3, steps: int = 6) -> list[dict[str, Any]]:
     """Run up to ``count`` top-ranked runnable candidates; return predicted vs measured rows."""
     from dsbench.bench.compare import run_cell
-    from dsbench.bench.matrix import Cell
+    from dsbench.bench.matrix import Cell, fused_by_default
     from dsbench.envinfo import default_ranks, local_gpu_count
 
     if not opts.get("model"):
@@ -34,7 +34,7 @@ def verify(result: dict[str, Any], opts: dict[str, Any], count: int = 3, steps: 
         cell = Cell(strategy=name, world_size=ranks, micro_batch=result["workload"]["micro_batch"],
                     grad_accum=result["workload"]["grad_accum"], checkpointing=cand["activation_checkpointing"],
                     model=opts["model"], steps=steps, warmup=2, seq_len=result["workload"]["seq_len"],
-                    precision=precision)
+                    precision=precision, fused_optimizer=fused_by_default(name))
         run = run_cell(cell, out_dir / cell.id, timeout=900, nvme_path=None)
         rows.append(compare_row(cand, run.folder, shape, ranks, precision, run.status))
     return rows

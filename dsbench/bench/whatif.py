@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.bench.compare import prepare_out, run_matrix
-from dsbench.bench.matrix import STRATEGIES, Cell, check_matrix
+from dsbench.bench.matrix import STRATEGIES, Cell, check_matrix, fused_by_default
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json, atomic_write_text
 
@@ -157,7 +157,8 @@ def whatif_main(links: list[str], strategies: list[str], nodes: int, slots: int,
                          root=testbed_dir()))
         try:
             cells = [Cell(strategy=s, world_size=nodes * slots, micro_batch=micro, model=model, steps=steps,
-                          warmup=warmup, seq_len=seq_len, hostfile=str(bed.hostfile)) for s in strategies]
+                          warmup=warmup, seq_len=seq_len, hostfile=str(bed.hostfile),
+                          fused_optimizer=fused_by_default(s)) for s in strategies]
             done = run_matrix(cells, out / link, resume=False, retry_failed=False, timeout=timeout, nvme_path=None,
                               reporter=reporter)
         finally:
