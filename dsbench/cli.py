@@ -640,8 +640,8 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
 @click.option("--profile", type=click.Path(dir_okay=False), help="A machine profile (`dsbench calibrate`).")
 @click.option("--strategies", callback=_csv(str), help="Comma list of compare strategies [every one that runs].")
 @click.option("--no-checkpointing", is_flag=True, help="Leave activation checkpointing out of the search.")
-@click.option("--speed-options", is_flag=True, help="Then race the winner with --compile and --fused-optimizer "
-              "(where they apply) against itself, and keep the fastest.")
+@click.option("--speed-options", is_flag=True, help="Then race the winning layout compiled (--compile, where it "
+              "applies) against itself uncompiled, and keep the faster.")
 @click.option("--gpu", default="h100", show_default=True, help="GPU kind for memory when --gpu-mem is not given.")
 @click.option("--gpu-mem", type=POSITIVE, help="GB per rank the layouts must fit in [from --gpu].")
 @click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True)
@@ -658,8 +658,8 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
          gpu_mem: float | None, precision: str, seq_len: int, steps: int, warmup: int, out: str | None, resume: bool,
          timeout: float, as_json: bool) -> None:
     """Find the fastest layout (strategy x micro-batch x accumulation x checkpointing) at a fixed global batch:
-    the planner ranks them all, then at most --budget real runs decide (--speed-options: then the winner with and
-    without the worker's speed options, side by side)."""
+    the planner ranks them all, then at most --budget real runs decide (--speed-options: then the winner compiled and
+    uncompiled, side by side). Every layout steps with a fused Adam, as compare's cells do by default."""
     from dsbench.bench.tune import TuneRequest, print_result
     from dsbench.bench.tune import tune as run_tune
     from dsbench.envinfo import default_ranks

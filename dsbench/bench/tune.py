@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.bench.compare import FINISHED, prepare_out, read_status, run_cell, set_aside
-from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args, fused_by_default, variants
+from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args, fused_by_default, takes
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import resolve_model
@@ -101,7 +101,7 @@ def cell_of(req: TuneRequest, layout: search.Layout, compile: bool = False, repe
 def speed_variants(strategy: str, warmup: int) -> list[bool]:
     """Whether compiled, for each run of a strategy's speed race: uncompiled first, then compiled where the worker
     compiles it and a warm-up step is there to compile in (outside the measured window)."""
-    return [compiled for compiled, _ in variants(strategy, "both" if warmup >= 1 else "off", "auto")]
+    return [False, True] if takes(strategy, "compile") and warmup >= 1 else [False]
 
 
 def finished(folder: Path) -> bool:

@@ -150,8 +150,7 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
         timing = _summary(samples[size], steps[size][1])
         by_micro[str(size)] = {**timing, "flops": flops, "tflops": flops / timing["seconds"] / 1e12}
     model_step = {key: value for key, value in by_micro[str(micro)].items() if key not in ("flops", "tflops")}
-    # the fused kernel: what every strategy of a compare steps with by default (torch's fused AdamW for the native
-    # ones, DeepSpeed's FusedAdam or DeepSpeedCPUAdam for ZeRO)
+    # fused: compare's cells step torch's fused AdamW or DeepSpeed's own fused kernels by default
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     adam = _rate(optimizer.step, device, repeats)
     flops = {"gemm": 2 * tokens * shape.hidden * shape.intermediate,
