@@ -57,11 +57,14 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
-        _signal_group(proc.pid, signum)  # the launcher's whole process group: it and every rank it started
+        if command.stop is not None:  # ranks on other nodes: stopped by their recorded pids, never by pattern
+            threading.Thread(target=_stop_nodes, args=(command, proc, env, cwd), daemon=True).start()
+        else:
+            _signal_group(proc.pid, signum)  # the launcher's whole process group: it and every rank it started
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)} if _main_thread() else {}
     timed_out = threading.Event()
-    timer = threading.Timer(timeout, _terminate, (proc, timed_out)) if timeout else None
+    timer = threading.Timer(timeout, _terminate, (proc, timed_out, command, env, cwd)) if timeout else None
     if timer:
         timer.start()
     try:
@@ -269,9 +272,32 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-def _terminate(proc: subprocess.Popen, timed_out: threading.Event) -> None:
-    """Timeout: SIGTERM the launcher's process group (launchers stop their ranks), SIGKILL after 30 s."""
+def _stop_nodes(command: LaunchCommand, proc: subprocess.Popen, env: dict[str, str], cwd: str | None) -> None:
+    """Stop a multi-node launch: its stop command ends this launch's processes on every node (each rank's exit
+    ends the launchers), then the launcher's local group is SIGKILLed: a signal it could catch would make
+    DeepSpeed's pdsh runner kill by pattern."""
+    assert command.stop is not None
+    try:
+        stopper = [resolve_executable(command.stop.argv[0]), *command.stop.argv[1:]]
+        subprocess.run(stopper, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30,
+                       check=False)
+    except (OSError, subprocess.TimeoutExpired, UserError):
+        pass  # the group is still killed below; a node that could not be reached keeps its ranks until they time out
+    try:
+        proc.wait(timeout=30)  # the launchers see their ranks end
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(proc.pid, signal.SIGKILL)
+
+
+def _terminate(proc: subprocess.Popen, timed_out: threading.Event, command: LaunchCommand | None = None,
+               env: dict[str, str] | None = None, cwd: str | None = None) -> None:
+    """Timeout: SIGTERM the launcher's process group (launchers stop their ranks), SIGKILL after 30 s; a multi-node
+    launch is stopped by its stop command (:func:`_stop_nodes`)."""
     timed_out.set()
+    if command is not None and command.stop is not None:
+        _stop_nodes(command, proc, env or {}, cwd)
+        return
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

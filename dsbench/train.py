@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     from dsbench.worker import stop
 
     stop.install(where)
+    from dsbench.launchstop import forget_pid, record_pid
+
+    pid_record = record_pid()  # a rank of a multi-node launch: what its stop command ends, by pid (dsbench.launchstop)
     # Every rank says it started, and (below) how it ended: a rank that started and never said either was
     # killed outright (SIGKILL, the OOM killer) or crashed in native code; dsbench launch names it from this.
     try:
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     # Leave without interpreter teardown: on failure it would block on ranks still in a collective, and on
     # success native threads (gloo, DeepSpeed ops) can abort in static destructors ("terminate called
     # without an active exception"), turning a finished run into a failed launch. Results are on disk.
+    forget_pid(pid_record)
     os._exit(code)
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from dsbench.errors import UserError
 from dsbench.hostfile import Host, select_slots, world_size_of
+from dsbench.launchstop import ENV as STOP_ENV
+from dsbench.launchstop import new_id
 from dsbench.spec import Launcher
 
 Strategy = str  # "deepspeed" | "ddp" | "fsdp" | "single" | "torch_pp" | "torch_tp"
@@ -104,6 +106,9 @@ class LaunchSpec:
     """The job to submit (``--launcher slurm``): ``slurm.nodes`` x ``nproc_per_node`` ranks."""
     as_root: bool = False
     """The launching user is root: Open MPI's mpirun refuses to start then unless told it may."""
+    launch_id: str = field(default_factory=new_id)
+    """Random hex naming this launch's processes on every node (``DSBENCH_LAUNCH_ID``): what a multi-node stop
+    matches, exactly (:mod:`dsbench.launchstop`)."""
 
     def __post_init__(self) -> None:
         if self.nproc_per_node < 1:
@@ -167,6 +172,9 @@ class LaunchCommand:
     files: dict[str, str] = field(default_factory=dict)
     remote: dict[str, list[str]] = field(default_factory=dict)
     """For launches the command fans out over ssh: the argv each node runs (what the script's commands exec)."""
+    stop: LaunchCommand | None = None
+    """For multi-node launches: the command that stops exactly this launch's processes on every node, which the
+    runner uses instead of signalling the launcher (DeepSpeed's pdsh runner answers a signal with ``pkill -f``)."""
 
     def shell_line(self) -> str:
         """The exact command as one copy-pasteable, shell-quoted line (env assignments first)."""
@@ -175,8 +183,11 @@ class LaunchCommand:
 
 
 def cpu_env(spec: LaunchSpec) -> dict[str, str]:
-    """Environment every rank needs on a CPU machine (empty on GPU), plus ``--env`` pairs."""
+    """Environment every rank needs on a CPU machine (empty on GPU), plus ``--env`` pairs; on several nodes, the
+    launch id its processes record themselves under (:mod:`dsbench.launchstop`)."""
     extra = dict(spec.extra_env)
+    if spec.multinode():
+        extra[STOP_ENV] = spec.launch_id
     if not spec.cpu:
         return extra
     return {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": str(spec.omp_threads), "DSBENCH_DEVICE": "cpu", **extra}

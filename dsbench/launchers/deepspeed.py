@@ -6,7 +6,7 @@ import re
 
 from dsbench.errors import UserError
 from dsbench.launchers import LaunchCommand, LaunchSpec, cpu_env, worker_args
-from dsbench.launchers.remote import fan_out
+from dsbench.launchers.remote import fan_out, stop_command
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # DeepSpeed's multinode runners export each value as-is, or wrapped in double quotes when it holds other
@@ -73,6 +73,10 @@ def build(spec: LaunchSpec) -> LaunchCommand:
             # Open MPI's documented opt-in for root (mpirun's "attempt to run as root" message); read by
             # mpirun only, never exported to the ranks (DeepSpeed exports PYTHON*/MLFLOW*/MV2*/UCX* and the file)
             launcher_env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    # DeepSpeed's runner answers SIGINT/SIGTERM on pdsh with `pkill -f <python> -u -m deepspeed.launcher.launch` on
+    # every node (multinode_runner.py PDSHRunner.get_cmd), which would kill every DeepSpeed job there: the runner
+    # stops this launch with its own stop command instead, and only then SIGKILLs the launcher
+    stop = stop_command(spec)
     return LaunchCommand(argv=["deepspeed", *options, *backend, *force, *tail],
                          env={**env, **launcher_env, "DS_ENV_FILE": spec.deepspeed_env_file},
-                         files={spec.deepspeed_env_file: format_deepspeed_env(remote)})
+                         files={spec.deepspeed_env_file: format_deepspeed_env(remote), **stop.files}, stop=stop)

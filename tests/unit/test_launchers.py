@@ -142,7 +142,9 @@ def test_multinode_deepspeed_writes_env_file_and_points_deepspeed_at_it():
                      extra_env=(("GLOO_SOCKET_IFNAME", "eth0"),)))
     assert cmd.env["DS_ENV_FILE"] == "/run/.deepspeed_env"
     text = cmd.files["/run/.deepspeed_env"]
-    assert text == ("DSBENCH_DEVICE=cpu\nDS_ACCELERATOR=cpu\nGLOO_SOCKET_IFNAME=eth0\nOMP_NUM_THREADS=1\n")
+    launch_id = cmd.env["DSBENCH_LAUNCH_ID"]
+    assert text == (f"DSBENCH_DEVICE=cpu\nDSBENCH_LAUNCH_ID={launch_id}\nDS_ACCELERATOR=cpu\nGLOO_SOCKET_IFNAME=eth0\n"
+                    "OMP_NUM_THREADS=1\n")
     assert all(line and not line.startswith("#") and "=" in line for line in text.splitlines())
 
 
