@@ -147,3 +147,20 @@ def check_depth(data: Any, source: str) -> None:
 def read_json(path: str | os.PathLike[str], what: str = "JSON file") -> Any:
     """Read a JSON file; malformed JSON raises a :class:`UserError` naming line and column."""
     return loads_json(read_text(path, what), str(path))
+
+
+def parse_size(text: str, flag: str = "--max-shard-size") -> int:
+    """``2GB``, ``500MB``, ``1.5GiB`` or a byte count -> bytes (at least 1 kB, below 1 PiB)."""
+    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "b": 1}
+    raw = text.strip().lower()
+    unit = next((u for u in units if raw.endswith(u)), "")
+    number = raw[: len(raw) - len(unit)] if unit else raw
+    if not number.isascii():
+        raise UserError(f"{flag} {text!r}: expected a size such as 2GB or 500MB")
+    try:
+        value = float(number) * units.get(unit, 1)
+    except ValueError:
+        raise UserError(f"{flag} {text!r}: expected a size such as 2GB or 500MB") from None
+    if not (value >= 1000 and value < 2**50):
+        raise UserError(f"{flag} {text!r}: must be between 1kB and 1PiB")
+    return int(value)

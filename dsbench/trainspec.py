@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from dsbench.parallel import ParallelDims
 
 STRATEGIES = ("auto", "deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp")
+CHECKPOINTED = ("deepspeed", "ddp", "fsdp", "single")
+"""Strategies whose checkpoints dsbench writes and resumes (dsbench.worker.checkpoint.FORMATS)."""
 WorkerStrategy = Literal["auto", "deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp"]
 SCHEDULES = ("1f1b", "gpipe")
 
@@ -117,6 +119,15 @@ class TrainSpec:
         if self.strategy != "torch_tp" and self.tp != 1:
             raise UserError(f"--tp {self.tp} is for --strategy torch_tp (DeepSpeed's AutoTP takes its degree from "
                             "the config: tensor_parallel.autotp_size)")
+        for flag, value in (("--checkpoint-dir", self.checkpoint_dir), ("--resume", self.resume),
+                            ("--deepspeed_config", self.deepspeed_config), ("--dataset", self.dataset),
+                            ("--out", self.out)):
+            if value is not None and not value.strip():
+                raise UserError(f"{flag} is empty: give a path, or leave the flag out")
+        if (self.checkpoint_dir or self.resume) and self.strategy not in (*CHECKPOINTED, "auto"):
+            flag = "--checkpoint-dir" if self.checkpoint_dir else "--resume"
+            raise UserError(f"{flag}: checkpoints of --strategy {self.strategy} are not supported yet (supported: "
+                            f"{', '.join(CHECKPOINTED)})")
         if self.save_every < 0:
             raise UserError(f"--save-every must be >= 0 (0: save after the last step only), got {self.save_every}")
         if self.save_every and not self.checkpoint_dir:

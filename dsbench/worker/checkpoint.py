@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import secrets
 import shutil
 import time
 from collections.abc import Iterator
@@ -33,15 +35,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dsbench.errors import UserError
-from dsbench.io import WriteError, atomic_write_json, atomic_write_text, write_failed
+from dsbench.errors import DsbenchError, UserError
+from dsbench.io import WriteError, atomic_write_json, atomic_write_text, read_json, read_text, write_failed
+from dsbench.worker import safe_load
 
 MANIFEST = "dsbench_checkpoint.json"
 LATEST = "latest"
 FORMAT = 1
 # Strategies whose checkpoints dsbench writes, and how: DeepSpeed's engine (ZeRO 0-3, offload, its pipeline)
 # or torch.distributed.checkpoint (DCP) for the native ones. torch_pp/torch_tp are not covered yet.
-FORMATS = {"deepspeed": "deepspeed", "ddp": "dcp", "fsdp": "dcp", "single": "dcp"}
+FORMATS = {"deepspeed": "deepspeed", "ddp": "dcp", "fsdp": "dcp", "single": "dcp"}  # keys: trainspec.CHECKPOINTED
 # What must match for a resumed run to continue the same training: the data order depends on the seed, the
 # sequence length and the global batch (data.BatchPlan), the weights on the model.
 MUST_MATCH = ("model", "seq_len", "seed", "global_batch", "precision")
@@ -71,25 +74,67 @@ class Manifest:
     definition: dict[str, Any]
     """The values in MUST_MATCH, as the saving run had them."""
     written_at: str
+    run_id: str | None = None
+    """The training run that wrote it, kept across its resumes (random hex); None in manifests written before it
+    existed, which are judged by ``definition`` alone."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def new_run_id() -> str:
+    return secrets.token_hex(8)
+
+
+_INT_FIELDS = {"format": 1, "step": 0, "world_size": 1, "dp": 1, "tp": 1, "pp": 1}
+
+
+def _typed(data: Any, path: Path) -> Manifest:
+    """The manifest's fields, each of the type and range a resume relies on; anything else is one line naming it."""
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a dsbench checkpoint manifest (a JSON object is expected)")
+    fields = set(Manifest.__dataclass_fields__)
+    unknown = sorted(set(data) - fields)
+    missing = sorted(fields - set(data) - {"run_id"})
+    if unknown or missing:
+        what = f"unknown key {unknown[0]!r}" if unknown else f"no {missing[0]!r}"
+        raise UserError(f"{path}: not a dsbench checkpoint manifest ({what})")
+    for key, low in _INT_FIELDS.items():
+        if type(data[key]) is not int or data[key] < low:
+            raise UserError(f"{path}: {key} must be an integer >= {low}, got {json.dumps(data[key])[:40]}")
+    if data["format"] != FORMAT:
+        raise UserError(f"{path}: checkpoint format {data['format']}, this dsbench reads {FORMAT}")
+    if data["strategy"] not in FORMATS or data["storage"] != FORMATS[data["strategy"]]:
+        raise UserError(f"{path}: strategy {json.dumps(data['strategy'])[:40]} with storage "
+                        f"{json.dumps(data['storage'])[:40]} is not a checkpoint dsbench writes")
+    if not isinstance(data["tag"], str) or data["tag"] != path.parent.name:
+        raise UserError(f"{path}: tag {json.dumps(data['tag'])[:60]} is not the folder's name {path.parent.name!r}")
+    if data["zero_stage"] is not None and (type(data["zero_stage"]) is not int or not 0 <= data["zero_stage"] <= 3):
+        raise UserError(f"{path}: zero_stage must be null or 0..3, got {json.dumps(data['zero_stage'])[:40]}")
+    if not isinstance(data["definition"], dict) or any(k not in data["definition"] for k in MUST_MATCH):
+        raise UserError(f"{path}: definition must be an object with {', '.join(MUST_MATCH)}")
+    run_id = data.get("run_id")
+    if run_id is not None and not (isinstance(run_id, str) and re.fullmatch(r"[0-9a-f]{16}", run_id)):
+        raise UserError(f"{path}: run_id must be 16 hex digits, got {json.dumps(run_id)[:40]}")
+    if not isinstance(data["written_at"], str):
+        raise UserError(f"{path}: written_at must be a string")
+    return Manifest(**data)
+
+
 def read_manifest(folder: Path) -> Manifest:
-    """The manifest of a checkpoint tag folder, refused by name when missing or malformed."""
+    """The manifest of a checkpoint tag folder, read through the guarded JSON reader (a regular UTF-8 file, bounded
+    size and depth) and typed field by field; refused by name when missing or malformed."""
     path = folder / MANIFEST
     if not path.is_file():
         raise UserError(f"{folder}: no {MANIFEST}, so not a complete dsbench checkpoint (a save that did not "
                         "finish, or another tool's folder)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        manifest = Manifest(**data)
-    except (ValueError, TypeError) as exc:
-        raise UserError(f"{path}: not a dsbench checkpoint manifest ({exc})") from None
-    if manifest.format != FORMAT:
-        raise UserError(f"{path}: checkpoint format {manifest.format}, this dsbench reads {FORMAT}")
-    return manifest
+    return _typed(read_json(path, "checkpoint manifest"), path)
+
+
+def manifests_in(folder: Path) -> list[Manifest]:
+    """The complete checkpoints in a checkpoint folder (every tag folder with a manifest), oldest step first."""
+    found = [read_manifest(tag) for tag in sorted(folder.iterdir()) if (tag / MANIFEST).is_file()]
+    return sorted(found, key=lambda m: m.step)
 
 
 def resolve(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:
@@ -103,8 +148,8 @@ def resolve(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:
     latest = folder / LATEST
     if not latest.is_file():
         raise UserError(f"{folder}: neither a checkpoint (no {MANIFEST}) nor a checkpoint folder (no {LATEST} file)")
-    tag = latest.read_text(encoding="utf-8").strip()
-    if not tag or "/" in tag or tag in (".", ".."):
+    tag = read_text(latest, "checkpoint's latest file").strip()
+    if not tag or "/" in tag or "\0" in tag or tag in (".", "..") or len(tag) > 255:
         raise UserError(f"{latest}: holds {tag!r}, not a checkpoint tag")
     return folder / tag, read_manifest(folder / tag)
 
@@ -192,16 +237,45 @@ def to_universal(target: Path) -> Path:
     return out
 
 
-def prepare_dir(folder: Path, resume_from: Path | None) -> None:
-    """A checkpoint folder may receive this run's saves: new, empty, or the one being resumed (its newer tags
-    are this run's to write). Refused: a folder holding another run's checkpoints (they would be mixed)."""
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"--checkpoint-dir {folder}: exists and is not a folder")
-    if resume_from is not None and folder.resolve() in (resume_from.resolve(), resume_from.resolve().parent):
+def prepare_dir(folder: Path, resumed: Manifest | None) -> None:
+    """A checkpoint folder may receive this run's saves: new, empty, or holding only checkpoints of the run being
+    resumed. Ownership is read from the manifests present, never from ``latest``: each must carry the resumed
+    run's id, or (written before run ids existed) its definition. Refused: a folder with another run's checkpoint
+    (they would be mixed, and ``latest`` would name this run's step beside the other run's), and a path that
+    cannot become a folder (under a regular file, or not writable), before any training."""
+    _check_creatable(folder)
+    if not folder.is_dir():
         return
-    if (folder / LATEST).exists():
-        raise UserError(f"--checkpoint-dir {folder} holds another run's checkpoints ({LATEST} exists): choose a "
-                        "new folder, or --resume from it")
+    for manifest in manifests_in(folder):
+        if resumed is not None and _same_run(manifest, resumed):
+            continue
+        hint = "choose a new folder" + ("" if resumed else ", or --resume from it")
+        raise UserError(f"--checkpoint-dir {folder} holds another run's checkpoint ({manifest.tag}, "
+                        f"{'run ' + manifest.run_id if manifest.run_id else 'written before run ids'}): {hint}")
+    if resumed is None and (folder / LATEST).exists():
+        raise UserError(f"--checkpoint-dir {folder} holds another run's {LATEST} file: choose a new folder")
+
+
+def _same_run(manifest: Manifest, resumed: Manifest) -> bool:
+    """Whether a checkpoint in the folder belongs to the run being resumed: the same run id when both carry one,
+    the same definition (MUST_MATCH) and strategy always."""
+    if manifest.run_id and resumed.run_id and manifest.run_id != resumed.run_id:
+        return False
+    same = all(manifest.definition.get(k) == resumed.definition.get(k) for k in MUST_MATCH)
+    return same and manifest.strategy == resumed.strategy
+
+
+def _check_creatable(folder: Path) -> None:
+    """The checkpoint folder exists as a writable folder, or its nearest existing parent is one."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing == folder and not folder.is_dir():
+        raise UserError(f"--checkpoint-dir {folder}: exists and is not a folder")
+    if not existing.is_dir():
+        raise UserError(f"--checkpoint-dir {folder}: {existing} is a file, so no folder can be made under it")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--checkpoint-dir {folder}: {existing} is not writable")
 
 
 def check_free(folder: Path, steps: list[int]) -> None:
@@ -255,6 +329,20 @@ def _save_rank_file(folder: Path, rank: int, data: dict[str, Any]) -> None:
     os.replace(tmp, target)
 
 
+@contextmanager
+def damaged(target: Path) -> Iterator[None]:
+    """What DeepSpeed's and torch's readers raise on a truncated or inconsistent checkpoint, as one line naming it
+    (a refused global is pickle.UnpicklingError; DCP wraps its readers' failures in CheckpointException)."""
+    try:
+        yield
+    except (DsbenchError, OSError, KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # the readers raise ValueError, RuntimeError, KeyError, EOFError, CheckpointException
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UserError(f"{target}: the checkpoint cannot be read ({type(exc).__name__}: {first}); it is damaged, "
+                        "truncated or incomplete") from None
+
+
 def _load_rank_file(folder: Path, rank: int) -> dict[str, Any]:
     """This rank's extras; on another world size, rank 0's LR schedule and no RNG (ranks do not map)."""
     import torch
@@ -264,7 +352,10 @@ def _load_rank_file(folder: Path, rank: int) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"{folder}: {path.name} is missing: the checkpoint is incomplete")
     # weights_only: tensors, numbers, tuples and lists only; nothing in the file can run code
-    data = torch.load(path, map_location="cpu", weights_only=True)
+    with damaged(path):
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(data, dict) or ("rng" in data and not isinstance(data["rng"], dict)):
+        raise UserError(f"{path}: not a dsbench rank file (a dict of RNG states and schedule is expected)")
     if path != same:
         data.pop("rng", None)
     return data
@@ -359,6 +450,16 @@ def load(engine: Any, strategy: str, target: Path, manifest: Manifest, info: Any
     """Restore model, optimizer, LR schedule and RNG from a complete checkpoint (collective). ``universal``: the
     checkpoint's universal form, loaded instead (the engine was built with ``checkpoint.load_universal``)."""
     extras = _load_rank_file(target, info.rank)
+    with damaged(target):
+        _load_states(engine, target, manifest, extras, universal)
+    if "rng" in extras:
+        with damaged(_rank_file(target, info.rank)):
+            set_rng_state(extras["rng"])
+
+
+def _load_states(engine: Any, target: Path, manifest: Manifest, extras: dict[str, Any], universal: Path | None
+                 ) -> None:
+    """Model, optimizer and schedule from the checkpoint's files (collective)."""
     if manifest.storage == "deepspeed":
         source = universal or target
         path, _ = engine.engine.load_checkpoint(str(source.parent), tag=source.name, load_optimizer_states=True,
@@ -371,12 +472,10 @@ def load(engine: Any, strategy: str, target: Path, manifest: Manifest, info: Any
 
         model_state, optim_state = get_state_dict(engine.model, engine.optimizer)
         state = {"model": model_state, "optim": optim_state}
-        dcp.load(state, checkpoint_id=str(target))  # collective; reshards to this run's layout
+        dcp.load(state, storage_reader=safe_load.safe_reader(target))  # collective; reshards to this run's layout
         set_state_dict(engine.model, engine.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
         engine.scheduler.load_state_dict(extras["scheduler"])
-    if "rng" in extras:
-        set_rng_state(extras["rng"])
 
 
 def copy_hf_files(model: Any, tokenizer: Any) -> Any:

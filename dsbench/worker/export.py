@@ -24,23 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.worker import checkpoint
+from dsbench.io import parse_size
+from dsbench.worker import checkpoint, safe_load
 
 WEIGHTS_INDEX = "model.safetensors.index.json"
-
-
-def parse_size(text: str) -> int:
-    """``2GB``, ``500MB``, ``1.5GiB`` or a byte count -> bytes."""
-    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "b": 1}
-    raw = text.strip().lower()
-    unit = next((u for u in units if raw.endswith(u)), "")
-    try:
-        value = float(raw[: len(raw) - len(unit)] if unit else raw) * units.get(unit, 1)
-    except ValueError:
-        raise UserError(f"--max-shard-size {text!r}: expected a size such as 2GB or 500MB") from None
-    if not (value >= 1000 and value < 2**50):
-        raise UserError(f"--max-shard-size {text!r}: must be between 1kB and 1PiB")
-    return int(value)
 
 
 def tied_names(config_folder: Path) -> set[str]:
@@ -48,7 +35,11 @@ def tied_names(config_folder: Path) -> set[str]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(config_folder)
+    try:
+        config = AutoConfig.from_pretrained(config_folder)
+    except (ValueError, KeyError, OSError) as exc:  # an unknown model_type, a config transformers cannot read
+        raise UserError(f"{config_folder / 'config.json'}: transformers cannot build a model from it "
+                        f"({str(exc).splitlines()[0][:160]})") from None
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     first: dict[int, str] = {}
@@ -69,9 +60,8 @@ def deepspeed_weights(target: Path, manifest: checkpoint.Manifest) -> Iterator[t
     if manifest.zero_stage in (None, 0):
         import torch
 
-        # DeepSpeed's own module file (written by engine.save_checkpoint); its pickle holds the engine's config
-        # objects too, so it loads as DeepSpeed's own loader loads it
-        states = torch.load(target / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False, mmap=True)
+        # DeepSpeed's own module file (written by engine.save_checkpoint), as data only (safe_load)
+        states = torch.load(target / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=True, mmap=True)
         for name, tensor in states["module"].items():
             yield name, lambda tensor=tensor: tensor.float()
         return
@@ -133,7 +123,7 @@ def dcp_weights(target: Path, max_bytes: int) -> Iterator[tuple[str, Callable[[]
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    metadata = dcp.FileSystemReader(str(target)).read_metadata()
+    metadata = safe_load.safe_reader(target).read_metadata()
     names = [k for k, v in metadata.state_dict_metadata.items()
              if k.startswith("model.") and isinstance(v, TensorStorageMetadata)]
     group: list[str] = []
@@ -142,7 +132,7 @@ def dcp_weights(target: Path, max_bytes: int) -> Iterator[tuple[str, Callable[[]
     def load(keys: list[str]) -> None:
         state = {k: torch.empty(tuple(metadata.state_dict_metadata[k].size),
                                 dtype=metadata.state_dict_metadata[k].properties.dtype) for k in keys}
-        dcp.load(state, checkpoint_id=str(target), no_dist=True)
+        dcp.load(state, storage_reader=safe_load.safe_reader(target), no_dist=True)
         loaded.clear()
         loaded.update(state)
 
@@ -222,6 +212,12 @@ def export(source: str, out: str, max_shard_size: str = "2GB") -> Path:
     hf = target / "hf"
     if not (hf / "config.json").is_file():
         raise UserError(f"{target}: no hf/config.json in the checkpoint, so no model to export it as")
+    if manifest.storage == "deepspeed" and manifest.tp > 1:
+        # zero_to_fp32 consolidates ZeRO partitions, not AutoTP's slices: it stops on the extra optimizer files
+        raise UserError(f"{target}: an AutoTP checkpoint (tp {manifest.tp}); DeepSpeed's consolidation merges ZeRO "
+                        "partitions only, so dsbench exports checkpoints written with tp 1")
+    safe_load.install()  # every load below, DeepSpeed's zero_to_fp32 included, is weights-only
+    safe_load.check_folder(target)
     skip = tied_names(hf)
     work = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
     try:
@@ -229,7 +225,8 @@ def export(source: str, out: str, max_shard_size: str = "2GB") -> Path:
             shutil.copy2(item, work / item.name)
         weights = (deepspeed_weights(target, manifest) if manifest.storage == "deepspeed"
                    else dcp_weights(target, max_bytes))
-        write_shards(weights, skip, work, max_bytes)
+        with checkpoint.damaged(target):
+            write_shards(weights, skip, work, max_bytes)
         (work / "dsbench_export.json").write_text(json.dumps(
             {"checkpoint": str(target.resolve()), "step": manifest.step, "strategy": manifest.strategy}, indent=2)
             + "\n")
@@ -253,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dsbench export: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"dsbench export: error: {exc.filename or args.out}: {exc.strerror}", file=sys.stderr)
+        print(f"dsbench export: error: {exc.filename or args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     print(f"exported: {path} (load it with from_pretrained)")
     return 0

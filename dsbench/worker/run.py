@@ -17,7 +17,7 @@ from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
 from dsbench.records import METRICS, SCHEMA, SUMMARY, CheckpointRecord, EndRecord, flops_per_token, summarize
 from dsbench.trainspec import TrainSpec
-from dsbench.worker import accelerate_env, checkpoint, setup, stop
+from dsbench.worker import accelerate_env, checkpoint, safe_load, setup, stop
 
 
 class Progress:
@@ -117,8 +117,10 @@ def prepare(spec: TrainSpec) -> Prepared:
     if spec.seq_len > shape.max_positions:
         raise UserError(f"--seq-len {spec.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
     resumed = checkpoint.resolve(spec.resume) if spec.resume else None
+    if resumed:
+        safe_load.check_folder(resumed[0])  # before any load: a file naming a callable is refused by name
     if spec.checkpoint_dir:
-        checkpoint.prepare_dir(Path(spec.checkpoint_dir), resumed[0] if resumed else None)
+        checkpoint.prepare_dir(Path(spec.checkpoint_dir), resumed[1] if resumed else None)
     if resumed and not resumed[1].step < spec.steps - spec.warmup:
         raise UserError(f"{resumed[0]} was saved after {resumed[1].step} steps: --steps {spec.steps} with "
                         f"--warmup {spec.warmup} leaves no step to measure; raise --steps")
@@ -223,7 +225,9 @@ def _saver(spec: TrainSpec, run: Prepared) -> Any:
     folder, comm = Path(spec.checkpoint_dir), Collectives(run.info)
     zero = run.ds_config.get("zero_optimization", {}).get("stage", 0) if run.ds_config else None
     fields = {"world_size": run.info.world_size, "dp": run.dims.dp, "tp": run.dims.tp, "pp": run.dims.pp,
-              "zero_stage": zero, "definition": _definition(run.shape, spec, run.plan, run.precision)}
+              "zero_stage": zero, "definition": _definition(run.shape, spec, run.plan, run.precision),
+              # a resumed run goes on as the run it continues: its checkpoints are that run's (prepare_dir)
+              "run_id": (run.resumed[1].run_id if run.resumed else None) or checkpoint.new_run_id()}
     hf_files = checkpoint.copy_hf_files(run.model, run.tokenizer)
 
     def save(step: int) -> dict[str, Any]:
@@ -341,6 +345,7 @@ def run(spec: TrainSpec) -> int:
     """Set up, train and record; returns the exit code."""
     from dsbench.worker import dist
 
+    safe_load.install()  # every torch.load of this rank (DeepSpeed's resume, ds_to_universal) loads data only
     record(spec, prepare(spec))
     dist.shutdown()
     return 0

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
 
 from dsbench.errors import UserError
-from dsbench.io import WriteError
+from dsbench.io import WriteError, parse_size
 from dsbench.worker import checkpoint
-from dsbench.worker.export import parse_size
 from dsbench.worker.loop import LoopSettings, saves_after
 
 DEFINITION = {"model": {"name": "gpt2-tiny"}, "seq_len": 128, "seed": 1, "global_batch": 4, "precision": "fp32"}
@@ -45,7 +45,8 @@ def test_resolve_reads_latest_or_a_tag_folder(tmp_path):
 @pytest.mark.parametrize("breakage, needle", [
     (lambda d: (d / "latest").write_text("../../etc"), "not a checkpoint tag"),
     (lambda d: (d / "global_step10" / checkpoint.MANIFEST).unlink(), "not a complete dsbench checkpoint"),
-    (lambda d: (d / "global_step10" / checkpoint.MANIFEST).write_text("{"), "not a dsbench checkpoint manifest"),
+    (lambda d: (d / "global_step10" / checkpoint.MANIFEST).write_text("{"),
+     "dsbench_checkpoint.json:1:2: malformed JSON"),
     (lambda d: (d / "global_step10" / checkpoint.MANIFEST).write_text('{"step": 1}'), "not a dsbench checkpoint"),
     (lambda d: (d / "latest").unlink(), "neither a checkpoint"),
 ])
@@ -91,15 +92,75 @@ def test_a_half_written_universal_folder_is_never_trusted_or_replaced(tmp_path):
 
 def test_checkpoint_dir_of_another_run_is_refused_and_its_own_accepted(tmp_path):
     tag = write_checkpoint(tmp_path / "ck")
-    with pytest.raises(UserError, match="holds another run's checkpoints"):
+    with pytest.raises(UserError, match="holds another run's checkpoint"):
         checkpoint.prepare_dir(tmp_path / "ck", None)
-    checkpoint.prepare_dir(tmp_path / "ck", tag)  # resuming from it: its later tags are this run's
+    checkpoint.prepare_dir(tmp_path / "ck", checkpoint.read_manifest(tag))  # resuming it: later tags are this run's
     checkpoint.prepare_dir(tmp_path / "new", None)
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="not a folder"):
         checkpoint.prepare_dir(tmp_path / "file", None)
+    with pytest.raises(UserError, match="file, so no folder can be made under it"):
+        checkpoint.prepare_dir(tmp_path / "file" / "ck", None)
     with pytest.raises(UserError, match="would save there again"):
         checkpoint.check_free(tmp_path / "ck", [5, 10])
+
+
+def test_ownership_comes_from_the_manifests_not_latest(tmp_path):
+    """Another run's complete checkpoint in the folder, with `latest` gone: refused, whichever run resumes there."""
+    ours = write_checkpoint(tmp_path / "ck", step=10, run_id="a" * 16)
+    theirs = write_checkpoint(tmp_path / "ck", step=20, run_id="b" * 16)
+    (tmp_path / "ck" / checkpoint.LATEST).unlink()
+    with pytest.raises(UserError, match=f"holds another run's checkpoint \\(global_step20, run {'b' * 16}\\)"):
+        checkpoint.prepare_dir(tmp_path / "ck", checkpoint.read_manifest(ours))
+    with pytest.raises(UserError, match="holds another run's checkpoint"):
+        checkpoint.prepare_dir(tmp_path / "ck", None)
+    # the other run's own resume accepts only its checkpoints: ours is not its
+    with pytest.raises(UserError, match="global_step10"):
+        checkpoint.prepare_dir(tmp_path / "ck", checkpoint.read_manifest(theirs))
+
+
+def test_manifests_without_a_run_id_are_judged_by_their_definition(tmp_path):
+    old = write_checkpoint(tmp_path / "ck", step=10)  # written before run ids
+    resumed = checkpoint.read_manifest(old)
+    write_checkpoint(tmp_path / "ck", step=20, run_id="c" * 16)  # its resume, with an id
+    checkpoint.prepare_dir(tmp_path / "ck", resumed)
+    other = {**DEFINITION, "seed": 2}
+    write_checkpoint(tmp_path / "ck", step=30, definition=other)
+    with pytest.raises(UserError, match="global_step30, written before run ids"):
+        checkpoint.prepare_dir(tmp_path / "ck", resumed)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"step": "3"}, 'step must be an integer >= 0, got "3"'),
+    ({"step": True}, "step must be an integer >= 0, got true"),
+    ({"world_size": 0}, "world_size must be an integer >= 1"),
+    ({"zero_stage": 7}, "zero_stage must be null or 0..3"),
+    ({"strategy": "torch_tp"}, 'strategy "torch_tp" with storage "deepspeed" is not a checkpoint dsbench writes'),
+    ({"definition": []}, "definition must be an object"),
+    ({"run_id": "x|."}, "run_id must be 16 hex digits"),
+    ({"tag": "global_step99"}, "is not the folder's name"),
+    ({"extra": 1}, "unknown key 'extra'"),
+])
+def test_a_manifest_is_typed_field_by_field(tmp_path, change, needle):
+    tag = write_checkpoint(tmp_path)
+    path = tag / checkpoint.MANIFEST
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    with pytest.raises(UserError, match=re.escape(needle)):
+        checkpoint.resolve(tmp_path)
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"\xff\xfe", "latest file /"),
+    ("[" * 100_000, "nested deeper than 64"),
+])
+def test_damaged_latest_and_deep_manifests_are_one_line(tmp_path, content, needle):
+    tag = write_checkpoint(tmp_path)
+    if isinstance(content, bytes):
+        (tmp_path / checkpoint.LATEST).write_bytes(content)
+    else:
+        (tag / checkpoint.MANIFEST).write_text(content)
+    with pytest.raises(UserError, match=needle):
+        checkpoint.resolve(tmp_path)
 
 
 @pytest.mark.parametrize("text, size", [("2GB", 2 * 10**9), ("500MB", 5 * 10**8), ("1.5GiB", 3 * 2**29),
