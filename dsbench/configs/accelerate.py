@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from functools import lru_cache
 from typing import Any
@@ -60,9 +61,17 @@ def looks_like_accelerate(path: str, text: str | None = None) -> bool:
     return bool(text) and any(re.search(rf"^\s*['\"]?{key}['\"]?\s*:", text, re.MULTILINE) for key in MARKERS)
 
 
-def parse_yaml(text: str, source: str) -> tuple[dict[str, Any] | None, list[Finding]]:
-    """Parse an accelerate YAML as accelerate does (``yaml.safe_load``), refusing duplicate keys (PyYAML keeps
-    the last silently) and anything but a mapping at the top."""
+MAX_YAML_NODES = 100_000
+"""Most nodes an accelerate YAML may expand to, aliases counted at every use (a real one has under 100): a
+"billion laughs" file is refused before anything is built from it."""
+MAX_COUNT = 1_000_000
+"""Largest process or machine count taken as meant (beyond any cluster)."""
+_SCALAR_KEYS = (str, int, float, bool, type(None))
+
+
+def _loader() -> Any:
+    """A ``yaml.SafeLoader`` (what accelerate reads with) that refuses duplicate keys (PyYAML keeps the last
+    silently) and keys that are not scalars (``? [a, b]``), and applies merge keys (``<<:``) as YAML does."""
     import yaml
 
     class _Loader(yaml.SafeLoader):
@@ -71,30 +80,79 @@ def parse_yaml(text: str, source: str) -> tuple[dict[str, Any] | None, list[Find
     def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # merged keys may be overridden by the mapping's own (flatten_mapping, below)
             key = loader.construct_object(key_node, deep=deep)
+            mark = key_node.start_mark
+            if not isinstance(key, _SCALAR_KEYS):
+                raise yaml.constructor.ConstructorError(None, None, f"a {type(key).__name__} as a key (line "
+                                                        f"{mark.line + 1}): accelerate settings are named", mark)
             if key in seen:
-                mark = key_node.start_mark
                 raise yaml.constructor.ConstructorError(None, None, f"key '{key}' appears twice (line "
                                                         f"{mark.line + 1})", mark)
             seen.add(key)
         return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
     _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return _Loader
+
+
+def _expanded_size(root: Any) -> int:
+    """Nodes of the composed document with every alias expanded, memoised per node and capped just past the bound;
+    a node that contains itself (``&a [*a]``) counts as past the bound."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def size(node: Any) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in on_path:
+            return MAX_YAML_NODES + 1
+        on_path.add(id(node))
+        value = node.value if isinstance(node.value, list) else []
+        children = [c for pair in value for c in pair] if value and isinstance(value[0], tuple) else value
+        total = 1
+        for child in children:
+            total = min(total + size(child), MAX_YAML_NODES + 1)
+            if total > MAX_YAML_NODES:
+                break
+        on_path.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    return size(root)
+
+
+def parse_yaml(text: str, source: str) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """Parse an accelerate YAML as accelerate does (``yaml.safe_load``), refusing duplicate and complex keys, alias
+    expansion beyond :data:`MAX_YAML_NODES`, numbers too long for Python, and anything but a mapping at the top."""
+    import yaml
+
+    def malformed(message: str) -> tuple[None, list[Finding]]:
+        return None, [Finding(severity="error", code="malformed-yaml", path="", message=message,
+                              fix="correct the file at that line")]
+
     if not text.strip():
         return None, [Finding(severity="error", code="empty-file", path="", message=f"{source} is empty",
                               fix="write the accelerate config into it (`accelerate config` asks for it)")]
+    loader = _loader()(text)
     try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+        node = loader.get_single_node()
+        if node is not None and _expanded_size(node) > MAX_YAML_NODES:
+            return malformed(f"{source}: its aliases expand to over {MAX_YAML_NODES:,} values; an accelerate config "
+                             "has a few dozen (a YAML alias bomb?)")
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return None, [Finding(severity="error", code="malformed-yaml", path="",
-                              message=f"{source}{where}: not valid YAML ({problem})",
-                              fix="correct the file at that line")]
+        return malformed(f"{source}{where}: not valid YAML ({problem})")
     except RecursionError:
-        return None, [Finding(severity="error", code="malformed-yaml", path="",
-                              message=f"{source}: nested too deeply to be an accelerate config", fix="correct it")]
+        return malformed(f"{source}: nested too deeply to be an accelerate config")
+    except ValueError as exc:  # int('9' * 5000): "Exceeds the limit (4300 digits) for integer string conversion"
+        return malformed(f"{source}: a number too long to read ({str(exc).split(':')[0][:80]})")
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         return None, [Finding(severity="error", code="not-a-mapping", path="",
                               message=f"{source}: the top level is {type(data).__name__}, not a mapping of "
@@ -192,7 +250,10 @@ def _processes(config: dict[str, Any]) -> list[Finding]:
                             ("machine_rank", config.get("machine_rank", 0), 0)):
         if value is not None and (_int(value) is None or value < low) and not (key == "num_processes"
                                                                               and value == -1):
-            out.append(_error("bad-value", key, f"{value!r} is not a whole number >= {low}", f"set {key}"))
+            out.append(_error("bad-value", key, f"{str(value)[:40]!r} is not a whole number >= {low}", f"set {key}"))
+        elif _int(value) is not None and value > MAX_COUNT:
+            out.append(_error("bad-value", key, f"{value:,} is beyond any cluster (at most {MAX_COUNT:,})",
+                              f"set {key} to the real count"))
     port = config.get("main_process_port")
     if port is not None and (_int(port) is None or not 1 <= port <= 65535):
         out.append(_error("bad-value", "main_process_port", f"{port!r} is not a TCP port", "use 1..65535"))
@@ -252,9 +313,7 @@ def _deepspeed(config: dict[str, Any]) -> list[Finding]:
         said = f"zero_stage is {stage}" if stage is not None else "no zero_stage: accelerate's default is 2"
         out.append(_warning("ignored", f"deepspeed_config.{zero3_only[0]}", f"a ZeRO-3 setting, and {said}: it "
                             "does nothing", "set zero_stage: 3 if ZeRO-3 was meant, else delete it"))
-    if stage is not None and stage not in (0, 1, 2, 3):
-        out.append(_error("bad-value", "deepspeed_config.zero_stage", f"{stage!r} is not a ZeRO stage",
-                          "use 0, 1, 2 or 3"))
+    out += _typed_deepspeed_values(ds)
     for what in ("optimizer", "param"):
         device = ds.get(f"offload_{what}_device")
         if device is not None and device not in OFFLOAD_DEVICES:
@@ -267,6 +326,32 @@ def _deepspeed(config: dict[str, Any]) -> list[Finding]:
                 ds.get("deepspeed_config_file"):
             out.append(_warning("ignored", "deepspeed_config.offload_param_device", f"parameter offload needs "
                                 f"ZeRO-3; with zero_stage {stage} DeepSpeed ignores it", "set zero_stage: 3"))
+    return out
+
+
+# accelerate copies these inline values into the DeepSpeed config it builds (DeepSpeedPlugin.__post_init__), where
+# DeepSpeed's JSON path would type them: (kind, lowest, highest or None, the fix)
+_DS_VALUES = {"zero_stage": ("int", 0, 3, "use 0, 1, 2 or 3"),
+              "gradient_accumulation_steps": ("int", 1, MAX_COUNT, "use a whole number >= 1"),
+              "gradient_clipping": ("float", 0.0, None, "use a number >= 0 (0 turns clipping off)")}
+
+
+def _typed_deepspeed_values(ds: dict[str, Any]) -> list[Finding]:
+    """The inline DeepSpeed numbers typed and ranged as the JSON validator types them: ``zero_stage: true``,
+    ``gradient_accumulation_steps: 0`` and ``gradient_clipping: -1`` fail in accelerate at start-up, or silently."""
+    out = []
+    for key, (kind, low, high, fix) in _DS_VALUES.items():
+        value = ds.get(key)
+        if value is None:
+            continue
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = number and (kind == "float" or isinstance(value, int)) and math.isfinite(value) and low <= value and (
+            high is None or value <= high)
+        if not ok:
+            shown = json.dumps(value)[:40] if isinstance(value, str | bool | int | float | type(None)) else \
+                type(value).__name__
+            out.append(_error("bad-value", f"deepspeed_config.{key}", f"{shown} is not "
+                              f"{'a ZeRO stage' if key == 'zero_stage' else 'a valid ' + key}", fix))
     return out
 
 

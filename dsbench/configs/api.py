@@ -133,9 +133,13 @@ def ds_file_of(config: dict[str, Any], yaml_path: str) -> tuple[str | None, list
     if not name:
         return None, []
     where = "deepspeed_config.deepspeed_config_file"
-    if not isinstance(name, str):
-        return None, [Finding(severity="error", code="bad-type", path=where, message=f"{name!r} is not a path",
-                              fix="give the DeepSpeed JSON's path")]
+    if not isinstance(name, str) or "\0" in name:
+        return None, [Finding(severity="error", code="bad-type", path=where, message=f"{str(name)[:80]!r} is not a "
+                              "path", fix="give the DeepSpeed JSON's path")]
+    if accelerate.looks_like_accelerate(name):
+        # read as a DeepSpeed JSON, never as another YAML: a YAML naming itself would be followed without end
+        return None, [Finding(severity="error", code="bad-type", path=where, message=f"{name} is a YAML file; "
+                              "accelerate reads a DeepSpeed JSON config there", fix="give the DeepSpeed JSON's path")]
     if Path(name).is_file():
         return name, []
     if Path(name).exists():

@@ -205,3 +205,63 @@ def test_export_never_replaces_a_folder(trained, tmp_path):
     result = dsbench("export", str(checkpoints), str(tmp_path / "taken"), cwd=ROOT, timeout=300)
     assert result.returncode == 2
     assert "exists: export writes a new folder and never replaces one" in result.stdout + result.stderr
+
+
+class _Payload:
+    """Unpickling it would run a shell command (what a hostile checkpoint file holds)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _plant(tag: Path, name: str, marker: Path) -> Path:
+    """A copy of a real checkpoint tag folder whose file ``name`` also holds the payload."""
+    import pickle
+    import shutil
+
+    import torch
+
+    copy = tag.parent.parent / f"planted-{tag.parent.name}-{name.strip('.')}" / tag.name
+    shutil.rmtree(copy.parent, ignore_errors=True)
+    shutil.copytree(tag, copy)
+    target = copy / name
+    if name == ".metadata":  # DCP: a plain pickle
+        target.write_bytes(pickle.dumps(_Payload(marker)))
+    else:
+        torch.save({"real": torch.load(target, weights_only=False), "extra": _Payload(marker)}, target)
+    return copy
+
+
+@pytest.mark.parametrize("name, file", [("zero2", "zero_pp_rank_0_mp_rank_00_optim_states.pt"),
+                                        ("zero2", "mp_rank_00_model_states.pt"), ("zero2", "dsbench_rank1.pt"),
+                                        ("pipe", "layer_01-model_states.pt"), ("ddp", ".metadata")])
+def test_a_planted_checkpoint_file_runs_nothing_in_export_or_resume(trained, tmp_path, name, file):
+    checkpoints, _, _ = trained.get(name)
+    marker = tmp_path / "pwned"
+    planted = _plant(checkpoints / "global_step10", file, marker)
+    result = dsbench("export", str(planted), str(tmp_path / "hf"), cwd=ROOT, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2 and f"{file}: holds posix.system" in output and "Traceback" not in output, output
+    result = dsbench("launch", *STRATEGIES[name], "--run-dir", str(tmp_path / "resumed"), "--", *WORKER, "--steps",
+                     "20", "--resume", str(planted), cwd=ROOT, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and f"{file}: holds posix.system" in output, output[-3000:]
+    assert not marker.exists() and not (tmp_path / "hf").exists()
+
+
+def test_every_global_in_real_checkpoints_is_on_the_allow_list(trained):
+    """The allow-list (safe_load.CHECKPOINT_GLOBALS) against the files each strategy writes today: the script that
+    made it finds nothing missing."""
+    import subprocess
+    import sys
+
+    folders = [str(trained.get(name)[0]) for name in STRATEGIES]
+    done = subprocess.run([sys.executable, "scripts/checkpoint_globals.py", *folders], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "deepspeed.runtime.zero.config.ZeroStageEnum" in done.stdout
