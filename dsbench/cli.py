@@ -440,6 +440,16 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
         sys.exit(_run_launch(prepared, folder, job, timeout))
 
 
+def _checked_profile(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--profile``: read and checked field by field as the flag is parsed, before any run, so a profile the
+    planner cannot use never costs a compare's cells."""
+    if value is not None:
+        from dsbench.plan.api import read_profile
+
+        read_profile(value)
+    return value
+
+
 def _csv(kind: Any) -> Any:
     def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> list[Any] | None:
         if value is None:
@@ -474,7 +484,7 @@ def _csv(kind: Any) -> Any:
 @click.option("--nvme-path", help="Folder for zero3_nvme swap files [inside each cell's folder].")
 @click.option("--no-report", is_flag=True, help="Do not build the report at the end.")
 @click.option("--quiet", is_flag=True, help="No live progress (one line per cell).")
-@click.option("--profile", type=click.Path(dir_okay=False, exists=True),
+@click.option("--profile", type=click.Path(dir_okay=False), callback=_checked_profile,
               help="Machine profile (dsbench calibrate): the report shows predicted beside measured step time.")
 def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed: bool, timeout: float,
             nvme_path: str | None, no_report: bool, quiet: bool, profile: str | None, **flags: Any) -> None:
@@ -489,7 +499,7 @@ def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True))
 @click.option("-o", "--out", type=click.Path(file_okay=False), help="Report folder [first RUN_DIR/report].")
 @click.option("--no-plots", is_flag=True, help="Tables only (no matplotlib).")
-@click.option("--profile", type=click.Path(dir_okay=False, exists=True),
+@click.option("--profile", type=click.Path(dir_okay=False), callback=_checked_profile,
               help="Machine profile (dsbench calibrate): add the planner's predicted step time beside the measured.")
 def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: str | None) -> None:
     """Build tables, CSV/JSON/Markdown, PNG plots and an HTML report from run folders (merged; nothing re-runs).
@@ -533,8 +543,9 @@ def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: 
 @click.option("--top", type=COUNT, default=12, show_default=True, help="Rows to show.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--verify", is_flag=True, help="Run the top candidates for a few steps and compare with measurements.")
-@click.option("--profile", type=click.Path(dir_okay=False), help="A machine profile from `dsbench calibrate`: "
-              "measured compute rate and links instead of datasheet figures.")
+@click.option("--profile", type=click.Path(dir_okay=False), callback=_checked_profile,
+              help="A machine profile from `dsbench calibrate`: measured compute rate and links instead of datasheet "
+              "figures.")
 def plan(top: int, as_json: bool, verify: bool, config_file: str | None, **opts: Any) -> None:
     """Estimate memory, communication, bubble and step time per strategy, and recommend one."""
     from dsbench.plan.api import PlanRequest, print_plan
@@ -637,7 +648,8 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
 @click.option("--budget", type=COUNT, default=3, show_default=True, help="Real runs at most.")
 @click.option("--exhaustive", is_flag=True,
               help="Run every layout that fits, best predicted first (the oracle a search is checked against).")
-@click.option("--profile", type=click.Path(dir_okay=False), help="A machine profile (`dsbench calibrate`).")
+@click.option("--profile", type=click.Path(dir_okay=False), callback=_checked_profile,
+              help="A machine profile (`dsbench calibrate`).")
 @click.option("--strategies", callback=_csv(str), help="Comma list of compare strategies [every one that runs].")
 @click.option("--no-checkpointing", is_flag=True, help="Leave activation checkpointing out of the search.")
 @click.option("--speed-options", is_flag=True, help="Then race the winning layout compiled (--compile, where it "

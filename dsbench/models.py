@@ -7,7 +7,6 @@ config with :meth:`ModelShape.hf_config`.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -214,12 +213,9 @@ def resolve_model(name: str) -> ModelShape:
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
+    from dsbench.io import read_json
+
+    data = read_json(path, "model config")  # a regular, bounded UTF-8 file: never a FIFO, never 100k deep
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object")
     return data

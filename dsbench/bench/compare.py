@@ -21,7 +21,7 @@ from typing import Any
 
 from dsbench.bench.matrix import Cell, cell_launch_args
 from dsbench.errors import UserError
-from dsbench.io import atomic_write_json
+from dsbench.io import atomic_write_json, read_json
 from dsbench.launchers import LaunchCommand
 from dsbench.records import METRICS
 
@@ -43,11 +43,15 @@ def cell_command(cell: Cell, folder: Path, nvme_path: str | None) -> list[str]:
 
 
 def read_status(folder: Path) -> dict[str, Any] | None:
+    """A cell's recorded status, or None when there is none to trust (missing, damaged, a FIFO: the cell runs again)."""
     path = folder / "cell.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    if not path.exists():
         return None
+    try:
+        status = read_json(path, "cell status")
+    except UserError:
+        return None
+    return status if isinstance(status, dict) else None
 
 
 def set_aside(folder: Path) -> None:
@@ -64,10 +68,13 @@ def _eager_by_default(matrix: dict[str, Any]) -> dict[str, Any]:
 def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
     """Create the results folder; refuse to mix with earlier results unless resuming the same matrix."""
     existing = out / "matrix.json"
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a folder")
     if existing.exists() and not resume:
         raise UserError(f"{out} already holds results: pass --resume to continue it, or choose a new --out")
     if existing.exists():
-        before = json.loads(existing.read_text()).get("matrix")
+        recorded = read_json(existing, "results folder's matrix.json")  # a regular, bounded UTF-8 JSON file
+        before = recorded.get("matrix") if isinstance(recorded, dict) else None
         if not isinstance(before, dict):
             raise UserError(f"{out} holds a different matrix; --resume needs the same flags (or a new --out)")
         before, now = _eager_by_default(before), _eager_by_default(matrix)

@@ -202,18 +202,17 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
 
 def load_matrix_file(path: str) -> dict[str, Any]:
     """A YAML or JSON matrix file: keys strategies, world_sizes, micro_batches, models, repeats, steps, ..."""
-    from dsbench.io import read_text
+    from dsbench.configs.yaml_reader import YamlProblem, load_yaml
+    from dsbench.io import loads_json, read_text
 
     text = read_text(path, "matrix file")
-    try:
-        if path.endswith((".yaml", ".yml")):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except Exception as exc:  # yaml.YAMLError / json.JSONDecodeError
-        raise UserError(f"{path}: cannot parse matrix file: {exc}".splitlines()[0]) from None
+    if path.endswith((".yaml", ".yml")):
+        try:
+            data = load_yaml(text, path)  # bounded: aliases, duplicate keys, overlong numbers
+        except YamlProblem as exc:
+            raise UserError(f"cannot parse matrix file: {exc}") from None
+    else:
+        data = loads_json(text, path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: a matrix is a mapping of keys ({', '.join(MATRIX_TYPES)}), got "
                         f"{type(data).__name__}")

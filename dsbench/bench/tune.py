@@ -13,7 +13,6 @@ predicted. The layout runs again uncompiled in the same phase, so the ratio is o
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from typing import Any
 from dsbench.bench.compare import FINISHED, prepare_out, read_status, run_cell, set_aside
 from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args, fused_by_default, takes
 from dsbench.errors import UserError
-from dsbench.io import atomic_write_json
+from dsbench.io import atomic_write_json, read_json
 from dsbench.models import resolve_model
 from dsbench.plan import search
 from dsbench.plan.api import PlanRequest
@@ -116,8 +115,8 @@ def measured_tokens_per_s(folder: Path) -> float | None:
     if not status or status.get("status") != "ok":
         return None
     try:
-        return float(json.loads((folder / SUMMARY).read_text())["throughput"]["tokens_per_s"])
-    except (OSError, ValueError, KeyError):
+        return float(read_json(folder / SUMMARY, "cell summary")["throughput"]["tokens_per_s"])
+    except (UserError, ValueError, KeyError, TypeError):  # missing, damaged or of another shape: not measured
         return None
 
 

@@ -11,7 +11,6 @@ at that rate (dsbench/plan/comm.py). Written as whatif.json, whatif.md, whatif.c
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,8 @@ from typing import Any
 from dsbench.bench.compare import prepare_out, run_matrix
 from dsbench.bench.matrix import STRATEGIES, Cell, check_matrix, fused_by_default
 from dsbench.errors import UserError
-from dsbench.io import atomic_write_json, atomic_write_text
+from dsbench.io import atomic_write_json, atomic_write_text, read_json
+from dsbench.models import resolve_model
 
 UNSHAPED = "unshaped"
 WHATIF_STRATEGIES = ("ddp", "zero2", "zero3", "fsdp", "pipe2")
@@ -45,6 +45,8 @@ def check_links(links: list[str]) -> list[str]:
     """Links in order, the unshaped baseline first; each a tc rate or ``unshaped``."""
     from dsbench.testbed.layout import rate_bits
 
+    if not links:
+        raise UserError("--links is empty: give tc rates such as unshaped,1gbit,100mbit")
     for link in links:
         if link != UNSHAPED:
             rate_bits(link, "--links")  # a one-line error for a bad rate
@@ -142,11 +144,17 @@ def whatif_main(links: list[str], strategies: list[str], nodes: int, slots: int,
     from dsbench.testbed.layout import Testbed
     from dsbench.testbed.manage import down, testbed_dir, up
 
+    # every check the inputs allow, before a test bed goes up
     links = check_links(links)
+    if not strategies:
+        raise UserError(f"--strategies is empty: name some, e.g. {','.join(WHATIF_STRATEGIES)}")
     unknown = [s for s in strategies if s not in STRATEGIES or s in ("single", "zero3_nvme")]
     if unknown:
         raise UserError(f"--strategies {unknown[0]!r}: choose among {', '.join(WHATIF_STRATEGIES)} and the other "
                         "compare strategies that run on several ranks")
+    shape = resolve_model(model)  # --model: a preset, a local folder with config.json, or a cached hub id
+    if seq_len > shape.max_positions:
+        raise UserError(f"--seq-len {seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
     Testbed(nodes=nodes, slots=slots, root=testbed_dir())  # --nodes/--slots checked before anything is written
     check_matrix(strategies, [nodes * slots], [micro], 1, steps, warmup)
     prepare_out(out, {"links": links, "strategies": strategies, "nodes": nodes, "slots": slots, "model": model,
@@ -169,6 +177,7 @@ def whatif_main(links: list[str], strategies: list[str], nodes: int, slots: int,
 
 def _summary(folder: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((folder / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        summary = read_json(folder / "summary.json", "cell summary")
+    except UserError:  # a cell that failed before writing one
         return None
+    return summary if isinstance(summary, dict) else None

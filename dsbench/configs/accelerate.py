@@ -19,6 +19,7 @@ from typing import Any
 
 from dsbench.configs.findings import Finding
 from dsbench.configs.templates import load_template
+from dsbench.configs.yaml_reader import YamlProblem, load_yaml
 from dsbench.errors import UserError
 from dsbench.hostfile import is_valid_hostname
 from dsbench.paths import data_file
@@ -61,98 +62,21 @@ def looks_like_accelerate(path: str, text: str | None = None) -> bool:
     return bool(text) and any(re.search(rf"^\s*['\"]?{key}['\"]?\s*:", text, re.MULTILINE) for key in MARKERS)
 
 
-MAX_YAML_NODES = 100_000
-"""Most nodes an accelerate YAML may expand to, aliases counted at every use (a real one has under 100): a
-"billion laughs" file is refused before anything is built from it."""
 MAX_COUNT = 1_000_000
 """Largest process or machine count taken as meant (beyond any cluster)."""
-_SCALAR_KEYS = (str, int, float, bool, type(None))
-
-
-def _loader() -> Any:
-    """A ``yaml.SafeLoader`` (what accelerate reads with) that refuses duplicate keys (PyYAML keeps the last
-    silently) and keys that are not scalars (``? [a, b]``), and applies merge keys (``<<:``) as YAML does."""
-    import yaml
-
-    class _Loader(yaml.SafeLoader):
-        pass
-
-    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # merged keys may be overridden by the mapping's own (flatten_mapping, below)
-            key = loader.construct_object(key_node, deep=deep)
-            mark = key_node.start_mark
-            if not isinstance(key, _SCALAR_KEYS):
-                raise yaml.constructor.ConstructorError(None, None, f"a {type(key).__name__} as a key (line "
-                                                        f"{mark.line + 1}): accelerate settings are named", mark)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"key '{key}' appears twice (line "
-                                                        f"{mark.line + 1})", mark)
-            seen.add(key)
-        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-    _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    return _Loader
-
-
-def _expanded_size(root: Any) -> int:
-    """Nodes of the composed document with every alias expanded, memoised per node and capped just past the bound;
-    a node that contains itself (``&a [*a]``) counts as past the bound."""
-    sizes: dict[int, int] = {}
-    on_path: set[int] = set()
-
-    def size(node: Any) -> int:
-        if id(node) in sizes:
-            return sizes[id(node)]
-        if id(node) in on_path:
-            return MAX_YAML_NODES + 1
-        on_path.add(id(node))
-        value = node.value if isinstance(node.value, list) else []
-        children = [c for pair in value for c in pair] if value and isinstance(value[0], tuple) else value
-        total = 1
-        for child in children:
-            total = min(total + size(child), MAX_YAML_NODES + 1)
-            if total > MAX_YAML_NODES:
-                break
-        on_path.discard(id(node))
-        sizes[id(node)] = total
-        return total
-
-    return size(root)
 
 
 def parse_yaml(text: str, source: str) -> tuple[dict[str, Any] | None, list[Finding]]:
-    """Parse an accelerate YAML as accelerate does (``yaml.safe_load``), refusing duplicate and complex keys, alias
-    expansion beyond :data:`MAX_YAML_NODES`, numbers too long for Python, and anything but a mapping at the top."""
-    import yaml
-
-    def malformed(message: str) -> tuple[None, list[Finding]]:
-        return None, [Finding(severity="error", code="malformed-yaml", path="", message=message,
-                              fix="correct the file at that line")]
-
+    """Parse an accelerate YAML as accelerate does (``yaml.safe_load``), through the bounded reader
+    (:func:`dsbench.configs.yaml_reader.load_yaml`), and refuse anything but a mapping at the top."""
     if not text.strip():
         return None, [Finding(severity="error", code="empty-file", path="", message=f"{source} is empty",
                               fix="write the accelerate config into it (`accelerate config` asks for it)")]
-    loader = _loader()(text)
     try:
-        node = loader.get_single_node()
-        if node is not None and _expanded_size(node) > MAX_YAML_NODES:
-            return malformed(f"{source}: its aliases expand to over {MAX_YAML_NODES:,} values; an accelerate config "
-                             "has a few dozen (a YAML alias bomb?)")
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return malformed(f"{source}{where}: not valid YAML ({problem})")
-    except RecursionError:
-        return malformed(f"{source}: nested too deeply to be an accelerate config")
-    except ValueError as exc:  # int('9' * 5000): "Exceeds the limit (4300 digits) for integer string conversion"
-        return malformed(f"{source}: a number too long to read ({str(exc).split(':')[0][:80]})")
-    finally:
-        loader.dispose()
+        data = load_yaml(text, source)
+    except YamlProblem as exc:
+        return None, [Finding(severity="error", code="malformed-yaml", path="", message=str(exc),
+                              fix="correct the file at that line")]
     if not isinstance(data, dict):
         return None, [Finding(severity="error", code="not-a-mapping", path="",
                               message=f"{source}: the top level is {type(data).__name__}, not a mapping of "

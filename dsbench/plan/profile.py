@@ -186,14 +186,35 @@ def load_profile(data: Any, source: str) -> dict[str, Any]:
         raise UserError(f"{source}: rates.model_tflops_by_micro_batch must map micro-batch sizes to TFLOPS")
     for size, rate in by_micro.items():
         _check_figure(rate, f"rates.model_tflops_by_micro_batch.{size}", source, positive=True)
+    for key in ("nodes", "world_size"):
+        if key in data and (type(data[key]) is not int or data[key] < 1):
+            raise UserError(f"{source}: {key} must be a whole number >= 1, got {_shown(data[key])} (write the "
+                            "profile again with dsbench calibrate)")
+    for key in ("device", "backend"):
+        if key in data and not isinstance(data[key], str):
+            raise UserError(f"{source}: {key} must be a string, got {_shown(data[key])}")
     for group, entry in data["collectives"].items():
+        if not isinstance(entry, dict):
+            raise UserError(f"{source}: collectives.{group} must be a mapping of fitted collectives, got "
+                            f"{_shown(entry)}")
         for kind in KINDS:
-            fitted = entry.get(kind) if isinstance(entry, dict) else None
+            fitted = entry.get(kind)
+            if fitted is not None and not isinstance(fitted, dict):
+                raise UserError(f"{source}: collectives.{group}.{kind} must be a mapping, got {_shown(fitted)}")
             if isinstance(fitted, dict) and "bandwidth_gbs" in fitted:
                 _check_figure(fitted["bandwidth_gbs"], f"collectives.{group}.{kind}.bandwidth_gbs", source, True)
                 _check_figure(fitted.get("latency_us_per_step"), f"collectives.{group}.{kind}.latency_us_per_step",
                               source, positive=False)
+                if type(entry.get("size")) is not int or entry["size"] < 1:
+                    raise UserError(f"{source}: collectives.{group}.size must be the rank count (a whole number >= "
+                                    f"1), got {_shown(entry.get('size'))}")
     return data
+
+
+def _shown(value: Any) -> str:
+    """A value as a short JSON-ish text for an error line."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 REQUIRED_RATES = ("model_tflops", "adam_params_per_s")
@@ -208,7 +229,7 @@ def _check_figure(value: Any, key: str, source: str, positive: bool) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and \
         (value > 0 if positive else value >= 0)
     if not ok:
-        raise UserError(f"{source}: {key} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r} "
+        raise UserError(f"{source}: {key} must be a finite number {'> 0' if positive else '>= 0'}, got {_shown(value)} "
                         "(write the profile again with dsbench calibrate)")
 
 

@@ -23,7 +23,7 @@ SUBNET = "10.213.0"
 BRIDGE = f"{PREFIX}-br0"
 HOST_ADDRESS = f"{SUBNET}.254"
 NODE_INTERFACE = "eth0"
-_RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
+_RATE = re.compile(r"[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)")  # fullmatch: "$" passes "\n"
 
 
 _UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12, "bps": 8, "kbps": 8 * 10**3,
@@ -33,10 +33,13 @@ _UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12,
 
 def rate_bits(rate: str, flag: str = "--bandwidth") -> int:
     """A tc rate such as ``100mbit`` in bits per second (``flag`` names it in the error)."""
-    found = _RATE.match(rate)
+    found = _RATE.fullmatch(rate)
     if not found:
         raise UserError(f"{flag} {rate!r}: give a tc rate such as 1gbit, 100mbit or 500kbit")
-    return int(float(rate[: -len(found.group(2))]) * _UNITS[found.group(2)])
+    bits = int(float(rate[: -len(found.group(2))]) * _UNITS[found.group(2)])
+    if not 8_000 <= bits <= 10**13:  # tc's tbf wants a burst of a few packets; beyond 10 Tbit/s no link shapes
+        raise UserError(f"{flag} {rate!r}: give a rate between 8kbit and 10tbit")
+    return bits
 
 
 def veth_of(name: str) -> str:
@@ -62,8 +65,8 @@ class Testbed:
             raise UserError(f"--nodes must be in 1..16, got {self.nodes}")
         if not 1 <= self.slots <= 64:
             raise UserError(f"--slots must be in 1..64, got {self.slots}")
-        if self.bandwidth is not None and not _RATE.match(self.bandwidth):
-            raise UserError(f"--bandwidth {self.bandwidth!r}: give a tc rate such as 1gbit, 100mbit or 500kbit")
+        if self.bandwidth is not None:
+            rate_bits(self.bandwidth)
         if self.latency_ms is not None and not 0 < self.latency_ms <= 10_000:
             raise UserError(f"--latency must be in (0, 10000] ms, got {self.latency_ms}")
 
