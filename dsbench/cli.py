@@ -21,9 +21,30 @@ from dsbench import __version__
 from dsbench.errors import DsbenchError, UserError
 
 
+class _Command(click.Command):
+    """A command whose options and arguments, when typed, are never empty: ``--strategies ''`` would otherwise mean
+    "every strategy" and ``-o ''`` or ``--run-dir ''`` "the default", silently (exit 2, naming the option)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        for param in self.params:
+            if getattr(param, "is_flag", False) or param.nargs == -1 or param.name is None:
+                continue
+            if ctx.get_parameter_source(param.name) != click.core.ParameterSource.COMMANDLINE:
+                continue
+            value = ctx.params.get(param.name)
+            values = list(value) if param.multiple and isinstance(value, tuple | list) else [value]
+            if (isinstance(value, list) and not value and not param.multiple) or any(
+                    isinstance(v, str) and not v.strip() for v in values):
+                raise click.BadParameter("is empty: give a value, or leave it out", ctx=ctx, param=param)
+        return rest
+
+
 class _Group(click.Group):
     """Turns dsbench errors into a one-line message and exit code instead of a traceback; anything else that
     escapes is a dsbench bug, also one line (exit 1), with the traceback under ``--debug``."""
+
+    command_class = _Command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -241,13 +262,12 @@ def explain(config: str, world_size: int | None, hostfile: str | None, include: 
     """Say in plain words what CONFIG (DeepSpeed JSON or accelerate YAML) does: engine, stage, sharding,
     offload, batch, precision, processes."""
     from dsbench.configs.accelerate import looks_like_accelerate
-    from dsbench.configs.api import explain_accelerate, world_size_from
+    from dsbench.configs.api import explain_accelerate, load_valid_config, world_size_from
     from dsbench.configs.explain import explain as explain_config
-    from dsbench.configs.loader import load_config_strict
 
     world = world_size_from(world_size, hostfile, include, exclude)
     lines = (explain_accelerate(config) if looks_like_accelerate(config)
-             else explain_config(load_config_strict(config), world))
+             else explain_config(load_valid_config(config, world), world))
     for line in lines:
         click.echo(f"- {line}")
 

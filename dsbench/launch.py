@@ -22,7 +22,7 @@ from dsbench.io import atomic_write_json, atomic_write_text, read_text
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
 from dsbench.launchers import worker_args as worker_argv
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
-from dsbench.models import check_megatron_tp, resolve_model
+from dsbench.models import check_autotp, check_megatron_tp, resolve_model
 from dsbench.parallel import ParallelDims, bubble_fraction
 
 
@@ -150,6 +150,21 @@ def check_request(req: LaunchRequest) -> None:
                             "--strategy deepspeed, or drop it")
     if not is_valid_hostname(req.master_addr):
         raise UserError(f"--master-addr {req.master_addr!r}: give a hostname or an IP address")
+    # worker flags that would replace what the launch decides (the config rendered, validated and recorded)
+    for arg in req.script_args:
+        flag = arg.split("=", 1)[0]
+        if flag in _LAUNCH_DECIDES:
+            raise UserError(f"-- {flag}: {_LAUNCH_DECIDES[flag]}")
+
+
+_LAUNCH_DECIDES = {
+    "--deepspeed_config": "dsbench launch renders and validates the DeepSpeed config itself; launch your own with "
+                          "--config FILE instead",
+    "--deepspeed-config": "dsbench launch renders and validates the DeepSpeed config itself; launch your own with "
+                          "--config FILE instead",
+    "--strategy": "give --strategy before --, to dsbench launch",
+    "--run-json": "dsbench launch writes the run description itself",
+}
 
 
 MEASURED = ("metrics.jsonl", "summary.json")
@@ -357,6 +372,8 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
     train.check_compile_layout(dims)
     if train.strategy == "torch_tp":
         check_megatron_tp(shape.arch)
+    elif dims.tp > 1:
+        check_autotp(shape.arch)
     if train.strategy == "torch_pp" and train.grad_accum < dims.pp:  # GPipe runs it; most of each step idles
         idle = bubble_fraction(dims.pp, train.grad_accum)
         return [f"warning: {train.grad_accum} micro-batch(es) for {dims.pp} pipeline stages: each stage idles "

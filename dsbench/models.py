@@ -124,6 +124,13 @@ def check_megatron_tp(family: str) -> None:
                         "GPT-2's fused c_attn (Conv1D q|k|v) does not split into whole heads by columns")
 
 
+def check_autotp(family: str) -> None:
+    """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits Llama-family linears; GPT-2's Conv1D it leaves whole."""
+    if family not in LLAMA_LIKE:
+        raise UserError(f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) with DeepSpeed's AutoTP, not "
+                        f"{family!r}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")
+
+
 def _gpt2(name: str, vocab: int, hidden: int, layers: int, heads: int, positions: int) -> ModelShape:
     return ModelShape(name=name, arch="gpt2", vocab_size=vocab, hidden=hidden, layers=layers, heads=heads,
                       kv_heads=heads, intermediate=4 * hidden, max_positions=positions, tied_embeddings=True)

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dsbench.errors import UserError
+
 SCHEMA = 2
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
@@ -68,13 +70,24 @@ def spread(values: list[float]) -> dict[str, float]:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """All complete records of a metrics file (a torn last line from a killed run is skipped)."""
+    """All complete records of a metrics file (a torn last line from a killed run is skipped), read through the
+    guarded reader; any other line that is not a JSON object is one line naming it (a corrupt run folder)."""
+    from dsbench.io import read_text
+
+    lines = read_text(path, "metrics file").splitlines()
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
             continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):  # JSONDecodeError, a number beyond 4300 digits, nesting too deep
+            if number == len(lines):
+                continue  # the torn last line of a run killed mid-write
+            raise UserError(f"{path}:{number}: not a JSON record") from None
+        if not isinstance(record, dict):
+            raise UserError(f"{path}:{number}: a JSON {type(record).__name__}, not a record (a JSON object)")
+        out.append(record)
     return out
 
 

@@ -76,6 +76,10 @@ class RenderSpec:
             (self.tp >= 1, f"--tp must be >= 1, got {self.tp}"),
             (self.lr > 0, f"--lr must be > 0, got {self.lr}"),
             (self.grad_clip >= 0, f"--grad-clip must be >= 0, got {self.grad_clip}"),
+            (self.warmup_steps >= 0, f"--warmup-steps must be >= 0, got {self.warmup_steps}"),
+            (self.train_steps >= 1, f"--train-steps must be >= 1, got {self.train_steps}"),
+            (self.train_steps >= self.warmup_steps, f"--train-steps {self.train_steps} is shorter than "
+             f"--warmup-steps {self.warmup_steps}: the schedule would end before its warm-up"),
             (self.offload_param == "none" or self.zero == 3,
              f"--offload-param {self.offload_param} needs --zero 3 (DeepSpeed ignores offload_param below stage 3)"),
             (self.offload == "none" or self.zero >= 1, "--offload needs --zero 1, 2 or 3 (stage 0 has no optimizer "

@@ -16,7 +16,7 @@ from dsbench.configs.validate import ValidateContext, validate
 from dsbench.errors import UserError
 from dsbench.hostfile import read_hostfile, select_slots, world_size_of
 from dsbench.io import read_text
-from dsbench.models import ModelShape, resolve_model
+from dsbench.models import ModelShape, check_autotp, resolve_model
 from dsbench.spec import RenderSpec
 
 _SPEC_FIELDS = {f.name for f in fields(RenderSpec)} - {"explicit", "sets", "keep_auto", "hidden_size"}
@@ -61,6 +61,8 @@ def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, mode
         if shape:
             spec.dims().check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads,
                                     layers=shape.layers)
+            if spec.tp > 1:
+                check_autotp(shape.arch)
     except UserError as exc:
         raise UserError(credit_preset(str(exc), preset_name, chosen - explicit)) from None
     return spec, shape
@@ -189,16 +191,32 @@ def validate_accelerate(path: str, world_size: int | None, deepspeed_check: bool
     return config, findings
 
 
+def load_valid_config(path: str, world_size: int | None) -> dict[str, Any]:
+    """A DeepSpeed config to describe or use: it must pass what ``dsbench validate --allow-auto`` checks (for
+    ``world_size`` when given), else its first error is one line (exit 2), never a wrong description."""
+    from dsbench.configs.loader import load_config_strict
+
+    config = load_config_strict(path)
+    # dsbench's own checks (DeepSpeedConfig's import takes seconds and is validate's; its findings repeat ours)
+    errors = [f for f in validate(config, ValidateContext(world_size=world_size, allow_auto=True),
+                                  deepspeed_check=False) if f.severity == "error"]
+    if errors:
+        where = f"{errors[0].path}: " if errors[0].path else ""
+        raise UserError(f"{path} is invalid ({where}{errors[0].message}); `dsbench validate {path}` lists every "
+                        "problem")
+    return config
+
+
 def explain_accelerate(path: str) -> list[str]:
     """``dsbench explain FILE.yaml``: the YAML in plain words, with the DeepSpeed file it names explained in turn.
     A YAML with errors is refused (one line), never explained."""
     from dsbench.configs.explain import explain as explain_ds
-    from dsbench.configs.loader import load_config_strict
 
     config = load_accelerate_strict(path)
     ds_path, problems = ds_file_of(config, path)
     accelerate.require_valid(problems, path)
-    ds_lines = explain_ds(load_config_strict(ds_path), accelerate.world_size(config)) if ds_path else None
+    world = accelerate.world_size(config)
+    ds_lines = explain_ds(load_valid_config(ds_path, world), world) if ds_path else None
     return accelerate.explain(config, ds_lines)
 
 

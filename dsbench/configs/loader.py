@@ -39,6 +39,9 @@ def parse_config_text(text: str, source: str) -> tuple[Any, list[Finding]]:
     try:
         config = json.loads(text, object_pairs_hook=_no_duplicates)
         check_depth(config, source)
+        if config is None:  # JSON null: not a config, though every check of an object's keys would pass it
+            return None, [Finding(severity="error", code="not-an-object", path="", message=f"{source}: a DeepSpeed "
+                                  "config is a JSON object, got null", fix="write the settings as { ... }")]
         return config, []
     except DuplicateKey as exc:
         return None, [Finding(severity="error", code="duplicate-key", path=str(exc),

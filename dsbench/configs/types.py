@@ -54,6 +54,13 @@ RULES: dict[str, tuple[str, float | None, bool]] = {
 
 _EXPECTED = {"bool": "true or false", "int": "an integer", "number": "a number"}
 
+# Sections DeepSpeed reads as objects: ``"fp16": true`` passes a truthiness check and then fails inside
+# DeepSpeedConfig (or, described by `explain`, reads as fp32); each is refused by name instead.
+OBJECTS = ("fp16", "bf16", "amp", "zero_optimization", "zero_optimization.offload_optimizer",
+           "zero_optimization.offload_param", "optimizer", "optimizer.params", "scheduler", "scheduler.params",
+           "activation_checkpointing", "flops_profiler", "tensor_parallel", "pipeline", "checkpoint", "data_types",
+           "comms_logger", "aio")
+
 
 def _is(kind: str, value: Any) -> bool:
     if kind == "bool":
@@ -87,6 +94,12 @@ def check_types(config: dict[str, Any], skip: tuple[str, ...] = ()) -> list[Find
                    message=f"{value} is not a number DeepSpeed can use (JSON has no NaN or Infinity)",
                    fix=f"set {path} to a finite number")
            for path, value in iter_leaves(config) if path not in skip and _non_finite(value)]
+    for path in OBJECTS:
+        value = get_path(config, path)
+        if value is not None and value != "auto" and not isinstance(value, dict):
+            example = '{"enabled": true}' if path in ("fp16", "bf16", "amp") else "{ ... }"
+            out.append(Finding(severity="error", code="value-type", path=path, message=f"must be an object, got "
+                               f"{json.dumps(value)[:40]}", fix=f"write {path} as {example}"))
     flagged = {f.path for f in out}
     betas = get_path(config, "optimizer.params.betas")
     if betas not in (None, "auto") and "optimizer.params.betas" not in flagged and not (

@@ -119,6 +119,9 @@ class LaunchSpec:
             raise UserError(f"--master-port must be in 1..65535, got {self.master_port}")
         if (self.include or self.exclude) and not self.hosts:
             raise UserError("--include/--exclude need --hostfile")
+        if self.num_nodes is not None and not self.hosts:
+            raise UserError(f"--num-nodes {self.num_nodes} needs --hostfile (the nodes to take the first "
+                            f"{self.num_nodes} of); on this machine alone, drop it")
         if self.launcher_backend not in BACKENDS:
             raise UserError(f"--launcher-backend must be one of {', '.join(BACKENDS)}, got {self.launcher_backend!r}")
         if self.launcher_backend == "openmpi" and (self.include or self.exclude or self.num_nodes):

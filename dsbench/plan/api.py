@@ -102,6 +102,8 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
         raise UserError("--micro-batch, --grad-accum, --nodes, --gpus-per-node must be >= 1; --efficiency in (0, 1]")
     intra = req.intra or ("nvlink4" if req.gpu in ("h100", "h200") else "nvlink")
     zero = (config or {}).get("zero_optimization", {})
+    if req.model and req.seq_len and req.seq_len > shape.max_positions:  # as calibrate and tune refuse it
+        raise UserError(f"--seq-len {req.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
     wl = Workload(shape=shape, seq_len=req.seq_len or min(shape.max_positions, 2048), micro_batch=micro,
                   grad_accum=accum, precision=precision, accounting=req.accounting,
                   reduce_bucket=zero.get("reduce_bucket_size") if isinstance(zero.get("reduce_bucket_size"), int)

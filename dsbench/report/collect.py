@@ -135,7 +135,7 @@ def _corrupt(folder: Path, why: str) -> dict[str, Any]:
 
 def _load_run(folder: Path) -> dict[str, Any]:
     cell = _json_object(folder / "cell.json")
-    records = [r for r in read_records(folder / METRICS) if isinstance(r, dict)] if (folder / METRICS).exists() else []
+    records = read_records(folder / METRICS) if (folder / METRICS).exists() else []
     header = next((r for r in records if r.get("type") == "header"), {})
     stored = _json_object(folder / SUMMARY)
     summary = upgrade_summary(stored if stored is not None else summarize(records))
