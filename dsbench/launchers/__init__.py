@@ -22,8 +22,10 @@ LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 BACKENDS = ("pdsh", "ssh", "openmpi")
 
 
-_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")  # sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+# fullmatch, ASCII digits: "$" would pass a final newline, and \d any script's digits
+_TIME = re.compile(r"([0-9]+-)?[0-9]+(:[0-9]{1,2}){0,2}")  # sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_NAMES = re.compile(r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*")  # --partition gpu,debug: the first that can run it
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,11 +46,13 @@ class SlurmJob:
     def __post_init__(self) -> None:
         if self.nodes < 1:
             raise UserError(f"--nodes must be >= 1, got {self.nodes}")
-        if self.time is not None and not _TIME.match(self.time):
+        if self.time is not None and not _TIME.fullmatch(self.time):
             raise UserError(f"--time {self.time!r}: give minutes, HH:MM:SS or D-HH:MM:SS as sbatch reads it")
-        for flag, value in (("--partition", self.partition), ("--account", self.account)):
-            if value is not None and not _NAME.match(value):
-                raise UserError(f"{flag} {value!r}: letters, digits, '_', '.' and '-' only")
+        if self.partition is not None and not _NAMES.fullmatch(self.partition):
+            raise UserError(f"--partition {self.partition!r}: partition names (letters, digits, '_', '.', '-'), "
+                            "comma-separated")
+        if self.account is not None and not _NAME.fullmatch(self.account):
+            raise UserError(f"--account {self.account!r}: letters, digits, '_', '.' and '-' only")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

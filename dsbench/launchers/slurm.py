@@ -5,6 +5,11 @@ rank needs, points torch's env:// rendezvous at the job's first node, and runs `
 rank, and the worker reads its rank, world size and local rank from SLURM_PROCID / SLURM_NTASKS /
 SLURM_LOCALID (dsbench/worker/dist.py), whatever the strategy (DeepSpeed, DDP, FSDP2, pipelines). Output goes
 to ``slurm-<job id>.out`` in the run folder. ``sbatch --wait`` returns the job's exit code.
+
+The output file and the working folder go to sbatch as arguments, not ``#SBATCH`` lines: sbatch splits an
+``#SBATCH`` line at spaces, and reads ``%`` in ``--output`` as a pattern (``%u``, ``%j``), so a run folder named
+``my runs`` or ``100%`` would send the output where dsbench never looks. In ``--output`` a literal ``%`` is
+written ``%%`` (sbatch's filename patterns); only the ``%j`` dsbench asks for stays a pattern.
 """
 
 from __future__ import annotations
@@ -18,15 +23,12 @@ from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, cpu_env, work
 def sbatch_script(spec: LaunchSpec, job: SlurmJob) -> str:
     """The batch script's text: #SBATCH lines, the ranks' environment, the rendezvous, one srun."""
     per_node = spec.nproc_per_node
-    for what, value in (("the run folder", job.output), ("the working folder", spec.cwd)):
-        if "\n" in value or "\r" in value:  # an #SBATCH line ends at a newline: the rest would be a command
-            raise UserError(f"{what} {value!r} holds a line break, which an sbatch script cannot carry: rename it")
     lines = ["#!/usr/bin/env bash",
              "# Written by `dsbench launch --launcher slurm`: one srun task per rank; rank, world size and local",
-             "# rank come from SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID.",
+             "# rank come from SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID. The output file and working folder are",
+             "# sbatch arguments (see the command dsbench printed).",
              f"#SBATCH --job-name=dsbench-{spec.strategy}", f"#SBATCH --nodes={job.nodes}",
-             f"#SBATCH --ntasks-per-node={per_node}", f"#SBATCH --output={job.output}",
-             f"#SBATCH --chdir={spec.cwd}"]
+             f"#SBATCH --ntasks-per-node={per_node}"]
     if not spec.cpu:
         lines.append(f"#SBATCH --gpus-per-node={per_node}")
     lines += [f"#SBATCH --{flag}={value}" for flag, value in
@@ -46,5 +48,15 @@ def build(spec: LaunchSpec) -> LaunchCommand:
     """``sbatch [--wait] job.sbatch`` with the script to write first."""
     job = spec.slurm
     assert job is not None
-    argv = ["sbatch", *(["--wait"] if job.wait else []), job.script]
+    for what, value in (("the run folder", job.output), ("the working folder", spec.cwd)):
+        if any(c in value for c in "\n\r\0"):
+            raise UserError(f"{what} {value!r} holds a line break or NUL, which sbatch cannot take: rename it")
+    argv = ["sbatch", f"--output={output_pattern(job.output)}", f"--chdir={spec.cwd}",
+            *(["--wait"] if job.wait else []), job.script]
     return LaunchCommand(argv=argv, files={job.script: sbatch_script(spec, job)})
+
+
+def output_pattern(path: str) -> str:
+    """``--output`` for sbatch: every ``%`` of the path literal (``%%``) but the trailing ``slurm-%j.out``'s."""
+    folder, sep, name = path.rpartition("/")
+    return folder.replace("%", "%%") + sep + name.replace("%", "%%").replace("%%j", "%j")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -21,10 +22,11 @@ def test_script_asks_for_nodes_times_ranks_and_runs_one_srun():
     s = spec(nodes=2, partition="gpu", time="02:00:00", account="ml", wait=True)
     command = build(s)
     assert s.world_size() == 8 and s.nodes() == 2
-    assert command.argv == ["sbatch", "--wait", "/runs/a b/job.sbatch"]
+    assert command.argv == ["sbatch", "--output=/runs/a b/slurm-%j.out", "--chdir=/work/project", "--wait",
+                            "/runs/a b/job.sbatch"]  # arguments, not #SBATCH lines: sbatch splits those at spaces
     text = command.files["/runs/a b/job.sbatch"]
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --partition=gpu",
-                 "#SBATCH --time=02:00:00", "#SBATCH --account=ml", "#SBATCH --chdir=/work/project",
+                 "#SBATCH --time=02:00:00", "#SBATCH --account=ml",
                  "export DS_ACCELERATOR=cpu", "export MASTER_ADDR MASTER_PORT=29511",
                  "srun --kill-on-bad-exit=1 --label /venv/bin/python -m dsbench.train --run-json '/runs/a b/run.json'"):
         assert line in text.splitlines(), line
@@ -41,15 +43,31 @@ def test_script_is_valid_bash():
 @pytest.mark.parametrize(("job", "needle"), [
     ({"nodes": 0}, "--nodes must be >= 1"), ({"time": "soon"}, "--time 'soon'"),
     ({"partition": "a b"}, "--partition 'a b'"), ({"account": "$(id)"}, "--account '$(id)'"),
+    ({"partition": "gpu\n"}, "--partition 'gpu\\n'"), ({"time": "\u0661\u0662"}, "--time"),
+    ({"time": "30\n"}, "--time '30\\n'"), ({"partition": "gpu,"}, "--partition 'gpu,'"),
 ])
 def test_bad_job_settings_are_one_line_errors(job, needle):
-    with pytest.raises(UserError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("$", r"\$")):
+    with pytest.raises(UserError, match=re.escape(needle)):
         SlurmJob(**job)
 
 
 @pytest.mark.parametrize("time", ["30", "30:00", "02:00:00", "1-00", "1-12:00:00"])
 def test_time_limits_sbatch_reads(time):
     assert SlurmJob(time=time).time == time
+
+
+def test_a_partition_list_is_valid():
+    assert SlurmJob(partition="gpu,debug").partition == "gpu,debug"
+
+
+@pytest.mark.parametrize("folder, pattern", [("/runs/my runs", "/runs/my runs/slurm-%j.out"),
+                                             ("/runs/100%u", "/runs/100%%u/slurm-%j.out")])
+def test_run_folders_with_spaces_and_percent_reach_sbatch_whole(folder, pattern):
+    """sbatch expands %u in --output and splits #SBATCH lines at spaces: the output lands where dsbench reads it."""
+    job = SlurmJob(script=f"{folder}/job.sbatch", output=f"{folder}/slurm-%j.out")
+    command = build(LaunchSpec(launcher="slurm", strategy="ddp", cwd=folder, slurm=job))
+    assert command.argv[1:3] == [f"--output={pattern}", f"--chdir={folder}"]
+    assert "--output" not in command.files[job.script] and "--chdir" not in command.files[job.script]
 
 
 def test_failed_job_line_names_the_rank_and_the_log_tail(tmp_path):
