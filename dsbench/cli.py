@@ -19,6 +19,7 @@ import click
 
 from dsbench import __version__
 from dsbench.errors import DsbenchError, UserError
+from dsbench.io import write_failed
 
 
 class _Command(click.Command):
@@ -59,6 +60,13 @@ class _Group(click.Group):
             ctx.exit(130)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except OSError as exc:  # a path the user gave that the system refuses (name too long, no permission, ...)
+            if _debug(ctx):
+                raise
+            error = write_failed(exc.filename or "a path", exc)  # a full or failing disk is exit 1, else exit 2
+            click.echo(f"dsbench: error: {exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": ")
+                       [:400], err=True)
+            ctx.exit(error.exit_code)
         except Exception as exc:
             if _debug(ctx):
                 raise
