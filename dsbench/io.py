@@ -53,6 +53,20 @@ def check_output_path(path: str | os.PathLike[str]) -> Path:
     return target
 
 
+def check_creatable_folder(folder: Path, flag: str) -> None:
+    """``folder`` exists as a writable folder, or its nearest existing parent is one (so it can be made): checked
+    before any work, so that a run never trains and then fails at its first save."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing == folder and not folder.is_dir():
+        raise UserError(f"{flag} {folder}: exists and is not a folder")
+    if not existing.is_dir():
+        raise UserError(f"{flag} {folder}: {existing} is a file, so no folder can be made under it")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {folder}: {existing} is not writable")
+
+
 def write_failed(path: str | os.PathLike[str], exc: OSError) -> DsbenchError:
     """A one-line error for a failed write: a full or failing disk is exit 1, a path that cannot be written exit 2."""
     message = f"cannot write {path}: {exc.strerror or exc}"

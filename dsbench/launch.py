@@ -18,7 +18,7 @@ from dsbench.configs.render import render
 from dsbench.configs.validate import ValidateContext, config_dims, validate
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import is_valid_hostname, read_hostfile
-from dsbench.io import atomic_write_json, atomic_write_text, read_text
+from dsbench.io import atomic_write_json, atomic_write_text, check_creatable_folder, read_text
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
 from dsbench.launchers import worker_args as worker_argv
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
@@ -370,6 +370,8 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
         dims = ParallelDims(world=world, tp=train.tp, pp=train.pipeline_stages)
     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
     train.check_compile_layout(dims)
+    if train.checkpoint_dir:  # the worker checks again; a launch refuses it before any rank starts
+        check_creatable_folder(Path(train.checkpoint_dir), "--checkpoint-dir")
     if train.strategy == "torch_tp":
         check_megatron_tp(shape.arch)
     elif dims.tp > 1:

@@ -36,7 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.errors import DsbenchError, UserError
-from dsbench.io import WriteError, atomic_write_json, atomic_write_text, read_json, read_text, write_failed
+from dsbench.io import (
+    WriteError,
+    atomic_write_json,
+    atomic_write_text,
+    check_creatable_folder,
+    read_json,
+    read_text,
+    write_failed,
+)
 from dsbench.worker import safe_load
 
 MANIFEST = "dsbench_checkpoint.json"
@@ -243,7 +251,7 @@ def prepare_dir(folder: Path, resumed: Manifest | None) -> None:
     run's id, or (written before run ids existed) its definition. Refused: a folder with another run's checkpoint
     (they would be mixed, and ``latest`` would name this run's step beside the other run's), and a path that
     cannot become a folder (under a regular file, or not writable), before any training."""
-    _check_creatable(folder)
+    check_creatable_folder(folder, "--checkpoint-dir")
     if not folder.is_dir():
         return
     for manifest in manifests_in(folder):
@@ -263,19 +271,6 @@ def _same_run(manifest: Manifest, resumed: Manifest) -> bool:
         return False
     same = all(manifest.definition.get(k) == resumed.definition.get(k) for k in MUST_MATCH)
     return same and manifest.strategy == resumed.strategy
-
-
-def _check_creatable(folder: Path) -> None:
-    """The checkpoint folder exists as a writable folder, or its nearest existing parent is one."""
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing == folder and not folder.is_dir():
-        raise UserError(f"--checkpoint-dir {folder}: exists and is not a folder")
-    if not existing.is_dir():
-        raise UserError(f"--checkpoint-dir {folder}: {existing} is a file, so no folder can be made under it")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"--checkpoint-dir {folder}: {existing} is not writable")
 
 
 def check_free(folder: Path, steps: list[int]) -> None:

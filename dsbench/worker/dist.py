@@ -90,6 +90,10 @@ def init(strategy: str, timeout_s: float = 600.0) -> DistInfo:
         else:
             extra = {} if cpu else {"device_id": torch.device(device)}  # binds NCCL to this rank's GPU
             dist.init_process_group(backend=backend, timeout=timeout, **extra)
+    elif strategy not in ("single", "deepspeed") and not dist.is_initialized():
+        # `python -m dsbench.train --strategy ddp` without a launcher: DDP, FSDP2 and the torch pipelines need a
+        # process group even of one rank; an in-process store needs no port (DeepSpeed makes its own)
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
     return DistInfo(rank=rank, world_size=world, local_rank=local_rank, device=device, backend=backend,
                     process_group=dist.is_initialized())
 
