@@ -57,7 +57,7 @@ def node_stop(launch_id: str) -> str:
     # process since never matches (environ is NUL-separated; -z reads it so, -F -x match the whole entry)
     return (f"for f in {folder}/*; do pid=${{f##*/}}; case $pid in ''|*[!0-9]*) continue;; esac; "
             f"grep -qzFx -- {marker} /proc/$pid/environ 2>/dev/null && kill -TERM \"$pid\" 2>/dev/null; done; "
-            "true")
+            f"rm -rf -- {folder}; true")  # the launch is over: its records go with it
 
 
 def stop_script(hosts: list[str], launch_id: str) -> str:
@@ -94,5 +94,6 @@ def forget_pid(path: str | None) -> None:
     if path is not None:
         try:
             os.unlink(path)
+            os.rmdir(os.path.dirname(path))  # the launch's last process on this node removes its folder
         except OSError:
-            pass
+            pass  # gone already, or other processes of the launch still recorded there

@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from dsbench.launchstop import forget_pid, record_pid
 
     pid_record = record_pid()  # a rank of a multi-node launch: what its stop command ends, by pid (dsbench.launchstop)
+    stop.on_stop(lambda _signal: forget_pid(pid_record))  # a rank told to stop leaves no record behind
     # Every rank says it started, and (below) how it ended: a rank that started and never said either was
     # killed outright (SIGKILL, the OOM killer) or crashed in native code; dsbench launch names it from this.
     try:

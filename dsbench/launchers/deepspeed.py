@@ -13,6 +13,13 @@ _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # characters (multinode_runner.py add_export) -- inside double quotes the remote shell still expands
 # $, ` and \, and " ends the quote. Values with those, or with line breaks, cannot be passed safely.
 _UNSAFE = re.compile(r'[$`"\\\n\r]')
+# DeepSpeed's pdsh runner joins the remote command into one shell line: the working folder (`cd {cwd};`), the Python
+# and the worker's arguments go in unquoted (multinode_runner.py PDSHRunner.get_cmd; parse_user_args only wraps an
+# argument holding a space in double quotes, inside which $, ` and \ still expand). What the remote shell would read
+# as syntax is refused; DeepSpeed's own set of characters it exports unquoted is what passes (add_export), and a space
+# in an argument, which DeepSpeed's double quotes keep.
+_PDSH_SAFE = re.compile(r"[\w@%+=:,./-]+")
+_PDSH_SAFE_ARG = re.compile(r"[\w@%+=:,./ -]+")
 
 
 def format_deepspeed_env(env: dict[str, str]) -> str:
@@ -27,6 +34,17 @@ def format_deepspeed_env(env: dict[str, str]) -> str:
                             "(empty, surrounding spaces, or one of $ ` \" \\ or a line break)")
         lines.append(f"{key}={value}\n")
     return "".join(lines)
+
+
+def check_pdsh_words(spec: LaunchSpec) -> None:
+    """Refuse what DeepSpeed's pdsh runner would hand the remote shell unquoted (a run folder named ``a;b`` would run
+    ``b`` on every node)."""
+    for what, word, safe in (("the working folder", spec.cwd, _PDSH_SAFE), ("the Python", spec.python, _PDSH_SAFE),
+                             *(("a worker argument", arg, _PDSH_SAFE_ARG) for arg in worker_args(spec))):
+        if not safe.fullmatch(word):
+            raise UserError(f"{what} {word!r}: DeepSpeed's pdsh runner passes it to each node's shell unquoted, which "
+                            "would read it as shell syntax; use letters, digits and _@%+=:,./- only (a plain "
+                            "--run-dir), or --launcher-backend ssh")
 
 
 def build(spec: LaunchSpec) -> LaunchCommand:
@@ -57,6 +75,8 @@ def build(spec: LaunchSpec) -> LaunchCommand:
         return fan_out(spec, {host: [spec.python, "-m", "deepspeed.launcher.runner", *options, "--no_ssh",
                                      "--node_rank", str(rank), *tail]
                               for rank, host in enumerate(spec.selection())})
+    if spec.launcher_backend == "pdsh":
+        check_pdsh_words(spec)
     # pdsh (DeepSpeed's default) or openmpi: DeepSpeed reaches the nodes itself. Remote ranks get only
     # PYTHON*/MLFLOW*/MV2*/UCX* from this environment; the rest goes in the env file.
     backend = [] if spec.launcher_backend == "pdsh" else ["--launcher", spec.launcher_backend]

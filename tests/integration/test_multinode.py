@@ -171,3 +171,50 @@ def test_calibrate_measures_within_and_across_nodes(hostfile, tmp_path):
         assert groups[group]["all-reduce"]["bandwidth_gbs"] > 0, group
     assert "zero3_tensor_s" in profile["rates"] and "fsdp_unit_s_per_micro_step" in profile["rates"]
     assert profile["tensor_parallel"]["tp"] == 2  # tensor parallelism spans a node's ranks (GPT-2: not measured)
+
+
+STOPS = {"deepspeed-pdsh": ["--zero", "2", *ONE_PER_NODE],
+         "torchrun-ssh": ["--strategy", "ddp", "--launcher", "torchrun", *ONE_PER_NODE]}
+
+
+@needs_testbed
+@pytest.mark.parametrize("name", list(STOPS))
+def test_stopping_a_multi_node_launch_ends_its_ranks_and_nothing_else(hostfile, tmp_path, name):
+    """SIGTERM to `dsbench launch` across nodes: every rank of the launch ends, on every node; a process that only
+    looks like a DeepSpeed launch (what DeepSpeed's pdsh runner would `pkill -f`) and lives on is untouched. The
+    run folder's name is a regular expression that matches everything (`x.+`: pdsh takes no shell syntax)."""
+    import signal
+    import sys
+    import time
+
+    python = str(Path(sys.executable))
+    decoy = subprocess.Popen(["bash", "-c", f"exec -a '{python} -u -m deepspeed.launcher.launch --decoy' sleep 600"])
+    folder = tmp_path / "x.+"
+    launch = subprocess.Popen([sys.executable, "-m", "dsbench", "launch", *STOPS[name], "--hostfile", str(hostfile),
+                               "--run-dir", str(folder), "--", "--steps", "100000", "--warmup", "1", "--quiet"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        started: list[str] = []
+        seen = ""
+        deadline = time.monotonic() + 240
+        assert launch.stdout is not None
+        while len(started) < 2 and time.monotonic() < deadline:
+            line = launch.stdout.readline()
+            seen += line
+            if "dsbench.train: started" in line:
+                started.append(line)
+        assert len(started) == 2, "the ranks did not start"
+        launch.send_signal(signal.SIGTERM)
+        rest, _ = launch.communicate(timeout=120)
+        assert launch.returncode == 128 + signal.SIGTERM, rest[-2000:]
+        procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        assert str(folder) not in procs, procs  # no rank, per-node launcher or ssh of this launch is left
+        assert decoy.poll() is None  # the look-alike survives: nothing was stopped by pattern
+        import re
+
+        launch_id = re.search(r"DSBENCH_LAUNCH_ID=([0-9a-f]{16})", seen).group(1)  # in the printed command
+        assert not (Path("/tmp/dsbench-launches") / launch_id).exists()  # its pid records went with it
+    finally:
+        decoy.kill()
+        if launch.poll() is None:
+            launch.kill()

@@ -10,11 +10,21 @@ from pathlib import Path
 
 import pytest
 
+from dsbench.errors import UserError
 from dsbench.hostfile import Host
 from dsbench.launchers import LaunchSpec, build
 from dsbench.launchstop import ENV, forget_pid, new_id, node_stop, pid_dir, record_pid, stop_script, valid_id
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+@pytest.fixture(autouse=True)
+def pid_root(tmp_path, monkeypatch):
+    """Records in a folder of the test's own (the real one is /tmp/dsbench-launches, shared by real launches)."""
+    from dsbench import launchstop
+
+    monkeypatch.setattr(launchstop, "PID_ROOT", str(tmp_path / "launches"))
+    return tmp_path / "launches"
 
 
 def _alive(proc: subprocess.Popen) -> bool:
@@ -25,7 +35,7 @@ def _alive(proc: subprocess.Popen) -> bool:
     return True
 
 
-def test_the_stop_ends_the_launch_s_processes_and_nothing_else(tmp_path):
+def test_the_stop_ends_the_launch_s_processes_and_nothing_else(tmp_path, pid_root):
     launch_id, other_id = new_id(), new_id()
     ours = subprocess.Popen(SLEEPER, env={**os.environ, ENV: launch_id})
     theirs = subprocess.Popen(SLEEPER, env={**os.environ, ENV: other_id})  # another launch on the same node
@@ -43,7 +53,8 @@ def test_the_stop_ends_the_launch_s_processes_and_nothing_else(tmp_path):
             proc.wait()
         for record in records:
             forget_pid(record)
-    assert not os.path.exists(records[0])
+    assert not (pid_root / launch_id).exists()  # the stop removed the launch's records
+    assert not (pid_root / other_id).exists()  # the other launch's last record took its folder with it
 
 
 def test_a_record_is_made_only_for_a_launch_id_dsbench_made():
@@ -63,6 +74,11 @@ def test_no_multi_node_launch_kills_by_pattern(run_dir, launcher, backend):
                       hostfile="hf", launcher_backend=backend, launch_script=f"{run_dir}/launch_nodes.sh",
                       run_file=f"/abs/{run_dir}/run.json", deepspeed_env_file=f"/abs/{run_dir}/.deepspeed_env",
                       accelerate_config=f"{run_dir}/acc.yaml")
+    if launcher == "deepspeed" and backend == "pdsh":
+        # DeepSpeed's pdsh runner would hand the path to each node's shell unquoted: refused before anything
+        with pytest.raises(UserError, match="DeepSpeed's pdsh runner passes it to each node's shell unquoted"):
+            build(spec)
+        return
     command = build(spec)
     text = "\n".join(command.files.values())
     assert "pkill" not in text and "killall" not in text
