@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -120,13 +119,27 @@ def config_hash(data: Any) -> str:
 
 
 def git_revision() -> str | None:
-    """The dsbench source tree's git revision (None outside a checkout)."""
+    """The dsbench source tree's git revision (None outside a checkout), read from ``.git`` as git stores it (HEAD, a
+    loose ref or packed-refs) without starting git: dsbench.runner is the one module that starts processes."""
     root = Path(__file__).resolve().parents[2]
+    git = root / ".git"
     try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
+        if git.is_file():  # a worktree or submodule: "gitdir: PATH"
+            git = (root / git.read_text(encoding="utf-8").split(":", 1)[1].strip()).resolve()
+        head = (git / "HEAD").read_text(encoding="utf-8").strip()
+        if not head.startswith("ref:"):
+            return head or None  # a detached HEAD holds the revision itself
+        ref = head[4:].strip()
+        common = git / "commondir"
+        shared = (git / common.read_text(encoding="utf-8").strip()).resolve() if common.is_file() else git
+        for folder in (git, shared):
+            if (folder / ref).is_file():
+                return (folder / ref).read_text(encoding="utf-8").strip() or None
+        packed = shared / "packed-refs"
+        lines = packed.read_text(encoding="utf-8").splitlines() if packed.is_file() else []
+        return next((line.split()[0] for line in lines if line.endswith(f" {ref}")), None)
+    except (OSError, UnicodeDecodeError, IndexError):
         return None
-    return out.stdout.strip() or None
 
 
 def header(**fields: Any) -> dict[str, Any]:

@@ -71,3 +71,21 @@ def test_every_unit_has_a_rule():
     units = {p.relative_to(ROOT / "dsbench").parts[0].removesuffix(".py") for p in (ROOT / "dsbench").glob("*")
              if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())}
     assert units <= set(ALLOWED), units - set(ALLOWED)
+
+
+PROCESS_STARTERS = ("subprocess", "os.system", "os.popen", "os.exec", "os.spawn", "os.fork", "os.posix_spawn",
+                    "pty.spawn", "multiprocessing")
+
+
+def test_only_the_runner_starts_processes():
+    """dsbench.runner is the one module that starts processes (the worker's ranks are started by launchers)."""
+    found = []
+    for path in sorted((ROOT / "dsbench").rglob("*.py")):
+        if path == ROOT / "dsbench" / "runner.py":
+            continue
+        text = path.read_text()
+        imported = {name.split(".")[0] for name in _imports(path)}
+        found += [f"{path.relative_to(ROOT)}: {word}" for word in PROCESS_STARTERS
+                  if (word in imported if "." not in word else f"{word}(" in text or f"{word}" in text)]
+    assert found == []
+

@@ -48,3 +48,16 @@ def test_a_configs_own_accumulation_sizes_the_auto_batch():
     assert (config["train_batch_size"], config["train_micro_batch_size_per_gpu"]) == (2 * 16 * 2, 2)
     with pytest.raises(UserError, match="plugin: "):
         complete_ds_config({**raw, "train_batch_size": 5}, "plugin", inputs, world_size=2)
+
+
+def test_git_revision_is_what_git_says_without_starting_git():
+    import shutil
+    import subprocess
+
+    from dsbench.worker.setup import git_revision
+    from tests.conftest import ROOT
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    oracle = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert git_revision() == oracle.strip()
