@@ -13,9 +13,10 @@ from dsbench import trainspec
 from dsbench.configs import accelerate
 from dsbench.configs.api import ds_file_of, make_render_spec, validate_accelerate
 from dsbench.configs.findings import has_errors
+from dsbench.configs.layout import config_dims
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.render import render
-from dsbench.configs.validate import ValidateContext, config_dims, validate
+from dsbench.configs.validate import ValidateContext, validate
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import is_valid_hostname, read_hostfile
 from dsbench.io import atomic_write_json, atomic_write_text, check_creatable_folder, read_text

@@ -68,7 +68,7 @@ def sanitized(config: dict[str, Any], reported: list[Finding]) -> dict[str, Any]
 
 
 def _world_for(config: dict[str, Any], world_size: int | None) -> int:
-    from dsbench.configs.validate import data_parallel_size
+    from dsbench.configs.layout import data_parallel_size
 
     if world_size is not None:
         return data_parallel_size(config, world_size) or 1

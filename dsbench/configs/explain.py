@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsbench.configs.layout import data_parallel_size, parallel_degrees
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import config_precision
-from dsbench.configs.validate import data_parallel_size, parallel_degrees
 
 _STAGES = {
     0: "ZeRO disabled: every rank holds the full parameters, gradients and optimizer states; gradients are "

@@ -14,13 +14,14 @@ from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
 from dsbench.configs.findings import Finding
+from dsbench.configs.layout import config_dims, data_parallel_size, int_or_none, parallel_degrees
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import bf16_enabled, fp16_enabled
 from dsbench.configs.schema import unknown_keys
 from dsbench.configs.types import check_types
 from dsbench.errors import UserError
-from dsbench.parallel import ParallelDims, bubble_fraction
+from dsbench.parallel import bubble_fraction
 
 WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
@@ -34,32 +35,6 @@ class ValidateContext:
     """Total ranks; ``None`` checks only what holds for every world size."""
     allow_auto: bool = False
     """Downgrade unresolved "auto" values to warnings (for configs meant for the HF Trainer)."""
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def parallel_degrees(config: dict[str, Any]) -> tuple[int, int]:
-    """Pipeline stages and tensor-parallel degree the config asks for (1 when absent or "auto")."""
-    pp = _int_or_none(get_path(config, "pipeline.stages")) or 1
-    tp = _int_or_none(get_path(config, "tensor_parallel.autotp_size")) or 1
-    return pp, tp
-
-
-def config_dims(config: dict[str, Any], world_size: int) -> ParallelDims | None:
-    """The parallel layout a config asks for on ``world_size`` ranks (``None`` if pp x tp does not divide it)."""
-    pp, tp = parallel_degrees(config)
-    try:
-        return ParallelDims(world=world_size, tp=tp, pp=pp)
-    except UserError:
-        return None
-
-
-def data_parallel_size(config: dict[str, Any], world_size: int) -> int | None:
-    """The rank count DeepSpeed's batch assertion uses (:meth:`ParallelDims.deepspeed_batch_ranks`), or ``None``."""
-    dims = config_dims(config, world_size)
-    return None if dims is None else dims.deepspeed_batch_ranks()
 
 
 def check_parallel_degrees(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
@@ -86,10 +61,10 @@ def check_batch(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
     values = {k: get_path(config, k) for k in BATCH_KEYS}
     bad = [Finding(severity="error", code="batch-type", path=k,
                    message=f"must be a positive integer, got {json.dumps(v)}", fix=f"set {k} to an integer >= 1")
-           for k, v in values.items() if v is not None and v != "auto" and (_int_or_none(v) or 0) < 1]
+           for k, v in values.items() if v is not None and v != "auto" and (int_or_none(v) or 0) < 1]
     if bad:
         return bad
-    tb, mb, ga = (_int_or_none(values[k]) for k in BATCH_KEYS)
+    tb, mb, ga = (int_or_none(values[k]) for k in BATCH_KEYS)
     if "auto" in values.values():
         return []  # reported by check_auto, with what each would resolve to
     if tb is None and mb is None:
@@ -148,7 +123,7 @@ def _batch_without_world(tb: int | None, mb: int | None, ga: int | None) -> list
 def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
     """Combinations DeepSpeed ignores silently (warning) or rejects late (error)."""
     out: list[Finding] = []
-    stage = _int_or_none(get_path(config, "zero_optimization.stage")) or 0
+    stage = int_or_none(get_path(config, "zero_optimization.stage")) or 0
     opt_dev = get_path(config, "zero_optimization.offload_optimizer.device")
     par_dev = get_path(config, "zero_optimization.offload_param.device")
     if par_dev not in (None, "none") and stage < 3:
@@ -187,7 +162,7 @@ def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Fin
         out.append(Finding(severity="error", code="fp16-and-bf16", path="bf16.enabled",
                            message="fp16 and bf16 are both enabled; DeepSpeed asserts at start-up",
                            fix="enable only one of fp16.enabled / bf16.enabled"))
-    warmup = _int_or_none(get_path(config, "scheduler.params.warmup_num_steps"))
+    warmup = int_or_none(get_path(config, "scheduler.params.warmup_num_steps"))
     if get_path(config, "scheduler.type") in WARMUP_SCHEDULERS and warmup is not None and warmup < 2:
         zero = warmup < 1
         out.append(Finding(severity="error" if zero else "warning", code="warmup-below-2",
@@ -217,7 +192,7 @@ def _pipeline_combinations(config: dict[str, Any], stage: int, opt_dev: Any) -> 
         except UserError as exc:
             out.append(Finding(severity="error", code="pipeline-section", path="pipeline", message=str(exc),
                                fix="see docs/parallelism.md for the pipeline keys dsbench's worker reads"))
-    micro_batches = _int_or_none(get_path(config, "gradient_accumulation_steps"))
+    micro_batches = int_or_none(get_path(config, "gradient_accumulation_steps"))
     if pp > 1 and micro_batches is not None and micro_batches < pp:
         out.append(Finding(severity="warning", code="pipeline-bubble", path="gradient_accumulation_steps",
                            message=f"{micro_batches} micro-batch(es) for {pp} pipeline stages: each stage idles "
@@ -235,8 +210,8 @@ def _pipeline_combinations(config: dict[str, Any], stage: int, opt_dev: Any) -> 
 def check_auto(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
     """"auto" is filled only by the HF Trainer / accelerate; plain DeepSpeed fails late on it."""
     dp = None if ctx.world_size is None else data_parallel_size(config, ctx.world_size)
-    mb = _int_or_none(get_path(config, "train_micro_batch_size_per_gpu"))
-    ga = _int_or_none(get_path(config, "gradient_accumulation_steps"))
+    mb = int_or_none(get_path(config, "train_micro_batch_size_per_gpu"))
+    ga = int_or_none(get_path(config, "gradient_accumulation_steps"))
     # HF TrainingArguments defaults: per_device_train_batch_size 8, accumulation 1, learning_rate 5e-5
     inputs = AutoInputs(micro_batch=mb or 8, grad_accum=ga or 1, data_parallel_size=dp, lr=5e-5, train_steps=None)
     out = []

@@ -14,9 +14,10 @@ from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, fill_auto
 from dsbench.configs.findings import has_errors
+from dsbench.configs.layout import config_dims, parallel_degrees
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.precision import config_precision
-from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, config_dims, parallel_degrees, validate
+from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validate
 from dsbench.envinfo import machine, versions
 from dsbench.errors import UserError
 from dsbench.jitlocks import stale_lock_message, stale_locks

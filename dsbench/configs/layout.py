@@ -1,0 +1,38 @@
+"""The parallel layout a DeepSpeed config asks for: its pipeline stages and AutoTP degree, and the dims they make
+on a world size. One place, read by validation, DeepSpeed's own check, explain, launch and the worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.configs.overrides import get_path
+from dsbench.errors import UserError
+from dsbench.parallel import ParallelDims
+
+
+def int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def parallel_degrees(config: dict[str, Any]) -> tuple[int, int]:
+    """Pipeline stages and tensor-parallel degree the config asks for (1 when absent or "auto")."""
+    pp = int_or_none(get_path(config, "pipeline.stages")) or 1
+    tp = int_or_none(get_path(config, "tensor_parallel.autotp_size")) or 1
+    return pp, tp
+
+
+def config_dims(config: dict[str, Any], world_size: int) -> ParallelDims | None:
+    """The parallel layout a config asks for on ``world_size`` ranks (``None`` if pp x tp does not divide it)."""
+    pp, tp = parallel_degrees(config)
+    try:
+        return ParallelDims(world=world_size, tp=tp, pp=pp)
+    except UserError:
+        return None
+
+
+def data_parallel_size(config: dict[str, Any], world_size: int) -> int | None:
+    """The rank count DeepSpeed's batch assertion uses (:meth:`ParallelDims.deepspeed_batch_ranks`), or ``None``."""
+    dims = config_dims(config, world_size)
+    return None if dims is None else dims.deepspeed_batch_ranks()
+
+
