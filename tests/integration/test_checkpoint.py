@@ -112,9 +112,11 @@ def test_zero_checkpoint_resumes_on_one_rank_through_a_universal_checkpoint(trai
     assert (checkpoints / "latest").read_text() == "global_step20"  # the user's checkpoint folder is untouched
 
 
-def test_zero_checkpoint_on_another_tensor_parallel_layout_is_refused(trained, tmp_path):
+def test_zero_checkpoint_on_another_model_parallel_layout_is_refused(trained, tmp_path):
+    """A ZeRO-2 checkpoint of 2 data-parallel ranks resumed as 2 pipeline stages (the same global batch): refused in
+    one line by the worker. (--tp on this GPT-2 model is refused before any rank starts: AutoTP cannot split it.)"""
     checkpoints, _, _ = trained.get("zero2")
-    result = dsbench("launch", *STRATEGIES["zero2"], "--tp", "2", "--grad-accum", "2", "--run-dir",
+    result = dsbench("launch", "--zero", "1", "--pipeline-stages", "2", "--grad-accum", "2", "--run-dir",
                      str(tmp_path / "r"), "--", *WORKER, "--steps", "20", "--resume",
                      str(checkpoints / "global_step10"), cwd=ROOT, timeout=600)
     assert result.returncode != 0, result.stderr[-2000:]
