@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
+from dsbench.models import LLAMA_LIKE, resolve_model
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +169,17 @@ def _check_mode(strategies: list[str], option: str, mode: str) -> None:
                         "--strategies")
 
 
+def _check_models(strategies: list[str], models: list[str]) -> None:
+    """Every model resolves, and the tensor-parallel strategies get models they can split (Llama-family: AutoTP
+    and DTensor TP split q/k/v/o and the MLP by heads; GPT-2's fused Conv1D does not), before any cell runs."""
+    for model in models:
+        arch = resolve_model(model).arch
+        split = [s for s in strategies if s in STRATEGIES and "--tp" in STRATEGIES[s].flags]
+        if split and arch not in LLAMA_LIKE:
+            raise UserError(f"--strategies {split[0]} splits Llama-family models ({', '.join(LLAMA_LIKE)}); --models "
+                            f"{model} is {arch!r}: run it on llama-tiny, qwen2-tiny or another Llama-family model")
+
+
 def variants(strategy: str, compile: str, fused_optimizer: str) -> list[tuple[bool, bool]]:
     """The (compile, fused optimizer) pairs a strategy runs under the two modes: each option's values where the
     worker applies it to the strategy, off where it does not."""
@@ -185,6 +197,7 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
     _check_mode(strategies, "fused-optimizer", fused_optimizer)
     if compile != "off" and warmup < 1:
         raise UserError("--compile needs --warmup >= 1: compilation must stay out of the measured window")
+    _check_models(strategies, models)
     placed = [(strategy, world) for strategy in strategies for world in sorted(set(world_sizes))
               # single runs at 1 rank; model-parallel strategies need a multiple of their degree
               if not (strategy == "single" and world != 1 or world % _model_parallel(strategy))]
