@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 Severity = Literal["error", "warning"]
+MAX_TEXT = 400
+MAX_PATH = 200
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -22,6 +24,14 @@ class Finding:
     """What is wrong, with the numbers involved."""
     fix: str = ""
     """How to fix it."""
+
+    def __post_init__(self) -> None:
+        # a value quoted from the file (a 1 MB string, a key of 10,000 characters) never makes a finding longer than
+        # a few lines: what is reported is bounded as what is read is
+        for name, limit in (("path", MAX_PATH), ("message", MAX_TEXT), ("fix", MAX_TEXT)):
+            text = getattr(self, name)
+            if len(text) > limit:
+                object.__setattr__(self, name, text[: limit - 20] + f"... ({len(text):,} chars)")
 
     def line(self) -> str:
         """One-line human rendering."""
