@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.launchers import LaunchCommand, LaunchSpec, cpu_env, worker_args
+from dsbench.launchers.base import LaunchCommand, LaunchSpec, cpu_env, worker_args
 from dsbench.launchers.remote import fan_out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from dsbench.errors import UserError
-from dsbench.launchers import LaunchCommand, LaunchSpec, cpu_env, worker_args
+from dsbench.launchers.base import LaunchCommand, LaunchSpec, cpu_env, worker_args
 from dsbench.launchers.remote import fan_out, stop_command
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

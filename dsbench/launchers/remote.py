@@ -14,7 +14,7 @@ from __future__ import annotations
 import posixpath
 import shlex
 
-from dsbench.launchers import LaunchCommand, LaunchSpec, cpu_env
+from dsbench.launchers.base import LaunchCommand, LaunchSpec, cpu_env
 from dsbench.launchstop import SSH, node_stop, record_self, stop_script
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 
 from dsbench.errors import UserError
-from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, cpu_env, worker_args
+from dsbench.launchers.base import LaunchCommand, LaunchSpec, SlurmJob, cpu_env, worker_args
 
 
 def sbatch_script(spec: LaunchSpec, job: SlurmJob) -> str:

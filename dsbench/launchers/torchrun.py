@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dsbench.launchers import LaunchCommand, LaunchSpec, cpu_env, worker_args
+from dsbench.launchers.base import LaunchCommand, LaunchSpec, cpu_env, worker_args
 from dsbench.launchers.remote import fan_out
 
 

@@ -89,3 +89,39 @@ def test_only_the_runner_starts_processes():
                   if (word in imported if "." not in word else f"{word}(" in text or f"{word}" in text)]
     assert found == []
 
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """dsbench module -> the dsbench modules it imports (at the top or inside functions)."""
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in (ROOT / "dsbench").rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("dsbench"):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    deps.add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("dsbench")}
+        graph[name] = {d for d in deps if d in modules and d != name}
+    return graph
+
+
+def test_no_import_cycle():
+    """No module imports, directly or through others, one that imports it back (registries import their entries;
+    the entries import the shared base beside them, never the registry)."""
+    graph = _module_graph()
+    cycles = []
+    for start in graph:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    cycles.append(" -> ".join([*path, nxt]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert cycles == []

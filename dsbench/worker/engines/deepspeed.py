@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench.worker.engines import EngineOptions, accumulate
+from dsbench.worker.engines.base import EngineOptions, accumulate
 from dsbench.worker.state_bytes import count_deepspeed
 
 

@@ -22,7 +22,7 @@ from torch import nn
 from dsbench.models import check_megatron_tp
 from dsbench.parallel import ParallelDims
 from dsbench.worker.dist import Collectives
-from dsbench.worker.engines import EngineOptions, accumulate
+from dsbench.worker.engines.base import EngineOptions, accumulate
 from dsbench.worker.engines.busy import BusyClock
 from dsbench.worker.engines.native import adamw, autocast
 from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, tied_head

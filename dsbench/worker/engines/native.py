@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from dsbench.worker.engines import EngineOptions, accumulate, warmup_factor
+from dsbench.worker.engines.base import EngineOptions, accumulate, warmup_factor
 from dsbench.worker.model import transformer_blocks
 from dsbench.worker.state_bytes import count_native
 

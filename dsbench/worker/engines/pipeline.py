@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench.configs.pipeline import pipeline_settings
-from dsbench.worker.engines import EngineOptions
+from dsbench.worker.engines.base import EngineOptions
 from dsbench.worker.engines.busy import BusyClock
 from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, stage_layers, tied_head
 from dsbench.worker.state_bytes import count_deepspeed

@@ -1,0 +1,74 @@
+"""What every engine shares: the options, the interface the loop calls, the LR warm-up and micro-step accumulation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Training settings shared by all strategies."""
+
+    lr: float
+    weight_decay: float
+    betas: tuple[float, float]
+    eps: float
+    grad_clip: float
+    warmup_steps: int
+    grad_accum: int
+    precision: str
+    fsdp_reshard: bool = True
+    fsdp_cpu_offload: bool = False
+    ds_config: dict[str, Any] | None = None
+    dims: Any = None
+    """The run's ParallelDims (torch_pp / torch_tp build their meshes from it)."""
+    pipeline_schedule: str = "1f1b"
+    compile: bool = False
+    """torch.compile the model's transformer blocks (native) or the DeepSpeed engine (its ``compile()``)."""
+    fused_optimizer: bool = False
+    """torch AdamW ``fused=True`` (native strategies)."""
+
+
+class Engine(Protocol):
+    """What the training loop needs from a strategy."""
+
+    name: str
+    model: Any
+    measure_states: bool
+    """Set by the loop for the step whose model-state bytes are counted (gradients exist only inside it)."""
+
+    def train_step(self, batches: list[Any]) -> Any:
+        """One optimizer step over ``batches`` (one per micro-step); returns the mean loss as a detached
+        0-d tensor on the rank's device (never read on the host here: the loop gathers it later)."""
+
+    def model_state_bytes(self) -> dict[str, Any]:
+        """Bytes of params/grads/optimizer states held by this rank, counted from tensors."""
+
+    def lr(self) -> float:
+        """Current learning rate."""
+
+
+def warmup_factor(step: int, warmup_steps: int) -> float:
+    """DeepSpeed WarmupLR's log ramp (runtime/lr_schedules.py) with min_lr 0, so native runs match it.
+
+    DeepSpeed uses ``max(2, warmup_num_steps)`` steps and ``log(step + 1) / log(steps)``; 0 warm-up
+    steps means no scheduler at all (constant LR), as dsbench renders it.
+    """
+    import math
+
+    if warmup_steps <= 0:
+        return 1.0
+    total = max(2, warmup_steps)
+    return math.log(step + 1) / math.log(total) if step < total else 1.0
+
+
+def accumulate(engine: Any, batches: list[Any]) -> Any:
+    """``train_step`` for engines that expose micro-steps: zero_grad, forward/backward per micro-batch (the
+    gradient reduction happens on the last one), optimizer step; the mean of the micro-batch losses."""
+    import torch
+
+    engine.zero_grad()
+    losses = [engine.forward_backward(batch, last_micro=(m == len(batches) - 1)) for m, batch in enumerate(batches)]
+    engine.step()
+    return torch.stack(losses).mean()
