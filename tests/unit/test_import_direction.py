@@ -27,8 +27,8 @@ ALLOWED: dict[str, set[str]] = {
     "bench": CORE | {"configs", "launchers", "runner", "report", "plan", "launch", "testbed"},
     "worker": CORE | {"configs"},
     "train": CORE | {"worker"},
-    "cli": CORE | {"configs", "launchers", "report", "plan", "runner", "launch", "bench", "testbed",
-                   "doctor"},
+    "commands": CORE | {"configs", "launchers", "report", "plan", "runner", "launch", "bench", "testbed", "doctor"},
+    "cli": CORE | {"commands"},
     "__main__": {"cli"},
 }
 HEAVY = {"torch", "deepspeed", "transformers", "datasets", "accelerate"}

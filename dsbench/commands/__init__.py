@@ -1,0 +1,1 @@
+"""One module per ``dsbench`` command (as accelerate's ``commands/``); :mod:`dsbench.cli` assembles them."""

@@ -1,0 +1,86 @@
+"""``dsbench calibrate``: the machine profile the planner reads."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from dsbench.commands.base import Command
+from dsbench.commands.options import (
+    COUNT,
+    POSITIVE,
+    check_seq_len,
+)
+from dsbench.errors import DsbenchError, UserError
+
+
+@click.command(cls=Command)
+@click.option("--hostfile", type=click.Path(dir_okay=False), help="Measure across these hosts (one torchrun each).")
+@click.option("--num-gpus", type=COUNT, help="Ranks on this machine without a hostfile [GPUs, or 2 CPU ranks].")
+@click.option("--model", default="gpt2-mini", show_default=True, help="The model whose shapes are measured.")
+@click.option("--micro-batch", type=COUNT, default=2, show_default=True)
+@click.option("--seq-len", type=COUNT, default=128, show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="The profile [RUN_DIR/profile.json].")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Measurements and log [runs/calibrate-TIME].")
+@click.option("--master-port", type=click.IntRange(1, 65535), help="Rendezvous port [a free port].")
+@click.option("--timeout", type=POSITIVE, default=600, show_default=True, help="Seconds before it is stopped.")
+@click.option("--dry-run", is_flag=True, help="Print the command; run nothing.")
+def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batch: int, seq_len: int,
+              precision: str, output: str | None, run_dir: str | None, master_port: int | None, timeout: float,
+              dry_run: bool) -> None:
+    """Measure this machine for the planner: compute rate per rank at the model's shapes, and latency and
+    bandwidth of all-reduce, all-gather, reduce-scatter and point-to-point on the real ranks (`plan --profile`)."""
+    from dsbench.envinfo import default_ranks, free_port, local_gpu_count
+    from dsbench.hostfile import read_hostfile
+    from dsbench.io import atomic_write_json, check_output_path, read_json
+    from dsbench.launch import inherited_env
+    from dsbench.launchers import LaunchSpec, build
+    from dsbench.plan.profile import fit_profile, summary_lines
+
+    if hostfile and num_gpus:
+        raise UserError("--num-gpus is the ranks on this machine; with --hostfile its slots say it: drop one")
+    check_seq_len(model, seq_len)
+    folder = Path(run_dir or f"runs/calibrate-{time.strftime('%Y%m%d-%H%M%S')}")
+    target = Path(output) if output else folder / "profile.json"
+    check_output_path(target)
+    for path in (folder / "measured.json", target):
+        if path.exists():
+            raise UserError(f"{path} exists: choose a new {'-o' if path == target else '--run-dir'} (dsbench never "
+                            "overwrites measurements)")
+    hosts = tuple(read_hostfile(hostfile)) if hostfile else ()
+    measured = (folder / "measured.json").absolute()
+    command = " ".join(["dsbench", "calibrate", *sys.argv[2:]])
+    spec = LaunchSpec(launcher="torchrun", strategy="ddp", module="dsbench.worker.calibrate",
+                      nproc_per_node=num_gpus or default_ranks(), hostfile=hostfile, hosts=hosts,
+                      master_port=master_port or (29500 if dry_run else free_port()), cpu=local_gpu_count() == 0,
+                      python=sys.executable, cwd=os.getcwd(), launch_script=str(folder / "launch_nodes.sh"),
+                      extra_env=inherited_env(os.environ, sys.executable) if hosts else (),
+                      script_args=("--model", model, "--micro-batch", str(micro_batch), "--seq-len", str(seq_len),
+                                   "--precision", precision, "--out", str(measured), "--command", command))
+    launch = build(spec)
+    for path, text in launch.files.items():
+        from dsbench.io import atomic_write_text
+
+        atomic_write_text(path, text)
+    click.echo(launch.shell_line())
+    if dry_run:
+        return
+    from dsbench.runner import first_error, run
+
+    code = run(launch, log_path=folder / "calibrate.log", echo=None, timeout=timeout)
+    if code != 0 or not measured.exists():
+        reason = first_error(folder / "calibrate.log") or "no error line in the log"
+        raise DsbenchError(f"calibration failed with exit code {code}: {reason} (log: {folder}/calibrate.log)")
+    profile = fit_profile(read_json(str(measured), "calibration measurements"))
+    atomic_write_json(target, profile)
+    for line in summary_lines(profile):
+        click.echo(line)
+    click.echo(f"profile: {target}  (dsbench plan --profile {target} ...)")
+
+
+COMMAND = calibrate

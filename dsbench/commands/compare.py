@@ -1,0 +1,54 @@
+"""``dsbench compare``: strategies side by side, measured, with a report."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from dsbench.commands.base import Command
+from dsbench.commands.options import (
+    COUNT,
+    POSITIVE,
+    checked_profile,
+    csv_list,
+)
+
+
+@click.command(cls=Command)
+@click.option("--strategies", callback=csv_list(str),
+              help="Comma list [single,ddp,fsdp,zero1,zero2,zero3,zero2_offload].")
+@click.option("--world-sizes", callback=csv_list(int), help="Comma list of rank counts [2].")
+@click.option("--micro-batches", callback=csv_list(int), help="Comma list of per-rank micro-batches [2].")
+@click.option("--models", callback=csv_list(str), help="Comma list of models [gpt2-mini].")
+@click.option("--matrix", "matrix_file", type=click.Path(dir_okay=False), help="YAML/JSON matrix (flags override it).")
+@click.option("--repeats", type=COUNT, help="Repeat every cell R times [1].")
+@click.option("--steps", type=int, help="Optimizer steps per cell [20].")
+@click.option("--warmup", type=click.IntRange(min=0), help="Warm-up steps excluded from figures [5].")
+@click.option("--seq-len", type=COUNT, help="Tokens per sample [128].")
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help="[fp32]")
+@click.option("--compile", type=click.Choice(["off", "on", "both"]),
+              help="torch.compile the cells: off, on, or both (each strategy eager and compiled side by side) [off].")
+@click.option("--fused-optimizer", type=click.Choice(["auto", "off", "on", "both"]),
+              help="torch AdamW's fused kernel for the cells that step torch AdamW: auto (wherever it applies, as "
+                   "DeepSpeed steps its FusedAdam), off, on, or both (side by side) [auto].")
+@click.option("--out", type=click.Path(file_okay=False), help="Results folder [runs/compare-TIMESTAMP].")
+@click.option("--resume", is_flag=True, help="Continue an interrupted matrix in --out, skipping finished cells.")
+@click.option("--retry-failed", is_flag=True, help="With --resume, run failed/timed-out cells again.")
+@click.option("--timeout", type=POSITIVE, default=900, show_default=True, help="Seconds per cell before it is stopped.")
+@click.option("--nvme-path", help="Folder for zero3_nvme swap files [inside each cell's folder].")
+@click.option("--no-report", is_flag=True, help="Do not build the report at the end.")
+@click.option("--quiet", is_flag=True, help="No live progress (one line per cell).")
+@click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
+              help="Machine profile (dsbench calibrate): the report shows predicted beside measured step time.")
+def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed: bool, timeout: float,
+            nvme_path: str | None, no_report: bool, quiet: bool, profile: str | None, **flags: Any) -> None:
+    """Run a matrix of strategies side by side (real launches) and build the report."""
+    from dsbench.bench.session import compare_main
+
+    sys.exit(compare_main(matrix_file, flags, out, resume, retry_failed, timeout, nvme_path, no_report, quiet,
+                          profile))
+
+
+COMMAND = compare

@@ -1,0 +1,125 @@
+"""Option types and option groups shared by several commands."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import click
+
+from dsbench.errors import UserError
+
+
+class Finite(click.ParamType):
+    """A finite float in a range: click's FloatRange lets NaN through (every comparison with NaN is false)."""
+
+    name = "number"
+
+    def __init__(self, low: float | None = None, low_open: bool = False, high: float | None = None) -> None:
+        self.low, self.low_open, self.high = low, low_open, high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        import math
+
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.low is not None and (number < self.low or (self.low_open and number == self.low)):
+            self.fail(f"{value} must be {'>' if self.low_open else '>='} {self.low:g}", param, ctx)
+        if self.high is not None and number > self.high:
+            self.fail(f"{value} must be <= {self.high:g}", param, ctx)
+        return number
+
+
+POSITIVE = Finite(0, low_open=True)
+COUNT = click.IntRange(min=1)
+_OFFLOAD = click.Choice(["none", "cpu", "nvme"])
+RENDER_FLAGS = ("zero", "offload", "offload_param", "nvme_path", "precision", "micro_batch", "grad_accum",
+                "global_batch", "pipeline_stages", "tp", "grad_clip", "lr", "warmup_steps", "train_steps")
+
+
+def render_options(func: Any) -> Any:
+    """The config-shaping flags shared by ``render`` and ``launch`` (default None = not given)."""
+    options = [
+        click.option("--preset", help="Start from a named preset (see `dsbench presets`)."),
+        click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage 0-3."),
+        click.option("--offload", type=_OFFLOAD, help="Offload optimizer states to cpu or nvme."),
+        click.option("--offload-param", type=_OFFLOAD, help="Offload parameters (ZeRO-3 only)."),
+        click.option("--nvme-path", help="Folder for NVMe offload swap files."),
+        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Training precision."),
+        click.option("--micro-batch", type=int, help="Samples per rank per micro-step."),
+        click.option("--grad-accum", type=int, help="Gradient-accumulation steps."),
+        click.option("--global-batch", type=int, help="Samples per optimizer step (derives --grad-accum)."),
+        click.option("--pipeline-stages", type=int, help="Pipeline-parallel stages (DeepSpeed PipelineModule)."),
+        click.option("--tp", type=int, help="Tensor-parallel degree (DeepSpeed AutoTP)."),
+        click.option("--grad-clip", type=float, help="Gradient-norm clipping [1.0]."),
+        click.option("--lr", type=float, help="Peak learning rate [3e-4]."),
+        click.option("--warmup-steps", type=int, help="Scheduler warm-up steps [0]."),
+        click.option("--train-steps", type=int, help="Total steps for decaying schedulers [100]."),
+        click.option("--model", help="Model preset, local dir with config.json, or cached hub id (sizes 'auto')."),
+        click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE",
+                     help="Override any key (JSON-typed value); repeatable, applied after the flags."),
+    ]
+    return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
+
+
+def world_options(func: Any) -> Any:
+    """``--world-size`` or ``--hostfile`` (+ ``--include``/``--exclude``)."""
+    options = [
+        click.option("--world-size", type=COUNT, help="Total ranks."),
+        click.option("--hostfile", type=click.Path(dir_okay=False), help="DeepSpeed hostfile (world = its slots)."),
+        click.option("--include", default="", help="DeepSpeed resource filter, e.g. 'host1:0,1@host2'."),
+        click.option("--exclude", default="", help="DeepSpeed resource filter of slots to leave out."),
+    ]
+    return functools.reduce(lambda f, opt: opt(f), reversed(options), func)
+
+
+SLURM_FLAGS = {"nodes": "--nodes", "gpus_per_node": "--gpus-per-node", "partition": "--partition",
+               "time": "--time", "account": "--account", "wait": "--wait"}
+
+
+def slurm_options(command: Any) -> Any:
+    """The flags of ``--launcher slurm`` (collected by :func:`_slurm_job`)."""
+    for option in reversed([
+        click.option("--nodes", type=int, help="slurm: nodes to ask for [1]."),
+        click.option("--gpus-per-node", type=int, help="slurm: ranks (GPUs) per node [GPUs, or 2 CPU ranks]."),
+        click.option("--partition", help="slurm: the partition (sbatch --partition)."),
+        click.option("--time", help="slurm: the time limit, e.g. 30, 02:00:00, 1-00:00:00 (sbatch --time)."),
+        click.option("--account", help="slurm: the account to charge (sbatch --account)."),
+        click.option("--wait", is_flag=True, help="slurm: wait for the job and exit with its exit code."),
+    ]):
+        command = option(command)
+    return command
+
+
+def checked_profile(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--profile``: read and checked field by field as the flag is parsed, before any run, so a profile the
+    planner cannot use never costs a compare's cells."""
+    if value is not None:
+        from dsbench.plan.api import read_profile
+
+        read_profile(value)
+    return value
+
+
+def csv_list(kind: Any) -> Any:
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> list[Any] | None:
+        if value is None:
+            return None
+        try:
+            return [kind(item.strip()) for item in value.split(",") if item.strip()]
+        except ValueError:
+            raise click.BadParameter(f"expected a comma-separated list, got {value!r}") from None
+    return parse
+
+
+def check_seq_len(model: str, seq_len: int) -> None:
+    """The model resolves and has positions for ``seq_len`` (refused before any rank starts)."""
+    from dsbench.models import resolve_model
+
+    shape = resolve_model(model)
+    if seq_len > shape.max_positions:
+        raise UserError(f"--seq-len {seq_len} exceeds {shape.name}'s {shape.max_positions} positions")

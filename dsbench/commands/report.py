@@ -1,0 +1,38 @@
+"""``dsbench report``: tables, plots and an HTML report of run folders."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from dsbench.commands.base import Command
+from dsbench.commands.options import (
+    checked_profile,
+)
+
+
+@click.command(cls=Command)
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True))
+@click.option("-o", "--out", type=click.Path(file_okay=False), help="Report folder [first RUN_DIR/report].")
+@click.option("--no-plots", is_flag=True, help="Tables only (no matplotlib).")
+@click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
+              help="Machine profile (dsbench calibrate): add the planner's predicted step time beside the measured.")
+def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: str | None) -> None:
+    """Build tables, CSV/JSON/Markdown, PNG plots and an HTML report from run folders (merged; nothing re-runs).
+    Exit 1 when a folder could not be read (it is listed as corrupt; the others are reported)."""
+    from dsbench.bench.session import predictor, print_report
+    from dsbench.report.build import build_report
+
+    folder = Path(out or Path(run_dirs[0]) / "report")
+    built = build_report([Path(d) for d in run_dirs], folder, plots=not no_plots, predict=predictor(profile))
+    print_report(built)
+    corrupt = [run for row in built.rows for run in row["runs"] if run["status"] == "corrupt"]
+    for run in corrupt:
+        click.echo(f"dsbench: warning: {run['folder']}: unreadable run folder ({run['reason']}); reported as corrupt",
+                   err=True)
+    sys.exit(1 if corrupt else 0)
+
+
+COMMAND = report

@@ -1,0 +1,51 @@
+"""``dsbench whatif``: strategies across test-bed nodes at several link rates."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from dsbench.commands.base import Command
+from dsbench.commands.options import (
+    COUNT,
+    POSITIVE,
+)
+
+
+@click.command(cls=Command)
+@click.option("--links", default="unshaped,1gbit,100mbit", show_default=True,
+              help="Link rates between the nodes, comma-separated tc rates (unshaped = the bare bridge).")
+@click.option("--strategies", default="ddp,zero2,zero3,fsdp,pipe2", show_default=True,
+              help="Compare strategies to run on every link.")
+@click.option("--nodes", type=int, default=2, show_default=True, help="Test-bed nodes.")
+@click.option("--slots", type=int, default=1, show_default=True, help="Ranks per node.")
+@click.option("--model", default="gpt2-tiny", show_default=True)
+@click.option("--micro-batch", type=COUNT, default=2, show_default=True)
+@click.option("--steps", type=int, default=10, show_default=True)
+@click.option("--warmup", type=int, default=2, show_default=True)
+@click.option("--seq-len", type=COUNT, default=128, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), help="Results folder [runs/whatif-<time>].")
+@click.option("--timeout", type=POSITIVE, default=900, show_default=True, help="Seconds per cell.")
+@click.option("--quiet", is_flag=True, help="No live progress.")
+def whatif(links: str, strategies: str, nodes: int, slots: int, model: str, micro_batch: int, steps: int,
+           warmup: int, seq_len: int, out: str | None, timeout: float, quiet: bool) -> None:
+    """Run strategies across test-bed nodes at several link rates, beside the planner's communication time
+    (needs root: it brings `dsbench testbed` up and down once per link). Exit 1 when a cell failed."""
+    from dsbench.bench.progress import RichReporter
+    from dsbench.bench.whatif import markdown, whatif_main, write
+
+    folder = Path(out or f"runs/whatif-{time.strftime('%Y%m%d-%H%M%S')}")
+    link_list = [x.strip() for x in links.split(",") if x.strip()]
+    rows = whatif_main(link_list, [x.strip() for x in strategies.split(",") if x.strip()], nodes, slots, model,
+                       micro_batch, steps, warmup, seq_len, folder, timeout, RichReporter(quiet))
+    files = write(rows, list(dict.fromkeys(r.link for r in rows)), folder)
+    click.echo(markdown(rows), nl=False)
+    for name, path in files.items():
+        click.echo(f"{name:9} {path}")
+    sys.exit(1 if any(r.status != "ok" for r in rows) else 0)
+
+
+COMMAND = whatif
