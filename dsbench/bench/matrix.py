@@ -169,14 +169,18 @@ def _check_mode(strategies: list[str], option: str, mode: str) -> None:
                         "--strategies")
 
 
-def _check_models(strategies: list[str], models: list[str]) -> None:
-    """Every model resolves, and the tensor-parallel strategies get models they can split (Llama-family: AutoTP
-    and DTensor TP split q/k/v/o and the MLP by heads; GPT-2's fused Conv1D does not), before any cell runs."""
+def check_models(strategies: list[str], models: list[str], seq_len: int) -> None:
+    """Every model resolves and has positions for ``seq_len``, and the tensor-parallel strategies get models they
+    can split (Llama-family: AutoTP and DTensor TP split q/k/v/o and the MLP by heads; GPT-2's fused Conv1D does
+    not), before any cell runs."""
     for model in models:
-        arch = resolve_model(model).arch
+        shape = resolve_model(model)
+        if seq_len > shape.max_positions:
+            raise UserError(f"--seq-len {seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
+        arch = shape.arch
         split = [s for s in strategies if s in STRATEGIES and "--tp" in STRATEGIES[s].flags]
         if split and arch not in LLAMA_LIKE:
-            raise UserError(f"--strategies {split[0]} splits Llama-family models ({', '.join(LLAMA_LIKE)}); --models "
+            raise UserError(f"--strategies {split[0]} splits Llama-family models ({', '.join(LLAMA_LIKE)}); the model "
                             f"{model} is {arch!r}: run it on llama-tiny, qwen2-tiny or another Llama-family model")
 
 
@@ -197,12 +201,16 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
     _check_mode(strategies, "fused-optimizer", fused_optimizer)
     if compile != "off" and warmup < 1:
         raise UserError("--compile needs --warmup >= 1: compilation must stay out of the measured window")
-    _check_models(strategies, models)
+    check_models(strategies, models, seq_len)
     placed = [(strategy, world) for strategy in strategies for world in sorted(set(world_sizes))
               # single runs at 1 rank; model-parallel strategies need a multiple of their degree
               if not (strategy == "single" and world != 1 or world % _model_parallel(strategy))]
     if "single" in strategies and 1 not in world_sizes:
         placed.append(("single", 1))  # the baseline of scaling efficiency
+    unplaced = [s for s in strategies if s not in {strategy for strategy, _ in placed}]
+    if unplaced:
+        raise UserError(f"--strategies {unplaced[0]} runs on a multiple of {_model_parallel(unplaced[0])} ranks; "
+                        f"--world-sizes {','.join(map(str, world_sizes))} gives it no cell")
     cells = [Cell(strategy=label_of(strategy), world_size=world, micro_batch=micro, model=model, repeat=repeat,
                   steps=steps, warmup=warmup, seq_len=seq_len, precision=precision,
                   accelerate_config=accelerate_yaml_of(strategy), compile=compiled, fused_optimizer=fused)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.bench.compare import FINISHED, prepare_out, read_status, run_cell, set_aside
-from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args, fused_by_default, takes
+from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args, check_models, fused_by_default, takes
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json, read_json
 from dsbench.models import resolve_model
@@ -127,6 +127,7 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}")
+    check_models(strategies, [req.model], req.seq_len)  # as compare does, before any run
     layouts = search.layouts(strategies, req.world, req.global_batch, lambda s: STRATEGIES[s].model_parallel,
                              req.checkpointing)
     base = plan_request(req)
