@@ -37,6 +37,26 @@ class ParallelDims:
         """Data-parallel replicas: world / (tp x pp)."""
         return self.world // (self.tp * self.pp)
 
+    @property
+    def model_parallel(self) -> int:
+        """Ranks that share one batch: tp x pp (a tensor-parallel group splits it, a pipeline passes it along)."""
+        return self.tp * self.pp
+
+    def accumulation_for(self, pure_dp_accum: int) -> int:
+        """Micro-batches each replica accumulates so that the global batch equals pure data parallelism's on the
+        same ranks (micro x ``pure_dp_accum`` x world): with dp = world / (tp x pp) replicas, tp x pp times more."""
+        return pure_dp_accum * self.model_parallel
+
+    def pure_dp_accumulation(self, accum: int) -> int:
+        """The inverse of :meth:`accumulation_for`: the accumulation pure data parallelism would use for the global
+        batch this layout trains with ``accum`` (at least 1)."""
+        return max(1, accum // self.model_parallel)
+
+    def rank_share(self, samples: float) -> float:
+        """One rank's share of the work on ``samples`` samples (or tokens) of its replica: a tensor-parallel group
+        splits each sample's matrices tp ways, a pipeline's stages split its layers pp ways."""
+        return samples / self.model_parallel
+
     def dp_rank(self, rank: int) -> int:
         """The data-parallel replica ``rank`` belongs to (which part of each global batch it reads)."""
         return (rank // self.tp) % self.dp

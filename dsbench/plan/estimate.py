@@ -185,15 +185,15 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     """Memory, time and MFU of ``cand`` for ``wl`` on ``cl``."""
     shape = wl.shape
     acc = accounting_for(wl.precision, cand.strategy, wl.accounting)
-    model_parallel = cand.tp * cand.pp
-    dp = ParallelDims(world=cl.world, tp=cand.tp, pp=cand.pp).dp
+    dims = ParallelDims(world=cl.world, tp=cand.tp, pp=cand.pp)
+    model_parallel, dp = dims.model_parallel, dims.dp
     shards = cl.gpus_per_node // model_parallel if cand.strategy == "fsdp_hybrid" else dp
     held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed")
     states = model_states(held, cand.strategy, shards, acc, cand.offload, cand.offload_param)
     act_bytes = 2 if wl.precision in ("bf16", "fp16") else 4
     # The global batch is fixed across candidates: with TP/PP the data-parallel degree shrinks, so each
     # replica accumulates tp x pp times more micro-batches per step.
-    accum = wl.grad_accum * model_parallel
+    accum = dims.accumulation_for(wl.grad_accum)
     in_flight = min(cand.pp, accum) if cand.pp > 1 else 1  # 1F1B keeps up to P micro-batches per stage
     activations = in_flight * activation_bytes(wl.seq_len, wl.micro_batch, shape.hidden, shape.heads,
                                                shape.layers, shape.vocab_size, cand.tp, cand.pp,

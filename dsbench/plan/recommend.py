@@ -112,7 +112,8 @@ def launch_command(e: Estimate, shape: ModelShape, wl: Workload, cl: Cluster) ->
         if c.pp > 1:
             args += ["--pipeline-stages", str(c.pp)]
     args += ["--model", shape.name if shape.source != "synthetic" else "PATH_TO_MODEL", "--precision", wl.precision,
-             "--micro-batch", str(wl.micro_batch), "--grad-accum", str(wl.grad_accum * c.tp * c.pp)]
+             "--micro-batch", str(wl.micro_batch), "--grad-accum",
+             str(ParallelDims(world=cl.world, tp=c.tp, pp=c.pp).accumulation_for(wl.grad_accum))]
     args += ["--hostfile", "hostfiles/YOUR_HOSTS"] if cl.nodes > 1 else ["--num-gpus", str(cl.gpus_per_node)]
     worker = ["--", "--seq-len", str(wl.seq_len)] + (["--activation-checkpointing"] if c.checkpointing else [])
     return shlex.join(args + worker)

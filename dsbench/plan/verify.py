@@ -143,7 +143,8 @@ def predict_cell(row: dict[str, Any], profile: str | None = None, gpu: str = "h1
         return None
     header = row["runs"][0]["header"]
     # the cell's accumulation is per model-parallel group; the planner's --grad-accum is per pure-DP rank
-    accum = max(1, header["grad_accum"] // (candidate.tp * candidate.pp))
+    accum = ParallelDims(world=row["world_size"], tp=candidate.tp, pp=candidate.pp).pure_dp_accumulation(
+        header["grad_accum"])
     # the nodes the ranks ran on (the run header records every rank's host): data parallelism across them is
     # priced at the profile's link across nodes
     world = row["world_size"]

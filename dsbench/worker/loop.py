@@ -181,7 +181,7 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
     comm, clock = Collectives(dist_info), StepClock(device)
     ga, dp_rank = plan.grad_accum, dims.dp_rank(dist_info.rank)
     global_tokens = plan.global_batch * settings.seq_len
-    rank_tokens = plan.micro_batch * ga * settings.seq_len / (dims.tp * dims.pp)  # tokens' worth of work per rank
+    rank_tokens = dims.rank_share(plan.micro_batch * ga * settings.seq_len)  # tokens' worth of work per rank
     pending: list[_Pending] = []
     window_start = 0.0
     first_measured = settings.start + settings.warmup

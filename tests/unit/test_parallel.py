@@ -86,3 +86,14 @@ def test_bubble_fraction_formula():
 
     assert [bubble_fraction(2, m) for m in (1, 2, 4, 8)] == pytest.approx([1 / 2, 1 / 3, 1 / 5, 1 / 9])
     assert bubble_fraction(1, 4) == 0.0
+
+
+@pytest.mark.parametrize("tp, pp", [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_a_fixed_global_batch_under_any_layout(tp, pp):
+    """Accumulating tp x pp times more keeps pure data parallelism's global batch (micro x accum x world) on the
+    same ranks, and the inverse gives the accumulation back; each rank does 1/(tp x pp) of its replica's work."""
+    dims = ParallelDims(world=8, tp=tp, pp=pp)
+    pure = ParallelDims(world=8)
+    assert dims.samples_per_step(2, dims.accumulation_for(3)) == pure.samples_per_step(2, 3) == 2 * 3 * 8
+    assert dims.pure_dp_accumulation(dims.accumulation_for(3)) == 3
+    assert dims.rank_share(2 * dims.accumulation_for(3)) == 2 * 3
