@@ -120,14 +120,20 @@ def measured_tokens_per_s(folder: Path) -> float | None:
         return None
 
 
-def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
-    """Rank, run, correct, repeat; returns what ``tune.json`` holds."""
-    say = reporter or (lambda text: print(text, file=sys.stderr, flush=True))
+def checked_strategies(req: TuneRequest) -> list[str]:
+    """The strategies to search, each known and able to run the model (as compare checks), before any run."""
     strategies = req.strategies or default_strategies(req.model, req.world)
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}")
-    check_models(strategies, [req.model], req.seq_len)  # as compare does, before any run
+    check_models(strategies, [req.model], req.seq_len)
+    return strategies
+
+
+def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
+    """Rank, run, correct, repeat; returns what ``tune.json`` holds."""
+    say = reporter or (lambda text: print(text, file=sys.stderr, flush=True))
+    strategies = checked_strategies(req)
     layouts = search.layouts(strategies, req.world, req.global_batch, lambda s: STRATEGIES[s].model_parallel,
                              req.checkpointing)
     base = plan_request(req)

@@ -146,7 +146,15 @@ def manifests_in(folder: Path) -> list[Manifest]:
 
 
 def resolve(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:
-    """A checkpoint given as its folder (``D``: its ``latest``) or as one tag folder (``D/global_step10``)."""
+    """A checkpoint given as its folder (``D``: its ``latest``) or as one tag folder (``D/global_step10``), its
+    manifest typed and every pickle in it checked for globals that could run code (:func:`safe_load.check_folder`)
+    before anything loads it."""
+    target, manifest = _resolve(Path(path))
+    safe_load.check_folder(target)
+    return target, manifest
+
+
+def _resolve(path: Path) -> tuple[Path, Manifest]:
     folder = Path(path)
     if not folder.is_dir():
         raise UserError(f"{folder}: {'not a folder' if folder.exists() else 'no such folder'}; give a checkpoint "

