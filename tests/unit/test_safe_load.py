@@ -104,3 +104,33 @@ def test_a_damaged_file_is_one_line(tmp_path, content):
     (tmp_path / "mp_rank_00_model_states.pt").write_bytes(content)
     with pytest.raises(UserError, match="mp_rank_00_model_states.pt: not a readable checkpoint file"):
         safe_load.check_folder(tmp_path)
+
+
+def test_a_truncated_dcp_shard_or_metadata_is_one_line(tmp_path):
+    """What export and resume call (checkpoint.damaged around dcp.load with the safe reader): a shard cut short is
+    one line naming the checkpoint; a metadata file cut short is refused before loading."""
+    import torch.distributed.checkpoint as dcp
+
+    from dsbench.worker.checkpoint import damaged
+
+    dcp.save({"model": {"w": torch.arange(1000.0)}}, checkpoint_id=str(tmp_path), no_dist=True)
+    shard = next(tmp_path.glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(UserError, match="the checkpoint cannot be read .*damaged, truncated or incomplete"), \
+            damaged(tmp_path):
+        dcp.load({"model": {"w": torch.zeros(1000)}}, storage_reader=safe_load.safe_reader(tmp_path), no_dist=True)
+    metadata = tmp_path / ".metadata"
+    metadata.write_bytes(metadata.read_bytes()[:40])
+    with pytest.raises(UserError, match=r"\.metadata: not a readable checkpoint file"):
+        safe_load.check_folder(tmp_path)
+
+
+def test_a_rank_file_that_is_a_list_is_one_line(tmp_path):
+    from dsbench.worker import checkpoint
+
+    torch.save([1, 2, 3], tmp_path / "dsbench_rank0.pt")
+    with pytest.raises(UserError, match="dsbench_rank0.pt: not a dsbench rank file"):
+        checkpoint._load_rank_file(tmp_path, 0)
+    (tmp_path / "dsbench_rank0.pt").write_bytes(b"garbage")
+    with pytest.raises(UserError, match="dsbench_rank0.pt: the checkpoint cannot be read"):
+        checkpoint._load_rank_file(tmp_path, 0)
