@@ -45,5 +45,5 @@ def test_documented_error(cli_run, tmp_path, command, code, message):
 
 
 def test_catalogue_is_not_empty():
-    assert len(catalogue()) >= 369  # 104 rows added by the audit of the newer commands (issue 24)
+    assert len(catalogue()) >= 375  # 110 rows added by the audit of the newer commands (issue 24)
     assert all(re.match(r"^(dsbench|python -m dsbench\.train) ", p.values[0]) for p in catalogue())
