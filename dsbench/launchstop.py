@@ -24,7 +24,7 @@ import shlex
 PID_ROOT = "/tmp/dsbench-launches"
 """Node-local: /tmp is per machine on a cluster (the shared run folder is not)."""
 ENV = "DSBENCH_LAUNCH_ID"
-_ID = re.compile(r"^[0-9a-f]{16}$")
+_ID = re.compile(r"[0-9a-f]{16}")  # fullmatch: "$" would pass a final newline
 SSH = ["ssh", "-o", "BatchMode=yes"]
 
 
@@ -34,7 +34,7 @@ def new_id() -> str:
 
 
 def valid_id(launch_id: str) -> bool:
-    return bool(_ID.match(launch_id))
+    return bool(_ID.fullmatch(launch_id))
 
 
 def pid_dir(launch_id: str) -> str:

@@ -61,6 +61,7 @@ def test_a_record_is_made_only_for_a_launch_id_dsbench_made():
     assert record_pid({}) is None
     assert record_pid({ENV: "x|.; rm -rf /"}) is None
     assert not valid_id("../../etc") and valid_id(new_id())
+    assert not valid_id(new_id() + "\n")  # a trailing newline never names a folder
     with pytest.raises(ValueError):
         pid_dir("*")
 
