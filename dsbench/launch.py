@@ -25,6 +25,7 @@ from dsbench.launchers import worker_args as worker_argv
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
 from dsbench.models import check_autotp, check_megatron_tp, resolve_model
 from dsbench.parallel import ParallelDims, bubble_fraction
+from dsbench.strategies import SPLIT_ENGINES
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -106,8 +107,9 @@ _NATIVE_FLAGS = {"micro_batch": "--micro-batch", "grad_accum": "--grad-accum", "
 
 
 
-# --pipeline-stages / --tp are the native engines' own worker flags (DeepSpeed reads them from its config).
-_MODEL_PARALLEL_FLAGS = {"torch_pp": {"pipeline_stages": "--pipeline-stages"}, "torch_tp": {"tp": "--tp"}}
+# --pipeline-stages / --tp: each degree's render flag and its spelling. They are the torch engines' own worker flags
+# (DeepSpeed reads them from its config).
+_DEGREE_FLAGS = {"pp": ("pipeline_stages", "--pipeline-stages"), "tp": ("tp", "--tp")}
 
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -195,7 +197,10 @@ def worker_args(run_dir: Path, model: str | None, flags: dict[str, Any], extra: 
     args = ["--out", str(run_dir)] if "--out" not in extra else []
     if model:
         args += ["--model", model]
-    native = dict(_NATIVE_FLAGS, **_MODEL_PARALLEL_FLAGS.get(strategy, {}))
+    native = dict(_NATIVE_FLAGS)
+    if strategy in SPLIT_ENGINES:
+        name, flag = _DEGREE_FLAGS[SPLIT_ENGINES[strategy]]
+        native[name] = flag
     for name, flag in native.items():
         if flags.get(name) is not None and flag not in extra:
             args += [flag, str(flags[name])]
@@ -216,8 +221,8 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
         return _prepare_user_yaml(req)
     check_request(req)
     check_run_dir(req.run_dir)
-    for name, flag, takers in (("pipeline_stages", "--pipeline-stages", ("deepspeed", "torch_pp")),
-                               ("tp", "--tp", ("deepspeed", "torch_tp"))):
+    for degree, (name, flag) in _DEGREE_FLAGS.items():
+        takers = ("deepspeed", *(engine for engine, splits in SPLIT_ENGINES.items() if splits == degree))
         if (req.render_flags.get(name) or 1) > 1 and req.strategy not in takers:
             raise UserError(f"{flag} needs --strategy {' or '.join(takers)}; --strategy {req.strategy} would "
                             "ignore it")

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from dsbench import __version__
 from dsbench.errors import UserError
 from dsbench.spec import DEFAULT_MICRO_BATCH
+from dsbench.strategies import CHECKPOINTED_ENGINES, LAUNCH_STRATEGIES
 
 if TYPE_CHECKING:
     from dsbench.parallel import ParallelDims
 
-STRATEGIES = ("auto", "deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp")
-CHECKPOINTED = ("deepspeed", "ddp", "fsdp", "single")
+STRATEGIES = LAUNCH_STRATEGIES
+CHECKPOINTED = CHECKPOINTED_ENGINES
 """Strategies whose checkpoints dsbench writes and resumes (dsbench.worker.checkpoint.FORMATS)."""
-WorkerStrategy = Literal["auto", "deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp"]
 SCHEDULES = ("1f1b", "gpipe")
 
 
@@ -37,7 +37,7 @@ MAX_COUNT = 2**31 - 1
 class TrainSpec:
     """One training run on every rank: strategy, model, data, batch, optimizer, schedule and recording."""
 
-    strategy: WorkerStrategy = "auto"
+    strategy: str = "auto"
     """auto: deepspeed when a DeepSpeed config is given (or by accelerate), else ddp/single."""
     deepspeed_config: str | None = None
     """DeepSpeed JSON config (the deepspeed strategy); its batch, optimizer and precision win."""

@@ -13,44 +13,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dsbench import strategies as registry
 from dsbench.errors import UserError
 from dsbench.models import LLAMA_LIKE, resolve_model
 
-
-@dataclass(frozen=True, slots=True)
-class Strategy:
-    """How a compare strategy launches: the worker's strategy, the launcher, extra ``dsbench launch`` flags."""
-
-    worker: str
-    launcher: str
-    flags: tuple[str, ...] = ()
-    model_parallel: int = 1
-    """Ranks that share one batch (tp x pp): the cell accumulates that many micro-batches, so every strategy
-    trains the global batch of pure data parallelism (micro-batch x world size) and the same losses."""
-
-
-STRATEGIES: dict[str, Strategy] = {
-    "single": Strategy("single", "torchrun"),
-    "ddp": Strategy("ddp", "torchrun"),
-    "fsdp": Strategy("fsdp", "torchrun"),
-    "fsdp_no_reshard": Strategy("fsdp", "torchrun"),
-    "zero0": Strategy("deepspeed", "deepspeed", ("--zero", "0")),
-    "zero1": Strategy("deepspeed", "deepspeed", ("--zero", "1")),
-    "zero2": Strategy("deepspeed", "deepspeed", ("--zero", "2")),
-    "zero3": Strategy("deepspeed", "deepspeed", ("--zero", "3")),
-    "zero2_offload": Strategy("deepspeed", "deepspeed", ("--zero", "2", "--offload", "cpu")),
-    "zero3_offload": Strategy("deepspeed", "deepspeed", ("--zero", "3", "--offload", "cpu", "--offload-param", "cpu")),
-    "zero3_nvme": Strategy("deepspeed", "deepspeed", ("--zero", "3", "--offload", "nvme", "--offload-param", "nvme")),
-    # DeepSpeed AutoTP: tensor parallel over 2 ranks with ZeRO-1 (Llama-family models; GPT-2's Conv1D is not split)
-    "zero1_tp2": Strategy("deepspeed", "deepspeed", ("--zero", "1", "--tp", "2"), model_parallel=2),
-    # DeepSpeed's pipeline engine, 2 stages, ZeRO-1
-    "pipe2": Strategy("deepspeed", "deepspeed", ("--zero", "1", "--pipeline-stages", "2"), model_parallel=2),
-    # torch.distributed.pipelining, 2 stages, 1F1B
-    "torch_pipe2": Strategy("torch_pp", "torchrun", ("--pipeline-stages", "2"), model_parallel=2),
-    # DTensor Megatron-style tensor parallel over 2 ranks (Llama-family models)
-    "torch_tp2": Strategy("torch_tp", "torchrun", ("--tp", "2"), model_parallel=2),
-}
-DEFAULT_STRATEGIES = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
 ACCEL = "accel:"
 """``accel:PATH.yaml`` in --strategies: a user's own accelerate YAML, run by ``launch --accelerate-config``."""
 
@@ -67,7 +33,7 @@ def label_of(strategy: str) -> str:
 
 
 def _model_parallel(strategy: str) -> int:
-    return 1 if accelerate_yaml_of(strategy) is not None else STRATEGIES[strategy].model_parallel
+    return 1 if accelerate_yaml_of(strategy) is not None else registry.get(strategy).model_parallel
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,15 +77,15 @@ class Cell:
         return asdict(self)
 
 
-def check_matrix(strategies: list[str], world_sizes: list[int], micro_batches: list[int], repeats: int,
-           steps: int, warmup: int) -> None:
-    if any(accelerate_yaml_of(s) == "" for s in strategies):
+def check_matrix(names: list[str], world_sizes: list[int], micro_batches: list[int], repeats: int,
+                 steps: int, warmup: int) -> None:
+    if any(accelerate_yaml_of(s) == "" for s in names):
         raise UserError(f"{ACCEL} needs the YAML's path: {ACCEL}PATH.yaml")
-    unknown = [s for s in strategies if s not in STRATEGIES and accelerate_yaml_of(s) is None]
+    unknown = [s for s in names if not registry.known(s) and accelerate_yaml_of(s) is None]
     if unknown:
-        raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}, or "
+        raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {registry.choices()}, or "
                         f"{ACCEL}PATH.yaml (your accelerate YAML)")
-    labels = [label_of(s) for s in strategies]
+    labels = [label_of(s) for s in names]
     twice = next((label for label in labels if labels.count(label) > 1), None)
     if twice:
         raise UserError(f"--strategies names {twice} twice (YAMLs are labelled by file name): give each YAML its "
@@ -137,8 +103,6 @@ SPEED_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 FUSED_MODES = {**SPEED_MODES, "auto": (True,)}
 """``--fused-optimizer auto`` (compare's default): the fused kernel wherever it applies, so that every strategy steps
 with a fused Adam (DeepSpeed's strategies step its FusedAdam, or DeepSpeedCPUAdam under offload, by default)."""
-UNCOMPILED = ("pipe2", "torch_pipe2", "zero1_tp2", "torch_tp2")
-"""Strategies the worker does not compile (pipeline stages, DTensor layers): eager only under --compile both."""
 
 
 def takes(strategy: str, option: str) -> bool:
@@ -147,7 +111,8 @@ def takes(strategy: str, option: str) -> bool:
     neither a user's accelerate YAML (its own settings stand)."""
     if accelerate_yaml_of(strategy) is not None:
         return False
-    return strategy not in UNCOMPILED if option == "compile" else STRATEGIES[strategy].worker != "deepspeed"
+    how = registry.get(strategy)
+    return how.compiles if option == "compile" else how.steps_torch_adamw
 
 
 def fused_by_default(strategy: str) -> bool:
@@ -169,7 +134,7 @@ def _check_mode(strategies: list[str], option: str, mode: str) -> None:
                         "--strategies")
 
 
-def check_models(strategies: list[str], models: list[str], seq_len: int) -> None:
+def check_models(names: list[str], models: list[str], seq_len: int) -> None:
     """Every model resolves and has positions for ``seq_len``, and the tensor-parallel strategies get models they
     can split (Llama-family: AutoTP and DTensor TP split q/k/v/o and the MLP by heads; GPT-2's fused Conv1D does
     not), before any cell runs."""
@@ -178,7 +143,7 @@ def check_models(strategies: list[str], models: list[str], seq_len: int) -> None
         if seq_len > shape.max_positions:
             raise UserError(f"--seq-len {seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
         arch = shape.arch
-        split = [s for s in strategies if s in STRATEGIES and "--tp" in STRATEGIES[s].flags]
+        split = [s for s in names if registry.known(s) and registry.get(s).splits_heads]
         if split and arch not in LLAMA_LIKE:
             raise UserError(f"--strategies {split[0]} splits Llama-family models ({', '.join(LLAMA_LIKE)}); the model "
                             f"{model} is {arch!r}: run it on llama-tiny, qwen2-tiny or another Llama-family model")
@@ -264,10 +229,11 @@ def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) ->
         return ["--accelerate-config", cell.accelerate_config, "--num-processes", str(cell.world_size),
                 "--num-machines", "1", "--micro-batch", str(cell.micro_batch), "--model", cell.model,
                 "--precision", cell.precision, "--run-dir", str(run_dir), "--", *worker]
-    how = STRATEGIES[cell.strategy]
+    how = registry.get(cell.strategy)
     ranks = ["--hostfile", cell.hostfile] if cell.hostfile else ["--num-gpus", str(cell.world_size)]
-    args = ["--strategy", how.worker, "--launcher", cell.launcher or how.launcher, *ranks,
-            "--micro-batch", str(cell.micro_batch), "--model", cell.model, "--run-dir", str(run_dir), *how.flags]
+    args = ["--strategy", how.engine, "--launcher", cell.launcher or how.launcher, *ranks,
+            "--micro-batch", str(cell.micro_batch), "--model", cell.model, "--run-dir", str(run_dir),
+            *how.launch_flags]
     if how.model_parallel * cell.grad_accum > 1:
         args += ["--grad-accum", str(how.model_parallel * cell.grad_accum)]
     if cell.checkpointing:
@@ -278,8 +244,8 @@ def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) ->
         worker.append("--fused-optimizer")
     if cell.precision != "fp32":
         args += ["--precision", cell.precision]
-    if cell.strategy == "zero3_nvme":
+    if "nvme" in (how.offload, how.offload_param):
         args += ["--nvme-path", nvme_path or str(run_dir / "nvme")]
-    if cell.strategy == "fsdp_no_reshard":
+    if not how.reshard:
         worker.append("--no-fsdp-reshard")
     return [*args, "--", *worker]

@@ -7,13 +7,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dsbench import strategies as registry
 from dsbench.bench.compare import prepare_out, run_matrix
-from dsbench.bench.matrix import ACCEL, DEFAULT_STRATEGIES, Cell, expand, load_matrix_file
+from dsbench.bench.matrix import ACCEL, Cell, expand, load_matrix_file
 from dsbench.bench.progress import RichReporter
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.spec import DEFAULT_MICRO_BATCH
 
-DEFAULTS: dict[str, Any] = {"strategies": list(DEFAULT_STRATEGIES), "world_sizes": [2],
+DEFAULTS: dict[str, Any] = {"strategies": list(registry.DEFAULT_COMPARE), "world_sizes": [2],
                             "micro_batches": [DEFAULT_MICRO_BATCH],
                             "models": ["gpt2-mini"], "repeats": 1, "steps": 20, "warmup": 5, "seq_len": 128,
                             "precision": "fp32", "compile": "off",

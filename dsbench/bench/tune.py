@@ -20,17 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dsbench import strategies as registry
 from dsbench.bench.compare import FINISHED, prepare_out, read_status, run_cell, set_aside
-from dsbench.bench.matrix import STRATEGIES, Cell, cell_launch_args, check_models, fused_by_default, takes
+from dsbench.bench.matrix import Cell, cell_launch_args, check_models, fused_by_default, takes
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json, read_json
-from dsbench.models import resolve_model
+from dsbench.models import LLAMA_LIKE, resolve_model
 from dsbench.plan import search
 from dsbench.plan.api import PlanRequest
-from dsbench.plan.verify import candidate_for
 from dsbench.records import SUMMARY
-
-TENSOR_PARALLEL = ("zero1_tp2", "torch_tp2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,13 +60,14 @@ def default_strategies(model: str, world: int) -> list[str]:
     """Every compare strategy that can run ``model`` on ``world`` ranks."""
     shape = resolve_model(model)
     out = []
-    for name in STRATEGIES:
-        if name == "zero3_nvme" or (name == "single") != (world == 1):
-            continue  # NVMe offload needs a swap folder (name it in --strategies); single is the 1-rank layout
-        if name in TENSOR_PARALLEL and shape.arch not in ("llama", "qwen2"):
+    for name in registry.LISTED:
+        how = registry.get(name)
+        if (name == "single") != (world == 1) or not how.planned:
+            continue  # single is the 1-rank layout; the planner has no model of fsdp_no_reshard or NVMe offload
+        if how.splits_heads and shape.arch not in LLAMA_LIKE:
             continue  # Megatron-style TP and AutoTP split Llama-family linears only (GPT-2's Conv1D is not split)
-        if world % STRATEGIES[name].model_parallel or candidate_for(name) is None:
-            continue  # the planner has no model of fsdp_no_reshard: name it in --strategies to have it refused
+        if world % how.model_parallel:
+            continue
         out.append(name)
     return out
 
@@ -123,9 +122,9 @@ def measured_tokens_per_s(folder: Path) -> float | None:
 def checked_strategies(req: TuneRequest) -> list[str]:
     """The strategies to search, each known and able to run the model (as compare checks), before any run."""
     strategies = req.strategies or default_strategies(req.model, req.world)
-    unknown = [s for s in strategies if s not in STRATEGIES]
+    unknown = [s for s in strategies if not registry.known(s)]
     if unknown:
-        raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {', '.join(STRATEGIES)}")
+        raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {registry.choices()}")
     check_models(strategies, [req.model], req.seq_len)
     return strategies
 
@@ -134,7 +133,7 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
     """Rank, run, correct, repeat; returns what ``tune.json`` holds."""
     say = reporter or (lambda text: print(text, file=sys.stderr, flush=True))
     strategies = checked_strategies(req)
-    layouts = search.layouts(strategies, req.world, req.global_batch, lambda s: STRATEGIES[s].model_parallel,
+    layouts = search.layouts(strategies, req.world, req.global_batch, lambda s: registry.get(s).model_parallel,
                              req.checkpointing)
     base = plan_request(req)
     found = search.start([(layout, *search.predict(layout, base, req.profile)) for layout in layouts], req.budget,

@@ -15,14 +15,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dsbench import strategies as registry
 from dsbench.bench.compare import prepare_out, run_matrix
-from dsbench.bench.matrix import STRATEGIES, Cell, check_matrix, fused_by_default
+from dsbench.bench.matrix import Cell, check_matrix, fused_by_default
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json, atomic_write_text, read_json
 from dsbench.models import resolve_model
 
 UNSHAPED = "unshaped"
-WHATIF_STRATEGIES = ("ddp", "zero2", "zero3", "fsdp", "pipe2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +65,12 @@ def predicted_comm_s(strategy: str, model: str, world: int, micro: int, seq: int
         return None
     shape = resolve_model(model)
     wire = Link(link, rate_bits(link) / 8 / 1e9, 0.0, "test bed link")
-    how = STRATEGIES[strategy]
+    how = registry.get(strategy)
     if how.model_parallel > 1:  # pipe2: activations between the stages, one data-parallel replica
         parts = pipeline_comm(seq, micro, shape.hidden, how.model_parallel, wire, 4, how.model_parallel)
-    else:
-        name = {"fsdp": "zero3"}.get(strategy, strategy)
-        parts = data_parallel_comm(name, shape.num_params(), world, wire, 4, 4)
+    else:  # the planner's sharding: FSDP's traffic is ZeRO-3's
+        sharding = str(how.planner_fields["strategy"])
+        parts = data_parallel_comm("zero3" if sharding == "fsdp" else sharding, shape.num_params(), world, wire, 4, 4)
     return sum(part.seconds for part in parts)
 
 
@@ -147,10 +147,10 @@ def whatif_main(links: list[str], strategies: list[str], nodes: int, slots: int,
     # every check the inputs allow, before a test bed goes up
     links = check_links(links)
     if not strategies:
-        raise UserError(f"--strategies is empty: name some, e.g. {','.join(WHATIF_STRATEGIES)}")
-    unknown = [s for s in strategies if s not in STRATEGIES or s in ("single", "zero3_nvme")]
+        raise UserError(f"--strategies is empty: name some, e.g. {','.join(registry.WHATIF_DEFAULT)}")
+    unknown = [s for s in strategies if not registry.known(s) or s == "single" or "nvme" in registry.get(s).offload]
     if unknown:
-        raise UserError(f"--strategies {unknown[0]!r}: choose among {', '.join(WHATIF_STRATEGIES)} and the other "
+        raise UserError(f"--strategies {unknown[0]!r}: choose among {', '.join(registry.WHATIF_DEFAULT)} and the other "
                         "compare strategies that run on several ranks")
     shape = resolve_model(model)  # --model: a preset, a local folder with config.json, or a cached hub id
     if seq_len > shape.max_positions:

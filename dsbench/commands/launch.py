@@ -18,6 +18,7 @@ from dsbench.commands.options import (
     slurm_options,
 )
 from dsbench.errors import UserError
+from dsbench.strategies import ENGINES
 
 
 def _slurm_job(launcher: str, folder: Path, flags: dict[str, Any]) -> tuple[Any, int | None]:
@@ -70,7 +71,7 @@ def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) ->
 @click.command(cls=Command)
 @render_options
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Use this DeepSpeed config as is.")
-@click.option("--strategy", type=click.Choice(["deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp"]),
+@click.option("--strategy", type=click.Choice(ENGINES),
               help="What the worker trains with [deepspeed].")
 @click.option("--launcher", type=click.Choice(["deepspeed", "torchrun", "accelerate", "slurm"]),
               help="How ranks start [deepspeed]; slurm: submit an sbatch script (one srun task per rank).")

@@ -12,6 +12,7 @@ from dsbench.commands.options import (
     world_options,
 )
 from dsbench.errors import UserError
+from dsbench.strategies import RENDERED_ENGINES
 
 
 @click.command(cls=Command)
@@ -23,7 +24,7 @@ from dsbench.errors import UserError
               help="Write the DeepSpeed config an accelerate YAML's inline deepspeed_config makes (no other flags).")
 @click.option("--to-accelerate", "to_accelerate", type=click.Path(dir_okay=False), metavar="YAML",
               help="Also write an accelerate YAML that runs it (DeepSpeed plugin pointing at -o FILE).")
-@click.option("--strategy", type=click.Choice(["deepspeed", "ddp", "fsdp"]),
+@click.option("--strategy", type=click.Choice(RENDERED_ENGINES),
               help="With --to-accelerate: the engine the YAML selects [deepspeed]; ddp/fsdp write no JSON.")
 def render(preset: str | None, model: str | None, sets: tuple[str, ...], world_size: int | None,
            hostfile: str | None, include: str, exclude: str, keep_auto: bool, output: str | None,

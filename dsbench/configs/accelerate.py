@@ -23,6 +23,7 @@ from dsbench.configs.yaml_reader import YamlProblem, load_yaml
 from dsbench.errors import UserError
 from dsbench.hostfile import is_valid_hostname
 from dsbench.paths import data_file
+from dsbench.strategies import ACCELERATE_TYPES
 
 # Keys that are accelerate-only (DeepSpeed JSON never has them at its top level): how a file is recognised.
 MARKERS = ("distributed_type", "compute_environment")
@@ -488,7 +489,7 @@ def to_deepspeed(config: dict[str, Any]) -> dict[str, Any]:
 FSDP1_RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
 
 # accelerate's launchers: the engines dsbench's worker runs for each distributed_type.
-WORKER_ENGINES = {"DEEPSPEED": "deepspeed", "FSDP": "fsdp", "MULTI_GPU": "ddp", "NO": "single"}
+WORKER_ENGINES = ACCELERATE_TYPES
 
 
 def fsdp1_strategy(value: Any) -> str:

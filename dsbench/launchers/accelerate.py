@@ -14,6 +14,7 @@ from typing import Any
 from dsbench.errors import UserError
 from dsbench.launchers.base import LaunchCommand, LaunchSpec, cpu_env, worker_args
 from dsbench.launchers.remote import fan_out
+from dsbench.strategies import RENDERED_ENGINES
 
 
 def accelerate_yaml(kind: str, *, processes: int, machines: int, main_ip: str, port: int,
@@ -54,7 +55,7 @@ def accelerate_config(spec: LaunchSpec) -> dict[str, Any]:
                            mixed_precision=spec.mixed_precision)
 
 
-KINDS = ("deepspeed", "ddp", "fsdp")
+KINDS = RENDERED_ENGINES
 # dsbench's --precision as accelerate's mixed_precision
 ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 

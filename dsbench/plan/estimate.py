@@ -21,6 +21,7 @@ from dsbench.plan.hardware import Link
 from dsbench.plan.memory import Accounting, ModelStates, accounting_for, activation_bytes, held_params, model_states
 from dsbench.plan.profile import rate_at
 from dsbench.records import flops_per_token
+from dsbench.strategies import Strategy, for_candidate
 
 GIB = 2**30
 
@@ -102,20 +103,13 @@ class Candidate:
     """Who implements tp/pp: ``deepspeed`` (AutoTP, the pipeline engine) or ``torch`` (torch_tp, torch_pp)."""
 
     @property
+    def runs_as(self) -> Strategy:
+        """The strategy that runs it, in compare's vocabulary where compare has it (dsbench/strategies.py)."""
+        return for_candidate(self.strategy, self.offload, self.offload_param, self.tp, self.pp, self.engine)
+
+    @property
     def name(self) -> str:
-        if self.engine == "torch":  # native counterparts: the strategy names compare and launch use
-            return (f"torch_tp{self.tp}" if self.tp > 1 else f"torch_pp{self.pp}") + (" + ckpt" if self.checkpointing
-                                                                                       else "")
-        parts = [self.strategy]
-        if self.offload != "none":
-            parts.append(f"offload-{self.offload}" + ("+params" if self.offload_param != "none" else ""))
-        if self.tp > 1:
-            parts.append(f"tp{self.tp}")
-        if self.pp > 1:
-            parts.append(f"pp{self.pp}")
-        if self.checkpointing:
-            parts.append("ckpt")
-        return " + ".join(parts)
+        return self.runs_as.name + (" + ckpt" if self.checkpointing else "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dsbench.models import ModelShape
+from dsbench.strategies import PLANNER
 
-Strategy = Literal["ddp", "zero0", "zero1", "zero2", "zero3", "fsdp", "fsdp_hybrid"]
 Offload = Literal["none", "cpu", "nvme"]
 
 
@@ -90,13 +90,6 @@ class ModelStates:
         return self.total - self.host - self.nvme
 
 
-# Which components each strategy partitions over the sharding degree (ZeRO paper: P_os, P_os+g, P_os+g+p).
-_ALL = ("params", "grads", "optimizer", "master")
-SHARDED: dict[str, tuple[str, ...]] = {"ddp": (), "zero0": (), "zero1": ("optimizer", "master"),
-                                       "zero2": ("grads", "optimizer", "master"), "zero3": _ALL, "fsdp": _ALL,
-                                       "fsdp_hybrid": _ALL}
-
-
 def held_params(shape: ModelShape, tp: int = 1, pp: int = 1, vocab_parallel_head: bool = False) -> int:
     """Parameters on the busiest rank of a tp x pp layout (before any ZeRO/FSDP sharding).
 
@@ -124,10 +117,12 @@ def model_states(psi: float, strategy: str, shards: int, acc: Accounting, offloa
                  offload_param: Offload = "none") -> ModelStates:
     """Per-rank model-state bytes for a rank holding ``psi`` parameters (ZeRO paper sec. 5; offload per
     ZeRO-Offload / ZeRO-Infinity); ZeRO stages and FSDP shard them further over ``shards`` ranks."""
-    if strategy not in SHARDED:
+    if strategy not in PLANNER:
         raise ValueError(f"unknown strategy {strategy!r}")
     n = max(1, shards)
-    parts = {name: getattr(acc, name) * psi / (n if name in SHARDED[strategy] else 1)
+    # which components the strategy partitions over the sharding degree (ZeRO paper: P_os, P_os+g, P_os+g+p)
+    sharded = PLANNER[strategy].sharded
+    parts = {name: getattr(acc, name) * psi / (n if name in sharded else 1)
              for name in ("params", "grads", "optimizer", "master")}
     params, grads, opt, master = parts["params"], parts["grads"], parts["optimizer"], parts["master"]
     host = nvme = 0.0

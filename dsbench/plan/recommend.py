@@ -10,19 +10,15 @@ from dsbench.errors import UserError
 from dsbench.models import LLAMA_LIKE, ModelShape
 from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Estimate, Workload, estimate
-
-# Simpler first: on a near tie (within 5 % of step time) the simpler strategy ranks higher.
-SIMPLICITY = ["ddp", "zero1", "zero2", "fsdp", "zero3", "fsdp_hybrid"]
-"""On a near tie the simpler strategy ranks higher; model parallelism (tp x pp > 1) after pure data parallelism."""
+from dsbench.strategies import PLANNER, SIMPLICITY
 
 
 def candidates(cl: Cluster, shape: ModelShape) -> list[Candidate]:
     """Strategies worth estimating on this cluster, each with and without activation checkpointing: data
     parallelism (DDP, ZeRO, FSDP, offload), tensor and pipeline parallelism by DeepSpeed (AutoTP, the pipeline
     engine, both with ZeRO-1) and by torch (torch_tp, torch_pp), where the model splits that way."""
-    base = [Candidate(strategy=s) for s in ("ddp", "zero1", "zero2", "zero3", "fsdp")]
-    if cl.nodes > 1:
-        base.append(Candidate(strategy="fsdp_hybrid"))
+    # every data-parallel strategy but ZeRO-0 (DDP's memory and traffic under DeepSpeed); hybrid FSDP across nodes
+    base = [Candidate(strategy=s) for s, how in PLANNER.items() if s != "zero0" and (cl.nodes > 1 or not how.hybrid)]
     base += [Candidate(strategy="zero2", offload="cpu"), Candidate(strategy="zero3", offload="cpu",
                                                                    offload_param="cpu"),
              Candidate(strategy="zero3", offload="nvme", offload_param="nvme")]
@@ -92,25 +88,13 @@ def rank(wl: Workload, cl: Cluster) -> list[Ranked]:
 def launch_command(e: Estimate, shape: ModelShape, wl: Workload, cl: Cluster) -> str:
     """The ``dsbench launch`` command for a candidate."""
     c = e.candidate
+    how = c.runs_as
     args = ["dsbench", "launch"]
-    if c.engine == "torch" and c.tp > 1:
-        args += ["--strategy", "torch_tp", "--tp", str(c.tp), "--launcher", "torchrun"]
-    elif c.engine == "torch" and c.pp > 1:
-        args += ["--strategy", "torch_pp", "--pipeline-stages", str(c.pp), "--launcher", "torchrun"]
-    elif c.strategy in ("ddp", "fsdp", "fsdp_hybrid"):
-        args += ["--strategy", "fsdp" if c.strategy.startswith("fsdp") else "ddp", "--launcher", "torchrun"]
-    else:
-        args += ["--zero", c.strategy[-1]]
-        if c.offload != "none":
-            args += ["--offload", c.offload]
-        if c.offload_param != "none":
-            args += ["--offload-param", c.offload_param]
-        if "nvme" in (c.offload, c.offload_param):
-            args += ["--nvme-path", "/local_nvme"]
-        if c.tp > 1:
-            args += ["--tp", str(c.tp)]
-        if c.pp > 1:
-            args += ["--pipeline-stages", str(c.pp)]
+    if how.engine != "deepspeed":  # DeepSpeed is launch's default strategy and launcher
+        args += ["--strategy", how.engine, "--launcher", how.launcher]
+    args += how.launch_flags
+    if "nvme" in (c.offload, c.offload_param):
+        args += ["--nvme-path", "/local_nvme"]
     args += ["--model", shape.name if shape.source != "synthetic" else "PATH_TO_MODEL", "--precision", wl.precision,
              "--micro-batch", str(wl.micro_batch), "--grad-accum",
              str(ParallelDims(world=cl.world, tp=c.tp, pp=c.pp).accumulation_for(wl.grad_accum))]

@@ -10,25 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dsbench import strategies as registry
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
 from dsbench.plan.memory import ModelStates, accounting_for, held_params, model_states
 from dsbench.records import SUMMARY
 
-# planner candidate (strategy, offload, tp, pp, engine) -> the compare strategy that runs it
-RUNNABLE = {("ddp", "none", 1, 1, "deepspeed"): "ddp", ("zero0", "none", 1, 1, "deepspeed"): "zero0",
-            ("zero1", "none", 1, 1, "deepspeed"): "zero1",
-            ("zero2", "none", 1, 1, "deepspeed"): "zero2", ("zero3", "none", 1, 1, "deepspeed"): "zero3",
-            ("fsdp", "none", 1, 1, "deepspeed"): "fsdp", ("zero2", "cpu", 1, 1, "deepspeed"): "zero2_offload",
-            ("zero3", "cpu", 1, 1, "deepspeed"): "zero3_offload", ("zero1", "none", 2, 1, "deepspeed"): "zero1_tp2",
-            ("zero1", "none", 1, 2, "deepspeed"): "pipe2", ("ddp", "none", 1, 2, "torch"): "torch_pipe2",
-            ("ddp", "none", 2, 1, "torch"): "torch_tp2"}
-
 
 def compare_strategy(cand: dict[str, Any]) -> str | None:
-    """The compare strategy that runs a planner candidate (``None`` when dsbench has none for it); activation
-    checkpointing is the cell's own switch."""
-    return RUNNABLE.get((cand["strategy"], cand["offload"], cand["tp"], cand["pp"], cand.get("engine", "deepspeed")))
+    """The compare strategy that runs a planner candidate (``None`` when compare has none, or the planner's model is
+    not used for it: NVMe offload); activation checkpointing is the cell's own switch."""
+    name = registry.name_for(cand["strategy"], cand["offload"], cand["offload_param"], cand["tp"], cand["pp"],
+                             cand.get("engine", "deepspeed"))
+    return name if name is not None and registry.get(name).planned else None
 
 
 def predicted_states(shape: ModelShape, cand: dict[str, Any], world: int, precision: str) -> ModelStates:
@@ -115,17 +109,12 @@ def print_verify(rows: list[dict[str, Any]]) -> None:
 
 
 def candidate_for(strategy: str) -> Any:
-    """The planner's candidate for a compare strategy (the inverse of :data:`RUNNABLE`; ``single`` is DDP on one
-    rank, ZeRO-3 offload moves the parameters too); None when the planner has none."""
+    """The planner's candidate for a compare strategy (``single`` is DDP on one rank); None when the planner's model
+    is not used for it, or the name is not a compare strategy."""
     from dsbench.plan.estimate import Candidate
 
-    if strategy == "single":
-        strategy = "ddp"
-    for (name, offload, tp, pp, engine), runs in RUNNABLE.items():
-        if runs == strategy:
-            return Candidate(strategy=name, offload=offload, tp=tp, pp=pp, engine=engine,
-                             offload_param="cpu" if name == "zero3" and offload == "cpu" else "none")
-    return None
+    how = registry.lookup(strategy)
+    return Candidate(**how.planner_fields) if how is not None and how.planned else None
 
 
 def predict_cell(row: dict[str, Any], profile: str | None = None, gpu: str = "h100",
@@ -138,7 +127,7 @@ def predict_cell(row: dict[str, Any], profile: str | None = None, gpu: str = "h1
     from dsbench.plan.api import PlanRequest, build
     from dsbench.plan.estimate import estimate
 
-    candidate = candidate_for(row["strategy"].removesuffix("+fused"))
+    candidate = candidate_for(row["base_strategy"]) if not row.get("with_compile") else None
     if candidate is None:
         return None
     header = row["runs"][0]["header"]

@@ -17,6 +17,7 @@ from typing import Any
 from dsbench.errors import UserError
 from dsbench.io import read_json
 from dsbench.records import METRICS, SUMMARY, read_records, scaling_efficiency, summarize, upgrade_summary
+from dsbench.strategies import name_of_run
 
 KEY = ("model", "device", "micro_batch", "world_size", "strategy")
 
@@ -38,31 +39,41 @@ SPEED_SUFFIXES = {"compile": "+compile", "fused_optimizer": "+fused"}
 """The worker's speed options as a row's label shows them (``ddp+compile+fused``)."""
 
 
-def _label(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
-    """The row's strategy as compare spells it, ``+compile`` when the worker compiled the model, ``+fused`` when it
-    stepped with torch AdamW's fused kernel by request (from the cell, else the run header)."""
+def label_for(strategy: str, compile: bool = False, fused_optimizer: bool = False) -> str:
+    """A row's label as printed: the strategy as compare spells it, ``+compile`` when the worker compiled the model,
+    ``+fused`` when it stepped with torch AdamW's fused kernel by request (``ddp+compile+fused``). Labels are
+    printed, never parsed: rows carry the strategy and the options as fields."""
+    options = {"compile": compile, "fused_optimizer": fused_optimizer}
+    return strategy + "".join(suffix for key, suffix in SPEED_SUFFIXES.items() if options[key])
+
+
+def _options(header: dict[str, Any], cell: dict[str, Any] | None) -> tuple[bool, bool]:
+    """(compile, fused optimizer) as requested: from the cell, else the run header."""
     options = cell["cell"] if cell else header.get("speed") or {}
-    return _strategy_label(header, cell) + "".join(suffix for key, suffix in SPEED_SUFFIXES.items()
-                                                   if options.get(key))
+    return bool(options.get("compile")), bool(options.get("fused_optimizer"))
 
 
-def speed_suffix(label: str) -> str:
-    """The speed options part of a row's label (``+compile+fused`` of ``ddp+compile+fused``)."""
-    return label[label.index("+"):] if "+" in label else ""
+def _label(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
+    """A run's printed label (:func:`label_for` of its strategy and speed options)."""
+    return label_for(_strategy_name(header, cell), *_options(header, cell))
 
 
-def _strategy_label(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
+def _strategy_name(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
+    """The run's strategy as compare names it: the cell's, else from what the header records
+    (dsbench/strategies.py ``name_of_run``)."""
     if cell:
         return cell["cell"]["strategy"]
-    strategy = header.get("strategy", "?")
-    config = header.get("ds_config") or {}
-    if strategy != "deepspeed":
-        return strategy
-    zero = config.get("zero_optimization", {})
-    label = f"zero{zero.get('stage', 0)}"
-    if zero.get("offload_optimizer", {}).get("device") not in (None, "none"):
-        label += "_offload" if zero["offload_optimizer"]["device"] == "cpu" else "_nvme"
-    return label
+    engine = header.get("strategy", "?")
+    zero = (header.get("ds_config") or {}).get("zero_optimization") or {}
+
+    def device(key: str) -> str:
+        where = (zero.get(key) or {}).get("device")
+        return where if where not in (None, "none") else "none"
+
+    reshard = (header.get("fsdp") or {}).get("reshard", True)
+    return name_of_run(engine, zero.get("stage", 0) if engine == "deepspeed" else None, device("offload_optimizer"),
+                       device("offload_param"), int(header.get("tp") or 1), int(header.get("pp") or 1),
+                       bool(reshard))
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:
@@ -127,7 +138,8 @@ def load_run(folder: Path) -> dict[str, Any]:
 
 
 def _corrupt(folder: Path, why: str) -> dict[str, Any]:
-    return {"folder": str(folder), "id": folder.name, "label": "?", "strategy": "?", "status": "corrupt",
+    return {"folder": str(folder), "id": folder.name, "label": "?", "strategy": "?", "base_strategy": "?",
+            "with_compile": False, "with_fused": False, "status": "corrupt",
             "reason": why.splitlines()[0][:300], "model": None, "world_size": None, "micro_batch": None,
             "repeat": 0, "device": "?", "command": "", "launch_command": None, "ds_config": None, "header": {},
             "summary": {}, "losses": [], "step_times": []}
@@ -144,9 +156,12 @@ def _load_run(folder: Path) -> dict[str, Any]:
     status, reason = run_status(cell, summary, [s.get("loss") for s in steps])
     if status == "ok":
         _check_figures(summary, folder / SUMMARY)
+    base = _strategy_name(header, cell)
+    compiled, fused = _options(header, cell)
+    label = label_for(base, compiled, fused)
     return {
-        "folder": str(folder), "id": cell["id"] if cell else folder.name, "label": _label(header, cell),
-        "strategy": _label(header, cell), "status": status, "reason": reason,
+        "folder": str(folder), "id": cell["id"] if cell else folder.name, "label": label, "strategy": label,
+        "base_strategy": base, "with_compile": compiled, "with_fused": fused, "status": status, "reason": reason,
         "model": definition.get("model") or header.get("model", {}).get("name"),
         "world_size": definition.get("world_size") or header.get("world_size"),
         "micro_batch": definition.get("micro_batch") or header.get("micro_batch"),
@@ -179,6 +194,8 @@ def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for key, members in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
         ok = [m for m in members if m["status"] == "ok"]
         row: dict[str, Any] = dict(zip(KEY, key, strict=True))
+        row.update(base_strategy=members[0]["base_strategy"], with_compile=members[0]["with_compile"],
+                   with_fused=members[0]["with_fused"])
         row.update(repeats=len(members), ok=len(ok), status="ok" if ok else members[0]["status"],
                    reason=None if ok else members[0]["reason"], runs=members)
         if ok:
@@ -223,9 +240,9 @@ def steps_fused(optimizer: str | None) -> bool:
 def single_baselines(row: dict[str, Any]) -> list[str]:
     """The ``single`` rows a row's scaling efficiency may be measured against, best first: compiled like it, then
     not; with a fused Adam when it steps one (``+fused``, or DeepSpeed's FusedAdam), then without."""
-    compiled = ["+compile", ""] if "+compile" in speed_suffix(row["strategy"]) else [""]
-    fused = ["+fused", ""] if "+fused" in row["strategy"] or steps_fused(row.get("optimizer")) else ["", "+fused"]
-    return [f"single{c}{f}" for c in compiled for f in fused]
+    compiled = [True, False] if row["with_compile"] else [False]
+    fused = [True, False] if row["with_fused"] or steps_fused(row.get("optimizer")) else [False, True]
+    return [label_for("single", c, f) for c in compiled for f in fused]
 
 
 def _derive(rows: list[dict[str, Any]]) -> None:
@@ -237,7 +254,8 @@ def _derive(rows: list[dict[str, Any]]) -> None:
         base = (row["model"], row["device"], row["micro_batch"])
         one = next((by_key[key] for key in [(*base, 1, row["strategy"])]
                     + [(*base, 1, name) for name in single_baselines(row)] if key in by_key), None)
-        ddp = by_key.get((*base, row["world_size"], "ddp")) or by_key.get((*base, row["world_size"], "ddp+fused"))
+        ddp = by_key.get((*base, row["world_size"], "ddp")) or by_key.get(
+            (*base, row["world_size"], label_for("ddp", fused_optimizer=True)))
         tps = row.get("tokens_per_s")
         row["scaling_efficiency"] = (scaling_efficiency(tps, row["world_size"], one["tokens_per_s"])
                                      if tps and one and one.get("tokens_per_s") else None)

@@ -45,6 +45,7 @@ from dsbench.io import (
     read_text,
     write_failed,
 )
+from dsbench.strategies import CHECKPOINTED_ENGINES
 from dsbench.worker import safe_load
 
 MANIFEST = "dsbench_checkpoint.json"
@@ -52,7 +53,8 @@ LATEST = "latest"
 FORMAT = 1
 # Strategies whose checkpoints dsbench writes, and how: DeepSpeed's engine (ZeRO 0-3, offload, its pipeline)
 # or torch.distributed.checkpoint (DCP) for the native ones. torch_pp/torch_tp are not covered yet.
-FORMATS = {"deepspeed": "deepspeed", "ddp": "dcp", "fsdp": "dcp", "single": "dcp"}  # keys: trainspec.CHECKPOINTED
+# DeepSpeed saves its own layout; the torch engines save torch.distributed.checkpoint (DCP)
+FORMATS = {engine: "deepspeed" if engine == "deepspeed" else "dcp" for engine in CHECKPOINTED_ENGINES}
 # What must match for a resumed run to continue the same training: the data order depends on the seed, the
 # sequence length and the global batch (data.BatchPlan), the weights on the model.
 MUST_MATCH = ("model", "seq_len", "seed", "global_batch", "precision")

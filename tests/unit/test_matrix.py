@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from dsbench.bench.matrix import DEFAULT_STRATEGIES, STRATEGIES, Cell, cell_launch_args, expand, load_matrix_file
+from dsbench import strategies as registry
+from dsbench.bench.matrix import Cell, cell_launch_args, expand, load_matrix_file
 from dsbench.bench.session import DEFAULTS, matrix_from
 from dsbench.errors import UserError
 
@@ -11,7 +12,7 @@ from dsbench.errors import UserError
 def test_default_matrix_is_single_plus_each_strategy_on_two_ranks():
     cells = expand(**DEFAULTS)
     assert [(c.strategy, c.world_size) for c in cells] == [("single", 1)] + [
-        (s, 2) for s in DEFAULT_STRATEGIES if s != "single"]
+        (s, 2) for s in registry.DEFAULT_COMPARE if s != "single"]
     assert len({c.id for c in cells}) == len(cells)
     # every strategy steps with a fused Adam by default: torch's fused AdamW where the worker steps torch AdamW,
     # DeepSpeed's own (FusedAdam, DeepSpeedCPUAdam under offload) for the ZeRO strategies
@@ -63,10 +64,13 @@ def test_matrix_file_yaml_and_json_and_flag_precedence(tmp_path):
         load_matrix_file(str(bad))
 
 
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("strategy", [*registry.LISTED, "torch_tp4", "pipe4", "zero1_tp4", "torch_pipe4"])
 def test_every_strategy_cell_is_a_valid_launch(cli_run, tmp_path, strategy):
-    model = "llama-tiny" if "tp" in strategy else "gpt2-tiny"  # tensor parallelism splits Llama-family models
-    cell = Cell(strategy=strategy, world_size=1 if strategy == "single" else 2, micro_batch=2, model=model)
+    how = registry.get(strategy)
+    # tensor parallelism splits Llama-family models (llama-1b's 4 KV heads split 4 ways); 4 stages need 4 layers
+    model = ("llama-tiny" if how.tp < 4 else "llama-1b") if how.tp > 1 else "gpt2-mini" if how.pp > 2 else "gpt2-tiny"
+    world = 1 if strategy == "single" else max(2, how.model_parallel)
+    cell = Cell(strategy=strategy, world_size=world, micro_batch=2, model=model)
     args = cell_launch_args(cell, tmp_path / "cell")
     result = cli_run("launch", *args[: args.index("--")], "--dry-run", *args[args.index("--"):])
     assert result.exit_code == 0, result.output
@@ -74,7 +78,7 @@ def test_every_strategy_cell_is_a_valid_launch(cli_run, tmp_path, strategy):
     run = json.loads((tmp_path / "cell" / "run.json").read_text())  # what the worker will run
     assert (run["steps"], run["warmup"], run["seq_len"], run["quiet"], run["micro_batch"]) == (20, 5, 128, True, 2)
     # every strategy trains micro x world samples per step: model-parallel ranks accumulate to make up for it
-    assert run["grad_accum"] == STRATEGIES[strategy].model_parallel
+    assert run["grad_accum"] == registry.get(strategy).model_parallel
     assert run["fsdp_reshard"] is (strategy != "fsdp_no_reshard")
 
 

@@ -145,12 +145,17 @@ def test_compiled_rows_show_where_their_compilation_went_and_what_they_stepped_w
     assert "optimizer" in [header for _, header, _ in columns_for([eager, fused])]
 
 
+def _options_of(label: str) -> dict:
+    """The typed fields a report row carries beside its printed label (this test writes rows by their labels)."""
+    return {"base_strategy": label.split("+")[0], "with_compile": "+compile" in label, "with_fused": "+fused" in label}
+
+
 def test_a_compiled_row_scales_against_the_compiled_single_run():
     from dsbench.report.collect import _derive
 
     def row(strategy, world, tps):
         return {"model": "m", "device": "cpu", "micro_batch": 2, "world_size": world, "strategy": strategy,
-                "tokens_per_s": tps}
+                "tokens_per_s": tps, **_options_of(strategy)}
 
     rows = [row("single", 1, 100.0), row("single+compile", 1, 120.0), row("ddp", 2, 180.0),
             row("ddp+compile", 2, 216.0)]
@@ -175,7 +180,7 @@ def test_every_row_scales_against_the_single_run_closest_in_speed_options():
 
     def row(strategy, world, tps, optimizer=None):
         return {"model": "m", "device": "cpu", "micro_batch": 2, "world_size": world, "strategy": strategy,
-                "tokens_per_s": tps, "optimizer": optimizer}
+                "tokens_per_s": tps, "optimizer": optimizer, **_options_of(strategy)}
 
     assert [steps_fused(o) for o in ("AdamW (fused)", "FusedAdam", "DeepSpeedCPUAdam", "AdamW (for-loop)",
                                      "AdamW (foreach)", None, "unknown")] == [True, True, True, False, False,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dsbench.bench.matrix import STRATEGIES
+from dsbench import strategies as registry
 from dsbench.bench.tune import TuneRequest, plan_request
 from dsbench.errors import UserError
 from dsbench.plan import search
@@ -43,7 +43,7 @@ def _assert_finds_the_best_within_three_runs(found: search.Search, measured: dic
 
 def test_tune_finds_the_exhaustive_best_within_three_runs(measured):
     req = TuneRequest(model="gpt2-mini", world=2, global_batch=4, gpu_mem=12)
-    layouts = [layout for layout in search.layouts(list(measured), 2, 4, lambda s: STRATEGIES[s].model_parallel,
+    layouts = [layout for layout in search.layouts(list(measured), 2, 4, lambda s: registry.get(s).model_parallel,
                                                    checkpointing=False) if layout.micro_batch == 2]
     assert {layout.strategy for layout in layouts} == set(measured)  # the stored space, one layout per strategy
     found = search.start([(layout, *search.predict(layout, plan_request(req), PROFILE)) for layout in layouts],
@@ -74,7 +74,7 @@ def test_one_run_spends_no_more_when_nothing_else_comes_near():
 
 
 def test_the_search_space_keeps_the_global_batch():
-    space = search.layouts(["ddp", "pipe2"], 2, 8, lambda s: STRATEGIES[s].model_parallel, checkpointing=True)
+    space = search.layouts(["ddp", "pipe2"], 2, 8, lambda s: registry.get(s).model_parallel, checkpointing=True)
     assert {(x.micro_batch * x.grad_accum) for x in space} == {4}  # 8 samples over 2 data-parallel ranks
     assert len(space) == 2 * 3 * 2  # 2 strategies x micro 1, 2, 4 x checkpointing off/on
     with pytest.raises(UserError, match="does not split over 2 ranks"):
@@ -103,7 +103,7 @@ def test_tune_finds_the_best_of_the_whole_space_within_three_runs(model):
     req = TuneRequest(model=model, world=2, global_batch=8, gpu_mem=12)
     profile = str(STORED / f"tune-{model}" / "profile.json")  # the calibration that tune ran with, the same hour
     space = search.layouts(sorted({layout.strategy for layout in measured}), 2, 8,
-                           lambda s: STRATEGIES[s].model_parallel)
+                           lambda s: registry.get(s).model_parallel)
     assert set(space) == set(measured)  # the stored runs are the whole space, each layout once
     found = search.start([(layout, *search.predict(layout, plan_request(req), profile)) for layout in space],
                          budget=3)
@@ -158,7 +158,7 @@ def test_a_report_row_from_two_nodes_is_planned_as_two_nodes(tmp_path):
 
     def row(hostnames: list[str]) -> dict:
         header = {"grad_accum": 1, "seq_len": 128, "precision": "fp32", "peak_tflops": None, "hostnames": hostnames}
-        return {"strategy": "ddp", "model": "gpt2-tiny", "world_size": 2, "micro_batch": 2,
+        return {"strategy": "ddp", "base_strategy": "ddp", "model": "gpt2-tiny", "world_size": 2, "micro_batch": 2,
                 "runs": [{"header": header}]}
 
     across = predict_cell(row(["dsb-n1", "dsb-n2"]), profile)

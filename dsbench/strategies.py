@@ -1,0 +1,250 @@
+"""Every strategy dsbench knows, defined once (stdlib only).
+
+Three vocabularies, each spelled here and nowhere else (``tests/unit/test_strategies.py`` fails when another module
+holds its own table of these names):
+
+- the worker's engines (``dsbench launch --strategy``): who trains on each rank;
+- the planner's data-parallel strategies (``dsbench plan``): what each shards, after the ZeRO paper (Rajbhandari
+  et al. 2020, section 5: P_os, P_os+g, P_os+g+p) and FSDP's full sharding (Zhao et al. 2023);
+- compare's strategies (``dsbench compare --strategies``, ``tune``, ``whatif``, ``plan --verify``, report labels):
+  one frozen :class:`Strategy` each, naming its engine, launcher, ZeRO stage, offloads and tp/pp degrees. Names with
+  a degree are parameterised (``torch_tp{N}``, ``torch_pipe{P}``, ``zero1_tp{N}``, ``pipe{P}``), so any degree can
+  be named; the planner prints its candidates in the same vocabulary.
+
+A strategy's ``dsbench launch`` flags, the speed options that apply to it, the ranks that share one batch and the
+planner's candidate for it are all derived from its fields. Adding a strategy touches this file and, if its engine
+is new, the worker.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+# --- the worker's engines -------------------------------------------------------------------------------------------
+ENGINES = ("deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp")
+"""``dsbench launch --strategy``: the engine each rank trains with (``auto`` picks ddp or single by world size)."""
+LAUNCH_STRATEGIES = ("auto", *ENGINES)
+CHECKPOINTED_ENGINES = ("deepspeed", "ddp", "fsdp", "single")
+"""Engines that save and resume checkpoints (the model-parallel torch engines do not)."""
+RENDERED_ENGINES = ("deepspeed", "ddp", "fsdp")
+"""Engines ``dsbench render`` writes a config for, and the kinds of accelerate YAML dsbench launches."""
+ACCELERATE_TYPES = {"DEEPSPEED": "deepspeed", "FSDP": "fsdp", "MULTI_GPU": "ddp", "NO": "single"}
+"""accelerate's ``distributed_type`` -> the engine that trains it on each rank."""
+SPLIT_ENGINES = {"torch_pp": "pp", "torch_tp": "tp"}
+"""The torch engines that split the model, and the degree each splits it by."""
+
+
+# --- the planner's data-parallel strategies ------------------------------------------------------------------------
+_ALL_STATES = ("params", "grads", "optimizer", "master")
+
+
+@dataclass(frozen=True, slots=True)
+class Sharding:
+    """One of the planner's data-parallel strategies: which model states it shards over the data-parallel ranks."""
+
+    name: str
+    zero: int | None
+    """The ZeRO stage (``None`` for DDP and FSDP, which are not DeepSpeed)."""
+    sharded: tuple[str, ...]
+    """Model states split over data parallelism (ZeRO paper section 5; FSDP FULL_SHARD shards all, like stage 3)."""
+    hybrid: bool = False
+    """Sharded within a node, replicated across nodes (FSDP HYBRID_SHARD)."""
+
+
+PLANNER: dict[str, Sharding] = {sharding.name: sharding for sharding in (
+    Sharding("ddp", None, ()),
+    Sharding("zero0", 0, ()),
+    Sharding("zero1", 1, ("optimizer", "master")),
+    Sharding("zero2", 2, ("grads", "optimizer", "master")),
+    Sharding("zero3", 3, _ALL_STATES),
+    Sharding("fsdp", None, _ALL_STATES),
+    Sharding("fsdp_hybrid", None, _ALL_STATES, hybrid=True),
+)}
+SIMPLICITY = ("ddp", "zero1", "zero2", "fsdp", "zero3", "fsdp_hybrid")
+"""On a near tie the planner ranks the simpler strategy higher, in this order."""
+
+
+# --- compare's strategies -------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    """One compare strategy: what runs on each rank and how it is launched."""
+
+    name: str
+    engine: str
+    """The worker's engine (``dsbench launch --strategy``)."""
+    launcher: str
+    zero: int | None = None
+    """The ZeRO stage of a DeepSpeed strategy."""
+    offload: str = "none"
+    """ZeRO's optimizer offload (``--offload``)."""
+    offload_param: str = "none"
+    """ZeRO-3's parameter offload (``--offload-param``)."""
+    tp: int = 1
+    pp: int = 1
+    reshard: bool = True
+    """FSDP frees the gathered parameters after forward (``--no-fsdp-reshard`` keeps them)."""
+    planned: bool = True
+    """The planner has a model of it (``plan --verify``, ``tune`` and report predictions use it)."""
+
+    @property
+    def model_parallel(self) -> int:
+        """Ranks that share one batch (tp x pp): a cell accumulates that many micro-batches, so every strategy
+        trains the global batch of pure data parallelism (micro-batch x world size) and the same losses."""
+        return self.tp * self.pp
+
+    @property
+    def compiles(self) -> bool:
+        """The worker applies ``--compile``: not to pipeline stages or DTensor/AutoTP layers."""
+        return self.model_parallel == 1
+
+    @property
+    def steps_torch_adamw(self) -> bool:
+        """It steps torch AdamW, so ``--fused-optimizer`` applies (DeepSpeed steps its config's optimizer)."""
+        return self.engine != "deepspeed"
+
+    @property
+    def splits_heads(self) -> bool:
+        """Tensor parallel: AutoTP and DTensor split q/k/v/o and the MLP by heads (Llama-family models)."""
+        return self.tp > 1
+
+    @property
+    def launch_flags(self) -> tuple[str, ...]:
+        """The ``dsbench launch`` flags beyond ``--strategy`` and ``--launcher``."""
+        flags: list[str] = []
+        if self.zero is not None:
+            flags += ["--zero", str(self.zero)]
+        if self.offload != "none":
+            flags += ["--offload", self.offload]
+        if self.offload_param != "none":
+            flags += ["--offload-param", self.offload_param]
+        if self.tp > 1:
+            flags += ["--tp", str(self.tp)]
+        if self.pp > 1:
+            flags += ["--pipeline-stages", str(self.pp)]
+        return tuple(flags)
+
+    @property
+    def planner_fields(self) -> dict[str, object]:
+        """The planner's candidate that models it (strategy, offloads, tp, pp, and who implements tp/pp); ``single``
+        is DDP on one rank. Whether the planner's model is used for it is :attr:`planned`."""
+        sharding = f"zero{self.zero}" if self.zero is not None else "fsdp" if self.engine == "fsdp" else "ddp"
+        return {"strategy": sharding, "offload": self.offload, "offload_param": self.offload_param, "tp": self.tp,
+                "pp": self.pp, "engine": "torch" if self.engine in SPLIT_ENGINES else "deepspeed"}
+
+
+def _fixed(*strategies: Strategy) -> dict[str, Strategy]:
+    return {s.name: s for s in strategies}
+
+
+FIXED = _fixed(
+    Strategy("single", "single", "torchrun"),
+    Strategy("ddp", "ddp", "torchrun"),
+    Strategy("fsdp", "fsdp", "torchrun"),
+    Strategy("fsdp_no_reshard", "fsdp", "torchrun", reshard=False, planned=False),
+    *(Strategy(f"zero{stage}", "deepspeed", "deepspeed", zero=stage) for stage in range(4)),
+    Strategy("zero2_offload", "deepspeed", "deepspeed", zero=2, offload="cpu"),
+    Strategy("zero3_offload", "deepspeed", "deepspeed", zero=3, offload="cpu", offload_param="cpu"),
+    # NVMe needs a swap folder (--nvme-path): compare gives each cell its own; plan --verify and tune leave it out
+    Strategy("zero3_nvme", "deepspeed", "deepspeed", zero=3, offload="nvme", offload_param="nvme", planned=False),
+)
+
+# Parameterised families: the name's digits are the degree (>= 2).
+FAMILIES: dict[str, tuple[str, Strategy]] = {
+    # DeepSpeed AutoTP with ZeRO-1 (Llama-family models; GPT-2's Conv1D is not split)
+    "zero1_tp": ("tp", Strategy("zero1_tp{N}", "deepspeed", "deepspeed", zero=1)),
+    # DeepSpeed's pipeline engine with ZeRO-1
+    "pipe": ("pp", Strategy("pipe{P}", "deepspeed", "deepspeed", zero=1)),
+    # torch.distributed.pipelining, 1F1B
+    "torch_pipe": ("pp", Strategy("torch_pipe{P}", "torch_pp", "torchrun")),
+    # DTensor Megatron-style tensor parallel (Llama-family models)
+    "torch_tp": ("tp", Strategy("torch_tp{N}", "torch_tp", "torchrun")),
+}
+_FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe)([0-9]{1,4})")
+LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2")
+"""Compare's strategies as listed to users and searched by ``tune`` (each family at degree 2)."""
+DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
+WHATIF_DEFAULT = ("ddp", "zero2", "zero3", "fsdp", "pipe2")
+"""Named in whatif's error when --strategies is empty."""
+
+
+def lookup(name: str) -> Strategy | None:
+    """The strategy a compare name denotes (``None`` for an unknown name or a degree below 2)."""
+    if name in FIXED:
+        return FIXED[name]
+    match = _FAMILY_NAME.fullmatch(name)
+    if match is None or int(match[2]) < 2 or match[2].startswith("0"):
+        return None
+    degree_of, template = FAMILIES[match[1]]
+    return replace(template, name=name, **{degree_of: int(match[2])})
+
+
+def known(name: str) -> bool:
+    return lookup(name) is not None
+
+
+def get(name: str) -> Strategy:
+    """The strategy of a name already checked by :func:`known` (a KeyError names a programming error)."""
+    strategy = lookup(name)
+    if strategy is None:
+        raise KeyError(name)
+    return strategy
+
+
+def choices() -> str:
+    """The names a user may give, for error messages."""
+    return ", ".join((*FIXED, "zero1_tp{N}", "pipe{P}", "torch_pipe{P}", "torch_tp{N}"))
+
+
+def name_for(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
+             engine: str = "deepspeed") -> str | None:
+    """The compare name of a planner candidate (the inverse of :attr:`Strategy.planner_fields`); ``None`` when no
+    compare strategy runs it. DDP on one rank is ``ddp`` here (compare's ``single`` is its 1-rank baseline)."""
+    fields = {"strategy": strategy, "offload": offload, "offload_param": offload_param, "tp": tp, "pp": pp,
+              "engine": engine}
+    for how in FIXED.values():
+        if how.name != "single" and how.reshard and how.planner_fields == fields:
+            return how.name
+    for family, (degree_of, _) in FAMILIES.items():
+        degree = tp if degree_of == "tp" else pp
+        how = lookup(f"{family}{degree}") if degree > 1 else None
+        if how is not None and how.planner_fields == fields:
+            return how.name
+    return None
+
+
+def for_candidate(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
+                  engine: str = "deepspeed") -> Strategy:
+    """The strategy that runs a planner candidate: compare's where it has one, else one named by its parts
+    (``zero1 + tp8 + pp2``, ``fsdp_hybrid``) with the same fields, so that its launch flags are derived alike."""
+    name = name_for(strategy, offload, offload_param, tp, pp, engine)
+    if name is not None:
+        return get(name)
+    parts = [strategy] + ([f"offload-{offload}" + ("+params" if offload_param != "none" else "")]
+                          if offload != "none" else []) + [f"{d}{n}" for d, n in (("tp", tp), ("pp", pp)) if n > 1]
+    label = " + ".join(parts)
+    if engine == "torch":
+        return Strategy(label, "torch_tp" if tp > 1 else "torch_pp", "torchrun", tp=tp, pp=pp, planned=True)
+    zero = PLANNER[strategy].zero
+    if zero is None:  # DDP and FSDP (hybrid sharding included) under torchrun
+        return Strategy(label, "fsdp" if strategy.startswith("fsdp") else "ddp", "torchrun", tp=tp, pp=pp)
+    return Strategy(label, "deepspeed", "deepspeed", zero=zero, offload=offload, offload_param=offload_param, tp=tp,
+                    pp=pp)
+
+
+def name_of_run(engine: str, zero: int | None = None, offload: str = "none", offload_param: str = "none",
+                tp: int = 1, pp: int = 1, reshard: bool = True) -> str:
+    """The compare name of a run launched by hand, from what its header records. Where no compare strategy matches
+    exactly: a DeepSpeed run by its stage and offload (``zero3_offload`` for ZeRO-3 with the optimizer alone on the
+    CPU), any other by its engine."""
+    fields = (engine, zero, offload, offload_param, tp, pp, reshard)
+    for s in FIXED.values():
+        if (s.engine, s.zero, s.offload, s.offload_param, s.tp, s.pp, s.reshard) == fields:
+            return s.name
+    for family, (degree_of, template) in FAMILIES.items():
+        degree = tp if degree_of == "tp" else pp
+        if degree > 1 and tp * pp == degree and (template.engine, template.zero) == (engine, zero):
+            return f"{family}{degree}"
+    if engine == "deepspeed" and zero is not None:
+        return f"zero{zero}" + {"none": "", "cpu": "_offload"}.get(offload, f"_{offload}")
+    return engine

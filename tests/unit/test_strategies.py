@@ -1,0 +1,121 @@
+"""The strategy registry (dsbench/strategies.py): the one table of strategy names, and what derives from it."""
+
+from __future__ import annotations
+
+import ast
+import shlex
+from dataclasses import asdict
+
+import pytest
+
+from dsbench import strategies as registry
+from tests.conftest import ROOT
+
+VOCABULARY = {*registry.FIXED, *registry.LISTED, *registry.LAUNCH_STRATEGIES, *registry.PLANNER}
+
+
+def _tables(tree: ast.AST) -> list[tuple[int, set[str]]]:
+    """Literal collections of which two or more items, and at least half, are strategy names (a record whose keys
+    include ``fsdp`` and ``deepspeed`` among twenty others is not a table of them); a membership test
+    (``x in ("ddp", "zero0")``) is a rule of one function, not a table, and is allowed."""
+    rules = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Compare) for c in n.comparators}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in rules:
+            continue
+        if isinstance(node, ast.Dict):
+            items = [k for k in node.keys if k is not None]
+        elif isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            items = node.elts
+        else:
+            continue
+        names = {e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                 and (e.value in VOCABULARY or registry.known(e.value))}
+        if len(names) >= 2 and 2 * len(names) >= len(items):
+            found.append((node.lineno, names))
+    return found
+
+
+def test_no_other_module_holds_a_table_of_strategy_names():
+    problems = [f"{path.relative_to(ROOT)}:{line}: {sorted(names)}"
+                for path in sorted((ROOT / "dsbench").rglob("*.py")) if path.name != "strategies.py"
+                for line, names in _tables(ast.parse(path.read_text()))]
+    assert problems == []
+
+
+def test_the_scan_finds_a_planted_table():
+    assert _tables(ast.parse('KNOWN = ("ddp", "zero2")\nBY = {"pipe2": 2, "torch_tp4": 4}')) == [
+        (1, {"ddp", "zero2"}), (2, {"pipe2", "torch_tp4"})]
+    assert _tables(ast.parse('ok = s in ("zero1", "zero2")')) == []
+    assert _tables(ast.parse('record = {"fsdp": 1, "deepspeed": 2, "a": 3, "b": 4, "c": 5}')) == []
+
+
+@pytest.mark.parametrize(("name", "fields"), [
+    ("torch_tp4", ("torch_tp", "torchrun", None, 4, 1)), ("pipe3", ("deepspeed", "deepspeed", 1, 1, 3)),
+    ("zero1_tp8", ("deepspeed", "deepspeed", 1, 8, 1)), ("torch_pipe2", ("torch_pp", "torchrun", None, 1, 2)),
+    ("zero3_offload", ("deepspeed", "deepspeed", 3, 1, 1))])
+def test_a_parameterised_name_carries_its_degree(name, fields):
+    how = registry.get(name)
+    assert (how.engine, how.launcher, how.zero, how.tp, how.pp) == fields
+    assert how.model_parallel == how.tp * how.pp and how.compiles is (how.model_parallel == 1)
+
+
+@pytest.mark.parametrize("name", ["torch_tp1", "pipe0", "pipe02", "zero1_tp", "torch_tp2x", "zero9", "pipe99999"])
+def test_a_bad_name_is_unknown(name):
+    assert registry.lookup(name) is None and not registry.known(name)
+
+
+def test_every_planned_strategy_and_its_planner_candidate_name_each_other():
+    from dsbench.plan.estimate import Candidate
+    from dsbench.plan.verify import candidate_for, compare_strategy
+
+    for name in [*registry.LISTED, "torch_tp4", "pipe4", "zero1_tp8", "torch_pipe8"]:
+        how = registry.get(name)
+        candidate = candidate_for(name)
+        if not how.planned:
+            assert candidate is None
+            continue
+        assert isinstance(candidate, Candidate)
+        expected = "ddp" if name == "single" else name  # single is DDP on one rank
+        assert candidate.name == expected
+        assert compare_strategy(asdict(candidate)) == expected
+
+
+def test_the_recommended_command_launches_the_candidate(cli_run, tmp_path):
+    """Every candidate the planner ranks on 2 nodes x 8 GPUs prints a command that ``dsbench launch --dry-run``
+    accepts, and the worker's run.json holds the candidate's layout (the launch is the oracle, not the builder)."""
+    import json
+
+    from dsbench.plan.api import PlanRequest, build
+    from dsbench.plan.estimate import estimate
+    from dsbench.plan.recommend import candidates, launch_command
+
+    workload, cluster, _ = build(PlanRequest(
+        model="llama-7b", params=None, config=None, gpus=16, nodes=2, gpus_per_node=8, gpu="h100", gpu_mem=None,
+        peak_tflops=None, efficiency=0.5, interconnect="infiniband", intra=None, bandwidth=None, latency=None,
+        seq_len=128, micro_batch=1, grad_accum=1, precision="fp32", accounting=None, host_mem=1000))
+    shape = workload.shape
+    seen = set()
+    for cand in candidates(cluster, shape):
+        if cand.checkpointing or "nvme" in cand.offload:
+            continue  # the worker flag and the NVMe folder are the only differences from its twin
+        argv = shlex.split(launch_command(estimate(cand, workload, cluster), shape, workload, cluster))[2:]
+        run_dir = tmp_path / str(len(seen))
+        hosts = argv.index("--hostfile")  # the 2 x 8 slots as a hostfile of this run
+        (tmp_path / "hosts").write_text("node1 slots=8\nnode2 slots=8\n")
+        argv[hosts + 1] = str(tmp_path / "hosts")
+        result = cli_run("launch", *argv[:argv.index("--")], "--run-dir", str(run_dir), "--dry-run",
+                         *argv[argv.index("--"):])
+        assert result.exit_code == 0, (cand.name, result.output)
+        run = json.loads((run_dir / "run.json").read_text())
+        how = cand.runs_as
+        assert run["strategy"] == how.engine, cand.name
+        config = json.loads((run_dir / "ds_config.json").read_text()) if how.engine == "deepspeed" else {}
+        if how.engine == "deepspeed":
+            assert config["zero_optimization"]["stage"] == how.zero, cand.name
+            assert (config.get("pipeline") or {}).get("stages", 1) in (how.pp, "auto"), cand.name
+        else:
+            assert (run["tp"], run["pipeline_stages"] or 1) == (how.tp, how.pp), cand.name
+        seen.add(cand.name)
+    assert {"ddp", "zero1", "zero3_offload", "zero1_tp8", "pipe8", "torch_tp8", "torch_pipe8", "fsdp_hybrid",
+            "zero1 + tp8 + pp2"} <= seen, seen
