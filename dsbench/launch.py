@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import trainspec
-from dsbench.configs import accelerate
+from dsbench.configs import accelerate, accelerate_worker
 from dsbench.configs.api import ds_file_of, make_render_spec, validate_accelerate
 from dsbench.configs.findings import has_errors
 from dsbench.configs.layout import config_dims
@@ -323,7 +323,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
     processes = accelerate.world_size(config)
     if processes is None:
         raise UserError(f"{path} has no num_processes: give --num-processes N")
-    refusal = accelerate.worker_refusal(config, processes)
+    refusal = accelerate_worker.worker_refusal(config, processes)
     if refusal:
         raise UserError(f"{path}: {refusal}")
     ds_path, _ = ds_file_of(config, path)
@@ -342,7 +342,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
                       user_accelerate_config=path, accelerate_args=tuple(args))
     base = with_inherited_env(base, req)
     train = trainspec.from_argv(worker_argv(base))
-    notes = check_layout(train, None, processes) + accelerate.worker_notes(config)
+    notes = check_layout(train, None, processes) + accelerate_worker.worker_notes(config)
     req.run_dir.mkdir(parents=True, exist_ok=True)
     copy = req.run_dir / "accelerate_config.yaml"
     if not (copy.exists() and copy.resolve() == Path(path).resolve()):

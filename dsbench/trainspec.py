@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 STRATEGIES = LAUNCH_STRATEGIES
 CHECKPOINTED = CHECKPOINTED_ENGINES
-"""Strategies whose checkpoints dsbench writes and resumes (dsbench.worker.checkpoint.FORMATS)."""
+"""Strategies whose checkpoints dsbench writes and resumes (dsbench.worker.checkpoint_manifest.FORMATS)."""
 SCHEDULES = ("1f1b", "gpipe")
 
 

@@ -110,31 +110,15 @@ def markdown(rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: list[Row], links: list[str], path: Path) -> Path:
-    from dsbench.report.plots import figure, save_figure
-
-    fig, ax = figure()
-    for strategy in dict.fromkeys(r.strategy for r in rows):
-        speed = {r.link: r.tokens_per_s for r in rows if r.strategy == strategy}
-        ax.plot(links, [speed.get(link) or float("nan") for link in links], marker="o", label=strategy)
-    ax.set_xlabel("link rate between the nodes (tc tbf, both ways)")
-    ax.set_ylabel("tokens/s (wall clock)")
-    ax.set_yscale("log")
-    ax.set_title("Throughput by link rate")
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
-
-
-def write(rows: list[Row], links: list[str], out: Path) -> dict[str, Path]:
-    files = {"json": out / "whatif.json", "markdown": out / "whatif.md", "csv": out / "whatif.csv",
-             "plot": out / "whatif.png"}
+def write(rows: list[Row], out: Path) -> dict[str, Path]:
+    """whatif.json, whatif.md and whatif.csv (the plot is the report's: dsbench.report.plots.by_link)."""
+    files = {"json": out / "whatif.json", "markdown": out / "whatif.md", "csv": out / "whatif.csv"}
     atomic_write_json(files["json"], {"rows": [asdict(r) for r in rows]})
     atomic_write_text(files["markdown"], markdown(rows))
     with open(files["csv"], "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(Row.__dataclass_fields__))
         writer.writeheader()
         writer.writerows(asdict(r) for r in rows)
-    plot(rows, links, files["plot"])
     return files
 
 

@@ -45,10 +45,24 @@ from dsbench.commands.options import (
 def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed: bool, timeout: float,
             nvme_path: str | None, no_report: bool, quiet: bool, profile: str | None, **flags: Any) -> None:
     """Run a matrix of strategies side by side (real launches) and build the report."""
-    from dsbench.bench.session import compare_main
+    from dsbench.bench.session import run_compare
+    from dsbench.plan.verify import predictor
+    from dsbench.report.build import build_report
+    from dsbench.report.render import print_report
 
-    sys.exit(compare_main(matrix_file, flags, out, resume, retry_failed, timeout, nvme_path, no_report, quiet,
-                          profile))
+    predict = predictor(profile)  # a bad profile is refused before any cell runs
+    run = run_compare(matrix_file, flags, out, resume, retry_failed, timeout, nvme_path, quiet)
+    if not no_report:
+        print_report(build_report([run.folder / "cells"], run.folder / "report", predict=predict))
+    failed = [r for r in run.results if r.status != "ok"]
+    click.echo(f"{len(run.results) - len(failed)}/{len(run.results)} cells ok; results in {run.folder}"
+               + (f"; report: {run.folder / 'report' / 'report.html'}" if not no_report else ""))
+    interrupted = next((r for r in run.results if r.status == "interrupted"), None)
+    if interrupted:
+        click.echo(f"interrupted: {len(run.cells) - len(run.results)} cell(s) not started; `dsbench compare --resume "
+                   f"--out {run.folder}` runs them and {interrupted.cell.id} again", err=True)
+        sys.exit(130)
+    sys.exit(1 if failed else 0)
 
 
 COMMAND = compare

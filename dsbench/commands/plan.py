@@ -47,8 +47,9 @@ from dsbench.commands.options import (
               "figures.")
 def plan(top: int, as_json: bool, verify: bool, config_file: str | None, **opts: Any) -> None:
     """Estimate memory, communication, bubble and step time per strategy, and recommend one."""
-    from dsbench.plan.api import PlanRequest, print_plan
+    from dsbench.plan.api import PlanRequest
     from dsbench.plan.api import plan as make_plan
+    from dsbench.report.tables import print_plan
 
     result = make_plan(PlanRequest(config=config_file, **opts))
     if verify:
@@ -60,7 +61,7 @@ def plan(top: int, as_json: bool, verify: bool, config_file: str | None, **opts:
     else:
         print_plan(result, top)
         if verify:
-            from dsbench.plan.verify import print_verify
+            from dsbench.report.tables import print_verify
 
             print_verify(result["verify"])
 

@@ -22,8 +22,9 @@ from dsbench.commands.options import (
 def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: str | None) -> None:
     """Build tables, CSV/JSON/Markdown, PNG plots and an HTML report from run folders (merged; nothing re-runs).
     Exit 1 when a folder could not be read (it is listed as corrupt; the others are reported)."""
-    from dsbench.bench.session import predictor, print_report
+    from dsbench.plan.verify import predictor
     from dsbench.report.build import build_report
+    from dsbench.report.render import print_report
 
     folder = Path(out or Path(run_dirs[0]) / "report")
     built = build_report([Path(d) for d in run_dirs], folder, plots=not no_plots, predict=predictor(profile))

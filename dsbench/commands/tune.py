@@ -52,10 +52,11 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
     """Find the fastest layout (strategy x micro-batch x accumulation x checkpointing) at a fixed global batch:
     the planner ranks them all, then at most --budget real runs decide (--speed-options: then the winner compiled and
     uncompiled, side by side). Every layout steps with a fused Adam, as compare's cells do by default."""
-    from dsbench.bench.tune import TuneRequest, print_result
+    from dsbench.bench.tune import TuneRequest
     from dsbench.bench.tune import tune as run_tune
     from dsbench.envinfo import default_ranks
     from dsbench.hostfile import read_hostfile, world_size_of
+    from dsbench.report.tables import print_tune
 
     if hostfile and num_gpus:
         raise UserError("--num-gpus is the ranks on this machine; with --hostfile its slots say it: drop one")
@@ -74,7 +75,7 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
-        print_result(result)
+        print_tune(result)
     sys.exit(0 if result["winner"] else 1)
 
 

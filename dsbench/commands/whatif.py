@@ -36,12 +36,14 @@ def whatif(links: str, strategies: str, nodes: int, slots: int, model: str, micr
     (needs root: it brings `dsbench testbed` up and down once per link). Exit 1 when a cell failed."""
     from dsbench.bench.progress import RichReporter
     from dsbench.bench.whatif import markdown, whatif_main, write
+    from dsbench.report.plots import by_link
 
     folder = Path(out or f"runs/whatif-{time.strftime('%Y%m%d-%H%M%S')}")
     link_list = [x.strip() for x in links.split(",") if x.strip()]
     rows = whatif_main(link_list, [x.strip() for x in strategies.split(",") if x.strip()], nodes, slots, model,
                        micro_batch, steps, warmup, seq_len, folder, timeout, RichReporter(quiet))
-    files = write(rows, list(dict.fromkeys(r.link for r in rows)), folder)
+    files = write(rows, folder)
+    files["plot"] = by_link(rows, list(dict.fromkeys(r.link for r in rows)), folder / "whatif.png")
     click.echo(markdown(rows), nl=False)
     for name, path in files.items():
         click.echo(f"{name:9} {path}")

@@ -18,12 +18,10 @@ from functools import lru_cache
 from typing import Any
 
 from dsbench.configs.findings import Finding
-from dsbench.configs.templates import load_template
 from dsbench.configs.yaml_reader import YamlProblem, load_yaml
 from dsbench.errors import UserError
 from dsbench.hostfile import is_valid_hostname
 from dsbench.paths import data_file
-from dsbench.strategies import ACCELERATE_TYPES
 
 # Keys that are accelerate-only (DeepSpeed JSON never has them at its top level): how a file is recognised.
 MARKERS = ("distributed_type", "compute_environment")
@@ -90,7 +88,7 @@ def _did_you_mean(key: str, known: list[str]) -> str:
     return f"did you mean '{close[0]}'? rename it" if close else "delete it"
 
 
-def _int(value: Any) -> int | None:
+def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -173,14 +171,14 @@ def _processes(config: dict[str, Any]) -> list[Finding]:
     processes, machines = config.get("num_processes"), config.get("num_machines", 1)
     for key, value, low in (("num_processes", processes, 1), ("num_machines", machines, 1),
                             ("machine_rank", config.get("machine_rank", 0), 0)):
-        if value is not None and (_int(value) is None or value < low) and not (key == "num_processes"
+        if value is not None and (as_int(value) is None or value < low) and not (key == "num_processes"
                                                                               and value == -1):
             out.append(_error("bad-value", key, f"{str(value)[:40]!r} is not a whole number >= {low}", f"set {key}"))
-        elif _int(value) is not None and value > MAX_COUNT:
+        elif as_int(value) is not None and value > MAX_COUNT:
             out.append(_error("bad-value", key, f"{value:,} is beyond any cluster (at most {MAX_COUNT:,})",
                               f"set {key} to the real count"))
     port = config.get("main_process_port")
-    if port is not None and (_int(port) is None or not 1 <= port <= 65535):
+    if port is not None and (as_int(port) is None or not 1 <= port <= 65535):
         out.append(_error("bad-value", "main_process_port", f"{port!r} is not a TCP port", "use 1..65535"))
     if any(f.severity == "error" for f in out):
         return out
@@ -189,7 +187,7 @@ def _processes(config: dict[str, Any]) -> list[Finding]:
         out.append(_error("process-count", "num_processes", f"{processes} processes do not split over {machines} "
                           "machines: num_processes is the total, num_machines x processes per machine",
                           f"set num_processes to {machines} x the GPUs per machine"))
-    rank = _int(config.get("machine_rank")) or 0
+    rank = as_int(config.get("machine_rank")) or 0
     if rank >= machines:
         out.append(_error("bad-value", "machine_rank", f"{rank} with {machines} machine(s): ranks are 0.."
                           f"{machines - 1}", "set machine_rank to this machine's index"))
@@ -302,7 +300,7 @@ def _fsdp(config: dict[str, Any]) -> list[Finding]:
     for key, allowed in choices:
         value = fsdp.get(key)
         if value is not None and str(value).upper() not in allowed and not (
-                key == "fsdp_sharding_strategy" and _int(value) in range(1, len(allowed) + 1)):
+                key == "fsdp_sharding_strategy" and as_int(value) in range(1, len(allowed) + 1)):
             out.append(_error("bad-value", f"fsdp_config.{key}", f"{value!r} is not one of "
                               f"{', '.join(allowed)}{' under fsdp_version 2' if version == 2 else ''}",
                               _did_you_mean(str(value).upper(), allowed)))
@@ -327,7 +325,7 @@ def _fsdp(config: dict[str, Any]) -> list[Finding]:
 
 def world_size(config: dict[str, Any]) -> int | None:
     """The total number of processes the YAML launches (``num_processes``), when it says."""
-    value = _int(config.get("num_processes"))
+    value = as_int(config.get("num_processes"))
     return value if value and value > 0 else None
 
 
@@ -340,224 +338,3 @@ def require_valid(findings: list[Finding], source: str) -> None:
     for finding in findings:
         if finding.severity == "error":
             raise UserError(f"{source}: {finding.path or '(file)'}: {finding.message} (fix: {finding.fix})")
-
-
-_ENGINES = {
-    "MULTI_GPU": "plain data parallelism (torch DDP): every process holds the whole model, optimizer and "
-                 "gradients; gradients are all-reduced each step",
-    "MULTI_CPU": "plain data parallelism on CPUs (torch DDP over gloo): every process holds the whole model",
-    "NO": "one process, no distribution",
-}
-
-
-def explain(config: dict[str, Any], ds_lines: list[str] | None = None) -> list[str]:
-    """Plain sentences for what ``accelerate launch --config_file`` does with ``config``. ``ds_lines``: the
-    explanation of the referenced DeepSpeed file, when it could be read."""
-    kind = config.get("distributed_type")
-    machines = _int(config.get("num_machines")) or 1
-    processes = world_size(config)
-    lines = []
-    if processes:
-        per = f" ({processes // machines} per machine)" if machines > 1 and processes % machines == 0 else ""
-        where = (f"; machine 0 at {config.get('main_process_ip')}:{config.get('main_process_port', 29500)}"
-                 if machines > 1 else "")
-        lines.append(f"`accelerate launch` starts {processes} process(es) on {machines} machine(s){per}{where}")
-    else:
-        lines.append(f"the process count is not in the file: `accelerate launch --num_processes N` sets it "
-                     f"({machines} machine(s))")
-    if config.get("use_cpu") is True and kind in ("DEEPSPEED", "FSDP"):
-        lines.append(f"use_cpu: true: accelerate skips {kind} and runs plain multi-CPU data parallelism")
-    if kind == "DEEPSPEED":
-        lines += _explain_deepspeed(config, ds_lines)
-    elif kind == "FSDP":
-        lines += _explain_fsdp(config)
-    else:
-        lines.append(_ENGINES.get(str(kind), f"distributed_type {kind}"))
-    precision = str(config.get("mixed_precision") or "no")
-    if kind == "DEEPSPEED" and not ds_config_file(config):
-        lines.append({"bf16": "precision: bf16 (DeepSpeed's bf16 section: bf16 weights, activations and "
-                      "gradients; fp32 master weights in the optimizer)", "fp16": "precision: fp16 with DeepSpeed's "
-                      "dynamic loss scaling; fp32 master weights"}.get(precision, f"precision: {precision}"
-                                                                      if precision != "no" else "precision: fp32"))
-    elif kind != "DEEPSPEED":
-        lines.append({"bf16": "precision: bf16 autocast around the forward; fp32 weights and optimizer",
-                      "fp16": "precision: fp16 autocast with a gradient scaler; fp32 weights and optimizer",
-                      "fp8": "precision: fp8 (needs Transformer Engine, MS-AMP or torchao)"}
-                     .get(precision, "precision: fp32"))
-    return lines
-
-
-def _explain_deepspeed(config: dict[str, Any], ds_lines: list[str] | None) -> list[str]:
-    from dsbench.configs.explain import _STAGES
-
-    ds = section_keys(config, "deepspeed_config")
-    launcher = ds.get("deepspeed_multinode_launcher")
-    lines = ["engine: DeepSpeed" + (f" (nodes started with its {launcher} launcher)" if launcher and
-                                    (_int(config.get("num_machines")) or 1) > 1 else "")]
-    if ds.get("deepspeed_config_file"):
-        lines.append(f"every DeepSpeed setting comes from {ds['deepspeed_config_file']} (accelerate fills its "
-                     "\"auto\" values from the training script)")
-        return lines + (ds_lines or [f"{ds['deepspeed_config_file']} could not be read, so its contents are not "
-                                     "explained"])
-    stage = ds.get("zero_stage", DEFAULT_ZERO_STAGE)
-    lines.append(_STAGES.get(stage, f"zero_stage {stage}") + ("" if "zero_stage" in ds else
-                                                              " (no zero_stage: accelerate's default)"))
-    for what, label in (("optimizer", "optimizer states (and the optimizer step, DeepSpeedCPUAdam)"),
-                        ("param", "parameters")):
-        device = ds.get(f"offload_{what}_device", "none")
-        if device != "none":
-            where = "CPU RAM" if device == "cpu" else f"NVMe under {ds.get(f'offload_{what}_nvme_path')}"
-            lines.append(f"{label} offloaded to {where}")
-    accumulation = ds.get("gradient_accumulation_steps", 1)
-    lines.append(f"batch: the script's per-process batch x {accumulation} accumulation step(s) x the process count"
-                 " per optimizer step")
-    if ds.get("gradient_clipping"):
-        lines.append(f"gradients clipped to global norm {ds['gradient_clipping']}")
-    if stage == 3 and ds.get("zero3_init_flag"):
-        lines.append("zero3_init_flag: the model is built already partitioned (deepspeed.zero.Init), so no "
-                     "process ever holds it whole")
-    return lines
-
-
-def _explain_fsdp(config: dict[str, Any]) -> list[str]:
-    fsdp = section_keys(config, "fsdp_config")
-    version = fsdp.get("fsdp_version", 1)
-    if version == 2:
-        reshard = fsdp.get("fsdp_reshard_after_forward", True)
-        shard = ("parameters, gradients and optimizer states sharded; parameters re-gathered for the backward "
-                 "(like ZeRO-3)" if reshard else "parameters kept gathered between forward and backward "
-                 "(like ZeRO-2: gradients and optimizer states sharded)")
-    else:
-        strategy = str(fsdp.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()
-        shard = {"FULL_SHARD": "parameters, gradients and optimizer states sharded (like ZeRO-3)",
-                 "SHARD_GRAD_OP": "gradients and optimizer states sharded, parameters gathered (like ZeRO-2)",
-                 "NO_SHARD": "nothing sharded (like DDP)",
-                 "HYBRID_SHARD": "sharded within a machine, replicated across machines"}.get(strategy, strategy)
-    lines = [f"engine: FSDP{version} (torch fully_shard): {shard}"]
-    policy = fsdp.get("fsdp_auto_wrap_policy", "NO_WRAP")
-    unit = {"TRANSFORMER_BASED_WRAP": f"each {fsdp.get('fsdp_transformer_layer_cls_to_wrap') or 'decoder layer'} "
-            "is one shard unit", "SIZE_BASED_WRAP": f"modules over {fsdp.get('fsdp_min_num_params')} parameters "
-            "are shard units"}.get(str(policy).upper(), "the whole model is one shard unit")
-    lines.append(f"wrapping: {unit}")
-    if fsdp.get("fsdp_offload_params"):
-        lines.append("parameters (and the optimizer step) offloaded to CPU RAM")
-    if fsdp.get("fsdp_activation_checkpointing"):
-        lines.append("activation checkpointing on every shard unit")
-    lines.append(f"checkpoints saved as {fsdp.get('fsdp_state_dict_type', 'FULL_STATE_DICT')}")
-    return lines
-
-
-def to_deepspeed(config: dict[str, Any]) -> dict[str, Any]:
-    """The DeepSpeed config accelerate builds from an inline ``deepspeed_config`` (accelerate 1.15
-    utils/dataclasses.py: ``DeepSpeedPlugin.__post_init__`` without a config file, then ``set_mixed_precision``
-    with the YAML's ``mixed_precision``). Batch sizes stay "auto", as accelerate leaves them for the script to fill;
-    accelerate's ``steps_per_print: inf`` (not JSON) and its ``nvme_path: null`` entries are left out."""
-    ds = section_keys(config, "deepspeed_config")
-    if config.get("distributed_type") != "DEEPSPEED":
-        raise UserError(f"distributed_type is {config.get('distributed_type')}, not DEEPSPEED: there is no DeepSpeed "
-                        "config to write")
-    if ds.get("deepspeed_config_file"):
-        raise UserError(f"the YAML names its DeepSpeed config already: {ds['deepspeed_config_file']}")
-
-    def offload(what: str) -> dict[str, Any]:
-        device = ds.get(f"offload_{what}_device", "none")
-        return {"device": device, **({"nvme_path": ds.get(f"offload_{what}_nvme_path")} if device == "nvme" else {})}
-
-    out: dict[str, Any] = {
-        "train_batch_size": "auto",
-        "train_micro_batch_size_per_gpu": "auto",
-        "gradient_accumulation_steps": ds.get("gradient_accumulation_steps", "auto"),
-        "zero_optimization": {
-            "stage": ds.get("zero_stage", DEFAULT_ZERO_STAGE),
-            "offload_optimizer": offload("optimizer"),
-            "offload_param": offload("param"),
-            "stage3_gather_16bit_weights_on_model_save": ds.get("zero3_save_16bit_model", False) is True,
-        },
-    }
-    clipping = ds.get("gradient_clipping", "auto")
-    if clipping:  # accelerate: `if self.gradient_clipping:` ("auto" stays, 0 drops the key)
-        out["gradient_clipping"] = clipping
-    precision = str(config.get("mixed_precision") or "no")
-    out["fp16"] = {"enabled": True, "auto_cast": True} if precision == "fp16" else {"enabled": False}
-    out["bf16"] = {"enabled": precision in ("bf16", "fp8")}
-    return out
-
-
-# How dsbench's worker runs an FSDP1 sharding strategy with FSDP2's fully_shard (torch's FSDP1 -> FSDP2 migration
-# notes, and accelerate 1.15's fsdp_sharding_strategy help: FULL_SHARD is reshard_after_forward=True,
-# SHARD_GRAD_OP is False). NO_SHARD and HYBRID_SHARD need a replicated mesh dimension the worker does not build.
-FSDP1_RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
-
-# accelerate's launchers: the engines dsbench's worker runs for each distributed_type.
-WORKER_ENGINES = ACCELERATE_TYPES
-
-
-def fsdp1_strategy(value: Any) -> str:
-    """An FSDP1 sharding strategy by name (accelerate also takes its 1-based index, FSDP_SHARDING_STRATEGY)."""
-    names = schema()["fsdp_sharding_strategies"]
-    index = _int(value)
-    return names[index - 1] if index is not None and 1 <= index <= len(names) else str(value).upper()
-
-
-def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
-    """Why dsbench's worker cannot do what ``config`` asks of ``accelerate launch`` (None when it can): said before
-    anything starts, rather than a run that quietly trains something else."""
-    kind = config.get("distributed_type")
-    if kind == "MULTI_CPU" and (processes or 1) > 1:
-        return ("distributed_type MULTI_CPU: accelerate 1.15 starts one process for it without mpirun; use "
-                "MULTI_GPU, which dsbench runs as CPU ranks over gloo on a machine without a GPU")
-    if kind not in WORKER_ENGINES and kind != "MULTI_CPU":
-        return (f"distributed_type {kind}: dsbench's worker runs {', '.join(WORKER_ENGINES)} (and MULTI_CPU with "
-                "one process)")
-    sizes = {key: _int(value) for key, value in section_keys(config, "parallelism_config").items()
-             if key.endswith("_size")}
-    # dp_shard alone is FSDP/ZeRO sharding, which the engines do; the other sizes split or replicate otherwise
-    parallel = [f"parallelism_config.{key} {size}" for key, size in sizes.items()
-                if (size or 1) > 1 and not key.endswith("dp_shard_size")]
-    if parallel:
-        return (f"{parallel[0]}: accelerate's sequence/context/tensor/replica parallelism is not run by dsbench's "
-                "worker; delete parallelism_config to train plain data parallelism")
-    if str(config.get("mixed_precision") or "no") == "fp8":
-        return "mixed_precision fp8: dsbench's worker trains in fp32, bf16 or fp16; use --precision"
-    fsdp = section_keys(config, "fsdp_config")
-    if kind == "FSDP" and fsdp.get("fsdp_version", 1) == 1:
-        strategy = fsdp1_strategy(fsdp.get("fsdp_sharding_strategy", "FULL_SHARD"))
-        if strategy not in FSDP1_RESHARD:
-            return (f"fsdp_sharding_strategy {strategy}: dsbench's worker runs FSDP2 (fully_shard), which has "
-                    f"{' and '.join(FSDP1_RESHARD)} only; use MULTI_GPU for NO_SHARD")
-    return None
-
-
-def worker_notes(config: dict[str, Any]) -> list[str]:
-    """What the worker does differently from a Hugging Face script under the same YAML, without changing the
-    losses (said at launch)."""
-    notes = []
-    fsdp = section_keys(config, "fsdp_config")
-    policy = str(fsdp.get("fsdp_auto_wrap_policy") or "NO_WRAP").upper()
-    if config.get("distributed_type") == "FSDP" and policy != "TRANSFORMER_BASED_WRAP":
-        notes.append(f"fsdp_auto_wrap_policy {policy}: dsbench shards every transformer block, then the root "
-                     "(TRANSFORMER_BASED_WRAP); the losses are the same, the all-gathers are per block")
-    if section_keys(config, "deepspeed_config").get("zero3_init_flag") is True:
-        notes.append("zero3_init_flag: dsbench builds the model from its config on every rank, then DeepSpeed "
-                     "partitions it (no deepspeed.zero.Init while building)")
-    dynamo = str(config.get("dynamo_backend") or "NO").upper()
-    if dynamo not in ("NO", "FALSE"):
-        notes.append(f"dynamo_backend {dynamo}: dsbench's worker does not torch.compile the model")
-    return notes
-
-
-def with_script_optimizer(config: dict[str, Any], warmup_steps: int) -> tuple[dict[str, Any], list[str]]:
-    """The DeepSpeed config accelerate builds from inline settings names no optimizer or scheduler: the training
-    script brings its own (transformers' Trainer, integrations/deepspeed.py ``deepspeed_optim_sched``, creates its
-    AdamW when the config has none; accelerate swaps it for DeepSpeedCPUAdam under optimizer offload). dsbench's
-    worker is that script: it adds the AdamW (and, with a warm-up, WarmupLR) sections it renders for every other
-    launch, "auto" values filled from its flags; DeepSpeed then builds DeepSpeedCPUAdam itself when offloading.
-    Returns the config and the sections added."""
-    out, added = dict(config), []
-    if "optimizer" not in out:
-        out["optimizer"] = load_template("base")["optimizer"]
-        added.append("optimizer")
-    if "scheduler" not in out and warmup_steps > 0:
-        out.update(load_template("scheduler_warmup"))
-        added.append("scheduler")
-    return out, added

@@ -7,7 +7,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from dsbench.configs import accelerate
+from dsbench.configs import accelerate, accelerate_explain, accelerate_worker
 from dsbench.configs.findings import Finding
 from dsbench.configs.loader import load_config
 from dsbench.configs.render import render
@@ -217,14 +217,14 @@ def explain_accelerate(path: str) -> list[str]:
     accelerate.require_valid(problems, path)
     world = accelerate.world_size(config)
     ds_lines = explain_ds(load_valid_config(ds_path, world), world) if ds_path else None
-    return accelerate.explain(config, ds_lines)
+    return accelerate_explain.explain(config, ds_lines)
 
 
 def from_accelerate_yaml(path: str) -> dict[str, Any]:
     """``render --from-accelerate``: the DeepSpeed config an accelerate YAML's inline settings make, checked by the
     DeepSpeed validator (its "auto" batch sizes are accelerate's to fill)."""
     config = load_accelerate_strict(path)
-    out = accelerate.to_deepspeed(config)
+    out = accelerate_worker.to_deepspeed(config)
     errors = [f for f in validate(out, ValidateContext(world_size=accelerate.world_size(config), allow_auto=True))
               if f.severity == "error"]
     if errors:

@@ -77,37 +77,6 @@ def compare_row(cand: dict[str, Any], folder: Path, shape: ModelShape, ranks: in
     return row
 
 
-def print_verify(rows: list[dict[str, Any]]) -> None:
-    from rich.table import Table
-
-    from dsbench.console import table_console
-
-    console = table_console()
-
-    table = Table(title="predicted vs measured (model states per rank, bytes counted from tensors; step time by the "
-                        "wall clock)")
-    for col in ("candidate", "status", "accounting", "predicted MiB", "measured MiB", "error", "peak MiB (kind)",
-                "predicted peak MiB", "peak error", "predicted step ms", "measured step ms", "step error"):
-        table.add_column(col)
-    for row in rows:
-        if "error" in row:
-            console.print(row["error"])
-            continue
-        ok = row["status"] == "ok"
-        table.add_row(row["candidate"], row["status"], row.get("accounting", "-"),
-                      f"{row['predicted_model_state_bytes'] / 2**20:,.2f}" if ok else "-",
-                      f"{row['measured_model_state_bytes'] / 2**20:,.2f}" if ok else "-",
-                      f"{row['model_state_error']:+.1%}" if ok else "-",
-                      f"{row['measured_peak_memory_bytes'] / 2**20:,.0f} ({row['memory_kind']})" if ok else "-",
-                      f"{row['predicted_peak_memory_bytes'] / 2**20:,.0f}" if "predicted_peak_memory_bytes" in row
-                      else "-",
-                      f"{row['peak_memory_error']:+.1%}" if "peak_memory_error" in row else "-",
-                      f"{row['predicted_step_s'] * 1e3:,.1f}" if ok else "-",
-                      f"{row['measured_step_s'] * 1e3:,.1f}" if ok else "-",
-                      f"{row['step_error']:+.0%}" if ok else "-")
-    console.print(table)
-
-
 def candidate_for(strategy: str) -> Any:
     """The planner's candidate for a compare strategy (``single`` is DDP on one rank); None when the planner's model
     is not used for it, or the name is not a compare strategy."""
@@ -180,3 +149,16 @@ def predicted_figures(row: dict[str, Any], profile: str) -> dict[str, Any]:
         out.update(predicted_peak_mib=predicted,
                    peak_error=(predicted - row["peak_memory_mib"]) / row["peak_memory_mib"])
     return out
+
+
+def predictor(profile: str | None) -> Any:
+    """The report's predicted columns from a machine profile (checked here, so a bad file is refused before any
+    work), or None without one."""
+    if profile is None:
+        return None
+    from functools import partial
+
+    from dsbench.plan.api import read_profile
+
+    read_profile(profile)
+    return partial(predicted_figures, profile=profile)

@@ -130,3 +130,17 @@ def all_plots(rows: list[dict[str, Any]], folder: Path) -> dict[str, Path]:
     makers = {"throughput": throughput, "memory": memory, "scaling": scaling, "loss": losses,
               "step_time": step_times}
     return {name: make(rows, folder / f"{name}.png") for name, make in makers.items()}
+
+
+def by_link(rows: list[Any], links: list[str], path: Path) -> Path:
+    """``dsbench whatif``'s plot: wall-clock tokens/s of each strategy at each link rate (rows: bench.whatif.Row)."""
+    fig, ax = figure()
+    for strategy in dict.fromkeys(r.strategy for r in rows):
+        speed = {r.link: r.tokens_per_s for r in rows if r.strategy == strategy}
+        ax.plot(links, [speed.get(link) or float("nan") for link in links], marker="o", label=strategy)
+    ax.set_xlabel("link rate between the nodes (tc tbf, both ways)")
+    ax.set_ylabel("tokens/s (wall clock)")
+    ax.set_yscale("log")
+    ax.set_title("Throughput by link rate")
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)

@@ -145,3 +145,13 @@ def to_json(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
               "runs": [{k: run[k] for k in ("id", "folder", "status", "reason", "command")} for run in row["runs"]]}
              for row in rows]
     return json.dumps({"method": method_note(rows), "env": env, "cells": cells}, indent=2) + "\n"
+
+
+def print_report(report: Any) -> None:
+    """Terminal table and where each artefact is."""
+    from dsbench.console import table_console
+
+    console = table_console()
+    console.print(to_rich_table(report.rows))
+    for name, path in report.files.items():
+        console.print(f"{name:18} {path}")

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from dsbench.configs.accelerate import FSDP1_RESHARD, with_script_optimizer
+from dsbench.configs.accelerate_worker import FSDP1_RESHARD, with_script_optimizer
 from dsbench.errors import UserError
 
 PLUGIN_SOURCE = "accelerate's DeepSpeed plugin (the YAML's inline deepspeed_config)"
@@ -42,7 +42,7 @@ def inline_deepspeed(env: Mapping[str, str]) -> bool:
 def deepspeed_config(warmup_steps: int) -> tuple[dict[str, Any], list[str]]:
     """The DeepSpeed config accelerate builds from the YAML's inline settings (``DeepSpeedPlugin()`` reads the
     environment; ``set_mixed_precision`` as ``Accelerator`` calls it), completed with the optimizer the training
-    script brings (:func:`dsbench.configs.accelerate.with_script_optimizer`). Returns it and what was added."""
+    script brings (:func:`dsbench.configs.accelerate_worker.with_script_optimizer`). Returns it and what was added."""
     from accelerate.utils import DeepSpeedPlugin
 
     plugin = DeepSpeedPlugin()

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import argparse
 import socket
-import statistics
 import sys
 import time
 import warnings
 from typing import Any
+
+from dsbench.worker.calibrate_engines import measure_deepspeed, measure_fsdp, measure_tensor_parallel
+from dsbench.worker.calibrate_timing import rate, summary_of, sync_device
 
 SIZES = [2**k for k in range(12, 25, 2)]
 """Message sizes in bytes: 4 KiB .. 16 MiB, a factor of 4 apart."""
@@ -53,55 +55,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _sync(device: str) -> None:
-    """Wait for queued GPU work before reading the clock (nothing to wait for on CPU)."""
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-
-
-def _rate(work: Any, device: str, repeats: int, min_s: float = 0.05, calls: int | None = None) -> dict[str, float]:
-    """Seconds per call of ``work``: calls are batched so that one timed batch lasts at least ``min_s`` (or
-    ``calls`` per batch, which every rank of a collective must agree on); the median (and p10/p90) over
-    ``repeats`` batches after a warm-up call."""
-    work()
-    _sync(device)
-    if calls is None:
-        started = time.perf_counter()
-        work()
-        _sync(device)
-        calls = max(1, int(min_s / max(time.perf_counter() - started, 1e-6)))
-    samples = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(calls):
-            work()
-        _sync(device)
-        samples.append((time.perf_counter() - started) / calls)
-    return _summary(samples, calls)
-
-
-def _interleaved(works: dict[str, Any], comm: Any, device: str, repeats: int, calls: int) -> dict[str, Any]:
-    """Seconds per call of each of ``works``, timed in ``repeats`` interleaved rounds (each work once per round,
-    ``calls`` calls per sample) and summarised over the rounds: on shared cores the speed drifts over seconds, and a
-    work timed in one burst would carry one moment's drift into a difference of two works. Each work may hold
-    collectives: every rank runs the same works in the same order."""
-    for work in works.values():
-        work()  # warm-up: first calls allocate, build and register hooks
-    _sync(device)
-    samples: dict[str, list[float]] = {name: [] for name in works}
-    for _ in range(repeats):
-        for name, work in works.items():
-            comm.barrier()  # sync point: every rank starts the sample together
-            started = time.perf_counter()
-            for _ in range(calls):
-                work()
-            _sync(device)
-            samples[name].append((time.perf_counter() - started) / calls)
-    return {name: _summary(samples[name], calls) for name in works}
-
-
 def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, repeats: int,
                     seed: int) -> dict[str, Any]:
     """GEMM, attention and whole-model forward+backward throughput, and the AdamW step time, on this rank."""
@@ -114,10 +67,10 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
     tokens = micro * seq
     x = torch.randn(tokens, shape.hidden, device=device, dtype=dtype)
     w = torch.randn(shape.hidden, shape.intermediate, device=device, dtype=dtype)
-    gemm = _rate(lambda: x @ w, device, repeats)
+    gemm = rate(lambda: x @ w, device, repeats)
     head = shape.hidden // shape.heads
     q = torch.randn(micro, shape.heads, seq, head, device=device, dtype=dtype)
-    attention = _rate(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True), device, repeats)
+    attention = rate(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True), device, repeats)
     model = build_model(shape, seed, False, False).to(device=device, dtype=dtype)
     # small batches run below the large ones' rate: the planner interpolates between the sizes. They are measured
     # in interleaved rounds (each size once per round), as the collectives are, so that a slow moment of the shared
@@ -131,10 +84,10 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
             model(input_ids=ids, labels=ids).loss.backward()
 
         step()  # warm-up
-        _sync(device)
+        sync_device(device)
         started = time.perf_counter()
         step()
-        _sync(device)
+        sync_device(device)
         steps[size] = (step, max(1, int(0.1 / max(time.perf_counter() - started, 1e-6))))
     samples: dict[int, list[float]] = {size: [] for size in sizes}
     for _ in range(max(repeats, 7)):
@@ -142,17 +95,17 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
             started = time.perf_counter()
             for _ in range(calls):
                 step()
-            _sync(device)
+            sync_device(device)
             samples[size].append((time.perf_counter() - started) / calls)
     by_micro = {}
     for size in sizes:
         flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, seq) * size * seq
-        timing = _summary(samples[size], steps[size][1])
+        timing = summary_of(samples[size], steps[size][1])
         by_micro[str(size)] = {**timing, "flops": flops, "tflops": flops / timing["seconds"] / 1e12}
     model_step = {key: value for key, value in by_micro[str(micro)].items() if key not in ("flops", "tflops")}
     # fused: compare's cells step torch's fused AdamW or DeepSpeed's own fused kernels by default
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    adam = _rate(optimizer.step, device, repeats)
+    adam = rate(optimizer.step, device, repeats)
     flops = {"gemm": 2 * tokens * shape.hidden * shape.intermediate,
              "attention": 4 * micro * seq * seq * shape.hidden,  # QK^T and AV, causal mask not discounted
              "model": flops_per_token(shape.num_params(), shape.layers, shape.hidden, seq) * tokens}
@@ -191,12 +144,6 @@ def _collective(kind: str, size: int, group: Any, ranks: list[int], rank: int, c
     return lambda: None
 
 
-def _summary(samples: list[float], calls: int) -> dict[str, float]:
-    ordered = sorted(samples)
-    return {"seconds": statistics.median(samples), "p10": ordered[len(ordered) // 10],
-            "p90": ordered[-1 - len(ordered) // 10], "calls_per_sample": calls, "samples": len(samples)}
-
-
 SLOW_CALL_S = 0.05
 """A warm-up call this slow means the link is bandwidth-bound at that size: larger sizes add time, not information
 (on a 100 Mbit/s link one 16 MiB all-reduce takes 2.7 s)."""
@@ -214,7 +161,7 @@ def _sizes_to_measure(kind: str, group: Any, ranks: list[int], rank: int, comm: 
         work = _collective(kind, size, group, ranks, rank, comm, torch.float32)
         started = time.perf_counter()
         work()
-        _sync(device)
+        sync_device(device)
         took = torch.tensor([time.perf_counter() - started], dtype=torch.float64, device=comm.device)
         comm.broadcast_(took, src=ranks[0], group=group)  # sync point: the first rank's figure decides
         works[size] = work
@@ -248,170 +195,10 @@ def measure_group(ranks: list[int], group: Any, rank: int, comm: Any, repeats: i
                 started = time.perf_counter()
                 for _ in range(calls[size]):
                     work()
-                _sync(device)
+                sync_device(device)
                 samples[size].append((time.perf_counter() - started) / calls[size])
-        out[kind] = {"points": [{"bytes": size, **_summary(samples[size], calls[size])} for size in works]}
+        out[kind] = {"points": [{"bytes": size, **summary_of(samples[size], calls[size])} for size in works]}
     return out
-
-
-FSDP_UNITS = 8
-"""Units in the FSDP2 stack: enough that the per-unit cost stands above one step's noise."""
-FSDP_UNIT_SHAPE = (6, 64)
-STACK_CALLS = 4
-"""Training steps of the stack per timed sample (each sample's median is over ``--repeats`` samples)."""
-"""Each unit: 6 Linear(64, 64) with bias, 12 parameter tensors as a GPT-2 block has (2 norms, 4 linears)."""
-
-
-def _stack(device: str, dtype: Any) -> Any:
-    """The calibration stack: FSDP_UNITS units of FSDP_UNIT_SHAPE, seeded (the same weights on every rank)."""
-    import torch
-
-    linears, width = FSDP_UNIT_SHAPE
-    torch.manual_seed(0)
-    return torch.nn.Sequential(*[torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(linears)])
-                                 for _ in range(FSDP_UNITS)]).to(device=device, dtype=dtype)
-
-
-def _stack_input(device: str, dtype: Any) -> Any:
-    import torch
-
-    return torch.randn(8, FSDP_UNIT_SHAPE[1], device=device, dtype=dtype)
-
-
-def _stack_facts(dtype: Any, world: int) -> dict[str, Any]:
-    import torch
-
-    linears, width = FSDP_UNIT_SHAPE
-    return {"units": FSDP_UNITS, "tensors_per_unit": 2 * linears, "width": width, "world": world,
-            "unit_bytes": linears * (width * width + width) * torch.tensor([], dtype=dtype).element_size()}
-
-
-def measure_fsdp(comm: Any, device: str, dtype: Any, repeats: int) -> dict[str, Any]:
-    """Seconds per forward+backward and per training step of the calibration stack, plain and under FSDP2 (every
-    unit, then the root), on this rank. Every rank runs the same number of steps per sample: each sharded step holds
-    collectives (sync points)."""
-    import torch
-    from torch.distributed.fsdp import fully_shard
-
-    x = _stack_input(device, dtype)
-
-    def trainer(model: Any, optimize: bool) -> Any:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as compare's fsdp cells step
-
-        def step() -> None:
-            model(x).square().mean().backward()
-            if optimize:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # under FSDP2: an all-reduce of the norm
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-
-        return step
-
-    plain_model, sharded_model = _stack(device, dtype), _stack(device, dtype)
-    for unit in sharded_model:
-        fully_shard(unit)
-    fully_shard(sharded_model)
-    works = {f"{name}_{'step' if optimize else 'forward_backward'}": trainer(model, optimize)
-             for name, model in (("plain", plain_model), ("sharded", sharded_model)) for optimize in (False, True)}
-    timed = _interleaved(works, comm, device, repeats, STACK_CALLS)
-    return {**_stack_facts(dtype, comm.world_size), **timed}
-
-
-def measure_deepspeed(comm: Any, device: str, dtype: Any, precision: str, repeats: int) -> dict[str, Any]:
-    """Seconds per training step (forward, ``engine.backward``, ``engine.step`` with clipping) of the calibration
-    stack under DeepSpeed ZeRO-1, 2 and 3, with torch AdamW as the client optimizer and the size-dependent settings
-    HF "auto" gives a model of the stack's width: what DeepSpeed's per-parameter hooks, bucketing and partitioning
-    cost. The three engines are timed in interleaved rounds."""
-    import deepspeed
-    import torch
-
-    from dsbench.configs.autofill import AutoInputs, fill_auto
-
-    x = _stack_input(device, dtype)
-    width = FSDP_UNIT_SHAPE[1]
-    engines = {}
-    for stage in (1, 2, 3):
-        model = _stack(device, dtype)
-        # the hidden-size-dependent buckets as HF "auto" sets them for a model of the stack's width, as dsbench's
-        # runs do: reduce bucket width², ZeRO-3 prefetch 0.9·width², and only tensors under 10·width (the biases)
-        # kept whole, so ZeRO-3 gathers every weight as it gathers a model's matrices
-        config, _ = fill_auto({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
-                               "gradient_clipping": 1.0, "zero_optimization": {
-                                   "stage": stage, "reduce_bucket_size": "auto",
-                                   "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"},
-                               "bf16": {"enabled": precision == "bf16"}, "fp16": {"enabled": precision == "fp16"}},
-                              AutoInputs(hidden_size=width))
-        engines[stage], *_ = deepspeed.initialize(model=model, config=config,
-                                                  optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4))
-
-    def trainer(engine: Any) -> Any:
-        def step() -> None:
-            engine.backward(engine(x).float().square().mean())
-            engine.step()
-
-        return step
-
-    out = _interleaved({f"zero{stage}_step": trainer(engine) for stage, engine in engines.items()}, comm, device,
-                       repeats, STACK_CALLS)
-    for engine in engines.values():
-        engine.destroy()
-    return {**_stack_facts(dtype, comm.world_size), **out}
-
-
-def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: Any, dtype: Any, repeats: int,
-                            tp: int) -> dict[str, Any]:
-    """Seconds per forward+backward of the model's own decoder layers (HF modules, the profile's micro-batch and
-    sequence), plain on each rank and split ``tp`` ways as the worker splits them: DTensor's ``parallelize_module``
-    with Megatron's layout (torch_tp), and DeepSpeed AutoTP's training layers (``LinearLayer`` column-parallel,
-    ``LinearAllreduce`` row-parallel) on the same projections (its layout for Llama). What splitting costs beyond
-    1/tp of the layers' compute and their activation all-reduces is the fit's (dsbench.plan.profile)."""
-    import copy
-
-    import deepspeed
-    import torch
-    from deepspeed.module_inject.layers import LinearAllreduce, LinearLayer, set_autotp_mode
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-    from dsbench.models import LLAMA_LIKE
-    from dsbench.worker.engines.model_parallel import MEGATRON_LAYER
-    from dsbench.worker.model import build_model
-
-    facts = {"layers": shape.layers, "tp": tp, "micro_batch": micro, "seq_len": seq, "hidden": shape.hidden}
-    if shape.arch not in LLAMA_LIKE:
-        return {**facts, "unsupported": f"tensor parallelism is measured on Llama-family layers, not {shape.arch}"}
-    device = info.device
-    deepspeed.init_distributed(dist_backend=info.backend)  # AutoTP's layers ask deepspeed.comm for group sizes
-    model = build_model(shape, 1234, False, False).to(device=device, dtype=dtype)
-    mesh = init_device_mesh(torch.device(device).type, (comm.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
-    hidden = torch.randn(micro, seq, shape.hidden, device=device, dtype=dtype)
-    rotary = model.model.rotary_emb(hidden, torch.arange(seq, device=device).unsqueeze(0))
-
-    def trainer(layers: Any) -> Any:
-        def step() -> None:
-            x = hidden
-            for layer in layers:
-                out = layer(x, position_embeddings=rotary)
-                x = out[0] if isinstance(out, tuple) else out
-            x.float().square().mean().backward()
-
-        return step
-
-    plain = model.model.layers
-    torch_tp = copy.deepcopy(plain)
-    for layer in torch_tp:
-        parallelize_module(layer, mesh["tp"], {name: ColwiseParallel() if kind == "column" else RowwiseParallel()
-                                               for name, kind in MEGATRON_LAYER.items()})
-    set_autotp_mode(training=True)  # DeepSpeed's process-wide switch, as deepspeed.initialize sets it for AutoTP
-    autotp = copy.deepcopy(plain)
-    group = mesh.get_group("tp")
-    for layer in autotp:
-        for name, kind in MEGATRON_LAYER.items():
-            parent, attr = layer.get_submodule(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]
-            setattr(parent, attr, (LinearLayer if kind == "column" else LinearAllreduce)(getattr(parent, attr), group))
-    works = {"plain_forward_backward": trainer(plain), "torch_forward_backward": trainer(torch_tp),
-             "autotp_forward_backward": trainer(autotp)}
-    return {**facts, **_interleaved(works, comm, device, repeats, STACK_CALLS)}
 
 
 def groups_of(hostnames: list[str]) -> dict[str, list[int]]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.io import parse_size
-from dsbench.worker import checkpoint, safe_load
+from dsbench.worker import checkpoint, checkpoint_manifest, safe_load
 
 WEIGHTS_INDEX = "model.safetensors.index.json"
 
@@ -52,7 +52,7 @@ def tied_names(config_folder: Path) -> set[str]:
     return dropped
 
 
-def deepspeed_weights(target: Path, manifest: checkpoint.Manifest) -> Iterator[tuple[str, Callable[[], Any]]]:
+def deepspeed_weights(target: Path, manifest: checkpoint_manifest.Manifest) -> Iterator[tuple[str, Callable[[], Any]]]:
     """(name, materialise) for every weight of a DeepSpeed checkpoint."""
     if manifest.pp != 1:
         yield from pipeline_weights(target)
@@ -203,7 +203,7 @@ def write_shards(weights: Iterator[tuple[str, Callable[[], Any]]], skip: set[str
 def export(source: str, out: str, max_shard_size: str = "2GB") -> Path:
     """Export the checkpoint at ``source`` into a new Hugging Face folder ``out``."""
     max_bytes = parse_size(max_shard_size)
-    target, manifest = checkpoint.resolve(source)
+    target, manifest = checkpoint_manifest.resolve(source)
     destination = Path(out)
     if destination.exists() or destination.is_symlink():
         raise UserError(f"{destination} exists: export writes a new folder and never replaces one")

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from dsbench.configs import accelerate
+from dsbench.configs import accelerate, accelerate_explain, accelerate_worker
 from dsbench.configs.api import validate_file
 from tests.conftest import CORPUS, DATA, ROOT
 
@@ -123,14 +123,14 @@ def test_explain_says_engine_sharding_processes_and_precision():
     fsdp = {"distributed_type": "FSDP", "num_processes": 8, "num_machines": 2, "main_process_ip": "10.0.0.1",
             "mixed_precision": "bf16", "fsdp_config": {"fsdp_version": 2, "reshard_after_forward": False,
                                                         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}}
-    lines = accelerate.explain(fsdp)
+    lines = accelerate_explain.explain(fsdp)
     assert lines[0] == "`accelerate launch` starts 8 process(es) on 2 machine(s) (4 per machine); machine 0 at " \
                        "10.0.0.1:29500"
     assert "FSDP2" in lines[1] and "like ZeRO-2" in lines[1]  # reshard_after_forward false (prefix added)
     assert lines[-1].startswith("precision: bf16 autocast")
     ds = {"distributed_type": "DEEPSPEED", "num_processes": 2,
           "deepspeed_config": {"zero3_init_flag": True, "offload_optimizer_device": "cpu"}}
-    text = " ".join(accelerate.explain(ds))
+    text = " ".join(accelerate_explain.explain(ds))
     assert "ZeRO-2" in text and "no zero_stage: accelerate's default" in text and "offloaded to CPU RAM" in text
 
 
@@ -176,7 +176,7 @@ def test_from_accelerate_writes_the_config_accelerate_builds(path, monkeypatch):
     for section in ("offload_optimizer", "offload_param"):
         if oracle["zero_optimization"][section].get("nvme_path") is None:
             oracle["zero_optimization"][section].pop("nvme_path")
-    assert accelerate.to_deepspeed(config) == oracle
+    assert accelerate_worker.to_deepspeed(config) == oracle
 
 
 def test_from_accelerate_on_the_command_line(cli_run, tmp_path):

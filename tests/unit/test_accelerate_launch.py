@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from dsbench.bench.matrix import cell_launch_args, expand
-from dsbench.configs import accelerate
+from dsbench.configs import accelerate, accelerate_worker
 from dsbench.errors import UserError
 from dsbench.launch import strategy_and_launcher
 from dsbench.launchers.accelerate import check_to_accelerate
@@ -137,29 +137,29 @@ def test_launch_misuse_is_one_line(cli_run, args, message):
                                        ("multi_cpu.yaml", "distributed_type MULTI_CPU")])
 def test_what_the_worker_cannot_honour_is_named(name, key):
     config = yaml.safe_load((BAD / name).read_text())
-    assert key in accelerate.worker_refusal(config, config["num_processes"])
+    assert key in accelerate_worker.worker_refusal(config, config["num_processes"])
 
 
 def test_every_single_node_corpus_yaml_is_runnable():
     for path in CORPUS.iterdir():
         config = yaml.safe_load(path.read_text())
         if all(finding.severity != "error" for finding in accelerate.check(config)):
-            assert accelerate.worker_refusal(config, 2) is None, path.name
+            assert accelerate_worker.worker_refusal(config, 2) is None, path.name
 
 
 def test_notes_say_what_the_worker_does_differently():
-    notes = accelerate.worker_notes(yaml.safe_load((CORPUS / "huggingface__trl__examples_accelerate_configs_"
+    notes = accelerate_worker.worker_notes(yaml.safe_load((CORPUS / "huggingface__trl__examples_accelerate_configs_"
                                                               "deepspeed_zero3.yaml").read_text()))
     assert any("zero3_init_flag" in note for note in notes)
-    assert any("SIZE_BASED_WRAP" in note for note in accelerate.worker_notes(
+    assert any("SIZE_BASED_WRAP" in note for note in accelerate_worker.worker_notes(
         {"distributed_type": "FSDP", "fsdp_config": {"fsdp_auto_wrap_policy": "SIZE_BASED_WRAP"}}))
 
 
 def test_the_script_brings_the_optimizer_dsbench_renders():
     shipped = json.loads((ROOT / "ds_configs" / "zero2.json").read_text())
-    config, added = accelerate.with_script_optimizer({"zero_optimization": {"stage": 2}}, warmup_steps=0)
+    config, added = accelerate_worker.with_script_optimizer({"zero_optimization": {"stage": 2}}, warmup_steps=0)
     assert added == ["optimizer"] and config["optimizer"] == shipped["optimizer"] and "scheduler" not in config
-    config, added = accelerate.with_script_optimizer({"optimizer": {"type": "Adam"}}, warmup_steps=10)
+    config, added = accelerate_worker.with_script_optimizer({"optimizer": {"type": "Adam"}}, warmup_steps=10)
     assert added == ["scheduler"] and config["optimizer"] == {"type": "Adam"}
     assert config["scheduler"] == shipped["scheduler"]
 
@@ -191,7 +191,7 @@ def test_the_worker_reads_the_deepspeed_config_accelerate_builds(path, monkeypat
         monkeypatch.setenv(key, value)
     assert accelerate_env.inline_deepspeed(os.environ)
     config, added = accelerate_env.deepspeed_config(warmup_steps=0)
-    expected = accelerate.to_deepspeed({**yaml.safe_load(path.read_text()), "mixed_precision": "no"})
+    expected = accelerate_worker.to_deepspeed({**yaml.safe_load(path.read_text()), "mixed_precision": "no"})
     assert added == ["optimizer"] and {k: v for k, v in config.items() if k != "optimizer"} == expected
     assert accelerate_env.launcher_env(os.environ)["ACCELERATE_USE_DEEPSPEED"] == "true"
 

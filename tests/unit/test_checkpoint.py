@@ -11,6 +11,7 @@ import pytest
 from dsbench.errors import UserError
 from dsbench.io import WriteError, parse_size
 from dsbench.worker import checkpoint
+from dsbench.worker import checkpoint_manifest as manifests
 from dsbench.worker.loop import LoopSettings, saves_after
 
 DEFINITION = {"model": {"name": "gpt2-tiny"}, "seq_len": 128, "seed": 1, "global_batch": 4, "precision": "fp32"}
@@ -19,14 +20,14 @@ DEFINITION = {"model": {"name": "gpt2-tiny"}, "seq_len": 128, "seed": 1, "global
 def manifest(**kw):
     base = dict(format=1, step=10, tag="global_step10", strategy="deepspeed", storage="deepspeed", world_size=2,
                 dp=2, tp=1, pp=1, zero_stage=2, definition=DEFINITION, written_at="now")
-    return checkpoint.Manifest(**{**base, **kw})
+    return manifests.Manifest(**{**base, **kw})
 
 
 def write_checkpoint(folder, step=10, **kw):
-    tag = folder / checkpoint.tag_for(step)
+    tag = folder / manifests.tag_for(step)
     tag.mkdir(parents=True)
-    (tag / checkpoint.MANIFEST).write_text(json.dumps(manifest(step=step, tag=tag.name, **kw).to_dict()))
-    (folder / checkpoint.LATEST).write_text(tag.name)
+    (tag / manifests.MANIFEST).write_text(json.dumps(manifest(step=step, tag=tag.name, **kw).to_dict()))
+    (folder / manifests.LATEST).write_text(tag.name)
     return tag
 
 
@@ -38,23 +39,23 @@ def test_saves_every_n_steps_and_after_the_last():
 
 def test_resolve_reads_latest_or_a_tag_folder(tmp_path):
     tag = write_checkpoint(tmp_path)
-    assert checkpoint.resolve(tmp_path)[0] == tag == checkpoint.resolve(tag)[0]
-    assert checkpoint.resolve(tmp_path)[1].step == 10
+    assert manifests.resolve(tmp_path)[0] == tag == manifests.resolve(tag)[0]
+    assert manifests.resolve(tmp_path)[1].step == 10
 
 
 @pytest.mark.parametrize("breakage, needle", [
     (lambda d: (d / "latest").write_text("../../etc"), "not a checkpoint tag"),
-    (lambda d: (d / "global_step10" / checkpoint.MANIFEST).unlink(), "not a complete dsbench checkpoint"),
-    (lambda d: (d / "global_step10" / checkpoint.MANIFEST).write_text("{"),
+    (lambda d: (d / "global_step10" / manifests.MANIFEST).unlink(), "not a complete dsbench checkpoint"),
+    (lambda d: (d / "global_step10" / manifests.MANIFEST).write_text("{"),
      "dsbench_checkpoint.json:1:2: malformed JSON"),
-    (lambda d: (d / "global_step10" / checkpoint.MANIFEST).write_text('{"step": 1}'), "not a dsbench checkpoint"),
+    (lambda d: (d / "global_step10" / manifests.MANIFEST).write_text('{"step": 1}'), "not a dsbench checkpoint"),
     (lambda d: (d / "latest").unlink(), "neither a checkpoint"),
 ])
 def test_resolve_refuses_what_is_not_a_complete_checkpoint(tmp_path, breakage, needle):
     write_checkpoint(tmp_path)
     breakage(tmp_path)
     with pytest.raises(UserError, match=needle):
-        checkpoint.resolve(tmp_path)
+        manifests.resolve(tmp_path)
 
 
 @pytest.mark.parametrize("strategy, definition, world, needle", [
@@ -64,22 +65,22 @@ def test_resolve_refuses_what_is_not_a_complete_checkpoint(tmp_path, breakage, n
 ])
 def test_resume_refuses_what_would_not_continue_the_run(strategy, definition, world, needle):
     with pytest.raises(UserError, match=needle):
-        checkpoint.check_resumable(manifest(), strategy, definition, world)
+        manifests.check_resumable(manifest(), strategy, definition, world)
 
 
 @pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2)])
 def test_deepspeed_checkpoints_keep_their_model_parallel_layout(tp, pp):
     with pytest.raises(UserError, match=f"tp 1 x pp 1 on 2 ranks, this run has tp {tp} x pp {pp} on 2"):
-        checkpoint.check_resumable(manifest(), "deepspeed", DEFINITION, 2, tp=tp, pp=pp)
+        manifests.check_resumable(manifest(), "deepspeed", DEFINITION, 2, tp=tp, pp=pp)
 
 
 def test_which_resumes_need_a_universal_checkpoint():
     # DCP reshards itself; ZeRO partitions on another data-parallel size go through ds_to_universal; without ZeRO
     # (stage 0) DeepSpeed's files hold whole tensors
-    assert checkpoint.check_resumable(manifest(strategy="fsdp", storage="dcp"), "fsdp", DEFINITION, 1) is False
-    assert checkpoint.check_resumable(manifest(), "deepspeed", DEFINITION, 2) is False
-    assert checkpoint.check_resumable(manifest(), "deepspeed", DEFINITION, 4) is True
-    assert checkpoint.check_resumable(manifest(zero_stage=0), "deepspeed", DEFINITION, 1) is False
+    assert manifests.check_resumable(manifest(strategy="fsdp", storage="dcp"), "fsdp", DEFINITION, 1) is False
+    assert manifests.check_resumable(manifest(), "deepspeed", DEFINITION, 2) is False
+    assert manifests.check_resumable(manifest(), "deepspeed", DEFINITION, 4) is True
+    assert manifests.check_resumable(manifest(zero_stage=0), "deepspeed", DEFINITION, 1) is False
 
 
 def test_a_half_written_universal_folder_is_never_trusted_or_replaced(tmp_path):
@@ -93,41 +94,41 @@ def test_a_half_written_universal_folder_is_never_trusted_or_replaced(tmp_path):
 def test_checkpoint_dir_of_another_run_is_refused_and_its_own_accepted(tmp_path):
     tag = write_checkpoint(tmp_path / "ck")
     with pytest.raises(UserError, match="holds another run's checkpoint"):
-        checkpoint.prepare_dir(tmp_path / "ck", None)
-    checkpoint.prepare_dir(tmp_path / "ck", checkpoint.read_manifest(tag))  # resuming it: later tags are this run's
-    checkpoint.prepare_dir(tmp_path / "new", None)
+        manifests.prepare_dir(tmp_path / "ck", None)
+    manifests.prepare_dir(tmp_path / "ck", manifests.read_manifest(tag))  # resuming it: later tags are this run's
+    manifests.prepare_dir(tmp_path / "new", None)
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="not a folder"):
-        checkpoint.prepare_dir(tmp_path / "file", None)
+        manifests.prepare_dir(tmp_path / "file", None)
     with pytest.raises(UserError, match="file, so no folder can be made under it"):
-        checkpoint.prepare_dir(tmp_path / "file" / "ck", None)
+        manifests.prepare_dir(tmp_path / "file" / "ck", None)
     with pytest.raises(UserError, match="would save there again"):
-        checkpoint.check_free(tmp_path / "ck", [5, 10])
+        manifests.check_free(tmp_path / "ck", [5, 10])
 
 
 def test_ownership_comes_from_the_manifests_not_latest(tmp_path):
     """Another run's complete checkpoint in the folder, with `latest` gone: refused, whichever run resumes there."""
     ours = write_checkpoint(tmp_path / "ck", step=10, run_id="a" * 16)
     theirs = write_checkpoint(tmp_path / "ck", step=20, run_id="b" * 16)
-    (tmp_path / "ck" / checkpoint.LATEST).unlink()
+    (tmp_path / "ck" / manifests.LATEST).unlink()
     with pytest.raises(UserError, match=f"holds another run's checkpoint \\(global_step20, run {'b' * 16}\\)"):
-        checkpoint.prepare_dir(tmp_path / "ck", checkpoint.read_manifest(ours))
+        manifests.prepare_dir(tmp_path / "ck", manifests.read_manifest(ours))
     with pytest.raises(UserError, match="holds another run's checkpoint"):
-        checkpoint.prepare_dir(tmp_path / "ck", None)
+        manifests.prepare_dir(tmp_path / "ck", None)
     # the other run's own resume accepts only its checkpoints: ours is not its
     with pytest.raises(UserError, match="global_step10"):
-        checkpoint.prepare_dir(tmp_path / "ck", checkpoint.read_manifest(theirs))
+        manifests.prepare_dir(tmp_path / "ck", manifests.read_manifest(theirs))
 
 
 def test_manifests_without_a_run_id_are_judged_by_their_definition(tmp_path):
     old = write_checkpoint(tmp_path / "ck", step=10)  # written before run ids
-    resumed = checkpoint.read_manifest(old)
+    resumed = manifests.read_manifest(old)
     write_checkpoint(tmp_path / "ck", step=20, run_id="c" * 16)  # its resume, with an id
-    checkpoint.prepare_dir(tmp_path / "ck", resumed)
+    manifests.prepare_dir(tmp_path / "ck", resumed)
     other = {**DEFINITION, "seed": 2}
     write_checkpoint(tmp_path / "ck", step=30, definition=other)
     with pytest.raises(UserError, match="global_step30, written before run ids"):
-        checkpoint.prepare_dir(tmp_path / "ck", resumed)
+        manifests.prepare_dir(tmp_path / "ck", resumed)
 
 
 @pytest.mark.parametrize("change, needle", [
@@ -143,10 +144,10 @@ def test_manifests_without_a_run_id_are_judged_by_their_definition(tmp_path):
 ])
 def test_a_manifest_is_typed_field_by_field(tmp_path, change, needle):
     tag = write_checkpoint(tmp_path)
-    path = tag / checkpoint.MANIFEST
+    path = tag / manifests.MANIFEST
     path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
     with pytest.raises(UserError, match=re.escape(needle)):
-        checkpoint.resolve(tmp_path)
+        manifests.resolve(tmp_path)
 
 
 @pytest.mark.parametrize("content, needle", [
@@ -156,11 +157,11 @@ def test_a_manifest_is_typed_field_by_field(tmp_path, change, needle):
 def test_damaged_latest_and_deep_manifests_are_one_line(tmp_path, content, needle):
     tag = write_checkpoint(tmp_path)
     if isinstance(content, bytes):
-        (tmp_path / checkpoint.LATEST).write_bytes(content)
+        (tmp_path / manifests.LATEST).write_bytes(content)
     else:
-        (tag / checkpoint.MANIFEST).write_text(content)
+        (tag / manifests.MANIFEST).write_text(content)
     with pytest.raises(UserError, match=needle):
-        checkpoint.resolve(tmp_path)
+        manifests.resolve(tmp_path)
 
 
 @pytest.mark.parametrize("text, size", [("2GB", 2 * 10**9), ("500MB", 5 * 10**8), ("1.5GiB", 3 * 2**29),
@@ -202,9 +203,9 @@ def test_a_crash_mid_save_leaves_latest_on_the_previous_checkpoint(tmp_path, mon
     with pytest.raises(WriteError, match=r"global_step2: No space left on device \(files written before it"):
         save(2)  # one line, exit 1
     assert (tmp_path / "latest").read_text() == "global_step1"
-    assert checkpoint.resolve(tmp_path)[1].step == 1
+    assert manifests.resolve(tmp_path)[1].step == 1
     with pytest.raises(UserError, match="not a complete dsbench checkpoint"):
-        checkpoint.resolve(tmp_path / "global_step2")
+        manifests.resolve(tmp_path / "global_step2")
     monkeypatch.undo()
     save(2)  # the partial folder is moved aside, never deleted
     assert (tmp_path / "latest").read_text() == "global_step2"

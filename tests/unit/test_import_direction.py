@@ -24,7 +24,8 @@ ALLOWED: dict[str, set[str]] = {
     "testbed": CORE | {"runner"},
     "doctor": CORE | {"launchers", "runner"},
     "launch": CORE | {"configs", "launchers"},
-    "bench": CORE | {"configs", "launchers", "runner", "report", "plan", "launch", "testbed"},
+    # bench runs and measures; printing and plotting are the report's and the commands' (bench imports no report)
+    "bench": CORE | {"configs", "launchers", "runner", "plan", "launch", "testbed"},
     "worker": CORE | {"configs"},
     "train": CORE | {"worker"},
     "commands": CORE | {"configs", "launchers", "report", "plan", "runner", "launch", "bench", "testbed", "doctor"},
@@ -125,3 +126,22 @@ def test_no_import_cycle():
                     seen.add(nxt)
                     stack.append((nxt, [*path, nxt]))
     assert cycles == []
+
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def test_modules_and_functions_stay_small():
+    """No module over 400 lines and no function over 60 (the aim is 300 and 40): one job each."""
+    problems = []
+    for path in sorted((ROOT / "dsbench").rglob("*.py")):
+        text = path.read_text()
+        rel = path.relative_to(ROOT)
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            problems.append(f"{rel}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                problems.append(f"{rel}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert problems == []

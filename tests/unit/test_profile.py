@@ -267,7 +267,7 @@ def test_the_planner_adds_tensor_parallelism_s_own_work_per_layer_and_micro_step
 
 
 def test_calibrate_says_which_models_it_splits():
-    from dsbench.worker.calibrate import measure_tensor_parallel
+    from dsbench.worker.calibrate_engines import measure_tensor_parallel
 
     gpt2 = measure_tensor_parallel(resolve_model("gpt2-tiny"), 2, 128, comm=None, info=None, dtype=None, repeats=1,
                                    tp=2)

@@ -1,0 +1,111 @@
+"""Explain a user's accelerate config YAML in plain sentences (pure: a parsed mapping in, sentences out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.configs.accelerate import DEFAULT_ZERO_STAGE, as_int, ds_config_file, section_keys, world_size
+
+_ENGINES = {
+    "MULTI_GPU": "plain data parallelism (torch DDP): every process holds the whole model, optimizer and "
+                 "gradients; gradients are all-reduced each step",
+    "MULTI_CPU": "plain data parallelism on CPUs (torch DDP over gloo): every process holds the whole model",
+    "NO": "one process, no distribution",
+}
+
+
+def explain(config: dict[str, Any], ds_lines: list[str] | None = None) -> list[str]:
+    """Plain sentences for what ``accelerate launch --config_file`` does with ``config``. ``ds_lines``: the
+    explanation of the referenced DeepSpeed file, when it could be read."""
+    kind = config.get("distributed_type")
+    machines = as_int(config.get("num_machines")) or 1
+    processes = world_size(config)
+    lines = []
+    if processes:
+        per = f" ({processes // machines} per machine)" if machines > 1 and processes % machines == 0 else ""
+        where = (f"; machine 0 at {config.get('main_process_ip')}:{config.get('main_process_port', 29500)}"
+                 if machines > 1 else "")
+        lines.append(f"`accelerate launch` starts {processes} process(es) on {machines} machine(s){per}{where}")
+    else:
+        lines.append(f"the process count is not in the file: `accelerate launch --num_processes N` sets it "
+                     f"({machines} machine(s))")
+    if config.get("use_cpu") is True and kind in ("DEEPSPEED", "FSDP"):
+        lines.append(f"use_cpu: true: accelerate skips {kind} and runs plain multi-CPU data parallelism")
+    if kind == "DEEPSPEED":
+        lines += _explain_deepspeed(config, ds_lines)
+    elif kind == "FSDP":
+        lines += _explain_fsdp(config)
+    else:
+        lines.append(_ENGINES.get(str(kind), f"distributed_type {kind}"))
+    precision = str(config.get("mixed_precision") or "no")
+    if kind == "DEEPSPEED" and not ds_config_file(config):
+        lines.append({"bf16": "precision: bf16 (DeepSpeed's bf16 section: bf16 weights, activations and "
+                      "gradients; fp32 master weights in the optimizer)", "fp16": "precision: fp16 with DeepSpeed's "
+                      "dynamic loss scaling; fp32 master weights"}.get(precision, f"precision: {precision}"
+                                                                      if precision != "no" else "precision: fp32"))
+    elif kind != "DEEPSPEED":
+        lines.append({"bf16": "precision: bf16 autocast around the forward; fp32 weights and optimizer",
+                      "fp16": "precision: fp16 autocast with a gradient scaler; fp32 weights and optimizer",
+                      "fp8": "precision: fp8 (needs Transformer Engine, MS-AMP or torchao)"}
+                     .get(precision, "precision: fp32"))
+    return lines
+
+
+def _explain_deepspeed(config: dict[str, Any], ds_lines: list[str] | None) -> list[str]:
+    from dsbench.configs.explain import _STAGES
+
+    ds = section_keys(config, "deepspeed_config")
+    launcher = ds.get("deepspeed_multinode_launcher")
+    lines = ["engine: DeepSpeed" + (f" (nodes started with its {launcher} launcher)" if launcher and
+                                    (as_int(config.get("num_machines")) or 1) > 1 else "")]
+    if ds.get("deepspeed_config_file"):
+        lines.append(f"every DeepSpeed setting comes from {ds['deepspeed_config_file']} (accelerate fills its "
+                     "\"auto\" values from the training script)")
+        return lines + (ds_lines or [f"{ds['deepspeed_config_file']} could not be read, so its contents are not "
+                                     "explained"])
+    stage = ds.get("zero_stage", DEFAULT_ZERO_STAGE)
+    lines.append(_STAGES.get(stage, f"zero_stage {stage}") + ("" if "zero_stage" in ds else
+                                                              " (no zero_stage: accelerate's default)"))
+    for what, label in (("optimizer", "optimizer states (and the optimizer step, DeepSpeedCPUAdam)"),
+                        ("param", "parameters")):
+        device = ds.get(f"offload_{what}_device", "none")
+        if device != "none":
+            where = "CPU RAM" if device == "cpu" else f"NVMe under {ds.get(f'offload_{what}_nvme_path')}"
+            lines.append(f"{label} offloaded to {where}")
+    accumulation = ds.get("gradient_accumulation_steps", 1)
+    lines.append(f"batch: the script's per-process batch x {accumulation} accumulation step(s) x the process count"
+                 " per optimizer step")
+    if ds.get("gradient_clipping"):
+        lines.append(f"gradients clipped to global norm {ds['gradient_clipping']}")
+    if stage == 3 and ds.get("zero3_init_flag"):
+        lines.append("zero3_init_flag: the model is built already partitioned (deepspeed.zero.Init), so no "
+                     "process ever holds it whole")
+    return lines
+
+
+def _explain_fsdp(config: dict[str, Any]) -> list[str]:
+    fsdp = section_keys(config, "fsdp_config")
+    version = fsdp.get("fsdp_version", 1)
+    if version == 2:
+        reshard = fsdp.get("fsdp_reshard_after_forward", True)
+        shard = ("parameters, gradients and optimizer states sharded; parameters re-gathered for the backward "
+                 "(like ZeRO-3)" if reshard else "parameters kept gathered between forward and backward "
+                 "(like ZeRO-2: gradients and optimizer states sharded)")
+    else:
+        strategy = str(fsdp.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()
+        shard = {"FULL_SHARD": "parameters, gradients and optimizer states sharded (like ZeRO-3)",
+                 "SHARD_GRAD_OP": "gradients and optimizer states sharded, parameters gathered (like ZeRO-2)",
+                 "NO_SHARD": "nothing sharded (like DDP)",
+                 "HYBRID_SHARD": "sharded within a machine, replicated across machines"}.get(strategy, strategy)
+    lines = [f"engine: FSDP{version} (torch fully_shard): {shard}"]
+    policy = fsdp.get("fsdp_auto_wrap_policy", "NO_WRAP")
+    unit = {"TRANSFORMER_BASED_WRAP": f"each {fsdp.get('fsdp_transformer_layer_cls_to_wrap') or 'decoder layer'} "
+            "is one shard unit", "SIZE_BASED_WRAP": f"modules over {fsdp.get('fsdp_min_num_params')} parameters "
+            "are shard units"}.get(str(policy).upper(), "the whole model is one shard unit")
+    lines.append(f"wrapping: {unit}")
+    if fsdp.get("fsdp_offload_params"):
+        lines.append("parameters (and the optimizer step) offloaded to CPU RAM")
+    if fsdp.get("fsdp_activation_checkpointing"):
+        lines.append("activation checkpointing on every shard unit")
+    lines.append(f"checkpoints saved as {fsdp.get('fsdp_state_dict_type', 'FULL_STATE_DICT')}")
+    return lines

@@ -1,0 +1,127 @@
+"""What dsbench's worker makes of a user's accelerate YAML (pure): the DeepSpeed config accelerate would build from
+its inline settings, what the worker refuses before anything starts, and what it does differently."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.configs.accelerate import DEFAULT_ZERO_STAGE, as_int, schema, section_keys
+from dsbench.configs.templates import load_template
+from dsbench.errors import UserError
+from dsbench.strategies import ACCELERATE_TYPES
+
+
+def to_deepspeed(config: dict[str, Any]) -> dict[str, Any]:
+    """The DeepSpeed config accelerate builds from an inline ``deepspeed_config`` (accelerate 1.15
+    utils/dataclasses.py: ``DeepSpeedPlugin.__post_init__`` without a config file, then ``set_mixed_precision``
+    with the YAML's ``mixed_precision``). Batch sizes stay "auto", as accelerate leaves them for the script to fill;
+    accelerate's ``steps_per_print: inf`` (not JSON) and its ``nvme_path: null`` entries are left out."""
+    ds = section_keys(config, "deepspeed_config")
+    if config.get("distributed_type") != "DEEPSPEED":
+        raise UserError(f"distributed_type is {config.get('distributed_type')}, not DEEPSPEED: there is no DeepSpeed "
+                        "config to write")
+    if ds.get("deepspeed_config_file"):
+        raise UserError(f"the YAML names its DeepSpeed config already: {ds['deepspeed_config_file']}")
+
+    def offload(what: str) -> dict[str, Any]:
+        device = ds.get(f"offload_{what}_device", "none")
+        return {"device": device, **({"nvme_path": ds.get(f"offload_{what}_nvme_path")} if device == "nvme" else {})}
+
+    out: dict[str, Any] = {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": ds.get("gradient_accumulation_steps", "auto"),
+        "zero_optimization": {
+            "stage": ds.get("zero_stage", DEFAULT_ZERO_STAGE),
+            "offload_optimizer": offload("optimizer"),
+            "offload_param": offload("param"),
+            "stage3_gather_16bit_weights_on_model_save": ds.get("zero3_save_16bit_model", False) is True,
+        },
+    }
+    clipping = ds.get("gradient_clipping", "auto")
+    if clipping:  # accelerate: `if self.gradient_clipping:` ("auto" stays, 0 drops the key)
+        out["gradient_clipping"] = clipping
+    precision = str(config.get("mixed_precision") or "no")
+    out["fp16"] = {"enabled": True, "auto_cast": True} if precision == "fp16" else {"enabled": False}
+    out["bf16"] = {"enabled": precision in ("bf16", "fp8")}
+    return out
+
+
+# How dsbench's worker runs an FSDP1 sharding strategy with FSDP2's fully_shard (torch's FSDP1 -> FSDP2 migration
+# notes, and accelerate 1.15's fsdp_sharding_strategy help: FULL_SHARD is reshard_after_forward=True,
+# SHARD_GRAD_OP is False). NO_SHARD and HYBRID_SHARD need a replicated mesh dimension the worker does not build.
+FSDP1_RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
+
+# accelerate's launchers: the engines dsbench's worker runs for each distributed_type.
+WORKER_ENGINES = ACCELERATE_TYPES
+
+
+def fsdp1_strategy(value: Any) -> str:
+    """An FSDP1 sharding strategy by name (accelerate also takes its 1-based index, FSDP_SHARDING_STRATEGY)."""
+    names = schema()["fsdp_sharding_strategies"]
+    index = as_int(value)
+    return names[index - 1] if index is not None and 1 <= index <= len(names) else str(value).upper()
+
+
+def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
+    """Why dsbench's worker cannot do what ``config`` asks of ``accelerate launch`` (None when it can): said before
+    anything starts, rather than a run that quietly trains something else."""
+    kind = config.get("distributed_type")
+    if kind == "MULTI_CPU" and (processes or 1) > 1:
+        return ("distributed_type MULTI_CPU: accelerate 1.15 starts one process for it without mpirun; use "
+                "MULTI_GPU, which dsbench runs as CPU ranks over gloo on a machine without a GPU")
+    if kind not in WORKER_ENGINES and kind != "MULTI_CPU":
+        return (f"distributed_type {kind}: dsbench's worker runs {', '.join(WORKER_ENGINES)} (and MULTI_CPU with "
+                "one process)")
+    sizes = {key: as_int(value) for key, value in section_keys(config, "parallelism_config").items()
+             if key.endswith("_size")}
+    # dp_shard alone is FSDP/ZeRO sharding, which the engines do; the other sizes split or replicate otherwise
+    parallel = [f"parallelism_config.{key} {size}" for key, size in sizes.items()
+                if (size or 1) > 1 and not key.endswith("dp_shard_size")]
+    if parallel:
+        return (f"{parallel[0]}: accelerate's sequence/context/tensor/replica parallelism is not run by dsbench's "
+                "worker; delete parallelism_config to train plain data parallelism")
+    if str(config.get("mixed_precision") or "no") == "fp8":
+        return "mixed_precision fp8: dsbench's worker trains in fp32, bf16 or fp16; use --precision"
+    fsdp = section_keys(config, "fsdp_config")
+    if kind == "FSDP" and fsdp.get("fsdp_version", 1) == 1:
+        strategy = fsdp1_strategy(fsdp.get("fsdp_sharding_strategy", "FULL_SHARD"))
+        if strategy not in FSDP1_RESHARD:
+            return (f"fsdp_sharding_strategy {strategy}: dsbench's worker runs FSDP2 (fully_shard), which has "
+                    f"{' and '.join(FSDP1_RESHARD)} only; use MULTI_GPU for NO_SHARD")
+    return None
+
+
+def worker_notes(config: dict[str, Any]) -> list[str]:
+    """What the worker does differently from a Hugging Face script under the same YAML, without changing the
+    losses (said at launch)."""
+    notes = []
+    fsdp = section_keys(config, "fsdp_config")
+    policy = str(fsdp.get("fsdp_auto_wrap_policy") or "NO_WRAP").upper()
+    if config.get("distributed_type") == "FSDP" and policy != "TRANSFORMER_BASED_WRAP":
+        notes.append(f"fsdp_auto_wrap_policy {policy}: dsbench shards every transformer block, then the root "
+                     "(TRANSFORMER_BASED_WRAP); the losses are the same, the all-gathers are per block")
+    if section_keys(config, "deepspeed_config").get("zero3_init_flag") is True:
+        notes.append("zero3_init_flag: dsbench builds the model from its config on every rank, then DeepSpeed "
+                     "partitions it (no deepspeed.zero.Init while building)")
+    dynamo = str(config.get("dynamo_backend") or "NO").upper()
+    if dynamo not in ("NO", "FALSE"):
+        notes.append(f"dynamo_backend {dynamo}: dsbench's worker does not torch.compile the model")
+    return notes
+
+
+def with_script_optimizer(config: dict[str, Any], warmup_steps: int) -> tuple[dict[str, Any], list[str]]:
+    """The DeepSpeed config accelerate builds from inline settings names no optimizer or scheduler: the training
+    script brings its own (transformers' Trainer, integrations/deepspeed.py ``deepspeed_optim_sched``, creates its
+    AdamW when the config has none; accelerate swaps it for DeepSpeedCPUAdam under optimizer offload). dsbench's
+    worker is that script: it adds the AdamW (and, with a warm-up, WarmupLR) sections it renders for every other
+    launch, "auto" values filled from its flags; DeepSpeed then builds DeepSpeedCPUAdam itself when offloading.
+    Returns the config and the sections added."""
+    out, added = dict(config), []
+    if "optimizer" not in out:
+        out["optimizer"] = load_template("base")["optimizer"]
+        added.append("optimizer")
+    if "scheduler" not in out and warmup_steps > 0:
+        out.update(load_template("scheduler_warmup"))
+        added.append("scheduler")
+    return out, added

@@ -1,0 +1,168 @@
+"""What the engines add beyond their collectives, measured by ``dsbench calibrate`` (see dsbench/worker/calibrate.py):
+FSDP2 per shard unit, DeepSpeed ZeRO-1/2/3 per parameter tensor, tensor parallelism (DTensor and AutoTP) per
+decoder layer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.worker.calibrate_timing import interleaved
+
+FSDP_UNITS = 8
+"""Units in the FSDP2 stack: enough that the per-unit cost stands above one step's noise."""
+FSDP_UNIT_SHAPE = (6, 64)
+STACK_CALLS = 4
+"""Training steps of the stack per timed sample (each sample's median is over ``--repeats`` samples)."""
+"""Each unit: 6 Linear(64, 64) with bias, 12 parameter tensors as a GPT-2 block has (2 norms, 4 linears)."""
+
+
+def _stack(device: str, dtype: Any) -> Any:
+    """The calibration stack: FSDP_UNITS units of FSDP_UNIT_SHAPE, seeded (the same weights on every rank)."""
+    import torch
+
+    linears, width = FSDP_UNIT_SHAPE
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(linears)])
+                                 for _ in range(FSDP_UNITS)]).to(device=device, dtype=dtype)
+
+
+def _stack_input(device: str, dtype: Any) -> Any:
+    import torch
+
+    return torch.randn(8, FSDP_UNIT_SHAPE[1], device=device, dtype=dtype)
+
+
+def _stack_facts(dtype: Any, world: int) -> dict[str, Any]:
+    import torch
+
+    linears, width = FSDP_UNIT_SHAPE
+    return {"units": FSDP_UNITS, "tensors_per_unit": 2 * linears, "width": width, "world": world,
+            "unit_bytes": linears * (width * width + width) * torch.tensor([], dtype=dtype).element_size()}
+
+
+def measure_fsdp(comm: Any, device: str, dtype: Any, repeats: int) -> dict[str, Any]:
+    """Seconds per forward+backward and per training step of the calibration stack, plain and under FSDP2 (every
+    unit, then the root), on this rank. Every rank runs the same number of steps per sample: each sharded step holds
+    collectives (sync points)."""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    x = _stack_input(device, dtype)
+
+    def trainer(model: Any, optimize: bool) -> Any:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as compare's fsdp cells step
+
+        def step() -> None:
+            model(x).square().mean().backward()
+            if optimize:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # under FSDP2: an all-reduce of the norm
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+
+        return step
+
+    plain_model, sharded_model = _stack(device, dtype), _stack(device, dtype)
+    for unit in sharded_model:
+        fully_shard(unit)
+    fully_shard(sharded_model)
+    works = {f"{name}_{'step' if optimize else 'forward_backward'}": trainer(model, optimize)
+             for name, model in (("plain", plain_model), ("sharded", sharded_model)) for optimize in (False, True)}
+    timed = interleaved(works, comm, device, repeats, STACK_CALLS)
+    return {**_stack_facts(dtype, comm.world_size), **timed}
+
+
+def measure_deepspeed(comm: Any, device: str, dtype: Any, precision: str, repeats: int) -> dict[str, Any]:
+    """Seconds per training step (forward, ``engine.backward``, ``engine.step`` with clipping) of the calibration
+    stack under DeepSpeed ZeRO-1, 2 and 3, with torch AdamW as the client optimizer and the size-dependent settings
+    HF "auto" gives a model of the stack's width: what DeepSpeed's per-parameter hooks, bucketing and partitioning
+    cost. The three engines are timed in interleaved rounds."""
+    import deepspeed
+    import torch
+
+    from dsbench.configs.autofill import AutoInputs, fill_auto
+
+    x = _stack_input(device, dtype)
+    width = FSDP_UNIT_SHAPE[1]
+    engines = {}
+    for stage in (1, 2, 3):
+        model = _stack(device, dtype)
+        # the hidden-size-dependent buckets as HF "auto" sets them for a model of the stack's width, as dsbench's
+        # runs do: reduce bucket width², ZeRO-3 prefetch 0.9·width², and only tensors under 10·width (the biases)
+        # kept whole, so ZeRO-3 gathers every weight as it gathers a model's matrices
+        config, _ = fill_auto({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+                               "gradient_clipping": 1.0, "zero_optimization": {
+                                   "stage": stage, "reduce_bucket_size": "auto",
+                                   "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"},
+                               "bf16": {"enabled": precision == "bf16"}, "fp16": {"enabled": precision == "fp16"}},
+                              AutoInputs(hidden_size=width))
+        engines[stage], *_ = deepspeed.initialize(model=model, config=config,
+                                                  optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4))
+
+    def trainer(engine: Any) -> Any:
+        def step() -> None:
+            engine.backward(engine(x).float().square().mean())
+            engine.step()
+
+        return step
+
+    out = interleaved({f"zero{stage}_step": trainer(engine) for stage, engine in engines.items()}, comm, device,
+                       repeats, STACK_CALLS)
+    for engine in engines.values():
+        engine.destroy()
+    return {**_stack_facts(dtype, comm.world_size), **out}
+
+
+def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: Any, dtype: Any, repeats: int,
+                            tp: int) -> dict[str, Any]:
+    """Seconds per forward+backward of the model's own decoder layers (HF modules, the profile's micro-batch and
+    sequence), plain on each rank and split ``tp`` ways as the worker splits them: DTensor's ``parallelize_module``
+    with Megatron's layout (torch_tp), and DeepSpeed AutoTP's training layers (``LinearLayer`` column-parallel,
+    ``LinearAllreduce`` row-parallel) on the same projections (its layout for Llama). What splitting costs beyond
+    1/tp of the layers' compute and their activation all-reduces is the fit's (dsbench.plan.profile)."""
+    import copy
+
+    import deepspeed
+    import torch
+    from deepspeed.module_inject.layers import LinearAllreduce, LinearLayer, set_autotp_mode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from dsbench.models import LLAMA_LIKE
+    from dsbench.worker.engines.model_parallel import MEGATRON_LAYER
+    from dsbench.worker.model import build_model
+
+    facts = {"layers": shape.layers, "tp": tp, "micro_batch": micro, "seq_len": seq, "hidden": shape.hidden}
+    if shape.arch not in LLAMA_LIKE:
+        return {**facts, "unsupported": f"tensor parallelism is measured on Llama-family layers, not {shape.arch}"}
+    device = info.device
+    deepspeed.init_distributed(dist_backend=info.backend)  # AutoTP's layers ask deepspeed.comm for group sizes
+    model = build_model(shape, 1234, False, False).to(device=device, dtype=dtype)
+    mesh = init_device_mesh(torch.device(device).type, (comm.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
+    hidden = torch.randn(micro, seq, shape.hidden, device=device, dtype=dtype)
+    rotary = model.model.rotary_emb(hidden, torch.arange(seq, device=device).unsqueeze(0))
+
+    def trainer(layers: Any) -> Any:
+        def step() -> None:
+            x = hidden
+            for layer in layers:
+                out = layer(x, position_embeddings=rotary)
+                x = out[0] if isinstance(out, tuple) else out
+            x.float().square().mean().backward()
+
+        return step
+
+    plain = model.model.layers
+    torch_tp = copy.deepcopy(plain)
+    for layer in torch_tp:
+        parallelize_module(layer, mesh["tp"], {name: ColwiseParallel() if kind == "column" else RowwiseParallel()
+                                               for name, kind in MEGATRON_LAYER.items()})
+    set_autotp_mode(training=True)  # DeepSpeed's process-wide switch, as deepspeed.initialize sets it for AutoTP
+    autotp = copy.deepcopy(plain)
+    group = mesh.get_group("tp")
+    for layer in autotp:
+        for name, kind in MEGATRON_LAYER.items():
+            parent, attr = layer.get_submodule(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]
+            setattr(parent, attr, (LinearLayer if kind == "column" else LinearAllreduce)(getattr(parent, attr), group))
+    works = {"plain_forward_backward": trainer(plain), "torch_forward_backward": trainer(torch_tp),
+             "autotp_forward_backward": trainer(autotp)}
+    return {**facts, **interleaved(works, comm, device, repeats, STACK_CALLS)}
