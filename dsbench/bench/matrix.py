@@ -16,7 +16,14 @@ from typing import Any
 from dsbench import strategies as registry
 from dsbench.errors import UserError
 from dsbench.models import LLAMA_LIKE, resolve_model
+from dsbench.spec import DEFAULT_MICRO_BATCH
 
+DEFAULTS: dict[str, Any] = {
+    "strategies": list(registry.DEFAULT_COMPARE), "world_sizes": [2], "micro_batches": [DEFAULT_MICRO_BATCH],
+    "models": ["gpt2-mini"], "repeats": 1, "steps": 20, "warmup": 5, "seq_len": 128, "precision": "fp32",
+    "compile": "off", "fused_optimizer": "auto"}
+"""compare's matrix when neither flags nor a matrix file say otherwise (stated once: the cell, expand, the matrix
+file's reader and compare's --help read it)."""
 ACCEL = "accel:"
 """``accel:PATH.yaml`` in --strategies: a user's own accelerate YAML, run by ``launch --accelerate-config``."""
 
@@ -45,10 +52,10 @@ class Cell:
     micro_batch: int
     model: str
     repeat: int = 0
-    steps: int = 20
-    warmup: int = 5
-    seq_len: int = 128
-    precision: str = "fp32"
+    steps: int = DEFAULTS["steps"]
+    warmup: int = DEFAULTS["warmup"]
+    seq_len: int = DEFAULTS["seq_len"]
+    precision: str = DEFAULTS["precision"]
     launcher: str | None = None
     """Override the strategy's default launcher (deepspeed strategies can also use accelerate)."""
     hostfile: str | None = None
@@ -158,8 +165,9 @@ def variants(strategy: str, compile: str, fused_optimizer: str) -> list[tuple[bo
 
 
 def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[int], models: list[str],
-           repeats: int = 1, steps: int = 20, warmup: int = 5, seq_len: int = 128,
-           precision: str = "fp32", compile: str = "off", fused_optimizer: str = "off") -> list[Cell]:
+           repeats: int = 1, steps: int = DEFAULTS["steps"], warmup: int = DEFAULTS["warmup"],
+           seq_len: int = DEFAULTS["seq_len"], precision: str = DEFAULTS["precision"], compile: str = "off",
+           fused_optimizer: str = "off") -> list[Cell]:
     """All cells, in run order. ``single`` only runs at world size 1 (and always there, as the baseline)."""
     check_matrix(strategies, world_sizes, micro_batches, repeats, steps, warmup)
     _check_mode(strategies, "compile", compile)

@@ -7,18 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsbench import strategies as registry
 from dsbench.bench.compare import CellResult, prepare_out, run_matrix
-from dsbench.bench.matrix import ACCEL, Cell, expand, load_matrix_file
+from dsbench.bench.matrix import ACCEL, DEFAULTS, Cell, expand, load_matrix_file
 from dsbench.bench.progress import RichReporter
 from dsbench.errors import InvalidConfig, UserError
-from dsbench.spec import DEFAULT_MICRO_BATCH
-
-DEFAULTS: dict[str, Any] = {"strategies": list(registry.DEFAULT_COMPARE), "world_sizes": [2],
-                            "micro_batches": [DEFAULT_MICRO_BATCH],
-                            "models": ["gpt2-mini"], "repeats": 1, "steps": 20, "warmup": 5, "seq_len": 128,
-                            "precision": "fp32", "compile": "off",
-                            "fused_optimizer": "auto"}
 
 
 def matrix_from(matrix_file: str | None, flags: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from dsbench.io import atomic_write_json, read_json
 from dsbench.models import LLAMA_LIKE, resolve_model
 from dsbench.plan import search
 from dsbench.plan.api import PlanRequest
+from dsbench.plan.profile import Profile
 from dsbench.records import SUMMARY
 
 
@@ -43,8 +44,8 @@ class TuneRequest:
     """After the search, measure the winner compiled and uncompiled, side by side; keep the faster."""
     strategies: list[str] | None = None
     checkpointing: bool = True
-    profile: str | None = None
-    gpu: str = "h100"
+    profile: Profile | None = None
+    gpu: str = PlanRequest.gpu
     gpu_mem: float | None = None
     precision: str = "fp32"
     seq_len: int = 128
@@ -82,10 +83,8 @@ def plan_request(req: TuneRequest) -> PlanRequest:
         slots = {host.slots for host in read_hostfile(req.hostfile)}
         if len(slots) == 1:  # the planner's cluster is uniform; uneven slots are planned as one node
             nodes, per_node = req.world // next(iter(slots)), next(iter(slots))
-    return PlanRequest(model=req.model, params=None, config=None, gpus=req.world, nodes=nodes, gpus_per_node=per_node,
-                       gpu=req.gpu, gpu_mem=req.gpu_mem, peak_tflops=None, efficiency=0.5, interconnect="infiniband",
-                       intra=None, bandwidth=None, latency=None, seq_len=req.seq_len, micro_batch=1, grad_accum=1,
-                       precision=req.precision, accounting=None, host_mem=1000)
+    return PlanRequest(model=req.model, gpus=req.world, nodes=nodes, gpus_per_node=per_node, gpu=req.gpu,
+                       gpu_mem=req.gpu_mem, seq_len=req.seq_len, micro_batch=1, grad_accum=1, precision=req.precision)
 
 
 def cell_of(req: TuneRequest, layout: search.Layout, compile: bool = False, repeat: int = 0) -> Cell:
@@ -168,7 +167,7 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
         pass
     winner = found.winner()
     result = {"model": req.model, "world_size": req.world, "global_batch": req.global_batch,
-              "profile": req.profile, "budget": req.budget, "exhaustive": req.exhaustive,
+              "profile": req.profile.path if req.profile else None, "budget": req.budget, "exhaustive": req.exhaustive,
               "runs_used": len(found.runs), "runs": found.runs,
               "layouts": [s.to_dict() for s in search.ranked(found.scored)], "winner": None}
     if winner:

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from dsbench.bench.matrix import DEFAULTS
 from dsbench.commands.base import Command
 from dsbench.commands.options import (
     COUNT,
@@ -16,23 +17,31 @@ from dsbench.commands.options import (
 )
 
 
+def _default(key: str) -> str:
+    """A matrix default as --help shows it (``bench.matrix.DEFAULTS``)."""
+    value = DEFAULTS[key]
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 @click.command(cls=Command)
-@click.option("--strategies", callback=csv_list(str),
-              help="Comma list [single,ddp,fsdp,zero1,zero2,zero3,zero2_offload].")
-@click.option("--world-sizes", callback=csv_list(int), help="Comma list of rank counts [2].")
-@click.option("--micro-batches", callback=csv_list(int), help="Comma list of per-rank micro-batches [2].")
-@click.option("--models", callback=csv_list(str), help="Comma list of models [gpt2-mini].")
+@click.option("--strategies", callback=csv_list(str), help=f"Comma list [{_default('strategies')}].")
+@click.option("--world-sizes", callback=csv_list(int), help=f"Comma list of rank counts [{_default('world_sizes')}].")
+@click.option("--micro-batches", callback=csv_list(int),
+              help=f"Comma list of per-rank micro-batches [{_default('micro_batches')}].")
+@click.option("--models", callback=csv_list(str), help=f"Comma list of models [{_default('models')}].")
 @click.option("--matrix", "matrix_file", type=click.Path(dir_okay=False), help="YAML/JSON matrix (flags override it).")
-@click.option("--repeats", type=COUNT, help="Repeat every cell R times [1].")
-@click.option("--steps", type=int, help="Optimizer steps per cell [20].")
-@click.option("--warmup", type=click.IntRange(min=0), help="Warm-up steps excluded from figures [5].")
-@click.option("--seq-len", type=COUNT, help="Tokens per sample [128].")
-@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help="[fp32]")
+@click.option("--repeats", type=COUNT, help=f"Repeat every cell R times [{_default('repeats')}].")
+@click.option("--steps", type=int, help=f"Optimizer steps per cell [{_default('steps')}].")
+@click.option("--warmup", type=click.IntRange(min=0),
+              help=f"Warm-up steps excluded from figures [{_default('warmup')}].")
+@click.option("--seq-len", type=COUNT, help=f"Tokens per sample [{_default('seq_len')}].")
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help=f"[{_default('precision')}]")
 @click.option("--compile", type=click.Choice(["off", "on", "both"]),
-              help="torch.compile the cells: off, on, or both (each strategy eager and compiled side by side) [off].")
+              help="torch.compile the cells: off, on, or both (each strategy eager and compiled side by side) "
+                   f"[{_default('compile')}].")
 @click.option("--fused-optimizer", type=click.Choice(["auto", "off", "on", "both"]),
               help="torch AdamW's fused kernel for the cells that step torch AdamW: auto (wherever it applies, as "
-                   "DeepSpeed steps its FusedAdam), off, on, or both (side by side) [auto].")
+                   f"DeepSpeed steps its FusedAdam), off, on, or both (side by side) [{_default('fused_optimizer')}].")
 @click.option("--out", type=click.Path(file_okay=False), help="Results folder [runs/compare-TIMESTAMP].")
 @click.option("--resume", is_flag=True, help="Continue an interrupted matrix in --out, skipping finished cells.")
 @click.option("--retry-failed", is_flag=True, help="With --resume, run failed/timed-out cells again.")
@@ -43,7 +52,7 @@ from dsbench.commands.options import (
 @click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
               help="Machine profile (dsbench calibrate): the report shows predicted beside measured step time.")
 def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed: bool, timeout: float,
-            nvme_path: str | None, no_report: bool, quiet: bool, profile: str | None, **flags: Any) -> None:
+            nvme_path: str | None, no_report: bool, quiet: bool, profile: Any, **flags: Any) -> None:
     """Run a matrix of strategies side by side (real launches) and build the report."""
     from dsbench.bench.session import run_compare
     from dsbench.plan.verify import predictor

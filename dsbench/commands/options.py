@@ -95,14 +95,15 @@ def slurm_options(command: Any) -> Any:
     return command
 
 
-def checked_profile(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def checked_profile(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     """``--profile``: read and checked field by field as the flag is parsed, before any run, so a profile the
-    planner cannot use never costs a compare's cells."""
-    if value is not None:
-        from dsbench.plan.api import read_profile
+    planner cannot use never costs a compare's cells. The command gets the loaded profile
+    (:class:`dsbench.plan.profile.Profile`), which it passes on: the file is read once."""
+    if value is None:
+        return None
+    from dsbench.plan.api import read_profile
 
-        read_profile(value)
-    return value
+    return read_profile(value)
 
 
 def csv_list(kind: Any) -> Any:
@@ -123,3 +124,11 @@ def check_seq_len(model: str, seq_len: int) -> None:
     shape = resolve_model(model)
     if seq_len > shape.max_positions:
         raise UserError(f"--seq-len {seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
+
+
+def default_of(request: type, name: str) -> Any:
+    """A request dataclass's default for one field, for the option that sets it: the default is stated once, on the
+    request that the use case takes (``TuneRequest``, ``PlanRequest``)."""
+    import dataclasses
+
+    return next(f.default for f in dataclasses.fields(request) if f.name == name)

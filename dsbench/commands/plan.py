@@ -14,6 +14,7 @@ from dsbench.commands.options import (
     Finite,
     checked_profile,
 )
+from dsbench.plan.api import DEFAULTS
 
 
 @click.command(cls=Command)
@@ -21,24 +22,25 @@ from dsbench.commands.options import (
 @click.option("--params", type=float, help="Parameter count instead of a model (a Llama-like shape is assumed).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Explain this DeepSpeed config too.")
 @click.option("--gpus", type=COUNT, help="Total GPUs (one node unless --nodes).")
-@click.option("--nodes", type=COUNT, default=1, show_default=True)
+@click.option("--nodes", type=COUNT, default=DEFAULTS.nodes, show_default=True)
 @click.option("--gpus-per-node", type=COUNT, help="[--gpus on one node, else 8]")
-@click.option("--gpu", default="h100", show_default=True, help="GPU kind (sets peak TFLOPS and memory).")
+@click.option("--gpu", default=DEFAULTS.gpu, show_default=True, help="GPU kind (sets peak TFLOPS and memory).")
 @click.option("--gpu-mem", type=POSITIVE, help="GB per GPU [from --gpu].")
 @click.option("--peak-tflops", type=POSITIVE, help="Dense peak per GPU [from --gpu].")
-@click.option("--efficiency", type=Finite(0, low_open=True, high=1), default=0.5, show_default=True,
+@click.option("--efficiency", type=Finite(0, low_open=True, high=1), default=DEFAULTS.efficiency, show_default=True,
               help="Achievable fraction of peak.")
-@click.option("--interconnect", default="infiniband", show_default=True, help="Between nodes.")
+@click.option("--interconnect", default=DEFAULTS.interconnect, show_default=True, help="Between nodes.")
 @click.option("--intra", help="Within a node [nvlink4 for h100/h200, else nvlink].")
 @click.option("--bandwidth", type=POSITIVE, help="Custom inter-node bandwidth, GB/s per GPU.")
 @click.option("--latency", type=Finite(0), help="Custom latency, µs.")
 @click.option("--seq-len", type=COUNT, help="[min(model max positions, 2048)]")
-@click.option("--micro-batch", type=COUNT, default=1, show_default=True)
-@click.option("--grad-accum", type=COUNT, default=8, show_default=True)
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@click.option("--micro-batch", type=COUNT, default=DEFAULTS.micro_batch, show_default=True)
+@click.option("--grad-accum", type=COUNT, default=DEFAULTS.grad_accum, show_default=True)
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default=DEFAULTS.precision,
+              show_default=True)
 @click.option("--accounting", type=click.Choice(["mixed16", "mixed12", "fp32", "fp32_deepspeed"]),
               help="Bytes/param accounting [mixed16 = ZeRO paper's 16; mixed12 = seeds' 12].")
-@click.option("--host-mem", type=POSITIVE, default=1000, show_default=True, help="CPU RAM per node, GB.")
+@click.option("--host-mem", type=POSITIVE, default=DEFAULTS.host_mem, show_default=True, help="CPU RAM per node, GB.")
 @click.option("--top", type=COUNT, default=12, show_default=True, help="Rows to show.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--verify", is_flag=True, help="Run the top candidates for a few steps and compare with measurements.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,7 +20,7 @@ from dsbench.commands.options import (
 @click.option("--no-plots", is_flag=True, help="Tables only (no matplotlib).")
 @click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
               help="Machine profile (dsbench calibrate): add the planner's predicted step time beside the measured.")
-def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: str | None) -> None:
+def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: Any) -> None:
     """Build tables, CSV/JSON/Markdown, PNG plots and an HTML report from run folders (merged; nothing re-runs).
     Exit 1 when a folder could not be read (it is listed as corrupt; the others are reported)."""
     from dsbench.plan.verify import predictor

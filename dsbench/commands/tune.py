@@ -6,9 +6,11 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
+from dsbench.bench.tune import TuneRequest
 from dsbench.commands.base import Command
 from dsbench.commands.options import (
     COUNT,
@@ -16,8 +18,13 @@ from dsbench.commands.options import (
     check_seq_len,
     checked_profile,
     csv_list,
+    default_of,
 )
 from dsbench.errors import UserError
+
+
+def _tune(name: str) -> object:
+    return default_of(TuneRequest, name)
 
 
 @click.command(cls=Command)
@@ -25,7 +32,7 @@ from dsbench.errors import UserError
 @click.option("--num-gpus", type=COUNT, help="Ranks on this machine [GPUs, or 2 CPU ranks].")
 @click.option("--hostfile", type=click.Path(dir_okay=False), help="Run across these hosts (their slots).")
 @click.option("--global-batch", type=COUNT, help="Samples per optimizer step, fixed for every layout [4 x ranks].")
-@click.option("--budget", type=COUNT, default=3, show_default=True, help="Real runs at most.")
+@click.option("--budget", type=COUNT, default=_tune("budget"), show_default=True, help="Real runs at most.")
 @click.option("--exhaustive", is_flag=True,
               help="Run every layout that fits, best predicted first (the oracle a search is checked against).")
 @click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
@@ -34,18 +41,21 @@ from dsbench.errors import UserError
 @click.option("--no-checkpointing", is_flag=True, help="Leave activation checkpointing out of the search.")
 @click.option("--speed-options", is_flag=True, help="Then race the winning layout compiled (--compile, where it "
               "applies) against itself uncompiled, and keep the faster.")
-@click.option("--gpu", default="h100", show_default=True, help="GPU kind for memory when --gpu-mem is not given.")
+@click.option("--gpu", default=_tune("gpu"), show_default=True, help="GPU kind for memory when --gpu-mem is not given.")
 @click.option("--gpu-mem", type=POSITIVE, help="GB per rank the layouts must fit in [from --gpu].")
-@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True)
-@click.option("--seq-len", type=COUNT, default=128, show_default=True)
-@click.option("--steps", type=COUNT, default=12, show_default=True, help="Steps per run.")
-@click.option("--warmup", type=click.IntRange(min=0), default=4, show_default=True, help="Warm-up steps per run.")
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default=_tune("precision"),
+              show_default=True)
+@click.option("--seq-len", type=COUNT, default=_tune("seq_len"), show_default=True)
+@click.option("--steps", type=COUNT, default=_tune("steps"), show_default=True, help="Steps per run.")
+@click.option("--warmup", type=click.IntRange(min=0), default=_tune("warmup"), show_default=True,
+              help="Warm-up steps per run.")
 @click.option("--out", type=click.Path(file_okay=False), help="Results folder [runs/tune-TIMESTAMP].")
 @click.option("--resume", is_flag=True, help="Continue a tune in --out, keeping the runs already made.")
-@click.option("--timeout", type=POSITIVE, default=900, show_default=True, help="Seconds per run before it is stopped.")
+@click.option("--timeout", type=POSITIVE, default=_tune("timeout"), show_default=True,
+              help="Seconds per run before it is stopped.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: int | None, budget: int,
-         exhaustive: bool, profile: str | None, strategies: list[str] | None, no_checkpointing: bool,
+         exhaustive: bool, profile: Any, strategies: list[str] | None, no_checkpointing: bool,
          speed_options: bool, gpu: str,
          gpu_mem: float | None, precision: str, seq_len: int, steps: int, warmup: int, out: str | None, resume: bool,
          timeout: float, as_json: bool) -> None:

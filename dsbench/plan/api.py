@@ -10,7 +10,7 @@ from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
-from dsbench.plan.profile import compute_group, load_profile
+from dsbench.plan.profile import Profile, compute_group, load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
 
 
@@ -50,28 +50,36 @@ def synthetic_shape(num_params: float) -> ModelShape:
 
 @dataclass(frozen=True, kw_only=True)
 class PlanRequest:
-    model: str | None
-    params: float | None
-    config: str | None
-    gpus: int | None
-    nodes: int
-    gpus_per_node: int | None
-    gpu: str
-    gpu_mem: float | None
-    peak_tflops: float | None
-    efficiency: float
-    interconnect: str
-    intra: str | None
-    bandwidth: float | None
-    latency: float | None
-    seq_len: int | None
-    micro_batch: int
-    grad_accum: int
-    precision: str
-    accounting: str | None
-    host_mem: float
-    profile: str | None = None
+    """What ``dsbench plan`` is asked, with its defaults: the click options read them from here (``DEFAULTS``), and
+    tune, ``plan --verify`` and the report's predictions give only what differs."""
+
+    model: str | None = None
+    params: float | None = None
+    config: str | None = None
+    gpus: int | None = None
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    gpu: str = "h100"
+    gpu_mem: float | None = None
+    peak_tflops: float | None = None
+    efficiency: float = 0.5
+    """Achievable fraction of the dense peak without a profile (a round figure: seeds/001 measured 0.4-0.55 MFU)."""
+    interconnect: str = "infiniband"
+    intra: str | None = None
+    bandwidth: float | None = None
+    latency: float | None = None
+    seq_len: int | None = None
+    micro_batch: int = 1
+    grad_accum: int = 8
+    precision: str = "bf16"
+    accounting: str | None = None
+    host_mem: float = 1000
+    """CPU RAM per node, GB."""
+    profile: Profile | None = None
     """A machine profile from ``dsbench calibrate``: measured compute rate and links replace datasheet figures."""
+
+
+DEFAULTS = PlanRequest()
 
 
 def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
@@ -115,14 +123,15 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
                  inter=link(req.interconnect, req.bandwidth, req.latency), host_link=INTERCONNECTS["pcie5"],
                  host_mem_gb=req.host_mem)
     if req.profile:
-        cl = with_profile(cl, read_profile(req.profile))
+        cl = with_profile(cl, req.profile.data)
     return wl, cl, config
 
 
-def read_profile(path: str) -> dict[str, Any]:
+def read_profile(path: str) -> Profile:
+    """The machine profile at ``path``, read and checked field by field (once: the object is passed on)."""
     from dsbench.io import read_json
 
-    return load_profile(read_json(path, "machine profile"), path)
+    return Profile(path, load_profile(read_json(path, "machine profile"), path))
 
 
 def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
@@ -171,7 +180,7 @@ def plan(req: PlanRequest) -> dict[str, Any]:
         "cluster": {"nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node, "gpu_mem_gb": cl.gpu_mem_gb,
                     "peak_tflops": cl.peak_tflops, "efficiency": cl.efficiency, "intra": cl.intra.note,
                     "inter": cl.inter.note if cl.nodes > 1 else None, "compute_tflops": cl.compute_tflops,
-                    "profile": req.profile},
+                    "profile": req.profile.path if req.profile else None},
         "workload": {"seq_len": wl.seq_len, "micro_batch": wl.micro_batch, "grad_accum": wl.grad_accum,
                      # fixed across candidates: --grad-accum is per rank of pure data parallelism
                      "global_batch": ParallelDims(world=cl.world).samples_per_step(wl.micro_batch, wl.grad_accum),

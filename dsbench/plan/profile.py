@@ -11,6 +11,7 @@ the model describes the machine. The planner's per-step latency is alpha divided
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from dsbench.errors import UserError
@@ -167,6 +168,16 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
         element = 2 if measured.get("precision") in ("bf16", "fp16") else 4
         rates.update(tensor_parallel_costs(tp, tp_link, element))
     return {**measured, "schema": SCHEMA, "collectives": collectives, "rates": rates}
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A machine profile, read and checked once (:func:`dsbench.plan.api.read_profile`, where ``--profile`` is
+    parsed) and then passed: every report row and tune layout plans with the same object, never its path."""
+
+    path: str
+    data: dict[str, Any]
+    """The checked profile (:func:`load_profile`)."""
 
 
 def load_profile(data: Any, source: str) -> dict[str, Any]:

@@ -169,7 +169,7 @@ def resumed(search: Search, done: dict[str, float | None]) -> Search:
     return replace(search)
 
 
-def predict(layout: Layout, base: Any, profile: str | None = None) -> tuple[float, bool]:
+def predict(layout: Layout, base: Any, profile: Any = None) -> tuple[float, bool]:
     """The planner's (tokens/s, fits) for one layout: ``base`` is the :class:`~dsbench.plan.api.PlanRequest` of the
     job (model, ranks, memory, precision, sequence), the layout sets strategy, batch split and checkpointing."""
     from dsbench.plan.api import build

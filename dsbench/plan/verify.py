@@ -14,6 +14,7 @@ from dsbench import strategies as registry
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
 from dsbench.plan.memory import ModelStates, accounting_for, held_params, model_states
+from dsbench.plan.profile import Profile
 from dsbench.records import SUMMARY
 
 
@@ -86,8 +87,7 @@ def candidate_for(strategy: str) -> Any:
     return Candidate(**how.planner_fields) if how is not None and how.planned else None
 
 
-def predict_cell(row: dict[str, Any], profile: str | None = None, gpu: str = "h100",
-                 efficiency: float = 0.5) -> Any:
+def predict_cell(row: dict[str, Any], profile: Profile | None = None) -> Any:
     """The planner's estimate for one measured compare row (``dsbench.report.collect``): the same model,
     micro-batch, accumulation, sequence, precision and ranks, with a machine profile's measured figures when
     given; None for a strategy the planner has no candidate for, and for a compiled run (the planner has no term for
@@ -109,12 +109,10 @@ def predict_cell(row: dict[str, Any], profile: str | None = None, gpu: str = "h1
     nodes = len(set(header.get("hostnames") or [])) or 1
     if world % nodes:
         nodes = 1  # uneven placement: the planner's nodes x slots cannot say it; planned as one node
-    request = PlanRequest(model=row["model"], params=None, config=None, gpus=world, nodes=nodes,
-                          gpus_per_node=world // nodes if nodes > 1 else None, gpu=gpu, gpu_mem=None,
-                          peak_tflops=header.get("peak_tflops"), efficiency=efficiency, interconnect="infiniband",
-                          intra=None, bandwidth=None, latency=None,
+    request = PlanRequest(model=row["model"], gpus=world, nodes=nodes, gpus_per_node=world // nodes if nodes > 1
+                          else None, peak_tflops=header.get("peak_tflops"),
                           seq_len=header["seq_len"], micro_batch=row["micro_batch"], grad_accum=accum,
-                          precision=header["precision"], accounting=None, host_mem=1000, profile=profile)
+                          precision=header["precision"], profile=profile)
     workload, cluster, _ = build(request)
     return estimate(candidate, workload, cluster)
 
@@ -125,7 +123,7 @@ def measured_step_s(row: dict[str, Any]) -> float:
     return header["global_batch"] * header["seq_len"] / row["tokens_per_s"]
 
 
-def predicted_figures(row: dict[str, Any], profile: str) -> dict[str, Any]:
+def predicted_figures(row: dict[str, Any], profile: Profile) -> dict[str, Any]:
     """What the planner, from a machine profile, predicts for one measured report row, beside what was measured:
     the step time by the wall clock and, where the peak is the GPU's allocator peak, the device memory. Empty for a
     failed row or a strategy the planner has no candidate for (the report shows "-")."""
@@ -151,14 +149,11 @@ def predicted_figures(row: dict[str, Any], profile: str) -> dict[str, Any]:
     return out
 
 
-def predictor(profile: str | None) -> Any:
-    """The report's predicted columns from a machine profile (checked here, so a bad file is refused before any
-    work), or None without one."""
+def predictor(profile: Profile | None) -> Any:
+    """The report's predicted columns from a machine profile (read and checked where --profile was parsed), or None
+    without one."""
     if profile is None:
         return None
     from functools import partial
 
-    from dsbench.plan.api import read_profile
-
-    read_profile(profile)
     return partial(predicted_figures, profile=profile)

@@ -53,10 +53,51 @@ that every DeepSpeed run waits on), and failing the remaining launches at once k
 its 90-minute CI budget."""
 
 
+LAUNCHES: dict[str, int] = {}
+"""Real launches per test file: jobs whose ranks trained or measured (a compare, tune or whatif counts each cell)."""
+LAUNCH_RECORDS = Path("/tmp/dsbench-launches")  # dsbench/launchstop.py PID_ROOT: one folder per launch id
+_LAUNCHERS = {"deepspeed", "torchrun", "accelerate", "sbatch", "srun", "mpirun"}
+
+
+def _launch_ids() -> set[str]:
+    return set(os.listdir(LAUNCH_RECORDS)) if LAUNCH_RECORDS.is_dir() else set()
+
+
+def _count_launches(argv: list[str], before: set[str]) -> None:
+    """Each launch through dsbench's launchers leaves a folder named by its launch id (the ranks record their pids
+    there); a launch that leaves none (calibrate's ranks, a launcher started directly) counts once."""
+    made = len(_launch_ids() - before)
+    words = [Path(a).name for a in argv[:4]]
+    command = argv[3] if words[1:3] == ["-m", "dsbench"] and len(argv) > 3 else None
+    trains = command in ("launch", "calibrate") and "--dry-run" not in argv or bool(_LAUNCHERS & set(words[:1]))
+    note_launch(made or int(trains))
+
+
+def note_launch(count: int = 1) -> None:
+    """Count ``count`` real launches for the running test's file (for processes started without run_command)."""
+    if count:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[0]
+        LAUNCHES[test] = LAUNCHES.get(test, 0) + count
+
+
 def run_command(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
                 timeout: int = 900) -> subprocess.CompletedProcess:
     """Run a command with the CPU environment; output captured as text. On timeout the command gets SIGTERM
     (dsbench forwards it to the launcher's process group, which stops every rank), then SIGKILL."""
+    before = _launch_ids()
+    try:
+        return _run(argv, cwd, env, timeout)
+    finally:
+        _count_launches(argv, before)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if LAUNCHES:
+        terminalreporter.write_line(f"real launches: {sum(LAUNCHES.values())} "
+                                    f"({', '.join(f'{Path(k).name} {v}' for k, v in sorted(LAUNCHES.items()))})")
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str] | None, timeout: int) -> subprocess.CompletedProcess:
     if len(_TIMEOUTS) >= 2:
         pytest.fail(f"not started: {len(_TIMEOUTS)} commands already timed out this session ({_TIMEOUTS[0]})")
     full_env = {**os.environ, **CPU_ENV, **(env or {})}

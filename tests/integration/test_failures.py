@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.conftest import CPU_ENV, dsbench
+from tests.integration.conftest import CPU_ENV, dsbench, note_launch
 
 TINY = ["--model", "gpt2-tiny"]
 FOREVER = ["--", "--steps", "100000", "--seq-len", "32", "--gather-every", "1"]
@@ -26,6 +26,7 @@ FOREVER = ["--", "--steps", "100000", "--seq-len", "32", "--gather-every", "1"]
 
 def _start(args: list[str], cwd: Path) -> subprocess.Popen:
     env = {**os.environ, **CPU_ENV, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    note_launch()
     return subprocess.Popen([sys.executable, "-m", "dsbench", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -170,6 +171,7 @@ def test_a_full_disk_while_writing_metrics_is_one_line_and_keeps_what_was_writte
         resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))
 
     folder = tmp_path / "run"
+    note_launch()
     done = subprocess.run([sys.executable, "-m", "dsbench.train", "--strategy", "single", *TINY, "--steps", "400",
                            "--seq-len", "32", "--gather-every", "1", "--out", str(folder), "--quiet"],
                           env={**os.environ, **CPU_ENV}, preexec_fn=limit, capture_output=True, text=True, timeout=300)
@@ -191,6 +193,7 @@ def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_leaves_no_latest
         resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
 
     checkpoints = tmp_path / "ckpt"
+    note_launch()
     done = subprocess.run([sys.executable, "-m", "dsbench.train", "--strategy", "single", *TINY, "--steps", "6",
                            "--seq-len", "32", "--out", str(tmp_path / "run"), "--checkpoint-dir", str(checkpoints),
                            "--save-every", "3", "--quiet"],

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.conftest import STEPS, dsbench, load_run
+from tests.integration.conftest import STEPS, dsbench, load_run, note_launch
 
 pytestmark = [pytest.mark.dist, pytest.mark.multinode]
 
@@ -190,6 +190,7 @@ def test_stopping_a_multi_node_launch_ends_its_ranks_and_nothing_else(hostfile, 
     python = str(Path(sys.executable))
     decoy = subprocess.Popen(["bash", "-c", f"exec -a '{python} -u -m deepspeed.launcher.launch --decoy' sleep 600"])
     folder = tmp_path / "x.+"
+    note_launch()
     launch = subprocess.Popen([sys.executable, "-m", "dsbench", "launch", *STOPS[name], "--hostfile", str(hostfile),
                                "--run-dir", str(folder), "--", "--steps", "100000", "--warmup", "1", "--quiet"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

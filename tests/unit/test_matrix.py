@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from dsbench import strategies as registry
-from dsbench.bench.matrix import Cell, cell_launch_args, expand, load_matrix_file
-from dsbench.bench.session import DEFAULTS, matrix_from
+from dsbench.bench.matrix import DEFAULTS, Cell, cell_launch_args, expand, load_matrix_file
+from dsbench.bench.session import matrix_from
 from dsbench.errors import UserError
 
 

@@ -90,10 +90,8 @@ def test_the_recommended_command_launches_the_candidate(cli_run, tmp_path):
     from dsbench.plan.estimate import estimate
     from dsbench.plan.recommend import candidates, launch_command
 
-    workload, cluster, _ = build(PlanRequest(
-        model="llama-7b", params=None, config=None, gpus=16, nodes=2, gpus_per_node=8, gpu="h100", gpu_mem=None,
-        peak_tflops=None, efficiency=0.5, interconnect="infiniband", intra=None, bandwidth=None, latency=None,
-        seq_len=128, micro_batch=1, grad_accum=1, precision="fp32", accounting=None, host_mem=1000))
+    workload, cluster, _ = build(PlanRequest(model="llama-7b", gpus=16, nodes=2, gpus_per_node=8, seq_len=128,
+                                             grad_accum=1, precision="fp32"))
     shape = workload.shape
     seen = set()
     for cand in candidates(cluster, shape):

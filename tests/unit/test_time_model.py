@@ -14,6 +14,7 @@ import statistics
 
 import pytest
 
+from dsbench.plan.api import read_profile
 from dsbench.plan.verify import measured_step_s, predict_cell
 from dsbench.report.collect import collect
 from tests.conftest import DATA
@@ -28,7 +29,7 @@ def _cells(model: str) -> dict[str, tuple[float, float, float, float]]:
     """strategy -> (measured step s, predicted step s, measured tokens/s, predicted tokens/s)."""
     out = {}
     for row in collect([STORED / f"compare-{model}"]):
-        estimate = predict_cell(row, str(STORED / f"profile-{model}.json"))
+        estimate = predict_cell(row, read_profile(str(STORED / f"profile-{model}.json")))
         assert estimate is not None, row["strategy"]
         out[row["strategy"]] = (measured_step_s(row), estimate.step_s, row["tokens_per_s"], estimate.tokens_per_s)
     return out
@@ -119,7 +120,7 @@ calibration right after it (the fused AdamW rate), both made after the time mode
 def test_the_model_holds_out_of_sample_with_fused_optimizers():
     cells = {}
     for row in collect([FUSED / "compare"]):
-        estimate = predict_cell(row, str(FUSED / "profile.json"))
+        estimate = predict_cell(row, read_profile(str(FUSED / "profile.json")))
         assert estimate is not None, row["strategy"]  # +fused rows are planned
         cells[row["strategy"]] = (measured_step_s(row), estimate.step_s, row["tokens_per_s"], estimate.tokens_per_s)
     assert {"single+fused", "ddp+fused", "fsdp+fused", "zero1", "zero3"} <= set(cells)

@@ -18,12 +18,13 @@ from dsbench import strategies as registry
 from dsbench.bench.tune import TuneRequest, plan_request
 from dsbench.errors import UserError
 from dsbench.plan import search
+from dsbench.plan.api import read_profile
 from dsbench.report.collect import collect
 from tests.conftest import DATA
 from tests.unit.test_time_model import _ranks
 
 STORED = DATA / "runs" / "cpu-calibrated"
-PROFILE = str(STORED / "profile-gpt2-mini.json")
+PROFILE = read_profile(str(STORED / "profile-gpt2-mini.json"))
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +102,8 @@ def _exhaustive(model: str, folder: Path | None = None) -> dict[search.Layout, f
 def test_tune_finds_the_best_of_the_whole_space_within_three_runs(model):
     measured = _exhaustive(model)
     req = TuneRequest(model=model, world=2, global_batch=8, gpu_mem=12)
-    profile = str(STORED / f"tune-{model}" / "profile.json")  # the calibration that tune ran with, the same hour
+    # the calibration that tune ran with, the same hour
+    profile = read_profile(str(STORED / f"tune-{model}" / "profile.json"))
     space = search.layouts(sorted({layout.strategy for layout in measured}), 2, 8,
                            lambda s: registry.get(s).model_parallel)
     assert set(space) == set(measured)  # the stored runs are the whole space, each layout once
@@ -143,8 +145,8 @@ def test_under_a_shaped_link_across_nodes_the_predicted_ranking_matches_the_meas
     (tmp_path / "hosts").write_text("node1 slots=1\nnode2 slots=1\n")  # the test bed's hostfile, 2 nodes x 1
     measured = _exhaustive("gpt2-tiny", SHAPED / "tune")
     req = TuneRequest(model="gpt2-tiny", world=2, global_batch=4, gpu_mem=12, hostfile=str(tmp_path / "hosts"))
-    predicted = {layout: search.predict(layout, plan_request(req), str(SHAPED / "profile.json"))[0]
-                 for layout in measured}
+    profile = read_profile(str(SHAPED / "profile.json"))
+    predicted = {layout: search.predict(layout, plan_request(req), profile)[0] for layout in measured}
     assert len(measured) == 10 and _spearman(measured, predicted) >= 0.9  # measured 0.92
     _assert_finds_the_best_within_three_runs(
         search.start([(layout, predicted[layout], True) for layout in measured], budget=3), measured)
@@ -154,7 +156,7 @@ def test_a_report_row_from_two_nodes_is_planned_as_two_nodes(tmp_path):
     from dsbench.plan.verify import predict_cell
 
     (tmp_path / "hosts").write_text("node1 slots=1\nnode2 slots=1\n")
-    profile = str(SHAPED / "profile.json")  # its link across nodes: the 100 Mbit/s shaped one
+    profile = read_profile(str(SHAPED / "profile.json"))  # its link across nodes: the 100 Mbit/s shaped one
 
     def row(hostnames: list[str]) -> dict:
         header = {"grad_accum": 1, "seq_len": 128, "precision": "fp32", "peak_tflops": None, "hostnames": hostnames}
