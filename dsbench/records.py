@@ -237,3 +237,18 @@ def upgrade_summary(summary: dict[str, Any]) -> dict[str, Any]:
     for key in ("tokens_per_s_per_rank", "samples_per_s", "tflops_per_rank"):
         old.pop(key, None)
     return {**old, "schema": 2, "throughput": None, "timed_region": timed, "outside_timed_fraction": None}
+
+
+def read_summary(folder: Path) -> dict[str, Any] | None:
+    """A run folder's ``summary.json`` in the current schema (:func:`upgrade_summary`): the one reader of the file
+    (report, tune, whatif and ``plan --verify`` go through it). None when the run wrote none; a file that is not a
+    JSON object is a one-line UserError naming it."""
+    from dsbench.io import read_json
+
+    path = Path(folder) / SUMMARY
+    if not path.exists():
+        return None
+    data = read_json(path, "run summary")
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a run summary is a JSON object, got {type(data).__name__}")
+    return upgrade_summary(data)

@@ -24,12 +24,12 @@ from dsbench import strategies as registry
 from dsbench.bench.compare import FINISHED, prepare_out, read_status, run_cell, set_aside
 from dsbench.bench.matrix import Cell, cell_launch_args, check_models, fused_by_default, takes
 from dsbench.errors import UserError
-from dsbench.io import atomic_write_json, read_json
+from dsbench.io import atomic_write_json
 from dsbench.models import LLAMA_LIKE, resolve_model
 from dsbench.plan import search
 from dsbench.plan.api import PlanRequest
 from dsbench.plan.profile import Profile
-from dsbench.records import SUMMARY
+from dsbench.records import read_summary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +113,7 @@ def measured_tokens_per_s(folder: Path) -> float | None:
     if not status or status.get("status") != "ok":
         return None
     try:
-        return float(read_json(folder / SUMMARY, "cell summary")["throughput"]["tokens_per_s"])
+        return float((read_summary(folder) or {})["throughput"]["tokens_per_s"])
     except (UserError, ValueError, KeyError, TypeError):  # missing, damaged or of another shape: not measured
         return None
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.models import resolve_model
+from dsbench.plan.estimate import Candidate
 from dsbench.plan.verify import compare_row, compare_strategy
 
 
@@ -25,11 +26,11 @@ def verify(result: dict[str, Any], opts: dict[str, Any], count: int = 3, steps: 
     ranks = result["cluster"]["gpus_per_node"] if result["cluster"]["nodes"] == 1 else default_ranks()
     precision = "fp32" if local_gpu_count() == 0 else result["workload"]["precision"]
     shape = resolve_model(opts["model"])
-    chosen = [c for c in result["candidates"] if c["rank"] and compare_strategy(c)]
+    chosen = [c for c in result["candidates"] if c["rank"] and compare_strategy(Candidate.from_dict(c))]
     out_dir = Path(f"runs/plan-verify-{time.strftime('%Y%m%d-%H%M%S')}")
     rows = []
     for cand in chosen[:count]:
-        name = compare_strategy(cand)
+        name = compare_strategy(Candidate.from_dict(cand))
         # the plan's accumulation is per data-parallel replica, as the cell's is (the cell multiplies it by tp x pp)
         cell = Cell(strategy=name, world_size=ranks, micro_batch=result["workload"]["micro_batch"],
                     grad_accum=result["workload"]["grad_accum"], checkpointing=cand["activation_checkpointing"],

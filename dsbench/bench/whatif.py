@@ -19,8 +19,9 @@ from dsbench import strategies as registry
 from dsbench.bench.compare import prepare_out, run_matrix
 from dsbench.bench.matrix import Cell, check_matrix, fused_by_default
 from dsbench.errors import UserError
-from dsbench.io import atomic_write_json, atomic_write_text, read_json
+from dsbench.io import atomic_write_json, atomic_write_text
 from dsbench.models import resolve_model
+from dsbench.records import read_summary
 
 UNSHAPED = "unshaped"
 
@@ -161,7 +162,6 @@ def whatif_main(links: list[str], strategies: list[str], nodes: int, slots: int,
 
 def _summary(folder: Path) -> dict[str, Any] | None:
     try:
-        summary = read_json(folder / "summary.json", "cell summary")
-    except UserError:  # a cell that failed before writing one
+        return read_summary(folder)
+    except UserError:  # a cell that failed before writing a whole one
         return None
-    return summary if isinstance(summary, dict) else None

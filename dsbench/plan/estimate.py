@@ -102,6 +102,13 @@ class Candidate:
     engine: str = "deepspeed"
     """Who implements tp/pp: ``deepspeed`` (AutoTP, the pipeline engine) or ``torch`` (torch_tp, torch_pp)."""
 
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Candidate:
+        """The candidate of a plan result's row (:meth:`Estimate.to_dict`): the one reader of that JSON."""
+        return cls(strategy=row["strategy"], offload=row["offload"], offload_param=row["offload_param"],
+                   tp=row["tp"], pp=row["pp"], engine=row.get("engine", "deepspeed"),
+                   checkpointing=bool(row.get("activation_checkpointing")))
+
     @property
     def runs_as(self) -> Strategy:
         """The strategy that runs it, in compare's vocabulary where compare has it (dsbench/strategies.py)."""

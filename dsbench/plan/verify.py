@@ -13,25 +13,25 @@ from typing import Any
 from dsbench import strategies as registry
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
+from dsbench.plan.estimate import Candidate
 from dsbench.plan.memory import ModelStates, accounting_for, held_params, model_states
 from dsbench.plan.profile import Profile
-from dsbench.records import SUMMARY
+from dsbench.records import read_summary
 
 
-def compare_strategy(cand: dict[str, Any]) -> str | None:
+def compare_strategy(cand: Candidate) -> str | None:
     """The compare strategy that runs a planner candidate (``None`` when compare has none, or the planner's model is
     not used for it: NVMe offload); activation checkpointing is the cell's own switch."""
-    name = registry.name_for(cand["strategy"], cand["offload"], cand["offload_param"], cand["tp"], cand["pp"],
-                             cand.get("engine", "deepspeed"))
+    name = registry.name_for(cand.strategy, cand.offload, cand.offload_param, cand.tp, cand.pp, cand.engine)
     return name if name is not None and registry.get(name).planned else None
 
 
-def predicted_states(shape: ModelShape, cand: dict[str, Any], world: int, precision: str) -> ModelStates:
+def predicted_states(shape: ModelShape, cand: Candidate, world: int, precision: str) -> ModelStates:
     """The planner's model states on a run's busiest rank, in the run's precision and accounting."""
-    dims = ParallelDims(world=world, tp=cand["tp"], pp=cand["pp"])
-    held = held_params(shape, cand["tp"], cand["pp"], vocab_parallel_head=cand.get("engine") == "deepspeed")
-    return model_states(held, cand["strategy"], dims.dp, accounting_for(precision, cand["strategy"]),
-                        offload=cand["offload"], offload_param=cand["offload_param"])
+    dims = ParallelDims(world=world, tp=cand.tp, pp=cand.pp)
+    held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed")
+    return model_states(held, cand.strategy, dims.dp, accounting_for(precision, cand.strategy),
+                        offload=cand.offload, offload_param=cand.offload_param)
 
 
 def comparable_bytes(strategy: str, counted: dict[str, Any], states: ModelStates) -> tuple[float, float]:
@@ -46,20 +46,20 @@ def comparable_bytes(strategy: str, counted: dict[str, Any], states: ModelStates
     return counted["total"], states.total
 
 
-def compare_row(cand: dict[str, Any], folder: Path, shape: ModelShape, ranks: int, precision: str,
+def compare_row(planned: dict[str, Any], folder: Path, shape: ModelShape, ranks: int, precision: str,
                 status: str) -> dict[str, Any]:
-    """Predicted vs measured for one candidate's run: model states on the busiest rank, and peak memory on GPU."""
-    import json
-
-    row: dict[str, Any] = {"candidate": cand["name"], "folder": str(folder), "status": status}
-    if status != "ok":
+    """Predicted vs measured for one candidate's run (``planned``: its row of the plan result): model states on the
+    busiest rank, and peak memory on GPU."""
+    cand = Candidate.from_dict(planned)
+    row: dict[str, Any] = {"candidate": planned["name"], "folder": str(folder), "status": status}
+    summary = read_summary(folder) if status == "ok" else None
+    if summary is None:
         return row
-    summary = json.loads((folder / SUMMARY).read_text())
     counted = max(summary["model_state_bytes_per_rank"], key=lambda r: r["total"])  # a stage may hold more
     states = predicted_states(shape, cand, ranks, precision)
-    acc = accounting_for(precision, cand["strategy"])
-    measured, predicted = comparable_bytes(cand["strategy"], counted, states)
-    if cand["strategy"] == "zero1":
+    acc = accounting_for(precision, cand.strategy)
+    measured, predicted = comparable_bytes(cand.strategy, counted, states)
+    if cand.strategy == "zero1":
         row["note"] = "gradients excluded (counted at different moments, see docs/planner.md)"
     peak = max(summary["peak_memory_bytes_per_rank"])
     throughput = summary["throughput"]
@@ -68,12 +68,12 @@ def compare_row(cand: dict[str, Any], folder: Path, shape: ModelShape, ranks: in
     row.update(predicted_model_state_bytes=predicted, measured_model_state_bytes=measured,
                model_state_error=(predicted - measured) / measured, accounting=acc.name,
                measured_peak_memory_bytes=peak, memory_kind=summary["memory_kind"],
-               tokens_per_s=throughput["tokens_per_s"], measured_step_s=wall_step, predicted_step_s=cand["step_s"],
-               step_error=(cand["step_s"] - wall_step) / wall_step)
+               tokens_per_s=throughput["tokens_per_s"], measured_step_s=wall_step,
+               predicted_step_s=planned["step_s"], step_error=(planned["step_s"] - wall_step) / wall_step)
     if summary["memory_kind"] == "cuda_max_allocated":
         # On a GPU the planner's device total (states + activations + buffers) is comparable with
         # torch.cuda.max_memory_allocated; on CPU the RSS includes the whole runtime, so no comparison.
-        predicted_peak = cand["memory_gib"]["device_total"] * 2**30
+        predicted_peak = planned["memory_gib"]["device_total"] * 2**30
         row.update(predicted_peak_memory_bytes=predicted_peak, peak_memory_error=(predicted_peak - peak) / peak)
     return row
 

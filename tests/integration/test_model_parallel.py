@@ -132,12 +132,13 @@ PLANNED = {"pipe2_llama": ("zero1", 1, 2, "deepspeed"), "pipe2_gpt2": ("zero1", 
 def test_planner_model_states_per_rank_within_5_percent(base, name):
     """dsbench plan's bytes on the busiest rank of a pipeline/TP layout vs what the run counted from tensors."""
     from dsbench.models import resolve_model
+    from dsbench.plan.estimate import Candidate
     from dsbench.plan.verify import comparable_bytes, predicted_states
 
     strategy, tp, pp, engine = PLANNED[name]
     run = launched(name, base)
     header = run["header"][0]
-    cand = {"strategy": strategy, "tp": tp, "pp": pp, "engine": engine, "offload": "none", "offload_param": "none"}
+    cand = Candidate(strategy=strategy, tp=tp, pp=pp, engine=engine)
     predicted = predicted_states(resolve_model(header["model"]["name"]), cand, header["world_size"], "fp32")
     counted = max(run["states"][0]["per_rank"], key=lambda r: r["total"])
     measured, expected = comparable_bytes(strategy, counted, predicted)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import shlex
-from dataclasses import asdict
 
 import pytest
 
@@ -78,7 +77,7 @@ def test_every_planned_strategy_and_its_planner_candidate_name_each_other():
         assert isinstance(candidate, Candidate)
         expected = "ddp" if name == "single" else name  # single is DDP on one rank
         assert candidate.name == expected
-        assert compare_strategy(asdict(candidate)) == expected
+        assert compare_strategy(candidate) == expected
 
 
 def test_the_recommended_command_launches_the_candidate(cli_run, tmp_path):
