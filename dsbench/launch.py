@@ -21,7 +21,6 @@ from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import is_valid_hostname, read_hostfile
 from dsbench.io import atomic_write_json, atomic_write_text, check_creatable_folder, read_text
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
-from dsbench.launchers import worker_args as worker_argv
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
 from dsbench.models import check_autotp, check_megatron_tp, resolve_model
 from dsbench.parallel import ParallelDims, bubble_fraction
@@ -100,9 +99,10 @@ class PreparedLaunch:
     notes: list[str]
 
 
-# Render flags that the native strategies take as worker flags (deepspeed reads them from its config).
-_NATIVE_FLAGS = {"micro_batch": "--micro-batch", "grad_accum": "--grad-accum", "lr": "--lr", "grad_clip": "--grad-clip",
-                 "precision": "--precision", "warmup_steps": "--lr-warmup-steps"}
+# Render flags that the native strategies take as worker flags (deepspeed reads them from its config): render flag
+# -> TrainSpec field.
+_NATIVE_FIELDS = {"micro_batch": "micro_batch", "grad_accum": "grad_accum", "lr": "lr", "grad_clip": "grad_clip",
+                  "precision": "precision", "warmup_steps": "lr_warmup_steps"}
 
 
 
@@ -191,20 +191,22 @@ _RENDER_FLAG_NAMES = {"precision": "--precision", "micro_batch": "--micro-batch"
                       "warmup_steps": "--warmup-steps"}
 
 
-def worker_args(run_dir: Path, model: str | None, flags: dict[str, Any], extra: tuple[str, ...],
-                strategy: str = "deepspeed") -> tuple[str, ...]:
-    """Arguments for ``dsbench.train``: the run folder, the model, native-strategy flags, then the user's."""
-    args = ["--out", str(run_dir)] if "--out" not in extra else []
-    if model:
-        args += ["--model", model]
-    native = dict(_NATIVE_FLAGS)
-    if strategy in SPLIT_ENGINES:
-        name, flag = _DEGREE_FLAGS[SPLIT_ENGINES[strategy]]
-        native[name] = flag
-    for name, flag in native.items():
-        if flags.get(name) is not None and flag not in extra:
-            args += [flag, str(flags[name])]
-    return (*args, *extra)
+def launch_fields(req: LaunchRequest, strategy: str, ds_config: Path | None) -> dict[str, Any]:
+    """What the launch decides of the worker's run, as TrainSpec fields: the run folder, the model, the strategy and
+    its DeepSpeed config, and the render flags the native engines take as their own (a DeepSpeed config's values
+    win over them on its ranks). The user's flags after ``--`` win over these (:func:`trainspec.for_launch`)."""
+    fields: dict[str, Any] = {"out": str(req.run_dir), "strategy": strategy}
+    if req.model:
+        fields["model"] = req.model
+    if ds_config is not None:
+        fields["deepspeed_config"] = str(ds_config)
+    native = dict(_NATIVE_FIELDS)
+    if strategy in SPLIT_ENGINES:  # torch_pp / torch_tp take their degree as a worker flag
+        name = _DEGREE_FLAGS[SPLIT_ENGINES[strategy]][0]
+        native[name] = name
+    fields.update({field: req.render_flags[name] for name, field in native.items()
+                   if req.render_flags.get(name) is not None})
+    return fields
 
 
 def _config_for(req: LaunchRequest, world_size: int) -> tuple[dict[str, Any], list[str]]:
@@ -247,8 +249,9 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
             raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
         config_path = atomic_write_json(req.run_dir / "ds_config.json", config)
     spec = replace(base, ds_config=str(config_path) if config_path else None)
-    # The worker's whole input as one typed description, checked now rather than on every rank later.
-    train = trainspec.from_argv(worker_argv(spec))
+    # The worker's whole input as one typed description, built here from the launch's own values and the user's
+    # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.
+    train = trainspec.for_launch(req.script_args, launch_fields(req, req.strategy, config_path))
     notes += check_layout(train, config, world)
     # absolute: the per-node ssh script stops a failed job by this path (pkill -f), and nodes cd elsewhere
     run_file = trainspec.write(train, (Path(req.cwd) / req.run_dir / "run.json").resolve())
@@ -341,7 +344,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
                       cwd=req.cwd, launch_script=str(req.run_dir / "launch_nodes.sh"), as_root=req.as_root,
                       user_accelerate_config=path, accelerate_args=tuple(args))
     base = with_inherited_env(base, req)
-    train = trainspec.from_argv(worker_argv(base))
+    train = trainspec.for_launch(req.script_args, launch_fields(req, "auto", None))
     notes = check_layout(train, None, processes) + accelerate_worker.worker_notes(config)
     req.run_dir.mkdir(parents=True, exist_ok=True)
     copy = req.run_dir / "accelerate_config.yaml"

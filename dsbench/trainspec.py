@@ -245,6 +245,16 @@ def from_argv(argv: list[str]) -> TrainSpec:
     return from_dict({**base, **given}, "the worker's flags")
 
 
+def for_launch(user_args: tuple[str, ...] | list[str], decided: dict[str, Any]) -> TrainSpec:
+    """The run ``dsbench launch`` hands every rank: the fields it decided (``decided``: run folder, model, strategy,
+    config, the native engines' flags) under the worker flags the user gave after ``--``, which win where both
+    say. The user's flags are parsed here once; the ranks read the result from run.json."""
+    given = vars(_parser().parse_args(list(user_args)))
+    given.pop("local_rank", None)
+    given.pop("run_json", None)  # refused by launch before it gets here (launch.check_request)
+    return from_dict({**decided, **given}, "the worker's flags")
+
+
 def from_dict(data: dict[str, Any], where: str) -> TrainSpec:
     """A spec from a mapping (run.json), with unknown keys and wrong types refused by name."""
     known = {f.name: f for f in fields(TrainSpec)}

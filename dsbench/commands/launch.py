@@ -116,7 +116,6 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
         parse_env,
         prepare,
         strategy_and_launcher,
-        worker_args,
     )
 
     strategy, launcher = strategy_and_launcher(strategy, launcher, accelerate_config)
@@ -142,7 +141,7 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
                         master_addr=master_addr, slurm=job,
                         master_port=port, run_dir=folder, cpu=local_gpu_count() == 0, python=sys.executable,
                         cwd=os.getcwd(), launcher_backend=launcher_backend, as_root=os.geteuid() == 0,
-                        script_args=worker_args(folder, model, flags, script_args, strategy),
+                        script_args=script_args,
                         extra_env=parse_env(env_pairs),
                         inherited_env=inherited_env(os.environ, sys.executable),
                         accelerate_config=accelerate_config, num_processes=num_processes,
