@@ -10,14 +10,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dsbench.configs.autofill import AutoInputs
 from dsbench.errors import DsbenchError, UserError
 from dsbench.io import atomic_write_json
-from dsbench.models import ModelShape, resolve_model
+from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
 from dsbench.records import METRICS, SCHEMA, SUMMARY, CheckpointRecord, EndRecord, flops_per_token, summarize
 from dsbench.trainspec import TrainSpec
 from dsbench.worker import accelerate_env, checkpoint, checkpoint_manifest, safe_load, setup, stop
+from dsbench.worker.resolve import resolve
 
 
 class Progress:
@@ -80,27 +80,6 @@ class Prepared:
     """(tag folder, Manifest) of the checkpoint this run continues, or None."""
 
 
-def _batch_config(spec: TrainSpec, strategy: str, shape: ModelShape,
-                  world: int) -> tuple[dict[str, Any] | None, int, int]:
-    """The DeepSpeed config ("auto" filled from the worker's flags) and the micro-batch and accumulation used."""
-    if strategy != "deepspeed":
-        return None, spec.micro_batch, spec.grad_accum
-    inputs = AutoInputs(micro_batch=spec.micro_batch, grad_accum=spec.grad_accum, data_parallel_size=world,
-                        grad_clip=spec.grad_clip, lr=spec.lr, weight_decay=spec.weight_decay,
-                        warmup_steps=spec.lr_warmup_steps, train_steps=spec.steps,
-                        precision=setup.precision_of(None, spec.precision), hidden_size=shape.hidden)
-    # the config: --deepspeed_config, else the file accelerate names, else accelerate's inline plugin settings
-    path = spec.deepspeed_config or os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
-    if path:
-        config = setup.load_ds_config(path, inputs, world)
-    elif accelerate_env.inline_deepspeed(os.environ):
-        raw, _ = accelerate_env.deepspeed_config(spec.lr_warmup_steps)
-        config = setup.complete_ds_config(raw, accelerate_env.PLUGIN_SOURCE, inputs, world)
-    else:
-        raise UserError("the deepspeed strategy needs --deepspeed_config FILE (e.g. ds_configs/zero2.json)")
-    return config, config["train_micro_batch_size_per_gpu"], config.get("gradient_accumulation_steps", 1)
-
-
 def prepare(spec: TrainSpec) -> Prepared:
     """Set-up: strategy, config, process group, data plan, model and engine."""
     from dsbench.worker import dist
@@ -110,24 +89,15 @@ def prepare(spec: TrainSpec) -> Prepared:
     from dsbench.worker.model import build_model
 
     _, world, _ = dist.env_rank()
-    strategy = setup.resolve_strategy(spec.strategy, spec.deepspeed_config, world)
-    if strategy == "single" and world > 1:
-        raise UserError(f"--strategy single runs one process, but the launcher started {world}")
-    shape = resolve_model(spec.model)
-    if spec.seq_len > shape.max_positions:
-        raise UserError(f"--seq-len {spec.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
+    run = resolve(spec, world, os.environ)  # the run as it will execute on this rank, checked once
+    strategy, shape, dims, ds_config = run.strategy, run.shape, run.dims, run.ds_config
+    micro, accum, precision = run.micro_batch, run.grad_accum, run.precision
     resumed = checkpoint_manifest.resolve(spec.resume) if spec.resume else None  # a file naming a callable refused here
     if spec.checkpoint_dir:
         checkpoint_manifest.prepare_dir(Path(spec.checkpoint_dir), resumed[1] if resumed else None)
     if resumed and not resumed[1].step < spec.steps - spec.warmup:
         raise UserError(f"{resumed[0]} was saved after {resumed[1].step} steps: --steps {spec.steps} with "
                         f"--warmup {spec.warmup} leaves no step to measure; raise --steps")
-    ds_config, micro, accum = _batch_config(spec, strategy, shape, world)
-    # AutoTP/torch_tp groups share a batch; pipeline stages pass one along
-    dims = setup.layout(ds_config, world) if ds_config else ParallelDims(world=world, tp=spec.tp,
-                                                                          pp=spec.pipeline_stages)
-    dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
-    spec.check_compile_layout(dims)
     if strategy == "deepspeed":
         setup.check_jit_locks()  # before init_distributed, which builds DeepSpeed's comm op on CPU
     fault_before_join(dist.env_rank()[0])
@@ -143,7 +113,6 @@ def prepare(spec: TrainSpec) -> Prepared:
         if strategy == "fsdp" else None
     checkpointing = fsdp["activation_checkpointing"] if fsdp else spec.activation_checkpointing
     model = build_model(shape, spec.seed, spec.trust_remote_code, checkpointing)
-    precision = setup.precision_of(ds_config, spec.precision)
     options = _engine_options(spec, accum, precision, fsdp, ds_config, dims)
     settings = LoopSettings(steps=spec.steps, warmup=spec.warmup, seq_len=spec.seq_len, dims=dims,
                             gather_every=spec.gather_every, start=resumed[1].step if resumed else 0,

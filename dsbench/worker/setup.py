@@ -36,15 +36,6 @@ def resolve_strategy(requested: str, ds_config: str | None, world_size: int) -> 
     return "ddp" if world_size > 1 else "single"
 
 
-def layout(config: dict[str, Any] | None, world_size: int) -> ParallelDims:
-    """The run's parallel layout: from a DeepSpeed config (AutoTP degree, pipeline stages), else pure data
-    parallelism."""
-    dims = config_dims(config, world_size) if config is not None else ParallelDims(world=world_size)
-    if dims is None:  # load_ds_config refused it already; kept for callers with another config
-        raise UserError(f"pipeline stages x tensor-parallel degree do not divide the world size {world_size}")
-    return dims
-
-
 _ARCH = re.compile(r"\d+\.\d+(\+PTX)?")
 
 
@@ -69,14 +60,16 @@ def check_jit_locks() -> None:
         raise UserError(stale_lock_message(locks))
 
 
-def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> dict[str, Any]:
+def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> tuple[dict[str, Any], ParallelDims]:
     """Read the config, fill "auto" as the HF Trainer would from the worker's own arguments, and validate it."""
     return complete_ds_config(load_config_strict(path), path, inputs, world_size)
 
 
-def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs, world_size: int) -> dict[str, Any]:
+def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs,
+                       world_size: int) -> tuple[dict[str, Any], ParallelDims]:
     """Fill a config's "auto" values as the HF Trainer would from the worker's own arguments, and validate it;
-    ``path`` names where it came from in errors."""
+    ``path`` names where it came from in errors. Returns it with its layout (AutoTP degree, pipeline stages over the
+    world), worked out once here for the whole run."""
     dims = config_dims(raw, world_size)
     if dims is None:
         pp, tp = parallel_degrees(raw)
@@ -99,7 +92,7 @@ def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs, world
     findings = validate(config, ValidateContext(world_size=world_size), deepspeed_check=False)
     if has_errors(findings):
         raise UserError(f"{path}: " + "; ".join(f.line() for f in findings if f.severity == "error"))
-    return config
+    return config, dims
 
 
 def precision_of(config: dict[str, Any] | None, flag: str | None) -> str:

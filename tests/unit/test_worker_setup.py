@@ -44,7 +44,8 @@ def test_a_configs_own_accumulation_sizes_the_auto_batch():
            "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}
     inputs = AutoInputs(micro_batch=2, grad_accum=1, data_parallel_size=2, grad_clip=1.0, lr=3e-4, weight_decay=0.0,
                         warmup_steps=0, train_steps=10, precision="fp32", hidden_size=64)
-    config = complete_ds_config(raw, "plugin", inputs, world_size=2)
+    config, dims = complete_ds_config(raw, "plugin", inputs, world_size=2)
+    assert (dims.dp, dims.tp, dims.pp) == (2, 1, 1)
     assert (config["train_batch_size"], config["train_micro_batch_size_per_gpu"]) == (2 * 16 * 2, 2)
     with pytest.raises(UserError, match="plugin: "):
         complete_ds_config({**raw, "train_batch_size": 5}, "plugin", inputs, world_size=2)

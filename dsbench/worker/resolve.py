@@ -1,0 +1,70 @@
+"""The run as it will execute on this rank: one resolution of the spec, its DeepSpeed config and the launcher's
+environment (strategy, layout, batch, precision), made once before anything is built, so that every later step
+reads the same answer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dsbench.configs.autofill import AutoInputs
+from dsbench.errors import UserError
+from dsbench.models import ModelShape, resolve_model
+from dsbench.parallel import ParallelDims
+from dsbench.trainspec import TrainSpec
+from dsbench.worker import accelerate_env, setup
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What :func:`resolve` decided for this rank."""
+
+    strategy: str
+    shape: ModelShape
+    dims: ParallelDims
+    """The layout: the DeepSpeed config's (AutoTP degree, pipeline stages) or the torch engines' flags."""
+    micro_batch: int
+    grad_accum: int
+    """Per rank: a DeepSpeed config's own values win over the flags."""
+    ds_config: dict[str, Any] | None
+    """The DeepSpeed config with "auto" filled and validated (deepspeed strategy only)."""
+    precision: str
+
+
+def resolve(spec: TrainSpec, world: int, environ: Mapping[str, str]) -> Resolved:
+    """Strategy (``auto`` from the launcher's environment), model, config, layout and precision; every check that
+    needs them (the model splits into the layout, --compile fits it) made here, before the process group."""
+    strategy = setup.resolve_strategy(spec.strategy, spec.deepspeed_config, world)
+    if strategy == "single" and world > 1:
+        raise UserError(f"--strategy single runs one process, but the launcher started {world}")
+    shape = resolve_model(spec.model)
+    if spec.seq_len > shape.max_positions:
+        raise UserError(f"--seq-len {spec.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
+    if strategy == "deepspeed":
+        ds_config, dims = _deepspeed_config(spec, shape, world, environ)
+        micro, accum = ds_config["train_micro_batch_size_per_gpu"], ds_config.get("gradient_accumulation_steps", 1)
+    else:  # torch_tp groups share a batch; torch_pp stages pass one along
+        ds_config, dims = None, ParallelDims(world=world, tp=spec.tp, pp=spec.pipeline_stages)
+        micro, accum = spec.micro_batch, spec.grad_accum
+    dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+    spec.check_compile_layout(dims)
+    return Resolved(strategy=strategy, shape=shape, dims=dims, micro_batch=micro, grad_accum=accum,
+                    ds_config=ds_config, precision=setup.precision_of(ds_config, spec.precision))
+
+
+def _deepspeed_config(spec: TrainSpec, shape: ModelShape, world: int,
+                      environ: Mapping[str, str]) -> tuple[dict[str, Any], ParallelDims]:
+    """The DeepSpeed config ("auto" filled from the worker's flags, validated) and its layout: --deepspeed_config,
+    else the file accelerate names, else accelerate's inline plugin settings."""
+    inputs = AutoInputs(micro_batch=spec.micro_batch, grad_accum=spec.grad_accum, data_parallel_size=world,
+                        grad_clip=spec.grad_clip, lr=spec.lr, weight_decay=spec.weight_decay,
+                        warmup_steps=spec.lr_warmup_steps, train_steps=spec.steps,
+                        precision=setup.precision_of(None, spec.precision), hidden_size=shape.hidden)
+    path = spec.deepspeed_config or environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+    if path:
+        return setup.load_ds_config(path, inputs, world)
+    if accelerate_env.inline_deepspeed(environ):
+        raw, _ = accelerate_env.deepspeed_config(spec.lr_warmup_steps)
+        return setup.complete_ds_config(raw, accelerate_env.PLUGIN_SOURCE, inputs, world)
+    raise UserError("the deepspeed strategy needs --deepspeed_config FILE (e.g. ds_configs/zero2.json)")
