@@ -15,9 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import traceback
 
-from dsbench.errors import DsbenchError
 from dsbench.trainspec import TrainSpec, from_argv
 
 
@@ -26,60 +24,35 @@ def parse_args(argv: list[str] | None = None) -> TrainSpec:
     return from_argv(sys.argv[1:] if argv is None else argv)
 
 
-PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Connection refused")
-"""What gloo says on a rank whose peer died: a symptom of another rank's failure, not a cause."""
-
-
-def describe(exc: BaseException) -> str:
-    """The error line's text: a collective or rendezvous that timed out says which flag sets the limit, and a lost
-    peer says that another rank is the cause."""
-    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
-    if "timed out" in text.lower() or "timeout" in text.lower():
-        return (f"a collective or the rendezvous did not complete within --dist-timeout: a rank hung or never "
-                f"joined ({text[:300]})")
-    if any(marker in text for marker in PEER_LOST):
-        return f"lost the connection to another rank, which stopped first ({text[:300]})"
-    return text
-
-
 def main(argv: list[str] | None = None) -> int:
     from dsbench.worker.dist import env_rank  # stdlib only: every launcher's name for the rank (SLURM, Open MPI)
 
     # the host is named so that a failure is traceable under launchers that do not prefix output with it (mpirun)
     where = f"[rank {env_rank()[0]} on {socket.gethostname()}]"
     from dsbench.worker import stop
+    from dsbench.worker.guard import leave, run_rank
 
     stop.install(where)
     from dsbench.launchstop import forget_pid, record_pid
 
     pid_record = record_pid()  # a rank of a multi-node launch: what its stop command ends, by pid (dsbench.launchstop)
     stop.on_stop(lambda _signal: forget_pid(pid_record))  # a rank told to stop leaves no record behind
+
     # Every rank says it started, and (below) how it ended: a rank that started and never said either was
     # killed outright (SIGKILL, the OOM killer) or crashed in native code; dsbench launch names it from this.
-    try:
+    def body() -> int:
         spec = parse_args(argv)
         stop.say(f"started (pid {os.getpid()})")
         from dsbench.worker.run import run
 
-        code = run(spec)
-    except SystemExit as exc:  # argparse's --help/--version: printed, exit 0
-        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
-    except DsbenchError as exc:  # bad input (2), a full disk (1): one line
-        stop.say(f"error: {exc}")
-        code = exc.exit_code
-    except BaseException as exc:  # a failing rank must end the job, not hang the others
-        traceback.print_exc()
-        stop.say(f"error: {describe(exc)}")
-        code = 1
+        return run(spec)
+
+    code = run_rank(body, stop.say)
     if code == 0:
         stop.say("finished")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Leave without interpreter teardown: on failure it would block on ranks still in a collective, and on
-    # success native threads (gloo, DeepSpeed ops) can abort in static destructors ("terminate called
-    # without an active exception"), turning a finished run into a failed launch. Results are on disk.
     forget_pid(pid_record)
-    os._exit(code)
+    leave(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsbench.errors import UserError
+from dsbench.gpus import TABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +38,8 @@ INTERCONNECTS = {
 }
 
 # Dense bf16 peak TFLOPS (datasheets).
-GPUS = {"h100": (989.0, 80), "h200": (989.0, 141), "a100": (312.0, 80), "a100-40g": (312.0, 40), "l4": (121.0, 24),
-        "a10": (125.0, 24), "v100": (125.0, 32)}
+# --gpu: the 16-bit tensor-core dense peak and the memory of each GPU dsbench knows (dsbench/gpus.py)
+GPUS = {gpu.key: (gpu.bf16_tflops, gpu.memory_gb) for gpu in TABLE}
 
 
 def link(name: str | None, bandwidth: float | None = None, latency: float | None = None) -> Link:

@@ -264,28 +264,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def guarded() -> None:
-    """Run :func:`main` on this rank; an error is one line naming the rank (a bad input keeps its exit code), and
-    the process leaves without interpreter teardown, as the training worker does (dsbench.train)."""
-    import os
-    import traceback
-
-    from dsbench.errors import DsbenchError
+    """Run :func:`main` on this rank under the worker's guard (dsbench/worker/guard.py): an error is one line naming
+    the rank, and the process leaves without interpreter teardown."""
     from dsbench.worker.dist import env_rank
+    from dsbench.worker.guard import leave, run_rank
 
     where = f"[rank {env_rank()[0]} on {socket.gethostname()}] dsbench calibrate"
-    try:
-        code = main()
-    except DsbenchError as exc:
-        print(f"{where}: error: {exc}", file=sys.stderr, flush=True)
-        code = exc.exit_code
-    except BaseException as exc:  # a failing rank must end the job, not hang the others
-        traceback.print_exc()
-        print(f"{where}: error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-              file=sys.stderr, flush=True)
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    leave(run_rank(main, lambda text: print(f"{where}: {text}", file=sys.stderr, flush=True)))
 
 
 if __name__ == "__main__":

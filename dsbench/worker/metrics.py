@@ -11,22 +11,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dsbench.errors import UserError
+from dsbench.gpus import by_device_name
 from dsbench.io import write_failed
-
-# Dense peak TFLOPS by GPU name (vendor datasheets): (bf16/fp16 tensor core, fp32/TF32-off).
-GPU_PEAKS = {
-    "H200": (989.0, 67.0), "H100 SXM": (989.0, 67.0), "H100 NVL": (835.0, 60.0), "H100 PCIe": (756.0, 51.0),
-    "H100": (989.0, 67.0), "A100": (312.0, 19.5), "L40S": (362.0, 91.6), "L4": (121.0, 30.3), "A10": (125.0, 31.2),
-    "V100": (125.0, 15.7), "RTX 4090": (165.0, 82.6), "T4": (65.0, 8.1),
-}
 
 
 def gpu_peak_tflops(name: str, precision: str) -> float | None:
-    """Datasheet dense peak for a CUDA device name (None when unknown)."""
-    for key, (low, fp32) in GPU_PEAKS.items():
-        if key.lower() in name.lower():
-            return low if precision in ("bf16", "fp16") else fp32
-    return None
+    """Datasheet dense peak for a CUDA device name (dsbench/gpus.py; None when unknown)."""
+    gpu = by_device_name(name)
+    return gpu.peak_tflops(precision) if gpu is not None else None
 
 
 def cpu_peak_tflops(threads: int) -> tuple[float | None, str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 CORE = {"errors", "io", "paths", "spec", "parallel", "records", "models", "hostfile", "trainspec", "envinfo",
-        "console", "jitlocks", "launchstop", "strategies", "__init__"}
+        "console", "jitlocks", "launchstop", "strategies", "gpus", "__init__"}
 ALLOWED: dict[str, set[str]] = {
     **{unit: CORE for unit in CORE},
     "configs": CORE,

@@ -1,0 +1,47 @@
+"""The GPUs dsbench knows, one table (stdlib only): dense peak TFLOPS from the vendors' datasheets and memory.
+
+The planner names them by key (``dsbench plan --gpu h100``); the worker finds its device by CUDA name
+(``torch.cuda.get_device_name``: "NVIDIA H100 80GB HBM3") for the MFU of a run. Peaks are dense (no sparsity):
+16-bit tensor core, and fp32 without TF32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    key: str
+    """The planner's name for it (--gpu)."""
+    name: str
+    """What its CUDA device name contains (matched case-insensitively, most specific first)."""
+    bf16_tflops: float
+    fp32_tflops: float
+    memory_gb: float
+
+    def peak_tflops(self, precision: str) -> float:
+        return self.bf16_tflops if precision in ("bf16", "fp16") else self.fp32_tflops
+
+
+# NVIDIA datasheets: H100/H200 (SXM5), A100, L40S, L4, A10, V100 (SXM2), T4, GeForce RTX 4090.
+TABLE = (
+    Gpu("h200", "H200", 989.0, 67.0, 141),
+    Gpu("h100-nvl", "H100 NVL", 835.0, 60.0, 94),
+    Gpu("h100-pcie", "H100 PCIe", 756.0, 51.0, 80),
+    Gpu("h100", "H100", 989.0, 67.0, 80),
+    Gpu("a100", "A100", 312.0, 19.5, 80),
+    Gpu("a100-40g", "A100", 312.0, 19.5, 40),
+    Gpu("l40s", "L40S", 362.0, 91.6, 48),
+    Gpu("l4", "L4", 121.0, 30.3, 24),
+    Gpu("a10", "A10", 125.0, 31.2, 24),
+    Gpu("v100", "V100", 125.0, 15.7, 32),
+    Gpu("rtx4090", "RTX 4090", 165.0, 82.6, 24),
+    Gpu("t4", "T4", 65.0, 8.1, 16),
+)
+BY_KEY = {gpu.key: gpu for gpu in TABLE}
+
+
+def by_device_name(name: str) -> Gpu | None:
+    """The GPU a CUDA device name denotes (the first entry whose name it contains; None when unknown)."""
+    return next((gpu for gpu in TABLE if gpu.name.lower() in name.lower()), None)
