@@ -295,8 +295,8 @@ def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file:
     if given:
         raise UserError(f"--accelerate-config: the YAML decides what {given[0]} would set: drop {given[0]} (or drop "
                         "--accelerate-config and let dsbench render the config)")
-    inline = accelerate.section_keys(config, "deepspeed_config") if config.get("distributed_type") == "DEEPSPEED" \
-        else {}
+    inline = (accelerate.section_keys(config, "deepspeed_config") if config.get("distributed_type") == "DEEPSPEED"
+        else {})
     for name, (flag, key) in _YAML_FIXES.items():
         fixed = ds_file.get(key, "auto") != "auto" if ds_file is not None else key in inline
         if req.render_flags.get(name) is not None and fixed:

@@ -76,8 +76,8 @@ class Cell:
     def id(self) -> str:
         model = self.model.replace("/", "_").replace(".", "_")
         strategy = re.sub(r"[^A-Za-z0-9_.-]", "-", self.strategy)
-        layout = (f"-ga{self.grad_accum}" if self.grad_accum != 1 else "") + ("-ckpt" if self.checkpointing else "") \
-            + ("-compiled" if self.compile else "") + ("-fused" if self.fused_optimizer else "")
+        layout = ((f"-ga{self.grad_accum}" if self.grad_accum != 1 else "") + ("-ckpt" if self.checkpointing else "")
+            + ("-compiled" if self.compile else "") + ("-fused" if self.fused_optimizer else ""))
         return f"{strategy}-w{self.world_size}-mb{self.micro_batch}{layout}-{model}-r{self.repeat}"
 
     def to_dict(self) -> dict[str, Any]:

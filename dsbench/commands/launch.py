@@ -61,8 +61,8 @@ def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) ->
         click.echo(f"dsbench: error: the launch ran past --timeout {timeout:g} s and was stopped; what it wrote "
                    f"is kept in {folder} (log: {folder}/launch.log)", err=True)
     elif code != 0:
-        reason = (slurm_failure(folder / "launch.log", job.output) if job else None) or \
-            first_error(folder / "launch.log") or "no error line in the log"
+        reason = ((slurm_failure(folder / "launch.log", job.output) if job else None) or
+            first_error(folder / "launch.log") or "no error line in the log")
         click.echo(f"dsbench: error: launch failed with exit code {code}: {reason} (log: {folder}/launch.log)",
                    err=True)
     return code

@@ -78,8 +78,8 @@ def _render_to_accelerate(path: str, kind: str, output: str | None, preset: str 
     world = world_size_from(world_size, hostfile, include, exclude)
     if world is None:
         raise UserError("--to-accelerate needs --world-size N or --hostfile: the YAML's num_processes")
-    spec = LaunchSpec(hosts=tuple(read_hostfile(hostfile)), hostfile=hostfile, include=include, exclude=exclude) \
-        if hostfile else LaunchSpec(nproc_per_node=world)
+    spec = (LaunchSpec(hosts=tuple(read_hostfile(hostfile)), hostfile=hostfile, include=include, exclude=exclude)
+        if hostfile else LaunchSpec(nproc_per_node=world))
     if kind == "deepspeed":
         assert output
         config, notes = render_config(dict(flags, world_size=world), preset, model, keep_auto, sets)

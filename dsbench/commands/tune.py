@@ -70,8 +70,8 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
 
     if hostfile and num_gpus:
         raise UserError("--num-gpus is the ranks on this machine; with --hostfile its slots say it: drop one")
-    world = world_size_of({h.name: list(range(h.slots)) for h in read_hostfile(hostfile)}) if hostfile \
-        else num_gpus or default_ranks()
+    world = (world_size_of({h.name: list(range(h.slots)) for h in read_hostfile(hostfile)}) if hostfile
+        else num_gpus or default_ranks())
     if not 0 <= warmup < steps:
         raise UserError(f"--warmup must be in 0..{steps - 1}")
     check_seq_len(model, seq_len)

@@ -245,8 +245,8 @@ def _deepspeed(config: dict[str, Any]) -> list[Finding]:
         if device == "nvme" and not ds.get(f"offload_{what}_nvme_path"):
             out.append(_error("missing-key", f"deepspeed_config.offload_{what}_nvme_path", f"offload_{what}_device"
                               " is nvme and no path is given", "set the NVMe folder"))
-        if what == "param" and device not in (None, "none") and stage not in (None, 3) and not \
-                ds.get("deepspeed_config_file"):
+        if (what == "param" and device not in (None, "none") and stage not in (None, 3) and not
+                ds.get("deepspeed_config_file")):
             out.append(_warning("ignored", "deepspeed_config.offload_param_device", f"parameter offload needs "
                                 f"ZeRO-3; with zero_stage {stage} DeepSpeed ignores it", "set zero_stage: 3"))
     return out
@@ -271,8 +271,8 @@ def _typed_deepspeed_values(ds: dict[str, Any]) -> list[Finding]:
         ok = number and (kind == "float" or isinstance(value, int)) and math.isfinite(value) and low <= value and (
             high is None or value <= high)
         if not ok:
-            shown = json.dumps(value)[:40] if isinstance(value, str | bool | int | float | type(None)) else \
-                type(value).__name__
+            shown = (json.dumps(value)[:40] if isinstance(value, str | bool | int | float | type(None)) else
+                type(value).__name__)
             out.append(_error("bad-value", f"deepspeed_config.{key}", f"{shown} is not "
                               f"{'a ZeRO stage' if key == 'zero_stage' else 'a valid ' + key}", fix))
     return out

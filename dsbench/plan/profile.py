@@ -148,8 +148,8 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
         fitted = {key: value for key, value in data.items() if key not in KINDS}
         for kind in KINDS:
             entry = data.get(kind) or {}
-            fitted[kind] = {**entry, **fit_collective(kind, data["size"], entry["points"])} if "points" in entry \
-                else entry
+            fitted[kind] = ({**entry, **fit_collective(kind, data["size"], entry["points"])} if "points" in entry
+                else entry)
         collectives[group] = fitted
     per_rank = measured["compute_per_rank"]
     rates = {f"{name}_tflops": min(rank[name]["tflops"] for rank in per_rank) for name in ("gemm", "attention",
@@ -237,8 +237,8 @@ OPTIONAL_RATES = ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_c
 
 def _check_figure(value: Any, key: str, source: str, positive: bool) -> None:
     """A profile figure must be a finite number, > 0 or >= 0: one line naming the key otherwise."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and \
-        (value > 0 if positive else value >= 0)
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and
+        (value > 0 if positive else value >= 0))
     if not ok:
         raise UserError(f"{source}: {key} must be a finite number {'> 0' if positive else '>= 0'}, got {_shown(value)} "
                         "(write the profile again with dsbench calibrate)")

@@ -37,8 +37,8 @@ def _cells(rows: list[dict[str, Any]]) -> str:
         for run in row["runs"]:
             status = run["status"] + (f": {run['reason']}" if run.get("reason") else "")
             config = json.dumps(run["ds_config"], indent=2) if run.get("ds_config") else "(no DeepSpeed config)"
-            launch = f"<p>launcher command:</p><pre>{html.escape(run['launch_command'])}</pre>" \
-                if run.get("launch_command") else ""
+            launch = (f"<p>launcher command:</p><pre>{html.escape(run['launch_command'])}</pre>"
+                if run.get("launch_command") else "")
             parts.append(
                 f"<details><summary>{html.escape(run['id'])} - {html.escape(status)}</summary>"
                 f"<p>reproduce:</p><pre>{html.escape(run['command'])}</pre>{launch}"

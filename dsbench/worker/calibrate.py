@@ -247,8 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     zero = measure_deepspeed(comm, info.device, dtype, args.precision, args.repeats) if info.world_size > 1 else None
     # tensor parallelism spans one node's ranks (the launchers place consecutive ranks on a node)
     tp = hostnames.count(hostnames[0])
-    tensor = measure_tensor_parallel(shape, args.micro_batch, args.seq_len, comm, info, dtype, args.repeats, tp) \
-        if tp > 1 and info.world_size % tp == 0 else None
+    tensor = (measure_tensor_parallel(shape, args.micro_batch, args.seq_len, comm, info, dtype, args.repeats, tp)
+        if tp > 1 and info.world_size % tp == 0 else None)
     if info.is_main:
         measurements = {"schema": "dsbench.measured/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "command": args.command, "seconds": round(time.time() - started, 1), "versions": versions(),

@@ -60,8 +60,8 @@ def jit_state() -> dict[str, object]:
 
     explicit = os.environ.get("TORCH_EXTENSIONS_DIR")
     device = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
-    root = Path(explicit) if explicit else Path(get_default_build_root()) / f"py{sys.version_info.major}" \
-        f"{sys.version_info.minor}_{device}"
+    root = (Path(explicit) if explicit else Path(get_default_build_root()) / f"py{sys.version_info.major}"
+        f"{sys.version_info.minor}_{device}")
     try:
         from deepspeed.git_version_info import installed_ops
     except Exception:  # DeepSpeed missing or broken: the versions row says so

@@ -109,8 +109,8 @@ def prepare(spec: TrainSpec) -> Prepared:
     tokenizer = load_tokenizer(shape.path if shape.source != "preset" else None)
     plan = build_plan(token_ids(tokenizer, spec.dataset, spec.text_field), spec.seq_len, spec.seed, micro, accum,
                       dims.dp)
-    fsdp = accelerate_env.fsdp_settings(spec.fsdp_reshard, spec.fsdp_cpu_offload, spec.activation_checkpointing) \
-        if strategy == "fsdp" else None
+    fsdp = (accelerate_env.fsdp_settings(spec.fsdp_reshard, spec.fsdp_cpu_offload, spec.activation_checkpointing)
+        if strategy == "fsdp" else None)
     checkpointing = fsdp["activation_checkpointing"] if fsdp else spec.activation_checkpointing
     model = build_model(shape, spec.seed, spec.trust_remote_code, checkpointing)
     options = _engine_options(spec, accum, precision, fsdp, ds_config, dims)
@@ -256,8 +256,8 @@ def optimizer_kind(engine: Any, device: str) -> str:
     if optimizer is None:
         return "unknown"
     flags = optimizer.defaults
-    kernel = "fused" if flags.get("fused") else "foreach" if flags.get("foreach") or device.startswith("cuda") \
-        else "for-loop"
+    kernel = ("fused" if flags.get("fused") else "foreach" if flags.get("foreach") or device.startswith("cuda")
+        else "for-loop")
     return f"{type(optimizer).__name__} ({kernel})"
 
 

@@ -145,3 +145,11 @@ def test_modules_and_functions_stay_small():
                     node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
                 problems.append(f"{rel}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines")
     assert problems == []
+
+
+def test_no_backslash_continuations():
+    """Long expressions break inside brackets, not after a backslash (PEP 8)."""
+    problems = [f"{path.relative_to(ROOT)}:{number}" for path in sorted((ROOT / "dsbench").rglob("*.py"))
+                for number, line in enumerate(path.read_text().splitlines(), 1) if line.rstrip().endswith("\\")
+                and not line.lstrip().startswith("#")]
+    assert problems == []
