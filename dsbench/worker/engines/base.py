@@ -72,3 +72,23 @@ def accumulate(engine: Any, batches: list[Any]) -> Any:
     losses = [engine.forward_backward(batch, last_micro=(m == len(batches) - 1)) for m, batch in enumerate(batches)]
     engine.step()
     return torch.stack(losses).mean()
+
+
+class TorchAdamWEngine:
+    """What the engines that step torch AdamW share (DDP/FSDP/single, torch_tp, torch_pp): a step accumulates its
+    micro-batches (:func:`accumulate`; torch_pp's schedule does it itself), the model states are counted from the
+    tensors the optimizer holds, and the LR is the optimizer's."""
+
+    model: Any
+    optimizer: Any
+
+    def train_step(self, batches: list[Any]) -> Any:
+        return accumulate(self, batches)
+
+    def model_state_bytes(self) -> dict[str, Any]:
+        from dsbench.worker.state_bytes import count_native
+
+        return count_native(self.model, self.optimizer)
+
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])

@@ -22,11 +22,10 @@ from torch import nn
 from dsbench.models import check_megatron_tp
 from dsbench.parallel import ParallelDims
 from dsbench.worker.dist import Collectives
-from dsbench.worker.engines.base import EngineOptions, accumulate
+from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine
 from dsbench.worker.engines.busy import BusyClock
 from dsbench.worker.engines.native import adamw, autocast
 from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, tied_head
-from dsbench.worker.state_bytes import count_native
 
 SCHEDULES = ("1f1b", "gpipe")
 
@@ -100,7 +99,7 @@ def stage_layers(split: Split, stage: int, stages: int) -> list[nn.Module]:
     return layers
 
 
-class TorchPipelineEngine:
+class TorchPipelineEngine(TorchAdamWEngine):
     """One pipeline stage per rank (mesh pp x dp: DeepSpeed's rank layout). ``schedule.step`` runs every
     micro-batch; the tied embedding and data-parallel replicas are synchronised by hand; then AdamW steps."""
 
@@ -160,11 +159,6 @@ class TorchPipelineEngine:
         """This stage's (compute, schedule span) seconds in the last step (CPU), for the measured bubble."""
         return self.busy.take()
 
-    def model_state_bytes(self) -> dict[str, Any]:
-        return count_native(self.module, self.optimizer)
-
-    def lr(self) -> float:
-        return float(self.optimizer.param_groups[0]["lr"])
 
 
 MEGATRON_LAYER = {"self_attn.q_proj": "column", "self_attn.k_proj": "column", "self_attn.v_proj": "column",
@@ -184,7 +178,7 @@ def megatron_plan(model: Any) -> dict[str, Any]:
             for i in range(len(model.model.layers)) for name, kind in MEGATRON_LAYER.items()}
 
 
-class TorchTensorParallelEngine:
+class TorchTensorParallelEngine(TorchAdamWEngine):
     """DTensor tensor parallelism over the ``tp`` ranks of a (dp, tp) mesh; replicas average gradients."""
 
     name = "torch_tp"
@@ -223,14 +217,6 @@ class TorchTensorParallelEngine:
         self.optimizer.step()
         self.scheduler.step()
 
-    def train_step(self, batches: list[Any]) -> Any:
-        return accumulate(self, batches)
-
-    def model_state_bytes(self) -> dict[str, Any]:
-        return count_native(self.model, self.optimizer)
-
-    def lr(self) -> float:
-        return float(self.optimizer.param_groups[0]["lr"])
 
 
 def _local(tensor: Any) -> Any:

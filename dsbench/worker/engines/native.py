@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from dsbench.worker.engines.base import EngineOptions, accumulate, warmup_factor
+from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine, warmup_factor
 from dsbench.worker.model import transformer_blocks
-from dsbench.worker.state_bytes import count_native
 
 
 def wrap_ddp(model: Any, device: str) -> Any:
@@ -78,7 +77,7 @@ def autocast(options: EngineOptions, device: str) -> Any:
     return lambda: torch.autocast("cuda", dtype=dtype)
 
 
-class NativeEngine:
+class NativeEngine(TorchAdamWEngine):
     """single / ddp / fsdp with torch.optim.AdamW, gradient accumulation and clipping."""
 
     def __init__(self, strategy: str, model: Any, options: EngineOptions, dist_info: Any) -> None:
@@ -122,11 +121,3 @@ class NativeEngine:
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
 
-    def train_step(self, batches: list[Any]) -> Any:
-        return accumulate(self, batches)
-
-    def model_state_bytes(self) -> dict[str, Any]:
-        return count_native(self.model, self.optimizer)
-
-    def lr(self) -> float:
-        return float(self.optimizer.param_groups[0]["lr"])
