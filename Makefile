@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?= --durations=15
 
-.PHONY: venv demo test test-unit test-dist lint format configs schema bench-overhead clean
+.PHONY: venv demo test test-unit test-dist check lint format configs schema bench-overhead clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,12 +22,17 @@ venv: $(STAMP)
 demo: venv
 	$(BIN)/dsbench compare
 
+# The unit tests run on both cores (pytest-xdist); the real launches one after another (each takes both).
 test: venv
 	scripts/ensure_system_deps.sh
-	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration tests/gpu $(PYTEST_ARGS)
 
 test-unit: venv
-	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
+
+# While working: lint and the unit suite (under 2 minutes on 2 cores).
+check: lint test-unit
 
 test-dist: venv
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)

@@ -90,6 +90,9 @@ def prepare(spec: TrainSpec) -> Prepared:
 
     _, world, _ = dist.env_rank()
     run = resolve(spec, world, os.environ)  # the run as it will execute on this rank, checked once
+    # every torch.load of this rank (DeepSpeed's resume, ds_to_universal) loads data only; DeepSpeed's own
+    # checkpoint classes are imported for DeepSpeed's runs only (importing DeepSpeed costs each rank seconds)
+    safe_load.install(deepspeed=run.strategy == "deepspeed")
     strategy, shape, dims, ds_config = run.strategy, run.shape, run.dims, run.ds_config
     micro, accum, precision = run.micro_batch, run.grad_accum, run.precision
     resumed = checkpoint_manifest.resolve(spec.resume) if spec.resume else None  # a file naming a callable refused here
@@ -312,7 +315,6 @@ def run(spec: TrainSpec) -> int:
     """Set up, train and record; returns the exit code."""
     from dsbench.worker import dist
 
-    safe_load.install()  # every torch.load of this rank (DeepSpeed's resume, ds_to_universal) loads data only
     record(spec, prepare(spec))
     dist.shutdown()
     return 0

@@ -59,14 +59,16 @@ _DTYPE_NAMES = {"float64", "float32", "float16", "bfloat16", "int64", "int32", "
                 "complex64", "complex128", "float8_e4m3fn", "float8_e5m2"}
 
 
-def install() -> None:
+def install(deepspeed: bool = True) -> None:
     """Make every ``torch.load`` of this process (and of the processes it starts) a weights-only load that accepts
-    :data:`CHECKPOINT_GLOBALS` and nothing else beyond torch's own list."""
+    :data:`CHECKPOINT_GLOBALS` and nothing else beyond torch's own list. ``deepspeed=False``: a rank that never
+    loads a DeepSpeed checkpoint leaves DeepSpeed's classes out, and so does not import DeepSpeed."""
     import torch
 
     os.environ[FORCE_ENV] = "1"
     os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # both set is an error in torch.load
-    torch.serialization.add_safe_globals(list(_resolve(CHECKPOINT_GLOBALS)))
+    names = CHECKPOINT_GLOBALS if deepspeed else {n for n in CHECKPOINT_GLOBALS if not n.startswith("deepspeed.")}
+    torch.serialization.add_safe_globals(list(_resolve(names)))
 
 
 def _resolve(names: Iterable[str]) -> Iterable[Any]:
