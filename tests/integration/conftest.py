@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,22 +56,34 @@ its 90-minute CI budget."""
 
 LAUNCHES: dict[str, int] = {}
 """Real launches per test file: jobs whose ranks trained or measured (a compare, tune or whatif counts each cell)."""
-LAUNCH_RECORDS = Path("/tmp/dsbench-launches")  # dsbench/launchstop.py PID_ROOT: one folder per launch id
 _LAUNCHERS = {"deepspeed", "torchrun", "accelerate", "sbatch", "srun", "mpirun"}
+_TEMP: list[Path] = []
+"""The session's pytest temporary folder, where the tests' run folders are."""
 
 
-def _launch_ids() -> set[str]:
-    return set(os.listdir(LAUNCH_RECORDS)) if LAUNCH_RECORDS.is_dir() else set()
+@pytest.fixture(scope="session", autouse=True)
+def _session_temp(tmp_path_factory) -> None:
+    _TEMP.append(tmp_path_factory.getbasetemp())
 
 
-def _count_launches(argv: list[str], before: set[str]) -> None:
-    """Each launch through dsbench's launchers leaves a folder named by its launch id (the ranks record their pids
-    there); a launch that leaves none (calibrate's ranks, a launcher started directly) counts once."""
-    made = len(_launch_ids() - before)
+def _launch_logs(since: float) -> int:
+    """Run folders whose launch.log (every real `dsbench launch` writes one, a compare cell's too) was written
+    since ``since``."""
+    count = 0
+    for root in _TEMP:
+        for folder, _, files in os.walk(root):
+            if "launch.log" in files and os.stat(os.path.join(folder, "launch.log")).st_mtime >= since:
+                count += 1
+    return count
+
+
+def _count_launches(argv: list[str], since: float) -> None:
+    """A dsbench command counts the launches whose log it wrote (a dry run or a refusal writes none); calibrate's
+    ranks, or a launcher started directly, count once when they wrote none."""
     words = [Path(a).name for a in argv[:4]]
     command = argv[3] if words[1:3] == ["-m", "dsbench"] and len(argv) > 3 else None
-    trains = command in ("launch", "calibrate") and "--dry-run" not in argv or bool(_LAUNCHERS & set(words[:1]))
-    note_launch(made or int(trains))
+    trains = command == "calibrate" or bool(_LAUNCHERS & set(words[:1]))
+    note_launch(_launch_logs(since) or int(trains))
 
 
 def note_launch(count: int = 1) -> None:
@@ -84,11 +97,11 @@ def run_command(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
                 timeout: int = 900) -> subprocess.CompletedProcess:
     """Run a command with the CPU environment; output captured as text. On timeout the command gets SIGTERM
     (dsbench forwards it to the launcher's process group, which stops every rank), then SIGKILL."""
-    before = _launch_ids()
+    since = time.time() - 1  # file times have a coarser clock than time.time() on some filesystems
     try:
         return _run(argv, cwd, env, timeout)
     finally:
-        _count_launches(argv, before)
+        _count_launches(argv, since)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
