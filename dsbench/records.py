@@ -178,10 +178,16 @@ WARMUP = ("the warm-up steps' timed regions (slowest rank), outside the measured
           "with --compile the compilation")
 
 
+def header_of(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """A run's header record (the first line of metrics.jsonl), empty when the run wrote none: the one place that
+    finds it, for the summary and the report."""
+    return next((r for r in records if r.get("type") == "header"), {})
+
+
 def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Summary of a run: wall-clock throughput over the window, and the timed region's spread per step."""
     records = list(records)
-    header = next((r for r in records if r.get("type") == "header"), {})
+    header = header_of(records)
     steps = [r for r in records if r.get("type") == "step"]
     measured = [r for r in steps if not r.get("warmup")]
     states = next((r for r in records if r.get("type") == "model_states"), None)

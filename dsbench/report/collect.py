@@ -16,7 +16,7 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.io import read_json
-from dsbench.records import METRICS, SUMMARY, read_records, read_summary, scaling_efficiency, summarize
+from dsbench.records import METRICS, SUMMARY, header_of, read_records, read_summary, scaling_efficiency, summarize
 from dsbench.strategies import name_of_run
 
 KEY = ("model", "device", "micro_batch", "world_size", "strategy")
@@ -148,7 +148,7 @@ def _corrupt(folder: Path, why: str) -> dict[str, Any]:
 def _load_run(folder: Path) -> dict[str, Any]:
     cell = _json_object(folder / "cell.json")
     records = read_records(folder / METRICS) if (folder / METRICS).exists() else []
-    header = next((r for r in records if r.get("type") == "header"), {})
+    header = header_of(records)
     stored = read_summary(folder)  # the one reader of summary.json (it upgrades old schemas)
     summary = stored if stored is not None else summarize(records)
     steps = [r for r in records if r.get("type") == "step"]
