@@ -16,45 +16,19 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dsbench import strategies as registry
 from dsbench.bench.compare import FINISHED, prepare_out, read_status, run_cell, set_aside
 from dsbench.bench.matrix import Cell, cell_launch_args, check_models, fused_by_default, takes
+from dsbench.bench.tune_request import TuneRequest
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import LLAMA_LIKE, resolve_model
 from dsbench.plan import search
-from dsbench.plan.api import PlanRequest
-from dsbench.plan.profile import Profile
+from dsbench.plan.request import PlanRequest
 from dsbench.records import read_summary
-
-
-@dataclass(frozen=True, kw_only=True)
-class TuneRequest:
-    model: str
-    world: int
-    global_batch: int
-    budget: int = 3
-    exhaustive: bool = False
-    """Run every layout that fits (the budget is ignored): the oracle a search is checked against."""
-    speed_options: bool = False
-    """After the search, measure the winner compiled and uncompiled, side by side; keep the faster."""
-    strategies: list[str] | None = None
-    checkpointing: bool = True
-    profile: Profile | None = None
-    gpu: str = PlanRequest.gpu
-    gpu_mem: float | None = None
-    precision: str = "fp32"
-    seq_len: int = 128
-    steps: int = 12
-    warmup: int = 4
-    hostfile: str | None = None
-    out: Path = Path("runs/tune")
-    resume: bool = False
-    timeout: float = 900
 
 
 def default_strategies(model: str, world: int) -> list[str]:

@@ -14,7 +14,7 @@ from dsbench.commands.options import (
     Finite,
     checked_profile,
 )
-from dsbench.plan.api import DEFAULTS
+from dsbench.plan.request import DEFAULTS
 
 
 @click.command(cls=Command)
@@ -49,8 +49,8 @@ from dsbench.plan.api import DEFAULTS
               "figures.")
 def plan(top: int, as_json: bool, verify: bool, config_file: str | None, **opts: Any) -> None:
     """Estimate memory, communication, bubble and step time per strategy, and recommend one."""
-    from dsbench.plan.api import PlanRequest
     from dsbench.plan.api import plan as make_plan
+    from dsbench.plan.request import PlanRequest
     from dsbench.report.tables import print_plan
 
     result = make_plan(PlanRequest(config=config_file, **opts))

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from dsbench.bench.tune import TuneRequest
+from dsbench.bench.tune_request import TuneRequest
 from dsbench.commands.base import Command
 from dsbench.commands.options import (
     COUNT,
@@ -62,7 +62,6 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
     """Find the fastest layout (strategy x micro-batch x accumulation x checkpointing) at a fixed global batch:
     the planner ranks them all, then at most --budget real runs decide (--speed-options: then the winner compiled and
     uncompiled, side by side). Every layout steps with a fused Adam, as compare's cells do by default."""
-    from dsbench.bench.tune import TuneRequest
     from dsbench.bench.tune import tune as run_tune
     from dsbench.envinfo import default_ranks
     from dsbench.hostfile import read_hostfile, world_size_of

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from dsbench.errors import UserError
@@ -12,6 +12,7 @@ from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
 from dsbench.plan.profile import Profile, compute_group, load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
+from dsbench.plan.request import PlanRequest
 
 
 def _llama_params(vocab: int, hidden: int, layers: int, ff: int) -> int:
@@ -46,40 +47,6 @@ def synthetic_shape(num_params: float) -> ModelShape:
     return ModelShape(name=f"~{num_params / 1e9:g}B (assumed shape)", arch="llama", vocab_size=vocab, hidden=hidden,
                       layers=layers, heads=hidden // head_dim, kv_heads=hidden // head_dim, intermediate=ff,
                       max_positions=4096, tied_embeddings=False, source="synthetic")
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlanRequest:
-    """What ``dsbench plan`` is asked, with its defaults: the click options read them from here (``DEFAULTS``), and
-    tune, ``plan --verify`` and the report's predictions give only what differs."""
-
-    model: str | None = None
-    params: float | None = None
-    config: str | None = None
-    gpus: int | None = None
-    nodes: int = 1
-    gpus_per_node: int | None = None
-    gpu: str = "h100"
-    gpu_mem: float | None = None
-    peak_tflops: float | None = None
-    efficiency: float = 0.5
-    """Achievable fraction of the dense peak without a profile (a round figure: seeds/001 measured 0.4-0.55 MFU)."""
-    interconnect: str = "infiniband"
-    intra: str | None = None
-    bandwidth: float | None = None
-    latency: float | None = None
-    seq_len: int | None = None
-    micro_batch: int = 1
-    grad_accum: int = 8
-    precision: str = "bf16"
-    accounting: str | None = None
-    host_mem: float = 1000
-    """CPU RAM per node, GB."""
-    profile: Profile | None = None
-    """A machine profile from ``dsbench calibrate``: measured compute rate and links replace datasheet figures."""
-
-
-DEFAULTS = PlanRequest()
 
 
 def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:

@@ -93,8 +93,9 @@ def predict_cell(row: dict[str, Any], profile: Profile | None = None) -> Any:
     given; None for a strategy the planner has no candidate for, and for a compiled run (the planner has no term for
     compilation). A row stepping torch AdamW's fused kernel (``+fused``) is planned at the profile's optimizer rate,
     as every other row (calibrate measures the fused kernel)."""
-    from dsbench.plan.api import PlanRequest, build
+    from dsbench.plan.api import build
     from dsbench.plan.estimate import estimate
+    from dsbench.plan.request import PlanRequest
 
     candidate = candidate_for(row["base_strategy"]) if not row.get("with_compile") else None
     if candidate is None:

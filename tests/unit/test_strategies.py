@@ -85,9 +85,10 @@ def test_the_recommended_command_launches_the_candidate(cli_run, tmp_path):
     accepts, and the worker's run.json holds the candidate's layout (the launch is the oracle, not the builder)."""
     import json
 
-    from dsbench.plan.api import PlanRequest, build
+    from dsbench.plan.api import build
     from dsbench.plan.estimate import estimate
     from dsbench.plan.recommend import candidates, launch_command
+    from dsbench.plan.request import PlanRequest
 
     workload, cluster, _ = build(PlanRequest(model="llama-7b", gpus=16, nodes=2, gpus_per_node=8, seq_len=128,
                                              grad_accum=1, precision="fp32"))
