@@ -16,6 +16,7 @@ from typing import Any
 from dsbench import strategies as registry
 from dsbench.errors import UserError
 from dsbench.models import LLAMA_LIKE, resolve_model
+from dsbench.parallel import ParallelDims
 from dsbench.spec import DEFAULT_MICRO_BATCH
 
 DEFAULTS: dict[str, Any] = {
@@ -144,7 +145,7 @@ def _check_mode(strategies: list[str], option: str, mode: str) -> None:
 def check_models(names: list[str], models: list[str], seq_len: int) -> None:
     """Every model resolves and has positions for ``seq_len``, and the tensor-parallel strategies get models they
     can split (Llama-family: AutoTP and DTensor TP split q/k/v/o and the MLP by heads; GPT-2's fused Conv1D does
-    not), before any cell runs."""
+    not), by their degree (heads and key/value heads divisible by tp, a layer per stage), before any cell runs."""
     for model in models:
         shape = resolve_model(model)
         if seq_len > shape.max_positions:
@@ -154,6 +155,14 @@ def check_models(names: list[str], models: list[str], seq_len: int) -> None:
         if split and arch not in LLAMA_LIKE:
             raise UserError(f"--strategies {split[0]} splits Llama-family models ({', '.join(LLAMA_LIKE)}); the model "
                             f"{model} is {arch!r}: run it on llama-tiny, qwen2-tiny or another Llama-family model")
+        for name in names:
+            how = registry.lookup(name)
+            if how is not None and how.model_parallel > 1:
+                try:  # the split the launch checks, made for every cell of the strategy at once
+                    ParallelDims(world=how.model_parallel, tp=how.tp, pp=how.pp).check_model(
+                        name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+                except UserError as exc:
+                    raise UserError(f"--strategies {name}: {exc}") from None
 
 
 def variants(strategy: str, compile: str, fused_optimizer: str) -> list[tuple[bool, bool]]:

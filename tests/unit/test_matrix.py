@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,13 @@ def test_a_matrix_written_before_compile_existed_resumes_as_eager(tmp_path):
         prepare_out(tmp_path, {**old, "compile": "both"}, resume=True)
     with pytest.raises(UserError, match='different matrix \\(fused_optimizer: "off" there, "auto" now\\)'):
         prepare_out(tmp_path, {**old, "fused_optimizer": "auto"}, resume=True)  # compare's default since issue 15
+
+
+@pytest.mark.parametrize(("strategy", "model", "message"), [
+    ("zero1_tp4", "llama-tiny", "--strategies zero1_tp4: --tp 4 must divide llama-tiny's 4 attention heads and 2 "
+                                "key/value heads"),
+    ("torch_pipe3", "gpt2-tiny", "--strategies torch_pipe3: --pipeline-stages 3 exceeds gpt2-tiny's 2 decoder layers"),
+])
+def test_a_degree_the_model_cannot_split_is_refused_before_any_cell(strategy, model, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        expand([strategy], [12], [2], [model])
