@@ -52,8 +52,6 @@ def to_deepspeed(config: dict[str, Any]) -> dict[str, Any]:
 # SHARD_GRAD_OP is False). NO_SHARD and HYBRID_SHARD need a replicated mesh dimension the worker does not build.
 FSDP1_RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
 
-# accelerate's launchers: the engines dsbench's worker runs for each distributed_type.
-WORKER_ENGINES = ACCELERATE_TYPES
 
 
 def fsdp1_strategy(value: Any) -> str:
@@ -70,8 +68,8 @@ def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
     if kind == "MULTI_CPU" and (processes or 1) > 1:
         return ("distributed_type MULTI_CPU: accelerate 1.15 starts one process for it without mpirun; use "
                 "MULTI_GPU, which dsbench runs as CPU ranks over gloo on a machine without a GPU")
-    if kind not in WORKER_ENGINES and kind != "MULTI_CPU":
-        return (f"distributed_type {kind}: dsbench's worker runs {', '.join(WORKER_ENGINES)} (and MULTI_CPU with "
+    if kind not in ACCELERATE_TYPES and kind != "MULTI_CPU":
+        return (f"distributed_type {kind}: dsbench's worker runs {', '.join(ACCELERATE_TYPES)} (and MULTI_CPU with "
                 "one process)")
     sizes = {key: as_int(value) for key, value in section_keys(config, "parallelism_config").items()
              if key.endswith("_size")}
