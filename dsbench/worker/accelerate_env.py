@@ -67,7 +67,12 @@ def fsdp_settings(reshard: bool, cpu_offload: bool, activation_checkpointing: bo
     # sync_module_states (and the RAM-efficient loading that needs it) make accelerate's plugin ask for a GPU to
     # initialise on, and raise without one; the worker builds the same weights on every rank from the seed, so it
     # has nothing to sync: both are turned off here, every other setting is read from the environment
+    launched = launcher_env(os.environ) or {}
     plugin = FullyShardedDataParallelPlugin(sync_module_states=False, cpu_ram_efficient_loading=False)
+    # the plugin writes FSDP_CPU_RAM_EFFICIENT_LOADING=False into the environment (accelerate 1.15
+    # utils/fsdp_utils.py, disable_fsdp_ram_efficient_loading); the run header records what `accelerate launch`
+    # set, so the launcher's value is put back (nothing after this reads it)
+    os.environ.update(launched)
     version = plugin.fsdp_version
     strategy = None
     if version == 1:

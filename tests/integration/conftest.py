@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -66,24 +65,24 @@ def _session_temp(tmp_path_factory) -> None:
     _TEMP.append(tmp_path_factory.getbasetemp())
 
 
-def _launch_logs(since: float) -> int:
-    """Run folders whose launch.log (every real `dsbench launch` writes one, a compare cell's too) was written
-    since ``since``."""
-    count = 0
+def _launch_logs() -> set[str]:
+    """Every launch.log under the session's temporary folder (every real `dsbench launch` writes one in its run
+    folder, a compare cell's too; dsbench never reuses a run folder)."""
+    found = set()
     for root in _TEMP:
         for folder, _, files in os.walk(root):
-            if "launch.log" in files and os.stat(os.path.join(folder, "launch.log")).st_mtime >= since:
-                count += 1
-    return count
+            if "launch.log" in files:
+                found.add(folder)
+    return found
 
 
-def _count_launches(argv: list[str], since: float) -> None:
-    """A dsbench command counts the launches whose log it wrote (a dry run or a refusal writes none); calibrate's
-    ranks, or a launcher started directly, count once when they wrote none."""
+def _count_launches(argv: list[str], before: set[str]) -> None:
+    """A dsbench command counts the launch logs that appeared while it ran (a dry run or a refusal writes none);
+    calibrate's ranks, or a launcher started directly, count once when they wrote none."""
     words = [Path(a).name for a in argv[:4]]
     command = argv[3] if words[1:3] == ["-m", "dsbench"] and len(argv) > 3 else None
     trains = command == "calibrate" or bool(_LAUNCHERS & set(words[:1]))
-    note_launch(_launch_logs(since) or int(trains))
+    note_launch(len(_launch_logs() - before) or int(trains))
 
 
 def note_launch(count: int = 1) -> None:
@@ -97,11 +96,11 @@ def run_command(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
                 timeout: int = 900) -> subprocess.CompletedProcess:
     """Run a command with the CPU environment; output captured as text. On timeout the command gets SIGTERM
     (dsbench forwards it to the launcher's process group, which stops every rank), then SIGKILL."""
-    since = time.time() - 1  # file times have a coarser clock than time.time() on some filesystems
+    before = _launch_logs()
     try:
         return _run(argv, cwd, env, timeout)
     finally:
-        _count_launches(argv, since)
+        _count_launches(argv, before)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -146,19 +145,23 @@ def load_run(folder: Path) -> dict:
 
 
 class Runs:
-    """Launch each named configuration once per session and keep the result."""
+    """Launch each configuration once per session and keep the result. A run is known by its arguments, not its
+    name: tests in different files that launch the same command share one launch (the name only names the folder
+    of the first)."""
 
     def __init__(self, base: Path) -> None:
         self.base = base
-        self.cache: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
+        self.cache: dict[tuple[str, ...], tuple[subprocess.CompletedProcess, Path]] = {}
 
     def get(self, name: str, launch_args: list[str], worker_args: list[str] | None = None):
-        if name not in self.cache:
+        worker = ["--steps", str(STEPS), "--warmup", "2", "--quiet", *(worker_args or [])]
+        key = (*launch_args, "--", *worker)
+        if key not in self.cache:
             folder = self.base / name
-            worker = ["--steps", str(STEPS), "--warmup", "2", "--quiet", *(worker_args or [])]
+            assert not folder.exists(), f"run name {name} used for two different commands"
             result = dsbench("launch", *launch_args, "--run-dir", str(folder), "--", *worker, cwd=ROOT)
-            self.cache[name] = (result, folder)
-        return self.cache[name]
+            self.cache[key] = (result, folder)
+        return self.cache[key]
 
 
 @pytest.fixture(scope="session")

@@ -4,27 +4,42 @@ Every single-node YAML of the corpus (DeepSpeed inline, DeepSpeed with a file, F
 ranks through ``accelerate launch`` and must give the losses of the strategy dsbench renders for it, launched the
 usual way. The equivalents below are read by hand from each YAML (the oracle is not dsbench's own conversion):
 fp32 (``--precision fp32``, i.e. ``--mixed_precision no``), the same global batch, the same seed.
+
+YAMLs that ask the ranks for the same run share one launch. What a rank receives from ``accelerate launch`` is
+its environment, computed here with accelerate's own launcher functions (``_validate_launch_command`` and the
+``prepare_*_env`` that ``launch_command`` calls) from the command dsbench prints; the worker turns that environment
+into its engine settings. YAMLs whose environments give the same settings run the same thing, so the first of
+them is launched and every one of them is checked against that run: its own hand-read settings and equivalent,
+the settings its environment resolves to, and the launched header against accelerate's environment.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+from pathlib import Path
+from unittest import mock
+
 import pytest
 
+from tests.accelerate_oracle import accelerate_env as launched_env
 from tests.conftest import ROOT
 from tests.integration.conftest import dsbench, load_run
 
 pytestmark = pytest.mark.dist
 CORPUS = ROOT / "tests" / "data" / "corpus" / "accelerate"
-WORKER = ["--steps", "3", "--warmup", "1", "--quiet"]
-ZERO2, ZERO3 = ("--zero", "2"), ("--zero", "3")
-FSDP, DDP = ("--strategy", "fsdp", "--launcher", "torchrun"), ("--strategy", "ddp", "--launcher", "torchrun")
+MB = ["--micro-batch", "2"]
+# the session's single-node cells (test_launch_strategies.py's, shared through the run cache)
+ZERO2, ZERO3 = ["--zero", "2", *MB], ["--zero", "3", *MB]
+FSDP, DDP = ["--strategy", "fsdp", "--launcher", "torchrun", *MB], ["--strategy", "ddp", "--launcher", "torchrun", *MB]
 
 # YAML -> the dsbench launch flags that train the same thing, and the engine settings its header must show.
 EQUIVALENT = {
     # named zero3, but it sets no zero_stage: accelerate's default, ZeRO-2 (its zero3_* keys do nothing)
     "Damin3927__llm2025compet__training_open-r1_recipes_accelerate_configs_zero3_copy.yaml": (ZERO2, {"stage": 2}),
     # zero_stage 2, optimizer offloaded to the CPU, 16 micro-steps per step (its offload_param is ignored at stage 2)
-    "HKUST-LongGroup__DyME__default_config.yaml": (("--zero", "2", "--offload", "cpu", "--grad-accum", "16"),
+    "HKUST-LongGroup__DyME__default_config.yaml": (["--zero", "2", "--offload", "cpu", "--grad-accum", "16", *MB],
                                                    {"stage": 2, "offload": "cpu", "accum": 16}),
     # gradient_clipping 1.0 is dsbench's default too
     "OpenLMLab__MOSS-RLHF__accelerate_config.yaml": (ZERO2, {"stage": 2, "clip": 1.0}),
@@ -48,37 +63,71 @@ REFUSED = {
         "deepspeed_config_file",
     "modelscope__ms-swift__examples_train_multi-node_accelerate_multi_node.yaml": "main_process_ip",
 }
-
-_equivalent_runs: dict[tuple[str, ...], list[float]] = {}
-
-
-def _losses(folder) -> list[float]:
-    return [step["loss"] for step in load_run(folder)["steps"]]
+NAMES = [*EQUIVALENT, "with-file"]
 
 
-def _equivalent(flags: tuple[str, ...], tmp_path) -> list[float]:
-    """The dsbench-rendered strategy's losses (each equivalent runs once per session)."""
-    if flags not in _equivalent_runs:
-        folder = tmp_path / "equivalent"
-        result = dsbench("launch", *flags, "--num-gpus", "2", "--run-dir", str(folder), "--", *WORKER, cwd=ROOT)
-        assert result.returncode == 0, result.stderr[-3000:]
-        _equivalent_runs[flags] = _losses(folder)
-    return _equivalent_runs[flags]
+def _path(name: str) -> Path:
+    return WITH_FILE if name == "with-file" else CORPUS / name
+
+
+def _expected(name: str) -> tuple[list[str], dict]:
+    return (ZERO2, {"stage": 2}) if name == "with-file" else EQUIVALENT[name]
+
+
+def _launch_args(name: str) -> list[str]:
+    return ["--accelerate-config", str(_path(name)), "--num-processes", "2", "--precision", "fp32", *MB]
+
+
+def _accelerate_env(name: str, tmp: Path) -> dict[str, str]:
+    """The ACCELERATE_*/FSDP_* variables ``accelerate launch`` gives the ranks for the command dsbench prints."""
+    dry = dsbench("launch", *_launch_args(name), "--run-dir", str(tmp / "dry"), "--dry-run", cwd=ROOT, timeout=120)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    words = shlex.split(next(line for line in dry.stdout.splitlines() if " accelerate launch " in line))
+    with mock.patch.dict(os.environ, {"DS_ACCELERATOR": "cpu"}):
+        return launched_env(words[words.index("accelerate") + 2:])
+
+
+def _settings(env: dict[str, str]) -> dict:
+    """The engine settings the worker makes of that environment (what the rank would run)."""
+    from dsbench.worker import accelerate_env
+
+    with mock.patch.dict(os.environ, env):
+        if accelerate_env.inline_deepspeed(os.environ):
+            return {"deepspeed": accelerate_env.deepspeed_config(0)[0]}
+        if env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE"):
+            return {"deepspeed_file": json.loads((ROOT / env["ACCELERATE_DEEPSPEED_CONFIG_FILE"]).read_text())}
+        return {"fsdp": accelerate_env.fsdp_settings(False, False, False)}
+
+
+_SETTINGS: dict[str, tuple[dict[str, str], str]] = {}
+
+
+def _resolved(name: str, tmp_path_factory) -> tuple[dict[str, str], str]:
+    """A YAML's accelerate environment and its settings (as canonical JSON), once per session."""
+    if name not in _SETTINGS:
+        env = _accelerate_env(name, tmp_path_factory.mktemp("dry"))
+        _SETTINGS[name] = env, json.dumps(_settings(env), sort_keys=True)
+    return _SETTINGS[name]
 
 
 def test_every_corpus_yaml_is_classified():
     assert {p.name for p in CORPUS.iterdir()} == set(EQUIVALENT) | set(REFUSED)
 
 
-@pytest.mark.parametrize("name", [*EQUIVALENT, "with-file"])
-def test_a_users_yaml_trains_like_its_dsbench_equivalent(tmp_path, name):
-    path, (flags, expect) = (WITH_FILE, (ZERO2, {"stage": 2})) if name == "with-file" else (CORPUS / name,
-                                                                                             EQUIVALENT[name])
-    folder = tmp_path / "yaml"
-    result = dsbench("launch", "--accelerate-config", str(path), "--num-processes", "2", "--precision", "fp32",
-                     "--run-dir", str(folder), "--", *WORKER, cwd=ROOT)
+@pytest.mark.parametrize("name", NAMES)
+def test_a_users_yaml_trains_like_its_dsbench_equivalent(runs, tmp_path_factory, name):
+    flags, expect = _expected(name)
+    env, settings = _resolved(name, tmp_path_factory)
+    # the first YAML (in this order) whose environment gives the same settings is the one launched
+    launched = next(other for other in NAMES if _resolved(other, tmp_path_factory)[1] == settings)
+    launched_env = _resolved(launched, tmp_path_factory)[0]
+    # YAMLs merged into one launch were read by hand as the same thing: one equivalent, one set of settings
+    assert _expected(launched) == (flags, expect), (name, launched)
+    result, folder = runs.get(f"yaml-{Path(_path(launched)).stem}", _launch_args(launched))
     assert result.returncode == 0, result.stderr[-3000:]
     header = load_run(folder)["header"][0]
+    assert header["launcher_env"] == launched_env  # accelerate's own functions predicted what reached the ranks
+    assert env["ACCELERATE_MIXED_PRECISION"] == "no"
     assert header["world_size"] == 2 and header["precision"] == "fp32"
     assert header["launcher_env"]["ACCELERATE_MIXED_PRECISION"] == "no"
     ds = header["ds_config"]
@@ -88,15 +137,19 @@ def test_a_users_yaml_trains_like_its_dsbench_equivalent(tmp_path, name):
         assert offload == expect.get("offload", "none")
         assert ds["gradient_accumulation_steps"] == expect.get("accum", 1)
         assert ds["bf16"]["enabled"] is False and ds["optimizer"]["type"] == "AdamW"
+        assert ds.get("gradient_clipping") == expect.get("clip", ds.get("gradient_clipping"))
     elif "reshard" in expect:
         assert header["strategy"] == "fsdp" and header["fsdp"]["reshard"] is expect["reshard"]
         assert header["fsdp"]["accelerate"]["fsdp_version"] == 1
     else:
         assert header["strategy"] == "ddp"
-    losses, reference = _losses(folder), _equivalent(flags, tmp_path)
-    assert len(losses) == len(reference) == 3
-    for got, want in zip(losses, reference, strict=True):
-        assert abs(got - want) <= 1e-4 * abs(want), (losses, reference)
+    reference, reference_folder = runs.get("equivalent-" + "_".join(f.strip("-") for f in flags), flags)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    losses = [s["loss"] for s in load_run(folder)["steps"]]
+    expected = [s["loss"] for s in load_run(reference_folder)["steps"]]
+    assert len(losses) == len(expected) > 2
+    for got, want in zip(losses, expected, strict=True):
+        assert abs(got - want) <= 1e-4 * abs(want), (losses, expected)
 
 
 @pytest.mark.parametrize("name", list(REFUSED))

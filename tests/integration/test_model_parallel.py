@@ -7,17 +7,17 @@ launch commands are the ones issue 10 spells out, typed as a user would.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.integration.conftest import dsbench, load_run
+from tests.integration.conftest import STEPS, dsbench, load_run
 
 pytestmark = pytest.mark.dist
 
-WORKER = ["--", "--steps", "10", "--seed", "0"]
-# name -> the dsbench launch arguments (before `--run-dir`), global batch 4 unless noted
+# name -> the dsbench launch arguments (worker flags after `--`), global batch 4 unless noted. Llama runs get
+# `--lr 1e-3` (LLAMA_LR) as test_launch_strategies.py's single_llama and AutoTP do: two of the references below are
+# that file's runs, the same commands, launched once per session through the run cache.
+LLAMA_LR = ["--lr", "1e-3"]
 COMMANDS = {
     "pipe2_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 4 --num-gpus 2",
     "torch_pipe2_llama": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model llama-tiny "
@@ -44,8 +44,8 @@ COMMANDS = {
                            "--num-gpus 4",
     # references: one process, the same global batch
     "single_llama_4": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 4",
-    "single_llama_2": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 2",
-    "single_gpt2_4": "--strategy single --launcher torchrun --num-gpus 1 --model gpt2-tiny --micro-batch 4",
+    "single_llama_2": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 2 --model llama-tiny",
+    "single_gpt2_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4",  # gpt2-tiny: the default
 }
 REFERENCE = {"pipe2_llama": "single_llama_4", "pipe2_ckpt_llama": "single_llama_4",
              "torch_pipe2_ckpt_llama": "single_llama_4", "torch_tp2_ckpt_llama": "single_llama_2",
@@ -53,33 +53,24 @@ REFERENCE = {"pipe2_llama": "single_llama_4", "pipe2_ckpt_llama": "single_llama_
              "torch_tp2_llama": "single_llama_2", "pipe2_gpt2": "single_gpt2_4", "torch_pipe2_gpt2": "single_gpt2_4",
              "pipe2_dp2_llama": "single_llama_4", "torch_pipe2_dp2_llama": "single_llama_4",
              "torch_tp2_dp2_llama": "single_llama_4"}
-_DONE: dict[str, Path] = {}
 
 
-def launched(name: str, base: Path) -> dict:
+def launched(runs, name: str) -> dict:
     """Run the named command once per session (exactly as a user types it) and load its run folder."""
-    if name not in _DONE:
-        args = COMMANDS[name].split()
-        extra = args[args.index("--") + 1:] if "--" in args else []
-        args = args[:args.index("--")] if "--" in args else args
-        folder = base / name
-        result = dsbench("launch", *args, "--run-dir", str(folder), *WORKER, *extra, cwd=ROOT)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        _DONE[name] = folder
-    return load_run(_DONE[name])
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("model-parallel")
+    args = COMMANDS[name].split()
+    extra = args[args.index("--") + 1:] if "--" in args else []
+    args = args[:args.index("--")] if "--" in args else args
+    result, folder = runs.get(name, [*args, *(LLAMA_LR if "llama-tiny" in args else [])], extra)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return load_run(folder)
 
 
 @pytest.mark.parametrize("name", list(REFERENCE))
-def test_losses_match_the_single_process_run(base, name):
-    run, reference = launched(name, base), launched(REFERENCE[name], base)
+def test_losses_match_the_single_process_run(runs, name):
+    run, reference = launched(runs, name), launched(runs, REFERENCE[name])
     losses = [s["loss"] for s in run["steps"]]
     expected = [s["loss"] for s in reference["steps"]]
-    assert len(losses) == 10
+    assert len(losses) == STEPS
     worst = max(abs(a - b) / abs(b) for a, b in zip(losses, expected, strict=True))
     assert worst < 1e-4, (name, worst)
     header = run["header"][0]
@@ -90,14 +81,14 @@ def test_losses_match_the_single_process_run(base, name):
     assert header["pp"] * header["tp"] * header["dp_size"] == header["world_size"]
 
 
-def test_model_states_shrink_per_stage_and_shard(base):
+def test_model_states_shrink_per_stage_and_shard(runs):
     """Each pipeline stage holds part of the layers; each TP rank a shard of every block's matrices."""
-    whole = launched("single_llama_4", base)["states"][0]["per_rank"][0]["params"]
-    stages = launched("torch_pipe2_llama", base)["states"][0]["per_rank"]
+    whole = launched(runs, "single_llama_4")["states"][0]["per_rank"][0]["params"]
+    stages = launched(runs, "torch_pipe2_llama")["states"][0]["per_rank"]
     assert stages[0]["params"] + stages[1]["params"] == whole and max(s["params"] for s in stages) < whole
-    shards = launched("torch_tp2_llama", base)["states"][0]["per_rank"]
+    shards = launched(runs, "torch_tp2_llama")["states"][0]["per_rank"]
     assert shards[0]["params"] == shards[1]["params"] < whole
-    deepspeed = launched("pipe2_llama", base)["states"][0]["per_rank"]
+    deepspeed = launched(runs, "pipe2_llama")["states"][0]["per_rank"]
     assert sum(s["params"] for s in deepspeed) == whole
 
 
@@ -129,14 +120,14 @@ PLANNED = {"pipe2_llama": ("zero1", 1, 2, "deepspeed"), "pipe2_gpt2": ("zero1", 
 
 
 @pytest.mark.parametrize("name", list(PLANNED))
-def test_planner_model_states_per_rank_within_5_percent(base, name):
+def test_planner_model_states_per_rank_within_5_percent(runs, name):
     """dsbench plan's bytes on the busiest rank of a pipeline/TP layout vs what the run counted from tensors."""
     from dsbench.models import resolve_model
     from dsbench.plan.estimate import Candidate
     from dsbench.plan.verify import comparable_bytes, predicted_states
 
     strategy, tp, pp, engine = PLANNED[name]
-    run = launched(name, base)
+    run = launched(runs, name)
     header = run["header"][0]
     cand = Candidate(strategy=strategy, tp=tp, pp=pp, engine=engine)
     predicted = predicted_states(resolve_model(header["model"]["name"]), cand, header["world_size"], "fp32")
@@ -146,12 +137,12 @@ def test_planner_model_states_per_rank_within_5_percent(base, name):
 
 
 @pytest.mark.parametrize("name", ["pipe2_llama", "torch_pipe2_llama"])
-def test_pipeline_stages_record_compute_inside_their_schedule(base, name):
+def test_pipeline_stages_record_compute_inside_their_schedule(runs, name):
     """What scripts/bench_pipeline_bubble.py reads: per rank, compute seconds within the schedule's span."""
-    for step in launched(name, base)["steps"]:
+    for step in launched(runs, name)["steps"]:
         compute, span = step["pipeline_compute_s_per_rank"], step["pipeline_span_s_per_rank"]
         assert len(compute) == len(span) == 2
         assert all(0 < c <= s for c, s in zip(compute, span, strict=True)), step
         assert max(span) <= step["step_time_s"]  # the schedule runs inside the timed region
-    assert "pipeline_compute_s_per_rank" not in launched("single_llama_4", base)["steps"][0] or \
-        launched("single_llama_4", base)["steps"][0]["pipeline_compute_s_per_rank"] is None
+    assert "pipeline_compute_s_per_rank" not in launched(runs, "single_llama_4")["steps"][0] or \
+        launched(runs, "single_llama_4")["steps"][0]["pipeline_compute_s_per_rank"] is None

@@ -19,6 +19,7 @@ from dsbench.configs import accelerate, accelerate_worker
 from dsbench.errors import UserError
 from dsbench.launch import strategy_and_launcher
 from dsbench.launchers.accelerate import check_to_accelerate
+from tests.accelerate_oracle import accelerate_env as launched_env
 from tests.conftest import DATA, ROOT
 
 CORPUS = DATA / "corpus" / "accelerate"
@@ -164,29 +165,16 @@ def test_the_script_brings_the_optimizer_dsbench_renders():
     assert config["scheduler"] == shipped["scheduler"]
 
 
-def _accelerate_env(path, monkeypatch, *extra: str) -> dict[str, str]:
-    """The environment accelerate's own launch_command gives the training process for ``path`` (its launchers are
-    replaced by a recorder just before they would start processes)."""
-    from accelerate.commands import launch
-    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
-
-    seen: dict[str, str] = {}
-    monkeypatch.setattr(launch, "deepspeed_launcher", lambda args: seen.update(prepare_deepspeed_cmd_env(args)[1]))
-    monkeypatch.setattr(launch, "multi_gpu_launcher", lambda args: seen.update(prepare_multi_gpu_env(args)))
-    for name in list(os.environ):
-        if name.startswith(("ACCELERATE_", "FSDP_")):
-            monkeypatch.delenv(name)
-    args = launch.launch_command_parser().parse_args(["--config_file", str(path), "--num_processes", "2", *extra,
-                                                      "-m", "dsbench.train"])
-    launch.launch_command(args)
-    return {k: v for k, v in seen.items() if k.startswith(("ACCELERATE_", "FSDP_"))}
+def _accelerate_env(path, *extra: str) -> dict[str, str]:
+    """The environment accelerate's own launch_command gives the training process for ``path``."""
+    return launched_env(["--config_file", str(path), "--num_processes", "2", *extra, "-m", "dsbench.train"])
 
 
 @pytest.mark.parametrize("path", [TRL_ZERO2, DYME, CORPUS / "OpenLMLab__MOSS-RLHF__accelerate_config.yaml"])
 def test_the_worker_reads_the_deepspeed_config_accelerate_builds(path, monkeypatch):
     from dsbench.worker import accelerate_env
 
-    env = _accelerate_env(path, monkeypatch, "--mixed_precision", "no")
+    env = _accelerate_env(path, "--mixed_precision", "no")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert accelerate_env.inline_deepspeed(os.environ)
@@ -208,9 +196,12 @@ def test_the_worker_reads_fsdp_as_accelerate_does(path, reshard, version, monkey
         config["fsdp_config"] = {"fsdp_version": 2, "fsdp_reshard_after_forward": False}
         path = tmp_path / "fsdp2.yaml"
         path.write_text(yaml.safe_dump(config))
-    for key, value in _accelerate_env(path, monkeypatch).items():
+    launched = _accelerate_env(path)
+    for key, value in launched.items():
         monkeypatch.setenv(key, value)
     settings = accelerate_env.fsdp_settings(reshard=True, cpu_offload=False, activation_checkpointing=False)
+    # accelerate's plugin rewrites FSDP_CPU_RAM_EFFICIENT_LOADING; the header records what accelerate launch set
+    assert accelerate_env.launcher_env(os.environ) == launched
     assert settings["reshard"] is (reshard if reshard is not None else False)
     assert settings["accelerate"]["fsdp_version"] == version and settings["cpu_offload"] is False
 

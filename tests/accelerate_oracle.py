@@ -1,0 +1,36 @@
+"""The oracle for what ``accelerate launch`` hands a training process: accelerate's own ``launch_command``, run up
+to the point where it would start processes (its launchers are replaced by a recorder of the environment that
+accelerate 1.15's utils/launch.py ``prepare_*_env`` builds). Shared by the unit and integration tests."""
+
+from __future__ import annotations
+
+import os
+from unittest import mock
+
+from tests.conftest import ROOT
+
+
+def accelerate_env(argv: list[str]) -> dict[str, str]:
+    """The ACCELERATE_*/FSDP_* variables ``accelerate launch ARGV`` gives the training processes. Run in the
+    checkout (a relative deepspeed_config_file is read from the folder accelerate is launched in) with no such
+    variable inherited; the environment and the folder are restored after."""
+    from accelerate.commands import launch
+    from accelerate.utils.launch import (
+        prepare_deepspeed_cmd_env,
+        prepare_multi_gpu_env,
+        prepare_simple_launcher_cmd_env,
+    )
+
+    seen: dict[str, str] = {}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "FSDP_"))}
+    cwd = os.getcwd()
+    with (mock.patch.dict(os.environ, clean, clear=True),
+          mock.patch.object(launch, "deepspeed_launcher", lambda a: seen.update(prepare_deepspeed_cmd_env(a)[1])),
+          mock.patch.object(launch, "multi_gpu_launcher", lambda a: seen.update(prepare_multi_gpu_env(a))),
+          mock.patch.object(launch, "simple_launcher", lambda a: seen.update(prepare_simple_launcher_cmd_env(a)[1]))):
+        os.chdir(ROOT)
+        try:
+            launch.launch_command(launch.launch_command_parser().parse_args(argv))
+        finally:
+            os.chdir(cwd)
+    return {k: v for k, v in seen.items() if k.startswith(("ACCELERATE_", "FSDP_"))}
