@@ -61,6 +61,9 @@ PLANNER: dict[str, Sharding] = {sharding.name: sharding for sharding in (
     Sharding("fsdp", None, _ALL_STATES),
     Sharding("fsdp_hybrid", None, _ALL_STATES, hybrid=True),
 )}
+GPU_DATA_PARALLEL = (*(name for name in PLANNER if name != "zero0"), "fsdp_no_reshard")
+"""The data-parallel strategies the GPU time model prices (the oracle schema's ``strategy``): the planner's, and
+FSDP2 without resharding after the forward (torchtitan's choice under pipeline parallelism)."""
 SIMPLICITY = ("ddp", "zero1", "zero2", "fsdp", "zero3", "fsdp_hybrid")
 """On a near tie the planner ranks the simpler strategy higher, in this order."""
 

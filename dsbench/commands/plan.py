@@ -47,8 +47,17 @@ from dsbench.plan.request import DEFAULTS
 @click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
               help="A machine profile from `dsbench calibrate`: measured compute rate and links instead of datasheet "
               "figures.")
-def plan(top: int, as_json: bool, verify: bool, config_file: str | None, **opts: Any) -> None:
-    """Estimate memory, communication, bubble and step time per strategy, and recommend one."""
+@click.option("--replay", is_flag=True,
+              help="Predict the published runs in FILE.csv ... (the oracle schema, docs/planner.md) and print "
+              "predicted vs measured step time and memory.")
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False), metavar="[FILE.csv]...")
+def plan(top: int, as_json: bool, verify: bool, config_file: str | None, replay: bool, files: tuple[str, ...],
+         **opts: Any) -> None:
+    """Estimate memory, communication, bubble and step time per strategy, and recommend one; with --replay,
+    predict published GPU-cluster runs and compare."""
+    if replay or files:
+        _replay(replay, files, as_json)
+        return
     from dsbench.plan.api import plan as make_plan
     from dsbench.plan.request import PlanRequest
     from dsbench.report.tables import print_plan
@@ -66,6 +75,25 @@ def plan(top: int, as_json: bool, verify: bool, config_file: str | None, **opts:
             from dsbench.report.tables import print_verify
 
             print_verify(result["verify"])
+
+
+def _replay(flag: bool, files: tuple[str, ...], as_json: bool) -> None:
+    from dsbench.errors import UserError
+
+    if not flag:
+        raise UserError(f"{files[0]}: a file is read only with --replay (dsbench plan --replay FILE.csv ...)")
+    if not files:
+        raise UserError("--replay needs one or more CSV files in the oracle schema (docs/planner.md)")
+    from dsbench.plan.replay import as_json as replay_json
+    from dsbench.plan.replay import replay
+
+    result = replay_json(replay(list(files)))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        from dsbench.report.replay_table import print_replay
+
+        print_replay(result)
 
 
 COMMAND = plan

@@ -1,0 +1,121 @@
+"""One explicit training layout on GPUs (pure, stdlib only): the model's shape, the degrees, the batch and the
+options that change time and memory, spelled as ``dsbench launch`` and ``compare`` spell them. Its checks refuse
+what no framework could run, in one line each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsbench.errors import UserError
+from dsbench.strategies import GPU_DATA_PARALLEL
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "full", "selective", "op")
+"""``selective``: the attention core only (Korthikanti et al. 2022); ``op``: torchtitan's per-op selective
+checkpointing (every matmul output but every second one, and the attention kernel's output, are saved; the rest
+of the block is recomputed)."""
+ARCHS = ("gpt", "llama")
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A decoder-only transformer. ``gpt``: LayerNorm, GELU MLP (two matrices), learned positions; ``llama``:
+    RMSNorm, SwiGLU MLP (three matrices), RoPE, grouped-query attention (kv_heads < heads)."""
+
+    arch: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+
+    @property
+    def mlp_matrices(self) -> int:
+        return 3 if self.arch == "llama" else 2
+
+    def layer_params(self) -> int:
+        """Weights of one block: attention (Q, O full; K, V by kv_heads) and the MLP (norm and bias terms
+        neglected: < 0.1% at these widths)."""
+        h = self.hidden
+        return h * h * 2 + 2 * h * (h * self.kv_heads // self.heads) + self.mlp_matrices * h * self.ffn
+
+    def params(self) -> int:
+        """Blocks plus the input embedding and an untied output layer (GPT-3/Megatron tie them: counted once
+        for ``gpt``)."""
+        embeddings = self.vocab * self.hidden * (1 if self.arch == "gpt" else 2)
+        return self.layers * self.layer_params() + embeddings
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    shape: Shape
+    seq_len: int
+    gpu: str
+    gpus: int
+    gpus_per_node: int
+    strategy: str = "ddp"
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    precision: str = "bf16"
+    compile: bool = False
+    attention: str = "flash"
+    """``flash``: a fused kernel that keeps the score matrix on chip and skips masked blocks; ``eager``: the
+    scores materialised in memory (Megatron 2021-22's fused softmax)."""
+    intra_gbs: float | None = None
+    inter_gbs: float | None = None
+    async_tp: bool = False
+    """TP collectives overlapped with the matmuls (torchtitan's Async TP, micro-pipelined)."""
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def stage_layers(self) -> int:
+        """Blocks on the busiest pipeline stage: layers split over pp x v chunks, the remainder on some stages
+        (torchtitan splits unevenly; Megatron needs an even split)."""
+        v = self.virtual_stages if self.schedule == "interleaved" else 1
+        return -(-self.shape.layers // (self.pp * v)) * v
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per optimizer step on each pipeline (grad accumulation × pipeline micro-batches)."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    def check(self) -> Layout:
+        """Refuse a layout no framework can run (one line naming the input)."""
+        s = self.shape
+        if s.arch not in ARCHS:
+            raise UserError(f"arch {s.arch!r}: use one of {', '.join(ARCHS)}")
+        if self.strategy not in GPU_DATA_PARALLEL:
+            raise UserError(f"strategy {self.strategy!r}: use one of {', '.join(GPU_DATA_PARALLEL)}")
+        if self.recompute not in RECOMPUTE:
+            raise UserError(f"recompute {self.recompute!r}: use one of {', '.join(RECOMPUTE)}")
+        if self.gpus % (self.tp * self.pp * self.cp):
+            raise UserError(f"tp {self.tp} x pp {self.pp} x cp {self.cp} does not divide {self.gpus} GPUs")
+        if s.heads % self.tp or s.kv_heads % self.tp and self.tp % s.kv_heads:
+            raise UserError(f"tp {self.tp} must divide the {s.heads} heads and the {s.kv_heads} KV heads (or be a "
+                            "multiple of the KV heads, which are then replicated)")
+        if self.seq_len % (self.cp * (2 if self.cp > 1 else 1)):
+            raise UserError(f"seq_len {self.seq_len} must split into 2 x cp {self.cp} chunks (load-balanced ring)")
+        if self.pp > 1 and self.schedule not in SCHEDULES:
+            raise UserError(f"schedule {self.schedule!r}: use one of {', '.join(SCHEDULES)}")
+        v = self.virtual_stages if self.schedule == "interleaved" else 1
+        if s.layers < self.pp * v:
+            raise UserError(f"{s.layers} layers do not fill pp {self.pp} x {v} virtual stages")
+        if self.global_batch % (self.dp * self.micro_batch):
+            raise UserError(f"global batch {self.global_batch} is not a multiple of data parallel {self.dp} x "
+                            f"micro-batch {self.micro_batch}")
+        if self.schedule == "interleaved" and self.pp > 1 and self.micro_batches % self.pp:
+            raise UserError(f"interleaved 1F1B needs micro-batches ({self.micro_batches}) divisible by pp {self.pp}")
+        if self.sequence_parallel and self.tp == 1:
+            raise UserError("sequence parallelism shards along the TP group: it needs tp > 1")
+        return self

@@ -1,0 +1,109 @@
+"""The GPU memory model (pure, stdlib only): the peak of one GPU in a layout, allocated and reserved, by term.
+
+- ``model_states``: 16-bit weights for compute, fp32 master weights, gradients and Adam's two moments, sharded as
+  the strategy shards them (Rajbhandari et al. 2020, arXiv:1910.02054 sec. 5; FSDP2 keeps fp32 shards and gathers
+  16-bit copies, one block at a time with one prefetched).
+- ``activations``: per block, Korthikanti et al. 2022 (arXiv:2205.05198) sec. 4 for GPT: 34·s·b·h + 5·a·s²·b bytes
+  without TP; with TP t the parts inside the TP region divide by t, the rest (10·s·b·h) only with sequence
+  parallelism; a flash kernel stores no s² term; selective recompute drops the attention core's tensors; full
+  recompute keeps each block's input (2·s·b·h) and one block's full set for the backward. The first pipeline stage
+  holds p micro-batches in flight (1F1B), times 1 + (p-1)/(p·v) when interleaved (Korthikanti eq. 5).
+- ``logits``: the output layer's 16-bit logits, their fp32 upcast and its gradient for the loss (b·s·V/t each).
+- ``workspace``: cuBLAS workspace, NCCL buffers and the CUDA caching allocator's own reserve, named constants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dsbench.plan.gpu_layout import Layout
+
+GIB = 1024**3
+WORKSPACE_GIB = 1.5
+"""cuBLAS workspaces (32 MiB per stream and handle on Hopper, cuBLAS docs "cublasSetWorkspace"), NCCL's channel
+buffers (NCCL_BUFFSIZE 4 MiB x channels x peers, NCCL docs) and the kernels' scratch: a round figure."""
+RESERVE_FRACTION = 0.08
+"""The caching allocator's reserved memory above the allocated peak (fragmentation of freed blocks; PyTorch's CUDA
+semantics notes): 5-10% in torchtitan's and dsbench's own H100 runs where both were recorded."""
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    allocated_gib: float
+    reserved_gib: float
+    terms: dict[str, float] = field(default_factory=dict)
+    """GiB by term (their sum is ``allocated_gib``)."""
+
+
+def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
+    """Model-state bytes on one GPU holding ``params`` parameters before data-parallel sharding."""
+    shard = lay.dp * lay.cp  # FSDP and ZeRO shard over every data-parallel rank, CP ranks included
+    layer = lay.shape.layer_params() / lay.tp
+    strategy = lay.strategy
+    if strategy == "ddp":
+        return {"weights": 2 * params, "grads": 4 * params, "optimizer": 12 * params}
+    if strategy == "zero1":
+        return {"weights": 2 * params, "grads": 4 * params, "optimizer": 12 * params / shard}
+    if strategy == "zero2":
+        return {"weights": 2 * params, "grads": 4 * params / shard + 2 * layer, "optimizer": 12 * params / shard}
+    if strategy == "fsdp_no_reshard":  # the 16-bit weights stay gathered after the forward
+        return {"weights": 4 * params / shard + 2 * params, "grads": 4 * params / shard + 4 * layer,
+                "optimizer": 8 * params / shard}
+    # zero3, fsdp, fsdp_hybrid: fp32 shards, and two gathered 16-bit blocks (the current and the prefetched one)
+    shard = lay.gpus_per_node // (lay.tp * lay.cp) or 1 if strategy == "fsdp_hybrid" else shard
+    return {"weights": 4 * params / shard + 2 * 2 * layer, "grads": 4 * params / shard + 4 * layer,
+            "optimizer": 8 * params / shard}
+
+
+def _block_activation_bytes(lay: Layout) -> float:
+    """Bytes one block keeps for its backward, for one micro-batch, under the layout's recompute."""
+    s, b, t = lay.shape, lay.micro_batch, lay.tp
+    sbh = lay.seq_len / lay.cp * b * s.hidden
+    if lay.recompute == "full":
+        return 2 * sbh / (t if lay.sequence_parallel else 1)
+    ratio = s.ffn / s.hidden
+    if s.arch == "llama":  # HF/torchtitan modules: each RMSNorm keeps its input (eager: also two fp32 copies, 8sbh);
+        kv = s.kv_heads / s.heads  # attention keeps its input, q, k, v, the kernel's output and o_proj's input;
+        norms = 2 * (2 if lay.compile else 10) * sbh  # SwiGLU keeps gate, up, silu(gate) and their product (sbf)
+        inside = (2 + 2 * (1 + 2 * kv) + 2 + 2) * sbh + 4 * 2 * ratio * sbh
+        outside = norms + 2 * sbh
+    else:  # Korthikanti: 24·sbh inside the TP region (f = 4h), 10·sbh outside
+        inside = (8 + 4 * ratio) * sbh
+        outside = 10 * sbh
+    core = 5 * s.heads * (lay.seq_len / lay.cp) * lay.seq_len * b if lay.attention == "eager" else 0.0
+    if lay.recompute == "selective":
+        core = 0.0
+    if lay.recompute == "op":  # saved: every second linear output (q, k, v, o, the MLP's), the attention kernel's
+        # output and the block's input; everything else is recomputed
+        linear = 2 * sbh * (3 + 2 * s.kv_heads / s.heads) + 2 * sbh * ratio * (s.mlp_matrices - 1)
+        return (linear / 2 + 2 * sbh) / t + 2 * sbh / (t if lay.sequence_parallel else 1)
+    return (inside + core) / t + outside / (t if lay.sequence_parallel else 1)
+
+
+def peak_memory(lay: Layout) -> PeakMemory:
+    """Peak GiB on the busiest GPU (the first pipeline stage for activations, the last for the logits: both bounded
+    by the first stage's share here, with the embedding counted on it)."""
+    s = lay.shape
+    params = lay.stage_layers * s.layer_params() / lay.tp + s.vocab * s.hidden / lay.tp
+    states = _state_bytes(lay, params)
+    in_flight = 1
+    if lay.pp > 1:
+        v = lay.virtual_stages if lay.schedule == "interleaved" else 1
+        in_flight = lay.pp * (1 + (lay.pp - 1) / (lay.pp * v)) if v > 1 else lay.pp
+        in_flight = min(in_flight, lay.micro_batches) if lay.schedule != "gpipe" else lay.micro_batches
+    activations = lay.stage_layers * _block_activation_bytes(lay) * in_flight
+    if lay.recompute in ("full", "op"):  # the block being recomputed holds its full set during its backward
+        activations += _block_activation_bytes(_without_recompute(lay))
+    tokens = lay.micro_batch * lay.seq_len / lay.cp
+    logits = tokens * s.vocab / lay.tp * (2 + 4 + 4) if lay.pp == 1 else 0.0
+    terms = {"weights": states["weights"], "grads": states["grads"], "optimizer": states["optimizer"],
+             "activations": activations, "logits": logits, "workspace": WORKSPACE_GIB * GIB}
+    gib = {name: value / GIB for name, value in terms.items()}
+    allocated = sum(gib.values())
+    return PeakMemory(allocated, allocated * (1 + RESERVE_FRACTION), gib)
+
+
+def _without_recompute(lay: Layout) -> Layout:
+    from dataclasses import replace
+
+    return replace(lay, recompute="none")

@@ -1,0 +1,98 @@
+"""Hardware profiles of the GPU kinds the GPU time model prices (stdlib only): one frozen record per kind.
+
+Every figure names its source. Peaks are dense tensor-core rates (no sparsity); bandwidths are per GPU and one
+direction. The two efficiency constants of the matmul curve (``gemm_peak_fraction``, ``gemm_half_dim``) and the
+link efficiency are documented fits or microbenchmark figures, stated where they are set (docs/planner.md lists
+which rows chose each and the error on the others).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from dsbench.errors import UserError
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProfile:
+    kind: str
+    peak_tflops: dict[str, float]
+    """Dense tensor-core TFLOP/s by precision (bf16, fp16, fp8); a precision not here cannot be priced."""
+    hbm_tbs: float
+    """HBM bandwidth, TB/s (datasheet)."""
+    memory_gib: float
+    """Device memory the allocator can use, GiB (the datasheet's GB as GiB)."""
+    nvlink_gbs: float
+    """NVLink bandwidth per GPU, one direction, GB/s (half the datasheet's bidirectional figure)."""
+    network_gbs: float
+    """The usual network per GPU, one direction, GB/s (one NIC per GPU)."""
+    gemm_peak_fraction: float = 0.80
+    """The fraction of peak a large 16-bit GEMM reaches (cuBLAS, square 8192: NVIDIA's Matrix Multiplication
+    Background guide, fig. "A100 GEMM performance": about 250 of 312 TFLOP/s; the same fraction on Hopper)."""
+    gemm_half_dim: float = 128.0
+    """The output dimension at which efficiency falls to half of ``gemm_peak_fraction`` (η = η_max·d/(d + d½) on
+    the smaller of m and n: tile and wave quantisation make narrow GEMMs inefficient; NVIDIA's Matrix
+    Multiplication Background guide, "Dimension Quantization Effects")."""
+    flash_fraction: float = 0.58
+    """The fraction of peak a flash-attention kernel reaches, forward and backward, causal, head dim 128 (Dao 2023,
+    arXiv:2307.08691 fig. 4: FlashAttention-2 about 180 of 312 TFLOP/s on A100)."""
+    nvlink_efficiency: float = 0.77
+    """The fraction of NVLink bandwidth a large ring collective reaches as bus bandwidth (nccl-tests
+    all_reduce_perf within a DGX A100: about 230 of 300 GB/s; DGX H100: about 350 of 450)."""
+    network_efficiency: float = 0.92
+    """The same across nodes, one NIC per GPU (nccl-tests all_reduce_perf across DGX A100 nodes with 8 x HDR:
+    about 23 of 25 GB/s per GPU)."""
+    collective_latency_us: float = 10.0
+    """Per ring step (nccl-tests small-message latency, a few µs per hop within a node; more across)."""
+    clock_fraction: float = 1.0
+    """Sustained over boost clock for tensor-core work (1 unless a power cap holds the clock down); multiplies the
+    peaks. A fitted constant where it is not 1: the profile says which rows chose it."""
+    host_link_gbs: float = 25.0
+    """The host link for offload (PCIe 4.0 x16 about 25 GB/s one way; PCIe 5.0 about 50)."""
+
+
+HOPPER_FLASH = 0.36
+"""FlashAttention-2 on H100, forward and backward, causal, head dim 128: about 350 of 989 TFLOP/s (Shah et al. 2024,
+arXiv:2407.08608 fig. 5; FlashAttention-3 reaches more, torch's SDPA used FA2 in the runs priced here)."""
+
+GRAND_TETON_CLOCK = 0.617
+"""Fitted: the one constant that makes torchtitan-h100-202412 rows 1 and 4 (Llama 3.1 8B, FSDP on 8 and 128 GPUs,
+bf16, eager) come out right; every other h100-96g-500w row is out of sample (docs/planner.md). A 500 W cap on a
+700 W part: NVIDIA's H100 NVL (400 W) is rated at 835 of the SXM's 989 TFLOP/s at a lower clock."""
+
+KINDS: dict[str, GpuProfile] = {p.kind: p for p in (
+    # NVIDIA A100 datasheet (SXM4 80GB): 312 TF bf16/fp16 dense, HBM2e 2,039 GB/s, NVLink3 600 GB/s (300 each way);
+    # Selene/DGX A100: 8 x HDR 200 Gb/s per node = 25 GB/s per GPU (Narayanan et al. 2021 sec. 5)
+    GpuProfile("a100-80g", {"bf16": 312.0, "fp16": 312.0}, 2.039, 80, 300, 25, host_link_gbs=25),
+    # A100 SXM4 40GB: HBM2 1,555 GB/s
+    GpuProfile("a100-40g", {"bf16": 312.0, "fp16": 312.0}, 1.555, 40, 300, 25, host_link_gbs=25),
+    # NVIDIA H100 SXM5 datasheet: 989 TF bf16/fp16, 1,979 TF fp8 (dense), HBM3 3.35 TB/s, NVLink4 900 GB/s (450 each
+    # way); ConnectX-7 NDR 400 Gb/s per GPU = 50 GB/s; PCIe 5.0 host link
+    GpuProfile("h100-sxm", {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0}, 3.35, 80, 450, 50, host_link_gbs=50,
+               flash_fraction=HOPPER_FLASH),
+    # Meta's Grand Teton H100 (torchtitan's H100 benchmarks): 96 GB HBM2e at 2.4 TB/s, 500 W cap. Its bf16 peak lies
+    # between NVL (835) and SXM (989) and is not published: the SXM figure is used as the peak (as the benchmark's
+    # own MFU does), so the capped clock shows as lower efficiency
+    GpuProfile("h100-96g-500w", {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0}, 2.4, 96, 450, 50, host_link_gbs=50,
+               flash_fraction=HOPPER_FLASH, clock_fraction=GRAND_TETON_CLOCK),
+    # NVIDIA H200 SXM datasheet: the H100's compute, 141 GB HBM3e at 4.8 TB/s
+    GpuProfile("h200", {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0}, 4.8, 141, 450, 50, host_link_gbs=50,
+               flash_fraction=HOPPER_FLASH),
+    # NVIDIA V100 SXM2 datasheet: 125 TF fp16 tensor core (no bf16), HBM2 900 GB/s, NVLink2 300 GB/s (150 each way);
+    # DGX-2 era: 100 Gb/s EDR per GPU = 12.5 GB/s; PCIe 3.0 host link
+    GpuProfile("v100-32g", {"fp16": 125.0}, 0.9, 32, 150, 12.5, host_link_gbs=12.5),
+    # H800 (export H100): the H100 SXM's compute and HBM, NVLink cut to 400 GB/s (200 each way)
+    GpuProfile("h800", {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0}, 3.35, 80, 200, 50, host_link_gbs=50,
+               flash_fraction=HOPPER_FLASH),
+)}
+ALIASES = {"h100": "h100-sxm", "a100": "a100-80g", "v100": "v100-32g"}
+"""Today's --gpu names for the kinds above (dsbench/gpus.py)."""
+
+
+def profile_for(kind: str, **overrides: float) -> GpuProfile:
+    """The profile of a GPU kind (or its alias), with any field replaced; an unknown kind is one line."""
+    key = ALIASES.get(kind, kind)
+    if key not in KINDS:
+        raise UserError(f"gpu {kind!r}: no hardware profile (known: {', '.join(sorted([*KINDS, *ALIASES]))})")
+    fields = {k: v for k, v in overrides.items() if v is not None}
+    return replace(KINDS[key], **fields) if fields else KINDS[key]

@@ -1,0 +1,259 @@
+"""The GPU step-time model (pure, stdlib only): named terms summed along the critical path of one optimizer step.
+
+Per micro-batch and layer, on one GPU (its TP shard, its CP share of the sequence):
+- ``matmul``: every GEMM of the block at the profile's size-dependent efficiency, on a roofline (a GEMM whose bytes
+  take longer than its FLOPs is memory-bound). FLOPs as Narayanan et al. 2021 (arXiv:2104.04473) eq. 3 counts them:
+  24·b·s·h² (+ the MLP's third matrix for SwiGLU) and 4·b·s²·h for attention, a backward of twice the forward.
+- ``attention``: the score GEMMs; a flash kernel skips the masked half of causal attention (Dao 2023,
+  arXiv:2307.08691 sec. 3.1) and keeps the scores on chip, an eager one materialises them.
+- ``elementwise``: norms, activations, dropout, residuals and softmax at HBM bandwidth, bytes from the activation
+  list of Korthikanti et al. 2022 (arXiv:2205.05198) sec. 4.1; the backward moves twice the forward's bytes.
+- ``recompute``: full recompute repeats the forward; selective repeats the attention core (Korthikanti sec. 5);
+  torchtitan's per-op checkpointing repeats every second linear GEMM and the non-GEMM ops.
+- ``tp_comm``: 2 all-reduces forward and 2 backward per layer (Megatron-LM, Shoeybi et al. 2019 fig. 4), 2 more
+  in a full recompute; with sequence parallelism each becomes a reduce-scatter plus an all-gather of the same
+  bytes (Korthikanti sec. 4.2.2). Not overlapped (Megatron-LM 2022).
+- ``pp_bubble`` and ``pp_p2p``: (p-1)/v idle micro-batch slots (Narayanan 2021 sec. 2.2); one activation send and
+  one gradient send per micro-batch and virtual stage, scattered over the TP ranks.
+- ``dp_comm``: gradient all-reduce (ddp, not overlapped), reduce-scatter + all-gather (zero1/2), parameter
+  gathers and gradient reduce-scatters (zero3, fsdp) overlapped with compute by prefetching.
+- ``optimizer``: Adam's read and write of its fp32 states at HBM bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dsbench.plan.gpu_layout import Layout
+from dsbench.plan.gpu_profiles import GpuProfile
+
+BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+ASYNC_TP_HIDDEN = 0.45
+"""Fitted: the share of TP collective time torchtitan's Async TP hides, chosen on torchtitan-asynctp-2025-06 rows 1
+and 2 (Llama 3.1 70B bf16, vanilla vs Async TP: 27.43 -> 25.11 s, while the model's TP term is about 5.3 s); the
+other Async TP rows are out of sample for it (docs/planner.md)."""
+
+
+@dataclass(frozen=True)
+class StepTime:
+    seconds: float
+    terms: dict[str, float] = field(default_factory=dict)
+    """Seconds per step by term (their sum is ``seconds``)."""
+    model_flops: float = 0.0
+    """Model FLOPs per step per GPU (6·N·tokens + attention, no recompute): the MFU numerator."""
+
+
+def peak_flops(hw: GpuProfile, precision: str) -> float:
+    """Dense FLOP/s at the sustained clock."""
+    return hw.peak_tflops[precision] * 1e12 * hw.clock_fraction
+
+
+def gemm_seconds(m: float, n: float, k: float, count: float, hw: GpuProfile, precision: str) -> float:
+    """``count`` GEMMs of m x k by k x n: the slower of their FLOPs at the efficiency of their output tile size
+    (the smaller of m and n; tile and wave quantisation) and their bytes at HBM bandwidth (a roofline: a thin k
+    makes a GEMM memory-bound)."""
+    smallest = min(m, n)
+    efficiency = hw.gemm_peak_fraction * smallest / (smallest + hw.gemm_half_dim)
+    flops = 2 * m * n * k * count
+    moved = BYTES.get(precision, 2) * (m * k + k * n + m * n) * count
+    return max(flops / (peak_flops(hw, precision) * efficiency), moved / (hw.hbm_tbs * 1e12))
+
+
+def ring_seconds(kind: str, nbytes: float, ranks: int, gbs: float, hw: GpuProfile) -> float:
+    """A ring collective of ``nbytes`` (the full buffer) over ``ranks``: all-reduce moves 2(n-1)/n of it per GPU,
+    reduce-scatter and all-gather (n-1)/n (Patarasuk and Yuan 2009; nccl-tests' bus bandwidth)."""
+    if ranks <= 1:
+        return 0.0
+    share = (ranks - 1) / ranks * (2 if kind == "all_reduce" else 1)
+    steps = (ranks - 1) * (2 if kind == "all_reduce" else 1)
+    return share * nbytes / (gbs * 1e9) + steps * hw.collective_latency_us * 1e-6
+
+
+def _links(lay: Layout, hw: GpuProfile) -> tuple[float, float]:
+    """Achievable bus bandwidth within and across nodes, GB/s per GPU."""
+    return ((lay.intra_gbs or hw.nvlink_gbs) * hw.nvlink_efficiency,
+            (lay.inter_gbs or hw.network_gbs) * hw.network_efficiency)
+
+
+def _group_gbs(span: int, lay: Layout, hw: GpuProfile) -> float:
+    """A group whose ranks are ``span`` apart in rank order crosses nodes when its extent exceeds a node (Megatron's
+    order: tp innermost, then cp, dp, pp)."""
+    intra, inter = _links(lay, hw)
+    return intra if span <= lay.gpus_per_node else inter
+
+
+def layer_times(lay: Layout, hw: GpuProfile) -> dict[str, float]:
+    """Forward seconds of one block for one micro-batch on one GPU, by kind."""
+    s, b, t, p = lay.shape, lay.micro_batch, lay.tp, lay.precision
+    queries = lay.seq_len / lay.cp
+    tokens = b * queries
+    h, f, kv = s.hidden, s.ffn, s.hidden * s.kv_heads // s.heads
+    linear = (gemm_seconds(tokens, (h + 2 * kv) / t, h, 1, hw, p)  # QKV
+              + gemm_seconds(tokens, h, h / t, 1, hw, p)  # output projection
+              + gemm_seconds(tokens, (s.mlp_matrices - 1) * f / t, h, 1, hw, p)  # up (and gate)
+              + gemm_seconds(tokens, h, f / t, 1, hw, p))  # down
+    scores = "bf16" if p == "fp8" else p  # fp8 recipes (torchao Float8) keep attention in 16-bit
+    if lay.attention == "flash":  # QK^T and PV: 4·b·s_q·s·h/t FLOPs, half of them masked out under causality
+        flops = 0.5 * 4 * tokens * lay.seq_len * h / t
+        attention = flops / (peak_flops(hw, scores) * hw.flash_fraction)
+    else:  # two batched GEMMs per head, the scores written to and read from HBM
+        attention = 2 * gemm_seconds(queries, lay.seq_len, h / s.heads, b * s.heads / t, hw, scores)
+    return {"matmul": linear, "attention": attention, "elementwise": _elementwise_bytes(lay) / (hw.hbm_tbs * 1e12)}
+
+
+# Bytes read and written per element by the non-GEMM ops of a block, forward (16-bit tensors, 1-byte dropout masks).
+# gpt: Megatron-LM's fused kernels (fused LayerNorm, bias-GELU, bias-dropout-add, scale-mask-softmax), each one pass:
+# read and write every element once (Korthikanti 2022 sec. 4.1 lists the tensors). llama, eager (torchtitan/HF
+# modules): RMSNorm upcasts to fp32 and runs ~6 kernels (to fp32, pow, mean, rsqrt-mul, to bf16, weight-mul: about
+# 40 bytes per element); SwiGLU is silu then mul (10 per ffn element); RoPE's rotate-half, cat and muls on q and k
+# (about 30). Compiled (torch.compile/Inductor), each chain fuses into one read and one write.
+ELEMENTWISE = {
+    ("gpt", False): {"norm": 4, "residual": 7, "mlp_act": 4, "rope": 0},
+    ("gpt", True): {"norm": 4, "residual": 7, "mlp_act": 4, "rope": 0},
+    ("llama", False): {"norm": 40, "residual": 6, "mlp_act": 10, "rope": 30},
+    ("llama", True): {"norm": 6, "residual": 6, "mlp_act": 6, "rope": 8},
+}
+
+
+def _elementwise_bytes(lay: Layout) -> float:
+    """Bytes the non-GEMM ops of one block move in the forward (:data:`ELEMENTWISE` per element). Inside the TP
+    region (activation, RoPE, the eager softmax) they split over tp; the norms and residuals outside it split only
+    with sequence parallelism (Korthikanti sec. 4.2.2)."""
+    s, b, t = lay.shape, lay.micro_batch, lay.tp
+    per = ELEMENTWISE[(s.arch, lay.compile)]
+    sbh = b * lay.seq_len / lay.cp * s.hidden
+    sbf = b * lay.seq_len / lay.cp * s.ffn
+    outside = 2 * per["norm"] * sbh + 2 * per["residual"] * sbh
+    inside = per["mlp_act"] * sbf + per["rope"] * sbh * (1 + s.kv_heads / s.heads)
+    if lay.attention == "eager":  # scale-mask-softmax (read, write 2as²b) and its dropout (read, write, mask: 5as²b)
+        inside += 9 * s.heads * (lay.seq_len / lay.cp) * lay.seq_len * b
+    return inside / t + outside / (t if lay.sequence_parallel else 1)
+
+
+def _logits_seconds(lay: Layout, hw: GpuProfile) -> float:
+    """The output layer (vocabulary split over TP) forward and backward, and the fp32 cross-entropy's passes."""
+    s, b = lay.shape, lay.micro_batch
+    tokens = b * lay.seq_len / lay.cp
+    precision = "bf16" if lay.precision == "fp8" else lay.precision  # the output layer stays 16-bit under fp8
+    gemm = 3 * gemm_seconds(tokens, s.vocab / lay.tp, s.hidden, 1, hw, precision)
+    return gemm + 3 * 4 * tokens * s.vocab / lay.tp / (hw.hbm_tbs * 1e12)
+
+
+def _tp_comm_seconds(lay: Layout, hw: GpuProfile) -> float:
+    """Forward seconds of one block's TP collectives: 2 all-reduces of the block's activations (b·s·h, 16-bit), or
+    with sequence parallelism 2 reduce-scatters and 2 all-gathers of the same buffers, which move the same bytes."""
+    if lay.tp == 1:
+        return 0.0
+    nbytes = 2 * lay.micro_batch * lay.seq_len / lay.cp * lay.shape.hidden
+    gbs = _group_gbs(lay.tp, lay, hw)
+    if lay.sequence_parallel:
+        return 2 * (ring_seconds("reduce_scatter", nbytes, lay.tp, gbs, hw)
+                    + ring_seconds("all_gather", nbytes, lay.tp, gbs, hw))
+    return 2 * ring_seconds("all_reduce", nbytes, lay.tp, gbs, hw)
+
+
+def _cp_comm_seconds(lay: Layout, hw: GpuProfile, attention: float) -> float:
+    """Exposed forward seconds of ring attention: each of cp-1 steps passes this rank's K and V (16-bit) to the
+    next, overlapped with that step's share of the attention compute (Liu et al. 2023, arXiv:2310.01889)."""
+    if lay.cp == 1:
+        return 0.0
+    s = lay.shape
+    kv_bytes = 2 * 2 * lay.micro_batch * lay.seq_len / lay.cp * s.hidden * s.kv_heads / s.heads / lay.tp
+    gbs = _group_gbs(lay.tp * lay.cp, lay, hw)
+    per_step = kv_bytes / (gbs * 1e9)
+    return (lay.cp - 1) * max(0.0, per_step - attention / lay.cp)
+
+
+def _stage_seconds(lay: Layout, hw: GpuProfile) -> dict[str, float]:
+    """One micro-batch through the busiest pipeline stage, forward and backward, by term."""
+    fwd = layer_times(lay, hw)
+    layers = lay.stage_layers
+    comm = _tp_comm_seconds(lay, hw)
+    cp = _cp_comm_seconds(lay, hw, fwd["attention"])
+    terms = {name: 3 * seconds * layers for name, seconds in fwd.items()}  # forward + backward (2x)
+    terms["tp_comm"] = 2 * comm * layers  # 2 collectives forward, 2 backward (their transposes)
+    terms["cp_comm"] = 3 * cp * layers
+    if lay.recompute == "full":
+        terms["recompute"] = sum(fwd.values()) * layers
+        terms["tp_comm"] += comm * layers
+    elif lay.recompute == "op":  # torchtitan per-op SAC: half the linear GEMMs and every non-GEMM op again
+        terms["recompute"] = (fwd["matmul"] / 2 + fwd["elementwise"]) * layers
+    elif lay.recompute == "selective":  # the attention core: its GEMMs and, eager, the softmax and dropout
+        core = fwd["attention"] + (9 * lay.shape.heads * (lay.seq_len / lay.cp) * lay.seq_len * lay.micro_batch
+                                   / lay.tp / (hw.hbm_tbs * 1e12) if lay.attention == "eager" else 0.0)
+        terms["recompute"] = core * layers
+    terms["logits"] = _logits_seconds(lay, hw)  # on the last stage, the busiest
+    if lay.async_tp:  # micro-pipelined collective matmuls hide part of the TP traffic
+        terms["tp_comm"] *= 1 - ASYNC_TP_HIDDEN
+    return terms
+
+
+def _p2p_seconds(lay: Layout, hw: GpuProfile) -> float:
+    """Per micro-batch: an activation send forward and a gradient send backward per virtual stage, each b·s·h
+    16-bit values scattered over the TP ranks (Narayanan 2021 sec. 4.1), over the link between stages."""
+    if lay.pp == 1:
+        return 0.0
+    v = lay.virtual_stages if lay.schedule == "interleaved" else 1
+    nbytes = 2 * lay.micro_batch * lay.seq_len / lay.cp * lay.shape.hidden / lay.tp
+    gbs = _group_gbs(lay.tp * lay.cp * lay.dp + 1, lay, hw)
+    return 2 * v * (nbytes / (gbs * 1e9) + hw.collective_latency_us * 1e-6)
+
+
+def _local_params(lay: Layout) -> float:
+    """Parameters on the busiest GPU: its blocks' TP shards plus the (vocabulary-split) embedding."""
+    s = lay.shape
+    return lay.stage_layers * s.layer_params() / lay.tp + s.vocab * s.hidden / lay.tp
+
+
+def _dp_seconds(lay: Layout, hw: GpuProfile, compute: float) -> float:
+    """Exposed seconds of the data-parallel traffic of one step (16-bit gradients and parameters; FSDP reduces in
+    fp32 as torchtitan configures it). Overlapped engines hide what fits under the compute, less one layer's
+    share that starts before (or ends after) any compute it could hide under."""
+    d = lay.dp * (lay.cp if lay.strategy.startswith(("fsdp", "zero")) else 1)  # FSDP shards over dp x cp
+    if d == 1:
+        return 0.0
+    params = _local_params(lay)
+    gbs = _group_gbs(lay.tp * lay.cp * d, lay, hw)
+    grads16 = 2 * params
+    if lay.strategy == "ddp":  # Megatron-LM 2021: one all-reduce after the last backward, not overlapped
+        return ring_seconds("all_reduce", grads16, d, gbs, hw)
+    if lay.strategy in ("zero1", "zero2"):
+        return ring_seconds("reduce_scatter", grads16, d, gbs, hw) + ring_seconds("all_gather", grads16, d, gbs, hw)
+    gathers = 2 if lay.strategy in ("zero3", "fsdp", "fsdp_hybrid") else 1  # forward, and again for the backward
+    if lay.recompute == "full" and lay.strategy == "zero3":
+        gathers += 1  # DeepSpeed's checkpointed forward gathers again
+    micro = lay.micro_batches if lay.strategy in ("zero3", "fsdp") else 1  # re-gathered every micro-batch
+    reduce_bytes = (4 if lay.strategy.startswith("fsdp") else 2) * params
+    comm = micro * (gathers * ring_seconds("all_gather", grads16, d, gbs, hw)
+                    + ring_seconds("reduce_scatter", reduce_bytes, d, gbs, hw))
+    return max(0.0, comm - compute) + comm / lay.stage_layers
+
+
+def _optimizer_seconds(lay: Layout, hw: GpuProfile) -> float:
+    """Adam on the local shard: read fp32 weights, gradients and two moments, write three back and a 16-bit copy
+    (30 bytes per parameter) at HBM bandwidth."""
+    shard = 1 if lay.strategy == "ddp" else lay.dp * lay.cp  # every other strategy shards the optimizer
+    return 30 * _local_params(lay) / shard / (hw.hbm_tbs * 1e12)
+
+
+def model_flops(lay: Layout) -> float:
+    """Model FLOPs per GPU per step without recompute: 6 per parameter per token plus attention's
+    12·l·s²·h per sequence (Narayanan 2021 eq. 3 without its recompute term), over every GPU."""
+    s = lay.shape
+    tokens = lay.global_batch * lay.seq_len
+    return (6 * s.params() * tokens + 12 * s.layers * lay.seq_len * s.hidden * tokens) / lay.gpus
+
+
+def step_time(lay: Layout, hw: GpuProfile) -> StepTime:
+    """Seconds of one optimizer step, by term."""
+    stage = _stage_seconds(lay, hw)
+    m = lay.micro_batches
+    v = lay.virtual_stages if lay.schedule == "interleaved" else 1
+    per_micro = sum(stage.values())
+    terms = {name: m * seconds for name, seconds in stage.items()}
+    terms["pp_bubble"] = (lay.pp - 1) / v * per_micro if lay.pp > 1 else 0.0
+    terms["pp_p2p"] = m * _p2p_seconds(lay, hw)
+    compute = sum(terms.values())
+    terms["dp_comm"] = _dp_seconds(lay, hw, compute)
+    terms["optimizer"] = _optimizer_seconds(lay, hw)
+    return StepTime(sum(terms.values()), terms, model_flops(lay))

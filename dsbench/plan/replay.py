@@ -1,0 +1,276 @@
+"""``dsbench plan --replay``: predict published GPU training runs and compare (pure, stdlib only).
+
+Rows come in the oracle schema of ``../shared/oracles`` (tests/data/oracles/README.md). A row's inputs that the
+source does not give are filled by the documented rules below and reported in ``assumed``; a row the model cannot
+price is listed as skipped with the reason. Statistics are given for complete rows and for all rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from dsbench.errors import UserError
+from dsbench.plan.gpu_layout import Layout, Shape
+from dsbench.plan.gpu_memory import peak_memory
+from dsbench.plan.gpu_profiles import GpuProfile, profile_for
+from dsbench.plan.gpu_time import StepTime, step_time
+
+COLUMNS = ("source,row,model,arch,layers,hidden,heads,kv_heads,ffn,vocab,seq_len,gpu,gpus,gpus_per_node,intra_gbs,"
+           "inter_gbs,strategy,tp,pp,cp,schedule,virtual_stages,micro_batch,global_batch,recompute,"
+           "sequence_parallel,precision,compile,measured_step_s,measured_tokens_per_s_per_gpu,measured_peak_mem_gib,"
+           "note").split(",")
+INTS = ("row", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "gpus", "gpus_per_node", "tp",
+        "pp", "cp", "virtual_stages", "micro_batch", "global_batch")
+FLOATS = ("intra_gbs", "inter_gbs", "measured_step_s", "measured_tokens_per_s_per_gpu", "measured_peak_mem_gib")
+FLAGS = ("sequence_parallel", "compile")
+REQUIRED = ("source", "row", "arch", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "gpu",
+            "gpus", "gpus_per_node", "strategy", "tp", "pp", "cp", "global_batch", "recompute", "precision")
+MICRO_BATCHES = (1, 2, 4, 8)
+"""Rule for a missing micro-batch (Megatron 2021 Table 1 gives none): the fastest of these that fits, as the paper
+tuned its runs; for a missing interleaving factor, the fastest that divides the layers per stage (at most 8)."""
+OP_SAC = ("per-op SAC", "selective per-op", "selective op")
+"""Notes that say torchtitan's per-op selective checkpointing: priced as recompute ``op`` (gpu_layout.RECOMPUTE)."""
+LAYER_SAC = ("layer-level SAC", "selective layer")
+"""Notes that say torchtitan's per-layer selective checkpointing (every n-th block checkpointed, n not stated):
+priced as attention-only recompute."""
+ASYNC_TP = ("Async TP", "AsyncTP on", "+ AsyncTP")
+"""Notes that say torchtitan's Async TP: TP collectives overlapped with the matmuls."""
+
+
+@dataclass(frozen=True)
+class OracleRow:
+    """One published run: its columns, typed (None where the source gives no value)."""
+
+    values: dict[str, Any]
+    path: str
+
+    @property
+    def source(self) -> str:
+        return self.values["source"]
+
+    @property
+    def row(self) -> int:
+        return self.values["row"]
+
+
+@dataclass(frozen=True)
+class RowResult:
+    row: OracleRow
+    layout: Layout | None = None
+    time: StepTime | None = None
+    predicted_step_s: float | None = None
+    predicted_peak_mem_gib: float | None = None
+    step_error: float | None = None
+    mem_error: float | None = None
+    assumed: dict[str, str] = field(default_factory=dict)
+    skipped: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return not self.assumed
+
+
+def _typed(path: Path, line: int, raw: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for column in COLUMNS:
+        text = (raw.get(column) or "").strip()
+        where = f"{path} row {line} column {column}"
+        if not text:
+            if column in REQUIRED:
+                raise UserError(f"{where}: empty, and the model needs it")
+            out[column] = None
+        elif column in INTS:
+            if not text.isdigit() or int(text) == 0 and column != "row":
+                raise UserError(f"{where}: {text!r} is not a positive whole number")
+            out[column] = int(text)
+        elif column in FLOATS:
+            try:
+                value = float(text)
+            except ValueError:
+                raise UserError(f"{where}: {text!r} is not a number") from None
+            if not value > 0:
+                raise UserError(f"{where}: {text!r} must be above 0")
+            out[column] = value
+        elif column in FLAGS:
+            if text not in ("0", "1"):
+                raise UserError(f"{where}: {text!r}: use 0 or 1")
+            out[column] = text == "1"
+        else:
+            out[column] = text
+    return out
+
+
+def read_rows(paths: list[Path]) -> list[OracleRow]:
+    """Every row of the files, typed; a file or row that does not follow the schema is one line naming it."""
+    rows: list[OracleRow] = []
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"--replay {path}: cannot be read ({exc.__class__.__name__})") from None
+        reader = csv.DictReader(text.splitlines())
+        header = reader.fieldnames or []
+        missing = [c for c in COLUMNS if c not in header]
+        if missing:
+            raise UserError(f"{path}: not the oracle schema: no column {missing[0]} (header: {','.join(COLUMNS)})")
+        for line, raw in enumerate(reader, start=2):
+            if None in raw:
+                raise UserError(f"{path} row {line}: more cells than the header's {len(header)} columns")
+            rows.append(OracleRow(_typed(Path(path), line, raw), str(path)))
+    return rows
+
+
+def _layout(v: dict[str, Any], micro_batch: int, virtual: int) -> Layout:
+    note = v.get("note") or ""
+    recompute = "op" if v["recompute"] == "selective" and any(m in note for m in OP_SAC) else v["recompute"]
+    shape = Shape(v["arch"], v["layers"], v["hidden"], v["heads"], v["kv_heads"], v["ffn"], v["vocab"])
+    return Layout(shape, v["seq_len"], v["gpu"], v["gpus"], v["gpus_per_node"], v["strategy"], v["tp"], v["pp"],
+                  v["cp"], v["schedule"] or "1f1b", virtual, micro_batch, v["global_batch"], recompute,
+                  bool(v["sequence_parallel"]), v["precision"], bool(v["compile"]),
+                  # the attention kernel: Megatron's GPT runs materialise the scores (fused softmax), Llama runs use
+                  # a flash kernel (torchtitan and HF through SDPA)
+                  "eager" if v["arch"] == "gpt" else "flash", v["intra_gbs"], v["inter_gbs"],
+                  async_tp=any(marker in note for marker in ASYNC_TP))
+
+
+def _assumed(v: dict[str, Any]) -> dict[str, str]:
+    note, out = v.get("note") or "", {}
+    if v["micro_batch"] is None:
+        out["micro_batch"] = f"the fastest of {', '.join(map(str, MICRO_BATCHES))} that fits (the source tuned it)"
+    if v["schedule"] == "interleaved" and v["virtual_stages"] is None:
+        out["virtual_stages"] = "the fastest that divides the layers per stage (at most 8)"
+    if v["intra_gbs"] is None or v["inter_gbs"] is None:
+        out["interconnect"] = "not given: the GPU's usual NVLink and network (one NIC per GPU)"
+    if any(marker in note for marker in OP_SAC):
+        out["recompute"] = "torchtitan's per-op selective checkpointing (the note): recompute op"
+    elif any(marker in note for marker in LAYER_SAC):
+        out["recompute"] = "torchtitan's per-layer checkpointing, frequency not stated: attention-only recompute"
+    if "recompute assum" in note:
+        out["recompute"] = "full recompute, as the source assumes"
+    if "not stated" in note and v["pp"] > 1:
+        out["micro_batch"] = "the framework's default pipeline micro-batching (the source does not state it)"
+    return out
+
+
+def _candidates(v: dict[str, Any]) -> list[Layout]:
+    batches = [v["micro_batch"]] if v["micro_batch"] else list(MICRO_BATCHES)
+    per_stage = v["layers"] // v["pp"]
+    if v["schedule"] != "interleaved" or v["pp"] == 1:
+        virtuals = [1]
+    elif v["virtual_stages"]:
+        virtuals = [v["virtual_stages"]]
+    else:
+        virtuals = [n for n in range(1, 9) if per_stage and per_stage % n == 0]
+    layouts = []
+    for mb in batches:
+        for virtual in virtuals:
+            try:
+                layouts.append(_layout(v, mb, virtual).check())
+            except UserError:
+                if len(batches) == len(virtuals) == 1:
+                    raise
+    return layouts
+
+
+def predict_row(row: OracleRow, profile: GpuProfile | None = None) -> RowResult:
+    """Predict one published run (the fastest allowed layout where the source leaves a choice open)."""
+    v = row.values
+    assumed = _assumed(v)
+    try:
+        hw = profile or profile_for(v["gpu"])
+        if v["precision"] not in hw.peak_tflops:
+            return RowResult(row, assumed=assumed, skipped=f"no {v['precision']} peak in the {hw.kind} profile")
+        layouts = _candidates(v)
+    except UserError as exc:
+        return RowResult(row, assumed=assumed, skipped=str(exc))
+    if not layouts:
+        return RowResult(row, assumed=assumed, skipped="no micro-batch or interleaving the layout allows")
+    priced = [(step_time(lay, hw), peak_memory(lay), lay) for lay in layouts]
+    fitting = [p for p in priced if p[1].reserved_gib <= hw.memory_gib] or priced
+    time, memory, layout = min(fitting, key=lambda p: p[0].seconds)
+    peak = memory.reserved_gib if v["source"].startswith("torchtitan") else memory.allocated_gib
+    measured_step, measured_mem = v["measured_step_s"], v["measured_peak_mem_gib"]
+    return RowResult(row, layout, time, time.seconds, peak,
+                     time.seconds / measured_step - 1 if measured_step else None,
+                     peak / measured_mem - 1 if measured_mem else None, assumed)
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    """Spearman's rank correlation (ties share their mean rank); None for fewer than 3 pairs or a constant side."""
+    if len(xs) < 3:
+        return None
+
+    def ranks(values: list[float]) -> list[float]:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        out = [0.0] * len(values)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                out[order[k]] = (i + j) / 2
+            i = j + 1
+        return out
+
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    var = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
+    return cov / var if var else None
+
+
+def error_stats(results: list[RowResult]) -> dict[str, Any]:
+    """Absolute step-time errors (median, mean, max), spearman_step, and spearman_efficiency: predicted vs measured
+    step time per model FLOP (1/MFU), over the rows with a prediction and a measured step."""
+    done = [r for r in results if r.step_error is not None and r.time is not None]
+    if not done:
+        return {"rows": 0}
+    errors = [abs(r.step_error) for r in done]
+    measured = [r.row.values["measured_step_s"] for r in done]
+    predicted = [r.predicted_step_s for r in done]
+    per_flop = [(p / r.time.model_flops, m / r.time.model_flops) for r, p, m in zip(done, predicted, measured,
+                                                                                     strict=True)]
+    return {"rows": len(done), "median_abs_step_error": statistics.median(errors),
+            "mean_abs_step_error": statistics.fmean(errors), "max_abs_step_error": max(errors),
+            "spearman_step": spearman(predicted, measured),
+            "spearman_efficiency": spearman([p for p, _ in per_flop], [m for _, m in per_flop])}
+
+
+def source_stats(results: list[RowResult]) -> dict[str, dict[str, Any]]:
+    """Per source: the statistics over its complete rows and over all its rows, and its row and skip counts."""
+    out: dict[str, dict[str, Any]] = {}
+    for source in dict.fromkeys(r.row.source for r in results):
+        mine = [r for r in results if r.row.source == source]
+        out[source] = {"rows": len(mine), "skipped": sum(r.skipped is not None for r in mine),
+                       "complete": error_stats([r for r in mine if r.complete]), "all": error_stats(mine)}
+    return out
+
+
+def replay(paths: list[str]) -> list[RowResult]:
+    """Predict every row of the files."""
+    return [predict_row(row) for row in read_rows([Path(p) for p in paths])]
+
+
+def as_json(results: list[RowResult]) -> dict[str, Any]:
+    """``rows`` (inputs, predictions, signed errors, assumptions, skips) and ``sources`` (statistics)."""
+    return {"rows": [row_record(r) for r in results], "sources": source_stats(results)}
+
+
+def row_record(r: RowResult) -> dict[str, Any]:
+    """One row for --json: its input columns, the predictions and errors, the assumptions and any skip."""
+    record = {k: v for k, v in r.row.values.items() if k != "note"}
+    chosen = {"micro_batch": r.layout.micro_batch, "virtual_stages": r.layout.virtual_stages} if r.layout else {}
+    return {**record, **{f"chosen_{k}": v for k, v in chosen.items() if record.get(k) is None},
+            "predicted_step_s": r.predicted_step_s, "predicted_peak_mem_gib": r.predicted_peak_mem_gib,
+            "step_error": r.step_error, "mem_error": r.mem_error,
+            "terms_s": dict(r.time.terms) if r.time else None, "assumed": r.assumed, "skipped": r.skipped}
+
+
+def with_columns(row: OracleRow, **overrides: Any) -> OracleRow:
+    """The row with some columns replaced (sensitivity checks: another interconnect, another micro-batch)."""
+    return replace(row, values={**row.values, **overrides})

@@ -1,0 +1,180 @@
+"""The GPU time and memory model against published GPU-cluster runs (``dsbench plan --replay``), no GPU needed.
+
+Oracles: the measured runs in tests/data/oracles (copied from ../shared/oracles with their README: Korthikanti et
+al. 2022 Table 5, Narayanan et al. 2021 Tables 1 and 2, torchtitan's published benchmarks). The only constants
+chosen on these rows are GRAND_TETON_CLOCK (torchtitan-h100-202412 rows 1 and 4) and ASYNC_TP_HIDDEN
+(torchtitan-asynctp-2025-06 rows 1 and 2); the A100 constants are datasheet and microbenchmark figures, so every
+A100 row is out of sample.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dsbench.errors import UserError
+from dsbench.plan.gpu_layout import Layout, Shape
+from dsbench.plan.replay import COLUMNS, error_stats, predict_row, read_rows, replay, spearman
+from tests.conftest import DATA
+
+ORACLES = DATA / "oracles"
+FILES = sorted(str(p) for p in ORACLES.glob("*.csv"))
+
+
+@pytest.fixture(scope="module")
+def results():
+    return replay(FILES)
+
+
+def _rows(results, source):
+    return {r.row.row: r for r in results if r.row.source == source}
+
+
+def test_every_shipped_row_is_priced_or_skipped_with_a_reason(results):
+    assert len(results) == 64
+    assert all((r.predicted_step_s is not None) != (r.skipped is not None) for r in results)
+    assert all(r.skipped is None for r in results), [(r.row.source, r.row.row, r.skipped) for r in results]
+
+
+def test_korthikanti_table5_out_of_sample(results):
+    """Mean absolute step-time error within the issue's 5% on constants chosen without this table. Its maximum
+    (22B with sequence parallelism, -12.5%) misses the 10% goal: the figure is held here so it cannot get worse."""
+    stats = error_stats(list(_rows(results, "korthikanti2022-table5").values()))
+    assert stats["rows"] == 8 and stats["mean_abs_step_error"] <= 0.05
+    assert stats["max_abs_step_error"] <= 0.13
+    assert stats["spearman_step"] == 1.0
+
+
+def test_selective_recompute_with_sequence_parallelism_beats_full_recompute(results):
+    """Korthikanti Table 5: every model's SP + selective row is faster than its full-recompute row, by a margin
+    within 10 points of the measured one."""
+    rows = _rows(results, "korthikanti2022-table5")
+    for full, selective in ((1, 2), (3, 4), (5, 6), (7, 8)):
+        predicted = rows[selective].predicted_step_s / rows[full].predicted_step_s
+        measured = rows[selective].row.values["measured_step_s"] / rows[full].row.values["measured_step_s"]
+        assert predicted < 1 and abs(predicted - measured) < 0.10, (full, predicted, measured)
+
+
+def _per_gpu_throughput(result) -> float:
+    v = result.row.values
+    return v["global_batch"] * v["seq_len"] / (result.predicted_step_s * v["gpus"])
+
+
+def test_zero3_per_gpu_throughput_falls_as_the_batch_spreads(results):
+    """Megatron 2021 Table 2: the same global batch over more GPUs (ZeRO-3, no model parallelism)."""
+    rows = _rows(results, "megatron2021-table2-zero3")
+    for group in ((1, 2, 3), (4, 5, 6)):
+        throughput = [_per_gpu_throughput(rows[i]) for i in group]
+        assert throughput == sorted(throughput, reverse=True), throughput
+
+
+def test_fsdp_per_gpu_throughput_falls_from_8_to_128_gpus(results):
+    """torchtitan's H100 Table 1 (8 GPUs) vs Table 3 (128 GPUs), the same per-GPU batch."""
+    rows = _rows(results, "torchtitan-h100-202412")
+    for eight, many in ((1, 4), (2, 5), (3, 6)):
+        assert _per_gpu_throughput(rows[eight]) > _per_gpu_throughput(rows[many])
+
+
+def test_peak_memory_within_10_percent_on_torchtitan_bf16_rows(results):
+    measured = [r for r in results if r.row.source.startswith("torchtitan") and r.row.values["precision"] == "bf16"
+                and r.row.values["measured_peak_mem_gib"]]
+    assert len(measured) == 4
+    assert all(abs(r.mem_error) <= 0.10 for r in measured), [(r.row.row, r.mem_error) for r in measured]
+
+
+def test_complete_16_bit_rows_pooled(results):
+    """Every complete bf16/fp16 row: median within 8%, maximum within 25%; Spearman of step time per model FLOP
+    at least 0.8 per GPU kind with enough rows."""
+    complete = [r for r in results if r.complete and r.row.values["precision"] in ("bf16", "fp16")]
+    stats = error_stats(complete)
+    assert stats["rows"] >= 10 and stats["median_abs_step_error"] <= 0.08 and stats["max_abs_step_error"] <= 0.25
+    a100 = error_stats([r for r in complete if r.row.values["gpu"] == "a100-80g"])
+    assert a100["spearman_efficiency"] >= 0.8
+
+
+def test_rows_with_filled_inputs_say_which_rule_filled_them(results):
+    table1 = _rows(results, "megatron2021-table1")[5]
+    assert set(table1.assumed) == {"micro_batch", "virtual_stages"}
+    assert table1.layout.micro_batch in (1, 2, 4, 8) and table1.layout.virtual_stages >= 1
+    a100 = _rows(results, "torchtitan-a100-2024")[1]
+    assert "interconnect" in a100.assumed and "recompute" in a100.assumed
+    assert _rows(results, "korthikanti2022-table5")[1].assumed == {}
+
+
+def test_spearman_against_hand_ranks():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    assert spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(0.9486832980505138)  # scipy.stats.spearmanr
+    assert spearman([1, 2], [2, 1]) is None
+
+
+def _csv(tmp_path, rows: list[dict[str, str]], header: list[str] = COLUMNS):
+    path = tmp_path / "runs.csv"
+    lines = [",".join(header)] + [",".join(r.get(c, "") for c in header) for r in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+GOOD = {"source": "s", "row": "1", "model": "m", "arch": "llama", "layers": "32", "hidden": "4096", "heads": "32",
+        "kv_heads": "8", "ffn": "14336", "vocab": "128256", "seq_len": "8192", "gpu": "h100-sxm", "gpus": "8",
+        "gpus_per_node": "8", "strategy": "fsdp", "tp": "1", "pp": "1", "cp": "1", "micro_batch": "1",
+        "global_batch": "8", "recompute": "full", "sequence_parallel": "0", "precision": "bf16", "compile": "0",
+        "measured_step_s": "2.0"}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"layers": "x"}, "row 2 column layers: 'x' is not a positive whole number"),
+    ({"measured_step_s": "fast"}, "row 2 column measured_step_s: 'fast' is not a number"),
+    ({"gpus": ""}, "row 2 column gpus: empty, and the model needs it"),
+    ({"compile": "yes"}, "row 2 column compile: 'yes': use 0 or 1"),
+])
+def test_a_malformed_row_is_one_line_naming_row_and_column(tmp_path, change, message):
+    with pytest.raises(UserError, match=message):
+        read_rows([_csv(tmp_path, [{**GOOD, **change}])])
+
+
+def test_another_schema_is_refused(tmp_path):
+    with pytest.raises(UserError, match="not the oracle schema: no column seq_len"):
+        read_rows([_csv(tmp_path, [GOOD], [c for c in COLUMNS if c != "seq_len"])])
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"gpu": "tpu-v5"}, "gpu 'tpu-v5': no hardware profile"),
+    ({"gpu": "v100-32g", "precision": "bf16"}, "no bf16 peak in the v100-32g profile"),
+    ({"tp": "3"}, "does not divide 8 GPUs"),
+    ({"global_batch": "12"}, "global batch 12 is not a multiple of data parallel 8 x micro-batch 1"),
+])
+def test_a_row_the_model_cannot_price_is_skipped_with_its_reason(tmp_path, change, reason):
+    [row] = read_rows([_csv(tmp_path, [{**GOOD, **change}])])
+    result = predict_row(row)
+    assert result.predicted_step_s is None and reason in result.skipped
+
+
+def test_replay_command_json_and_errors(cli_run, tmp_path):
+    result = cli_run("plan", "--replay", str(ORACLES / "korthikanti2022-table5.csv"), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    row = data["rows"][0]
+    assert {"predicted_step_s", "predicted_peak_mem_gib", "step_error", "mem_error", "assumed", "skipped"} <= set(row)
+    assert row["step_error"] == pytest.approx(row["predicted_step_s"] / row["measured_step_s"] - 1)
+    source = data["sources"]["korthikanti2022-table5"]
+    assert source["rows"] == 8 and source["skipped"] == 0 and "spearman_efficiency" in source["all"]
+    table = cli_run("plan", "--replay", str(ORACLES / "korthikanti2022-table5.csv"))
+    assert table.exit_code == 0 and "korthikanti2022-table5" in table.output and "-12.5%" in table.output
+    bad = _csv(tmp_path, [{**GOOD, "layers": "x"}])
+    for args, message in ((["--replay", str(bad)], "column layers"), (["--replay"], "--replay needs one or more"),
+                          ([str(bad)], "a file is read only with --replay")):
+        result = cli_run("plan", *args)
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_a_layout_refuses_what_no_framework_runs():
+    shape = Shape("llama", 32, 4096, 32, 8, 14336, 128256)
+    with pytest.raises(UserError, match="tp 3 must divide the 32 heads and the 8 KV heads"):
+        Layout(shape, 8192, "h100-sxm", 6, 6, tp=3, global_batch=2).check()
+    Layout(shape, 8192, "h100-sxm", 16, 8, tp=16, global_batch=1).check()  # 8 KV heads, each on 2 TP ranks
+    with pytest.raises(UserError, match="seq_len 8190 must split into 2 x cp 2"):
+        Layout(shape, 8190, "h100-sxm", 8, 8, cp=2, global_batch=4).check()
+    with pytest.raises(UserError, match="sequence parallelism shards along the TP group"):
+        Layout(shape, 8192, "h100-sxm", 8, 8, sequence_parallel=True, global_batch=8).check()
