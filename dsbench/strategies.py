@@ -128,6 +128,11 @@ class Strategy:
         return tuple(flags)
 
     @property
+    def worker_flags(self) -> tuple[str, ...]:
+        """The worker flags (after ``--``) the strategy needs."""
+        return () if self.reshard else ("--no-fsdp-reshard",)
+
+    @property
     def planner_fields(self) -> dict[str, object]:
         """The planner's candidate that models it (strategy, offloads, tp, pp, and who implements tp/pp); ``single``
         is DDP on one rank. Whether the planner's model is used for it is :attr:`planned`."""

@@ -263,6 +263,4 @@ def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) ->
         args += ["--precision", cell.precision]
     if "nvme" in (how.offload, how.offload_param):
         args += ["--nvme-path", nvme_path or str(run_dir / "nvme")]
-    if not how.reshard:
-        worker.append("--no-fsdp-reshard")
-    return [*args, "--", *worker]
+    return [*args, "--", *worker, *how.worker_flags]

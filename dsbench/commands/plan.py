@@ -14,7 +14,9 @@ from dsbench.commands.options import (
     Finite,
     checked_profile,
 )
-from dsbench.plan.request import DEFAULTS
+from dsbench.plan.gpu_layout import ARCHS, RECOMPUTE, SCHEDULES
+from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
+from dsbench.strategies import GPU_DATA_PARALLEL
 
 
 @click.command(cls=Command)
@@ -47,17 +49,57 @@ from dsbench.plan.request import DEFAULTS
 @click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
               help="A machine profile from `dsbench calibrate`: measured compute rate and links instead of datasheet "
               "figures.")
+@click.option("--layout", type=click.Choice(GPU_DATA_PARALLEL),
+              help="Price this one layout on GPUs (the GPU time and memory model) instead of ranking candidates.")
+@click.option("--tp", type=COUNT, default=LAYOUT_DEFAULTS.tp, show_default=True, help="With --layout: tensor "
+              "parallel degree.")
+@click.option("--pipeline-stages", type=COUNT, default=LAYOUT_DEFAULTS.pipeline_stages, show_default=True,
+              help="With --layout: pipeline stages.")
+@click.option("--pipeline-schedule", type=click.Choice(SCHEDULES), default=LAYOUT_DEFAULTS.pipeline_schedule,
+              show_default=True, help="With --layout.")
+@click.option("--virtual-stages", type=COUNT, default=LAYOUT_DEFAULTS.virtual_stages, show_default=True,
+              help="With --layout and --pipeline-schedule interleaved: model chunks per stage.")
+@click.option("--cp", type=COUNT, default=LAYOUT_DEFAULTS.cp, show_default=True,
+              help="With --layout: context parallel degree (ring attention).")
+@click.option("--global-batch", type=COUNT, help="With --layout: sequences per optimizer step [data parallel x "
+              "micro-batch x --grad-accum].")
+@click.option("--recompute", type=click.Choice(RECOMPUTE), default=LAYOUT_DEFAULTS.recompute, show_default=True,
+              help="With --layout: activation recompute (selective: the attention core; op: per-op checkpointing).")
+@click.option("--sequence-parallel", is_flag=True, help="With --layout and --tp: shard norms along the sequence.")
+@click.option("--compile", "compiled", is_flag=True, help="With --layout: torch.compile fuses the element-wise ops.")
+@click.option("--attention", type=click.Choice(["flash", "eager"]), default=LAYOUT_DEFAULTS.attention,
+              show_default=True, help="With --layout: the attention kernel.")
+@click.option("--arch", type=click.Choice(ARCHS), help="With --layout: model family of the shape flags [llama].")
+@click.option("--layers", type=COUNT, help="With --layout: transformer blocks (or override the model's).")
+@click.option("--hidden", type=COUNT, help="With --layout: hidden size.")
+@click.option("--heads", type=COUNT, help="With --layout: attention heads.")
+@click.option("--kv-heads", type=COUNT, help="With --layout: key/value heads [--heads].")
+@click.option("--ffn", type=COUNT, help="With --layout: MLP width [4 x hidden for gpt, Llama's 8/3 rule].")
+@click.option("--vocab", type=COUNT, help="With --layout: vocabulary size.")
+@click.option("--tokens", type=POSITIVE, help="With --layout: tokens to train (days and GPU-hours).")
+@click.option("--price-per-gpu-hour", type=POSITIVE, help="With --layout and --tokens: the cost.")
 @click.option("--replay", is_flag=True,
               help="Predict the published runs in FILE.csv ... (the oracle schema, docs/planner.md) and print "
               "predicted vs measured step time and memory.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False), metavar="[FILE.csv]...")
 def plan(top: int, as_json: bool, verify: bool, config_file: str | None, replay: bool, files: tuple[str, ...],
          **opts: Any) -> None:
-    """Estimate memory, communication, bubble and step time per strategy, and recommend one; with --replay,
-    predict published GPU-cluster runs and compare."""
+    """Estimate memory, communication, bubble and step time per strategy, and recommend one; with --layout,
+    price one explicit layout on GPUs; with --replay, predict published GPU-cluster runs and compare."""
     if replay or files:
         _replay(replay, files, as_json)
         return
+    layout_opts = {name: opts.pop(name) for name in LAYOUT_ONLY}
+    if opts["layout"] is not None:
+        if config_file or verify:
+            from dsbench.errors import UserError
+
+            raise UserError(f"--{'config' if config_file else 'verify'} does not apply to --layout (it prices one "
+                            "layout on GPUs; --verify runs the ranking's candidates here)")
+        _layout(opts, layout_opts, as_json)
+        return
+    opts.pop("layout")
+    _no_layout_flags(layout_opts)
     from dsbench.plan.api import plan as make_plan
     from dsbench.plan.request import PlanRequest
     from dsbench.report.tables import print_plan
@@ -75,6 +117,51 @@ def plan(top: int, as_json: bool, verify: bool, config_file: str | None, replay:
             from dsbench.report.tables import print_verify
 
             print_verify(result["verify"])
+
+
+LAYOUT_ONLY = ("tp", "pipeline_stages", "pipeline_schedule", "virtual_stages", "cp", "global_batch", "recompute",
+               "sequence_parallel", "compiled", "attention", "arch", "layers", "hidden", "heads", "kv_heads", "ffn",
+               "vocab", "tokens", "price_per_gpu_hour")
+
+
+def _no_layout_flags(layout_opts: dict[str, Any]) -> None:
+    """Refuse a layout flag given without --layout (one line naming it)."""
+    from dsbench.errors import UserError
+
+    ctx = click.get_current_context()
+    for name in LAYOUT_ONLY:
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            flag = "--compile" if name == "compiled" else f"--{name.replace('_', '-')}"
+            raise UserError(f"{flag} goes with --layout NAME (the explicit layout); the ranking of candidates "
+                            "chooses its own")
+
+
+def _layout(opts: dict[str, Any], layout_opts: dict[str, Any], as_json: bool) -> None:
+    from dataclasses import fields
+
+    from dsbench.errors import UserError
+    from dsbench.plan.explicit import predict_layout
+    from dsbench.plan.request import LayoutRequest
+
+    ctx = click.get_current_context()
+    given_accum = ctx.get_parameter_source("grad_accum") is click.core.ParameterSource.COMMANDLINE
+    accum = opts["grad_accum"] if given_accum else None  # its default (8) is the ranking's, not a layout's
+    for name in ("profile", "peak_tflops", "efficiency", "interconnect", "intra", "latency", "gpu_mem", "accounting",
+                 "host_mem", "top"):
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            raise UserError(f"--{name.replace('_', '-')} does not apply to --layout (the GPU model takes its figures "
+                            "from the --gpu profile; --bandwidth overrides the network)")
+    known = {f.name for f in fields(LayoutRequest)}
+    given = {**{k: v for k, v in opts.items() if k in known}, **layout_opts, "grad_accum": accum,
+             "compile": layout_opts["compiled"]}
+    request = LayoutRequest(**{k: v for k, v in given.items() if k in known and v is not None})
+    result = predict_layout(request)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        from dsbench.report.layout_table import print_layout
+
+        print_layout(result)
 
 
 def _replay(flag: bool, files: tuple[str, ...], as_json: bool) -> None:

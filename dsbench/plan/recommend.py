@@ -10,7 +10,7 @@ from dsbench.errors import UserError
 from dsbench.models import LLAMA_LIKE, ModelShape
 from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Estimate, Workload, estimate
-from dsbench.strategies import PLANNER, SIMPLICITY
+from dsbench.strategies import PLANNER, SIMPLICITY, Strategy
 
 
 def candidates(cl: Cluster, shape: ModelShape) -> list[Candidate]:
@@ -88,16 +88,23 @@ def rank(wl: Workload, cl: Cluster) -> list[Ranked]:
 def launch_command(e: Estimate, shape: ModelShape, wl: Workload, cl: Cluster) -> str:
     """The ``dsbench launch`` command for a candidate."""
     c = e.candidate
-    how = c.runs_as
+    accumulation = ParallelDims(world=cl.world, tp=c.tp, pp=c.pp).accumulation_for(wl.grad_accum)
+    return launch_argv(c.runs_as, shape.name if shape.source != "synthetic" else "PATH_TO_MODEL", wl.precision,
+                       wl.micro_batch, accumulation, cl.nodes, cl.gpus_per_node, wl.seq_len, c.checkpointing)
+
+
+def launch_argv(how: Strategy, model: str, precision: str, micro_batch: int, grad_accum: int, nodes: int,
+                gpus_per_node: int, seq_len: int, checkpointing: bool, worker_extra: tuple[str, ...] = ()) -> str:
+    """``dsbench launch`` for a strategy on a cluster, as a user types it (one line, shell-quoted)."""
     args = ["dsbench", "launch"]
     if how.engine != "deepspeed":  # DeepSpeed is launch's default strategy and launcher
         args += ["--strategy", how.engine, "--launcher", how.launcher]
     args += how.launch_flags
-    if "nvme" in (c.offload, c.offload_param):
+    if "nvme" in (how.offload, how.offload_param):
         args += ["--nvme-path", "/local_nvme"]
-    args += ["--model", shape.name if shape.source != "synthetic" else "PATH_TO_MODEL", "--precision", wl.precision,
-             "--micro-batch", str(wl.micro_batch), "--grad-accum",
-             str(ParallelDims(world=cl.world, tp=c.tp, pp=c.pp).accumulation_for(wl.grad_accum))]
-    args += ["--hostfile", "hostfiles/YOUR_HOSTS"] if cl.nodes > 1 else ["--num-gpus", str(cl.gpus_per_node)]
-    worker = ["--", "--seq-len", str(wl.seq_len)] + (["--activation-checkpointing"] if c.checkpointing else [])
+    args += ["--model", model, "--precision", precision, "--micro-batch", str(micro_batch), "--grad-accum",
+             str(grad_accum)]
+    args += ["--hostfile", "hostfiles/YOUR_HOSTS"] if nodes > 1 else ["--num-gpus", str(gpus_per_node)]
+    worker = ["--", "--seq-len", str(seq_len), *how.worker_flags, *worker_extra] + (
+        ["--activation-checkpointing"] if checkpointing else [])
     return shlex.join(args + worker)

@@ -42,3 +42,50 @@ class PlanRequest:
 
 
 DEFAULTS = PlanRequest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutRequest:
+    """``dsbench plan --layout``: one explicit layout on GPUs, spelled as ``dsbench launch`` and ``compare`` spell
+    it, priced with the GPU time and memory model (docs/planner.md)."""
+
+    layout: str
+    """A data-parallel strategy as compare spells it (ddp, zero1-3, fsdp, fsdp_no_reshard, fsdp_hybrid)."""
+    model: str | None = None
+    params: float | None = None
+    arch: str | None = None
+    layers: int | None = None
+    hidden: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    ffn: int | None = None
+    vocab: int | None = None
+    gpus: int | None = None
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    gpu: str = "h100"
+    bandwidth: float | None = None
+    """Across nodes, GB/s per GPU [the profile's network]."""
+    intra_bandwidth: float | None = None
+    """Within a node, GB/s per GPU [the profile's NVLink]."""
+    tp: int = 1
+    pipeline_stages: int = 1
+    pipeline_schedule: str = "1f1b"
+    virtual_stages: int = 1
+    cp: int = 1
+    seq_len: int | None = None
+    micro_batch: int = 1
+    grad_accum: int | None = None
+    global_batch: int | None = None
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    precision: str = "bf16"
+    compile: bool = False
+    attention: str = "flash"
+    tokens: float | None = None
+    """Tokens to train: the answer gives days and GPU-hours."""
+    price_per_gpu_hour: float | None = None
+    """With --tokens: the cost."""
+
+
+LAYOUT_DEFAULTS = LayoutRequest(layout="fsdp")

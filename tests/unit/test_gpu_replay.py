@@ -178,3 +178,72 @@ def test_a_layout_refuses_what_no_framework_runs():
         Layout(shape, 8190, "h100-sxm", 8, 8, cp=2, global_batch=4).check()
     with pytest.raises(UserError, match="sequence parallelism shards along the TP group"):
         Layout(shape, 8192, "h100-sxm", 8, 8, sequence_parallel=True, global_batch=8).check()
+
+
+KORTHIKANTI_22B = ["--layout", "ddp", "--arch", "gpt", "--layers", "48", "--hidden", "6144", "--heads", "64",
+                   "--ffn", "24576", "--vocab", "51200", "--seq-len", "2048", "--gpus", "8", "--gpu", "a100",
+                   "--tp", "8", "--micro-batch", "4", "--global-batch", "4", "--precision", "fp16",
+                   "--attention", "eager"]
+
+
+def test_one_explicit_layout_predicts_a_published_run(cli_run):
+    """Korthikanti Table 5 row 1 (22B, TP 8, full recompute: 1.42 s measured) typed as flags."""
+    result = cli_run("plan", *KORTHIKANTI_22B, "--recompute", "full", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["step_s"] == pytest.approx(1.42, rel=0.10)
+    assert data["layout"]["dp"] == 1 and data["layout"]["micro_batches"] == 1
+    assert data["tokens_per_s_per_gpu"] == pytest.approx(4 * 2048 / data["step_s"] / 8)
+    assert 0 < data["mfu"] < 1 and data["fits"] and set(data["terms_s"]) >= {"matmul", "tp_comm", "recompute"}
+    assert data["launchable"] is False and "tensor parallelism splits Llama-family" in data["why_not"]
+    faster = json.loads(cli_run("plan", *KORTHIKANTI_22B, "--recompute", "selective", "--sequence-parallel",
+                                "--json").output)
+    assert faster["step_s"] < data["step_s"] and "sequence parallelism" in faster["why_not"]
+    text = cli_run("plan", *KORTHIKANTI_22B, "--recompute", "full")
+    assert text.exit_code == 0 and "MFU" in text.output and "time per step: matmul" in text.output
+
+
+def test_a_launchable_layout_prints_the_command_that_launch_accepts(cli_run, tmp_path):
+    """torch_tp on Llama: the printed command, run with --dry-run, writes the layout it was given."""
+    import shlex
+
+    result = cli_run("plan", "--layout", "ddp", "--model", "llama-7b", "--gpus", "8", "--tp", "2", "--seq-len", "2048",
+                     "--global-batch", "64", "--recompute", "full", "--json")
+    data = json.loads(result.output)
+    assert data["launchable"] and data["strategy"] == "torch_tp2"
+    argv = shlex.split(data["command"])
+    assert argv[:2] == ["dsbench", "launch"] and "--activation-checkpointing" in argv
+    split = argv.index("--")
+    done = cli_run(*argv[1:split], "--dry-run", "--run-dir", str(tmp_path / "r"), *argv[split:])
+    assert done.exit_code == 0, done.output
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    text = json.dumps(run)
+    assert '"tp": 2' in text and '"grad_accum": 16' in text and '"activation_checkpointing": true' in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--params", "7e9", "--gpus", "8", "--tp", "2"], "--tp goes with --layout NAME"),
+    (["--layout", "fsdp", "--params", "7e9", "--gpus", "8", "--global-batch", "64", "--grad-accum", "4"],
+     "--global-batch 64 and --grad-accum 4 disagree"),
+    (["--layout", "fsdp", "--params", "7e9", "--gpus", "8", "--tp", "3"], "tp 3 x pp 1 x cp 1 does not divide 8 GPUs"),
+    (["--layout", "fsdp", "--gpus", "8", "--layers", "32"], "--hidden, --heads, --vocab missing"),
+    (["--layout", "fsdp", "--params", "7e9", "--gpus", "8", "--virtual-stages", "2"],
+     "--virtual-stages goes with --pipeline-schedule interleaved"),
+    (["--layout", "fsdp", "--params", "7e9", "--gpus", "8", "--efficiency", "0.4"], "--efficiency does not apply"),
+    (["--layout", "fsdp", "--params", "7e9", "--gpus", "8", "--gpu", "tpu"], "gpu 'tpu': no hardware profile"),
+])
+def test_layout_misuse_is_one_line(cli_run, args, message):
+    result = cli_run("plan", *args)
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_days_gpu_hours_and_cost_follow_the_predicted_throughput(cli_run):
+    args = ["plan", "--layout", "fsdp", "--model", "llama-7b", "--gpus", "64", "--nodes", "8", "--seq-len", "4096",
+            "--global-batch", "512", "--tokens", "2e12", "--price-per-gpu-hour", "2.5", "--json"]
+    data = json.loads(cli_run(*args).output)
+    seconds = 2e12 / (data["tokens_per_s_per_gpu"] * 64)
+    cost = data["training"]
+    assert cost["days"] == pytest.approx(seconds / 86400) and cost["gpu_hours"] == pytest.approx(seconds / 3600 * 64)
+    assert cost["cost"] == pytest.approx(cost["gpu_hours"] * 2.5)
+    alone = cli_run("plan", "--layout", "fsdp", "--model", "llama-7b", "--gpus", "8", "--price-per-gpu-hour", "2")
+    assert alone.exit_code == 2 and "--price-per-gpu-hour goes with --tokens N" in alone.output

@@ -1,0 +1,159 @@
+"""``dsbench plan --layout``: one explicit layout on GPUs priced with the GPU time and memory model (pure).
+
+The layout is spelled as ``dsbench launch`` spells it (``--tp``, ``--pipeline-stages``, ``--pipeline-schedule``)
+with the degrees and options the GPU model knows beyond what dsbench runs today (``--cp``, ``--virtual-stages``,
+``--recompute``, ``--sequence-parallel``); the answer says whether dsbench can launch it, and how.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from dsbench.errors import UserError
+from dsbench.models import ModelShape, resolve_model
+from dsbench.plan.gpu_layout import ARCHS, Layout, Shape
+from dsbench.plan.gpu_memory import peak_memory
+from dsbench.plan.gpu_profiles import GpuProfile, profile_for
+from dsbench.plan.gpu_time import step_time
+from dsbench.plan.recommend import launch_argv
+from dsbench.plan.request import LayoutRequest
+from dsbench.strategies import Strategy, lookup, name_for
+
+SHAPE_FLAGS = ("arch", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
+
+
+def _llama_ffn(hidden: int) -> int:
+    """Llama's MLP width for a hidden size: 8h/3 rounded up to a multiple of 256 (Llama 2 ``multiple_of``)."""
+    return -(-(8 * hidden // 3) // 256) * 256
+
+
+def shape_of(req: LayoutRequest) -> tuple[Shape, str, int]:
+    """The model's shape (a preset or local config.json, ``--params``, or the shape flags, which also override
+    single dimensions of a model), its name for the launch command, and its longest sequence."""
+    if req.model and req.params:
+        raise UserError("give at most one of --model NAME and --params N")
+    given = {flag: getattr(req, flag) for flag in SHAPE_FLAGS if getattr(req, flag) is not None}
+    base: ModelShape | None = None
+    if req.model:
+        base = resolve_model(req.model)
+    elif req.params:
+        from dsbench.plan.api import synthetic_shape
+
+        base = synthetic_shape(float(req.params))
+    if base is not None:
+        values = {"arch": "gpt" if base.arch == "gpt2" else "llama", "layers": base.layers, "hidden": base.hidden,
+                  "heads": base.heads, "kv_heads": base.kv_heads, "ffn": base.intermediate,
+                  "vocab": base.vocab_size, **given}
+        name = base.name if base.source != "synthetic" and not given else "PATH_TO_MODEL"
+        longest = base.max_positions
+    else:
+        missing = [f"--{flag}" for flag in ("layers", "hidden", "heads", "vocab") if flag not in given]
+        if missing:
+            raise UserError(f"--layout needs --model, --params or the shape flags: {', '.join(missing)} missing")
+        values = {"arch": "llama", **given}
+        values.setdefault("kv_heads", values["heads"])
+        values.setdefault("ffn", 4 * values["hidden"] if values["arch"] == "gpt" else _llama_ffn(values["hidden"]))
+        name, longest = "PATH_TO_MODEL", 1 << 20
+    if values["arch"] not in ARCHS:
+        raise UserError(f"--arch {values['arch']!r}: use one of {', '.join(ARCHS)}")
+    return Shape(**values), name, longest
+
+
+def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
+    """The checked layout, its hardware profile and the model's name for the launch command."""
+    shape, name, longest = shape_of(req)
+    hw = profile_for(req.gpu)
+    gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
+    gpus = req.gpus or req.nodes * gpn
+    if gpus != req.nodes * gpn:
+        raise UserError(f"--gpus {gpus} != --nodes {req.nodes} x --gpus-per-node {gpn}")
+    seq = req.seq_len or min(longest, 2048)
+    if seq > longest:
+        raise UserError(f"--seq-len {seq} is longer than the model's {longest} positions")
+    if req.precision not in hw.peak_tflops:
+        raise UserError(f"--precision {req.precision}: the {hw.kind} profile has no {req.precision} peak "
+                        f"(it has {', '.join(hw.peak_tflops)})")
+    dp = gpus // (req.tp * req.pipeline_stages * req.cp) if gpus % (req.tp * req.pipeline_stages * req.cp) == 0 else 0
+    global_batch = req.global_batch or dp * req.micro_batch * (req.grad_accum or 1)
+    if req.global_batch and req.grad_accum and dp and req.global_batch != dp * req.micro_batch * req.grad_accum:
+        raise UserError(f"--global-batch {req.global_batch} and --grad-accum {req.grad_accum} disagree: data parallel "
+                        f"{dp} x micro-batch {req.micro_batch} x {req.grad_accum} = "
+                        f"{dp * req.micro_batch * req.grad_accum}; give one of them")
+    layout = Layout(shape, seq, hw.kind, gpus, gpn, req.layout, req.tp, req.pipeline_stages, req.cp,
+                    req.pipeline_schedule, req.virtual_stages, req.micro_batch, max(global_batch, 1), req.recompute,
+                    req.sequence_parallel, req.precision, req.compile, req.attention, req.intra_bandwidth,
+                    req.bandwidth)
+    if req.virtual_stages > 1 and req.pipeline_schedule != "interleaved":
+        raise UserError("--virtual-stages goes with --pipeline-schedule interleaved")
+    return layout.check(), hw, name
+
+
+def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
+    """The compare strategy that runs the layout today, or why none does (one line)."""
+    if lay.cp > 1:
+        return None, "context parallelism (--cp) is priced but dsbench's worker does not run it yet"
+    if lay.sequence_parallel:
+        return None, "sequence parallelism is priced but dsbench's worker does not run it yet"
+    if lay.recompute in ("selective", "op"):
+        return None, f"recompute {lay.recompute}: the worker checkpoints whole blocks only (--recompute full)"
+    if lay.pp > 1 and lay.schedule == "interleaved":
+        return None, "the interleaved schedule is priced but dsbench's worker runs gpipe and 1f1b only"
+    if lay.tp > 1 and lay.pp > 1:
+        return None, "tensor and pipeline parallelism in one run (3D) is priced but not run by dsbench yet"
+    if lay.tp == lay.pp == 1:
+        how = lookup(lay.strategy)
+        return (how, None) if how else (None, f"{lay.strategy}: the worker's FSDP2 builds no replicated dimension")
+    engine = "deepspeed" if lay.strategy.startswith("zero") else "torch"
+    name = name_for(lay.strategy, tp=lay.tp, pp=lay.pp, engine=engine)
+    if name is None:
+        return None, (f"{lay.strategy} with tp/pp: dsbench runs tensor and pipeline parallelism under zero1 "
+                      "(DeepSpeed AutoTP, its pipeline engine) or ddp (torch_tp, torch_pp)")
+    how = lookup(name)
+    if how is not None and how.engine == "deepspeed" and lay.pp > 1 and lay.schedule != "1f1b":
+        return None, "DeepSpeed's pipeline engine runs its own 1F1B schedule only (use --pipeline-schedule 1f1b)"
+    if how is not None and how.tp > 1 and lay.shape.arch != "llama":
+        return None, "tensor parallelism splits Llama-family models (GPT-2 is refused by name)"
+    return how, None
+
+
+def predict_layout(req: LayoutRequest) -> dict[str, Any]:
+    """Step time, tokens/s per GPU, MFU and peak memory per GPU with the terms behind each, whether it fits and
+    whether (and how) dsbench can launch it."""
+    lay, hw, model = layout_of(req)
+    time, memory = step_time(lay, hw), peak_memory(lay)
+    how, why_not = runner(lay)
+    command = None
+    if how is not None:
+        worker = ("--pipeline-schedule", lay.schedule) if how.engine == "torch_pp" and lay.schedule != "1f1b" else ()
+        command = launch_argv(how, model, lay.precision, lay.micro_batch, lay.micro_batches, -(-lay.gpus //
+                              lay.gpus_per_node), lay.gpus_per_node, lay.seq_len, lay.recompute == "full", worker)
+    tokens = lay.global_batch * lay.seq_len
+    shape = asdict(lay.shape)
+    return {"layout": {**{k: v for k, v in asdict(lay).items() if k != "shape"}, "dp": lay.dp,
+                       "micro_batches": lay.micro_batches},
+            "model": {**shape, "params": lay.shape.params(), "name": model},
+            "gpu": {"kind": hw.kind, "memory_gib": hw.memory_gib, "peak_tflops": hw.peak_tflops[lay.precision]},
+            "step_s": time.seconds, "tokens_per_s_per_gpu": tokens / time.seconds / lay.gpus,
+            "mfu": time.model_flops / (time.seconds * hw.peak_tflops[lay.precision] * 1e12),
+            "terms_s": time.terms, "memory_gib": {"allocated": memory.allocated_gib, "reserved": memory.reserved_gib,
+                                                  "terms": memory.terms},
+            "fits": memory.reserved_gib <= hw.memory_gib, "launchable": how is not None,
+            "strategy": how.name if how else None, "why_not": why_not, "command": command,
+            "training": training_cost(tokens / time.seconds, lay.gpus, req.tokens, req.price_per_gpu_hour)}
+
+
+def training_cost(tokens_per_s: float, gpus: int, tokens: float | None, price: float | None) -> dict[str, float] | None:
+    """Days and GPU-hours to train ``tokens`` at the predicted throughput (the whole job's tokens per second), and
+    the cost at ``price`` per GPU-hour."""
+    if tokens is None:
+        if price is not None:
+            raise UserError("--price-per-gpu-hour goes with --tokens N (the tokens to train)")
+        return None
+    if not tokens > 0:
+        raise UserError(f"--tokens {tokens:g}: give the tokens to train, above 0 (like 2e12)")
+    hours = tokens / tokens_per_s / 3600
+    out = {"tokens": tokens, "days": hours / 24, "gpu_hours": hours * gpus}
+    if price is not None:
+        out["cost"] = out["gpu_hours"] * price
+    return out

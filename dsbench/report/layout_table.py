@@ -1,0 +1,44 @@
+"""What ``dsbench plan --layout`` prints: one layout's step time, throughput, MFU and memory, with the terms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _terms(terms: dict[str, float], unit: str, scale: float = 1.0) -> str:
+    """The non-zero terms, largest first: ``matmul 5.20 s, tp_comm 1.10 s``."""
+    ordered = sorted(((v, k) for k, v in terms.items() if v * scale >= 0.005), reverse=True)
+    return ", ".join(f"{k} {v * scale:,.2f} {unit}" for v, k in ordered)
+
+
+def print_layout(result: dict[str, Any]) -> None:
+    import click
+
+    lay, model, gpu, mem = result["layout"], result["model"], result["gpu"], result["memory_gib"]
+    schedule = ""
+    if lay["pp"] > 1:
+        schedule = f" ({lay['schedule']}" + (f", {lay['virtual_stages']} virtual" if lay["schedule"] == "interleaved"
+                                            else "") + ")"
+    click.echo(f"model {model['name']}: {model['params'] / 1e9:,.2f}B params, {model['layers']} layers x "
+               f"{model['hidden']} ({model['arch']}); {lay['gpus']} x {gpu['kind']} ({lay['gpus_per_node']} per node)")
+    click.echo(f"layout {lay['strategy']}: tp {lay['tp']} x pp {lay['pp']}{schedule} x cp {lay['cp']} x dp "
+               f"{lay['dp']}; micro-batch {lay['micro_batch']} x {lay['micro_batches']} per step = global batch "
+               f"{lay['global_batch']} x {lay['seq_len']} tokens; recompute {lay['recompute']}"
+               + (", sequence parallel" if lay["sequence_parallel"] else "") + f", {lay['precision']}"
+               + (", compiled" if lay["compile"] else ""))
+    click.echo(f"step {result['step_s']:,.3f} s   {result['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU   "
+               f"MFU {result['mfu']:.1%} (of the {gpu['peak_tflops']:g} TFLOP/s datasheet peak)")
+    click.echo(f"  time per step: {_terms(result['terms_s'], 's')}")
+    fits = "fits" if result["fits"] else "does NOT fit"
+    click.echo(f"peak memory per GPU {mem['allocated']:,.1f} GiB allocated, {mem['reserved']:,.1f} GiB reserved: "
+               f"{fits} in {gpu['memory_gib']:g} GiB")
+    click.echo(f"  memory: {_terms(mem['terms'], 'GiB')}")
+    cost = result.get("training")
+    if cost:
+        click.echo(f"{cost['tokens']:,.3g} tokens: {cost['days']:,.1f} days on {lay['gpus']} GPUs, "
+                   f"{cost['gpu_hours']:,.0f} GPU-hours" + (f", {cost['cost']:,.0f} at the given price per GPU-hour"
+                                                            if "cost" in cost else ""))
+    if result["launchable"]:
+        click.echo(f"dsbench runs it as {result['strategy']}:\n  {result['command']}")
+    else:
+        click.echo(f"dsbench cannot launch it yet: {result['why_not']}")
