@@ -14,7 +14,7 @@ from dsbench.commands.options import (
     Finite,
     checked_profile,
 )
-from dsbench.plan.gpu_layout import ARCHS, RECOMPUTE, SCHEDULES
+from dsbench.plan.gpu_layout import ARCHS, KERNELS, RECOMPUTE, SCHEDULES
 from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
 from dsbench.strategies import GPU_DATA_PARALLEL
 
@@ -67,6 +67,8 @@ from dsbench.strategies import GPU_DATA_PARALLEL
               help="With --layout: activation recompute (selective: the attention core; op: per-op checkpointing).")
 @click.option("--sequence-parallel", is_flag=True, help="With --layout and --tp: shard norms along the sequence.")
 @click.option("--compile", "compiled", is_flag=True, help="With --layout: torch.compile fuses the element-wise ops.")
+@click.option("--kernels", type=click.Choice(KERNELS), default=LAYOUT_DEFAULTS.kernels, show_default=True,
+              help="With --layout: the non-matmul ops as HF/torchtitan modules (eager) or Megatron's fused kernels.")
 @click.option("--attention", type=click.Choice(["flash", "eager"]), default=LAYOUT_DEFAULTS.attention,
               show_default=True, help="With --layout: the attention kernel.")
 @click.option("--arch", type=click.Choice(ARCHS), help="With --layout: model family of the shape flags [llama].")
@@ -120,8 +122,8 @@ def plan(top: int, as_json: bool, verify: bool, config_file: str | None, replay:
 
 
 LAYOUT_ONLY = ("tp", "pipeline_stages", "pipeline_schedule", "virtual_stages", "cp", "global_batch", "recompute",
-               "sequence_parallel", "compiled", "attention", "arch", "layers", "hidden", "heads", "kv_heads", "ffn",
-               "vocab", "tokens", "price_per_gpu_hour")
+               "sequence_parallel", "compiled", "kernels", "attention", "arch", "layers", "hidden", "heads",
+               "kv_heads", "ffn", "vocab", "tokens", "price_per_gpu_hour")
 
 
 def _no_layout_flags(layout_opts: dict[str, Any]) -> None:

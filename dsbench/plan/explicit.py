@@ -82,8 +82,8 @@ def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
                         f"{dp * req.micro_batch * req.grad_accum}; give one of them")
     layout = Layout(shape, seq, hw.kind, gpus, gpn, req.layout, req.tp, req.pipeline_stages, req.cp,
                     req.pipeline_schedule, req.virtual_stages, req.micro_batch, max(global_batch, 1), req.recompute,
-                    req.sequence_parallel, req.precision, req.compile, req.attention, req.intra_bandwidth,
-                    req.bandwidth)
+                    req.sequence_parallel, req.precision, req.compile, req.kernels, req.attention,
+                    req.intra_bandwidth, req.bandwidth)
     if req.virtual_stages > 1 and req.pipeline_schedule != "interleaved":
         raise UserError("--virtual-stages goes with --pipeline-schedule interleaved")
     return layout.check(), hw, name

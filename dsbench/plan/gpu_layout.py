@@ -15,6 +15,10 @@ RECOMPUTE = ("none", "full", "selective", "op")
 checkpointing (every matmul output but every second one, and the attention kernel's output, are saved; the rest
 of the block is recomputed)."""
 ARCHS = ("gpt", "llama")
+KERNELS = ("eager", "megatron")
+"""How the non-GEMM ops run: ``eager`` as the HF/torchtitan modules write them (one kernel per torch op),
+``megatron``: Megatron-LM's fused kernels (LayerNorm, bias-GELU, bias-dropout-add, scale-mask-softmax).
+``compile`` fuses either."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,7 @@ class Layout:
     sequence_parallel: bool = False
     precision: str = "bf16"
     compile: bool = False
+    kernels: str = "eager"
     attention: str = "flash"
     """``flash``: a fused kernel that keeps the score matrix on chip and skips masked blocks; ``eager``: the
     scores materialised in memory (Megatron 2021-22's fused softmax)."""
@@ -97,6 +102,8 @@ class Layout:
             raise UserError(f"arch {s.arch!r}: use one of {', '.join(ARCHS)}")
         if self.strategy not in GPU_DATA_PARALLEL:
             raise UserError(f"strategy {self.strategy!r}: use one of {', '.join(GPU_DATA_PARALLEL)}")
+        if self.kernels not in KERNELS:
+            raise UserError(f"kernels {self.kernels!r}: use one of {', '.join(KERNELS)}")
         if self.recompute not in RECOMPUTE:
             raise UserError(f"recompute {self.recompute!r}: use one of {', '.join(RECOMPUTE)}")
         if self.gpus % (self.tp * self.pp * self.cp):

@@ -102,16 +102,20 @@ def layer_times(lay: Layout, hw: GpuProfile) -> dict[str, float]:
 
 
 # Bytes read and written per element by the non-GEMM ops of a block, forward (16-bit tensors, 1-byte dropout masks).
-# gpt: Megatron-LM's fused kernels (fused LayerNorm, bias-GELU, bias-dropout-add, scale-mask-softmax), each one pass:
-# read and write every element once (Korthikanti 2022 sec. 4.1 lists the tensors). llama, eager (torchtitan/HF
-# modules): RMSNorm upcasts to fp32 and runs ~6 kernels (to fp32, pow, mean, rsqrt-mul, to bf16, weight-mul: about
-# 40 bytes per element); SwiGLU is silu then mul (10 per ffn element); RoPE's rotate-half, cat and muls on q and k
-# (about 30). Compiled (torch.compile/Inductor), each chain fuses into one read and one write.
+# megatron: Megatron-LM's fused kernels (fused LayerNorm/RMSNorm, bias-GELU or SwiGLU, bias-dropout-add, RoPE,
+# scale-mask-softmax), each one pass: read and write every element once (Korthikanti 2022 sec. 4.1 lists the
+# tensors). eager: the HF/torchtitan modules, one kernel per torch op: torch's layer_norm is one kernel, but GPT-2's
+# tanh GELU (transformers NewGELUActivation) is 7 (about 28 bytes per element); RMSNorm upcasts to fp32 in ~6
+# kernels (to fp32, pow, mean, rsqrt-mul, to bf16, weight-mul: about 40); SwiGLU is silu then mul (10 per ffn
+# element); RoPE's rotate-half, cat and muls on q and k (about 30). compiled (torch.compile/Inductor): each chain
+# fuses into one read and one write.
 ELEMENTWISE = {
-    ("gpt", False): {"norm": 4, "residual": 7, "mlp_act": 4, "rope": 0},
-    ("gpt", True): {"norm": 4, "residual": 7, "mlp_act": 4, "rope": 0},
-    ("llama", False): {"norm": 40, "residual": 6, "mlp_act": 10, "rope": 30},
-    ("llama", True): {"norm": 6, "residual": 6, "mlp_act": 6, "rope": 8},
+    ("gpt", "megatron"): {"norm": 4, "residual": 7, "mlp_act": 4, "rope": 0},
+    ("gpt", "eager"): {"norm": 4, "residual": 6, "mlp_act": 28, "rope": 0},
+    ("gpt", "compiled"): {"norm": 4, "residual": 6, "mlp_act": 4, "rope": 0},
+    ("llama", "megatron"): {"norm": 4, "residual": 6, "mlp_act": 6, "rope": 8},
+    ("llama", "eager"): {"norm": 40, "residual": 6, "mlp_act": 10, "rope": 30},
+    ("llama", "compiled"): {"norm": 6, "residual": 6, "mlp_act": 6, "rope": 8},
 }
 
 
@@ -120,7 +124,7 @@ def _elementwise_bytes(lay: Layout) -> float:
     region (activation, RoPE, the eager softmax) they split over tp; the norms and residuals outside it split only
     with sequence parallelism (Korthikanti sec. 4.2.2)."""
     s, b, t = lay.shape, lay.micro_batch, lay.tp
-    per = ELEMENTWISE[(s.arch, lay.compile)]
+    per = ELEMENTWISE[(s.arch, "compiled" if lay.compile else lay.kernels)]
     sbh = b * lay.seq_len / lay.cp * s.hidden
     sbf = b * lay.seq_len / lay.cp * s.ffn
     outside = 2 * per["norm"] * sbh + 2 * per["residual"] * sbh

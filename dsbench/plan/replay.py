@@ -131,10 +131,15 @@ def _layout(v: dict[str, Any], micro_batch: int, virtual: int) -> Layout:
     return Layout(shape, v["seq_len"], v["gpu"], v["gpus"], v["gpus_per_node"], v["strategy"], v["tp"], v["pp"],
                   v["cp"], v["schedule"] or "1f1b", virtual, micro_batch, v["global_batch"], recompute,
                   bool(v["sequence_parallel"]), v["precision"], bool(v["compile"]),
-                  # the attention kernel: Megatron's GPT runs materialise the scores (fused softmax), Llama runs use
-                  # a flash kernel (torchtitan and HF through SDPA)
-                  "eager" if v["arch"] == "gpt" else "flash", v["intra_gbs"], v["inter_gbs"],
+                  "megatron" if _megatron(v) else "eager", "eager" if _megatron(v) else "flash",
+                  v["intra_gbs"], v["inter_gbs"],
                   async_tp=any(marker in note for marker in ASYNC_TP))
+
+
+def _megatron(v: dict[str, Any]) -> bool:
+    """A Megatron-LM run (its papers' tables, or a note that says so): fused kernels and the materialised-score
+    softmax of 2021-22; every other row runs the HF/torchtitan modules with a flash kernel (SDPA)."""
+    return v["source"].startswith(("megatron", "korthikanti")) or "Megatron" in (v.get("note") or "")
 
 
 def _assumed(v: dict[str, Any]) -> dict[str, str]:
@@ -143,7 +148,7 @@ def _assumed(v: dict[str, Any]) -> dict[str, str]:
         out["micro_batch"] = f"the fastest of {', '.join(map(str, MICRO_BATCHES))} that fits (the source tuned it)"
     if v["schedule"] == "interleaved" and v["virtual_stages"] is None:
         out["virtual_stages"] = "the fastest that divides the layers per stage (at most 8)"
-    if v["intra_gbs"] is None or v["inter_gbs"] is None:
+    if v["gpus"] > 1 and (v["intra_gbs"] is None or v["inter_gbs"] is None):
         out["interconnect"] = "not given: the GPU's usual NVLink and network (one NIC per GPU)"
     if any(marker in note for marker in OP_SAC):
         out["recompute"] = "torchtitan's per-op selective checkpointing (the note): recompute op"

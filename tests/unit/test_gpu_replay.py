@@ -32,7 +32,7 @@ def _rows(results, source):
 
 
 def test_every_shipped_row_is_priced_or_skipped_with_a_reason(results):
-    assert len(results) == 64
+    assert len(results) == 72  # 64 published runs and dsbench's 8 on the lent H100
     assert all((r.predicted_step_s is not None) != (r.skipped is not None) for r in results)
     assert all(r.skipped is None for r in results), [(r.row.source, r.row.row, r.skipped) for r in results]
 
@@ -84,9 +84,11 @@ def test_peak_memory_within_10_percent_on_torchtitan_bf16_rows(results):
 
 
 def test_complete_16_bit_rows_pooled(results):
-    """Every complete bf16/fp16 row: median within 8%, maximum within 25%; Spearman of step time per model FLOP
-    at least 0.8 per GPU kind with enough rows."""
-    complete = [r for r in results if r.complete and r.row.values["precision"] in ("bf16", "fp16")]
+    """Every complete bf16/fp16 published row (../shared/oracles; dsbench's own H100 runs are not among them):
+    median within 8%, maximum within 25%; Spearman of step time per model FLOP at least 0.8 per GPU kind with
+    enough rows."""
+    complete = [r for r in results if r.complete and r.row.values["precision"] in ("bf16", "fp16")
+                and not r.row.source.startswith("dsbench")]
     stats = error_stats(complete)
     assert stats["rows"] >= 10 and stats["median_abs_step_error"] <= 0.08 and stats["max_abs_step_error"] <= 0.25
     a100 = error_stats([r for r in complete if r.row.values["gpu"] == "a100-80g"])
@@ -180,10 +182,10 @@ def test_a_layout_refuses_what_no_framework_runs():
         Layout(shape, 8192, "h100-sxm", 8, 8, sequence_parallel=True, global_batch=8).check()
 
 
-KORTHIKANTI_22B = ["--layout", "ddp", "--arch", "gpt", "--layers", "48", "--hidden", "6144", "--heads", "64",
-                   "--ffn", "24576", "--vocab", "51200", "--seq-len", "2048", "--gpus", "8", "--gpu", "a100",
-                   "--tp", "8", "--micro-batch", "4", "--global-batch", "4", "--precision", "fp16",
-                   "--attention", "eager"]
+KORTHIKANTI_22B = [
+    "--layout", "ddp", "--kernels", "megatron", "--attention", "eager", "--arch", "gpt", "--layers", "48",
+    "--hidden", "6144", "--heads", "64", "--ffn", "24576", "--vocab", "51200", "--seq-len", "2048", "--gpus", "8",
+    "--gpu", "a100", "--tp", "8", "--micro-batch", "4", "--global-batch", "4", "--precision", "fp16"]
 
 
 def test_one_explicit_layout_predicts_a_published_run(cli_run):
