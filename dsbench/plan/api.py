@@ -9,10 +9,12 @@ from dsbench.errors import UserError
 from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+from dsbench.plan.gpu_profiles import ALIASES, KINDS, GpuProfile
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
 from dsbench.plan.profile import Profile, compute_group, load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
-from dsbench.plan.request import PlanRequest
+from dsbench.plan.request import DEFAULTS, PlanRequest
+from dsbench.strategies import lookup
 
 
 def _llama_params(vocab: int, hidden: int, layers: int, ff: int) -> int:
@@ -91,7 +93,19 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
                  host_mem_gb=req.host_mem)
     if req.profile:
         cl = with_profile(cl, req.profile.data)
+    else:
+        cl = replace(cl, gpu_model=gpu_model(req, precision))
     return wl, cl, config
+
+
+def gpu_model(req: PlanRequest, precision: str) -> GpuProfile | None:
+    """The GPU time model's profile of ``--gpu``: used unless the user set the older model's figures
+    (--peak-tflops, --efficiency) or the kind or precision has no profile (then peak x efficiency prices it)."""
+    if req.peak_tflops is not None or req.efficiency != DEFAULTS.efficiency:
+        return None
+    kind = ALIASES.get(req.gpu, req.gpu)
+    profile = KINDS.get(kind)
+    return profile if profile is not None and precision in profile.peak_tflops else None
 
 
 def read_profile(path: str) -> Profile:
@@ -147,12 +161,20 @@ def plan(req: PlanRequest) -> dict[str, Any]:
         "cluster": {"nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node, "gpu_mem_gb": cl.gpu_mem_gb,
                     "peak_tflops": cl.peak_tflops, "efficiency": cl.efficiency, "intra": cl.intra.note,
                     "inter": cl.inter.note if cl.nodes > 1 else None, "compute_tflops": cl.compute_tflops,
-                    "profile": req.profile.path if req.profile else None},
+                    "profile": req.profile.path if req.profile else None,
+                    "gpu_model": cl.gpu_model.kind if cl.gpu_model else None},
         "workload": {"seq_len": wl.seq_len, "micro_batch": wl.micro_batch, "grad_accum": wl.grad_accum,
                      # fixed across candidates: --grad-accum is per rank of pure data parallelism
                      "global_batch": ParallelDims(world=cl.world).samples_per_step(wl.micro_batch, wl.grad_accum),
                      "precision": wl.precision},
-        "candidates": [{**r.estimate.to_dict(), "rank": r.rank, "reason": r.reason} for r in ranked],
-        "recommendation": None if top is None else {
-            "name": top.estimate.candidate.name, "command": launch_command(top.estimate, shape, wl, cl)},
+        "candidates": [{**r.estimate.to_dict(), "rank": r.rank, "reason": r.reason,
+                        **_launch(r.estimate, shape, wl, cl)} for r in ranked],
+        "recommendation": None if top is None else {"name": top.estimate.candidate.name,
+                                                    **_launch(top.estimate, shape, wl, cl)},
     }
+
+
+def _launch(e: Any, shape: ModelShape, wl: Any, cl: Any) -> dict[str, Any]:
+    """Whether dsbench runs the candidate today (compare has its strategy) and, when it does, the command."""
+    launchable = lookup(e.candidate.runs_as.name) is not None
+    return {"launchable": launchable, "command": launch_command(e, shape, wl, cl) if launchable else None}

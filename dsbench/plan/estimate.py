@@ -8,6 +8,7 @@ from typing import Any
 
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
+from dsbench.plan import gpu_estimate
 from dsbench.plan.comm import (
     Calls,
     Collective,
@@ -17,6 +18,7 @@ from dsbench.plan.comm import (
     tensor_parallel_comm,
     tied_embedding_comm,
 )
+from dsbench.plan.gpu_profiles import GpuProfile
 from dsbench.plan.hardware import Link
 from dsbench.plan.memory import Accounting, ModelStates, accounting_for, activation_bytes, held_params, model_states
 from dsbench.plan.profile import rate_at
@@ -50,21 +52,18 @@ class Cluster:
     cores as the compute (a profile of a CPU machine says False): every collective is then exposed."""
 
     fsdp_unit_s: tuple[float, float] = (0.0, 0.0)
-    """FSDP2's own seconds per ``fully_shard`` unit beyond compute and collectives (hooks, DTensor dispatch,
-    copy-in/out), per micro-step and per optimizer step, measured by ``dsbench calibrate``; zero without a profile."""
-
+    """FSDP2's own seconds per ``fully_shard`` unit (hooks, DTensor dispatch, copy-in/out), per micro-step and per
+    optimizer step, measured by ``dsbench calibrate``; zero without a profile."""
     deepspeed_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    """DeepSpeed's own seconds, small collectives included (calibrate's stack): per gradient reduction under ZeRO-1
-    and under ZeRO-2 (ZeRO-3 reduces as ZeRO-2 does), and per parameter tensor under ZeRO-3; zero without a
-    profile, when each collective call pays the link's latency instead."""
-
+    """DeepSpeed's own seconds (calibrate's stack): per gradient reduction under ZeRO-1 and ZeRO-2 (and 3), per
+    parameter tensor under ZeRO-3; zero without a profile, when each collective call pays the link's latency."""
     tp_layer_s: tuple[float, float] = (0.0, 0.0)
-    """Tensor parallelism's own seconds per decoder layer per micro-step beyond 1/tp of the compute and the
-    activation all-reduces, under DTensor (torch_tp) and DeepSpeed AutoTP, measured by ``dsbench calibrate`` on the
-    model's layers; zero without a profile."""
-
+    """Tensor parallelism's own seconds per decoder layer per micro-step beyond 1/tp of the compute and its
+    all-reduces, under DTensor and AutoTP, measured by ``dsbench calibrate``; zero without a profile."""
     compute_by_micro_batch: tuple[tuple[int, float], ...] = ()
     """The measured forward+backward TFLOPS per rank at several micro-batches (a profile)."""
+    gpu_model: GpuProfile | None = None
+    """A GPU kind's hardware profile, without a machine profile: the GPU time model prices the step."""
 
     def achieved_tflops(self, micro_batch: int) -> float:
         """TFLOPS one rank achieves at ``micro_batch``: measured (interpolated between the measured micro-batches),
@@ -216,6 +215,9 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     stepped = held / shards if cand.strategy not in ("ddp", "zero0") else held
     optimizer = stepped / cl.optimizer_params_per_s if cl.optimizer_params_per_s else 0.0
     framework = _framework_seconds(cand, shape, accum, cl, counted)
+    if cl.gpu_model is not None:  # a GPU kind the profiles know, no machine profile: gpu_time.py's terms
+        compute, compute_with_bubble, exposed, optimizer = gpu_estimate.terms(cand, wl, cl)
+        bubble = 1 - compute / compute_with_bubble
     step = compute_with_bubble + exposed + offload + optimizer + framework
     no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework
     mfu = model_flops / model_parallel / (step * cl.peak_tflops * 1e12)

@@ -18,12 +18,15 @@ def print_plan(result: dict[str, Any], top_n: int) -> None:
                   f"{c['gpu_mem_gb']:g} GB each, "
                   + (f"{c['compute_tflops']:.3g} TFLOPS per rank measured (profile {c['profile']});"
                      if c.get("compute_tflops") else
+                     f"{c['peak_tflops']:g} TFLOPS peak, the GPU time model's {c['gpu_model']} profile;"
+                     if c.get("gpu_model") else
                      f"{c['peak_tflops']:g} TFLOPS peak x {c['efficiency']:.0%} achievable;") +
                   f" seq {w['seq_len']}, micro-batch {w['micro_batch']} x {w['grad_accum']} accumulation, "
                   f"{w['precision']}")
-    table = Table(caption="GiB per GPU (2^30 bytes); step time = compute (at the measured rate with --profile, else "
-                          "peak x efficiency) / (1 - bubble) + exposed communication + offload + the optimizer and "
-                          "the engines' own work measured by a profile (formulas and sources: docs/planner.md)",
+    table = Table(caption="GiB per GPU (2^30 bytes); step time = compute (at the measured rate with --profile; by the "
+                          "GPU time model's terms on a GPU it profiles; else peak x efficiency) / (1 - bubble) + "
+                          "exposed communication + offload + the optimizer and the engines' own work measured by a "
+                          "profile (formulas and sources: docs/planner.md)",
                   caption_justify="left")
     for col in ("#", "strategy", "params", "grads", "optim+master", "activations", "buffers", "total", "host/node",
                 "step ms", "exposed comm ms", "dominant", "MFU", "reason"):
@@ -39,8 +42,11 @@ def print_plan(result: dict[str, Any], top_n: int) -> None:
                       row["reason"], style=None if row["fits"] else "dim")
     console.print(table)
     rec = result["recommendation"]
-    console.print(f"recommended: {rec['name']}\n  {rec['command']}" if rec else
-                  "nothing fits: add GPUs, use offload, or shorten the sequence")
+    if rec is None:
+        console.print("nothing fits: add GPUs, use offload, or shorten the sequence")
+    else:
+        console.print(f"recommended: {rec['name']}\n  " + (rec["command"] or "dsbench cannot launch it yet (its "
+                                                                         "strategy is planned, not run)"))
 
 
 def print_verify(rows: list[dict[str, Any]]) -> None:

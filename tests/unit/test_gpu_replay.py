@@ -249,3 +249,20 @@ def test_days_gpu_hours_and_cost_follow_the_predicted_throughput(cli_run):
     assert cost["cost"] == pytest.approx(cost["gpu_hours"] * 2.5)
     alone = cli_run("plan", "--layout", "fsdp", "--model", "llama-7b", "--gpus", "8", "--price-per-gpu-hour", "2")
     assert alone.exit_code == 2 and "--price-per-gpu-hour goes with --tokens N" in alone.output
+
+
+def test_the_ranking_prices_gpu_candidates_with_the_gpu_model(cli_run):
+    """The issue's example: llama-7b on 8 x 8 A100. With peak x efficiency every data-parallel strategy tied at 50%
+    MFU with no exposed communication; with the GPU model their traffic and overlap tell them apart."""
+    data = json.loads(cli_run("plan", "--model", "llama-7b", "--gpus", "64", "--nodes", "8", "--gpu", "a100",
+                              "--json").output)
+    plain = {c["name"]: c for c in data["candidates"] if c["name"] in ("ddp", "zero1", "zero2", "zero3", "fsdp")}
+    assert len(plain) == 5 and len({round(c["step_s"], 3) for c in plain.values()}) >= 3
+    assert plain["zero3"]["exposed_comm_s"] > plain["zero1"]["exposed_comm_s"] > 0
+    for c in data["candidates"]:
+        assert c["launchable"] == (c["command"] is not None)
+    assert not next(c for c in data["candidates"] if c["name"] == "fsdp_hybrid")["launchable"]
+    older = json.loads(cli_run("plan", "--model", "llama-7b", "--gpus", "64", "--nodes", "8", "--gpu", "a100",
+                               "--efficiency", "0.5", "--peak-tflops", "312", "--json").output)
+    zero1 = next(c for c in older["candidates"] if c["name"] == "zero1")  # peak x efficiency, as before
+    assert zero1["mfu"] == pytest.approx(0.5) and zero1["exposed_comm_s"] == 0

@@ -1,0 +1,38 @@
+"""The ranking's candidates on a GPU the profiles know (no machine profile): their time from the GPU time model
+(gpu_time.py), so that strategies differ by their traffic, overlap and recompute instead of tying at peak x
+efficiency. Memory stays the planner's (memory.py), which its tests pin to the ZeRO paper's tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.parallel import ParallelDims
+from dsbench.plan.gpu_layout import Layout, Shape
+from dsbench.plan.gpu_time import step_time
+
+COMPUTE = ("matmul", "attention", "elementwise", "recompute", "logits")
+EXPOSED = ("tp_comm", "cp_comm", "pp_p2p", "dp_comm")
+
+
+def layout_for(cand: Any, wl: Any, cl: Any) -> Layout:
+    """The candidate (estimate.Candidate, on its Workload and Cluster: not imported, estimate imports this) as a
+    GPU layout: the global batch fixed across candidates (--grad-accum per rank of pure data
+    parallelism), HF modules with a flash kernel (what dsbench's worker runs), full recompute for checkpointing."""
+    s = wl.shape
+    shape = Shape("gpt" if s.arch == "gpt2" else "llama", s.layers, s.hidden, s.heads, s.kv_heads, s.intermediate,
+                  s.vocab_size)
+    world = cl.nodes * cl.gpus_per_node
+    strategy = "ddp" if cand.strategy == "zero0" else cand.strategy
+    return Layout(shape, wl.seq_len, cl.gpu_model.kind, world, cl.gpus_per_node, strategy, cand.tp, cand.pp,
+                  micro_batch=wl.micro_batch, global_batch=ParallelDims(world=world).samples_per_step(
+                      wl.micro_batch, wl.grad_accum), recompute="full" if cand.checkpointing else "none",
+                  precision=wl.precision, inter_gbs=cl.inter.bandwidth_gbs)  # --interconnect or --bandwidth
+
+
+def terms(cand: Any, wl: Any, cl: Any) -> tuple[float, float, float, float]:
+    """Compute (the busiest stage's, all micro-batches), compute with the pipeline bubble, exposed communication
+    and the optimizer, in seconds per step."""
+    time = step_time(layout_for(cand, wl, cl), cl.gpu_model)
+    compute = sum(time.terms.get(name, 0.0) for name in COMPUTE)
+    exposed = sum(time.terms.get(name, 0.0) for name in EXPOSED)
+    return compute, compute + time.terms["pp_bubble"], exposed, time.terms["optimizer"]
