@@ -80,17 +80,23 @@ from dsbench.strategies import GPU_DATA_PARALLEL
 @click.option("--vocab", type=COUNT, help="With --layout: vocabulary size.")
 @click.option("--tokens", type=POSITIVE, help="With --layout: tokens to train (days and GPU-hours).")
 @click.option("--price-per-gpu-hour", type=POSITIVE, help="With --layout and --tokens: the cost.")
+@click.option("--write", "write_dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Write the recommendation's DeepSpeed config and accelerate YAML into DIR (a new folder).")
 @click.option("--replay", is_flag=True,
               help="Predict the published runs in FILE.csv ... (the oracle schema, docs/planner.md) and print "
               "predicted vs measured step time and memory.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False), metavar="[FILE.csv]...")
 def plan(top: int, as_json: bool, verify: bool, config_file: str | None, replay: bool, files: tuple[str, ...],
-         **opts: Any) -> None:
+         write_dir: str | None, **opts: Any) -> None:
     """Estimate memory, communication, bubble and step time per strategy, and recommend one; with --layout,
     price one explicit layout on GPUs; with --replay, predict published GPU-cluster runs and compare."""
     if replay or files:
         _replay(replay, files, as_json)
         return
+    if write_dir and opts["layout"] is not None:
+        from dsbench.errors import UserError
+
+        raise UserError("--write writes the ranking's recommendation: drop --layout (its command is printed)")
     layout_opts = {name: opts.pop(name) for name in LAYOUT_ONLY}
     if opts["layout"] is not None:
         if config_file or verify:
@@ -106,15 +112,20 @@ def plan(top: int, as_json: bool, verify: bool, config_file: str | None, replay:
     from dsbench.plan.request import PlanRequest
     from dsbench.report.tables import print_plan
 
-    result = make_plan(PlanRequest(config=config_file, **opts))
+    make_request = PlanRequest(config=config_file, **opts)
+    result = make_plan(make_request)
     if verify:
         from dsbench.bench.verify import verify as run_verify
 
         result["verify"] = run_verify(result, opts)
+    if write_dir:
+        result["written"] = _write(write_dir, result, make_request)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         print_plan(result, top)
+        for path in result.get("written", []):
+            click.echo(f"wrote {path}")
         if verify:
             from dsbench.report.tables import print_verify
 
@@ -164,6 +175,52 @@ def _layout(opts: dict[str, Any], layout_opts: dict[str, Any], as_json: bool) ->
         from dsbench.report.layout_table import print_layout
 
         print_layout(result)
+
+
+def _write(directory: str, result: dict[str, Any], req: Any) -> list[str]:
+    """The recommendation's DeepSpeed config (DeepSpeed strategies) and the accelerate YAML that runs it, in a new
+    folder; the command to launch it is the recommendation's."""
+    from pathlib import Path
+
+    from dsbench.configs.api import render_config
+    from dsbench.errors import UserError
+    from dsbench.io import atomic_write_text, dumps_json
+    from dsbench.launchers.accelerate import ACCELERATE_PRECISION, accelerate_yaml, yaml_text
+    from dsbench.parallel import ParallelDims
+    from dsbench.plan.estimate import Candidate
+    from dsbench.strategies import RENDERED_ENGINES
+
+    rec = result["recommendation"]
+    if rec is None or not rec["launchable"]:
+        raise UserError("--write: " + ("nothing fits, so there is no recommendation to write" if rec is None else
+                                       f"dsbench cannot launch the recommendation ({rec['name']}) yet"))
+    folder = Path(directory)
+    if folder.exists():
+        raise UserError(f"--write {directory}: exists; plan writes a new folder and never replaces one")
+    row = next(c for c in result["candidates"] if c["rank"] == 1)
+    how, cluster, work = Candidate.from_dict(row).runs_as, result["cluster"], result["workload"]
+    world = cluster["nodes"] * cluster["gpus_per_node"]
+    accum = ParallelDims(world=world, tp=how.tp, pp=how.pp).accumulation_for(work["grad_accum"])
+    folder.mkdir(parents=True)
+    written, ds_config = [], None
+    if how.engine == "deepspeed":
+        flags = {"zero": how.zero, "offload": None if how.offload == "none" else how.offload,
+                 "offload_param": None if how.offload_param == "none" else how.offload_param,
+                 "tp": how.tp if how.tp > 1 else None, "pipeline_stages": how.pp if how.pp > 1 else None,
+                 "precision": work["precision"], "micro_batch": work["micro_batch"], "grad_accum": accum,
+                 "world_size": world}
+        config, _ = render_config(flags, None, req.model, False, ())
+        ds_config = str(folder / "ds_config.json")
+        atomic_write_text(ds_config, dumps_json(config))
+        written.append(ds_config)
+    if how.engine in RENDERED_ENGINES and how.tp == how.pp == 1:  # accelerate runs no AutoTP or pipeline engine
+        yaml_path = str(folder / "accelerate.yaml")
+        yaml = accelerate_yaml(how.engine, processes=world, machines=cluster["nodes"],
+                               main_ip="127.0.0.1" if cluster["nodes"] == 1 else "MAIN_NODE_IP", port=29500,
+                               ds_config=ds_config, mixed_precision=ACCELERATE_PRECISION[work["precision"]])
+        atomic_write_text(yaml_path, yaml_text(yaml, yaml_path, by="dsbench plan --write"))
+        written.append(yaml_path)
+    return written
 
 
 def _replay(flag: bool, files: tuple[str, ...], as_json: bool) -> None:

@@ -75,9 +75,9 @@ def check_to_accelerate(kind: str, given: list[str], output: str | None) -> None
                         f"optimizer settings, so {extra[0]} would be lost: drop it (pass batch flags to the worker)")
 
 
-def yaml_text(config: dict[str, Any], path: str) -> str:
-    """The YAML file ``render --to-accelerate`` writes: how to run it, then the config."""
-    return (f"# written by dsbench render --to-accelerate; run it with:\n"
+def yaml_text(config: dict[str, Any], path: str, by: str = "dsbench render --to-accelerate") -> str:
+    """The YAML file ``render --to-accelerate`` (or ``plan --write``) writes: how to run it, then the config."""
+    return (f"# written by {by}; run it with:\n"
             f"#   accelerate launch --config_file {path} -m dsbench.train\n"
             "# (a relative deepspeed_config_file is read from the folder accelerate is launched in)\n"
             + to_yaml(config))

@@ -250,3 +250,27 @@ def test_a_pipeline_with_a_tied_embedding_sums_its_two_gradients_once_per_step()
     untied = estimate(Candidate(strategy="ddp", pp=2), Workload(shape=PRESETS["llama-tiny"], seq_len=128,
                                                                 micro_batch=2, grad_accum=1, precision="fp32"), cl)
     assert not [c for c in untied.comm if c.what.startswith("tied embedding")]
+
+
+def test_plan_write_gives_files_the_tools_accept(cli_run, tmp_path):
+    """--write: the recommendation's DeepSpeed config (checked by dsbench validate, which runs DeepSpeed's own
+    config classes) and accelerate YAML (read by accelerate's own ClusterConfig), in a new folder only."""
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    one_node = tmp_path / "fsdp"
+    result = cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--write", str(one_node), "--json")
+    data = json.loads(result.output)
+    assert data["recommendation"]["name"] == "fsdp" and data["written"] == [str(one_node / "accelerate.yaml")]
+    yaml = ClusterConfig.from_yaml_file(str(one_node / "accelerate.yaml"))
+    assert yaml.distributed_type == "FSDP" and yaml.num_processes == 8 and yaml.mixed_precision == "bf16"
+    two_nodes = tmp_path / "pipe"
+    data = json.loads(cli_run("plan", "--model", "llama-7b", "--gpus", "16", "--nodes", "2", "--write",
+                              str(two_nodes), "--json").output)
+    assert data["recommendation"]["name"] == "pipe2" and data["written"] == [str(two_nodes / "ds_config.json")]
+    config = json.loads((two_nodes / "ds_config.json").read_text())
+    assert config["pipeline"]["stages"] == 2 and config["zero_optimization"]["stage"] == 1
+    assert config["gradient_accumulation_steps"] == 16 and config["train_micro_batch_size_per_gpu"] == 1
+    checked = cli_run("validate", str(two_nodes / "ds_config.json"), "--world-size", "16")
+    assert checked.exit_code == 0, checked.output
+    again = cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--write", str(one_node))
+    assert again.exit_code == 2 and "exists; plan writes a new folder and never replaces one" in again.output
