@@ -213,7 +213,7 @@ def _dp_seconds(lay: Layout, hw: GpuProfile, compute: float) -> float:
     """Exposed seconds of the data-parallel traffic of one step (16-bit gradients and parameters; FSDP reduces in
     fp32 as torchtitan configures it). Overlapped engines hide what fits under the compute, less one layer's
     share that starts before (or ends after) any compute it could hide under."""
-    d = lay.dp * (lay.cp if lay.strategy.startswith(("fsdp", "zero")) else 1)  # FSDP shards over dp x cp
+    d = lay.dp * lay.cp  # CP ranks hold the same weights: gradients reduce (and FSDP shards) over dp x cp
     if d == 1:
         return 0.0
     params = _local_params(lay)

@@ -204,29 +204,30 @@ def predict_row(row: OracleRow, profile: GpuProfile | None = None) -> RowResult:
                      peak / measured_mem - 1 if measured_mem else None, assumed)
 
 
+def ranks(values: list[float]) -> list[float]:
+    """0-based ranks, ties sharing their mean rank (as Spearman's coefficient takes them)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2
+        i = j + 1
+    return out
+
+
 def spearman(xs: list[float], ys: list[float]) -> float | None:
-    """Spearman's rank correlation (ties share their mean rank); None for fewer than 3 pairs or a constant side."""
+    """Spearman's rank correlation: Pearson's of the ranks, exact with ties (the shortcut 1 - 6·Σd²/(n(n²-1))
+    holds only without them); None for fewer than 3 pairs or a constant side."""
     if len(xs) < 3:
         return None
-
-    def ranks(values: list[float]) -> list[float]:
-        order = sorted(range(len(values)), key=values.__getitem__)
-        out = [0.0] * len(values)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                out[order[k]] = (i + j) / 2
-            i = j + 1
-        return out
-
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = statistics.fmean(rx), statistics.fmean(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
-    var = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
-    return cov / var if var else None
+    try:
+        return statistics.correlation(ranks(xs), ranks(ys))
+    except statistics.StatisticsError:  # a constant side
+        return None
 
 
 def error_stats(results: list[RowResult]) -> dict[str, Any]:

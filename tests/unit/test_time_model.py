@@ -15,6 +15,7 @@ import statistics
 import pytest
 
 from dsbench.plan.api import read_profile
+from dsbench.plan.replay import spearman
 from dsbench.plan.verify import measured_step_s, predict_cell
 from dsbench.report.collect import collect
 from tests.conftest import DATA
@@ -60,28 +61,10 @@ def test_each_step_time_is_within_a_quarter(models, model, strategy):
     assert _error(models[model][strategy]) <= 0.25, models[model][strategy]
 
 
-def _ranks(values: list[float]) -> list[float]:
-    """1-based ranks, ties sharing their mean rank (as Spearman's coefficient takes them)."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
 def _spearman(cells: dict[str, tuple[float, float, float, float]]) -> float:
     """Spearman's rank correlation of tokens/s, predicted vs measured, over the strategies."""
     names = sorted(cells)
-    measured, predicted = _ranks([cells[n][2] for n in names]), _ranks([cells[n][3] for n in names])
-    # Pearson's correlation of the ranks: Spearman's definition, exact with ties (two pipelines predicted alike);
-    # the shortcut 1 - 6·Σd²/(n(n²-1)) holds only without them
-    return statistics.correlation(measured, predicted)
+    return spearman([cells[n][2] for n in names], [cells[n][3] for n in names])
 
 
 @pytest.mark.parametrize("model", MODELS)

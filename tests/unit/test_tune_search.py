@@ -19,9 +19,9 @@ from dsbench.bench.tune import TuneRequest, plan_request
 from dsbench.errors import UserError
 from dsbench.plan import search
 from dsbench.plan.api import read_profile
+from dsbench.plan.replay import spearman
 from dsbench.report.collect import collect
 from tests.conftest import DATA
-from tests.unit.test_time_model import _ranks
 
 STORED = DATA / "runs" / "cpu-calibrated"
 PROFILE = read_profile(str(STORED / "profile-gpt2-mini.json"))
@@ -136,9 +136,7 @@ SHAPED = DATA / "runs" / "testbed-shaped"
 
 def _spearman(measured: dict, predicted: dict) -> float:
     names = list(measured)
-    a, b = _ranks([measured[n] for n in names]), _ranks([predicted[n] for n in names])
-    n = len(names)
-    return 1 - 6 * sum((x - y) ** 2 for x, y in zip(a, b, strict=True)) / (n * (n**2 - 1))
+    return spearman([measured[n] for n in names], [predicted[n] for n in names])
 
 
 def test_under_a_shaped_link_across_nodes_the_predicted_ranking_matches_the_measured_one(tmp_path):
