@@ -100,6 +100,8 @@ class Layout:
         s = self.shape
         if s.arch not in ARCHS:
             raise UserError(f"arch {s.arch!r}: use one of {', '.join(ARCHS)}")
+        if not 1e6 <= s.params() <= 1e15:
+            raise UserError(f"the shape has {s.params():.3g} parameters: dsbench plans 1e6 to 1e15")
         if self.strategy not in GPU_DATA_PARALLEL:
             raise UserError(f"strategy {self.strategy!r}: use one of {', '.join(GPU_DATA_PARALLEL)}")
         if self.kernels not in KERNELS:

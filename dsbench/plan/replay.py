@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
+from dsbench.io import read_text
 from dsbench.plan.gpu_layout import Layout, Shape
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import GpuProfile, profile_for
@@ -108,10 +109,7 @@ def read_rows(paths: list[Path]) -> list[OracleRow]:
     """Every row of the files, typed; a file or row that does not follow the schema is one line naming it."""
     rows: list[OracleRow] = []
     for path in paths:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"--replay {path}: cannot be read ({exc.__class__.__name__})") from None
+        text = read_text(path, "--replay")  # a regular UTF-8 file only (a FIFO would block)
         reader = csv.DictReader(text.splitlines())
         header = reader.fieldnames or []
         missing = [c for c in COLUMNS if c not in header]
