@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dsbench.plan.gpu_layout import Layout
 
@@ -104,6 +104,4 @@ def peak_memory(lay: Layout) -> PeakMemory:
 
 
 def _without_recompute(lay: Layout) -> Layout:
-    from dataclasses import replace
-
     return replace(lay, recompute="none")

@@ -266,3 +266,14 @@ def test_the_ranking_prices_gpu_candidates_with_the_gpu_model(cli_run):
                                "--efficiency", "0.5", "--peak-tflops", "312", "--json").output)
     zero1 = next(c for c in older["candidates"] if c["name"] == "zero1")  # peak x efficiency, as before
     assert zero1["mfu"] == pytest.approx(0.5) and zero1["exposed_comm_s"] == 0
+
+
+def test_an_unstated_interconnect_is_priced_at_the_usual_network_and_its_sensitivity_shows(results):
+    """torchtitan's 2024 A100 cluster states no interconnect: the rule prices 25 GB/s per GPU (the A100 profile's
+    network), and docs/planner.md gives the comm-bound Llama 2 70B row at 50 GB/s beside it."""
+    from dsbench.plan.replay import with_columns
+
+    row7 = _rows(results, "torchtitan-a100-2024")[7]
+    assert "interconnect" in row7.assumed and row7.step_error > 0.5  # comm-bound at 25 GB/s
+    faster = predict_row(with_columns(row7.row, inter_gbs=50.0, intra_gbs=300.0))
+    assert abs(faster.step_error) < 0.10 and faster.predicted_step_s < row7.predicted_step_s / 1.5
