@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dsbench.errors import UserError
+from dsbench.gpus import BY_KEY
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,11 @@ class GpuProfile:
     """The host link for offload (PCIe 4.0 x16 about 25 GB/s one way; PCIe 5.0 about 50)."""
 
 
+def _sixteen(key: str, **more: float) -> dict[str, float]:
+    """bf16 and fp16 dense peaks from dsbench/gpus.py (the one table of datasheet peaks), and any other precision."""
+    return {"bf16": BY_KEY[key].bf16_tflops, "fp16": BY_KEY[key].bf16_tflops, **more}
+
+
 HOPPER_FLASH = 0.36
 """FlashAttention-2 on H100, forward and backward, causal, head dim 128: about 350 of 989 TFLOP/s (Shah et al. 2024,
 arXiv:2407.08608 fig. 5; FlashAttention-3 reaches more, torch's SDPA used FA2 in the runs priced here)."""
@@ -63,26 +69,26 @@ bf16, eager) come out right; every other h100-96g-500w row is out of sample (doc
 KINDS: dict[str, GpuProfile] = {p.kind: p for p in (
     # NVIDIA A100 datasheet (SXM4 80GB): 312 TF bf16/fp16 dense, HBM2e 2,039 GB/s, NVLink3 600 GB/s (300 each way);
     # Selene/DGX A100: 8 x HDR 200 Gb/s per node = 25 GB/s per GPU (Narayanan et al. 2021 sec. 5)
-    GpuProfile("a100-80g", {"bf16": 312.0, "fp16": 312.0}, 2.039, 80, 300, 25, host_link_gbs=25),
+    GpuProfile("a100-80g", _sixteen("a100"), 2.039, 80, 300, 25, host_link_gbs=25),
     # A100 SXM4 40GB: HBM2 1,555 GB/s
-    GpuProfile("a100-40g", {"bf16": 312.0, "fp16": 312.0}, 1.555, 40, 300, 25, host_link_gbs=25),
+    GpuProfile("a100-40g", _sixteen("a100-40g"), 1.555, 40, 300, 25, host_link_gbs=25),
     # NVIDIA H100 SXM5 datasheet: 989 TF bf16/fp16, 1,979 TF fp8 (dense), HBM3 3.35 TB/s, NVLink4 900 GB/s (450 each
     # way); ConnectX-7 NDR 400 Gb/s per GPU = 50 GB/s; PCIe 5.0 host link
-    GpuProfile("h100-sxm", {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0}, 3.35, 80, 450, 50, host_link_gbs=50,
+    GpuProfile("h100-sxm", _sixteen("h100", fp8=1979.0), 3.35, 80, 450, 50, host_link_gbs=50,
                flash_fraction=HOPPER_FLASH),
     # Meta's Grand Teton H100 (torchtitan's H100 benchmarks): 96 GB HBM2e at 2.4 TB/s, 500 W cap. Its bf16 peak lies
     # between NVL (835) and SXM (989) and is not published: the SXM figure is used as the peak (as the benchmark's
     # own MFU does), so the capped clock shows as lower efficiency
-    GpuProfile("h100-96g-500w", {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0}, 2.4, 96, 450, 50, host_link_gbs=50,
+    GpuProfile("h100-96g-500w", _sixteen("h100", fp8=1979.0), 2.4, 96, 450, 50, host_link_gbs=50,
                flash_fraction=HOPPER_FLASH, clock_fraction=GRAND_TETON_CLOCK),
     # NVIDIA H200 SXM datasheet: the H100's compute, 141 GB HBM3e at 4.8 TB/s
-    GpuProfile("h200", {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0}, 4.8, 141, 450, 50, host_link_gbs=50,
+    GpuProfile("h200", _sixteen("h200", fp8=1979.0), 4.8, 141, 450, 50, host_link_gbs=50,
                flash_fraction=HOPPER_FLASH),
     # NVIDIA V100 SXM2 datasheet: 125 TF fp16 tensor core (no bf16), HBM2 900 GB/s, NVLink2 300 GB/s (150 each way);
     # DGX-2 era: 100 Gb/s EDR per GPU = 12.5 GB/s; PCIe 3.0 host link
-    GpuProfile("v100-32g", {"fp16": 125.0}, 0.9, 32, 150, 12.5, host_link_gbs=12.5),
+    GpuProfile("v100-32g", {"fp16": BY_KEY["v100"].bf16_tflops}, 0.9, 32, 150, 12.5, host_link_gbs=12.5),
     # H800 (export H100): the H100 SXM's compute and HBM, NVLink cut to 400 GB/s (200 each way)
-    GpuProfile("h800", {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0}, 3.35, 80, 200, 50, host_link_gbs=50,
+    GpuProfile("h800", _sixteen("h100", fp8=1979.0), 3.35, 80, 200, 50, host_link_gbs=50,
                flash_fraction=HOPPER_FLASH),
 )}
 ALIASES = {"h100": "h100-sxm", "a100": "a100-80g", "v100": "v100-32g"}
