@@ -129,9 +129,15 @@ def _elementwise_bytes(lay: Layout) -> float:
     sbf = b * lay.seq_len / lay.cp * s.ffn
     outside = 2 * per["norm"] * sbh + 2 * per["residual"] * sbh
     inside = per["mlp_act"] * sbf + per["rope"] * sbh * (1 + s.kv_heads / s.heads)
-    if lay.attention == "eager":  # scale-mask-softmax (read, write 2as²b) and its dropout (read, write, mask: 5as²b)
-        inside += 9 * s.heads * (lay.seq_len / lay.cp) * lay.seq_len * b
-    return inside / t + outside / (t if lay.sequence_parallel else 1)
+    return (inside + _softmax_bytes(lay)) / t + outside / (t if lay.sequence_parallel else 1)
+
+
+def _softmax_bytes(lay: Layout) -> float:
+    """An eager attention core's element-wise bytes, forward, over all heads: scale-mask-softmax (read and write
+    2as²b) and its dropout (read, write, 1-byte mask: 5as²b); a flash kernel keeps the scores on chip (none)."""
+    if lay.attention != "eager":
+        return 0.0
+    return 9 * lay.shape.heads * (lay.seq_len / lay.cp) * lay.seq_len * lay.micro_batch
 
 
 def _logits_seconds(lay: Layout, hw: GpuProfile) -> float:
@@ -183,8 +189,7 @@ def _stage_seconds(lay: Layout, hw: GpuProfile) -> dict[str, float]:
     elif lay.recompute == "op":  # torchtitan per-op SAC: half the linear GEMMs and every non-GEMM op again
         terms["recompute"] = (fwd["matmul"] / 2 + fwd["elementwise"]) * layers
     elif lay.recompute == "selective":  # the attention core: its GEMMs and, eager, the softmax and dropout
-        core = fwd["attention"] + (9 * lay.shape.heads * (lay.seq_len / lay.cp) * lay.seq_len * lay.micro_batch
-                                   / lay.tp / (hw.hbm_tbs * 1e12) if lay.attention == "eager" else 0.0)
+        core = fwd["attention"] + _softmax_bytes(lay) / lay.tp / (hw.hbm_tbs * 1e12)
         terms["recompute"] = core * layers
     terms["logits"] = _logits_seconds(lay, hw)  # on the last stage, the busiest
     if lay.async_tp:  # micro-pipelined collective matmuls hide part of the TP traffic

@@ -63,12 +63,15 @@ class RowResult:
     row: OracleRow
     layout: Layout | None = None
     time: StepTime | None = None
-    predicted_step_s: float | None = None
     predicted_peak_mem_gib: float | None = None
     step_error: float | None = None
     mem_error: float | None = None
     assumed: dict[str, str] = field(default_factory=dict)
     skipped: str | None = None
+
+    @property
+    def predicted_step_s(self) -> float | None:
+        return self.time.seconds if self.time else None
 
     @property
     def complete(self) -> bool:
@@ -197,7 +200,7 @@ def predict_row(row: OracleRow, profile: GpuProfile | None = None) -> RowResult:
     time, memory, layout = min(fitting, key=lambda p: p[0].seconds)
     peak = memory.reserved_gib if v["source"].startswith("torchtitan") else memory.allocated_gib
     measured_step, measured_mem = v["measured_step_s"], v["measured_peak_mem_gib"]
-    return RowResult(row, layout, time, time.seconds, peak,
+    return RowResult(row, layout, time, peak,
                      time.seconds / measured_step - 1 if measured_step else None,
                      peak / measured_mem - 1 if measured_mem else None, assumed)
 
