@@ -2,23 +2,36 @@
 
     python scripts/fit_gpu_constants.py
 
-Today one constant is fitted: h100-96g-500w's ``clock_fraction`` (dsbench/plan/gpu_profiles.py GRAND_TETON_CLOCK),
-chosen on torchtitan-h100-202412 rows 1 and 4 (Llama 3.1 8B, FSDP, bf16, eager, on 8 and 128 GPUs) so that their
-mean signed step-time error is zero. Every other row is out of sample for it (`dsbench plan --replay`).
+Three kinds of constant are fitted (dsbench/plan/gpu_profiles.py), each on the rows named here; every other row is
+out of sample for it (`dsbench plan --replay`, docs/planner.md):
+- h100-96g-500w's ``clock_fraction`` (GRAND_TETON_CLOCK), on torchtitan-h100-202412 rows 1 and 4 (Llama 3.1 8B,
+  FSDP, bf16, eager, on 8 and 128 GPUs), so that their mean signed step-time error is zero;
+- ``hf_hbm_fraction`` (HF_HBM), on the GPT-2 ZeRO-1 kernel profile of the lent H100: its non-GEMM kernel time over
+  the model's bytes at full HBM bandwidth;
+- ``zero_host_us`` (ZERO_HOST_US) per ZeRO stage, on dsbench's GPT-2 H100 runs of 2026-11-25 (dsbench-h100 rows
+  10-12): the step time the model leaves over with no host term, per parameter tensor.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
 from dsbench.plan import gpu_profiles
-from dsbench.plan.replay import predict_row, read_rows
+from dsbench.plan.gpu_time import _engine_host_seconds, step_time
+from dsbench.plan.replay import _candidates, predict_row, read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 ORACLE = ROOT / "tests" / "data" / "oracles" / "torchtitan.csv"
 CHOOSING = {("torchtitan-h100-202412", 1), ("torchtitan-h100-202412", 4)}
+DSBENCH = ROOT / "tests" / "data" / "oracles" / "dsbench-h100.csv"
+HOST_ROWS = {10: 1, 11: 2, 12: 3}
+"""dsbench-h100 rows (GPT-2, 2026-11-25) that choose ``zero_host_us``, by the ZeRO stage they ran."""
+PROFILE = ROOT / "tests" / "data" / "runs" / "gpu-h100-20261125" / "profile" / "profile-gpt2-zero1.json"
+NON_GEMM = ("elementwise", "loss", "copy", "reduce", "norm", "optimizer")
+"""scripts/profile_gpu_step.py's kernel kinds that the model prices as memory-bound."""
 
 
 def mean_error(clock: float, rows: list) -> float:
@@ -34,6 +47,22 @@ def main() -> int:
         mid = (low + high) / 2
         low, high = (mid, high) if mean_error(mid, rows) > 0 else (low, mid)
     print(f"h100-96g-500w clock_fraction = {(low + high) / 2:.3f} (chosen on {sorted(CHOOSING)})")
+    h100 = gpu_profiles.KINDS["h100-sxm"]
+    measured = sum(json.loads(PROFILE.read_text())["profiled"]["by_kind_s"].get(k, 0.0) for k in NON_GEMM)
+    full = dataclasses.replace(h100, hf_hbm_fraction=1.0)
+    layout = _candidates(next(r for r in read_rows([DSBENCH]) if r.row == 10).values)[0]
+    modelled = sum(step_time(layout, full).terms[k] for k in ("elementwise", "optimizer"))
+    modelled += step_time(layout, full).terms["logits"] - step_time(layout, dataclasses.replace(
+        full, hbm_tbs=1e9)).terms["logits"]  # the loss's passes: the logits term less its GEMMs
+    print(f"h100-sxm hf_hbm_fraction = {modelled / measured:.3f} ({modelled * 1e3:.1f} ms of bytes at full "
+          f"bandwidth, {measured * 1e3:.1f} ms measured in {PROFILE.name})")
+    for row in read_rows([DSBENCH]):
+        if row.row in HOST_ROWS:
+            layout = _candidates(row.values)[0]
+            time = step_time(layout, h100)
+            left = row.values["measured_step_s"] - (time.seconds - time.terms["engine_host"])
+            per_tensor = _engine_host_seconds(layout, h100) / h100.zero_host_us[HOST_ROWS[row.row]]
+            print(f"zero_host_us[{HOST_ROWS[row.row]}] = {left / per_tensor:.0f} (dsbench-h100 row {row.row})")
     return 0
 
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU checks of the issues, on a machine with one CUDA GPU (e.g. the lent H100), from the project root:
 #
-#   scripts/gpu_checks.sh OUT [tier] [matrix-gpt2] [matrix-llama] [overhead] [compile-gpt2] [compile-llama]
+#   scripts/gpu_checks.sh OUT [tier] [matrix-gpt2] [matrix-llama] [overhead] [compile-gpt2] [compile-llama] [profile]
 #                                                        (default: the first four; compile-*: issue 15's eager vs
-#                                                         compiled bf16 compare, --compile both)
+#                                                         compiled bf16 compare, --compile both; profile: where
+#                                                         the matrix cells' step time goes, by kernel kind, with
+#                                                         scripts/profile_gpu_step.py, for the GPU time model)
 #
 # tier: every strategy through its launcher at world size 1 on NCCL (tests/gpu); matrix-*: the bf16
 # compare of single/ZeRO-1/2/3/offload (GPT-2 124M at seq 1024 x 16, a 1.1B Llama at seq 2048 x 4);
@@ -44,6 +46,18 @@ for step in $steps; do
     overhead)
       python3 scripts/bench_harness_overhead.py --model gpt2 --precision bf16 --micro-batch 16 --seq-len 1024 \
         --steps 25 --warmup 5 --repeats 2 > "$out/overhead.json" 2> "$out/overhead.err" || status=1 ;;
+    profile)  # the stored matrix cells' shapes and DeepSpeed configs, one process per engine
+      runs=tests/data/runs/gpu-h100
+      for model in gpt2 llama-1b; do
+        shape=$([ $model = gpt2 ] && echo "--micro-batch 16 --seq-len 1024" || echo "--micro-batch 4 --seq-len 2048")
+        for engine in single zero1 zero2 zero3; do
+          config=$(ls "$runs"/compare-$model/cells/$engine-w1-*/ds_config.json 2>/dev/null | head -1)
+          # shellcheck disable=SC2086
+          timeout 240 python3 scripts/profile_gpu_step.py --model $model $shape --engine $engine \
+            ${config:+--ds-config "$config"} --out "$out/profile-$model-$engine.json" \
+            >> "$out/profile.log" 2>&1 || status=1
+        done
+      done ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
   echo "$step: $(( $(date +%s) - start )) s (status so far $status)" | tee -a "$out/steps.txt"

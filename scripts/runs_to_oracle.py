@@ -1,6 +1,7 @@
 """dsbench run folders (GPU runs) as rows of the oracle schema, so that `dsbench plan --replay` predicts them.
 
-    python scripts/runs_to_oracle.py tests/data/runs/gpu-h100/compare-*/cells/* > tests/data/oracles/dsbench-h100.csv
+    python scripts/runs_to_oracle.py tests/data/runs/gpu-h100/compare-*/cells/* \
+        tests/data/runs/gpu-h100-20261125/compare-*/cells/* > tests/data/oracles/dsbench-h100.csv
 
 Step time is the wall clock over the measured window divided by its steps; peak memory is the run's
 ``torch.cuda.max_memory_allocated`` (the replay compares dsbench's rows with the model's allocated peak). Runs the
@@ -51,7 +52,8 @@ def row_of(folder: Path, gpu_name: str, index: int) -> dict[str, object] | str:
             "measured_step_s": round(window["window_s"] / window["steps"], 6),
             "measured_tokens_per_s_per_gpu": round(window["tokens_per_s_per_rank"], 1),
             "measured_peak_mem_gib": round(max(summary["peak_memory_bytes_per_rank"]) / 2**30, 3),
-            "note": f"dsbench run {folder.name} (wall clock over {window['steps']} measured steps; peak = "
+            "note": f"dsbench run {folder.name} of {str(header.get('started_at', ''))[:10]} (wall clock"
+                    f" over {window['steps']} measured steps; peak = "
                     f"torch.cuda.max_memory_allocated); {gpu_name}"}
 
 

@@ -68,7 +68,7 @@ from dsbench.strategies import GPU_DATA_PARALLEL
 @click.option("--sequence-parallel", is_flag=True, help="With --layout and --tp: shard norms along the sequence.")
 @click.option("--compile", "compiled", is_flag=True, help="With --layout: torch.compile fuses the element-wise ops.")
 @click.option("--kernels", type=click.Choice(KERNELS), default=LAYOUT_DEFAULTS.kernels, show_default=True,
-              help="With --layout: the non-matmul ops as HF/torchtitan modules (eager) or Megatron's fused kernels.")
+              help="With --layout: the non-matmul ops as dsbench's HF modules (hf), torchtitan's (eager), Megatron's.")
 @click.option("--attention", type=click.Choice(["flash", "eager"]), default=LAYOUT_DEFAULTS.attention,
               show_default=True, help="With --layout: the attention kernel.")
 @click.option("--arch", type=click.Choice(ARCHS), help="With --layout: model family of the shape flags [llama].")

@@ -26,7 +26,8 @@ def layout_for(cand: Any, wl: Any, cl: Any) -> Layout:
     return Layout(shape, wl.seq_len, cl.gpu_model.kind, world, cl.gpus_per_node, strategy, cand.tp, cand.pp,
                   micro_batch=wl.micro_batch, global_batch=ParallelDims(world=world).samples_per_step(
                       wl.micro_batch, wl.grad_accum), recompute="full" if cand.checkpointing else "none",
-                  precision=wl.precision, inter_gbs=cl.inter.bandwidth_gbs)  # --interconnect or --bandwidth
+                  precision=wl.precision, kernels="hf",
+                  inter_gbs=cl.inter.bandwidth_gbs)  # --interconnect or --bandwidth
 
 
 def terms(cand: Any, wl: Any, cl: Any) -> tuple[float, float, float, float]:

@@ -15,10 +15,10 @@ RECOMPUTE = ("none", "full", "selective", "op")
 checkpointing (every matmul output but every second one, and the attention kernel's output, are saved; the rest
 of the block is recomputed)."""
 ARCHS = ("gpt", "llama")
-KERNELS = ("eager", "megatron")
-"""How the non-GEMM ops run: ``eager`` as the HF/torchtitan modules write them (one kernel per torch op),
-``megatron``: Megatron-LM's fused kernels (LayerNorm, bias-GELU, bias-dropout-add, scale-mask-softmax).
-``compile`` fuses either."""
+KERNELS = ("hf", "eager", "megatron")
+"""How the non-GEMM ops run: ``hf`` as the Hugging Face modules dsbench's worker trains (one kernel per torch op,
+with transformers' casts and copies), ``eager`` as torchtitan's leaner modules write them, ``megatron``:
+Megatron-LM's fused kernels (LayerNorm, bias-GELU, bias-dropout-add, scale-mask-softmax). ``compile`` fuses any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,12 @@ class Shape:
         neglected: < 0.1% at these widths)."""
         h = self.hidden
         return h * h * 2 + 2 * h * (h * self.kv_heads // self.heads) + self.mlp_matrices * h * self.ffn
+
+    def layer_tensors(self) -> int:
+        """Parameter tensors of one block as the HF modules hold them: GPT-2's two LayerNorms and four linears,
+        each a weight and a bias (12); Llama's two RMSNorm weights and seven bias-free linears (9). A ZeRO engine's
+        hooks and gradient copies run per tensor."""
+        return 12 if self.arch == "gpt" else 9
 
     def params(self) -> int:
         """Blocks plus the input embedding and an untied output layer (GPT-3/Megatron tie them: counted once

@@ -27,6 +27,13 @@ RESERVE_FRACTION = 0.08
 semantics notes): 5-10% in torchtitan's and dsbench's own H100 runs where both were recorded."""
 
 
+NORM_BYTES = {"hf": 6, "eager": 10, "megatron": 2, "compiled": 2}
+"""Bytes per element an RMSNorm keeps for its backward. hf: transformers' LlamaRMSNorm upcasts its input to fp32
+(kept by pow and mul: 4) and keeps the bf16 normalised tensor for the weight's product (2); its input's cast keeps
+nothing. eager (torchtitan, priced with its rows' measured peaks): its input and two fp32 copies (10). Fused or
+compiled: the input only (2)."""
+
+
 @dataclass(frozen=True)
 class PeakMemory:
     allocated_gib: float
@@ -40,12 +47,14 @@ def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
     shard = lay.dp * lay.cp  # FSDP and ZeRO shard over every data-parallel rank, CP ranks included
     layer = lay.shape.layer_params() / lay.tp
     strategy = lay.strategy
+    grad = 2 if lay.kernels == "hf" else 4  # DeepSpeed's bf16 engine and autocast keep 16-bit gradients (autocast's
+    # fp32 weights are also the master copy); Megatron accumulates in fp32 buffers (main_grad)
     if strategy == "ddp":
-        return {"weights": 2 * params, "grads": 4 * params, "optimizer": 12 * params}
+        return {"weights": 2 * params, "grads": grad * params, "optimizer": 12 * params}
     if strategy == "zero1":
-        return {"weights": 2 * params, "grads": 4 * params, "optimizer": 12 * params / shard}
+        return {"weights": 2 * params, "grads": grad * params, "optimizer": 12 * params / shard}
     if strategy == "zero2":
-        return {"weights": 2 * params, "grads": 4 * params / shard + 2 * layer, "optimizer": 12 * params / shard}
+        return {"weights": 2 * params, "grads": grad * params / shard + 2 * layer, "optimizer": 12 * params / shard}
     if strategy == "fsdp_no_reshard":  # the 16-bit weights stay gathered after the forward
         return {"weights": 4 * params / shard + 2 * params, "grads": 4 * params / shard + 4 * layer,
                 "optimizer": 8 * params / shard}
@@ -62,14 +71,16 @@ def _block_activation_bytes(lay: Layout) -> float:
     if lay.recompute == "full":
         return 2 * sbh / (t if lay.sequence_parallel else 1)
     ratio = s.ffn / s.hidden
-    if s.arch == "llama":  # HF/torchtitan modules: each RMSNorm keeps its input (eager: also two fp32 copies, 8sbh);
-        kv = s.kv_heads / s.heads  # attention keeps its input, q, k, v, the kernel's output and o_proj's input;
-        norms = 2 * (2 if lay.compile else 10) * sbh  # SwiGLU keeps gate, up, silu(gate) and their product (sbf)
-        inside = (2 + 2 * (1 + 2 * kv) + 2 + 2) * sbh + 4 * 2 * ratio * sbh
+    if s.arch == "llama":  # attention keeps its input, q, k, v and the kernel's output (o_proj's input: the same
+        kv = s.kv_heads / s.heads  # tensor); SwiGLU keeps gate, up, silu(gate) and their product (4 sbf)
+        norms = 2 * NORM_BYTES["compiled" if lay.compile else lay.kernels] * sbh
+        inside = (2 + 2 * (1 + 2 * kv) + 2) * sbh + 4 * 2 * ratio * sbh
         outside = norms + 2 * sbh
     else:  # Korthikanti: 24·sbh inside the TP region (f = 4h), 10·sbh outside
         inside = (8 + 4 * ratio) * sbh
         outside = 10 * sbh
+        if lay.kernels == "hf" and not lay.compile:  # transformers' tanh GELU (NewGELUActivation) run op by op keeps
+            inside += 3 * 2 * ratio * sbh  # three more 16-bit sbf tensors: tanh's output, 0.5·x and 1 + tanh
     core = 5 * s.heads * (lay.seq_len / lay.cp) * lay.seq_len * b if lay.attention == "eager" else 0.0
     if lay.recompute == "selective":
         core = 0.0

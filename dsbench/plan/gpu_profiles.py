@@ -8,10 +8,25 @@ which rows chose each and the error on the others).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from dsbench.errors import UserError
 from dsbench.gpus import BY_KEY
+
+UNALIGNED_GEMM = 0.126
+"""Measured: GPT-2's output-layer GEMMs (16,384 tokens x 50,257 x 768, forward and both backward GEMMs, 3.79 TFLOP)
+took 30.5 ms in cutlass ``sm75 ... align1`` kernels on the lent H100 (124 TFLOP/s, 0.126 of 989;
+scripts/profile_gpu_step.py, tests/data/runs/gpu-h100-20261125/profile). The same fraction is assumed for the
+other kinds."""
+
+HF_HBM = 0.44
+"""Fitted: GPT-2 ZeRO-1's non-GEMM kernel time on the lent H100 (50.0 ms per step: element-wise, loss, copies,
+reductions, norms, optimizer; profile-gpt2-zero1.json) over the model's bytes at 3.35 TB/s (21.8 ms). Out of sample:
+the 1.1B Llama's (docs/planner.md)."""
+
+ZERO_HOST_US = {1: 140.0, 2: 185.0, 3: 660.0}
+"""Fitted per engine on dsbench's GPT-2 H100 runs of 2026-11-25 (tests/data/oracles/dsbench-h100.csv rows 10-12):
+the step time the GPU model leaves over, per parameter tensor, by ZeRO stage; the Llama rows are out of sample."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +65,20 @@ class GpuProfile:
     peaks. A fitted constant where it is not 1: the profile says which rows chose it."""
     host_link_gbs: float = 25.0
     """The host link for offload (PCIe 4.0 x16 about 25 GB/s one way; PCIe 5.0 about 50)."""
+    unaligned_gemm_fraction: float = UNALIGNED_GEMM
+    """The fraction of peak a 16-bit GEMM with a dimension not a multiple of 8 reaches: cuBLAS needs 16-byte
+    aligned leading dimensions for its tensor-core kernels and otherwise falls back to ``align1`` kernels (NVIDIA's
+    Matrix Multiplication Background guide, "Tensor Core Requirements"). GPT-2's 50,257-word vocabulary is the
+    case in dsbench's runs."""
+    hf_hbm_fraction: float = HF_HBM
+    """The share of HBM bandwidth at which the model's byte count of a step's non-GEMM ops (element-wise, the fp32
+    loss, the optimizer) comes out in kernel time when the Hugging Face modules run them eagerly (``kernels=hf``):
+    it lumps sub-peak bandwidth and the small kernels the count leaves out (casts, reductions, copies).
+    torchtitan's modules, Megatron's fused kernels and compiled code keep 1."""
+    zero_host_us: dict[int, float] = field(default_factory=lambda: dict(ZERO_HOST_US))
+    """Host time a DeepSpeed ZeRO engine spends per parameter tensor that the GPU waits for, µs (its gradient hooks,
+    bucket copies and, for stage 3, parameter fetch and release), by ZeRO stage: per step (stage 1) or per
+    micro-batch (stages 2 and 3)."""
 
 
 def _sixteen(key: str, **more: float) -> dict[str, float]:

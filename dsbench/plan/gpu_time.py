@@ -18,6 +18,10 @@ Per micro-batch and layer, on one GPU (its TP shard, its CP share of the sequenc
 - ``dp_comm``: gradient all-reduce (ddp, not overlapped), reduce-scatter + all-gather (zero1/2), parameter
   gathers and gradient reduce-scatters (zero3, fsdp) overlapped with compute by prefetching.
 - ``optimizer``: Adam's read and write of its fp32 states at HBM bandwidth.
+- ``engine_host``: the host work of a DeepSpeed ZeRO engine that the GPU waits for, per parameter tensor.
+
+Memory-bound terms of the HF modules run eagerly go at the profile's ``hf_hbm_fraction`` of HBM bandwidth, and a 16-bit
+GEMM with a dimension that is not a multiple of 8 at its ``unaligned_gemm_fraction`` of peak (gpu_profiles.py).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 
 from dsbench.plan.gpu_layout import Layout
 from dsbench.plan.gpu_profiles import GpuProfile
+from dsbench.strategies import PLANNER
 
 BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 ASYNC_TP_HIDDEN = 0.45
@@ -54,6 +59,8 @@ def gemm_seconds(m: float, n: float, k: float, count: float, hw: GpuProfile, pre
     makes a GEMM memory-bound)."""
     smallest = min(m, n)
     efficiency = hw.gemm_peak_fraction * smallest / (smallest + hw.gemm_half_dim)
+    if BYTES.get(precision, 2) == 2 and any(round(d) % 8 for d in (m, n, k)):  # no 16-byte aligned tensor-core path
+        efficiency = hw.unaligned_gemm_fraction
     flops = 2 * m * n * k * count
     moved = BYTES.get(precision, 2) * (m * k + k * n + m * n) * count
     return max(flops / (peak_flops(hw, precision) * efficiency), moved / (hw.hbm_tbs * 1e12))
@@ -98,7 +105,14 @@ def layer_times(lay: Layout, hw: GpuProfile) -> dict[str, float]:
         attention = flops / (peak_flops(hw, scores) * hw.flash_fraction)
     else:  # two batched GEMMs per head, the scores written to and read from HBM
         attention = 2 * gemm_seconds(queries, lay.seq_len, h / s.heads, b * s.heads / t, hw, scores)
-    return {"matmul": linear, "attention": attention, "elementwise": _elementwise_bytes(lay) / (hw.hbm_tbs * 1e12)}
+    return {"matmul": linear, "attention": attention, "elementwise": _hbm_seconds(_elementwise_bytes(lay), lay, hw)}
+
+
+def _hbm_seconds(nbytes: float, lay: Layout, hw: GpuProfile) -> float:
+    """Seconds of memory-bound ops that move ``nbytes``: at HBM bandwidth, or at the profile's ``hf_hbm_fraction``
+    of it for the Hugging Face modules run eagerly."""
+    hf = lay.kernels == "hf" and not lay.compile
+    return nbytes / (hw.hbm_tbs * 1e12 * (hw.hf_hbm_fraction if hf else 1.0))
 
 
 # Bytes read and written per element by the non-GEMM ops of a block, forward (16-bit tensors, 1-byte dropout masks).
@@ -124,7 +138,7 @@ def _elementwise_bytes(lay: Layout) -> float:
     region (activation, RoPE, the eager softmax) they split over tp; the norms and residuals outside it split only
     with sequence parallelism (Korthikanti sec. 4.2.2)."""
     s, b, t = lay.shape, lay.micro_batch, lay.tp
-    per = ELEMENTWISE[(s.arch, "compiled" if lay.compile else lay.kernels)]
+    per = ELEMENTWISE[(s.arch, "compiled" if lay.compile else "eager" if lay.kernels == "hf" else lay.kernels)]
     sbh = b * lay.seq_len / lay.cp * s.hidden
     sbf = b * lay.seq_len / lay.cp * s.ffn
     outside = 2 * per["norm"] * sbh + 2 * per["residual"] * sbh
@@ -146,7 +160,7 @@ def _logits_seconds(lay: Layout, hw: GpuProfile) -> float:
     tokens = b * lay.seq_len / lay.cp
     precision = "bf16" if lay.precision == "fp8" else lay.precision  # the output layer stays 16-bit under fp8
     gemm = 3 * gemm_seconds(tokens, s.vocab / lay.tp, s.hidden, 1, hw, precision)
-    return gemm + 3 * 4 * tokens * s.vocab / lay.tp / (hw.hbm_tbs * 1e12)
+    return gemm + _hbm_seconds(3 * 4 * tokens * s.vocab / lay.tp, lay, hw)
 
 
 def _tp_comm_seconds(lay: Layout, hw: GpuProfile) -> float:
@@ -189,7 +203,7 @@ def _stage_seconds(lay: Layout, hw: GpuProfile) -> dict[str, float]:
     elif lay.recompute == "op":  # torchtitan per-op SAC: half the linear GEMMs and every non-GEMM op again
         terms["recompute"] = (fwd["matmul"] / 2 + fwd["elementwise"]) * layers
     elif lay.recompute == "selective":  # the attention core: its GEMMs and, eager, the softmax and dropout
-        core = fwd["attention"] + _softmax_bytes(lay) / lay.tp / (hw.hbm_tbs * 1e12)
+        core = fwd["attention"] + _hbm_seconds(_softmax_bytes(lay) / lay.tp, lay, hw)
         terms["recompute"] = core * layers
     terms["logits"] = _logits_seconds(lay, hw)  # on the last stage, the busiest
     if lay.async_tp:  # micro-pipelined collective matmuls hide part of the TP traffic
@@ -242,7 +256,21 @@ def _optimizer_seconds(lay: Layout, hw: GpuProfile) -> float:
     """Adam on the local shard: read fp32 weights, gradients and two moments, write three back and a 16-bit copy
     (30 bytes per parameter) at HBM bandwidth."""
     shard = 1 if lay.strategy == "ddp" else lay.dp * lay.cp  # every other strategy shards the optimizer
-    return 30 * _local_params(lay) / shard / (hw.hbm_tbs * 1e12)
+    return _hbm_seconds(30 * _local_params(lay) / shard, lay, hw)
+
+
+def _engine_host_seconds(lay: Layout, hw: GpuProfile) -> float:
+    """Host time of a DeepSpeed ZeRO engine that the GPU waits for: the profile's cost per local parameter tensor,
+    once per step for ZeRO-1 (its work is at the step boundary) and per micro-batch for ZeRO-2 (gradient hooks)
+    and ZeRO-3 (gathers and releases in the forward and backward). Measured on the lent H100: the GPU sat idle
+    23 ms (GPT-2, ZeRO-1) to 130 ms (ZeRO-3) of each step (scripts/profile_gpu_step.py)."""
+    stage = PLANNER[lay.strategy].zero if lay.strategy in PLANNER else None
+    per_tensor = hw.zero_host_us.get(stage or 0)
+    if not per_tensor:
+        return 0.0
+    s = lay.shape
+    tensors = lay.stage_layers * s.layer_tensors() + (4 if s.arch == "gpt" else 3)  # + embeddings and final norm
+    return per_tensor * 1e-6 * tensors * (1 if stage == 1 else lay.micro_batches)
 
 
 def model_flops(lay: Layout) -> float:
@@ -265,4 +293,5 @@ def step_time(lay: Layout, hw: GpuProfile) -> StepTime:
     compute = sum(terms.values())
     terms["dp_comm"] = _dp_seconds(lay, hw, compute)
     terms["optimizer"] = _optimizer_seconds(lay, hw)
+    terms["engine_host"] = _engine_host_seconds(lay, hw)
     return StepTime(sum(terms.values()), terms, model_flops(lay))

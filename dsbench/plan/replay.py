@@ -132,9 +132,16 @@ def _layout(v: dict[str, Any], micro_batch: int, virtual: int) -> Layout:
     return Layout(shape, v["seq_len"], v["gpu"], v["gpus"], v["gpus_per_node"], v["strategy"], v["tp"], v["pp"],
                   v["cp"], v["schedule"] or "1f1b", virtual, micro_batch, v["global_batch"], recompute,
                   bool(v["sequence_parallel"]), v["precision"], bool(v["compile"]),
-                  "megatron" if _megatron(v) else "eager", "eager" if _megatron(v) else "flash",
+                  _kernels(v), "eager" if _megatron(v) else "flash",
                   v["intra_gbs"], v["inter_gbs"],
                   async_tp=any(marker in note for marker in ASYNC_TP))
+
+
+def _kernels(v: dict[str, Any]) -> str:
+    """Megatron's fused kernels for its runs, the HF modules for dsbench's own runs, torchtitan's otherwise."""
+    if _megatron(v):
+        return "megatron"
+    return "hf" if v["source"].startswith("dsbench") or "dsbench run" in (v.get("note") or "") else "eager"
 
 
 def _megatron(v: dict[str, Any]) -> bool:

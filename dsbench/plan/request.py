@@ -81,7 +81,7 @@ class LayoutRequest:
     sequence_parallel: bool = False
     precision: str = "bf16"
     compile: bool = False
-    kernels: str = "eager"
+    kernels: str = "hf"
     attention: str = "flash"
     tokens: float | None = None
     """Tokens to train: the answer gives days and GPU-hours."""

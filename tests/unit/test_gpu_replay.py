@@ -32,7 +32,7 @@ def _rows(results, source):
 
 
 def test_every_shipped_row_is_priced_or_skipped_with_a_reason(results):
-    assert len(results) == 72  # 64 published runs and dsbench's 8 on the lent H100
+    assert len(results) == 79  # 64 published runs and dsbench's 15 on the lent H100 (two days)
     assert all((r.predicted_step_s is not None) != (r.skipped is not None) for r in results)
     assert all(r.skipped is None for r in results), [(r.row.source, r.row.row, r.skipped) for r in results]
 
@@ -266,6 +266,62 @@ def test_the_ranking_prices_gpu_candidates_with_the_gpu_model(cli_run):
                                "--efficiency", "0.5", "--peak-tflops", "312", "--json").output)
     zero1 = next(c for c in older["candidates"] if c["name"] == "zero1")  # peak x efficiency, as before
     assert zero1["mfu"] == pytest.approx(0.5) and zero1["exposed_comm_s"] == 0
+
+
+def test_dsbench_h100_runs_engine_constants_chosen_on_gpt2_hold_on_llama(results):
+    """zero_host_us is chosen on the GPT-2 ZeRO rows of 2026-11-25 (10-12); the same day's 1.1B Llama rows (13-15)
+    are out of sample and meet the issue's 15%. Held as measured, and named in docs/planner.md: the GPT-2 DDP rows
+    (autocast over fp32 weights, whose extra casts the model does not price: -22%) and the 2026-11-23 rows, whose
+    host-bound ZeRO cells ran up to 1.6x slower than the same cells two days later."""
+    rows = _rows(results, "dsbench-h100")
+    assert all(abs(rows[n].step_error) < 0.01 for n in (10, 11, 12))
+    assert all(abs(rows[n].step_error) <= 0.15 for n in (13, 14, 15)), [rows[n].step_error for n in (13, 14, 15)]
+    assert -0.25 < rows[9].step_error < -0.15
+    assert max(abs(rows[n].step_error) for n in range(1, 9)) <= 0.40
+
+
+def test_peak_memory_within_10_percent_on_dsbench_h100_runs(results):
+    """The allocated peak of every DeepSpeed bf16 run and of the Llama runs under autocast, from the model's
+    derivations (transformers' RMSNorm and tanh GELU, DeepSpeed's 16-bit gradients), nothing fitted. GPT-2 under
+    autocast over fp32 weights peaks 4 GiB above the same model under DeepSpeed's bf16 weights, which the model does
+    not price: held at its -16%."""
+    rows = _rows(results, "dsbench-h100")
+    autocast_gpt2 = [n for n, r in rows.items() if r.row.values["strategy"] == "ddp" and r.row.values["arch"] == "gpt"]
+    assert all(abs(r.mem_error) <= 0.10 for n, r in rows.items() if n not in autocast_gpt2)
+    assert all(-0.17 < rows[n].mem_error < -0.10 for n in autocast_gpt2)
+
+
+PROFILES = DATA / "runs" / "gpu-h100-20261125" / "profile"
+
+
+@pytest.mark.parametrize("name", ["gpt2-zero1", "gpt2-zero2", "gpt2-zero3", "llama-1b-zero1", "llama-1b-zero2"])
+def test_gpu_terms_match_the_kernel_time_profiled_on_the_h100(results, name):
+    """The model's GPU terms (all but the engine's host time) against the kernel time scripts/profile_gpu_step.py
+    measured under DeepSpeed's bf16 weights (the model's assumption): hf_hbm_fraction was chosen on gpt2-zero1's
+    non-GEMM kernels, every other profile (and every GEMM and attention figure) is out of sample."""
+    import json
+
+    from dsbench.plan.gpu_profiles import profile_for
+    from dsbench.plan.gpu_time import step_time
+    from dsbench.plan.replay import _candidates
+
+    measured = json.loads((PROFILES / f"profile-{name}.json").read_text())["profiled"]["busy_s"]
+    model, strategy = name.rsplit("-", 1)
+    row = next(r for r in results if r.row.source == "dsbench-h100" and r.row.values["model"] == model
+               and r.row.values["strategy"] == strategy)
+    time = step_time(_candidates(row.row.values)[0], profile_for("h100-sxm"))
+    assert time.seconds - time.terms["engine_host"] == pytest.approx(measured, rel=0.10)
+
+
+def test_a_16_bit_gemm_with_an_unaligned_dimension_runs_at_the_fallback_rate():
+    """cuBLAS's align1 fallback: GPT-2's 50,257-word output layer costs ~6x the padded 50,304 (Karpathy's nanoGPT
+    pads the vocabulary for this reason); fp8 and aligned shapes keep the curve."""
+    from dsbench.plan.gpu_profiles import profile_for
+    from dsbench.plan.gpu_time import gemm_seconds
+
+    hw = profile_for("h100-sxm")
+    odd, padded = (gemm_seconds(16384, vocab, 768, 1, hw, "bf16") for vocab in (50257, 50304))
+    assert 4.0 < odd / padded < 8.0
 
 
 def test_an_unstated_interconnect_is_priced_at_the_usual_network_and_its_sensitivity_shows(results):
