@@ -22,9 +22,10 @@ from dsbench.hostfile import is_valid_hostname, read_hostfile
 from dsbench.io import atomic_write_json, atomic_write_text, check_creatable_folder, read_text
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
-from dsbench.models import check_autotp, check_megatron_tp, resolve_model
+from dsbench.models import check_autotp, check_loss_parallel, check_megatron_tp, resolve_model
 from dsbench.parallel import ParallelDims, bubble_fraction
-from dsbench.strategies import SPLIT_ENGINES
+from dsbench.records import check_run_dir
+from dsbench.strategies import SPLIT_ENGINES, TORCH_TP_ONLY
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -151,6 +152,10 @@ def check_request(req: LaunchRequest) -> None:
         if ds_only:
             raise UserError(f"{ds_only[0]} shapes a DeepSpeed config; --strategy {req.strategy} has none: use "
                             "--strategy deepspeed, or drop it")
+    tp_only = [flag for name, flag in TORCH_TP_ONLY.items() if req.render_flags.get(name)]
+    if tp_only and req.strategy != "torch_tp":
+        raise UserError(f"{tp_only[0]} shards what DTensor tensor parallelism splits: it needs --strategy torch_tp "
+                        f"--tp N; --strategy {req.strategy} would ignore it")
     if not is_valid_hostname(req.master_addr):
         raise UserError(f"--master-addr {req.master_addr!r}: give a hostname or an IP address")
     # worker flags that would replace what the launch decides (the config rendered, validated and recorded)
@@ -160,29 +165,13 @@ def check_request(req: LaunchRequest) -> None:
             raise UserError(f"-- {flag}: {_LAUNCH_DECIDES[flag]}")
 
 
+_RENDERS = ("dsbench launch renders and validates the DeepSpeed config itself; launch your own with --config FILE "
+            "instead")
 _LAUNCH_DECIDES = {
-    "--deepspeed_config": "dsbench launch renders and validates the DeepSpeed config itself; launch your own with "
-                          "--config FILE instead",
-    "--deepspeed-config": "dsbench launch renders and validates the DeepSpeed config itself; launch your own with "
-                          "--config FILE instead",
+    "--deepspeed_config": _RENDERS, "--deepspeed-config": _RENDERS,
     "--strategy": "give --strategy before --, to dsbench launch",
     "--run-json": "dsbench launch writes the run description itself",
 }
-
-
-MEASURED = ("metrics.jsonl", "summary.json")
-"""Files that mean a run folder holds a run's results (the worker writes them)."""
-
-
-def check_run_dir(folder: Path) -> None:
-    """A launch writes its config, run.json and log into ``folder``: never into a folder that already holds a
-    run's measurements (a second launch, even a dry run, would replace the config those figures came from)."""
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"--run-dir {folder}: exists and is not a folder")
-    held = [name for name in MEASURED if (folder / name).exists()]
-    if held:
-        raise UserError(f"--run-dir {folder} already holds a run's measurements ({held[0]}): give a new --run-dir "
-                        "(dsbench never overwrites results)")
 
 
 # The render flags launch takes, by option name (the deepspeed-only ones are in DEEPSPEED_ONLY).
@@ -204,6 +193,7 @@ def launch_fields(req: LaunchRequest, strategy: str, ds_config: Path | None) -> 
     if strategy in SPLIT_ENGINES:  # torch_pp / torch_tp take their degree as a worker flag
         name = _DEGREE_FLAGS[SPLIT_ENGINES[strategy]][0]
         native[name] = name
+    native.update({name: name for name in TORCH_TP_ONLY})  # the worker refuses them beside any other strategy
     fields.update({field: req.render_flags[name] for name, field in native.items()
                    if req.render_flags.get(name) is not None})
     return fields
@@ -274,7 +264,7 @@ def strategy_and_launcher(strategy: str | None, launcher: str | None, accelerate
 
 
 # Flags that would be ignored beside a user's accelerate YAML, with what decides instead.
-_YAML_DECIDES = {**DEEPSPEED_ONLY, "pipeline_stages": "--pipeline-stages", "tp": "--tp"}
+_YAML_DECIDES = {**DEEPSPEED_ONLY, "pipeline_stages": "--pipeline-stages", "tp": "--tp", **TORCH_TP_ONLY}
 # Worker flags that a YAML's inline DeepSpeed settings (or its DeepSpeed file) fix: (YAML key, DeepSpeed key).
 _YAML_FIXES = {"grad_accum": ("--grad-accum", "gradient_accumulation_steps"),
                "grad_clip": ("--grad-clip", "gradient_clipping")}
@@ -383,6 +373,7 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
         check_creatable_folder(Path(train.checkpoint_dir), "--checkpoint-dir")
     if train.strategy == "torch_tp":
         check_megatron_tp(shape.arch)
+        check_loss_parallel(train.loss_parallel, shape.tied_embeddings, shape.name)
     elif dims.tp > 1:
         check_autotp(shape.arch)
     if train.strategy == "torch_pp" and train.grad_accum < dims.pp:  # GPipe runs it; most of each step idles

@@ -124,6 +124,13 @@ def check_megatron_tp(family: str) -> None:
                         "GPT-2's fused c_attn (Conv1D q|k|v) does not split into whole heads by columns")
 
 
+def check_loss_parallel(loss_parallel: bool, tied: bool, name: str) -> None:
+    """--loss-parallel makes the LM head column-parallel; a head tied to the (replicated) input embedding cannot be."""
+    if loss_parallel and tied:
+        raise UserError(f"--loss-parallel needs an untied output layer: {name} ties it to the input embedding, which "
+                        "dsbench keeps replicated; drop --loss-parallel")
+
+
 def check_autotp(family: str) -> None:
     """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits Llama-family linears; GPT-2's Conv1D it leaves whole."""
     if family not in LLAMA_LIKE:

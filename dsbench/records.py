@@ -32,6 +32,19 @@ from dsbench.errors import UserError
 SCHEMA = 2
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
+MEASURED = (METRICS, SUMMARY)
+"""Files that mean a run folder holds a run's results (the worker writes them)."""
+
+
+def check_run_dir(folder: Path) -> None:
+    """A launch writes its config, run.json and log into ``folder``: never into a folder that already holds a
+    run's measurements (a second launch, even a dry run, would replace the config those figures came from)."""
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--run-dir {folder}: exists and is not a folder")
+    held = [name for name in MEASURED if (folder / name).exists()]
+    if held:
+        raise UserError(f"--run-dir {folder} already holds a run's measurements ({held[0]}): give a new --run-dir "
+                        "(dsbench never overwrites results)")
 
 
 def flops_per_token(num_params: int, layers: int, hidden: int, seq_len: int) -> int:

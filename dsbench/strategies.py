@@ -33,6 +33,8 @@ ACCELERATE_TYPES = {"DEEPSPEED": "deepspeed", "FSDP": "fsdp", "MULTI_GPU": "ddp"
 """accelerate's ``distributed_type`` -> the engine that trains it on each rank."""
 SPLIT_ENGINES = {"torch_pp": "pp", "torch_tp": "tp"}
 """The torch engines that split the model, and the degree each splits it by."""
+TORCH_TP_ONLY = {"sequence_parallel": "--sequence-parallel", "loss_parallel": "--loss-parallel"}
+"""dsbench launch's flags of DTensor tensor parallelism (torch_tp), by run-description field."""
 
 
 # --- the planner's data-parallel strategies ------------------------------------------------------------------------
@@ -87,6 +89,10 @@ class Strategy:
     pp: int = 1
     reshard: bool = True
     """FSDP frees the gathered parameters after forward (``--no-fsdp-reshard`` keeps them)."""
+    sequence_parallel: bool = False
+    """torch_tp's ``--sequence-parallel`` (names ending ``_sp``)."""
+    loss_parallel: bool = False
+    """torch_tp's ``--loss-parallel`` (names ending ``_lp``)."""
     planned: bool = True
     """The planner has a model of it (``plan --verify``, ``tune`` and report predictions use it)."""
 
@@ -125,6 +131,7 @@ class Strategy:
             flags += ["--tp", str(self.tp)]
         if self.pp > 1:
             flags += ["--pipeline-stages", str(self.pp)]
+        flags += ["--sequence-parallel"] * self.sequence_parallel + ["--loss-parallel"] * self.loss_parallel
         return tuple(flags)
 
     @property
@@ -168,7 +175,10 @@ FAMILIES: dict[str, tuple[str, Strategy]] = {
     # DTensor Megatron-style tensor parallel (Llama-family models)
     "torch_tp": ("tp", Strategy("torch_tp{N}", "torch_tp", "torchrun")),
 }
-_FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe)([0-9]{1,4})")
+_FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe)([0-9]{1,4})((?:_sp)?(?:_lp)?)")
+TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}
+"""torch_tp's option suffixes (``torch_tp2_sp``, ``torch_tp2_lp``, ``torch_tp2_sp_lp``): the CPU planner has no
+model of them, so they are not ``planned``."""
 LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2")
 """Compare's strategies as listed to users and searched by ``tune`` (each family at degree 2)."""
 DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
@@ -181,10 +191,11 @@ def lookup(name: str) -> Strategy | None:
     if name in FIXED:
         return FIXED[name]
     match = _FAMILY_NAME.fullmatch(name)
-    if match is None or int(match[2]) < 2 or match[2].startswith("0"):
+    if match is None or int(match[2]) < 2 or match[2].startswith("0") or (match[3] and match[1] != "torch_tp"):
         return None
     degree_of, template = FAMILIES[match[1]]
-    return replace(template, name=name, **{degree_of: int(match[2])})
+    options = {field: True for suffix, field in TP_OPTIONS.items() if suffix in match[3]}
+    return replace(template, name=name, **{degree_of: int(match[2])}, **options, planned=not options)
 
 
 def known(name: str) -> bool:
@@ -201,7 +212,7 @@ def get(name: str) -> Strategy:
 
 def choices() -> str:
     """The names a user may give, for error messages."""
-    return ", ".join((*FIXED, "zero1_tp{N}", "pipe{P}", "torch_pipe{P}", "torch_tp{N}"))
+    return ", ".join((*FIXED, "zero1_tp{N}", "pipe{P}", "torch_pipe{P}", "torch_tp{N}[_sp][_lp]"))
 
 
 def name_for(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
@@ -241,7 +252,8 @@ def for_candidate(strategy: str, offload: str = "none", offload_param: str = "no
 
 
 def name_of_run(engine: str, zero: int | None = None, offload: str = "none", offload_param: str = "none",
-                tp: int = 1, pp: int = 1, reshard: bool = True) -> str:
+                tp: int = 1, pp: int = 1, reshard: bool = True, sequence_parallel: bool = False,
+                loss_parallel: bool = False) -> str:
     """The compare name of a run launched by hand, from what its header records. Where no compare strategy matches
     exactly: a DeepSpeed run by its stage and offload (``zero3_offload`` for ZeRO-3 with the optimizer alone on the
     CPU), any other by its engine."""
@@ -252,7 +264,7 @@ def name_of_run(engine: str, zero: int | None = None, offload: str = "none", off
     for family, (degree_of, template) in FAMILIES.items():
         degree = tp if degree_of == "tp" else pp
         if degree > 1 and tp * pp == degree and (template.engine, template.zero) == (engine, zero):
-            return f"{family}{degree}"
+            return f"{family}{degree}" + "_sp" * sequence_parallel + "_lp" * loss_parallel
     if engine == "deepspeed" and zero is not None:
         return f"zero{zero}" + {"none": "", "cpu": "_offload"}.get(offload, f"_{offload}")
     return engine

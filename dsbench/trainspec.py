@@ -76,6 +76,12 @@ class TrainSpec:
     """torch_pp's schedule: 1F1B (one forward, one backward in steady state) or GPipe (all forwards first)."""
     tp: int = 1
     """Tensor-parallel degree of --strategy torch_tp (DeepSpeed's AutoTP takes it from its config)."""
+    sequence_parallel: bool = False
+    """torch_tp: the norms run on a sequence shard and TP's all-reduces become reduce-scatter + all-gather
+    (Korthikanti et al. 2022 sec. 4.2.2)."""
+    loss_parallel: bool = False
+    """torch_tp: the logits stay split by vocabulary and the cross-entropy runs on the shards (torch's
+    ``loss_parallel``); needs an untied output layer."""
     seed: int = 1234
     dist_timeout: float = 600.0
     """Seconds a collective or the rendezvous may wait for the other ranks before this rank fails (a rank that
@@ -116,9 +122,7 @@ class TrainSpec:
             raise UserError(f"1F1B needs at least as many micro-batches as stages: --grad-accum {self.grad_accum} < "
                             f"--pipeline-stages {self.pipeline_stages}; raise --grad-accum or use "
                             "--pipeline-schedule gpipe")
-        if self.strategy != "torch_tp" and self.tp != 1:
-            raise UserError(f"--tp {self.tp} is for --strategy torch_tp (DeepSpeed's AutoTP takes its degree from "
-                            "the config: tensor_parallel.autotp_size)")
+        self._check_tensor_parallel()
         for flag, value in (("--checkpoint-dir", self.checkpoint_dir), ("--resume", self.resume),
                             ("--deepspeed_config", self.deepspeed_config), ("--dataset", self.dataset),
                             ("--out", self.out)):
@@ -155,6 +159,19 @@ class TrainSpec:
             if not (math.isfinite(value) and value >= 0):
                 raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
 
+    def _check_tensor_parallel(self) -> None:
+        """torch_tp's degree and its options name the strategy they need."""
+        for flag, on in (("--sequence-parallel", self.sequence_parallel), ("--loss-parallel", self.loss_parallel)):
+            if on and (self.strategy != "torch_tp" or self.tp < 2):
+                raise UserError(f"{flag} shards what tensor parallelism splits: it needs --strategy torch_tp with "
+                                f"--tp 2 or more (got --strategy {self.strategy} --tp {self.tp})")
+        if self.sequence_parallel and self.seq_len % self.tp:
+            raise UserError(f"--sequence-parallel splits the sequence over the TP ranks: --seq-len {self.seq_len} is "
+                            f"not divisible by --tp {self.tp}")
+        if self.strategy != "torch_tp" and self.tp != 1:
+            raise UserError(f"--tp {self.tp} is for --strategy torch_tp (DeepSpeed's AutoTP takes its degree from "
+                            "the config: tensor_parallel.autotp_size)")
+
     def check_compile_layout(self, dims: ParallelDims) -> None:
         """--compile where the layout is known (DeepSpeed's comes from its config): dsbench compiles DeepSpeed's
         ZeRO engine (``engine.compile()``), not its pipeline engine or AutoTP's split layers."""
@@ -187,6 +204,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help=_doc("precision"))
     p.add_argument("--pipeline-schedule", choices=SCHEDULES, help=_doc("pipeline_schedule"))
     p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--sequence-parallel", action="store_true", help=HELP["sequence_parallel"])
+    p.add_argument("--loss-parallel", action="store_true", help=HELP["loss_parallel"])
     p.add_argument("--compile", action="store_true", help=HELP["compile"])
     p.add_argument("--fused-optimizer", action="store_true", help=HELP["fused_optimizer"])
     p.add_argument("--fsdp-reshard", action=argparse.BooleanOptionalAction, help=_doc("fsdp_reshard"))
@@ -223,6 +242,8 @@ HELP = {
     "pipeline_stages": "pipeline stages of --strategy torch_pp",
     "pipeline_schedule": "torch_pp schedule",
     "tp": "tensor-parallel degree of --strategy torch_tp",
+    "sequence_parallel": "torch_tp: norms on a sequence shard; TP's all-reduces become reduce-scatter + all-gather",
+    "loss_parallel": "torch_tp: logits split by vocabulary into the loss (untied output layer)",
     "save_every": "save a checkpoint every N steps into --checkpoint-dir (0: only after the last step)",
     "compile": "torch.compile every transformer block (deepspeed: engine.compile()); compiles in the warm-up steps",
     "fused_optimizer": "torch AdamW fused=True (not deepspeed: its optimizer is its config's)",

@@ -75,6 +75,10 @@ def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) ->
               help="What the worker trains with [deepspeed].")
 @click.option("--launcher", type=click.Choice(["deepspeed", "torchrun", "accelerate", "slurm"]),
               help="How ranks start [deepspeed]; slurm: submit an sbatch script (one srun task per rank).")
+@click.option("--sequence-parallel", is_flag=True, default=None,
+              help="torch_tp: norms on sequence shards; TP's all-reduces become reduce-scatter + all-gather.")
+@click.option("--loss-parallel", is_flag=True, default=None,
+              help="torch_tp: the logits stay split by vocabulary into the loss (untied output layer).")
 @click.option("--accelerate-config", type=click.Path(dir_okay=False), metavar="YAML",
               help="Run your own accelerate YAML through `accelerate launch` (it picks the engine and its settings).")
 @click.option("--num-processes", type=click.IntRange(min=1),

@@ -96,7 +96,7 @@ def held_params(shape: ModelShape, tp: int = 1, pp: int = 1, vocab_parallel_head
     Stages take equal shares of the decoder blocks, earlier stages the remainder (dsbench's torch_pp split and
     DeepSpeed's ``type:BlockPipe`` partition); the first stage adds the embeddings, the last the final norm and
     the head, or a second copy of the tied embedding. ``vocab_parallel_head``: the head's vocabulary is split
-    over the TP ranks too (DeepSpeed AutoTP does; dsbench's torch_tp keeps it whole).
+    over the TP ranks too (DeepSpeed AutoTP does; dsbench's torch_tp keeps it whole unless --loss-parallel).
     """
     p = shape.parts()
     block = p["block_split"] // tp + p["block_whole"]

@@ -26,10 +26,12 @@ def compare_strategy(cand: Candidate) -> str | None:
     return name if name is not None and registry.get(name).planned else None
 
 
-def predicted_states(shape: ModelShape, cand: Candidate, world: int, precision: str) -> ModelStates:
-    """The planner's model states on a run's busiest rank, in the run's precision and accounting."""
+def predicted_states(shape: ModelShape, cand: Candidate, world: int, precision: str,
+                     loss_parallel: bool = False) -> ModelStates:
+    """The planner's model states on a run's busiest rank, in the run's precision and accounting; the head is
+    split by vocabulary under AutoTP and torch_tp's ``--loss-parallel``."""
     dims = ParallelDims(world=world, tp=cand.tp, pp=cand.pp)
-    held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed")
+    held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed" or loss_parallel)
     return model_states(held, cand.strategy, dims.dp, accounting_for(precision, cand.strategy),
                         offload=cand.offload, offload_param=cand.offload_param)
 

@@ -73,7 +73,7 @@ def _strategy_name(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
     reshard = (header.get("fsdp") or {}).get("reshard", True)
     return name_of_run(engine, zero.get("stage", 0) if engine == "deepspeed" else None, device("offload_optimizer"),
                        device("offload_param"), int(header.get("tp") or 1), int(header.get("pp") or 1),
-                       bool(reshard))
+                       bool(reshard), bool(header.get("sequence_parallel")), bool(header.get("loss_parallel")))
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:

@@ -145,7 +145,8 @@ def _engine_options(spec: TrainSpec, accum: int, precision: str, fsdp: dict[str,
                          precision=precision, fsdp_reshard=bool(fsdp and fsdp["reshard"]),
                          fsdp_cpu_offload=bool(fsdp and fsdp["cpu_offload"]), ds_config=ds_config, dims=dims,
                          pipeline_schedule=spec.pipeline_schedule, compile=spec.compile,
-                         fused_optimizer=spec.fused_optimizer)
+                         fused_optimizer=spec.fused_optimizer, sequence_parallel=spec.sequence_parallel,
+                         loss_parallel=spec.loss_parallel)
 
 
 def _check_resume(resumed: Any, strategy: str, definition: dict[str, Any], dims: ParallelDims, info: Any,
@@ -236,6 +237,7 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
                         resumed_from=({"path": str(run.resumed[0]), "step": run.resumed[1].step}
                                       if run.resumed else None),
                         launcher_env=accelerate_env.launcher_env(os.environ),
+                        sequence_parallel=spec.sequence_parallel, loss_parallel=spec.loss_parallel,
                         speed=_speed_options(spec, run))
 
 

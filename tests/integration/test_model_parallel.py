@@ -36,12 +36,13 @@ COMMANDS = {
                             "--activation-checkpointing --fused-optimizer",
     "torch_pipe2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-tiny "
                         "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --pipeline-schedule gpipe",
-    # 4 ranks: data parallelism on top (pp 2 x dp 2, dp 2 x tp 2)
+    # 4 ranks: data parallelism on top (pp 2 x dp 2, dp 2 x tp 2); the TP run with sequence parallelism and the
+    # vocabulary-parallel loss (issue 28: their parity is this run's, beside plain TP's in torch_tp2_llama)
     "pipe2_dp2_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 4",
     "torch_pipe2_dp2_llama": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model llama-tiny "
                              "--micro-batch 1 --grad-accum 2 --num-gpus 4",
     "torch_tp2_dp2_llama": "--strategy torch_tp --tp 2 --launcher torchrun --model llama-tiny --micro-batch 2 "
-                           "--num-gpus 4",
+                           "--num-gpus 4 --sequence-parallel --loss-parallel",
     # references: one process, the same global batch
     "single_llama_4": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 4",
     "single_llama_2": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 2 --model llama-tiny",
@@ -78,6 +79,7 @@ def test_losses_match_the_single_process_run(runs, name):
     if name.startswith(("torch_pipe2_ckpt", "torch_tp2_ckpt")):
         assert header["speed"]["optimizer"] == "AdamW (fused)"
     assert header["global_batch"] == reference["header"][0]["global_batch"]
+    assert header["sequence_parallel"] is header["loss_parallel"] is (name == "torch_tp2_dp2_llama")
     assert header["pp"] * header["tp"] * header["dp_size"] == header["world_size"]
 
 
@@ -130,7 +132,8 @@ def test_planner_model_states_per_rank_within_5_percent(runs, name):
     run = launched(runs, name)
     header = run["header"][0]
     cand = Candidate(strategy=strategy, tp=tp, pp=pp, engine=engine)
-    predicted = predicted_states(resolve_model(header["model"]["name"]), cand, header["world_size"], "fp32")
+    predicted = predicted_states(resolve_model(header["model"]["name"]), cand, header["world_size"], "fp32",
+                                 loss_parallel=header["loss_parallel"])
     counted = max(run["states"][0]["per_rank"], key=lambda r: r["total"])
     measured, expected = comparable_bytes(strategy, counted, predicted)
     assert measured == pytest.approx(expected, rel=0.05)

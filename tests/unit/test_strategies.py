@@ -59,7 +59,17 @@ def test_a_parameterised_name_carries_its_degree(name, fields):
     assert how.model_parallel == how.tp * how.pp and how.compiles is (how.model_parallel == 1)
 
 
-@pytest.mark.parametrize("name", ["torch_tp1", "pipe0", "pipe02", "zero1_tp", "torch_tp2x", "zero9", "pipe99999"])
+def test_torch_tp_option_suffixes_launch_with_their_flags():
+    """torch_tp{N}_sp / _lp / _sp_lp: dsbench launch's --sequence-parallel / --loss-parallel; not planned on CPU."""
+    both = registry.get("torch_tp4_sp_lp")
+    assert (both.tp, both.sequence_parallel, both.loss_parallel, both.planned) == (4, True, True, False)
+    assert both.launch_flags == ("--tp", "4", "--sequence-parallel", "--loss-parallel")
+    assert registry.get("torch_tp2_lp").launch_flags == ("--tp", "2", "--loss-parallel")
+    assert registry.name_of_run("torch_tp", tp=2, sequence_parallel=True) == "torch_tp2_sp"
+
+
+@pytest.mark.parametrize("name", ["torch_tp1", "pipe0", "pipe02", "zero1_tp", "torch_tp2x", "zero9", "pipe99999",
+                                  "torch_tp2_lp_sp", "pipe2_sp", "zero1_tp2_lp", "torch_tp2_sp_sp"])
 def test_a_bad_name_is_unknown(name):
     assert registry.lookup(name) is None and not registry.known(name)
 

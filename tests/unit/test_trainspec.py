@@ -66,6 +66,10 @@ def test_bad_files_and_flags_are_one_line_errors(tmp_path):
     (["--strategy", "torch_pp", "--pipeline-stages", "2"], "1F1B needs at least as many micro-batches as stages"),
     (["--strategy", "torch_pp", "--pipeline-stages", "0"], "--pipeline-stages must be >= 1"),
     (["--pipeline-schedule", "zb"], "invalid choice: 'zb'"),
+    (["--strategy", "ddp", "--sequence-parallel"], "--sequence-parallel .* needs --strategy torch_tp"),
+    (["--strategy", "torch_tp", "--loss-parallel"], r"--loss-parallel .* --tp 2 or more \(got --strategy torch_tp"),
+    (["--strategy", "torch_tp", "--tp", "2", "--sequence-parallel", "--seq-len", "127"],
+     "--seq-len 127 is not divisible by --tp 2"),
 ])
 def test_model_parallel_flags_are_checked(argv, needle):
     with pytest.raises(UserError, match=needle):

@@ -28,6 +28,10 @@ class EngineOptions:
     """torch.compile the model's transformer blocks (native) or the DeepSpeed engine (its ``compile()``)."""
     fused_optimizer: bool = False
     """torch AdamW ``fused=True`` (native strategies)."""
+    sequence_parallel: bool = False
+    """torch_tp: norms on sequence shards (TrainSpec.sequence_parallel)."""
+    loss_parallel: bool = False
+    """torch_tp: the loss on vocabulary shards (TrainSpec.loss_parallel)."""
 
 
 class Engine(Protocol):

@@ -5,7 +5,13 @@
 - ``torch_tp``: DTensor ``parallelize_module`` with Megatron-LM's layout on Llama-family models: q/k/v and
   gate/up column-parallel, o_proj and down_proj row-parallel, so each rank holds whole heads and one
   all-reduce per pair runs in forward (after the row-parallel matmul) and one in backward (before the
-  column-parallel one). Embeddings, norms and the LM head stay replicated.
+  column-parallel one). Embeddings, norms and the LM head stay replicated, unless:
+  - ``--sequence-parallel`` (Korthikanti et al. 2022 sec. 4.2.2, as torchtitan applies it): between the blocks'
+    parallel regions the residual stream is split along the sequence, the norms run on their shard
+    (``SequenceParallel``), each region's input is all-gathered and each row-parallel output reduce-scattered
+    instead of all-reduced;
+  - ``--loss-parallel``: the LM head is column-parallel and its logits stay split by vocabulary into the
+    cross-entropy (torch's ``loss_parallel``), so no rank holds the full logits.
 
 Both step with torch AdamW and the same warm-up schedule as the other native strategies; gradient clipping
 uses the norm over the whole model (every stage / every shard, each weight once), as clip_grad_norm_ on an
@@ -19,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dsbench.models import check_megatron_tp
+from dsbench.models import check_loss_parallel, check_megatron_tp
 from dsbench.parallel import ParallelDims
 from dsbench.worker.dist import Collectives
 from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine
@@ -169,13 +175,45 @@ and gate/up (each rank computes whole heads / its slice of the MLP), row-paralle
 partial outputs summed by one all-reduce)."""
 
 
-def megatron_plan(model: Any) -> dict[str, Any]:
-    """:data:`MEGATRON_LAYER` for every decoder layer of a Llama-family model, as DTensor parallel styles."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+def megatron_plan(model: Any, sequence_parallel: bool = False, loss_parallel: bool = False) -> dict[str, Any]:
+    """:data:`MEGATRON_LAYER` for every decoder layer of a Llama-family model, as DTensor parallel styles, with
+    sequence parallelism and the vocabulary-parallel head when asked."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
 
     check_megatron_tp(getattr(model.config, "model_type", "?"))
-    return {f"model.layers.{i}.{name}": ColwiseParallel() if kind == "column" else RowwiseParallel()
-            for i in range(len(model.model.layers)) for name, kind in MEGATRON_LAYER.items()}
+    check_loss_parallel(loss_parallel, bool(getattr(model.config, "tie_word_embeddings", False)),
+                        getattr(model.config, "name_or_path", "") or "the model")
+    seq, full = Shard(1), Replicate()  # activations are (batch, sequence, hidden)
+    # with SP a row-parallel output is reduce-scattered along the sequence instead of all-reduced
+    row = {"output_layouts": seq} if sequence_parallel else {}
+    plan: dict[str, Any] = {}
+    for i in range(len(model.model.layers)):
+        prefix = f"model.layers.{i}."
+        plan.update({prefix + name: ColwiseParallel() if kind == "column" else RowwiseParallel(**row)
+                     for name, kind in MEGATRON_LAYER.items()})
+        if sequence_parallel:  # norms on the shard; each parallel region all-gathers its input first
+            plan.update({prefix + "input_layernorm": SequenceParallel(),
+                         prefix + "post_attention_layernorm": SequenceParallel(),
+                         prefix + "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": seq},
+                                                                  desired_input_kwarg_layouts={"hidden_states": full},
+                                                                  use_local_output=True),
+                         prefix + "mlp": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(full,),
+                                                            use_local_output=True)})
+    if sequence_parallel:
+        # the embedding stays replicated (HF derives positions and the causal mask from its full output); the
+        # first block takes its own sequence shard (no communication), the final norm runs on the shard
+        plan["model.layers.0"] = PrepareModuleInput(input_layouts=(full,), desired_input_layouts=(seq,),
+                                                    use_local_output=True)
+        plan["model.norm"] = SequenceParallel()
+    if loss_parallel:  # logits (batch, sequence, vocabulary / tp) stay DTensors into the loss
+        plan["lm_head"] = ColwiseParallel(input_layouts=seq if sequence_parallel else full,
+                                          output_layouts=Shard(-1), use_local_output=False)
+    elif sequence_parallel:  # the replicated head needs the whole sequence: all-gather the final norm's output
+        plan["lm_head"] = PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(full,),
+                                             use_local_output=True)
+    return plan
+
 
 
 class TorchTensorParallelEngine(TorchAdamWEngine):
@@ -191,17 +229,32 @@ class TorchTensorParallelEngine(TorchAdamWEngine):
         self.comm, self.options, self.dims = Collectives(dist_info), options, dims
         mesh = init_device_mesh(device.type, (dims.dp, dims.tp), mesh_dim_names=("dp", "tp"))
         self.tp_group, self.dp_group = mesh.get_group("tp"), mesh.get_group("dp")
-        plan = megatron_plan(model)
+        plan = megatron_plan(model, options.sequence_parallel, options.loss_parallel)
         self.model = parallelize_module(model.to(device), mesh["tp"], plan)
         self.optimizer, self.scheduler = adamw(self.model.parameters(), options)
         self._autocast = autocast(options, dist_info.device)
         self.measure_states = False
 
     def forward_backward(self, input_ids: Any, last_micro: bool) -> Any:
+        if self.options.loss_parallel:
+            return self._vocabulary_parallel_step(input_ids)
         with self._autocast():
             loss = self.model(input_ids=input_ids, labels=input_ids).loss
         (loss / self.options.grad_accum).backward()
         return loss.detach()
+
+    def _vocabulary_parallel_step(self, input_ids: Any) -> Any:
+        """The causal-LM loss on vocabulary shards: HF's (next-token targets, mean over every predicted token) with
+        the logits kept as DTensors; torch's ``loss_parallel`` needs the backward inside it too."""
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        with self._autocast():
+            logits = self.model(input_ids=input_ids).logits
+        with loss_parallel():
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(),
+                                                     input_ids[:, 1:].flatten())
+            (loss / self.options.grad_accum).backward()
+        return loss.detach().full_tensor()  # replicated: cross_entropy reduced it over the vocabulary shards
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
