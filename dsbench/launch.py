@@ -376,6 +376,10 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
         check_loss_parallel(train.loss_parallel, shape.tied_embeddings, shape.name)
     elif dims.tp > 1:
         check_autotp(shape.arch)
+    chunks = dims.pp * train.virtual_stages
+    if train.pipeline_schedule == "interleaved" and shape.layers % chunks:
+        raise UserError(f"--virtual-stages {train.virtual_stages} does not divide {shape.name}'s {shape.layers} "
+                        f"layers into {dims.pp} stages x {train.virtual_stages} equal chunks")
     if train.strategy == "torch_pp" and train.grad_accum < dims.pp:  # GPipe runs it; most of each step idles
         idle = bubble_fraction(dims.pp, train.grad_accum)
         return [f"warning: {train.grad_accum} micro-batch(es) for {dims.pp} pipeline stages: each stage idles "

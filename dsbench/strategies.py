@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 # --- the worker's engines -------------------------------------------------------------------------------------------
 ENGINES = ("deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp")
@@ -93,6 +94,8 @@ class Strategy:
     """torch_tp's ``--sequence-parallel`` (names ending ``_sp``)."""
     loss_parallel: bool = False
     """torch_tp's ``--loss-parallel`` (names ending ``_lp``)."""
+    virtual_stages: int = 1
+    """torch_pp's interleaved 1F1B with this many chunks per rank (names ending ``_interleaved{V}``)."""
     planned: bool = True
     """The planner has a model of it (``plan --verify``, ``tune`` and report predictions use it)."""
 
@@ -137,7 +140,8 @@ class Strategy:
     @property
     def worker_flags(self) -> tuple[str, ...]:
         """The worker flags (after ``--``) the strategy needs."""
-        return () if self.reshard else ("--no-fsdp-reshard",)
+        interleaved = ("--pipeline-schedule", "interleaved", "--virtual-stages", str(self.virtual_stages))
+        return (() if self.reshard else ("--no-fsdp-reshard",)) + (interleaved if self.virtual_stages > 1 else ())
 
     @property
     def planner_fields(self) -> dict[str, object]:
@@ -175,10 +179,10 @@ FAMILIES: dict[str, tuple[str, Strategy]] = {
     # DTensor Megatron-style tensor parallel (Llama-family models)
     "torch_tp": ("tp", Strategy("torch_tp{N}", "torch_tp", "torchrun")),
 }
-_FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe)([0-9]{1,4})((?:_sp)?(?:_lp)?)")
+_FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe)([0-9]{1,4})((?:_sp)?(?:_lp)?|_interleaved[0-9]{1,2})")
 TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}
-"""torch_tp's option suffixes (``torch_tp2_sp``, ``torch_tp2_lp``, ``torch_tp2_sp_lp``): the CPU planner has no
-model of them, so they are not ``planned``."""
+"""torch_tp's option suffixes (``torch_tp2_sp``, ``torch_tp2_lp``, ``torch_tp2_sp_lp``); torch_pipe's is
+``_interleaved{V}``. The CPU planner has no model of them, so they are not ``planned``."""
 LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2")
 """Compare's strategies as listed to users and searched by ``tune`` (each family at degree 2)."""
 DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
@@ -191,10 +195,17 @@ def lookup(name: str) -> Strategy | None:
     if name in FIXED:
         return FIXED[name]
     match = _FAMILY_NAME.fullmatch(name)
-    if match is None or int(match[2]) < 2 or match[2].startswith("0") or (match[3] and match[1] != "torch_tp"):
+    if match is None or int(match[2]) < 2 or match[2].startswith("0"):
+        return None
+    suffix = match[3]
+    options: dict[str, Any] = {field: True for part, field in TP_OPTIONS.items() if part in suffix}
+    if suffix.startswith("_interleaved"):
+        options = {"virtual_stages": int(suffix.removeprefix("_interleaved"))}
+        if options["virtual_stages"] < 2 or match[1] != "torch_pipe":
+            return None
+    elif suffix and match[1] != "torch_tp":
         return None
     degree_of, template = FAMILIES[match[1]]
-    options = {field: True for suffix, field in TP_OPTIONS.items() if suffix in match[3]}
     return replace(template, name=name, **{degree_of: int(match[2])}, **options, planned=not options)
 
 
@@ -212,7 +223,7 @@ def get(name: str) -> Strategy:
 
 def choices() -> str:
     """The names a user may give, for error messages."""
-    return ", ".join((*FIXED, "zero1_tp{N}", "pipe{P}", "torch_pipe{P}", "torch_tp{N}[_sp][_lp]"))
+    return ", ".join((*FIXED, "zero1_tp{N}", "pipe{P}", "torch_pipe{P}[_interleaved{V}]", "torch_tp{N}[_sp][_lp]"))
 
 
 def name_for(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
@@ -253,7 +264,7 @@ def for_candidate(strategy: str, offload: str = "none", offload_param: str = "no
 
 def name_of_run(engine: str, zero: int | None = None, offload: str = "none", offload_param: str = "none",
                 tp: int = 1, pp: int = 1, reshard: bool = True, sequence_parallel: bool = False,
-                loss_parallel: bool = False) -> str:
+                loss_parallel: bool = False, virtual_stages: int = 1) -> str:
     """The compare name of a run launched by hand, from what its header records. Where no compare strategy matches
     exactly: a DeepSpeed run by its stage and offload (``zero3_offload`` for ZeRO-3 with the optimizer alone on the
     CPU), any other by its engine."""
@@ -264,7 +275,8 @@ def name_of_run(engine: str, zero: int | None = None, offload: str = "none", off
     for family, (degree_of, template) in FAMILIES.items():
         degree = tp if degree_of == "tp" else pp
         if degree > 1 and tp * pp == degree and (template.engine, template.zero) == (engine, zero):
-            return f"{family}{degree}" + "_sp" * sequence_parallel + "_lp" * loss_parallel
+            interleaved = f"_interleaved{virtual_stages}" if virtual_stages > 1 else ""
+            return f"{family}{degree}" + "_sp" * sequence_parallel + "_lp" * loss_parallel + interleaved
     if engine == "deepspeed" and zero is not None:
         return f"zero{zero}" + {"none": "", "cpu": "_offload"}.get(offload, f"_{offload}")
     return engine

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 STRATEGIES = LAUNCH_STRATEGIES
 CHECKPOINTED = CHECKPOINTED_ENGINES
 """Strategies whose checkpoints dsbench writes and resumes (dsbench.worker.checkpoint_manifest.FORMATS)."""
-SCHEDULES = ("1f1b", "gpipe")
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
 
 
 MAX_COUNT = 2**31 - 1
@@ -72,8 +72,11 @@ class TrainSpec:
     fsdp_cpu_offload: bool = False
     pipeline_stages: int = 1
     """Pipeline stages of --strategy torch_pp (DeepSpeed's pipeline takes them from its config)."""
-    pipeline_schedule: Literal["1f1b", "gpipe"] = "1f1b"
-    """torch_pp's schedule: 1F1B (one forward, one backward in steady state) or GPipe (all forwards first)."""
+    pipeline_schedule: Literal["1f1b", "gpipe", "interleaved"] = "1f1b"
+    """torch_pp's schedule: 1F1B (one forward, one backward in steady state), GPipe (all forwards first) or
+    interleaved 1F1B (``--virtual-stages`` chunks per rank, Narayanan et al. 2021 sec. 2.2)."""
+    virtual_stages: int = 1
+    """Model chunks per pipeline rank under ``--pipeline-schedule interleaved`` (rank r holds chunks r, r + P, ...)."""
     tp: int = 1
     """Tensor-parallel degree of --strategy torch_tp (DeepSpeed's AutoTP takes it from its config)."""
     sequence_parallel: bool = False
@@ -101,7 +104,8 @@ class TrainSpec:
     quiet: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("seq_len", "micro_batch", "grad_accum", "steps", "gather_every", "pipeline_stages", "tp"):
+        for name in ("seq_len", "micro_batch", "grad_accum", "steps", "gather_every", "pipeline_stages", "tp",
+                     "virtual_stages"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1")
             if getattr(self, name) > MAX_COUNT:
@@ -118,6 +122,7 @@ class TrainSpec:
         if self.strategy != "torch_pp" and self.pipeline_stages != 1:
             raise UserError(f"--pipeline-stages {self.pipeline_stages} is for --strategy torch_pp (DeepSpeed's "
                             "pipeline engine takes its stages from the config: pipeline.stages)")
+        self._check_interleaving()
         if self.strategy == "torch_pp" and self.pipeline_schedule == "1f1b" and self.grad_accum < self.pipeline_stages:
             raise UserError(f"1F1B needs at least as many micro-batches as stages: --grad-accum {self.grad_accum} < "
                             f"--pipeline-stages {self.pipeline_stages}; raise --grad-accum or use "
@@ -159,6 +164,25 @@ class TrainSpec:
             if not (math.isfinite(value) and value >= 0):
                 raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
 
+    def _check_interleaving(self) -> None:
+        """Interleaved 1F1B needs torch_pp, 2+ stages and 2+ chunks per rank, and a micro-batch count torch's
+        schedule accepts: it runs max(1, M // P) rounds of equal size (torch.distributed.pipelining.schedules)."""
+        interleaved = self.pipeline_schedule == "interleaved"
+        if self.virtual_stages > 1 and not interleaved:
+            raise UserError(f"--virtual-stages {self.virtual_stages} needs --pipeline-schedule interleaved")
+        if not interleaved:
+            return
+        stages = self.pipeline_stages
+        if self.strategy != "torch_pp" or stages < 2 or self.virtual_stages < 2:
+            raise UserError("--pipeline-schedule interleaved needs --strategy torch_pp with --pipeline-stages 2 or "
+                            f"more and --virtual-stages 2 or more (got {self.strategy}, {stages} stages, "
+                            f"{self.virtual_stages} per rank)")
+        if not interleaved_accepts(self.grad_accum, stages):
+            works = [m for m in range(1, 4 * stages + 1) if interleaved_accepts(m, stages)]
+            raise UserError(f"interleaved 1F1B on {stages} stages cannot split --grad-accum {self.grad_accum} "
+                            f"micro-batches into equal rounds of {stages}; counts that work: "
+                            f"{', '.join(map(str, works))}, ...")
+
     def _check_tensor_parallel(self) -> None:
         """torch_tp's degree and its options name the strategy they need."""
         for flag, on in (("--sequence-parallel", self.sequence_parallel), ("--loss-parallel", self.loss_parallel)):
@@ -184,6 +208,11 @@ class TrainSpec:
         return asdict(self)
 
 
+def interleaved_accepts(micro_batches: int, stages: int) -> bool:
+    """Whether torch's interleaved 1F1B takes this many micro-batches: max(1, M // P) rounds must split M evenly."""
+    return micro_batches % max(1, micro_batches // stages) == 0
+
+
 def _parser() -> argparse.ArgumentParser:
     """The worker's flags; every default is suppressed so that only what was given reaches the spec."""
     p = _Parser(prog="python -m dsbench.train", argument_default=argparse.SUPPRESS,
@@ -197,7 +226,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", help=_doc("dataset"))
     p.add_argument("--text-field")
     for name in ("seq_len", "micro_batch", "grad_accum", "steps", "warmup", "lr_warmup_steps", "seed",
-                 "gather_every", "pipeline_stages", "tp", "save_every"):
+                 "gather_every", "pipeline_stages", "tp", "save_every", "virtual_stages"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, help=_doc(name))
     for name in ("lr", "weight_decay", "grad_clip", "peak_tflops", "dist_timeout"):
         p.add_argument(f"--{name.replace('_', '-')}", type=float, help=_doc(name))
@@ -241,6 +270,7 @@ HELP = {
     "gather_every": "steps between gathers of per-step metrics across ranks (each is one host-device sync)",
     "pipeline_stages": "pipeline stages of --strategy torch_pp",
     "pipeline_schedule": "torch_pp schedule",
+    "virtual_stages": "model chunks per rank with --pipeline-schedule interleaved",
     "tp": "tensor-parallel degree of --strategy torch_tp",
     "sequence_parallel": "torch_tp: norms on a sequence shard; TP's all-reduces become reduce-scatter + all-gather",
     "loss_parallel": "torch_tp: logits split by vocabulary into the loss (untied output layer)",

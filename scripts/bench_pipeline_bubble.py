@@ -1,5 +1,9 @@
 """The pipeline bubble, measured: one step at P stages for M = 1, 2, 4, 8 micro-batches, idle share vs (P-1)/(M+P-1).
 
+With ``--virtual-stages V`` torch_pp runs interleaved 1F1B, each rank V chunks, and the formula is
+(P-1)/(V·M+P-1) (Narayanan et al. 2021 sec. 2.2); the span predicted from the measured per-stage compute t_s
+becomes sum(t_s)/V + (M - 1/V)·max(t_s) (the fill and drain pass chunks of t_s/V).
+
 Each M is a real `dsbench launch` on CPU ranks (torch_pp with GPipe, whose bubble is 1F1B's and which also
 runs M < P; or DeepSpeed's pipeline engine with --engine deepspeed). Every rank records, per step, its
 forward/backward compute time and its time inside the pipeline schedule (to the flush, without the
@@ -36,12 +40,14 @@ SHAPE = {"model_type": "llama", "vocab_size": 4096, "hidden_size": 256, "num_hid
 
 
 def measure(engine: str, stages: int, micro_batches: int, micro_batch: int, seq_len: int, steps: int,
-            model: Path, work: Path) -> dict:
+            model: Path, work: Path, virtual: int = 1) -> dict:
     """Launch one run; per rank, the median idle share over its measured steps."""
-    folder = work / f"{engine}-m{micro_batches}"
+    folder = work / f"{engine}-v{virtual}-m{micro_batches}"
     strategy = (["--strategy", "torch_pp", "--launcher", "torchrun"] if engine == "torch_pp"
                 else ["--zero", "1"])
     schedule = ["--pipeline-schedule", "gpipe"] if engine == "torch_pp" else []
+    if virtual > 1:
+        schedule = ["--pipeline-schedule", "interleaved", "--virtual-stages", str(virtual)]
     argv = [sys.executable, "-m", "dsbench", "launch", *strategy, "--pipeline-stages", str(stages),
             "--model", str(model), "--micro-batch", str(micro_batch), "--grad-accum", str(micro_batches),
             "--num-gpus", str(stages), "--run-dir", str(folder), "--", "--steps", str(steps), "--warmup", "4",
@@ -61,9 +67,9 @@ def measure(engine: str, stages: int, micro_batches: int, micro_batch: int, seq_
     # rank r is stage r here (one replica); per-micro-batch compute of each stage
     per_micro = [statistics.median(s["pipeline_compute_s_per_rank"][r] for s in steps_) / micro_batches
                  for r in range(stages)]
-    predicted_span = sum(per_micro) + (micro_batches - 1) * max(per_micro)
+    predicted_span = sum(per_micro) / virtual + (micro_batches - 1 / virtual) * max(per_micro)
     predicted = [1 - micro_batches * t / predicted_span for t in per_micro]
-    return {"micro_batches": micro_batches, "theory": (stages - 1) / (micro_batches + stages - 1),
+    return {"micro_batches": micro_batches, "theory": (stages - 1) / (virtual * micro_batches + stages - 1),
             "idle_per_stage": idle, "idle_mean": statistics.mean(idle), "predicted_per_stage": predicted,
             "predicted_mean": statistics.mean(predicted), "span_ms": span * 1e3,
             "compute_ms_per_micro": [t * 1e3 for t in per_micro], "measured_steps": len(steps_)}
@@ -77,16 +83,18 @@ def main() -> int:
     p.add_argument("--micro-batch", type=int, default=1, help="samples per micro-batch")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--steps", type=int, default=10, help="steps per run (4 warm-up)")
+    p.add_argument("--virtual-stages", type=int, default=1, help="torch_pp: interleaved 1F1B with V chunks per rank")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dsbench-bubble-"))
     model = work / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(SHAPE))
-    rows = [measure(args.engine, args.stages, int(m), args.micro_batch, args.seq_len, args.steps, model, work)
-            for m in args.micro_batches.split(",")]
-    print(f"# pipeline bubble: {args.engine}, {args.stages} stages, micro-batch {args.micro_batch} x seq "
+    rows = [measure(args.engine, args.stages, int(m), args.micro_batch, args.seq_len, args.steps, model, work,
+                    args.virtual_stages) for m in args.micro_batches.split(",")]
+    schedule = f"interleaved 1F1B, V={args.virtual_stages}" if args.virtual_stages > 1 else "GPipe/1F1B"
+    print(f"# pipeline bubble: {args.engine} ({schedule}), {args.stages} stages, micro-batch {args.micro_batch} x seq "
           f"{args.seq_len}, medians over {rows[0]['measured_steps']} steps after 4 warm-up, CPU ranks")
-    print("| M | (P-1)/(M+P-1) | measured idle (mean of stages) | per stage | predicted from measured stage "
+    print("| M | (P-1)/(V·M+P-1) | measured idle (mean of stages) | per stage | predicted from measured stage "
           "compute (per stage) | compute ms per micro-batch (per stage) | schedule span ms |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:

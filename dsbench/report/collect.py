@@ -71,9 +71,11 @@ def _strategy_name(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
         return where if where not in (None, "none") else "none"
 
     reshard = (header.get("fsdp") or {}).get("reshard", True)
+    chunks = int(header.get("virtual_stages") or 1) if header.get("pipeline_schedule") == "interleaved" else 1
     return name_of_run(engine, zero.get("stage", 0) if engine == "deepspeed" else None, device("offload_optimizer"),
                        device("offload_param"), int(header.get("tp") or 1), int(header.get("pp") or 1),
-                       bool(reshard), bool(header.get("sequence_parallel")), bool(header.get("loss_parallel")))
+                       bool(reshard), bool(header.get("sequence_parallel")), bool(header.get("loss_parallel")),
+                       chunks)
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:

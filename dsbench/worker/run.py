@@ -144,7 +144,8 @@ def _engine_options(spec: TrainSpec, accum: int, precision: str, fsdp: dict[str,
                          grad_clip=spec.grad_clip, warmup_steps=spec.lr_warmup_steps, grad_accum=accum,
                          precision=precision, fsdp_reshard=bool(fsdp and fsdp["reshard"]),
                          fsdp_cpu_offload=bool(fsdp and fsdp["cpu_offload"]), ds_config=ds_config, dims=dims,
-                         pipeline_schedule=spec.pipeline_schedule, compile=spec.compile,
+                         pipeline_schedule=spec.pipeline_schedule, virtual_stages=spec.virtual_stages,
+                         compile=spec.compile,
                          fused_optimizer=spec.fused_optimizer, sequence_parallel=spec.sequence_parallel,
                          loss_parallel=spec.loss_parallel)
 
@@ -238,6 +239,8 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
                                       if run.resumed else None),
                         launcher_env=accelerate_env.launcher_env(os.environ),
                         sequence_parallel=spec.sequence_parallel, loss_parallel=spec.loss_parallel,
+                        pipeline_schedule=spec.pipeline_schedule if run.strategy == "torch_pp" else None,
+                        virtual_stages=spec.virtual_stages,
                         speed=_speed_options(spec, run))
 
 

@@ -36,6 +36,11 @@ COMMANDS = {
                             "--activation-checkpointing --fused-optimizer",
     "torch_pipe2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-tiny "
                         "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --pipeline-schedule gpipe",
+    # interleaved 1F1B, 2 chunks per rank of gpt2-mini's 4 blocks (tied embeddings: rank 0's first chunk and rank
+    # 1's last hold the matrix)
+    "torch_pipe2_interleaved2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-mini "
+                                     "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --pipeline-schedule interleaved "
+                                     "--virtual-stages 2",
     # 4 ranks: data parallelism on top (pp 2 x dp 2, dp 2 x tp 2); the TP run with sequence parallelism and the
     # vocabulary-parallel loss (issue 28: their parity is this run's, beside plain TP's in torch_tp2_llama)
     "pipe2_dp2_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 4",
@@ -47,13 +52,14 @@ COMMANDS = {
     "single_llama_4": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 4",
     "single_llama_2": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 2 --model llama-tiny",
     "single_gpt2_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4",  # gpt2-tiny: the default
+    "single_gpt2_mini_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4 --model gpt2-mini",
 }
 REFERENCE = {"pipe2_llama": "single_llama_4", "pipe2_ckpt_llama": "single_llama_4",
              "torch_pipe2_ckpt_llama": "single_llama_4", "torch_tp2_ckpt_llama": "single_llama_2",
              "torch_pipe2_llama": "single_llama_4",
              "torch_tp2_llama": "single_llama_2", "pipe2_gpt2": "single_gpt2_4", "torch_pipe2_gpt2": "single_gpt2_4",
              "pipe2_dp2_llama": "single_llama_4", "torch_pipe2_dp2_llama": "single_llama_4",
-             "torch_tp2_dp2_llama": "single_llama_4"}
+             "torch_tp2_dp2_llama": "single_llama_4", "torch_pipe2_interleaved2_gpt2": "single_gpt2_mini_4"}
 
 
 def launched(runs, name: str) -> dict:
@@ -80,6 +86,8 @@ def test_losses_match_the_single_process_run(runs, name):
         assert header["speed"]["optimizer"] == "AdamW (fused)"
     assert header["global_batch"] == reference["header"][0]["global_batch"]
     assert header["sequence_parallel"] is header["loss_parallel"] is (name == "torch_tp2_dp2_llama")
+    if "interleaved" in name:
+        assert (header["pipeline_schedule"], header["virtual_stages"]) == ("interleaved", 2)
     assert header["pp"] * header["tp"] * header["dp_size"] == header["world_size"]
 
 

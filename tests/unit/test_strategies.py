@@ -66,10 +66,15 @@ def test_torch_tp_option_suffixes_launch_with_their_flags():
     assert both.launch_flags == ("--tp", "4", "--sequence-parallel", "--loss-parallel")
     assert registry.get("torch_tp2_lp").launch_flags == ("--tp", "2", "--loss-parallel")
     assert registry.name_of_run("torch_tp", tp=2, sequence_parallel=True) == "torch_tp2_sp"
+    interleaved = registry.get("torch_pipe4_interleaved2")
+    assert (interleaved.pp, interleaved.virtual_stages, interleaved.planned) == (4, 2, False)
+    assert interleaved.worker_flags == ("--pipeline-schedule", "interleaved", "--virtual-stages", "2")
+    assert registry.name_of_run("torch_pp", pp=4, virtual_stages=2) == "torch_pipe4_interleaved2"
 
 
 @pytest.mark.parametrize("name", ["torch_tp1", "pipe0", "pipe02", "zero1_tp", "torch_tp2x", "zero9", "pipe99999",
-                                  "torch_tp2_lp_sp", "pipe2_sp", "zero1_tp2_lp", "torch_tp2_sp_sp"])
+                                  "torch_tp2_lp_sp", "pipe2_sp", "zero1_tp2_lp", "torch_tp2_sp_sp",
+                                  "torch_pipe2_interleaved1", "pipe2_interleaved2", "torch_tp2_interleaved2"])
 def test_a_bad_name_is_unknown(name):
     assert registry.lookup(name) is None and not registry.known(name)
 

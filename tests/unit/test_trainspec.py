@@ -70,6 +70,12 @@ def test_bad_files_and_flags_are_one_line_errors(tmp_path):
     (["--strategy", "torch_tp", "--loss-parallel"], r"--loss-parallel .* --tp 2 or more \(got --strategy torch_tp"),
     (["--strategy", "torch_tp", "--tp", "2", "--sequence-parallel", "--seq-len", "127"],
      "--seq-len 127 is not divisible by --tp 2"),
+    (["--strategy", "torch_pp", "--pipeline-stages", "2", "--virtual-stages", "2"],
+     "--virtual-stages 2 needs --pipeline-schedule interleaved"),
+    (["--strategy", "torch_pp", "--pipeline-stages", "2", "--pipeline-schedule", "interleaved"],
+     "needs --strategy torch_pp with --pipeline-stages 2 or more and --virtual-stages 2 or more"),
+    (["--strategy", "torch_pp", "--pipeline-stages", "4", "--pipeline-schedule", "interleaved", "--virtual-stages",
+      "2", "--grad-accum", "9"], "on 4 stages cannot split --grad-accum 9 .* work: 1, 2, 3, 4, 5, 6, 7, 8,"),
 ])
 def test_model_parallel_flags_are_checked(argv, needle):
     with pytest.raises(UserError, match=needle):
@@ -103,3 +109,14 @@ def test_speed_flags_reach_the_spec():
     spec = from_argv(["--compile", "--fused-optimizer", "--warmup", "2"])
     assert spec.compile and spec.fused_optimizer
     assert not from_argv([]).compile
+
+
+def test_interleaved_micro_batch_counts_follow_torchs_rounds():
+    """torch's ScheduleInterleaved1F1B runs max(1, M // P) rounds and refuses an M they do not divide."""
+    from dsbench.trainspec import interleaved_accepts
+
+    assert [m for m in range(1, 13) if interleaved_accepts(m, 2)] == [1, 2, 3, 4, 6, 8, 10, 12]
+    assert not interleaved_accepts(9, 4) and interleaved_accepts(12, 4) and interleaved_accepts(5, 4)
+    spec = from_argv(["--strategy", "torch_pp", "--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
+                      "--virtual-stages", "2", "--grad-accum", "4"])
+    assert (spec.pipeline_schedule, spec.virtual_stages) == ("interleaved", 2)

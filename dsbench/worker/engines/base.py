@@ -24,6 +24,8 @@ class EngineOptions:
     dims: Any = None
     """The run's ParallelDims (torch_pp / torch_tp build their meshes from it)."""
     pipeline_schedule: str = "1f1b"
+    virtual_stages: int = 1
+    """torch_pp's chunks per rank under the interleaved schedule."""
     compile: bool = False
     """torch.compile the model's transformer blocks (native) or the DeepSpeed engine (its ``compile()``)."""
     fused_optimizer: bool = False

@@ -1,7 +1,9 @@
 """Native PyTorch model parallelism, each with data parallelism on top where the world allows.
 
 - ``torch_pp``: ``torch.distributed.pipelining`` stages cut by module from the HF model (tracing fails on
-  HF rotary models), GPipe or 1F1B schedule, micro-batches = gradient-accumulation steps.
+  HF rotary models), GPipe, 1F1B or interleaved 1F1B schedule, micro-batches = gradient-accumulation steps.
+  Interleaved, the model is cut into P x V chunks and rank r runs chunks r, r + P, ..., r + (V-1)P
+  (Narayanan et al. 2021 sec. 2.2): the embedding stays on rank 0's first chunk, the head on rank P-1's last.
 - ``torch_tp``: DTensor ``parallelize_module`` with Megatron-LM's layout on Llama-family models: q/k/v and
   gate/up column-parallel, o_proj and down_proj row-parallel, so each rank holds whole heads and one
   all-reduce per pair runs in forward (after the row-parallel matmul) and one in backward (before the
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from dsbench.errors import UserError
 from dsbench.models import check_loss_parallel, check_megatron_tp
 from dsbench.parallel import ParallelDims
 from dsbench.worker.dist import Collectives
@@ -32,8 +35,6 @@ from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine
 from dsbench.worker.engines.busy import BusyClock
 from dsbench.worker.engines.native import adamw, autocast
 from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, tied_head
-
-SCHEDULES = ("1f1b", "gpipe")
 
 
 def clip_(*, parts: list[Any], whole: list[Any], scale: list[Any], max_norm: float, comm: Collectives,
@@ -115,7 +116,12 @@ class TorchPipelineEngine(TorchAdamWEngine):
                  schedule: str) -> None:
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+        from torch.distributed.pipelining import (
+            PipelineStage,
+            Schedule1F1B,
+            ScheduleGPipe,
+            ScheduleInterleaved1F1B,
+        )
 
         device = torch.device(dist_info.device)
         self.comm, self.options, self.dims = Collectives(dist_info), options, dims
@@ -124,18 +130,28 @@ class TorchPipelineEngine(TorchAdamWEngine):
         self.pp_group, self.dp_group = mesh.get_group("pp"), mesh.get_group("dp")
         self.last_rank = int(mesh.mesh[dims.pp - 1, dp_index])  # the global rank whose stage computes the loss
         split = split_model(model)
-        self.module = Stage(stage_layers(split, self.stage, dims.pp), autocast(options, dist_info.device)).to(device)
+        chunks = options.virtual_stages if schedule == "interleaved" else 1
+        if len(split.blocks) % (dims.pp * chunks):
+            raise UserError(f"{chunks} virtual stages do not divide the {len(split.blocks) // dims.pp} layers per "
+                            f"stage ({len(split.blocks)} layers on {dims.pp} stages)")
+        indices = [self.stage + k * dims.pp for k in range(chunks)]  # this rank's chunks, non-adjacent
+        parts = [Stage(stage_layers(split, i, dims.pp * chunks), autocast(options, dist_info.device)).to(device)
+                 for i in indices]
+        self.module = parts[0] if chunks == 1 else nn.ModuleList(parts)
         self.tied: tuple[Any, Any] | None = None
         if split.tied and dims.pp > 1:  # the first and last stage of each replica hold the embedding matrix
             groups = [dist.new_group([int(mesh.mesh[0, d]), int(mesh.mesh[-1, d])]) for d in range(dims.dp)]
             if self.stage in (0, dims.pp - 1):
                 self.tied = (split.embed.embedding.weight, groups[dp_index])
-        kind = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe}[schedule]
-        pipe_stage = PipelineStage(self.module, self.stage, dims.pp, device, group=self.pp_group)
+        kind = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe, "interleaved": ScheduleInterleaved1F1B}[schedule]
+        stages = [PipelineStage(part, i, dims.pp * chunks, device, group=self.pp_group)
+                  for part, i in zip(parts, indices, strict=True)]
         self.busy = BusyClock(dist_info.device)  # compute time of this stage, for the bubble (CPU)
-        pipe_stage.forward_one_chunk = self.busy.wrap(pipe_stage.forward_one_chunk)
-        pipe_stage.backward_one_chunk = self.busy.wrap(pipe_stage.backward_one_chunk)
-        self.schedule = kind(pipe_stage, n_microbatches=options.grad_accum, loss_fn=causal_lm_loss, scale_grads=True)
+        for pipe_stage in stages:
+            pipe_stage.forward_one_chunk = self.busy.wrap(pipe_stage.forward_one_chunk)
+            pipe_stage.backward_one_chunk = self.busy.wrap(pipe_stage.backward_one_chunk)
+        self.schedule = kind(stages if chunks > 1 else stages[0], n_microbatches=options.grad_accum,
+                             loss_fn=causal_lm_loss, scale_grads=True)
         self.schedule.step = self.busy.wrap(self.schedule.step, "span")
         self.optimizer, self.scheduler = adamw(self.module.parameters(), options)
         self.model, self.measure_states = self.module, False
