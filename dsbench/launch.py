@@ -165,6 +165,8 @@ def check_request(req: LaunchRequest) -> None:
             raise UserError(f"-- {flag}: {_LAUNCH_DECIDES[flag]}")
 
 
+WORKER_ONLY = (*TORCH_TP_ONLY, "recompute")
+"""dsbench launch flags that are run-description fields only (no DeepSpeed config key)."""
 _RENDERS = ("dsbench launch renders and validates the DeepSpeed config itself; launch your own with --config FILE "
             "instead")
 _LAUNCH_DECIDES = {
@@ -193,7 +195,7 @@ def launch_fields(req: LaunchRequest, strategy: str, ds_config: Path | None) -> 
     if strategy in SPLIT_ENGINES:  # torch_pp / torch_tp take their degree as a worker flag
         name = _DEGREE_FLAGS[SPLIT_ENGINES[strategy]][0]
         native[name] = name
-    native.update({name: name for name in TORCH_TP_ONLY})  # the worker refuses them beside any other strategy
+    native.update({name: name for name in WORKER_ONLY})  # the worker's own fields (it checks them)
     fields.update({field: req.render_flags[name] for name, field in native.items()
                    if req.render_flags.get(name) is not None})
     return fields
@@ -202,7 +204,8 @@ def launch_fields(req: LaunchRequest, strategy: str, ds_config: Path | None) -> 
 def _config_for(req: LaunchRequest, world_size: int) -> tuple[dict[str, Any], list[str]]:
     if req.config:
         return load_config_strict(req.config), []
-    flags = dict(req.render_flags, world_size=world_size)
+    flags = {name: value for name, value in req.render_flags.items() if name not in WORKER_ONLY}
+    flags["world_size"] = world_size
     spec, _ = make_render_spec(flags, req.preset, req.model, False, req.sets)
     return render(spec)
 

@@ -27,6 +27,7 @@ STRATEGIES = LAUNCH_STRATEGIES
 CHECKPOINTED = CHECKPOINTED_ENGINES
 """Strategies whose checkpoints dsbench writes and resumes (dsbench.worker.checkpoint_manifest.FORMATS)."""
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
+RECOMPUTE = ("none", "full", "selective", "selective-op")
 
 
 MAX_COUNT = 2**31 - 1
@@ -62,6 +63,11 @@ class TrainSpec:
     precision: Literal["fp32", "bf16", "fp16"] | None = None
     """Native strategies and "auto" in a DeepSpeed config [accelerate's mixed_precision, else fp32]."""
     activation_checkpointing: bool = False
+    """Recompute every block in the backward: ``--recompute full``'s older spelling (either sets both)."""
+    recompute: Literal["none", "full", "selective", "selective-op"] = "none"
+    """What the backward recomputes: nothing, every block (full), the attention core (selective: Korthikanti et al.
+    2022's selective recompute, around the SDPA call), or torch's selective activation checkpointing with
+    dsbench's op policy (selective-op: matmul and attention outputs saved, the element-wise ops recomputed)."""
     compile: bool = False
     """torch.compile every transformer block (single, ddp, fsdp: before wrapping, so FSDP2's per-block hooks stay
     outside the graphs; deepspeed: the engine's own ``compile()``). Compilation runs in the warm-up steps."""
@@ -119,14 +125,8 @@ class TrainSpec:
         if self.pipeline_schedule not in SCHEDULES:
             raise UserError(f"--pipeline-schedule must be one of {', '.join(SCHEDULES)}, "
                             f"got {self.pipeline_schedule!r}")
-        if self.strategy != "torch_pp" and self.pipeline_stages != 1:
-            raise UserError(f"--pipeline-stages {self.pipeline_stages} is for --strategy torch_pp (DeepSpeed's "
-                            "pipeline engine takes its stages from the config: pipeline.stages)")
-        self._check_interleaving()
-        if self.strategy == "torch_pp" and self.pipeline_schedule == "1f1b" and self.grad_accum < self.pipeline_stages:
-            raise UserError(f"1F1B needs at least as many micro-batches as stages: --grad-accum {self.grad_accum} < "
-                            f"--pipeline-stages {self.pipeline_stages}; raise --grad-accum or use "
-                            "--pipeline-schedule gpipe")
+        self._check_pipeline()
+        self._check_recompute()
         self._check_tensor_parallel()
         for flag, value in (("--checkpoint-dir", self.checkpoint_dir), ("--resume", self.resume),
                             ("--deepspeed_config", self.deepspeed_config), ("--dataset", self.dataset),
@@ -164,12 +164,31 @@ class TrainSpec:
             if not (math.isfinite(value) and value >= 0):
                 raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
 
-    def _check_interleaving(self) -> None:
-        """Interleaved 1F1B needs torch_pp, 2+ stages and 2+ chunks per rank, and a micro-batch count torch's
-        schedule accepts: it runs max(1, M // P) rounds of equal size (torch.distributed.pipelining.schedules)."""
+    def _check_recompute(self) -> None:
+        """--recompute and --activation-checkpointing name one setting: each implies the other's "full"."""
+        if self.recompute not in RECOMPUTE:
+            raise UserError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        if self.activation_checkpointing and self.recompute not in ("none", "full"):
+            raise UserError(f"--activation-checkpointing is --recompute full; it contradicts --recompute "
+                            f"{self.recompute}: give one")
+        if self.activation_checkpointing or self.recompute == "full":  # frozen: the two spellings agree
+            object.__setattr__(self, "activation_checkpointing", True)
+            object.__setattr__(self, "recompute", "full")
+
+    def _check_pipeline(self) -> None:
+        """torch_pp's stages and schedule. Interleaved 1F1B needs torch_pp, 2+ stages and 2+ chunks per rank, and a
+        micro-batch count torch's schedule accepts: it runs max(1, M // P) rounds of equal size
+        (torch.distributed.pipelining.schedules)."""
+        if self.strategy != "torch_pp" and self.pipeline_stages != 1:
+            raise UserError(f"--pipeline-stages {self.pipeline_stages} is for --strategy torch_pp (DeepSpeed's "
+                            "pipeline engine takes its stages from the config: pipeline.stages)")
         interleaved = self.pipeline_schedule == "interleaved"
         if self.virtual_stages > 1 and not interleaved:
             raise UserError(f"--virtual-stages {self.virtual_stages} needs --pipeline-schedule interleaved")
+        if self.strategy == "torch_pp" and self.pipeline_schedule == "1f1b" and self.grad_accum < self.pipeline_stages:
+            raise UserError(f"1F1B needs at least as many micro-batches as stages: --grad-accum {self.grad_accum} < "
+                            f"--pipeline-stages {self.pipeline_stages}; raise --grad-accum or use "
+                            "--pipeline-schedule gpipe")
         if not interleaved:
             return
         stages = self.pipeline_stages
@@ -233,6 +252,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help=_doc("precision"))
     p.add_argument("--pipeline-schedule", choices=SCHEDULES, help=_doc("pipeline_schedule"))
     p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--recompute", choices=RECOMPUTE, help=_doc("recompute"))
     p.add_argument("--sequence-parallel", action="store_true", help=HELP["sequence_parallel"])
     p.add_argument("--loss-parallel", action="store_true", help=HELP["loss_parallel"])
     p.add_argument("--compile", action="store_true", help=HELP["compile"])
@@ -271,6 +291,8 @@ HELP = {
     "pipeline_stages": "pipeline stages of --strategy torch_pp",
     "pipeline_schedule": "torch_pp schedule",
     "virtual_stages": "model chunks per rank with --pipeline-schedule interleaved",
+    "recompute": "what the backward recomputes: none, full (every block), selective (the attention core), "
+                 "selective-op (torch's selective checkpointing: matmul outputs saved)",
     "tp": "tensor-parallel degree of --strategy torch_tp",
     "sequence_parallel": "torch_tp: norms on a sequence shard; TP's all-reduces become reduce-scatter + all-gather",
     "loss_parallel": "torch_tp: logits split by vocabulary into the loss (untied output layer)",

@@ -19,6 +19,7 @@ from dsbench.commands.options import (
 )
 from dsbench.errors import UserError
 from dsbench.strategies import ENGINES
+from dsbench.trainspec import RECOMPUTE
 
 
 def _slurm_job(launcher: str, folder: Path, flags: dict[str, Any]) -> tuple[Any, int | None]:
@@ -75,6 +76,9 @@ def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) ->
               help="What the worker trains with [deepspeed].")
 @click.option("--launcher", type=click.Choice(["deepspeed", "torchrun", "accelerate", "slurm"]),
               help="How ranks start [deepspeed]; slurm: submit an sbatch script (one srun task per rank).")
+@click.option("--recompute", type=click.Choice(RECOMPUTE),
+              help="What the backward recomputes: none, full (every block; = -- --activation-checkpointing), "
+                   "selective (the attention core), selective-op (torch's selective checkpointing) [none].")
 @click.option("--sequence-parallel", is_flag=True, default=None,
               help="torch_tp: norms on sequence shards; TP's all-reduces become reduce-scatter + all-gather.")
 @click.option("--loss-parallel", is_flag=True, default=None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dsbench.errors import UserError
 from dsbench.models import ModelShape
 
 ATTENTION = "sdpa"
@@ -20,7 +21,7 @@ def has_weights(shape: ModelShape) -> bool:
 
 
 def build_model(shape: ModelShape, seed: int, trust_remote_code: bool = False,
-                gradient_checkpointing: bool = False) -> Any:
+                gradient_checkpointing: bool = False, recompute: str = "none") -> Any:
     """The model in fp32 on CPU: local weights when present, else random init under ``seed``.
 
     Every rank and every strategy builds the identical model (same seed, dropout off), which is
@@ -45,10 +46,60 @@ def build_model(shape: ModelShape, seed: int, trust_remote_code: bool = False,
         if "scaled_dot_product_attention" not in str(exc) and ATTENTION not in str(exc):
             raise
         model = build("eager")
-    if gradient_checkpointing:
+    if gradient_checkpointing or recompute == "full":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif recompute == "selective":
+        _recompute_attention_core(model)
+    elif recompute == "selective-op":  # torch's selective activation checkpointing around every block
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False,
+                                                                           "context_fn": _op_policy_contexts})
     model.config.use_cache = False
     return model
+
+
+RECOMPUTED_SDPA = "sdpa_recompute"
+"""The attention implementation ``--recompute selective`` registers with transformers: SDPA under a
+non-reentrant checkpoint, so the backward recomputes the attention core (Korthikanti et al. 2022 sec. 5) and keeps
+only its inputs; with a flash/SDPA kernel the core keeps little beyond them (no s^2 scores), so the saving is the
+kernel's own temporaries."""
+
+
+def _recompute_attention_core(model: Any) -> None:
+    from torch.utils.checkpoint import checkpoint
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import sdpa_mask
+
+    if model.config._attn_implementation != ATTENTION:
+        raise UserError(f"--recompute selective checkpoints the SDPA attention core; this model runs "
+                        f"{model.config._attn_implementation!r} attention (use --recompute full or selective-op)")
+
+    def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
+        return checkpoint(lambda q, k, v, mask: sdpa_attention_forward(module, q, k, v, mask, **kwargs),
+                          query, key, value, attention_mask, use_reentrant=False)
+
+    AttentionInterface.register(RECOMPUTED_SDPA, attention)
+    AttentionMaskInterface.register(RECOMPUTED_SDPA, sdpa_mask)  # the masks SDPA takes
+    model.set_attn_implementation(RECOMPUTED_SDPA)
+
+
+def _op_policy_contexts() -> Any:
+    """dsbench's op policy for torch's selective activation checkpointing: the outputs of matmuls and of the
+    attention kernel are saved (the expensive ops), every other op (norms, activations, RoPE, residual adds) is
+    recomputed in the backward."""
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    saved = {aten.mm.default, aten.addmm.default, aten.bmm.default,
+             aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_flash_attention.default,
+             aten._scaled_dot_product_flash_attention_for_cpu.default,
+             aten._scaled_dot_product_cudnn_attention.default}
+
+    def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+        return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 def transformer_blocks(model: Any) -> list[Any]:

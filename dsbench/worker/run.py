@@ -115,7 +115,7 @@ def prepare(spec: TrainSpec) -> Prepared:
     fsdp = (accelerate_env.fsdp_settings(spec.fsdp_reshard, spec.fsdp_cpu_offload, spec.activation_checkpointing)
         if strategy == "fsdp" else None)
     checkpointing = fsdp["activation_checkpointing"] if fsdp else spec.activation_checkpointing
-    model = build_model(shape, spec.seed, spec.trust_remote_code, checkpointing)
+    model = build_model(shape, spec.seed, spec.trust_remote_code, checkpointing, spec.recompute)
     options = _engine_options(spec, accum, precision, fsdp, ds_config, dims)
     settings = LoopSettings(steps=spec.steps, warmup=spec.warmup, seq_len=spec.seq_len, dims=dims,
                             gather_every=spec.gather_every, start=resumed[1].step if resumed else 0,
@@ -240,6 +240,7 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
                         launcher_env=accelerate_env.launcher_env(os.environ),
                         sequence_parallel=spec.sequence_parallel, loss_parallel=spec.loss_parallel,
                         pipeline_schedule=spec.pipeline_schedule if run.strategy == "torch_pp" else None,
+                        recompute="full" if definition["activation_checkpointing"] else spec.recompute,
                         virtual_stages=spec.virtual_stages,
                         speed=_speed_options(spec, run))
 

@@ -27,20 +27,21 @@ COMMANDS = {
     # activation checkpointing every block (DeepSpeed recomputes each block's forward in the backward)
     "pipe2_ckpt_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 4 --num-gpus 2 "
                         "--set pipeline.activation_checkpoint_interval=1",
-    # the worker's --activation-checkpointing (every HF decoder block recomputed in the backward) under both, with
-    # torch AdamW's fused kernel (under torch_tp it steps the DTensor and the plain parameters as separate groups)
+    # recompute under both, with torch AdamW's fused kernel (under torch_tp it steps the DTensor and the plain
+    # parameters as separate groups): torch_pp every HF decoder block (--activation-checkpointing, = --recompute
+    # full), torch_tp torch's selective activation checkpointing (--recompute selective-op, issue 28)
     "torch_pipe2_ckpt_llama": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model llama-tiny "
                               "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --activation-checkpointing "
                               "--fused-optimizer",
-    "torch_tp2_ckpt_llama": "--strategy torch_tp --tp 2 --launcher torchrun --model llama-tiny --num-gpus 2 -- "
-                            "--activation-checkpointing --fused-optimizer",
+    "torch_tp2_ckpt_llama": "--strategy torch_tp --tp 2 --launcher torchrun --model llama-tiny --num-gpus 2 "
+                            "--recompute selective-op -- --fused-optimizer",
     "torch_pipe2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-tiny "
                         "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --pipeline-schedule gpipe",
     # interleaved 1F1B, 2 chunks per rank of gpt2-mini's 4 blocks (tied embeddings: rank 0's first chunk and rank
-    # 1's last hold the matrix)
+    # 1's last hold the matrix), with the attention core recomputed (--recompute selective)
     "torch_pipe2_interleaved2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-mini "
-                                     "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --pipeline-schedule interleaved "
-                                     "--virtual-stages 2",
+                                     "--micro-batch 1 --grad-accum 4 --num-gpus 2 --recompute selective -- "
+                                     "--pipeline-schedule interleaved --virtual-stages 2",
     # 4 ranks: data parallelism on top (pp 2 x dp 2, dp 2 x tp 2); the TP run with sequence parallelism and the
     # vocabulary-parallel loss (issue 28: their parity is this run's, beside plain TP's in torch_tp2_llama)
     "pipe2_dp2_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 4",
@@ -81,7 +82,11 @@ def test_losses_match_the_single_process_run(runs, name):
     worst = max(abs(a - b) / abs(b) for a, b in zip(losses, expected, strict=True))
     assert worst < 1e-4, (name, worst)
     header = run["header"][0]
-    assert header["activation_checkpointing"] is name.startswith(("torch_pipe2_ckpt", "torch_tp2_ckpt"))
+    assert header["activation_checkpointing"] is name.startswith("torch_pipe2_ckpt")
+    recompute = {"torch_pipe2_ckpt_llama": "full", "torch_tp2_ckpt_llama": "selective-op",
+                 "torch_pipe2_interleaved2_gpt2": "selective"}
+    assert header["recompute"] == recompute.get(name, "none")
+    assert header["speed"]["attention"] == ("sdpa_recompute" if recompute.get(name) == "selective" else "sdpa")
     if name.startswith(("torch_pipe2_ckpt", "torch_tp2_ckpt")):
         assert header["speed"]["optimizer"] == "AdamW (fused)"
     assert header["global_batch"] == reference["header"][0]["global_batch"]

@@ -70,6 +70,8 @@ def test_bad_files_and_flags_are_one_line_errors(tmp_path):
     (["--strategy", "torch_tp", "--loss-parallel"], r"--loss-parallel .* --tp 2 or more \(got --strategy torch_tp"),
     (["--strategy", "torch_tp", "--tp", "2", "--sequence-parallel", "--seq-len", "127"],
      "--seq-len 127 is not divisible by --tp 2"),
+    (["--activation-checkpointing", "--recompute", "selective"], "--activation-checkpointing is --recompute full"),
+    (["--recompute", "half"], "invalid choice: 'half'"),
     (["--strategy", "torch_pp", "--pipeline-stages", "2", "--virtual-stages", "2"],
      "--virtual-stages 2 needs --pipeline-schedule interleaved"),
     (["--strategy", "torch_pp", "--pipeline-stages", "2", "--pipeline-schedule", "interleaved"],
@@ -120,3 +122,9 @@ def test_interleaved_micro_batch_counts_follow_torchs_rounds():
     spec = from_argv(["--strategy", "torch_pp", "--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
                       "--virtual-stages", "2", "--grad-accum", "4"])
     assert (spec.pipeline_schedule, spec.virtual_stages) == ("interleaved", 2)
+
+
+def test_the_two_spellings_of_full_recompute_are_one_setting():
+    assert from_argv(["--activation-checkpointing"]).recompute == "full"
+    assert from_argv(["--recompute", "full"]).activation_checkpointing is True
+    assert from_argv(["--recompute", "selective-op"]).activation_checkpointing is False
