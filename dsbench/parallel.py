@@ -89,6 +89,12 @@ class ParallelDims:
                             "needs at least one)")
 
 
+def interleaved_accepts(micro_batches: int, stages: int) -> bool:
+    """Whether torch's interleaved 1F1B takes this many micro-batches: it runs max(1, M // P) rounds of equal size
+    (torch.distributed.pipelining.schedules.ScheduleInterleaved1F1B), so they must split M evenly."""
+    return micro_batches % max(1, micro_batches // stages) == 0
+
+
 def bubble_fraction(stages: int, micro_batches: int) -> float:
     """Idle share of each stage in a GPipe/1F1B pipeline step: (P - 1) / (M + P - 1) for P stages and M
     micro-batches (GPipe, Huang et al. 2019; ../shared/seeds/000 and 004). 0 without a pipeline."""

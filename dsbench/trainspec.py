@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dsbench import __version__
 from dsbench.errors import UserError
+from dsbench.parallel import interleaved_accepts
 from dsbench.spec import DEFAULT_MICRO_BATCH
 from dsbench.strategies import CHECKPOINTED_ENGINES, LAUNCH_STRATEGIES
 
@@ -225,11 +226,6 @@ class TrainSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def interleaved_accepts(micro_batches: int, stages: int) -> bool:
-    """Whether torch's interleaved 1F1B takes this many micro-batches: max(1, M // P) rounds must split M evenly."""
-    return micro_batches % max(1, micro_batches // stages) == 0
 
 
 def _parser() -> argparse.ArgumentParser:

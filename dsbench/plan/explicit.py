@@ -12,6 +12,7 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.models import ModelShape, resolve_model
+from dsbench.parallel import interleaved_accepts
 from dsbench.plan.gpu_layout import ARCHS, Layout, Shape
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import GpuProfile, profile_for
@@ -93,12 +94,16 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     """The compare strategy that runs the layout today, or why none does (one line)."""
     if lay.cp > 1:
         return None, "context parallelism (--cp) is priced but dsbench's worker does not run it yet"
-    if lay.sequence_parallel:
-        return None, "sequence parallelism is priced but dsbench's worker does not run it yet"
-    if lay.recompute in ("selective", "op"):
-        return None, f"recompute {lay.recompute}: the worker checkpoints whole blocks only (--recompute full)"
-    if lay.pp > 1 and lay.schedule == "interleaved":
-        return None, "the interleaved schedule is priced but dsbench's worker runs gpipe and 1f1b only"
+    if lay.recompute == "op":
+        return None, ("recompute op is torchtitan's policy (every second matmul output saved); dsbench's "
+                      "--recompute selective-op saves every matmul output: price that with --recompute selective")
+    if lay.sequence_parallel and not (lay.tp > 1 and lay.pp == 1 and lay.strategy == "ddp"):
+        return None, "dsbench runs sequence parallelism with torch_tp (--layout ddp --tp N, no pipeline)"
+    interleaved = lay.pp > 1 and lay.schedule == "interleaved"
+    if interleaved and not (lay.tp == 1 and lay.strategy == "ddp"):
+        return None, "dsbench runs the interleaved schedule with torch_pp (--layout ddp --pipeline-stages P, no tp)"
+    if interleaved and not interleaved_accepts(lay.micro_batches, lay.pp):
+        return None, f"torch's interleaved 1F1B cannot split {lay.micro_batches} micro-batches into rounds of {lay.pp}"
     if lay.tp > 1 and lay.pp > 1:
         return None, "tensor and pipeline parallelism in one run (3D) is priced but not run by dsbench yet"
     if lay.tp == lay.pp == 1:
@@ -106,6 +111,8 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
         return (how, None) if how else (None, f"{lay.strategy}: the worker's FSDP2 builds no replicated dimension")
     engine = "deepspeed" if lay.strategy.startswith("zero") else "torch"
     name = name_for(lay.strategy, tp=lay.tp, pp=lay.pp, engine=engine)
+    if name is not None and engine == "torch":  # torch_tp's and torch_pp's options are in their names
+        name += "_sp" * lay.sequence_parallel + (f"_interleaved{lay.virtual_stages}" if interleaved else "")
     if name is None:
         return None, (f"{lay.strategy} with tp/pp: dsbench runs tensor and pipeline parallelism under zero1 "
                       "(DeepSpeed AutoTP, its pipeline engine) or ddp (torch_tp, torch_pp)")
@@ -125,7 +132,8 @@ def predict_layout(req: LayoutRequest) -> dict[str, Any]:
     how, why_not = runner(lay)
     command = None
     if how is not None:
-        worker = ("--pipeline-schedule", lay.schedule) if how.engine == "torch_pp" and lay.schedule != "1f1b" else ()
+        worker = ("--pipeline-schedule", "gpipe") if how.engine == "torch_pp" and lay.schedule == "gpipe" else ()
+        worker += ("--recompute", "selective") if lay.recompute == "selective" else ()
         command = launch_argv(how, model, lay.precision, lay.micro_batch, lay.micro_batches, -(-lay.gpus //
                               lay.gpus_per_node), lay.gpus_per_node, lay.seq_len, lay.recompute == "full", worker)
     tokens = lay.global_batch * lay.seq_len

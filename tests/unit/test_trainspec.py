@@ -115,7 +115,7 @@ def test_speed_flags_reach_the_spec():
 
 def test_interleaved_micro_batch_counts_follow_torchs_rounds():
     """torch's ScheduleInterleaved1F1B runs max(1, M // P) rounds and refuses an M they do not divide."""
-    from dsbench.trainspec import interleaved_accepts
+    from dsbench.parallel import interleaved_accepts
 
     assert [m for m in range(1, 13) if interleaved_accepts(m, 2)] == [1, 2, 3, 4, 6, 8, 10, 12]
     assert not interleaved_accepts(9, 4) and interleaved_accepts(12, 4) and interleaved_accepts(5, 4)
