@@ -239,6 +239,8 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
                                        for i in range(len(steps[-1]["peak_memory_bytes"]))],
         "memory_kind": steps[-1].get("memory_kind"),
         "model_state_bytes_per_rank": states["per_rank"] if states else None,
+        # what the first step's autograd graph saved for its backward, per rank (parameters excluded; not in total)
+        "saved_activation_bytes_per_rank": [r.get("saved_activations") for r in states["per_rank"]] if states else None,
         "checkpoints": [{"step": r["step"], "seconds": r["seconds"], "bytes": r["bytes"]}
                         for r in records if r.get("type") == "checkpoint"],
     })

@@ -15,6 +15,7 @@ one all-gather of a small tensor on the rank's device. A plain training loop pay
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from dsbench.records import StepRecord, WindowRecord
 from dsbench.worker import stop
 from dsbench.worker.dist import Collectives
 from dsbench.worker.metrics import memory_now
+from dsbench.worker.state_bytes import SavedActivations
 
 
 @dataclass(frozen=True)
@@ -202,14 +204,17 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
         batches = [_to_device(plan.micro_batch_for(step, m, dp_rank), device) for m in range(ga)]
         _fault(dist_info.rank, step)
         engine.measure_states = step == settings.start
+        saved = SavedActivations(engine.model) if engine.measure_states else contextlib.nullcontext()
         started = clock.start()
-        loss = engine.train_step(batches)
+        with saved:  # the first (warm-up) step also counts what its backward keeps
+            loss = engine.train_step(batches)
         region = clock.stop(started)
         stop.beat()  # the step's collectives completed: the watchdog's clock restarts
         current, peak, _ = memory_now(device)  # allocator statistics: host-side, no device sync
         pending.append(_Pending(step=step, loss=loss, clock=region, memory=current,
                                 peak_memory=peak, lr=engine.lr(),
-                                states=engine.model_state_bytes() if step == settings.start else None,
+                                states={**engine.model_state_bytes(), "saved_activations": saved.bytes}
+                                if isinstance(saved, SavedActivations) else None,
                                 busy=engine.busy_seconds() if hasattr(engine, "busy_seconds") else None))
         due = save is not None and saves_after(step, settings)
         if len(pending) >= settings.gather_every or step in (first_measured - 1, settings.steps - 1) or due:

@@ -104,3 +104,39 @@ def count_deepspeed(engine: Any) -> dict[str, Any]:
     inner = getattr(zero, "optimizer", zero)
     counter.add("optimizer_states", optimizer_state_tensors(inner))
     return counter.result()
+
+
+class SavedActivations:
+    """Bytes the autograd graph saves for the backward during one step: the unique storages that saved-tensor hooks
+    see (``torch.autograd.graph.saved_tensors_hooks``), parameters excluded (a DTensor counts its local shard).
+    Within one step a storage is counted once, so a tensor saved by several ops, or a view of one, is one storage.
+    Not seen: what a checkpoint keeps outside the hooks (torch's selective activation checkpointing caches the
+    outputs its policy saves; a non-reentrant checkpoint's own inputs are seen)."""
+
+    def __init__(self, model: Any) -> None:
+        import torch
+
+        self._graph, self._parameter = torch.autograd.graph, torch.nn.Parameter
+        self._params = {local(p).untyped_storage().data_ptr() for p in model.parameters()}
+        self._seen: dict[int, int] = {}
+        self._hooks: Any = None
+
+    def _pack(self, tensor: Any) -> Any:
+        # a weight saved by its matmul is a parameter (or a view of one): ZeRO-3 gathers it into a fresh buffer
+        weight = isinstance(tensor, self._parameter) or isinstance(getattr(tensor, "_base", None), self._parameter)
+        storage = local(tensor).untyped_storage()
+        if not weight and storage.data_ptr() not in self._params:
+            self._seen[storage.data_ptr()] = max(self._seen.get(storage.data_ptr(), 0), storage.nbytes())
+        return tensor
+
+    def __enter__(self) -> SavedActivations:
+        self._hooks = self._graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self._seen.values())

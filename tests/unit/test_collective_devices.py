@@ -52,6 +52,7 @@ class MetaEngine:
     """A training engine whose losses live on the meta device, as a GPU engine's live on the GPU."""
 
     measure_states = False
+    model = torch.nn.Linear(1, 1, device="meta")  # the Engine protocol's model (its parameters are not activations)
 
     def train_step(self, batches: list[torch.Tensor]) -> torch.Tensor:
         assert all(batch.device.type == "meta" for batch in batches)

@@ -32,3 +32,26 @@ def test_a_class_without_sdpa_is_built_with_eager_attention_and_the_same_model(m
     assert eager.config._attn_implementation == "eager"
     # the oracle: the same weights under transformers' two attention paths give the same logits
     torch.testing.assert_close(eager(input_ids=ids).logits, sdpa(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+
+
+def _saved_bytes(recompute: str) -> int:
+    from dsbench.worker.state_bytes import SavedActivations
+
+    model = build_model(PRESETS["llama-tiny"], seed=0, recompute=recompute)
+    ids = torch.randint(0, 4096, (2, 64), generator=torch.Generator().manual_seed(0))
+    with SavedActivations(model) as saved:
+        model(input_ids=ids, labels=ids).loss.backward()
+    return saved.bytes
+
+
+def test_saved_activations_count_what_the_backward_keeps_and_no_weights():
+    """One step of llama-tiny: full recompute keeps only each block's input (and what its recompute saves again in
+    the backward), fewer bytes than none; a linear layer's forward saves its input, never its weight."""
+    from dsbench.worker.state_bytes import SavedActivations
+
+    none, full = _saved_bytes("none"), _saved_bytes("full")
+    assert 0 < full < none
+    layer, x = torch.nn.Linear(64, 64), torch.randn(8, 64, requires_grad=True)
+    with SavedActivations(layer) as saved:
+        layer(x).sum().backward()
+    assert saved.bytes == x.untyped_storage().nbytes()  # the input, 8 x 64 fp32; the 64 x 64 weight excluded
