@@ -262,6 +262,13 @@ def for_candidate(strategy: str, offload: str = "none", offload_param: str = "no
                     pp=pp)
 
 
+def with_options(name: str, sequence_parallel: bool = False, loss_parallel: bool = False,
+                 virtual_stages: int = 1) -> str:
+    """A torch_tp / torch_pipe family name with its option suffixes (:data:`TP_OPTIONS`, ``_interleaved{V}``)."""
+    return (name + "_sp" * sequence_parallel + "_lp" * loss_parallel
+            + (f"_interleaved{virtual_stages}" if virtual_stages > 1 else ""))
+
+
 def name_of_run(engine: str, zero: int | None = None, offload: str = "none", offload_param: str = "none",
                 tp: int = 1, pp: int = 1, reshard: bool = True, sequence_parallel: bool = False,
                 loss_parallel: bool = False, virtual_stages: int = 1) -> str:
@@ -275,8 +282,7 @@ def name_of_run(engine: str, zero: int | None = None, offload: str = "none", off
     for family, (degree_of, template) in FAMILIES.items():
         degree = tp if degree_of == "tp" else pp
         if degree > 1 and tp * pp == degree and (template.engine, template.zero) == (engine, zero):
-            interleaved = f"_interleaved{virtual_stages}" if virtual_stages > 1 else ""
-            return f"{family}{degree}" + "_sp" * sequence_parallel + "_lp" * loss_parallel + interleaved
+            return with_options(f"{family}{degree}", sequence_parallel, loss_parallel, virtual_stages)
     if engine == "deepspeed" and zero is not None:
         return f"zero{zero}" + {"none": "", "cpu": "_offload"}.get(offload, f"_{offload}")
     return engine

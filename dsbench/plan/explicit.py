@@ -19,7 +19,7 @@ from dsbench.plan.gpu_profiles import GpuProfile, profile_for
 from dsbench.plan.gpu_time import step_time
 from dsbench.plan.recommend import launch_argv
 from dsbench.plan.request import LayoutRequest
-from dsbench.strategies import Strategy, lookup, name_for
+from dsbench.strategies import Strategy, lookup, name_for, with_options
 
 SHAPE_FLAGS = ("arch", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 
@@ -112,7 +112,7 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     engine = "deepspeed" if lay.strategy.startswith("zero") else "torch"
     name = name_for(lay.strategy, tp=lay.tp, pp=lay.pp, engine=engine)
     if name is not None and engine == "torch":  # torch_tp's and torch_pp's options are in their names
-        name += "_sp" * lay.sequence_parallel + (f"_interleaved{lay.virtual_stages}" if interleaved else "")
+        name = with_options(name, lay.sequence_parallel, virtual_stages=lay.virtual_stages if interleaved else 1)
     if name is None:
         return None, (f"{lay.strategy} with tp/pp: dsbench runs tensor and pipeline parallelism under zero1 "
                       "(DeepSpeed AutoTP, its pipeline engine) or ddp (torch_tp, torch_pp)")
