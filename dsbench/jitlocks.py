@@ -21,11 +21,15 @@ def stale_locks(root: Path, now: float, stale_s: float = STALE_S) -> list[Path]:
     """``lock`` files under ``root`` (``<op>/lock`` or ``<pyXY_dev>/<op>/lock``) in folders idle for ``stale_s``."""
     found = []
     for lock in sorted([*root.glob("*/lock"), *root.glob("*/*/lock")]):
+        # The lock's own time first: ranks of one launch load an op together, each taking and releasing the lock
+        # in turn, so a live lock can go between the glob and the listing below; the folder's other files are then
+        # as old as the last real build, and a lock read only through the listing looked stale (a CI run saw it).
         try:
-            newest = max(path.stat().st_mtime for path in lock.parent.iterdir())
-        except (OSError, ValueError):
+            created = lock.stat().st_mtime
+            newest = max([created, *(path.stat().st_mtime for path in lock.parent.iterdir())])
+        except OSError:
             continue  # the build finished (or the folder went) while we looked
-        if now - newest > stale_s:
+        if now - newest > stale_s and lock.exists():
             found.append(lock)
     return found
 

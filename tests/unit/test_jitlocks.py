@@ -33,6 +33,24 @@ def test_lock_of_a_build_still_writing_is_not_stale(tmp_path):
     assert stale_locks(tmp_path, time.time()) == []
 
 
+def test_lock_released_while_looked_at_is_not_stale(tmp_path, monkeypatch):
+    """Ranks loading an op together take and release the lock in turn: one released between the glob and the
+    folder listing left only old files to read, and a live build was called interrupted (CI, 2026-11-26)."""
+    from pathlib import Path
+
+    lock = _interrupted_build(tmp_path / "deepspeed_shm_comm", STALE_S + 60)
+    os.utime(lock)  # a rank just took it: the rest of the folder is as old as the last real build
+    listing = Path.iterdir
+
+    def released_meanwhile(self):
+        if self == lock.parent and lock.exists():
+            lock.unlink()  # the holder's FileBaton.release() between our glob and our listing
+        return listing(self)
+
+    monkeypatch.setattr(Path, "iterdir", released_meanwhile)
+    assert stale_locks(tmp_path, time.time()) == []
+
+
 def test_finished_build_has_no_lock(tmp_path):
     from torch.utils.file_baton import FileBaton
 
