@@ -5,8 +5,8 @@ micro-batch, sequence, precision and ranks with ``dsbench plan``'s estimator, an
 with the signed error of each prediction ((predicted - measured) / measured). Measured throughput is the
 wall-clock figure; measured peak memory is what the run recorded (torch.cuda.max_memory_allocated on GPU).
 
-    python scripts/predicted_vs_measured.py tests/data/runs/gpu-h100/compare-gpt2 --gpu h100
-    python scripts/predicted_vs_measured.py runs/compare-x --gpu-mem 12 --profile cpu2.json   # measured machine
+    python scripts/predicted_vs_measured.py tests/data/runs/gpu-h100/compare-gpt2   # the GPU kind of the run
+    python scripts/predicted_vs_measured.py runs/compare-x --profile cpu2.json      # a measured machine
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from dsbench.plan.profile import Profile
 from dsbench.plan.verify import measured_step_s, predict_cell
 
 
-def predict(row: dict, gpu: str, efficiency: float, profile: str | None = None) -> dict | None:
-    e = predict_cell(row, profile, gpu, efficiency)
+def predict(row: dict, profile: Profile | None = None) -> dict | None:
+    e = predict_cell(row, profile)
     if e is None:
         return None
     return {"tokens_per_s": e.tokens_per_s, "mfu": e.mfu, "peak_mib": e.device_total / 2**20, "step_s": e.step_s,
@@ -33,17 +34,18 @@ def error(predicted: float, measured: float | None) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("roots", nargs="+", type=Path, help="run folders (compare outputs)")
-    p.add_argument("--gpu", default="h100", help="the planner's GPU kind (peak and memory)")
-    p.add_argument("--efficiency", type=float, default=0.5, help="the planner's achievable fraction of peak")
     p.add_argument("--profile", help="a machine profile from `dsbench calibrate` (measured rates and links)")
     args = p.parse_args()
+    from dsbench.plan.api import read_profile
     from dsbench.report.collect import collect
+
+    profile = read_profile(args.profile) if args.profile else None
 
     print("| model | strategy | step ms measured (wall) | predicted | error | tokens/s measured | predicted | "
           "MFU measured | predicted | peak MiB measured | predicted | error | predicted dominant term |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in collect(args.roots):
-        guess = predict(row, args.gpu, args.efficiency, args.profile) if row["status"] == "ok" else None
+        guess = predict(row, profile) if row["status"] == "ok" else None
         if guess is None:
             continue
         step = measured_step_s(row)

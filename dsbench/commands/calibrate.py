@@ -29,21 +29,27 @@ from dsbench.errors import DsbenchError, UserError
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Measurements and log [runs/calibrate-TIME].")
 @click.option("--master-port", type=click.IntRange(1, 65535), help="Rendezvous port [a free port].")
 @click.option("--timeout", type=POSITIVE, default=600, show_default=True, help="Seconds before it is stopped.")
+@click.option("--check", is_flag=True,
+              help="Then run one short real cell per engine family (ddp, fsdp, zero2, zero3, torch_tp2 and "
+                   "torch_pipe2 where the model allows), print predicted vs measured and store each family's "
+                   "step scale in the profile.")
 @click.option("--dry-run", is_flag=True, help="Print the command; run nothing.")
 def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batch: int, seq_len: int,
               precision: str, output: str | None, run_dir: str | None, master_port: int | None, timeout: float,
-              dry_run: bool) -> None:
+              check: bool, dry_run: bool) -> None:
     """Measure this machine for the planner: compute rate per rank at the model's shapes, and latency and
     bandwidth of all-reduce, all-gather, reduce-scatter and point-to-point on the real ranks (`plan --profile`)."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
     from dsbench.hostfile import read_hostfile
-    from dsbench.io import atomic_write_json, check_output_path, read_json
+    from dsbench.io import atomic_write_json, atomic_write_text, check_output_path, read_json
     from dsbench.launch import inherited_env
     from dsbench.launchers import LaunchSpec, build
     from dsbench.plan.profile import fit_profile, summary_lines
 
     if hostfile and num_gpus:
         raise UserError("--num-gpus is the ranks on this machine; with --hostfile its slots say it: drop one")
+    if hostfile and check:
+        raise UserError("--check runs its cells on this machine's ranks (dsbench compare): drop --hostfile or --check")
     check_seq_len(model, seq_len)
     folder = Path(run_dir or f"runs/calibrate-{time.strftime('%Y%m%d-%H%M%S')}")
     target = Path(output) if output else folder / "profile.json"
@@ -55,8 +61,9 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     hosts = tuple(read_hostfile(hostfile)) if hostfile else ()
     measured = (folder / "measured.json").absolute()
     command = " ".join(["dsbench", "calibrate", *sys.argv[2:]])
+    ranks = num_gpus or default_ranks()
     spec = LaunchSpec(launcher="torchrun", strategy="ddp", module="dsbench.worker.calibrate",
-                      nproc_per_node=num_gpus or default_ranks(), hostfile=hostfile, hosts=hosts,
+                      nproc_per_node=ranks, hostfile=hostfile, hosts=hosts,
                       master_port=master_port or (29500 if dry_run else free_port()), cpu=local_gpu_count() == 0,
                       python=sys.executable, cwd=os.getcwd(), launch_script=str(folder / "launch_nodes.sh"),
                       extra_env=inherited_env(os.environ, sys.executable) if hosts else (),
@@ -64,10 +71,11 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
                                    "--precision", precision, "--out", str(measured), "--command", command))
     launch = build(spec)
     for path, text in launch.files.items():
-        from dsbench.io import atomic_write_text
-
         atomic_write_text(path, text)
     click.echo(launch.shell_line())
+    if check:
+        click.echo(f"then --check: {', '.join(_check_strategies(model, ranks))} (dsbench compare, "
+                   f"into {folder / 'check'})")
     if dry_run:
         return
     from dsbench.runner import first_error, run
@@ -80,7 +88,51 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     atomic_write_json(target, profile)
     for line in summary_lines(profile):
         click.echo(line)
+    if check:
+        profile = {**profile, "check": _self_check(profile, target, model, ranks, micro_batch, seq_len, precision,
+                                                   folder / "check", timeout)}
+        atomic_write_json(target, profile)  # the profile this command wrote above, now with its check
     click.echo(f"profile: {target}  (dsbench plan --profile {target} ...)")
+
+
+def _check_strategies(model: str, ranks: int) -> list[str]:
+    from dsbench.bench.tune import default_strategies
+    from dsbench.plan.selfcheck import check_strategies
+
+    return check_strategies(default_strategies(model, ranks))
+
+
+def _self_check(profile: dict, target: Path, model: str, ranks: int, micro_batch: int, seq_len: int, precision: str,
+                folder: Path, timeout: float) -> dict:
+    """``--check``: the check cells run by dsbench compare, each predicted from the fresh profile (selfcheck.py)."""
+    from dsbench.bench.session import run_compare
+    from dsbench.plan.profile import Profile
+    from dsbench.plan.selfcheck import CHECK_STEPS, CHECK_WARMUP, check_lines, check_record
+    from dsbench.plan.verify import predicted_figures
+    from dsbench.report.collect import collect
+    from dsbench.strategies import get
+
+    flags = {"strategies": _check_strategies(model, ranks), "models": [model], "world_sizes": [ranks],
+             "micro_batches": [micro_batch], "seq_len": seq_len, "precision": precision, "steps": CHECK_STEPS,
+             "warmup": CHECK_WARMUP, "repeats": 1}
+    run = run_compare(None, flags, str(folder), resume=False, retry_failed=False, timeout=timeout, nvme_path=None,
+                      quiet=True)
+    failed = next((result for result in run.results if result.status != "ok"), None)
+    if failed is not None:
+        raise DsbenchError(f"check cell {failed.cell.id}: {failed.status} (its run: {folder / 'cells'}); the profile "
+                           f"{target} is written without a check")
+    cells = []
+    for row in collect([run.folder / "cells"]):
+        figures = predicted_figures(row, Profile(str(target), profile))
+        cells.append({"strategy": row["base_strategy"], "family": get(row["base_strategy"]).family,
+                      "measured_step_ms": figures["wall_step_ms"], "predicted_step_ms": figures["predicted_step_ms"]})
+    record = check_record(cells)
+    lines, warnings = check_lines(record)
+    for line in lines:
+        click.echo(line)
+    for line in warnings:
+        click.echo(line, err=True)
+    return record
 
 
 COMMAND = calibrate

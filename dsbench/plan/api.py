@@ -14,6 +14,7 @@ from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
 from dsbench.plan.profile import Profile, compute_group, load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
 from dsbench.plan.request import DEFAULTS, PlanRequest
+from dsbench.plan.selfcheck import step_scale
 from dsbench.strategies import lookup
 
 
@@ -129,7 +130,8 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
                    deepspeed_s=tuple(profile["rates"].get(key, 0.0) for key in ("zero1_call_s", "zero2_call_s",
                                                                                  "zero3_tensor_s")),
                    tp_layer_s=tuple(profile["rates"].get(key, 0.0) for key in ("torch_tp_layer_s", "autotp_layer_s")),
-                   overlap_comm=not str(profile.get("device", "")).startswith("cpu"))
+                   overlap_comm=not str(profile.get("device", "")).startswith("cpu"),
+                   step_scale=tuple(sorted(step_scale(profile).items())))
 
 
 def config_candidate(config: dict[str, Any]) -> Candidate:

@@ -20,7 +20,15 @@ from dsbench.plan.comm import (
 )
 from dsbench.plan.gpu_profiles import GpuProfile
 from dsbench.plan.hardware import Link
-from dsbench.plan.memory import Accounting, ModelStates, accounting_for, activation_bytes, held_params, model_states
+from dsbench.plan.memory import (
+    Accounting,
+    ModelStates,
+    accounting_for,
+    activation_bytes,
+    buffer_bytes,
+    held_params,
+    model_states,
+)
 from dsbench.plan.profile import rate_at
 from dsbench.records import flops_per_token
 from dsbench.strategies import Strategy, for_candidate
@@ -64,6 +72,8 @@ class Cluster:
     """The measured forward+backward TFLOPS per rank at several micro-batches (a profile)."""
     gpu_model: GpuProfile | None = None
     """A GPU kind's hardware profile, without a machine profile: the GPU time model prices the step."""
+    step_scale: tuple[tuple[str, float], ...] = ()
+    """Per engine family, measured / predicted step time of ``calibrate --check``'s cells (plan/selfcheck.py)."""
 
     def achieved_tflops(self, micro_batch: int) -> float:
         """TFLOPS one rank achieves at ``micro_batch``: measured (interpolated between the measured micro-batches),
@@ -144,6 +154,9 @@ class Estimate:
     tokens_per_s: float
     dominant: str
     notes: list[str] = field(default_factory=list)
+    check_s: float = 0.0
+    """What ``calibrate --check`` found the family's real steps pay beyond the named terms (its step scale - 1, times
+    them); included in ``step_s``."""
 
     def to_dict(self) -> dict[str, Any]:
         c = self.candidate
@@ -157,28 +170,11 @@ class Estimate:
                                "buffers": self.buffers / GIB, "device_total": self.device_total / GIB},
                 "host_gib_per_node": self.host_per_node / GIB, "nvme_gib_per_node": self.nvme_per_node / GIB,
                 "compute_s": self.compute_s, "exposed_comm_s": self.exposed_comm_s, "offload_s": self.offload_s,
-                "optimizer_s": self.optimizer_s, "framework_s": self.framework_s,
+                "optimizer_s": self.optimizer_s, "framework_s": self.framework_s, "check_s": self.check_s,
                 "bubble": self.bubble, "step_s": self.step_s, "step_s_no_overlap": self.step_s_no_overlap,
                 "mfu": self.mfu, "tokens_per_s": self.tokens_per_s, "dominant": self.dominant,
                 "collectives": [{"what": x.what, "kind": x.kind, "bytes_per_rank": x.bytes_per_rank,
                                  "seconds": x.seconds} for x in self.comm], "notes": self.notes}
-
-
-def _buffers(cand: Candidate, shape: ModelShape, acc: Accounting, wl: Workload) -> float:
-    """Temporary buffers: DeepSpeed buckets (reduce_bucket_size = h², prefetch = 0.9·h² by HF "auto") or
-    FSDP2's unsharded block (current + prefetched) for all-gathered parameters and their gradients."""
-    h2 = shape.hidden ** 2
-    reduce = wl.reduce_bucket or h2
-    if cand.strategy in ("zero1", "zero2"):
-        return reduce * acc.grads  # the contiguous-gradients bucket; all-gathers write into the params
-    if cand.strategy == "zero3":
-        prefetch = wl.prefetch_bucket or 0.9 * h2
-        largest = shape.vocab_size * shape.hidden / cand.tp  # the embedding is gathered whole
-        return reduce * acc.grads + prefetch * acc.params + largest * acc.params
-    if cand.strategy in ("fsdp", "fsdp_hybrid"):
-        block = (shape.num_params() - shape.vocab_size * shape.hidden) / shape.layers / cand.tp
-        return 2 * block * acc.params + block * acc.grads
-    return 0.0
 
 
 def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
@@ -198,7 +194,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     activations = in_flight * activation_bytes(wl.seq_len, wl.micro_batch, shape.hidden, shape.heads,
                                                shape.layers, shape.vocab_size, cand.tp, cand.pp,
                                                cand.checkpointing, True, act_bytes)
-    buffers = _buffers(cand, shape, acc, wl)
+    buffers = buffer_bytes(cand.strategy, cand.tp, shape, acc, wl.reduce_bucket, wl.prefetch_bucket)
     device_total = states.device + activations + buffers
     tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
     # model FLOPs per token 6N + 12·L·h·s (PaLM App. B), for MFU
@@ -220,6 +216,10 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
         bubble = 1 - compute / compute_with_bubble
     step = compute_with_bubble + exposed + offload + optimizer + framework
     no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework
+    # calibrate --check's fitted constant for the engine family (plan/selfcheck.py): measured / predicted of its real
+    # check cell, so the family's steps pay what the isolated measurements missed
+    check = step * (dict(cl.step_scale).get(cand.runs_as.family, 1.0) - 1)
+    step, no_overlap = step + check, no_overlap + check
     mfu = model_flops / model_parallel / (step * cl.peak_tflops * 1e12)
     terms = {"compute": compute, "communication": exposed, "offload": offload,
              "pipeline bubble": compute_with_bubble - compute, "optimizer": optimizer, "framework": framework}
@@ -230,7 +230,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
                     exposed_comm_s=exposed, offload_s=offload, optimizer_s=optimizer, framework_s=framework,
                     bubble=bubble, step_s=step,
                     step_s_no_overlap=no_overlap, mfu=mfu, tokens_per_s=tokens * dp / step,
-                    dominant=max(terms, key=lambda k: terms[k]))
+                    dominant=max(terms, key=lambda k: terms[k]), check_s=check)
 
 
 def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:

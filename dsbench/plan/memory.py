@@ -159,3 +159,21 @@ def activation_bytes(seq: int, micro: int, hidden: int, heads: int, layers: int,
     if checkpointing:
         return layers_here * 2 * seq * micro * hidden * scale + per_layer + logits
     return layers_here * per_layer + logits
+
+
+def buffer_bytes(strategy: str, tp: int, shape: ModelShape, acc: Accounting, reduce_bucket: float | None,
+                 prefetch_bucket: float | None) -> float:
+    """Temporary buffers: DeepSpeed buckets (reduce_bucket_size = h², prefetch = 0.9·h² by HF "auto") or
+    FSDP2's unsharded block (current + prefetched) for all-gathered parameters and their gradients."""
+    h2 = shape.hidden ** 2
+    reduce = reduce_bucket or h2
+    if strategy in ("zero1", "zero2"):
+        return reduce * acc.grads  # the contiguous-gradients bucket; all-gathers write into the params
+    if strategy == "zero3":
+        prefetch = prefetch_bucket or 0.9 * h2
+        largest = shape.vocab_size * shape.hidden / tp  # the embedding is gathered whole
+        return reduce * acc.grads + prefetch * acc.params + largest * acc.params
+    if strategy in ("fsdp", "fsdp_hybrid"):
+        block = (shape.num_params() - shape.vocab_size * shape.hidden) / shape.layers / tp
+        return 2 * block * acc.params + block * acc.grads
+    return 0.0

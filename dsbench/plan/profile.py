@@ -17,6 +17,7 @@ from typing import Any
 from dsbench.errors import UserError
 from dsbench.plan.comm import bucket_calls, ring_bytes
 from dsbench.plan.hardware import Link
+from dsbench.plan.selfcheck import check_scale
 
 SCHEMA = "dsbench.profile/1"
 MEASURED = "dsbench.measured/1"
@@ -201,6 +202,7 @@ def load_profile(data: Any, source: str) -> dict[str, Any]:
         if key in data and (type(data[key]) is not int or data[key] < 1):
             raise UserError(f"{source}: {key} must be a whole number >= 1, got {_shown(data[key])} (write the "
                             "profile again with dsbench calibrate)")
+    check_scale(data, source)
     for key in ("device", "backend"):
         if key in data and not isinstance(data[key], str):
             raise UserError(f"{source}: {key} must be a string, got {_shown(data[key])}")

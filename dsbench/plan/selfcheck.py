@@ -1,0 +1,81 @@
+"""``dsbench calibrate --check``: a profile's predictions against short real runs, one per engine family (pure).
+
+calibrate measures isolated pieces (a forward+backward, each collective, each engine's own work on a stack); a
+training step also pays what none of them hold (the loop's data, loss, clipping, scheduler, metrics and the
+framework around them). Right after calibrating, one short real cell per engine family is run and predicted from
+the fresh profile; what it measured over what was predicted is that family's **step scale**, stored in the
+profile (``check.step_scale``) and applied by the planner to every later prediction of the family
+(:func:`dsbench.plan.estimate.estimate`, as its ``check`` term). It is a fitted constant, one per engine family and
+never per cell: the cells chosen here set it, and every other strategy of the family is predicted out of sample.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from dsbench.errors import UserError
+from dsbench.strategies import CHECKED
+
+GOAL = 0.10
+"""A check cell predicted worse than this (relative step time) is printed as a warning: issue 27's out-of-sample
+goal for the median cell."""
+
+
+CHECK_STEPS, CHECK_WARMUP = 30, 10
+"""Each check cell's optimizer steps and the warm-up among them (the step time is the wall clock over the other 20).
+With 12 steps and 4 warm-up, a ZeRO cell's check differed from a compare of the same cell minutes later by up to 17%
+(its steps vary by +-20% one to the next on this machine, and DeepSpeed's first ten still settle)."""
+
+
+def check_strategies(runnable: list[str]) -> list[str]:
+    """The check cells among the strategies that can run the model on the ranks (``bench.tune.default_strategies``)."""
+    return [name for name in CHECKED if name in runnable]
+
+
+def check_record(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """The profile's ``check`` section from the check cells, each ``{"strategy", "family", "measured_step_ms",
+    "predicted_step_ms"}`` (predicted from the profile before any scale): every cell with its relative error, and per
+    family the median of measured / predicted over its cells."""
+    rows = [{**cell, "error": cell["predicted_step_ms"] / cell["measured_step_ms"] - 1} for cell in cells]
+    families = sorted({row["family"] for row in rows})
+    scale = {family: statistics.median(row["measured_step_ms"] / row["predicted_step_ms"] for row in rows
+                                       if row["family"] == family) for family in families}
+    return {"goal": GOAL, "steps": CHECK_STEPS, "warmup": CHECK_WARMUP, "cells": rows, "step_scale": scale}
+
+
+def step_scale(profile: dict[str, Any]) -> dict[str, float]:
+    """The per-family step scale a checked profile carries (empty for an unchecked one)."""
+    return dict((profile.get("check") or {}).get("step_scale") or {})
+
+
+def check_scale(profile: dict[str, Any], source: str) -> None:
+    """A profile's ``check.step_scale`` must map engine families to positive finite numbers: one line otherwise."""
+    check = profile.get("check")
+    if check is None:
+        return
+    scale = check.get("step_scale") if isinstance(check, dict) else None
+    if not isinstance(scale, dict):
+        raise UserError(f"{source}: check.step_scale must map engine families to numbers (write the profile again "
+                        "with dsbench calibrate --check)")
+    for family, value in scale.items():
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                and value > 0):
+            raise UserError(f"{source}: check.step_scale.{family} must be a number > 0, got {value!r:.40}")
+
+
+def check_lines(check: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """What a check says: one line per cell, and a warning per cell worse than the goal."""
+    lines = [f"check ({check['steps']} steps, {check['warmup']} warm-up, 1 run each): predicted vs measured step time "
+             "by the wall clock, before the family's scale"]
+    warnings = []
+    for row in check["cells"]:
+        lines.append(f"  {row['strategy']:<12} {row['family']:<10} measured {row['measured_step_ms']:8.1f} ms  "
+                     f"predicted {row['predicted_step_ms']:8.1f} ms  {row['error']:+.1%}  -> scale "
+                     f"{check['step_scale'][row['family']]:.3f} for {row['family']}")
+        if abs(row["error"]) > check["goal"]:
+            warnings.append(f"warning: {row['strategy']} was predicted {row['error']:+.1%} from its measured step "
+                            f"(goal within {check['goal']:.0%}); the planner scales {row['family']} predictions by "
+                            f"{check['step_scale'][row['family']]:.3f} from this profile")
+    return lines, warnings

@@ -1,0 +1,147 @@
+"""The CPU time model out of sample, as anyone can rerun it: calibrate first, then compare, then predict.
+
+For each model: ``dsbench calibrate --num-gpus 2 --model M [--check]`` (the profile), then a fresh
+``dsbench compare`` of the strategies (2 repeats, compare's default 20 steps with 5 warm-up), then every cell
+predicted from the profile as ``dsbench report --profile`` does (plan.verify.predicted_figures). The calibration is
+taken before the compare, so nothing in the profile saw the cells it predicts. Printed: the per-cell table (step
+time by the wall clock, predicted, signed error; with a checked profile also the prediction before the check's
+per-family scale, and which cells chose that scale) and per model the median and worst absolute error and the
+Spearman correlation of step times. A dated row per model is added to the table under "Out-of-sample runs" in
+docs/planner.md.
+
+    python scripts/bench_time_model.py                        # the three models, --check on (about 45 min)
+    python scripts/bench_time_model.py --models gpt2-mini --out runs/tm-1
+    python scripts/bench_time_model.py --from runs/tm-1       # the tables again from a finished run, nothing run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dsbench.plan.profile import Profile
+from dsbench.plan.replay import spearman
+from dsbench.plan.verify import predicted_figures
+from dsbench.report.collect import collect
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ("ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload", "torch_pipe2", "pipe2")
+STRATEGIES = {"gpt2-tiny": BASE, "gpt2-mini": BASE, "llama-tiny": (*BASE, "torch_tp2", "zero1_tp2")}
+"""Issue 27's cells: the data-parallel strategies and both pipelines; llama-tiny also both tensor-parallel ones."""
+DOC_HEADING = "### Out-of-sample runs (scripts/bench_time_model.py)"
+
+
+def dsbench(*args: str) -> None:
+    print("$ dsbench " + " ".join(args), flush=True)
+    done = subprocess.run([sys.executable, "-m", "dsbench", *args], cwd=ROOT)
+    if done.returncode != 0:
+        sys.exit(f"dsbench {args[0]} failed with exit code {done.returncode}")
+
+
+def measure(model: str, out: Path, check: bool, repeats: int) -> None:
+    """Calibrate, then compare: the profile is taken before the cells it predicts."""
+    dsbench("calibrate", "--num-gpus", "2", "--model", model, "-o", str(out / f"profile-{model}.json"),
+            "--run-dir", str(out / f"calibrate-{model}"), *(["--check"] if check else []))
+    dsbench("compare", "--strategies", ",".join(STRATEGIES.get(model, BASE)), "--models", model, "--repeats",
+            str(repeats), "--out", str(out / f"compare-{model}"), "--quiet", "--no-report")
+
+
+def cells(model: str, out: Path) -> list[dict[str, Any]]:
+    """Each ok compare row with the profile's prediction, and the prediction before the check's scale."""
+    path = out / f"profile-{model}.json"
+    data = json.loads(path.read_text())
+    unscaled = {key: value for key, value in data.items() if key != "check"}
+    checked = {row["strategy"] for row in (data.get("check") or {}).get("cells", [])}
+    rows = []
+    for row in collect([out / f"compare-{model}" / "cells"]):
+        figures = predicted_figures(row, Profile(str(path), data))
+        if not figures:
+            continue
+        before = predicted_figures(row, Profile(str(path), unscaled))
+        rows.append({"strategy": row["strategy"], "measured_ms": figures["wall_step_ms"],
+                     "predicted_ms": figures["predicted_step_ms"], "error": figures["step_error"],
+                     "unscaled_ms": before["predicted_step_ms"], "unscaled_error": before["step_error"],
+                     "chose_scale": row["base_strategy"] in checked})
+    return rows
+
+
+def stats(rows: list[dict[str, Any]], key: str = "error") -> dict[str, Any]:
+    errors = [abs(row[key]) for row in rows]
+    worst = max(rows, key=lambda row: abs(row[key]))
+    predicted = "predicted_ms" if key == "error" else "unscaled_ms"
+    rho = spearman([row["measured_ms"] for row in rows], [row[predicted] for row in rows])
+    return {"median": statistics.median(errors), "worst": abs(worst[key]), "worst_cell": worst["strategy"],
+            "spearman": rho}
+
+
+def table(model: str, rows: list[dict[str, Any]]) -> str:
+    lines = [f"#### {model}", "", "| strategy | measured ms (wall) | predicted ms | error | before the check's scale "
+             "| error | chose the scale |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['strategy']} | {row['measured_ms']:.1f} | {row['predicted_ms']:.1f} | "
+                     f"{row['error']:+.1%} | {row['unscaled_ms']:.1f} | {row['unscaled_error']:+.1%} | "
+                     f"{'yes' if row['chose_scale'] else ''} |")
+    return "\n".join(lines)
+
+
+def summary(model: str, rows: list[dict[str, Any]], when: str) -> str:
+    """One dated row for docs/planner.md: the figures with the check's scale, then without it."""
+    scaled, plain = stats(rows), stats(rows, "unscaled_error")
+    held = [row for row in rows if not row["chose_scale"]]
+    held_part = (f"{stats(held)['median']:.1%} / {stats(held)['worst']:.1%}" if held else "-")
+    rho = f"{scaled['spearman']:.2f}" if scaled["spearman"] is not None else "-"
+    rho_plain = f"{plain['spearman']:.2f}" if plain["spearman"] is not None else "-"
+    return (f"| {when} | {model} | {len(rows)} | {scaled['median']:.1%} | {scaled['worst']:.1%} "
+            f"({scaled['worst_cell']}) | {rho} | {held_part} | {plain['median']:.1%} | {plain['worst']:.1%} | "
+            f"{rho_plain} |")
+
+
+def record(doc: Path, lines: list[str]) -> None:
+    """Insert the rows at the end of the table under the doc's heading (docs/planner.md has it)."""
+    text = doc.read_text().split("\n")
+    if DOC_HEADING not in text:
+        sys.exit(f"{doc}: no line {DOC_HEADING!r} to put the rows under (--no-doc prints only)")
+    at = text.index(DOC_HEADING) + 1
+    while at < len(text) and not text[at].startswith("|"):
+        at += 1  # the table's head
+    while at < len(text) and text[at].startswith("|"):
+        at += 1  # past its last row
+    doc.write_text("\n".join([*text[:at], *lines, *text[at:]]))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="gpt2-tiny,gpt2-mini,llama-tiny", help="comma list")
+    p.add_argument("--out", type=Path, help="results folder [runs/time-model-TIME]")
+    p.add_argument("--from", dest="done", type=Path, help="a finished run's folder: tables only, nothing run")
+    p.add_argument("--no-check", action="store_true", help="calibrate without --check")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--doc", type=Path, default=ROOT / "docs" / "planner.md", help="where the dated rows go")
+    p.add_argument("--no-doc", action="store_true", help="print only")
+    args = p.parse_args()
+    out = args.done or args.out or Path(f"runs/time-model-{time.strftime('%Y%m%d-%H%M%S')}")
+    models = args.models.split(",")
+    for model in models:
+        if not args.done:
+            measure(model, out.resolve(), check=not args.no_check, repeats=args.repeats)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime((out / f"compare-{models[0]}").stat().st_mtime))
+    rows = {}
+    for model in models:
+        rows[model] = cells(model, out)
+        print(table(model, rows[model]) + "\n")
+    lines = [summary(model, rows[model], when) for model in models]
+    print("\n".join(lines))
+    if not args.no_doc:
+        record(args.doc, lines)
+        print(f"appended to {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

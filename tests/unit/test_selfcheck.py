@@ -1,0 +1,98 @@
+"""calibrate --check: which cells it runs, the step scale it stores, and how the planner applies it."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from dsbench.bench.tune import default_strategies
+from dsbench.errors import UserError
+from dsbench.plan.api import read_profile
+from dsbench.plan.estimate import Candidate, estimate
+from dsbench.plan.selfcheck import check_lines, check_record, check_strategies
+from tests.conftest import DATA
+
+PROFILE = DATA / "runs" / "cpu-calibrated" / "profile-llama-tiny.json"
+
+
+def test_one_cell_per_engine_family_where_the_model_allows():
+    assert check_strategies(default_strategies("llama-tiny", 2)) == ["ddp", "fsdp", "zero2", "zero3", "torch_tp2",
+                                                                   "torch_pipe2"]
+    # GPT-2's fused Conv1D is not split by heads: no tensor-parallel cell
+    assert check_strategies(default_strategies("gpt2-mini", 2)) == ["ddp", "fsdp", "zero2", "zero3", "torch_pipe2"]
+    assert check_strategies(default_strategies("gpt2-mini", 1)) == []  # one rank: single only, nothing to check
+
+
+def test_the_scale_is_measured_over_predicted_per_family_and_the_error_its_inverse():
+    cells = [{"strategy": "ddp", "family": "ddp", "measured_step_ms": 60.0, "predicted_step_ms": 48.0},
+             {"strategy": "zero2", "family": "zero", "measured_step_ms": 100.0, "predicted_step_ms": 108.0}]
+    record = check_record(cells)
+    assert record["step_scale"] == {"ddp": 1.25, "zero": pytest.approx(100 / 108)}
+    assert [round(row["error"], 4) for row in record["cells"]] == [-0.2, 0.08]
+    lines, warnings = check_lines(record)
+    assert len(lines) == 3 and "-20.0%" in lines[1]
+    assert len(warnings) == 1 and "ddp" in warnings[0] and "1.250" in warnings[0]  # 8% is within the goal
+
+
+def _with_scale(tmp_path, scale):
+    data = json.loads(PROFILE.read_text())
+    data["check"] = {"step_scale": scale}
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _step(profile_path, candidate):
+    from dsbench.plan.api import build
+    from dsbench.plan.request import PlanRequest
+
+    request = PlanRequest(model="llama-tiny", gpus=2, seq_len=128, micro_batch=2, precision="fp32",
+                          profile=read_profile(str(profile_path)))
+    workload, cluster, _ = build(request)
+    return estimate(candidate, workload, cluster)
+
+
+def test_the_planner_scales_the_checked_families_only(tmp_path):
+    plain, scaled = tmp_path / "plain", tmp_path / "scaled"
+    plain.mkdir(), scaled.mkdir()
+    unscaled = _with_scale(plain, {})
+    checked = _with_scale(scaled, {"ddp": 1.25, "zero": 0.9, "zero3": 1.5, "pipeline": 1.3})
+    cases = ((dict(strategy="ddp"), 1.25), (dict(strategy="zero1"), 0.9), (dict(strategy="zero3"), 1.5),
+             (dict(strategy="zero2", offload="cpu"), 0.9), (dict(strategy="fsdp"), 1.0),
+             (dict(strategy="ddp", tp=2, engine="torch"), 1.0),  # tensor parallelism: not checked here
+             (dict(strategy="zero1", pp=2), 1.3))  # DeepSpeed's pipeline engine, at torch_pipe2's scale
+    for fields, factor in cases:
+        candidate = Candidate(**fields)
+        before, after = _step(unscaled, candidate), _step(checked, candidate)
+        assert after.step_s == pytest.approx(before.step_s * factor)
+        assert after.check_s == pytest.approx(before.step_s * (factor - 1))
+        assert after.tokens_per_s == pytest.approx(before.tokens_per_s / factor)
+
+
+@pytest.mark.parametrize("check, message", [
+    ([], "check.step_scale must map"),
+    ({"step_scale": [1.0]}, "check.step_scale must map"),
+    ({"step_scale": {"ddp": 0}}, "check.step_scale.ddp must be a number > 0"),
+    ({"step_scale": {"ddp": "1.2"}}, "check.step_scale.ddp must be a number > 0"),
+    ({"step_scale": {"ddp": True}}, "check.step_scale.ddp must be a number > 0"),
+])
+def test_a_bad_check_section_is_one_line(tmp_path, check, message):
+    data = json.loads(PROFILE.read_text())
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({**copy.deepcopy(data), "check": check}))
+    with pytest.raises(UserError, match=message) as caught:
+        read_profile(str(path))
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("name, family", [
+    ("single", "ddp"), ("ddp", "ddp"), ("fsdp", "fsdp"), ("fsdp_no_reshard", "fsdp"), ("zero0", "zero"),
+    ("zero1", "zero"), ("zero2_offload", "zero"), ("zero3", "zero3"), ("zero3_offload", "zero3"),
+    ("pipe2", "pipeline"), ("zero1_tp2", "tensor"), ("torch_pipe4", "pipeline"), ("torch_tp2_sp", "tensor"),
+])
+def test_every_strategy_has_the_family_of_its_code_path(name, family):
+    from dsbench.strategies import get
+
+    assert get(name).family == family
