@@ -130,12 +130,13 @@ def main() -> int:
     for model in models:
         if not args.done:
             measure(model, out.resolve(), check=not args.no_check, repeats=args.repeats)
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime((out / f"compare-{models[0]}").stat().st_mtime))
-    rows = {}
+    lines = []
     for model in models:
-        rows[model] = cells(model, out)
-        print(table(model, rows[model]) + "\n")
-    lines = [summary(model, rows[model], when) for model in models]
+        rows = cells(model, out)
+        print(table(model, rows) + "\n")
+        # when the compare started: its matrix.json is the first file it writes
+        started = (out / f"compare-{model}" / "matrix.json").stat().st_mtime
+        lines.append(summary(model, rows, time.strftime("%Y-%m-%d %H:%M", time.localtime(started))))
     print("\n".join(lines))
     if not args.no_doc:
         record(args.doc, lines)

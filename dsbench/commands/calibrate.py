@@ -119,8 +119,10 @@ def _self_check(profile: dict, target: Path, model: str, ranks: int, micro_batch
                       quiet=True)
     failed = next((result for result in run.results if result.status != "ok"), None)
     if failed is not None:
-        raise DsbenchError(f"check cell {failed.cell.id}: {failed.status} (its run: {folder / 'cells'}); the profile "
-                           f"{target} is written without a check")
+        error = DsbenchError(f"check cell {failed.cell.id}: {failed.status} (its run: {folder / 'cells'}); the "
+                             f"profile {target} is written without a check")
+        error.exit_code = 130 if failed.status == "interrupted" else 1  # as compare exits on Ctrl-C
+        raise error
     cells = []
     for row in collect([run.folder / "cells"]):
         figures = predicted_figures(row, Profile(str(target), profile))

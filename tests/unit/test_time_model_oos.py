@@ -62,16 +62,27 @@ def test_a_checked_calibration_meets_the_goals_on_gpt2_mini():
     _goals("oos-20261126-0319-gpt2-mini")
 
 
-@pytest.mark.xfail(strict=True, reason="measured 2026-11-26 03:19: median 9.1% and Spearman 0.94 meet the goals, the "
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-26 03:25: median 9.1% and Spearman 0.94 meet the goals, the "
                    "worst misses: pipe2 -26% (DeepSpeed's pipeline engine costs 12% more than torch's 1F1B, which the "
                    "planner prices alike), zero1 +22% (the ZeRO-2 check cell set the scale for both stages)")
 def test_a_checked_calibration_meets_the_goals_on_llama_tiny_with_tensor_parallelism():
-    _goals("oos-20261126-0319-llama-tiny")
+    _goals("oos-20261126-0325-llama-tiny")
 
 
 def test_the_checked_llama_calibration_keeps_its_median_and_ranking():
-    median, worst, rho = _figures(_cells("oos-20261126-0319-llama-tiny"))
+    median, worst, rho = _figures(_cells("oos-20261126-0325-llama-tiny"))
     assert median <= 0.10 and rho >= 0.9 and worst <= 0.30, (median, worst, rho)
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-26 03:36: median 10.1%, worst 20.9%, Spearman 0.93: ddp's "
+                   "check cell ran at 20.7 ms a step and the same cell in the compare two minutes later at 26.2 ms")
+def test_a_checked_calibration_meets_the_goals_on_gpt2_tiny():
+    _goals("oos-20261126-0336-gpt2-tiny")
+
+
+def test_the_checked_gpt2_tiny_calibration_keeps_within_a_quarter_and_its_ranking():
+    median, worst, rho = _figures(_cells("oos-20261126-0336-gpt2-tiny"))
+    assert median <= 0.12 and worst <= 0.25 and rho >= 0.9, (median, worst, rho)
 
 
 def test_the_check_holds_on_the_families_it_did_not_run_a_cell_of():
