@@ -12,6 +12,7 @@ docs/planner.md.
     python scripts/bench_time_model.py                        # the three models, --check on (about 45 min)
     python scripts/bench_time_model.py --models gpt2-mini --out runs/tm-1
     python scripts/bench_time_model.py --from runs/tm-1       # the tables again from a finished run, nothing run
+    python scripts/bench_time_model.py --agree A.json B.json --cells runs/tm-1/compare-gpt2-mini   # two calibrations
 """
 
 from __future__ import annotations
@@ -102,6 +103,22 @@ def summary(model: str, rows: list[dict[str, Any]], when: str) -> str:
             f"{rho_plain} |")
 
 
+def agreement(first: Path, second: Path, folder: Path) -> str:
+    """Two calibrations' predictions of the same cells (a compare's rows say which), side by side: issue 27's
+    stability goal is every strategy within 5%."""
+    profiles = [Profile(str(path), json.loads(path.read_text())) for path in (first, second)]
+    names = [f"{path.parent.name}/{path.name}" for path in (first, second)]
+    lines = [f"| strategy | {names[0]} ms | {names[1]} ms | ratio |", "|---|---|---|---|"]
+    ratios = []
+    for row in collect([folder]):
+        a, b = (predicted_figures(row, profile).get("predicted_step_ms") for profile in profiles)
+        if a and b:
+            ratios.append(b / a)
+            lines.append(f"| {row['strategy']} | {a:.1f} | {b:.1f} | {b / a:.3f} |")
+    worst = max(ratios, key=lambda ratio: abs(ratio - 1))
+    return "\n".join([*lines, "", f"largest difference: {worst - 1:+.1%} (goal within 5%)"])
+
+
 def record(doc: Path, lines: list[str]) -> None:
     """Insert the rows at the end of the table under the doc's heading (docs/planner.md has it)."""
     text = doc.read_text().split("\n")
@@ -124,7 +141,14 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "planner.md", help="where the dated rows go")
     p.add_argument("--no-doc", action="store_true", help="print only")
+    p.add_argument("--agree", nargs=2, type=Path, metavar="PROFILE", help="two calibrations' predictions compared")
+    p.add_argument("--cells", type=Path, help="with --agree: the compare folder whose cells both predict")
     args = p.parse_args()
+    if args.agree:
+        if not args.cells:
+            sys.exit("--agree needs --cells COMPARE_FOLDER (the cells both profiles predict)")
+        print(agreement(*args.agree, args.cells))
+        return 0
     out = args.done or args.out or Path(f"runs/time-model-{time.strftime('%Y%m%d-%H%M%S')}")
     models = args.models.split(",")
     for model in models:

@@ -168,7 +168,29 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
     if "plain_forward_backward" in tp and tp_link:
         element = 2 if measured.get("precision") in ("bf16", "fp16") else 4
         rates.update(tensor_parallel_costs(tp, tp_link, element))
-    return {**measured, "schema": SCHEMA, "collectives": collectives, "rates": rates}
+    return {**measured, "schema": SCHEMA, "collectives": collectives, "rates": rates, "spread": spreads(measured)}
+
+
+SPREAD_OF = {"forward+backward": ("compute_per_rank", "model"), "AdamW": ("compute_per_rank", "optimizer"),
+             "FSDP2 stack step": ("fsdp", "sharded_step"), "ZeRO-1 stack step": ("deepspeed", "zero1_step"),
+             "ZeRO-2 stack step": ("deepspeed", "zero2_step"), "ZeRO-3 stack step": ("deepspeed", "zero3_step"),
+             "DTensor layers": ("tensor_parallel", "torch_forward_backward"),
+             "AutoTP layers": ("tensor_parallel", "autotp_forward_backward")}
+"""The timings each stored figure comes from (the rates and engine costs above are fitted from them)."""
+
+
+def spreads(measured: dict[str, Any]) -> dict[str, float]:
+    """Each timing's spread over its samples: half the p10-p90 range over the median, the widest over the ranks
+    (``compute_per_rank``) where every rank measured it."""
+    out = {}
+    for name, (section, key) in SPREAD_OF.items():
+        found = measured.get(section)
+        entries = [rank.get(key) for rank in found] if isinstance(found, list) else [(found or {}).get(key)]
+        widths = [(entry["p90"] - entry["p10"]) / 2 / entry["seconds"] for entry in entries
+                  if isinstance(entry, dict) and {"p10", "p90", "seconds"} <= entry.keys() and entry["seconds"] > 0]
+        if widths:
+            out[name] = max(widths)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +316,9 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
                      "and the activation all-reduces, per layer per micro-step: "
                      f"{rates['torch_tp_layer_s'] * 1e3:,.2f} ms (DTensor), {rates['autotp_layer_s'] * 1e3:,.2f} ms "
                      "(DeepSpeed AutoTP)")
+    if profile.get("spread"):
+        lines.append("spread over the samples (half the p10-p90 range / median): " + ", ".join(
+            f"{name} ±{width:.0%}" for name, width in profile["spread"].items()))
     for group, data in profile["collectives"].items():
         for kind in KINDS:
             entry = data.get(kind) or {}

@@ -307,3 +307,23 @@ def test_a_profile_with_a_bad_figure_is_refused_naming_it(change, key):
     change(profile)
     with pytest.raises(UserError, match=f"p.json: {key}"):
         load_profile(profile, "p.json")
+
+
+def test_calibrate_states_the_spread_of_each_timing_it_fits_from():
+    """Half the p10-p90 range over the median, from the samples themselves (the widest rank's for per-rank ones)."""
+    import json
+
+    from dsbench.plan.profile import fit_profile, summary_lines
+    from tests.conftest import DATA
+
+    measured = json.loads((DATA / "runs" / "cpu-calibrated" / "profile-llama-tiny.json").read_text())
+    measured = {**measured, "schema": "dsbench.measured/1"}
+    profile = fit_profile({key: value for key, value in measured.items() if key not in ("rates", "spread")})
+    ranks = [rank["model"] for rank in measured["compute_per_rank"]]
+    assert profile["spread"]["forward+backward"] == max((r["p90"] - r["p10"]) / 2 / r["seconds"] for r in ranks)
+    zero3 = measured["deepspeed"]["zero3_step"]
+    assert profile["spread"]["ZeRO-3 stack step"] == (zero3["p90"] - zero3["p10"]) / 2 / zero3["seconds"]
+    assert set(profile["spread"]) == {"forward+backward", "AdamW", "FSDP2 stack step", "ZeRO-1 stack step",
+                                      "ZeRO-2 stack step", "ZeRO-3 stack step", "DTensor layers", "AutoTP layers"}
+    line = next(line for line in summary_lines(profile) if line.startswith("spread"))
+    assert f"ZeRO-3 stack step ±{profile['spread']['ZeRO-3 stack step']:.0%}" in line
