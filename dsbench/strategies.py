@@ -124,14 +124,15 @@ class Strategy:
     def family(self) -> str:
         """The engine family ``calibrate --check`` scales as one (plan/selfcheck.py): the form of parallelism and
         the code path its step runs. A pipeline (torch's or DeepSpeed's engine) and tensor parallelism (DTensor or
-        AutoTP) are one family each; DeepSpeed's ZeRO-3 (stage3.py: gathers, partitioned hooks) is a family apart
-        from ZeRO-0/1/2 (stage_1_and_2.py); ``single`` runs DDP's loop on one rank."""
+        AutoTP) are one family each; DeepSpeed's ZeRO-1/2 (stage_1_and_2.py: partitioned optimizer, gradient
+        hooks), ZeRO-3 (stage3.py: gathers, partitioned hooks) and stage 0 (neither: the engine's own all-reduce)
+        are three; ``single`` runs DDP's loop on one rank."""
         if self.pp > 1:
             return "pipeline"
         if self.tp > 1:
             return "tensor"
         if self.engine == "deepspeed":
-            return "zero3" if self.zero == 3 else "zero"
+            return {0: "deepspeed", 3: "zero3"}.get(self.zero or 0, "zero")
         return "ddp" if self.engine == "single" else self.engine
 
     @property
@@ -202,7 +203,7 @@ LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2")
 DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
 CHECKED = ("ddp", "fsdp", "zero2", "zero3", "torch_tp2", "torch_pipe2")
 """``calibrate --check``'s cell for each engine family (:attr:`Strategy.family`), in this order, where the model and
-the ranks allow it: torch DDP, FSDP2, DeepSpeed ZeRO-0/1/2 (ZeRO-2, whose gradient hooks reduce every micro-step),
+the ranks allow it: torch DDP, FSDP2, DeepSpeed ZeRO-1/2 (ZeRO-2, whose gradient hooks reduce every micro-step),
 ZeRO-3 (its own code path: gathers and partitioned hooks), tensor parallelism (DTensor's cell scales AutoTP's too;
 Llama-family models) and pipelining (torch's 1F1B cell scales DeepSpeed's pipeline engine too)."""
 WHATIF_DEFAULT = ("ddp", "zero2", "zero3", "fsdp", "pipe2")

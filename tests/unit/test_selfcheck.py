@@ -88,7 +88,7 @@ def test_a_bad_check_section_is_one_line(tmp_path, check, message):
 
 
 @pytest.mark.parametrize("name, family", [
-    ("single", "ddp"), ("ddp", "ddp"), ("fsdp", "fsdp"), ("fsdp_no_reshard", "fsdp"), ("zero0", "zero"),
+    ("single", "ddp"), ("ddp", "ddp"), ("fsdp", "fsdp"), ("fsdp_no_reshard", "fsdp"), ("zero0", "deepspeed"),
     ("zero1", "zero"), ("zero2_offload", "zero"), ("zero3", "zero3"), ("zero3_offload", "zero3"),
     ("pipe2", "pipeline"), ("zero1_tp2", "tensor"), ("torch_pipe4", "pipeline"), ("torch_tp2_sp", "tensor"),
 ])
