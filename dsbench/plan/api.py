@@ -163,7 +163,7 @@ def plan(req: PlanRequest) -> dict[str, Any]:
         "cluster": {"nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node, "gpu_mem_gb": cl.gpu_mem_gb,
                     "peak_tflops": cl.peak_tflops, "efficiency": cl.efficiency, "intra": cl.intra.note,
                     "inter": cl.inter.note if cl.nodes > 1 else None, "compute_tflops": cl.compute_tflops,
-                    "profile": req.profile.path if req.profile else None,
+                    "profile": req.profile.path if req.profile else None, "step_scale": dict(cl.step_scale),
                     "gpu_model": cl.gpu_model.kind if cl.gpu_model else None},
         "workload": {"seq_len": wl.seq_len, "micro_batch": wl.micro_batch, "grad_accum": wl.grad_accum,
                      # fixed across candidates: --grad-accum is per rank of pure data parallelism

@@ -128,7 +128,8 @@ def predicted_note(rows: list[dict[str, Any]]) -> list[str]:
             "cell's model, ranks, micro-batch, accumulation, sequence and precision; wall step ms is the measured "
             "global tokens per step over tokens/s (wall); step error = (predicted - measured) / measured. "
             "predicted peak MiB is the planner's device total against torch.cuda.max_memory_allocated (GPU runs "
-            "only)."]
+            "only). A profile written by calibrate --check scales each engine family's prediction by what its check "
+            "cell measured over what was predicted (docs/planner.md)."]
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:

@@ -16,7 +16,10 @@ def print_plan(result: dict[str, Any], top_n: int) -> None:
     console.print(f"model {m['name']}: {m['params'] / 1e9:,.2f}B params, {m['layers']} layers x {m['hidden']} hidden"
                   f" ({m['source']}); cluster {c['nodes']} node(s) x {c['gpus_per_node']} GPUs, "
                   f"{c['gpu_mem_gb']:g} GB each, "
-                  + (f"{c['compute_tflops']:.3g} TFLOPS per rank measured (profile {c['profile']});"
+                  + (f"{c['compute_tflops']:.3g} TFLOPS per rank measured (profile {c['profile']}"
+                     + (", step times scaled by its calibrate --check: " + ", ".join(
+                         f"{family} x{scale:.2f}" for family, scale in c["step_scale"].items())
+                        if c.get("step_scale") else "") + ");"
                      if c.get("compute_tflops") else
                      f"{c['peak_tflops']:g} TFLOPS peak, the GPU time model's {c['gpu_model']} profile;"
                      if c.get("gpu_model") else

@@ -96,3 +96,18 @@ def test_every_strategy_has_the_family_of_its_code_path(name, family):
     from dsbench.strategies import get
 
     assert get(name).family == family
+
+
+def test_plan_says_which_scales_a_checked_profile_applied():
+    from click.testing import CliRunner
+
+    from dsbench.cli import cli
+
+    checked = DATA / "runs" / "cpu-calibrated" / "oos-20261126-0319-gpt2-mini" / "profile.json"
+    scale = json.loads(checked.read_text())["check"]["step_scale"]
+    args = ["plan", "--model", "gpt2-mini", "--gpus", "2", "--precision", "fp32", "--gpu-mem", "12", "--profile",
+            str(checked)]
+    planned = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
+    assert planned["cluster"]["step_scale"] == scale
+    text = CliRunner().invoke(cli, args, terminal_width=400).output
+    assert f"step times scaled by its calibrate --check: ddp x{scale['ddp']:.2f}" in " ".join(text.split())
