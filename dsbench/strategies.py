@@ -201,11 +201,12 @@ TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}
 LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2")
 """Compare's strategies as listed to users and searched by ``tune`` (each family at degree 2)."""
 DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
-CHECKED = ("ddp", "fsdp", "zero2", "zero3", "torch_tp2", "torch_pipe2")
+CHECKED = ("single", "ddp", "fsdp", "zero2", "zero3", "torch_tp2", "torch_pipe2")
 """``calibrate --check``'s cell for each engine family (:attr:`Strategy.family`), in this order, where the model and
-the ranks allow it: torch DDP, FSDP2, DeepSpeed ZeRO-1/2 (ZeRO-2, whose gradient hooks reduce every micro-step),
-ZeRO-3 (its own code path: gathers and partitioned hooks), tensor parallelism (DTensor's cell scales AutoTP's too;
-Llama-family models) and pipelining (torch's 1F1B cell scales DeepSpeed's pipeline engine too)."""
+the ranks allow it: on one rank the single-process loop (ddp's family) alone; else torch DDP, FSDP2, DeepSpeed
+ZeRO-1/2 (ZeRO-2, whose gradient hooks reduce every micro-step), ZeRO-3 (its own code path: gathers and
+partitioned hooks), tensor parallelism (DTensor's cell scales AutoTP's too; Llama-family models) and pipelining
+(torch's 1F1B cell scales DeepSpeed's pipeline engine too)."""
 WHATIF_DEFAULT = ("ddp", "zero2", "zero3", "fsdp", "pipe2")
 """Named in whatif's error when --strategies is empty."""
 

@@ -31,8 +31,8 @@ from dsbench.errors import DsbenchError, UserError
 @click.option("--timeout", type=POSITIVE, default=600, show_default=True, help="Seconds before it is stopped.")
 @click.option("--check", is_flag=True,
               help="Then run one short real cell per engine family (ddp, fsdp, zero2, zero3, torch_tp2 and "
-                   "torch_pipe2 where the model allows), print predicted vs measured and store each family's "
-                   "step scale in the profile.")
+                   "torch_pipe2 where the model allows; single on one rank), print predicted vs measured and store "
+                   "each family's step scale in the profile.")
 @click.option("--dry-run", is_flag=True, help="Print the command; run nothing.")
 def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batch: int, seq_len: int,
               precision: str, output: str | None, run_dir: str | None, master_port: int | None, timeout: float,

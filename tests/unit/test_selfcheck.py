@@ -22,7 +22,7 @@ def test_one_cell_per_engine_family_where_the_model_allows():
                                                                    "torch_pipe2"]
     # GPT-2's fused Conv1D is not split by heads: no tensor-parallel cell
     assert check_strategies(default_strategies("gpt2-mini", 2)) == ["ddp", "fsdp", "zero2", "zero3", "torch_pipe2"]
-    assert check_strategies(default_strategies("gpt2-mini", 1)) == []  # one rank: single only, nothing to check
+    assert check_strategies(default_strategies("gpt2-mini", 1)) == ["single"]  # one rank (one GPU): the plain loop
 
 
 def test_the_scale_is_measured_over_predicted_per_family_and_the_error_its_inverse():
