@@ -91,3 +91,58 @@ def test_the_check_holds_on_the_families_it_did_not_run_a_cell_of():
     for name in ("zero1", "zero2_offload", "pipe2"):
         measured, predicted = cells[name]
         assert abs(predicted - measured) / measured <= 0.15, (name, measured, predicted)
+
+
+def test_the_second_gpt2_mini_run_an_hour_later_meets_the_goals_again():
+    # measured 2026-11-26 04:32, 73 minutes after the first: median 6.7%, worst 15.4% (fsdp), Spearman 0.97
+    _goals("oos-20261126-0432-gpt2-mini")
+
+
+@pytest.mark.xfail(strict=True, reason="the 03:19 and 04:32 calibrations predict the same cells up to 23% apart (ddp "
+                   "74.3 against 57.3 ms); the machine moved as much: the compares' own ddp cells ran at 76.3 and "
+                   "62.0 ms")
+def test_two_calibrations_an_hour_apart_predict_every_strategy_within_five_percent():
+    first = read_profile(str(STORED / "oos-20261126-0319-gpt2-mini" / "profile.json"))
+    second = read_profile(str(STORED / "oos-20261126-0432-gpt2-mini" / "profile.json"))
+    for row in collect([STORED / "oos-20261126-0432-gpt2-mini" / "compare"]):
+        a, b = predict_cell(row, first).step_s, predict_cell(row, second).step_s
+        assert abs(b / a - 1) <= 0.05, (row["strategy"], a, b)
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-26 04:37, 72 minutes after the first: median 7.0%, Spearman "
+                   "0.94, worst zero1 +25% (ZeRO-1 ran 21% faster than ZeRO-2, as at 03:25; the planner, from the "
+                   "stack's per-reduction costs, has ZeRO-1 6% slower)")
+def test_the_second_llama_run_an_hour_later_meets_the_goals():
+    _goals("oos-20261126-0437-llama-tiny")
+
+
+def test_zero1_is_faster_than_zero2_on_llama_tiny_in_both_runs_and_the_planner_says_otherwise():
+    """The term that misses, pinned: the ZeRO family's scale is ZeRO-2's, and the two stages' relative cost comes
+    from calibrate's 64-wide stack, not from the model's own layers."""
+    for case in ("oos-20261126-0325-llama-tiny", "oos-20261126-0437-llama-tiny"):
+        cells = _cells(case)
+        assert cells["zero1"][0] < 0.85 * cells["zero2"][0]  # measured
+        assert cells["zero1"][1] > cells["zero2"][1]  # predicted
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-26 04:43, 67 minutes after the first: median 7.8%, Spearman "
+                   "0.97, worst ddp +24%: its check cell ran at 35.3 ms a step, the compare's at 28.5 ms (a 25 ms step "
+                   "measured over 20 steps is half a second of a machine that moves)")
+def test_the_second_gpt2_tiny_run_an_hour_later_meets_the_goals():
+    _goals("oos-20261126-0443-gpt2-tiny")
+
+
+@pytest.mark.parametrize("case", ["oos-20261126-0319-gpt2-mini", "oos-20261126-0325-llama-tiny",
+                                  "oos-20261126-0336-gpt2-tiny", "oos-20261126-0432-gpt2-mini",
+                                  "oos-20261126-0437-llama-tiny", "oos-20261126-0443-gpt2-tiny"])
+def test_every_checked_run_meets_the_median_and_ranking_goals_and_beats_its_unchecked_self(case):
+    """What holds in all six protocol runs: median <= 10.1%, Spearman >= 0.93, and the check's scales lower the
+    median error below the same profile's without them (17-28%)."""
+    median, worst, rho = _figures(_cells(case))
+    assert median <= 0.101 and rho >= 0.93 and worst <= 0.27, (median, worst, rho)
+    data = read_profile(str(STORED / case / "profile.json"))
+    plain = type(data)(data.path, {key: value for key, value in data.data.items() if key != "check"})
+    unchecked = {}
+    for row in collect([STORED / case / "compare"]):
+        unchecked[row["base_strategy"]] = (measured_step_s(row), predict_cell(row, plain).step_s)
+    assert _figures(unchecked)[0] > 1.5 * median
