@@ -151,6 +151,11 @@ def main() -> int:
         return 0
     out = args.done or args.out or Path(f"runs/time-model-{time.strftime('%Y%m%d-%H%M%S')}")
     models = args.models.split(",")
+    if args.done:
+        missing = [name for model in models for name in (f"profile-{model}.json", f"compare-{model}")
+                   if not (args.done / name).exists()]
+        if missing:
+            sys.exit(f"{args.done}: no {missing[0]} (a folder this script wrote, with the models in --models)")
     for model in models:
         if not args.done:
             measure(model, out.resolve(), check=not args.no_check, repeats=args.repeats)
