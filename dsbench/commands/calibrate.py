@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,6 +17,9 @@ from dsbench.commands.options import (
     check_seq_len,
 )
 from dsbench.errors import DsbenchError, UserError
+
+if TYPE_CHECKING:
+    from dsbench.plan.profile import Profile
 
 
 @click.command(cls=Command)
@@ -44,7 +48,7 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     from dsbench.io import atomic_write_json, atomic_write_text, check_output_path, read_json
     from dsbench.launch import inherited_env
     from dsbench.launchers import LaunchSpec, build
-    from dsbench.plan.profile import fit_profile, summary_lines
+    from dsbench.plan.profile import Profile, fit_profile, summary_lines
 
     if hostfile and num_gpus:
         raise UserError("--num-gpus is the ranks on this machine; with --hostfile its slots say it: drop one")
@@ -73,9 +77,9 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     for path, text in launch.files.items():
         atomic_write_text(path, text)
     click.echo(launch.shell_line())
+    checked = _check_strategies(model, ranks) if check else []
     if check:
-        click.echo(f"then --check: {', '.join(_check_strategies(model, ranks))} (dsbench compare, "
-                   f"into {folder / 'check'})")
+        click.echo(f"then --check: {', '.join(checked)} (dsbench compare, into {folder / 'check'})")
     if dry_run:
         return
     from dsbench.runner import first_error, run
@@ -89,8 +93,8 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     for line in summary_lines(profile):
         click.echo(line)
     if check:
-        profile = {**profile, "check": _self_check(profile, target, model, ranks, micro_batch, seq_len, precision,
-                                                   folder / "check", timeout)}
+        profile = {**profile, "check": _self_check(Profile(str(target), profile), checked, model, ranks, micro_batch,
+                                                   seq_len, precision, folder / "check", timeout)}
         atomic_write_json(target, profile)  # the profile this command wrote above, now with its check
     click.echo(f"profile: {target}  (dsbench plan --profile {target} ...)")
 
@@ -102,17 +106,16 @@ def _check_strategies(model: str, ranks: int) -> list[str]:
     return check_strategies(default_strategies(model, ranks))
 
 
-def _self_check(profile: dict, target: Path, model: str, ranks: int, micro_batch: int, seq_len: int, precision: str,
-                folder: Path, timeout: float) -> dict:
+def _self_check(profile: Profile, strategies: list[str], model: str, ranks: int, micro_batch: int, seq_len: int,
+                precision: str, folder: Path, timeout: float) -> dict:
     """``--check``: the check cells run by dsbench compare, each predicted from the fresh profile (selfcheck.py)."""
     from dsbench.bench.session import run_compare
-    from dsbench.plan.profile import Profile
     from dsbench.plan.selfcheck import CHECK_STEPS, CHECK_WARMUP, check_lines, check_record
     from dsbench.plan.verify import predicted_figures
     from dsbench.report.collect import collect
     from dsbench.strategies import get
 
-    flags = {"strategies": _check_strategies(model, ranks), "models": [model], "world_sizes": [ranks],
+    flags = {"strategies": strategies, "models": [model], "world_sizes": [ranks],
              "micro_batches": [micro_batch], "seq_len": seq_len, "precision": precision, "steps": CHECK_STEPS,
              "warmup": CHECK_WARMUP, "repeats": 1}
     run = run_compare(None, flags, str(folder), resume=False, retry_failed=False, timeout=timeout, nvme_path=None,
@@ -120,12 +123,12 @@ def _self_check(profile: dict, target: Path, model: str, ranks: int, micro_batch
     failed = next((result for result in run.results if result.status != "ok"), None)
     if failed is not None:
         error = DsbenchError(f"check cell {failed.cell.id}: {failed.status} (its run: {folder / 'cells'}); the "
-                             f"profile {target} is written without a check")
+                             f"profile {profile.path} is written without a check")
         error.exit_code = 130 if failed.status == "interrupted" else 1  # as compare exits on Ctrl-C
         raise error
     cells = []
     for row in collect([run.folder / "cells"]):
-        figures = predicted_figures(row, Profile(str(target), profile))
+        figures = predicted_figures(row, profile)
         cells.append({"strategy": row["base_strategy"], "family": get(row["base_strategy"]).family,
                       "measured_step_ms": figures["wall_step_ms"], "predicted_step_ms": figures["predicted_step_ms"]})
     record = check_record(cells)
