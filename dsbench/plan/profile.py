@@ -17,7 +17,6 @@ from typing import Any
 from dsbench.errors import UserError
 from dsbench.plan.comm import bucket_calls, ring_bytes
 from dsbench.plan.hardware import Link
-from dsbench.plan.selfcheck import check_scale
 
 SCHEMA = "dsbench.profile/1"
 MEASURED = "dsbench.measured/1"
@@ -224,7 +223,13 @@ def load_profile(data: Any, source: str) -> dict[str, Any]:
         if key in data and (type(data[key]) is not int or data[key] < 1):
             raise UserError(f"{source}: {key} must be a whole number >= 1, got {_shown(data[key])} (write the "
                             "profile again with dsbench calibrate)")
-    check_scale(data, source)
+    check = data.get("check")
+    if check is not None:  # calibrate --check's per-family step scales (plan/selfcheck.py)
+        if not isinstance(check, dict) or not isinstance(check.get("step_scale"), dict):
+            raise UserError(f"{source}: check.step_scale must map engine families to numbers (write the profile "
+                            "again with dsbench calibrate --check)")
+        for family, scale in check["step_scale"].items():
+            _check_figure(scale, f"check.step_scale.{family}", source, positive=True)
     for key in ("device", "backend"):
         if key in data and not isinstance(data[key], str):
             raise UserError(f"{source}: {key} must be a string, got {_shown(data[key])}")

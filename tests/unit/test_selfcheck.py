@@ -74,9 +74,9 @@ def test_the_planner_scales_the_checked_families_only(tmp_path):
 @pytest.mark.parametrize("check, message", [
     ([], "check.step_scale must map"),
     ({"step_scale": [1.0]}, "check.step_scale must map"),
-    ({"step_scale": {"ddp": 0}}, "check.step_scale.ddp must be a number > 0"),
-    ({"step_scale": {"ddp": "1.2"}}, "check.step_scale.ddp must be a number > 0"),
-    ({"step_scale": {"ddp": True}}, "check.step_scale.ddp must be a number > 0"),
+    ({"step_scale": {"ddp": 0}}, "check.step_scale.ddp must be a finite number > 0"),
+    ({"step_scale": {"ddp": "1.2"}}, "check.step_scale.ddp must be a finite number > 0"),
+    ({"step_scale": {"ddp": True}}, "check.step_scale.ddp must be a finite number > 0"),
 ])
 def test_a_bad_check_section_is_one_line(tmp_path, check, message):
     data = json.loads(PROFILE.read_text())
