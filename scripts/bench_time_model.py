@@ -68,7 +68,10 @@ def cells(model: str, out: Path) -> list[dict[str, Any]]:
         rows.append({"strategy": row["strategy"], "measured_ms": figures["wall_step_ms"],
                      "predicted_ms": figures["predicted_step_ms"], "error": figures["step_error"],
                      "unscaled_ms": before["predicted_step_ms"], "unscaled_error": before["step_error"],
-                     "chose_scale": row["base_strategy"] in checked})
+                     "chose_scale": row["base_strategy"] in checked,
+                     # inside the range the profile's timing spreads allow (dsbench/plan/interval.py); None without
+                     "in_range": (figures["predicted_low_ms"] <= figures["wall_step_ms"] <= figures["predicted_high_ms"]
+                                  if "predicted_low_ms" in figures else None)})
     return rows
 
 
@@ -83,12 +86,22 @@ def stats(rows: list[dict[str, Any]], key: str = "error") -> dict[str, Any]:
 
 def table(model: str, rows: list[dict[str, Any]]) -> str:
     lines = [f"#### {model}", "", "| strategy | measured ms (wall) | predicted ms | error | before the check's scale "
-             "| error | chose the scale |", "|---|---|---|---|---|---|---|"]
+             "| error | chose the scale | in the predicted range |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['strategy']} | {row['measured_ms']:.1f} | {row['predicted_ms']:.1f} | "
                      f"{row['error']:+.1%} | {row['unscaled_ms']:.1f} | {row['unscaled_error']:+.1%} | "
-                     f"{'yes' if row['chose_scale'] else ''} |")
+                     f"{'yes' if row['chose_scale'] else ''} | {_yes_no(row['in_range'])} |")
     return "\n".join(lines)
+
+
+def _yes_no(flag: bool | None) -> str:
+    return "-" if flag is None else "yes" if flag else "no"
+
+
+def in_range(rows: list[dict[str, Any]]) -> str:
+    """How many cells fell inside their predicted range ("-" from a profile without spreads)."""
+    known = [row["in_range"] for row in rows if row["in_range"] is not None]
+    return f"{sum(known)} of {len(known)}" if known else "-"
 
 
 def summary(model: str, rows: list[dict[str, Any]], when: str) -> str:
@@ -100,7 +113,7 @@ def summary(model: str, rows: list[dict[str, Any]], when: str) -> str:
     rho_plain = f"{plain['spearman']:.2f}" if plain["spearman"] is not None else "-"
     return (f"| {when} | {model} | {len(rows)} | {scaled['median']:.1%} | {scaled['worst']:.1%} "
             f"({scaled['worst_cell']}) | {rho} | {held_part} | {plain['median']:.1%} | {plain['worst']:.1%} | "
-            f"{rho_plain} |")
+            f"{rho_plain} | {in_range(rows)} |")
 
 
 def agreement(first: Path, second: Path, folder: Path) -> str:

@@ -131,7 +131,8 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
                                                                                  "zero3_tensor_s")),
                    tp_layer_s=tuple(profile["rates"].get(key, 0.0) for key in ("torch_tp_layer_s", "autotp_layer_s")),
                    overlap_comm=not str(profile.get("device", "")).startswith("cpu"),
-                   step_scale=tuple(sorted(step_scale(profile).items())))
+                   step_scale=tuple(sorted(step_scale(profile).items())),
+                   spread=tuple(sorted((profile.get("spread") or {}).items())))
 
 
 def config_candidate(config: dict[str, Any]) -> Candidate:

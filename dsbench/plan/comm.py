@@ -81,7 +81,7 @@ def data_parallel_comm(strategy: str, num_params: float, dp: int, link: Link, pa
     of the updated parameters (same volume as DDP). ZeRO-3 / FSDP: all-gather of parameters in the
     forward and again in the backward of every micro-step, reduce-scatter of gradients once (DeepSpeed
     ZeRO-3 reduces every micro-step; counted once here, as FSDP2 with gradient sync on the last micro-step).
-    ``calls``: into how many calls each volume is cut (:func:`dsbench.plan.estimate.collective_calls`).
+    ``calls``: into how many calls each volume is cut (:func:`dsbench.plan.calls.collective_calls`).
     """
     grads, params = num_params * grad_bytes, num_params * param_bytes
     if strategy in ("ddp", "zero0"):

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
-from dsbench.plan import gpu_estimate
+from dsbench.plan import gpu_estimate, interval
+from dsbench.plan.calls import NO_LATENCY, collective_calls
 from dsbench.plan.comm import (
     Calls,
     Collective,
-    bucket_calls,
     data_parallel_comm,
     pipeline_comm,
     tensor_parallel_comm,
@@ -74,6 +73,9 @@ class Cluster:
     """A GPU kind's hardware profile, without a machine profile: the GPU time model prices the step."""
     step_scale: tuple[tuple[str, float], ...] = ()
     """Per engine family, measured / predicted step time of ``calibrate --check``'s cells (plan/selfcheck.py)."""
+    spread: tuple[tuple[str, float], ...] = ()
+    """Each calibrated timing's spread over its samples (a profile's ``spread``): the step's range
+    (dsbench/plan/interval.py)."""
 
     def achieved_tflops(self, micro_batch: int) -> float:
         """TFLOPS one rank achieves at ``micro_batch``: measured (interpolated between the measured micro-batches),
@@ -157,6 +159,9 @@ class Estimate:
     check_s: float = 0.0
     """What ``calibrate --check`` found the family's real steps pay beyond the named terms (its step scale - 1, times
     them); included in ``step_s``."""
+    step_range_s: tuple[float, float] | None = None
+    """The step's low and high seconds that the profile's timing spreads allow (dsbench/plan/interval.py); None
+    without a profile that stores spreads."""
 
     def to_dict(self) -> dict[str, Any]:
         c = self.candidate
@@ -171,7 +176,9 @@ class Estimate:
                 "host_gib_per_node": self.host_per_node / GIB, "nvme_gib_per_node": self.nvme_per_node / GIB,
                 "compute_s": self.compute_s, "exposed_comm_s": self.exposed_comm_s, "offload_s": self.offload_s,
                 "optimizer_s": self.optimizer_s, "framework_s": self.framework_s, "check_s": self.check_s,
-                "bubble": self.bubble, "step_s": self.step_s, "step_s_no_overlap": self.step_s_no_overlap,
+                "bubble": self.bubble, "step_s": self.step_s,
+                "step_range_s": list(self.step_range_s) if self.step_range_s else None,
+                "step_s_no_overlap": self.step_s_no_overlap,
                 "mfu": self.mfu, "tokens_per_s": self.tokens_per_s, "dominant": self.dominant,
                 "collectives": [{"what": x.what, "kind": x.kind, "bytes_per_rank": x.bytes_per_rank,
                                  "seconds": x.seconds} for x in self.comm], "notes": self.notes}
@@ -203,7 +210,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     compute = accum * max(stages)  # the busiest stage's (the only one's, without a pipeline) work sets the pace
     compute_with_bubble = pipeline_seconds(stages, accum)
     bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(M + P - 1) when the stages are equal
-    counted = collective_calls(cand, shape, held, wl, acc)
+    counted = collective_calls(cand, shape, held, wl.reduce_bucket, acc)
     comm, exposed = _communication(cand, wl, cl, held, dp, shards, acc, accum, compute, counted)
     offload = _offload_seconds(states, cl)
     # the optimizer step over the parameters this rank updates (its shard under ZeRO-1/2/3 and FSDP), at the
@@ -218,7 +225,11 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework
     # calibrate --check's fitted constant for the engine family (plan/selfcheck.py): measured / predicted of its real
     # check cell, so the family's steps pay what the isolated measurements missed
-    check = step * (dict(cl.step_scale).get(cand.runs_as.family, 1.0) - 1)
+    scale = dict(cl.step_scale).get(cand.runs_as.family, 1.0)
+    check = step * (scale - 1)
+    span = interval.step_range(step + check, {"compute": compute_with_bubble, "communication": exposed,
+                                              "optimizer": optimizer, "framework": framework},
+                               interval.framework_timings(cand.strategy, cand.tp, cand.engine), dict(cl.spread), scale)
     step, no_overlap = step + check, no_overlap + check
     mfu = model_flops / model_parallel / (step * cl.peak_tflops * 1e12)
     terms = {"compute": compute, "communication": exposed, "offload": offload,
@@ -230,7 +241,8 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
                     exposed_comm_s=exposed, offload_s=offload, optimizer_s=optimizer, framework_s=framework,
                     bubble=bubble, step_s=step,
                     step_s_no_overlap=no_overlap, mfu=mfu, tokens_per_s=tokens * dp / step,
-                    dominant=max(terms, key=lambda k: terms[k]), check_s=check)
+                    dominant=max(terms, key=lambda k: terms[k]), check_s=check,
+                    step_range_s=span)
 
 
 def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:
@@ -295,64 +307,6 @@ def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: 
         if shape.tied_embeddings:
             critical += tied_embedding_comm(shape.parts()["embedding"], acc.grads, pipe_link)
     return comm + critical, exposed + sum(c.seconds for c in critical)
-
-
-# Calls, not only bytes: each collective call pays the link's latency, and on CPU ranks that is most of the cost
-# (docs/planner.md, "Calibration"). The counts follow each engine's own bucketing.
-DDP_FIRST_BUCKET = 2**20
-"""torch DDP's first gradient bucket, bytes (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)."""
-DDP_BUCKET = 25 * 2**20
-"""torch DDP's bucket_cap_mb default, 25 MiB."""
-DEEPSPEED_ALLGATHER_BUCKET = 5e8
-"""DeepSpeed's allgather_bucket_size default, elements (runtime/zero/config.py)."""
-MATRICES_PER_BLOCK = {"gpt2": 4, "llama": 7, "qwen2": 7}
-"""Weight matrices per transformer block: GPT-2 c_attn, c_proj, c_fc, c_proj; Llama/Qwen2 q, k, v, o, gate, up,
-down. Norms stay whole under ZeRO-3: HF "auto" sets stage3_param_persistence_threshold = 10·h, above a norm's h."""
-
-
-def ready_order(shape: ModelShape, cand: Candidate) -> list[float]:
-    """The busiest rank's parameter tensors in the order their gradients become ready (the reverse of the forward:
-    last block first; a tied embedding is ready last). A pipeline stage holds layers/pp blocks and, on the busiest
-    one, the embeddings; tensor parallelism splits every tensor tp ways (norms too, which overcounts no call)."""
-    parts = shape.parts()
-    front = [parts["embedding"], *([parts["positions"]] if parts["positions"] else [])]
-    back = [shape.hidden] * (2 if shape.arch == "gpt2" else 1) + ([parts["head"]] if parts["head"] else [])
-    tensors = [*front, *shape.block_tensors() * round(shape.layers / cand.pp), *back]
-    return [size / cand.tp for size in reversed(tensors)]
-
-
-def collective_calls(cand: Candidate, shape: ModelShape, held: float, wl: Workload, acc: Accounting) -> Calls:
-    """How many calls carry each data-parallel collective per optimizer step:
-
-    - DDP: gradient buckets, 1 MiB first then 25 MiB (torch DistributedDataParallel's defaults);
-    - ZeRO-1/2/3: gradients packed into ``reduce_bucket_size`` buckets as they become ready, one reduction per
-      bucket and per tensor larger than it (:func:`bucket_calls`; HF "auto" = h²); ZeRO-1/2 then one all-gather
-      per ``allgather_bucket_size`` of updated parameters;
-    - ZeRO-3: one all-gather per partitioned module in the forward and again in the backward (the block's weight
-      matrices and the embeddings; norms persist);
-    - FSDP2 (``fully_shard`` per block, then the root): an all-gather per unit in the forward, per block in the
-      backward (the root is not resharded after forward), a reduce-scatter per unit.
-    """
-    layers = shape.layers / cand.pp
-    reduce_bucket = wl.reduce_bucket or shape.hidden**2
-    if cand.strategy == "ddp":
-        grads = held * acc.grads
-        return Calls(grads=1 + math.ceil(max(0.0, grads - DDP_FIRST_BUCKET) / DDP_BUCKET))
-    if cand.strategy == "zero0":
-        return Calls(grads=math.ceil(held / DEEPSPEED_ALLGATHER_BUCKET))
-    if cand.strategy in ("zero1", "zero2"):
-        return Calls(grads=bucket_calls(ready_order(shape, cand), reduce_bucket),
-                     updated_params=math.ceil(held / DEEPSPEED_ALLGATHER_BUCKET))
-    if cand.strategy == "zero3":
-        embeddings = (1 if shape.tied_embeddings else 2) + (1 if shape.arch == "gpt2" else 0)  # + GPT-2's wpe
-        modules = round(layers * MATRICES_PER_BLOCK.get(shape.arch, 4)) + embeddings
-        return Calls(grads=bucket_calls(ready_order(shape, cand), reduce_bucket), gather_forward=modules,
-                     gather_backward=modules)
-    units = round(layers) + 1
-    return Calls(grads=units, gather_forward=units, gather_backward=round(layers))
-
-
-NO_LATENCY = Calls(grads=0, gather_forward=0, gather_backward=0, updated_params=0)
 
 
 def _deepspeed_measured(cand: Candidate, cl: Cluster) -> bool:

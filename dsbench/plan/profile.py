@@ -11,6 +11,7 @@ the model describes the machine. The planner's per-step latency is alpha divided
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,6 +190,14 @@ def spreads(measured: dict[str, Any]) -> dict[str, float]:
                   if isinstance(entry, dict) and {"p10", "p90", "seconds"} <= entry.keys() and entry["seconds"] > 0]
         if widths:
             out[name] = max(widths)
+    links = [link for link in (measured.get("collectives") or {}).values() if isinstance(link, dict)]
+    # a collective's spread: the median over its message sizes (the smallest are the noisiest), the widest op
+    by_op = [statistics.median((p["p90"] - p["p10"]) / 2 / p["seconds"] for p in op["points"])
+             for link in links for op in link.values()
+             if isinstance(op, dict) and op.get("points") and all({"p10", "p90", "seconds"} <= p.keys()
+                                                                  and p["seconds"] > 0 for p in op["points"])]
+    if by_op:
+        out["collectives"] = max(by_op)
     return out
 
 
@@ -230,6 +239,12 @@ def load_profile(data: Any, source: str) -> dict[str, Any]:
                             "again with dsbench calibrate --check)")
         for family, scale in check["step_scale"].items():
             _check_figure(scale, f"check.step_scale.{family}", source, positive=True)
+    spread = data.get("spread", {})
+    if not isinstance(spread, dict):  # each timing's spread (spreads): the planner's step range
+        raise UserError(f"{source}: spread must map timings to numbers, got {_shown(spread)} (write the profile again "
+                        "with dsbench calibrate)")
+    for name, width in spread.items():
+        _check_figure(width, f"spread.{name}", source, positive=False)
     for key in ("device", "backend"):
         if key in data and not isinstance(data[key], str):
             raise UserError(f"{source}: {key} must be a string, got {_shown(data[key])}")

@@ -143,6 +143,8 @@ def predicted_figures(row: dict[str, Any], profile: Profile) -> dict[str, Any]:
     measured = measured_step_s(row)
     out = {"wall_step_ms": measured * 1e3, "predicted_step_ms": estimate.step_s * 1e3,
            "step_error": (estimate.step_s - measured) / measured, "predicted_dominant": estimate.dominant}
+    if estimate.step_range_s is not None:  # what the profile's timing spreads allow (dsbench/plan/interval.py)
+        out.update(predicted_low_ms=estimate.step_range_s[0] * 1e3, predicted_high_ms=estimate.step_range_s[1] * 1e3)
     if row.get("memory_kind") == "cuda_max_allocated" and row.get("peak_memory_mib"):
         # the planner's device total (states + activations + buffers) against torch.cuda.max_memory_allocated;
         # a CPU run's RSS holds the whole runtime and is not compared

@@ -17,7 +17,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("status", "status", "{}"),
     ("tokens_per_s", "tokens/s (wall)", "{:,.0f}"),
     ("timed_tokens_per_s", "timed tokens/s", "{:,.0f}"),
-    ("timed_tokens_per_s_range", "timed p10-p90", "{}"),
+    ("timed_tokens_per_s_range", "timed p10-p90", "{:,.0f}-{:,.0f}"),
     ("step_time_ms", "timed step ms", "{:.1f}"),
     ("outside_timed_fraction", "outside timed %", "{:.1%}"),
     ("peak_memory_mib", "peak mem MiB/rank", "{:,.1f}"),
@@ -31,6 +31,7 @@ PREDICTED_COLUMNS: list[tuple[str, str, str]] = [
     # shown when the report was built with a machine profile (dsbench report/compare --profile)
     ("wall_step_ms", "wall step ms", "{:.1f}"),
     ("predicted_step_ms", "predicted step ms", "{:.1f}"),
+    ("predicted_step_range", "predicted range ms", "{:.1f}-{:.1f}"),
     ("step_error", "step error", "{:+.0%}"),
     ("predicted_dominant", "predicted dominant", "{}"),
     ("predicted_peak_mib", "predicted peak MiB", "{:,.1f}"),
@@ -42,13 +43,17 @@ SPEED_COLUMNS: list[tuple[str, str, str]] = [
     ("warmup_s", "warm-up s (compile)", "{:.1f}"),
     ("optimizer", "optimizer", "{}"),
 ]
+RANGES = {"timed_tokens_per_s_range": ("timed_tokens_per_s_p10", "timed_tokens_per_s_p90"),
+          "predicted_step_range": ("predicted_low_ms", "predicted_high_ms")}
+"""Columns that show a range, and the two figures of a row each is made of."""
 EXPORT_KEYS = ["strategy", "world_size", "micro_batch", "model", "device", "status", "reason", "repeats", "ok",
                "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "window_s", "mfu", "timed_tokens_per_s",
                "timed_tokens_per_s_p10", "timed_tokens_per_s_p90", "timed_mfu", "outside_timed_fraction",
                "step_time_ms", "step_time_ms_min", "step_time_ms_max", "peak_memory_mib", "memory_kind",
                "model_states_mib", "scaling_efficiency", "scaling_baseline", "speedup_vs_ddp", "final_loss",
                "measured_steps", "warmup_steps", "warmup_s", "compile", "fused_optimizer", "attention", "optimizer",
-               *(key for key, _, _ in PREDICTED_COLUMNS)]
+               *(key for key, _, _ in PREDICTED_COLUMNS if key not in RANGES), "predicted_low_ms",
+               "predicted_high_ms"]
 TEXT_COLUMNS = ("strategy", "model", "device", "status", "predicted_dominant", "predicted dominant", "optimizer")
 
 
@@ -56,13 +61,14 @@ def columns_for(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """The table's columns: the measured ones, the speed options' when some row ran one, then each predicted one
     that some row has."""
     speed = SPEED_COLUMNS if any(row.get("compile") or row.get("fused_optimizer") for row in rows) else []
-    return COLUMNS + speed + [col for col in PREDICTED_COLUMNS if any(row.get(col[0]) is not None for row in rows)]
+    return COLUMNS + speed + [col for col in PREDICTED_COLUMNS
+                              if any(row.get(RANGES.get(col[0], (col[0],))[0]) is not None for row in rows)]
 
 
 def cell_text(row: dict[str, Any], key: str, fmt: str) -> str:
-    if key == "timed_tokens_per_s_range":
-        low, high = row.get("timed_tokens_per_s_p10"), row.get("timed_tokens_per_s_p90")
-        return "-" if low is None else f"{low:,.0f}-{high:,.0f}"
+    if key in RANGES:
+        low, high = (row.get(end) for end in RANGES[key])
+        return "-" if low is None or high is None else fmt.format(low, high)
     value = row.get(key)
     if value is None:
         return "-"
@@ -127,9 +133,11 @@ def predicted_note(rows: list[dict[str, Any]]) -> list[str]:
     return ["", "predicted step ms: dsbench plan's time model from the machine profile given with --profile, for the "
             "cell's model, ranks, micro-batch, accumulation, sequence and precision; wall step ms is the measured "
             "global tokens per step over tokens/s (wall); step error = (predicted - measured) / measured. "
-            "predicted peak MiB is the planner's device total against torch.cuda.max_memory_allocated (GPU runs "
-            "only). A profile written by calibrate --check scales each engine family's prediction by what its check "
-            "cell measured over what was predicted (docs/planner.md)."]
+            "predicted range ms is the step the profile's timing spreads allow (dsbench/plan/interval.py; none from "
+            "a profile written before calibrate stored spreads). predicted peak MiB is the planner's device total "
+            "against torch.cuda.max_memory_allocated (GPU runs only). A profile written by calibrate --check scales "
+            "each engine family's prediction by what its check cell measured over what was predicted "
+            "(docs/planner.md)."]
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:

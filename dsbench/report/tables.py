@@ -29,7 +29,8 @@ def print_plan(result: dict[str, Any], top_n: int) -> None:
     table = Table(caption="GiB per GPU (2^30 bytes); step time = compute (at the measured rate with --profile; by the "
                           "GPU time model's terms on a GPU it profiles; else peak x efficiency) / (1 - bubble) + "
                           "exposed communication + offload + the optimizer and the engines' own work measured by a "
-                          "profile (formulas and sources: docs/planner.md)",
+                          "profile (formulas and sources: docs/planner.md); ± is the half-width the profile's "
+                          "timing spreads allow (dsbench/plan/interval.py)",
                   caption_justify="left")
     for col in ("#", "strategy", "params", "grads", "optim+master", "activations", "buffers", "total", "host/node",
                 "step ms", "exposed comm ms", "dominant", "MFU", "reason"):
@@ -40,7 +41,7 @@ def print_plan(result: dict[str, Any], top_n: int) -> None:
         table.add_row(str(row["rank"] or "-"), row["name"], device(mem["params"]), device(mem["grads"]),
                       device(mem["optimizer_states"] + mem["master_weights"]), device(mem["activations"]),
                       device(mem["buffers"]), device(mem["device_total"]), device(row["host_gib_per_node"]),
-                      f"{row['step_s'] * 1e3:,.1f}", f"{row['exposed_comm_s'] * 1e3:,.1f}", row["dominant"],
+                      step_text(row), f"{row['exposed_comm_s'] * 1e3:,.1f}", row["dominant"],
                       f"{row['mfu']:.0%}",
                       row["reason"], style=None if row["fits"] else "dim")
     console.print(table)
@@ -50,6 +51,15 @@ def print_plan(result: dict[str, Any], top_n: int) -> None:
     else:
         console.print(f"recommended: {rec['name']}\n  " + (rec["command"] or "dsbench cannot launch it yet (its "
                                                                          "strategy is planned, not run)"))
+
+
+def step_text(row: dict[str, Any]) -> str:
+    """A planned step in ms, with the half-width the profile's timing spreads allow where it stores them
+    (dsbench/plan/interval.py)."""
+    text = f"{row['step_s'] * 1e3:,.1f}"
+    if row.get("step_range_s"):
+        text += f" ±{(row['step_range_s'][1] - row['step_s']) / row['step_s']:.0%}"
+    return text
 
 
 def print_verify(rows: list[dict[str, Any]]) -> None:

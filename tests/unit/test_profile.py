@@ -193,7 +193,7 @@ def test_deepspeed_costs_per_reduction_and_per_tensor_from_the_stack():
 
 
 def test_the_planner_prices_deepspeed_by_its_reductions_and_tensors_when_measured():
-    from dsbench.plan.estimate import collective_calls
+    from dsbench.plan.calls import collective_calls
     from dsbench.plan.memory import accounting_for
 
     shape = resolve_model("gpt2-mini")
@@ -203,11 +203,11 @@ def test_the_planner_prices_deepspeed_by_its_reductions_and_tensors_when_measure
                  deepspeed_s=(1e-3, 2e-3, 5e-3))
     acc = accounting_for("fp32", "zero3")
     for strategy, per_step in (("zero1", 1), ("zero2", 2)):
-        calls = collective_calls(Candidate(strategy=strategy), shape, shape.num_params(), wl, acc)
+        calls = collective_calls(Candidate(strategy=strategy), shape, shape.num_params(), wl.reduce_bucket, acc)
         cost = 1e-3 if strategy == "zero1" else 2e-3
         expected = calls.grads * cost * per_step
         assert estimate(Candidate(strategy=strategy), wl, cl).framework_s == pytest.approx(expected)
-    calls = collective_calls(Candidate(strategy="zero3"), shape, shape.num_params(), wl, acc)
+    calls = collective_calls(Candidate(strategy="zero3"), shape, shape.num_params(), wl.reduce_bucket, acc)
     # gpt2-mini, counted by hand: 4 blocks x 4 weight matrices + wte + wpe gathered. Reductions in ready order
     # (h² = 16,384-element buckets): each block closes 8 (mlp c_proj w, c_fc b, c_fc w, ln_2 b, attn c_proj w,
     # c_attn b, c_attn w each overflow the bucket before them; ln_1 starts the next), 32 for the four, then wpe,
@@ -324,6 +324,13 @@ def test_calibrate_states_the_spread_of_each_timing_it_fits_from():
     zero3 = measured["deepspeed"]["zero3_step"]
     assert profile["spread"]["ZeRO-3 stack step"] == (zero3["p90"] - zero3["p10"]) / 2 / zero3["seconds"]
     assert set(profile["spread"]) == {"forward+backward", "AdamW", "FSDP2 stack step", "ZeRO-1 stack step",
-                                      "ZeRO-2 stack step", "ZeRO-3 stack step", "DTensor layers", "AutoTP layers"}
+                                      "ZeRO-2 stack step", "ZeRO-3 stack step", "DTensor layers", "AutoTP layers",
+                                      "collectives"}
+    # a collective's: the median over its message sizes, the widest op of the measured links
+    ops = [op["points"] for link in measured["collectives"].values() for op in link.values()
+           if isinstance(op, dict) and "points" in op]
+    widths = [sorted((p["p90"] - p["p10"]) / 2 / p["seconds"] for p in points) for points in ops]
+    assert profile["spread"]["collectives"] == pytest.approx(max(
+        (w[len(w) // 2] if len(w) % 2 else (w[len(w) // 2 - 1] + w[len(w) // 2]) / 2) for w in widths))
     line = next(line for line in summary_lines(profile) if line.startswith("spread"))
     assert f"ZeRO-3 stack step ±{profile['spread']['ZeRO-3 stack step']:.0%}" in line
