@@ -15,7 +15,8 @@ Two clocks, never mixed (schema 2):
   outside it (data, metrics gathers, logging).
 
 Schema 1 (before 2026-11-24) had only the timed region, under the names ``tokens_per_s`` etc.;
-:func:`upgrade_summary` reads it as such.
+:func:`dsbench.run_record.upgrade_summary` reads it as such, and :mod:`dsbench.run_record` is where every reader
+gets a run's header and summary as typed records.
 """
 
 from __future__ import annotations
@@ -245,31 +246,3 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
                         for r in records if r.get("type") == "checkpoint"],
     })
     return out
-
-
-def upgrade_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """A summary in the current schema. Schema 1 measured only the timed region (under ``tokens_per_s``,
-    ``step_time_s``, ``mfu``): it is kept as the timed region, and its wall-clock throughput is unknown."""
-    if summary.get("schema", 1) >= 2 or summary.get("status") != "ok":
-        return summary
-    old = dict(summary)
-    timed = {"what": "timed region (schema 1: forward/backward + optimizer step, slowest rank)",
-             "step_time_s": old.pop("step_time_s"), "tokens_per_s": old.pop("tokens_per_s"), "mfu": old.pop("mfu")}
-    for key in ("tokens_per_s_per_rank", "samples_per_s", "tflops_per_rank"):
-        old.pop(key, None)
-    return {**old, "schema": 2, "throughput": None, "timed_region": timed, "outside_timed_fraction": None}
-
-
-def read_summary(folder: Path) -> dict[str, Any] | None:
-    """A run folder's ``summary.json`` in the current schema (:func:`upgrade_summary`): the one reader of the file
-    (report, tune, whatif and ``plan --verify`` go through it). None when the run wrote none; a file that is not a
-    JSON object is a one-line UserError naming it."""
-    from dsbench.io import read_json
-
-    path = Path(folder) / SUMMARY
-    if not path.exists():
-        return None
-    data = read_json(path, "run summary")
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: a run summary is a JSON object, got {type(data).__name__}")
-    return upgrade_summary(data)

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from dsbench.plan.replay import COLUMNS
-from dsbench.records import header_of, read_records, read_summary
+from dsbench.records import header_of, read_records
+from dsbench.run_record import RunHeader, read_summary
 
 GPUS = {"H100 80GB HBM3": "h100-sxm", "H100 PCIe": None, "A100-SXM4-80GB": "a100-80g", "A100-SXM4-40GB": "a100-40g",
         "H200": "h200"}
@@ -27,33 +28,34 @@ def _gpu(summary_device: str) -> str | None:
 
 def row_of(folder: Path, gpu_name: str, index: int) -> dict[str, object] | str:
     """The oracle row of one run folder, or why it has none."""
-    header = header_of(read_records(folder / "metrics.jsonl"))
+    header = RunHeader.from_record(header_of(read_records(folder / "metrics.jsonl")))
     summary = read_summary(folder)
-    if summary is None or summary.get("status") != "ok":
+    if summary is None or not summary.ok or summary.throughput is None or header.shape is None:
         return "not a finished run"
-    zero = (header.get("ds_config") or {}).get("zero_optimization", {})
+    zero = (header.ds_config or {}).get("zero_optimization", {})
     if (zero.get("offload_optimizer") or {}).get("device", "none") != "none":
         return "optimizer offload: the oracle schema has no offload column"
     kind = _gpu(gpu_name)
-    if kind is None or not str(header.get("device", "")).startswith("cuda"):
-        return f"not on a GPU the profiles know ({gpu_name or header.get('device')})"
-    model = header["model"]
-    strategy = {"single": "ddp", "ddp": "ddp", "fsdp": "fsdp"}.get(header["strategy"]) or f"zero{zero.get('stage', 0)}"
-    window = summary["throughput"]
+    if kind is None or not header.device.startswith("cuda"):
+        return f"not on a GPU the profiles know ({gpu_name or header.device})"
+    model = header.shape
+    strategy = {"single": "ddp", "ddp": "ddp", "fsdp": "fsdp"}.get(header.engine) or f"zero{zero.get('stage', 0)}"
+    window = summary.throughput
     return {"source": "dsbench-h100", "row": index, "model": model["name"],
             "arch": "gpt" if model["arch"] == "gpt2" else "llama", "layers": model["layers"], "hidden": model["hidden"],
             "heads": model["heads"], "kv_heads": model["kv_heads"], "ffn": model["intermediate"],
-            "vocab": model["vocab_size"], "seq_len": header["seq_len"], "gpu": kind, "gpus": header["world_size"],
-            "gpus_per_node": header["world_size"], "strategy": "ddp" if strategy == "zero0" else strategy,
-            "tp": header.get("tp") or 1, "pp": 1, "cp": 1, "micro_batch": header["micro_batch"],
-            "global_batch": header["global_batch"],
-            "recompute": "full" if header.get("activation_checkpointing") else "none", "sequence_parallel": 0,
-            "precision": header["precision"], "compile": int(bool((header.get("speed") or {}).get("compile"))),
-            "measured_step_s": round(window["window_s"] / window["steps"], 6),
-            "measured_tokens_per_s_per_gpu": round(window["tokens_per_s_per_rank"], 1),
-            "measured_peak_mem_gib": round(max(summary["peak_memory_bytes_per_rank"]) / 2**30, 3),
-            "note": f"dsbench run {folder.name} of {str(header.get('started_at', ''))[:10]} (wall clock"
-                    f" over {window['steps']} measured steps; peak = "
+            "vocab": model["vocab_size"], "seq_len": header.seq_len, "gpu": kind, "gpus": header.world_size,
+            "gpus_per_node": header.world_size, "strategy": "ddp" if strategy == "zero0" else strategy,
+            "tp": header.tp, "pp": 1, "cp": 1, "micro_batch": header.micro_batch,
+            "global_batch": header.global_batch,
+            "recompute": "full" if header.activation_checkpointing else "none", "sequence_parallel": 0,
+            "precision": header.precision, "compile": int(bool(header.speed.compile)),
+            "measured_step_s": round(window.step_s, 6),
+            "measured_tokens_per_s_per_gpu": round(window.tokens_per_s_per_rank or window.tokens_per_s
+                                                   / header.world_size, 1),
+            "measured_peak_mem_gib": round(max(summary.peak_memory_bytes_per_rank) / 2**30, 3),
+            "note": f"dsbench run {folder.name} of {(header.started_at or '')[:10]} (wall clock"
+                    f" over {window.steps} measured steps; peak = "
                     f"torch.cuda.max_memory_allocated); {gpu_name}"}
 
 

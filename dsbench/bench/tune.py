@@ -28,7 +28,7 @@ from dsbench.io import atomic_write_json
 from dsbench.models import LLAMA_LIKE, resolve_model
 from dsbench.plan import search
 from dsbench.plan.request import PlanRequest
-from dsbench.records import read_summary
+from dsbench.run_record import read_summary
 
 
 def default_strategies(model: str, world: int) -> list[str]:
@@ -87,9 +87,10 @@ def measured_tokens_per_s(folder: Path) -> float | None:
     if not status or status.get("status") != "ok":
         return None
     try:
-        return float((read_summary(folder) or {})["throughput"]["tokens_per_s"])
-    except (UserError, ValueError, KeyError, TypeError):  # missing, damaged or of another shape: not measured
+        summary = read_summary(folder)
+    except UserError:  # damaged or of another shape: not measured
         return None
+    return summary.throughput.tokens_per_s if summary and summary.throughput else None
 
 
 def checked_strategies(req: TuneRequest) -> list[str]:

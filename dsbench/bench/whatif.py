@@ -21,7 +21,7 @@ from dsbench.bench.matrix import Cell, check_matrix, fused_by_default
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json, atomic_write_text
 from dsbench.models import resolve_model
-from dsbench.records import read_summary
+from dsbench.run_record import RunSummary, read_summary
 
 UNSHAPED = "unshaped"
 
@@ -75,20 +75,17 @@ def predicted_comm_s(strategy: str, model: str, world: int, micro: int, seq: int
     return sum(part.seconds for part in parts)
 
 
-def rows_from(results: dict[str, dict[str, tuple[str, dict[str, Any] | None]]], model: str, world: int,
+def rows_from(results: dict[str, dict[str, tuple[str, RunSummary | None]]], model: str, world: int,
               micro: int, seq: int) -> list[Row]:
     """``results``: link -> strategy -> (status, summary.json or None) -> table rows (pure)."""
-    def step_s(summary: dict[str, Any] | None) -> float | None:
-        if not summary:
-            return None
-        window = summary["throughput"]
-        return window["window_s"] / window["steps"]
+    def step_s(summary: RunSummary | None) -> float | None:
+        return summary.throughput.step_s if summary and summary.throughput else None
 
     base = {s: step_s(summary) for s, (_, summary) in results.get(UNSHAPED, {}).items()}
     rows = []
     for link, by_strategy in results.items():
-        speeds = {s: (summary or {}).get("throughput", {}).get("tokens_per_s") for s, (_, summary) in
-                  by_strategy.items()}
+        speeds = {s: summary.throughput.tokens_per_s if summary and summary.throughput else None
+                  for s, (_, summary) in by_strategy.items()}
         order = sorted((s for s, v in speeds.items() if v), key=lambda s: -speeds[s])
         for strategy, (status, summary) in by_strategy.items():
             step, ref = step_s(summary), base.get(strategy)
@@ -160,7 +157,7 @@ def whatif_main(links: list[str], strategies: list[str], nodes: int, slots: int,
     return rows_from(results, model, nodes * slots, micro, seq_len)
 
 
-def _summary(folder: Path) -> dict[str, Any] | None:
+def _summary(folder: Path) -> RunSummary | None:
     try:
         return read_summary(folder)
     except UserError:  # a cell that failed before writing a whole one

@@ -16,7 +16,7 @@ from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate
 from dsbench.plan.memory import ModelStates, accounting_for, held_params, model_states
 from dsbench.plan.profile import Profile
-from dsbench.records import read_summary
+from dsbench.run_record import RunHeader, read_summary
 
 
 def compare_strategy(cand: Candidate) -> str | None:
@@ -55,24 +55,22 @@ def compare_row(planned: dict[str, Any], folder: Path, shape: ModelShape, ranks:
     cand = Candidate.from_dict(planned)
     row: dict[str, Any] = {"candidate": planned["name"], "folder": str(folder), "status": status}
     summary = read_summary(folder) if status == "ok" else None
-    if summary is None:
+    if summary is None or summary.throughput is None or not summary.model_state_bytes_per_rank:
         return row
-    counted = max(summary["model_state_bytes_per_rank"], key=lambda r: r["total"])  # a stage may hold more
+    counted = max(summary.model_state_bytes_per_rank, key=lambda r: r["total"])  # a stage may hold more
     states = predicted_states(shape, cand, ranks, precision)
     acc = accounting_for(precision, cand.strategy)
     measured, predicted = comparable_bytes(cand.strategy, counted, states)
     if cand.strategy == "zero1":
         row["note"] = "gradients excluded (counted at different moments, see docs/planner.md)"
-    peak = max(summary["peak_memory_bytes_per_rank"])
-    throughput = summary["throughput"]
-    # the step time by the wall clock: the measured window over its steps (everything included)
-    wall_step = throughput["window_s"] / throughput["steps"]
+    peak = max(summary.peak_memory_bytes_per_rank)
+    wall_step = summary.throughput.step_s  # by the wall clock: the measured window over its steps
     row.update(predicted_model_state_bytes=predicted, measured_model_state_bytes=measured,
                model_state_error=(predicted - measured) / measured, accounting=acc.name,
-               measured_peak_memory_bytes=peak, memory_kind=summary["memory_kind"],
-               tokens_per_s=throughput["tokens_per_s"], measured_step_s=wall_step,
+               measured_peak_memory_bytes=peak, memory_kind=summary.memory_kind,
+               tokens_per_s=summary.throughput.tokens_per_s, measured_step_s=wall_step,
                predicted_step_s=planned["step_s"], step_error=(planned["step_s"] - wall_step) / wall_step)
-    if summary["memory_kind"] == "cuda_max_allocated":
+    if summary.memory_kind == "cuda_max_allocated":
         # On a GPU the planner's device total (states + activations + buffers) is comparable with
         # torch.cuda.max_memory_allocated; on CPU the RSS includes the whole runtime, so no comparison.
         predicted_peak = planned["memory_gib"]["device_total"] * 2**30
@@ -102,28 +100,28 @@ def predict_cell(row: dict[str, Any], profile: Profile | None = None) -> Any:
     candidate = candidate_for(row["base_strategy"]) if not row.get("with_compile") else None
     if candidate is None:
         return None
-    header = row["runs"][0]["header"]
+    header: RunHeader = row["runs"][0]["header"]
     # the cell's accumulation is per model-parallel group; the planner's --grad-accum is per pure-DP rank
     accum = ParallelDims(world=row["world_size"], tp=candidate.tp, pp=candidate.pp).pure_dp_accumulation(
-        header["grad_accum"])
+        header.grad_accum)
     # the nodes the ranks ran on (the run header records every rank's host): data parallelism across them is
     # priced at the profile's link across nodes
     world = row["world_size"]
-    nodes = len(set(header.get("hostnames") or [])) or 1
+    nodes = len(set(header.hostnames)) or 1
     if world % nodes:
         nodes = 1  # uneven placement: the planner's nodes x slots cannot say it; planned as one node
     request = PlanRequest(model=row["model"], gpus=world, nodes=nodes, gpus_per_node=world // nodes if nodes > 1
-                          else None, peak_tflops=header.get("peak_tflops"),
-                          seq_len=header["seq_len"], micro_batch=row["micro_batch"], grad_accum=accum,
-                          precision=header["precision"], profile=profile)
+                          else None, peak_tflops=header.peak_tflops,
+                          seq_len=header.seq_len, micro_batch=row["micro_batch"], grad_accum=accum,
+                          precision=header.precision, profile=profile)
     workload, cluster, _ = build(request)
     return estimate(candidate, workload, cluster)
 
 
 def measured_step_s(row: dict[str, Any]) -> float:
     """A measured row's step time by the wall clock: its global tokens per step over its tokens/s."""
-    header = row["runs"][0]["header"]
-    return header["global_batch"] * header["seq_len"] / row["tokens_per_s"]
+    header: RunHeader = row["runs"][0]["header"]
+    return header.global_batch * header.seq_len / row["tokens_per_s"]
 
 
 def predicted_figures(row: dict[str, Any], profile: Profile) -> dict[str, Any]:

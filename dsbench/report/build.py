@@ -22,10 +22,10 @@ class Report:
 
 def environment(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Versions and machines of the runs (from their headers)."""
-    headers = [run["header"] for row in rows for run in row["runs"] if run.get("header")]
-    return {"versions": sorted({str(h.get("versions")) for h in headers}),
-            "machines": sorted({str(h.get("machine")) for h in headers}),
-            "git_revisions": sorted({str(h.get("git_rev")) for h in headers})}
+    headers = [run["header"] for row in rows for run in row["runs"] if run["header"].engine != "?"]
+    return {"versions": sorted({str(h.versions) for h in headers}),
+            "machines": sorted({str(h.machine) for h in headers}),
+            "git_revisions": sorted({str(h.git_rev) for h in headers})}
 
 
 Predict = Callable[[dict[str, Any]], dict[str, Any]]

@@ -16,7 +16,8 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.io import read_json
-from dsbench.records import METRICS, SUMMARY, header_of, read_records, read_summary, scaling_efficiency, summarize
+from dsbench.records import METRICS, header_of, read_records, scaling_efficiency, summarize
+from dsbench.run_record import RunHeader, RunSummary, read_summary
 from dsbench.strategies import name_of_run
 
 KEY = ("model", "device", "micro_batch", "world_size", "strategy")
@@ -47,35 +48,34 @@ def label_for(strategy: str, compile: bool = False, fused_optimizer: bool = Fals
     return strategy + "".join(suffix for key, suffix in SPEED_SUFFIXES.items() if options[key])
 
 
-def _options(header: dict[str, Any], cell: dict[str, Any] | None) -> tuple[bool, bool]:
+def _options(header: RunHeader, cell: dict[str, Any] | None) -> tuple[bool, bool]:
     """(compile, fused optimizer) as requested: from the cell, else the run header."""
-    options = cell["cell"] if cell else header.get("speed") or {}
-    return bool(options.get("compile")), bool(options.get("fused_optimizer"))
+    if cell:
+        return bool(cell["cell"].get("compile")), bool(cell["cell"].get("fused_optimizer"))
+    return bool(header.speed.compile), bool(header.speed.fused_optimizer)
 
 
-def _label(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
+def run_label(header: RunHeader, cell: dict[str, Any] | None) -> str:
     """A run's printed label (:func:`label_for` of its strategy and speed options)."""
     return label_for(_strategy_name(header, cell), *_options(header, cell))
 
 
-def _strategy_name(header: dict[str, Any], cell: dict[str, Any] | None) -> str:
+def _strategy_name(header: RunHeader, cell: dict[str, Any] | None) -> str:
     """The run's strategy as compare names it: the cell's, else from what the header records
     (dsbench/strategies.py ``name_of_run``)."""
     if cell:
         return cell["cell"]["strategy"]
-    engine = header.get("strategy", "?")
-    zero = (header.get("ds_config") or {}).get("zero_optimization") or {}
+    engine = header.engine
+    zero = (header.ds_config or {}).get("zero_optimization") or {}
 
     def device(key: str) -> str:
         where = (zero.get(key) or {}).get("device")
         return where if where not in (None, "none") else "none"
 
-    reshard = (header.get("fsdp") or {}).get("reshard", True)
-    chunks = int(header.get("virtual_stages") or 1) if header.get("pipeline_schedule") == "interleaved" else 1
+    chunks = header.virtual_stages if header.pipeline_schedule == "interleaved" else 1
     return name_of_run(engine, zero.get("stage", 0) if engine == "deepspeed" else None, device("offload_optimizer"),
-                       device("offload_param"), int(header.get("tp") or 1), int(header.get("pp") or 1),
-                       bool(reshard), bool(header.get("sequence_parallel")), bool(header.get("loss_parallel")),
-                       chunks)
+                       device("offload_param"), header.tp, header.pp, header.fsdp_reshard, header.sequence_parallel,
+                       header.loss_parallel, chunks)
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:
@@ -88,43 +88,21 @@ def _json_object(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def run_status(cell: dict[str, Any] | None, summary: dict[str, Any], losses: list[Any]) -> tuple[str, str | None]:
+def run_status(cell: dict[str, Any] | None, summary: RunSummary, losses: list[Any]) -> tuple[str, str | None]:
     """A run is ok only when its cell says so (if it has one), its summary is complete, and every loss is a
     finite number; otherwise the status and reason say what is missing."""
     status = cell["status"] if cell else "ok"
     reason = cell.get("reason") if cell else None
     if status != "ok":
         return status, reason
-    if summary.get("status") != "ok":
-        kind = "interrupted" if summary.get("status") == "interrupted" else "incomplete"
-        return kind, summary.get("reason") or f"summary status {summary.get('status')!r}"
+    if not summary.ok:
+        kind = "interrupted" if summary.status == "interrupted" else "incomplete"
+        return kind, summary.reason or f"summary status {summary.status!r}"
     bad = next((i for i, loss in enumerate(losses, 1)
                 if not isinstance(loss, int | float) or isinstance(loss, bool) or not math.isfinite(loss)), None)
     if bad is not None:
         return "failed", f"loss at step {bad} is {losses[bad - 1]!r}"
     return "ok", None
-
-
-# The summary figures a report row reads (records.summarize writes them): each must be a number.
-_FIGURES = (("throughput", "tokens_per_s"), ("throughput", "window_s"), ("timed_region", "tokens_per_s", "median"),
-            ("timed_region", "tokens_per_s", "p10"), ("timed_region", "tokens_per_s", "p90"),
-            ("timed_region", "step_time_s", "median"), ("timed_region", "step_time_s", "min"),
-            ("timed_region", "step_time_s", "max"), ("final_loss",), ("measured_steps",), ("warmup_steps",))
-
-
-def _check_figures(summary: dict[str, Any], where: Path) -> None:
-    """Raise ValueError naming the first figure of an ok summary that is missing or not a number."""
-    for path in _FIGURES:
-        if path[0] == "throughput" and summary.get("throughput") is None:  # schema-1 summaries: timed region only
-            continue
-        value: Any = summary
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise ValueError(f"{where}: {'.'.join(path)} is {value!r}, not a number")
-    peaks = summary.get("peak_memory_bytes_per_rank")
-    if not isinstance(peaks, list) or not peaks or not all(isinstance(p, int | float) for p in peaks):
-        raise ValueError(f"{where}: peak_memory_bytes_per_rank is {peaks!r}, not a list of numbers")
 
 
 def load_run(folder: Path) -> dict[str, Any]:
@@ -143,33 +121,32 @@ def _corrupt(folder: Path, why: str) -> dict[str, Any]:
     return {"folder": str(folder), "id": folder.name, "label": "?", "strategy": "?", "base_strategy": "?",
             "with_compile": False, "with_fused": False, "status": "corrupt",
             "reason": why.splitlines()[0][:300], "model": None, "world_size": None, "micro_batch": None,
-            "repeat": 0, "device": "?", "command": "", "launch_command": None, "ds_config": None, "header": {},
-            "summary": {}, "losses": [], "step_times": []}
+            "repeat": 0, "device": "?", "command": "", "launch_command": None, "ds_config": None,
+            "header": RunHeader(), "summary": None, "losses": [], "step_times": []}
 
 
 def _load_run(folder: Path) -> dict[str, Any]:
     cell = _json_object(folder / "cell.json")
     records = read_records(folder / METRICS) if (folder / METRICS).exists() else []
-    header = header_of(records)
-    stored = read_summary(folder)  # the one reader of summary.json (it upgrades old schemas)
-    summary = stored if stored is not None else summarize(records)
+    header = RunHeader.from_record(header_of(records))
+    # the one reader of summary.json (it upgrades old schemas and checks the figures); a run killed before writing
+    # one is summarised from its records
+    summary = read_summary(folder) or RunSummary.from_dict(summarize(records), str(folder / METRICS))
     steps = [r for r in records if r.get("type") == "step"]
     definition = cell["cell"] if cell else {}
     status, reason = run_status(cell, summary, [s.get("loss") for s in steps])
-    if status == "ok":
-        _check_figures(summary, folder / SUMMARY)
     base = _strategy_name(header, cell)
     compiled, fused = _options(header, cell)
     label = label_for(base, compiled, fused)
     return {
         "folder": str(folder), "id": cell["id"] if cell else folder.name, "label": label, "strategy": label,
         "base_strategy": base, "with_compile": compiled, "with_fused": fused, "status": status, "reason": reason,
-        "model": definition.get("model") or header.get("model", {}).get("name"),
-        "world_size": definition.get("world_size") or header.get("world_size"),
-        "micro_batch": definition.get("micro_batch") or header.get("micro_batch"),
-        "repeat": definition.get("repeat", 0), "device": header.get("device", "?").split(":")[0],
-        "command": cell["command"] if cell else " ".join(header.get("command", [])),
-        "launch_command": header.get("launch_command"), "ds_config": header.get("ds_config"),
+        "model": definition.get("model") or header.model,
+        "world_size": definition.get("world_size") or header.world_size,
+        "micro_batch": definition.get("micro_batch") or header.micro_batch,
+        "repeat": definition.get("repeat", 0), "device": header.device.split(":")[0],
+        "command": cell["command"] if cell else " ".join(header.command),
+        "launch_command": header.launch_command, "ds_config": header.ds_config,
         "header": header, "summary": summary,
         "losses": [s["loss"] for s in steps],
         "step_times": [float(s["step_time_s"]) for s in steps if not s["warmup"]],
@@ -180,11 +157,16 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _speed(header: dict[str, Any]) -> dict[str, Any]:
+def _extreme(pick: Any, values: list[float | None]) -> float | None:
+    """The min or max of the figures every repeat has (None when one lacks it: an old summary)."""
+    return None if not values or any(v is None for v in values) else pick(values)
+
+
+def _speed(header: RunHeader) -> dict[str, Any]:
     """How a run was made fast, from its header (absent in runs from before it was recorded)."""
-    speed = header.get("speed") or {}
-    return {"compile": speed.get("compile"), "fused_optimizer": speed.get("fused_optimizer"),
-            "attention": speed.get("attention"), "optimizer": speed.get("optimizer")}
+    speed = header.speed
+    return {"compile": speed.compile, "fused_optimizer": speed.fused_optimizer, "attention": speed.attention,
+            "optimizer": speed.optimizer}
 
 
 def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -201,31 +183,31 @@ def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row.update(repeats=len(members), ok=len(ok), status="ok" if ok else members[0]["status"],
                    reason=None if ok else members[0]["reason"], runs=members)
         if ok:
-            sums = [m["summary"] for m in ok]
-            states = sums[0].get("model_state_bytes_per_rank") or [{}]
-            walls = [s["throughput"] for s in sums if s.get("throughput")]
-            timed = [s["timed_region"] for s in sums]
+            sums: list[RunSummary] = [m["summary"] for m in ok]
+            states = sums[0].model_state_bytes_per_rank or ({},)
+            walls = [s.throughput for s in sums if s.throughput]
+            timed = [s.timed for s in sums if s.timed]
             row.update(
-                tokens_per_s=_median([w["tokens_per_s"] for w in walls]),
-                tokens_per_s_min=min((w["tokens_per_s"] for w in walls), default=None),
-                tokens_per_s_max=max((w["tokens_per_s"] for w in walls), default=None),
-                window_s=_median([w["window_s"] for w in walls]),
-                mfu=_median([w["mfu"] for w in walls if w.get("mfu") is not None]),
-                timed_tokens_per_s=_median([t["tokens_per_s"]["median"] for t in timed]),
-                timed_tokens_per_s_p10=min(t["tokens_per_s"]["p10"] for t in timed),
-                timed_tokens_per_s_p90=max(t["tokens_per_s"]["p90"] for t in timed),
-                timed_mfu=_median([t["mfu"]["median"] for t in timed if t.get("mfu")]),
-                outside_timed_fraction=_median([s["outside_timed_fraction"] for s in sums
-                                                if s.get("outside_timed_fraction") is not None]),
-                step_time_ms=1e3 * _median([t["step_time_s"]["median"] for t in timed]),
-                step_time_ms_min=1e3 * min(t["step_time_s"]["min"] for t in timed),
-                step_time_ms_max=1e3 * max(t["step_time_s"]["max"] for t in timed),
-                peak_memory_mib=max(max(s["peak_memory_bytes_per_rank"]) for s in sums) / 2**20,
-                memory_kind=sums[0].get("memory_kind"),
+                tokens_per_s=_median([w.tokens_per_s for w in walls]),
+                tokens_per_s_min=min((w.tokens_per_s for w in walls), default=None),
+                tokens_per_s_max=max((w.tokens_per_s for w in walls), default=None),
+                window_s=_median([w.window_s for w in walls]),
+                mfu=_median([w.mfu for w in walls if w.mfu is not None]),
+                timed_tokens_per_s=_median([t.tokens_per_s.median for t in timed]),
+                timed_tokens_per_s_p10=_extreme(min, [t.tokens_per_s.p10 for t in timed]),
+                timed_tokens_per_s_p90=_extreme(max, [t.tokens_per_s.p90 for t in timed]),
+                timed_mfu=_median([t.mfu.median for t in timed if t.mfu]),
+                outside_timed_fraction=_median([s.outside_timed_fraction for s in sums
+                                                if s.outside_timed_fraction is not None]),
+                step_time_ms=1e3 * _median([t.step_time_s.median for t in timed]),
+                step_time_ms_min=1e3 * _extreme(min, [t.step_time_s.min for t in timed]),
+                step_time_ms_max=1e3 * _extreme(max, [t.step_time_s.max for t in timed]),
+                peak_memory_mib=max(max(s.peak_memory_bytes_per_rank) for s in sums) / 2**20,
+                memory_kind=sums[0].memory_kind,
                 model_states_mib=states[0].get("total", 0) / 2**20, model_states=states[0],
-                final_loss=_median([s["final_loss"] for s in sums]), measured_steps=sums[0]["measured_steps"],
-                warmup_steps=sums[0]["warmup_steps"],
-                warmup_s=_median([s["warmup"]["timed_s"] for s in sums if s.get("warmup")]),
+                final_loss=_median([s.final_loss for s in sums]), measured_steps=sums[0].measured_steps,
+                warmup_steps=sums[0].warmup_steps,
+                warmup_s=_median([s.warmup_s for s in sums if s.warmup_s is not None]),
                 **_speed(ok[0]["header"]))
         rows.append(row)
     _derive(rows)

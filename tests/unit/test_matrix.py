@@ -130,7 +130,11 @@ def test_fused_optimizer_both_puts_the_native_strategies_both_ways_beside_compil
 
 
 def test_a_compiled_cell_is_its_own_row_in_the_report():
-    from dsbench.report.collect import _label
+    from dsbench.report.collect import run_label
+    from dsbench.run_record import RunHeader
+
+    def _label(record, cell):
+        return run_label(RunHeader.from_record(record), cell)
 
     header = {"strategy": "ddp"}
     assert _label(header, {"cell": {"strategy": "ddp", "compile": True}}) == "ddp+compile"

@@ -3,7 +3,8 @@
 import pytest
 
 from dsbench.models import PRESETS
-from dsbench.records import flops_per_token, mfu, scaling_efficiency, spread, summarize, upgrade_summary
+from dsbench.records import flops_per_token, mfu, scaling_efficiency, spread, summarize
+from dsbench.run_record import upgrade_summary
 
 
 def test_flops_per_token_gpt2_124m():
@@ -69,3 +70,42 @@ def test_schema_1_summaries_are_read_as_timed_region_only():
     new = upgrade_summary(old)
     assert new["throughput"] is None and new["timed_region"]["tokens_per_s"] == {"median": 5.0}
     assert "tokens_per_s" not in new and new["final_loss"] == 3.0
+
+
+def test_the_typed_summary_reads_what_summarize_wrote_and_names_a_bad_figure():
+    from dsbench.errors import UserError
+    from dsbench.run_record import RunSummary
+
+    window = {"type": "window", "first_step": 1, "last_step": 2, "seconds": 4.0, "tokens": 800, "samples": 8,
+              "rank_tokens": 400}
+    written = summarize([HEADER, _step(0, True, 9.0), _step(1, False, 1.0), _step(2, False, 3.0), window])
+    summary = RunSummary.from_dict(written, "summary.json")
+    assert summary.ok and summary.throughput.step_s == 2.0 and summary.throughput.tokens_per_s == 200
+    assert summary.timed.step_time_s.median == 2.0 and summary.warmup_s == 9.0 and summary.final_loss == 8.0
+    assert summary.peak_memory_bytes_per_rank == (12, 20)
+    broken = {**written, "throughput": {**written["throughput"], "window_s": "4 s"}}
+    with pytest.raises(UserError, match=r"^summary.json: throughput.window_s is '4 s', not a number$"):
+        RunSummary.from_dict(broken, "summary.json")
+    with pytest.raises(UserError, match="timed_region is \\[\\], not a record"):
+        RunSummary.from_dict({**written, "timed_region": []}, "summary.json")
+    # a run that did not finish carries its status and reason, and no figures
+    killed = RunSummary.from_dict(summarize([HEADER, _step(0, False, 1.0)]), "summary.json")
+    assert (killed.status, killed.throughput, killed.timed) == ("incomplete", None, None)
+    # schema 1: the timed region only, no wall clock
+    old = {"status": "ok", "step_time_s": {"median": 0.1}, "tokens_per_s": {"median": 5.0}, "mfu": None,
+           "final_loss": 3.0, "measured_steps": 3, "warmup_steps": 1, "peak_memory_bytes_per_rank": [1]}
+    upgraded = RunSummary.from_dict(old, "summary.json")
+    assert upgraded.throughput is None and upgraded.timed.tokens_per_s.median == 5.0
+
+
+def test_the_typed_header_reads_a_header_record_and_defaults_an_absent_one():
+    from dsbench.run_record import RunHeader
+
+    header = RunHeader.from_record({**HEADER, "model": {"name": "gpt2-tiny", "layers": 2}, "tp": 2,
+                                    "hostnames": ["a", "b"], "speed": {"compile": True},
+                                    "fsdp": {"reshard": False}})
+    assert (header.engine, header.world_size, header.model, header.tp, header.pp) == ("ddp", 2, "gpt2-tiny", 2, 1)
+    assert header.hostnames == ("a", "b") and header.speed.compile and not header.speed.fused_optimizer
+    assert header.shape == {"name": "gpt2-tiny", "layers": 2} and header.fsdp_reshard is False
+    empty = RunHeader.from_record({})
+    assert (empty.engine, empty.device, empty.tp, empty.model, empty.command) == ("?", "?", 1, None, ())

@@ -21,6 +21,7 @@ from dsbench.plan import search
 from dsbench.plan.api import read_profile
 from dsbench.plan.replay import spearman
 from dsbench.report.collect import collect
+from dsbench.run_record import RunHeader
 from tests.conftest import DATA
 
 STORED = DATA / "runs" / "cpu-calibrated"
@@ -157,7 +158,8 @@ def test_a_report_row_from_two_nodes_is_planned_as_two_nodes(tmp_path):
     profile = read_profile(str(SHAPED / "profile.json"))  # its link across nodes: the 100 Mbit/s shaped one
 
     def row(hostnames: list[str]) -> dict:
-        header = {"grad_accum": 1, "seq_len": 128, "precision": "fp32", "peak_tflops": None, "hostnames": hostnames}
+        header = RunHeader.from_record({"grad_accum": 1, "seq_len": 128, "precision": "fp32", "peak_tflops": None,
+                                        "hostnames": hostnames})
         return {"strategy": "ddp", "base_strategy": "ddp", "model": "gpt2-tiny", "world_size": 2, "micro_batch": 2,
                 "runs": [{"header": header}]}
 

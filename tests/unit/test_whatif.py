@@ -7,6 +7,7 @@ import pytest
 from dsbench.bench.whatif import UNSHAPED, check_links, markdown, predicted_comm_s, rows_from
 from dsbench.errors import UserError
 from dsbench.models import resolve_model
+from dsbench.run_record import RunSummary, Throughput
 
 
 def test_links_start_with_the_unshaped_baseline_and_bad_rates_are_refused():
@@ -28,7 +29,7 @@ def test_planner_time_is_the_ring_all_reduce_at_the_link_rate():
 
 
 def _summary(tokens_per_s, window_s, steps=10):
-    return {"throughput": {"tokens_per_s": tokens_per_s, "window_s": window_s, "steps": steps}}
+    return RunSummary(status="ok", throughput=Throughput(tokens_per_s=tokens_per_s, window_s=window_s, steps=steps))
 
 
 def test_rows_rank_strategies_per_link_and_subtract_the_unshaped_step():

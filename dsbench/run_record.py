@@ -1,0 +1,240 @@
+"""A run's header and summary as typed records: the one reader of each (stdlib only).
+
+The worker writes them as JSON (:mod:`dsbench.records`: the ``header`` line of ``metrics.jsonl`` and
+``summary.json``). Everything that reads a run (report, ``plan --verify``, tune, whatif, the scripts) goes through
+:func:`read_summary` and :meth:`RunHeader.from_record`: old schemas are upgraded here, a figure that is missing or
+not a number is one line naming it, and readers use attributes, never string keys.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsbench.errors import UserError
+from dsbench.records import SUMMARY
+
+
+def _number(value: Any, where: str, name: str, optional: bool = False) -> Any:
+    """A figure that must be a finite number (or None where ``optional``): one line naming it otherwise."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise UserError(f"{where}: {name} is {value!r}, not a number")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Spread:
+    """A figure over the measured steps (:func:`dsbench.records.spread`)."""
+
+    median: float
+    min: float | None = None
+    max: float | None = None
+    p10: float | None = None
+    p90: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str, name: str) -> Spread:
+        if not isinstance(data, dict):
+            raise UserError(f"{where}: {name} is {data!r}, not a spread of numbers")
+        return cls(median=_number(data.get("median"), where, f"{name}.median"),
+                   **{key: _number(data.get(key), where, f"{name}.{key}", optional=True)
+                      for key in ("min", "max", "p10", "p90")})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Throughput:
+    """The wall clock over the measured window (:data:`dsbench.records.WALL_CLOCK`): the throughput figure."""
+
+    window_s: float
+    steps: int
+    tokens_per_s: float
+    tokens_per_s_per_rank: float | None = None
+    mfu: float | None = None
+
+    @property
+    def step_s(self) -> float:
+        """The step time by the wall clock: the window over its steps (everything included)."""
+        return self.window_s / self.steps
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TimedRegion:
+    """The timed region per step (:data:`dsbench.records.TIMED_REGION`): a separate, labelled figure."""
+
+    step_time_s: Spread
+    tokens_per_s: Spread
+    mfu: Spread | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSummary:
+    """A run's ``summary.json``, in the current schema. ``throughput`` and ``timed`` are None unless the run
+    finished (``status`` ok); ``throughput`` is None too for a schema-1 summary, which measured only the timed
+    region."""
+
+    status: str
+    reason: str | None = None
+    measured_steps: int = 0
+    warmup_steps: int = 0
+    throughput: Throughput | None = None
+    timed: TimedRegion | None = None
+    outside_timed_fraction: float | None = None
+    warmup_s: float | None = None
+    """The warm-up steps' timed regions (outside the window)."""
+    final_loss: float | None = None
+    peak_memory_bytes_per_rank: tuple[float, ...] = ()
+    memory_kind: str | None = None
+    model_state_bytes_per_rank: tuple[dict[str, Any], ...] = ()
+    """Per rank, the bytes the worker counted from its tensors by kind (params, grads, optimizer, master, total)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> RunSummary:
+        """The summary of a parsed ``summary.json`` (or :func:`dsbench.records.summarize`'s result); an ok one must
+        hold every figure a reader uses."""
+        data = upgrade_summary(data)
+        status = data.get("status")
+        if not isinstance(status, str):
+            raise UserError(f"{where}: status is {status!r}, not a string")
+        if status != "ok":
+            return cls(status=status, reason=data.get("reason"))
+        wall, timed = data.get("throughput"), data.get("timed_region")
+        for name, value in (("throughput", wall), ("timed_region", timed)):
+            if not isinstance(value, dict) and not (name == "throughput" and value is None):
+                raise UserError(f"{where}: {name} is {value!r}, not a record")
+        peaks = data.get("peak_memory_bytes_per_rank")
+        if not isinstance(peaks, list) or not peaks:
+            raise UserError(f"{where}: peak_memory_bytes_per_rank is {peaks!r}, not a list of numbers")
+        states = data.get("model_state_bytes_per_rank") or []
+        if not isinstance(states, list) or not all(isinstance(rank, dict) for rank in states):
+            raise UserError(f"{where}: model_state_bytes_per_rank is {states!r}, not a record per rank")
+        warmup = data.get("warmup")
+        return cls(
+            status=status, reason=data.get("reason"),
+            measured_steps=_number(data.get("measured_steps"), where, "measured_steps"),
+            warmup_steps=_number(data.get("warmup_steps"), where, "warmup_steps"),
+            throughput=None if wall is None else Throughput(
+                window_s=_number(wall.get("window_s"), where, "throughput.window_s"),
+                steps=_number(wall.get("steps"), where, "throughput.steps"),
+                tokens_per_s=_number(wall.get("tokens_per_s"), where, "throughput.tokens_per_s"),
+                tokens_per_s_per_rank=_number(wall.get("tokens_per_s_per_rank"), where,
+                                              "throughput.tokens_per_s_per_rank", optional=True),
+                mfu=_number(wall.get("mfu"), where, "throughput.mfu", optional=True)),
+            timed=TimedRegion(
+                step_time_s=Spread.from_dict(timed.get("step_time_s"), where, "timed_region.step_time_s"),
+                tokens_per_s=Spread.from_dict(timed.get("tokens_per_s"), where, "timed_region.tokens_per_s"),
+                mfu=Spread.from_dict(timed["mfu"], where, "timed_region.mfu") if timed.get("mfu") else None),
+            outside_timed_fraction=_number(data.get("outside_timed_fraction"), where, "outside_timed_fraction",
+                                           optional=True),
+            warmup_s=_number(warmup.get("timed_s"), where, "warmup.timed_s", True) if isinstance(warmup, dict)
+            else None,
+            final_loss=_number(data.get("final_loss"), where, "final_loss"),
+            peak_memory_bytes_per_rank=tuple(_number(peak, where, "peak_memory_bytes_per_rank[]") for peak in peaks),
+            memory_kind=data.get("memory_kind"),
+            model_state_bytes_per_rank=tuple(states))
+
+
+def upgrade_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary in the current schema. Schema 1 measured only the timed region (under ``tokens_per_s``,
+    ``step_time_s``, ``mfu``): it is kept as the timed region, and its wall-clock throughput is unknown."""
+    if summary.get("schema", 1) >= 2 or summary.get("status") != "ok":
+        return summary
+    old = dict(summary)
+    timed = {"what": "timed region (schema 1: forward/backward + optimizer step, slowest rank)",
+             "step_time_s": old.pop("step_time_s"), "tokens_per_s": old.pop("tokens_per_s"), "mfu": old.pop("mfu")}
+    for key in ("tokens_per_s_per_rank", "samples_per_s", "tflops_per_rank"):
+        old.pop(key, None)
+    return {**old, "schema": 2, "throughput": None, "timed_region": timed, "outside_timed_fraction": None}
+
+
+def read_summary(folder: Path) -> RunSummary | None:
+    """A run folder's ``summary.json`` as a :class:`RunSummary`: the one reader of the file (report, tune, whatif
+    and ``plan --verify`` go through it). None when the run wrote none; a file that is not a JSON object, or an ok
+    summary missing a figure, is a one-line UserError naming it."""
+    from dsbench.io import read_json
+
+    path = Path(folder) / SUMMARY
+    if not path.exists():
+        return None
+    data = read_json(path, "run summary")
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a run summary is a JSON object, got {type(data).__name__}")
+    return RunSummary.from_dict(data, str(path))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Speed:
+    """How a run was made fast (absent in runs from before it was recorded)."""
+
+    compile: bool | None = None
+    fused_optimizer: bool | None = None
+    attention: str | None = None
+    optimizer: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunHeader:
+    """A run's header record (the first line of ``metrics.jsonl``), what readers use of it; an empty header (a run
+    that wrote none) has the defaults."""
+
+    engine: str = "?"
+    """The worker's engine (``strategy`` in the record): ddp, fsdp, deepspeed, torch_tp, torch_pp, single."""
+    world_size: int | None = None
+    model: str | None = None
+    shape: dict[str, Any] | None = None
+    """The model's shape as the worker resolved it (:meth:`dsbench.models.ModelShape.to_dict`)."""
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    seq_len: int | None = None
+    global_batch: int | None = None
+    precision: str | None = None
+    device: str = "?"
+    hostnames: tuple[str, ...] = ()
+    peak_tflops: float | None = None
+    tp: int = 1
+    pp: int = 1
+    virtual_stages: int = 1
+    pipeline_schedule: str | None = None
+    sequence_parallel: bool = False
+    loss_parallel: bool = False
+    fsdp_reshard: bool = True
+    activation_checkpointing: bool = False
+    ds_config: dict[str, Any] | None = None
+    speed: Speed = field(default_factory=Speed)
+    command: tuple[str, ...] = ()
+    launch_command: str | None = None
+    versions: dict[str, Any] | None = None
+    machine: dict[str, Any] | None = None
+    git_rev: str | None = None
+    started_at: str | None = None
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> RunHeader:
+        """The header of a ``header`` record (:func:`dsbench.records.header_of`), or the defaults for ``{}``."""
+        speed = record.get("speed") or {}
+        return cls(engine=record.get("strategy", "?"), world_size=record.get("world_size"),
+                   model=(record.get("model") or {}).get("name"), shape=record.get("model"),
+                   micro_batch=record.get("micro_batch"),
+                   grad_accum=record.get("grad_accum"), seq_len=record.get("seq_len"),
+                   global_batch=record.get("global_batch"), precision=record.get("precision"),
+                   device=record.get("device") or "?", hostnames=tuple(record.get("hostnames") or ()),
+                   peak_tflops=record.get("peak_tflops"), tp=int(record.get("tp") or 1), pp=int(record.get("pp") or 1),
+                   virtual_stages=int(record.get("virtual_stages") or 1),
+                   pipeline_schedule=record.get("pipeline_schedule"),
+                   sequence_parallel=bool(record.get("sequence_parallel")),
+                   loss_parallel=bool(record.get("loss_parallel")),
+                   fsdp_reshard=bool((record.get("fsdp") or {}).get("reshard", True)),
+                   activation_checkpointing=bool(record.get("activation_checkpointing")),
+                   ds_config=record.get("ds_config"),
+                   speed=Speed(**{key: speed.get(key) for key in ("compile", "fused_optimizer", "attention",
+                                                                  "optimizer")}),
+                   command=tuple(record.get("command") or ()), launch_command=record.get("launch_command"),
+                   versions=record.get("versions"), machine=record.get("machine"), git_rev=record.get("git_rev"),
+                   started_at=record.get("started_at"))
