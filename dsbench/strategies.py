@@ -124,15 +124,16 @@ class Strategy:
     def family(self) -> str:
         """The engine family ``calibrate --check`` scales as one (plan/selfcheck.py): the form of parallelism and
         the code path its step runs. A pipeline (torch's or DeepSpeed's engine) and tensor parallelism (DTensor or
-        AutoTP) are one family each; DeepSpeed's ZeRO-1/2 (stage_1_and_2.py: partitioned optimizer, gradient
-        hooks), ZeRO-3 (stage3.py: gathers, partitioned hooks) and stage 0 (neither: the engine's own all-reduce)
-        are three; ``single`` runs DDP's loop on one rank."""
+        AutoTP) are one family each; DeepSpeed's ZeRO-1 (stage_1_and_2.py with the gradients reduced once, at the
+        accumulation boundary), ZeRO-2 (the same optimizer, its gradient hooks reducing every micro-step; family
+        ``zero``, offload included), ZeRO-3 (stage3.py: gathers, partitioned hooks) and stage 0 (neither: the
+        engine's own all-reduce) are four; ``single`` runs DDP's loop on one rank."""
         if self.pp > 1:
             return "pipeline"
         if self.tp > 1:
             return "tensor"
         if self.engine == "deepspeed":
-            return {0: "deepspeed", 3: "zero3"}.get(self.zero or 0, "zero")
+            return {0: "deepspeed", 1: "zero1", 3: "zero3"}.get(self.zero or 0, "zero")
         return "ddp" if self.engine == "single" else self.engine
 
     @property
@@ -201,10 +202,11 @@ TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}
 LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2")
 """Compare's strategies as listed to users and searched by ``tune`` (each family at degree 2)."""
 DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
-CHECKED = ("single", "ddp", "fsdp", "zero2", "zero3", "torch_tp2", "torch_pipe2")
+CHECKED = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "torch_tp2", "torch_pipe2")
 """``calibrate --check``'s cell for each engine family (:attr:`Strategy.family`), in this order, where the model and
 the ranks allow it: on one rank the single-process loop (ddp's family) alone; else torch DDP, FSDP2, DeepSpeed
-ZeRO-1/2 (ZeRO-2, whose gradient hooks reduce every micro-step), ZeRO-3 (its own code path: gathers and
+ZeRO-1 (gradients reduced at the boundary), ZeRO-2 (its gradient hooks reduce every micro-step; its cell scales
+zero2_offload too), ZeRO-3 (its own code path: gathers and
 partitioned hooks), tensor parallelism (DTensor's cell scales AutoTP's too; Llama-family models) and pipelining
 (torch's 1F1B cell scales DeepSpeed's pipeline engine too)."""
 WHATIF_DEFAULT = ("ddp", "zero2", "zero3", "fsdp", "pipe2")

@@ -44,8 +44,12 @@ def check_record(cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def step_scale(profile: dict[str, Any]) -> dict[str, float]:
-    """The per-family step scale a checked profile carries (empty for an unchecked one)."""
-    return dict((profile.get("check") or {}).get("step_scale") or {})
+    """The per-family step scale a checked profile carries (empty for an unchecked one). A profile checked before
+    ZeRO-1 had its own cell (2026-11-26 07:00) scaled it with ZeRO-2's family, ``zero``: read so."""
+    scale = dict((profile.get("check") or {}).get("step_scale") or {})
+    if "zero" in scale and "zero1" not in scale:
+        scale["zero1"] = scale["zero"]
+    return scale
 
 
 def check_lines(check: dict[str, Any]) -> tuple[list[str], list[str]]:
