@@ -123,15 +123,16 @@ class Strategy:
     @property
     def family(self) -> str:
         """The engine family ``calibrate --check`` scales as one (plan/selfcheck.py): the form of parallelism and
-        the code path its step runs. A pipeline (torch's or DeepSpeed's engine) and tensor parallelism (DTensor or
-        AutoTP) are one family each; DeepSpeed's ZeRO-1 (stage_1_and_2.py with the gradients reduced once, at the
+        the code path its step runs. torch's pipelining (``pipeline``), DeepSpeed's pipeline engine
+        (``pipe_engine``), DTensor tensor parallelism (``tensor``) and DeepSpeed's AutoTP (``autotp``) are one
+        family each; DeepSpeed's ZeRO-1 (stage_1_and_2.py with the gradients reduced once, at the
         accumulation boundary), ZeRO-2 (the same optimizer, its gradient hooks reducing every micro-step; family
         ``zero``, offload included), ZeRO-3 (stage3.py: gathers, partitioned hooks) and stage 0 (neither: the
         engine's own all-reduce) are four; ``single`` runs DDP's loop on one rank."""
         if self.pp > 1:
-            return "pipeline"
+            return "pipeline" if self.engine == "torch_pp" else "pipe_engine"
         if self.tp > 1:
-            return "tensor"
+            return "tensor" if self.engine == "torch_tp" else "autotp"
         if self.engine == "deepspeed":
             return {0: "deepspeed", 1: "zero1", 3: "zero3"}.get(self.zero or 0, "zero")
         return "ddp" if self.engine == "single" else self.engine
@@ -202,13 +203,16 @@ TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}
 LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2")
 """Compare's strategies as listed to users and searched by ``tune`` (each family at degree 2)."""
 DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
-CHECKED = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "torch_tp2", "torch_pipe2")
+CHECKED = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "torch_tp2", "zero1_tp2", "torch_pipe2", "pipe2")
 """``calibrate --check``'s cell for each engine family (:attr:`Strategy.family`), in this order, where the model and
 the ranks allow it: on one rank the single-process loop (ddp's family) alone; else torch DDP, FSDP2, DeepSpeed
 ZeRO-1 (gradients reduced at the boundary), ZeRO-2 (its gradient hooks reduce every micro-step; its cell scales
 zero2_offload too), ZeRO-3 (its own code path: gathers and
-partitioned hooks), tensor parallelism (DTensor's cell scales AutoTP's too; Llama-family models) and pipelining
-(torch's 1F1B cell scales DeepSpeed's pipeline engine too)."""
+partitioned hooks), DTensor's and AutoTP's tensor parallelism (Llama-family models), and torch's 1F1B and DeepSpeed's
+pipeline engine."""
+FAMILY_BEFORE = {"zero1": "zero", "pipe_engine": "pipeline", "autotp": "tensor"}
+"""Families split from another since a profile was checked (2026-11-26 07:00), and the one whose scale such a profile
+applies to them, as it was planned then."""
 WHATIF_DEFAULT = ("ddp", "zero2", "zero3", "fsdp", "pipe2")
 """Named in whatif's error when --strategies is empty."""
 

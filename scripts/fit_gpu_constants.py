@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 from dsbench.plan import gpu_profiles
-from dsbench.plan.gpu_time import _engine_host_seconds, step_time
-from dsbench.plan.replay import _candidates, predict_row, read_rows
+from dsbench.plan.gpu_time import engine_host_seconds, step_time
+from dsbench.plan.replay import predict_row, read_rows, row_layouts
 
 ROOT = Path(__file__).resolve().parents[1]
 ORACLE = ROOT / "tests" / "data" / "oracles" / "torchtitan.csv"
@@ -50,7 +50,7 @@ def main() -> int:
     h100 = gpu_profiles.KINDS["h100-sxm"]
     measured = sum(json.loads(PROFILE.read_text())["profiled"]["by_kind_s"].get(k, 0.0) for k in NON_GEMM)
     full = dataclasses.replace(h100, hf_hbm_fraction=1.0)
-    layout = _candidates(next(r for r in read_rows([DSBENCH]) if r.row == 10).values)[0]
+    layout = row_layouts(next(r for r in read_rows([DSBENCH]) if r.row == 10).values)[0]
     modelled = sum(step_time(layout, full).terms[k] for k in ("elementwise", "optimizer"))
     modelled += step_time(layout, full).terms["logits"] - step_time(layout, dataclasses.replace(
         full, hbm_tbs=1e9)).terms["logits"]  # the loss's passes: the logits term less its GEMMs
@@ -58,10 +58,10 @@ def main() -> int:
           f"bandwidth, {measured * 1e3:.1f} ms measured in {PROFILE.name})")
     for row in read_rows([DSBENCH]):
         if row.row in HOST_ROWS:
-            layout = _candidates(row.values)[0]
+            layout = row_layouts(row.values)[0]
             time = step_time(layout, h100)
             left = row.values["measured_step_s"] - (time.seconds - time.terms["engine_host"])
-            per_tensor = _engine_host_seconds(layout, h100) / h100.zero_host_us[HOST_ROWS[row.row]]
+            per_tensor = engine_host_seconds(layout, h100) / h100.zero_host_us[HOST_ROWS[row.row]]
             print(f"zero_host_us[{HOST_ROWS[row.row]}] = {left / per_tensor:.0f} (dsbench-h100 row {row.row})")
     return 0
 

@@ -259,7 +259,7 @@ def _optimizer_seconds(lay: Layout, hw: GpuProfile) -> float:
     return _hbm_seconds(30 * _local_params(lay) / shard, lay, hw)
 
 
-def _engine_host_seconds(lay: Layout, hw: GpuProfile) -> float:
+def engine_host_seconds(lay: Layout, hw: GpuProfile) -> float:
     """Host time of a DeepSpeed ZeRO engine that the GPU waits for: the profile's cost per local parameter tensor,
     once per step for ZeRO-1 (its work is at the step boundary) and per micro-batch for ZeRO-2 (gradient hooks)
     and ZeRO-3 (gathers and releases in the forward and backward). Measured on the lent H100: the GPU sat idle
@@ -293,5 +293,5 @@ def step_time(lay: Layout, hw: GpuProfile) -> StepTime:
     compute = sum(terms.values())
     terms["dp_comm"] = _dp_seconds(lay, hw, compute)
     terms["optimizer"] = _optimizer_seconds(lay, hw)
-    terms["engine_host"] = _engine_host_seconds(lay, hw)
+    terms["engine_host"] = engine_host_seconds(lay, hw)
     return StepTime(sum(terms.values()), terms, model_flops(lay))

@@ -169,7 +169,9 @@ def _assumed(v: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _candidates(v: dict[str, Any]) -> list[Layout]:
+def row_layouts(v: dict[str, Any]) -> list[Layout]:
+    """The layouts an oracle row may have run: its micro-batch (or each of :data:`MICRO_BATCHES` when the source
+    does not give it) and, for an interleaved schedule, the virtual stages that divide its layers per stage."""
     batches = [v["micro_batch"]] if v["micro_batch"] else list(MICRO_BATCHES)
     per_stage = v["layers"] // v["pp"]
     if v["schedule"] != "interleaved" or v["pp"] == 1:
@@ -197,7 +199,7 @@ def predict_row(row: OracleRow, profile: GpuProfile | None = None) -> RowResult:
         hw = profile or profile_for(v["gpu"])
         if v["precision"] not in hw.peak_tflops:
             return RowResult(row, assumed=assumed, skipped=f"no {v['precision']} peak in the {hw.kind} profile")
-        layouts = _candidates(v)
+        layouts = row_layouts(v)
     except UserError as exc:
         return RowResult(row, assumed=assumed, skipped=str(exc))
     if not layouts:

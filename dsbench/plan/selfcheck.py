@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from dsbench.strategies import CHECKED
+from dsbench.strategies import CHECKED, FAMILY_BEFORE
 
 GOAL = 0.10
 """A check cell predicted worse than this (relative step time) is printed as a warning: issue 27's out-of-sample
@@ -45,10 +45,12 @@ def check_record(cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 def step_scale(profile: dict[str, Any]) -> dict[str, float]:
     """The per-family step scale a checked profile carries (empty for an unchecked one). A profile checked before
-    ZeRO-1 had its own cell (2026-11-26 07:00) scaled it with ZeRO-2's family, ``zero``: read so."""
+    ZeRO-1, DeepSpeed's pipeline engine and AutoTP had their own cells (2026-11-26 07:00) scaled them with the
+    family they were in (:data:`dsbench.strategies.FAMILY_BEFORE`): read so."""
     scale = dict((profile.get("check") or {}).get("step_scale") or {})
-    if "zero" in scale and "zero1" not in scale:
-        scale["zero1"] = scale["zero"]
+    for family, before in FAMILY_BEFORE.items():
+        if before in scale and family not in scale:
+            scale[family] = scale[before]
     return scale
 
 

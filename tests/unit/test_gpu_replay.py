@@ -326,13 +326,13 @@ def test_gpu_terms_match_the_kernel_time_profiled_on_the_h100(results, name):
 
     from dsbench.plan.gpu_profiles import profile_for
     from dsbench.plan.gpu_time import step_time
-    from dsbench.plan.replay import _candidates
+    from dsbench.plan.replay import row_layouts
 
     measured = json.loads((PROFILES / f"profile-{name}.json").read_text())["profiled"]["busy_s"]
     model, strategy = name.rsplit("-", 1)
     row = next(r for r in results if r.row.source == "dsbench-h100" and r.row.values["model"] == model
                and r.row.values["strategy"] == strategy)
-    time = step_time(_candidates(row.row.values)[0], profile_for("h100-sxm"))
+    time = step_time(row_layouts(row.row.values)[0], profile_for("h100-sxm"))
     assert time.seconds - time.terms["engine_host"] == pytest.approx(measured, rel=0.10)
 
 

@@ -19,10 +19,11 @@ PROFILE = DATA / "runs" / "cpu-calibrated" / "profile-llama-tiny.json"
 
 def test_one_cell_per_engine_family_where_the_model_allows():
     assert check_strategies(default_strategies("llama-tiny", 2)) == ["ddp", "fsdp", "zero1", "zero2", "zero3",
-                                                                   "torch_tp2", "torch_pipe2"]
+                                                                   "torch_tp2", "zero1_tp2", "torch_pipe2",
+                                                                   "pipe2"]
     # GPT-2's fused Conv1D is not split by heads: no tensor-parallel cell
     assert check_strategies(default_strategies("gpt2-mini", 2)) == ["ddp", "fsdp", "zero1", "zero2", "zero3",
-                                                                   "torch_pipe2"]
+                                                                   "torch_pipe2", "pipe2"]
     assert check_strategies(default_strategies("gpt2-mini", 1)) == ["single"]  # one rank (one GPU): the plain loop
 
 
@@ -98,7 +99,7 @@ def test_a_bad_check_section_is_one_line(tmp_path, check, message):
 @pytest.mark.parametrize("name, family", [
     ("single", "ddp"), ("ddp", "ddp"), ("fsdp", "fsdp"), ("fsdp_no_reshard", "fsdp"), ("zero0", "deepspeed"),
     ("zero1", "zero1"), ("zero2", "zero"), ("zero2_offload", "zero"), ("zero3", "zero3"), ("zero3_offload", "zero3"),
-    ("pipe2", "pipeline"), ("zero1_tp2", "tensor"), ("torch_pipe4", "pipeline"), ("torch_tp2_sp", "tensor"),
+    ("pipe2", "pipe_engine"), ("zero1_tp2", "autotp"), ("torch_pipe4", "pipeline"), ("torch_tp2_sp", "tensor"),
 ])
 def test_every_strategy_has_the_family_of_its_code_path(name, family):
     from dsbench.strategies import get
@@ -116,7 +117,9 @@ def test_plan_says_which_scales_a_checked_profile_applied():
     args = ["plan", "--model", "gpt2-mini", "--gpus", "2", "--precision", "fp32", "--gpu-mem", "12", "--profile",
             str(checked)]
     planned = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
-    # checked before ZeRO-1 had its own cell: ZeRO-1 is read at ZeRO-2's scale, as it was planned then
-    assert "zero1" not in scale and planned["cluster"]["step_scale"] == {**scale, "zero1": scale["zero"]}
+    # checked before ZeRO-1 and DeepSpeed's pipeline engine had their own cells: read at the scales of the families
+    # they were in, as they were planned then
+    assert "zero1" not in scale and planned["cluster"]["step_scale"] == {**scale, "zero1": scale["zero"],
+                                                                         "pipe_engine": scale["pipeline"]}
     text = CliRunner().invoke(cli, args, terminal_width=400).output
     assert f"step times scaled by its calibrate --check: ddp x{scale['ddp']:.2f}" in " ".join(text.split())

@@ -146,3 +146,52 @@ def test_every_checked_run_meets_the_median_and_ranking_goals_and_beats_its_unch
     for row in collect([STORED / case / "compare"]):
         unchecked[row["base_strategy"]] = (measured_step_s(row), predict_cell(row, plain).step_s)
     assert _figures(unchecked)[0] > 1.5 * median
+
+
+# The third round, 2026-11-26 06:46-06:57, the first with ZeRO-1 as its own checked family (calibrate --check ran
+# ddp, fsdp, zero1, zero2, zero3, torch_pipe2 and, for llama-tiny, torch_tp2), stored before any change it checks.
+THIRD = ("oos-20261126-0646-gpt2-tiny", "oos-20261126-0651-gpt2-mini", "oos-20261126-0657-llama-tiny")
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-26 06:46-06:57: gpt2-tiny median 6.4% but worst pipe2 -24% "
+                   "(DeepSpeed's pipeline engine at torch_pipe2's scale); gpt2-mini median 12.0%, worst pipe2 -30%; "
+                   "llama-tiny median 25.5%, worst ddp +35%: every one of its check cells ran 19-35% slower than "
+                   "both compare repeats of the same cell minutes later")
+@pytest.mark.parametrize("case", THIRD)
+def test_the_third_round_meets_the_goals(case):
+    _goals(case)
+
+
+def _wall_step_ms(folder) -> dict[str, list[float]]:
+    """strategy -> each run's wall-clock step time, ms (the window over its measured steps)."""
+    out: dict[str, list[float]] = {}
+    for row in collect([folder]):
+        out[row["base_strategy"]] = [1e3 * run["summary"].throughput.step_s for run in row["runs"]]
+    return out
+
+
+def test_the_third_llama_check_ran_slower_than_both_compare_repeats_of_every_cell():
+    """Why the third llama-tiny round misses: not the model but the check's minutes. Each check cell (one launch)
+    ran slower than both repeats of the same cell in the compare that followed, so every family's scale was set
+    high and the checked prediction (median 25.5%) lost to the same profile without its scales (9.0%)."""
+    case = STORED / "oos-20261126-0657-llama-tiny"
+    check, compare = _wall_step_ms(case / "check"), _wall_step_ms(case / "compare")
+    assert sorted(check) == ["ddp", "fsdp", "torch_pipe2", "torch_tp2", "zero1", "zero2", "zero3"]
+    slower = {name: steps[0] / max(compare[name]) for name, steps in check.items()}
+    assert all(ratio > 1 for name, ratio in slower.items() if name != "torch_tp2"), slower
+    assert statistics.median(slower.values()) > 1.15, slower
+    median, _, _ = _figures(_cells("oos-20261126-0657-llama-tiny"))
+    data = read_profile(str(case / "profile.json"))
+    plain = type(data)(data.path, {key: value for key, value in data.data.items() if key != "check"})
+    unchecked = {row["base_strategy"]: (measured_step_s(row), predict_cell(row, plain).step_s)
+                 for row in collect([case / "compare"])}
+    assert _figures(unchecked)[0] < median / 2
+
+
+def test_with_its_own_check_cell_zero1_is_no_longer_the_worst_cell():
+    """ZeRO-1's own family (2026-11-26 07:00): in the third round it is within 12.5% on the GPT-2 models; on
+    llama-tiny the slow check minutes put it at +24%, as they put every family."""
+    for case in THIRD[:2]:
+        cells = _cells(case)
+        errors = {name: abs(predicted / measured - 1) for name, (measured, predicted) in cells.items()}
+        assert errors["zero1"] <= 0.125 and errors["zero1"] < max(errors.values()), errors
