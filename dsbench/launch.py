@@ -380,7 +380,7 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
     elif dims.tp > 1:
         check_autotp(shape.arch)
     chunks = dims.pp * train.virtual_stages
-    if train.pipeline_schedule == "interleaved" and shape.layers % chunks:
+    if train.pipeline_schedule in trainspec.INTERLEAVED and shape.layers % chunks:
         raise UserError(f"--virtual-stages {train.virtual_stages} does not divide {shape.name}'s {shape.layers} "
                         f"layers into {dims.pp} stages x {train.virtual_stages} equal chunks")
     if train.strategy == "torch_pp" and train.grad_accum < dims.pp:  # GPipe runs it; most of each step idles

@@ -96,6 +96,8 @@ class Strategy:
     """torch_tp's ``--loss-parallel`` (names ending ``_lp``)."""
     virtual_stages: int = 1
     """torch_pp's interleaved 1F1B with this many chunks per rank (names ending ``_interleaved{V}``)."""
+    zero_bubble: bool = False
+    """...under torch's ScheduleInterleavedZeroBubble instead (names ending ``_zb{V}``)."""
     planned: bool = True
     """The planner has a model of it (``plan --verify``, ``tune`` and report predictions use it)."""
 
@@ -157,7 +159,8 @@ class Strategy:
     @property
     def worker_flags(self) -> tuple[str, ...]:
         """The worker flags (after ``--``) the strategy needs."""
-        interleaved = ("--pipeline-schedule", "interleaved", "--virtual-stages", str(self.virtual_stages))
+        schedule = "interleaved-zb" if self.zero_bubble else "interleaved"
+        interleaved = ("--pipeline-schedule", schedule, "--virtual-stages", str(self.virtual_stages))
         return (() if self.reshard else ("--no-fsdp-reshard",)) + (interleaved if self.virtual_stages > 1 else ())
 
     @property
@@ -196,10 +199,12 @@ FAMILIES: dict[str, tuple[str, Strategy]] = {
     # DTensor Megatron-style tensor parallel (Llama-family models)
     "torch_tp": ("tp", Strategy("torch_tp{N}", "torch_tp", "torchrun")),
 }
-_FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe)([0-9]{1,4})((?:_sp)?(?:_lp)?|_interleaved[0-9]{1,2})")
+_FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe)([0-9]{1,4})"
+                          r"((?:_sp)?(?:_lp)?|_(?:interleaved|zb)[0-9]{1,2})")
 TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}
-"""torch_tp's option suffixes (``torch_tp2_sp``, ``torch_tp2_lp``, ``torch_tp2_sp_lp``); torch_pipe's is
-``_interleaved{V}``. The CPU planner has no model of them, so they are not ``planned``."""
+"""torch_tp's option suffixes (``torch_tp2_sp``, ``torch_tp2_lp``, ``torch_tp2_sp_lp``); torch_pipe's are
+``_interleaved{V}`` and ``_zb{V}`` (zero bubble). The CPU planner has no model of them, so they are not
+``planned``."""
 LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2")
 """Compare's strategies as listed to users and searched by ``tune`` (each family at degree 2)."""
 DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
@@ -226,8 +231,10 @@ def lookup(name: str) -> Strategy | None:
         return None
     suffix = match[3]
     options: dict[str, Any] = {field: True for part, field in TP_OPTIONS.items() if part in suffix}
-    if suffix.startswith("_interleaved"):
-        options = {"virtual_stages": int(suffix.removeprefix("_interleaved"))}
+    if suffix.startswith(("_interleaved", "_zb")):
+        zero_bubble = suffix.startswith("_zb")
+        options = {"virtual_stages": int(suffix.removeprefix("_zb" if zero_bubble else "_interleaved")),
+                   "zero_bubble": zero_bubble}
         if options["virtual_stages"] < 2 or match[1] != "torch_pipe":
             return None
     elif suffix and match[1] != "torch_tp":
@@ -250,7 +257,8 @@ def get(name: str) -> Strategy:
 
 def choices() -> str:
     """The names a user may give, for error messages."""
-    return ", ".join((*FIXED, "zero1_tp{N}", "pipe{P}", "torch_pipe{P}[_interleaved{V}]", "torch_tp{N}[_sp][_lp]"))
+    return ", ".join((*FIXED, "zero1_tp{N}", "pipe{P}", "torch_pipe{P}[_interleaved{V}|_zb{V}]",
+                      "torch_tp{N}[_sp][_lp]"))
 
 
 def name_for(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
@@ -290,15 +298,16 @@ def for_candidate(strategy: str, offload: str = "none", offload_param: str = "no
 
 
 def with_options(name: str, sequence_parallel: bool = False, loss_parallel: bool = False,
-                 virtual_stages: int = 1) -> str:
-    """A torch_tp / torch_pipe family name with its option suffixes (:data:`TP_OPTIONS`, ``_interleaved{V}``)."""
-    return (name + "_sp" * sequence_parallel + "_lp" * loss_parallel
-            + (f"_interleaved{virtual_stages}" if virtual_stages > 1 else ""))
+                 virtual_stages: int = 1, zero_bubble: bool = False) -> str:
+    """A torch_tp / torch_pipe family name with its option suffixes (:data:`TP_OPTIONS`, ``_interleaved{V}``,
+    ``_zb{V}``)."""
+    chunks = f"_{'zb' if zero_bubble else 'interleaved'}{virtual_stages}" if virtual_stages > 1 else ""
+    return name + "_sp" * sequence_parallel + "_lp" * loss_parallel + chunks
 
 
 def name_of_run(engine: str, zero: int | None = None, offload: str = "none", offload_param: str = "none",
                 tp: int = 1, pp: int = 1, reshard: bool = True, sequence_parallel: bool = False,
-                loss_parallel: bool = False, virtual_stages: int = 1) -> str:
+                loss_parallel: bool = False, virtual_stages: int = 1, zero_bubble: bool = False) -> str:
     """The compare name of a run launched by hand, from what its header records. Where no compare strategy matches
     exactly: a DeepSpeed run by its stage and offload (``zero3_offload`` for ZeRO-3 with the optimizer alone on the
     CPU), any other by its engine."""
@@ -309,7 +318,7 @@ def name_of_run(engine: str, zero: int | None = None, offload: str = "none", off
     for family, (degree_of, template) in FAMILIES.items():
         degree = tp if degree_of == "tp" else pp
         if degree > 1 and tp * pp == degree and (template.engine, template.zero) == (engine, zero):
-            return with_options(f"{family}{degree}", sequence_parallel, loss_parallel, virtual_stages)
+            return with_options(f"{family}{degree}", sequence_parallel, loss_parallel, virtual_stages, zero_bubble)
     if engine == "deepspeed" and zero is not None:
         return f"zero{zero}" + {"none": "", "cpu": "_offload"}.get(offload, f"_{offload}")
     return engine

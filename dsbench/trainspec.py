@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 STRATEGIES = LAUNCH_STRATEGIES
 CHECKPOINTED = CHECKPOINTED_ENGINES
 """Strategies whose checkpoints dsbench writes and resumes (dsbench.worker.checkpoint_manifest.FORMATS)."""
-SCHEDULES = ("1f1b", "gpipe", "interleaved")
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "interleaved-zb")
+INTERLEAVED = ("interleaved", "interleaved-zb")
+"""torch_pp's schedules over ``--virtual-stages`` chunks per rank: interleaved 1F1B, and its zero-bubble form."""
 RECOMPUTE = ("none", "full", "selective", "selective-op")
 
 
@@ -79,11 +81,15 @@ class TrainSpec:
     fsdp_cpu_offload: bool = False
     pipeline_stages: int = 1
     """Pipeline stages of --strategy torch_pp (DeepSpeed's pipeline takes them from its config)."""
-    pipeline_schedule: Literal["1f1b", "gpipe", "interleaved"] = "1f1b"
-    """torch_pp's schedule: 1F1B (one forward, one backward in steady state), GPipe (all forwards first) or
-    interleaved 1F1B (``--virtual-stages`` chunks per rank, Narayanan et al. 2021 sec. 2.2)."""
+    pipeline_schedule: Literal["1f1b", "gpipe", "interleaved", "interleaved-zb"] = "1f1b"
+    """torch_pp's schedule: 1F1B (one forward, one backward in steady state), GPipe (all forwards first),
+    interleaved 1F1B (``--virtual-stages`` chunks per rank, Narayanan et al. 2021 sec. 2.2) or interleaved-zb, the
+    same chunks under torch's ScheduleInterleavedZeroBubble (each backward split into its input-gradient and
+    weight-gradient halves, the weight halves filling the bubble: Qi et al. 2024, "Zero Bubble Pipeline
+    Parallelism")."""
     virtual_stages: int = 1
-    """Model chunks per pipeline rank under ``--pipeline-schedule interleaved`` (rank r holds chunks r, r + P, ...)."""
+    """Model chunks per pipeline rank under an interleaved ``--pipeline-schedule`` (rank r holds chunks r, r + P,
+    ...)."""
     tp: int = 1
     """Tensor-parallel degree of --strategy torch_tp (DeepSpeed's AutoTP takes it from its config)."""
     sequence_parallel: bool = False
@@ -177,15 +183,16 @@ class TrainSpec:
             object.__setattr__(self, "recompute", "full")
 
     def _check_pipeline(self) -> None:
-        """torch_pp's stages and schedule. Interleaved 1F1B needs torch_pp, 2+ stages and 2+ chunks per rank, and a
-        micro-batch count torch's schedule accepts: it runs max(1, M // P) rounds of equal size
-        (torch.distributed.pipelining.schedules)."""
+        """torch_pp's stages and schedule. The interleaved schedules (1F1B and zero-bubble) need torch_pp, 2+ stages
+        and 2+ chunks per rank, and a micro-batch count torch's schedules accept: both run max(1, M // P) rounds of
+        equal size (torch.distributed.pipelining.schedules)."""
         if self.strategy != "torch_pp" and self.pipeline_stages != 1:
             raise UserError(f"--pipeline-stages {self.pipeline_stages} is for --strategy torch_pp (DeepSpeed's "
                             "pipeline engine takes its stages from the config: pipeline.stages)")
-        interleaved = self.pipeline_schedule == "interleaved"
+        interleaved = self.pipeline_schedule in INTERLEAVED
         if self.virtual_stages > 1 and not interleaved:
-            raise UserError(f"--virtual-stages {self.virtual_stages} needs --pipeline-schedule interleaved")
+            raise UserError(f"--virtual-stages {self.virtual_stages} needs --pipeline-schedule interleaved or "
+                            "interleaved-zb")
         if self.strategy == "torch_pp" and self.pipeline_schedule == "1f1b" and self.grad_accum < self.pipeline_stages:
             raise UserError(f"1F1B needs at least as many micro-batches as stages: --grad-accum {self.grad_accum} < "
                             f"--pipeline-stages {self.pipeline_stages}; raise --grad-accum or use "
@@ -194,12 +201,14 @@ class TrainSpec:
             return
         stages = self.pipeline_stages
         if self.strategy != "torch_pp" or stages < 2 or self.virtual_stages < 2:
-            raise UserError("--pipeline-schedule interleaved needs --strategy torch_pp with --pipeline-stages 2 or "
+            raise UserError(f"--pipeline-schedule {self.pipeline_schedule} needs --strategy torch_pp with "
+                            "--pipeline-stages 2 or "
                             f"more and --virtual-stages 2 or more (got {self.strategy}, {stages} stages, "
                             f"{self.virtual_stages} per rank)")
         if not interleaved_accepts(self.grad_accum, stages):
             works = [m for m in range(1, 4 * stages + 1) if interleaved_accepts(m, stages)]
-            raise UserError(f"interleaved 1F1B on {stages} stages cannot split --grad-accum {self.grad_accum} "
+            raise UserError(f"--pipeline-schedule {self.pipeline_schedule} on {stages} stages cannot split "
+                            f"--grad-accum {self.grad_accum} "
                             f"micro-batches into equal rounds of {stages}; counts that work: "
                             f"{', '.join(map(str, works))}, ...")
 
@@ -286,7 +295,7 @@ HELP = {
     "gather_every": "steps between gathers of per-step metrics across ranks (each is one host-device sync)",
     "pipeline_stages": "pipeline stages of --strategy torch_pp",
     "pipeline_schedule": "torch_pp schedule",
-    "virtual_stages": "model chunks per rank with --pipeline-schedule interleaved",
+    "virtual_stages": "model chunks per rank with --pipeline-schedule interleaved or interleaved-zb",
     "recompute": "what the backward recomputes: none, full (every block), selective (the attention core), "
                  "selective-op (torch's selective checkpointing: matmul outputs saved)",
     "tp": "tensor-parallel degree of --strategy torch_tp",

@@ -2,7 +2,9 @@
 
 With ``--virtual-stages V`` torch_pp runs interleaved 1F1B, each rank V chunks, and the formula is
 (P-1)/(V·M+P-1) (Narayanan et al. 2021 sec. 2.2); the span predicted from the measured per-stage compute t_s
-becomes sum(t_s)/V + (M - 1/V)·max(t_s) (the fill and drain pass chunks of t_s/V).
+becomes sum(t_s)/V + (M - 1/V)·max(t_s) (the fill and drain pass chunks of t_s/V). With ``--zero-bubble`` the
+same chunks run under torch's ScheduleInterleavedZeroBubble, whose weight-gradient halves fill part of that
+bubble (Qi et al. 2024); the formula columns stay interleaved 1F1B's, the measurement says what is left.
 
 Each M is a real `dsbench launch` on CPU ranks (torch_pp with GPipe, whose bubble is 1F1B's and which also
 runs M < P; or DeepSpeed's pipeline engine with --engine deepspeed). Every rank records, per step, its
@@ -40,14 +42,15 @@ SHAPE = {"model_type": "llama", "vocab_size": 4096, "hidden_size": 256, "num_hid
 
 
 def measure(engine: str, stages: int, micro_batches: int, micro_batch: int, seq_len: int, steps: int,
-            model: Path, work: Path, virtual: int = 1) -> dict:
+            model: Path, work: Path, virtual: int = 1, zero_bubble: bool = False) -> dict:
     """Launch one run; per rank, the median idle share over its measured steps."""
-    folder = work / f"{engine}-v{virtual}-m{micro_batches}"
+    folder = work / f"{engine}-v{virtual}{'-zb' if zero_bubble else ''}-m{micro_batches}"
     strategy = (["--strategy", "torch_pp", "--launcher", "torchrun"] if engine == "torch_pp"
                 else ["--zero", "1"])
     schedule = ["--pipeline-schedule", "gpipe"] if engine == "torch_pp" else []
     if virtual > 1:
-        schedule = ["--pipeline-schedule", "interleaved", "--virtual-stages", str(virtual)]
+        schedule = ["--pipeline-schedule", "interleaved-zb" if zero_bubble else "interleaved", "--virtual-stages",
+                    str(virtual)]
     argv = [sys.executable, "-m", "dsbench", "launch", *strategy, "--pipeline-stages", str(stages),
             "--model", str(model), "--micro-batch", str(micro_batch), "--grad-accum", str(micro_batches),
             "--num-gpus", str(stages), "--run-dir", str(folder), "--", "--steps", str(steps), "--warmup", "4",
@@ -84,14 +87,17 @@ def main() -> int:
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--steps", type=int, default=10, help="steps per run (4 warm-up)")
     p.add_argument("--virtual-stages", type=int, default=1, help="torch_pp: interleaved 1F1B with V chunks per rank")
+    p.add_argument("--zero-bubble", action="store_true", help="with --virtual-stages: torch's "
+                   "ScheduleInterleavedZeroBubble over the same chunks (the formula columns stay interleaved 1F1B's)")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="dsbench-bubble-"))
     model = work / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(SHAPE))
     rows = [measure(args.engine, args.stages, int(m), args.micro_batch, args.seq_len, args.steps, model, work,
-                    args.virtual_stages) for m in args.micro_batches.split(",")]
-    schedule = f"interleaved 1F1B, V={args.virtual_stages}" if args.virtual_stages > 1 else "GPipe/1F1B"
+                    args.virtual_stages, args.zero_bubble) for m in args.micro_batches.split(",")]
+    kind = "interleaved zero-bubble" if args.zero_bubble else "interleaved 1F1B"
+    schedule = f"{kind}, V={args.virtual_stages}" if args.virtual_stages > 1 else "GPipe/1F1B"
     print(f"# pipeline bubble: {args.engine} ({schedule}), {args.stages} stages, micro-batch {args.micro_batch} x seq "
           f"{args.seq_len}, medians over {rows[0]['measured_steps']} steps after 4 warm-up, CPU ranks")
     print("| M | (P-1)/(V·M+P-1) | measured idle (mean of stages) | per stage | predicted from measured stage "

@@ -19,6 +19,7 @@ from dsbench.io import read_json
 from dsbench.records import METRICS, header_of, read_records, scaling_efficiency, summarize
 from dsbench.run_record import RunHeader, RunSummary, read_summary
 from dsbench.strategies import name_of_run
+from dsbench.trainspec import INTERLEAVED
 
 KEY = ("model", "device", "micro_batch", "world_size", "strategy")
 
@@ -72,10 +73,10 @@ def _strategy_name(header: RunHeader, cell: dict[str, Any] | None) -> str:
         where = (zero.get(key) or {}).get("device")
         return where if where not in (None, "none") else "none"
 
-    chunks = header.virtual_stages if header.pipeline_schedule == "interleaved" else 1
+    chunks = header.virtual_stages if header.pipeline_schedule in INTERLEAVED else 1
     return name_of_run(engine, zero.get("stage", 0) if engine == "deepspeed" else None, device("offload_optimizer"),
                        device("offload_param"), header.tp, header.pp, header.fsdp_reshard, header.sequence_parallel,
-                       header.loss_parallel, chunks)
+                       header.loss_parallel, chunks, header.pipeline_schedule == "interleaved-zb")
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:

@@ -42,6 +42,10 @@ COMMANDS = {
     "torch_pipe2_interleaved2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-mini "
                                      "--micro-batch 1 --grad-accum 4 --num-gpus 2 --recompute selective -- "
                                      "--pipeline-schedule interleaved --virtual-stages 2",
+    # the same chunks under torch's zero-bubble schedule (each backward split into input- and weight-gradient halves)
+    "torch_pipe2_zb2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-mini "
+                            "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --pipeline-schedule interleaved-zb "
+                            "--virtual-stages 2",
     # 4 ranks: data parallelism on top (pp 2 x dp 2, dp 2 x tp 2); the TP run with sequence parallelism and the
     # vocabulary-parallel loss (issue 28: their parity is this run's, beside plain TP's in torch_tp2_llama)
     "pipe2_dp2_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 4",
@@ -60,7 +64,8 @@ REFERENCE = {"pipe2_llama": "single_llama_4", "pipe2_ckpt_llama": "single_llama_
              "torch_pipe2_llama": "single_llama_4",
              "torch_tp2_llama": "single_llama_2", "pipe2_gpt2": "single_gpt2_4", "torch_pipe2_gpt2": "single_gpt2_4",
              "pipe2_dp2_llama": "single_llama_4", "torch_pipe2_dp2_llama": "single_llama_4",
-             "torch_tp2_dp2_llama": "single_llama_4", "torch_pipe2_interleaved2_gpt2": "single_gpt2_mini_4"}
+             "torch_tp2_dp2_llama": "single_llama_4", "torch_pipe2_interleaved2_gpt2": "single_gpt2_mini_4",
+             "torch_pipe2_zb2_gpt2": "single_gpt2_mini_4"}
 
 
 def launched(runs, name: str) -> dict:
@@ -91,8 +96,9 @@ def test_losses_match_the_single_process_run(runs, name):
         assert header["speed"]["optimizer"] == "AdamW (fused)"
     assert header["global_batch"] == reference["header"][0]["global_batch"]
     assert header["sequence_parallel"] is header["loss_parallel"] is (name == "torch_tp2_dp2_llama")
-    if "interleaved" in name:
-        assert (header["pipeline_schedule"], header["virtual_stages"]) == ("interleaved", 2)
+    if "interleaved" in name or "zb" in name:
+        schedule = "interleaved-zb" if "zb" in name else "interleaved"
+        assert (header["pipeline_schedule"], header["virtual_stages"]) == (schedule, 2)
     assert header["pp"] * header["tp"] * header["dp_size"] == header["world_size"]
 
 

@@ -70,11 +70,17 @@ def test_torch_tp_option_suffixes_launch_with_their_flags():
     assert (interleaved.pp, interleaved.virtual_stages, interleaved.planned) == (4, 2, False)
     assert interleaved.worker_flags == ("--pipeline-schedule", "interleaved", "--virtual-stages", "2")
     assert registry.name_of_run("torch_pp", pp=4, virtual_stages=2) == "torch_pipe4_interleaved2"
+    zero_bubble = registry.get("torch_pipe2_zb2")  # torch's ScheduleInterleavedZeroBubble over the same chunks
+    assert (zero_bubble.pp, zero_bubble.virtual_stages, zero_bubble.zero_bubble, zero_bubble.planned) == (
+        2, 2, True, False)
+    assert zero_bubble.worker_flags == ("--pipeline-schedule", "interleaved-zb", "--virtual-stages", "2")
+    assert registry.name_of_run("torch_pp", pp=2, virtual_stages=2, zero_bubble=True) == "torch_pipe2_zb2"
 
 
 @pytest.mark.parametrize("name", ["torch_tp1", "pipe0", "pipe02", "zero1_tp", "torch_tp2x", "zero9", "pipe99999",
                                   "torch_tp2_lp_sp", "pipe2_sp", "zero1_tp2_lp", "torch_tp2_sp_sp",
-                                  "torch_pipe2_interleaved1", "pipe2_interleaved2", "torch_tp2_interleaved2"])
+                                  "torch_pipe2_interleaved1", "pipe2_interleaved2", "torch_tp2_interleaved2",
+                                  "torch_pipe2_zb1", "pipe2_zb2", "torch_tp2_zb2", "torch_pipe2_interleaved2_zb2"])
 def test_a_bad_name_is_unknown(name):
     assert registry.lookup(name) is None and not registry.known(name)
 

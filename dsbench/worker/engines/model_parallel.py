@@ -30,6 +30,7 @@ from torch import nn
 from dsbench.errors import UserError
 from dsbench.models import check_loss_parallel, check_megatron_tp
 from dsbench.parallel import ParallelDims
+from dsbench.trainspec import INTERLEAVED
 from dsbench.worker.dist import Collectives
 from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine
 from dsbench.worker.engines.busy import BusyClock
@@ -121,6 +122,7 @@ class TorchPipelineEngine(TorchAdamWEngine):
             Schedule1F1B,
             ScheduleGPipe,
             ScheduleInterleaved1F1B,
+            ScheduleInterleavedZeroBubble,
         )
 
         device = torch.device(dist_info.device)
@@ -130,7 +132,7 @@ class TorchPipelineEngine(TorchAdamWEngine):
         self.pp_group, self.dp_group = mesh.get_group("pp"), mesh.get_group("dp")
         self.last_rank = int(mesh.mesh[dims.pp - 1, dp_index])  # the global rank whose stage computes the loss
         split = split_model(model)
-        chunks = options.virtual_stages if schedule == "interleaved" else 1
+        chunks = options.virtual_stages if schedule in INTERLEAVED else 1
         if len(split.blocks) % (dims.pp * chunks):
             raise UserError(f"{chunks} virtual stages do not divide the {len(split.blocks) // dims.pp} layers per "
                             f"stage ({len(split.blocks)} layers on {dims.pp} stages)")
@@ -143,13 +145,16 @@ class TorchPipelineEngine(TorchAdamWEngine):
             groups = [dist.new_group([int(mesh.mesh[0, d]), int(mesh.mesh[-1, d])]) for d in range(dims.dp)]
             if self.stage in (0, dims.pp - 1):
                 self.tied = (split.embed.embedding.weight, groups[dp_index])
-        kind = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe, "interleaved": ScheduleInterleaved1F1B}[schedule]
+        kind = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe, "interleaved": ScheduleInterleaved1F1B,
+                "interleaved-zb": ScheduleInterleavedZeroBubble}[schedule]
         stages = [PipelineStage(part, i, dims.pp * chunks, device, group=self.pp_group)
                   for part, i in zip(parts, indices, strict=True)]
         self.busy = BusyClock(dist_info.device)  # compute time of this stage, for the bubble (CPU)
         for pipe_stage in stages:
             pipe_stage.forward_one_chunk = self.busy.wrap(pipe_stage.forward_one_chunk)
             pipe_stage.backward_one_chunk = self.busy.wrap(pipe_stage.backward_one_chunk)
+            # zero-bubble schedules run each weight-gradient half on its own (never inside backward_one_chunk)
+            pipe_stage.backward_weight_one_chunk = self.busy.wrap(pipe_stage.backward_weight_one_chunk)
         self.schedule = kind(stages if chunks > 1 else stages[0], n_microbatches=options.grad_accum,
                              loss_fn=causal_lm_loss, scale_grads=True)
         self.schedule.step = self.busy.wrap(self.schedule.step, "span")
