@@ -15,6 +15,7 @@ from dsbench.commands.options import (
     checked_profile,
     csv_list,
 )
+from dsbench.report.verdict import MAX_SLOWDOWN
 
 
 def _default(key: str) -> str:
@@ -51,8 +52,11 @@ def _default(key: str) -> str:
 @click.option("--quiet", is_flag=True, help="No live progress (one line per cell).")
 @click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
               help="Machine profile (dsbench calibrate): the report shows predicted beside measured step time.")
+@click.option("--max-slowdown", type=click.FloatRange(min=1.0), default=MAX_SLOWDOWN, show_default=True,
+              help="The verdict's least-memory choice may step this much slower than the fastest.")
 def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed: bool, timeout: float,
-            nvme_path: str | None, no_report: bool, quiet: bool, profile: Any, **flags: Any) -> None:
+            nvme_path: str | None, no_report: bool, quiet: bool, profile: Any, max_slowdown: float,
+            **flags: Any) -> None:
     """Run a matrix of strategies side by side (real launches) and build the report."""
     from dsbench.bench.session import run_compare
     from dsbench.plan.verify import predictor
@@ -62,7 +66,8 @@ def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed
     predict = predictor(profile)  # a bad profile is refused before any cell runs
     run = run_compare(matrix_file, flags, out, resume, retry_failed, timeout, nvme_path, quiet)
     if not no_report:
-        print_report(build_report([run.folder / "cells"], run.folder / "report", predict=predict))
+        print_report(build_report([run.folder / "cells"], run.folder / "report", predict=predict,
+                                  max_slowdown=max_slowdown))
     failed = [r for r in run.results if r.status != "ok"]
     click.echo(f"{len(run.results) - len(failed)}/{len(run.results)} cells ok; results in {run.folder}"
                + (f"; report: {run.folder / 'report' / 'report.html'}" if not no_report else ""))

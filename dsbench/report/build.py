@@ -11,6 +11,7 @@ from dsbench.errors import UserError
 from dsbench.io import atomic_write_text
 from dsbench.report.collect import collect
 from dsbench.report.render import to_csv, to_json, to_markdown
+from dsbench.report.verdict import MAX_SLOWDOWN, verdict
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,8 @@ class Report:
     rows: list[dict[str, Any]]
     folder: Path
     files: dict[str, Path]
+    verdict: list[str]
+    """The answer first (dsbench/report/verdict.py): the terminal, Markdown and HTML open with it."""
 
 
 def environment(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -32,16 +35,19 @@ Predict = Callable[[dict[str, Any]], dict[str, Any]]
 """Figures to add to one report row (the planner's predictions beside the measurement: ``dsbench.plan.verify``)."""
 
 
-def build_report(roots: list[Path], out: Path, plots: bool = True, predict: Predict | None = None) -> Report:
-    """Collect ``roots`` (merged) and write all artefacts into ``out``; ``predict`` adds predicted columns."""
+def build_report(roots: list[Path], out: Path, plots: bool = True, predict: Predict | None = None,
+                 max_slowdown: float = MAX_SLOWDOWN) -> Report:
+    """Collect ``roots`` (merged) and write all artefacts into ``out``; ``predict`` adds predicted columns;
+    ``max_slowdown`` bounds the verdict's memory-frugal choice."""
     rows = collect(roots)
     if not rows:
         raise UserError(f"no runs found under {', '.join(map(str, roots))} (looked for cell.json / metrics.jsonl)")
     if predict is not None:
         rows = [{**row, **predict(row)} for row in rows]
     env = environment(rows)
+    answer = verdict(rows, max_slowdown)
     files = {
-        "markdown": atomic_write_text(out / "report.md", to_markdown(rows)),
+        "markdown": atomic_write_text(out / "report.md", to_markdown(rows, answer)),
         "csv": atomic_write_text(out / "report.csv", to_csv(rows)),
         "json": atomic_write_text(out / "report.json", to_json(rows, env)),
     }
@@ -51,5 +57,5 @@ def build_report(roots: list[Path], out: Path, plots: bool = True, predict: Pred
 
         images = all_plots(rows, out)
         files.update({f"png:{name}": path for name, path in images.items()})
-        files["html"] = write_html(rows, images, env, out / "report.html")
-    return Report(rows=rows, folder=out, files=files)
+        files["html"] = write_html(rows, images, env, out / "report.html", answer)
+    return Report(rows=rows, folder=out, files=files, verdict=answer)

@@ -16,6 +16,7 @@ table{border-collapse:collapse;font-size:.85rem;margin:1rem 0}th,td{border:1px s
 th{background:#f2f2f2}td.num{text-align:right;font-variant-numeric:tabular-nums}tr.failed td{background:#fde8e8}
 img{max-width:100%;border:1px solid #eee;margin:.5rem 0}pre{background:#f7f7f7;padding:.6rem;overflow-x:auto;
 font-size:.8rem}details{margin:.4rem 0}.note{color:#555;font-size:.85rem}
+ul.verdict{font-size:1.05rem;line-height:1.5}li.sub{list-style:circle;margin-left:1.5rem}
 """
 
 
@@ -46,8 +47,14 @@ def _cells(rows: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def write_html(rows: list[dict[str, Any]], plots: dict[str, Path], env: dict[str, Any], path: Path) -> Path:
-    """Write the report; returns its path."""
+def _verdict_item(line: str) -> str:
+    """One verdict line as a list item (its indented lines, which qualify the group's first, nested in style)."""
+    return f"<li{' class=sub' if line.startswith('  ') else ''}>{html.escape(line.strip())}</li>"
+
+
+def write_html(rows: list[dict[str, Any]], plots: dict[str, Path], env: dict[str, Any], path: Path,
+               answer: list[str] | None = None) -> Path:
+    """Write the report, opening with the verdict (``answer``); returns its path."""
     from dsbench.io import atomic_write_text
 
     images = "".join(
@@ -56,6 +63,9 @@ def write_html(rows: list[dict[str, Any]], plots: dict[str, Path], env: dict[str
         for name, p in plots.items())
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>dsbench report</title>"
             f"<style>{_STYLE}</style></head><body><h1>dsbench report</h1>"
+            + (f"<h2>Verdict</h2><ul class='verdict'>{''.join(_verdict_item(line) for line in answer)}</ul>"
+               if answer else "") +
+            f"<h2>Cells</h2>"
             f"<p class='note'>{html.escape(method_note(rows))}</p>{_table(rows)}<h2>Plots</h2>{images}"
             f"<h2>Cells: commands and configs</h2>{_cells(rows)}"
             f"<h2>Environment</h2><pre>{html.escape(json.dumps(env, indent=2))}</pre></body></html>\n")

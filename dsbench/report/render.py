@@ -116,13 +116,16 @@ def to_rich_table(rows: list[dict[str, Any]]) -> Any:
     return table
 
 
-def to_markdown(rows: list[dict[str, Any]]) -> str:
+def to_markdown(rows: list[dict[str, Any]], answer: list[str] | None = None) -> str:
+    """The report as Markdown, opening with the verdict (``answer``) where given."""
     columns = columns_for(rows)
     lines = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell_text(r, k, f) for k, _, f in columns) + " |" for r in rows]
     failed = [r for r in rows if r["status"] != "ok"]
     notes = [f"- {r['strategy']} x{r['world_size']} ({r['model']}): {r['status']}: {r['reason']}" for r in failed]
-    return "\n".join(["# dsbench report", "", *lines, "", method_note(rows), *predicted_note(rows),
+    said = ["## Verdict", "", *(f"- {line.strip()}" if not line.startswith("  ") else f"  - {line.strip()}"
+                                for line in answer), "", "## Cells", ""] if answer else []
+    return "\n".join(["# dsbench report", "", *said, *lines, "", method_note(rows), *predicted_note(rows),
                       *([""] + notes if notes else [])]) + "\n"
 
 
@@ -161,6 +164,8 @@ def print_report(report: Any) -> None:
     from dsbench.console import table_console
 
     console = table_console()
+    for line in report.verdict:  # the answer first
+        console.print(line, highlight=False)
     console.print(to_rich_table(report.rows))
     for name, path in report.files.items():
         console.print(f"{name:18} {path}")

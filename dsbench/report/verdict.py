@@ -1,0 +1,98 @@
+"""The answer first: a compare report's verdict, a few sentences computed from its rows (pure).
+
+For each group of cells that ran the same model on the same device and ranks: the fastest strategy by the wall
+clock and its margin over the next; the strategies within noise of it; the one that holds the least memory within
+``--max-slowdown`` of the fastest's step time; then what failed, and, with ``--profile``, how far the planner's
+predictions were from the measurements. Every figure is one the table beside it shows; nothing is said that the rows
+do not hold (a group of one cell gets no margin, a row without memory figures no memory sentence).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from typing import Any
+
+MAX_SLOWDOWN = 1.25
+"""``--max-slowdown``'s default: how much slower than the fastest a memory-frugal choice may step."""
+
+
+def _noise_rule(rows: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """(low key, high key, the rule in words) that decides "within noise": the min-max of the wall-clock tokens/s
+    over repeats where every row ran 2 or more, else each run's timed p10-p90 over its steps."""
+    if all(row["ok"] >= 2 for row in rows):
+        return "tokens_per_s_min", "tokens_per_s_max", "their min-max tokens/s over repeats overlap"
+    return ("timed_tokens_per_s_p10", "timed_tokens_per_s_p90",
+            "their timed p10-p90 tokens/s over steps overlap (one repeat: no spread across runs)")
+
+
+def _memory(row: dict[str, Any]) -> tuple[float | None, str]:
+    """The memory a row is judged by: the device's peak on a GPU (torch.cuda.max_memory_allocated), the model
+    states counted from the tensors on CPU (a CPU rank's resident set holds the whole runtime)."""
+    if row.get("memory_kind") == "cuda_max_allocated":
+        return row.get("peak_memory_mib"), "peak device memory per rank"
+    return row.get("model_states_mib"), "model states per rank"
+
+
+def _group_lines(rows: list[dict[str, Any]], max_slowdown: float) -> list[str]:
+    ok = sorted((row for row in rows if row["status"] == "ok" and row.get("tokens_per_s")),
+                key=lambda row: -row["tokens_per_s"])
+    if not ok:
+        return []
+    head = ok[0]
+    where = f"{head['model']} on {head['world_size']} {head['device']} rank{'s' if head['world_size'] != 1 else ''}"
+    if len(ok) == 1:
+        return [f"{where}: only {head['strategy']} ran ({head['tokens_per_s']:,.0f} tokens/s); nothing to compare."]
+    second = ok[1]
+    runs = f"{head['ok']} run{'s' if head['ok'] != 1 else ''}"
+    lines = [f"{where}: {head['strategy']} is fastest at {head['tokens_per_s']:,.0f} tokens/s (wall clock, median "
+             f"of {runs}), {head['tokens_per_s'] / second['tokens_per_s']:.2f}x the next, {second['strategy']}."]
+    low, high, rule = _noise_rule(ok)
+    if head.get(low) is not None:
+        tied = [row["strategy"] for row in ok[1:]
+                if row.get(high) is not None and row[high] >= head[low]]
+        lines.append(f"  Within noise of it ({rule}): {', '.join(tied)}." if tied else
+                     f"  No other strategy is within noise of it ({rule.replace('overlap', 'would overlap')}).")
+    lines += _frugal_line(ok, max_slowdown)
+    return lines
+
+
+def _frugal_line(ok: list[dict[str, Any]], max_slowdown: float) -> list[str]:
+    head = ok[0]
+    memory, what = _memory(head)
+    if memory is None:
+        return []
+    allowed = [row for row in ok if _memory(row)[0] is not None
+               and head["tokens_per_s"] / row["tokens_per_s"] <= max_slowdown]
+    frugal = min(allowed, key=lambda row: _memory(row)[0])
+    if frugal is head:
+        return [f"  It also holds the least {what} ({memory:,.1f} MiB) of those within {max_slowdown:.2f}x its "
+                "step time."]
+    return [f"  Least memory within {max_slowdown:.2f}x its step time (--max-slowdown): {frugal['strategy']}, "
+            f"{_memory(frugal)[0]:,.1f} MiB of {what} against {memory:,.1f} MiB, at "
+            f"{head['tokens_per_s'] / frugal['tokens_per_s']:.2f}x the step time."]
+
+
+def _prediction_line(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """With --profile: the planner's step-time error over the cells it predicted."""
+    errors = [(abs(row["step_error"]), row["strategy"]) for row in rows if row.get("step_error") is not None]
+    if not errors:
+        return []
+    worst = max(errors)
+    return [f"The planner (--profile) predicted {len(errors)} cell{'s' if len(errors) != 1 else ''}' step time with a "
+            f"median error of {statistics.median(e for e, _ in errors):.0%}, the worst {worst[0]:.0%} "
+            f"({worst[1]})."]
+
+
+def verdict(rows: list[dict[str, Any]], max_slowdown: float = MAX_SLOWDOWN) -> list[str]:
+    """The verdict's lines, groups in the table's order: fastest, within noise, least memory; then failures and the
+    planner's error."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["model"], row["device"], row["world_size"]), []).append(row)
+    # a lone cell (compare's 1-rank baseline beside the strategies it scales) says nothing when others compare
+    compared = [group for group in groups.values() if len(group) > 1] or list(groups.values())
+    lines = [line for group in compared for line in _group_lines(group, max_slowdown)]
+    lines += [f"Failed: {row['strategy']} x{row['world_size']} ({row['model']}): {row['status']}: {row['reason']}"
+              for row in rows if row["status"] != "ok"]
+    return lines + _prediction_line(rows)

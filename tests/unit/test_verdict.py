@@ -1,0 +1,96 @@
+"""The report's verdict (dsbench/report/verdict.py): what it says follows from the rows, by the documented rules.
+
+Oracles: hand-made rows whose answer is read off their numbers, and the stored compares, whose fastest cell and
+within-noise set are worked out here from each run's summary.json (the wall-clock tokens/s), not from the report.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+from dsbench.report.collect import collect
+from dsbench.report.verdict import verdict
+from tests.conftest import DATA
+
+
+def _row(strategy, tps, low=None, high=None, ok=2, states=10.0, world=2, status="ok", reason=None, **extra):
+    return {"strategy": strategy, "model": "m", "device": "cpu", "world_size": world, "status": status,
+            "reason": reason, "ok": ok if status == "ok" else 0, "tokens_per_s": tps if status == "ok" else None,
+            "tokens_per_s_min": low, "tokens_per_s_max": high, "timed_tokens_per_s_p10": None,
+            "timed_tokens_per_s_p90": None, "model_states_mib": states, "memory_kind": "rss", **extra}
+
+
+def test_the_fastest_its_margin_the_ties_and_the_frugal_choice():
+    rows = [_row("ddp", 1000, 950, 1050, states=40), _row("zero1", 980, 900, 960, states=20),
+            _row("zero3", 700, 690, 710, states=8), _row("fsdp", 850, 840, 860, states=10)]
+    lines = verdict(rows)
+    assert lines[0].startswith("m on 2 cpu ranks: ddp is fastest at 1,000 tokens/s")
+    assert "1.02x the next, zero1" in lines[0]
+    assert "min-max tokens/s over repeats overlap): zero1." in lines[1]  # 960 >= 950; fsdp's 860 < 950
+    # within 1.25x of ddp's step: zero1 (1.02x), fsdp (1.18x); zero3 (1.43x) is not, though it holds least
+    assert "fsdp, 10.0 MiB of model states per rank against 40.0 MiB, at 1.18x the step time" in lines[2]
+    assert "zero3" in verdict(rows, max_slowdown=1.5)[2]
+
+
+def test_one_repeat_uses_the_timed_spread_and_says_so():
+    rows = [_row("ddp", 1000, ok=1, timed_tokens_per_s_p10=900.0, timed_tokens_per_s_p90=1100.0),
+            _row("fsdp", 800, ok=1, timed_tokens_per_s_p10=700.0, timed_tokens_per_s_p90=880.0)]
+    lines = verdict(rows)
+    assert "No other strategy is within noise of it (their timed p10-p90 tokens/s over steps would overlap (one " \
+           "repeat" in lines[1]
+
+
+def test_gpu_rows_are_judged_by_peak_memory_and_failures_and_predictions_are_named():
+    rows = [_row("ddp", 1000, 990, 1010, memory_kind="cuda_max_allocated", peak_memory_mib=900.0, step_error=0.1),
+            _row("zero2", 900, 880, 905, memory_kind="cuda_max_allocated", peak_memory_mib=600.0, step_error=-0.3),
+            _row("zero3_nvme", None, status="failed", reason="no --nvme-path")]
+    lines = verdict(rows)
+    assert "zero2, 600.0 MiB of peak device memory per rank against 900.0 MiB" in lines[2]
+    assert "Failed: zero3_nvme x2 (m): failed: no --nvme-path" in lines
+    assert lines[-1] == ("The planner (--profile) predicted 2 cells' step time with a median error of 20%, the worst "
+                         "30% (zero2).")
+
+
+def test_the_stored_compare_s_fastest_and_ties_from_its_summaries():
+    compare = DATA / "runs" / "cpu-calibrated" / "oos-20261126-0437-llama-tiny" / "compare"
+    per_cell: dict[str, list[float]] = {}
+    for cell in (compare / "cells").iterdir():
+        definition = json.loads((cell / "cell.json").read_text())["cell"]
+        label = definition["strategy"] + "+fused" * bool(definition.get("fused_optimizer"))
+        summary = json.loads((cell / "summary.json").read_text())
+        per_cell.setdefault(label, []).append(summary["throughput"]["tokens_per_s"])
+    fastest = max(per_cell, key=lambda name: statistics.median(per_cell[name]))
+    ties = [name for name, runs in sorted(per_cell.items(), key=lambda item: -statistics.median(item[1]))
+            if name != fastest and max(runs) >= min(per_cell[fastest])]
+    lines = verdict(collect([compare]))
+    assert f": {fastest} is fastest at {statistics.median(per_cell[fastest]):,.0f} tokens/s" in lines[0]
+    assert ties and lines[1].endswith(f"overlap): {', '.join(ties)}.")
+
+
+def test_a_lone_baseline_is_silent_beside_a_compared_group():
+    rows = [_row("single", 500, 490, 510, world=1), _row("ddp", 900, 880, 920), _row("fsdp", 800, 790, 810)]
+    lines = verdict(rows)
+    assert not any("only single ran" in line for line in lines) and lines[0].startswith("m on 2 cpu ranks: ddp")
+    assert verdict([rows[0]]) == ["m on 1 cpu rank: only single ran (500 tokens/s); nothing to compare."]
+
+
+def test_the_markdown_html_and_terminal_open_with_the_verdict(tmp_path, capsys):
+    import shutil
+
+    from dsbench.report.build import build_report
+    from dsbench.report.html import write_html
+    from dsbench.report.render import print_report
+
+    compare = tmp_path / "compare"
+    shutil.copytree(DATA / "runs" / "cpu-calibrated" / "oos-20261126-0437-llama-tiny" / "compare", compare)
+    built = build_report([compare], tmp_path / "report", plots=False, max_slowdown=1.5)
+    assert built.verdict == verdict(built.rows, 1.5) and "within 1.50x" in built.verdict[2]
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert markdown.startswith("# dsbench report\n\n## Verdict\n\n- " + built.verdict[0].strip())
+    assert markdown.index("## Verdict") < markdown.index("| strategy |")
+    page = write_html(built.rows, {}, {}, tmp_path / "page.html", built.verdict).read_text()
+    assert page.index("<h2>Verdict</h2>") < page.index("<table>")
+    print_report(built)
+    printed = capsys.readouterr().out
+    assert printed.index(built.verdict[0][:40]) < printed.index("dsbench compare")
