@@ -33,8 +33,10 @@ from dsbench.report.collect import collect
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ("ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload", "torch_pipe2", "pipe2")
-STRATEGIES = {"gpt2-tiny": BASE, "gpt2-mini": BASE, "llama-tiny": (*BASE, "torch_tp2", "zero1_tp2")}
-"""Issue 27's cells: the data-parallel strategies and both pipelines; llama-tiny also both tensor-parallel ones."""
+STRATEGIES = {"gpt2-tiny": BASE, "gpt2-mini": (*BASE, "torch_pipe2_interleaved2"),
+              "llama-tiny": (*BASE, "torch_tp2", "zero1_tp2")}
+"""Issue 27's cells: the data-parallel strategies and both pipelines; llama-tiny also both tensor-parallel ones;
+gpt2-mini (4 blocks: 2 stages x 2 chunks) also interleaved 1F1B (issue 28), counted once the planner prices it."""
 DOC_HEADING = "### Out-of-sample runs (scripts/bench_time_model.py)"
 
 
