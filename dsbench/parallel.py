@@ -95,7 +95,20 @@ def interleaved_accepts(micro_batches: int, stages: int) -> bool:
     return micro_batches % max(1, micro_batches // stages) == 0
 
 
-def bubble_fraction(stages: int, micro_batches: int) -> float:
+def bubble_fraction(stages: int, micro_batches: int, virtual_stages: int = 1) -> float:
     """Idle share of each stage in a GPipe/1F1B pipeline step: (P - 1) / (M + P - 1) for P stages and M
-    micro-batches (GPipe, Huang et al. 2019; ../shared/seeds/000 and 004). 0 without a pipeline."""
-    return (stages - 1) / (micro_batches + stages - 1) if stages > 1 else 0.0
+    micro-batches (GPipe, Huang et al. 2019; ../shared/seeds/000 and 004); with interleaved 1F1B over V chunks per
+    stage, (P - 1) / (V·M + P - 1) (Narayanan et al. 2021 sec. 2.2). 0 without a pipeline."""
+    return (stages - 1) / (virtual_stages * micro_batches + stages - 1) if stages > 1 else 0.0
+
+
+def in_flight_micro_batches(stages: int, micro_batches: int, virtual_stages: int = 1, gpipe: bool = False) -> float:
+    """Micro-batches whose activations the first stage holds at its peak: all M under GPipe (every forward before
+    any backward); min(P, M) under 1F1B; P·(1 + (P - 1)/(P·V)) under interleaved 1F1B, capped at M (Korthikanti et
+    al. 2022 sec. 4.2.3, after Narayanan et al. 2021). 1 without a pipeline."""
+    if stages <= 1:
+        return 1
+    if gpipe:
+        return micro_batches
+    held = stages * (1 + (stages - 1) / (stages * virtual_stages)) if virtual_stages > 1 else stages
+    return min(held, micro_batches)

@@ -169,7 +169,8 @@ class Strategy:
         is DDP on one rank. Whether the planner's model is used for it is :attr:`planned`."""
         sharding = f"zero{self.zero}" if self.zero is not None else "fsdp" if self.engine == "fsdp" else "ddp"
         return {"strategy": sharding, "offload": self.offload, "offload_param": self.offload_param, "tp": self.tp,
-                "pp": self.pp, "engine": "torch" if self.engine in SPLIT_ENGINES else "deepspeed"}
+                "pp": self.pp, "engine": "torch" if self.engine in SPLIT_ENGINES else "deepspeed",
+                "virtual_stages": self.virtual_stages}
 
 
 def _fixed(*strategies: Strategy) -> dict[str, Strategy]:
@@ -203,8 +204,8 @@ _FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe)([0-9]{1,4})"
                           r"((?:_sp)?(?:_lp)?|_(?:interleaved|zb)[0-9]{1,2})")
 TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}
 """torch_tp's option suffixes (``torch_tp2_sp``, ``torch_tp2_lp``, ``torch_tp2_sp_lp``); torch_pipe's are
-``_interleaved{V}`` and ``_zb{V}`` (zero bubble). The CPU planner has no model of them, so they are not
-``planned``."""
+``_interleaved{V}`` and ``_zb{V}`` (zero bubble). The CPU planner prices interleaved 1F1B (its bubble and V times
+the sends); it has no model of the others, so they are not ``planned``."""
 LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2")
 """Compare's strategies as listed to users and searched by ``tune`` (each family at degree 2)."""
 DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
@@ -240,7 +241,8 @@ def lookup(name: str) -> Strategy | None:
     elif suffix and match[1] != "torch_tp":
         return None
     degree_of, template = FAMILIES[match[1]]
-    return replace(template, name=name, **{degree_of: int(match[2])}, **options, planned=not options)
+    planned = not options or (options.get("virtual_stages", 1) > 1 and not options.get("zero_bubble"))
+    return replace(template, name=name, **{degree_of: int(match[2])}, **options, planned=planned)
 
 
 def known(name: str) -> bool:
@@ -262,27 +264,28 @@ def choices() -> str:
 
 
 def name_for(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
-             engine: str = "deepspeed") -> str | None:
+             engine: str = "deepspeed", virtual_stages: int = 1) -> str | None:
     """The compare name of a planner candidate (the inverse of :attr:`Strategy.planner_fields`); ``None`` when no
     compare strategy runs it. DDP on one rank is ``ddp`` here (compare's ``single`` is its 1-rank baseline)."""
     fields = {"strategy": strategy, "offload": offload, "offload_param": offload_param, "tp": tp, "pp": pp,
-              "engine": engine}
+              "engine": engine, "virtual_stages": virtual_stages}
     for how in FIXED.values():
         if how.name != "single" and how.reshard and how.planner_fields == fields:
             return how.name
     for family, (degree_of, _) in FAMILIES.items():
         degree = tp if degree_of == "tp" else pp
-        how = lookup(f"{family}{degree}") if degree > 1 else None
+        name = with_options(f"{family}{degree}", virtual_stages=virtual_stages if family == "torch_pipe" else 1)
+        how = lookup(name) if degree > 1 else None
         if how is not None and how.planner_fields == fields:
             return how.name
     return None
 
 
 def for_candidate(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
-                  engine: str = "deepspeed") -> Strategy:
+                  engine: str = "deepspeed", virtual_stages: int = 1) -> Strategy:
     """The strategy that runs a planner candidate: compare's where it has one, else one named by its parts
     (``zero1 + tp8 + pp2``, ``fsdp_hybrid``) with the same fields, so that its launch flags are derived alike."""
-    name = name_for(strategy, offload, offload_param, tp, pp, engine)
+    name = name_for(strategy, offload, offload_param, tp, pp, engine, virtual_stages)
     if name is not None:
         return get(name)
     parts = [strategy] + ([f"offload-{offload}" + ("+params" if offload_param != "none" else "")]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsbench.models import ModelShape
-from dsbench.parallel import ParallelDims
+from dsbench.parallel import ParallelDims, in_flight_micro_batches
 from dsbench.plan import gpu_estimate, interval
 from dsbench.plan.calls import NO_LATENCY, collective_calls
 from dsbench.plan.comm import (
@@ -112,18 +112,22 @@ class Candidate:
     checkpointing: bool = False
     engine: str = "deepspeed"
     """Who implements tp/pp: ``deepspeed`` (AutoTP, the pipeline engine) or ``torch`` (torch_tp, torch_pp)."""
+    virtual_stages: int = 1
+    """torch_pp's interleaved 1F1B: model chunks per pipeline stage (1: plain 1F1B)."""
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Candidate:
         """The candidate of a plan result's row (:meth:`Estimate.to_dict`): the one reader of that JSON."""
         return cls(strategy=row["strategy"], offload=row["offload"], offload_param=row["offload_param"],
                    tp=row["tp"], pp=row["pp"], engine=row.get("engine", "deepspeed"),
-                   checkpointing=bool(row.get("activation_checkpointing")))
+                   checkpointing=bool(row.get("activation_checkpointing")),
+                   virtual_stages=row.get("virtual_stages", 1))
 
     @property
     def runs_as(self) -> Strategy:
         """The strategy that runs it, in compare's vocabulary where compare has it (dsbench/strategies.py)."""
-        return for_candidate(self.strategy, self.offload, self.offload_param, self.tp, self.pp, self.engine)
+        return for_candidate(self.strategy, self.offload, self.offload_param, self.tp, self.pp, self.engine,
+                             self.virtual_stages)
 
     @property
     def name(self) -> str:
@@ -166,7 +170,8 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         c = self.candidate
         return {"name": c.name, "strategy": c.strategy, "offload": c.offload, "offload_param": c.offload_param,
-                "tp": c.tp, "pp": c.pp, "engine": c.engine, "dp": self.dp, "activation_checkpointing": c.checkpointing,
+                "tp": c.tp, "pp": c.pp, "engine": c.engine, "virtual_stages": c.virtual_stages, "dp": self.dp,
+                "activation_checkpointing": c.checkpointing,
                 "accounting": self.accounting.name, "fits": self.fits,
                 "memory_gib": {"params": self.states.params / GIB, "grads": self.states.grads / GIB,
                                "optimizer_states": self.states.optimizer / GIB,
@@ -197,7 +202,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     # The global batch is fixed across candidates: with TP/PP the data-parallel degree shrinks, so each
     # replica accumulates tp x pp times more micro-batches per step.
     accum = dims.accumulation_for(wl.grad_accum)
-    in_flight = min(cand.pp, accum) if cand.pp > 1 else 1  # 1F1B keeps up to P micro-batches per stage
+    in_flight = in_flight_micro_batches(cand.pp, accum, cand.virtual_stages)  # 1F1B: up to P on the first stage
     activations = in_flight * activation_bytes(wl.seq_len, wl.micro_batch, shape.hidden, shape.heads,
                                                shape.layers, shape.vocab_size, cand.tp, cand.pp,
                                                cand.checkpointing, True, act_bytes)
@@ -208,8 +213,8 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
     stages = stage_seconds(cand, wl, cl)
     compute = accum * max(stages)  # the busiest stage's (the only one's, without a pipeline) work sets the pace
-    compute_with_bubble = pipeline_seconds(stages, accum)
-    bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(M + P - 1) when the stages are equal
+    compute_with_bubble = pipeline_seconds(stages, accum, cand.virtual_stages)
+    bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(V·M + P - 1) when the stages are equal
     counted = collective_calls(cand, shape, held, wl.reduce_bucket, acc)
     comm, exposed = _communication(cand, wl, cl, held, dp, shards, acc, accum, compute, counted)
     offload = _offload_seconds(states, cl)
@@ -273,12 +278,14 @@ def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:
     return [whole_seconds * share / whole * (8 / 6 if cand.checkpointing else 1.0) for share in stages]
 
 
-def pipeline_seconds(stages: list[float], micro_batches: int) -> float:
+def pipeline_seconds(stages: list[float], micro_batches: int, virtual_stages: int = 1) -> float:
     """A GPipe or 1F1B step of ``micro_batches`` through stages taking ``stages`` seconds each per micro-batch:
     the slowest stage works on every micro-batch, and the first micro-batch's pass through the others fills and
     drains the pipeline, (M - 1)·max + sum. With P equal stages it is (M + P - 1)·t, the bubble (P - 1)/(M + P - 1)
-    of GPipe (Huang et al. 2019; ../shared/seeds/000 and 004)."""
-    return (micro_batches - 1) * max(stages) + sum(stages)
+    of GPipe (Huang et al. 2019; ../shared/seeds/000 and 004). Interleaved over V chunks per stage, the fill and
+    drain pass chunks of t/V: sum/V + (M - 1/V)·max, the bubble (P - 1)/(V·M + P - 1) (Narayanan et al. 2021
+    sec. 2.2; measured against this in docs/benchmarks.md)."""
+    return sum(stages) / virtual_stages + (micro_batches - 1 / virtual_stages) * max(stages)
 
 
 def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: int, shards: int, acc: Accounting,
@@ -303,7 +310,9 @@ def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: 
                                          cl.intra, act_bytes, accum)
     if cand.pp > 1:
         pipe_link = cl.inter if cl.nodes > 1 else cl.intra
-        critical += pipeline_comm(wl.seq_len, wl.micro_batch, shape.hidden, cand.pp, pipe_link, act_bytes, accum)
+        # interleaved: each micro-batch crosses every stage boundary once per chunk, V times the sends
+        critical += pipeline_comm(wl.seq_len, wl.micro_batch, shape.hidden, cand.pp, pipe_link, act_bytes,
+                                  accum * cand.virtual_stages)
         if shape.tied_embeddings:
             critical += tied_embedding_comm(shape.parts()["embedding"], acc.grads, pipe_link)
     return comm + critical, exposed + sum(c.seconds for c in critical)

@@ -27,6 +27,7 @@ def layout_for(cand: Any, wl: Any, cl: Any) -> Layout:
                   micro_batch=wl.micro_batch, global_batch=ParallelDims(world=world).samples_per_step(
                       wl.micro_batch, wl.grad_accum), recompute="full" if cand.checkpointing else "none",
                   precision=wl.precision, kernels="hf",
+                  schedule="interleaved" if cand.virtual_stages > 1 else "1f1b", virtual_stages=cand.virtual_stages,
                   inter_gbs=cl.inter.bandwidth_gbs)  # --interconnect or --bandwidth
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from dsbench.parallel import in_flight_micro_batches
 from dsbench.plan.gpu_layout import Layout
 
 GIB = 1024**3
@@ -97,11 +98,9 @@ def peak_memory(lay: Layout) -> PeakMemory:
     s = lay.shape
     params = lay.stage_layers * s.layer_params() / lay.tp + s.vocab * s.hidden / lay.tp
     states = _state_bytes(lay, params)
-    in_flight = 1
-    if lay.pp > 1:
-        v = lay.virtual_stages if lay.schedule == "interleaved" else 1
-        in_flight = lay.pp * (1 + (lay.pp - 1) / (lay.pp * v)) if v > 1 else lay.pp
-        in_flight = min(in_flight, lay.micro_batches) if lay.schedule != "gpipe" else lay.micro_batches
+    in_flight = in_flight_micro_batches(lay.pp, lay.micro_batches,
+                                        lay.virtual_stages if lay.schedule == "interleaved" else 1,
+                                        gpipe=lay.schedule == "gpipe")
     activations = lay.stage_layers * _block_activation_bytes(lay) * in_flight
     if lay.recompute in ("full", "op"):  # the block being recomputed holds its full set during its backward
         activations += _block_activation_bytes(_without_recompute(lay))

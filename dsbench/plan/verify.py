@@ -22,7 +22,8 @@ from dsbench.run_record import RunHeader, read_summary
 def compare_strategy(cand: Candidate) -> str | None:
     """The compare strategy that runs a planner candidate (``None`` when compare has none, or the planner's model is
     not used for it: NVMe offload); activation checkpointing is the cell's own switch."""
-    name = registry.name_for(cand.strategy, cand.offload, cand.offload_param, cand.tp, cand.pp, cand.engine)
+    name = registry.name_for(cand.strategy, cand.offload, cand.offload_param, cand.tp, cand.pp, cand.engine,
+                             cand.virtual_stages)
     return name if name is not None and registry.get(name).planned else None
 
 

@@ -86,6 +86,16 @@ def test_bubble_fraction_formula():
 
     assert [bubble_fraction(2, m) for m in (1, 2, 4, 8)] == pytest.approx([1 / 2, 1 / 3, 1 / 5, 1 / 9])
     assert bubble_fraction(1, 4) == 0.0
+    assert bubble_fraction(4, 8, virtual_stages=2) == pytest.approx(3 / 19)  # Narayanan et al. 2021 sec. 2.2
+
+
+def test_the_first_stage_holds_p_micro_batches_or_more_when_interleaved():
+    from dsbench.parallel import in_flight_micro_batches
+
+    assert in_flight_micro_batches(4, 8) == 4 and in_flight_micro_batches(4, 2) == 2  # 1F1B: min(P, M)
+    assert in_flight_micro_batches(4, 8, gpipe=True) == 8 and in_flight_micro_batches(1, 8) == 1
+    # Korthikanti et al. 2022 sec. 4.2.3: interleaving holds P·(1 + (P - 1)/(P·V)) micro-batches' activations
+    assert in_flight_micro_batches(4, 16, virtual_stages=2) == pytest.approx(4 * (1 + 3 / 8))
 
 
 @pytest.mark.parametrize("tp, pp", [(1, 1), (2, 1), (1, 2), (2, 2)])

@@ -217,6 +217,35 @@ def test_an_unequal_pipeline_waits_on_its_slowest_stage_and_fills_once():
     assert pipeline_seconds([2.0], 3) == pytest.approx(6.0)  # no pipeline: every micro-batch in turn
 
 
+@pytest.mark.parametrize("stages, micro, virtual", [(2, 4, 2), (4, 8, 2), (4, 8, 3), (8, 16, 4)])
+def test_an_interleaved_pipeline_idles_narayanan_s_bubble(stages, micro, virtual):
+    from dsbench.plan.estimate import pipeline_seconds
+
+    # Narayanan et al. 2021 sec. 2.2: interleaving V chunks per stage divides the bubble time by V, the idle share
+    # (P - 1)/(V·M + P - 1)
+    step = pipeline_seconds([1.0] * stages, micro, virtual)
+    assert 1 - micro / step == pytest.approx((stages - 1) / (virtual * micro + stages - 1))
+
+
+def test_the_planner_prices_interleaved_1f1b_with_its_smaller_bubble_and_more_sends():
+    from dsbench.plan.api import build, read_profile
+    from dsbench.plan.estimate import Candidate, estimate
+    from dsbench.plan.request import PlanRequest
+    from tests.conftest import DATA
+
+    profile = read_profile(str(DATA / "runs" / "cpu-calibrated" / "profile-gpt2-mini.json"))
+    workload, cluster, _ = build(PlanRequest(model="gpt2-mini", gpus=2, seq_len=128, micro_batch=2, grad_accum=2,
+                                             precision="fp32", profile=profile))
+    plain = estimate(Candidate(strategy="ddp", pp=2, engine="torch"), workload, cluster)
+    chunks = estimate(Candidate(strategy="ddp", pp=2, engine="torch", virtual_stages=2), workload, cluster)
+    assert chunks.candidate.name == "torch_pipe2_interleaved2"
+    # accumulation 2 x pp 2 = 4 micro-batches: bubble 1/5 against 1/9 when the stages are equal
+    assert chunks.bubble < plain.bubble and chunks.compute_s == pytest.approx(plain.compute_s)
+    plain_sends, chunk_sends = (next(c for c in e.comm if c.kind == "p2p") for e in (plain, chunks))
+    assert chunk_sends.bytes_per_rank == pytest.approx(2 * plain_sends.bytes_per_rank)
+    assert chunks.activations > plain.activations  # P·(1 + (P - 1)/(P·V)) = 3 micro-batches in flight, not 2
+
+
 def test_a_stage_s_time_is_its_share_of_the_model_s_matrix_work_and_lookups_are_free():
     from dsbench.plan.estimate import Candidate, Cluster, Workload, stage_seconds
 

@@ -67,7 +67,10 @@ def test_torch_tp_option_suffixes_launch_with_their_flags():
     assert registry.get("torch_tp2_lp").launch_flags == ("--tp", "2", "--loss-parallel")
     assert registry.name_of_run("torch_tp", tp=2, sequence_parallel=True) == "torch_tp2_sp"
     interleaved = registry.get("torch_pipe4_interleaved2")
-    assert (interleaved.pp, interleaved.virtual_stages, interleaved.planned) == (4, 2, False)
+    # the CPU planner prices interleaved 1F1B (its bubble, V times the sends); not the zero-bubble form
+    assert (interleaved.pp, interleaved.virtual_stages, interleaved.planned) == (4, 2, True)
+    assert interleaved.planner_fields["virtual_stages"] == 2
+    assert registry.name_for("ddp", pp=4, engine="torch", virtual_stages=2) == "torch_pipe4_interleaved2"
     assert interleaved.worker_flags == ("--pipeline-schedule", "interleaved", "--virtual-stages", "2")
     assert registry.name_of_run("torch_pp", pp=4, virtual_stages=2) == "torch_pipe4_interleaved2"
     zero_bubble = registry.get("torch_pipe2_zb2")  # torch's ScheduleInterleavedZeroBubble over the same chunks
