@@ -51,6 +51,11 @@ def print_plan(result: dict[str, Any], top_n: int) -> None:
     else:
         console.print(f"recommended: {rec['name']}\n  " + (rec["command"] or "dsbench cannot launch it yet (its "
                                                                          "strategy is planned, not run)"))
+        ranked = {row["rank"]: row for row in result["candidates"] if row["rank"] in (1, 2)}
+        if 1 in ranked:  # why, in the ranking's own words, and what comes next
+            console.print(f"  why: {ranked[1]['reason']}", highlight=False)
+        if 2 in ranked:
+            console.print(f"runner-up: {ranked[2]['name']} ({ranked[2]['reason']})", highlight=False)
 
 
 def step_text(row: dict[str, Any]) -> str:
@@ -126,5 +131,18 @@ def print_tune(result: dict[str, Any], top: int = 12) -> None:
                       + "".join(f" {label}" for name, label in (("compile", "+compile"), ("fused_optimizer", "+fused"))
                               if winner.get(name)) + ", "
                       f"{winner['tokens_per_s']:,.0f} tokens/s measured\n  {winner['command']}")
+        measured = sorted((row for row in result["layouts"] if row["measured_tokens_per_s"]),
+                          key=lambda row: -row["measured_tokens_per_s"])
+        best = measured[0] if measured else None
+        if best is not None:  # why: the wall clock decided, and what the planner had said of it
+            predicted = best["predicted_tokens_per_s"]
+            console.print(f"  why: the fastest of the {len(measured)} layout(s) measured by the wall clock"
+                          + (f"; the planner predicted {predicted:,.0f} tokens/s for it" if predicted else ""),
+                          highlight=False)
+        if len(measured) > 1:
+            second = measured[1]
+            console.print(f"runner-up: {second['layout']}, {second['measured_tokens_per_s']:,.0f} tokens/s measured "
+                          f"({second['measured_tokens_per_s'] / best['measured_tokens_per_s']:.2f}x the fastest's)",
+                          highlight=False)
     else:
         console.print(f"no run succeeded in {result['runs_used']} attempt(s): see the cells' compare.log")

@@ -303,3 +303,33 @@ def test_plan_write_gives_files_the_tools_accept(cli_run, tmp_path):
     assert checked.exit_code == 0, checked.output
     again = cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--write", str(one_node))
     assert again.exit_code == 2 and "exists; plan writes a new folder and never replaces one" in again.output
+
+
+def test_plan_ends_with_the_recommendation_why_and_the_runner_up():
+    from click.testing import CliRunner
+
+    from dsbench.cli import cli
+
+    args = ["plan", "--model", "llama-7b", "--gpus", "16", "--nodes", "2"]
+    planned = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
+    first, second = (next(c for c in planned["candidates"] if c["rank"] == n) for n in (1, 2))
+    text = " ".join(CliRunner().invoke(cli, args, terminal_width=300).output.split())
+    assert f"recommended: {first['name']}" in text and f"why: {' '.join(first['reason'].split())}" in text
+    assert f"runner-up: {second['name']} ({' '.join(second['reason'].split())})" in text
+
+
+def test_tune_ends_with_the_winner_why_and_the_runner_up(capsys):
+    from dsbench.report.tables import print_tune
+
+    def layout(name, predicted, measured):
+        return {"layout": name, "fits": True, "predicted_tokens_per_s": predicted, "corrected_tokens_per_s": None,
+                "measured_tokens_per_s": measured, "status": "ok" if measured else "not run"}
+
+    result = {"layouts": [layout("ddp mb2 x2", 9000, 8000), layout("zero1 mb2 x2", 8800, 8400),
+                          layout("fsdp mb2 x2", 7000, None)], "runs_used": 2,
+              "winner": {"layout": "zero1 mb2 x2", "tokens_per_s": 8400, "command": "dsbench launch --zero 1"}}
+    print_tune(result)
+    text = " ".join(capsys.readouterr().out.split())
+    assert "winner after 2 run(s): zero1 mb2 x2, 8,400 tokens/s measured" in text
+    assert "why: the fastest of the 2 layout(s) measured by the wall clock; the planner predicted 8,800" in text
+    assert "runner-up: ddp mb2 x2, 8,000 tokens/s measured (0.95x the fastest's)" in text
