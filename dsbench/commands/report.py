@@ -10,6 +10,7 @@ import click
 
 from dsbench.commands.base import Command
 from dsbench.commands.options import (
+    Finite,
     checked_profile,
 )
 from dsbench.report.verdict import MAX_SLOWDOWN
@@ -21,7 +22,7 @@ from dsbench.report.verdict import MAX_SLOWDOWN
 @click.option("--no-plots", is_flag=True, help="Tables only (no matplotlib).")
 @click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
               help="Machine profile (dsbench calibrate): add the planner's predicted step time beside the measured.")
-@click.option("--max-slowdown", type=click.FloatRange(min=1.0), default=MAX_SLOWDOWN, show_default=True,
+@click.option("--max-slowdown", type=Finite(1), default=MAX_SLOWDOWN, show_default=True,
               help="The verdict's least-memory choice may step this much slower than the fastest.")
 def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: Any, max_slowdown: float) -> None:
     """Build tables, CSV/JSON/Markdown, PNG plots and an HTML report from run folders (merged; nothing re-runs),

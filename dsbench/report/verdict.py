@@ -62,8 +62,8 @@ def _frugal_line(ok: list[dict[str, Any]], max_slowdown: float) -> list[str]:
     memory, what = _memory(head)
     if memory is None:
         return []
-    allowed = [row for row in ok if _memory(row)[0] is not None
-               and head["tokens_per_s"] / row["tokens_per_s"] <= max_slowdown]
+    allowed = [head] + [row for row in ok[1:] if _memory(row)[0] is not None
+                        and head["tokens_per_s"] / row["tokens_per_s"] <= max_slowdown]
     frugal = min(allowed, key=lambda row: _memory(row)[0])
     if frugal is head:
         return [f"  It also holds the least {what} ({memory:,.1f} MiB) of those within {max_slowdown:.2f}x its "
