@@ -33,6 +33,16 @@ def deepspeed_cmd(port: int, module_args: list[str], ranks: int) -> list[str]:
             else "deepspeed", "--num_gpus", str(ranks), "--master_port", str(port), *module_args]
 
 
+def window_s(folder: Path) -> float:
+    """The run's measured window by the wall clock, through dsbench's one reader of summary.json."""
+    from dsbench.run_record import read_summary
+
+    summary = read_summary(folder)
+    if summary is None or summary.throughput is None:
+        sys.exit(f"{folder}: no finished run's summary")
+    return summary.throughput.window_s
+
+
 def run(argv: list[str], env: dict[str, str]) -> None:
     done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
     if done.returncode:
@@ -78,7 +88,7 @@ def main() -> int:
         folder = work / f"dsbench-{repeat}"
         run(deepspeed_cmd(29900 + repeat, ["--module", "dsbench.train", *common, "--out", str(folder), "--quiet"],
                           args.ranks), env)
-        harness.append(json.loads((folder / "summary.json").read_text())["throughput"]["window_s"])
+        harness.append(window_s(folder))
     return report(args, minimal, harness)
 
 
@@ -101,7 +111,7 @@ def native(args: argparse.Namespace, env: dict[str, str], work: Path) -> int:
         folder = work / f"dsbench-{repeat}"
         run(torchrun_cmd(29900 + repeat, args.ranks, ["-m", "dsbench.train", *common, "--out", str(folder),
                                                       "--quiet"]), env)
-        harness.append(json.loads((folder / "summary.json").read_text())["throughput"]["window_s"])
+        harness.append(window_s(folder))
     return report(args, minimal, harness)
 
 
