@@ -195,3 +195,28 @@ def test_with_its_own_check_cell_zero1_is_no_longer_the_worst_cell():
         cells = _cells(case)
         errors = {name: abs(predicted / measured - 1) for name, (measured, predicted) in cells.items()}
         assert errors["zero1"] <= 0.125 and errors["zero1"] < max(errors.values()), errors
+
+
+# The fourth round, 2026-11-26 07:33-07:44: DeepSpeed's pipeline engine and AutoTP checked on their own, and the
+# CPU planner's interleaved 1F1B term (written before this round) on gpt2-mini's torch_pipe2_interleaved2.
+FOURTH = ("oos-20261126-0733-gpt2-tiny", "oos-20261126-0738-gpt2-mini", "oos-20261126-0744-llama-tiny")
+
+
+@pytest.mark.parametrize("case", FOURTH[1:])
+def test_the_fourth_round_meets_the_goals_on_gpt2_mini_and_llama_tiny(case):
+    # measured: gpt2-mini median 2.5%, worst 7.8% (interleaved), Spearman 0.98; llama-tiny 2.1%, 8.9% (fsdp), 1.00
+    _goals(case)
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-26 07:33: median 8.2% and Spearman 0.90 meet the goals, the "
+                   "worst misses: zero1 +26.7% (its check cell ran at 65.7 ms a step, the compare's two repeats "
+                   "minutes later at about 52 ms: the check's minute again)")
+def test_the_fourth_round_meets_the_goals_on_gpt2_tiny():
+    _goals(FOURTH[0])
+
+
+def test_the_planner_prices_interleaved_1f1b_out_of_sample():
+    """The interleaved term (bubble (P-1)/(V·M+P-1), V times the sends) was written before this compare ran, and no
+    check cell of interleaved 1F1B exists: it takes torch_pipe2's pipeline scale."""
+    measured, predicted = _cells(FOURTH[1])["torch_pipe2_interleaved2"]
+    assert abs(predicted / measured - 1) <= 0.10, (measured, predicted)  # measured: -7.8%
