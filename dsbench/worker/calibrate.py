@@ -149,10 +149,12 @@ SLOW_CALL_S = 0.05
 (on a 100 Mbit/s link one 16 MiB all-reduce takes 2.7 s)."""
 
 
-def _sizes_to_measure(kind: str, group: Any, ranks: list[int], rank: int, comm: Any) -> dict[int, Any]:
+def _sizes_to_measure(kind: str, group: Any, ranks: list[int], rank: int,
+                      comm: Any) -> tuple[dict[int, Any], dict[str, float] | None]:
     """The sizes to time for ``kind``, each with its callable after one warm-up call: from 4 KiB up, stopping after
     the first (from the third on) whose warm-up call took SLOW_CALL_S on the group's first rank, which decides for
-    every rank of the group (so all run the same calls)."""
+    every rank of the group (so all run the same calls). With them, where it stopped early and why (the size and
+    its warm-up seconds; None when every size was measured)."""
     import torch
 
     device = str(comm.device)
@@ -165,9 +167,9 @@ def _sizes_to_measure(kind: str, group: Any, ranks: list[int], rank: int, comm: 
         took = torch.tensor([time.perf_counter() - started], dtype=torch.float64, device=comm.device)
         comm.broadcast_(took, src=ranks[0], group=group)  # sync point: the first rank's figure decides
         works[size] = work
-        if len(works) >= 3 and took.item() >= SLOW_CALL_S:
-            break
-    return works
+        if len(works) >= 3 and took.item() >= SLOW_CALL_S and size != SIZES[-1]:
+            return works, {"bytes": size, "warmup_s": took.item()}
+    return works, None
 
 
 def measure_group(ranks: list[int], group: Any, rank: int, comm: Any, repeats: int) -> dict[str, Any] | None:
@@ -182,7 +184,7 @@ def measure_group(ranks: list[int], group: Any, rank: int, comm: Any, repeats: i
     out: dict[str, Any] = {}
     for kind in KINDS:
         try:
-            works = _sizes_to_measure(kind, group, ranks, rank, comm)
+            works, stopped = _sizes_to_measure(kind, group, ranks, rank, comm)
         except (RuntimeError, ValueError) as exc:  # a backend without this collective (raised on every rank)
             out[kind] = {"unsupported": str(exc).splitlines()[0][:200]}
             continue
@@ -197,7 +199,8 @@ def measure_group(ranks: list[int], group: Any, rank: int, comm: Any, repeats: i
                     work()
                 sync_device(device)
                 samples[size].append((time.perf_counter() - started) / calls[size])
-        out[kind] = {"points": [{"bytes": size, **summary_of(samples[size], calls[size])} for size in works]}
+        out[kind] = {"points": [{"bytes": size, **summary_of(samples[size], calls[size])} for size in works],
+                     **({"stopped_early": stopped} if stopped else {})}
     return out
 
 

@@ -27,7 +27,13 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
     world = profile["collectives"]["world"]
     for kind in ("all-reduce", "all-gather", "reduce-scatter", "p2p"):
         sizes = [point["bytes"] for point in world[kind]["points"]]
-        assert sizes == [2**k for k in range(12, 25, 2)], kind
+        every = [2**k for k in range(12, 25, 2)]
+        # every size, or (a slow moment of a loaded machine: a warm-up call of 50 ms or more) the first three or
+        # more, stopped at the size whose warm-up the profile records
+        stopped = world[kind].get("stopped_early")
+        assert sizes == every if stopped is None else (
+            len(sizes) >= 3 and sizes == every[:len(sizes)] and stopped["bytes"] == sizes[-1]
+            and stopped["warmup_s"] >= 0.05), (kind, sizes, stopped)
         assert all(p["p10"] <= p["seconds"] <= p["p90"] for p in world[kind]["points"]), kind
         assert world[kind]["bandwidth_gbs"] > 0, kind
     # the engines' own costs, from the stack run plain, under FSDP2 and under ZeRO-1/2/3 (a real step each), and
