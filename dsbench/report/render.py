@@ -121,7 +121,8 @@ def to_markdown(rows: list[dict[str, Any]], answer: list[str] | None = None) -> 
     columns = columns_for(rows)
     lines = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell_text(r, k, f) for k, _, f in columns) + " |" for r in rows]
-    failed = [r for r in rows if r["status"] != "ok"]
+    # what failed, one line each: the verdict's own lines where it is given, else listed under the table
+    failed = [] if answer else [r for r in rows if r["status"] != "ok"]
     notes = [f"- {r['strategy']} x{r['world_size']} ({r['model']}): {r['status']}: {r['reason']}" for r in failed]
     said = ["## Verdict", "", *(f"- {line.strip()}" if not line.startswith("  ") else f"  - {line.strip()}"
                                 for line in answer), "", "## Cells", ""] if answer else []
