@@ -1,8 +1,12 @@
-"""The rich console for tables: the terminal's width, or 200 columns in logs and pipes (not squeezed to 80)."""
+"""The rich console for tables: the terminal's width, or the COLUMNS variable (100 when unset) in logs and pipes."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+DEFAULT_WIDTH = 100
+"""The width of a table printed to a pipe or a log (the COLUMNS variable overrides it)."""
 
 
 def table_console() -> Any:
@@ -10,4 +14,7 @@ def table_console() -> Any:
     from rich.console import Console
 
     console = Console()
-    return console if console.is_terminal else Console(width=200)
+    if console.is_terminal:
+        return console
+    columns = os.environ.get("COLUMNS", "")
+    return Console(width=int(columns) if columns.isdigit() and int(columns) > 0 else DEFAULT_WIDTH)

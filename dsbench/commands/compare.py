@@ -15,6 +15,7 @@ from dsbench.commands.options import (
     Finite,
     checked_profile,
     csv_list,
+    wide_option,
 )
 from dsbench.report.verdict import MAX_SLOWDOWN
 
@@ -55,20 +56,21 @@ def _default(key: str) -> str:
               help="Machine profile (dsbench calibrate): the report shows predicted beside measured step time.")
 @click.option("--max-slowdown", type=Finite(1), default=MAX_SLOWDOWN, show_default=True,
               help="The verdict's least-memory choice may step this much slower than the fastest.")
+@wide_option
 def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed: bool, timeout: float,
-            nvme_path: str | None, no_report: bool, quiet: bool, profile: Any, max_slowdown: float,
+            nvme_path: str | None, no_report: bool, quiet: bool, profile: Any, max_slowdown: float, wide: bool,
             **flags: Any) -> None:
     """Run a matrix of strategies side by side (real launches) and build the report."""
     from dsbench.bench.session import run_compare
     from dsbench.plan.verify import predictor
     from dsbench.report.build import build_report
-    from dsbench.report.render import print_report
+    from dsbench.report.terminal import print_report
 
     predict = predictor(profile)  # a bad profile is refused before any cell runs
     run = run_compare(matrix_file, flags, out, resume, retry_failed, timeout, nvme_path, quiet)
     if not no_report:
         print_report(build_report([run.folder / "cells"], run.folder / "report", predict=predict,
-                                  max_slowdown=max_slowdown))
+                                  max_slowdown=max_slowdown), wide)
     failed = [r for r in run.results if r.status != "ok"]
     click.echo(f"{len(run.results) - len(failed)}/{len(run.results)} cells ok; results in {run.folder}"
                + (f"; report: {run.folder / 'report' / 'report.html'}" if not no_report else ""))

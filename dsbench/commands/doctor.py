@@ -29,15 +29,10 @@ def doctor(hostfile: str | None, master_port: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
     else:
-        from rich.table import Table
-
         from dsbench.console import table_console
+        from dsbench.report.tables import doctor_grid
 
-        table = Table("host", "check", "status", "detail", "fix")
-        for row in rows:
-            style = {"FAIL": "bold red", "note": "yellow"}.get(row.status, "green")
-            table.add_row(row.host, row.check, f"[{style}]{row.status}[/]", row.detail, row.fix)
-        table_console().print(table)
+        doctor_grid(rows).print(table_console())
     sys.exit(1 if failed(rows) else 0)
 
 

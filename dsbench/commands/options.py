@@ -132,3 +132,9 @@ def default_of(request: type, name: str) -> Any:
     import dataclasses
 
     return next(f.default for f in dataclasses.fields(request) if f.name == name)
+
+
+def wide_option(command: Any) -> Any:
+    """``--wide``: every column of the printed tables (dsbench/report/grid.py)."""
+    return click.option("--wide", is_flag=True, help="Print every column (the default shows the columns that decide, "
+                        "fitted to the terminal; --json keeps every figure).")(command)

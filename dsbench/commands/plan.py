@@ -13,6 +13,7 @@ from dsbench.commands.options import (
     POSITIVE,
     Finite,
     checked_profile,
+    wide_option,
 )
 from dsbench.plan.gpu_layout import ARCHS, KERNELS, RECOMPUTE, SCHEDULES
 from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
@@ -45,6 +46,7 @@ from dsbench.strategies import GPU_DATA_PARALLEL
 @click.option("--host-mem", type=POSITIVE, default=DEFAULTS.host_mem, show_default=True, help="CPU RAM per node, GB.")
 @click.option("--top", type=COUNT, default=12, show_default=True, help="Rows to show.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@wide_option
 @click.option("--verify", is_flag=True, help="Run the top candidates for a few steps and compare with measurements.")
 @click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
               help="A machine profile from `dsbench calibrate`: measured compute rate and links instead of datasheet "
@@ -86,12 +88,12 @@ from dsbench.strategies import GPU_DATA_PARALLEL
               help="Predict the published runs in FILE.csv ... (the oracle schema, docs/planner.md) and print "
               "predicted vs measured step time and memory.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False), metavar="[FILE.csv]...")
-def plan(top: int, as_json: bool, verify: bool, config_file: str | None, replay: bool, files: tuple[str, ...],
-         write_dir: str | None, **opts: Any) -> None:
+def plan(top: int, as_json: bool, wide: bool, verify: bool, config_file: str | None, replay: bool,
+         files: tuple[str, ...], write_dir: str | None, **opts: Any) -> None:
     """Estimate memory, communication, bubble and step time per strategy, and recommend one; with --layout,
     price one explicit layout on GPUs; with --replay, predict published GPU-cluster runs and compare."""
     if replay or files:
-        _replay(replay, files, as_json)
+        _replay(replay, files, as_json, wide)
         return
     if write_dir and opts["layout"] is not None:
         from dsbench.errors import UserError
@@ -123,13 +125,13 @@ def plan(top: int, as_json: bool, verify: bool, config_file: str | None, replay:
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
-        print_plan(result, top)
+        print_plan(result, top, wide)
         for path in result.get("written", []):
             click.echo(f"wrote {path}")
         if verify:
             from dsbench.report.tables import print_verify
 
-            print_verify(result["verify"])
+            print_verify(result["verify"], wide)
 
 
 LAYOUT_ONLY = ("tp", "pipeline_stages", "pipeline_schedule", "virtual_stages", "cp", "global_batch", "recompute",
@@ -223,7 +225,7 @@ def _write(directory: str, result: dict[str, Any], req: Any) -> list[str]:
     return written
 
 
-def _replay(flag: bool, files: tuple[str, ...], as_json: bool) -> None:
+def _replay(flag: bool, files: tuple[str, ...], as_json: bool, wide: bool) -> None:
     from dsbench.errors import UserError
 
     if not flag:
@@ -239,7 +241,7 @@ def _replay(flag: bool, files: tuple[str, ...], as_json: bool) -> None:
     else:
         from dsbench.report.replay_table import print_replay
 
-        print_replay(result)
+        print_replay(result, wide)
 
 
 COMMAND = plan

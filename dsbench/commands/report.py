@@ -12,6 +12,7 @@ from dsbench.commands.base import Command
 from dsbench.commands.options import (
     Finite,
     checked_profile,
+    wide_option,
 )
 from dsbench.report.verdict import MAX_SLOWDOWN
 
@@ -24,18 +25,20 @@ from dsbench.report.verdict import MAX_SLOWDOWN
               help="Machine profile (dsbench calibrate): add the planner's predicted step time beside the measured.")
 @click.option("--max-slowdown", type=Finite(1), default=MAX_SLOWDOWN, show_default=True,
               help="The verdict's least-memory choice may step this much slower than the fastest.")
-def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: Any, max_slowdown: float) -> None:
+@wide_option
+def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: Any, max_slowdown: float,
+           wide: bool) -> None:
     """Build tables, CSV/JSON/Markdown, PNG plots and an HTML report from run folders (merged; nothing re-runs),
     opening with a verdict: the fastest strategy, those within noise of it, the least memory within --max-slowdown.
     Exit 1 when a folder could not be read (it is listed as corrupt; the others are reported)."""
     from dsbench.plan.verify import predictor
     from dsbench.report.build import build_report
-    from dsbench.report.render import print_report
+    from dsbench.report.terminal import print_report
 
     folder = Path(out or Path(run_dirs[0]) / "report")
     built = build_report([Path(d) for d in run_dirs], folder, plots=not no_plots, predict=predictor(profile),
                          max_slowdown=max_slowdown)
-    print_report(built)
+    print_report(built, wide)
     corrupt = [run for row in built.rows for run in row["runs"] if run["status"] == "corrupt"]
     for run in corrupt:
         click.echo(f"dsbench: warning: {run['folder']}: unreadable run folder ({run['reason']}); reported as corrupt",

@@ -19,6 +19,7 @@ from dsbench.commands.options import (
     checked_profile,
     csv_list,
     default_of,
+    wide_option,
 )
 from dsbench.errors import UserError
 
@@ -54,11 +55,12 @@ def _tune(name: str) -> object:
 @click.option("--timeout", type=POSITIVE, default=_tune("timeout"), show_default=True,
               help="Seconds per run before it is stopped.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@wide_option
 def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: int | None, budget: int,
          exhaustive: bool, profile: Any, strategies: list[str] | None, no_checkpointing: bool,
          speed_options: bool, gpu: str,
          gpu_mem: float | None, precision: str, seq_len: int, steps: int, warmup: int, out: str | None, resume: bool,
-         timeout: float, as_json: bool) -> None:
+         timeout: float, as_json: bool, wide: bool) -> None:
     """Find the fastest layout (strategy x micro-batch x accumulation x checkpointing) at a fixed global batch:
     the planner ranks them all, then at most --budget real runs decide (--speed-options: then the winner compiled and
     uncompiled, side by side). Every layout steps with a fused Adam, as compare's cells do by default."""
@@ -84,7 +86,7 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
-        print_tune(result)
+        print_tune(result, wide=wide)
     sys.exit(0 if result["winner"] else 1)
 
 

@@ -79,41 +79,33 @@ def cell_text(row: dict[str, Any], key: str, fmt: str) -> str:
     return fmt.format(value)
 
 
-def method_note(rows: list[dict[str, Any]]) -> str:
-    """How the figures were measured, for every table."""
+def method_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """How the figures were measured, a sentence each (the terminal numbers them; Markdown, HTML and JSON join
+    them)."""
     ok = [r for r in rows if r["status"] == "ok"]
     if not ok:
-        return "no successful cells"
+        return ["no successful cells"]
     steps = sorted({r["measured_steps"] for r in ok})
     warm = sorted({r["warmup_steps"] for r in ok})
     reps = sorted({r["repeats"] for r in ok})
     kinds = sorted({r["memory_kind"] for r in ok if r.get("memory_kind")})
     memory = {"rss": "peak resident set size (CPU)", "cuda_max_allocated": "torch.cuda.max_memory_allocated"}
-    return (f"{'/'.join(map(str, steps))} measured steps after {'/'.join(map(str, warm))} warm-up steps, "
-            f"{'/'.join(map(str, reps))} repeat(s). tokens/s (wall) is global (all ranks), by the wall clock over the "
-            "measured window, everything included (median over repeats); MFU uses it. timed tokens/s and timed step "
-            "ms cover only zero_grad + forward/backward + optimizer step of the slowest rank (median, p10-p90 over "
-            "steps); outside timed % is the share of rank 0's window outside its own timed regions (data, metrics "
-            "gathers, logging). "
+    return [f"{'/'.join(map(str, steps))} measured steps after {'/'.join(map(str, warm))} warm-up steps, "
+            f"{'/'.join(map(str, reps))} repeat(s).",
+            "tokens/s (wall) is global (all ranks), by the wall clock over the measured window, everything included "
+            "(median over repeats); MFU uses it.",
+            "timed tokens/s and timed step ms cover only zero_grad + forward/backward + optimizer step of the "
+            "slowest rank (median, p10-p90 over steps); outside timed % is the share of rank 0's window outside its "
+            "own timed regions (data, metrics gathers, logging).",
             f"Peak memory per rank is {', '.join(memory.get(k, k) for k in kinds)}; model states are "
-            "params+grads+optimizer states+fp32 master counted from rank 0's tensors; MFU = achieved FLOP/s per rank "
-            "(6N + 12·L·h·s per token) / peak; scaling efficiency = N-rank tokens/s / (N x 1-rank tokens/s).")
+            "params+grads+optimizer states+fp32 master counted from rank 0's tensors.",
+            "MFU = achieved FLOP/s per rank (6N + 12·L·h·s per token) / peak; scaling efficiency = N-rank tokens/s / "
+            "(N x 1-rank tokens/s)."]
 
 
-def to_rich_table(rows: list[dict[str, Any]]) -> Any:
-    from rich.table import Table
-
-    table = Table(title="dsbench compare", caption=method_note(rows), caption_justify="left")
-    columns = columns_for(rows)
-    for key, header, _ in columns:
-        # the row's name is never cut short (``ddp+compile+fused`` and ``ddp`` must stay apart); others may wrap
-        whole = max((len(str(row.get(key, ""))) for row in rows), default=0) if key in ("strategy", "model") else None
-        table.add_column(header, justify="left" if header in TEXT_COLUMNS else "right", min_width=whole,
-                         no_wrap=key in ("strategy", "model"))
-    for row in rows:
-        style = None if row["status"] == "ok" else "red"
-        table.add_row(*(cell_text(row, k, f) for k, _, f in columns), style=style)
-    return table
+def method_note(rows: list[dict[str, Any]]) -> str:
+    """How the figures were measured, for every table."""
+    return " ".join(method_notes(rows))
 
 
 def to_markdown(rows: list[dict[str, Any]], answer: list[str] | None = None) -> str:
@@ -158,15 +150,3 @@ def to_json(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
               "runs": [{k: run[k] for k in ("id", "folder", "status", "reason", "command")} for run in row["runs"]]}
              for row in rows]
     return json.dumps({"method": method_note(rows), "env": env, "cells": cells}, indent=2) + "\n"
-
-
-def print_report(report: Any) -> None:
-    """Terminal table and where each artefact is."""
-    from dsbench.console import table_console
-
-    console = table_console()
-    for line in report.verdict:  # the answer first
-        console.print(line, highlight=False)
-    console.print(to_rich_table(report.rows))
-    for name, path in report.files.items():
-        console.print(f"{name:18} {path}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsbench.report.grid import Col, Grid
+
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1%}"
@@ -19,46 +21,46 @@ def _layout(row: dict[str, Any]) -> str:
     return text
 
 
-def print_replay(result: dict[str, Any]) -> None:
+def replay_grids(result: dict[str, Any]) -> list[Grid]:
     """One line per published run (predicted vs measured, signed errors), then the statistics per source."""
-    from rich.table import Table
-
-    from dsbench.console import table_console
-
-    console = table_console()
-    rows = Table(caption="step: seconds per optimizer step; error = predicted / measured - 1; layout tp/pp/cp/dp; "
-                         "* = filled by a rule (see `assumed` in --json); memory: GiB per GPU, reserved for torchtitan "
-                         "rows, allocated otherwise", caption_justify="left")
-    for col in ("source", "row", "model", "layout", "strategy", "recompute", "step", "measured", "error", "mem",
-                "measured", "error"):
-        rows.add_column(col, justify="left" if col in ("source", "model", "layout", "strategy", "recompute")
-                        else "right")
+    rows = Grid([Col("source", 100, left=True), Col("row", 80), Col("model", 80, left=True),
+                 Col("layout", 80, left=True), Col("strategy", 100, left=True), Col("recompute", 0, left=True),
+                 Col("step s", 80), Col("measured", 80), Col("error", 80), Col("GiB", 100), Col("measured", 100),
+                 Col("error", 100)])
     for row in result["rows"]:
         if row["skipped"]:
-            rows.add_row(row["source"], str(row["row"]), row["model"] or "", "", "", "", f"skipped: {row['skipped']}",
-                         style="dim")
+            rows.add(row["source"], str(row["row"]), row["model"] or "", "", "", "",
+                     rows.note(f"skipped: {row['skipped']}"), "", "", "", "", "", style="dim")
             continue
         measured_mem = row["measured_peak_mem_gib"]
-        rows.add_row(row["source"], str(row["row"]), row["model"] or "", _layout(row), row["strategy"],
-                     row["recompute"] + (" (SP)" if row["sequence_parallel"] else "") + ("*" if row["assumed"] else ""),
-                     f"{row['predicted_step_s']:,.2f}", f"{row['measured_step_s']:,.2f}"
-                     if row["measured_step_s"] else "-", _pct(row["step_error"]),
-                     f"{row['predicted_peak_mem_gib']:,.1f}", f"{measured_mem:,.1f}" if measured_mem else "-",
-                     _pct(row["mem_error"]))
-    console.print(rows)
-    stats = Table(caption="absolute step-time error over the rows with a measured step; complete = no input filled "
-                          "by a rule; spearman_efficiency ranks step time per model FLOP (1/MFU)",
-                  caption_justify="left")
-    for col in ("source", "rows", "skipped", "rows used", "median", "mean", "max", "spearman step",
-                "spearman efficiency"):
-        stats.add_column(col, justify="left" if col in ("source", "rows used") else "right")
+        rows.add(row["source"], str(row["row"]), row["model"] or "", _layout(row), row["strategy"],
+                 row["recompute"] + (" (SP)" if row["sequence_parallel"] else "") + ("*" if row["assumed"] else ""),
+                 f"{row['predicted_step_s']:,.2f}", f"{row['measured_step_s']:,.2f}"
+                 if row["measured_step_s"] else "-", _pct(row["step_error"]),
+                 f"{row['predicted_peak_mem_gib']:,.1f}", f"{measured_mem:,.1f}" if measured_mem else "-",
+                 _pct(row["mem_error"]))
+    rows.notes.append("step s: seconds per optimizer step, predicted then measured; error = predicted / measured - "
+                      "1; layout tp/pp/cp/dp; * = filled by a rule (see `assumed` in --json); GiB: memory per GPU, "
+                      "reserved for torchtitan rows, allocated otherwise")
+    stats = Grid([Col("source", 80, left=True), Col("rows", 100), Col("skipped", 100), Col("rows used", 80, left=True),
+                  Col("median", 80), Col("mean", 100), Col("max", 80), Col("spearman step", 100),
+                  Col("spearman efficiency", 100)],
+                 notes=["absolute step-time error over the rows with a measured step; complete = no input filled by a "
+                        "rule; spearman efficiency ranks step time per model FLOP (1/MFU)"])
+    rho = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     for source, s in result["sources"].items():
         for which in ("complete", "all"):
             e = s[which]
-            if not e["rows"]:
-                continue
-            rho = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-            stats.add_row(source, str(s["rows"]), str(s["skipped"]), f"{which} ({e['rows']})",
+            if e["rows"]:
+                stats.add(source, str(s["rows"]), str(s["skipped"]), f"{which} ({e['rows']})",
                           f"{e['median_abs_step_error']:.1%}", f"{e['mean_abs_step_error']:.1%}",
                           f"{e['max_abs_step_error']:.1%}", rho(e["spearman_step"]), rho(e["spearman_efficiency"]))
-    console.print(stats)
+    return [rows, stats]
+
+
+def print_replay(result: dict[str, Any], wide: bool = False) -> None:
+    from dsbench.console import table_console
+
+    console = table_console()
+    for grid in replay_grids(result):
+        grid.print(console, wide)

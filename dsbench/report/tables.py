@@ -1,56 +1,77 @@
-"""Terminal tables of ``dsbench plan``, ``plan --verify`` and ``tune`` (rich), from the results their JSON holds."""
+"""Terminal tables of ``dsbench plan``, ``plan --verify``, ``tune`` and ``doctor`` (grids), from the results their JSON
+holds."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from dsbench.report.grid import Col, Grid
 
-def print_plan(result: dict[str, Any], top_n: int) -> None:
-    """Readable tables (rich)."""
-    from rich.table import Table
 
+def _header(result: dict[str, Any]) -> str:
+    m, c, w = result["model"], result["cluster"], result["workload"]
+    if c.get("compute_tflops"):
+        rate = (f"{c['compute_tflops']:.3g} TFLOPS per rank measured (profile {c['profile']}"
+                + (", step times scaled by its calibrate --check: " + ", ".join(
+                    f"{family} x{scale:.2f}" for family, scale in c["step_scale"].items())
+                   if c.get("step_scale") else "") + ");")
+    elif c.get("gpu_model"):
+        rate = f"{c['peak_tflops']:g} TFLOPS peak, the GPU time model's {c['gpu_model']} profile;"
+    else:
+        rate = f"{c['peak_tflops']:g} TFLOPS peak x {c['efficiency']:.0%} achievable;"
+    return (f"model {m['name']}: {m['params'] / 1e9:,.2f}B params, {m['layers']} layers x {m['hidden']} hidden "
+            f"({m['source']}); cluster {c['nodes']} node(s) x {c['gpus_per_node']} GPUs, {c['gpu_mem_gb']:g} GB "
+            f"each, {rate} seq {w['seq_len']}, micro-batch {w['micro_batch']} x {w['grad_accum']} accumulation, "
+            f"{w['precision']}")
+
+
+def layout_text(row: dict[str, Any], micro_batch: int) -> str:
+    """tp/pp/dp, micro-batch and pipeline schedule: ``1/2/8 mb1 1F1B``."""
+    text = f"{row['tp']}/{row['pp']}/{row['dp']} mb{micro_batch}"
+    if row["pp"] > 1:
+        text += f" int{row['virtual_stages']}" if row.get("virtual_stages", 1) > 1 else " 1F1B"
+    return text
+
+
+def plan_grid(result: dict[str, Any], top_n: int) -> Grid:
+    gib = lambda v: f"{v:,.1f}"  # noqa: E731
+    grid = Grid([Col("#", 80), Col("strategy", 80, left=True), Col("tp/pp/dp mb", 100, left=True), Col("fits", 80),
+                 Col("GiB/GPU", 80), Col("step ms", 80), Col("tok/s/GPU", 80), Col("MFU", 100),
+                 Col("dominant", 100, left=True), Col("note", 80, left=True), Col("params", 0), Col("grads", 0),
+                 Col("optim+master", 0), Col("activations", 0), Col("buffers", 0), Col("host/node", 0),
+                 Col("exposed comm ms", 0)])
+    gpus = result["cluster"]["nodes"] * result["cluster"]["gpus_per_node"]
+    for row in result["candidates"][:top_n]:
+        mem = row["memory_gib"]
+        grid.add(str(row["rank"] or "-"), row["name"], layout_text(row, result["workload"]["micro_batch"]),
+                 "yes" if row["fits"] else "no", gib(mem["device_total"]), step_text(row),
+                 f"{row['tokens_per_s'] / gpus:,.0f}", f"{row['mfu']:.0%}", row["dominant"], grid.note(row["reason"]),
+                 gib(mem["params"]), gib(mem["grads"]), gib(mem["optimizer_states"] + mem["master_weights"]),
+                 gib(mem["activations"]), gib(mem["buffers"]), gib(row["host_gib_per_node"]),
+                 f"{row['exposed_comm_s'] * 1e3:,.1f}", style=None if row["fits"] else "dim")
+    grid.notes.append("GiB per GPU (2^30 bytes); tp/pp/dp: tensor x pipeline x data parallel, mb the micro-batch, "
+                      "1F1B or int(erleaved) V the pipeline schedule; step time = compute (at the measured rate with "
+                      "--profile; by the GPU time model's terms on a GPU it profiles; else peak x efficiency) / "
+                      "(1 - bubble) + exposed communication + offload + the optimizer and the engines' own work "
+                      "measured by a profile (formulas and sources: docs/planner.md); ± is the half-width the "
+                      "profile's timing spreads allow (dsbench/plan/interval.py)")
+    return grid
+
+
+def print_plan(result: dict[str, Any], top_n: int, wide: bool = False) -> None:
+    """The cluster in a line, the ranking (reasons as numbered notes), the recommendation, why, and the runner-up."""
     from dsbench.console import table_console
 
     console = table_console()
-    m, c, w = result["model"], result["cluster"], result["workload"]
-    console.print(f"model {m['name']}: {m['params'] / 1e9:,.2f}B params, {m['layers']} layers x {m['hidden']} hidden"
-                  f" ({m['source']}); cluster {c['nodes']} node(s) x {c['gpus_per_node']} GPUs, "
-                  f"{c['gpu_mem_gb']:g} GB each, "
-                  + (f"{c['compute_tflops']:.3g} TFLOPS per rank measured (profile {c['profile']}"
-                     + (", step times scaled by its calibrate --check: " + ", ".join(
-                         f"{family} x{scale:.2f}" for family, scale in c["step_scale"].items())
-                        if c.get("step_scale") else "") + ");"
-                     if c.get("compute_tflops") else
-                     f"{c['peak_tflops']:g} TFLOPS peak, the GPU time model's {c['gpu_model']} profile;"
-                     if c.get("gpu_model") else
-                     f"{c['peak_tflops']:g} TFLOPS peak x {c['efficiency']:.0%} achievable;") +
-                  f" seq {w['seq_len']}, micro-batch {w['micro_batch']} x {w['grad_accum']} accumulation, "
-                  f"{w['precision']}")
-    table = Table(caption="GiB per GPU (2^30 bytes); step time = compute (at the measured rate with --profile; by the "
-                          "GPU time model's terms on a GPU it profiles; else peak x efficiency) / (1 - bubble) + "
-                          "exposed communication + offload + the optimizer and the engines' own work measured by a "
-                          "profile (formulas and sources: docs/planner.md); ± is the half-width the profile's "
-                          "timing spreads allow (dsbench/plan/interval.py)",
-                  caption_justify="left")
-    for col in ("#", "strategy", "params", "grads", "optim+master", "activations", "buffers", "total", "host/node",
-                "step ms", "exposed comm ms", "dominant", "MFU", "reason"):
-        table.add_column(col, justify="left" if col in ("strategy", "reason") else "right")
-    for row in result["candidates"][:top_n]:
-        mem = row["memory_gib"]
-        device = lambda v: f"{v:,.1f}"  # noqa: E731
-        table.add_row(str(row["rank"] or "-"), row["name"], device(mem["params"]), device(mem["grads"]),
-                      device(mem["optimizer_states"] + mem["master_weights"]), device(mem["activations"]),
-                      device(mem["buffers"]), device(mem["device_total"]), device(row["host_gib_per_node"]),
-                      step_text(row), f"{row['exposed_comm_s'] * 1e3:,.1f}", row["dominant"],
-                      f"{row['mfu']:.0%}",
-                      row["reason"], style=None if row["fits"] else "dim")
-    console.print(table)
+    console.print(_header(result), highlight=False)
+    plan_grid(result, top_n).print(console, wide)
     rec = result["recommendation"]
     if rec is None:
         console.print("nothing fits: add GPUs, use offload, or shorten the sequence")
     else:
-        console.print(f"recommended: {rec['name']}\n  " + (rec["command"] or "dsbench cannot launch it yet (its "
-                                                                         "strategy is planned, not run)"))
+        console.print(f"recommended: {rec['name']}", highlight=False)
+        console.print("  " + (rec["command"] or "dsbench cannot launch it yet (its strategy is planned, not run)"),
+                      highlight=False, soft_wrap=True)  # a command to copy whole, never folded by rich
         ranked = {row["rank"]: row for row in result["candidates"] if row["rank"] in (1, 2)}
         if 1 in ranked:  # why, in the ranking's own words, and what comes next
             console.print(f"  why: {ranked[1]['reason']}", highlight=False)
@@ -67,64 +88,71 @@ def step_text(row: dict[str, Any]) -> str:
     return text
 
 
-def print_verify(rows: list[dict[str, Any]]) -> None:
-    from rich.table import Table
+def _mib(row: dict[str, Any], key: str) -> str:
+    return f"{row[key] / 2**20:,.2f}" if row["status"] == "ok" else "-"
 
-    from dsbench.console import table_console
 
-    console = table_console()
-
-    table = Table(title="predicted vs measured (model states per rank, bytes counted from tensors; step time by the "
-                        "wall clock)")
-    for col in ("candidate", "status", "accounting", "predicted MiB", "measured MiB", "error", "peak MiB (kind)",
-                "predicted peak MiB", "peak error", "predicted step ms", "measured step ms", "step error"):
-        table.add_column(col)
+def verify_grid(rows: list[dict[str, Any]]) -> Grid:
+    grid = Grid([Col("candidate", 80, left=True), Col("status", 80, left=True), Col("states MiB", 100),
+                 Col("measured", 100), Col("error", 80), Col("step ms", 100), Col("measured", 100),
+                 Col("step error", 80), Col("accounting", 0, left=True), Col("peak MiB (kind)", 0),
+                 Col("predicted peak MiB", 0), Col("peak error", 0)],
+                title="predicted vs measured")
     for row in rows:
         if "error" in row:
-            console.print(row["error"])
+            grid.notes.append(row["error"])
             continue
         ok = row["status"] == "ok"
-        table.add_row(row["candidate"], row["status"], row.get("accounting", "-"),
-                      f"{row['predicted_model_state_bytes'] / 2**20:,.2f}" if ok else "-",
-                      f"{row['measured_model_state_bytes'] / 2**20:,.2f}" if ok else "-",
-                      f"{row['model_state_error']:+.1%}" if ok else "-",
-                      f"{row['measured_peak_memory_bytes'] / 2**20:,.0f} ({row['memory_kind']})" if ok else "-",
-                      f"{row['predicted_peak_memory_bytes'] / 2**20:,.0f}" if "predicted_peak_memory_bytes" in row
-                      else "-",
-                      f"{row['peak_memory_error']:+.1%}" if "peak_memory_error" in row else "-",
-                      f"{row['predicted_step_s'] * 1e3:,.1f}" if ok else "-",
-                      f"{row['measured_step_s'] * 1e3:,.1f}" if ok else "-",
-                      f"{row['step_error']:+.0%}" if ok else "-")
-    console.print(table)
+        grid.add(row["candidate"], row["status"], _mib(row, "predicted_model_state_bytes"),
+                 _mib(row, "measured_model_state_bytes"), f"{row['model_state_error']:+.1%}" if ok else "-",
+                 f"{row['predicted_step_s'] * 1e3:,.1f}" if ok else "-",
+                 f"{row['measured_step_s'] * 1e3:,.1f}" if ok else "-", f"{row['step_error']:+.0%}" if ok else "-",
+                 row.get("accounting", "-"),
+                 f"{row['measured_peak_memory_bytes'] / 2**20:,.0f} ({row['memory_kind']})" if ok else "-",
+                 f"{row['predicted_peak_memory_bytes'] / 2**20:,.0f}" if "predicted_peak_memory_bytes" in row
+                 else "-", f"{row['peak_memory_error']:+.1%}" if "peak_memory_error" in row else "-")
+    grid.notes.append("states MiB: model states per rank, predicted then measured (bytes counted from tensors); "
+                      "step ms: predicted then measured by the wall clock")
+    return grid
 
 
-def print_tune(result: dict[str, Any], top: int = 12) -> None:
-    """The ranking table and the winner."""
-    from rich.table import Table
-
+def print_verify(rows: list[dict[str, Any]], wide: bool = False) -> None:
     from dsbench.console import table_console
 
-    console = table_console()
-    table = Table(caption="tokens/s, global. predicted: the planner; corrected: after the runs (measured/predicted "
-                          "of the same strategy, else the median ratio); measured: the wall clock over the run's "
-                          "measured window", caption_justify="left")
-    for col in ("layout", "fits", "predicted", "corrected", "measured", "status"):
-        table.add_column(col, justify="left" if col in ("layout", "status") else "right")
+    verify_grid(rows).print(table_console(), wide)
+
+
+def tune_grids(result: dict[str, Any], top: int = 12) -> list[Grid]:
+    """The ranking of layouts, and the winner raced compiled and uncompiled where --speed-options ran it."""
     number = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+    ranking = Grid([Col("layout", 80, left=True), Col("fits", 100), Col("predicted", 80), Col("corrected", 100),
+                    Col("measured", 80), Col("status", 80, left=True)])
     for row in result["layouts"][:top]:
-        table.add_row(row["layout"], "yes" if row["fits"] else "no", number(row["predicted_tokens_per_s"]),
-                      number(row["corrected_tokens_per_s"]), number(row["measured_tokens_per_s"]), row["status"])
-    console.print(table)
+        ranking.add(row["layout"], "yes" if row["fits"] else "no", number(row["predicted_tokens_per_s"]),
+                    number(row["corrected_tokens_per_s"]), number(row["measured_tokens_per_s"]), row["status"])
+    ranking.notes.append("tokens/s, global. predicted: the planner; corrected: after the runs (measured/predicted of "
+                         "the same strategy, else the median ratio); measured: the wall clock over the run's measured "
+                         "window")
+    grids = [ranking]
     if result.get("speed"):
-        speed = Table(caption="the winning layout again, uncompiled and compiled, one run after the other; tokens/s "
-                              "by the wall clock", caption_justify="left")
-        for col in ("layout", "measured", "vs without"):
-            speed.add_column(col, justify="left" if col == "layout" else "right")
+        speed = Grid([Col("layout", 80, left=True), Col("measured", 80), Col("vs without", 80)],
+                     notes=["the winning layout again, uncompiled and compiled, one run after the other; tokens/s by "
+                            "the wall clock"])
         plain = result["speed"][0]["tokens_per_s"]
         for row in result["speed"]:
             ratio = row["tokens_per_s"] / plain if row["tokens_per_s"] and plain else None
-            speed.add_row(row["layout"], number(row["tokens_per_s"]), "-" if ratio is None else f"{ratio:.2f}x")
-        console.print(speed)
+            speed.add(row["layout"], number(row["tokens_per_s"]), "-" if ratio is None else f"{ratio:.2f}x")
+        grids.append(speed)
+    return grids
+
+
+def print_tune(result: dict[str, Any], top: int = 12, wide: bool = False) -> None:
+    """The ranking table and the winner, why, and the runner-up."""
+    from dsbench.console import table_console
+
+    console = table_console()
+    for grid in tune_grids(result, top):
+        grid.print(console, wide)
     winner = result["winner"]
     if winner:
         console.print(f"winner after {result['runs_used']} run(s): {winner['layout']}"
@@ -146,3 +174,15 @@ def print_tune(result: dict[str, Any], top: int = 12) -> None:
                           highlight=False)
     else:
         console.print(f"no run succeeded in {result['runs_used']} attempt(s): see the cells' compare.log")
+
+
+def doctor_grid(rows: list[Any]) -> Grid:
+    """``dsbench doctor``'s checks (dsbench.doctor.Row): host, check, status; the detail and its fix are prose,
+    numbered notes under the table."""
+    grid = Grid([Col("host", 80, left=True), Col("check", 80, left=True), Col("status", 80, left=True),
+                 Col("note", 80, left=True)])
+    for row in rows:
+        style = {"FAIL": "bold red", "note": "yellow"}.get(row.status, "green")
+        text = row.detail + (f"; fix: {row.fix}" if row.fix else "")
+        grid.add(row.host, row.check, f"[{style}]{row.status}[/]", grid.note(text) if text else "")
+    return grid

@@ -17,7 +17,7 @@ MAX_SLOWDOWN = 1.25
 """``--max-slowdown``'s default: how much slower than the fastest a memory-frugal choice may step."""
 
 
-def _noise_rule(rows: list[dict[str, Any]]) -> tuple[str, str, str]:
+def noise_rule(rows: list[dict[str, Any]]) -> tuple[str, str, str]:
     """(low key, high key, the rule in words) that decides "within noise": the min-max of the wall-clock tokens/s
     over repeats where every row ran 2 or more, else each run's timed p10-p90 over its steps."""
     if all(row["ok"] >= 2 for row in rows):
@@ -26,7 +26,7 @@ def _noise_rule(rows: list[dict[str, Any]]) -> tuple[str, str, str]:
             "their timed p10-p90 tokens/s over steps overlap (one repeat: no spread across runs)")
 
 
-def _memory(row: dict[str, Any]) -> tuple[float | None, str]:
+def memory_of(row: dict[str, Any]) -> tuple[float | None, str]:
     """The memory a row is judged by: the device's peak on a GPU (torch.cuda.max_memory_allocated), the model
     states counted from the tensors on CPU (a CPU rank's resident set holds the whole runtime)."""
     if row.get("memory_kind") == "cuda_max_allocated":
@@ -47,7 +47,7 @@ def _group_lines(rows: list[dict[str, Any]], max_slowdown: float) -> list[str]:
     runs = f"{head['ok']} run{'s' if head['ok'] != 1 else ''}"
     lines = [f"{where}: {head['strategy']} is fastest at {head['tokens_per_s']:,.0f} tokens/s (wall clock, median "
              f"of {runs}), {head['tokens_per_s'] / second['tokens_per_s']:.2f}x the next, {second['strategy']}."]
-    low, high, rule = _noise_rule(ok)
+    low, high, rule = noise_rule(ok)
     if head.get(low) is not None:
         tied = [row["strategy"] for row in ok[1:]
                 if row.get(high) is not None and row[high] >= head[low]]
@@ -59,17 +59,17 @@ def _group_lines(rows: list[dict[str, Any]], max_slowdown: float) -> list[str]:
 
 def _frugal_line(ok: list[dict[str, Any]], max_slowdown: float) -> list[str]:
     head = ok[0]
-    memory, what = _memory(head)
+    memory, what = memory_of(head)
     if memory is None:
         return []
-    allowed = [head] + [row for row in ok[1:] if _memory(row)[0] is not None
+    allowed = [head] + [row for row in ok[1:] if memory_of(row)[0] is not None
                         and head["tokens_per_s"] / row["tokens_per_s"] <= max_slowdown]
-    frugal = min(allowed, key=lambda row: _memory(row)[0])
+    frugal = min(allowed, key=lambda row: memory_of(row)[0])
     if frugal is head:
         return [f"  It also holds the least {what} ({memory:,.1f} MiB) of those within {max_slowdown:.2f}x its "
                 "step time."]
     return [f"  Least memory within {max_slowdown:.2f}x its step time (--max-slowdown): {frugal['strategy']}, "
-            f"{_memory(frugal)[0]:,.1f} MiB of {what} against {memory:,.1f} MiB, at "
+            f"{memory_of(frugal)[0]:,.1f} MiB of {what} against {memory:,.1f} MiB, at "
             f"{head['tokens_per_s'] / frugal['tokens_per_s']:.2f}x the step time."]
 
 

@@ -80,7 +80,7 @@ def test_the_markdown_html_and_terminal_open_with_the_verdict(tmp_path, capsys):
 
     from dsbench.report.build import build_report
     from dsbench.report.html import write_html
-    from dsbench.report.render import print_report
+    from dsbench.report.terminal import print_report
 
     compare = tmp_path / "compare"
     shutil.copytree(DATA / "runs" / "cpu-calibrated" / "oos-20261126-0437-llama-tiny" / "compare", compare)

@@ -1,0 +1,86 @@
+"""The compare/report table for a terminal: the verdict, then the columns that decide (dsbench/report/grid.py).
+
+At 100 columns: strategy, ranks, tokens/s with its spread, vs best, memory, MFU, final loss, status; at 80:
+strategy, tokens/s, vs best, memory, status; every other figure with ``--wide`` (and always in the Markdown, CSV,
+JSON and HTML the report writes). The spread and the memory are the verdict's own (report/verdict.py), so the
+table and the sentences above it cannot disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.report.grid import Col, Grid
+from dsbench.report.render import cell_text, columns_for, method_notes, predicted_note
+from dsbench.report.verdict import memory_of, noise_rule
+
+SHOWN = {"strategy", "world_size", "status", "mfu", "final_loss"}
+"""Figures of render.COLUMNS the default table shows under its own headers."""
+
+
+def _spread(row: dict[str, Any], low: str, high: str) -> float | None:
+    """Half the noise range (the verdict's rule) over the figure it surrounds, as a fraction."""
+    base = row.get("tokens_per_s") if low == "tokens_per_s_min" else row.get("timed_tokens_per_s")
+    if row.get(low) is None or row.get(high) is None or not base:
+        return None
+    return (row[high] - row[low]) / 2 / base
+
+
+def _tokens(row: dict[str, Any], low: str, high: str) -> str:
+    if not row.get("tokens_per_s"):
+        return "-"
+    spread = _spread(row, low, high)
+    return f"{row['tokens_per_s']:,.0f}" + ("" if spread is None else f" ±{spread:.1%}")
+
+
+def _best(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], float]:
+    """The fastest tokens/s among cells of the same model, device and ranks (the verdict's groups)."""
+    best: dict[tuple[Any, ...], float] = {}
+    for row in rows:
+        if row["status"] == "ok" and row.get("tokens_per_s"):
+            key = (row["model"], row["device"], row["world_size"])
+            best[key] = max(best.get(key, 0.0), row["tokens_per_s"])
+    return best
+
+
+def compare_grid(rows: list[dict[str, Any]], wide: bool = False) -> Grid:
+    """The table; its notes say how the shown figures were measured (every column's with ``wide``)."""
+    ok = [row for row in rows if row["status"] == "ok" and row.get("tokens_per_s")]
+    low, high, rule = noise_rule(ok) if ok else ("tokens_per_s_min", "tokens_per_s_max", "")
+    best = _best(rows)
+    several = {key: len({row[key] for row in ok}) > 1 for key in ("model", "device")}  # a failed cell's "?" aside
+    rest = [col for col in columns_for(rows) if col[0] not in SHOWN]
+    grid = Grid([Col("strategy", 80, left=True), Col("ranks", 100), Col("tokens/s ±", 80), Col("vs best", 80),
+                 Col("MiB/rank", 80), Col("MFU %", 100), Col("loss", 100), Col("status", 80, left=True),
+                 *(Col(header, 100 if several.get(key) else 0, left=key in ("model", "device", "optimizer",
+                                                                            "predicted_dominant"))
+                   for key, header, _ in rest)], title="dsbench compare")
+    for row in rows:
+        top = best.get((row["model"], row["device"], row["world_size"]))
+        memory = memory_of(row)[0]
+        grid.add(row["strategy"], str(row["world_size"]), _tokens(row, low, high),
+                 f"{row['tokens_per_s'] / top:.2f}x" if top and row.get("tokens_per_s") else "-",
+                 "-" if memory is None else f"{memory:,.1f}", cell_text(row, "mfu", ""),
+                 cell_text(row, "final_loss", "{:.4f}"), row["status"],
+                 *(cell_text(row, key, fmt) for key, _, fmt in rest), style=None if row["status"] == "ok" else "red")
+    how = method_notes(rows)
+    grid.notes.append(how[0] + (f" tokens/s: global, by the wall clock over the measured window; ± is half the "
+                                f"range by which the verdict calls cells within noise ({rule}), over the figure."
+                                if rule else ""))
+    grid.notes.append("vs best: tokens/s over the fastest's among cells of the same model, device and ranks. "
+                      "MiB/rank: model states per rank on CPU (params+grads+optimizer states+fp32 master, from rank "
+                      "0's tensors), peak device memory on GPU (torch.cuda.max_memory_allocated).")
+    grid.notes += how[1:] + predicted_note(rows)[1:] if wide else ["report.md explains every column."]
+    return grid
+
+
+def print_report(report: Any, wide: bool = False) -> None:
+    """The verdict, the table, and where each artefact is."""
+    from dsbench.console import table_console
+
+    console = table_console()
+    for line in report.verdict:  # the answer first
+        console.print(line, highlight=False)
+    compare_grid(report.rows, wide).print(console, wide)
+    for name, path in report.files.items():
+        console.print(f"{name:18} {path}", highlight=False, soft_wrap=True)
