@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dsbench.report.build import build_report
+from dsbench.report.render import columns_for
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.browser
@@ -32,10 +33,13 @@ class PageCheck:
     console_errors: list[str]
     table_rows: int
     screenshot: Path
+    sorted_by: dict[str, list[list[str]]]
+    """Per header clicked (once, then twice): the table's rows as the page shows them after each click."""
 
 
-def inspect_page(page: Path, screenshot: Path) -> PageCheck:
-    """Open ``page`` in headless Chromium; collect console errors and images that did not load."""
+def inspect_page(page: Path, screenshot: Path, click: tuple[str, ...] = ()) -> PageCheck:
+    """Open ``page`` in headless Chromium; collect console errors and images that did not load; click each header
+    named in ``click`` twice and read the table after each click."""
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -59,11 +63,24 @@ def inspect_page(page: Path, screenshot: Path) -> PageCheck:
             title=driver.title, images=driver.execute_script("return document.images.length"), broken_images=broken,
             console_errors=[e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"],
             table_rows=driver.execute_script("return document.querySelectorAll('table tbody tr').length"),
-            screenshot=screenshot)
+            screenshot=screenshot, sorted_by={header: _click_twice(driver, header) for header in click})
         driver.save_screenshot(str(screenshot))
     finally:
         driver.quit()
     return check
+
+
+def _click_twice(driver, header: str) -> list[list[str]]:
+    """Click the cells table's ``header`` twice; the rows' text after each click."""
+    from selenium.webdriver.common.by import By
+
+    th = next(th for th in driver.find_elements(By.CSS_SELECTOR, "#cells th") if th.text.strip() == header)
+    seen = []
+    for _ in range(2):
+        th.click()
+        seen.append(driver.execute_script("return Array.from(document.querySelectorAll('#cells tbody tr'))"
+                                          ".map(r => Array.from(r.cells).map(c => c.textContent.trim()))"))
+    return seen
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -76,13 +93,24 @@ def png_size(path: Path) -> tuple[int, int]:
 @needs_browser
 def test_report_opens_cleanly_in_a_browser(tmp_path):
     report = build_report([DATA / "runs" / "compare-cpu" / "cells"], tmp_path / "report")
-    check = inspect_page(report.files["html"], tmp_path / "report.png")
+    check = inspect_page(report.files["html"], tmp_path / "report.png", click=("tokens/s (wall)", "strategy"))
     print(f"screenshot: {check.screenshot}")
     assert check.title == "dsbench report"
     assert check.console_errors == [] and check.broken_images == []
     assert check.images == 5 and check.table_rows == len(report.rows)
     width, height = png_size(check.screenshot)
     assert width == 1400 and height > 1000 and check.screenshot.stat().st_size > 20_000
+    # a click sorts by the column (figures by value, "-" last), a second click reverses; the oracle is the rows'
+    # own figures sorted here
+    column = [header for _, header, _ in columns_for(report.rows)].index("tokens/s (wall)")
+    measured = sorted((row for row in report.rows if row.get("tokens_per_s") is not None),
+                      key=lambda row: row["tokens_per_s"])
+    up, down = check.sorted_by["tokens/s (wall)"]
+    assert [r[0] for r in up][:len(measured)] == [row["strategy"] for row in measured]
+    assert [r[0] for r in down][:len(measured)] == [row["strategy"] for row in reversed(measured)]
+    assert all(r[column] == "-" for r in up[len(measured):] + down[len(measured):])
+    names = [r[0] for r in check.sorted_by["strategy"][0]]
+    assert names == sorted(names) and len(names) == len(report.rows)
 
 
 @needs_browser

@@ -63,11 +63,26 @@ def test_every_artefact_is_written(tmp_path):
     html = report.files["html"].read_text()
     assert html.count("data:image/png;base64,") == 5 and "hand-made fixture of a failed cell" in html
     assert "-m dsbench launch --strategy ddp --launcher torchrun" in html  # each cell's exact command
-    assert '&quot;stage&quot;: 3' in html  # and its DeepSpeed config (HTML-escaped)
+    assert '&#34;stage&#34;: 3' in html  # and its DeepSpeed config (HTML-escaped by the template's autoescape)
+    assert "<p>environment:</p>" in html and "torch" in html  # and what it ran on
+    assert '<th data-kind="num">tokens/s (wall)</th>' in html and 'document.querySelectorAll("#cells th")' in html
     rows = list(csv.DictReader(io.StringIO(report.files["csv"].read_text())))
     assert len(rows) == 8 and {r["status"] for r in rows} == {"ok", "failed"}
     data = json.loads(report.files["json"].read_text())
     assert "warm-up" in data["method"] and len(data["cells"]) == 8
+
+
+def test_the_html_escapes_what_a_run_folder_holds(tmp_path):
+    """A run folder is data: a reason or command holding markup is shown as text, never run as script."""
+    from dsbench.report.html import write_html
+
+    rows = collect([COMPARE])
+    failed = next(row for row in rows if row["status"] != "ok")
+    failed["strategy"] = "<script>alert(1)</script>"
+    failed["runs"][0]["command"] = "dsbench launch </pre><img src=x onerror=alert(2)>"
+    page = write_html(rows, {}, {"note": "<b>"}, tmp_path / "page.html", ["<i>verdict</i>"]).read_text()
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<img src=x" not in page and "<i>verdict" not in page and "<b>" not in page
 
 
 def test_markdown_names_units_and_method():

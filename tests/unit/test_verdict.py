@@ -90,7 +90,7 @@ def test_the_markdown_html_and_terminal_open_with_the_verdict(tmp_path, capsys):
     assert markdown.startswith("# dsbench report\n\n## Verdict\n\n- " + built.verdict[0].strip())
     assert markdown.index("## Verdict") < markdown.index("| strategy |")
     page = write_html(built.rows, {}, {}, tmp_path / "page.html", built.verdict).read_text()
-    assert page.index("<h2>Verdict</h2>") < page.index("<table>")
+    assert page.index("<h2>Verdict</h2>") < page.index('<table id="cells">')
     print_report(built)
     printed = capsys.readouterr().out
     assert printed.index(built.verdict[0][:40]) < printed.index("dsbench compare")
