@@ -56,6 +56,44 @@ def _gpus(host: str, facts: dict[str, Any], slots: int) -> Row:
     return Row(host, "gpus", "ok", f"{gpus} GPU(s) for slots={slots}")
 
 
+def _gpu_stack(host: str, facts: dict[str, Any], here: dict[str, Any], multinode: bool) -> list[Row]:
+    """CUDA and NCCL as torch sees them, the NCCL_*/FI_* variables, InfiniBand/EFA; what a CPU host cannot check is
+    named as not checked. A probe from before these checks (no ``gpu_stack``) says so."""
+    stack, ours = facts.get("gpu_stack"), here.get("gpu_stack") or {}
+    if stack is None:
+        return [Row(host, "cuda/nccl", "note", "not checked: this host's dsbench predates the check")]
+    env = ", ".join(f"{k}={v}" for k, v in stack["env"].items()) or "none set"
+    if not facts["gpus"]:
+        return [Row(host, "cuda/nccl", "note", "not checked: no GPU (CUDA, NCCL, InfiniBand/EFA apply to GPU "
+                    f"hosts); NCCL_*/FI_* {env}")]
+    rows = []
+    if not stack["cuda"]:
+        rows.append(Row(host, "cuda/nccl", "FAIL", f"{facts['gpus']} GPU(s) but torch {facts['versions'].get('torch')}"
+                        " is a CPU build", "install a CUDA build of torch in this environment"))
+    elif not stack["cuda_available"]:
+        rows.append(Row(host, "cuda/nccl", "FAIL", f"torch built for CUDA {stack['cuda']} cannot use the GPUs",
+                        "check the NVIDIA driver (nvidia-smi) against the CUDA version torch was built for"))
+    else:
+        differ = [f"{k} {stack[k]} (here {ours.get(k)})" for k in ("cuda", "nccl") if ours and stack[k] != ours.get(k)]
+        rows.append(Row(host, "cuda/nccl", "FAIL" if differ else "ok",
+                        "; ".join(differ) if differ else f"CUDA {stack['cuda']}, NCCL {stack['nccl']}, "
+                        f"{stack['device_count']} device(s) in torch",
+                        "the same torch build on every node" if differ else ""))
+    differ_env = bool(ours) and stack["env"] != ours.get("env")
+    rows.append(Row(host, "nccl env", "note" if differ_env else "ok", f"NCCL_*/FI_* {env}"
+                    + ("; differs from this host's" if differ_env else ""),
+                    "export the same NCCL_*/FI_* on every node (DeepSpeed's .deepspeed_env)" if differ_env else ""))
+    fabric = stack["fabric"]
+    if fabric:
+        kinds = sorted(set(fabric.values()))
+        rows.append(Row(host, "fabric", "ok", f"{'/'.join(kinds)}: {', '.join(fabric)}"))
+    else:
+        rows.append(Row(host, "fabric", "note" if multinode else "ok",
+                        "no InfiniBand or EFA device: NCCL goes over TCP sockets between nodes" if multinode else
+                        "no InfiniBand or EFA device (one node: NVLink/PCIe only)"))
+    return rows
+
+
 def _jit(host: str, facts: dict[str, Any]) -> list[Row]:
     jit = facts["jit"]
     rows = [Row(host, "jit build lock", "FAIL", f"{lock}: left by an interrupted build; DeepSpeed would wait on "
@@ -96,6 +134,7 @@ def judge(facts: dict[str, dict[str, Any] | str], here: dict[str, Any], slots: d
                             "" if free else "--master-port with a free port"))
         rows.append(_interface(host, found, multinode))
         rows.append(_gpus(host, found, slots[host]))
+        rows.extend(_gpu_stack(host, found, here, multinode))
         rows.extend(_jit(host, found))
     return rows
 

@@ -74,10 +74,33 @@ def jit_state() -> dict[str, object]:
             "stale_locks": [str(p) for p in stale_locks(root, time.time())]}
 
 
+def gpu_stack() -> dict[str, object]:
+    """What a GPU cluster's launch depends on and can be read without running it: the CUDA and NCCL versions torch
+    was built with and sees, the devices torch counts, the NCCL_*/FI_* variables set, and the InfiniBand or EFA
+    devices in /sys/class/infiniband (EFA's are named efa*, or driven by the efa driver)."""
+    import torch
+
+    nccl = None
+    if torch.version.cuda:
+        try:  # the NCCL torch links (torch.cuda.nccl.version(): a (major, minor, patch) tuple)
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception as error:  # a build without NCCL, or a library that does not load
+            nccl = f"unreadable: {error}"
+    fabric = {}
+    for device in sorted(Path("/sys/class/infiniband").glob("*")):
+        driver = device / "device" / "driver"
+        name = driver.resolve().name if driver.exists() else ""
+        fabric[device.name] = "efa" if device.name.startswith("efa") or name == "efa" else "infiniband"
+    return {"cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available() if torch.version.cuda else False,
+            "device_count": torch.cuda.device_count() if torch.version.cuda else 0, "nccl": nccl,
+            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "FI_"))},
+            "fabric": fabric}
+
+
 def facts(port: int | None) -> dict[str, object]:
     return {"hostname": socket.gethostname(), "executable": sys.executable, "versions": versions(),
             "gpus": local_gpu_count(), "port_free": port_free(port) if port else None, "interface": interface(),
-            "jit": jit_state()}
+            "jit": jit_state(), "gpu_stack": gpu_stack()}
 
 
 def main(argv: list[str] | None = None) -> None:

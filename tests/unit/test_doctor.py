@@ -14,7 +14,12 @@ HERE = {"hostname": "head", "executable": "/venv/bin/python", "gpus": 0, "port_f
                      "accelerate": "1.15.0"},
         "interface": {"name": "eth0", "source": "hostname head -> 10.0.0.1", "exists": True,
                       "addresses": ["10.0.0.1"], "loopback": False},
-        "jit": {"root": "/root/.cache/torch_extensions/py311_cpu", "unbuilt": [], "stale_locks": []}}
+        "jit": {"root": "/root/.cache/torch_extensions/py311_cpu", "unbuilt": [], "stale_locks": []},
+        "gpu_stack": {"cuda": None, "cuda_available": False, "device_count": 0, "nccl": None, "env": {},
+                      "fabric": {}}}
+GPU_NODE = {"gpus": 8, "versions": {"torch": "2.13.0+cu128"},
+            "gpu_stack": {"cuda": "12.8", "cuda_available": True, "device_count": 8, "nccl": "2.27.5",
+                          "env": {"NCCL_IB_HCA": "mlx5"}, "fabric": {"mlx5_0": "infiniband", "mlx5_1": "infiniband"}}}
 
 
 def node(**changes):
@@ -36,7 +41,9 @@ def status(rows, host, check):
 def test_two_healthy_nodes_pass():
     rows = rows_for({"n1": node(), "n2": node()})
     assert not failed(rows)
-    assert {r.check for r in rows if r.host == "n1"} == {"ssh", "versions", "port", "interface", "gpus", "jit ops"}
+    assert {r.check for r in rows if r.host == "n1"} == {"ssh", "versions", "port", "interface", "gpus", "cuda/nccl",
+                                                          "jit ops"}
+    assert "not checked: no GPU" in status(rows, "n1", "cuda/nccl").detail  # it says what it could not check
     assert not [r for r in rows if r.host == "n2" and r.check == "port"]  # the rendezvous port is the master's
 
 
@@ -95,3 +102,44 @@ def test_launch_refuses_a_node_with_other_versions(monkeypatch):
     monkeypatch.setattr(runner, "probe_host", lambda host, *a: "python -m dsbench.worker.probe failed: No module")
     with pytest.raises(UserError, match="host n1: python -m dsbench.worker.probe failed"):
         runner.preflight_nodes(spec)
+
+
+def gpu_rows(n2_stack=None, n2=None, here_gpu=True, slots=8):
+    """Two 8-GPU nodes judged from a GPU head node (``HERE`` with the GPU node's stack)."""
+    head = node(**GPU_NODE) if here_gpu else HERE
+    first = node(**GPU_NODE)
+    second = node(**{**GPU_NODE, **(n2 or {})})
+    second["gpu_stack"] = {**second["gpu_stack"], **(n2_stack or {})}
+    return judge({"n1": first, "n2": second}, head, {"n1": slots, "n2": slots}, master="n1", port=29500,
+                 pdsh_needed=True, pdsh_found=True)
+
+
+def test_a_healthy_gpu_cluster_shows_cuda_nccl_and_its_fabric():
+    rows = gpu_rows()
+    assert not failed(rows)
+    assert status(rows, "n2", "cuda/nccl").detail == "CUDA 12.8, NCCL 2.27.5, 8 device(s) in torch"
+    assert status(rows, "n2", "fabric").detail == "infiniband: mlx5_0, mlx5_1"
+    assert status(rows, "n2", "nccl env").detail == "NCCL_*/FI_* NCCL_IB_HCA=mlx5"
+    assert status(rows, "n2", "gpus").status == "ok"
+
+
+@pytest.mark.parametrize(("n2_stack", "n2", "check", "state", "words"), [
+    ({"cuda": None}, {}, "cuda/nccl", "FAIL", "is a CPU build"),
+    ({"cuda_available": False}, {}, "cuda/nccl", "FAIL", "cannot use the GPUs"),
+    ({"nccl": "2.21.5"}, {}, "cuda/nccl", "FAIL", "nccl 2.21.5 (here 2.27.5)"),
+    ({"env": {}}, {}, "nccl env", "note", "none set; differs from this host's"),
+    ({"fabric": {}}, {}, "fabric", "note", "NCCL goes over TCP sockets between nodes"),
+    ({"fabric": {"rdmap0s6": "efa"}}, {}, "fabric", "ok", "efa: rdmap0s6"),
+    ({}, {"gpus": 4}, "gpus", "FAIL", "4 GPU(s) visible for slots=8"),
+])
+def test_what_a_gpu_cluster_needs_is_checked(n2_stack, n2, check, state, words):
+    row = status(gpu_rows(n2_stack, n2), "n2", check)
+    assert row.status == state and words in row.detail and (row.fix or state == "ok" or check == "fabric")
+
+
+def test_a_probe_without_the_gpu_checks_is_named():
+    old = node(**GPU_NODE)
+    del old["gpu_stack"]
+    rows = judge({"n1": node(**GPU_NODE), "n2": old}, node(**GPU_NODE), {"n1": 8, "n2": 8}, master="n1",
+                 port=29500, pdsh_needed=True, pdsh_found=True)
+    assert "not checked" in status(rows, "n2", "cuda/nccl").detail
