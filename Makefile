@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?= --durations=15
 
-.PHONY: venv demo test test-unit test-dist check lint format configs schema bench-overhead clean
+.PHONY: venv demo test test-unit test-dist check lint format docs configs schema bench-overhead clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test-dist: venv
 
 lint: venv
 	$(BIN)/ruff check dsbench tests scripts
+
+# The documentation site from docs/ (mkdocs-material; the home page is the README) into site/.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 format: venv
 	$(BIN)/ruff check --fix dsbench tests scripts
