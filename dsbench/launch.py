@@ -22,7 +22,7 @@ from dsbench.hostfile import is_valid_hostname, read_hostfile
 from dsbench.io import atomic_write_json, atomic_write_text, check_creatable_folder, read_text
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
-from dsbench.models import check_autotp, check_loss_parallel, check_megatron_tp, resolve_model
+from dsbench.models import check_autotp, check_loss_parallel, check_megatron_tp, check_ulysses, resolve_model
 from dsbench.parallel import ParallelDims, bubble_fraction
 from dsbench.records import check_run_dir
 from dsbench.strategies import SPLIT_ENGINES, TORCH_TP_ONLY
@@ -134,7 +134,8 @@ def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 # Flags that shape a DeepSpeed config: the native strategies have no config to put them in.
 DEEPSPEED_ONLY = {"zero": "--zero", "offload": "--offload", "offload_param": "--offload-param",
-                  "nvme_path": "--nvme-path", "global_batch": "--global-batch", "train_steps": "--train-steps"}
+                  "nvme_path": "--nvme-path", "global_batch": "--global-batch", "train_steps": "--train-steps",
+                  "ulysses": "--ulysses"}
 
 
 def check_request(req: LaunchRequest) -> None:
@@ -379,6 +380,7 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
         check_loss_parallel(train.loss_parallel, shape.tied_embeddings, shape.name)
     elif dims.tp > 1:
         check_autotp(shape.arch)
+    check_ulysses(shape.arch, dims.sp, train.seq_len)
     chunks = dims.pp * train.virtual_stages
     if train.pipeline_schedule in trainspec.INTERLEAVED and shape.layers % chunks:
         raise UserError(f"--virtual-stages {train.virtual_stages} does not divide {shape.name}'s {shape.layers} "

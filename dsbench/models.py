@@ -138,6 +138,20 @@ def check_autotp(family: str) -> None:
                         f"{family!r}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")
 
 
+def check_ulysses(family: str, sp: int, seq_len: int) -> None:
+    """DeepSpeed Ulysses (``--ulysses``) needs a model whose config names its key/value heads (UlyssesSPAttentionHF
+    reads ``num_key_value_heads``: the Llama family; GPT-2's config has none), and a sequence that splits into ``sp``
+    equal shards of at least 2 tokens (each shard's loss needs a next token inside the sequence)."""
+    if sp <= 1:
+        return
+    if family not in LLAMA_LIKE:
+        raise UserError(f"--ulysses runs Llama-family models ({', '.join(LLAMA_LIKE)}), not {family!r}: DeepSpeed's "
+                        "Ulysses reads the config's num_key_value_heads (choose a Llama-family --model)")
+    if seq_len % sp or seq_len < 2 * sp:
+        raise UserError(f"--seq-len {seq_len} must split into --ulysses {sp} equal shards of at least 2 tokens (a "
+                        f"multiple of {sp}, at least {2 * sp})")
+
+
 def _gpt2(name: str, vocab: int, hidden: int, layers: int, heads: int, positions: int) -> ModelShape:
     return ModelShape(name=name, arch="gpt2", vocab_size=vocab, hidden=hidden, layers=layers, heads=heads,
                       kv_heads=heads, intermediate=4 * hidden, max_positions=positions, tied_embeddings=True)

@@ -1,9 +1,13 @@
-"""The parallel layout of a job: data x tensor x pipeline ranks, and the batch arithmetic on it (pure, stdlib).
+"""The parallel layout of a job: data x sequence x tensor x pipeline ranks, and the batch arithmetic on it (pure,
+stdlib).
 
 The only place this arithmetic lives: render, validate, the worker and the planner all ask
 :class:`ParallelDims`. Ranks are laid out as DeepSpeed's pipeline grid (``PipeModelDataParallelTopology``,
 axes pipe, data, model) and Megatron-LM's default order: the ``tp`` ranks of a tensor-parallel group are
 consecutive, then data-parallel replicas, then pipeline stages: rank = stage·dp·tp + dp_rank·tp + tp_rank.
+DeepSpeed's Ulysses groups ``sp`` consecutive ranks into one sequence-parallel group
+(runtime/sequence_parallel/parallel_state_sp.py ``initialize_sequence_parallel``), so with it rank = dp_rank·sp +
+sp_rank (dsbench runs Ulysses with tp = pp = 1).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from dsbench.errors import UserError
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ParallelDims:
-    """How ``world`` ranks are split: ``dp`` data-parallel replicas x ``tp`` tensor x ``pp`` pipeline ranks."""
+    """How ``world`` ranks are split: ``dp`` data-parallel replicas x ``sp`` sequence x ``tp`` tensor x ``pp``
+    pipeline ranks."""
 
     world: int
     """Total ranks (``--world-size``, a hostfile's slots, or the launcher's WORLD_SIZE)."""
@@ -23,28 +28,38 @@ class ParallelDims:
     """Tensor-parallel degree (``--tp``): ranks that split every layer's matrices and share one batch."""
     pp: int = 1
     """Pipeline stages (``--pipeline-stages``): ranks that each hold a slice of the layers."""
+    sp: int = 1
+    """Ulysses sequence-parallel degree (``--ulysses``, DeepSpeed's ``sequence_parallel_size``): ranks that each
+    hold a contiguous slice of every sequence and exchange attention heads by all-to-all."""
 
     def __post_init__(self) -> None:
-        for value, flag in ((self.world, "the world size"), (self.tp, "--tp"), (self.pp, "--pipeline-stages")):
+        for value, flag in ((self.world, "the world size"), (self.tp, "--tp"), (self.pp, "--pipeline-stages"),
+                            (self.sp, "--ulysses")):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UserError(f"{flag} must be an integer >= 1, got {value!r}")
-        if self.world % (self.tp * self.pp):
-            raise UserError(f"world size {self.world} is not divisible by --pipeline-stages {self.pp} x --tp "
-                            f"{self.tp} = {self.tp * self.pp} (change the ranks or the degrees)")
+        if self.sp > 1 and self.tp * self.pp > 1:
+            raise UserError(f"--ulysses {self.sp} runs with data parallelism only in dsbench: drop --tp/"
+                            "--pipeline-stages (DeepSpeed's Ulysses for HF models has no pipeline or AutoTP path)")
+        if self.world % (self.tp * self.pp * self.sp):
+            what = f"--ulysses {self.sp}" if self.sp > 1 else f"--pipeline-stages {self.pp} x --tp {self.tp}"
+            raise UserError(f"world size {self.world} is not divisible by {what} = {self.model_parallel} (change "
+                            "the ranks or the degrees)")
 
     @property
     def dp(self) -> int:
-        """Data-parallel replicas: world / (tp x pp)."""
-        return self.world // (self.tp * self.pp)
+        """Data-parallel replicas: world / (sp x tp x pp)."""
+        return self.world // self.model_parallel
 
     @property
     def model_parallel(self) -> int:
-        """Ranks that share one batch: tp x pp (a tensor-parallel group splits it, a pipeline passes it along)."""
-        return self.tp * self.pp
+        """Ranks that share one batch: sp x tp x pp (a sequence-parallel group splits each sequence, a
+        tensor-parallel group each matrix, a pipeline passes the batch along)."""
+        return self.sp * self.tp * self.pp
 
     def accumulation_for(self, pure_dp_accum: int) -> int:
         """Micro-batches each replica accumulates so that the global batch equals pure data parallelism's on the
-        same ranks (micro x ``pure_dp_accum`` x world): with dp = world / (tp x pp) replicas, tp x pp times more."""
+        same ranks (micro x ``pure_dp_accum`` x world): with dp = world / (sp x tp x pp) replicas, that many times
+        more."""
         return pure_dp_accum * self.model_parallel
 
     def pure_dp_accumulation(self, accum: int) -> int:
@@ -53,13 +68,18 @@ class ParallelDims:
         return max(1, accum // self.model_parallel)
 
     def rank_share(self, samples: float) -> float:
-        """One rank's share of the work on ``samples`` samples (or tokens) of its replica: a tensor-parallel group
-        splits each sample's matrices tp ways, a pipeline's stages split its layers pp ways."""
+        """One rank's share of the work on ``samples`` samples (or tokens) of its replica: a sequence-parallel group
+        splits each sample's tokens sp ways, a tensor-parallel group its matrices tp ways, a pipeline's stages its
+        layers pp ways."""
         return samples / self.model_parallel
 
     def dp_rank(self, rank: int) -> int:
         """The data-parallel replica ``rank`` belongs to (which part of each global batch it reads)."""
-        return (rank // self.tp) % self.dp
+        return (rank // (self.tp * self.sp)) % self.dp
+
+    def sp_rank(self, rank: int) -> int:
+        """Which slice of each sequence ``rank`` holds in its Ulysses group (0 without one)."""
+        return rank % self.sp
 
     def samples_per_step(self, micro_batch: int, grad_accum: int) -> int:
         """Distinct samples per optimizer step (the global batch): micro x accumulation x dp.
@@ -75,12 +95,18 @@ class ParallelDims:
         The pipeline engine passes its grid, so DeepSpeed divides by the stages; with AutoTP
         ``DeepSpeedConfig`` gets no mpu and counts the ranks of a TP group as if each had its own data
         (runtime/config.py ``_batch_assertion``). So with AutoTP train_batch_size = micro x accum x world/pp,
-        tp times the samples actually trained.
+        tp times the samples actually trained. With Ulysses DeepSpeed divides by the sequence-parallel degree
+        (runtime/config.py: world / ``mpu.get_sequence_parallel_world_size()``).
         """
-        return self.world // self.pp
+        return self.world // (self.pp * self.sp)
 
     def check_model(self, *, name: str, heads: int, kv_heads: int, layers: int) -> None:
-        """The model can be split this way: tp divides the attention and key/value heads; pp <= layers."""
+        """The model can be split this way: tp divides the attention and key/value heads; pp <= layers; Ulysses'
+        degree divides the heads, and the key/value heads or they it (DeepSpeed's UlyssesSPAttentionHF replicates
+        key/value heads when there are fewer than ranks)."""
+        if heads % self.sp or (kv_heads % self.sp and self.sp % kv_heads):
+            raise UserError(f"--ulysses {self.sp} must divide {name}'s {heads} attention heads, and its {kv_heads} "
+                            "key/value heads or be divisible by them (the all-to-all gives each rank whole heads)")
         if heads % self.tp or kv_heads % self.tp:
             raise UserError(f"--tp {self.tp} must divide {name}'s {heads} attention heads and {kv_heads} key/value "
                             "heads (each rank holds whole heads)")

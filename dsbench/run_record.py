@@ -201,6 +201,8 @@ class RunHeader:
     tp: int = 1
     pp: int = 1
     virtual_stages: int = 1
+    ulysses: int = 1
+    """DeepSpeed Ulysses' sequence-parallel degree (1: none)."""
     pipeline_schedule: str | None = None
     sequence_parallel: bool = False
     loss_parallel: bool = False
@@ -226,7 +228,7 @@ class RunHeader:
                    global_batch=record.get("global_batch"), precision=record.get("precision"),
                    device=record.get("device") or "?", hostnames=tuple(record.get("hostnames") or ()),
                    peak_tflops=record.get("peak_tflops"), tp=int(record.get("tp") or 1), pp=int(record.get("pp") or 1),
-                   virtual_stages=int(record.get("virtual_stages") or 1),
+                   virtual_stages=int(record.get("virtual_stages") or 1), ulysses=int(record.get("ulysses") or 1),
                    pipeline_schedule=record.get("pipeline_schedule"),
                    sequence_parallel=bool(record.get("sequence_parallel")),
                    loss_parallel=bool(record.get("loss_parallel")),

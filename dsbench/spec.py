@@ -47,6 +47,8 @@ class RenderSpec:
     """Pipeline-parallel stages (``--pipeline-stages``)."""
     tp: int = 1
     """Tensor-parallel (AutoTP) degree (``--tp``)."""
+    ulysses: int = 1
+    """DeepSpeed Ulysses sequence-parallel degree (``--ulysses``, the config's ``sequence_parallel_size``)."""
     grad_clip: float = 1.0
     """Gradient-norm clipping (``--grad-clip``), as HF Trainer's ``max_grad_norm`` default."""
     lr: float = 3e-4
@@ -74,6 +76,9 @@ class RenderSpec:
             (self.world_size >= 1, f"--world-size must be >= 1, got {self.world_size}"),
             (self.pipeline_stages >= 1, f"--pipeline-stages must be >= 1, got {self.pipeline_stages}"),
             (self.tp >= 1, f"--tp must be >= 1, got {self.tp}"),
+            (self.ulysses >= 1, f"--ulysses must be >= 1, got {self.ulysses}"),
+            (self.ulysses == 1 or self.zero >= 1, f"--ulysses {self.ulysses} needs --zero 1, 2 or 3 (DeepSpeed's "
+             "Ulysses averages gradients over the sequence-data-parallel group through ZeRO's reduction)"),
             (self.lr > 0, f"--lr must be > 0, got {self.lr}"),
             (self.grad_clip >= 0, f"--grad-clip must be >= 0, got {self.grad_clip}"),
             (self.warmup_steps >= 0, f"--warmup-steps must be >= 0, got {self.warmup_steps}"),
@@ -102,7 +107,7 @@ class RenderSpec:
 
     def dims(self) -> ParallelDims:
         """The parallel layout of the world these flags describe."""
-        return ParallelDims(world=self.world_size, tp=self.tp, pp=self.pipeline_stages)
+        return ParallelDims(world=self.world_size, tp=self.tp, pp=self.pipeline_stages, sp=self.ulysses)
 
     def data_parallel_size(self) -> int:
         """Ranks in DeepSpeed's batch arithmetic (see :meth:`ParallelDims.deepspeed_batch_ranks`)."""

@@ -7,9 +7,9 @@ holds its own table of these names):
 - the planner's data-parallel strategies (``dsbench plan``): what each shards, after the ZeRO paper (Rajbhandari
   et al. 2020, section 5: P_os, P_os+g, P_os+g+p) and FSDP's full sharding (Zhao et al. 2023);
 - compare's strategies (``dsbench compare --strategies``, ``tune``, ``whatif``, ``plan --verify``, report labels):
-  one frozen :class:`Strategy` each, naming its engine, launcher, ZeRO stage, offloads and tp/pp degrees. Names with
-  a degree are parameterised (``torch_tp{N}``, ``torch_pipe{P}``, ``zero1_tp{N}``, ``pipe{P}``), so any degree can
-  be named; the planner prints its candidates in the same vocabulary.
+  one frozen :class:`Strategy` each, naming its engine, launcher, ZeRO stage, offloads and tp/pp/Ulysses degrees.
+  Names with a degree are parameterised (``torch_tp{N}``, ``torch_pipe{P}``, ``zero1_tp{N}``, ``pipe{P}``,
+  ``ulysses{N}``), so any degree can be named; the planner prints its candidates in the same vocabulary.
 
 A strategy's ``dsbench launch`` flags, the speed options that apply to it, the ranks that share one batch and the
 planner's candidate for it are all derived from its fields. Adding a strategy touches this file and, if its engine
@@ -98,14 +98,17 @@ class Strategy:
     """torch_pp's interleaved 1F1B with this many chunks per rank (names ending ``_interleaved{V}``)."""
     zero_bubble: bool = False
     """...under torch's ScheduleInterleavedZeroBubble instead (names ending ``_zb{V}``)."""
+    ulysses: int = 1
+    """DeepSpeed Ulysses' sequence-parallel degree (``--ulysses``; ``ulysses{N}``, ``zero3_ulysses{N}``)."""
     planned: bool = True
     """The planner has a model of it (``plan --verify``, ``tune`` and report predictions use it)."""
 
     @property
     def model_parallel(self) -> int:
-        """Ranks that share one batch (tp x pp): a cell accumulates that many micro-batches, so every strategy
-        trains the global batch of pure data parallelism (micro-batch x world size) and the same losses."""
-        return self.tp * self.pp
+        """Ranks that share one batch (tp x pp x Ulysses' degree): a cell accumulates that many micro-batches, so
+        every strategy trains the global batch of pure data parallelism (micro-batch x world size) and the same
+        losses."""
+        return self.tp * self.pp * self.ulysses
 
     @property
     def compiles(self) -> bool:
@@ -119,8 +122,9 @@ class Strategy:
 
     @property
     def splits_heads(self) -> bool:
-        """Tensor parallel: AutoTP and DTensor split q/k/v/o and the MLP by heads (Llama-family models)."""
-        return self.tp > 1
+        """Tensor parallel (AutoTP and DTensor split q/k/v/o and the MLP by heads) and Ulysses (its all-to-all reads
+        the config's key/value heads): Llama-family models."""
+        return self.tp > 1 or self.ulysses > 1
 
     @property
     def family(self) -> str:
@@ -131,6 +135,8 @@ class Strategy:
         accumulation boundary), ZeRO-2 (the same optimizer, its gradient hooks reducing every micro-step; family
         ``zero``, offload included), ZeRO-3 (stage3.py: gathers, partitioned hooks) and stage 0 (neither: the
         engine's own all-reduce) are four; ``single`` runs DDP's loop on one rank."""
+        if self.ulysses > 1:
+            return "ulysses"
         if self.pp > 1:
             return "pipeline" if self.engine == "torch_pp" else "pipe_engine"
         if self.tp > 1:
@@ -153,6 +159,8 @@ class Strategy:
             flags += ["--tp", str(self.tp)]
         if self.pp > 1:
             flags += ["--pipeline-stages", str(self.pp)]
+        if self.ulysses > 1:
+            flags += ["--ulysses", str(self.ulysses)]
         flags += ["--sequence-parallel"] * self.sequence_parallel + ["--loss-parallel"] * self.loss_parallel
         return tuple(flags)
 
@@ -199,8 +207,12 @@ FAMILIES: dict[str, tuple[str, Strategy]] = {
     "torch_pipe": ("pp", Strategy("torch_pipe{P}", "torch_pp", "torchrun")),
     # DTensor Megatron-style tensor parallel (Llama-family models)
     "torch_tp": ("tp", Strategy("torch_tp{N}", "torch_tp", "torchrun")),
+    # DeepSpeed Ulysses sequence parallelism (its ALST integration for HF attention) with ZeRO-1 and ZeRO-3; the
+    # planner has no model of its all-to-all yet
+    "ulysses": ("ulysses", Strategy("ulysses{N}", "deepspeed", "deepspeed", zero=1, planned=False)),
+    "zero3_ulysses": ("ulysses", Strategy("zero3_ulysses{N}", "deepspeed", "deepspeed", zero=3, planned=False)),
 }
-_FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe)([0-9]{1,4})"
+_FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe|zero3_ulysses|ulysses)([0-9]{1,4})"
                           r"((?:_sp)?(?:_lp)?|_(?:interleaved|zb)[0-9]{1,2})")
 TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}
 """torch_tp's option suffixes (``torch_tp2_sp``, ``torch_tp2_lp``, ``torch_tp2_sp_lp``); torch_pipe's are
@@ -241,7 +253,8 @@ def lookup(name: str) -> Strategy | None:
     elif suffix and match[1] != "torch_tp":
         return None
     degree_of, template = FAMILIES[match[1]]
-    planned = not options or (options.get("virtual_stages", 1) > 1 and not options.get("zero_bubble"))
+    planned = template.planned and (not options or (options.get("virtual_stages", 1) > 1
+                                                    and not options.get("zero_bubble")))
     return replace(template, name=name, **{degree_of: int(match[2])}, **options, planned=planned)
 
 
@@ -260,7 +273,7 @@ def get(name: str) -> Strategy:
 def choices() -> str:
     """The names a user may give, for error messages."""
     return ", ".join((*FIXED, "zero1_tp{N}", "pipe{P}", "torch_pipe{P}[_interleaved{V}|_zb{V}]",
-                      "torch_tp{N}[_sp][_lp]"))
+                      "torch_tp{N}[_sp][_lp]", "ulysses{N}", "zero3_ulysses{N}"))
 
 
 def name_for(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
@@ -273,6 +286,8 @@ def name_for(strategy: str, offload: str = "none", offload_param: str = "none", 
         if how.name != "single" and how.reshard and how.planner_fields == fields:
             return how.name
     for family, (degree_of, _) in FAMILIES.items():
+        if degree_of not in ("tp", "pp"):
+            continue  # a planner candidate has no Ulysses degree
         degree = tp if degree_of == "tp" else pp
         name = with_options(f"{family}{degree}", virtual_stages=virtual_stages if family == "torch_pipe" else 1)
         how = lookup(name) if degree > 1 else None
@@ -310,16 +325,19 @@ def with_options(name: str, sequence_parallel: bool = False, loss_parallel: bool
 
 def name_of_run(engine: str, zero: int | None = None, offload: str = "none", offload_param: str = "none",
                 tp: int = 1, pp: int = 1, reshard: bool = True, sequence_parallel: bool = False,
-                loss_parallel: bool = False, virtual_stages: int = 1, zero_bubble: bool = False) -> str:
+                loss_parallel: bool = False, virtual_stages: int = 1, zero_bubble: bool = False,
+                ulysses: int = 1) -> str:
     """The compare name of a run launched by hand, from what its header records. Where no compare strategy matches
     exactly: a DeepSpeed run by its stage and offload (``zero3_offload`` for ZeRO-3 with the optimizer alone on the
     CPU), any other by its engine."""
+    if ulysses > 1 and engine == "deepspeed":
+        return f"ulysses{ulysses}" if zero == 1 else f"zero{zero}_ulysses{ulysses}"
     fields = (engine, zero, offload, offload_param, tp, pp, reshard)
     for s in FIXED.values():
         if (s.engine, s.zero, s.offload, s.offload_param, s.tp, s.pp, s.reshard) == fields:
             return s.name
     for family, (degree_of, template) in FAMILIES.items():
-        degree = tp if degree_of == "tp" else pp
+        degree = tp if degree_of == "tp" else pp if degree_of == "pp" else 1
         if degree > 1 and tp * pp == degree and (template.engine, template.zero) == (engine, zero):
             return with_options(f"{family}{degree}", sequence_parallel, loss_parallel, virtual_stages, zero_bubble)
     if engine == "deepspeed" and zero is not None:

@@ -228,8 +228,9 @@ class TrainSpec:
     def check_compile_layout(self, dims: ParallelDims) -> None:
         """--compile where the layout is known (DeepSpeed's comes from its config): dsbench compiles DeepSpeed's
         ZeRO engine (``engine.compile()``), not its pipeline engine or AutoTP's split layers."""
-        if self.compile and self.strategy == "deepspeed" and (dims.pp > 1 or dims.tp > 1):
-            what = "pipeline engine (pipeline.stages)" if dims.pp > 1 else "AutoTP (tensor_parallel.autotp_size)"
+        if self.compile and self.strategy == "deepspeed" and dims.model_parallel > 1:
+            what = ("pipeline engine (pipeline.stages)" if dims.pp > 1 else "AutoTP (tensor_parallel.autotp_size)"
+                    if dims.tp > 1 else "Ulysses (sequence_parallel_size)")
             raise UserError(f"--compile is not supported with DeepSpeed's {what}: dsbench compiles the ZeRO engine "
                             "only; drop --compile")
 

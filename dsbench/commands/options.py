@@ -38,7 +38,7 @@ POSITIVE = Finite(0, low_open=True)
 COUNT = click.IntRange(min=1)
 _OFFLOAD = click.Choice(["none", "cpu", "nvme"])
 RENDER_FLAGS = ("zero", "offload", "offload_param", "nvme_path", "precision", "micro_batch", "grad_accum",
-                "global_batch", "pipeline_stages", "tp", "grad_clip", "lr", "warmup_steps", "train_steps")
+                "global_batch", "pipeline_stages", "tp", "ulysses", "grad_clip", "lr", "warmup_steps", "train_steps")
 
 
 def render_options(func: Any) -> Any:
@@ -55,6 +55,8 @@ def render_options(func: Any) -> Any:
         click.option("--global-batch", type=int, help="Samples per optimizer step (derives --grad-accum)."),
         click.option("--pipeline-stages", type=int, help="Pipeline-parallel stages (DeepSpeed PipelineModule)."),
         click.option("--tp", type=int, help="Tensor-parallel degree (DeepSpeed AutoTP)."),
+        click.option("--ulysses", type=int, help="DeepSpeed Ulysses sequence-parallel degree (sequence_parallel_size; "
+                     "Llama-family models, ZeRO 1-3)."),
         click.option("--grad-clip", type=float, help="Gradient-norm clipping [1.0]."),
         click.option("--lr", type=float, help="Peak learning rate [3e-4]."),
         click.option("--warmup-steps", type=int, help="Scheduler warm-up steps [0]."),

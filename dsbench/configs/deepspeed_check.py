@@ -68,15 +68,18 @@ def sanitized(config: dict[str, Any], reported: list[Finding]) -> dict[str, Any]
 
 
 def _world_for(config: dict[str, Any], world_size: int | None) -> int:
-    from dsbench.configs.layout import data_parallel_size
+    """The world size to report to DeepSpeedConfig: its batch ranks, times the Ulysses degree it divides by again
+    (runtime/config.py: with ``sequence_parallel_size`` and no mpu, world / sequence_parallel_size)."""
+    from dsbench.configs.layout import data_parallel_size, ulysses_degree
 
+    sp = ulysses_degree(config)
     if world_size is not None:
-        return data_parallel_size(config, world_size) or 1
+        return (data_parallel_size(config, world_size) or 1) * sp
     tb, mb, ga = (get_path(config, k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
                                                  "gradient_accumulation_steps"))
     if isinstance(tb, int) and isinstance(mb, int) and tb % (mb * (ga if isinstance(ga, int) else 1)) == 0:
-        return tb // (mb * (ga if isinstance(ga, int) else 1))
-    return 1
+        return tb // (mb * (ga if isinstance(ga, int) else 1)) * sp
+    return sp
 
 
 def deepspeed_findings(config: dict[str, Any], world_size: int | None, reported: list[Finding]) -> list[Finding]:

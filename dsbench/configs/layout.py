@@ -1,5 +1,5 @@
-"""The parallel layout a DeepSpeed config asks for: its pipeline stages and AutoTP degree, and the dims they make
-on a world size. One place, read by validation, DeepSpeed's own check, explain, launch and the worker."""
+"""The parallel layout a DeepSpeed config asks for: its pipeline stages, AutoTP and Ulysses degrees, and the dims
+they make on a world size. One place, read by validation, DeepSpeed's own check, explain, launch and the worker."""
 
 from __future__ import annotations
 
@@ -21,13 +21,28 @@ def parallel_degrees(config: dict[str, Any]) -> tuple[int, int]:
     return pp, tp
 
 
-def config_dims(config: dict[str, Any], world_size: int) -> ParallelDims | None:
-    """The parallel layout a config asks for on ``world_size`` ranks (``None`` if pp x tp does not divide it)."""
+def ulysses_degree(config: dict[str, Any]) -> int:
+    """The Ulysses sequence-parallel degree the config asks for (``sequence_parallel_size``; 1 when absent)."""
+    return int_or_none(config.get("sequence_parallel_size")) or 1
+
+
+def layout_problem(config: dict[str, Any], world_size: int) -> str | None:
+    """Why the config's degrees cannot lay out ``world_size`` ranks (:class:`ParallelDims`' own words), or None."""
     pp, tp = parallel_degrees(config)
     try:
-        return ParallelDims(world=world_size, tp=tp, pp=pp)
-    except UserError:
+        ParallelDims(world=world_size, tp=tp, pp=pp, sp=ulysses_degree(config))
+    except UserError as error:
+        return str(error).replace("--pipeline-stages", "pipeline.stages").replace(
+            "--tp", "tensor_parallel.autotp_size").replace("--ulysses", "sequence_parallel_size")
+    return None
+
+
+def config_dims(config: dict[str, Any], world_size: int) -> ParallelDims | None:
+    """The parallel layout a config asks for on ``world_size`` ranks (``None`` if the degrees do not divide it)."""
+    if layout_problem(config, world_size):
         return None
+    pp, tp = parallel_degrees(config)
+    return ParallelDims(world=world_size, tp=tp, pp=pp, sp=ulysses_degree(config))
 
 
 def data_parallel_size(config: dict[str, Any], world_size: int) -> int | None:

@@ -50,6 +50,8 @@ def compose(spec: RenderSpec) -> dict[str, Any]:
         set_path(config, ["pipeline", "stages"], spec.pipeline_stages)
     if spec.tp > 1:
         set_path(config, ["tensor_parallel", "autotp_size"], spec.tp)
+    if spec.ulysses > 1:  # DeepSpeed's key for Ulysses (runtime/config.py reads it beside the mpu)
+        set_path(config, ["sequence_parallel_size"], spec.ulysses)
     return config
 
 

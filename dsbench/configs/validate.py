@@ -14,7 +14,7 @@ from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
 from dsbench.configs.findings import Finding
-from dsbench.configs.layout import config_dims, data_parallel_size, int_or_none, parallel_degrees
+from dsbench.configs.layout import data_parallel_size, int_or_none, layout_problem, parallel_degrees, ulysses_degree
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import bf16_enabled, fp16_enabled
@@ -41,14 +41,14 @@ def check_parallel_degrees(config: dict[str, Any], ctx: ValidateContext) -> list
     """Tensor/pipeline degrees must divide the world size."""
     if ctx.world_size is None:
         return []
-    if config_dims(config, ctx.world_size) is not None:
+    problem = layout_problem(config, ctx.world_size)
+    if problem is None:
         return []
     pp, tp = parallel_degrees(config)
-    path = "tensor_parallel.autotp_size" if tp > 1 else "pipeline.stages"
-    return [Finding(severity="error", code="degree-not-dividing", path=path,
-                    message=f"world size {ctx.world_size} is not divisible by pipeline stages {pp} x tensor-parallel "
-                            f"{tp} = {pp * tp}",
-                    fix=f"use a world size that is a multiple of {pp * tp}, or change {path}")]
+    sp = ulysses_degree(config)
+    path = "sequence_parallel_size" if sp > 1 else "tensor_parallel.autotp_size" if tp > 1 else "pipeline.stages"
+    return [Finding(severity="error", code="degree-not-dividing", path=path, message=problem,
+                    fix=f"use a world size that is a multiple of {pp * tp * sp}, or change {path}")]
 
 
 def check_batch(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:

@@ -76,7 +76,7 @@ def _strategy_name(header: RunHeader, cell: dict[str, Any] | None) -> str:
     chunks = header.virtual_stages if header.pipeline_schedule in INTERLEAVED else 1
     return name_of_run(engine, zero.get("stage", 0) if engine == "deepspeed" else None, device("offload_optimizer"),
                        device("offload_param"), header.tp, header.pp, header.fsdp_reshard, header.sequence_parallel,
-                       header.loss_parallel, chunks, header.pipeline_schedule == "interleaved-zb")
+                       header.loss_parallel, chunks, header.pipeline_schedule == "interleaved-zb", header.ulysses)
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:

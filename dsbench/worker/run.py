@@ -147,7 +147,7 @@ def _engine_options(spec: TrainSpec, accum: int, precision: str, fsdp: dict[str,
                          pipeline_schedule=spec.pipeline_schedule, virtual_stages=spec.virtual_stages,
                          compile=spec.compile,
                          fused_optimizer=spec.fused_optimizer, sequence_parallel=spec.sequence_parallel,
-                         loss_parallel=spec.loss_parallel)
+                         loss_parallel=spec.loss_parallel, seq_len=spec.seq_len)
 
 
 def _check_resume(resumed: Any, strategy: str, definition: dict[str, Any], dims: ParallelDims, info: Any,
@@ -223,6 +223,8 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
                   "seq_len": spec.seq_len, "micro_batch": plan.micro_batch, "grad_accum": plan.grad_accum,
                   "world_size": info.world_size, "precision": run.precision, "seed": spec.seed,
                   "tp": run.dims.tp, "pp": run.dims.pp,
+                  # Ulysses' degree where it runs (absent otherwise: earlier runs' definitions hash as before)
+                  **({"ulysses": run.dims.sp} if run.dims.sp > 1 else {}),
                   "fsdp": run.fsdp,
                   "activation_checkpointing": run.fsdp["activation_checkpointing"] if run.fsdp
                   else spec.activation_checkpointing}

@@ -14,7 +14,7 @@ from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, fill_auto
 from dsbench.configs.findings import has_errors
-from dsbench.configs.layout import config_dims, parallel_degrees
+from dsbench.configs.layout import config_dims, layout_problem
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.precision import config_precision
 from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validate
@@ -70,11 +70,10 @@ def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs,
     """Fill a config's "auto" values as the HF Trainer would from the worker's own arguments, and validate it;
     ``path`` names where it came from in errors. Returns it with its layout (AutoTP degree, pipeline stages over the
     world), worked out once here for the whole run."""
+    problem = layout_problem(raw, world_size)
+    if problem:
+        raise UserError(f"{path}: {problem}")
     dims = config_dims(raw, world_size)
-    if dims is None:
-        pp, tp = parallel_degrees(raw)
-        raise UserError(f"{path}: pipeline.stages {pp} x tensor_parallel.autotp_size {tp} does not divide the world "
-                        f"size {world_size}")
     # the config's own micro-batch and accumulation win over the flags, also inside the "auto" values derived from
     # them (accelerate's Accelerator._prepare_deepspeed: train_batch_size = micro x the plugin's accumulation x ranks)
     given = {name: raw.get(key) for name, key in (("micro_batch", "train_micro_batch_size_per_gpu"),

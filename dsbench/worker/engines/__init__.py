@@ -25,6 +25,10 @@ def build_engine(strategy: str, model: Any, options: EngineOptions, dist_info: A
         from dsbench.worker.engines.model_parallel import TorchTensorParallelEngine
 
         return TorchTensorParallelEngine(model, options, dist_info, options.dims)
+    if strategy == "deepspeed" and options.dims is not None and options.dims.sp > 1:
+        from dsbench.worker.engines.deepspeed import UlyssesEngine
+
+        return UlyssesEngine(model, options, dist_info)
     if strategy == "deepspeed":
         from dsbench.worker.engines.deepspeed import DeepSpeedEngine
 

@@ -34,6 +34,8 @@ class EngineOptions:
     """torch_tp: norms on sequence shards (TrainSpec.sequence_parallel)."""
     loss_parallel: bool = False
     """torch_tp: the loss on vocabulary shards (TrainSpec.loss_parallel)."""
+    seq_len: int = 0
+    """Tokens per sample (Ulysses registers its attention for this length)."""
 
 
 class Engine(Protocol):

@@ -1,4 +1,5 @@
-"""DeepSpeed: ``deepspeed.initialize`` from the rendered config (ZeRO 0-3, cpu/nvme offload)."""
+"""DeepSpeed: ``deepspeed.initialize`` from the rendered config (ZeRO 0-3, cpu/nvme offload), and DeepSpeed Ulysses
+sequence parallelism through its ALST integration for Hugging Face attention."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ class DeepSpeedEngine:
 
     name = "deepspeed"
 
-    def __init__(self, model: Any, options: EngineOptions, dist_info: Any) -> None:
+    def __init__(self, model: Any, options: EngineOptions, dist_info: Any, mpu: Any = None) -> None:
         import deepspeed
 
         assert options.ds_config is not None
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                                    config=options.ds_config)
+                                                    config=options.ds_config, mpu=mpu)
         if options.compile:
             self.engine.compile()  # DeepSpeed's own torch.compile of its module, aware of its ZeRO hooks
         self.model = self.engine
@@ -56,3 +57,52 @@ class DeepSpeedEngine:
 
     def lr(self) -> float:
         return float(self.engine.get_lr()[0])
+
+
+class UlyssesEngine(DeepSpeedEngine):
+    """DeepSpeed Ulysses (Jacobs et al. 2023; DeepSpeed's ALST integration for HF models,
+    runtime/sequence_parallel/ulysses_sp.py): each of the ``sp`` ranks of a sequence-parallel group holds one
+    contiguous slice of every sequence, and the attention exchanges heads for sequence by all-to-all so each rank
+    attends over the whole sequence for its heads. Every rank of the group reads the same samples
+    (:meth:`ParallelDims.dp_rank`)."""
+
+    name = "deepspeed"
+
+    def __init__(self, model: Any, options: EngineOptions, dist_info: Any) -> None:
+        from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+
+        dims = options.dims
+        self.sp, self.sp_rank = dims.sp, dims.sp_rank(dist_info.rank)
+        assert options.ds_config is not None and options.seq_len % self.sp == 0
+        # swaps the model's SDPA for the all-to-all wrapper around it and builds the sequence-parallel groups
+        # (sp consecutive ranks each; parallel_state_sp.initialize_sequence_parallel): a collective, all ranks
+        mpu = UlyssesSPAttentionHF.register_with_transformers(
+            model_name_or_path=model, core_attn_implementation="sdpa", sequence_parallel_size=self.sp,
+            micro_batch_size=options.ds_config["train_micro_batch_size_per_gpu"], seq_length=options.seq_len,
+            seq_length_is_variable=False)
+        super().__init__(model, options, dist_info, mpu=mpu)
+
+    def forward_backward(self, input_ids: Any, last_micro: bool) -> Any:
+        import torch
+
+        micro, seq = input_ids.shape
+        chunk = seq // self.sp
+        shard = slice(self.sp_rank * chunk, (self.sp_rank + 1) * chunk)
+        # the next token of every position of the whole sequence (the last has none: -100), cut like the inputs, as
+        # DeepSpeed's UlyssesSPDataLoaderAdapter prepares shift_labels: a shard's last label is the next shard's
+        # first token
+        shifted = torch.nn.functional.pad(input_ids[:, 1:], (0, 1), value=-100)
+        positions = torch.arange(seq, device=input_ids.device)[None, shard].expand(micro, -1)
+        mine, labels = input_ids[:, shard].contiguous(), shifted[:, shard].contiguous()  # the loss views them flat
+        loss = self.engine(input_ids=mine, position_ids=positions, labels=mine, shift_labels=labels).loss
+        # the shard's mean loss weighted by its share of the sequence's real tokens: the group's sum is the mean
+        # over the whole sequence (what one process computes); times sp because DeepSpeed averages the gradients
+        # over the sp x dp ranks of the sequence-data-parallel group (runtime/engine.py, seq_dp_world_size)
+        share = (labels != -100).sum() / (shifted != -100).sum()
+        weighted = loss * share * self.sp
+        self.engine.backward(weighted)  # scales by 1/grad_accum; reduces at the accumulation boundary
+        if last_micro and self.measure_states:
+            self._pending_states = count_deepspeed(self.engine)
+        self.engine.step()
+        # the loop averages every rank's value: over a group of sp ranks that is the sequence's mean loss
+        return weighted.detach()

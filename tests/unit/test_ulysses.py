@@ -1,0 +1,97 @@
+"""DeepSpeed Ulysses (issue 28): its layout, config and refusals, with DeepSpeed's own code as the oracle where it
+has one. The loss parity with one process is tests/integration/test_model_parallel.py's (ulysses2_llama,
+zero3_ulysses2_dp2_llama)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsbench import strategies
+from dsbench.configs.api import make_render_spec
+from dsbench.configs.layout import config_dims
+from dsbench.configs.render import render
+from dsbench.errors import UserError
+from dsbench.parallel import ParallelDims
+
+
+def deepspeed_groups(world: int, sp: int, monkeypatch) -> list[list[int]]:
+    """The sequence-parallel groups DeepSpeed builds (parallel_state_sp.initialize_sequence_parallel), with its
+    process-group calls recorded instead of made."""
+    import deepspeed.runtime.sequence_parallel.parallel_state_sp as mpu
+
+    made: list[list[int]] = []
+    monkeypatch.setattr(mpu.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(mpu.dist, "get_world_size", lambda *a, **k: world)
+    monkeypatch.setattr(mpu.dist, "get_rank", lambda *a, **k: 0)
+    monkeypatch.setattr(mpu.dist, "new_group", lambda ranks, *a, **k: made.append(list(ranks)) or object())
+    monkeypatch.setattr(mpu, "_SEQUENCE_PARALLEL_GROUP", None)
+    monkeypatch.setattr(mpu, "_SEQUENCE_DATA_PARALLEL_GROUP", None)
+    mpu.initialize_sequence_parallel(sequence_parallel_size=sp)
+    return made[:world // sp]  # the sequence-parallel groups come first, then the sequence-data-parallel one
+
+
+@pytest.mark.parametrize(("world", "sp"), [(2, 2), (4, 2), (8, 4), (8, 2)])
+def test_the_layout_is_deepspeeds(world, sp, monkeypatch):
+    dims = ParallelDims(world=world, sp=sp)
+    assert dims.dp == world // sp and dims.model_parallel == sp
+    for group in deepspeed_groups(world, sp, monkeypatch):
+        # one group reads one replica's samples and holds every slice of their sequences once
+        assert {dims.dp_rank(rank) for rank in group} == {dims.dp_rank(group[0])}
+        assert sorted(dims.sp_rank(rank) for rank in group) == list(range(sp))
+    assert sorted({dims.dp_rank(rank) for rank in range(world)}) == list(range(world // sp))
+
+
+def test_the_batch_arithmetic_counts_the_sequence_parallel_ranks():
+    dims = ParallelDims(world=4, sp=2)
+    assert dims.samples_per_step(micro_batch=1, grad_accum=2) == 4  # 2 replicas
+    assert dims.accumulation_for(1) == 2 and dims.pure_dp_accumulation(2) == 1  # compare's fixed global batch
+    assert dims.rank_share(128) == 64  # each rank computes half of every sequence
+    assert dims.deepspeed_batch_ranks() == 2
+
+
+def test_render_writes_deepspeeds_key_and_deepspeed_accepts_the_batch():
+    """DeepSpeedConfig itself (validate's in-process check) asserts the batch with the Ulysses degree."""
+    from dsbench.configs.validate import ValidateContext, validate
+
+    spec, _ = make_render_spec({"zero": 1, "ulysses": 2, "world_size": 4, "micro_batch": 2}, model="llama-tiny")
+    config, _ = render(spec)
+    assert config["sequence_parallel_size"] == 2 and config["train_batch_size"] == 2 * 1 * 2
+    assert config_dims(config, 4) == ParallelDims(world=4, sp=2)
+    findings = validate(config, ValidateContext(world_size=4))
+    assert not [f for f in findings if f.severity == "error"], findings
+    broken = validate({**config, "train_batch_size": 8}, ValidateContext(world_size=4))
+    assert any("train_batch_size" in f.message for f in broken if f.severity == "error")
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    ({"zero": 0, "ulysses": 2, "world_size": 2}, "--ulysses 2 needs --zero 1, 2 or 3"),
+    ({"zero": 1, "ulysses": 2, "tp": 2, "world_size": 4}, "drop --tp/--pipeline-stages"),
+    ({"zero": 1, "ulysses": 2, "world_size": 3}, "world size 3 is not divisible by --ulysses 2"),
+    ({"zero": 1, "ulysses": 0, "world_size": 2}, "--ulysses must be >= 1"),
+])
+def test_bad_layouts_are_one_line(flags, words):
+    with pytest.raises(UserError, match=words.replace("(", r"\(").replace("+", r"\+")):
+        make_render_spec(flags)
+
+
+def test_the_model_and_sequence_must_split():
+    from dsbench.models import check_ulysses
+
+    with pytest.raises(UserError, match="Llama-family"):
+        check_ulysses("gpt2", 2, 128)
+    with pytest.raises(UserError, match="--seq-len 3 must split into --ulysses 2"):
+        check_ulysses("llama", 2, 3)
+    check_ulysses("llama", 2, 128)
+    with pytest.raises(UserError, match="must divide llama-tiny's 4 attention heads"):
+        ParallelDims(world=8, sp=8).check_model(name="llama-tiny", heads=4, kv_heads=2, layers=2)
+    ParallelDims(world=4, sp=4).check_model(name="m", heads=4, kv_heads=2, layers=2)  # kv heads replicated
+
+
+def test_compare_names_and_flags():
+    ulysses = strategies.get("ulysses2")
+    assert (ulysses.zero, ulysses.ulysses, ulysses.model_parallel, ulysses.family) == (1, 2, 2, "ulysses")
+    assert ulysses.launch_flags == ("--zero", "1", "--ulysses", "2") and not ulysses.planned
+    assert strategies.get("zero3_ulysses4").launch_flags == ("--zero", "3", "--ulysses", "4")
+    assert strategies.lookup("ulysses1") is None and strategies.lookup("ulysses2_sp") is None
+    assert strategies.name_of_run("deepspeed", zero=3, ulysses=2) == "zero3_ulysses2"
+    assert strategies.name_of_run("deepspeed", zero=1, ulysses=2) == "ulysses2"
