@@ -158,7 +158,8 @@ def print_tune(result: dict[str, Any], top: int = 12, wide: bool = False) -> Non
         console.print(f"winner after {result['runs_used']} run(s): {winner['layout']}"
                       + "".join(f" {label}" for name, label in (("compile", "+compile"), ("fused_optimizer", "+fused"))
                               if winner.get(name)) + ", "
-                      f"{winner['tokens_per_s']:,.0f} tokens/s measured\n  {winner['command']}")
+                      f"{winner['tokens_per_s']:,.0f} tokens/s measured", highlight=False)
+        console.print(f"  {winner['command']}", highlight=False, soft_wrap=True)  # to copy whole, never folded
         measured = sorted((row for row in result["layouts"] if row["measured_tokens_per_s"]),
                           key=lambda row: -row["measured_tokens_per_s"])
         best = measured[0] if measured else None
