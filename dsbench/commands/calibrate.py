@@ -110,9 +110,11 @@ def _self_check(profile: Profile, strategies: list[str], model: str, ranks: int,
                 precision: str, folder: Path, timeout: float) -> dict:
     """``--check``: the check cells run by dsbench compare, each predicted from the fresh profile (selfcheck.py)."""
     from dsbench.bench.session import run_compare
-    from dsbench.plan.selfcheck import CHECK_STEPS, CHECK_WARMUP, check_lines, check_record
+    from dsbench.console import table_console
+    from dsbench.plan.selfcheck import CHECK_STEPS, CHECK_WARMUP, check_record, check_warnings
     from dsbench.plan.verify import predicted_figures
     from dsbench.report.collect import collect
+    from dsbench.report.tables import check_grid
     from dsbench.strategies import get
 
     flags = {"strategies": strategies, "models": [model], "world_sizes": [ranks],
@@ -132,10 +134,8 @@ def _self_check(profile: Profile, strategies: list[str], model: str, ranks: int,
         cells.append({"strategy": row["base_strategy"], "family": get(row["base_strategy"]).family,
                       "measured_step_ms": figures["wall_step_ms"], "predicted_step_ms": figures["predicted_step_ms"]})
     record = check_record(cells)
-    lines, warnings = check_lines(record)
-    for line in lines:
-        click.echo(line)
-    for line in warnings:
+    check_grid(record).print(table_console())
+    for line in check_warnings(record):
         click.echo(line, err=True)
     return record
 

@@ -35,8 +35,10 @@ def whatif(links: str, strategies: str, nodes: int, slots: int, model: str, micr
     """Run strategies across test-bed nodes at several link rates, beside the planner's communication time
     (needs root: it brings `dsbench testbed` up and down once per link). Exit 1 when a cell failed."""
     from dsbench.bench.progress import RichReporter
-    from dsbench.bench.whatif import markdown, whatif_main, write
+    from dsbench.bench.whatif import whatif_main, write
+    from dsbench.console import table_console
     from dsbench.report.plots import by_link
+    from dsbench.report.tables import whatif_grid
 
     folder = Path(out or f"runs/whatif-{time.strftime('%Y%m%d-%H%M%S')}")
     link_list = [x.strip() for x in links.split(",") if x.strip()]
@@ -44,7 +46,7 @@ def whatif(links: str, strategies: str, nodes: int, slots: int, model: str, micr
                        micro_batch, steps, warmup, seq_len, folder, timeout, RichReporter(quiet))
     files = write(rows, folder)
     files["plot"] = by_link(rows, list(dict.fromkeys(r.link for r in rows)), folder / "whatif.png")
-    click.echo(markdown(rows), nl=False)
+    whatif_grid(rows).print(table_console())
     for name, path in files.items():
         click.echo(f"{name:9} {path}")
     sys.exit(1 if any(r.status != "ok" for r in rows) else 0)

@@ -54,17 +54,13 @@ def step_scale(profile: dict[str, Any]) -> dict[str, float]:
     return scale
 
 
-def check_lines(check: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """What a check says: one line per cell, and a warning per cell worse than the goal."""
-    lines = [f"check ({check['steps']} steps, {check['warmup']} warm-up, 1 run each): predicted vs measured step time "
-             "by the wall clock, before the family's scale"]
+def check_warnings(check: dict[str, Any]) -> list[str]:
+    """A warning per check cell predicted further from its measurement than the goal (the cells themselves are a
+    table: dsbench.report.tables.check_grid)."""
     warnings = []
     for row in check["cells"]:
-        lines.append(f"  {row['strategy']:<12} {row['family']:<10} measured {row['measured_step_ms']:8.1f} ms  "
-                     f"predicted {row['predicted_step_ms']:8.1f} ms  {row['error']:+.1%}  -> scale "
-                     f"{check['step_scale'][row['family']]:.3f} for {row['family']}")
         if abs(row["error"]) > check["goal"]:
             warnings.append(f"warning: {row['strategy']} was predicted {row['error']:+.1%} from its measured step "
                             f"(goal within {check['goal']:.0%}); the planner scales {row['family']} predictions by "
                             f"{check['step_scale'][row['family']]:.3f} from this profile")
-    return lines, warnings
+    return warnings

@@ -187,3 +187,29 @@ def doctor_grid(rows: list[Any]) -> Grid:
         text = row.detail + (f"; fix: {row.fix}" if row.fix else "")
         grid.add(row.host, row.check, f"[{style}]{row.status}[/]", grid.note(text) if text else "")
     return grid
+
+
+def check_grid(check: dict[str, Any]) -> Grid:
+    """``calibrate --check``'s cells: predicted vs measured step time, and the scale each family gets."""
+    grid = Grid([Col("strategy", 80, left=True), Col("family", 80, left=True), Col("measured ms", 80),
+                 Col("predicted ms", 80), Col("error", 80), Col("scale", 80)],
+                title=f"check ({check['steps']} steps, {check['warmup']} warm-up, 1 run each)")
+    for row in check["cells"]:
+        grid.add(row["strategy"], row["family"], f"{row['measured_step_ms']:,.1f}", f"{row['predicted_step_ms']:,.1f}",
+                 f"{row['error']:+.1%}", f"{check['step_scale'][row['family']]:.3f}")
+    grid.notes.append("step time by the wall clock, predicted before the family's scale; error = predicted / "
+                      "measured - 1; scale = measured / predicted, applied to every prediction of the family")
+    return grid
+
+
+def whatif_grid(rows: list[Any]) -> Grid:
+    """``dsbench whatif``'s rows (dsbench.bench.whatif.Row): per link and strategy, measured and the planner's."""
+    fmt = lambda value, spec: "-" if value is None else format(value, spec)  # noqa: E731
+    grid = Grid([Col("link", 80, left=True), Col("strategy", 80, left=True), Col("tokens/s", 80), Col("s/step", 80),
+                 Col("extra s/step", 80), Col("planner comm s", 100), Col("rank", 80)])
+    for r in rows:
+        grid.add(r.link, r.strategy, fmt(r.tokens_per_s, ",.0f"), fmt(r.step_s, ".3f"), fmt(r.extra_step_s, ".3f"),
+                 fmt(r.predicted_comm_s, ".3f"), str(r.rank or r.status))
+    grid.notes.append("extra s/step: above the same strategy on the unshaped link; planner comm s: the planner's "
+                      "communication seconds per step at the link's rate; rank 1 = fastest on its link")
+    return grid

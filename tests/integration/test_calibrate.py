@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -69,7 +70,11 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
         assert cell["measured_step_ms"] == pytest.approx(step_ms, rel=1e-6), cell
         scale = cell["measured_step_ms"] / cell["predicted_step_ms"]
         assert check["step_scale"][cell["family"]] == pytest.approx(scale)
-        assert f"{cell['strategy']:<12} {cell['family']:<10} measured" in result.stdout
+        # the check's table: the cell's row whole, its measured and predicted step as the profile holds them
+        cells = (cell["strategy"], cell["family"], f"{cell['measured_step_ms']:,.1f}",
+                 f"{cell['predicted_step_ms']:,.1f}", f"{cell['error']:+.1%}")
+        row = r"\s+".join(map(re.escape, cells))
+        assert re.search(row, result.stdout), (row, result.stdout[-3000:])
     rows = {row["name"]: row for row in planned["candidates"]}
     ddp = rows["ddp"]
     assert ddp["check_s"] == pytest.approx(ddp["step_s"] * (1 - 1 / check["step_scale"]["ddp"]))

@@ -11,7 +11,7 @@ from dsbench.bench.tune import default_strategies
 from dsbench.errors import UserError
 from dsbench.plan.api import read_profile
 from dsbench.plan.estimate import Candidate, estimate
-from dsbench.plan.selfcheck import check_lines, check_record, check_strategies
+from dsbench.plan.selfcheck import check_record, check_strategies, check_warnings
 from tests.conftest import DATA
 
 PROFILE = DATA / "runs" / "cpu-calibrated" / "profile-llama-tiny.json"
@@ -33,8 +33,12 @@ def test_the_scale_is_measured_over_predicted_per_family_and_the_error_its_inver
     record = check_record(cells)
     assert record["step_scale"] == {"ddp": 1.25, "zero": pytest.approx(100 / 108)}
     assert [round(row["error"], 4) for row in record["cells"]] == [-0.2, 0.08]
-    lines, warnings = check_lines(record)
-    assert len(lines) == 3 and "-20.0%" in lines[1]
+    from dsbench.report.tables import check_grid
+
+    grid = check_grid(record)
+    assert [row[:2] + row[4:] for row in grid.rows] == [["ddp", "ddp", "-20.0%", "1.250"],
+                                                         ["zero2", "zero", "+8.0%", "0.926"]]
+    warnings = check_warnings(record)
     assert len(warnings) == 1 and "ddp" in warnings[0] and "1.250" in warnings[0]  # 8% is within the goal
 
 

@@ -16,7 +16,7 @@ from rich.text import Text
 from dsbench.report.build import build_report
 from dsbench.report.collect import collect
 from dsbench.report.grid import Col, Grid
-from dsbench.report.tables import doctor_grid, plan_grid, tune_grids, verify_grid
+from dsbench.report.tables import check_grid, doctor_grid, plan_grid, tune_grids, verify_grid, whatif_grid
 from dsbench.report.terminal import compare_grid
 from tests.conftest import DATA
 
@@ -67,6 +67,15 @@ def grids() -> dict[str, Grid]:
     built = {"compare": compare_grid(collect([COMPARE])), "compare-long-names": compare_grid(collect([LONG_NAMES])),
              "plan": plan_grid(_plan(), 12), "verify": verify_grid(_verify()), "doctor": doctor_grid(_doctor())}
     built["tune"], built["tune-speed"] = tune_grids(_tune())
+    from dsbench.bench.whatif import Row
+    from dsbench.plan.selfcheck import check_record
+
+    built["whatif"] = whatif_grid([Row("unshaped", "torch_pipe2_interleaved2", "ok", 12345.6, 0.123, None, 1, None),
+                                   Row("20mbit", "zero3", "failed", None, None, None, None, 1.234)])
+    checked = check_record([{"strategy": "torch_pipe2_interleaved2", "family": "pipeline", "measured_step_ms": 1234.5,
+                             "predicted_step_ms": 1000.0}, {"strategy": "zero3", "family": "zero3",
+                                                            "measured_step_ms": 60.0, "predicted_step_ms": 66.0}])
+    built["check"] = check_grid({**checked, "steps": 12, "warmup": 3})
     replayed = as_json(replay([str(ROOT / "tests" / "data" / "oracles" / "korthikanti2022-table5.csv")]))
     from dsbench.report.replay_table import replay_grids
 
@@ -75,7 +84,7 @@ def grids() -> dict[str, Grid]:
 
 
 NAMES = ("compare", "compare-long-names", "plan", "verify", "doctor", "tune", "tune-speed", "replay",
-         "replay-stats")
+         "replay-stats", "whatif", "check")
 
 
 def render(grid: Grid, width: int, wide: bool = False) -> str:
@@ -94,6 +103,10 @@ def whole_rows(grid: Grid, text: str, keep: list[int]) -> list[str]:
         if not any(re.search(pattern, line) for line in lines):
             broken.append(" | ".join(shown))
     return broken
+
+
+def test_every_grid_is_named():
+    assert sorted(grids()) == sorted(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)
