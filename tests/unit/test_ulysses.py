@@ -95,3 +95,19 @@ def test_compare_names_and_flags():
     assert strategies.lookup("ulysses1") is None and strategies.lookup("ulysses2_sp") is None
     assert strategies.name_of_run("deepspeed", zero=3, ulysses=2) == "zero3_ulysses2"
     assert strategies.name_of_run("deepspeed", zero=1, ulysses=2) == "ulysses2"
+
+
+def test_a_model_without_sdpa_attention_is_refused_in_one_line():
+    """DeepSpeed's Ulysses wraps the SDPA path (eager attention needs a 4D mask it cannot shard): refused before
+    DeepSpeed's own ValueError from inside register_with_transformers."""
+    from types import SimpleNamespace
+
+    from dsbench.worker.engines.base import EngineOptions
+    from dsbench.worker.engines.deepspeed import UlyssesEngine
+
+    model = SimpleNamespace(config=SimpleNamespace(_attn_implementation="eager"))
+    options = EngineOptions(lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, grad_clip=1.0, warmup_steps=0,
+                            grad_accum=1, precision="fp32", ds_config={"train_micro_batch_size_per_gpu": 1},
+                            dims=ParallelDims(world=2, sp=2), seq_len=64)
+    with pytest.raises(UserError, match="--ulysses needs the model's SDPA attention; this model runs 'eager'"):
+        UlyssesEngine(model, options, SimpleNamespace(rank=0))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsbench.errors import UserError
 from dsbench.worker.engines.base import EngineOptions, accumulate
 from dsbench.worker.state_bytes import count_deepspeed
 
@@ -73,6 +74,10 @@ class UlyssesEngine(DeepSpeedEngine):
 
         dims = options.dims
         self.sp, self.sp_rank = dims.sp, dims.sp_rank(dist_info.rank)
+        attention = model.config._attn_implementation
+        if attention != "sdpa":  # DeepSpeed wraps the SDPA path; eager attention needs a 4D mask it cannot shard
+            raise UserError(f"--ulysses needs the model's SDPA attention; this model runs {attention!r} attention "
+                            "(its class has no SDPA path): choose a model with one")
         assert options.ds_config is not None and options.seq_len % self.sp == 0
         # swaps the model's SDPA for the all-to-all wrapper around it and builds the sequence-parallel groups
         # (sp consecutive ranks each; parallel_state_sp.initialize_sequence_parallel): a collective, all ranks
