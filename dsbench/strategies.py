@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dsbench.parallel import ParallelDims
+
 # --- the worker's engines -------------------------------------------------------------------------------------------
 ENGINES = ("deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp")
 """``dsbench launch --strategy``: the engine each rank trains with (``auto`` picks ddp or single by world size)."""
@@ -110,6 +112,10 @@ class Strategy:
         losses."""
         return self.tp * self.pp * self.ulysses
 
+    def dims(self, world: int) -> ParallelDims:
+        """Its layout on ``world`` ranks."""
+        return ParallelDims(world=world, tp=self.tp, pp=self.pp, sp=self.ulysses)
+
     @property
     def compiles(self) -> bool:
         """The worker applies ``--compile``: not to pipeline stages or DTensor/AutoTP layers."""
@@ -178,7 +184,7 @@ class Strategy:
         sharding = f"zero{self.zero}" if self.zero is not None else "fsdp" if self.engine == "fsdp" else "ddp"
         return {"strategy": sharding, "offload": self.offload, "offload_param": self.offload_param, "tp": self.tp,
                 "pp": self.pp, "engine": "torch" if self.engine in SPLIT_ENGINES else "deepspeed",
-                "virtual_stages": self.virtual_stages}
+                "virtual_stages": self.virtual_stages, "ulysses": self.ulysses}
 
 
 def _fixed(*strategies: Strategy) -> dict[str, Strategy]:
@@ -207,10 +213,9 @@ FAMILIES: dict[str, tuple[str, Strategy]] = {
     "torch_pipe": ("pp", Strategy("torch_pipe{P}", "torch_pp", "torchrun")),
     # DTensor Megatron-style tensor parallel (Llama-family models)
     "torch_tp": ("tp", Strategy("torch_tp{N}", "torch_tp", "torchrun")),
-    # DeepSpeed Ulysses sequence parallelism (its ALST integration for HF attention) with ZeRO-1 and ZeRO-3; the
-    # planner has no model of its all-to-all yet
-    "ulysses": ("ulysses", Strategy("ulysses{N}", "deepspeed", "deepspeed", zero=1, planned=False)),
-    "zero3_ulysses": ("ulysses", Strategy("zero3_ulysses{N}", "deepspeed", "deepspeed", zero=3, planned=False)),
+    # DeepSpeed Ulysses sequence parallelism (its ALST integration for HF attention) with ZeRO-1 and ZeRO-3
+    "ulysses": ("ulysses", Strategy("ulysses{N}", "deepspeed", "deepspeed", zero=1)),
+    "zero3_ulysses": ("ulysses", Strategy("zero3_ulysses{N}", "deepspeed", "deepspeed", zero=3)),
 }
 _FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe|zero3_ulysses|ulysses)([0-9]{1,4})"
                           r"((?:_sp)?(?:_lp)?|_(?:interleaved|zb)[0-9]{1,2})")
@@ -277,18 +282,16 @@ def choices() -> str:
 
 
 def name_for(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
-             engine: str = "deepspeed", virtual_stages: int = 1) -> str | None:
+             engine: str = "deepspeed", virtual_stages: int = 1, ulysses: int = 1) -> str | None:
     """The compare name of a planner candidate (the inverse of :attr:`Strategy.planner_fields`); ``None`` when no
     compare strategy runs it. DDP on one rank is ``ddp`` here (compare's ``single`` is its 1-rank baseline)."""
     fields = {"strategy": strategy, "offload": offload, "offload_param": offload_param, "tp": tp, "pp": pp,
-              "engine": engine, "virtual_stages": virtual_stages}
+              "engine": engine, "virtual_stages": virtual_stages, "ulysses": ulysses}
     for how in FIXED.values():
         if how.name != "single" and how.reshard and how.planner_fields == fields:
             return how.name
     for family, (degree_of, _) in FAMILIES.items():
-        if degree_of not in ("tp", "pp"):
-            continue  # a planner candidate has no Ulysses degree
-        degree = tp if degree_of == "tp" else pp
+        degree = {"tp": tp, "pp": pp, "ulysses": ulysses}[degree_of]
         name = with_options(f"{family}{degree}", virtual_stages=virtual_stages if family == "torch_pipe" else 1)
         how = lookup(name) if degree > 1 else None
         if how is not None and how.planner_fields == fields:
@@ -297,14 +300,15 @@ def name_for(strategy: str, offload: str = "none", offload_param: str = "none", 
 
 
 def for_candidate(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
-                  engine: str = "deepspeed", virtual_stages: int = 1) -> Strategy:
+                  engine: str = "deepspeed", virtual_stages: int = 1, ulysses: int = 1) -> Strategy:
     """The strategy that runs a planner candidate: compare's where it has one, else one named by its parts
     (``zero1 + tp8 + pp2``, ``fsdp_hybrid``) with the same fields, so that its launch flags are derived alike."""
-    name = name_for(strategy, offload, offload_param, tp, pp, engine, virtual_stages)
+    name = name_for(strategy, offload, offload_param, tp, pp, engine, virtual_stages, ulysses)
     if name is not None:
         return get(name)
     parts = [strategy] + ([f"offload-{offload}" + ("+params" if offload_param != "none" else "")]
-                          if offload != "none" else []) + [f"{d}{n}" for d, n in (("tp", tp), ("pp", pp)) if n > 1]
+                          if offload != "none" else []) + [f"{d}{n}" for d, n in (("tp", tp), ("pp", pp),
+                                                                                  ("ulysses", ulysses)) if n > 1]
     label = " + ".join(parts)
     if engine == "torch":
         return Strategy(label, "torch_tp" if tp > 1 else "torch_pp", "torchrun", tp=tp, pp=pp, planned=True)
@@ -312,7 +316,7 @@ def for_candidate(strategy: str, offload: str = "none", offload_param: str = "no
     if zero is None:  # DDP and FSDP (hybrid sharding included) under torchrun
         return Strategy(label, "fsdp" if strategy.startswith("fsdp") else "ddp", "torchrun", tp=tp, pp=pp)
     return Strategy(label, "deepspeed", "deepspeed", zero=zero, offload=offload, offload_param=offload_param, tp=tp,
-                    pp=pp)
+                    pp=pp, ulysses=ulysses)
 
 
 def with_options(name: str, sequence_parallel: bool = False, loss_parallel: bool = False,

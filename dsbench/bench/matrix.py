@@ -16,7 +16,6 @@ from typing import Any
 from dsbench import strategies as registry
 from dsbench.errors import UserError
 from dsbench.models import LLAMA_LIKE, check_ulysses, resolve_model
-from dsbench.parallel import ParallelDims
 from dsbench.spec import DEFAULT_MICRO_BATCH
 
 DEFAULTS: dict[str, Any] = {
@@ -159,7 +158,7 @@ def check_models(names: list[str], models: list[str], seq_len: int) -> None:
             how = registry.lookup(name)
             if how is not None and how.model_parallel > 1:
                 try:  # the split the launch checks, made for every cell of the strategy at once
-                    ParallelDims(world=how.model_parallel, tp=how.tp, pp=how.pp, sp=how.ulysses).check_model(
+                    how.dims(how.model_parallel).check_model(
                         name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
                     check_ulysses(arch, how.ulysses, seq_len)
                 except UserError as exc:

@@ -188,7 +188,6 @@ def _write(directory: str, result: dict[str, Any], req: Any) -> list[str]:
     from dsbench.errors import UserError
     from dsbench.io import atomic_write_text, dumps_json
     from dsbench.launchers.accelerate import ACCELERATE_PRECISION, accelerate_yaml, yaml_text
-    from dsbench.parallel import ParallelDims
     from dsbench.plan.estimate import Candidate
     from dsbench.strategies import RENDERED_ENGINES
 
@@ -202,7 +201,7 @@ def _write(directory: str, result: dict[str, Any], req: Any) -> list[str]:
     row = next(c for c in result["candidates"] if c["rank"] == 1)
     how, cluster, work = Candidate.from_dict(row).runs_as, result["cluster"], result["workload"]
     world = cluster["nodes"] * cluster["gpus_per_node"]
-    accum = ParallelDims(world=world, tp=how.tp, pp=how.pp).accumulation_for(work["grad_accum"])
+    accum = how.dims(world).accumulation_for(work["grad_accum"])
     folder.mkdir(parents=True)
     written, ds_config = [], None
     if how.engine == "deepspeed":

@@ -8,6 +8,7 @@ bytes / bandwidth + steps·latency (2(N−1) steps for all-reduce, N−1 otherwi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from dsbench.plan.hardware import Link
 
@@ -16,7 +17,7 @@ from dsbench.plan.hardware import Link
 class Collective:
     what: str
     kind: str
-    """all-reduce, reduce-scatter, all-gather or p2p."""
+    """all-reduce, reduce-scatter, all-gather, all-to-all or p2p."""
     bytes_per_rank: float
     """Bytes each rank sends per step."""
     seconds: float
@@ -119,3 +120,22 @@ def pipeline_comm(seq: int, micro: int, hidden: int, stages: int, link: Link, ac
                        size / (bandwidth * 1e9) + 2 * micro_steps * latency * 1e-6)]
 
 
+
+
+def ulysses_comm(shape: Any, seq: int, micro: int, sp: int, link: Link, act_bytes: float,
+                 micro_steps: int) -> list[Collective]:
+    """DeepSpeed Ulysses (Jacobs et al. 2023 sec. 3.1): around every layer's attention, an all-to-all of the
+    query, key and value and one of the output in the forward, the same four in the backward. Each rank's buffer is
+    its s/sp tokens of the tensor (key and value at the key/value heads, replicated up to sp heads when there are
+    fewer: UlyssesSPAttentionHF), of which it sends (sp - 1)/sp. Priced as sp - 1 sends of (sp - 1)/sp of the
+    buffer at the link's all-gather figures: calibrate does not measure all-to-all, and an all-gather moves the same
+    bytes per rank over the same steps (an assumption, checked against measured cells in docs/parallelism.md)."""
+    head_dim = shape.hidden / shape.heads
+    tokens = seq / sp * micro
+    per_layer = tokens * act_bytes * (2 * shape.hidden + 2 * head_dim * max(shape.kv_heads, sp))
+    size = 2 * per_layer * shape.layers * micro_steps  # forward and backward
+    calls = 8 * shape.layers * micro_steps
+    bandwidth, latency = link.figures("all-gather")
+    sent = size * (sp - 1) / sp
+    return [Collective("attention heads (Ulysses all-to-all, 8 per layer)", "all-to-all", sent,
+                       sent / (bandwidth * 1e9) + calls * (sp - 1) * latency * 1e-6, calls=calls)]

@@ -16,6 +16,7 @@ from dsbench.plan.comm import (
     pipeline_comm,
     tensor_parallel_comm,
     tied_embedding_comm,
+    ulysses_comm,
 )
 from dsbench.plan.gpu_profiles import GpuProfile
 from dsbench.plan.hardware import Link
@@ -114,6 +115,8 @@ class Candidate:
     """Who implements tp/pp: ``deepspeed`` (AutoTP, the pipeline engine) or ``torch`` (torch_tp, torch_pp)."""
     virtual_stages: int = 1
     """torch_pp's interleaved 1F1B: model chunks per pipeline stage (1: plain 1F1B)."""
+    ulysses: int = 1
+    """DeepSpeed Ulysses' sequence-parallel degree (1: none)."""
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Candidate:
@@ -121,13 +124,17 @@ class Candidate:
         return cls(strategy=row["strategy"], offload=row["offload"], offload_param=row["offload_param"],
                    tp=row["tp"], pp=row["pp"], engine=row.get("engine", "deepspeed"),
                    checkpointing=bool(row.get("activation_checkpointing")),
-                   virtual_stages=row.get("virtual_stages", 1))
+                   virtual_stages=row.get("virtual_stages", 1), ulysses=row.get("ulysses", 1))
+
+    def dims(self, world: int) -> ParallelDims:
+        """Its layout on ``world`` ranks (the one place a candidate's degrees become dims)."""
+        return ParallelDims(world=world, tp=self.tp, pp=self.pp, sp=self.ulysses)
 
     @property
     def runs_as(self) -> Strategy:
         """The strategy that runs it, in compare's vocabulary where compare has it (dsbench/strategies.py)."""
         return for_candidate(self.strategy, self.offload, self.offload_param, self.tp, self.pp, self.engine,
-                             self.virtual_stages)
+                             self.virtual_stages, self.ulysses)
 
     @property
     def name(self) -> str:
@@ -170,7 +177,8 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         c = self.candidate
         return {"name": c.name, "strategy": c.strategy, "offload": c.offload, "offload_param": c.offload_param,
-                "tp": c.tp, "pp": c.pp, "engine": c.engine, "virtual_stages": c.virtual_stages, "dp": self.dp,
+                "tp": c.tp, "pp": c.pp, "engine": c.engine, "virtual_stages": c.virtual_stages, "ulysses": c.ulysses,
+                "dp": self.dp,
                 "activation_checkpointing": c.checkpointing,
                 "accounting": self.accounting.name, "fits": self.fits,
                 "memory_gib": {"params": self.states.params / GIB, "grads": self.states.grads / GIB,
@@ -193,19 +201,18 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     """Memory, time and MFU of ``cand`` for ``wl`` on ``cl``."""
     shape = wl.shape
     acc = accounting_for(wl.precision, cand.strategy, wl.accounting)
-    dims = ParallelDims(world=cl.world, tp=cand.tp, pp=cand.pp)
+    dims = cand.dims(cl.world)
     model_parallel, dp = dims.model_parallel, dims.dp
-    shards = cl.gpus_per_node // model_parallel if cand.strategy == "fsdp_hybrid" else dp
+    # ZeRO shards over (and reduces gradients across) the sequence-data-parallel group under Ulysses: dp x sp ranks
+    # (DeepSpeed's engine takes its data-parallel group from the Ulysses mpu's get_sequence_data_parallel_group)
+    shards = cl.gpus_per_node // model_parallel if cand.strategy == "fsdp_hybrid" else dp * dims.sp
     held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed")
     states = model_states(held, cand.strategy, shards, acc, cand.offload, cand.offload_param)
     act_bytes = 2 if wl.precision in ("bf16", "fp16") else 4
     # The global batch is fixed across candidates: with TP/PP the data-parallel degree shrinks, so each
     # replica accumulates tp x pp times more micro-batches per step.
     accum = dims.accumulation_for(wl.grad_accum)
-    in_flight = in_flight_micro_batches(cand.pp, accum, cand.virtual_stages)  # 1F1B: up to P on the first stage
-    activations = in_flight * activation_bytes(wl.seq_len, wl.micro_batch, shape.hidden, shape.heads,
-                                               shape.layers, shape.vocab_size, cand.tp, cand.pp,
-                                               cand.checkpointing, True, act_bytes)
+    activations = _activations(cand, wl, accum, act_bytes)
     buffers = buffer_bytes(cand.strategy, cand.tp, shape, acc, wl.reduce_bucket, wl.prefetch_bucket)
     device_total = states.device + activations + buffers
     tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
@@ -216,7 +223,8 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     compute_with_bubble = pipeline_seconds(stages, accum, cand.virtual_stages)
     bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(V·M + P - 1) when the stages are equal
     counted = collective_calls(cand, shape, held, wl.reduce_bucket, acc)
-    comm, exposed = _communication(cand, wl, cl, held, dp, shards, acc, accum, compute, counted)
+    comm, exposed = _communication(cand, wl, cl, held, shards if cand.ulysses > 1 else dp, shards, acc, accum,
+                                   compute, counted)
     offload = _offload_seconds(states, cl)
     # the optimizer step over the parameters this rank updates (its shard under ZeRO-1/2/3 and FSDP), at the
     # measured rate; without a profile it is not counted (small beside compute on a GPU)
@@ -250,6 +258,18 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
                     step_range_s=span)
 
 
+def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> float:
+    """Saved activations on the busiest rank: the micro-batches in flight (1F1B: up to P on the first stage) times
+    Korthikanti et al.'s per-layer bytes (memory.activation_bytes). Under Ulysses each rank holds s/sp of every
+    sequence for its linear layers and the whole sequence for heads/sp in attention: the same formula at s/sp
+    tokens and sp x the heads (the a·s² term scales by heads·s²/sp either way)."""
+    shape = wl.shape
+    in_flight = in_flight_micro_batches(cand.pp, accum, cand.virtual_stages)
+    return in_flight * activation_bytes(wl.seq_len // cand.ulysses, wl.micro_batch, shape.hidden,
+                                        shape.heads * cand.ulysses, shape.layers, shape.vocab_size, cand.tp, cand.pp,
+                                        cand.checkpointing, True, act_bytes)
+
+
 def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:
     """Seconds of one micro-batch's forward+backward on each pipeline stage (one entry without a pipeline).
 
@@ -275,7 +295,10 @@ def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:
     base, extra = divmod(shape.layers, cand.pp)  # earlier stages take the remainder (memory.held_params)
     stages = [work(base + (1 if stage < extra else 0), stage == cand.pp - 1, cand.tp, cand.tp if vocab_split else 1)
               for stage in range(cand.pp)]
-    return [whole_seconds * share / whole * (8 / 6 if cand.checkpointing else 1.0) for share in stages]
+    # Ulysses: each rank computes 1/sp of every sequence's tokens in the linear layers and 1/sp of the heads over
+    # the whole sequence in attention, 1/sp of the micro-batch's work either way (Jacobs et al. 2023 sec. 3)
+    return [whole_seconds * share / whole * (8 / 6 if cand.checkpointing else 1.0) / cand.ulysses
+            for share in stages]
 
 
 def pipeline_seconds(stages: list[float], micro_batches: int, virtual_stages: int = 1) -> float:
@@ -315,6 +338,8 @@ def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: 
                                   accum * cand.virtual_stages)
         if shape.tied_embeddings:
             critical += tied_embedding_comm(shape.parts()["embedding"], acc.grads, pipe_link)
+    if cand.ulysses > 1:
+        critical += ulysses_comm(shape, wl.seq_len, wl.micro_batch, cand.ulysses, cl.intra, act_bytes, accum)
     return comm + critical, exposed + sum(c.seconds for c in critical)
 
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass, replace
 
 from dsbench.errors import UserError
 from dsbench.models import LLAMA_LIKE, ModelShape
-from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Estimate, Workload, estimate
 from dsbench.strategies import PLANNER, SIMPLICITY, Strategy
 
@@ -61,7 +60,7 @@ def _reason(e: Estimate, cl: Cluster, best: Estimate | None) -> str:
 def _splits(cand: Candidate, cl: Cluster, shape: ModelShape) -> bool:
     """The model splits into this layout: tp divides the heads and KV heads, pp <= layers, degrees divide."""
     try:
-        ParallelDims(world=cl.world, tp=cand.tp, pp=cand.pp).check_model(
+        cand.dims(cl.world).check_model(
             name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
     except UserError:
         return False
@@ -88,7 +87,7 @@ def rank(wl: Workload, cl: Cluster) -> list[Ranked]:
 def launch_command(e: Estimate, shape: ModelShape, wl: Workload, cl: Cluster) -> str:
     """The ``dsbench launch`` command for a candidate."""
     c = e.candidate
-    accumulation = ParallelDims(world=cl.world, tp=c.tp, pp=c.pp).accumulation_for(wl.grad_accum)
+    accumulation = c.dims(cl.world).accumulation_for(wl.grad_accum)
     return launch_argv(c.runs_as, shape.name if shape.source != "synthetic" else "PATH_TO_MODEL", wl.precision,
                        wl.micro_batch, accumulation, cl.nodes, cl.gpus_per_node, wl.seq_len, c.checkpointing)
 

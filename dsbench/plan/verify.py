@@ -12,7 +12,6 @@ from typing import Any
 
 from dsbench import strategies as registry
 from dsbench.models import ModelShape
-from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate
 from dsbench.plan.memory import ModelStates, accounting_for, held_params, model_states
 from dsbench.plan.profile import Profile
@@ -23,7 +22,7 @@ def compare_strategy(cand: Candidate) -> str | None:
     """The compare strategy that runs a planner candidate (``None`` when compare has none, or the planner's model is
     not used for it: NVMe offload); activation checkpointing is the cell's own switch."""
     name = registry.name_for(cand.strategy, cand.offload, cand.offload_param, cand.tp, cand.pp, cand.engine,
-                             cand.virtual_stages)
+                             cand.virtual_stages, cand.ulysses)
     return name if name is not None and registry.get(name).planned else None
 
 
@@ -31,9 +30,10 @@ def predicted_states(shape: ModelShape, cand: Candidate, world: int, precision: 
                      loss_parallel: bool = False) -> ModelStates:
     """The planner's model states on a run's busiest rank, in the run's precision and accounting; the head is
     split by vocabulary under AutoTP and torch_tp's ``--loss-parallel``."""
-    dims = ParallelDims(world=world, tp=cand.tp, pp=cand.pp)
+    dims = cand.dims(world)
     held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed" or loss_parallel)
-    return model_states(held, cand.strategy, dims.dp, accounting_for(precision, cand.strategy),
+    # ZeRO partitions over the sequence-data-parallel group under Ulysses: all dp x sp ranks
+    return model_states(held, cand.strategy, dims.dp * dims.sp, accounting_for(precision, cand.strategy),
                         offload=cand.offload, offload_param=cand.offload_param)
 
 
@@ -103,8 +103,7 @@ def predict_cell(row: dict[str, Any], profile: Profile | None = None) -> Any:
         return None
     header: RunHeader = row["runs"][0]["header"]
     # the cell's accumulation is per model-parallel group; the planner's --grad-accum is per pure-DP rank
-    accum = ParallelDims(world=row["world_size"], tp=candidate.tp, pp=candidate.pp).pure_dp_accumulation(
-        header.grad_accum)
+    accum = candidate.dims(row["world_size"]).pure_dp_accumulation(header.grad_accum)
     # the nodes the ranks ran on (the run header records every rank's host): data parallelism across them is
     # priced at the profile's link across nodes
     world = row["world_size"]

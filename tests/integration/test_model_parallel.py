@@ -53,10 +53,9 @@ COMMANDS = {
                              "--micro-batch 1 --grad-accum 2 --num-gpus 4",
     "torch_tp2_dp2_llama": "--strategy torch_tp --tp 2 --launcher torchrun --model llama-tiny --micro-batch 2 "
                            "--num-gpus 4 --sequence-parallel --loss-parallel",
-    # DeepSpeed Ulysses (issue 28): the sequence split over 2 ranks, attention heads exchanged by all-to-all; with
-    # ZeRO-1 on 2 ranks (global batch 2), and with ZeRO-3 on 4 (2 sequence-parallel groups x 2 data-parallel)
+    # DeepSpeed Ulysses (issue 28): the sequence split over 2 ranks, attention heads exchanged by all-to-all, as
+    # typed (ZeRO-1, AdamW; its gradients under SGD with ZeRO-1 and ZeRO-3: test_ulysses.py)
     "ulysses2_llama": "--zero 1 --ulysses 2 --model llama-tiny --micro-batch 2 --num-gpus 2",
-    "zero3_ulysses2_dp2_llama": "--zero 3 --ulysses 2 --model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 4",
     # references: one process, the same global batch
     "single_llama_4": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 4",
     "single_llama_2": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 2 --model llama-tiny",
@@ -69,8 +68,7 @@ REFERENCE = {"pipe2_llama": "single_llama_4", "pipe2_ckpt_llama": "single_llama_
              "torch_tp2_llama": "single_llama_2", "pipe2_gpt2": "single_gpt2_4", "torch_pipe2_gpt2": "single_gpt2_4",
              "pipe2_dp2_llama": "single_llama_4", "torch_pipe2_dp2_llama": "single_llama_4",
              "torch_tp2_dp2_llama": "single_llama_4", "torch_pipe2_interleaved2_gpt2": "single_gpt2_mini_4",
-             "torch_pipe2_zb2_gpt2": "single_gpt2_mini_4", "ulysses2_llama": "single_llama_2",
-             "zero3_ulysses2_dp2_llama": "single_llama_4"}
+             "torch_pipe2_zb2_gpt2": "single_gpt2_mini_4", "ulysses2_llama": "single_llama_2"}
 
 
 def launched(runs, name: str) -> dict:

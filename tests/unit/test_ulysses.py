@@ -90,7 +90,7 @@ def test_the_model_and_sequence_must_split():
 def test_compare_names_and_flags():
     ulysses = strategies.get("ulysses2")
     assert (ulysses.zero, ulysses.ulysses, ulysses.model_parallel, ulysses.family) == (1, 2, 2, "ulysses")
-    assert ulysses.launch_flags == ("--zero", "1", "--ulysses", "2") and not ulysses.planned
+    assert ulysses.launch_flags == ("--zero", "1", "--ulysses", "2") and ulysses.planned
     assert strategies.get("zero3_ulysses4").launch_flags == ("--zero", "3", "--ulysses", "4")
     assert strategies.lookup("ulysses1") is None and strategies.lookup("ulysses2_sp") is None
     assert strategies.name_of_run("deepspeed", zero=3, ulysses=2) == "zero3_ulysses2"
@@ -111,3 +111,42 @@ def test_a_model_without_sdpa_attention_is_refused_in_one_line():
                             dims=ParallelDims(world=2, sp=2), seq_len=64)
     with pytest.raises(UserError, match="--ulysses needs the model's SDPA attention; this model runs 'eager'"):
         UlyssesEngine(model, options, SimpleNamespace(rank=0))
+
+
+def _planned(strategy: str, ulysses: int = 1, world: int = 2):
+    from dsbench.models import PRESETS
+    from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+    from dsbench.plan.hardware import Link
+
+    link = Link("x", 10.0, 2.0, "test")  # 10 GB/s, 2 us
+    cl = Cluster(nodes=1, gpus_per_node=world, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link,
+                 host_link=link, compute_tflops=0.04)
+    wl = Workload(shape=PRESETS["llama-tiny"], seq_len=128, micro_batch=2, grad_accum=1, precision="fp32")
+    return estimate(Candidate(strategy=strategy, ulysses=ulysses), wl, cl)
+
+
+def test_the_planner_prices_ulysses_all_to_all_by_hand():
+    """llama-tiny (h 64, 4 heads of 16, 2 key/value heads, 2 layers), seq 128, micro 2, fp32, Ulysses 2 on 2 ranks:
+    the fixed global batch makes the one group accumulate 2 micro-batches. Per layer and direction the rank's q and
+    o buffers are 64 tokens x 2 samples x 64 x 4 bytes, k and v 64 x 2 x (16 x 2 heads) x 4 (Jacobs et al. 2023:
+    all-to-all of q, k, v before attention and of o after it, the same in the backward); each sends half."""
+    est = _planned("zero1", ulysses=2)
+    [all_to_all] = [c for c in est.comm if c.kind == "all-to-all"]
+    q_o = 64 * 2 * 64 * 4
+    k_v = 64 * 2 * 32 * 4
+    per_direction = 2 * q_o + 2 * k_v  # one layer, forward or backward
+    sent = per_direction * 2 * 2 * 2 / 2  # x 2 directions x 2 layers x 2 micro-batches, half of it leaves
+    assert all_to_all.bytes_per_rank == sent and all_to_all.calls == 8 * 2 * 2
+    assert all_to_all.seconds == pytest.approx(sent / 10e9 + 32 * 1 * 2e-6)
+
+
+def test_ulysses_keeps_zero1_s_compute_and_states_and_halves_the_activations_linear_terms():
+    """The same global batch on the same 2 ranks: ZeRO-1 splits it by samples, Ulysses by tokens; each rank does
+    the same matrix work, holds the same ZeRO-1 shard (DeepSpeed partitions over the sequence-data-parallel group),
+    and saves half the tokens' activations per micro-batch."""
+    zero1, ulysses = _planned("zero1"), _planned("zero1", ulysses=2)
+    assert ulysses.compute_s == pytest.approx(zero1.compute_s)
+    assert ulysses.states.device == pytest.approx(zero1.states.device)
+    assert ulysses.activations < zero1.activations and ulysses.dp == 1 and zero1.dp == 2
+    assert ulysses.tokens_per_s < zero1.tokens_per_s  # the all-to-alls are on the critical path
+    assert _planned("zero3", ulysses=2).states.device == pytest.approx(_planned("zero3").states.device)

@@ -86,6 +86,11 @@ class UlyssesEngine(DeepSpeedEngine):
             micro_batch_size=options.ds_config["train_micro_batch_size_per_gpu"], seq_length=options.seq_len,
             seq_length_is_variable=False)
         super().__init__(model, options, dist_info, mpu=mpu)
+        # DeepSpeed 0.19.8 reduces a Ulysses run's gradients differently by stage: ZeRO-3 averages them over all
+        # dp x sp ranks of the sequence-data-parallel group, ZeRO-1/2 sum the sp ranks' and average over dp only
+        # (measured with plain SGD, where a scale shows in the first step: tests/integration/test_ulysses.py). The
+        # backward's loss is scaled so that both give the gradient of the group's mean loss.
+        self.gradient_scale = self.sp if options.ds_config.get("zero_optimization", {}).get("stage", 0) == 3 else 1
 
     def forward_backward(self, input_ids: Any, last_micro: bool) -> Any:
         import torch
@@ -101,13 +106,12 @@ class UlyssesEngine(DeepSpeedEngine):
         mine, labels = input_ids[:, shard].contiguous(), shifted[:, shard].contiguous()  # the loss views them flat
         loss = self.engine(input_ids=mine, position_ids=positions, labels=mine, shift_labels=labels).loss
         # the shard's mean loss weighted by its share of the sequence's real tokens: the group's sum is the mean
-        # over the whole sequence (what one process computes); times sp because DeepSpeed averages the gradients
-        # over the sp x dp ranks of the sequence-data-parallel group (runtime/engine.py, seq_dp_world_size)
+        # over the whole sequence (what one process computes)
         share = (labels != -100).sum() / (shifted != -100).sum()
-        weighted = loss * share * self.sp
-        self.engine.backward(weighted)  # scales by 1/grad_accum; reduces at the accumulation boundary
+        weighted = loss * share
+        self.engine.backward(weighted * self.gradient_scale)  # scales by 1/grad_accum; reduces at the boundary
         if last_micro and self.measure_states:
             self._pending_states = count_deepspeed(self.engine)
         self.engine.step()
-        # the loop averages every rank's value: over a group of sp ranks that is the sequence's mean loss
-        return weighted.detach()
+        # the loop averages every rank's value: times sp, over a group of sp ranks that is the sequence's mean loss
+        return (weighted * self.sp).detach()
