@@ -12,7 +12,7 @@ from typing import Any
 
 from dsbench.report.grid import Col, Grid
 from dsbench.report.render import cell_text, columns_for, method_notes, predicted_note
-from dsbench.report.verdict import memory_of, noise_rule
+from dsbench.report.verdict import group_of, memory_of, noise_rule
 
 SHOWN = {"strategy", "world_size", "status", "mfu", "final_loss"}
 """Figures of render.COLUMNS the default table shows under its own headers."""
@@ -38,8 +38,7 @@ def _best(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], float]:
     best: dict[tuple[Any, ...], float] = {}
     for row in rows:
         if row["status"] == "ok" and row.get("tokens_per_s"):
-            key = (row["model"], row["device"], row["world_size"])
-            best[key] = max(best.get(key, 0.0), row["tokens_per_s"])
+            best[group_of(row)] = max(best.get(group_of(row), 0.0), row["tokens_per_s"])
     return best
 
 
@@ -56,7 +55,7 @@ def compare_grid(rows: list[dict[str, Any]], wide: bool = False) -> Grid:
                                                                             "predicted_dominant"))
                    for key, header, _ in rest)], title="dsbench compare")
     for row in rows:
-        top = best.get((row["model"], row["device"], row["world_size"]))
+        top = best.get(group_of(row))
         memory = memory_of(row)[0]
         grid.add(row["strategy"], str(row["world_size"]), _tokens(row, low, high),
                  f"{row['tokens_per_s'] / top:.2f}x" if top and row.get("tokens_per_s") else "-",

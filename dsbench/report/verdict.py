@@ -17,6 +17,11 @@ MAX_SLOWDOWN = 1.25
 """``--max-slowdown``'s default: how much slower than the fastest a memory-frugal choice may step."""
 
 
+def group_of(row: dict[str, Any]) -> tuple[Any, ...]:
+    """The cells a row is compared with: the same model, device and ranks."""
+    return row["model"], row["device"], row["world_size"]
+
+
 def noise_rule(rows: list[dict[str, Any]]) -> tuple[str, str, str]:
     """(low key, high key, the rule in words) that decides "within noise": the min-max of the wall-clock tokens/s
     over repeats where every row ran 2 or more, else each run's timed p10-p90 over its steps."""
@@ -89,7 +94,7 @@ def verdict(rows: list[dict[str, Any]], max_slowdown: float = MAX_SLOWDOWN) -> l
     planner's error."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault((row["model"], row["device"], row["world_size"]), []).append(row)
+        groups.setdefault(group_of(row), []).append(row)
     # a lone cell (compare's 1-rank baseline beside the strategies it scales) says nothing when others compare
     compared = [group for group in groups.values() if len(group) > 1] or list(groups.values())
     lines = [line for group in compared for line in _group_lines(group, max_slowdown)]
