@@ -130,9 +130,11 @@ def tune_grids(result: dict[str, Any], top: int = 12) -> list[Grid]:
     for row in result["layouts"][:top]:
         ranking.add(row["layout"], "yes" if row["fits"] else "no", number(row["predicted_tokens_per_s"]),
                     number(row["corrected_tokens_per_s"]), number(row["measured_tokens_per_s"]), row["status"])
-    ranking.notes.append("tokens/s, global. predicted: the planner; corrected: after the runs (measured/predicted of "
-                         "the same strategy, else the median ratio); measured: the wall clock over the run's measured "
-                         "window")
+    ranking.notes.append("tokens/s, global. predicted: the planner" + (
+        f" from the machine profile {result['profile']}" if result.get("profile") else
+        " from a GPU's datasheet (--gpu), not this machine: pass --profile from dsbench calibrate") +
+        "; corrected: after the runs (measured/predicted of the same strategy, else the median ratio); measured: the "
+        "wall clock over the run's measured window")
     grids = [ranking]
     if result.get("speed"):
         speed = Grid([Col("layout", 80, left=True), Col("measured", 80), Col("vs without", 80)],
