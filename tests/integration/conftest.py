@@ -35,8 +35,12 @@ def _prebuild_async_io(request):
             (Path(CPU_ENV["TORCH_EXTENSIONS_DIR"]) / "async_io" / "async_io.so").exists():
         yield
         return
+    # the PATH every launch gets (_run, dsbench's runner): torch builds with the first `ninja` on it, and a build
+    # left by another ninja (Debian's 1.11 beside the venv's 1.13) reads as "command line changed" to this one and is
+    # compiled again from scratch (the NVMe test did so in every clean clone until 2026-11-26: 197 s)
+    env = {**os.environ, **CPU_ENV, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     build = subprocess.Popen([sys.executable, "-c", "from deepspeed.ops.op_builder import AsyncIOBuilder; "
-                              "AsyncIOBuilder().load()"], env={**os.environ, **CPU_ENV}, cwd=ROOT,
+                              "AsyncIOBuilder().load()"], env=env, cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=lambda: os.nice(5))
     yield
     build.wait()
