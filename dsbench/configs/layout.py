@@ -26,23 +26,27 @@ def ulysses_degree(config: dict[str, Any]) -> int:
     return int_or_none(config.get("sequence_parallel_size")) or 1
 
 
-def layout_problem(config: dict[str, Any], world_size: int) -> str | None:
-    """Why the config's degrees cannot lay out ``world_size`` ranks (:class:`ParallelDims`' own words), or None."""
+def _layout(config: dict[str, Any], world_size: int) -> ParallelDims | str:
+    """The config's dims on ``world_size`` ranks, or why there are none (:class:`ParallelDims`' own words, in the
+    config's keys)."""
     pp, tp = parallel_degrees(config)
     try:
-        ParallelDims(world=world_size, tp=tp, pp=pp, sp=ulysses_degree(config))
+        return ParallelDims(world=world_size, tp=tp, pp=pp, sp=ulysses_degree(config))
     except UserError as error:
         return str(error).replace("--pipeline-stages", "pipeline.stages").replace(
             "--tp", "tensor_parallel.autotp_size").replace("--ulysses", "sequence_parallel_size")
-    return None
+
+
+def layout_problem(config: dict[str, Any], world_size: int) -> str | None:
+    """Why the config's degrees cannot lay out ``world_size`` ranks, or None."""
+    found = _layout(config, world_size)
+    return found if isinstance(found, str) else None
 
 
 def config_dims(config: dict[str, Any], world_size: int) -> ParallelDims | None:
     """The parallel layout a config asks for on ``world_size`` ranks (``None`` if the degrees do not divide it)."""
-    if layout_problem(config, world_size):
-        return None
-    pp, tp = parallel_degrees(config)
-    return ParallelDims(world=world_size, tp=tp, pp=pp, sp=ulysses_degree(config))
+    found = _layout(config, world_size)
+    return None if isinstance(found, str) else found
 
 
 def data_parallel_size(config: dict[str, Any], world_size: int) -> int | None:

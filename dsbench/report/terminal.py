@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench.report.grid import Col, Grid
-from dsbench.report.render import cell_text, columns_for, method_notes, predicted_note
+from dsbench.report.render import TEXT_COLUMNS, cell_text, columns_for, method_notes, predicted_note
 from dsbench.report.verdict import group_of, memory_of, noise_rule
 
 SHOWN = {"strategy", "world_size", "status", "mfu", "final_loss"}
@@ -51,9 +51,8 @@ def compare_grid(rows: list[dict[str, Any]], wide: bool = False) -> Grid:
     rest = [col for col in columns_for(rows) if col[0] not in SHOWN]
     grid = Grid([Col("strategy", 80, left=True), Col("ranks", 100), Col("tokens/s ±", 80), Col("vs best", 80),
                  Col("MiB/rank", 80), Col("MFU %", 100), Col("loss", 100), Col("status", 80, left=True),
-                 *(Col(header, 100 if several.get(key) else 0, left=key in ("model", "device", "optimizer",
-                                                                            "predicted_dominant"))
-                   for key, header, _ in rest)], title="dsbench compare")
+                 *(Col(header, 100 if several.get(key) else 0, left=key in TEXT_COLUMNS) for key, header, _ in rest)],
+                title="dsbench compare")
     for row in rows:
         top = best.get(group_of(row))
         memory = memory_of(row)[0]

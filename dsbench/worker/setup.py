@@ -70,10 +70,9 @@ def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs,
     """Fill a config's "auto" values as the HF Trainer would from the worker's own arguments, and validate it;
     ``path`` names where it came from in errors. Returns it with its layout (AutoTP degree, pipeline stages over the
     world), worked out once here for the whole run."""
-    problem = layout_problem(raw, world_size)
-    if problem:
-        raise UserError(f"{path}: {problem}")
     dims = config_dims(raw, world_size)
+    if dims is None:
+        raise UserError(f"{path}: {layout_problem(raw, world_size)}")
     # the config's own micro-batch and accumulation win over the flags, also inside the "auto" values derived from
     # them (accelerate's Accelerator._prepare_deepspeed: train_batch_size = micro x the plugin's accumulation x ranks)
     given = {name: raw.get(key) for name, key in (("micro_batch", "train_micro_batch_size_per_gpu"),
