@@ -166,7 +166,7 @@ def check_request(req: LaunchRequest) -> None:
             raise UserError(f"-- {flag}: {_LAUNCH_DECIDES[flag]}")
 
 
-WORKER_ONLY = (*TORCH_TP_ONLY, "recompute")
+WORKER_ONLY = (*TORCH_TP_ONLY, "recompute", "dp_shard")
 """dsbench launch flags that are run-description fields only (no DeepSpeed config key)."""
 _RENDERS = ("dsbench launch renders and validates the DeepSpeed config itself; launch your own with --config FILE "
             "instead")
@@ -193,8 +193,8 @@ def launch_fields(req: LaunchRequest, strategy: str, ds_config: Path | None) -> 
     if ds_config is not None:
         fields["deepspeed_config"] = str(ds_config)
     native = dict(_NATIVE_FIELDS)
-    if strategy in SPLIT_ENGINES:  # torch_pp / torch_tp take their degree as a worker flag
-        name = _DEGREE_FLAGS[SPLIT_ENGINES[strategy]][0]
+    for degree in SPLIT_ENGINES.get(strategy, ()):  # torch_pp / torch_tp / torch_3d take their degrees as fields
+        name = _DEGREE_FLAGS[degree][0]
         native[name] = name
     native.update({name: name for name in WORKER_ONLY})  # the worker's own fields (it checks them)
     fields.update({field: req.render_flags[name] for name, field in native.items()
@@ -218,7 +218,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     check_request(req)
     check_run_dir(req.run_dir)
     for degree, (name, flag) in _DEGREE_FLAGS.items():
-        takers = ("deepspeed", *(engine for engine, splits in SPLIT_ENGINES.items() if splits == degree))
+        takers = ("deepspeed", *(engine for engine, splits in SPLIT_ENGINES.items() if degree in splits))
         if (req.render_flags.get(name) or 1) > 1 and req.strategy not in takers:
             raise UserError(f"{flag} needs --strategy {' or '.join(takers)}; --strategy {req.strategy} would "
                             "ignore it")
@@ -370,13 +370,13 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
         if dims is None:
             return  # validate() reported it
     else:
-        dims = ParallelDims(world=world, tp=train.tp, pp=train.pipeline_stages)
+        dims = ParallelDims(world=world, tp=train.tp, pp=train.pipeline_stages, dp_shard=train.dp_shard)
     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
     train.check_compile_layout(dims)
     if train.checkpoint_dir:  # the worker checks again; a launch refuses it before any rank starts
         check_creatable_folder(Path(train.checkpoint_dir), "--checkpoint-dir")
-    if train.strategy == "torch_tp":
-        check_megatron_tp(shape.arch)
+    if train.strategy in trainspec.TENSOR_SPLIT and dims.tp > 1:
+        check_megatron_tp(shape.arch, train.strategy)
         check_loss_parallel(train.loss_parallel, shape.tied_embeddings, shape.name)
     elif dims.tp > 1:
         check_autotp(shape.arch)
@@ -385,7 +385,7 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
     if train.pipeline_schedule in trainspec.INTERLEAVED and shape.layers % chunks:
         raise UserError(f"--virtual-stages {train.virtual_stages} does not divide {shape.name}'s {shape.layers} "
                         f"layers into {dims.pp} stages x {train.virtual_stages} equal chunks")
-    if train.strategy == "torch_pp" and train.grad_accum < dims.pp:  # GPipe runs it; most of each step idles
+    if train.strategy in trainspec.PIPELINED and train.grad_accum < dims.pp:  # GPipe runs it; most of each step idles
         idle = bubble_fraction(dims.pp, train.grad_accum)
         return [f"warning: {train.grad_accum} micro-batch(es) for {dims.pp} pipeline stages: each stage idles "
                 f"(P-1)/(M+P-1) = {idle:.0%} of a step; raise --grad-accum to at least {dims.pp}"]

@@ -117,10 +117,11 @@ class ModelShape:
         return out
 
 
-def check_megatron_tp(family: str) -> None:
-    """Megatron-style tensor parallelism (--strategy torch_tp) splits Llama-family projections; say so for others."""
+def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
+    """Megatron-style tensor parallelism (--strategy torch_tp, torch_3d) splits Llama-family projections; say so for
+    others."""
     if family not in LLAMA_LIKE:
-        raise UserError(f"--strategy torch_tp splits Llama-family models ({', '.join(LLAMA_LIKE)}), not {family!r}: "
+        raise UserError(f"--strategy {strategy} splits Llama-family models ({', '.join(LLAMA_LIKE)}), not {family!r}: "
                         "GPT-2's fused c_attn (Conv1D q|k|v) does not split into whole heads by columns")
 
 

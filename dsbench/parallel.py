@@ -31,6 +31,10 @@ class ParallelDims:
     sp: int = 1
     """Ulysses sequence-parallel degree (``--ulysses``, DeepSpeed's ``sequence_parallel_size``): ranks that each
     hold a contiguous slice of every sequence and exchange attention heads by all-to-all."""
+    dp_shard: int = 0
+    """FSDP2's shard group under torch_3d (``--dp-shard``): the data-parallel ranks one copy of the model states is
+    split over; 0 means all of them. 1 is DDP (replicas only), anything between is HSDP: ``dp / dp_shard`` replicas
+    of a ``dp_shard``-way sharded model (torchtitan's dp_replicate x dp_shard)."""
 
     def __post_init__(self) -> None:
         for value, flag in ((self.world, "the world size"), (self.tp, "--tp"), (self.pp, "--pipeline-stages"),
@@ -44,11 +48,27 @@ class ParallelDims:
             what = f"--ulysses {self.sp}" if self.sp > 1 else f"--pipeline-stages {self.pp} x --tp {self.tp}"
             raise UserError(f"world size {self.world} is not divisible by {what} = {self.model_parallel} (change "
                             "the ranks or the degrees)")
+        if not isinstance(self.dp_shard, int) or isinstance(self.dp_shard, bool) or self.dp_shard < 0:
+            raise UserError(f"--dp-shard must be an integer >= 1, got {self.dp_shard!r}")
+        if self.dp_shard and self.dp % self.dp_shard:
+            raise UserError(f"--dp-shard {self.dp_shard} must divide the {self.dp} data-parallel ranks (world "
+                            f"{self.world} / {self.model_parallel} model-parallel ranks)")
 
     @property
     def dp(self) -> int:
         """Data-parallel replicas: world / (sp x tp x pp)."""
         return self.world // self.model_parallel
+
+    @property
+    def shard(self) -> int:
+        """Data-parallel ranks that split one copy of the model states (FSDP2's shard group): ``dp_shard``, or all
+        of dp."""
+        return self.dp_shard or self.dp
+
+    @property
+    def replicate(self) -> int:
+        """Copies of the sharded model states across data parallelism: dp / shard (1 under plain FSDP)."""
+        return self.dp // self.shard
 
     @property
     def model_parallel(self) -> int:

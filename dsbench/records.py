@@ -128,6 +128,9 @@ class StepRecord:
     """Pipeline stages on CPU: each rank's forward/backward compute seconds in the step."""
     pipeline_span_s_per_rank: list[float] | None = None
     """...and its seconds inside the pipeline schedule (to the flush): 1 - compute/span is its idle share."""
+    grad_norm: float | None = None
+    """The gradients' global 2-norm before clipping (torch's clip_grad_norm_ total norm), each weight counted once;
+    from the torch engines when --grad-clip > 0, else None."""
 
     def to_dict(self) -> dict[str, Any]:
         rate = self.tokens / self.step_time_s if self.step_time_s > 0 else None

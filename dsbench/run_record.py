@@ -185,7 +185,7 @@ class RunHeader:
     that wrote none) has the defaults."""
 
     engine: str = "?"
-    """The worker's engine (``strategy`` in the record): ddp, fsdp, deepspeed, torch_tp, torch_pp, single."""
+    """The worker's engine (``strategy`` in the record): ddp, fsdp, deepspeed, torch_tp, torch_pp, torch_3d, single."""
     world_size: int | None = None
     model: str | None = None
     shape: dict[str, Any] | None = None
@@ -203,6 +203,8 @@ class RunHeader:
     virtual_stages: int = 1
     ulysses: int = 1
     """DeepSpeed Ulysses' sequence-parallel degree (1: none)."""
+    dp_shard: int | None = None
+    """torch_3d's FSDP2 shard group size (``None`` for other engines)."""
     pipeline_schedule: str | None = None
     sequence_parallel: bool = False
     loss_parallel: bool = False
@@ -229,6 +231,7 @@ class RunHeader:
                    device=record.get("device") or "?", hostnames=tuple(record.get("hostnames") or ()),
                    peak_tflops=record.get("peak_tflops"), tp=int(record.get("tp") or 1), pp=int(record.get("pp") or 1),
                    virtual_stages=int(record.get("virtual_stages") or 1), ulysses=int(record.get("ulysses") or 1),
+                   dp_shard=record.get("dp_shard"),
                    pipeline_schedule=record.get("pipeline_schedule"),
                    sequence_parallel=bool(record.get("sequence_parallel")),
                    loss_parallel=bool(record.get("loss_parallel")),

@@ -25,7 +25,7 @@ from typing import Any
 from dsbench.parallel import ParallelDims
 
 # --- the worker's engines -------------------------------------------------------------------------------------------
-ENGINES = ("deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp")
+ENGINES = ("deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp", "torch_3d")
 """``dsbench launch --strategy``: the engine each rank trains with (``auto`` picks ddp or single by world size)."""
 LAUNCH_STRATEGIES = ("auto", *ENGINES)
 CHECKPOINTED_ENGINES = ("deepspeed", "ddp", "fsdp", "single")
@@ -34,8 +34,8 @@ RENDERED_ENGINES = ("deepspeed", "ddp", "fsdp")
 """Engines ``dsbench render`` writes a config for, and the kinds of accelerate YAML dsbench launches."""
 ACCELERATE_TYPES = {"DEEPSPEED": "deepspeed", "FSDP": "fsdp", "MULTI_GPU": "ddp", "NO": "single"}
 """accelerate's ``distributed_type`` -> the engine that trains it on each rank."""
-SPLIT_ENGINES = {"torch_pp": "pp", "torch_tp": "tp"}
-"""The torch engines that split the model, and the degree each splits it by."""
+SPLIT_ENGINES = {"torch_pp": ("pp",), "torch_tp": ("tp",), "torch_3d": ("tp", "pp")}
+"""The torch engines that split the model, and the degrees each splits it by (their ``dsbench launch`` flags)."""
 TORCH_TP_ONLY = {"sequence_parallel": "--sequence-parallel", "loss_parallel": "--loss-parallel"}
 """dsbench launch's flags of DTensor tensor parallelism (torch_tp), by run-description field."""
 
@@ -102,6 +102,9 @@ class Strategy:
     """...under torch's ScheduleInterleavedZeroBubble instead (names ending ``_zb{V}``)."""
     ulysses: int = 1
     """DeepSpeed Ulysses' sequence-parallel degree (``--ulysses``; ``ulysses{N}``, ``zero3_ulysses{N}``)."""
+    dp_shard: int = 0
+    """torch_3d's FSDP2 shard group (``--dp-shard``; names ending ``_shard{S}``): 0 all data-parallel ranks (FSDP),
+    1 DDP, between HSDP."""
     planned: bool = True
     """The planner has a model of it (``plan --verify``, ``tune`` and report predictions use it)."""
 
@@ -114,7 +117,7 @@ class Strategy:
 
     def dims(self, world: int) -> ParallelDims:
         """Its layout on ``world`` ranks."""
-        return ParallelDims(world=world, tp=self.tp, pp=self.pp, sp=self.ulysses)
+        return ParallelDims(world=world, tp=self.tp, pp=self.pp, sp=self.ulysses, dp_shard=self.dp_shard)
 
     @property
     def compiles(self) -> bool:
@@ -143,6 +146,8 @@ class Strategy:
         engine's own all-reduce) are four; ``single`` runs DDP's loop on one rank."""
         if self.ulysses > 1:
             return "ulysses"
+        if self.engine == "torch_3d":
+            return "torch_3d"
         if self.pp > 1:
             return "pipeline" if self.engine == "torch_pp" else "pipe_engine"
         if self.tp > 1:
@@ -167,6 +172,8 @@ class Strategy:
             flags += ["--pipeline-stages", str(self.pp)]
         if self.ulysses > 1:
             flags += ["--ulysses", str(self.ulysses)]
+        if self.dp_shard:
+            flags += ["--dp-shard", str(self.dp_shard)]
         flags += ["--sequence-parallel"] * self.sequence_parallel + ["--loss-parallel"] * self.loss_parallel
         return tuple(flags)
 
@@ -181,7 +188,8 @@ class Strategy:
     def planner_fields(self) -> dict[str, object]:
         """The planner's candidate that models it (strategy, offloads, tp, pp, and who implements tp/pp); ``single``
         is DDP on one rank. Whether the planner's model is used for it is :attr:`planned`."""
-        sharding = f"zero{self.zero}" if self.zero is not None else "fsdp" if self.engine == "fsdp" else "ddp"
+        sharding = (f"zero{self.zero}" if self.zero is not None else "fsdp" if self.engine == "fsdp" else
+                    {0: "fsdp", 1: "ddp"}.get(self.dp_shard, "fsdp_hybrid") if self.engine == "torch_3d" else "ddp")
         return {"strategy": sharding, "offload": self.offload, "offload_param": self.offload_param, "tp": self.tp,
                 "pp": self.pp, "engine": "torch" if self.engine in SPLIT_ENGINES else "deepspeed",
                 "virtual_stages": self.virtual_stages, "ulysses": self.ulysses}
@@ -240,10 +248,24 @@ WHATIF_DEFAULT = ("ddp", "zero2", "zero3", "fsdp", "pipe2")
 """Named in whatif's error when --strategies is empty."""
 
 
+_THREE_D_NAME = re.compile(r"torch_3d_tp([1-9][0-9]{0,3})_pp([1-9][0-9]{0,3})(?:_shard([1-9][0-9]{0,3}))?")
+"""torch_3d's names: ``torch_3d_tp{T}_pp{P}`` (FSDP2 over every data-parallel rank), ``..._shard{S}`` (S ranks
+per shard group: 1 is DDP, between is HSDP). P >= 2: without a pipeline it is torch_tp."""
+
+
+def three_d(tp: int, pp: int, dp_shard: int = 0) -> Strategy:
+    """torch_3d at these degrees (its name from them)."""
+    name = f"torch_3d_tp{tp}_pp{pp}" + (f"_shard{dp_shard}" if dp_shard else "")
+    return Strategy(name, "torch_3d", "torchrun", tp=tp, pp=pp, dp_shard=dp_shard)
+
+
 def lookup(name: str) -> Strategy | None:
     """The strategy a compare name denotes (``None`` for an unknown name or a degree below 2)."""
     if name in FIXED:
         return FIXED[name]
+    three = _THREE_D_NAME.fullmatch(name)
+    if three is not None:
+        return three_d(int(three[1]), int(three[2]), int(three[3] or 0)) if int(three[2]) >= 2 else None
     match = _FAMILY_NAME.fullmatch(name)
     if match is None or int(match[2]) < 2 or match[2].startswith("0"):
         return None
@@ -278,7 +300,7 @@ def get(name: str) -> Strategy:
 def choices() -> str:
     """The names a user may give, for error messages."""
     return ", ".join((*FIXED, "zero1_tp{N}", "pipe{P}", "torch_pipe{P}[_interleaved{V}|_zb{V}]",
-                      "torch_tp{N}[_sp][_lp]", "ulysses{N}", "zero3_ulysses{N}"))
+                      "torch_tp{N}[_sp][_lp]", "ulysses{N}", "zero3_ulysses{N}", "torch_3d_tp{T}_pp{P}[_shard{S}]"))
 
 
 def name_for(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
@@ -290,6 +312,9 @@ def name_for(strategy: str, offload: str = "none", offload_param: str = "none", 
     for how in FIXED.values():
         if how.name != "single" and how.reshard and how.planner_fields == fields:
             return how.name
+    if engine == "torch" and tp > 1 and pp > 1:  # DTensor TP inside torch's pipeline stages: torch_3d
+        how = three_d(tp, pp, {"fsdp": 0, "ddp": 1}.get(strategy, -1))
+        return how.name if how.dp_shard >= 0 and how.planner_fields == fields else None
     for family, (degree_of, _) in FAMILIES.items():
         degree = {"tp": tp, "pp": pp, "ulysses": ulysses}[degree_of]
         name = with_options(f"{family}{degree}", virtual_stages=virtual_stages if family == "torch_pipe" else 1)
@@ -311,7 +336,8 @@ def for_candidate(strategy: str, offload: str = "none", offload_param: str = "no
                                                                                   ("ulysses", ulysses)) if n > 1]
     label = " + ".join(parts)
     if engine == "torch":
-        return Strategy(label, "torch_tp" if tp > 1 else "torch_pp", "torchrun", tp=tp, pp=pp, planned=True)
+        engine_name = "torch_3d" if tp > 1 and pp > 1 else "torch_tp" if tp > 1 else "torch_pp"
+        return Strategy(label, engine_name, "torchrun", tp=tp, pp=pp, planned=True)
     zero = PLANNER[strategy].zero
     if zero is None:  # DDP and FSDP (hybrid sharding included) under torchrun
         return Strategy(label, "fsdp" if strategy.startswith("fsdp") else "ddp", "torchrun", tp=tp, pp=pp)
@@ -330,12 +356,14 @@ def with_options(name: str, sequence_parallel: bool = False, loss_parallel: bool
 def name_of_run(engine: str, zero: int | None = None, offload: str = "none", offload_param: str = "none",
                 tp: int = 1, pp: int = 1, reshard: bool = True, sequence_parallel: bool = False,
                 loss_parallel: bool = False, virtual_stages: int = 1, zero_bubble: bool = False,
-                ulysses: int = 1) -> str:
+                ulysses: int = 1, dp_shard: int = 0) -> str:
     """The compare name of a run launched by hand, from what its header records. Where no compare strategy matches
     exactly: a DeepSpeed run by its stage and offload (``zero3_offload`` for ZeRO-3 with the optimizer alone on the
     CPU), any other by its engine."""
     if ulysses > 1 and engine == "deepspeed":
         return f"ulysses{ulysses}" if zero == 1 else f"zero{zero}_ulysses{ulysses}"
+    if engine == "torch_3d":
+        return three_d(tp, pp, dp_shard).name
     fields = (engine, zero, offload, offload_param, tp, pp, reshard)
     for s in FIXED.values():
         if (s.engine, s.zero, s.offload, s.offload_param, s.tp, s.pp, s.reshard) == fields:

@@ -19,7 +19,7 @@ from dsbench import __version__
 from dsbench.errors import UserError
 from dsbench.parallel import interleaved_accepts
 from dsbench.spec import DEFAULT_MICRO_BATCH
-from dsbench.strategies import CHECKPOINTED_ENGINES, LAUNCH_STRATEGIES
+from dsbench.strategies import CHECKPOINTED_ENGINES, LAUNCH_STRATEGIES, SPLIT_ENGINES
 
 if TYPE_CHECKING:
     from dsbench.parallel import ParallelDims
@@ -31,6 +31,10 @@ SCHEDULES = ("1f1b", "gpipe", "interleaved", "interleaved-zb")
 INTERLEAVED = ("interleaved", "interleaved-zb")
 """torch_pp's schedules over ``--virtual-stages`` chunks per rank: interleaved 1F1B, and its zero-bubble form."""
 RECOMPUTE = ("none", "full", "selective", "selective-op")
+PIPELINED = tuple(engine for engine, degrees in SPLIT_ENGINES.items() if "pp" in degrees)
+"""The engines that run torch's pipeline schedules: torch_pp, torch_3d."""
+TENSOR_SPLIT = tuple(engine for engine, degrees in SPLIT_ENGINES.items() if "tp" in degrees)
+"""The engines that split layers with DTensor: torch_tp, torch_3d."""
 
 
 MAX_COUNT = 2**31 - 1
@@ -80,7 +84,7 @@ class TrainSpec:
     """FSDP2 reshard_after_forward."""
     fsdp_cpu_offload: bool = False
     pipeline_stages: int = 1
-    """Pipeline stages of --strategy torch_pp (DeepSpeed's pipeline takes them from its config)."""
+    """Pipeline stages of --strategy torch_pp or torch_3d (DeepSpeed's pipeline takes them from its config)."""
     pipeline_schedule: Literal["1f1b", "gpipe", "interleaved", "interleaved-zb"] = "1f1b"
     """torch_pp's schedule: 1F1B (one forward, one backward in steady state), GPipe (all forwards first),
     interleaved 1F1B (``--virtual-stages`` chunks per rank, Narayanan et al. 2021 sec. 2.2) or interleaved-zb, the
@@ -91,7 +95,9 @@ class TrainSpec:
     """Model chunks per pipeline rank under an interleaved ``--pipeline-schedule`` (rank r holds chunks r, r + P,
     ...)."""
     tp: int = 1
-    """Tensor-parallel degree of --strategy torch_tp (DeepSpeed's AutoTP takes it from its config)."""
+    """Tensor-parallel degree of --strategy torch_tp or torch_3d (DeepSpeed's AutoTP takes it from its config)."""
+    dp_shard: int = 0
+    """torch_3d: the data-parallel ranks FSDP2 shards one copy of the model over (0: all; 1: DDP; between: HSDP)."""
     sequence_parallel: bool = False
     """torch_tp: the norms run on a sequence shard and TP's all-reduces become reduce-scatter + all-gather
     (Korthikanti et al. 2022 sec. 4.2.2)."""
@@ -118,8 +124,8 @@ class TrainSpec:
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "micro_batch", "grad_accum", "steps", "gather_every", "pipeline_stages", "tp",
-                     "virtual_stages"):
-            if getattr(self, name) < 1:
+                     "virtual_stages", "dp_shard"):
+            if getattr(self, name) < (0 if name == "dp_shard" else 1):
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1")
             if getattr(self, name) > MAX_COUNT:
                 raise UserError(f"--{name.replace('_', '-')} {getattr(self, name)} is beyond {MAX_COUNT:,}")
@@ -153,7 +159,7 @@ class TrainSpec:
         if self.compile and self.warmup < 1:
             raise UserError("--compile needs --warmup >= 1: the first step compiles, and compilation must stay out "
                             "of the measured window")
-        if self.compile and self.strategy in ("torch_pp", "torch_tp"):
+        if self.compile and self.strategy in SPLIT_ENGINES:
             raise UserError(f"--compile is not supported with --strategy {self.strategy} (its stages and DTensor "
                             "layers are not compiled by dsbench); drop --compile")
         if self.fused_optimizer and self.strategy == "deepspeed":
@@ -186,22 +192,28 @@ class TrainSpec:
         """torch_pp's stages and schedule. The interleaved schedules (1F1B and zero-bubble) need torch_pp, 2+ stages
         and 2+ chunks per rank, and a micro-batch count torch's schedules accept: both run max(1, M // P) rounds of
         equal size (torch.distributed.pipelining.schedules)."""
-        if self.strategy != "torch_pp" and self.pipeline_stages != 1:
-            raise UserError(f"--pipeline-stages {self.pipeline_stages} is for --strategy torch_pp (DeepSpeed's "
-                            "pipeline engine takes its stages from the config: pipeline.stages)")
+        if self.strategy not in PIPELINED and self.pipeline_stages != 1:
+            raise UserError(f"--pipeline-stages {self.pipeline_stages} is for --strategy torch_pp or torch_3d "
+                            "(DeepSpeed's pipeline engine takes its stages from the config: pipeline.stages)")
+        if self.strategy == "torch_3d" and self.pipeline_stages < 2:
+            raise UserError("--strategy torch_3d pipelines the model: give --pipeline-stages 2 or more (tensor "
+                            "parallelism alone is --strategy torch_tp)")
+        if self.dp_shard and self.strategy != "torch_3d":
+            raise UserError(f"--dp-shard {self.dp_shard} sizes torch_3d's FSDP2 shard groups: it needs --strategy "
+                            f"torch_3d (--strategy {self.strategy} would ignore it)")
         interleaved = self.pipeline_schedule in INTERLEAVED
         if self.virtual_stages > 1 and not interleaved:
             raise UserError(f"--virtual-stages {self.virtual_stages} needs --pipeline-schedule interleaved or "
                             "interleaved-zb")
-        if self.strategy == "torch_pp" and self.pipeline_schedule == "1f1b" and self.grad_accum < self.pipeline_stages:
+        if self.strategy in PIPELINED and self.pipeline_schedule == "1f1b" and self.grad_accum < self.pipeline_stages:
             raise UserError(f"1F1B needs at least as many micro-batches as stages: --grad-accum {self.grad_accum} < "
                             f"--pipeline-stages {self.pipeline_stages}; raise --grad-accum or use "
                             "--pipeline-schedule gpipe")
         if not interleaved:
             return
         stages = self.pipeline_stages
-        if self.strategy != "torch_pp" or stages < 2 or self.virtual_stages < 2:
-            raise UserError(f"--pipeline-schedule {self.pipeline_schedule} needs --strategy torch_pp with "
+        if self.strategy not in PIPELINED or stages < 2 or self.virtual_stages < 2:
+            raise UserError(f"--pipeline-schedule {self.pipeline_schedule} needs --strategy torch_pp or torch_3d with "
                             "--pipeline-stages 2 or "
                             f"more and --virtual-stages 2 or more (got {self.strategy}, {stages} stages, "
                             f"{self.virtual_stages} per rank)")
@@ -221,9 +233,9 @@ class TrainSpec:
         if self.sequence_parallel and self.seq_len % self.tp:
             raise UserError(f"--sequence-parallel splits the sequence over the TP ranks: --seq-len {self.seq_len} is "
                             f"not divisible by --tp {self.tp}")
-        if self.strategy != "torch_tp" and self.tp != 1:
-            raise UserError(f"--tp {self.tp} is for --strategy torch_tp (DeepSpeed's AutoTP takes its degree from "
-                            "the config: tensor_parallel.autotp_size)")
+        if self.strategy not in TENSOR_SPLIT and self.tp != 1:
+            raise UserError(f"--tp {self.tp} is for --strategy torch_tp or torch_3d (DeepSpeed's AutoTP takes its "
+                            "degree from the config: tensor_parallel.autotp_size)")
 
     def check_compile_layout(self, dims: ParallelDims) -> None:
         """--compile where the layout is known (DeepSpeed's comes from its config): dsbench compiles DeepSpeed's
@@ -251,7 +263,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", help=_doc("dataset"))
     p.add_argument("--text-field")
     for name in ("seq_len", "micro_batch", "grad_accum", "steps", "warmup", "lr_warmup_steps", "seed",
-                 "gather_every", "pipeline_stages", "tp", "save_every", "virtual_stages"):
+                 "gather_every", "pipeline_stages", "tp", "save_every", "virtual_stages", "dp_shard"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, help=_doc(name))
     for name in ("lr", "weight_decay", "grad_clip", "peak_tflops", "dist_timeout"):
         p.add_argument(f"--{name.replace('_', '-')}", type=float, help=_doc(name))
@@ -294,12 +306,13 @@ HELP = {
     "peak_tflops": "per-rank peak for MFU (default: detected)",
     "out": "run directory for metrics.jsonl and summary.json",
     "gather_every": "steps between gathers of per-step metrics across ranks (each is one host-device sync)",
-    "pipeline_stages": "pipeline stages of --strategy torch_pp",
+    "pipeline_stages": "pipeline stages of --strategy torch_pp or torch_3d",
     "pipeline_schedule": "torch_pp schedule",
     "virtual_stages": "model chunks per rank with --pipeline-schedule interleaved or interleaved-zb",
     "recompute": "what the backward recomputes: none, full (every block), selective (the attention core), "
                  "selective-op (torch's selective checkpointing: matmul outputs saved)",
-    "tp": "tensor-parallel degree of --strategy torch_tp",
+    "tp": "tensor-parallel degree of --strategy torch_tp or torch_3d",
+    "dp_shard": "torch_3d: data-parallel ranks in one FSDP2 shard group (0: all; 1: DDP; between: HSDP)",
     "sequence_parallel": "torch_tp: norms on a sequence shard; TP's all-reduces become reduce-scatter + all-gather",
     "loss_parallel": "torch_tp: logits split by vocabulary into the loss (untied output layer)",
     "save_every": "save a checkpoint every N steps into --checkpoint-dir (0: only after the last step)",

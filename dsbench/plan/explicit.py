@@ -104,8 +104,9 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
         return None, "dsbench runs the interleaved schedule with torch_pp (--layout ddp --pipeline-stages P, no tp)"
     if interleaved and not interleaved_accepts(lay.micro_batches, lay.pp):
         return None, f"torch's interleaved 1F1B cannot split {lay.micro_batches} micro-batches into rounds of {lay.pp}"
-    if lay.tp > 1 and lay.pp > 1:
-        return None, "tensor and pipeline parallelism in one run (3D) is priced but not run by dsbench yet"
+    if lay.tp > 1 and lay.pp > 1 and lay.strategy not in ("fsdp", "ddp"):
+        return None, (f"{lay.strategy} with tp and pp: dsbench runs 3D as torch_3d (--layout fsdp, or ddp for "
+                      "--dp-shard 1)")
     if lay.tp == lay.pp == 1:
         how = lookup(lay.strategy)
         return (how, None) if how else (None, f"{lay.strategy}: the worker's FSDP2 builds no replicated dimension")
@@ -115,7 +116,8 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
         name = with_options(name, lay.sequence_parallel, virtual_stages=lay.virtual_stages if interleaved else 1)
     if name is None:
         return None, (f"{lay.strategy} with tp/pp: dsbench runs tensor and pipeline parallelism under zero1 "
-                      "(DeepSpeed AutoTP, its pipeline engine) or ddp (torch_tp, torch_pp)")
+                      "(DeepSpeed AutoTP, its pipeline engine), ddp (torch_tp, torch_pp) or fsdp with both "
+                      "(torch_3d)")
     how = lookup(name)
     if how is not None and how.engine == "deepspeed" and lay.pp > 1 and lay.schedule != "1f1b":
         return None, "DeepSpeed's pipeline engine runs its own 1F1B schedule only (use --pipeline-schedule 1f1b)"

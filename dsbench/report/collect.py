@@ -74,9 +74,12 @@ def _strategy_name(header: RunHeader, cell: dict[str, Any] | None) -> str:
         return where if where not in (None, "none") else "none"
 
     chunks = header.virtual_stages if header.pipeline_schedule in INTERLEAVED else 1
+    dp = (header.world_size or 1) // (header.tp * header.pp)
+    shard = header.dp_shard if header.dp_shard not in (None, dp) else 0  # a shard group of every dp rank: FSDP
     return name_of_run(engine, zero.get("stage", 0) if engine == "deepspeed" else None, device("offload_optimizer"),
                        device("offload_param"), header.tp, header.pp, header.fsdp_reshard, header.sequence_parallel,
-                       header.loss_parallel, chunks, header.pipeline_schedule == "interleaved-zb", header.ulysses)
+                       header.loss_parallel, chunks, header.pipeline_schedule == "interleaved-zb", header.ulysses,
+                       shard)
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:

@@ -61,6 +61,8 @@ class _Pending:
     states: dict[str, Any] | None
     busy: tuple[float, float] | None
     """A pipeline stage's (compute, schedule span) seconds in the step (CPU), else None."""
+    grad_norm: Any = None
+    """0-d tensor: the gradients' global 2-norm before clipping, from engines that clip it themselves, else None."""
 
 
 class StepClock:
@@ -139,7 +141,7 @@ def to_host(tensor: Any) -> list[Any]:
 
 def gather_records(pending: list[_Pending], clock: StepClock, comm: Collectives, first_measured: int,
                    tokens: int, memory_kind: str) -> tuple[list[dict[str, Any]], list[Any] | None]:
-    """Gather ``pending`` steps from every rank: one all-gather of a [steps, 6] float64 tensor on the rank's
+    """Gather ``pending`` steps from every rank: one all-gather of a [steps, 7] float64 tensor on the rank's
     device (a sync point), plus the model-state counts the first time. Returns step records for rank 0."""
     import torch
 
@@ -147,8 +149,11 @@ def gather_records(pending: list[_Pending], clock: StepClock, comm: Collectives,
     local = torch.tensor([[clock.seconds(p.clock), p.memory, p.peak_memory, *(p.busy or (-1.0, -1.0))]
                           for p in pending], dtype=torch.float64, device=device)
     losses = torch.stack([p.loss.detach().reshape(()) for p in pending]).to(device=device, dtype=torch.float64)
-    gathered = to_host(comm.all_gather(torch.cat([local, losses[:, None]], dim=1)))  # [rank][step][field]
-    # fields: 0 timed region, 1 memory, 2 peak memory, 3-4 pipeline compute and span (-1: not measured), 5 loss
+    norms = torch.stack([(p.grad_norm if p.grad_norm is not None else torch.tensor(-1.0)).detach().reshape(())
+                         .to(device=device, dtype=torch.float64) for p in pending])
+    gathered = to_host(comm.all_gather(torch.cat([local, losses[:, None], norms[:, None]], dim=1)))
+    # [rank][step][field]: 0 timed region, 1 memory, 2 peak memory, 3-4 pipeline compute and span (-1: not
+    # measured), 5 loss, 6 gradient norm before clipping (-1: not reported; the same on every rank)
     states = next((p.states for p in pending if p.states is not None), None)
     per_rank_states = comm.all_gather_object(states) if states is not None else None  # sync point, once
     records = []
@@ -161,7 +166,8 @@ def gather_records(pending: list[_Pending], clock: StepClock, comm: Collectives,
             step_time_s=max(times), step_time_per_rank_s=times, tokens=tokens,
             memory_bytes=[int(row[1]) for row in rows], peak_memory_bytes=[int(row[2]) for row in rows],
             memory_kind=memory_kind, pipeline_compute_s_per_rank=[row[3] for row in rows] if measured else None,
-            pipeline_span_s_per_rank=[row[4] for row in rows] if measured else None).to_dict())
+            pipeline_span_s_per_rank=[row[4] for row in rows] if measured else None,
+            grad_norm=rows[0][6] if rows[0][6] >= 0 else None).to_dict())
     return records, per_rank_states
 
 
@@ -215,7 +221,8 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
                                 peak_memory=peak, lr=engine.lr(),
                                 states={**engine.model_state_bytes(), "saved_activations": saved.bytes}
                                 if isinstance(saved, SavedActivations) else None,
-                                busy=engine.busy_seconds() if hasattr(engine, "busy_seconds") else None))
+                                busy=engine.busy_seconds() if hasattr(engine, "busy_seconds") else None,
+                                grad_norm=getattr(engine, "grad_norm", None)))
         due = save is not None and saves_after(step, settings)
         if len(pending) >= settings.gather_every or step in (first_measured - 1, settings.steps - 1) or due:
             gather()  # all-gather across ranks: sync point; the last one also waits for the slowest rank

@@ -44,8 +44,9 @@ def resolve(spec: TrainSpec, world: int, environ: Mapping[str, str]) -> Resolved
     if strategy == "deepspeed":
         ds_config, dims = _deepspeed_config(spec, shape, world, environ)
         micro, accum = ds_config["train_micro_batch_size_per_gpu"], ds_config.get("gradient_accumulation_steps", 1)
-    else:  # torch_tp groups share a batch; torch_pp stages pass one along
-        ds_config, dims = None, ParallelDims(world=world, tp=spec.tp, pp=spec.pipeline_stages)
+    else:  # torch_tp groups share a batch; torch_pp stages pass one along (torch_3d: both)
+        ds_config = None
+        dims = ParallelDims(world=world, tp=spec.tp, pp=spec.pipeline_stages, dp_shard=spec.dp_shard)
         micro, accum = spec.micro_batch, spec.grad_accum
     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
     check_ulysses(shape.arch, dims.sp, spec.seq_len)

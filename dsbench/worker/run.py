@@ -15,7 +15,7 @@ from dsbench.io import atomic_write_json
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
 from dsbench.records import METRICS, SCHEMA, SUMMARY, CheckpointRecord, EndRecord, flops_per_token, summarize
-from dsbench.trainspec import TrainSpec
+from dsbench.trainspec import PIPELINED, TrainSpec
 from dsbench.worker import accelerate_env, checkpoint, checkpoint_manifest, safe_load, setup, stop
 from dsbench.worker.resolve import resolve
 
@@ -225,6 +225,8 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
                   "tp": run.dims.tp, "pp": run.dims.pp,
                   # Ulysses' degree where it runs (absent otherwise: earlier runs' definitions hash as before)
                   **({"ulysses": run.dims.sp} if run.dims.sp > 1 else {}),
+                  # torch_3d's FSDP2 shard group (absent for the other strategies, as Ulysses' degree)
+                  **({"dp_shard": run.dims.shard} if run.strategy == "torch_3d" else {}),
                   "fsdp": run.fsdp,
                   "activation_checkpointing": run.fsdp["activation_checkpointing"] if run.fsdp
                   else spec.activation_checkpointing}
@@ -241,7 +243,7 @@ def _header(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
                                       if run.resumed else None),
                         launcher_env=accelerate_env.launcher_env(os.environ),
                         sequence_parallel=spec.sequence_parallel, loss_parallel=spec.loss_parallel,
-                        pipeline_schedule=spec.pipeline_schedule if run.strategy == "torch_pp" else None,
+                        pipeline_schedule=spec.pipeline_schedule if run.strategy in PIPELINED else None,
                         recompute="full" if definition["activation_checkpointing"] else spec.recompute,
                         virtual_stages=spec.virtual_stages,
                         speed=_speed_options(spec, run))

@@ -87,6 +87,9 @@ def losses(run: dict) -> list[float]:
 ONE_PER_NODE = ["--include", "dsb-n1:0@dsb-n2:0"]
 MB = ["--micro-batch", "2"]
 ZERO2, ZERO3, DDP = ["--zero", "2", *MB], ["--zero", "3", *MB], ["--strategy", "ddp", "--launcher", "torchrun", *MB]
+# torch_3d as test_model_parallel.py launches it on one node (its run shared through the session's cache)
+TORCH_3D = ["--strategy", "torch_3d", "--tp", "2", "--pipeline-stages", "2", "--launcher", "torchrun", "--model",
+            "llama-tiny", *MB, "--grad-accum", "2"]
 MULTI = {  # name -> (multi-node launch args, single-node reference (a session run's name and args), hostnames)
     "zero2_2x1": ([*ZERO2, *ONE_PER_NODE], ("zero2", ZERO2), ["dsb-n1", "dsb-n2"]),
     "zero3_2x1": ([*ZERO3, *ONE_PER_NODE], ("zero3", ZERO3), ["dsb-n1", "dsb-n2"]),
@@ -95,6 +98,10 @@ MULTI = {  # name -> (multi-node launch args, single-node reference (a session r
     "zero2_openmpi_2x2": ([*ZERO2, "--launcher-backend", "openmpi"], ("zero2_w4", [*ZERO2, "--num-gpus", "4"]),
                           ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
     "torchrun_ddp_2x1": ([*DDP, *ONE_PER_NODE], ("ddp", DDP), ["dsb-n1", "dsb-n2"]),
+    # tp 2 x pp 2 over 2 nodes: each TP group (ranks 0-1, 2-3) inside a node, the pipeline's sends across them
+    "torch_3d_2x2": ([*TORCH_3D, "--lr", "1e-3"], ("torch_3d_tp2_pp2_llama", [*TORCH_3D, "--num-gpus", "4", "--lr",
+                                                                              "1e-3"]),
+                     ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
     "accelerate_zero2_2x1": (["--launcher", "accelerate", *ZERO2, *ONE_PER_NODE], ("zero2", ZERO2),
                              ["dsb-n1", "dsb-n2"]),
     # a user's single-node accelerate YAML (trl's ZeRO-2, bf16) spread over the hostfile's machines in fp32
@@ -115,6 +122,10 @@ def test_two_nodes_train_like_one(hostfile, runs, name):
     assert header["hostnames"] == hosts and header["world_size"] == len(hosts)
     worst = max(abs(a - b) / abs(b) for a, b in zip(losses(run), losses(load_run(folder)), strict=True))
     assert worst < 1e-4, (name, worst)
+    if name.startswith("torch_3d"):  # a TP group is 2 consecutive ranks: both on one node by the hosts above
+        assert (header["tp"], header["pp"]) == (2, 2)
+        norms = [[s["grad_norm"] for s in r["steps"]] for r in (run, load_run(folder))]
+        assert max(abs(a - b) / b for a, b in zip(*norms, strict=True)) < 1e-4, norms
 
 
 FAULTS = {  # launch args -> the rank to fail (on dsb-n2 in each layout)

@@ -79,7 +79,7 @@ def test_bad_files_and_flags_are_one_line_errors(tmp_path):
     (["--strategy", "ddp", "--pipeline-schedule", "interleaved-zb", "--virtual-stages", "2"],
      "--pipeline-schedule interleaved-zb needs --strategy torch_pp"),
     (["--strategy", "torch_pp", "--pipeline-stages", "2", "--pipeline-schedule", "interleaved"],
-     "needs --strategy torch_pp with --pipeline-stages 2 or more and --virtual-stages 2 or more"),
+     "needs --strategy torch_pp or torch_3d with --pipeline-stages 2 or more and --virtual-stages 2 or more"),
     (["--strategy", "torch_pp", "--pipeline-stages", "4", "--pipeline-schedule", "interleaved", "--virtual-stages",
       "2", "--grad-accum", "9"], "on 4 stages cannot split --grad-accum 9 .* work: 1, 2, 3, 4, 5, 6, 7, 8,"),
 ])

@@ -10,7 +10,7 @@ __all__ = ["Engine", "EngineOptions", "accumulate", "build_engine", "warmup_fact
 
 
 def build_engine(strategy: str, model: Any, options: EngineOptions, dist_info: Any) -> Engine:
-    """The engine for ``strategy``: single, ddp, fsdp, torch_pp, torch_tp, or deepspeed (its pipeline engine
+    """The engine for ``strategy``: single, ddp, fsdp, torch_pp, torch_tp, torch_3d, or deepspeed (its pipeline engine
     when the config has pipeline.stages)."""
     # the layout resolved once (configs.layout: "auto" stages are 1), not the raw pipeline.stages
     if strategy == "deepspeed" and options.dims is not None and options.dims.pp > 1:
@@ -21,6 +21,10 @@ def build_engine(strategy: str, model: Any, options: EngineOptions, dist_info: A
         from dsbench.worker.engines.model_parallel import TorchPipelineEngine
 
         return TorchPipelineEngine(model, options, dist_info, options.dims, options.pipeline_schedule)
+    if strategy == "torch_3d":
+        from dsbench.worker.engines.three_d import Torch3DEngine
+
+        return Torch3DEngine(model, options, dist_info, options.dims, options.pipeline_schedule)
     if strategy == "torch_tp":
         from dsbench.worker.engines.model_parallel import TorchTensorParallelEngine
 

@@ -89,6 +89,8 @@ class TorchAdamWEngine:
 
     model: Any
     optimizer: Any
+    grad_norm: Any = None
+    """The last step's gradient norm before clipping (0-d tensor; None without --grad-clip)."""
 
     def train_step(self, batches: list[Any]) -> Any:
         return accumulate(self, batches)

@@ -39,7 +39,7 @@ from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, spl
 
 
 def clip_(*, parts: list[Any], whole: list[Any], scale: list[Any], max_norm: float, comm: Collectives,
-          group: Any) -> None:
+          group: Any) -> Any:
     """Scale ``scale`` so that the gradients' global 2-norm is at most ``max_norm``, as torch's clip_grad_norm_
     does (coefficient max_norm / (norm + 1e-6), capped at 1). The norm counts each weight once: ``parts`` are
     this rank's pieces of gradients spread over ``group`` (squares summed over it), ``whole`` are the same on
@@ -53,6 +53,7 @@ def clip_(*, parts: list[Any], whole: list[Any], scale: list[Any], max_norm: flo
     coef = (max_norm / (total.sqrt() + 1e-6)).clamp(max=1.0)
     for g in scale:
         g.mul_(coef.to(g.dtype))
+    return total.sqrt()
 
 
 def average_over_data_parallel(grads: list[Any], comm: Collectives, group: Any, dp: int) -> None:
@@ -109,14 +110,15 @@ def stage_layers(split: Split, stage: int, stages: int) -> list[nn.Module]:
 
 class TorchPipelineEngine(TorchAdamWEngine):
     """One pipeline stage per rank (mesh pp x dp: DeepSpeed's rank layout). ``schedule.step`` runs every
-    micro-batch; the tied embedding and data-parallel replicas are synchronised by hand; then AdamW steps."""
+    micro-batch; the tied embedding and data-parallel replicas are synchronised by hand; then AdamW steps.
+    torch_3d (engines/three_d.py) is this engine on a (pp, dp, tp) mesh with its stages split by DTensor and
+    sharded by FSDP2: it overrides :meth:`make_mesh`, :meth:`parallelize` and :meth:`reduce_and_clip`."""
 
     name = "torch_pp"
 
     def __init__(self, model: Any, options: EngineOptions, dist_info: Any, dims: ParallelDims,
                  schedule: str) -> None:
         import torch.distributed as dist
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.pipelining import (
             PipelineStage,
             Schedule1F1B,
@@ -127,24 +129,27 @@ class TorchPipelineEngine(TorchAdamWEngine):
 
         device = torch.device(dist_info.device)
         self.comm, self.options, self.dims = Collectives(dist_info), options, dims
-        mesh = init_device_mesh(device.type, (dims.pp, dims.dp), mesh_dim_names=("pp", "dp"))
-        self.stage, dp_index = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
-        self.pp_group, self.dp_group = mesh.get_group("pp"), mesh.get_group("dp")
-        self.last_rank = int(mesh.mesh[dims.pp - 1, dp_index])  # the global rank whose stage computes the loss
+        self.mesh = self.make_mesh(device.type)
+        self.stage = self.mesh.get_local_rank("pp")
+        self.pp_group = self.mesh.get_group("pp")
+        # every other mesh coordinate as one column: the ranks that hold the same slice of each stage
+        columns = self.mesh.mesh.reshape(dims.pp, -1)
+        column = int((columns[self.stage] == dist.get_rank()).nonzero()[0])
+        self.last_rank = int(columns[-1, column])  # the global rank whose stage computes this rank's loss
         split = split_model(model)
         chunks = options.virtual_stages if schedule in INTERLEAVED else 1
         if len(split.blocks) % (dims.pp * chunks):
             raise UserError(f"{chunks} virtual stages do not divide the {len(split.blocks) // dims.pp} layers per "
                             f"stage ({len(split.blocks)} layers on {dims.pp} stages)")
         indices = [self.stage + k * dims.pp for k in range(chunks)]  # this rank's chunks, non-adjacent
-        parts = [Stage(stage_layers(split, i, dims.pp * chunks), autocast(options, dist_info.device)).to(device)
-                 for i in indices]
+        parts = self.parallelize([Stage(stage_layers(split, i, dims.pp * chunks),
+                                        autocast(options, dist_info.device)).to(device) for i in indices])
         self.module = parts[0] if chunks == 1 else nn.ModuleList(parts)
         self.tied: tuple[Any, Any] | None = None
-        if split.tied and dims.pp > 1:  # the first and last stage of each replica hold the embedding matrix
-            groups = [dist.new_group([int(mesh.mesh[0, d]), int(mesh.mesh[-1, d])]) for d in range(dims.dp)]
+        if split.tied and dims.pp > 1:  # the first and last stage of each column hold the embedding matrix
+            groups = [dist.new_group([int(columns[0, c]), int(columns[-1, c])]) for c in range(columns.shape[1])]
             if self.stage in (0, dims.pp - 1):
-                self.tied = (split.embed.embedding.weight, groups[dp_index])
+                self.tied = (split.embed.embedding.weight, groups[column])
         kind = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe, "interleaved": ScheduleInterleaved1F1B,
                 "interleaved-zb": ScheduleInterleavedZeroBubble}[schedule]
         stages = [PipelineStage(part, i, dims.pp * chunks, device, group=self.pp_group)
@@ -161,6 +166,16 @@ class TorchPipelineEngine(TorchAdamWEngine):
         self.optimizer, self.scheduler = adamw(self.module.parameters(), options)
         self.model, self.measure_states = self.module, False
 
+    def make_mesh(self, device_type: str) -> Any:
+        """The ranks as (pp, dp): rank = stage x dp + replica (:class:`ParallelDims`' order)."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(device_type, (self.dims.pp, self.dims.dp), mesh_dim_names=("pp", "dp"))
+
+    def parallelize(self, parts: list[Any]) -> list[Any]:
+        """This rank's stage modules as they train (torch_pp: as built)."""
+        return parts
+
     def train_step(self, batches: list[Any]) -> Any:
         full = torch.cat(batches)  # the schedule cuts it back into the same micro-batches
         first, last = self.stage == 0, self.stage == self.dims.pp - 1
@@ -169,23 +184,27 @@ class TorchPipelineEngine(TorchAdamWEngine):
         self.schedule.step(*((full,) if first else ()), target=full if last else None,
                            losses=losses if last else None, return_outputs=False)
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        second_copy = None
         if self.tied is not None:  # the embedding's gradient sums its use as input (first) and as head (last)
-            self.comm.all_reduce_(self.tied[0].grad, self.tied[1])
-        average_over_data_parallel(grads, self.comm, self.dp_group, self.dims.dp)
-        if self.options.grad_clip > 0:
+            self.comm.all_reduce_(_local(self.tied[0].grad), self.tied[1])  # sync point: first and last stage
             # the tied weight's second copy (last stage) is scaled but not counted twice in the norm
-            second_copy = self.tied[0].grad if self.tied is not None and last and not first else None
-            clip_(parts=[g for g in grads if g is not second_copy], whole=[], scale=grads,
-                  max_norm=self.options.grad_clip, comm=self.comm, group=self.pp_group)
+            second_copy = self.tied[0].grad if last and not first else None
+        self.reduce_and_clip(grads, second_copy)
         self.optimizer.step()
         self.scheduler.step()
         loss = torch.stack(losses).mean() if last else torch.zeros((), device=self.comm.device)
         return self.comm.broadcast_(loss.detach(), src=self.last_rank, group=self.pp_group)
 
+    def reduce_and_clip(self, grads: list[Any], second_copy: Any) -> None:
+        """Average the gradients over the data-parallel replicas, then clip them by the norm over every stage."""
+        average_over_data_parallel(grads, self.comm, self.mesh.get_group("dp"), self.dims.dp)
+        if self.options.grad_clip > 0:
+            self.grad_norm = clip_(parts=[g for g in grads if g is not second_copy], whole=[], scale=grads,
+                                   max_norm=self.options.grad_clip, comm=self.comm, group=self.pp_group)
+
     def busy_seconds(self) -> tuple[float, float] | None:
         """This stage's (compute, schedule span) seconds in the last step (CPU), for the measured bubble."""
         return self.busy.take()
-
 
 
 MEGATRON_LAYER = {"self_attn.q_proj": "column", "self_attn.k_proj": "column", "self_attn.v_proj": "column",
@@ -196,23 +215,32 @@ and gate/up (each rank computes whole heads / its slice of the MLP), row-paralle
 partial outputs summed by one all-reduce)."""
 
 
+def megatron_layer_plan(row_output: Any = None) -> dict[str, Any]:
+    """:data:`MEGATRON_LAYER` for one decoder layer as DTensor parallel styles (names relative to the layer); the
+    row-parallel outputs in ``row_output``'s layout when given (sequence parallelism's Shard(1))."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    row = {"output_layouts": row_output} if row_output is not None else {}
+    return {name: ColwiseParallel() if kind == "column" else RowwiseParallel(**row)
+            for name, kind in MEGATRON_LAYER.items()}
+
+
 def megatron_plan(model: Any, sequence_parallel: bool = False, loss_parallel: bool = False) -> dict[str, Any]:
     """:data:`MEGATRON_LAYER` for every decoder layer of a Llama-family model, as DTensor parallel styles, with
     sequence parallelism and the vocabulary-parallel head when asked."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, SequenceParallel
 
     check_megatron_tp(getattr(model.config, "model_type", "?"))
     check_loss_parallel(loss_parallel, bool(getattr(model.config, "tie_word_embeddings", False)),
                         getattr(model.config, "name_or_path", "") or "the model")
     seq, full = Shard(1), Replicate()  # activations are (batch, sequence, hidden)
-    # with SP a row-parallel output is reduce-scattered along the sequence instead of all-reduced
-    row = {"output_layouts": seq} if sequence_parallel else {}
     plan: dict[str, Any] = {}
     for i in range(len(model.model.layers)):
         prefix = f"model.layers.{i}."
-        plan.update({prefix + name: ColwiseParallel() if kind == "column" else RowwiseParallel(**row)
-                     for name, kind in MEGATRON_LAYER.items()})
+        # with SP a row-parallel output is reduce-scattered along the sequence instead of all-reduced
+        plan.update({prefix + name: style
+                     for name, style in megatron_layer_plan(seq if sequence_parallel else None).items()})
         if sequence_parallel:  # norms on the shard; each parallel region all-gathers its input first
             plan.update({prefix + "input_layernorm": SequenceParallel(),
                          prefix + "post_attention_layernorm": SequenceParallel(),
@@ -282,12 +310,14 @@ class TorchTensorParallelEngine(TorchAdamWEngine):
 
     def step(self) -> None:
         params = [p for p in self.model.parameters() if p.grad is not None]
+        for p in params:
+            _settle(p)
         sharded = [_local(p.grad) for p in params if _is_sharded(p)]
         whole = [_local(p.grad) for p in params if not _is_sharded(p)]
         average_over_data_parallel(sharded + whole, self.comm, self.dp_group, self.dims.dp)
         if self.options.grad_clip > 0:
-            clip_(parts=sharded, whole=whole, scale=sharded + whole, max_norm=self.options.grad_clip,
-                  comm=self.comm, group=self.tp_group)
+            self.grad_norm = clip_(parts=sharded, whole=whole, scale=sharded + whole,
+                                   max_norm=self.options.grad_clip, comm=self.comm, group=self.tp_group)
         self.optimizer.step()
         self.scheduler.step()
 
@@ -297,6 +327,16 @@ def _local(tensor: Any) -> Any:
     """A DTensor's local shard (a plain tensor as is): what this rank holds and updates."""
     to_local = getattr(tensor, "to_local", None)
     return to_local() if callable(to_local) else tensor
+
+
+def _settle(param: Any) -> None:
+    """Give ``param`` its gradient in its own placements. Under sequence parallelism a replicated norm's gradient
+    comes back Partial: each TP rank holds its sequence shard's share of the sum (found by the gradient-norm
+    parity: the shares' squares are not the sum's square). The optimizer would reduce it on use; the norm for
+    clipping must not read the shares."""
+    grad = param.grad
+    if hasattr(grad, "placements") and tuple(grad.placements) != tuple(param.placements):
+        param.grad = grad.redistribute(grad.device_mesh, param.placements)  # sync point: the shares summed over tp
 
 
 def _is_sharded(param: Any) -> bool:

@@ -114,7 +114,8 @@ class NativeEngine(TorchAdamWEngine):
         import torch
 
         if self.options.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.grad_clip)
+            self.grad_norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
         self.optimizer.step()
         self.scheduler.step()
 
