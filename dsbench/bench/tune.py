@@ -27,6 +27,7 @@ from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import LLAMA_LIKE, resolve_model
 from dsbench.plan import search
+from dsbench.plan.profile import Profile
 from dsbench.plan.request import PlanRequest
 from dsbench.run_record import read_summary
 
@@ -103,6 +104,16 @@ def checked_strategies(req: TuneRequest) -> list[str]:
     return strategies
 
 
+def definition_of(req: TuneRequest) -> dict[str, Any]:
+    """What tune.json records of the request, and ``--resume`` checks: every setting that shapes the runs, the
+    profile by its path (the file it was read from)."""
+    def value(v: Any) -> Any:
+        return str(v) if isinstance(v, Path) else v.path if isinstance(v, Profile) else v
+
+    return {"tune": {k: value(v) for k, v in req.__dict__.items()
+                     if k not in ("out", "resume", "timeout") and (k != "speed_options" or v)}}
+
+
 def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
     """Rank, run, correct, repeat; returns what ``tune.json`` holds."""
     say = reporter or (lambda text: print(text, file=sys.stderr, flush=True))
@@ -112,9 +123,7 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
     base = plan_request(req)
     found = search.start([(layout, *search.predict(layout, base, req.profile)) for layout in layouts], req.budget,
                          req.exhaustive)
-    definition = {"tune": {k: str(v) if isinstance(v, Path) else v for k, v in req.__dict__.items()
-                           if k not in ("out", "resume", "timeout") and (k != "speed_options" or v)}}
-    prepare_out(req.out, definition, req.resume)
+    prepare_out(req.out, definition_of(req), req.resume)
     if req.resume:
         done = {s.layout.name: measured_tokens_per_s(req.out / "cells" / cell_of(req, s.layout).id)
                 for s in found.scored if finished(req.out / "cells" / cell_of(req, s.layout).id)}

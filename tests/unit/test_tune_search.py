@@ -228,3 +228,14 @@ def test_tune_from_a_checked_calibration_of_another_day_finds_the_best_within_th
     found = search.start([(layout, *search.predict(layout, plan_request(req), profile)) for layout in space],
                          budget=3)
     _assert_finds_the_best_within_three_runs(found, measured)
+
+
+def test_tune_records_its_profile_by_path(tmp_path):
+    """tune.json holds the request as JSON: the profile, read once into a Profile, is written as the file it came
+    from (a Profile object made `tune --profile` fail with a TypeError before any run)."""
+    from dsbench.bench.tune import definition_of
+
+    path = STORED / "oos-20261126-0437-llama-tiny" / "profile.json"
+    req = TuneRequest(model="llama-tiny", world=4, global_batch=8, gpu_mem=12, profile=read_profile(str(path)))
+    written = json.loads(json.dumps(definition_of(req)))
+    assert written["tune"]["profile"] == str(path) and written["tune"]["world"] == 4
