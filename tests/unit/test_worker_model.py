@@ -55,3 +55,22 @@ def test_saved_activations_count_what_the_backward_keeps_and_no_weights():
     with SavedActivations(layer) as saved:
         layer(x).sum().backward()
     assert saved.bytes == x.untyped_storage().nbytes()  # the input, 8 x 64 fp32; the 64 x 64 weight excluded
+
+
+def test_the_shipped_tokenizer_gives_transformers_ids_and_saves_as_it(tmp_path):
+    """Oracle: transformers' PreTrainedTokenizerFast over the same tokenizer.json (what the worker used before it
+    read the file with `tokenizers` directly): the same ids on the whole embedded corpus, the same end-of-text id,
+    and the same files saved beside a checkpoint."""
+    from transformers import PreTrainedTokenizerFast
+
+    from dsbench.paths import data_file
+    from dsbench.worker.data import load_tokenizer, token_ids
+
+    shipped = load_tokenizer(None)
+    oracle = PreTrainedTokenizerFast(tokenizer_file=str(data_file("tokenizer.json")), eos_token="<|endoftext|>")
+    assert token_ids(shipped, None) == token_ids(oracle, None)
+    assert shipped.eos_token_id == oracle.eos_token_id
+    shipped.save_pretrained(tmp_path / "a")
+    oracle.save_pretrained(tmp_path / "b")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(p.name for p in (tmp_path / "b").iterdir())
+    assert (tmp_path / "a" / "tokenizer.json").read_text() == (tmp_path / "b" / "tokenizer.json").read_text()
