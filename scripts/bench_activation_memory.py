@@ -1,0 +1,114 @@
+"""Activation memory per rank, predicted vs measured (issue 28): with and without sequence parallelism, selective and
+full recompute and the vocabulary-parallel loss, on llama-tiny and a wider Llama (hidden 256, so the layers outweigh
+the logits).
+
+Measured: each run's ``saved_activations`` (the unique storages that saved-tensor hooks see in the first step,
+parameters excluded, dsbench/worker/state_bytes.py), one micro-batch per step, fp32, 2 CPU ranks (torch_tp) or one
+(single). Predicted: dsbench/plan/saved.py from the run header's model shape and settings, nothing fitted.
+
+    python scripts/bench_activation_memory.py                   # launches 13 short runs (about 3 minutes)
+    python scripts/bench_activation_memory.py --out runs/act --json tests/data/activations/measured.json
+    python scripts/bench_activation_memory.py --from tests/data/activations/measured.json   # the table only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from dsbench.models import ModelShape
+from dsbench.plan.saved import saved_activation_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+WIDE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 4096, "hidden_size": 256,
+        "intermediate_size": 688, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 512, "tie_word_embeddings": False, "rms_norm_eps": 1e-6}
+"""A Llama wider than llama-tiny (hidden 256, FFN 688) with its 4096-token vocabulary: the layers hold more than the
+loss's log-softmax here, so the parts that sequence parallelism and recompute change show."""
+TP2 = ["--strategy", "torch_tp", "--tp", "2", "--num-gpus", "2"]
+SINGLE = ["--strategy", "single", "--num-gpus", "1"]
+RUNS = {  # name -> (model: "tiny" or "wide", launch flags)
+    "single": ("tiny", SINGLE), "single_selective": ("tiny", [*SINGLE, "--recompute", "selective"]),
+    "single_full": ("tiny", [*SINGLE, "--recompute", "full"]),
+    "tp2": ("tiny", TP2), "tp2_sp": ("tiny", [*TP2, "--sequence-parallel"]),
+    "tp2_selective": ("tiny", [*TP2, "--recompute", "selective"]),
+    "tp2_sp_selective": ("tiny", [*TP2, "--sequence-parallel", "--recompute", "selective"]),
+    "tp2_sp_lp": ("tiny", [*TP2, "--sequence-parallel", "--loss-parallel"]),
+    "wide_single": ("wide", SINGLE), "wide_tp2": ("wide", TP2), "wide_tp2_sp": ("wide", [*TP2, "--sequence-parallel"]),
+    "wide_tp2_sp_selective": ("wide", [*TP2, "--sequence-parallel", "--recompute", "selective"]),
+    "wide_tp2_sp_lp": ("wide", [*TP2, "--sequence-parallel", "--loss-parallel"]),
+}
+
+
+def measure(out: Path) -> list[dict[str, Any]]:
+    """Launch every run (one micro-batch of 2 per step, 2 steps) and read its header and saved bytes."""
+    wide = Path(tempfile.mkdtemp(prefix="dsbench-wide-llama-"))
+    (wide / "config.json").write_text(json.dumps(WIDE))
+    rows = []
+    for name, (model, flags) in RUNS.items():
+        folder = out / name
+        argv = [sys.executable, "-m", "dsbench", "launch", "--launcher", "torchrun", "--model",
+                "llama-tiny" if model == "tiny" else str(wide), *flags, "--micro-batch", "2", "--run-dir", str(folder),
+                "--", "--steps", "2", "--warmup", "1", "--quiet"]
+        print("$ " + " ".join(argv[2:]), flush=True)
+        if subprocess.run(argv, cwd=ROOT).returncode != 0:
+            sys.exit(f"{name}: the launch failed (log: {folder}/launch.log)")
+        records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        header = records[0]
+        states = next(r for r in records if r["type"] == "model_states")["per_rank"]
+        rows.append({"name": name, "command": "dsbench " + " ".join(argv[3:]).replace(str(wide), "WIDE_LLAMA_DIR"),
+                     "model": {**header["model"], "name": "llama-tiny" if model == "tiny" else "llama-wide-256",
+                               "path": None, "source": "preset" if model == "tiny" else "local"},
+                     "seq_len": header["seq_len"], "micro_batch": header["micro_batch"],
+                     "tp": header["tp"], "sequence_parallel": header["sequence_parallel"],
+                     "loss_parallel": header["loss_parallel"], "recompute": header["recompute"],
+                     "measured_bytes_per_rank": [rank["saved_activations"] for rank in states]})
+    return rows
+
+
+def predicted(row: dict[str, Any]) -> float:
+    """The model's bytes for a stored row (what the hooks see: the block being recomputed is not among them)."""
+    shape = ModelShape(**{k: v for k, v in row["model"].items() if k in ModelShape.__dataclass_fields__})
+    return saved_activation_bytes(shape, row["seq_len"], row["micro_batch"], tp=row["tp"],
+                                  sequence_parallel=row["sequence_parallel"], loss_parallel=row["loss_parallel"],
+                                  recompute=row["recompute"]).hooked
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| run | model | tp | SP | loss-parallel | recompute | measured MiB/rank | predicted MiB/rank | error |",
+             "|---|---|---:|---|---|---|---:|---:|---:|"]
+    for row in rows:
+        measured = max(row["measured_bytes_per_rank"])
+        guess = predicted(row)
+        lines.append(f"| {row['name']} | {row['model']['name']} | {row['tp']} | {row['sequence_parallel']} | "
+                     f"{row['loss_parallel']} | {row['recompute']} | {measured / 2**20:.3f} | {guess / 2**20:.3f} | "
+                     f"{(guess - measured) / measured:+.2%} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, help="run folder [runs/activations-TIME]")
+    p.add_argument("--json", type=Path, help="also write the measured rows here")
+    p.add_argument("--from", dest="done", type=Path, help="a stored rows file: the table only, nothing run")
+    args = p.parse_args()
+    if args.done:
+        rows = json.loads(args.done.read_text())["rows"]
+    else:
+        rows = measure(args.out or ROOT / "runs" / f"activations-{time.strftime('%Y%m%d-%H%M%S')}")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d %H:%M"),
+                                             "how": "python scripts/bench_activation_memory.py", "rows": rows},
+                                            indent=1) + "\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Activation memory per rank (issue 28): dsbench/plan/saved.py against the bytes real runs saved for the backward.
+
+Oracle: tests/data/activations/measured.json, written by ``python scripts/bench_activation_memory.py --json ...``
+(13 launches on 2026-11-26: llama-tiny and a wider Llama, single-process and torch_tp on 2 CPU ranks, with and
+without sequence parallelism, selective and full recompute and the vocabulary-parallel loss; fp32, one micro-batch
+of 2 x 128 tokens). Each run's ``saved_activations`` is the unique storages the saved-tensor hooks saw in its first
+step, parameters excluded. The model was written from transformers' Llama code, not fitted to these figures.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dsbench.models import ModelShape
+from dsbench.plan.saved import saved_activation_bytes
+from tests.conftest import DATA
+
+ROWS = {row["name"]: row for row in json.loads((DATA / "activations" / "measured.json").read_text())["rows"]}
+
+
+def _predicted(row: dict, **change) -> float:
+    shape = ModelShape(**{k: v for k, v in row["model"].items() if k in ModelShape.__dataclass_fields__})
+    settings = {"tp": row["tp"], "sequence_parallel": row["sequence_parallel"], "loss_parallel": row["loss_parallel"],
+                "recompute": row["recompute"], **change}
+    return saved_activation_bytes(shape, row["seq_len"], row["micro_batch"], **settings).hooked
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_the_model_predicts_each_measured_run_within_two_percent(name):
+    """The issue's goal is 10%; the inventory lands within 0.4% on every run, so 2% guards it."""
+    row = ROWS[name]
+    measured = max(row["measured_bytes_per_rank"])
+    assert _predicted(row) == pytest.approx(measured, rel=0.02)
+
+
+def test_sequence_parallelism_divides_the_sequence_sharded_part_by_the_tp_degree():
+    """What SP saves is the norms' share: each rank keeps its half of them (the regions' gathered inputs stay whole
+    under DTensor), measured and predicted alike."""
+    whole, sp = (max(ROWS[n]["measured_bytes_per_rank"]) for n in ("wide_tp2", "wide_tp2_sp"))
+    row = ROWS["wide_tp2"]
+    shape = ModelShape(**{k: v for k, v in row["model"].items() if k in ModelShape.__dataclass_fields__})
+    tokens = row["seq_len"] * row["micro_batch"]
+    norms = (2 * shape.layers + 1) * (2 * tokens * shape.hidden + tokens) * 4  # every RMSNorm, fp32, on one rank
+    assert whole - sp == pytest.approx(norms / 2, rel=0.01)
+    assert _predicted(row) - _predicted(row, sequence_parallel=True) == pytest.approx(norms / 2)
+
+
+def test_full_recompute_keeps_each_block_input_and_the_recomputed_block_apart():
+    row = ROWS["single_full"]
+    shape = ModelShape(**{k: v for k, v in row["model"].items() if k in ModelShape.__dataclass_fields__})
+    full = saved_activation_bytes(shape, row["seq_len"], row["micro_batch"], recompute="full")
+    none = saved_activation_bytes(shape, row["seq_len"], row["micro_batch"])
+    assert full.recomputing > 0 and full.total > full.hooked and full.layers < none.layers / 10
