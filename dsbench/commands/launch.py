@@ -83,6 +83,8 @@ def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) ->
               help="torch_tp: norms on sequence shards; TP's all-reduces become reduce-scatter + all-gather.")
 @click.option("--loss-parallel", is_flag=True, default=None,
               help="torch_tp: the logits stay split by vocabulary into the loss (untied output layer).")
+@click.option("--cp", type=click.IntRange(min=1),
+              help="Context parallelism (ring attention): refused here, priced by `dsbench plan --cp`.")
 @click.option("--dp-shard", type=click.IntRange(min=1),
               help="torch_3d: data-parallel ranks in one FSDP2 shard group [all: FSDP]; 1 is DDP, between is HSDP.")
 @click.option("--accelerate-config", type=click.Path(dir_okay=False), metavar="YAML",

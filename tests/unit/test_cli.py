@@ -192,3 +192,17 @@ def test_remote_ranks_get_this_pythons_bin_folder_first_on_path():
     given = {"PYTHONPATH": "/src", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "ib0", "HOME": "/root"}
     assert dict(inherited_env(given, "/v/bin/python")) == {"PATH": "/v/bin", "PYTHONPATH": "/src",
                                                           "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "ib0"}
+
+
+@pytest.mark.parametrize("gpus,why", [(0, "context parallelism rings torch's CUDA attention kernels, so it cannot run "
+                                          "on CPU ranks"),
+                                      (1, "dsbench's worker does not run context parallelism yet")])
+def test_launch_refuses_context_parallelism_in_one_line(cli_run, monkeypatch, gpus, why):
+    """torch's context parallelism rings the CUDA SDPA kernels only (issue 28): refused on CPU ranks, and on GPUs
+    until the worker runs it; `dsbench plan --cp` prices it either way."""
+    import dsbench.envinfo
+
+    monkeypatch.setattr(dsbench.envinfo, "local_gpu_count", lambda: gpus)
+    result = cli_run("launch", "--strategy", "torch_tp", "--tp", "2", "--cp", "2", "--model", "llama-tiny",
+                     "--num-gpus", "2", "--dry-run")
+    assert result.exit_code == 2 and f"--cp 2: {why}; `dsbench plan --layout ... --cp N` prices it" in result.output

@@ -356,3 +356,27 @@ def test_an_unstated_interconnect_is_priced_at_the_usual_network_and_its_sensiti
     assert "interconnect" in row7.assumed and row7.step_error > 0.5  # comm-bound at 25 GB/s
     faster = predict_row(with_columns(row7.row, inter_gbs=50.0, intra_gbs=300.0))
     assert abs(faster.step_error) < 0.10 and faster.predicted_step_s < row7.predicted_step_s / 1.5
+
+
+def test_context_parallelism_terms_by_hand():
+    """Ring attention (Liu et al. 2023, arXiv:2310.01889), which the planner prices though no CPU rank runs it: each
+    of cp-1 steps passes this rank's K and V blocks (16-bit, its s/cp tokens, the KV heads' share of h) to the next,
+    hidden behind that step's 1/cp of the attention; each rank computes attention for its s/cp queries against all s
+    keys, and holds its s/cp tokens' activations."""
+    from dsbench.plan.gpu_memory import peak_memory
+    from dsbench.plan.gpu_profiles import profile_for
+    from dsbench.plan.gpu_time import layer_times, step_time
+
+    shape = Shape("llama", 32, 4096, 32, 8, 14336, 128256)
+    hw = profile_for("h100-sxm")
+    one = Layout(shape, 8192, "h100-sxm", 8, 8, global_batch=8).check()
+    two = Layout(shape, 8192, "h100-sxm", 8, 8, cp=2, global_batch=4).check()
+    assert layer_times(two, hw)["attention"] == pytest.approx(layer_times(one, hw)["attention"] / 2)
+    assert step_time(one, hw).terms.get("cp_comm", 0.0) == 0.0
+    # a 1 GB/s link leaves the sends exposed: 3 (forward and backward) x layers x (cp-1) x (send - attention/cp)
+    slow = Layout(shape, 8192, "h100-sxm", 8, 8, cp=2, global_batch=4, intra_gbs=1.0).check()
+    kv_bytes = 2 * 2 * 1 * 8192 / 2 * 4096 * 8 / 32  # K and V, 2 bytes, micro-batch 1, s/cp tokens, h x kv/a
+    send = kv_bytes / (1.0 * hw.nvlink_efficiency * 1e9)
+    attention = layer_times(slow, hw)["attention"]
+    assert step_time(slow, hw).terms["cp_comm"] == pytest.approx(3 * 32 * (send - attention / 2) * slow.micro_batches)
+    assert peak_memory(two).terms["activations"] == pytest.approx(peak_memory(one).terms["activations"] / 2, rel=1e-6)
