@@ -105,14 +105,9 @@ class PreparedLaunch:
 _NATIVE_FIELDS = {"micro_batch": "micro_batch", "grad_accum": "grad_accum", "lr": "lr", "grad_clip": "grad_clip",
                   "precision": "precision", "warmup_steps": "lr_warmup_steps"}
 
-
-
-
 # --pipeline-stages / --tp: each degree's render flag and its spelling. They are the torch engines' own worker flags
 # (DeepSpeed reads them from its config).
 _DEGREE_FLAGS = {"pp": ("pipeline_stages", "--pipeline-stages"), "tp": ("tp", "--tp")}
-
-
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -153,9 +148,7 @@ def check_request(req: LaunchRequest) -> None:
         if ds_only:
             raise UserError(f"{ds_only[0]} shapes a DeepSpeed config; --strategy {req.strategy} has none: use "
                             "--strategy deepspeed, or drop it")
-    if (req.render_flags.get("cp") or 1) > 1:
-        # torch's context parallelism (torch.distributed.tensor.experimental.context_parallel) rings the CUDA
-        # flash/efficient SDPA kernels only; dsbench's worker does not run it on GPUs either yet
+    if (req.render_flags.get("cp") or 1) > 1:  # torch's context_parallel rings the CUDA SDPA kernels only
         why = ("context parallelism rings torch's CUDA attention kernels, so it cannot run on CPU ranks" if req.cpu
                else "dsbench's worker does not run context parallelism yet")
         raise UserError(f"--cp {req.render_flags['cp']}: {why}; `dsbench plan --layout ... --cp N` prices it")

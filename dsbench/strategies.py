@@ -225,6 +225,8 @@ FAMILIES: dict[str, tuple[str, Strategy]] = {
     "ulysses": ("ulysses", Strategy("ulysses{N}", "deepspeed", "deepspeed", zero=1)),
     "zero3_ulysses": ("ulysses", Strategy("zero3_ulysses{N}", "deepspeed", "deepspeed", zero=3)),
 }
+ULYSSES_SHARDINGS = tuple(f"zero{template.zero}" for degree, template in FAMILIES.values() if degree == "ulysses")
+"""The planner's strategies that dsbench runs with DeepSpeed Ulysses (its families' ZeRO stages)."""
 _FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe|zero3_ulysses|ulysses)([0-9]{1,4})"
                           r"((?:_sp)?(?:_lp)?|_(?:interleaved|zb)[0-9]{1,2})")
 TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}

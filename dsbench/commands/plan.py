@@ -63,6 +63,8 @@ from dsbench.strategies import GPU_DATA_PARALLEL
               help="With --layout and --pipeline-schedule interleaved: model chunks per stage.")
 @click.option("--cp", type=COUNT, default=LAYOUT_DEFAULTS.cp, show_default=True,
               help="With --layout: context parallel degree (ring attention).")
+@click.option("--ulysses", type=COUNT, default=LAYOUT_DEFAULTS.ulysses, show_default=True,
+              help="With --layout: DeepSpeed Ulysses' sequence-parallel degree (all-to-all around attention).")
 @click.option("--global-batch", type=COUNT, help="With --layout: sequences per optimizer step [data parallel x "
               "micro-batch x --grad-accum].")
 @click.option("--recompute", type=click.Choice(RECOMPUTE), default=LAYOUT_DEFAULTS.recompute, show_default=True,
@@ -134,7 +136,8 @@ def plan(top: int, as_json: bool, wide: bool, verify: bool, config_file: str | N
             print_verify(result["verify"], wide)
 
 
-LAYOUT_ONLY = ("tp", "pipeline_stages", "pipeline_schedule", "virtual_stages", "cp", "global_batch", "recompute",
+LAYOUT_ONLY = ("tp", "pipeline_stages", "pipeline_schedule", "virtual_stages", "cp", "ulysses", "global_batch",
+               "recompute",
                "sequence_parallel", "compiled", "kernels", "attention", "arch", "layers", "hidden", "heads",
                "kv_heads", "ffn", "vocab", "tokens", "price_per_gpu_hour")
 

@@ -75,16 +75,21 @@ def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
     if req.precision not in hw.peak_tflops:
         raise UserError(f"--precision {req.precision}: the {hw.kind} profile has no {req.precision} peak "
                         f"(it has {', '.join(hw.peak_tflops)})")
-    dp = gpus // (req.tp * req.pipeline_stages * req.cp) if gpus % (req.tp * req.pipeline_stages * req.cp) == 0 else 0
+    if req.cp > 1 and req.ulysses > 1:
+        raise UserError(f"--cp {req.cp} and --ulysses {req.ulysses} both split the sequence: give one (ring "
+                        "attention or Ulysses' all-to-all)")
+    cp, comm = (req.ulysses, "a2a") if req.ulysses > 1 else (req.cp, "p2p")
+    split = req.tp * req.pipeline_stages * cp
+    dp = gpus // split if gpus % split == 0 else 0
     global_batch = req.global_batch or dp * req.micro_batch * (req.grad_accum or 1)
     if req.global_batch and req.grad_accum and dp and req.global_batch != dp * req.micro_batch * req.grad_accum:
         raise UserError(f"--global-batch {req.global_batch} and --grad-accum {req.grad_accum} disagree: data parallel "
                         f"{dp} x micro-batch {req.micro_batch} x {req.grad_accum} = "
                         f"{dp * req.micro_batch * req.grad_accum}; give one of them")
-    layout = Layout(shape, seq, hw.kind, gpus, gpn, req.layout, req.tp, req.pipeline_stages, req.cp,
+    layout = Layout(shape, seq, hw.kind, gpus, gpn, req.layout, req.tp, req.pipeline_stages, cp,
                     req.pipeline_schedule, req.virtual_stages, req.micro_batch, max(global_batch, 1), req.recompute,
                     req.sequence_parallel, req.precision, req.compile, req.kernels, req.attention,
-                    req.intra_bandwidth, req.bandwidth)
+                    req.intra_bandwidth, req.bandwidth, cp_comm=comm)
     if req.virtual_stages > 1 and req.pipeline_schedule != "interleaved":
         raise UserError("--virtual-stages goes with --pipeline-schedule interleaved")
     return layout.check(), hw, name
@@ -92,6 +97,13 @@ def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
 
 def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     """The compare strategy that runs the layout today, or why none does (one line)."""
+    if lay.cp > 1 and lay.cp_comm == "a2a":  # DeepSpeed Ulysses: ZeRO-1 or ZeRO-3, data parallelism only
+        how = lookup(name_for(lay.strategy, ulysses=lay.cp) or "")
+        if lay.tp * lay.pp > 1 or how is None:
+            return None, "dsbench runs Ulysses under --layout zero1 or zero3 without --tp or --pipeline-stages"
+        if lay.shape.arch != "llama":
+            return None, "Ulysses runs Llama-family models (its all-to-all reads the key/value heads)"
+        return how, None
     if lay.cp > 1:
         return None, "context parallelism (--cp) is priced but dsbench's worker does not run it yet"
     if lay.recompute == "op":

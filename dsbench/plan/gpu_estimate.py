@@ -17,7 +17,8 @@ EXPOSED = ("tp_comm", "cp_comm", "pp_p2p", "dp_comm")
 def layout_for(cand: Any, wl: Any, cl: Any) -> Layout:
     """The candidate (estimate.Candidate, on its Workload and Cluster: not imported, estimate imports this) as a
     GPU layout: the global batch fixed across candidates (--grad-accum per rank of pure data
-    parallelism), HF modules with a flash kernel (what dsbench's worker runs), full recompute for checkpointing."""
+    parallelism), HF modules with a flash kernel (what dsbench's worker runs), full recompute for checkpointing,
+    DeepSpeed Ulysses as context parallelism over all-to-alls."""
     s = wl.shape
     shape = Shape("gpt" if s.arch == "gpt2" else "llama", s.layers, s.hidden, s.heads, s.kv_heads, s.intermediate,
                   s.vocab_size)
@@ -28,7 +29,8 @@ def layout_for(cand: Any, wl: Any, cl: Any) -> Layout:
                       wl.micro_batch, wl.grad_accum), recompute="full" if cand.checkpointing else "none",
                   precision=wl.precision, kernels="hf",
                   schedule="interleaved" if cand.virtual_stages > 1 else "1f1b", virtual_stages=cand.virtual_stages,
-                  inter_gbs=cl.inter.bandwidth_gbs)  # --interconnect or --bandwidth
+                  inter_gbs=cl.inter.bandwidth_gbs,  # --interconnect or --bandwidth
+                  cp=cand.ulysses, cp_comm="a2a")  # Ulysses: the sequence split, all-to-alls around attention
 
 
 def terms(cand: Any, wl: Any, cl: Any) -> tuple[float, float, float, float]:

@@ -84,6 +84,11 @@ class Layout:
     inter_gbs: float | None = None
     async_tp: bool = False
     """TP collectives overlapped with the matmuls (torchtitan's Async TP, micro-pipelined)."""
+    cp_comm: str = "p2p"
+    """How the ``cp`` ranks of a sequence attend: ``p2p``, ring attention passing K and V blocks (torch's and
+    Megatron's default); ``a2a``, DeepSpeed Ulysses' all-to-alls that swap the sequence split for a head split
+    around the attention core (Jacobs et al. 2023, arXiv:2309.14509; Megatron-core's ``cp_comm_type a2a``). Either
+    way each rank holds s/cp tokens outside attention and does 1/cp of its FLOPs."""
 
     @property
     def dp(self) -> int:
@@ -115,11 +120,21 @@ class Layout:
         if self.recompute not in RECOMPUTE:
             raise UserError(f"recompute {self.recompute!r}: use one of {', '.join(RECOMPUTE)}")
         if self.gpus % (self.tp * self.pp * self.cp):
-            raise UserError(f"tp {self.tp} x pp {self.pp} x cp {self.cp} does not divide {self.gpus} GPUs")
+            split = "ulysses" if self.cp_comm == "a2a" else "cp"
+            raise UserError(f"tp {self.tp} x pp {self.pp} x {split} {self.cp} does not divide {self.gpus} GPUs")
         if s.heads % self.tp or s.kv_heads % self.tp and self.tp % s.kv_heads:
             raise UserError(f"tp {self.tp} must divide the {s.heads} heads and the {s.kv_heads} KV heads (or be a "
                             "multiple of the KV heads, which are then replicated)")
-        if self.seq_len % (self.cp * (2 if self.cp > 1 else 1)):
+        if self.cp_comm not in ("p2p", "a2a"):
+            raise UserError(f"cp_comm {self.cp_comm!r}: use p2p (ring attention) or a2a (Ulysses)")
+        if self.cp_comm == "a2a":
+            heads, kv = s.heads // self.tp, max(1, s.kv_heads // self.tp)
+            if heads % self.cp or (kv % self.cp and self.cp % kv):
+                raise UserError(f"Ulysses {self.cp} must divide the {heads} heads per TP rank, and their {kv} KV heads "
+                                "or be a multiple of them (the all-to-all gives each rank whole heads)")
+            if self.seq_len % self.cp:
+                raise UserError(f"seq_len {self.seq_len} must split into Ulysses {self.cp} equal shards")
+        elif self.seq_len % (self.cp * (2 if self.cp > 1 else 1)):
             raise UserError(f"seq_len {self.seq_len} must split into 2 x cp {self.cp} chunks (load-balanced ring)")
         if self.pp > 1 and self.schedule not in SCHEDULES:
             raise UserError(f"schedule {self.schedule!r}: use one of {', '.join(SCHEDULES)}")

@@ -177,15 +177,27 @@ def _tp_comm_seconds(lay: Layout, hw: GpuProfile) -> float:
 
 
 def _cp_comm_seconds(lay: Layout, hw: GpuProfile, attention: float) -> float:
-    """Exposed forward seconds of ring attention: each of cp-1 steps passes this rank's K and V (16-bit) to the
-    next, overlapped with that step's share of the attention compute (Liu et al. 2023, arXiv:2310.01889)."""
+    """Exposed seconds of one block's context-parallel traffic, forward and backward.
+
+    Ring attention (``p2p``): each of cp-1 steps passes this rank's K and V (16-bit) to the next, overlapped with
+    that step's share of the attention compute (Liu et al. 2023, arXiv:2310.01889); the backward passes K, V and
+    their gradients (twice the forward's). Ulysses (``a2a``): four all-to-alls before and after the attention core
+    (q, k and v in, the output back; Jacobs et al. 2023 sec. 3), each moving (cp-1)/cp of this rank's 16-bit
+    buffer, not overlapped (DeepSpeed's DistributedAttention waits for each); the backward runs their four
+    transposes."""
     if lay.cp == 1:
         return 0.0
     s = lay.shape
-    kv_bytes = 2 * 2 * lay.micro_batch * lay.seq_len / lay.cp * s.hidden * s.kv_heads / s.heads / lay.tp
+    kv = s.kv_heads / s.heads
+    tokens = lay.micro_batch * lay.seq_len / lay.cp  # this rank's share of the sequence
     gbs = _group_gbs(lay.tp * lay.cp, lay, hw)
+    if lay.cp_comm == "a2a":
+        buffers = 2 * tokens * s.hidden / lay.tp * (2 + 2 * kv)  # q and the output, k and v
+        per_block = (lay.cp - 1) / lay.cp * buffers / (gbs * 1e9) + 4 * (lay.cp - 1) * hw.collective_latency_us * 1e-6
+        return 2 * per_block
+    kv_bytes = 2 * 2 * tokens * s.hidden * kv / lay.tp
     per_step = kv_bytes / (gbs * 1e9)
-    return (lay.cp - 1) * max(0.0, per_step - attention / lay.cp)
+    return 3 * (lay.cp - 1) * max(0.0, per_step - attention / lay.cp)
 
 
 def _stage_seconds(lay: Layout, hw: GpuProfile) -> dict[str, float]:
@@ -196,7 +208,7 @@ def _stage_seconds(lay: Layout, hw: GpuProfile) -> dict[str, float]:
     cp = _cp_comm_seconds(lay, hw, fwd["attention"])
     terms = {name: 3 * seconds * layers for name, seconds in fwd.items()}  # forward + backward (2x)
     terms["tp_comm"] = 2 * comm * layers  # 2 collectives forward, 2 backward (their transposes)
-    terms["cp_comm"] = 3 * cp * layers
+    terms["cp_comm"] = cp * layers
     if lay.recompute == "full":
         terms["recompute"] = sum(fwd.values()) * layers
         terms["tp_comm"] += comm * layers
@@ -236,7 +248,7 @@ def _dp_seconds(lay: Layout, hw: GpuProfile, compute: float) -> float:
     if d == 1:
         return 0.0
     params = _local_params(lay)
-    gbs = _group_gbs(lay.tp * lay.cp * d, lay, hw)
+    gbs = _group_gbs(lay.tp * d, lay, hw)  # d counts the cp ranks already
     grads16 = 2 * params
     if lay.strategy == "ddp":  # Megatron-LM 2021: one all-reduce after the last backward, not overlapped
         return ring_seconds("all_reduce", grads16, d, gbs, hw)

@@ -9,13 +9,14 @@ from dataclasses import dataclass, replace
 from dsbench.errors import UserError
 from dsbench.models import LLAMA_LIKE, ModelShape
 from dsbench.plan.estimate import Candidate, Cluster, Estimate, Workload, estimate
-from dsbench.strategies import PLANNER, SIMPLICITY, Strategy
+from dsbench.strategies import PLANNER, SIMPLICITY, ULYSSES_SHARDINGS, Strategy
 
 
 def candidates(cl: Cluster, shape: ModelShape) -> list[Candidate]:
     """Strategies worth estimating on this cluster, each with and without activation checkpointing: data
     parallelism (DDP, ZeRO, FSDP, offload), tensor and pipeline parallelism by DeepSpeed (AutoTP, the pipeline
-    engine, both with ZeRO-1) and by torch (torch_tp, torch_pp), where the model splits that way."""
+    engine, both with ZeRO-1) and by torch (torch_tp, torch_pp), and DeepSpeed Ulysses under ZeRO-1 and ZeRO-3,
+    where the model splits that way."""
     # every data-parallel strategy but ZeRO-0 (DDP's memory and traffic under DeepSpeed); hybrid FSDP across nodes
     base = [Candidate(strategy=s) for s, how in PLANNER.items() if s != "zero0" and (cl.nodes > 1 or not how.hybrid)]
     base += [Candidate(strategy="zero2", offload="cpu"), Candidate(strategy="zero3", offload="cpu",
@@ -25,6 +26,8 @@ def candidates(cl: Cluster, shape: ModelShape) -> list[Candidate]:
     if shape.arch in LLAMA_LIKE:  # both TP implementations split Llama-family projections
         base += [Candidate(strategy="zero1", tp=t) for t in degrees]
         base += [Candidate(strategy="ddp", tp=t, engine="torch") for t in degrees]
+        # DeepSpeed Ulysses (its ALST modules read the key/value heads): the sequence split within a node
+        base += [Candidate(strategy=s, ulysses=n) for s in ULYSSES_SHARDINGS for n in degrees]
     base += [Candidate(strategy="zero1", pp=p) for p in degrees]
     base += [Candidate(strategy="ddp", pp=p, engine="torch") for p in degrees]
     if cl.nodes > 1 and degrees and shape.arch in LLAMA_LIKE:

@@ -73,6 +73,9 @@ class LayoutRequest:
     pipeline_schedule: str = "1f1b"
     virtual_stages: int = 1
     cp: int = 1
+    ulysses: int = 1
+    """DeepSpeed Ulysses' degree (``--ulysses``, as ``dsbench launch`` spells it): context parallelism over
+    all-to-alls instead of the ring (the GPU layout's ``cp`` with ``cp_comm="a2a"``)."""
     seq_len: int | None = None
     micro_batch: int = 1
     grad_accum: int | None = None

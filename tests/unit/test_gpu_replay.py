@@ -380,3 +380,37 @@ def test_context_parallelism_terms_by_hand():
     attention = layer_times(slow, hw)["attention"]
     assert step_time(slow, hw).terms["cp_comm"] == pytest.approx(3 * 32 * (send - attention / 2) * slow.micro_batches)
     assert peak_memory(two).terms["activations"] == pytest.approx(peak_memory(one).terms["activations"] / 2, rel=1e-6)
+    # the data-parallel group (dp x cp = 8 ranks) stays inside the 8-GPU node: the network's speed does not matter
+    # (it did when the group's span counted the cp ranks twice)
+    fsdp = [Layout(shape, 8192, "h100-sxm", 8, 8, strategy="fsdp", cp=2, global_batch=4, inter_gbs=g).check()
+            for g in (None, 0.1)]
+    assert step_time(fsdp[0], hw).terms["dp_comm"] == step_time(fsdp[1], hw).terms["dp_comm"]
+
+
+def test_ulysses_terms_by_hand(cli_run):
+    """DeepSpeed Ulysses (Jacobs et al. 2023, arXiv:2309.14509, sec. 3): per block four all-to-alls forward (q, k, v
+    to a head split, the output back), four backward, each moving (N-1)/N of this rank's 16-bit buffer, not hidden;
+    compute and activations as context parallelism's (s/N tokens per rank, 1/N of attention)."""
+    from dsbench.plan.gpu_memory import peak_memory
+    from dsbench.plan.gpu_profiles import profile_for
+    from dsbench.plan.gpu_time import layer_times, step_time
+
+    shape = Shape("llama", 32, 4096, 32, 8, 14336, 128256)
+    hw = profile_for("h100-sxm")
+    ring = Layout(shape, 8192, "h100-sxm", 8, 8, strategy="zero3", cp=4, global_batch=2).check()
+    a2a = Layout(shape, 8192, "h100-sxm", 8, 8, strategy="zero3", cp=4, global_batch=2, cp_comm="a2a").check()
+    assert layer_times(a2a, hw) == layer_times(ring, hw)
+    assert peak_memory(a2a).terms == peak_memory(ring).terms
+    tokens = 8192 / 4  # micro-batch 1
+    buffers = 2 * tokens * 4096 * (2 + 2 * 8 / 32)  # q and output, k and v (8 of 32 heads), 2 bytes
+    gbs = hw.nvlink_gbs * hw.nvlink_efficiency
+    per_block = 3 / 4 * buffers / (gbs * 1e9) + 4 * 3 * hw.collective_latency_us * 1e-6
+    assert step_time(a2a, hw).terms["cp_comm"] == pytest.approx(2 * per_block * 32 * a2a.micro_batches)
+    with pytest.raises(UserError, match="Ulysses 3 must divide the 32 heads"):
+        Layout(shape, 8190, "h100-sxm", 6, 6, cp=3, global_batch=2, cp_comm="a2a").check()
+    result = cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--gpu", "h100", "--layout", "zero3", "--ulysses",
+                     "4", "--seq-len", "4096", "--global-batch", "16")
+    assert result.exit_code == 0 and "x ulysses 4 x dp 2" in result.output, result.output
+    assert "dsbench launch --zero 3 --ulysses 4 --model llama-7b" in result.output
+    both = cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--layout", "zero1", "--ulysses", "2", "--cp", "2")
+    assert both.exit_code == 2 and "both split the sequence: give one" in both.output
