@@ -233,7 +233,7 @@ TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}
 """torch_tp's option suffixes (``torch_tp2_sp``, ``torch_tp2_lp``, ``torch_tp2_sp_lp``); torch_pipe's are
 ``_interleaved{V}`` and ``_zb{V}`` (zero bubble). The CPU planner prices interleaved 1F1B (its bubble and V times
 the sends); it has no model of the others, so they are not ``planned``."""
-LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2", "torch_3d_tp2_pp2")
+LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2", "torch_3d_tp2_pp2", "ulysses2")
 """Compare's strategies as listed to users and searched by ``tune`` (each family at degree 2)."""
 DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
 CHECKED = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "torch_tp2", "zero1_tp2", "torch_pipe2", "pipe2")
