@@ -148,10 +148,6 @@ def check_request(req: LaunchRequest) -> None:
         if ds_only:
             raise UserError(f"{ds_only[0]} shapes a DeepSpeed config; --strategy {req.strategy} has none: use "
                             "--strategy deepspeed, or drop it")
-    if (req.render_flags.get("cp") or 1) > 1:  # torch's context_parallel rings the CUDA SDPA kernels only
-        why = ("context parallelism rings torch's CUDA attention kernels, so it cannot run on CPU ranks" if req.cpu
-               else "dsbench's worker does not run context parallelism yet")
-        raise UserError(f"--cp {req.render_flags['cp']}: {why}; `dsbench plan --layout ... --cp N` prices it")
     tp_only = [flag for name, flag in TORCH_TP_ONLY.items() if req.render_flags.get(name)]
     if tp_only and req.strategy != "torch_tp":
         raise UserError(f"{tp_only[0]} shards what DTensor tensor parallelism splits: it needs --strategy torch_tp "
@@ -165,7 +161,7 @@ def check_request(req: LaunchRequest) -> None:
             raise UserError(f"-- {flag}: {_LAUNCH_DECIDES[flag]}")
 
 
-WORKER_ONLY = (*TORCH_TP_ONLY, "recompute", "dp_shard", "cp")
+WORKER_ONLY = (*TORCH_TP_ONLY, "recompute", "dp_shard")
 """dsbench launch flags that are run-description fields only (no DeepSpeed config key)."""
 _RENDERS = ("dsbench launch renders and validates the DeepSpeed config itself; launch your own with --config FILE "
             "instead")

@@ -117,7 +117,7 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
            num_machines: int | None, launcher_backend: str, hostfile: str | None, include: str, exclude: str,
            num_nodes: int | None, num_gpus: int | None, master_addr: str, master_port: int | None, run_dir: str | None,
            env_pairs: tuple[str, ...], dry_run: bool, timeout: float | None, script_args: tuple[str, ...],
-           **flags: Any) -> None:
+           cp: int | None, **flags: Any) -> None:
     """Launch the training worker through deepspeed, torchrun or accelerate (args after -- go to the worker);
     with --accelerate-config, your own accelerate YAML through `accelerate launch`."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
@@ -130,6 +130,7 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
         strategy_and_launcher,
     )
 
+    _refuse_context_parallel(cp, cpu=local_gpu_count() == 0)
     strategy, launcher = strategy_and_launcher(strategy, launcher, accelerate_config)
     if not accelerate_config and (num_processes or num_machines):
         raise UserError(f"--{'num-processes' if num_processes else 'num-machines'} goes with --accelerate-config "
@@ -169,6 +170,15 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
     click.echo(prepared.command.shell_line())
     if not dry_run:
         sys.exit(_run_launch(prepared, folder, job, timeout))
+
+
+def _refuse_context_parallel(cp: int | None, cpu: bool) -> None:
+    """``--cp N`` (N > 1) in one line: torch's context_parallel rings the CUDA SDPA kernels only, and the worker
+    does not run it on GPUs yet; ``--cp 1`` is no split and passes."""
+    if (cp or 1) > 1:
+        why = ("context parallelism rings torch's CUDA attention kernels, so it cannot run on CPU ranks" if cpu
+               else "dsbench's worker does not run context parallelism yet")
+        raise UserError(f"--cp {cp}: {why}; `dsbench plan --layout ... --cp N` prices it")
 
 
 COMMAND = launch

@@ -206,3 +206,6 @@ def test_launch_refuses_context_parallelism_in_one_line(cli_run, monkeypatch, gp
     result = cli_run("launch", "--strategy", "torch_tp", "--tp", "2", "--cp", "2", "--model", "llama-tiny",
                      "--num-gpus", "2", "--dry-run")
     assert result.exit_code == 2 and f"--cp 2: {why}; `dsbench plan --layout ... --cp N` prices it" in result.output
+    no_split = cli_run("launch", "--strategy", "ddp", "--launcher", "torchrun", "--cp", "1", "--run-dir", "r",
+                       "--dry-run")  # one rank per sequence: nothing to refuse (the flag once reached the worker)
+    assert no_split.exit_code == 0, no_split.output
