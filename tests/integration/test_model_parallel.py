@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from tests.conftest import DATA
 from tests.integration.conftest import STEPS, dsbench, load_run
 
 pytestmark = pytest.mark.dist
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.dist
 # `--lr 1e-3` (LLAMA_LR) as test_launch_strategies.py's single_llama and AutoTP do: two of the references below are
 # that file's runs, the same commands, launched once per session through the run cache.
 LLAMA_LR = ["--lr", "1e-3"]
+QWEN2_TIED = DATA / "models" / "qwen2-tied-tiny"  # tied embeddings, 4 layers (tests/data/models/README.md)
 COMMANDS = {
     "pipe2_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 4 --num-gpus 2",
     "torch_pipe2_llama": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model llama-tiny "
@@ -57,15 +59,18 @@ COMMANDS = {
     # typed (ZeRO-1, AdamW; its gradients under SGD with ZeRO-1 and ZeRO-3: test_ulysses.py)
     "ulysses2_llama": "--zero 1 --ulysses 2 --model llama-tiny --micro-batch 2 --num-gpus 2",
     # torch_3d (issue 28): DTensor TP inside torch's pipeline stages, FSDP2 across replicas; 4 ranks (tp 2 x pp 2),
-    # 8 ranks (x dp 2, FSDP over both replicas), and 8 ranks of pipeline x HSDP (pp 2 x 2 replicas x 2 shards)
+    # 8 ranks (x dp 2, FSDP over both replicas) on a Qwen2 whose head is tied to its embedding (the first and last
+    # stage hold it) under the interleaved schedule, and 8 ranks of pipeline x HSDP (pp 2 x 2 replicas x 2 shards)
     "torch_3d_tp2_pp2_llama": "--strategy torch_3d --tp 2 --pipeline-stages 2 --launcher torchrun --model llama-tiny "
                               "--micro-batch 2 --grad-accum 2 --num-gpus 4",
-    "torch_3d_tp2_pp2_dp2_llama": "--strategy torch_3d --tp 2 --pipeline-stages 2 --launcher torchrun "
-                                  "--model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 8",
+    "torch_3d_tp2_pp2_dp2_interleaved2_qwen2_tied": (
+        f"--strategy torch_3d --tp 2 --pipeline-stages 2 --launcher torchrun --model {QWEN2_TIED} --micro-batch 1 "
+        "--grad-accum 2 --num-gpus 8 -- --pipeline-schedule interleaved --virtual-stages 2"),
     "torch_3d_pp2_hsdp_llama": "--strategy torch_3d --pipeline-stages 2 --dp-shard 2 --launcher torchrun "
                                "--model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 8",  # batch 8
     # references: one process, the same global batch
     "single_llama_4": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 4",
+    "single_qwen2_tied_4": f"--strategy single --launcher torchrun --num-gpus 1 --model {QWEN2_TIED} --micro-batch 4",
     "single_llama_8": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 8",
     "single_llama_2": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 2 --model llama-tiny",
     "single_gpt2_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4",  # gpt2-tiny: the default
@@ -78,7 +83,8 @@ REFERENCE = {"pipe2_llama": "single_llama_4", "pipe2_ckpt_llama": "single_llama_
              "pipe2_dp2_llama": "single_llama_4", "torch_pipe2_dp2_llama": "single_llama_4",
              "torch_tp2_dp2_llama": "single_llama_4", "torch_pipe2_interleaved2_gpt2": "single_gpt2_mini_4",
              "torch_pipe2_zb2_gpt2": "single_gpt2_mini_4", "ulysses2_llama": "single_llama_2",
-             "torch_3d_tp2_pp2_llama": "single_llama_4", "torch_3d_tp2_pp2_dp2_llama": "single_llama_4",
+             "torch_3d_tp2_pp2_llama": "single_llama_4",
+             "torch_3d_tp2_pp2_dp2_interleaved2_qwen2_tied": "single_qwen2_tied_4",
              "torch_3d_pp2_hsdp_llama": "single_llama_8"}
 TORCH_ENGINES = ("torch_", "single")
 """Runs whose engine reports the gradient norm before clipping (torch's engines clip it themselves)."""
@@ -89,7 +95,8 @@ def launched(runs, name: str) -> dict:
     args = COMMANDS[name].split()
     extra = args[args.index("--") + 1:] if "--" in args else []
     args = args[:args.index("--")] if "--" in args else args
-    result, folder = runs.get(name, [*args, *(LLAMA_LR if "llama-tiny" in args else [])], extra)
+    result, folder = runs.get(name, [*args, *(LLAMA_LR if "llama-tiny" in args or str(QWEN2_TIED) in args else [])],
+                              extra)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return load_run(folder)
 
