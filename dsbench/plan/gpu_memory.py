@@ -72,11 +72,17 @@ def _block_activation_bytes(lay: Layout) -> float:
     if lay.recompute == "full":
         return 2 * sbh / (t if lay.sequence_parallel else 1)
     ratio = s.ffn / s.hidden
-    if s.arch == "llama":  # attention keeps its input, q, k, v and the kernel's output (o_proj's input: the same
-        kv = s.kv_heads / s.heads  # tensor); SwiGLU keeps gate, up, silu(gate) and their product (4 sbf)
+    whole = 0.0  # kept whole on every TP rank whatever the sequence split
+    if s.arch == "llama":  # attention keeps q, k, v and the kernel's output (o_proj's input: the same tensor);
+        kv = s.kv_heads / s.heads  # SwiGLU keeps gate, up, silu(gate) and their product (4 sbf)
         norms = 2 * NORM_BYTES["compiled" if lay.compile else lay.kernels] * sbh
-        inside = (2 + 2 * (1 + 2 * kv) + 2) * sbh + 4 * 2 * ratio * sbh
-        outside = norms + 2 * sbh
+        inside = (2 * (1 + 2 * kv) + 2) * sbh + 4 * 2 * ratio * sbh
+        inputs = 2 * 2 * sbh  # the attention's and the MLP's input, kept by the regions' first matmuls: replicated
+        # over the TP ranks (Korthikanti's 10sbh counts them outside too); under sequence parallelism Megatron keeps
+        # the shard and gathers again in the backward, DTensor keeps the all-gathered whole (measured on CPU ranks:
+        # docs/benchmarks.md, "Activation memory per rank")
+        megatron = lay.kernels == "megatron"
+        outside, whole = (norms + inputs, 0.0) if megatron or not lay.sequence_parallel else (norms, inputs)
     else:  # Korthikanti: 24·sbh inside the TP region (f = 4h), 10·sbh outside
         inside = (8 + 4 * ratio) * sbh
         outside = 10 * sbh
@@ -89,7 +95,7 @@ def _block_activation_bytes(lay: Layout) -> float:
         # output and the block's input; everything else is recomputed
         linear = 2 * sbh * (3 + 2 * s.kv_heads / s.heads) + 2 * sbh * ratio * (s.mlp_matrices - 1)
         return (linear / 2 + 2 * sbh) / t + 2 * sbh / (t if lay.sequence_parallel else 1)
-    return (inside + core) / t + outside / (t if lay.sequence_parallel else 1)
+    return (inside + core) / t + outside / (t if lay.sequence_parallel else 1) + whole
 
 
 def peak_memory(lay: Layout) -> PeakMemory:
