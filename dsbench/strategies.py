@@ -250,15 +250,19 @@ WHATIF_DEFAULT = ("ddp", "zero2", "zero3", "fsdp", "pipe2")
 """Named in whatif's error when --strategies is empty."""
 
 
-_THREE_D_NAME = re.compile(r"torch_3d_tp([1-9][0-9]{0,3})_pp([1-9][0-9]{0,3})(?:_shard([1-9][0-9]{0,3}))?")
-"""torch_3d's names: ``torch_3d_tp{T}_pp{P}`` (FSDP2 over every data-parallel rank), ``..._shard{S}`` (S ranks
-per shard group: 1 is DDP, between is HSDP). P >= 2: without a pipeline it is torch_tp."""
+_THREE_D_NAME = re.compile(r"torch_3d_tp([1-9][0-9]{0,3})_pp([1-9][0-9]{0,3})(?:_(interleaved|zb)([1-9][0-9]?))?"
+                           r"(?:_shard([1-9][0-9]{0,3}))?")
+"""torch_3d's names: ``torch_3d_tp{T}_pp{P}`` (FSDP2 over every data-parallel rank), ``..._interleaved{V}`` or
+``..._zb{V}`` (V chunks per stage under interleaved 1F1B or its zero-bubble form, as torch_pipe's), ``..._shard{S}``
+(S ranks per shard group: 1 is DDP, between is HSDP). P >= 2 (without a pipeline it is torch_tp), V >= 2."""
 
 
-def three_d(tp: int, pp: int, dp_shard: int = 0) -> Strategy:
-    """torch_3d at these degrees (its name from them)."""
-    name = f"torch_3d_tp{tp}_pp{pp}" + (f"_shard{dp_shard}" if dp_shard else "")
-    return Strategy(name, "torch_3d", "torchrun", tp=tp, pp=pp, dp_shard=dp_shard)
+def three_d(tp: int, pp: int, dp_shard: int = 0, virtual_stages: int = 1, zero_bubble: bool = False) -> Strategy:
+    """torch_3d at these degrees (its name from them); the planner prices it but under the zero-bubble schedule."""
+    chunks = f"_{'zb' if zero_bubble else 'interleaved'}{virtual_stages}" if virtual_stages > 1 else ""
+    name = f"torch_3d_tp{tp}_pp{pp}{chunks}" + (f"_shard{dp_shard}" if dp_shard else "")
+    return Strategy(name, "torch_3d", "torchrun", tp=tp, pp=pp, dp_shard=dp_shard, virtual_stages=virtual_stages,
+                    zero_bubble=zero_bubble and virtual_stages > 1, planned=not zero_bubble)
 
 
 def lookup(name: str) -> Strategy | None:
@@ -267,7 +271,9 @@ def lookup(name: str) -> Strategy | None:
         return FIXED[name]
     three = _THREE_D_NAME.fullmatch(name)
     if three is not None:
-        return three_d(int(three[1]), int(three[2]), int(three[3] or 0)) if int(three[2]) >= 2 else None
+        chunks = int(three[4] or 1)
+        valid = int(three[2]) >= 2 and (three[4] is None or chunks >= 2)
+        return three_d(int(three[1]), int(three[2]), int(three[5] or 0), chunks, three[3] == "zb") if valid else None
     match = _FAMILY_NAME.fullmatch(name)
     if match is None or int(match[2]) < 2 or match[2].startswith("0"):
         return None
@@ -302,7 +308,8 @@ def get(name: str) -> Strategy:
 def choices() -> str:
     """The names a user may give, for error messages."""
     return ", ".join((*FIXED, "zero1_tp{N}", "pipe{P}", "torch_pipe{P}[_interleaved{V}|_zb{V}]",
-                      "torch_tp{N}[_sp][_lp]", "ulysses{N}", "zero3_ulysses{N}", "torch_3d_tp{T}_pp{P}[_shard{S}]"))
+                      "torch_tp{N}[_sp][_lp]", "ulysses{N}", "zero3_ulysses{N}",
+                      "torch_3d_tp{T}_pp{P}[_interleaved{V}|_zb{V}][_shard{S}]"))
 
 
 def name_for(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
@@ -315,7 +322,7 @@ def name_for(strategy: str, offload: str = "none", offload_param: str = "none", 
         if how.name != "single" and how.reshard and how.planner_fields == fields:
             return how.name
     if engine == "torch" and tp > 1 and pp > 1:  # DTensor TP inside torch's pipeline stages: torch_3d
-        how = three_d(tp, pp, {"fsdp": 0, "ddp": 1}.get(strategy, -1))
+        how = three_d(tp, pp, {"fsdp": 0, "ddp": 1}.get(strategy, -1), virtual_stages)
         return how.name if how.dp_shard >= 0 and how.planner_fields == fields else None
     for family, (degree_of, _) in FAMILIES.items():
         degree = {"tp": tp, "pp": pp, "ulysses": ulysses}[degree_of]
@@ -365,7 +372,7 @@ def name_of_run(engine: str, zero: int | None = None, offload: str = "none", off
     if ulysses > 1 and engine == "deepspeed":
         return f"ulysses{ulysses}" if zero == 1 else f"zero{zero}_ulysses{ulysses}"
     if engine == "torch_3d":
-        return three_d(tp, pp, dp_shard).name
+        return three_d(tp, pp, dp_shard, virtual_stages, zero_bubble).name
     fields = (engine, zero, offload, offload_param, tp, pp, reshard)
     for s in FIXED.values():
         if (s.engine, s.zero, s.offload, s.offload_param, s.tp, s.pp, s.reshard) == fields:

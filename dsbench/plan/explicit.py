@@ -112,8 +112,9 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     if lay.sequence_parallel and not (lay.tp > 1 and lay.pp == 1 and lay.strategy == "ddp"):
         return None, "dsbench runs sequence parallelism with torch_tp (--layout ddp --tp N, no pipeline)"
     interleaved = lay.pp > 1 and lay.schedule == "interleaved"
-    if interleaved and not (lay.tp == 1 and lay.strategy == "ddp"):
-        return None, "dsbench runs the interleaved schedule with torch_pp (--layout ddp --pipeline-stages P, no tp)"
+    if interleaved and not (lay.strategy == "ddp" or (lay.tp > 1 and lay.strategy == "fsdp")):
+        return None, ("dsbench runs the interleaved schedule with torch_pp (--layout ddp --pipeline-stages P) or "
+                      "torch_3d (--layout fsdp|ddp --tp T --pipeline-stages P)")
     if interleaved and not interleaved_accepts(lay.micro_batches, lay.pp):
         return None, f"torch's interleaved 1F1B cannot split {lay.micro_batches} micro-batches into rounds of {lay.pp}"
     if lay.tp > 1 and lay.pp > 1 and lay.strategy not in ("fsdp", "ddp"):
@@ -123,9 +124,10 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
         how = lookup(lay.strategy)
         return (how, None) if how else (None, f"{lay.strategy}: the worker's FSDP2 builds no replicated dimension")
     engine = "deepspeed" if lay.strategy.startswith("zero") else "torch"
-    name = name_for(lay.strategy, tp=lay.tp, pp=lay.pp, engine=engine)
-    if name is not None and engine == "torch":  # torch_tp's and torch_pp's options are in their names
-        name = with_options(name, lay.sequence_parallel, virtual_stages=lay.virtual_stages if interleaved else 1)
+    name = name_for(lay.strategy, tp=lay.tp, pp=lay.pp, engine=engine,
+                    virtual_stages=lay.virtual_stages if interleaved else 1)
+    if name is not None and lay.sequence_parallel:  # torch_tp's option is in its name
+        name = with_options(name, sequence_parallel=True)
     if name is None:
         return None, (f"{lay.strategy} with tp/pp: dsbench runs tensor and pipeline parallelism under zero1 "
                       "(DeepSpeed AutoTP, its pipeline engine), ddp (torch_tp, torch_pp) or fsdp with both "

@@ -26,8 +26,14 @@ def test_names_parse_to_the_layout_they_spell():
     assert strategies.get("torch_3d_tp1_pp4").tp == 1
     for bad in ("torch_3d_tp2_pp1", "torch_3d_tp0_pp2", "torch_3d_tp2_pp2_shard0", "torch_3d_tp2", "torch_3d"):
         assert strategies.lookup(bad) is None, bad
-    assert "torch_3d_tp{T}_pp{P}[_shard{S}]" in strategies.choices()
+    assert "torch_3d_tp{T}_pp{P}[_interleaved{V}|_zb{V}][_shard{S}]" in strategies.choices()
     assert plain.model_parallel == 4 and plain.family == "torch_3d" and not plain.compiles
+    chunked = strategies.get("torch_3d_tp2_pp2_interleaved2_shard1")
+    assert (chunked.virtual_stages, chunked.dp_shard, chunked.planned) == (2, 1, True)
+    assert chunked.worker_flags == ("--pipeline-schedule", "interleaved", "--virtual-stages", "2")
+    zero_bubble = strategies.get("torch_3d_tp2_pp2_zb2")
+    assert zero_bubble.worker_flags[1] == "interleaved-zb" and not zero_bubble.planned  # no model of its schedule
+    assert strategies.lookup("torch_3d_tp2_pp2_interleaved1") is None
 
 
 def test_the_planner_names_its_candidates_as_compare_does():
@@ -42,6 +48,8 @@ def test_the_planner_names_its_candidates_as_compare_does():
 def test_a_run_header_names_the_run_back():
     assert strategies.name_of_run("torch_3d", tp=2, pp=2) == "torch_3d_tp2_pp2"
     assert strategies.name_of_run("torch_3d", tp=2, pp=2, dp_shard=1) == "torch_3d_tp2_pp2_shard1"
+    assert strategies.name_of_run("torch_3d", tp=2, pp=2, virtual_stages=2) == "torch_3d_tp2_pp2_interleaved2"
+    assert strategies.name_for("fsdp", tp=2, pp=2, engine="torch", virtual_stages=2) == "torch_3d_tp2_pp2_interleaved2"
 
 
 def test_dims_split_data_parallelism_into_replicas_and_shards():
@@ -110,3 +118,26 @@ def test_launch_refuses_a_layout_the_ranks_or_model_cannot_take(cli_run, args, m
             "--model", "llama-tiny", "--grad-accum", "2", "--dry-run"]
     result = cli_run(*base, *args)
     assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_plan_prices_a_3d_layout_and_prints_the_command_that_runs_it(cli_run, tmp_path):
+    """`dsbench plan --layout fsdp --tp T --pipeline-stages P` (interleaved too) names torch_3d, and the command it
+    prints is one `dsbench launch` accepts (here as a dry run on 8 CPU ranks)."""
+    result = cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--gpu", "a100", "--layout", "fsdp", "--tp", "2",
+                     "--pipeline-stages", "2", "--pipeline-schedule", "interleaved", "--virtual-stages", "1",
+                     "--micro-batch", "1", "--global-batch", "8", "--json")
+    assert result.exit_code == 0, result.output
+    plain = json.loads(result.output)
+    assert plain["strategy"] == "torch_3d_tp2_pp2" and plain["launchable"], plain["why_not"]
+    chunked = json.loads(cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--gpu", "a100", "--layout", "ddp",
+                                 "--tp", "2", "--pipeline-stages", "2", "--pipeline-schedule", "interleaved",
+                                 "--virtual-stages", "2", "--micro-batch", "1", "--global-batch", "8",
+                                 "--json").output)
+    assert chunked["strategy"] == "torch_3d_tp2_pp2_interleaved2_shard1", chunked["why_not"]
+    argv = chunked["command"].split()[2:]  # after `dsbench launch`
+    argv = [a for a in argv if a != "--hostfile" and not a.startswith("hostfiles/")]
+    launch = cli_run("launch", *argv[:argv.index("--")], "--run-dir", "r", "--dry-run", *argv[argv.index("--"):])
+    assert launch.exit_code == 0, launch.output
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert (run["strategy"], run["dp_shard"], run["pipeline_schedule"], run["virtual_stages"]) == \
+        ("torch_3d", 1, "interleaved", 2)
