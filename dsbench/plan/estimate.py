@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dsbench.models import ModelShape
+from dsbench.models import LLAMA_LIKE, ModelShape
 from dsbench.parallel import ParallelDims, in_flight_micro_batches
 from dsbench.plan import gpu_estimate, interval
 from dsbench.plan.calls import NO_LATENCY, collective_calls
@@ -30,6 +30,7 @@ from dsbench.plan.memory import (
     model_states,
 )
 from dsbench.plan.profile import rate_at
+from dsbench.plan.saved import saved_activation_bytes
 from dsbench.records import flops_per_token
 from dsbench.strategies import Strategy, for_candidate
 
@@ -265,6 +266,11 @@ def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> f
     tokens and sp x the heads (the a·s² term scales by heads·s²/sp either way)."""
     shape = wl.shape
     in_flight = in_flight_micro_batches(cand.pp, accum, cand.virtual_stages)
+    if shape.arch in LLAMA_LIKE:  # what dsbench's HF Llama blocks keep, counted from their code (plan/saved.py)
+        stage = replace(shape, layers=-(-shape.layers // cand.pp))  # the first stage's share, the busiest
+        kept = saved_activation_bytes(stage, wl.seq_len // cand.ulysses, wl.micro_batch, tp=cand.tp,
+                                      recompute="full" if cand.checkpointing else "none", element=act_bytes)
+        return in_flight * kept.layers + kept.head + kept.recomputing
     return in_flight * activation_bytes(wl.seq_len // cand.ulysses, wl.micro_batch, shape.hidden,
                                         shape.heads * cand.ulysses, shape.layers, shape.vocab_size, cand.tp, cand.pp,
                                         cand.checkpointing, True, act_bytes)
