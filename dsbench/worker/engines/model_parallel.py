@@ -50,10 +50,17 @@ def clip_(*, parts: list[Any], whole: list[Any], scale: list[Any], max_norm: flo
     comm.all_reduce_(total, group)  # sync point: every rank's share of the squares
     for g in whole:
         total += g.float().pow(2).sum()
-    coef = (max_norm / (total.sqrt() + 1e-6)).clamp(max=1.0)
+    return scale_to_norm_(total, scale, max_norm)
+
+
+def scale_to_norm_(squares: Any, scale: list[Any], max_norm: float) -> Any:
+    """Given the global sum of squared gradient elements, scale ``scale`` in place by torch's clip_grad_norm_
+    coefficient, max_norm / (norm + 1e-6) capped at 1, and return the norm (before clipping)."""
+    norm = squares.sqrt()
+    coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
     for g in scale:
         g.mul_(coef.to(g.dtype))
-    return total.sqrt()
+    return norm
 
 
 def average_over_data_parallel(grads: list[Any], comm: Collectives, group: Any, dp: int) -> None:

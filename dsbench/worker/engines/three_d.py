@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from dsbench.models import check_megatron_tp
-from dsbench.worker.engines.model_parallel import TorchPipelineEngine, _local, megatron_layer_plan
+from dsbench.worker.engines.model_parallel import TorchPipelineEngine, _local, megatron_layer_plan, scale_to_norm_
 
 
 class Torch3DEngine(TorchPipelineEngine):
@@ -78,11 +78,7 @@ class Torch3DEngine(TorchPipelineEngine):
         if self.dims.dp > 1 and self.dims.shard > 1:
             self.comm.all_reduce_(total, self.mesh.get_group("dp_shard"))  # sync point: FSDP's shards
         self.comm.all_reduce_(total, self.pp_group)  # sync point: every stage's weights
-        # torch's clip_grad_norm_: coefficient max_norm / (norm + 1e-6), capped at 1
-        self.grad_norm = total.sqrt()
-        coef = (self.options.grad_clip / (self.grad_norm + 1e-6)).clamp(max=1.0)
-        for grad in grads:
-            _local(grad).mul_(coef.to(grad.dtype))
+        self.grad_norm = scale_to_norm_(total, [_local(grad) for grad in grads], self.options.grad_clip)
 
 
 def _sharded_on(tensor: Any, dim: str) -> bool:
