@@ -22,11 +22,14 @@ venv: $(STAMP)
 demo: venv
 	$(BIN)/dsbench compare
 
-# The unit tests run on both cores (pytest-xdist); the real launches one after another (each takes both).
+# The unit tests run on both cores (pytest-xdist). The real launches run two files at a time (two xdist workers,
+# a file per group; the test-bed files one group): a launch leaves a core idle for much of its wall clock
+# (tests/integration/conftest.py, docs/testing.md).
+INTEGRATION := -n 2 --dist loadgroup
 test: venv
 	scripts/ensure_system_deps.sh
 	$(BIN)/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
-	$(BIN)/python -m pytest tests/integration tests/gpu $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration tests/gpu $(INTEGRATION) $(PYTEST_ARGS)
 
 test-unit: venv
 	$(BIN)/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
@@ -35,7 +38,7 @@ test-unit: venv
 check: lint test-unit
 
 test-dist: venv
-	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/integration $(INTEGRATION) $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check dsbench tests scripts

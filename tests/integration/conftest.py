@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -46,13 +48,29 @@ def _prebuild_async_io(request):
     build.wait()
 
 
+TESTBED_FILES = {"test_multinode.py", "test_multinode_flow.py", "test_slurm.py"}
+"""Files that bring up the network-namespace test bed or a SLURM cluster: one machine-wide resource, so they run
+one after another on one pytest-xdist worker."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The NVMe test runs last: its async_io op builds in the background from the session's start (above), for
     about 20 minutes of the launches' idle time at nice 5; run where it falls alphabetically, the test waited about
     3 minutes for what was left of the build (203 s at f30bc8b), at the end it finds the op built. The other tests
-    keep their order."""
+    keep their order.
+
+    Under ``make test`` two pytest-xdist workers run the files side by side (``--dist loadgroup``): a launch spends
+    much of its wall clock with a core idle (interpreters importing one after another, the launcher chain, ranks
+    waiting in collectives, ssh and SLURM start-up), and the other worker's launch uses it. Each file is one group,
+    so its module fixtures and shared runs stay on one worker; the test-bed files share one group; the NVMe test
+    is a group of its own, scheduled last."""
     nvme = [item for item in items if item.name == NVME_TEST]
     items[:] = [item for item in items if item.name != NVME_TEST] + nvme
+    for item in items:
+        file = item.path.name
+        group = "nvme" if item.name == NVME_TEST else "testbed" if file in TESTBED_FILES else file
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def bin_path(name: str) -> str:
@@ -116,6 +134,19 @@ def run_command(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
         _count_launches(argv, before)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker: hand this worker's launch counts to the controller (pytest_testnodedown)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["launches"] = dict(LAUNCHES)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent when the suite runs in one process
+def pytest_testnodedown(node, error) -> None:
+    for test, count in getattr(node, "workeroutput", {}).get("launches", {}).items():
+        LAUNCHES[test] = LAUNCHES.get(test, 0) + count
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     if LAUNCHES:
         terminalreporter.write_line(f"real launches: {sum(LAUNCHES.values())} "
@@ -158,25 +189,53 @@ def load_run(folder: Path) -> dict:
 
 
 class Runs:
-    """Launch each configuration once per session and keep the result. A run is known by its arguments, not its
+    """Launch each configuration once per test run and keep the result. A run is known by its arguments, not its
     name: tests in different files that launch the same command share one launch (the name only names the folder
-    of the first)."""
+    of the first), across pytest-xdist's workers too: the first worker to lock a command's record launches it,
+    and a worker that needs it meanwhile waits on the lock and reads the record."""
 
-    def __init__(self, base: Path) -> None:
-        self.base = base
+    def __init__(self, base: Path, index: Path) -> None:
+        self.base = base  # this process's run folders (its launch counter looks only here)
+        self.index = index  # one record per command, shared by the workers
         self.cache: dict[tuple[str, ...], tuple[subprocess.CompletedProcess, Path]] = {}
 
     def get(self, name: str, launch_args: list[str], worker_args: list[str] | None = None):
         worker = ["--steps", str(STEPS), "--warmup", "2", "--quiet", *(worker_args or [])]
         key = (*launch_args, "--", *worker)
         if key not in self.cache:
-            folder = self.base / name
-            assert not folder.exists(), f"run name {name} used for two different commands"
-            result = dsbench("launch", *launch_args, "--run-dir", str(folder), "--", *worker, cwd=ROOT)
-            self.cache[key] = (result, folder)
+            self.cache[key] = self._launch_once(name, key)
         return self.cache[key]
+
+    def _launch_once(self, name: str, key: tuple[str, ...]) -> tuple[subprocess.CompletedProcess, Path]:
+        digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
+        record = self.index / f"{digest}.json"
+        with open(self.index / f"{digest}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # sync point: another worker launching the same command
+            if record.exists():
+                saved = json.loads(record.read_text())
+                return (subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"],
+                                                    saved["stderr"]), Path(saved["folder"]))
+            claim = self.index / f"{name}.name"  # a name is one command's, whichever worker used it first
+            with open(claim, "a+") as named:
+                fcntl.flock(named, fcntl.LOCK_EX)  # sync point: the name's first user
+                named.seek(0)
+                owner = named.read() or digest
+                named.seek(0)
+                named.truncate()
+                named.write(owner)
+            assert owner == digest, f"run name {name} used for two different commands"
+            folder = self.base / name
+            result = dsbench("launch", *key[:key.index("--")], "--run-dir", str(folder), "--",
+                             *key[key.index("--") + 1:], cwd=ROOT)
+            record.write_text(json.dumps({"args": result.args, "returncode": result.returncode,
+                                          "stdout": result.stdout, "stderr": result.stderr, "folder": str(folder)}))
+            return result, folder
 
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory) -> Runs:
-    return Runs(tmp_path_factory.mktemp("runs"))
+    base = tmp_path_factory.getbasetemp()
+    # under pytest-xdist each worker's basetemp is a folder of the run's own (popen-gw0, ...): the index beside them
+    index = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "run-index"
+    index.mkdir(exist_ok=True)
+    return Runs(tmp_path_factory.mktemp("runs"), index)
