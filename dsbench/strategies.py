@@ -192,7 +192,8 @@ class Strategy:
                     {0: "fsdp", 1: "ddp"}.get(self.dp_shard, "fsdp_hybrid") if self.engine == "torch_3d" else "ddp")
         return {"strategy": sharding, "offload": self.offload, "offload_param": self.offload_param, "tp": self.tp,
                 "pp": self.pp, "engine": "torch" if self.engine in SPLIT_ENGINES else "deepspeed",
-                "virtual_stages": self.virtual_stages, "ulysses": self.ulysses}
+                "virtual_stages": self.virtual_stages, "ulysses": self.ulysses,
+                "sequence_parallel": self.sequence_parallel, "loss_parallel": self.loss_parallel}
 
 
 def _fixed(*strategies: Strategy) -> dict[str, Strategy]:
@@ -232,7 +233,8 @@ _FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe|zero3_ulysses|uly
 TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}
 """torch_tp's option suffixes (``torch_tp2_sp``, ``torch_tp2_lp``, ``torch_tp2_sp_lp``); torch_pipe's are
 ``_interleaved{V}`` and ``_zb{V}`` (zero bubble). The CPU planner prices interleaved 1F1B (its bubble and V times
-the sends); it has no model of the others, so they are not ``planned``."""
+the sends) and torch_tp's options (their collectives, the split head, SP's own DTensor cost); it has no model of
+the zero-bubble schedule, so that is not ``planned``."""
 LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2", "torch_3d_tp2_pp2", "ulysses2")
 """Compare's strategies as listed to users and searched by ``tune`` (each family at degree 2)."""
 DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
@@ -288,8 +290,7 @@ def lookup(name: str) -> Strategy | None:
     elif suffix and match[1] != "torch_tp":
         return None
     degree_of, template = FAMILIES[match[1]]
-    planned = template.planned and (not options or (options.get("virtual_stages", 1) > 1
-                                                    and not options.get("zero_bubble")))
+    planned = template.planned and not options.get("zero_bubble")
     return replace(template, name=name, **{degree_of: int(match[2])}, **options, planned=planned)
 
 
@@ -313,11 +314,13 @@ def choices() -> str:
 
 
 def name_for(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
-             engine: str = "deepspeed", virtual_stages: int = 1, ulysses: int = 1) -> str | None:
+             engine: str = "deepspeed", virtual_stages: int = 1, ulysses: int = 1, *, sequence_parallel: bool = False,
+             loss_parallel: bool = False) -> str | None:
     """The compare name of a planner candidate (the inverse of :attr:`Strategy.planner_fields`); ``None`` when no
     compare strategy runs it. DDP on one rank is ``ddp`` here (compare's ``single`` is its 1-rank baseline)."""
     fields = {"strategy": strategy, "offload": offload, "offload_param": offload_param, "tp": tp, "pp": pp,
-              "engine": engine, "virtual_stages": virtual_stages, "ulysses": ulysses}
+              "engine": engine, "virtual_stages": virtual_stages, "ulysses": ulysses,
+              "sequence_parallel": sequence_parallel, "loss_parallel": loss_parallel}
     for how in FIXED.values():
         if how.name != "single" and how.reshard and how.planner_fields == fields:
             return how.name
@@ -326,7 +329,12 @@ def name_for(strategy: str, offload: str = "none", offload_param: str = "none", 
         return how.name if how.dp_shard >= 0 and how.planner_fields == fields else None
     for family, (degree_of, _) in FAMILIES.items():
         degree = {"tp": tp, "pp": pp, "ulysses": ulysses}[degree_of]
-        name = with_options(f"{family}{degree}", virtual_stages=virtual_stages if family == "torch_pipe" else 1)
+        options: dict[str, Any] = {}
+        if family == "torch_pipe":
+            options = {"virtual_stages": virtual_stages}
+        elif family == "torch_tp":
+            options = {"sequence_parallel": sequence_parallel, "loss_parallel": loss_parallel}
+        name = with_options(f"{family}{degree}", **options)
         how = lookup(name) if degree > 1 else None
         if how is not None and how.planner_fields == fields:
             return how.name
@@ -334,10 +342,12 @@ def name_for(strategy: str, offload: str = "none", offload_param: str = "none", 
 
 
 def for_candidate(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
-                  engine: str = "deepspeed", virtual_stages: int = 1, ulysses: int = 1) -> Strategy:
+                  engine: str = "deepspeed", virtual_stages: int = 1, ulysses: int = 1, *,
+                  sequence_parallel: bool = False, loss_parallel: bool = False) -> Strategy:
     """The strategy that runs a planner candidate: compare's where it has one, else one named by its parts
     (``zero1 + tp8 + pp2``, ``fsdp_hybrid``) with the same fields, so that its launch flags are derived alike."""
-    name = name_for(strategy, offload, offload_param, tp, pp, engine, virtual_stages, ulysses)
+    name = name_for(strategy, offload, offload_param, tp, pp, engine, virtual_stages, ulysses,
+                    sequence_parallel=sequence_parallel, loss_parallel=loss_parallel)
     if name is not None:
         return get(name)
     parts = [strategy] + ([f"offload-{offload}" + ("+params" if offload_param != "none" else "")]
@@ -346,7 +356,8 @@ def for_candidate(strategy: str, offload: str = "none", offload_param: str = "no
     label = " + ".join(parts)
     if engine == "torch":
         engine_name = "torch_3d" if tp > 1 and pp > 1 else "torch_tp" if tp > 1 else "torch_pp"
-        return Strategy(label, engine_name, "torchrun", tp=tp, pp=pp, planned=True)
+        return Strategy(label, engine_name, "torchrun", tp=tp, pp=pp, sequence_parallel=sequence_parallel,
+                        loss_parallel=loss_parallel, planned=True)
     zero = PLANNER[strategy].zero
     if zero is None:  # DDP and FSDP (hybrid sharding included) under torchrun
         return Strategy(label, "fsdp" if strategy.startswith("fsdp") else "ddp", "torchrun", tp=tp, pp=pp)

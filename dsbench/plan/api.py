@@ -129,7 +129,8 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
                                 profile["rates"].get("fsdp_unit_s_per_step", 0.0)),
                    deepspeed_s=tuple(profile["rates"].get(key, 0.0) for key in ("zero1_call_s", "zero2_call_s",
                                                                                  "zero3_tensor_s")),
-                   tp_layer_s=tuple(profile["rates"].get(key, 0.0) for key in ("torch_tp_layer_s", "autotp_layer_s")),
+                   tp_layer_s=tuple(profile["rates"].get(key, 0.0)
+                                    for key in ("torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s")),
                    overlap_comm=not str(profile.get("device", "")).startswith("cpu"),
                    step_scale=tuple(sorted(step_scale(profile).items())),
                    spread=tuple(sorted((profile.get("spread") or {}).items())))

@@ -102,6 +102,38 @@ def tensor_parallel_comm(layers: float, seq: int, micro: int, hidden: int, tp: i
     return [_coll("activations (TP, 4 per layer)", "all-reduce", size, tp, link, int(4 * layers * micro_steps))]
 
 
+def sequence_parallel_comm(layers: float, seq: int, micro: int, hidden: int, tp: int, link: Link,
+                           act_bytes: float, micro_steps: int) -> list[Collective]:
+    """Megatron TP with sequence parallelism (Korthikanti et al. 2022 sec. 4.2.2; dsbench's plan is torch's
+    SequenceParallel norms and PrepareModuleInput regions, dsbench.worker.engines.model_parallel.megatron_plan):
+    each of a layer's two forward all-reduces becomes a reduce-scatter of the row-parallel output along the sequence
+    and an all-gather of the next region's input, and the backward runs the reverse, so 4 all-gathers and 4
+    reduce-scatters of the s·b·h tensor per layer per micro-step, the same bytes as TP's 4 all-reduces. Beyond the
+    layers: the LM head all-gathers the final norm's output (its gradient reduce-scattered), and the first block's
+    shard of the embedding's output is gathered back in the backward."""
+    size = seq * micro * hidden * act_bytes
+    return [_coll("activations (TP+SP, 4 per layer, 2 at the ends)", "all-gather", size, tp, link,
+                  int((4 * layers + 2) * micro_steps)),
+            _coll("activations (TP+SP, 4 per layer, 1 at the head)", "reduce-scatter", size, tp, link,
+                  int((4 * layers + 1) * micro_steps))]
+
+
+def loss_parallel_comm(seq: int, micro: int, hidden: int, tp: int, link: Link, act_bytes: float, micro_steps: int,
+                       sequence_parallel: bool) -> list[Collective]:
+    """The vocabulary-parallel LM head and loss (torch's ``loss_parallel``; Megatron's vocab-parallel cross-entropy,
+    Shoeybi et al. 2019 sec. 3): the logits stay split, so no rank gathers its s·b·V of them; the loss all-reduces
+    three s·b figures per micro-step (each token's maximum logit, its sum of exponentials, its target's logit,
+    torch.distributed.tensor._ops._math_ops), and without SP the column-parallel head's input gradient is
+    all-reduced (s·b·h) in the backward (with SP that is the reduce-scatter sequence_parallel_comm counts)."""
+    tokens = seq * micro
+    comm = [_coll("loss over vocabulary shards (3 per micro-step)", "all-reduce", tokens * 4, tp, link,
+                  3 * micro_steps)]
+    if not sequence_parallel:
+        comm.append(_coll("LM head input gradient (TP)", "all-reduce", tokens * hidden * act_bytes, tp, link,
+                          micro_steps))
+    return comm
+
+
 def tied_embedding_comm(params: float, grad_bytes: float, link: Link) -> list[Collective]:
     """A pipeline whose first and last stage both hold a tied embedding (GPT-2's input embedding and LM head) sums
     its two gradients once per step, after the flush: an all-reduce between those two ranks (DeepSpeed's

@@ -6,14 +6,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dsbench.models import LLAMA_LIKE, ModelShape
-from dsbench.parallel import ParallelDims, in_flight_micro_batches
+from dsbench.parallel import in_flight_micro_batches
 from dsbench.plan import gpu_estimate, interval
 from dsbench.plan.calls import NO_LATENCY, collective_calls
+from dsbench.plan.candidate import Candidate
 from dsbench.plan.comm import (
     Calls,
     Collective,
     data_parallel_comm,
+    loss_parallel_comm,
     pipeline_comm,
+    sequence_parallel_comm,
     tensor_parallel_comm,
     tied_embedding_comm,
     ulysses_comm,
@@ -32,7 +35,6 @@ from dsbench.plan.memory import (
 from dsbench.plan.profile import rate_at
 from dsbench.plan.saved import saved_activation_bytes
 from dsbench.records import flops_per_token
-from dsbench.strategies import Strategy, for_candidate
 
 GIB = 2**30
 
@@ -66,9 +68,10 @@ class Cluster:
     deepspeed_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """DeepSpeed's own seconds (calibrate's stack): per gradient reduction under ZeRO-1 and ZeRO-2 (and 3), per
     parameter tensor under ZeRO-3; zero without a profile, when each collective call pays the link's latency."""
-    tp_layer_s: tuple[float, float] = (0.0, 0.0)
+    tp_layer_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """Tensor parallelism's own seconds per decoder layer per micro-step beyond 1/tp of the compute and its
-    all-reduces, under DTensor and AutoTP, measured by ``dsbench calibrate``; zero without a profile."""
+    collectives, under DTensor, AutoTP and DTensor with sequence parallelism, measured by ``dsbench calibrate``; zero
+    without a profile (the last also in profiles written before it was measured: plain DTensor's then)."""
     compute_by_micro_batch: tuple[tuple[int, float], ...] = ()
     """The measured forward+backward TFLOPS per rank at several micro-batches (a profile)."""
     gpu_model: GpuProfile | None = None
@@ -101,45 +104,6 @@ class Workload:
     reduce_bucket: float | None = None
     """Elements; default hidden² (HF "auto")."""
     prefetch_bucket: float | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Candidate:
-    strategy: str
-    """ddp, zero0-3, fsdp, fsdp_hybrid."""
-    offload: str = "none"
-    offload_param: str = "none"
-    tp: int = 1
-    pp: int = 1
-    checkpointing: bool = False
-    engine: str = "deepspeed"
-    """Who implements tp/pp: ``deepspeed`` (AutoTP, the pipeline engine) or ``torch`` (torch_tp, torch_pp)."""
-    virtual_stages: int = 1
-    """torch_pp's interleaved 1F1B: model chunks per pipeline stage (1: plain 1F1B)."""
-    ulysses: int = 1
-    """DeepSpeed Ulysses' sequence-parallel degree (1: none)."""
-
-    @classmethod
-    def from_dict(cls, row: dict[str, Any]) -> Candidate:
-        """The candidate of a plan result's row (:meth:`Estimate.to_dict`): the one reader of that JSON."""
-        return cls(strategy=row["strategy"], offload=row["offload"], offload_param=row["offload_param"],
-                   tp=row["tp"], pp=row["pp"], engine=row.get("engine", "deepspeed"),
-                   checkpointing=bool(row.get("activation_checkpointing")),
-                   virtual_stages=row.get("virtual_stages", 1), ulysses=row.get("ulysses", 1))
-
-    def dims(self, world: int) -> ParallelDims:
-        """Its layout on ``world`` ranks (the one place a candidate's degrees become dims)."""
-        return ParallelDims(world=world, tp=self.tp, pp=self.pp, sp=self.ulysses)
-
-    @property
-    def runs_as(self) -> Strategy:
-        """The strategy that runs it, in compare's vocabulary where compare has it (dsbench/strategies.py)."""
-        return for_candidate(self.strategy, self.offload, self.offload_param, self.tp, self.pp, self.engine,
-                             self.virtual_stages, self.ulysses)
-
-    @property
-    def name(self) -> str:
-        return self.runs_as.name + (" + ckpt" if self.checkpointing else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +143,7 @@ class Estimate:
         c = self.candidate
         return {"name": c.name, "strategy": c.strategy, "offload": c.offload, "offload_param": c.offload_param,
                 "tp": c.tp, "pp": c.pp, "engine": c.engine, "virtual_stages": c.virtual_stages, "ulysses": c.ulysses,
-                "dp": self.dp,
+                "sequence_parallel": c.sequence_parallel, "loss_parallel": c.loss_parallel, "dp": self.dp,
                 "activation_checkpointing": c.checkpointing,
                 "accounting": self.accounting.name, "fits": self.fits,
                 "memory_gib": {"params": self.states.params / GIB, "grads": self.states.grads / GIB,
@@ -207,7 +171,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     # ZeRO shards over (and reduces gradients across) the sequence-data-parallel group under Ulysses: dp x sp ranks
     # (DeepSpeed's engine takes its data-parallel group from the Ulysses mpu's get_sequence_data_parallel_group)
     shards = cl.gpus_per_node // model_parallel if cand.strategy == "fsdp_hybrid" else dp * dims.sp
-    held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed")
+    held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed" or cand.loss_parallel)
     states = model_states(held, cand.strategy, shards, acc, cand.offload, cand.offload_param)
     act_bytes = 2 if wl.precision in ("bf16", "fp16") else 4
     # The global batch is fixed across candidates: with TP/PP the data-parallel degree shrinks, so each
@@ -243,7 +207,8 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     check = step * (scale - 1)
     span = interval.step_range(step + check, {"compute": compute_with_bubble, "communication": exposed,
                                               "optimizer": optimizer, "framework": framework},
-                               interval.framework_timings(cand.strategy, cand.tp, cand.engine), dict(cl.spread), scale)
+                               interval.framework_timings(cand.strategy, cand.tp, "torch_sp" if cand.sequence_parallel
+                                                          else cand.engine), dict(cl.spread), scale)
     step, no_overlap = step + check, no_overlap + check
     mfu = model_flops / model_parallel / (step * cl.peak_tflops * 1e12)
     terms = {"compute": compute, "communication": exposed, "offload": offload,
@@ -269,6 +234,7 @@ def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> f
     if shape.arch in LLAMA_LIKE:  # what dsbench's HF Llama blocks keep, counted from their code (plan/saved.py)
         stage = replace(shape, layers=-(-shape.layers // cand.pp))  # the first stage's share, the busiest
         kept = saved_activation_bytes(stage, wl.seq_len // cand.ulysses, wl.micro_batch, tp=cand.tp,
+                                      sequence_parallel=cand.sequence_parallel, loss_parallel=cand.loss_parallel,
                                       recompute="full" if cand.checkpointing else "none", element=act_bytes)
         return in_flight * kept.layers + kept.head + kept.recomputing
     return in_flight * activation_bytes(wl.seq_len // cand.ulysses, wl.micro_batch, shape.hidden,
@@ -287,7 +253,8 @@ def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:
     already spreads the real work over them. Activation checkpointing adds one forward (8/6)."""
     shape, parts = wl.shape, wl.shape.parts()
     head = parts["head"] or parts["embedding"]  # a tied head multiplies by the embedding matrix
-    vocab_split = cand.engine == "deepspeed" and cand.tp > 1  # AutoTP splits the head's vocabulary (held_params)
+    # AutoTP splits the head's vocabulary (held_params), and so does torch_tp's --loss-parallel
+    vocab_split = cand.tp > 1 and (cand.engine == "deepspeed" or cand.loss_parallel)
     attention = 12 * shape.hidden * wl.seq_len  # per layer per token
 
     def work(blocks: int, last: bool, tp: int, vocab_tp: int) -> float:
@@ -335,8 +302,12 @@ def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: 
     if cand.strategy == "fsdp_hybrid" and cl.nodes > 1:  # replicas all-reduce gradient shards across nodes
         critical += data_parallel_comm("ddp", held / shards, cl.nodes, cl.inter, acc.params, acc.grads)
     if cand.tp > 1:
-        critical += tensor_parallel_comm(shape.layers / cand.pp, wl.seq_len, wl.micro_batch, shape.hidden, cand.tp,
-                                         cl.intra, act_bytes, accum)
+        split = sequence_parallel_comm if cand.sequence_parallel else tensor_parallel_comm
+        critical += split(shape.layers / cand.pp, wl.seq_len, wl.micro_batch, shape.hidden, cand.tp, cl.intra,
+                          act_bytes, accum)
+        if cand.loss_parallel:
+            critical += loss_parallel_comm(wl.seq_len, wl.micro_batch, shape.hidden, cand.tp, cl.intra, act_bytes,
+                                           accum, cand.sequence_parallel)
     if cand.pp > 1:
         pipe_link = cl.inter if cl.nodes > 1 else cl.intra
         # interleaved: each micro-batch crosses every stage boundary once per chunk, V times the sends
@@ -368,7 +339,7 @@ def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl:
       x the rank's layers x micro-steps.
     """
     # tensor parallelism: every split layer of the rank's stage, every micro-step
-    tensor = shape.layers / cand.pp * cl.tp_layer_s[cand.engine != "torch"] * micro_steps if cand.tp > 1 else 0.0
+    tensor = shape.layers / cand.pp * tp_layer_seconds(cand, cl) * micro_steps if cand.tp > 1 else 0.0
     if _deepspeed_measured(cand, cl):
         per_call, per_tensor = cl.deepspeed_s[1 if cand.strategy != "zero1" else 0], cl.deepspeed_s[2]
         if cand.strategy == "zero1":
@@ -380,6 +351,14 @@ def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl:
     units = round(shape.layers / cand.pp) + 1
     per_micro, per_step = cl.fsdp_unit_s
     return tensor + units * (per_micro * micro_steps + per_step)
+
+
+def tp_layer_seconds(cand: Candidate, cl: Cluster) -> float:
+    """The profile's own cost of one split layer for the engine that splits it (:attr:`Cluster.tp_layer_s`)."""
+    dtensor, autotp, sequence_parallel = cl.tp_layer_s
+    if cand.engine != "torch":
+        return autotp
+    return sequence_parallel if cand.sequence_parallel and sequence_parallel else dtensor
 
 
 def _offload_seconds(states: ModelStates, cl: Cluster) -> float:

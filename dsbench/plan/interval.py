@@ -18,7 +18,7 @@ import math
 
 from dsbench.plan.profile import SPREAD_OF
 
-TENSOR_TIMING = {"torch": "DTensor layers", "deepspeed": "AutoTP layers"}
+TENSOR_TIMING = {"torch": "DTensor layers", "deepspeed": "AutoTP layers", "torch_sp": "DTensor SP layers"}
 """Tensor parallelism's own work per layer, by the engine that splits the layers
 (:func:`dsbench.plan.profile.tensor_parallel_costs`)."""
 TERM_TIMING = {"compute": "forward+backward", "optimizer": "AdamW", "communication": "collectives"}

@@ -130,13 +130,21 @@ def tensor_parallel_costs(tp: dict[str, Any], link: dict[str, Any], element_byte
     activations per layer (2 in the forward after the row-parallel projections, 2 in the backward before the
     column-parallel ones; Shoeybi et al. 2019, section 3) as the fitted link predicts them. For DTensor
     (``torch_tp_layer_s``) and for DeepSpeed AutoTP's layers (``autotp_layer_s``): dispatch, hooks, and the rate
-    lost by matrix multiplies 1/tp the size. Kept at zero when noise makes one negative."""
+    lost by matrix multiplies 1/tp the size. Under DTensor with sequence parallelism (``torch_tp_sp_layer_s``,
+    profiles from 2026-11-26 16:00 on) the layer's collectives are 4 all-gathers and 4 reduce-scatters of the same
+    activations (Korthikanti et al. 2022 sec. 4.2.2; plan/comm.sequence_parallel_comm), and its own work adds the
+    norms' DTensor dispatch and the regions' redistributions. Kept at zero when noise makes one negative."""
     n, layers = tp["tp"], tp["layers"]
     activations = tp["micro_batch"] * tp["seq_len"] * tp["hidden"] * element_bytes
-    all_reduces = 4 * call_seconds(link, "all-reduce", activations, n)
+    collectives = {"torch": 4 * call_seconds(link, "all-reduce", activations, n),
+                   "sp": 4 * (call_seconds(link, "all-gather", activations, n) +
+                              call_seconds(link, "reduce-scatter", activations, n))}
+    collectives["autotp"] = collectives["torch"]
     ideal = tp["plain_forward_backward"]["seconds"] / n
-    return {f"{name}_layer_s": max(0.0, (tp[f"{engine}_forward_backward"]["seconds"] - ideal) / layers - all_reduces)
-            for name, engine in (("torch_tp", "torch"), ("autotp", "autotp"))}
+    return {f"{name}_layer_s": max(0.0, (tp[f"{engine}_forward_backward"]["seconds"] - ideal) / layers -
+                                   collectives[engine])
+            for name, engine in (("torch_tp", "torch"), ("autotp", "autotp"), ("torch_tp_sp", "sp"))
+            if f"{engine}_forward_backward" in tp}
 
 
 def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
@@ -175,7 +183,8 @@ SPREAD_OF = {"forward+backward": ("compute_per_rank", "model"), "AdamW": ("compu
              "FSDP2 stack step": ("fsdp", "sharded_step"), "ZeRO-1 stack step": ("deepspeed", "zero1_step"),
              "ZeRO-2 stack step": ("deepspeed", "zero2_step"), "ZeRO-3 stack step": ("deepspeed", "zero3_step"),
              "DTensor layers": ("tensor_parallel", "torch_forward_backward"),
-             "AutoTP layers": ("tensor_parallel", "autotp_forward_backward")}
+             "AutoTP layers": ("tensor_parallel", "autotp_forward_backward"),
+             "DTensor SP layers": ("tensor_parallel", "sp_forward_backward")}
 """The timings each stored figure comes from (the rates and engine costs above are fitted from them)."""
 
 
@@ -275,7 +284,7 @@ def _shown(value: Any) -> str:
 REQUIRED_RATES = ("model_tflops", "adam_params_per_s")
 """The rates the planner always reads from a profile."""
 OPTIONAL_RATES = ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
-                  "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s")
+                  "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s")
 """The engine costs a profile may carry (older profiles have none)."""
 
 
@@ -335,7 +344,8 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
         lines.append(f"tensor parallelism over {profile['tensor_parallel']['tp']} ranks, beyond 1/tp of the compute "
                      "and the activation all-reduces, per layer per micro-step: "
                      f"{rates['torch_tp_layer_s'] * 1e3:,.2f} ms (DTensor), {rates['autotp_layer_s'] * 1e3:,.2f} ms "
-                     "(DeepSpeed AutoTP)")
+                     "(DeepSpeed AutoTP)" + (f", {rates['torch_tp_sp_layer_s'] * 1e3:,.2f} ms (DTensor with sequence "
+                                              "parallelism)" if "torch_tp_sp_layer_s" in rates else ""))
     if profile.get("spread"):
         lines.append("spread over the samples (half the p10-p90 range / median): " + ", ".join(
             f"{name} ±{width:.0%}" for name, width in profile["spread"].items()))

@@ -21,17 +21,15 @@ from dsbench.run_record import RunHeader, read_summary
 def compare_strategy(cand: Candidate) -> str | None:
     """The compare strategy that runs a planner candidate (``None`` when compare has none, or the planner's model is
     not used for it: NVMe offload); activation checkpointing is the cell's own switch."""
-    name = registry.name_for(cand.strategy, cand.offload, cand.offload_param, cand.tp, cand.pp, cand.engine,
-                             cand.virtual_stages, cand.ulysses)
+    name = registry.name_for(**cand.planner_fields)
     return name if name is not None and registry.get(name).planned else None
 
 
-def predicted_states(shape: ModelShape, cand: Candidate, world: int, precision: str,
-                     loss_parallel: bool = False) -> ModelStates:
+def predicted_states(shape: ModelShape, cand: Candidate, world: int, precision: str) -> ModelStates:
     """The planner's model states on a run's busiest rank, in the run's precision and accounting; the head is
     split by vocabulary under AutoTP and torch_tp's ``--loss-parallel``."""
     dims = cand.dims(world)
-    held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed" or loss_parallel)
+    held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed" or cand.loss_parallel)
     # ZeRO partitions over the sequence-data-parallel group under Ulysses: all dp x sp ranks
     return model_states(held, cand.strategy, dims.dp * dims.sp, accounting_for(precision, cand.strategy),
                         offload=cand.offload, offload_param=cand.offload_param)

@@ -117,18 +117,19 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     """Seconds per forward+backward of the model's own decoder layers (HF modules, the profile's micro-batch and
     sequence), plain on each rank and split ``tp`` ways as the worker splits them: DTensor's ``parallelize_module``
     with Megatron's layout (torch_tp), and DeepSpeed AutoTP's training layers (``LinearLayer`` column-parallel,
-    ``LinearAllreduce`` row-parallel) on the same projections (its layout for Llama). What splitting costs beyond
-    1/tp of the layers' compute and their activation all-reduces is the fit's (dsbench.plan.profile)."""
+    ``LinearAllreduce`` row-parallel) on the same projections (its layout for Llama), and DTensor's layout with
+    sequence parallelism (torch_tp --sequence-parallel: each rank feeds its sequence shard). What splitting costs
+    beyond 1/tp of the layers' compute and their activation collectives is the fit's (dsbench.plan.profile)."""
     import copy
 
     import deepspeed
     import torch
     from deepspeed.module_inject.layers import LinearAllreduce, LinearLayer, set_autotp_mode
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import parallelize_module
 
     from dsbench.models import LLAMA_LIKE
-    from dsbench.worker.engines.model_parallel import MEGATRON_LAYER
+    from dsbench.worker.engines.model_parallel import MEGATRON_LAYER, megatron_block_plan
     from dsbench.worker.model import build_model
 
     facts = {"layers": shape.layers, "tp": tp, "micro_batch": micro, "seq_len": seq, "hidden": shape.hidden}
@@ -141,9 +142,9 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     hidden = torch.randn(micro, seq, shape.hidden, device=device, dtype=dtype)
     rotary = model.model.rotary_emb(hidden, torch.arange(seq, device=device).unsqueeze(0))
 
-    def trainer(layers: Any) -> Any:
+    def trainer(layers: Any, first: Any = hidden) -> Any:
         def step() -> None:
-            x = hidden
+            x = first
             for layer in layers:
                 out = layer(x, position_embeddings=rotary)
                 x = out[0] if isinstance(out, tuple) else out
@@ -152,10 +153,12 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
         return step
 
     plain = model.model.layers
-    torch_tp = copy.deepcopy(plain)
+    torch_tp, sequence_parallel = copy.deepcopy(plain), copy.deepcopy(plain)
     for layer in torch_tp:
-        parallelize_module(layer, mesh["tp"], {name: ColwiseParallel() if kind == "column" else RowwiseParallel()
-                                               for name, kind in MEGATRON_LAYER.items()})
+        parallelize_module(layer, mesh["tp"], megatron_block_plan())
+    for layer in sequence_parallel:
+        parallelize_module(layer, mesh["tp"], megatron_block_plan(sequence_parallel=True))
+    shard = hidden.chunk(tp, dim=1)[mesh["tp"].get_local_rank()].contiguous()  # this rank's tokens under SP
     set_autotp_mode(training=True)  # DeepSpeed's process-wide switch, as deepspeed.initialize sets it for AutoTP
     autotp = copy.deepcopy(plain)
     group = mesh.get_group("tp")
@@ -164,5 +167,5 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
             parent, attr = layer.get_submodule(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]
             setattr(parent, attr, (LinearLayer if kind == "column" else LinearAllreduce)(getattr(parent, attr), group))
     works = {"plain_forward_backward": trainer(plain), "torch_forward_backward": trainer(torch_tp),
-             "autotp_forward_backward": trainer(autotp)}
+             "autotp_forward_backward": trainer(autotp), "sp_forward_backward": trainer(sequence_parallel, shard)}
     return {**facts, **interleaved(works, comm, device, repeats, STACK_CALLS)}

@@ -182,9 +182,8 @@ def test_planner_model_states_per_rank_within_5_percent(runs, name):
     strategy, tp, pp, engine = PLANNED[name]
     run = launched(runs, name)
     header = run["header"][0]
-    cand = Candidate(strategy=strategy, tp=tp, pp=pp, engine=engine)
-    predicted = predicted_states(resolve_model(header["model"]["name"]), cand, header["world_size"], "fp32",
-                                 loss_parallel=header["loss_parallel"])
+    cand = Candidate(strategy=strategy, tp=tp, pp=pp, engine=engine, loss_parallel=header["loss_parallel"])
+    predicted = predicted_states(resolve_model(header["model"]["name"]), cand, header["world_size"], "fp32")
     counted = max(run["states"][0]["per_rank"], key=lambda r: r["total"])
     measured, expected = comparable_bytes(strategy, counted, predicted)
     assert measured == pytest.approx(expected, rel=0.05)

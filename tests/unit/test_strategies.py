@@ -60,9 +60,11 @@ def test_a_parameterised_name_carries_its_degree(name, fields):
 
 
 def test_torch_tp_option_suffixes_launch_with_their_flags():
-    """torch_tp{N}_sp / _lp / _sp_lp: dsbench launch's --sequence-parallel / --loss-parallel; not planned on CPU."""
+    """torch_tp{N}_sp / _lp / _sp_lp: dsbench launch's --sequence-parallel / --loss-parallel; planned (their
+    collectives, the split head, SP's own DTensor cost: tests/unit/test_tp_options_planner.py)."""
     both = registry.get("torch_tp4_sp_lp")
-    assert (both.tp, both.sequence_parallel, both.loss_parallel, both.planned) == (4, True, True, False)
+    assert (both.tp, both.sequence_parallel, both.loss_parallel, both.planned) == (4, True, True, True)
+    assert registry.name_for("ddp", tp=4, engine="torch", sequence_parallel=True, loss_parallel=True) == both.name
     assert both.launch_flags == ("--tp", "4", "--sequence-parallel", "--loss-parallel")
     assert registry.get("torch_tp2_lp").launch_flags == ("--tp", "2", "--loss-parallel")
     assert registry.name_of_run("torch_tp", tp=2, sequence_parallel=True) == "torch_tp2_sp"
@@ -92,7 +94,8 @@ def test_every_planned_strategy_and_its_planner_candidate_name_each_other():
     from dsbench.plan.estimate import Candidate
     from dsbench.plan.verify import candidate_for, compare_strategy
 
-    for name in [*registry.LISTED, "torch_tp4", "pipe4", "zero1_tp8", "torch_pipe8"]:
+    for name in [*registry.LISTED, "torch_tp4", "pipe4", "zero1_tp8", "torch_pipe8", "torch_tp2_sp", "torch_tp2_lp",
+                 "torch_tp4_sp_lp", "torch_pipe2_zb2"]:
         how = registry.get(name)
         candidate = candidate_for(name)
         if not how.planned:

@@ -232,6 +232,25 @@ def megatron_layer_plan(row_output: Any = None) -> dict[str, Any]:
             for name, kind in MEGATRON_LAYER.items()}
 
 
+def megatron_block_plan(sequence_parallel: bool = False) -> dict[str, Any]:
+    """One Llama-family decoder layer's DTensor styles, by module name within the layer: Megatron's layout, and with
+    sequence parallelism the norms on sequence shards, each parallel region all-gathering its input first and its
+    row-parallel output reduce-scattered along the sequence instead of all-reduced (Korthikanti et al. 2022)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import PrepareModuleInput, SequenceParallel
+
+    seq, full = Shard(1), Replicate()  # activations are (batch, sequence, hidden)
+    plan = megatron_layer_plan(seq if sequence_parallel else None)
+    if sequence_parallel:
+        plan.update({"input_layernorm": SequenceParallel(), "post_attention_layernorm": SequenceParallel(),
+                     "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": seq},
+                                                     desired_input_kwarg_layouts={"hidden_states": full},
+                                                     use_local_output=True),
+                     "mlp": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(full,),
+                                               use_local_output=True)})
+    return plan
+
+
 def megatron_plan(model: Any, sequence_parallel: bool = False, loss_parallel: bool = False) -> dict[str, Any]:
     """:data:`MEGATRON_LAYER` for every decoder layer of a Llama-family model, as DTensor parallel styles, with
     sequence parallelism and the vocabulary-parallel head when asked."""
@@ -244,18 +263,8 @@ def megatron_plan(model: Any, sequence_parallel: bool = False, loss_parallel: bo
     seq, full = Shard(1), Replicate()  # activations are (batch, sequence, hidden)
     plan: dict[str, Any] = {}
     for i in range(len(model.model.layers)):
-        prefix = f"model.layers.{i}."
-        # with SP a row-parallel output is reduce-scattered along the sequence instead of all-reduced
-        plan.update({prefix + name: style
-                     for name, style in megatron_layer_plan(seq if sequence_parallel else None).items()})
-        if sequence_parallel:  # norms on the shard; each parallel region all-gathers its input first
-            plan.update({prefix + "input_layernorm": SequenceParallel(),
-                         prefix + "post_attention_layernorm": SequenceParallel(),
-                         prefix + "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": seq},
-                                                                  desired_input_kwarg_layouts={"hidden_states": full},
-                                                                  use_local_output=True),
-                         prefix + "mlp": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(full,),
-                                                            use_local_output=True)})
+        block = megatron_block_plan(sequence_parallel)
+        plan.update({f"model.layers.{i}.{name}": style for name, style in block.items()})
     if sequence_parallel:
         # the embedding stays replicated (HF derives positions and the causal mask from its full output); the
         # first block takes its own sequence shard (no communication), the final norm runs on the shard

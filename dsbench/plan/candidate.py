@@ -1,0 +1,60 @@
+"""A layout the planner prices: one strategy with its degrees and options (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dsbench.parallel import ParallelDims
+from dsbench.strategies import Strategy, for_candidate
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Candidate:
+    strategy: str
+    """ddp, zero0-3, fsdp, fsdp_hybrid."""
+    offload: str = "none"
+    offload_param: str = "none"
+    tp: int = 1
+    pp: int = 1
+    checkpointing: bool = False
+    engine: str = "deepspeed"
+    """Who implements tp/pp: ``deepspeed`` (AutoTP, the pipeline engine) or ``torch`` (torch_tp, torch_pp)."""
+    virtual_stages: int = 1
+    """torch_pp's interleaved 1F1B: model chunks per pipeline stage (1: plain 1F1B)."""
+    ulysses: int = 1
+    """DeepSpeed Ulysses' sequence-parallel degree (1: none)."""
+    sequence_parallel: bool = False
+    """torch_tp's ``--sequence-parallel``: norms on sequence shards, reduce-scatter and all-gather for all-reduce."""
+    loss_parallel: bool = False
+    """torch_tp's ``--loss-parallel``: the LM head split over the vocabulary, the loss on its shards."""
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Candidate:
+        """The candidate of a plan result's row (:meth:`Estimate.to_dict`): the one reader of that JSON."""
+        return cls(strategy=row["strategy"], offload=row["offload"], offload_param=row["offload_param"],
+                   tp=row["tp"], pp=row["pp"], engine=row.get("engine", "deepspeed"),
+                   checkpointing=bool(row.get("activation_checkpointing")),
+                   virtual_stages=row.get("virtual_stages", 1), ulysses=row.get("ulysses", 1),
+                   sequence_parallel=bool(row.get("sequence_parallel")), loss_parallel=bool(row.get("loss_parallel")))
+
+    def dims(self, world: int) -> ParallelDims:
+        """Its layout on ``world`` ranks (the one place a candidate's degrees become dims)."""
+        return ParallelDims(world=world, tp=self.tp, pp=self.pp, sp=self.ulysses)
+
+    @property
+    def planner_fields(self) -> dict[str, Any]:
+        """Its fields as :attr:`dsbench.strategies.Strategy.planner_fields` spells them (all but checkpointing)."""
+        return {"strategy": self.strategy, "offload": self.offload, "offload_param": self.offload_param,
+                "tp": self.tp, "pp": self.pp, "engine": self.engine, "virtual_stages": self.virtual_stages,
+                "ulysses": self.ulysses, "sequence_parallel": self.sequence_parallel,
+                "loss_parallel": self.loss_parallel}
+
+    @property
+    def runs_as(self) -> Strategy:
+        """The strategy that runs it, in compare's vocabulary where compare has it (dsbench/strategies.py)."""
+        return for_candidate(**self.planner_fields)
+
+    @property
+    def name(self) -> str:
+        return self.runs_as.name + (" + ckpt" if self.checkpointing else "")

@@ -1,0 +1,99 @@
+"""The CPU planner's torch_tp options (issue 28): sequence parallelism and the vocabulary-parallel loss.
+
+Oracles: the collectives counted by hand from Korthikanti et al. 2022 sec. 4.2.2 (SP turns each of TP's all-reduces
+into a reduce-scatter and an all-gather of the same tensor) and from dsbench's DTensor plan
+(dsbench/worker/engines/model_parallel.megatron_plan), the ring formulas of plan/comm.py's docstring (seeds/001), and
+llama-tiny's own sizes (tests/data/models: 2 layers, hidden 64, vocabulary 4096, an untied head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from dsbench.models import resolve_model
+from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+from dsbench.plan.hardware import INTERCONNECTS, Link
+from dsbench.plan.profile import tensor_parallel_costs
+
+LAYERS, HIDDEN, VOCAB, SEQ, MICRO = 2, 64, 4096, 128, 2
+ACTIVATIONS = SEQ * MICRO * HIDDEN * 4  # one s·b·h fp32 tensor: 65,536 bytes
+LINK = Link("by hand", bandwidth_gbs=1.0, latency_us=100.0, note="")
+CLUSTER = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=LINK, inter=LINK,
+                  host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04)
+
+
+def _estimate(cluster: Cluster = CLUSTER, **options):
+    workload = Workload(shape=resolve_model("llama-tiny"), seq_len=SEQ, micro_batch=MICRO, grad_accum=1,
+                        precision="fp32")
+    return estimate(Candidate(strategy="ddp", tp=2, engine="torch", **options), workload, cluster)
+
+
+def _collectives(est) -> dict[str, tuple[str, float, int]]:
+    """What each collective moves (tp 2 on 2 ranks: one replica, so the data-parallel ones move nothing)."""
+    return {c.what: (c.kind, c.bytes_per_rank, c.calls) for c in est.comm if c.bytes_per_rank}
+
+
+def test_sequence_parallelism_trades_each_all_reduce_for_a_reduce_scatter_and_an_all_gather():
+    # tp 2 on 2 ranks: one replica accumulating 2 micro-steps for the global batch of pure data parallelism
+    micro_steps = 2
+    plain, sp = _collectives(_estimate()), _collectives(_estimate(sequence_parallel=True))
+    assert plain == {"activations (TP, 4 per layer)": ("all-reduce", 4 * LAYERS * micro_steps * ACTIVATIONS,
+                                                       4 * LAYERS * micro_steps)}  # 2 x B x 1/2 per call
+    # per layer per micro-step 4 of each, plus the head's gather (forward) and scatter (backward) and the first
+    # block's shard gathered back in the backward; a 2-rank ring sends B x 1/2 per call
+    gathers, scatters = (4 * LAYERS + 2) * micro_steps, (4 * LAYERS + 1) * micro_steps
+    assert sp == {"activations (TP+SP, 4 per layer, 2 at the ends)": ("all-gather", gathers * ACTIVATIONS / 2, gathers),
+                  "activations (TP+SP, 4 per layer, 1 at the head)": ("reduce-scatter", scatters * ACTIVATIONS / 2,
+                                                                      scatters)}
+
+
+def test_the_vocabulary_parallel_loss_splits_the_head_and_reduces_three_figures_per_token():
+    micro_steps, tokens = 2, SEQ * MICRO
+    plain, lp = _estimate(), _estimate(loss_parallel=True)  # estimates
+    added = {k: v for k, v in _collectives(lp).items() if k not in _collectives(plain)}
+    assert added == {"loss over vocabulary shards (3 per micro-step)": ("all-reduce", 3 * micro_steps * tokens * 4,
+                                                                        3 * micro_steps),
+                     "LM head input gradient (TP)": ("all-reduce", micro_steps * ACTIVATIONS, micro_steps)}
+    # with SP the head's input gradient is the reduce-scatter SP already counts
+    both = _collectives(_estimate(loss_parallel=True, sequence_parallel=True))
+    assert "LM head input gradient (TP)" not in both and "loss over vocabulary shards (3 per micro-step)" in both
+    # the head's 4096 x 64 weights split over 2 ranks: half of them, with their gradient and Adam's 2 moments, fp32
+    assert plain.states.device - lp.states.device == pytest.approx(VOCAB * HIDDEN / 2 * 4 * 4)
+    # each rank keeps its half of the fp32 logits for the loss's backward (plan/saved.py's head)
+    assert plain.activations - lp.activations == pytest.approx(tokens * VOCAB * 4 / 2)
+    assert lp.compute_s < plain.compute_s
+
+
+def test_the_sequence_parallel_layer_cost_is_what_sp_adds_beyond_its_gathers_and_scatters():
+    measured = {"layers": 2, "tp": 2, "micro_batch": 2, "seq_len": 128, "hidden": 64,
+                **{f"{name}_forward_backward": {"seconds": value}
+                   for name, value in (("plain", 0.008), ("torch", 0.044), ("autotp", 0.030), ("sp", 0.060))}}
+    link = {kind: {"alpha_us": alpha, "bandwidth_gbs": 1.0}
+            for kind, alpha in (("all-reduce", 1000.0), ("all-gather", 400.0), ("reduce-scatter", 600.0))}
+    costs = tensor_parallel_costs(measured, link, element_bytes=4)
+    # by hand: ideal split 8 ms / 2; per layer 4 all-gathers and 4 reduce-scatters of 65,536 bytes, each sending
+    # half of it at 1 GB/s (32.768 µs) after its latency
+    per_layer = 4 * (400e-6 + 32.768e-6) + 4 * (600e-6 + 32.768e-6)
+    assert costs["torch_tp_sp_layer_s"] == pytest.approx((0.060 - 0.004) / 2 - per_layer, rel=1e-9)
+    del measured["sp_forward_backward"]  # a profile written before SP was measured
+    assert "torch_tp_sp_layer_s" not in tensor_parallel_costs(measured, link, element_bytes=4)
+
+
+def test_the_planner_charges_sp_its_own_layer_cost_and_plain_dtensor_s_without_one():
+    measured = replace(CLUSTER, tp_layer_s=(7e-3, 3e-3, 11e-3))
+    # 2 layers x 2 micro-steps
+    assert _estimate(measured, sequence_parallel=True).framework_s == pytest.approx(2 * 2 * 11e-3)
+    assert _estimate(measured).framework_s == pytest.approx(2 * 2 * 7e-3)
+    older = replace(CLUSTER, tp_layer_s=(7e-3, 3e-3, 0.0))  # a profile written before SP was measured
+    assert _estimate(older, sequence_parallel=True).framework_s == pytest.approx(2 * 2 * 7e-3)
+
+
+@pytest.mark.parametrize("options, name", [({"sequence_parallel": True}, "torch_tp2_sp"),
+                                           ({"loss_parallel": True}, "torch_tp2_lp"),
+                                           ({"sequence_parallel": True, "loss_parallel": True}, "torch_tp2_sp_lp")])
+def test_a_plan_row_names_and_reads_back_its_options(options, name):
+    row = _estimate(**options).to_dict()
+    assert row["name"] == name and Candidate.from_dict(row) == Candidate(strategy="ddp", tp=2, engine="torch",
+                                                                         **options)
