@@ -59,9 +59,9 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
     # fresh profile; measured / predicted per family is stored, printed, and applied by the planner
     check = profile["check"]
     assert [cell["strategy"] for cell in check["cells"]] == ["ddp", "fsdp", "pipe2", "torch_pipe2", "torch_tp2",
-                                                            "zero1", "zero1_tp2", "zero2", "zero3"]
+                                                            "ulysses2", "zero1", "zero1_tp2", "zero2", "zero3"]
     assert set(check["step_scale"]) == {"ddp", "fsdp", "pipeline", "pipe_engine", "tensor", "autotp", "zero1",
-                                        "zero", "zero3"}
+                                        "zero", "zero3", "ulysses"}
     for cell in check["cells"]:
         folder = next((tmp_path / "cal" / "check" / "cells").glob(f"{cell['strategy']}-w2-*"))
         summary = json.loads((folder / "summary.json").read_text())
