@@ -53,7 +53,30 @@ TESTBED_FILES = {"test_multinode.py", "test_multinode_flow.py", "test_slurm.py"}
 one after another on one pytest-xdist worker."""
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups (--dist loadgroup)
+def group_of(nodeid: str) -> str:
+    """The test's group under ``--dist loadgroup`` (below): its file, the test bed's, or the NVMe test's own."""
+    file, _, name = nodeid.partition("::")
+    if name.split("[")[0] == NVME_TEST:
+        return "nvme"
+    return "testbed" if Path(file).name in TESTBED_FILES else file
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent when the suite runs in one process
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the groups of :func:`group_of`. xdist 3.8 reads a test's ``xdist_group`` mark into
+    its node id, which pytest 9 no longer lets it change (``Node.nodeid`` is derived from ``_id``), so every test
+    would be a group of its own; its scope scheduler with the group as the scope keeps a group on one worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return ByGroup(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The NVMe test runs last: its async_io op builds in the background from the session's start (above), for
     about 20 minutes of the launches' idle time at nice 5; run where it falls alphabetically, the test waited about
@@ -62,15 +85,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     Under ``make test`` two pytest-xdist workers run the files side by side (``--dist loadgroup``): a launch spends
     much of its wall clock with a core idle (interpreters importing one after another, the launcher chain, ranks
-    waiting in collectives, ssh and SLURM start-up), and the other worker's launch uses it. Each file is one group,
-    so its module fixtures and shared runs stay on one worker; the test-bed files share one group; the NVMe test
-    is a group of its own, scheduled last."""
+    waiting in collectives, ssh and SLURM start-up), and the other worker's launch uses it. Each file is one group
+    (:func:`group_of`, :func:`pytest_xdist_make_scheduler`), so its module fixtures and shared runs stay on one
+    worker; the test-bed files share one group; the NVMe test is a group of its own, scheduled last."""
     nvme = [item for item in items if item.name == NVME_TEST]
     items[:] = [item for item in items if item.name != NVME_TEST] + nvme
-    for item in items:
-        file = item.path.name
-        group = "nvme" if item.name == NVME_TEST else "testbed" if file in TESTBED_FILES else file
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def bin_path(name: str) -> str:
