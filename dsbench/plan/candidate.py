@@ -43,6 +43,12 @@ class Candidate:
         return ParallelDims(world=world, tp=self.tp, pp=self.pp, sp=self.ulysses)
 
     @property
+    def vocab_parallel_head(self) -> bool:
+        """The LM head's vocabulary is split over the tp ranks: DeepSpeed AutoTP's, and torch_tp's under
+        ``--loss-parallel`` (dsbench's torch_tp otherwise keeps the head whole on every rank)."""
+        return self.tp > 1 and (self.engine == "deepspeed" or self.loss_parallel)
+
+    @property
     def planner_fields(self) -> dict[str, Any]:
         """Its fields as :attr:`dsbench.strategies.Strategy.planner_fields` spells them (all but checkpointing)."""
         return {"strategy": self.strategy, "offload": self.offload, "offload_param": self.offload_param,

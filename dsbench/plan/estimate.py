@@ -171,7 +171,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     # ZeRO shards over (and reduces gradients across) the sequence-data-parallel group under Ulysses: dp x sp ranks
     # (DeepSpeed's engine takes its data-parallel group from the Ulysses mpu's get_sequence_data_parallel_group)
     shards = cl.gpus_per_node // model_parallel if cand.strategy == "fsdp_hybrid" else dp * dims.sp
-    held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed" or cand.loss_parallel)
+    held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.vocab_parallel_head)
     states = model_states(held, cand.strategy, shards, acc, cand.offload, cand.offload_param)
     act_bytes = 2 if wl.precision in ("bf16", "fp16") else 4
     # The global batch is fixed across candidates: with TP/PP the data-parallel degree shrinks, so each
@@ -253,8 +253,7 @@ def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:
     already spreads the real work over them. Activation checkpointing adds one forward (8/6)."""
     shape, parts = wl.shape, wl.shape.parts()
     head = parts["head"] or parts["embedding"]  # a tied head multiplies by the embedding matrix
-    # AutoTP splits the head's vocabulary (held_params), and so does torch_tp's --loss-parallel
-    vocab_split = cand.tp > 1 and (cand.engine == "deepspeed" or cand.loss_parallel)
+    vocab_split = cand.vocab_parallel_head  # AutoTP's head, and torch_tp's under --loss-parallel (held_params)
     attention = 12 * shape.hidden * wl.seq_len  # per layer per token
 
     def work(blocks: int, last: bool, tp: int, vocab_tp: int) -> float:

@@ -29,7 +29,7 @@ def predicted_states(shape: ModelShape, cand: Candidate, world: int, precision: 
     """The planner's model states on a run's busiest rank, in the run's precision and accounting; the head is
     split by vocabulary under AutoTP and torch_tp's ``--loss-parallel``."""
     dims = cand.dims(world)
-    held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.engine == "deepspeed" or cand.loss_parallel)
+    held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.vocab_parallel_head)
     # ZeRO partitions over the sequence-data-parallel group under Ulysses: all dp x sp ranks
     return model_states(held, cand.strategy, dims.dp * dims.sp, accounting_for(precision, cand.strategy),
                         offload=cand.offload, offload_param=cand.offload_param)
