@@ -11,7 +11,7 @@ from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
 from dsbench.plan.gpu_profiles import ALIASES, KINDS, GpuProfile
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
-from dsbench.plan.profile import Profile, compute_group, load_profile
+from dsbench.plan.profile import TP_LAYER_RATE, Profile, compute_group, load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
 from dsbench.plan.request import DEFAULTS, PlanRequest
 from dsbench.plan.selfcheck import step_scale
@@ -129,8 +129,7 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
                                 profile["rates"].get("fsdp_unit_s_per_step", 0.0)),
                    deepspeed_s=tuple(profile["rates"].get(key, 0.0) for key in ("zero1_call_s", "zero2_call_s",
                                                                                  "zero3_tensor_s")),
-                   tp_layer_s=tuple(profile["rates"].get(key, 0.0)
-                                    for key in ("torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s")),
+                   tp_layer_s=tuple((kind, profile["rates"].get(rate, 0.0)) for kind, rate in TP_LAYER_RATE.items()),
                    overlap_comm=not str(profile.get("device", "")).startswith("cpu"),
                    step_scale=tuple(sorted(step_scale(profile).items())),
                    spread=tuple(sorted((profile.get("spread") or {}).items())))

@@ -49,6 +49,15 @@ class Candidate:
         return self.tp > 1 and (self.engine == "deepspeed" or self.loss_parallel)
 
     @property
+    def tp_kind(self) -> str:
+        """Which calibrated cost a split layer pays (:data:`dsbench.plan.profile.TP_LAYER_RATE`): DeepSpeed
+        AutoTP's (``autotp``), torch_tp's DTensor layers (``dtensor``), or with ``--sequence-parallel``
+        (``dtensor_sp``)."""
+        if self.engine != "torch":
+            return "autotp"
+        return "dtensor_sp" if self.sequence_parallel else "dtensor"
+
+    @property
     def planner_fields(self) -> dict[str, Any]:
         """Its fields as :attr:`dsbench.strategies.Strategy.planner_fields` spells them (all but checkpointing)."""
         return {"strategy": self.strategy, "offload": self.offload, "offload_param": self.offload_param,

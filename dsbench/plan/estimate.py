@@ -68,10 +68,10 @@ class Cluster:
     deepspeed_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """DeepSpeed's own seconds (calibrate's stack): per gradient reduction under ZeRO-1 and ZeRO-2 (and 3), per
     parameter tensor under ZeRO-3; zero without a profile, when each collective call pays the link's latency."""
-    tp_layer_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    tp_layer_s: tuple[tuple[str, float], ...] = ()
     """Tensor parallelism's own seconds per decoder layer per micro-step beyond 1/tp of the compute and its
-    collectives, under DTensor, AutoTP and DTensor with sequence parallelism, measured by ``dsbench calibrate``; zero
-    without a profile (the last also in profiles written before it was measured: plain DTensor's then)."""
+    collectives, by :attr:`Candidate.tp_kind` (DTensor, AutoTP, DTensor with sequence parallelism), measured by
+    ``dsbench calibrate``; none without a profile."""
     compute_by_micro_batch: tuple[tuple[int, float], ...] = ()
     """The measured forward+backward TFLOPS per rank at several micro-batches (a profile)."""
     gpu_model: GpuProfile | None = None
@@ -207,8 +207,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     check = step * (scale - 1)
     span = interval.step_range(step + check, {"compute": compute_with_bubble, "communication": exposed,
                                               "optimizer": optimizer, "framework": framework},
-                               interval.framework_timings(cand.strategy, cand.tp, "torch_sp" if cand.sequence_parallel
-                                                          else cand.engine), dict(cl.spread), scale)
+                               interval.framework_timings(cand), dict(cl.spread), scale)
     step, no_overlap = step + check, no_overlap + check
     mfu = model_flops / model_parallel / (step * cl.peak_tflops * 1e12)
     terms = {"compute": compute, "communication": exposed, "offload": offload,
@@ -353,11 +352,12 @@ def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl:
 
 
 def tp_layer_seconds(cand: Candidate, cl: Cluster) -> float:
-    """The profile's own cost of one split layer for the engine that splits it (:attr:`Cluster.tp_layer_s`)."""
-    dtensor, autotp, sequence_parallel = cl.tp_layer_s
-    if cand.engine != "torch":
-        return autotp
-    return sequence_parallel if cand.sequence_parallel and sequence_parallel else dtensor
+    """The profile's own cost of one split layer of the candidate's kind (:attr:`Cluster.tp_layer_s`)."""
+    costs = dict(cl.tp_layer_s)
+    cost = costs.get(cand.tp_kind, 0.0)
+    if not cost and cand.tp_kind == "dtensor_sp":  # profiles from before 2026-11-26 16:00: plain DTensor's cost
+        cost = costs.get("dtensor", 0.0)
+    return cost
 
 
 def _offload_seconds(states: ModelStates, cl: Cluster) -> float:

@@ -16,22 +16,24 @@ from __future__ import annotations
 
 import math
 
+from dsbench.plan.candidate import Candidate
 from dsbench.plan.profile import SPREAD_OF
 
-TENSOR_TIMING = {"torch": "DTensor layers", "deepspeed": "AutoTP layers", "torch_sp": "DTensor SP layers"}
-"""Tensor parallelism's own work per layer, by the engine that splits the layers
-(:func:`dsbench.plan.profile.tensor_parallel_costs`)."""
+TENSOR_TIMING = {"dtensor": "DTensor layers", "autotp": "AutoTP layers", "dtensor_sp": "DTensor SP layers"}
+"""Tensor parallelism's own work per layer, by the kind of split layer (:attr:`Candidate.tp_kind`,
+:func:`dsbench.plan.profile.tensor_parallel_costs`)."""
 TERM_TIMING = {"compute": "forward+backward", "optimizer": "AdamW", "communication": "collectives"}
 
 
-def framework_timings(strategy: str, tp: int, engine: str) -> list[str]:
+def framework_timings(cand: Candidate) -> list[str]:
     """The calibrated timings the framework term of a candidate comes from: its engine's stack step (the timing
     :data:`dsbench.plan.profile.SPREAD_OF` names for the stage's or FSDP2's step, which
     :func:`dsbench.plan.profile.zero_costs` and :func:`~dsbench.plan.profile.fsdp_unit_costs` fit from) and tensor
     parallelism's layers."""
+    strategy = cand.strategy
     source = ("fsdp", "sharded_step") if strategy.startswith("fsdp") else ("deepspeed", f"{strategy}_step")
     engine_timing = [name for name, timing in SPREAD_OF.items() if timing == source]
-    return engine_timing + ([TENSOR_TIMING[engine]] if tp > 1 else [])
+    return engine_timing + ([TENSOR_TIMING[cand.tp_kind]] if cand.tp > 1 else [])
 
 
 def step_range(step: float, terms: dict[str, float], framework: list[str], spread: dict[str, float],

@@ -123,6 +123,10 @@ def zero_costs(zero: dict[str, Any], fsdp: dict[str, Any]) -> dict[str, float]:
             "zero3_tensor_s": max(0.0, (extra(3) - calls * per_call[2]) / tensors)}
 
 
+TP_LAYER_RATE = {"dtensor": "torch_tp_layer_s", "autotp": "autotp_layer_s", "dtensor_sp": "torch_tp_sp_layer_s"}
+"""The rate :func:`tensor_parallel_costs` stores for each kind of split layer (:attr:`Candidate.tp_kind`)."""
+
+
 def tensor_parallel_costs(tp: dict[str, Any], link: dict[str, Any], element_bytes: int) -> dict[str, float]:
     """What tensor parallelism costs per decoder layer per micro-step beyond 1/tp of the layer's compute and its
     activation all-reduces, from calibrate's measurement of the model's own layers split ``tp`` ways:

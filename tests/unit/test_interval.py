@@ -13,6 +13,7 @@ import math
 import pytest
 
 from dsbench.plan.api import read_profile
+from dsbench.plan.candidate import Candidate
 from dsbench.plan.interval import framework_timings, step_range
 from dsbench.plan.profile import Profile, spreads
 from dsbench.plan.verify import measured_step_s, predict_cell, predicted_figures
@@ -42,10 +43,12 @@ def test_what_no_timing_measured_adds_no_width_and_no_spreads_give_no_range():
 
 
 def test_the_framework_term_comes_from_its_engine_and_its_tensor_parallel_layers():
-    assert framework_timings("zero1", 2, "deepspeed") == ["ZeRO-1 stack step", "AutoTP layers"]
-    assert framework_timings("ddp", 2, "torch") == ["DTensor layers"]
-    assert framework_timings("fsdp", 1, "torch") == ["FSDP2 stack step"]
-    assert framework_timings("ddp", 1, "torch") == []
+    assert framework_timings(Candidate(strategy="zero1", tp=2)) == ["ZeRO-1 stack step", "AutoTP layers"]
+    assert framework_timings(Candidate(strategy="ddp", tp=2, engine="torch")) == ["DTensor layers"]
+    assert framework_timings(Candidate(strategy="ddp", tp=2, engine="torch", sequence_parallel=True)) == [
+        "DTensor SP layers"]
+    assert framework_timings(Candidate(strategy="fsdp", engine="torch")) == ["FSDP2 stack step"]
+    assert framework_timings(Candidate(strategy="ddp", engine="torch")) == []
 
 
 def _coverage(profile: Profile, case: str) -> tuple[int, int]:

@@ -248,7 +248,8 @@ def test_a_profile_with_split_layers_carries_their_cost_to_the_planner():
     base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
                    inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"])
     # a profile without the sequence-parallel stack (written before 2026-11-26 16:00) has no SP cost
-    assert with_profile(base, profile).tp_layer_s == (rates["torch_tp_layer_s"], rates["autotp_layer_s"], 0.0)
+    assert with_profile(base, profile).tp_layer_s == (("dtensor", rates["torch_tp_layer_s"]),
+                                                      ("autotp", rates["autotp_layer_s"]), ("dtensor_sp", 0.0))
     unsupported = {**_measured([0.05, 0.04]), "tensor_parallel": {"layers": 2, "tp": 2, "unsupported": "gpt2"}}
     assert "torch_tp_layer_s" not in fit_profile(unsupported)["rates"]
 
@@ -258,7 +259,7 @@ def test_the_planner_adds_tensor_parallelism_s_own_work_per_layer_and_micro_step
     wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=1, precision="fp32")
     plain = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
                     inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04)
-    measured = replace(plain, tp_layer_s=(7e-3, 3e-3, 0.0))
+    measured = replace(plain, tp_layer_s=(("dtensor", 7e-3), ("autotp", 3e-3)))
     # tp 2 on 2 ranks: 1 replica accumulating 2 micro-steps to keep the global batch; 2 layers each
     torch_tp = Candidate(strategy="ddp", tp=2, engine="torch")
     assert estimate(torch_tp, wl, measured).framework_s == pytest.approx(2 * 7e-3 * 2)

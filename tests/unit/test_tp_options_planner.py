@@ -82,11 +82,12 @@ def test_the_sequence_parallel_layer_cost_is_what_sp_adds_beyond_its_gathers_and
 
 
 def test_the_planner_charges_sp_its_own_layer_cost_and_plain_dtensor_s_without_one():
-    measured = replace(CLUSTER, tp_layer_s=(7e-3, 3e-3, 11e-3))
+    measured = replace(CLUSTER, tp_layer_s=(("dtensor", 7e-3), ("autotp", 3e-3), ("dtensor_sp", 11e-3)))
     # 2 layers x 2 micro-steps
     assert _estimate(measured, sequence_parallel=True).framework_s == pytest.approx(2 * 2 * 11e-3)
     assert _estimate(measured).framework_s == pytest.approx(2 * 2 * 7e-3)
-    older = replace(CLUSTER, tp_layer_s=(7e-3, 3e-3, 0.0))  # a profile written before SP was measured
+    # a profile written before SP was measured
+    older = replace(CLUSTER, tp_layer_s=(("dtensor", 7e-3), ("autotp", 3e-3), ("dtensor_sp", 0.0)))
     assert _estimate(older, sequence_parallel=True).framework_s == pytest.approx(2 * 2 * 7e-3)
 
 
