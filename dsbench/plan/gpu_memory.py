@@ -56,6 +56,14 @@ def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
         return {"weights": 2 * params, "grads": grad * params, "optimizer": 12 * params / shard}
     if strategy == "zero2":
         return {"weights": 2 * params, "grads": grad * params / shard + 2 * layer, "optimizer": 12 * params / shard}
+    if strategy.startswith("fsdp") and lay.pp > 1:  # FSDP2 under torch's pipeline schedules: every micro-batch's
+        # backward but the last runs with set_requires_gradient_sync(False) and set_reshard_after_backward(False)
+        # (torch/distributed/pipelining/stage.py, backward_maybe_with_nosync), so the stage's 16-bit weights stay
+        # gathered and its gradients accumulate unsharded, upcast to the reduce dtype (fp32 under torchtitan's and
+        # dsbench's MixedPrecisionPolicy: _fsdp_param.py to_accumulated_grad_if_needed), until the step's one
+        # reduce-scatter; one layer's 16-bit gradient waits to be added
+        return {"weights": 4 * params / shard + 2 * params, "grads": 4 * params + 2 * layer,
+                "optimizer": 8 * params / shard}
     if strategy == "fsdp_no_reshard":  # the 16-bit weights stay gathered after the forward
         return {"weights": 4 * params / shard + 2 * params, "grads": 4 * params / shard + 4 * layer,
                 "optimizer": 8 * params / shard}

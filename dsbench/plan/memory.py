@@ -162,9 +162,16 @@ def activation_bytes(seq: int, micro: int, hidden: int, heads: int, layers: int,
 
 
 def buffer_bytes(strategy: str, tp: int, shape: ModelShape, acc: Accounting, reduce_bucket: float | None,
-                 prefetch_bucket: float | None) -> float:
+                 prefetch_bucket: float | None, pipelined_params: float = 0.0) -> float:
     """Temporary buffers: DeepSpeed buckets (reduce_bucket_size = h², prefetch = 0.9·h² by HF "auto") or
-    FSDP2's unsharded block (current + prefetched) for all-gathered parameters and their gradients."""
+    FSDP2's unsharded block (current + prefetched) for all-gathered parameters and their gradients.
+
+    ``pipelined_params``: the stage's parameters when torch's pipeline schedules run FSDP2 (torch_3d). Every
+    micro-batch's backward but the last runs without gradient sync or resharding (torch/distributed/pipelining/
+    stage.py), so the whole stage stays gathered and its gradients accumulate unsharded in the reduce dtype (fp32:
+    dsbench's MixedPrecisionPolicy) until the step's one reduce-scatter."""
+    if strategy.startswith("fsdp") and pipelined_params:
+        return pipelined_params * (acc.params + 4)
     h2 = shape.hidden ** 2
     reduce = reduce_bucket or h2
     if strategy in ("zero1", "zero2"):

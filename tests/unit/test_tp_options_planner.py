@@ -98,3 +98,19 @@ def test_a_plan_row_names_and_reads_back_its_options(options, name):
     row = _estimate(**options).to_dict()
     assert row["name"] == name and Candidate.from_dict(row) == Candidate(strategy="ddp", tp=2, engine="torch",
                                                                          **options)
+
+
+def test_fsdp_under_torch_s_pipeline_holds_its_stage_gathered_with_unsharded_gradients():
+    """torch_3d (FSDP2 inside torch's pipeline schedules): every micro-batch's backward but the last runs without
+    gradient sync or resharding (torch/distributed/pipelining/stage.py), so the buffers are the whole stage's fp32
+    weights gathered plus its fp32 gradients unsharded, by hand from llama-tiny's stage of 1 block."""
+    from dsbench.plan.memory import held_params
+
+    workload = Workload(shape=resolve_model("llama-tiny"), seq_len=SEQ, micro_batch=MICRO, grad_accum=1,
+                        precision="fp32")
+    cluster = replace(CLUSTER, gpus_per_node=8)
+    three_d = estimate(Candidate(strategy="fsdp", tp=2, pp=2, engine="torch"), workload, cluster)
+    stage = held_params(workload.shape, tp=2, pp=2)
+    assert three_d.buffers == pytest.approx(stage * (4 + 4))
+    flat = estimate(Candidate(strategy="fsdp", tp=2, engine="torch"), workload, cluster)
+    assert flat.buffers < three_d.buffers / 2  # without a pipeline: one gathered block and its prefetched next
