@@ -178,8 +178,8 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     # replica accumulates tp x pp times more micro-batches per step.
     accum = dims.accumulation_for(wl.grad_accum)
     activations = _activations(cand, wl, accum, act_bytes)
-    buffers = buffer_bytes(cand.strategy, cand.tp, shape, acc, wl.reduce_bucket, wl.prefetch_bucket,
-                           pipelined_params=held if cand.pp > 1 else 0.0)
+    buffers = buffer_bytes(cand.strategy, cand.tp, shape, acc, wl.reduce_bucket, wl.prefetch_bucket, held=held,
+                           micro_steps=accum, pipelined=cand.pp > 1)
     device_total = states.device + activations + buffers
     tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
     # model FLOPs per token 6N + 12·L·h·s (PaLM App. B), for MFU

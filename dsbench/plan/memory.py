@@ -162,16 +162,15 @@ def activation_bytes(seq: int, micro: int, hidden: int, heads: int, layers: int,
 
 
 def buffer_bytes(strategy: str, tp: int, shape: ModelShape, acc: Accounting, reduce_bucket: float | None,
-                 prefetch_bucket: float | None, pipelined_params: float = 0.0) -> float:
-    """Temporary buffers: DeepSpeed buckets (reduce_bucket_size = h², prefetch = 0.9·h² by HF "auto") or
-    FSDP2's unsharded block (current + prefetched) for all-gathered parameters and their gradients.
+                 prefetch_bucket: float | None, held: float = 0.0, micro_steps: int = 1,
+                 pipelined: bool = False) -> float:
+    """Temporary buffers: DeepSpeed buckets (reduce_bucket_size = h², prefetch = 0.9·h² by HF "auto") or FSDP2's
+    unsharded blocks (current + prefetched) of weights and one block's gradients.
 
-    ``pipelined_params``: the stage's parameters when torch's pipeline schedules run FSDP2 (torch_3d). Every
-    micro-batch's backward but the last runs without gradient sync or resharding (torch/distributed/pipelining/
-    stage.py), so the whole stage stays gathered and its gradients accumulate unsharded in the reduce dtype (fp32:
-    dsbench's MixedPrecisionPolicy) until the step's one reduce-scatter."""
-    if strategy.startswith("fsdp") and pipelined_params:
-        return pipelined_params * (acc.params + 4)
+    FSDP2's gradients stay unsharded, all ``held`` parameters' in fp32 (the reduce dtype), when the reduce-scatter
+    waits for the last of several ``micro_steps`` (dsbench's engine: ``set_requires_gradient_sync(last_micro)``)
+    or runs under torch's pipeline schedules (``pipelined``, torch_3d), whose every backward but the last also
+    skips resharding (torch/distributed/pipelining/stage.py): the whole stage then stays gathered too."""
     h2 = shape.hidden ** 2
     reduce = reduce_bucket or h2
     if strategy in ("zero1", "zero2"):
@@ -182,5 +181,7 @@ def buffer_bytes(strategy: str, tp: int, shape: ModelShape, acc: Accounting, red
         return reduce * acc.grads + prefetch * acc.params + largest * acc.params
     if strategy in ("fsdp", "fsdp_hybrid"):
         block = (shape.num_params() - shape.vocab_size * shape.hidden) / shape.layers / tp
-        return 2 * block * acc.params + block * acc.grads
+        weights = held * acc.params if pipelined else 2 * block * acc.params
+        grads = held * 4 if pipelined or micro_steps > 1 else block * acc.grads
+        return weights + grads
     return 0.0
