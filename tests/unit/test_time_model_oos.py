@@ -220,3 +220,45 @@ def test_the_planner_prices_interleaved_1f1b_out_of_sample():
     check cell of interleaved 1F1B exists: it takes torch_pipe2's pipeline scale."""
     measured, predicted = _cells(FOURTH[1])["torch_pipe2_interleaved2"]
     assert abs(predicted / measured - 1) <= 0.10, (measured, predicted)  # measured: -7.8%
+
+
+# The fifth round, 2026-11-26 22:00 and 22:12: llama-tiny with torch_tp's sequence parallelism and vocabulary-
+# parallel loss, priced by the CPU planner from 17:00 that day (before either run), and Ulysses' own check cell.
+FIFTH = ("oos-20261126-2200-llama-tiny", "oos-20261126-2212-llama-tiny")
+
+
+@pytest.mark.parametrize("case", FIFTH)
+def test_torch_tp_s_sequence_parallelism_is_priced_within_ten_percent_out_of_sample(case):
+    """No check cell of its own: it takes torch_tp2's scale (measured: -7.8%, -6.1%)."""
+    measured, predicted = _cells(case)["torch_tp2_sp"]
+    assert abs(predicted / measured - 1) <= 0.10, (measured, predicted)
+
+
+@pytest.mark.parametrize("case", FIFTH)
+def test_the_vocabulary_parallel_loss_runs_slower_than_priced(case):
+    """The miss pinned (measured: -16.1%, -13.9%): the loss on vocabulary shards costs more than its all-reduces
+    and 1/t of the head, and no calibrated figure holds its DTensor work. It measured no faster than plain
+    torch_tp2, whose head is whole on every rank."""
+    cells = _cells(case)
+    measured, predicted = cells["torch_tp2_lp"]
+    assert -0.20 <= predicted / measured - 1 <= -0.10, (measured, predicted)
+    assert measured > cells["torch_tp2"][0] * 0.99
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-26 22:00 and 22:12: medians 10.5% and 6.4%, Spearman 0.93 "
+                   "and 0.98, worst zero3 +40.8% and zero1 +46.2%: each a check cell that ran 34-44% slower than "
+                   "both compare repeats of the same cell minutes later")
+@pytest.mark.parametrize("case", FIFTH)
+def test_the_fifth_round_meets_the_goals(case):
+    _goals(case)
+
+
+def test_the_fifth_round_keeps_its_ranking_and_the_check_cells_minute_is_its_worst_cell():
+    for case, worst in zip(FIFTH, ("zero3", "zero1"), strict=True):
+        cells = _cells(case)
+        errors = {name: abs(predicted / measured - 1) for name, (measured, predicted) in cells.items()}
+        assert max(errors, key=errors.get) == worst
+        check, compare = _wall_step_ms(STORED / case / "check"), _wall_step_ms(STORED / case / "compare")
+        assert check[worst][0] > 1.3 * max(compare[worst])
+        _, _, rho = _figures(cells)
+        assert rho >= 0.9  # measured 0.93 and 0.98
