@@ -37,10 +37,13 @@ if TYPE_CHECKING:
               help="Then run one short real cell per engine family (ddp, fsdp, zero2, zero3, torch_tp2 and "
                    "torch_pipe2 where the model allows; single on one rank), print predicted vs measured and store "
                    "each family's step scale in the profile.")
+@click.option("--check-repeats", type=COUNT,
+              help="Launches of each check cell, interleaved (every cell once, then again) [1]; a family's scale "
+                   "takes each cell's median, so 3 keeps one slow minute out of it.")
 @click.option("--dry-run", is_flag=True, help="Print the command; run nothing.")
 def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batch: int, seq_len: int,
               precision: str, output: str | None, run_dir: str | None, master_port: int | None, timeout: float,
-              check: bool, dry_run: bool) -> None:
+              check: bool, check_repeats: int | None, dry_run: bool) -> None:
     """Measure this machine for the planner: compute rate per rank at the model's shapes, and latency and
     bandwidth of all-reduce, all-gather, reduce-scatter and point-to-point on the real ranks (`plan --profile`)."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
@@ -50,10 +53,7 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     from dsbench.launchers import LaunchSpec, build
     from dsbench.plan.profile import Profile, fit_profile, summary_lines
 
-    if hostfile and num_gpus:
-        raise UserError("--num-gpus is the ranks on this machine; with --hostfile its slots say it: drop one")
-    if hostfile and check:
-        raise UserError("--check runs its cells on this machine's ranks (dsbench compare): drop --hostfile or --check")
+    _refuse_conflicts(hostfile, num_gpus, check, check_repeats)
     check_seq_len(model, seq_len)
     folder = Path(run_dir or f"runs/calibrate-{time.strftime('%Y%m%d-%H%M%S')}")
     target = Path(output) if output else folder / "profile.json"
@@ -94,9 +94,19 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
         click.echo(line)
     if check:
         profile = {**profile, "check": _self_check(Profile(str(target), profile), checked, model, ranks, micro_batch,
-                                                   seq_len, precision, folder / "check", timeout)}
+                                                   seq_len, precision, folder / "check", timeout,
+                                                   check_repeats or 1)}
         atomic_write_json(target, profile)  # the profile this command wrote above, now with its check
     click.echo(f"profile: {target}  (dsbench plan --profile {target} ...)")
+
+
+def _refuse_conflicts(hostfile: str | None, num_gpus: int | None, check: bool, check_repeats: int | None) -> None:
+    if hostfile and num_gpus:
+        raise UserError("--num-gpus is the ranks on this machine; with --hostfile its slots say it: drop one")
+    if hostfile and check:
+        raise UserError("--check runs its cells on this machine's ranks (dsbench compare): drop --hostfile or --check")
+    if check_repeats and not check:
+        raise UserError("--check-repeats is how often --check launches each cell: add --check or drop it")
 
 
 def _check_strategies(model: str, ranks: int) -> list[str]:
@@ -107,8 +117,11 @@ def _check_strategies(model: str, ranks: int) -> list[str]:
 
 
 def _self_check(profile: Profile, strategies: list[str], model: str, ranks: int, micro_batch: int, seq_len: int,
-                precision: str, folder: Path, timeout: float) -> dict:
-    """``--check``: the check cells run by dsbench compare, each predicted from the fresh profile (selfcheck.py)."""
+                precision: str, folder: Path, timeout: float, repeats: int) -> dict:
+    """``--check``: the check cells run by dsbench compare, each predicted from the fresh profile (selfcheck.py).
+    With ``repeats`` > 1 compare launches every cell once and then again (its repeats' order), so a slow minute
+    falls on one launch of several cells rather than on every launch of one, and each cell's step is the median
+    over its launches (report.collect)."""
     from dsbench.bench.session import run_compare
     from dsbench.console import table_console
     from dsbench.plan.selfcheck import CHECK_STEPS, CHECK_WARMUP, check_record, check_warnings
@@ -119,7 +132,7 @@ def _self_check(profile: Profile, strategies: list[str], model: str, ranks: int,
 
     flags = {"strategies": strategies, "models": [model], "world_sizes": [ranks],
              "micro_batches": [micro_batch], "seq_len": seq_len, "precision": precision, "steps": CHECK_STEPS,
-             "warmup": CHECK_WARMUP, "repeats": 1}
+             "warmup": CHECK_WARMUP, "repeats": repeats}
     run = run_compare(None, flags, str(folder), resume=False, retry_failed=False, timeout=timeout, nvme_path=None,
                       quiet=True)
     failed = next((result for result in run.results if result.status != "ok"), None)
@@ -133,7 +146,7 @@ def _self_check(profile: Profile, strategies: list[str], model: str, ranks: int,
         figures = predicted_figures(row, profile)
         cells.append({"strategy": row["base_strategy"], "family": get(row["base_strategy"]).family,
                       "measured_step_ms": figures["wall_step_ms"], "predicted_step_ms": figures["predicted_step_ms"]})
-    record = check_record(cells)
+    record = check_record(cells, repeats)
     check_grid(record).print(table_console())
     for line in check_warnings(record):
         click.echo(line, err=True)

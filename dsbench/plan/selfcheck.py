@@ -32,15 +32,17 @@ def check_strategies(runnable: list[str]) -> list[str]:
     return [name for name in CHECKED if name in runnable]
 
 
-def check_record(cells: list[dict[str, Any]]) -> dict[str, Any]:
+def check_record(cells: list[dict[str, Any]], repeats: int = 1) -> dict[str, Any]:
     """The profile's ``check`` section from the check cells, each ``{"strategy", "family", "measured_step_ms",
-    "predicted_step_ms"}`` (predicted from the profile before any scale): every cell with its relative error, and per
-    family the median of measured / predicted over its cells."""
+    "predicted_step_ms"}`` (predicted from the profile before any scale; measured: the median over the cell's
+    ``repeats`` launches): every cell with its relative error, and per family the median of measured / predicted
+    over its cells."""
     rows = [{**cell, "error": cell["predicted_step_ms"] / cell["measured_step_ms"] - 1} for cell in cells]
     families = sorted({row["family"] for row in rows})
     scale = {family: statistics.median(row["measured_step_ms"] / row["predicted_step_ms"] for row in rows
                                        if row["family"] == family) for family in families}
-    return {"goal": GOAL, "steps": CHECK_STEPS, "warmup": CHECK_WARMUP, "cells": rows, "step_scale": scale}
+    return {"goal": GOAL, "steps": CHECK_STEPS, "warmup": CHECK_WARMUP, "repeats": repeats, "cells": rows,
+            "step_scale": scale}
 
 
 def step_scale(profile: dict[str, Any]) -> dict[str, float]:

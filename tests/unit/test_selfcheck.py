@@ -40,6 +40,24 @@ def test_the_scale_is_measured_over_predicted_per_family_and_the_error_its_inver
                                                          ["zero2", "zero", "+8.0%", "0.926"]]
     warnings = check_warnings(record)
     assert len(warnings) == 1 and "ddp" in warnings[0] and "1.250" in warnings[0]  # 8% is within the goal
+    assert record["repeats"] == 1 and check_record(cells, repeats=3)["repeats"] == 3
+
+
+def test_check_repeats_ask_compare_for_interleaved_launches(tmp_path, monkeypatch):
+    """``--check-repeats 3``: the check's compare gets repeats 3 (compare runs every cell once, then again), and
+    the stored record says so."""
+    from dsbench.commands import calibrate as command
+
+    seen = {}
+
+    def fake_compare(_config, flags, folder, **_kwargs):
+        seen.update(flags)
+        raise SystemExit(0)  # stop before any launch: what the compare was asked for is the assertion
+
+    monkeypatch.setattr("dsbench.bench.session.run_compare", fake_compare)
+    with pytest.raises(SystemExit):
+        command._self_check(read_profile(str(PROFILE)), ["ddp"], "llama-tiny", 2, 2, 128, "fp32", tmp_path, 60.0, 3)
+    assert seen["repeats"] == 3 and seen["strategies"] == ["ddp"]
 
 
 def _with_scale(tmp_path, scale):
