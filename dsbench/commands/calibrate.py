@@ -51,7 +51,8 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     from dsbench.io import atomic_write_json, atomic_write_text, check_output_path, read_json
     from dsbench.launch import inherited_env
     from dsbench.launchers import LaunchSpec, build
-    from dsbench.plan.profile import Profile, fit_profile, summary_lines
+    from dsbench.plan.profile import Profile, fit_profile
+    from dsbench.plan.profile_summary import summary_lines
 
     _refuse_conflicts(hostfile, num_gpus, check, check_repeats)
     check_seq_len(model, seq_len)

@@ -130,6 +130,7 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
                    deepspeed_s=tuple(profile["rates"].get(key, 0.0) for key in ("zero1_call_s", "zero2_call_s",
                                                                                  "zero3_tensor_s")),
                    tp_layer_s=tuple((kind, profile["rates"].get(rate, 0.0)) for kind, rate in TP_LAYER_RATE.items()),
+                   lp_head_s=profile["rates"].get("torch_tp_lp_head_s", 0.0),
                    overlap_comm=not str(profile.get("device", "")).startswith("cpu"),
                    step_scale=tuple(sorted(step_scale(profile).items())),
                    spread=tuple(sorted((profile.get("spread") or {}).items())))

@@ -33,7 +33,8 @@ def framework_timings(cand: Candidate) -> list[str]:
     strategy = cand.strategy
     source = ("fsdp", "sharded_step") if strategy.startswith("fsdp") else ("deepspeed", f"{strategy}_step")
     engine_timing = [name for name, timing in SPREAD_OF.items() if timing == source]
-    return engine_timing + ([TENSOR_TIMING[cand.tp_kind]] if cand.tp > 1 else [])
+    head = ["DTensor loss-parallel head"] if cand.loss_parallel and cand.engine == "torch" else []
+    return engine_timing + ([TENSOR_TIMING[cand.tp_kind]] if cand.tp > 1 else []) + head
 
 
 def step_range(step: float, terms: dict[str, float], framework: list[str], spread: dict[str, float],

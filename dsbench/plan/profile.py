@@ -137,7 +137,10 @@ def tensor_parallel_costs(tp: dict[str, Any], link: dict[str, Any], element_byte
     lost by matrix multiplies 1/tp the size. Under DTensor with sequence parallelism (``torch_tp_sp_layer_s``,
     profiles from 2026-11-26 16:00 on) the layer's collectives are 4 all-gathers and 4 reduce-scatters of the same
     activations (Korthikanti et al. 2022 sec. 4.2.2; plan/comm.sequence_parallel_comm), and its own work adds the
-    norms' DTensor dispatch and the regions' redistributions. Kept at zero when noise makes one negative."""
+    norms' DTensor dispatch and the regions' redistributions. And per micro-step the LM head and loss split by
+    vocabulary under torch's ``loss_parallel`` (``torch_tp_lp_head_s``, profiles from 2026-11-26 23:00 on):
+    beyond 1/tp of the whole head and loss, the DTensor work of the sharded logits and loss. Kept at zero when noise
+    makes one negative."""
     n, layers = tp["tp"], tp["layers"]
     activations = tp["micro_batch"] * tp["seq_len"] * tp["hidden"] * element_bytes
     collectives = {"torch": 4 * call_seconds(link, "all-reduce", activations, n),
@@ -145,10 +148,18 @@ def tensor_parallel_costs(tp: dict[str, Any], link: dict[str, Any], element_byte
                               call_seconds(link, "reduce-scatter", activations, n))}
     collectives["autotp"] = collectives["torch"]
     ideal = tp["plain_forward_backward"]["seconds"] / n
-    return {f"{name}_layer_s": max(0.0, (tp[f"{engine}_forward_backward"]["seconds"] - ideal) / layers -
-                                   collectives[engine])
-            for name, engine in (("torch_tp", "torch"), ("autotp", "autotp"), ("torch_tp_sp", "sp"))
-            if f"{engine}_forward_backward" in tp}
+    costs = {f"{name}_layer_s": max(0.0, (tp[f"{engine}_forward_backward"]["seconds"] - ideal) / layers -
+                                    collectives[engine])
+             for name, engine in (("torch_tp", "torch"), ("autotp", "autotp"), ("torch_tp_sp", "sp"))
+             if f"{engine}_forward_backward" in tp}
+    if "lp_forward_backward" in tp:  # the head split by vocabulary, per micro-step: beyond 1/tp of the whole head
+        # and loss, the loss's 3 all-reduces of s·b figures and the head's input-gradient all-reduce
+        # (plan/comm.loss_parallel_comm)
+        lp_comm = (3 * call_seconds(link, "all-reduce", tp["micro_batch"] * tp["seq_len"] * 4, n) +
+                   call_seconds(link, "all-reduce", activations, n))
+        costs["torch_tp_lp_head_s"] = max(0.0, tp["lp_forward_backward"]["seconds"] -
+                                          tp["head_forward_backward"]["seconds"] / n - lp_comm)
+    return costs
 
 
 def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
@@ -188,7 +199,8 @@ SPREAD_OF = {"forward+backward": ("compute_per_rank", "model"), "AdamW": ("compu
              "ZeRO-2 stack step": ("deepspeed", "zero2_step"), "ZeRO-3 stack step": ("deepspeed", "zero3_step"),
              "DTensor layers": ("tensor_parallel", "torch_forward_backward"),
              "AutoTP layers": ("tensor_parallel", "autotp_forward_backward"),
-             "DTensor SP layers": ("tensor_parallel", "sp_forward_backward")}
+             "DTensor SP layers": ("tensor_parallel", "sp_forward_backward"),
+             "DTensor loss-parallel head": ("tensor_parallel", "lp_forward_backward")}
 """The timings each stored figure comes from (the rates and engine costs above are fitted from them)."""
 
 
@@ -288,7 +300,7 @@ def _shown(value: Any) -> str:
 REQUIRED_RATES = ("model_tflops", "adam_params_per_s")
 """The rates the planner always reads from a profile."""
 OPTIONAL_RATES = ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
-                  "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s")
+                  "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s")
 """The engine costs a profile may carry (older profiles have none)."""
 
 
@@ -324,54 +336,6 @@ def compute_group(profile: dict[str, Any]) -> tuple[Link | None, Link | None]:
     intra = link_from(profile, "intra") or (link_from(profile, "world") if nodes == 1 else None)
     one_per_node = nodes > 1 and nodes == profile.get("world_size")
     return intra, link_from(profile, "inter") or (link_from(profile, "world") if one_per_node else None)
-
-
-def summary_lines(profile: dict[str, Any]) -> list[str]:
-    """What a profile says, in a few lines (printed by ``dsbench calibrate``)."""
-    rates = profile["rates"]
-    model = profile["model"]["name"]
-    lines = [f"{profile['world_size']} rank(s) on {profile['nodes']} node(s), {profile['backend']} on "
-             f"{profile['device'].split(':')[0]}, {profile['precision']}, measured in {profile['seconds']:.0f} s",
-             f"compute per rank (slowest rank): {model} forward+backward {rates['model_tflops'] * 1e3:,.2f} GFLOP/s "
-             f"at micro-batch {profile['micro_batch']} x seq {profile['seq_len']}; its MLP matmul "
-             f"{rates['gemm_tflops'] * 1e3:,.2f}, attention {rates['attention_tflops'] * 1e3:,.2f} GFLOP/s; "
-             f"AdamW {rates['adam_params_per_s'] / 1e6:,.1f} M params/s"]
-    if "fsdp_unit_s_per_micro_step" in rates:
-        lines.append("FSDP2 beyond compute and collectives, per unit: "
-                     f"{rates['fsdp_unit_s_per_micro_step'] * 1e3:,.2f} ms per micro-step, "
-                     f"{rates['fsdp_unit_s_per_step'] * 1e3:,.2f} ms per optimizer step")
-    if "zero1_call_s" in rates:
-        lines.append(f"DeepSpeed, small collectives included: {rates['zero1_call_s'] * 1e3:,.2f} ms (ZeRO-1) and "
-                     f"{rates['zero2_call_s'] * 1e3:,.2f} ms (ZeRO-2) per gradient reduction, "
-                     f"{rates['zero3_tensor_s'] * 1e3:,.2f} ms per parameter tensor under ZeRO-3")
-    if "torch_tp_layer_s" in rates:
-        lines.append(f"tensor parallelism over {profile['tensor_parallel']['tp']} ranks, beyond 1/tp of the compute "
-                     "and the activation all-reduces, per layer per micro-step: "
-                     f"{rates['torch_tp_layer_s'] * 1e3:,.2f} ms (DTensor), {rates['autotp_layer_s'] * 1e3:,.2f} ms "
-                     "(DeepSpeed AutoTP)" + (f", {rates['torch_tp_sp_layer_s'] * 1e3:,.2f} ms (DTensor with sequence "
-                                              "parallelism)" if "torch_tp_sp_layer_s" in rates else ""))
-    if profile.get("spread"):
-        lines.append("spread over the samples (half the p10-p90 range / median): " + ", ".join(
-            f"{name} ±{width:.0%}" for name, width in profile["spread"].items()))
-    for group, data in profile["collectives"].items():
-        for kind in KINDS:
-            entry = data.get(kind) or {}
-            if "bandwidth_gbs" in entry:
-                lines.append(f"{group} ({data['size']} ranks) {kind}: {entry['bandwidth_gbs']:.3g} GB/s per rank, "
-                             f"{entry['alpha_us']:,.0f} µs per call (fit within {entry['fit_worst_error']:.0%} "
-                             f"over {_size_range(entry['points'])})")
-            elif "unsupported" in entry:
-                lines.append(f"{group} {kind}: not supported by {profile['backend']} ({entry['unsupported']})")
-    return lines
-
-
-def _size_range(points: list[dict[str, Any]]) -> str:
-    """'4 KiB-16 MiB': the message sizes a fit covers (calibrate stops early on a slow link)."""
-    def name(size: int) -> str:
-        return f"{size // 2**20} MiB" if size >= 2**20 else f"{size // 2**10} KiB"
-
-    sizes = [point["bytes"] for point in points]
-    return f"{name(min(sizes))}-{name(max(sizes))}"
 
 
 def rate_at(by_micro: dict[str, float], micro: int, default: float) -> float:

@@ -118,8 +118,9 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     sequence), plain on each rank and split ``tp`` ways as the worker splits them: DTensor's ``parallelize_module``
     with Megatron's layout (torch_tp), and DeepSpeed AutoTP's training layers (``LinearLayer`` column-parallel,
     ``LinearAllreduce`` row-parallel) on the same projections (its layout for Llama), and DTensor's layout with
-    sequence parallelism (torch_tp --sequence-parallel: each rank feeds its sequence shard). What splitting costs
-    beyond 1/tp of the layers' compute and their activation collectives is the fit's (dsbench.plan.profile)."""
+    sequence parallelism (torch_tp --sequence-parallel: each rank feeds its sequence shard); and the LM head with
+    its loss, whole and split by vocabulary (:func:`head_trainers`). What splitting costs beyond 1/tp of the
+    compute and its collectives is the fit's (dsbench.plan.profile)."""
     import copy
 
     import deepspeed
@@ -167,5 +168,34 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
             parent, attr = layer.get_submodule(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]
             setattr(parent, attr, (LinearLayer if kind == "column" else LinearAllreduce)(getattr(parent, attr), group))
     works = {"plain_forward_backward": trainer(plain), "torch_forward_backward": trainer(torch_tp),
-             "autotp_forward_backward": trainer(autotp), "sp_forward_backward": trainer(sequence_parallel, shard)}
+             "autotp_forward_backward": trainer(autotp), "sp_forward_backward": trainer(sequence_parallel, shard),
+             **head_trainers(model.lm_head, hidden, mesh["tp"], shape.vocab_size)}
     return {**facts, **interleaved(works, comm, device, repeats, STACK_CALLS)}
+
+
+def head_trainers(head: Any, hidden: Any, tp_mesh: Any, vocab: int) -> dict[str, Any]:
+    """A forward+backward of the LM head and the causal-LM loss as the worker computes them: whole on each rank
+    (``head_forward_backward``), and split by vocabulary with the loss on the shards (``lp_forward_backward``:
+    torch_tp --loss-parallel, dsbench.worker.engines.model_parallel's head plan and loss, at the same sizes)."""
+    import copy
+
+    import torch
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module
+
+    x = hidden.detach().requires_grad_()
+    labels = torch.randint(0, vocab, hidden.shape[:2], generator=torch.Generator().manual_seed(0)).to(hidden.device)
+    split = parallelize_module(copy.deepcopy(head), tp_mesh, ColwiseParallel(
+        input_layouts=Replicate(), output_layouts=Shard(-1), use_local_output=False))
+
+    def loss(logits: Any) -> Any:  # HF's causal-LM loss: next-token targets, the mean over predicted tokens
+        return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten())
+
+    def whole() -> None:
+        loss(head(x)).backward()
+
+    def sharded() -> None:
+        with loss_parallel():  # torch's loss_parallel needs the backward inside it too
+            loss(split(x)).backward()
+
+    return {"head_forward_backward": whole, "lp_forward_backward": sharded}

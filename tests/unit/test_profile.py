@@ -12,7 +12,8 @@ from dsbench.models import resolve_model
 from dsbench.plan.comm import ring_seconds
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
 from dsbench.plan.hardware import INTERCONNECTS, Link
-from dsbench.plan.profile import MEASURED, fit_collective, fit_line, fit_profile, link_from, load_profile, summary_lines
+from dsbench.plan.profile import MEASURED, fit_collective, fit_line, fit_profile, link_from, load_profile
+from dsbench.plan.profile_summary import summary_lines
 from dsbench.records import flops_per_token
 
 
@@ -315,7 +316,8 @@ def test_calibrate_states_the_spread_of_each_timing_it_fits_from():
     """Half the p10-p90 range over the median, from the samples themselves (the widest rank's for per-rank ones)."""
     import json
 
-    from dsbench.plan.profile import fit_profile, summary_lines
+    from dsbench.plan.profile import fit_profile
+    from dsbench.plan.profile_summary import summary_lines
     from tests.conftest import DATA
 
     measured = json.loads((DATA / "runs" / "cpu-calibrated" / "profile-llama-tiny.json").read_text())

@@ -15,6 +15,7 @@ import pytest
 from dsbench.models import resolve_model
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
 from dsbench.plan.hardware import INTERCONNECTS, Link
+from dsbench.plan.interval import framework_timings
 from dsbench.plan.profile import tensor_parallel_costs
 
 LAYERS, HIDDEN, VOCAB, SEQ, MICRO = 2, 64, 4096, 128, 2
@@ -89,6 +90,31 @@ def test_the_planner_charges_sp_its_own_layer_cost_and_plain_dtensor_s_without_o
     # a profile written before SP was measured
     older = replace(CLUSTER, tp_layer_s=(("dtensor", 7e-3), ("autotp", 3e-3), ("dtensor_sp", 0.0)))
     assert _estimate(older, sequence_parallel=True).framework_s == pytest.approx(2 * 2 * 7e-3)
+
+
+def test_the_loss_parallel_head_cost_is_what_it_adds_beyond_its_split_and_its_all_reduces():
+    measured = {"layers": 2, "tp": 2, "micro_batch": 2, "seq_len": 128, "hidden": 64,
+                **{f"{name}_forward_backward": {"seconds": value}
+                   for name, value in (("plain", 0.008), ("torch", 0.044), ("autotp", 0.030), ("head", 0.010),
+                                       ("lp", 0.020))}}
+    link = {"all-reduce": {"alpha_us": 1000.0, "bandwidth_gbs": 1.0}}
+    # by hand: the whole head and loss split 2 ways, 5 ms; the loss's 3 all-reduces of 2 x 128 fp32 figures
+    # (1,024 bytes: a 2-rank ring sends 2 x 1,024 x 1/2 bytes, 1.024 µs) and the head's input gradient (65,536
+    # bytes: 65.536 µs), after 1 ms of latency each
+    lp_comm = 3 * (1e-3 + 1.024e-6) + (1e-3 + 65.536e-6)
+    costs = tensor_parallel_costs(measured, link, element_bytes=4)
+    assert costs["torch_tp_lp_head_s"] == pytest.approx(0.020 - 0.005 - lp_comm, rel=1e-9)
+    del measured["lp_forward_backward"]  # a profile written before the head was measured: no cost, none charged
+    assert "torch_tp_lp_head_s" not in tensor_parallel_costs(measured, link, element_bytes=4)
+
+
+def test_the_planner_charges_the_loss_parallel_head_every_micro_step():
+    measured = replace(CLUSTER, lp_head_s=5e-3)
+    # tp 2 on 2 ranks: 2 micro-steps per step; plain DTensor layers cost nothing in this cluster
+    assert _estimate(measured, loss_parallel=True).framework_s == pytest.approx(2 * 5e-3)
+    assert _estimate(measured).framework_s == 0.0
+    assert "DTensor loss-parallel head" in framework_timings(Candidate(strategy="ddp", tp=2, engine="torch",
+                                                                      loss_parallel=True))
 
 
 @pytest.mark.parametrize("options, name", [({"sequence_parallel": True}, "torch_tp2_sp"),

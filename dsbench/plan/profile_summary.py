@@ -1,0 +1,58 @@
+"""What a machine profile says, in a few lines: printed by ``dsbench calibrate`` after it measures (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.plan.profile import KINDS
+
+
+def summary_lines(profile: dict[str, Any]) -> list[str]:
+    """What a profile says, in a few lines (printed by ``dsbench calibrate``)."""
+    rates = profile["rates"]
+    model = profile["model"]["name"]
+    lines = [f"{profile['world_size']} rank(s) on {profile['nodes']} node(s), {profile['backend']} on "
+             f"{profile['device'].split(':')[0]}, {profile['precision']}, measured in {profile['seconds']:.0f} s",
+             f"compute per rank (slowest rank): {model} forward+backward {rates['model_tflops'] * 1e3:,.2f} GFLOP/s "
+             f"at micro-batch {profile['micro_batch']} x seq {profile['seq_len']}; its MLP matmul "
+             f"{rates['gemm_tflops'] * 1e3:,.2f}, attention {rates['attention_tflops'] * 1e3:,.2f} GFLOP/s; "
+             f"AdamW {rates['adam_params_per_s'] / 1e6:,.1f} M params/s"]
+    if "fsdp_unit_s_per_micro_step" in rates:
+        lines.append("FSDP2 beyond compute and collectives, per unit: "
+                     f"{rates['fsdp_unit_s_per_micro_step'] * 1e3:,.2f} ms per micro-step, "
+                     f"{rates['fsdp_unit_s_per_step'] * 1e3:,.2f} ms per optimizer step")
+    if "zero1_call_s" in rates:
+        lines.append(f"DeepSpeed, small collectives included: {rates['zero1_call_s'] * 1e3:,.2f} ms (ZeRO-1) and "
+                     f"{rates['zero2_call_s'] * 1e3:,.2f} ms (ZeRO-2) per gradient reduction, "
+                     f"{rates['zero3_tensor_s'] * 1e3:,.2f} ms per parameter tensor under ZeRO-3")
+    if "torch_tp_layer_s" in rates:
+        lines.append(f"tensor parallelism over {profile['tensor_parallel']['tp']} ranks, beyond 1/tp of the compute "
+                     "and the activation all-reduces, per layer per micro-step: "
+                     f"{rates['torch_tp_layer_s'] * 1e3:,.2f} ms (DTensor), {rates['autotp_layer_s'] * 1e3:,.2f} ms "
+                     "(DeepSpeed AutoTP)" + (f", {rates['torch_tp_sp_layer_s'] * 1e3:,.2f} ms (DTensor with sequence "
+                                              "parallelism)" if "torch_tp_sp_layer_s" in rates else "") +
+                     (f"; the loss-parallel head {rates['torch_tp_lp_head_s'] * 1e3:,.2f} ms per micro-step"
+                      if "torch_tp_lp_head_s" in rates else ""))
+    if profile.get("spread"):
+        lines.append("spread over the samples (half the p10-p90 range / median): " + ", ".join(
+            f"{name} ±{width:.0%}" for name, width in profile["spread"].items()))
+    for group, data in profile["collectives"].items():
+        for kind in KINDS:
+            entry = data.get(kind) or {}
+            if "bandwidth_gbs" in entry:
+                lines.append(f"{group} ({data['size']} ranks) {kind}: {entry['bandwidth_gbs']:.3g} GB/s per rank, "
+                             f"{entry['alpha_us']:,.0f} µs per call (fit within {entry['fit_worst_error']:.0%} "
+                             f"over {_size_range(entry['points'])})")
+            elif "unsupported" in entry:
+                lines.append(f"{group} {kind}: not supported by {profile['backend']} ({entry['unsupported']})")
+    return lines
+
+
+def _size_range(points: list[dict[str, Any]]) -> str:
+    """'4 KiB-16 MiB': the message sizes a fit covers (calibrate stops early on a slow link)."""
+    def name(size: int) -> str:
+        return f"{size // 2**20} MiB" if size >= 2**20 else f"{size // 2**10} KiB"
+
+    sizes = [point["bytes"] for point in points]
+    return f"{name(min(sizes))}-{name(max(sizes))}"
+
