@@ -176,26 +176,23 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
 def head_trainers(head: Any, hidden: Any, tp_mesh: Any, vocab: int) -> dict[str, Any]:
     """A forward+backward of the LM head and the causal-LM loss as the worker computes them: whole on each rank
     (``head_forward_backward``), and split by vocabulary with the loss on the shards (``lp_forward_backward``:
-    torch_tp --loss-parallel, dsbench.worker.engines.model_parallel's head plan and loss, at the same sizes)."""
+    torch_tp --loss-parallel's head and loss, dsbench.worker.engines.model_parallel), at the profile's sizes."""
     import copy
 
     import torch
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module
+    from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
+
+    from dsbench.worker.engines.model_parallel import vocabulary_parallel_head, vocabulary_parallel_loss
 
     x = hidden.detach().requires_grad_()
-    labels = torch.randint(0, vocab, hidden.shape[:2], generator=torch.Generator().manual_seed(0)).to(hidden.device)
-    split = parallelize_module(copy.deepcopy(head), tp_mesh, ColwiseParallel(
-        input_layouts=Replicate(), output_layouts=Shard(-1), use_local_output=False))
-
-    def loss(logits: Any) -> Any:  # HF's causal-LM loss: next-token targets, the mean over predicted tokens
-        return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten())
+    tokens = torch.randint(0, vocab, hidden.shape[:2], generator=torch.Generator().manual_seed(0)).to(hidden.device)
+    split = parallelize_module(copy.deepcopy(head), tp_mesh, vocabulary_parallel_head())
 
     def whole() -> None:
-        loss(head(x)).backward()
+        vocabulary_parallel_loss(head(x), tokens).backward()
 
     def sharded() -> None:
         with loss_parallel():  # torch's loss_parallel needs the backward inside it too
-            loss(split(x)).backward()
+            vocabulary_parallel_loss(split(x), tokens).backward()
 
     return {"head_forward_backward": whole, "lp_forward_backward": sharded}

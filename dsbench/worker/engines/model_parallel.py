@@ -255,7 +255,7 @@ def megatron_plan(model: Any, sequence_parallel: bool = False, loss_parallel: bo
     """:data:`MEGATRON_LAYER` for every decoder layer of a Llama-family model, as DTensor parallel styles, with
     sequence parallelism and the vocabulary-parallel head when asked."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, SequenceParallel
+    from torch.distributed.tensor.parallel import PrepareModuleInput, SequenceParallel
 
     check_megatron_tp(getattr(model.config, "model_type", "?"))
     check_loss_parallel(loss_parallel, bool(getattr(model.config, "tie_word_embeddings", False)),
@@ -271,14 +271,30 @@ def megatron_plan(model: Any, sequence_parallel: bool = False, loss_parallel: bo
         plan["model.layers.0"] = PrepareModuleInput(input_layouts=(full,), desired_input_layouts=(seq,),
                                                     use_local_output=True)
         plan["model.norm"] = SequenceParallel()
-    if loss_parallel:  # logits (batch, sequence, vocabulary / tp) stay DTensors into the loss
-        plan["lm_head"] = ColwiseParallel(input_layouts=seq if sequence_parallel else full,
-                                          output_layouts=Shard(-1), use_local_output=False)
+    if loss_parallel:
+        plan["lm_head"] = vocabulary_parallel_head(sequence_parallel)
     elif sequence_parallel:  # the replicated head needs the whole sequence: all-gather the final norm's output
         plan["lm_head"] = PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(full,),
                                              use_local_output=True)
     return plan
 
+
+
+def vocabulary_parallel_head(sequence_parallel: bool = False) -> Any:
+    """The LM head split by vocabulary: its logits (batch, sequence, vocabulary / tp) stay DTensor shards into the
+    loss (torch's ``loss_parallel``); its input is the final norm's sequence shard under SP, else replicated."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    return ColwiseParallel(input_layouts=Shard(1) if sequence_parallel else Replicate(), output_layouts=Shard(-1),
+                           use_local_output=False)
+
+
+def vocabulary_parallel_loss(logits: Any, input_ids: Any) -> Any:
+    """HF's causal-LM loss on logits split by vocabulary (DTensor shards, inside torch's ``loss_parallel``):
+    next-token targets, the mean over every predicted token, in fp32 (pipe_split.causal_lm_loss's, written with
+    the slicing that the sharded logits take)."""
+    return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten())
 
 
 class TorchTensorParallelEngine(TorchAdamWEngine):
@@ -316,8 +332,7 @@ class TorchTensorParallelEngine(TorchAdamWEngine):
         with self._autocast():
             logits = self.model(input_ids=input_ids).logits
         with loss_parallel():
-            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(),
-                                                     input_ids[:, 1:].flatten())
+            loss = vocabulary_parallel_loss(logits, input_ids)
             (loss / self.options.grad_accum).backward()
         return loss.detach().full_tensor()  # replicated: cross_entropy reduced it over the vocabulary shards
 
