@@ -276,3 +276,13 @@ def test_three_launches_per_check_cell_keep_the_median_and_ranking_and_every_cel
     check = _wall_step_ms(STORED / case / "check")
     assert all(len(launches) == 3 for launches in check.values())
     assert min(check["torch_pipe2"]) > max(_wall_step_ms(STORED / case / "compare")["torch_pipe2"])
+
+
+def test_with_the_loss_parallel_head_calibrated_and_three_check_launches_the_goals_are_met():
+    """2026-11-26 22:54 (llama-tiny, ``--check-repeats 3``, the first profile with ``torch_tp_lp_head_s``): median
+    5.4%, worst torch_tp2 -15.1%, Spearman 0.99."""
+    case = "oos-20261126-2254-llama-tiny"
+    assert read_profile(str(STORED / case / "profile.json")).data["rates"]["torch_tp_lp_head_s"] > 0
+    _goals(case)
+    measured, predicted = _cells(case)["torch_tp2_lp"]
+    assert abs(predicted / measured - 1) <= 0.10, (measured, predicted)  # held out: -9.5%
