@@ -342,7 +342,7 @@ def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl:
     """
     # tensor parallelism: every split layer of the rank's stage, every micro-step
     tensor = shape.layers / cand.pp * tp_layer_seconds(cand, cl) * micro_steps if cand.tp > 1 else 0.0
-    if cand.loss_parallel and cand.engine == "torch":  # the head split by vocabulary, every micro-step
+    if cand.loss_parallel:  # torch_tp's head split by vocabulary, every micro-step
         tensor += cl.lp_head_s * micro_steps
     if _deepspeed_measured(cand, cl):
         per_call, per_tensor = cl.deepspeed_s[1 if cand.strategy != "zero1" else 0], cl.deepspeed_s[2]

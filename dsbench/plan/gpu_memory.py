@@ -45,9 +45,11 @@ class PeakMemory:
 
 def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
     """Model-state bytes on one GPU holding ``params`` parameters before data-parallel sharding."""
-    shard = lay.dp * lay.cp  # FSDP and ZeRO shard over every data-parallel rank, CP ranks included
-    layer = lay.shape.layer_params() / lay.tp
     strategy = lay.strategy
+    shard = lay.dp * lay.cp  # FSDP and ZeRO shard over every data-parallel rank, CP ranks included
+    if strategy == "fsdp_hybrid":  # HSDP: over the node's data-parallel ranks, replicated across nodes
+        shard = lay.gpus_per_node // (lay.tp * lay.cp) or 1
+    layer = lay.shape.layer_params() / lay.tp
     grad = 2 if lay.kernels == "hf" else 4  # DeepSpeed's bf16 engine and autocast keep 16-bit gradients (autocast's
     # fp32 weights are also the master copy); Megatron accumulates in fp32 buffers (main_grad)
     if strategy == "ddp":
@@ -68,7 +70,6 @@ def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
         return {"weights": 4 * params / shard + 2 * params, "grads": 4 * params / shard + 4 * layer,
                 "optimizer": 8 * params / shard}
     # zero3, fsdp, fsdp_hybrid: fp32 shards, and two gathered 16-bit blocks (the current and the prefetched one)
-    shard = lay.gpus_per_node // (lay.tp * lay.cp) or 1 if strategy == "fsdp_hybrid" else shard
     return {"weights": 4 * params / shard + 2 * 2 * layer, "grads": 4 * params / shard + 4 * layer,
             "optimizer": 8 * params / shard}
 

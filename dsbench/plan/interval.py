@@ -33,7 +33,7 @@ def framework_timings(cand: Candidate) -> list[str]:
     strategy = cand.strategy
     source = ("fsdp", "sharded_step") if strategy.startswith("fsdp") else ("deepspeed", f"{strategy}_step")
     engine_timing = [name for name, timing in SPREAD_OF.items() if timing == source]
-    head = ["DTensor loss-parallel head"] if cand.loss_parallel and cand.engine == "torch" else []
+    head = ["DTensor loss-parallel head"] if cand.loss_parallel else []
     return engine_timing + ([TENSOR_TIMING[cand.tp_kind]] if cand.tp > 1 else []) + head
 
 

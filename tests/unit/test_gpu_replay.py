@@ -433,6 +433,9 @@ def test_fsdp_under_a_pipeline_holds_the_stage_gathered_and_its_gradients_unshar
     assert terms["weights"] == pytest.approx((4 * params / shard + 2 * params) / GIB)
     assert terms["grads"] == pytest.approx((4 * params + 2 * layer) / GIB)
     assert peak_memory(flat).terms["grads"] < terms["grads"] / 4  # without a pipeline: sharded, one layer whole
+    # HSDP under the same pipeline: its states shard over a node's data-parallel ranks only (8 GPUs / tp 2)
+    hybrid = Layout(shape, 4096, "h100-sxm", 64, 8, strategy="fsdp_hybrid", tp=2, pp=2, global_batch=32).check()
+    assert peak_memory(hybrid).terms["optimizer"] == pytest.approx(8 * params / 4 / GIB)
     rows = _rows(results, "torchtitan-h100-202412")
     errors = {i: rows[i].mem_error for i in range(13, 19)}
     assert all(-0.13 <= e <= 0 for e in errors.values()), errors  # measured reserved peaks: -12.5% to -1.4%
