@@ -193,7 +193,8 @@ class Strategy:
         return {"strategy": sharding, "offload": self.offload, "offload_param": self.offload_param, "tp": self.tp,
                 "pp": self.pp, "engine": "torch" if self.engine in SPLIT_ENGINES else "deepspeed",
                 "virtual_stages": self.virtual_stages, "ulysses": self.ulysses,
-                "sequence_parallel": self.sequence_parallel, "loss_parallel": self.loss_parallel}
+                "sequence_parallel": self.sequence_parallel, "loss_parallel": self.loss_parallel,
+                "zero_bubble": self.zero_bubble}
 
 
 def _fixed(*strategies: Strategy) -> dict[str, Strategy]:
@@ -232,9 +233,8 @@ _FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe|zero3_ulysses|uly
                           r"((?:_sp)?(?:_lp)?|_(?:interleaved|zb)[0-9]{1,2})")
 TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}
 """torch_tp's option suffixes (``torch_tp2_sp``, ``torch_tp2_lp``, ``torch_tp2_sp_lp``); torch_pipe's are
-``_interleaved{V}`` and ``_zb{V}`` (zero bubble). The CPU planner prices interleaved 1F1B (its bubble and V times
-the sends) and torch_tp's options (their collectives, the split head, SP's own DTensor cost); it has no model of
-the zero-bubble schedule, so that is not ``planned``."""
+``_interleaved{V}`` and ``_zb{V}`` (zero bubble). The CPU planner prices both schedules (their bubbles and V times
+the sends) and torch_tp's options (their collectives, the split head, SP's own DTensor cost)."""
 LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2", "torch_3d_tp2_pp2", "ulysses2")
 """Compare's strategies as listed to users and searched by ``tune`` (each family at degree 2)."""
 DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
@@ -261,11 +261,11 @@ _THREE_D_NAME = re.compile(r"torch_3d_tp([1-9][0-9]{0,3})_pp([1-9][0-9]{0,3})(?:
 
 
 def three_d(tp: int, pp: int, dp_shard: int = 0, virtual_stages: int = 1, zero_bubble: bool = False) -> Strategy:
-    """torch_3d at these degrees (its name from them); the planner prices it but under the zero-bubble schedule."""
+    """torch_3d at these degrees (its name from them)."""
     chunks = f"_{'zb' if zero_bubble else 'interleaved'}{virtual_stages}" if virtual_stages > 1 else ""
     name = f"torch_3d_tp{tp}_pp{pp}{chunks}" + (f"_shard{dp_shard}" if dp_shard else "")
     return Strategy(name, "torch_3d", "torchrun", tp=tp, pp=pp, dp_shard=dp_shard, virtual_stages=virtual_stages,
-                    zero_bubble=zero_bubble and virtual_stages > 1, planned=not zero_bubble)
+                    zero_bubble=zero_bubble and virtual_stages > 1)
 
 
 def lookup(name: str) -> Strategy | None:
@@ -291,8 +291,7 @@ def lookup(name: str) -> Strategy | None:
     elif suffix and match[1] != "torch_tp":
         return None
     degree_of, template = FAMILIES[match[1]]
-    planned = template.planned and not options.get("zero_bubble")
-    return replace(template, name=name, **{degree_of: int(match[2])}, **options, planned=planned)
+    return replace(template, name=name, **{degree_of: int(match[2])}, **options)
 
 
 def known(name: str) -> bool:
@@ -316,23 +315,23 @@ def choices() -> str:
 
 def name_for(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
              engine: str = "deepspeed", virtual_stages: int = 1, ulysses: int = 1, *, sequence_parallel: bool = False,
-             loss_parallel: bool = False) -> str | None:
+             loss_parallel: bool = False, zero_bubble: bool = False) -> str | None:
     """The compare name of a planner candidate (the inverse of :attr:`Strategy.planner_fields`); ``None`` when no
     compare strategy runs it. DDP on one rank is ``ddp`` here (compare's ``single`` is its 1-rank baseline)."""
     fields = {"strategy": strategy, "offload": offload, "offload_param": offload_param, "tp": tp, "pp": pp,
               "engine": engine, "virtual_stages": virtual_stages, "ulysses": ulysses,
-              "sequence_parallel": sequence_parallel, "loss_parallel": loss_parallel}
+              "sequence_parallel": sequence_parallel, "loss_parallel": loss_parallel, "zero_bubble": zero_bubble}
     for how in FIXED.values():
         if how.name != "single" and how.reshard and how.planner_fields == fields:
             return how.name
     if engine == "torch" and tp > 1 and pp > 1:  # DTensor TP inside torch's pipeline stages: torch_3d
-        how = three_d(tp, pp, {"fsdp": 0, "ddp": 1}.get(strategy, -1), virtual_stages)
+        how = three_d(tp, pp, {"fsdp": 0, "ddp": 1}.get(strategy, -1), virtual_stages, zero_bubble)
         return how.name if how.dp_shard >= 0 and how.planner_fields == fields else None
     for family, (degree_of, _) in FAMILIES.items():
         degree = {"tp": tp, "pp": pp, "ulysses": ulysses}[degree_of]
         options: dict[str, Any] = {}
         if family == "torch_pipe":
-            options = {"virtual_stages": virtual_stages}
+            options = {"virtual_stages": virtual_stages, "zero_bubble": zero_bubble}
         elif family == "torch_tp":
             options = {"sequence_parallel": sequence_parallel, "loss_parallel": loss_parallel}
         name = with_options(f"{family}{degree}", **options)
@@ -344,11 +343,11 @@ def name_for(strategy: str, offload: str = "none", offload_param: str = "none", 
 
 def for_candidate(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
                   engine: str = "deepspeed", virtual_stages: int = 1, ulysses: int = 1, *,
-                  sequence_parallel: bool = False, loss_parallel: bool = False) -> Strategy:
+                  sequence_parallel: bool = False, loss_parallel: bool = False, zero_bubble: bool = False) -> Strategy:
     """The strategy that runs a planner candidate: compare's where it has one, else one named by its parts
     (``zero1 + tp8 + pp2``, ``fsdp_hybrid``) with the same fields, so that its launch flags are derived alike."""
     name = name_for(strategy, offload, offload_param, tp, pp, engine, virtual_stages, ulysses,
-                    sequence_parallel=sequence_parallel, loss_parallel=loss_parallel)
+                    sequence_parallel=sequence_parallel, loss_parallel=loss_parallel, zero_bubble=zero_bubble)
     if name is not None:
         return get(name)
     parts = [strategy] + ([f"offload-{offload}" + ("+params" if offload_param != "none" else "")]

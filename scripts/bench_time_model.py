@@ -34,10 +34,11 @@ from dsbench.report.collect import collect
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ("ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload", "torch_pipe2", "pipe2")
-STRATEGIES = {"gpt2-tiny": BASE, "gpt2-mini": (*BASE, "torch_pipe2_interleaved2"),
+STRATEGIES = {"gpt2-tiny": BASE, "gpt2-mini": (*BASE, "torch_pipe2_interleaved2", "torch_pipe2_zb2"),
               "llama-tiny": (*BASE, "torch_tp2", "zero1_tp2", "torch_tp2_sp", "torch_tp2_lp", "ulysses2")}
 """Issue 27's cells: the data-parallel strategies and both pipelines; llama-tiny also both tensor-parallel ones;
-gpt2-mini (4 blocks: 2 stages x 2 chunks) also interleaved 1F1B (issue 28), counted once the planner prices it;
+gpt2-mini (4 blocks: 2 stages x 2 chunks) also interleaved 1F1B and, from 2026-11-26 23:20 when the planner
+priced it, its zero-bubble form (issue 28);
 llama-tiny also torch_tp's sequence parallelism and vocabulary-parallel loss and DeepSpeed Ulysses (issue 28, from
 2026-11-26 17:00, when the CPU planner priced the first two and calibrate --check gained Ulysses' cell)."""
 DOC_HEADING = "### Out-of-sample runs (scripts/bench_time_model.py)"

@@ -22,6 +22,8 @@ class Candidate:
     """Who implements tp/pp: ``deepspeed`` (AutoTP, the pipeline engine) or ``torch`` (torch_tp, torch_pp)."""
     virtual_stages: int = 1
     """torch_pp's interleaved 1F1B: model chunks per pipeline stage (1: plain 1F1B)."""
+    zero_bubble: bool = False
+    """...under torch's ScheduleInterleavedZeroBubble: each backward split into its input and weight gradients."""
     ulysses: int = 1
     """DeepSpeed Ulysses' sequence-parallel degree (1: none)."""
     sequence_parallel: bool = False
@@ -36,7 +38,8 @@ class Candidate:
                    tp=row["tp"], pp=row["pp"], engine=row.get("engine", "deepspeed"),
                    checkpointing=bool(row.get("activation_checkpointing")),
                    virtual_stages=row.get("virtual_stages", 1), ulysses=row.get("ulysses", 1),
-                   sequence_parallel=bool(row.get("sequence_parallel")), loss_parallel=bool(row.get("loss_parallel")))
+                   sequence_parallel=bool(row.get("sequence_parallel")), loss_parallel=bool(row.get("loss_parallel")),
+                   zero_bubble=bool(row.get("zero_bubble")))
 
     def dims(self, world: int) -> ParallelDims:
         """Its layout on ``world`` ranks (the one place a candidate's degrees become dims)."""
@@ -63,7 +66,7 @@ class Candidate:
         return {"strategy": self.strategy, "offload": self.offload, "offload_param": self.offload_param,
                 "tp": self.tp, "pp": self.pp, "engine": self.engine, "virtual_stages": self.virtual_stages,
                 "ulysses": self.ulysses, "sequence_parallel": self.sequence_parallel,
-                "loss_parallel": self.loss_parallel}
+                "loss_parallel": self.loss_parallel, "zero_bubble": self.zero_bubble}
 
     @property
     def runs_as(self) -> Strategy:

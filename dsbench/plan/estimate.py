@@ -146,7 +146,8 @@ class Estimate:
         c = self.candidate
         return {"name": c.name, "strategy": c.strategy, "offload": c.offload, "offload_param": c.offload_param,
                 "tp": c.tp, "pp": c.pp, "engine": c.engine, "virtual_stages": c.virtual_stages, "ulysses": c.ulysses,
-                "sequence_parallel": c.sequence_parallel, "loss_parallel": c.loss_parallel, "dp": self.dp,
+                "sequence_parallel": c.sequence_parallel, "loss_parallel": c.loss_parallel,
+                "zero_bubble": c.zero_bubble, "dp": self.dp,
                 "activation_checkpointing": c.checkpointing,
                 "accounting": self.accounting.name, "fits": self.fits,
                 "memory_gib": {"params": self.states.params / GIB, "grads": self.states.grads / GIB,
@@ -189,7 +190,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
     stages = stage_seconds(cand, wl, cl)
     compute = accum * max(stages)  # the busiest stage's (the only one's, without a pipeline) work sets the pace
-    compute_with_bubble = pipeline_seconds(stages, accum, cand.virtual_stages)
+    compute_with_bubble = pipeline_seconds(stages, accum, cand.virtual_stages, cand.zero_bubble)
     bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(V·M + P - 1) when the stages are equal
     counted = collective_calls(cand, shape, held, wl.reduce_bucket, acc)
     comm, exposed = _communication(cand, wl, cl, held, shards if cand.ulysses > 1 else dp, shards, acc, accum,
@@ -276,14 +277,24 @@ def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:
             for share in stages]
 
 
-def pipeline_seconds(stages: list[float], micro_batches: int, virtual_stages: int = 1) -> float:
+ZERO_BUBBLE_SHARE = (1 + 1 - 1) / (1 + 1 + 1)
+"""The zero-bubble schedule's fill and drain over 1F1B's: (F+B-W)/(F+B+W) at F = B = W (Qi et al. 2024 sec. 2)."""
+
+
+def pipeline_seconds(stages: list[float], micro_batches: int, virtual_stages: int = 1,
+                     zero_bubble: bool = False) -> float:
     """A GPipe or 1F1B step of ``micro_batches`` through stages taking ``stages`` seconds each per micro-batch:
     the slowest stage works on every micro-batch, and the first micro-batch's pass through the others fills and
     drains the pipeline, (M - 1)·max + sum. With P equal stages it is (M + P - 1)·t, the bubble (P - 1)/(M + P - 1)
     of GPipe (Huang et al. 2019; ../shared/seeds/000 and 004). Interleaved over V chunks per stage, the fill and
     drain pass chunks of t/V: sum/V + (M - 1/V)·max, the bubble (P - 1)/(V·M + P - 1) (Narayanan et al. 2021
-    sec. 2.2; measured against this in docs/benchmarks.md)."""
-    return sum(stages) / virtual_stages + (micro_batches - 1 / virtual_stages) * max(stages)
+    sec. 2.2; measured against this in docs/benchmarks.md); the same written M·max + (sum - max)/V.
+
+    Zero bubble (Qi et al. 2024, arXiv:2401.10241 sec. 2, ZB-H1) splits each backward into its input gradient B
+    and its weight gradient W and moves the W passes into the bubble: it shrinks from (P-1)(F+B+W) to (P-1)(F+B-W),
+    a third of it with F = B = W (a block's three matrix passes of equal FLOPs, the paper's assumption)."""
+    fill_and_drain = (sum(stages) - max(stages)) / virtual_stages
+    return micro_batches * max(stages) + fill_and_drain * (ZERO_BUBBLE_SHARE if zero_bubble else 1.0)
 
 
 def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: int, shards: int, acc: Accounting,

@@ -246,6 +246,20 @@ def test_the_planner_prices_interleaved_1f1b_with_its_smaller_bubble_and_more_se
     assert chunks.activations > plain.activations  # P·(1 + (P - 1)/(P·V)) = 3 micro-batches in flight, not 2
 
 
+@pytest.mark.parametrize("stages, micro, virtual", [(2, 4, 2), (4, 8, 2), (8, 16, 4)])
+def test_the_zero_bubble_schedule_keeps_a_third_of_the_interleaved_bubble(stages, micro, virtual):
+    """Qi et al. 2024 (arXiv:2401.10241) sec. 2: moving the weight-gradient passes W into the bubble shrinks it from
+    (P-1)(F+B+W) to (P-1)(F+B-W), a third at F = B = W; by hand, over the interleaved fill and drain (P-1)/V."""
+    from dsbench.plan.estimate import Candidate, pipeline_seconds
+
+    step = pipeline_seconds([1.0] * stages, micro, virtual, zero_bubble=True)
+    assert step == pytest.approx(micro + (stages - 1) / virtual / 3)
+    assert step < pipeline_seconds([1.0] * stages, micro, virtual)
+    chunks = Candidate(strategy="ddp", pp=stages, engine="torch", virtual_stages=virtual, zero_bubble=True)
+    assert chunks.name == f"torch_pipe{stages}_zb{virtual}" and Candidate.from_dict({**chunks.planner_fields,
+                                                                                    "name": chunks.name}) == chunks
+
+
 def test_a_stage_s_time_is_its_share_of_the_model_s_matrix_work_and_lookups_are_free():
     from dsbench.plan.estimate import Candidate, Cluster, Workload, stage_seconds
 

@@ -77,7 +77,7 @@ def test_torch_tp_option_suffixes_launch_with_their_flags():
     assert registry.name_of_run("torch_pp", pp=4, virtual_stages=2) == "torch_pipe4_interleaved2"
     zero_bubble = registry.get("torch_pipe2_zb2")  # torch's ScheduleInterleavedZeroBubble over the same chunks
     assert (zero_bubble.pp, zero_bubble.virtual_stages, zero_bubble.zero_bubble, zero_bubble.planned) == (
-        2, 2, True, False)
+        2, 2, True, True)
     assert zero_bubble.worker_flags == ("--pipeline-schedule", "interleaved-zb", "--virtual-stages", "2")
     assert registry.name_of_run("torch_pp", pp=2, virtual_stages=2, zero_bubble=True) == "torch_pipe2_zb2"
 

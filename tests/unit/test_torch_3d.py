@@ -32,7 +32,7 @@ def test_names_parse_to_the_layout_they_spell():
     assert (chunked.virtual_stages, chunked.dp_shard, chunked.planned) == (2, 1, True)
     assert chunked.worker_flags == ("--pipeline-schedule", "interleaved", "--virtual-stages", "2")
     zero_bubble = strategies.get("torch_3d_tp2_pp2_zb2")
-    assert zero_bubble.worker_flags[1] == "interleaved-zb" and not zero_bubble.planned  # no model of its schedule
+    assert zero_bubble.worker_flags[1] == "interleaved-zb" and zero_bubble.planned  # priced since 2026-11-26 23:20
     assert strategies.lookup("torch_3d_tp2_pp2_interleaved1") is None
 
 
