@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from dsbench.parallel import ParallelDims
 from dsbench.strategies import Strategy, for_candidate
+
+_ALWAYS_WRITTEN = ("strategy", "offload", "offload_param", "tp", "pp")
+"""The fields every plan result row has carried (:meth:`Candidate.from_dict` requires them)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -33,13 +36,11 @@ class Candidate:
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Candidate:
-        """The candidate of a plan result's row (:meth:`Estimate.to_dict`): the one reader of that JSON."""
-        return cls(strategy=row["strategy"], offload=row["offload"], offload_param=row["offload_param"],
-                   tp=row["tp"], pp=row["pp"], engine=row.get("engine", "deepspeed"),
-                   checkpointing=bool(row.get("activation_checkpointing")),
-                   virtual_stages=row.get("virtual_stages", 1), ulysses=row.get("ulysses", 1),
-                   sequence_parallel=bool(row.get("sequence_parallel")), loss_parallel=bool(row.get("loss_parallel")),
-                   zero_bubble=bool(row.get("zero_bubble")))
+        """The candidate of a plan result's row (:meth:`Estimate.to_dict`): the one reader of that JSON. A field a
+        row written before it existed lacks takes its default; those every row has had are required."""
+        return cls(checkpointing=bool(row.get("activation_checkpointing")),
+                   **{f.name: row[f.name] if f.name in _ALWAYS_WRITTEN else row.get(f.name, f.default)
+                      for f in fields(cls) if f.name != "checkpointing"})
 
     def dims(self, world: int) -> ParallelDims:
         """Its layout on ``world`` ranks (the one place a candidate's degrees become dims)."""
@@ -63,10 +64,7 @@ class Candidate:
     @property
     def planner_fields(self) -> dict[str, Any]:
         """Its fields as :attr:`dsbench.strategies.Strategy.planner_fields` spells them (all but checkpointing)."""
-        return {"strategy": self.strategy, "offload": self.offload, "offload_param": self.offload_param,
-                "tp": self.tp, "pp": self.pp, "engine": self.engine, "virtual_stages": self.virtual_stages,
-                "ulysses": self.ulysses, "sequence_parallel": self.sequence_parallel,
-                "loss_parallel": self.loss_parallel, "zero_bubble": self.zero_bubble}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "checkpointing"}
 
     @property
     def runs_as(self) -> Strategy:

@@ -144,10 +144,7 @@ class Estimate:
 
     def to_dict(self) -> dict[str, Any]:
         c = self.candidate
-        return {"name": c.name, "strategy": c.strategy, "offload": c.offload, "offload_param": c.offload_param,
-                "tp": c.tp, "pp": c.pp, "engine": c.engine, "virtual_stages": c.virtual_stages, "ulysses": c.ulysses,
-                "sequence_parallel": c.sequence_parallel, "loss_parallel": c.loss_parallel,
-                "zero_bubble": c.zero_bubble, "dp": self.dp,
+        return {"name": c.name, **c.planner_fields, "dp": self.dp,
                 "activation_checkpointing": c.checkpointing,
                 "accounting": self.accounting.name, "fits": self.fits,
                 "memory_gib": {"params": self.states.params / GIB, "grads": self.states.grads / GIB,
