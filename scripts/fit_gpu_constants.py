@@ -1,6 +1,6 @@
 """Fit the GPU time model's per-kind constants on the rows that choose them, and print the value to store.
 
-    python scripts/fit_gpu_constants.py
+    python scripts/fit_gpu_constants.py [RUNS.csv ...]   # RUNS.csv: your own runs (scripts/runs_to_oracle.py)
 
 Three kinds of constant are fitted (dsbench/plan/gpu_profiles.py), each on the rows named here; every other row is
 out of sample for it (`dsbench plan --replay`, docs/planner.md):
@@ -9,7 +9,9 @@ out of sample for it (`dsbench plan --replay`, docs/planner.md):
 - ``hf_hbm_fraction`` (HF_HBM), on the GPT-2 ZeRO-1 kernel profile of the lent H100: its non-GEMM kernel time over
   the model's bytes at full HBM bandwidth;
 - ``zero_host_us`` (ZERO_HOST_US) per ZeRO stage, on dsbench's GPT-2 H100 runs of 2026-11-25 (dsbench-h100 rows
-  10-12): the step time the model leaves over with no host term, per parameter tensor.
+  10-12): the step time the model leaves over with no host term, per parameter tensor. It is a property of the
+  host, so the script also fits it on each measuring session's GPT-2 rows (dsbench-*.csv) and prints that
+  session's Llama rows predicted with it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import sys
 from pathlib import Path
 
 from dsbench.plan import gpu_profiles
-from dsbench.plan.gpu_time import engine_host_seconds, step_time
+from dsbench.plan.gpu_fit import fit_zero_host_us, predict_with_host, session_of
+from dsbench.plan.gpu_time import step_time
 from dsbench.plan.replay import predict_row, read_rows, row_layouts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +43,7 @@ def mean_error(clock: float, rows: list) -> float:
     return sum(errors) / len(errors)
 
 
-def main() -> int:
+def main(files: list[Path]) -> int:
     rows = [row for row in read_rows([ORACLE]) if (row.source, row.row) in CHOOSING]
     low, high = 0.3, 1.0  # the error falls as the clock rises: bisect for zero
     for _ in range(40):
@@ -56,15 +59,20 @@ def main() -> int:
         full, hbm_tbs=1e9)).terms["logits"]  # the loss's passes: the logits term less its GEMMs
     print(f"h100-sxm hf_hbm_fraction = {modelled / measured:.3f} ({modelled * 1e3:.1f} ms of bytes at full "
           f"bandwidth, {measured * 1e3:.1f} ms measured in {PROFILE.name})")
-    for row in read_rows([DSBENCH]):
-        if row.row in HOST_ROWS:
-            layout = row_layouts(row.values)[0]
-            time = step_time(layout, h100)
-            left = row.values["measured_step_s"] - (time.seconds - time.terms["engine_host"])
-            per_tensor = engine_host_seconds(layout, h100) / h100.zero_host_us[HOST_ROWS[row.row]]
-            print(f"zero_host_us[{HOST_ROWS[row.row]}] = {left / per_tensor:.0f} (dsbench-h100 row {row.row})")
+    chosen = [row for row in read_rows([DSBENCH]) if row.row in HOST_ROWS]
+    for stage, us in fit_zero_host_us(chosen, h100).items():
+        print(f"zero_host_us[{stage}] = {us:.0f} (dsbench-h100 rows {sorted(HOST_ROWS)})")
+    print("per host: fitted on its GPT-2 rows, checked on its Llama rows (the profile's constant is the 11-25 host's)")
+    sessions: dict[str, list] = {}
+    for row in read_rows(files or sorted(DSBENCH.parent.glob("dsbench-*.csv"))):
+        sessions.setdefault(session_of(row), []).append(row)
+    for name, rows in sessions.items():
+        fit = fit_zero_host_us([r for r in rows if r.values["model"] == "gpt2"])
+        checked = predict_with_host([r for r in rows if r.values["model"] != "gpt2"], fit)
+        errors = ", ".join(f"{r.row.values['strategy']} {r.step_error:+.1%}" for r in checked)
+        print(f"  {name}: {', '.join(f'{k}: {v:.0f}' for k, v in fit.items())} µs; Llama rows {errors}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main([Path(f) for f in sys.argv[1:]]))

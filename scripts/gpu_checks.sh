@@ -36,7 +36,7 @@ for step in $steps; do
     matrix-gpt2|matrix-llama)
       model=$([ "$step" = matrix-gpt2 ] && echo gpt2 || echo llama-1b)
       DSBENCH_GPU_OUT=$out/runs python3 -m pytest tests/gpu -m gpu -v -s -p no:cacheprovider \
-        -k "bf16_matrix and $model" > "$out/$step.log" 2>&1 || status=1
+        -k "test_bf16_matrix_on_one_gpu and $model" > "$out/$step.log" 2>&1 || status=1
       tar czf "$out/$step.tgz" -C "$out/runs" "compare-$model" 2>/dev/null ;;
     compile-gpt2|compile-llama)
       model=$([ "$step" = compile-gpt2 ] && echo gpt2 || echo llama-1b)

@@ -41,7 +41,7 @@ def row_of(folder: Path, gpu_name: str, index: int) -> dict[str, object] | str:
     model = header.shape
     strategy = {"single": "ddp", "ddp": "ddp", "fsdp": "fsdp"}.get(header.engine) or f"zero{zero.get('stage', 0)}"
     window = summary.throughput
-    return {"source": "dsbench-h100", "row": index, "model": model["name"],
+    return {"source": f"dsbench-{kind.split('-')[0]}", "row": index, "model": model["name"],
             "arch": "gpt" if model["arch"] == "gpt2" else "llama", "layers": model["layers"], "hidden": model["hidden"],
             "heads": model["heads"], "kv_heads": model["kv_heads"], "ffn": model["intermediate"],
             "vocab": model["vocab_size"], "seq_len": header.seq_len, "gpu": kind, "gpus": header.world_size,

@@ -26,7 +26,9 @@ the 1.1B Llama's (docs/planner.md)."""
 
 ZERO_HOST_US = {1: 140.0, 2: 185.0, 3: 660.0}
 """Fitted per engine on dsbench's GPT-2 H100 runs of 2026-11-25 (tests/data/oracles/dsbench-h100.csv rows 10-12):
-the step time the GPU model leaves over, per parameter tensor, by ZeRO stage; the Llama rows are out of sample."""
+the step time the GPU model leaves over, per parameter tensor, by ZeRO stage; the Llama rows are out of sample.
+It is the host's, not the GPU's: refitted on the other two lent machines it is 140-230 / 376-385 / 1334-1454
+(plan.gpu_fit, scripts/fit_gpu_constants.py), so these values are the fastest host seen."""
 
 
 @dataclass(frozen=True, slots=True)

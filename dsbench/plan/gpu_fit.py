@@ -1,0 +1,49 @@
+"""Fit the GPU model's host constant, ``zero_host_us``, on one host's measured runs.
+
+DeepSpeed's ZeRO engines keep the GPU waiting on the host at world size 1 (scripts/profile_gpu_step.py measured
+23-130 ms of idle GPU per GPT-2 step on the lent H100), and how long depends on the host: the same cells ran
+1.1-2.0x apart on three lent VMs (docs/planner.md). The constant is therefore a property of a host, fitted on that
+host's runs of one model and checked on its runs of another, never carried between hosts as if it were the GPU's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import replace
+
+from dsbench.plan.gpu_profiles import GpuProfile, profile_for
+from dsbench.plan.gpu_time import engine_host_seconds, step_time
+from dsbench.plan.replay import OracleRow, RowResult, predict_row, row_layouts
+from dsbench.strategies import PLANNER
+
+
+def session_of(row: OracleRow) -> str:
+    """The measuring session of a dsbench run row: its source and the date its note gives (one lent machine per
+    day in this project's runs)."""
+    found = re.search(r"\d{4}-\d{2}-\d{2}", row.values.get("note") or "")
+    return f"{row.source} {found.group(0) if found else '?'}"
+
+
+def fit_zero_host_us(rows: Iterable[OracleRow], hw: GpuProfile | None = None) -> dict[int, float]:
+    """µs per parameter tensor, by ZeRO stage, that makes each ZeRO row's predicted step equal its measured one:
+    (measured − the model's GPU terms) / the step's tensor visits (gpu_time.engine_host_seconds at 1 µs). Where
+    a stage has several rows, their mean."""
+    fitted: dict[int, list[float]] = {}
+    for row in rows:
+        how = PLANNER.get(row.values["strategy"])
+        stage = how.zero if how is not None else None
+        if not stage or not row.values["measured_step_s"]:
+            continue
+        lay = row_layouts(row.values)[0]
+        unit = replace(hw or profile_for(row.values["gpu"]), zero_host_us={stage: 1.0})
+        time = step_time(lay, unit)
+        gpu_only = time.seconds - time.terms["engine_host"]
+        fitted.setdefault(stage, []).append((row.values["measured_step_s"] - gpu_only) / engine_host_seconds(lay, unit))
+    return {stage: sum(v) / len(v) for stage, v in sorted(fitted.items())}
+
+
+def predict_with_host(rows: Iterable[OracleRow], zero_host_us: dict[int, float]) -> list[RowResult]:
+    """The rows predicted with a host's fitted constant in place of the profile's."""
+    return [predict_row(row, replace(profile_for(row.values["gpu"]), zero_host_us=dict(zero_host_us)))
+            for row in rows]
