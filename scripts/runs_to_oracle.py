@@ -41,6 +41,10 @@ def row_of(folder: Path, gpu_name: str, index: int) -> dict[str, object] | str:
     model = header.shape
     strategy = {"single": "ddp", "ddp": "ddp", "fsdp": "fsdp"}.get(header.engine) or f"zero{zero.get('stage', 0)}"
     window = summary.throughput
+    # dsbench's single and DDP engines train fp32 weights under torch.autocast (worker/engines/native.py); the
+    # replay reads the word from the note
+    native = header.engine in ("single", "ddp") and header.precision != "fp32"
+    autocast = "; autocast over fp32 weights" if native else ""
     return {"source": f"dsbench-{kind.split('-')[0]}", "row": index, "model": model["name"],
             "arch": "gpt" if model["arch"] == "gpt2" else "llama", "layers": model["layers"], "hidden": model["hidden"],
             "heads": model["heads"], "kv_heads": model["kv_heads"], "ffn": model["intermediate"],
@@ -56,7 +60,7 @@ def row_of(folder: Path, gpu_name: str, index: int) -> dict[str, object] | str:
             "measured_peak_mem_gib": round(max(summary.peak_memory_bytes_per_rank) / 2**30, 3),
             "note": f"dsbench run {folder.name} of {(header.started_at or '')[:10]} (wall clock"
                     f" over {window.steps} measured steps; peak = "
-                    f"torch.cuda.max_memory_allocated); {gpu_name}"}
+                    f"torch.cuda.max_memory_allocated){autocast}; {gpu_name}"}
 
 
 def main(folders: list[str]) -> int:

@@ -199,7 +199,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     optimizer = stepped / cl.optimizer_params_per_s if cl.optimizer_params_per_s else 0.0
     framework = _framework_seconds(cand, shape, accum, cl, counted)
     if cl.gpu_model is not None:  # a GPU kind the profiles know, no machine profile: gpu_time.py's terms
-        compute, compute_with_bubble, exposed, optimizer = gpu_estimate.terms(cand, wl, cl)
+        compute, compute_with_bubble, exposed, optimizer, framework = gpu_estimate.terms(cand, wl, cl)
         bubble = 1 - compute / compute_with_bubble
     step = compute_with_bubble + exposed + offload + optimizer + framework
     no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework

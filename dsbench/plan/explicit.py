@@ -13,7 +13,7 @@ from typing import Any
 from dsbench.errors import UserError
 from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import interleaved_accepts
-from dsbench.plan.gpu_layout import ARCHS, Layout, Shape
+from dsbench.plan.gpu_layout import ARCHS, Layout, Shape, runs_autocast
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import GpuProfile, profile_for
 from dsbench.plan.gpu_time import step_time
@@ -89,7 +89,8 @@ def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
     layout = Layout(shape, seq, hw.kind, gpus, gpn, req.layout, req.tp, req.pipeline_stages, cp,
                     req.pipeline_schedule, req.virtual_stages, req.micro_batch, max(global_batch, 1), req.recompute,
                     req.sequence_parallel, req.precision, req.compile, req.kernels, req.attention,
-                    req.intra_bandwidth, req.bandwidth, cp_comm=comm)
+                    req.intra_bandwidth, req.bandwidth, cp_comm=comm,
+                    autocast=runs_autocast(req.layout, req.kernels))
     if req.virtual_stages > 1 and req.pipeline_schedule != "interleaved":
         raise UserError("--virtual-stages goes with --pipeline-schedule interleaved")
     return layout.check(), hw, name

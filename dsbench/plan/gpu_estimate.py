@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench.parallel import ParallelDims
-from dsbench.plan.gpu_layout import Layout, Shape
+from dsbench.plan.gpu_layout import Layout, Shape, runs_autocast
 from dsbench.plan.gpu_time import step_time
 
-COMPUTE = ("matmul", "attention", "elementwise", "recompute", "logits")
+COMPUTE = ("matmul", "attention", "elementwise", "recompute", "logits", "autocast")
 EXPOSED = ("tp_comm", "cp_comm", "pp_p2p", "dp_comm")
 
 
@@ -30,13 +30,14 @@ def layout_for(cand: Any, wl: Any, cl: Any) -> Layout:
                   precision=wl.precision, kernels="hf",
                   schedule="interleaved" if cand.virtual_stages > 1 else "1f1b", virtual_stages=cand.virtual_stages,
                   inter_gbs=cl.inter.bandwidth_gbs,  # --interconnect or --bandwidth
-                  cp=cand.ulysses, cp_comm="a2a")  # Ulysses: the sequence split, all-to-alls around attention
+                  cp=cand.ulysses, cp_comm="a2a",  # Ulysses: the sequence split, all-to-alls around attention
+                  autocast=runs_autocast(cand.strategy, "hf"))  # zero0 is DeepSpeed's: 16-bit weights
 
 
-def terms(cand: Any, wl: Any, cl: Any) -> tuple[float, float, float, float]:
-    """Compute (the busiest stage's, all micro-batches), compute with the pipeline bubble, exposed communication
-    and the optimizer, in seconds per step."""
+def terms(cand: Any, wl: Any, cl: Any) -> tuple[float, float, float, float, float]:
+    """Compute (the busiest stage's, all micro-batches), compute with the pipeline bubble, exposed communication,
+    the optimizer and the framework's host time (DeepSpeed ZeRO's, which the GPU waits for), in seconds per step."""
     time = step_time(layout_for(cand, wl, cl), cl.gpu_model)
     compute = sum(time.terms.get(name, 0.0) for name in COMPUTE)
     exposed = sum(time.terms.get(name, 0.0) for name in EXPOSED)
-    return compute, compute + time.terms["pp_bubble"], exposed, time.terms["optimizer"]
+    return compute, compute + time.terms["pp_bubble"], exposed, time.terms["optimizer"], time.terms["engine_host"]

@@ -15,6 +15,12 @@ RECOMPUTE = ("none", "full", "selective", "op")
 checkpointing (every matmul output but every second one, and the attention kernel's output, are saved; the rest
 of the block is recomputed)."""
 ARCHS = ("gpt", "llama")
+def runs_autocast(strategy: str, kernels: str) -> bool:
+    """Whether dsbench's worker trains this layout's fp32 weights under torch.autocast: its own DDP (and single)
+    engine on the HF modules (worker/engines/native.py); DeepSpeed, FSDP and Megatron train 16-bit weights."""
+    return strategy == "ddp" and kernels == "hf"
+
+
 KERNELS = ("hf", "eager", "megatron")
 """How the non-GEMM ops run: ``hf`` as the Hugging Face modules dsbench's worker trains (one kernel per torch op,
 with transformers' casts and copies), ``eager`` as torchtitan's leaner modules write them, ``megatron``:
@@ -84,6 +90,9 @@ class Layout:
     inter_gbs: float | None = None
     async_tp: bool = False
     """TP collectives overlapped with the matmuls (torchtitan's Async TP, micro-pipelined)."""
+    autocast: bool = False
+    """The forward runs under ``torch.autocast`` over fp32 weights (torch AMP; dsbench's single, DDP, TP and pipeline
+    engines) instead of on 16-bit weights (DeepSpeed's bf16 engine, FSDP's mixed precision, Megatron)."""
     cp_comm: str = "p2p"
     """How the ``cp`` ranks of a sequence attend: ``p2p``, ring attention passing K and V blocks (torch's and
     Megatron's default); ``a2a``, DeepSpeed Ulysses' all-to-alls that swap the sequence split for a head split

@@ -52,6 +52,9 @@ def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
     layer = lay.shape.layer_params() / lay.tp
     grad = 2 if lay.kernels == "hf" else 4  # DeepSpeed's bf16 engine and autocast keep 16-bit gradients (autocast's
     # fp32 weights are also the master copy); Megatron accumulates in fp32 buffers (main_grad)
+    if strategy == "ddp" and lay.autocast:  # fp32 weights and the 16-bit casts autograd keeps until the backward;
+        # no gradients at the forward's peak (zero_grad(set_to_none=True), torch's default) but DDP's fp32 buckets
+        return {"weights": 6 * params, "grads": 4 * params if lay.dp > 1 else 0.0, "optimizer": 8 * params}
     if strategy == "ddp":
         return {"weights": 2 * params, "grads": grad * params, "optimizer": 12 * params}
     if strategy == "zero1":
@@ -104,6 +107,10 @@ def _block_activation_bytes(lay: Layout) -> float:
         # output and the block's input; everything else is recomputed
         linear = 2 * sbh * (3 + 2 * s.kv_heads / s.heads) + 2 * sbh * ratio * (s.mlp_matrices - 1)
         return (linear / 2 + 2 * sbh) / t + 2 * sbh / (t if lay.sequence_parallel else 1)
+    if lay.autocast:  # the residual stream stays fp32: each norm's kept input (GPT-2) or normalised output (Llama)
+        outside += 2 * 2 * sbh  # in 4 bytes, not 2
+        if s.arch == "gpt" and lay.kernels == "hf" and not lay.compile:  # the tanh GELU after autocast's fp32 pow:
+            inside += 2 * 2 * ratio * sbh  # tanh's output and 1 + tanh in fp32 (gpu_time.AUTOCAST_FP32)
     return (inside + core) / t + outside / (t if lay.sequence_parallel else 1) + whole
 
 

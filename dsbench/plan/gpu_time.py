@@ -19,6 +19,7 @@ Per micro-batch and layer, on one GPU (its TP shard, its CP share of the sequenc
   gathers and gradient reduce-scatters (zero3, fsdp) overlapped with compute by prefetching.
 - ``optimizer``: Adam's read and write of its fp32 states at HBM bandwidth.
 - ``engine_host``: the host work of a DeepSpeed ZeRO engine that the GPU waits for, per parameter tensor.
+- ``autocast``: under torch.autocast over fp32 weights, the weight casts and the ops autocast runs in fp32.
 
 Memory-bound terms of the HF modules run eagerly go at the profile's ``hf_hbm_fraction`` of HBM bandwidth, and a 16-bit
 GEMM with a dimension that is not a multiple of 8 at its ``unaligned_gemm_fraction`` of peak (gpu_profiles.py).
@@ -133,6 +134,28 @@ ELEMENTWISE = {
 }
 
 
+AUTOCAST_FP32 = {("gpt", "eager"): 26}
+"""Bytes per ffn element, forward, that autocast adds to the MLP activation: GPT-2's tanh GELU
+(transformers NewGELUActivation) starts with ``torch.pow``, which is on autocast's float32 list (torch.amp docs,
+"CUDA Ops that can autocast to float32"), so the seven ops after it read and write fp32: 62 bytes per element by op
+count instead of 36, i.e. the table's 28 x 62/36 (+20), and its fp32 output is cast back for the down projection (+6).
+Llama's SiLU is not on the list (nothing added), and Inductor fuses the chain (nothing added compiled). The fp32
+residual stream and norms cost nothing measurable on the lent H100: the Llama's kernel time was the same under
+autocast and under DeepSpeed's bf16 weights (198.1 vs 200.1 ms, tests/data/runs/gpu-h100-20261125/profile)."""
+
+
+def _autocast_seconds(lay: Layout, hw: GpuProfile) -> float:
+    """One micro-batch's autocast work on the busiest stage: every weight cast to 16 bits in the forward (read 4,
+    write 2 bytes; autocast caches a cast for the rest of the forward) and its 16-bit gradient cast back (read 2,
+    write 4), and the fp32 activation chain of :data:`AUTOCAST_FP32`, forward and backward (3x)."""
+    if not lay.autocast:
+        return 0.0
+    s = lay.shape
+    extra = AUTOCAST_FP32.get((s.arch, "compiled" if lay.compile else "eager" if lay.kernels == "hf" else lay.kernels))
+    chain = 3 * lay.stage_layers * (extra or 0) * lay.micro_batch * lay.seq_len / lay.cp * s.ffn / lay.tp
+    return _hbm_seconds(12 * _local_params(lay) + chain, lay, hw)
+
+
 def _elementwise_bytes(lay: Layout) -> float:
     """Bytes the non-GEMM ops of one block move in the forward (:data:`ELEMENTWISE` per element). Inside the TP
     region (activation, RoPE, the eager softmax) they split over tp; the norms and residuals outside it split only
@@ -218,6 +241,7 @@ def _stage_seconds(lay: Layout, hw: GpuProfile) -> dict[str, float]:
         core = fwd["attention"] + _hbm_seconds(_softmax_bytes(lay) / lay.tp, lay, hw)
         terms["recompute"] = core * layers
     terms["logits"] = _logits_seconds(lay, hw)  # on the last stage, the busiest
+    terms["autocast"] = _autocast_seconds(lay, hw)
     if lay.async_tp:  # micro-pipelined collective matmuls hide part of the TP traffic
         terms["tp_comm"] *= 1 - ASYNC_TP_HIDDEN
     return terms

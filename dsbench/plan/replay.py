@@ -39,6 +39,8 @@ LAYER_SAC = ("layer-level SAC", "selective layer")
 """Notes that say torchtitan's per-layer selective checkpointing (every n-th block checkpointed, n not stated):
 priced as attention-only recompute."""
 ASYNC_TP = ("Async TP", "AsyncTP on", "+ AsyncTP")
+AUTOCAST = ("autocast",)
+"""Notes that say the forward ran under torch.autocast over fp32 weights (dsbench's native engines write it)."""
 """Notes that say torchtitan's Async TP: TP collectives overlapped with the matmuls."""
 
 
@@ -134,7 +136,8 @@ def _layout(v: dict[str, Any], micro_batch: int, virtual: int) -> Layout:
                   bool(v["sequence_parallel"]), v["precision"], bool(v["compile"]),
                   _kernels(v), "eager" if _megatron(v) else "flash",
                   v["intra_gbs"], v["inter_gbs"],
-                  async_tp=any(marker in note for marker in ASYNC_TP))
+                  async_tp=any(marker in note for marker in ASYNC_TP),
+                  autocast=any(marker in note for marker in AUTOCAST))
 
 
 def _kernels(v: dict[str, Any]) -> str:

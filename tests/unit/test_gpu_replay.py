@@ -291,40 +291,74 @@ def test_the_ranking_prices_gpu_candidates_with_the_gpu_model(cli_run):
     assert zero1["mfu"] == pytest.approx(0.5) and zero1["exposed_comm_s"] == 0
 
 
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_on_one_gpu_the_ranking_orders_strategies_as_the_lent_gpus_measured(cli_run, gpu):
+    """GPT-2 at 16 x 1024 on one GPU no longer ties: autocast's casts (ddp) and DeepSpeed's host time (ZeRO) are in
+    the step. Oracle: dsbench's own runs on the lent H100 (2026-11-25: ZeRO-1 115, DDP 121, ZeRO-2 122, ZeRO-3
+    192 ms) and H200 (2026-11-27: 100, 107, 135, 277 ms): ZeRO-1 fastest, ZeRO-3 slowest, ZeRO-2 between."""
+    data = json.loads(cli_run("plan", "--model", "gpt2", "--gpus", "1", "--gpu", gpu, "--micro-batch", "16",
+                              "--seq-len", "1024", "--precision", "bf16", "--grad-accum", "1", "--json").output)
+    step = {c["name"]: c["step_s"] for c in data["candidates"]}
+    assert step["zero1"] < step["ddp"] < step["zero3"] and step["zero1"] < step["zero2"] < step["zero3"], step
+    assert next(c for c in data["candidates"] if c["name"] == "zero3")["framework_s"] > 0
+
+
 def test_dsbench_h100_runs_engine_constants_chosen_on_gpt2_hold_on_llama(results):
     """zero_host_us is chosen on the GPT-2 ZeRO rows of 2026-11-25 (10-12); the same day's 1.1B Llama rows (13-15)
-    are out of sample and meet the issue's 15%. Held as measured, and named in docs/planner.md: the GPT-2 DDP rows
-    (autocast over fp32 weights, whose extra casts the model does not price: -22%) and the 2026-11-23 rows, whose
-    host-bound ZeRO cells ran up to 1.6x slower than the same cells two days later."""
+    are out of sample and meet the issue's 15%. The runs under autocast over fp32 weights (rows 1, 5, 9, 13) are
+    priced by the autocast term, which no row chose (its bytes are counted from torch's autocast op list): within
+    11%. Held as measured, and named in docs/planner.md: the 2026-11-23 ZeRO rows, whose host-bound cells ran up
+    to 1.6x slower than the same cells two days later."""
     rows = _rows(results, "dsbench-h100")
     assert all(abs(rows[n].step_error) < 0.01 for n in (10, 11, 12))
     assert all(abs(rows[n].step_error) <= 0.15 for n in (13, 14, 15)), [rows[n].step_error for n in (13, 14, 15)]
-    assert -0.25 < rows[9].step_error < -0.15
+    assert all(abs(rows[n].step_error) <= 0.11 for n in (1, 5, 9, 13)), [rows[n].step_error for n in (1, 5, 9, 13)]
     assert max(abs(rows[n].step_error) for n in range(1, 9)) <= 0.40
 
 
 def test_peak_memory_within_10_percent_on_dsbench_h100_runs(results):
-    """The allocated peak of every DeepSpeed bf16 run and of the Llama runs under autocast, from the model's
-    derivations (transformers' RMSNorm and tanh GELU, DeepSpeed's 16-bit gradients), nothing fitted. GPT-2 under
-    autocast over fp32 weights peaks 4 GiB above the same model under DeepSpeed's bf16 weights, which the model does
-    not price: held at its -16%."""
+    """The allocated peak of every run, from the model's derivations (transformers' RMSNorm and tanh GELU,
+    DeepSpeed's 16-bit gradients; under autocast, the fp32 residual stream, the GELU's fp32 tensors after its pow,
+    the 16-bit weight casts kept for the backward and no gradients at the forward's peak), nothing fitted."""
     rows = _rows(results, "dsbench-h100")
-    autocast_gpt2 = [n for n, r in rows.items() if r.row.values["strategy"] == "ddp" and r.row.values["arch"] == "gpt"]
-    assert all(abs(r.mem_error) <= 0.10 for n, r in rows.items() if n not in autocast_gpt2)
-    assert all(-0.17 < rows[n].mem_error < -0.10 for n in autocast_gpt2)
+    assert all(abs(r.mem_error) <= 0.10 for r in rows.values()), {n: r.mem_error for n, r in rows.items()}
 
+
+def test_the_autocast_term_by_hand():
+    """GPT-2 124M at 16 x 1024 on an H100 under autocast: 12 bytes per parameter of weight casts and the tanh GELU
+    after its fp32 pow (26 bytes per ffn element forward, x3 with the backward) at the HF modules' HBM rate; the
+    same layout on 16-bit weights pays nothing, and Llama's SiLU adds no chain."""
+    from dataclasses import replace
+
+    from dsbench.plan.gpu_profiles import profile_for
+    from dsbench.plan.gpu_time import step_time
+
+    gpt2 = Shape("gpt", 12, 768, 12, 12, 3072, 50257)
+    lay = Layout(gpt2, 1024, "h100-sxm", 1, 1, micro_batch=16, global_batch=16, kernels="hf", autocast=True).check()
+    hw = profile_for("h100-sxm")
+    params = 12 * (12 * 768 ** 2 + 13 * 768) + 50257 * 768  # blocks (Shape.layer_params: 12h^2 + 13h) + embedding
+    chain = 3 * 12 * 26 * 16 * 1024 * 3072
+    expected = (12 * params + chain) / (3.35e12 * 0.44)
+    assert step_time(lay, hw).terms["autocast"] == pytest.approx(expected, rel=0.01)
+    assert step_time(replace(lay, autocast=False), hw).terms["autocast"] == 0
+    llama = Shape("llama", 22, 2048, 32, 4, 5632, 32000)
+    lay = Layout(llama, 2048, "h100-sxm", 1, 1, micro_batch=4, global_batch=4, kernels="hf", autocast=True).check()
+    h = 2048  # q and o h x h, k and v h x 256 (4 of 32 heads), gate/up/down h x 5632, two norms; the output layer
+    # is cast, the embedding (a lookup, not on autocast's list) is not
+    casts = 22 * (2 * h * h + 2 * h * 256 + 3 * h * 5632 + 2 * h) + 32000 * h
+    assert step_time(lay, hw).terms["autocast"] == pytest.approx(12 * casts / (3.35e12 * 0.44), rel=0.01)
 
 
 def test_dsbench_h200_runs_out_of_sample(results):
     """The lent H200 of 2026-11-27 (tests/data/runs/gpu-h200-20261127), priced with constants fixed before it ran:
-    the GPU terms hold (ZeRO-1 and the Llama's autocast cell within 5%), the host term of another host does not
-    (ZeRO-2 and ZeRO-3 come out 13-37% fast on this host), and peak memory is within 10% but GPT-2 under autocast.
-    Held as measured; docs/planner.md gives the figures."""
+    the GPU terms hold (ZeRO-1 and the cells under autocast within 5%), the host term of another host does not
+    (ZeRO-2 and ZeRO-3 come out 13-37% fast on this host), and peak memory is within 10% on every row. Held as
+    measured; docs/planner.md gives the figures."""
     rows = _rows(results, "dsbench-h200")
     assert len(rows) == 8 and all(r.row.values["gpu"] == "h200" for r in rows.values())
-    assert all(abs(rows[n].step_error) <= 0.05 for n in (2, 5, 6)), [rows[n].step_error for n in (2, 5, 6)]
+    assert all(abs(rows[n].step_error) <= 0.05 for n in (1, 2, 5, 6)), [rows[n].step_error for n in (1, 2, 5, 6)]
     assert all(-0.40 < rows[n].step_error < -0.10 for n in (3, 4, 7, 8)), [rows[n].step_error for n in (3, 4, 7, 8)]
-    assert all(abs(r.mem_error) <= 0.10 for n, r in rows.items() if n != 1) and -0.17 < rows[1].mem_error < -0.10
+    assert all(abs(r.mem_error) <= 0.10 for r in rows.values()), {n: r.mem_error for n, r in rows.items()}
 
 
 def test_the_zero_host_constant_fitted_on_a_hosts_gpt2_runs_holds_on_its_llama_runs():
