@@ -313,56 +313,57 @@ def choices() -> str:
                       "torch_3d_tp{T}_pp{P}[_interleaved{V}|_zb{V}][_shard{S}]"))
 
 
-def name_for(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
-             engine: str = "deepspeed", virtual_stages: int = 1, ulysses: int = 1, *, sequence_parallel: bool = False,
-             loss_parallel: bool = False, zero_bubble: bool = False) -> str | None:
-    """The compare name of a planner candidate (the inverse of :attr:`Strategy.planner_fields`); ``None`` when no
-    compare strategy runs it. DDP on one rank is ``ddp`` here (compare's ``single`` is its 1-rank baseline)."""
-    fields = {"strategy": strategy, "offload": offload, "offload_param": offload_param, "tp": tp, "pp": pp,
-              "engine": engine, "virtual_stages": virtual_stages, "ulysses": ulysses,
-              "sequence_parallel": sequence_parallel, "loss_parallel": loss_parallel, "zero_bubble": zero_bubble}
+def _planner_fields(strategy: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` over a plain strategy's :attr:`Strategy.planner_fields`: one source of names and defaults."""
+    defaults = Strategy("", "ddp", "torchrun").planner_fields
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise TypeError(f"not planner fields: {', '.join(unknown)}")
+    return {**defaults, **options, "strategy": strategy}
+
+
+def name_for(strategy: str, **options: Any) -> str | None:
+    """The compare name of a planner candidate (the inverse of :attr:`Strategy.planner_fields`; ``options`` are its
+    other fields); ``None`` when no compare strategy runs it. DDP on one rank is ``ddp`` here (compare's ``single``
+    is its 1-rank baseline)."""
+    fields = _planner_fields(strategy, options)
+    tp, pp, virtual_stages, zero_bubble = fields["tp"], fields["pp"], fields["virtual_stages"], fields["zero_bubble"]
     for how in FIXED.values():
         if how.name != "single" and how.reshard and how.planner_fields == fields:
             return how.name
-    if engine == "torch" and tp > 1 and pp > 1:  # DTensor TP inside torch's pipeline stages: torch_3d
+    if fields["engine"] == "torch" and tp > 1 and pp > 1:  # DTensor TP inside torch's pipeline stages: torch_3d
         how = three_d(tp, pp, {"fsdp": 0, "ddp": 1}.get(strategy, -1), virtual_stages, zero_bubble)
         return how.name if how.dp_shard >= 0 and how.planner_fields == fields else None
     for family, (degree_of, _) in FAMILIES.items():
-        degree = {"tp": tp, "pp": pp, "ulysses": ulysses}[degree_of]
-        options: dict[str, Any] = {}
-        if family == "torch_pipe":
-            options = {"virtual_stages": virtual_stages, "zero_bubble": zero_bubble}
-        elif family == "torch_tp":
-            options = {"sequence_parallel": sequence_parallel, "loss_parallel": loss_parallel}
-        name = with_options(f"{family}{degree}", **options)
-        how = lookup(name) if degree > 1 else None
-        if how is not None and how.planner_fields == fields:
+        degree = fields[degree_of]
+        suffixes = {k: fields[k] for k in {"torch_pipe": ("virtual_stages", "zero_bubble"),
+                                            "torch_tp": ("sequence_parallel", "loss_parallel")}.get(family, ())}
+        how = lookup(with_options(f"{family}{degree}", **suffixes)) if degree > 1 else None
+        if how and how.planner_fields == fields:
             return how.name
     return None
 
 
-def for_candidate(strategy: str, offload: str = "none", offload_param: str = "none", tp: int = 1, pp: int = 1,
-                  engine: str = "deepspeed", virtual_stages: int = 1, ulysses: int = 1, *,
-                  sequence_parallel: bool = False, loss_parallel: bool = False, zero_bubble: bool = False) -> Strategy:
+def for_candidate(strategy: str, **options: Any) -> Strategy:
     """The strategy that runs a planner candidate: compare's where it has one, else one named by its parts
     (``zero1 + tp8 + pp2``, ``fsdp_hybrid``) with the same fields, so that its launch flags are derived alike."""
-    name = name_for(strategy, offload, offload_param, tp, pp, engine, virtual_stages, ulysses,
-                    sequence_parallel=sequence_parallel, loss_parallel=loss_parallel, zero_bubble=zero_bubble)
+    name = name_for(strategy, **options)
     if name is not None:
         return get(name)
-    parts = [strategy] + ([f"offload-{offload}" + ("+params" if offload_param != "none" else "")]
-                          if offload != "none" else []) + [f"{d}{n}" for d, n in (("tp", tp), ("pp", pp),
-                                                                                  ("ulysses", ulysses)) if n > 1]
-    label = " + ".join(parts)
-    if engine == "torch":
+    f = _planner_fields(strategy, options)
+    offload, tp, pp = f["offload"], f["tp"], f["pp"]
+    label = " + ".join([strategy] + ([f"offload-{offload}" + ("+params" if f["offload_param"] != "none" else "")]
+                                     if offload != "none" else []) + [f"{d}{f[d]}" for d in ("tp", "pp", "ulysses")
+                                                                      if f[d] > 1])
+    if f["engine"] == "torch":
         engine_name = "torch_3d" if tp > 1 and pp > 1 else "torch_tp" if tp > 1 else "torch_pp"
-        return Strategy(label, engine_name, "torchrun", tp=tp, pp=pp, sequence_parallel=sequence_parallel,
-                        loss_parallel=loss_parallel, planned=True)
+        return Strategy(label, engine_name, "torchrun", tp=tp, pp=pp, sequence_parallel=f["sequence_parallel"],
+                        loss_parallel=f["loss_parallel"], planned=True)
     zero = PLANNER[strategy].zero
     if zero is None:  # DDP and FSDP (hybrid sharding included) under torchrun
         return Strategy(label, "fsdp" if strategy.startswith("fsdp") else "ddp", "torchrun", tp=tp, pp=pp)
-    return Strategy(label, "deepspeed", "deepspeed", zero=zero, offload=offload, offload_param=offload_param, tp=tp,
-                    pp=pp, ulysses=ulysses)
+    return Strategy(label, "deepspeed", "deepspeed", zero=zero, offload=offload, offload_param=f["offload_param"],
+                    tp=tp, pp=pp, ulysses=f["ulysses"])
 
 
 def with_options(name: str, sequence_parallel: bool = False, loss_parallel: bool = False,

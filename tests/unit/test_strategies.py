@@ -42,6 +42,14 @@ def test_no_other_module_holds_a_table_of_strategy_names():
     assert problems == []
 
 
+def test_name_for_takes_the_planner_fields_strategy_declares():
+    """name_for/for_candidate take Strategy.planner_fields' names with its defaults; any other name is refused."""
+    assert registry.name_for("zero2", offload="cpu") == "zero2_offload"
+    assert registry.name_for(**registry.get("torch_tp2_sp").planner_fields) == "torch_tp2_sp"
+    with pytest.raises(TypeError, match="not planner fields: tensor_parallel"):
+        registry.name_for("ddp", tensor_parallel=2)
+
+
 def test_the_scan_finds_a_planted_table():
     assert _tables(ast.parse('KNOWN = ("ddp", "zero2")\nBY = {"pipe2": 2, "torch_tp4": 4}')) == [
         (1, {"ddp", "zero2"}), (2, {"pipe2", "torch_tp4"})]
