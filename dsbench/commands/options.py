@@ -35,6 +35,20 @@ class Finite(click.ParamType):
 
 
 POSITIVE = Finite(0, low_open=True)
+
+
+class PerZeroStage(click.ParamType):
+    """Three positive numbers, ``S1,S2,S3``: one per ZeRO stage."""
+
+    name = "S1,S2,S3"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[float, ...]:
+        if isinstance(value, tuple):
+            return value
+        parts = str(value).split(",")
+        if len(parts) != 3:
+            self.fail(f"{value!r}: give three numbers, for ZeRO-1, 2 and 3 (e.g. 140,185,660)", param, ctx)
+        return tuple(POSITIVE.convert(part.strip(), param, ctx) for part in parts)
 COUNT = click.IntRange(min=1)
 _OFFLOAD = click.Choice(["none", "cpu", "nvme"])
 RENDER_FLAGS = ("zero", "offload", "offload_param", "nvme_path", "precision", "micro_batch", "grad_accum",

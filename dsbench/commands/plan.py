@@ -12,6 +12,7 @@ from dsbench.commands.options import (
     COUNT,
     POSITIVE,
     Finite,
+    PerZeroStage,
     checked_profile,
     wide_option,
 )
@@ -36,6 +37,8 @@ from dsbench.strategies import GPU_DATA_PARALLEL
 @click.option("--intra", help="Within a node [nvlink4 for h100/h200, else nvlink].")
 @click.option("--bandwidth", type=POSITIVE, help="Custom inter-node bandwidth, GB/s per GPU.")
 @click.option("--latency", type=Finite(0), help="Custom latency, µs.")
+@click.option("--zero-host-us", type=PerZeroStage(), help="Your host's DeepSpeed ZeRO-1,2,3 host time per parameter "
+              "tensor, µs, for the GPU model (fit it: scripts/fit_gpu_constants.py) [the fastest host measured].")
 @click.option("--seq-len", type=COUNT, help="[min(model max positions, 2048)]")
 @click.option("--micro-batch", type=COUNT, default=DEFAULTS.micro_batch, show_default=True)
 @click.option("--grad-accum", type=COUNT, default=DEFAULTS.grad_accum, show_default=True)

@@ -9,7 +9,7 @@ from dsbench.errors import UserError
 from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
-from dsbench.plan.gpu_profiles import ALIASES, KINDS, GpuProfile
+from dsbench.plan.gpu_profiles import ALIASES, KINDS, GpuProfile, with_host
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
 from dsbench.plan.profile import TP_LAYER_RATE, Profile, compute_group, load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
@@ -93,6 +93,9 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
                  inter=link(req.interconnect, req.bandwidth, req.latency), host_link=INTERCONNECTS["pcie5"],
                  host_mem_gb=req.host_mem)
     if req.profile:
+        if req.zero_host_us:
+            raise UserError("--zero-host-us is the GPU model's: a --profile from calibrate measures its own "
+                            "engine costs")
         cl = with_profile(cl, req.profile.data)
     else:
         cl = replace(cl, gpu_model=gpu_model(req, precision))
@@ -102,11 +105,15 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
 def gpu_model(req: PlanRequest, precision: str) -> GpuProfile | None:
     """The GPU time model's profile of ``--gpu``: used unless the user set the older model's figures
     (--peak-tflops, --efficiency) or the kind or precision has no profile (then peak x efficiency prices it)."""
-    if req.peak_tflops is not None or req.efficiency != DEFAULTS.efficiency:
-        return None
     kind = ALIASES.get(req.gpu, req.gpu)
     profile = KINDS.get(kind)
-    return profile if profile is not None and precision in profile.peak_tflops else None
+    if req.peak_tflops is not None or req.efficiency != DEFAULTS.efficiency or profile is None \
+            or precision not in profile.peak_tflops:
+        if req.zero_host_us:
+            raise UserError("--zero-host-us prices DeepSpeed's host time in the GPU model, which this plan does not "
+                            "use: drop --peak-tflops/--efficiency, or use a GPU kind with a profile in bf16/fp16")
+        return None
+    return with_host(profile, req.zero_host_us)
 
 
 def read_profile(path: str) -> Profile:

@@ -15,7 +15,7 @@ from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import interleaved_accepts
 from dsbench.plan.gpu_layout import ARCHS, Layout, Shape, runs_autocast
 from dsbench.plan.gpu_memory import peak_memory
-from dsbench.plan.gpu_profiles import GpuProfile, profile_for
+from dsbench.plan.gpu_profiles import GpuProfile, profile_for, with_host
 from dsbench.plan.gpu_time import step_time
 from dsbench.plan.recommend import launch_argv
 from dsbench.plan.request import LayoutRequest
@@ -64,7 +64,7 @@ def shape_of(req: LayoutRequest) -> tuple[Shape, str, int]:
 def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
     """The checked layout, its hardware profile and the model's name for the launch command."""
     shape, name, longest = shape_of(req)
-    hw = profile_for(req.gpu)
+    hw = with_host(profile_for(req.gpu), req.zero_host_us)
     gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
     gpus = req.gpus or req.nodes * gpn
     if gpus != req.nodes * gpn:

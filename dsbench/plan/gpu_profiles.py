@@ -126,6 +126,11 @@ ALIASES = {"h100": "h100-sxm", "a100": "a100-80g", "v100": "v100-32g"}
 """Today's --gpu names for the kinds above (dsbench/gpus.py)."""
 
 
+def with_host(profile: GpuProfile, zero_host_us: tuple[float, ...] | None) -> GpuProfile:
+    """The profile with a host's ZeRO-1/2/3 time per parameter tensor (``--zero-host-us``), if one is given."""
+    return replace(profile, zero_host_us=dict(zip((1, 2, 3), zero_host_us, strict=True))) if zero_host_us else profile
+
+
 def profile_for(kind: str, **overrides: float) -> GpuProfile:
     """The profile of a GPU kind (or its alias), with any field replaced; an unknown kind is one line."""
     key = ALIASES.get(kind, kind)

@@ -39,6 +39,9 @@ class PlanRequest:
     """CPU RAM per node, GB."""
     profile: Profile | None = None
     """A machine profile from ``dsbench calibrate``: measured compute rate and links replace datasheet figures."""
+    zero_host_us: tuple[float, float, float] | None = None
+    """The GPU model's DeepSpeed ZeRO host time per parameter tensor, µs, for ZeRO-1, 2, 3: the user's host's
+    (scripts/fit_gpu_constants.py) instead of the fastest host measured (gpu_profiles.ZERO_HOST_US)."""
 
 
 DEFAULTS = PlanRequest()
@@ -90,6 +93,8 @@ class LayoutRequest:
     """Tokens to train: the answer gives days and GPU-hours."""
     price_per_gpu_hour: float | None = None
     """With --tokens: the cost."""
+    zero_host_us: tuple[float, float, float] | None = None
+    """As :attr:`PlanRequest.zero_host_us`."""
 
 
 LAYOUT_DEFAULTS = LayoutRequest(layout="fsdp")
