@@ -107,8 +107,8 @@ def gpu_model(req: PlanRequest, precision: str) -> GpuProfile | None:
     (--peak-tflops, --efficiency) or the kind or precision has no profile (then peak x efficiency prices it)."""
     kind = ALIASES.get(req.gpu, req.gpu)
     profile = KINDS.get(kind)
-    if req.peak_tflops is not None or req.efficiency != DEFAULTS.efficiency or profile is None \
-            or precision not in profile.peak_tflops:
+    older = req.peak_tflops is not None or req.efficiency != DEFAULTS.efficiency  # peak x efficiency asked for
+    if older or profile is None or precision not in profile.peak_tflops:
         if req.zero_host_us:
             raise UserError("--zero-host-us prices DeepSpeed's host time in the GPU model, which this plan does not "
                             "use: drop --peak-tflops/--efficiency, or use a GPU kind with a profile in bf16/fp16")
