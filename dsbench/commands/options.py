@@ -35,6 +35,8 @@ class Finite(click.ParamType):
 
 
 POSITIVE = Finite(0, low_open=True)
+COUNT = click.IntRange(min=1)
+_OFFLOAD = click.Choice(["none", "cpu", "nvme"])
 
 
 class PerZeroStage(click.ParamType):
@@ -49,8 +51,8 @@ class PerZeroStage(click.ParamType):
         if len(parts) != 3:
             self.fail(f"{value!r}: give three numbers, for ZeRO-1, 2 and 3 (e.g. 140,185,660)", param, ctx)
         return tuple(POSITIVE.convert(part.strip(), param, ctx) for part in parts)
-COUNT = click.IntRange(min=1)
-_OFFLOAD = click.Choice(["none", "cpu", "nvme"])
+
+
 RENDER_FLAGS = ("zero", "offload", "offload_param", "nvme_path", "precision", "micro_batch", "grad_accum",
                 "global_batch", "pipeline_stages", "tp", "ulysses", "grad_clip", "lr", "warmup_steps", "train_steps")
 

@@ -15,16 +15,16 @@ RECOMPUTE = ("none", "full", "selective", "op")
 checkpointing (every matmul output but every second one, and the attention kernel's output, are saved; the rest
 of the block is recomputed)."""
 ARCHS = ("gpt", "llama")
-def runs_autocast(strategy: str, kernels: str) -> bool:
-    """Whether dsbench's worker trains this layout's fp32 weights under torch.autocast: its own DDP (and single)
-    engine on the HF modules (worker/engines/native.py); DeepSpeed, FSDP and Megatron train 16-bit weights."""
-    return strategy == "ddp" and kernels == "hf"
-
-
 KERNELS = ("hf", "eager", "megatron")
 """How the non-GEMM ops run: ``hf`` as the Hugging Face modules dsbench's worker trains (one kernel per torch op,
 with transformers' casts and copies), ``eager`` as torchtitan's leaner modules write them, ``megatron``:
 Megatron-LM's fused kernels (LayerNorm, bias-GELU, bias-dropout-add, scale-mask-softmax). ``compile`` fuses any."""
+
+
+def runs_autocast(strategy: str, kernels: str) -> bool:
+    """Whether dsbench's worker trains this layout's fp32 weights under torch.autocast: its own DDP (and single)
+    engine on the HF modules (worker/engines/native.py); DeepSpeed, FSDP and Megatron train 16-bit weights."""
+    return strategy == "ddp" and kernels == "hf"
 
 
 @dataclass(frozen=True, slots=True)

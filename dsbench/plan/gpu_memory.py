@@ -50,8 +50,8 @@ def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
     if strategy == "fsdp_hybrid":  # HSDP: over the node's data-parallel ranks, replicated across nodes
         shard = lay.gpus_per_node // (lay.tp * lay.cp) or 1
     layer = lay.shape.layer_params() / lay.tp
-    grad = 2 if lay.kernels == "hf" else 4  # DeepSpeed's bf16 engine and autocast keep 16-bit gradients (autocast's
-    # fp32 weights are also the master copy); Megatron accumulates in fp32 buffers (main_grad)
+    grad = 2 if lay.kernels == "hf" else 4  # DeepSpeed's bf16 engine keeps 16-bit gradients; Megatron accumulates
+    # in fp32 buffers (main_grad)
     if strategy == "ddp" and lay.autocast:  # fp32 weights and the 16-bit casts autograd keeps until the backward;
         # no gradients at the forward's peak (zero_grad(set_to_none=True), torch's default) but DDP's fp32 buckets
         return {"weights": 6 * params, "grads": 4 * params if lay.dp > 1 else 0.0, "optimizer": 8 * params}

@@ -39,9 +39,9 @@ LAYER_SAC = ("layer-level SAC", "selective layer")
 """Notes that say torchtitan's per-layer selective checkpointing (every n-th block checkpointed, n not stated):
 priced as attention-only recompute."""
 ASYNC_TP = ("Async TP", "AsyncTP on", "+ AsyncTP")
+"""Notes that say torchtitan's Async TP: TP collectives overlapped with the matmuls."""
 AUTOCAST = ("autocast",)
 """Notes that say the forward ran under torch.autocast over fp32 weights (dsbench's native engines write it)."""
-"""Notes that say torchtitan's Async TP: TP collectives overlapped with the matmuls."""
 
 
 @dataclass(frozen=True)
