@@ -148,6 +148,10 @@ def bubble_fraction(stages: int, micro_batches: int, virtual_stages: int = 1) ->
     return (stages - 1) / (virtual_stages * micro_batches + stages - 1) if stages > 1 else 0.0
 
 
+ZERO_BUBBLE_SHARE = (1 + 1 - 1) / (1 + 1 + 1)
+"""The zero-bubble schedule's fill and drain over 1F1B's: (F+B-W)/(F+B+W) at F = B = W (Qi et al. 2024 sec. 2)."""
+
+
 def in_flight_micro_batches(stages: int, micro_batches: int, virtual_stages: int = 1, gpipe: bool = False) -> float:
     """Micro-batches whose activations the first stage holds at its peak: all M under GPipe (every forward before
     any backward); min(P, M) under 1F1B; P·(1 + (P - 1)/(P·V)) under interleaved 1F1B, capped at M (Korthikanti et

@@ -63,7 +63,7 @@ from dsbench.strategies import GPU_DATA_PARALLEL
 @click.option("--pipeline-schedule", type=click.Choice(SCHEDULES), default=LAYOUT_DEFAULTS.pipeline_schedule,
               show_default=True, help="With --layout.")
 @click.option("--virtual-stages", type=COUNT, default=LAYOUT_DEFAULTS.virtual_stages, show_default=True,
-              help="With --layout and --pipeline-schedule interleaved: model chunks per stage.")
+              help="With --layout and an interleaved --pipeline-schedule: model chunks per stage.")
 @click.option("--cp", type=COUNT, default=LAYOUT_DEFAULTS.cp, show_default=True,
               help="With --layout: context parallel degree (ring attention).")
 @click.option("--ulysses", type=COUNT, default=LAYOUT_DEFAULTS.ulysses, show_default=True,

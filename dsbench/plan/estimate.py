@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dsbench.models import LLAMA_LIKE, ModelShape
-from dsbench.parallel import in_flight_micro_batches
+from dsbench.parallel import ZERO_BUBBLE_SHARE, in_flight_micro_batches
 from dsbench.plan import gpu_estimate, interval
 from dsbench.plan.calls import NO_LATENCY, collective_calls
 from dsbench.plan.candidate import Candidate
@@ -272,10 +272,6 @@ def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:
     # the whole sequence in attention, 1/sp of the micro-batch's work either way (Jacobs et al. 2023 sec. 3)
     return [whole_seconds * share / whole * (8 / 6 if cand.checkpointing else 1.0) / cand.ulysses
             for share in stages]
-
-
-ZERO_BUBBLE_SHARE = (1 + 1 - 1) / (1 + 1 + 1)
-"""The zero-bubble schedule's fill and drain over 1F1B's: (F+B-W)/(F+B+W) at F = B = W (Qi et al. 2024 sec. 2)."""
 
 
 def pipeline_seconds(stages: list[float], micro_batches: int, virtual_stages: int = 1,

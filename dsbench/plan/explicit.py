@@ -91,8 +91,8 @@ def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
                     req.sequence_parallel, req.precision, req.compile, req.kernels, req.attention,
                     req.intra_bandwidth, req.bandwidth, cp_comm=comm,
                     autocast=runs_autocast(req.layout, req.kernels))
-    if req.virtual_stages > 1 and req.pipeline_schedule != "interleaved":
-        raise UserError("--virtual-stages goes with --pipeline-schedule interleaved")
+    if req.virtual_stages > 1 and not req.pipeline_schedule.startswith("interleaved"):
+        raise UserError("--virtual-stages goes with --pipeline-schedule interleaved or interleaved-zb")
     return layout.check(), hw, name
 
 
@@ -112,7 +112,7 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
                       "--recompute selective-op saves every matmul output: price that with --recompute selective")
     if lay.sequence_parallel and not (lay.tp > 1 and lay.pp == 1 and lay.strategy == "ddp"):
         return None, "dsbench runs sequence parallelism with torch_tp (--layout ddp --tp N, no pipeline)"
-    interleaved = lay.pp > 1 and lay.schedule == "interleaved"
+    interleaved = lay.pp > 1 and lay.chunks > 1
     if interleaved and not (lay.strategy == "ddp" or (lay.tp > 1 and lay.strategy == "fsdp")):
         return None, ("dsbench runs the interleaved schedule with torch_pp (--layout ddp --pipeline-stages P) or "
                       "torch_3d (--layout fsdp|ddp --tp T --pipeline-stages P)")
@@ -125,8 +125,8 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
         how = lookup(lay.strategy)
         return (how, None) if how else (None, f"{lay.strategy}: the worker's FSDP2 builds no replicated dimension")
     engine = "deepspeed" if lay.strategy.startswith("zero") else "torch"
-    name = name_for(lay.strategy, tp=lay.tp, pp=lay.pp, engine=engine,
-                    virtual_stages=lay.virtual_stages if interleaved else 1)
+    name = name_for(lay.strategy, tp=lay.tp, pp=lay.pp, engine=engine, virtual_stages=lay.chunks,
+                    zero_bubble=lay.schedule == "interleaved-zb")
     if name is not None and lay.sequence_parallel:  # torch_tp's option is in its name
         name = with_options(name, sequence_parallel=True)
     if name is None:

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from dsbench.errors import UserError
 from dsbench.strategies import GPU_DATA_PARALLEL
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "interleaved-zb")
+"""``interleaved-zb``: torch's ScheduleInterleavedZeroBubble, interleaved 1F1B with the weight gradients moved into
+the bubble (Qi et al. 2024), as ``dsbench launch --pipeline-schedule interleaved-zb`` runs it."""
 RECOMPUTE = ("none", "full", "selective", "op")
 """``selective``: the attention core only (Korthikanti et al. 2022); ``op``: torchtitan's per-op selective
 checkpointing (every matmul output but every second one, and the attention kernel's output, are saved; the rest
@@ -104,11 +106,15 @@ class Layout:
         return self.gpus // (self.tp * self.pp * self.cp)
 
     @property
+    def chunks(self) -> int:
+        """Model chunks per pipeline stage: the virtual stages under an interleaved schedule, else 1."""
+        return self.virtual_stages if self.schedule.startswith("interleaved") else 1
+
+    @property
     def stage_layers(self) -> int:
         """Blocks on the busiest pipeline stage: layers split over pp x v chunks, the remainder on some stages
         (torchtitan splits unevenly; Megatron needs an even split)."""
-        v = self.virtual_stages if self.schedule == "interleaved" else 1
-        return -(-self.shape.layers // (self.pp * v)) * v
+        return -(-self.shape.layers // (self.pp * self.chunks)) * self.chunks
 
     @property
     def micro_batches(self) -> int:
@@ -147,14 +153,15 @@ class Layout:
             raise UserError(f"seq_len {self.seq_len} must split into 2 x cp {self.cp} chunks (load-balanced ring)")
         if self.pp > 1 and self.schedule not in SCHEDULES:
             raise UserError(f"schedule {self.schedule!r}: use one of {', '.join(SCHEDULES)}")
-        v = self.virtual_stages if self.schedule == "interleaved" else 1
-        if s.layers < self.pp * v:
-            raise UserError(f"{s.layers} layers do not fill pp {self.pp} x {v} virtual stages")
+        if s.layers < self.pp * self.chunks:
+            raise UserError(f"{s.layers} layers do not fill pp {self.pp} x {self.chunks} virtual stages")
         if self.global_batch % (self.dp * self.micro_batch):
             raise UserError(f"global batch {self.global_batch} is not a multiple of data parallel {self.dp} x "
                             f"micro-batch {self.micro_batch}")
-        if self.schedule == "interleaved" and self.pp > 1 and self.micro_batches % self.pp:
+        if self.schedule.startswith("interleaved") and self.pp > 1 and self.micro_batches % self.pp:
             raise UserError(f"interleaved 1F1B needs micro-batches ({self.micro_batches}) divisible by pp {self.pp}")
+        if self.schedule == "interleaved-zb" and self.pp > 1 and self.virtual_stages < 2:
+            raise UserError("the interleaved zero-bubble schedule needs 2 or more virtual stages (--virtual-stages)")
         if self.sequence_parallel and self.tp == 1:
             raise UserError("sequence parallelism shards along the TP group: it needs tp > 1")
         return self

@@ -121,7 +121,7 @@ def peak_memory(lay: Layout) -> PeakMemory:
     params = lay.stage_layers * s.layer_params() / lay.tp + s.vocab * s.hidden / lay.tp
     states = _state_bytes(lay, params)
     in_flight = in_flight_micro_batches(lay.pp, lay.micro_batches,
-                                        lay.virtual_stages if lay.schedule == "interleaved" else 1,
+                                        lay.chunks,
                                         gpipe=lay.schedule == "gpipe")
     activations = lay.stage_layers * _block_activation_bytes(lay) * in_flight
     if lay.recompute in ("full", "op"):  # the block being recomputed holds its full set during its backward

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dsbench.parallel import ZERO_BUBBLE_SHARE
 from dsbench.plan.gpu_layout import Layout
 from dsbench.plan.gpu_profiles import GpuProfile
 from dsbench.strategies import PLANNER
@@ -252,7 +253,7 @@ def _p2p_seconds(lay: Layout, hw: GpuProfile) -> float:
     16-bit values scattered over the TP ranks (Narayanan 2021 sec. 4.1), over the link between stages."""
     if lay.pp == 1:
         return 0.0
-    v = lay.virtual_stages if lay.schedule == "interleaved" else 1
+    v = lay.chunks
     nbytes = 2 * lay.micro_batch * lay.seq_len / lay.cp * lay.shape.hidden / lay.tp
     gbs = _group_gbs(lay.tp * lay.cp * lay.dp + 1, lay, hw)
     return 2 * v * (nbytes / (gbs * 1e9) + hw.collective_latency_us * 1e-6)
@@ -321,10 +322,12 @@ def step_time(lay: Layout, hw: GpuProfile) -> StepTime:
     """Seconds of one optimizer step, by term."""
     stage = _stage_seconds(lay, hw)
     m = lay.micro_batches
-    v = lay.virtual_stages if lay.schedule == "interleaved" else 1
     per_micro = sum(stage.values())
     terms = {name: m * seconds for name, seconds in stage.items()}
-    terms["pp_bubble"] = (lay.pp - 1) / v * per_micro if lay.pp > 1 else 0.0
+    # (p-1)/v idle micro-batch slots (Narayanan 2021 sec. 2.2); zero bubble fills (F+B-W)/(F+B+W) of them with
+    # the deferred weight gradients (Qi et al. 2024 sec. 2; parallel.ZERO_BUBBLE_SHARE, as the CPU planner)
+    share = ZERO_BUBBLE_SHARE if lay.schedule == "interleaved-zb" else 1.0
+    terms["pp_bubble"] = (lay.pp - 1) / lay.chunks * per_micro * share if lay.pp > 1 else 0.0
     terms["pp_p2p"] = m * _p2p_seconds(lay, hw)
     compute = sum(terms.values())
     terms["dp_comm"] = _dp_seconds(lay, hw, compute)

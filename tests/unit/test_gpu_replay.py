@@ -228,6 +228,8 @@ def test_a_launchable_layout_prints_the_command_that_launch_accepts(cli_run, tmp
      {"tp": 2, "sequence_parallel": True, "recompute": "selective"}),
     (["--pipeline-stages", "2", "--pipeline-schedule", "interleaved", "--virtual-stages", "2"],
      "torch_pipe2_interleaved2", {"pipeline_stages": 2, "pipeline_schedule": "interleaved", "virtual_stages": 2}),
+    (["--pipeline-stages", "2", "--pipeline-schedule", "interleaved-zb", "--virtual-stages", "2"],
+     "torch_pipe2_zb2", {"pipeline_stages": 2, "pipeline_schedule": "interleaved-zb", "virtual_stages": 2}),
 ])
 def test_issue_28_options_are_launchable_as_printed(cli_run, tmp_path, layout, strategy, fields):
     """Sequence parallelism, selective recompute and the interleaved schedule: the plan's command, run with
@@ -254,6 +256,8 @@ def test_issue_28_options_are_launchable_as_printed(cli_run, tmp_path, layout, s
     (["--layout", "fsdp", "--gpus", "8", "--layers", "32"], "--hidden, --heads, --vocab missing"),
     (["--layout", "fsdp", "--params", "7e9", "--gpus", "8", "--virtual-stages", "2"],
      "--virtual-stages goes with --pipeline-schedule interleaved"),
+    (["--layout", "ddp", "--params", "7e9", "--gpus", "8", "--pipeline-stages", "2", "--global-batch", "8",
+      "--pipeline-schedule", "interleaved-zb"], "the interleaved zero-bubble schedule needs 2 or more virtual stages"),
     (["--layout", "fsdp", "--params", "7e9", "--gpus", "8", "--efficiency", "0.4"], "--efficiency does not apply"),
     (["--layout", "fsdp", "--params", "7e9", "--gpus", "8", "--gpu", "tpu"], "gpu 'tpu': no hardware profile"),
 ])
@@ -524,3 +528,24 @@ def test_fsdp_under_a_pipeline_holds_the_stage_gathered_and_its_gradients_unshar
     rows = _rows(results, "torchtitan-h100-202412")
     errors = {i: rows[i].mem_error for i in range(13, 19)}
     assert all(-0.13 <= e <= 0 for e in errors.values()), errors  # measured reserved peaks: -12.5% to -1.4%
+
+
+def test_the_zero_bubble_schedule_by_hand():
+    """torch's interleaved zero-bubble schedule on the GPU model: the interleaved bubble, (p-1)/v micro-batch
+    slots, of which the deferred weight gradients fill all but (F+B-W)/(F+B+W) = 1/3 at F = B = W (Qi et al.
+    2024 sec. 2); every other term as interleaved 1F1B."""
+    from dataclasses import replace
+
+    from dsbench.plan.gpu_profiles import profile_for
+    from dsbench.plan.gpu_time import step_time
+
+    shape = Shape("llama", 32, 4096, 32, 8, 14336, 128256)
+    inter = Layout(shape, 4096, "h100-sxm", 8, 8, pp=4, schedule="interleaved", virtual_stages=2, global_batch=16,
+                   kernels="eager").check()
+    zb = replace(inter, schedule="interleaved-zb").check()
+    a, b = step_time(inter, profile_for("h100-sxm")).terms, step_time(zb, profile_for("h100-sxm")).terms
+    per_micro = sum(a[k] for k in a if k not in ("pp_bubble", "pp_p2p", "dp_comm", "optimizer", "engine_host"))
+    per_micro /= inter.micro_batches
+    assert a["pp_bubble"] == pytest.approx(3 / 2 * per_micro)
+    assert b["pp_bubble"] == pytest.approx(a["pp_bubble"] / 3)
+    assert {k: v for k, v in a.items() if k != "pp_bubble"} == {k: v for k, v in b.items() if k != "pp_bubble"}
