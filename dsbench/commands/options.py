@@ -40,7 +40,7 @@ _OFFLOAD = click.Choice(["none", "cpu", "nvme"])
 
 
 class PerZeroStage(click.ParamType):
-    """Three positive numbers, ``S1,S2,S3``: one per ZeRO stage."""
+    """Three positive numbers, ``S1,S2,S3``: one per ZeRO stage, each at most a million (µs per tensor: a second)."""
 
     name = "S1,S2,S3"
 
@@ -50,7 +50,7 @@ class PerZeroStage(click.ParamType):
         parts = str(value).split(",")
         if len(parts) != 3:
             self.fail(f"{value!r}: give three numbers, for ZeRO-1, 2 and 3 (e.g. 140,185,660)", param, ctx)
-        return tuple(POSITIVE.convert(part.strip(), param, ctx) for part in parts)
+        return tuple(Finite(0, low_open=True, high=1e6).convert(part.strip(), param, ctx) for part in parts)
 
 
 RENDER_FLAGS = ("zero", "offload", "offload_param", "nvme_path", "precision", "micro_batch", "grad_accum",
