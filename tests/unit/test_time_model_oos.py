@@ -309,3 +309,22 @@ def test_three_check_launches_on_gpt2_mini():
     checked = {name: p / m - 1 for name, (m, p) in cells.items() if name not in (*options, "zero2_offload")}
     assert all(abs(e) <= 0.105 for e in checked.values()), checked
     assert all(-0.23 < cells[n][1] / cells[n][0] - 1 < -0.15 for n in options), {n: cells[n] for n in options}
+
+
+def test_a_second_run_an_hour_later_and_the_two_calibrations_nearly_agree():
+    """2026-11-27 03:39, 74 minutes after 02:25 (both gpt2-mini, ``--check-repeats 3``): median 6.7% again,
+    Spearman 0.94, worst torch_pipe2_zb2 -23.6% (held out; it ran 12% slower than torch_pipe2 on 2 CPU ranks).
+    The two calibrations predict the later compare's cells within 6.9% of each other, 9 of 10 within the issue's
+    5% (pipe2 +6.9%); two calibrations with one check launch, 2 h 20 min apart, differed by up to 16.3%."""
+    case = "oos-20261127-0339-gpt2-mini"
+    cells = _cells(case)
+    median, worst, rho = _figures(cells)
+    assert median <= 0.10 and rho >= 0.9, (median, rho)
+    measured, predicted = cells["torch_pipe2_zb2"]
+    assert -0.25 < predicted / measured - 1 < -0.20
+    earlier = read_profile(str(STORED / "oos-20261127-0225-gpt2-mini" / "profile.json"))
+    later = read_profile(str(STORED / case / "profile.json"))
+    ratios = {row["base_strategy"]: predict_cell(row, later).step_s / predict_cell(row, earlier).step_s
+              for row in collect([STORED / case / "compare"])}
+    assert max(abs(r - 1) for r in ratios.values()) < 0.07, ratios
+    assert sum(abs(r - 1) <= 0.05 for r in ratios.values()) == 9, ratios
