@@ -112,7 +112,7 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
                       "--recompute selective-op saves every matmul output: price that with --recompute selective")
     if lay.sequence_parallel and not (lay.tp > 1 and lay.pp == 1 and lay.strategy == "ddp"):
         return None, "dsbench runs sequence parallelism with torch_tp (--layout ddp --tp N, no pipeline)"
-    interleaved = lay.pp > 1 and lay.chunks > 1
+    interleaved = lay.pp > 1 and lay.schedule.startswith("interleaved")
     if interleaved and not (lay.strategy == "ddp" or (lay.tp > 1 and lay.strategy == "fsdp")):
         return None, ("dsbench runs the interleaved schedule with torch_pp (--layout ddp --pipeline-stages P) or "
                       "torch_3d (--layout fsdp|ddp --tp T --pipeline-stages P)")
