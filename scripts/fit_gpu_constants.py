@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from dsbench.plan import gpu_profiles
-from dsbench.plan.gpu_fit import fit_zero_host_us, predict_with_host, session_of
+from dsbench.plan.gpu_fit import by_session, fit_zero_host_us, predict_with_host
 from dsbench.plan.gpu_time import step_time
 from dsbench.plan.replay import predict_row, read_rows, row_layouts
 
@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ORACLE = ROOT / "tests" / "data" / "oracles" / "torchtitan.csv"
 CHOOSING = {("torchtitan-h100-202412", 1), ("torchtitan-h100-202412", 4)}
 DSBENCH = ROOT / "tests" / "data" / "oracles" / "dsbench-h100.csv"
-HOST_ROWS = {10: 1, 11: 2, 12: 3}
-"""dsbench-h100 rows (GPT-2, 2026-11-25) that choose ``zero_host_us``, by the ZeRO stage they ran."""
+HOST_ROWS = (10, 11, 12)
+"""dsbench-h100 rows (GPT-2 ZeRO-1, 2 and 3, 2026-11-25) that choose ``zero_host_us``."""
 PROFILE = ROOT / "tests" / "data" / "runs" / "gpu-h100-20261125" / "profile" / "profile-gpt2-zero1.json"
 NON_GEMM = ("elementwise", "loss", "copy", "reduce", "norm", "optimizer")
 """scripts/profile_gpu_step.py's kernel kinds that the model prices as memory-bound."""
@@ -61,12 +61,9 @@ def main(files: list[Path]) -> int:
           f"bandwidth, {measured * 1e3:.1f} ms measured in {PROFILE.name})")
     chosen = [row for row in read_rows([DSBENCH]) if row.row in HOST_ROWS]
     for stage, us in fit_zero_host_us(chosen, h100).items():
-        print(f"zero_host_us[{stage}] = {us:.0f} (dsbench-h100 rows {sorted(HOST_ROWS)})")
+        print(f"zero_host_us[{stage}] = {us:.0f} (dsbench-h100 rows {list(HOST_ROWS)})")
     print("per host: fitted on its GPT-2 rows, checked on its Llama rows (the profile's constant is the 11-25 host's)")
-    sessions: dict[str, list] = {}
-    for row in read_rows(files or sorted(DSBENCH.parent.glob("dsbench-*.csv"))):
-        sessions.setdefault(session_of(row), []).append(row)
-    for name, rows in sessions.items():
+    for name, rows in by_session(read_rows(files or sorted(DSBENCH.parent.glob("dsbench-*.csv")))).items():
         fit = fit_zero_host_us([r for r in rows if r.values["model"] == "gpt2"])
         checked = predict_with_host([r for r in rows if r.values["model"] != "gpt2"], fit)
         errors = ", ".join(f"{r.row.values['strategy']} {r.step_error:+.1%}" for r in checked)

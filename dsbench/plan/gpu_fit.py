@@ -25,6 +25,14 @@ def session_of(row: OracleRow) -> str:
     return f"{row.source} {found.group(0) if found else '?'}"
 
 
+def by_session(rows: Iterable[OracleRow]) -> dict[str, list[OracleRow]]:
+    """The rows grouped by :func:`session_of`, in the order the sessions first appear."""
+    sessions: dict[str, list[OracleRow]] = {}
+    for row in rows:
+        sessions.setdefault(session_of(row), []).append(row)
+    return sessions
+
+
 def fit_zero_host_us(rows: Iterable[OracleRow], hw: GpuProfile | None = None) -> dict[int, float]:
     """µs per parameter tensor, by ZeRO stage, that makes each ZeRO row's predicted step equal its measured one:
     (measured − the model's GPU terms) / the step's tensor visits (gpu_time.engine_host_seconds at 1 µs). Where

@@ -135,6 +135,12 @@ ELEMENTWISE = {
 }
 
 
+def _op_kernels(lay: Layout) -> str:
+    """How the block's non-GEMM ops run, as :data:`ELEMENTWISE` keys them: one fused pass compiled, else Megatron's
+    fused kernels or one kernel per torch op (the HF modules as torchtitan's)."""
+    return "compiled" if lay.compile else "eager" if lay.kernels == "hf" else lay.kernels
+
+
 AUTOCAST_FP32 = {("gpt", "eager"): 26}
 """Bytes per ffn element, forward, that autocast adds to the MLP activation: GPT-2's tanh GELU
 (transformers NewGELUActivation) starts with ``torch.pow``, which is on autocast's float32 list (torch.amp docs,
@@ -152,7 +158,7 @@ def _autocast_seconds(lay: Layout, hw: GpuProfile) -> float:
     if not lay.autocast:
         return 0.0
     s = lay.shape
-    extra = AUTOCAST_FP32.get((s.arch, "compiled" if lay.compile else "eager" if lay.kernels == "hf" else lay.kernels))
+    extra = AUTOCAST_FP32.get((s.arch, _op_kernels(lay)))
     chain = 3 * lay.stage_layers * (extra or 0) * lay.micro_batch * lay.seq_len / lay.cp * s.ffn / lay.tp
     return _hbm_seconds(12 * _local_params(lay) + chain, lay, hw)
 
@@ -162,7 +168,7 @@ def _elementwise_bytes(lay: Layout) -> float:
     region (activation, RoPE, the eager softmax) they split over tp; the norms and residuals outside it split only
     with sequence parallelism (Korthikanti sec. 4.2.2)."""
     s, b, t = lay.shape, lay.micro_batch, lay.tp
-    per = ELEMENTWISE[(s.arch, "compiled" if lay.compile else "eager" if lay.kernels == "hf" else lay.kernels)]
+    per = ELEMENTWISE[(s.arch, _op_kernels(lay))]
     sbh = b * lay.seq_len / lay.cp * s.hidden
     sbf = b * lay.seq_len / lay.cp * s.ffn
     outside = 2 * per["norm"] * sbh + 2 * per["residual"] * sbh

@@ -387,11 +387,9 @@ def test_the_zero_host_constant_fitted_on_a_hosts_gpt2_runs_holds_on_its_llama_r
     machines separately: fitted on a session's GPT-2 ZeRO rows, zero_host_us predicts that session's Llama rows
     within 15%, although the fitted values differ by up to 2.2x between hosts (so no one host's value is the
     GPU's)."""
-    from dsbench.plan.gpu_fit import fit_zero_host_us, predict_with_host, session_of
+    from dsbench.plan.gpu_fit import by_session, fit_zero_host_us, predict_with_host
 
-    sessions: dict[str, list] = {}
-    for row in read_rows(sorted(ORACLES.glob("dsbench-*.csv"))):
-        sessions.setdefault(session_of(row), []).append(row)
+    sessions = by_session(read_rows(sorted(ORACLES.glob("dsbench-*.csv"))))
     assert len(sessions) == 3, sorted(sessions)
     fits = []
     for name, rows in sessions.items():
