@@ -138,6 +138,7 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
                                                                                  "zero3_tensor_s")),
                    tp_layer_s=tuple((kind, profile["rates"].get(rate, 0.0)) for kind, rate in TP_LAYER_RATE.items()),
                    lp_head_s=profile["rates"].get("torch_tp_lp_head_s", 0.0),
+                   zb_split_layer_s=profile["rates"].get("zb_split_layer_s", 0.0),
                    overlap_comm=not str(profile.get("device", "")).startswith("cpu"),
                    step_scale=tuple(sorted(step_scale(profile).items())),
                    spread=tuple(sorted((profile.get("spread") or {}).items())))

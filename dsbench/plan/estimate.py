@@ -75,6 +75,9 @@ class Cluster:
     lp_head_s: float = 0.0
     """torch_tp's ``--loss-parallel`` head and loss, its own seconds per micro-step beyond 1/tp of their compute and
     their collectives (a profile's ``torch_tp_lp_head_s``); zero without one."""
+    zb_split_layer_s: float = 0.0
+    """torch's zero-bubble schedules' own seconds per layer per micro-batch: splitting each backward into its input-
+    and weight-gradient passes, beyond the whole backward (a profile's ``zb_split_layer_s``); zero without one."""
     compute_by_micro_batch: tuple[tuple[int, float], ...] = ()
     """The measured forward+backward TFLOPS per rank at several micro-batches (a profile)."""
     gpu_model: GpuProfile | None = None
@@ -342,12 +345,15 @@ def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl:
       for ZeRO-3 the model's parameter tensors x its cost per tensor; once per micro-step for ZeRO-2/3 (their
       gradient hooks reduce every backward) and once per step for ZeRO-1 (reduced at the boundary);
     - tensor parallelism (DTensor for the torch engine, AutoTP's layers for DeepSpeed): its cost per split layer
-      x the rank's layers x micro-steps, and torch_tp's loss-parallel head's cost x micro-steps.
+      x the rank's layers x micro-steps, and torch_tp's loss-parallel head's cost x micro-steps;
+    - torch's zero-bubble schedules: the split backward's cost per layer x the rank's layers x micro-batches.
     """
     # tensor parallelism: every split layer of the rank's stage, every micro-step
     tensor = shape.layers / cand.pp * tp_layer_seconds(cand, cl) * micro_steps if cand.tp > 1 else 0.0
     if cand.loss_parallel:  # torch_tp's head split by vocabulary, every micro-step
         tensor += cl.lp_head_s * micro_steps
+    if cand.zero_bubble:  # the split backward of every layer of the rank's chunks, every micro-batch
+        tensor += shape.layers / cand.pp * cl.zb_split_layer_s * micro_steps
     if _deepspeed_measured(cand, cl):
         per_call, per_tensor = cl.deepspeed_s[1 if cand.strategy != "zero1" else 0], cl.deepspeed_s[2]
         if cand.strategy == "zero1":

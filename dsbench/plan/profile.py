@@ -162,6 +162,14 @@ def tensor_parallel_costs(tp: dict[str, Any], link: dict[str, Any], element_byte
     return costs
 
 
+def split_backward_cost(split: dict[str, Any]) -> float:
+    """What torch's zero-bubble schedules pay per layer per micro-batch beyond the whole backward the other torch
+    schedules run: (forward + input- and weight-gradient passes - forward + whole backward) / layers, from
+    calibrate's one-stage measurement (``compute.split_backward``; the slowest rank's is stored). Kept at zero
+    when noise makes it negative."""
+    return max(0.0, (split["split"]["seconds"] - split["whole"]["seconds"]) / split["layers"])
+
+
 def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
     """The machine profile from ``calibrate``'s measurements: every collective fitted, and the compute rates the
     planner uses (the slowest rank's: in a synchronous step every rank waits for it)."""
@@ -191,6 +199,8 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
     if "plain_forward_backward" in tp and tp_link:
         element = 2 if measured.get("precision") in ("bf16", "fp16") else 4
         rates.update(tensor_parallel_costs(tp, tp_link, element))
+    if all(rank.get("split_backward") for rank in per_rank):  # profiles from 2026-11-27 05:00 on
+        rates["zb_split_layer_s"] = max(split_backward_cost(rank["split_backward"]) for rank in per_rank)
     return {**measured, "schema": SCHEMA, "collectives": collectives, "rates": rates, "spread": spreads(measured)}
 
 
@@ -300,7 +310,8 @@ def _shown(value: Any) -> str:
 REQUIRED_RATES = ("model_tflops", "adam_params_per_s")
 """The rates the planner always reads from a profile."""
 OPTIONAL_RATES = ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
-                  "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s")
+                  "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s",
+                  "zb_split_layer_s")
 """The engine costs a profile may carry (older profiles have none)."""
 
 

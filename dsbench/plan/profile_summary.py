@@ -33,6 +33,9 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
                                               "parallelism)" if "torch_tp_sp_layer_s" in rates else "") +
                      (f"; the loss-parallel head {rates['torch_tp_lp_head_s'] * 1e3:,.2f} ms per micro-step"
                       if "torch_tp_lp_head_s" in rates else ""))
+    if "zb_split_layer_s" in rates:
+        lines.append("torch's zero-bubble schedules, the backward split into input- and weight-gradient passes, per "
+                     f"layer per micro-batch: {rates['zb_split_layer_s'] * 1e3:,.3f} ms")
     if profile.get("spread"):
         lines.append("spread over the samples (half the p10-p90 range / median): " + ", ".join(
             f"{name} ±{width:.0%}" for name, width in profile["spread"].items()))

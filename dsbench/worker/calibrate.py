@@ -33,10 +33,11 @@ import socket
 import sys
 import time
 import warnings
+from types import SimpleNamespace
 from typing import Any
 
 from dsbench.worker.calibrate_engines import measure_deepspeed, measure_fsdp, measure_tensor_parallel
-from dsbench.worker.calibrate_timing import rate, summary_of, sync_device
+from dsbench.worker.calibrate_timing import interleaved, rate, summary_of, sync_device
 
 SIZES = [2**k for k in range(12, 25, 2)]
 """Message sizes in bytes: 4 KiB .. 16 MiB, a factor of 4 apart."""
@@ -113,8 +114,44 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
            for name, timing in (("gemm", gemm), ("attention", attention), ("model", model_step))}
     out["optimizer"] = {**adam, "params": shape.num_params(), "params_per_s": shape.num_params() / adam["seconds"],
                         "kernel": "torch AdamW fused"}
-    out["model_by_micro_batch"] = by_micro
-    return out
+    return {**out, "model_by_micro_batch": by_micro,
+            "split_backward": measure_split_backward(model, shape, micro, seq, device, repeats)}
+
+
+def measure_split_backward(model: Any, shape: Any, micro: int, seq: int, device: str, repeats: int) -> dict[str, Any]:
+    """What torch's zero-bubble schedules pay to split each backward into its input-gradient and weight-gradient
+    passes (Qi et al. 2024, arXiv:2401.10241 sec. 2), over the whole backward that the other torch schedules run:
+    one micro-batch through the whole model as a pipeline stage, its input an activation that needs a gradient
+    (as every stage after the first receives), backward through torch's own stage functions
+    (torch/distributed/pipelining/_backward.py, torch 2.13): ``stage_backward`` for 1F1B and interleaved 1F1B,
+    ``stage_backward_input`` then ``stage_backward_weight`` for the zero-bubble ones. The split walks the autograd
+    graph in Python to find each weight's intermediates, a cost per graph node, so per layer it holds for a
+    stage of any depth. Interleaved rounds, this rank alone (no collective, no barrier)."""
+    import torch
+    from torch.distributed.pipelining._backward import stage_backward, stage_backward_input, stage_backward_weight
+
+    ids = torch.randint(0, shape.vocab_size, (micro, seq), device=device)
+    embed = model.get_input_embeddings()
+
+    def forward() -> tuple[Any, Any]:
+        received = embed(ids).detach().requires_grad_()
+        return received, model(inputs_embeds=received, labels=ids).loss
+
+    def whole() -> None:
+        received, loss = forward()
+        # the loss itself, as the last stage passes it: in a list it would need a list of output gradients, and
+        # with None there torch's stage_backward silently skips it
+        stage_backward(loss, None, [received])
+
+    def split() -> None:
+        received, loss = forward()
+        _, groups = stage_backward_input([loss], None, [received], model.parameters())
+        stage_backward_weight(model.parameters(), groups)
+
+    alone = SimpleNamespace(barrier=lambda: None)  # one rank's own work: nothing to wait for
+    timed = interleaved({"whole": whole, "split": split}, alone, device, max(repeats, 7), calls=3)
+    model.zero_grad(set_to_none=True)
+    return {**timed, "layers": shape.layers, "micro_batch": micro}
 
 
 def _collective(kind: str, size: int, group: Any, ranks: list[int], rank: int, comm: Any, dtype: Any) -> Any:

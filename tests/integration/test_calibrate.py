@@ -39,10 +39,14 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
         assert world[kind]["bandwidth_gbs"] > 0, kind
     # the engines' own costs, from the stack run plain, under FSDP2 and under ZeRO-1/2/3 (a real step each), and
     # from the model's own layers split over both ranks by DTensor (with and without SP) and by DeepSpeed AutoTP's
-    # layers, and from its LM head and loss split by vocabulary
+    # layers, and from its LM head and loss split by vocabulary; torch's zero-bubble split backward on each rank
     for key in ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
-                "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s"):
+                "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s",
+                "zb_split_layer_s"):
         assert key in profile["rates"], key
+    for rank in profile["compute_per_rank"]:
+        split = rank["split_backward"]
+        assert split["layers"] == 2 and split["whole"]["seconds"] > 0 and split["split"]["seconds"] > 0
     assert profile["deepspeed"]["zero3_step"]["seconds"] > profile["fsdp"]["plain_step"]["seconds"]
     split = profile["tensor_parallel"]
     assert split["tp"] == 2 and split["layers"] == 2

@@ -338,3 +338,19 @@ def test_calibrate_states_the_spread_of_each_timing_it_fits_from():
         (w[len(w) // 2] if len(w) % 2 else (w[len(w) // 2 - 1] + w[len(w) // 2]) / 2) for w in widths))
     line = next(line for line in summary_lines(profile) if line.startswith("spread"))
     assert f"ZeRO-3 stack step ±{profile['spread']['ZeRO-3 stack step']:.0%}" in line
+
+
+def test_a_profile_with_the_split_backward_carries_the_slowest_rank_s_cost_to_the_planner():
+    from dsbench.plan.api import with_profile
+
+    measured = _measured([0.05, 0.04])
+    for rank, split in zip(measured["compute_per_rank"], (0.034, 0.038), strict=True):
+        rank["split_backward"] = {"whole": {"seconds": 0.030}, "split": {"seconds": split}, "layers": 4}
+    profile = fit_profile(measured)
+    assert profile["rates"]["zb_split_layer_s"] == pytest.approx(0.002, rel=1e-12)  # (38 - 30) ms / 4, by hand
+    assert any(line.startswith("torch's zero-bubble schedules") for line in summary_lines(profile))
+    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+                   inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"])
+    assert with_profile(base, profile).zb_split_layer_s == profile["rates"]["zb_split_layer_s"]
+    older = fit_profile(_measured([0.05, 0.04]))  # measured before 2026-11-27 05:00: no cost, none charged
+    assert "zb_split_layer_s" not in older["rates"] and with_profile(base, older).zb_split_layer_s == 0.0

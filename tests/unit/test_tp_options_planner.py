@@ -147,3 +147,30 @@ def test_fsdp_under_torch_s_pipeline_holds_its_stage_gathered_with_unsharded_gra
     # accumulating 2 micro-steps, dsbench's engine reduce-scatters on the last only: the whole model's fp32 grads
     accumulating = estimate(fsdp, replace(workload, grad_accum=2), cluster)
     assert accumulating.buffers == pytest.approx(2 * block * 4 + held_params(shape) * 4)
+
+
+def test_the_split_backward_cost_is_what_the_split_adds_per_layer():
+    """calibrate's one-stage measurement (forward + torch's whole backward, forward + its input- and weight-gradient
+    passes): the difference over the layers, the slowest rank's; zero when noise makes it negative; none stored
+    for a profile measured before it."""
+    from dsbench.plan.profile import split_backward_cost
+
+    split = {"whole": {"seconds": 0.030}, "split": {"seconds": 0.036}, "layers": 4}
+    assert split_backward_cost(split) == pytest.approx(0.0015, rel=1e-12)  # (36 - 30) ms / 4 layers, by hand
+    assert split_backward_cost({**split, "split": {"seconds": 0.029}}) == 0.0
+
+
+def test_the_planner_charges_the_split_backward_to_the_zero_bubble_schedule_only():
+    """pp 2 on 2 ranks, one replica accumulating 2 micro-batches (the global batch of pure data parallelism):
+    each rank's chunks hold half of llama-tiny's 2 layers, so the zero-bubble schedule pays 1 layer x 2
+    micro-batches x the cost; interleaved 1F1B runs the whole backward and pays nothing."""
+    workload = Workload(shape=resolve_model("llama-tiny"), seq_len=SEQ, micro_batch=MICRO, grad_accum=1,
+                        precision="fp32")
+    measured = replace(CLUSTER, zb_split_layer_s=2e-3)
+
+    def framework(cluster: Cluster, zero_bubble: bool) -> float:
+        cand = Candidate(strategy="ddp", pp=2, engine="torch", virtual_stages=2, zero_bubble=zero_bubble)
+        return estimate(cand, workload, cluster).framework_s
+
+    assert framework(measured, True) - framework(CLUSTER, True) == pytest.approx(LAYERS / 2 * 2 * 2e-3)
+    assert framework(measured, False) == framework(CLUSTER, False)
