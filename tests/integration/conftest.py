@@ -26,24 +26,23 @@ NVME_TEST = "test_zero3_nvme_offload"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _prebuild_async_io(request):
-    """DeepSpeed's async_io op (NVMe offload) takes ~6 minutes of 2 cores to JIT-build, and only the NVMe test
-    needs it. Started with the session at a low CPU priority (nice 5), its build runs mostly in the idle time of
-    the launches before that test (ranks waiting in collectives and timeouts, ssh and SLURM start-up); the NVMe
-    test then finds it built, or waits on torch's build lock for what is left. Not nice 19: starved, one compile
-    could leave the folder unchanged for the 10 minutes after which dsbench calls a lock stale (jitlocks.py).
-    Only when that test is selected; the session waits for the build at its end (killing it leaves the lock)."""
-    if not any(item.name == NVME_TEST for item in request.session.items) or \
-            (Path(CPU_ENV["TORCH_EXTENSIONS_DIR"]) / "async_io" / "async_io.so").exists():
+def _prebuild_ops(request):
+    """DeepSpeed's JIT ops (shm comm, FusedAdam, CPU Adam, async_io) built from the session's start at nice 5 by
+    scripts/prebuild_ops.py, in the order the tests first need them, when the session holds the NVMe test (the
+    whole suite, or its file): the builds run mostly in the launches' idle time, and a launch that needs an op
+    meanwhile waits on torch's build lock for what is left. `make test` starts the same build before the unit
+    tests; this one then finds the ops built, or waits on that build's locks. A narrower selection builds each op
+    in the first launch that needs it, as DeepSpeed does. The session waits for the build at its end (killing it
+    leaves a lock)."""
+    if not any(item.name == NVME_TEST for item in request.session.items):
         yield
         return
-    # the PATH every launch gets (_run, dsbench's runner): torch builds with the first `ninja` on it, and a build
-    # left by another ninja (Debian's 1.11 beside the venv's 1.13) reads as "command line changed" to this one and is
-    # compiled again from scratch (the NVMe test did so in every clean clone until 2026-11-26: 197 s)
-    env = {**os.environ, **CPU_ENV, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    build = subprocess.Popen([sys.executable, "-c", "from deepspeed.ops.op_builder import AsyncIOBuilder; "
-                              "AsyncIOBuilder().load()"], env=env, cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=lambda: os.nice(5))
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import prebuild_ops
+    finally:
+        sys.path.pop(0)
+    build = prebuild_ops.start(prebuild_ops.OPS, Path(CPU_ENV["TORCH_EXTENSIONS_DIR"]) / "prebuild.log")
     yield
     build.wait()
 
@@ -77,19 +76,26 @@ def pytest_xdist_make_scheduler(config, log):
     return ByGroup(config, log)
 
 
+FIRST_FILES = ("test_model_parallel.py",)
+"""Integration files run before the others: their first launches are torch's own engines, which load no DeepSpeed
+op, so the ops' background build (:func:`_prebuild_ops`) has their idle time before the first DeepSpeed launch
+waits on it."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The NVMe test runs last: its async_io op builds in the background from the session's start (above), for
-    about 20 minutes of the launches' idle time at nice 5; run where it falls alphabetically, the test waited about
-    3 minutes for what was left of the build (203 s at f30bc8b), at the end it finds the op built. The other tests
-    keep their order.
+    """:data:`FIRST_FILES` run first and the NVMe test last; the other tests keep their order. The NVMe test's
+    async_io op is the background build's last (about 9 minutes at nice 5); run where it falls alphabetically, the
+    test waited about 3 minutes for what was left of the build (203 s at f30bc8b), at the end it finds the op built.
 
     Under ``make test`` two pytest-xdist workers run the files side by side (``--dist loadgroup``): a launch spends
     much of its wall clock with a core idle (interpreters importing one after another, the launcher chain, ranks
     waiting in collectives, ssh and SLURM start-up), and the other worker's launch uses it. Each file is one group
     (:func:`group_of`, :func:`pytest_xdist_make_scheduler`), so its module fixtures and shared runs stay on one
     worker; the test-bed files share one group; the NVMe test is a group of its own, scheduled last."""
-    nvme = [item for item in items if item.name == NVME_TEST]
-    items[:] = [item for item in items if item.name != NVME_TEST] + nvme
+    def rank(item: pytest.Item) -> int:
+        return 2 if item.name == NVME_TEST else 0 if item.path.name in FIRST_FILES else 1
+
+    items.sort(key=rank)  # stable: within a rank, collection order
 
 
 def bin_path(name: str) -> str:

@@ -1,0 +1,89 @@
+"""Build DeepSpeed's JIT ops for this venv ahead of the tests that load them, in the order the suite needs them.
+
+On the CPU accelerator a fresh venv builds four ops on first use (torch.utils.cpp_extension.load, one folder each
+under TORCH_EXTENSIONS_DIR): the shared-memory comm op that every DeepSpeed rank loads in init_distributed,
+FusedAdam for a DeepSpeed run stepping Adam on the ranks, CPU Adam for optimizer offload, and async_io (with
+pin_memory) for NVMe offload. Measured in the clean clone of 2026-11-27 (c866de2): 81, 124, 133 and about 540 s of
+wall clock, the first three in the foreground of the first launches that needed them while the tests waited.
+
+`make test` starts this in the background at nice 5 before the system packages and the unit tests, and the
+integration conftest starts it again (it then finds each op built, or waits on the first builder's lock), so the
+builds run in the time the launches leave a core idle (interpreters importing, ranks waiting in collectives,
+ssh and SLURM start-up). A rank that needs an op meanwhile waits on torch's build lock (FileBaton) for what is
+left, exactly as a second rank of one launch does.
+
+The environment is the launches' own (tests/integration/conftest.py CPU_ENV, the venv's bin first on PATH): torch
+builds with the first ``ninja`` on PATH, and a build left by another ninja reads as "command line changed" to
+the next and is compiled again from scratch.
+
+    python scripts/prebuild_ops.py [--detach] [--no-async-io]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OPS = ("ShareMemCommBuilder", "FusedAdamBuilder", "CPUAdamBuilder", "AsyncIOBuilder")
+"""In the order the suite first needs them: every DeepSpeed launch, then the first non-offload one, the first
+offload one, and the NVMe test (scheduled last by the integration conftest)."""
+NICE = 5
+"""Not 19: starved, one compile could leave its folder unchanged for the 10 minutes after which dsbench calls a
+build lock stale (dsbench/jitlocks.py STALE_S)."""
+
+
+def extensions_dir() -> Path:
+    """The venv's own JIT folder (the integration conftest's TORCH_EXTENSIONS_DIR), unless one is set."""
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path(sys.prefix) / "torch_extensions")
+
+
+def build_env() -> dict[str, str]:
+    """The environment every test launch gets: the CPU accelerator, this folder, the venv's bin first."""
+    return {**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def build(ops: tuple[str, ...]) -> None:
+    """Load each op through the accelerator, as DeepSpeed does: built when missing, waited for when another
+    process holds its build lock, read from the folder otherwise. Prints each op's wall-clock seconds."""
+    os.environ.update(build_env())  # before DeepSpeed picks its accelerator
+    from deepspeed.accelerator import get_accelerator
+
+    for name in ops:
+        began = time.monotonic()
+        get_accelerator().create_op_builder(name).load(verbose=False)
+        print(f"prebuild_ops: {name} ready after {time.monotonic() - began:.0f} s", flush=True)
+
+
+def start(ops: tuple[str, ...], log: Path) -> subprocess.Popen:
+    """This script in a process of its own at nice 5, in its own session (a Ctrl-C to `make` does not reach it
+    mid-compile: an interrupted build leaves its lock behind), its output in ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, __file__, "--ops", ",".join(ops)], env=build_env(),
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=lambda: os.nice(NICE))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--detach", action="store_true", help="start the build in the background and return")
+    parser.add_argument("--no-async-io", action="store_true", help="leave out async_io (NVMe offload)")
+    parser.add_argument("--ops", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    ops = tuple(args.ops.split(",")) if args.ops else OPS[:-1] if args.no_async_io else OPS
+    if args.detach:
+        proc = start(ops, extensions_dir() / "prebuild.log")
+        print(f"prebuild_ops: building {', '.join(ops)} in the background (pid {proc.pid}, "
+              f"log {extensions_dir() / 'prebuild.log'})")
+        return 0
+    build(ops)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
