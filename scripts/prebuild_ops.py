@@ -59,11 +59,16 @@ def build(ops: tuple[str, ...]) -> None:
         print(f"prebuild_ops: {name} ready after {time.monotonic() - began:.0f} s", flush=True)
 
 
-def start(ops: tuple[str, ...], log: Path) -> subprocess.Popen:
+def log_path() -> Path:
+    """Where the background build writes what it did: ``prebuild.log`` beside the ops."""
+    return extensions_dir() / "prebuild.log"
+
+
+def start(ops: tuple[str, ...]) -> subprocess.Popen:
     """This script in a process of its own at nice 5, in its own session (a Ctrl-C to `make` does not reach it
-    mid-compile: an interrupted build leaves its lock behind), its output in ``log``."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
+    mid-compile: an interrupted build leaves its lock behind), its output appended to :func:`log_path`."""
+    log_path().parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path(), "ab") as out:
         return subprocess.Popen([sys.executable, __file__, "--ops", ",".join(ops)], env=build_env(),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=lambda: os.nice(NICE))
@@ -77,9 +82,8 @@ def main() -> int:
     args = parser.parse_args()
     ops = tuple(args.ops.split(",")) if args.ops else OPS[:-1] if args.no_async_io else OPS
     if args.detach:
-        proc = start(ops, extensions_dir() / "prebuild.log")
-        print(f"prebuild_ops: building {', '.join(ops)} in the background (pid {proc.pid}, "
-              f"log {extensions_dir() / 'prebuild.log'})")
+        proc = start(ops)
+        print(f"prebuild_ops: building {', '.join(ops)} in the background (pid {proc.pid}, log {log_path()})")
         return 0
     build(ops)
     return 0

@@ -349,22 +349,22 @@ def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl:
     - torch's zero-bubble schedules: the split backward's cost per layer x the rank's layers x micro-batches.
     """
     # tensor parallelism: every split layer of the rank's stage, every micro-step
-    tensor = shape.layers / cand.pp * tp_layer_seconds(cand, cl) * micro_steps if cand.tp > 1 else 0.0
+    own = shape.layers / cand.pp * tp_layer_seconds(cand, cl) * micro_steps if cand.tp > 1 else 0.0
     if cand.loss_parallel:  # torch_tp's head split by vocabulary, every micro-step
-        tensor += cl.lp_head_s * micro_steps
+        own += cl.lp_head_s * micro_steps
     if cand.zero_bubble:  # the split backward of every layer of the rank's chunks, every micro-batch
-        tensor += shape.layers / cand.pp * cl.zb_split_layer_s * micro_steps
+        own += shape.layers / cand.pp * cl.zb_split_layer_s * micro_steps
     if _deepspeed_measured(cand, cl):
         per_call, per_tensor = cl.deepspeed_s[1 if cand.strategy != "zero1" else 0], cl.deepspeed_s[2]
         if cand.strategy == "zero1":
-            return tensor + calls.grads * per_call
+            return own + calls.grads * per_call
         tensors = len(shape.tensors()) if cand.strategy == "zero3" else 0
-        return tensor + (calls.grads * per_call + tensors * per_tensor) * micro_steps
+        return own + (calls.grads * per_call + tensors * per_tensor) * micro_steps
     if cand.strategy not in ("fsdp", "fsdp_hybrid"):
-        return tensor
+        return own
     units = round(shape.layers / cand.pp) + 1
     per_micro, per_step = cl.fsdp_unit_s
-    return tensor + units * (per_micro * micro_steps + per_step)
+    return own + units * (per_micro * micro_steps + per_step)
 
 
 def tp_layer_seconds(cand: Candidate, cl: Cluster) -> float:

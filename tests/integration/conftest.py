@@ -42,7 +42,7 @@ def _prebuild_ops(request):
         import prebuild_ops
     finally:
         sys.path.pop(0)
-    build = prebuild_ops.start(prebuild_ops.OPS, Path(CPU_ENV["TORCH_EXTENSIONS_DIR"]) / "prebuild.log")
+    build = prebuild_ops.start(prebuild_ops.OPS)  # into CPU_ENV's TORCH_EXTENSIONS_DIR: the same rule, env or venv
     yield
     build.wait()
 
