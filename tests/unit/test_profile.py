@@ -354,3 +354,14 @@ def test_a_profile_with_the_split_backward_carries_the_slowest_rank_s_cost_to_th
     assert with_profile(base, profile).zb_split_layer_s == profile["rates"]["zb_split_layer_s"]
     older = fit_profile(_measured([0.05, 0.04]))  # measured before 2026-11-27 05:00: no cost, none charged
     assert "zb_split_layer_s" not in older["rates"] and with_profile(base, older).zb_split_layer_s == 0.0
+
+
+@pytest.mark.parametrize("value", [float("nan"), -1.0, "abc", True, None])
+def test_a_bad_split_backward_cost_in_a_profile_is_one_line_naming_it(value):
+    measured = _measured([0.05, 0.04])
+    for rank in measured["compute_per_rank"]:
+        rank["split_backward"] = {"whole": {"seconds": 0.030}, "split": {"seconds": 0.034}, "layers": 4}
+    profile = fit_profile(measured)
+    profile["rates"]["zb_split_layer_s"] = value
+    with pytest.raises(UserError, match=r"p\.json: rates\.zb_split_layer_s must be a finite number >= 0"):
+        load_profile(profile, "p.json")
