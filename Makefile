@@ -25,9 +25,9 @@ demo: venv
 # The unit tests run on both cores (pytest-xdist); the real launches one after another. Two at a time
 # (INTEGRATION="-n 2 --dist loadgroup") was tried on 2026-11-26: 38:55, not faster, and a SLURM job timed out
 # (docs/testing.md).
-# DeepSpeed's JIT ops build in the background (nice 5) from the start, in the time the system packages, the unit
-# tests and the launches leave a core idle (scripts/prebuild_ops.py). async_io needs libaio-dev from the system
-# packages: the integration conftest builds it after the others and waits for all of them.
+# DeepSpeed's JIT ops build in the background from the start, beside the system packages, the unit tests and the
+# first (torch-only) launches (scripts/prebuild_ops.py). async_io needs libaio-dev from the system packages: the
+# integration conftest builds it after the others and waits for all of them.
 INTEGRATION :=
 test: venv
 	$(BIN)/python scripts/prebuild_ops.py --detach --no-async-io

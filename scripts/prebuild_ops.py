@@ -6,11 +6,12 @@ FusedAdam for a DeepSpeed run stepping Adam on the ranks, CPU Adam for optimizer
 pin_memory) for NVMe offload. Measured in the clean clone of 2026-11-27 (c866de2): 81, 124, 133 and about 540 s of
 wall clock, the first three in the foreground of the first launches that needed them while the tests waited.
 
-`make test` starts this in the background at nice 5 before the system packages and the unit tests, and the
-integration conftest starts it again (it then finds each op built, or waits on the first builder's lock), so the
-builds run in the time the launches leave a core idle (interpreters importing, ranks waiting in collectives,
-ssh and SLURM start-up). A rank that needs an op meanwhile waits on torch's build lock (FileBaton) for what is
-left, exactly as a second rank of one launch does.
+`make test` starts this in the background before the system packages and the unit tests, and the integration
+conftest starts it again (it then finds each op built, or waits on the first builder's lock, and builds async_io),
+so the builds run beside the unit tests and torch's own engines' launches, which load no DeepSpeed op, instead of
+in front of the first DeepSpeed launches. In the clean clone at 0ea5b9c the three were built 2:49, 3:55 and 6:17
+after `make test` started, and the suite took 47:29 against 53:39 (docs/testing.md). A rank that needs an op
+meanwhile waits on torch's build lock (FileBaton) for what is left, exactly as a second rank of one launch does.
 
 The environment is the launches' own (tests/integration/conftest.py CPU_ENV, the venv's bin first on PATH): torch
 builds with the first ``ninja`` on PATH, and a build left by another ninja reads as "command line changed" to
@@ -32,8 +33,10 @@ OPS = ("ShareMemCommBuilder", "FusedAdamBuilder", "CPUAdamBuilder", "AsyncIOBuil
 """In the order the suite first needs them: every DeepSpeed launch, then the first non-offload one, the first
 offload one, and the NVMe test (scheduled last by the integration conftest)."""
 NICE = 5
-"""Not 19: starved, one compile could leave its folder unchanged for the 10 minutes after which dsbench calls a
-build lock stale (dsbench/jitlocks.py STALE_S)."""
+"""Below the tests' processes where the kernel schedules by process. Not 19: starved, one compile could leave its
+folder unchanged for the 10 minutes after which dsbench calls a build lock stale (dsbench/jitlocks.py STALE_S).
+Where the kernel groups processes by session (autogroup, on on this machine), the builder's own session is a
+group of its own and takes about an equal share of the cores while it builds: nice orders it only within it."""
 
 
 def extensions_dir() -> Path:

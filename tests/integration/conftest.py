@@ -27,13 +27,13 @@ NVME_TEST = "test_zero3_nvme_offload"
 
 @pytest.fixture(scope="session", autouse=True)
 def _prebuild_ops(request):
-    """DeepSpeed's JIT ops (shm comm, FusedAdam, CPU Adam, async_io) built from the session's start at nice 5 by
-    scripts/prebuild_ops.py, in the order the tests first need them, when the session holds the NVMe test (the
-    whole suite, or its file): the builds run mostly in the launches' idle time, and a launch that needs an op
-    meanwhile waits on torch's build lock for what is left. `make test` starts the same build before the unit
-    tests; this one then finds the ops built, or waits on that build's locks. A narrower selection builds each op
-    in the first launch that needs it, as DeepSpeed does. The session waits for the build at its end (killing it
-    leaves a lock)."""
+    """DeepSpeed's JIT ops (shm comm, FusedAdam, CPU Adam, async_io) built from the session's start in the
+    background by scripts/prebuild_ops.py, in the order the tests first need them, when the session holds the NVMe
+    test (the whole suite, or its file): the builds run beside the first launches (torch's own engines,
+    :data:`FIRST_FILES`), and a launch that needs an op meanwhile waits on torch's build lock for what is left.
+    `make test` starts the same build before the unit tests; this one then finds the ops built, or waits on that
+    build's locks. A narrower selection builds each op in the first launch that needs it, as DeepSpeed does. The
+    session waits for the build at its end (killing it leaves a lock)."""
     if not any(item.name == NVME_TEST for item in request.session.items):
         yield
         return
@@ -78,14 +78,15 @@ def pytest_xdist_make_scheduler(config, log):
 
 FIRST_FILES = ("test_model_parallel.py",)
 """Integration files run before the others: their first launches are torch's own engines, which load no DeepSpeed
-op, so the ops' background build (:func:`_prebuild_ops`) has their idle time before the first DeepSpeed launch
-waits on it."""
+op, so the ops' background build (:func:`_prebuild_ops`) runs beside them before the first DeepSpeed launch needs
+it."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """:data:`FIRST_FILES` run first and the NVMe test last; the other tests keep their order. The NVMe test's
-    async_io op is the background build's last (about 9 minutes at nice 5); run where it falls alphabetically, the
-    test waited about 3 minutes for what was left of the build (203 s at f30bc8b), at the end it finds the op built.
+    async_io op is the background build's last (about 8 minutes after the others); run where it falls
+    alphabetically, the test waited about 3 minutes for what was left of the build (203 s at f30bc8b), at the end
+    it finds the op built.
 
     Under ``make test`` two pytest-xdist workers run the files side by side (``--dist loadgroup``): a launch spends
     much of its wall clock with a core idle (interpreters importing one after another, the launcher chain, ranks
