@@ -45,8 +45,8 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
                 "zb_split_layer_s"):
         assert key in profile["rates"], key
     for rank in profile["compute_per_rank"]:
-        split = rank["split_backward"]
-        assert split["layers"] == 2 and split["whole"]["seconds"] > 0 and split["split"]["seconds"] > 0
+        zb = rank["split_backward"]
+        assert zb["layers"] == 2 and zb["whole"]["seconds"] > 0 and zb["split"]["seconds"] > 0
     assert profile["deepspeed"]["zero3_step"]["seconds"] > profile["fsdp"]["plain_step"]["seconds"]
     split = profile["tensor_parallel"]
     assert split["tp"] == 2 and split["layers"] == 2
