@@ -234,7 +234,7 @@ def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> f
     sequence for its linear layers and the whole sequence for heads/sp in attention: the same formula at s/sp
     tokens and sp x the heads (the a·s² term scales by heads·s²/sp either way)."""
     shape = wl.shape
-    in_flight = in_flight_micro_batches(cand.pp, accum, cand.virtual_stages)
+    in_flight = in_flight_micro_batches(cand.pp, accum, cand.virtual_stages, zero_bubble=cand.zero_bubble)
     if shape.arch in LLAMA_LIKE:  # what dsbench's HF Llama blocks keep, counted from their code (plan/saved.py)
         stage = replace(shape, layers=-(-shape.layers // cand.pp))  # the first stage's share, the busiest
         kept = saved_activation_bytes(stage, wl.seq_len // cand.ulysses, wl.micro_batch, tp=cand.tp,

@@ -120,9 +120,8 @@ def peak_memory(lay: Layout) -> PeakMemory:
     s = lay.shape
     params = lay.stage_layers * s.layer_params() / lay.tp + s.vocab * s.hidden / lay.tp
     states = _state_bytes(lay, params)
-    in_flight = in_flight_micro_batches(lay.pp, lay.micro_batches,
-                                        lay.chunks,
-                                        gpipe=lay.schedule == "gpipe")
+    in_flight = in_flight_micro_batches(lay.pp, lay.micro_batches, lay.chunks, gpipe=lay.schedule == "gpipe",
+                                        zero_bubble=lay.schedule == "interleaved-zb")
     activations = lay.stage_layers * _block_activation_bytes(lay) * in_flight
     if lay.recompute in ("full", "op"):  # the block being recomputed holds its full set during its backward
         activations += _block_activation_bytes(_without_recompute(lay))

@@ -244,6 +244,11 @@ def test_the_planner_prices_interleaved_1f1b_with_its_smaller_bubble_and_more_se
     plain_sends, chunk_sends = (next(c for c in e.comm if c.kind == "p2p") for e in (plain, chunks))
     assert chunk_sends.bytes_per_rank == pytest.approx(2 * plain_sends.bytes_per_rank)
     assert chunks.activations > plain.activations  # P·(1 + (P - 1)/(P·V)) = 3 micro-batches in flight, not 2
+    # torch's zero-bubble schedule on the same chunks holds 1F1B's P = 2 (Qi et al. 2024, ZB-H1; checked against
+    # torch's own action lists in test_pipeline_in_flight.py): the plain pipeline's activations
+    zero_bubble = estimate(Candidate(strategy="ddp", pp=2, engine="torch", virtual_stages=2, zero_bubble=True),
+                           workload, cluster)
+    assert zero_bubble.activations == pytest.approx(plain.activations)
 
 
 @pytest.mark.parametrize("stages, micro, virtual", [(2, 4, 2), (4, 8, 2), (8, 16, 4)])
