@@ -152,6 +152,11 @@ def check_request(req: LaunchRequest) -> None:
     if tp_only and req.strategy != "torch_tp":
         raise UserError(f"{tp_only[0]} shards what DTensor tensor parallelism splits: it needs --strategy torch_tp "
                         f"--tp N; --strategy {req.strategy} would ignore it")
+    schedule = [name for name in ("pipeline_schedule", "virtual_stages") if req.render_flags.get(name)]
+    if schedule and req.strategy not in trainspec.PIPELINED:
+        own = " (DeepSpeed's pipeline engine runs its own 1F1B)" if req.strategy == "deepspeed" else ""
+        raise UserError(f"--{schedule[0].replace('_', '-')} orders torch's pipeline stages: it needs --strategy "
+                        f"{' or '.join(trainspec.PIPELINED)}; --strategy {req.strategy} would ignore it{own}")
     if not is_valid_hostname(req.master_addr):
         raise UserError(f"--master-addr {req.master_addr!r}: give a hostname or an IP address")
     # worker flags that would replace what the launch decides (the config rendered, validated and recorded)
@@ -161,7 +166,7 @@ def check_request(req: LaunchRequest) -> None:
             raise UserError(f"-- {flag}: {_LAUNCH_DECIDES[flag]}")
 
 
-WORKER_ONLY = (*TORCH_TP_ONLY, "recompute", "dp_shard")
+WORKER_ONLY = (*TORCH_TP_ONLY, "recompute", "dp_shard", "pipeline_schedule", "virtual_stages")
 """dsbench launch flags that are run-description fields only (no DeepSpeed config key)."""
 _RENDERS = ("dsbench launch renders and validates the DeepSpeed config itself; launch your own with --config FILE "
             "instead")

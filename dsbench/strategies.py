@@ -172,6 +172,9 @@ class Strategy:
             flags += ["--pipeline-stages", str(self.pp)]
         if self.ulysses > 1:
             flags += ["--ulysses", str(self.ulysses)]
+        if self.virtual_stages > 1:
+            flags += ["--pipeline-schedule", "interleaved-zb" if self.zero_bubble else "interleaved",
+                      "--virtual-stages", str(self.virtual_stages)]
         if self.dp_shard:
             flags += ["--dp-shard", str(self.dp_shard)]
         flags += ["--sequence-parallel"] * self.sequence_parallel + ["--loss-parallel"] * self.loss_parallel
@@ -180,9 +183,7 @@ class Strategy:
     @property
     def worker_flags(self) -> tuple[str, ...]:
         """The worker flags (after ``--``) the strategy needs."""
-        schedule = "interleaved-zb" if self.zero_bubble else "interleaved"
-        interleaved = ("--pipeline-schedule", schedule, "--virtual-stages", str(self.virtual_stages))
-        return (() if self.reshard else ("--no-fsdp-reshard",)) + (interleaved if self.virtual_stages > 1 else ())
+        return () if self.reshard else ("--no-fsdp-reshard",)
 
     @property
     def planner_fields(self) -> dict[str, object]:

@@ -19,7 +19,7 @@ from dsbench.commands.options import (
 )
 from dsbench.errors import UserError
 from dsbench.strategies import ENGINES
-from dsbench.trainspec import RECOMPUTE
+from dsbench.trainspec import RECOMPUTE, SCHEDULES
 
 
 def _slurm_job(launcher: str, folder: Path, flags: dict[str, Any]) -> tuple[Any, int | None]:
@@ -85,6 +85,11 @@ def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) ->
               help="torch_tp: the logits stay split by vocabulary into the loss (untied output layer).")
 @click.option("--cp", type=click.IntRange(min=1),
               help="Context parallelism (ring attention): refused here, priced by `dsbench plan --cp`.")
+@click.option("--pipeline-schedule", type=click.Choice(SCHEDULES),
+              help="torch_pp/torch_3d: 1f1b, gpipe, interleaved (1F1B over --virtual-stages chunks per rank) or "
+                   "interleaved-zb (its zero-bubble form) [1f1b].")
+@click.option("--virtual-stages", type=click.IntRange(min=1),
+              help="torch_pp/torch_3d, interleaved schedules: model chunks per rank [1].")
 @click.option("--dp-shard", type=click.IntRange(min=1),
               help="torch_3d: data-parallel ranks in one FSDP2 shard group [all: FSDP]; 1 is DDP, between is HSDP.")
 @click.option("--accelerate-config", type=click.Path(dir_okay=False), metavar="YAML",

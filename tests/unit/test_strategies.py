@@ -81,12 +81,13 @@ def test_torch_tp_option_suffixes_launch_with_their_flags():
     assert (interleaved.pp, interleaved.virtual_stages, interleaved.planned) == (4, 2, True)
     assert interleaved.planner_fields["virtual_stages"] == 2
     assert registry.name_for("ddp", pp=4, engine="torch", virtual_stages=2) == "torch_pipe4_interleaved2"
-    assert interleaved.worker_flags == ("--pipeline-schedule", "interleaved", "--virtual-stages", "2")
+    assert interleaved.launch_flags[-4:] == ("--pipeline-schedule", "interleaved", "--virtual-stages", "2")
+    assert interleaved.worker_flags == ()  # dsbench launch takes the schedule itself
     assert registry.name_of_run("torch_pp", pp=4, virtual_stages=2) == "torch_pipe4_interleaved2"
     zero_bubble = registry.get("torch_pipe2_zb2")  # torch's ScheduleInterleavedZeroBubble over the same chunks
     assert (zero_bubble.pp, zero_bubble.virtual_stages, zero_bubble.zero_bubble, zero_bubble.planned) == (
         2, 2, True, True)
-    assert zero_bubble.worker_flags == ("--pipeline-schedule", "interleaved-zb", "--virtual-stages", "2")
+    assert zero_bubble.launch_flags[-4:] == ("--pipeline-schedule", "interleaved-zb", "--virtual-stages", "2")
     assert registry.name_of_run("torch_pp", pp=2, virtual_stages=2, zero_bubble=True) == "torch_pipe2_zb2"
 
 

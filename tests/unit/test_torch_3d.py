@@ -30,9 +30,9 @@ def test_names_parse_to_the_layout_they_spell():
     assert plain.model_parallel == 4 and plain.family == "torch_3d" and not plain.compiles
     chunked = strategies.get("torch_3d_tp2_pp2_interleaved2_shard1")
     assert (chunked.virtual_stages, chunked.dp_shard, chunked.planned) == (2, 1, True)
-    assert chunked.worker_flags == ("--pipeline-schedule", "interleaved", "--virtual-stages", "2")
+    assert chunked.launch_flags[4:8] == ("--pipeline-schedule", "interleaved", "--virtual-stages", "2")
     zero_bubble = strategies.get("torch_3d_tp2_pp2_zb2")
-    assert zero_bubble.worker_flags[1] == "interleaved-zb" and zero_bubble.planned  # priced since 2026-11-26 23:20
+    assert zero_bubble.launch_flags[5] == "interleaved-zb" and zero_bubble.planned  # priced since 2026-11-26 23:20
     assert strategies.lookup("torch_3d_tp2_pp2_interleaved1") is None
 
 
@@ -107,6 +107,40 @@ def test_launch_writes_the_layout_into_the_run_description(cli_run, tmp_path):
     run = json.loads((tmp_path / "r" / "run.json").read_text())
     assert (run["strategy"], run["tp"], run["pipeline_stages"], run["dp_shard"]) == ("torch_3d", 2, 2, 1)
     assert "deepspeed --num_gpus 8" in result.output  # the default launcher starts any engine
+
+
+def test_launch_takes_the_pipeline_schedule_itself(cli_run, tmp_path):
+    """`--pipeline-schedule` and `--virtual-stages` before `--`, as the strategy registry's commands give them; the
+    worker's own spelling after `--` still works and wins, as for every run-description field."""
+    base = ["launch", "--strategy", "torch_pp", "--launcher", "torchrun", "--pipeline-stages", "2", "--num-gpus", "2",
+            "--model", "gpt2-mini", "--grad-accum", "4", "--dry-run"]
+    result = cli_run(*base, "--pipeline-schedule", "interleaved-zb", "--virtual-stages", "2", "--run-dir", "a")
+    assert result.exit_code == 0, result.output
+    run = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert (run["pipeline_schedule"], run["virtual_stages"]) == ("interleaved-zb", 2)
+    result = cli_run(*base, "--pipeline-schedule", "interleaved", "--virtual-stages", "2", "--run-dir", "b", "--",
+                     "--pipeline-schedule", "interleaved-zb")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "b" / "run.json").read_text())["pipeline_schedule"] == "interleaved-zb"
+    assert strategies.get("torch_pipe2_zb2").launch_flags == ("--pipeline-stages", "2", "--pipeline-schedule",
+                                                              "interleaved-zb", "--virtual-stages", "2")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--strategy", "ddp", "--pipeline-schedule", "gpipe"],
+     "--pipeline-schedule orders torch's pipeline stages: it needs --strategy torch_pp or torch_3d; --strategy ddp"),
+    (["--zero", "1", "--virtual-stages", "2"], "--virtual-stages orders torch's pipeline stages: it needs --strategy "
+     "torch_pp or torch_3d; --strategy deepspeed would ignore it (DeepSpeed's pipeline engine runs its own 1F1B)"),
+    (["--strategy", "torch_pp", "--pipeline-stages", "2", "--virtual-stages", "2", "--grad-accum", "4"],
+     "--virtual-stages 2 needs --pipeline-schedule interleaved or interleaved-zb"),
+    (["--strategy", "torch_pp", "--pipeline-stages", "2", "--pipeline-schedule", "interleaved", "--virtual-stages",
+      "3", "--grad-accum", "4"], "--virtual-stages 3 does not divide gpt2-mini's 4 layers into 2 stages x 3"),
+    (["--strategy", "torch_pp", "--pipeline-stages", "2", "--pipeline-schedule", "1F1B"], "'1F1B' is not one of"),
+    (["--strategy", "torch_pp", "--pipeline-stages", "2", "--virtual-stages", "0"], "0 is not in the range x>=1"),
+])
+def test_launch_refuses_a_schedule_its_strategy_cannot_run(cli_run, args, message):
+    result = cli_run("launch", "--model", "gpt2-mini", "--num-gpus", "2", "--dry-run", *args)
+    assert result.exit_code == 2 and message in result.output, result.output
 
 
 @pytest.mark.parametrize("args,message", [
