@@ -219,7 +219,8 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
         current, peak, _ = memory_now(device)  # allocator statistics: host-side, no device sync
         pending.append(_Pending(step=step, loss=loss, clock=region, memory=current,
                                 peak_memory=peak, lr=engine.lr(),
-                                states={**engine.model_state_bytes(), "saved_activations": saved.bytes}
+                                states={**engine.model_state_bytes(), "saved_activations": saved.bytes,
+                                        "saved_activations_peak": saved.peak}
                                 if isinstance(saved, SavedActivations) else None,
                                 busy=engine.busy_seconds() if hasattr(engine, "busy_seconds") else None,
                                 grad_norm=getattr(engine, "grad_norm", None)))

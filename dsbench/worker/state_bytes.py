@@ -10,6 +10,7 @@ is the size of the union of the byte ranges the state tensors cover. A sharded t
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -106,12 +107,28 @@ def count_deepspeed(engine: Any) -> dict[str, Any]:
     return counter.result()
 
 
+class _Saved:
+    """A tensor as the autograd graph holds it for the backward: the graph drops this holder when it frees the saved
+    tensor (after the backward that reads it, or a zero-bubble schedule's weight-gradient pass)."""
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+
+
 class SavedActivations:
     """Bytes the autograd graph saves for the backward during one step: the unique storages that saved-tensor hooks
     see (``torch.autograd.graph.saved_tensors_hooks``), parameters excluded (a DTensor counts its local shard).
-    Within one step a storage is counted once, so a tensor saved by several ops, or a view of one, is one storage.
+    Within one step a storage is counted once, so a tensor saved by several ops, or a view of one, is one storage;
+    storages are told apart by address, so one that a backward freed and a later micro-batch's storage at the same
+    address count once: exact for one micro-batch per step (or GPipe's order), fewer bytes than all otherwise.
     Not seen: what a checkpoint keeps outside the hooks (torch's selective activation checkpointing caches the
-    outputs its policy saves; a non-reentrant checkpoint's own inputs are seen)."""
+    outputs its policy saves; a non-reentrant checkpoint's own inputs are seen).
+
+    :attr:`peak` is the most of those bytes the graph held at once: a storage is live from its first save until the
+    graph has dropped every saved reference to it (``weakref.finalize`` on the holder the pack hook returns). Under a
+    pipeline schedule it is the micro-batches in flight times one micro-batch's bytes."""
 
     def __init__(self, model: Any) -> None:
         import torch
@@ -119,18 +136,41 @@ class SavedActivations:
         self._graph, self._parameter = torch.autograd.graph, torch.nn.Parameter
         self._params = {local(p).untyped_storage().data_ptr() for p in model.parameters()}
         self._seen: dict[int, int] = {}
+        self._live: dict[int, list[int]] = {}  # storage address -> [holders alive, bytes]
+        self._live_bytes = 0
+        self.peak = 0
         self._hooks: Any = None
 
     def _pack(self, tensor: Any) -> Any:
         # a weight saved by its matmul is a parameter (or a view of one): ZeRO-3 gathers it into a fresh buffer
         weight = isinstance(tensor, self._parameter) or isinstance(getattr(tensor, "_base", None), self._parameter)
         storage = local(tensor).untyped_storage()
-        if not weight and storage.data_ptr() not in self._params:
-            self._seen[storage.data_ptr()] = max(self._seen.get(storage.data_ptr(), 0), storage.nbytes())
-        return tensor
+        address = storage.data_ptr()
+        if weight or address in self._params:
+            return tensor
+        self._seen[address] = max(self._seen.get(address, 0), storage.nbytes())
+        live = self._live.setdefault(address, [0, storage.nbytes()])
+        if live[0] == 0:  # a holder keeps its storage alive, so an address in use names one storage
+            self._live_bytes += live[1]
+            self.peak = max(self.peak, self._live_bytes)
+        live[0] += 1
+        holder = _Saved(tensor)
+        weakref.finalize(holder, self._release, address)
+        return holder
+
+    def _release(self, address: int) -> None:
+        live = self._live[address]
+        live[0] -= 1
+        if live[0] == 0:
+            self._live_bytes -= live[1]
+            del self._live[address]
+
+    @staticmethod
+    def _unpack(packed: Any) -> Any:
+        return packed.tensor if isinstance(packed, _Saved) else packed
 
     def __enter__(self) -> SavedActivations:
-        self._hooks = self._graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
+        self._hooks = self._graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
         return self
 

@@ -57,6 +57,30 @@ def test_saved_activations_count_what_the_backward_keeps_and_no_weights():
     assert saved.bytes == x.untyped_storage().nbytes()  # the input, 8 x 64 fp32; the 64 x 64 weight excluded
 
 
+def test_the_peak_of_saved_activations_is_what_the_graph_holds_at_once():
+    """Two micro-batches through one llama-tiny: both forwards before either backward (GPipe's order) hold twice
+    what one holds; a backward between them (1F1B's order) holds one at a time. The one-micro-batch run's bytes are
+    the oracle for each."""
+    from dsbench.worker.state_bytes import SavedActivations
+
+    model = build_model(PRESETS["llama-tiny"], seed=0)
+    ids = [torch.randint(0, 4096, (2, 64), generator=torch.Generator().manual_seed(s)) for s in (0, 1)]
+    with SavedActivations(model) as one:
+        model(input_ids=ids[0], labels=ids[0]).loss.backward()
+    assert one.peak == one.bytes > 0
+    with SavedActivations(model) as gpipe:
+        losses = [model(input_ids=i, labels=i).loss for i in ids]
+        for loss in losses:
+            loss.backward()
+    del losses
+    with SavedActivations(model) as one_at_a_time:
+        for i in ids:
+            model(input_ids=i, labels=i).loss.backward()
+    assert (gpipe.peak, one_at_a_time.peak) == (2 * one.bytes, one.bytes)
+    # bytes are unique addresses: the second micro-batch's storages may reuse the first's, freed by its backward
+    assert gpipe.bytes == 2 * one.bytes and one.bytes <= one_at_a_time.bytes <= 2 * one.bytes
+
+
 def test_the_shipped_tokenizer_gives_transformers_ids_and_saves_as_it(tmp_path):
     """Oracle: transformers' PreTrainedTokenizerFast over the same tokenizer.json (what the worker used before it
     read the file with `tokenizers` directly): the same ids on the whole embedded corpus, the same end-of-text id,
