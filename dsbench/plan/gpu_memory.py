@@ -7,7 +7,8 @@
   without TP; with TP t the parts inside the TP region divide by t, the rest (10·s·b·h) only with sequence
   parallelism; a flash kernel stores no s² term; selective recompute drops the attention core's tensors; full
   recompute keeps each block's input (2·s·b·h) and one block's full set for the backward. The first pipeline stage
-  holds p micro-batches in flight (1F1B), times 1 + (p-1)/(p·v) when interleaved (Korthikanti eq. 5).
+  holds p micro-batches in flight (1F1B and the zero-bubble schedule), times 1 + (p-1)/(p·v) when interleaved
+  (Korthikanti eq. 5): ``parallel.in_flight_micro_batches``.
 - ``logits``: the output layer's 16-bit logits, their fp32 upcast and its gradient for the loss (b·s·V/t each).
 - ``workspace``: cuBLAS workspace, NCCL buffers and the CUDA caching allocator's own reserve, named constants.
 """

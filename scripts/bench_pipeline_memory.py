@@ -1,0 +1,111 @@
+"""Micro-batches in flight on a pipeline's first stage, predicted vs measured (issue 28): 1F1B, interleaved 1F1B and
+its zero-bubble form against GPipe, on 2 stages (a 4-layer Llama) and 4 stages (8 layers), fp32, CPU ranks.
+
+Measured: rank 0's ``saved_activations_peak`` (the most saved-tensor bytes its autograd graph held at once in the
+second step, parameters excluded: dsbench/worker/state_bytes.py and worker/loop.py) over one micro-batch's bytes,
+which is GPipe's peak on the same stages over M (GPipe runs every forward before any backward: it holds all M).
+Predicted: dsbench.parallel.in_flight_micro_batches, nothing fitted.
+
+    python scripts/bench_pipeline_memory.py --json tests/data/activations/pipeline_in_flight.json   # 24 runs, ~6 min
+    python scripts/bench_pipeline_memory.py --from tests/data/activations/pipeline_in_flight.json  # the table only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from dsbench.parallel import in_flight_micro_batches
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 4096, "hidden_size": 256,
+         "intermediate_size": 688, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+         "tie_word_embeddings": False, "rms_norm_eps": 1e-6}
+"""bench_activation_memory.py's wide Llama (hidden 256), with 2 layers per stage: V = 2 chunks of one layer each."""
+SCHEDULES = (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved-zb", 2))
+CASES = ((2, 3), (2, 4), (2, 6), (2, 8), (2, 12), (4, 8))
+"""(stages, micro-batches): 3 is no multiple of the stages, so torch's one round of 3 lengthens the interleaved
+warm-up; 4-12 show whether a schedule's peak grows with M; 4 stages on 4 ranks oversubscribe 2 cores, which memory
+does not mind."""
+
+
+def measure(out: Path) -> list[dict[str, Any]]:
+    """Launch each (stages, M, schedule): one micro-batch of 1 per micro-step, 3 steps; the second (a warm-up step)
+    gives the peak, since torch's stages keep a shape-inference forward's graph through their first step."""
+    rows = []
+    for stages, micro_batches in CASES:
+        with tempfile.TemporaryDirectory(prefix="dsbench-pipe-llama-") as folder:
+            rows += _measure_case(out, Path(folder), stages, micro_batches)
+    return rows
+
+
+def _measure_case(out: Path, model: Path, stages: int, micro_batches: int) -> list[dict[str, Any]]:
+    rows = []
+    (model / "config.json").write_text(json.dumps({**LLAMA, "num_hidden_layers": 2 * stages}))
+    for schedule, chunks in SCHEDULES:
+        folder = out / f"pp{stages}-m{micro_batches}-{schedule}"
+        argv = [sys.executable, "-m", "dsbench", "launch", "--launcher", "torchrun", "--strategy", "torch_pp",
+                "--pipeline-stages", str(stages), "--num-gpus", str(stages), "--model", str(model),
+                "--micro-batch", "1", "--grad-accum", str(micro_batches), "--pipeline-schedule", schedule,
+                "--virtual-stages", str(chunks), "--run-dir", str(folder), "--", "--steps", "3", "--warmup", "2",
+                "--quiet"]
+        print("$ " + " ".join(argv[2:]), flush=True)
+        if subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL).returncode != 0:
+            sys.exit(f"{folder.name}: the launch failed (log: {folder}/launch.log)")
+        summary = json.loads((folder / "summary.json").read_text())
+        rows.append({"stages": stages, "micro_batches": micro_batches, "schedule": schedule,
+                     "virtual_stages": chunks, "layers": 2 * stages,
+                     "command": "dsbench " + " ".join(argv[3:]).replace(str(model), "LLAMA_DIR"),
+                     "peak_bytes_per_rank": summary["saved_activation_peak_bytes_per_rank"]})
+    return rows
+
+
+def predicted(row: dict[str, Any]) -> float:
+    return in_flight_micro_batches(row["stages"], row["micro_batches"], row["virtual_stages"],
+                                   gpipe=row["schedule"] == "gpipe", zero_bubble=row["schedule"] == "interleaved-zb")
+
+
+def in_flight(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float]]:
+    """Each row with its measured micro-batches in flight on rank 0: its peak over GPipe's peak / M."""
+    gpipe = {(r["stages"], r["micro_batches"]): r["peak_bytes_per_rank"][0] for r in rows if r["schedule"] == "gpipe"}
+    return [(r, r["peak_bytes_per_rank"][0] / (gpipe[r["stages"], r["micro_batches"]] / r["micro_batches"]))
+            for r in rows]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| P | M | schedule | V | rank 0 peak MiB | measured in flight | predicted | error |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for row, measured in in_flight(rows):
+        guess = predicted(row)
+        lines.append(f"| {row['stages']} | {row['micro_batches']} | {row['schedule']} | {row['virtual_stages']} | "
+                     f"{row['peak_bytes_per_rank'][0] / 2**20:.2f} | {measured:.2f} | {guess:.2f} | "
+                     f"{(guess - measured) / measured:+.1%} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, help="run folder [runs/pipeline-memory-TIME]")
+    p.add_argument("--json", type=Path, help="also write the measured rows here")
+    p.add_argument("--from", dest="done", type=Path, help="a stored rows file: the table only, nothing run")
+    args = p.parse_args()
+    if args.done:
+        rows = json.loads(args.done.read_text())["rows"]
+    else:
+        rows = measure(args.out or ROOT / "runs" / f"pipeline-memory-{time.strftime('%Y%m%d-%H%M%S')}")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d %H:%M"),
+                                             "how": "python scripts/bench_pipeline_memory.py", "rows": rows},
+                                            indent=1) + "\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
