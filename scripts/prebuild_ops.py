@@ -13,7 +13,7 @@ in front of the first DeepSpeed launches. In the clean clone at 0ea5b9c the thre
 after `make test` started, and the suite took 47:29 against 53:39 (docs/testing.md). A rank that needs an op
 meanwhile waits on torch's build lock (FileBaton) for what is left, exactly as a second rank of one launch does.
 
-The environment is the launches' own (tests/integration/conftest.py CPU_ENV, the venv's bin first on PATH): torch
+The environment is the launches' own (:func:`launch_env`, which the integration conftest gives every launch): torch
 builds with the first ``ninja`` on PATH, and a build left by another ninja reads as "command line changed" to
 the next and is compiled again from scratch.
 
@@ -40,20 +40,27 @@ group of its own and takes about an equal share of the cores while it builds: ni
 
 
 def extensions_dir() -> Path:
-    """The venv's own JIT folder (the integration conftest's TORCH_EXTENSIONS_DIR), unless one is set."""
+    """DeepSpeed's JIT-built ops in the venv's own folder, unless TORCH_EXTENSIONS_DIR is set: a fresh venv (CI's
+    clone) rebuilds them anyway (its sources are newer than any cached object), and a lock that an interrupted build
+    left in ~/.cache cannot stall the suite."""
     return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path(sys.prefix) / "torch_extensions")
 
 
-def build_env() -> dict[str, str]:
-    """The environment every test launch gets: the CPU accelerator, this folder, the venv's bin first."""
-    return {**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
+LAUNCH_VARS = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "DSBENCH_DEVICE": "cpu", "PYTHONUNBUFFERED": "1"}
+"""What every test launch sets: the CPU accelerator, one thread per rank (2 cores), dsbench on CPU, unbuffered logs."""
+
+
+def launch_env() -> dict[str, str]:
+    """The environment of every test launch and of these builds, one rule for both: this process's, with
+    :data:`LAUNCH_VARS`, the JIT folder (:func:`extensions_dir`) and the venv's bin first on PATH."""
+    return {**os.environ, **LAUNCH_VARS, "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def build(ops: tuple[str, ...]) -> None:
     """Load each op through the accelerator, as DeepSpeed does: built when missing, waited for when another
     process holds its build lock, read from the folder otherwise. Prints each op's wall-clock seconds."""
-    os.environ.update(build_env())  # before DeepSpeed picks its accelerator
+    os.environ.update(launch_env())  # before DeepSpeed picks its accelerator
     from deepspeed.accelerator import get_accelerator
 
     for name in ops:
@@ -72,7 +79,7 @@ def start(ops: tuple[str, ...]) -> subprocess.Popen:
     mid-compile: an interrupted build leaves its lock behind), its output appended to :func:`log_path`."""
     log_path().parent.mkdir(parents=True, exist_ok=True)
     with open(log_path(), "ab") as out:
-        return subprocess.Popen([sys.executable, __file__, "--ops", ",".join(ops)], env=build_env(),
+        return subprocess.Popen([sys.executable, __file__, "--ops", ",".join(ops)], env=launch_env(),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=lambda: os.nice(NICE))
 

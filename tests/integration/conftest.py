@@ -16,10 +16,13 @@ import pytest
 from tests.conftest import ROOT
 
 STEPS = 12
-CPU_ENV = {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "DSBENCH_DEVICE": "cpu", "PYTHONUNBUFFERED": "1"}
-# DeepSpeed's JIT-built ops in this venv's own folder: a fresh venv (CI's clone) rebuilds them anyway (its sources
-# are newer than any cached object), and a lock that an interrupted build left in ~/.cache cannot stall the suite.
-CPU_ENV["TORCH_EXTENSIONS_DIR"] = os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path(sys.prefix) / "torch_extensions")
+sys.path.insert(0, str(ROOT / "scripts"))
+try:
+    import prebuild_ops  # the launches' environment and DeepSpeed's ops, built ahead (scripts/prebuild_ops.py)
+finally:
+    sys.path.pop(0)
+launch_env = prebuild_ops.launch_env
+"""Every launch's environment: the CPU accelerator, one thread per rank, the venv's JIT folder and bin."""
 
 
 NVME_TEST = "test_zero3_nvme_offload"
@@ -37,12 +40,7 @@ def _prebuild_ops(request):
     if not any(item.name == NVME_TEST for item in request.session.items):
         yield
         return
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import prebuild_ops
-    finally:
-        sys.path.pop(0)
-    build = prebuild_ops.start(prebuild_ops.OPS)  # into CPU_ENV's TORCH_EXTENSIONS_DIR: the same rule, env or venv
+    build = prebuild_ops.start(prebuild_ops.OPS)  # into the launches' own TORCH_EXTENSIONS_DIR (launch_env)
     yield
     build.wait()
 
@@ -182,8 +180,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
 def _run(argv: list[str], cwd: Path, env: dict[str, str] | None, timeout: int) -> subprocess.CompletedProcess:
     if len(_TIMEOUTS) >= 2:
         pytest.fail(f"not started: {len(_TIMEOUTS)} commands already timed out this session ({_TIMEOUTS[0]})")
-    full_env = {**os.environ, **CPU_ENV, **(env or {})}
-    full_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{full_env.get('PATH', '')}"
+    full_env = {**launch_env(), **(env or {})}
     proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

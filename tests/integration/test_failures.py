@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.conftest import CPU_ENV, dsbench, note_launch
+from tests.integration.conftest import dsbench, launch_env, note_launch
 
 TINY = ["--model", "gpt2-tiny"]
 FOREVER = ["--", "--steps", "100000", "--seq-len", "32", "--gather-every", "1"]
 
 
 def _start(args: list[str], cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, **CPU_ENV, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = launch_env()
     note_launch()
     return subprocess.Popen([sys.executable, "-m", "dsbench", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -174,7 +174,7 @@ def test_a_full_disk_while_writing_metrics_is_one_line_and_keeps_what_was_writte
     note_launch()
     done = subprocess.run([sys.executable, "-m", "dsbench.train", "--strategy", "single", *TINY, "--steps", "400",
                            "--seq-len", "32", "--gather-every", "1", "--out", str(folder), "--quiet"],
-                          env={**os.environ, **CPU_ENV}, preexec_fn=limit, capture_output=True, text=True, timeout=300)
+                          env=launch_env(), preexec_fn=limit, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"\[rank 0 on \S+\] dsbench\.train: error: cannot write .*metrics\.jsonl: File too large "
@@ -197,7 +197,7 @@ def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_leaves_no_latest
     done = subprocess.run([sys.executable, "-m", "dsbench.train", "--strategy", "single", *TINY, "--steps", "6",
                            "--seq-len", "32", "--out", str(tmp_path / "run"), "--checkpoint-dir", str(checkpoints),
                            "--save-every", "3", "--quiet"],
-                          env={**os.environ, **CPU_ENV}, preexec_fn=limit, capture_output=True, text=True, timeout=300)
+                          env=launch_env(), preexec_fn=limit, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"\[rank 0 on \S+\] dsbench\.train: error: cannot write checkpoint .*global_step3: .* "
