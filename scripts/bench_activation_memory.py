@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,22 +93,30 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, help="run folder [runs/activations-TIME]")
+def measured_or_stored(doc: str, name: str, measure: Callable[[Path], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A bench's rows from ``--from FILE``, or measured into ``--out`` (default runs/NAME-TIME) and, with ``--json``,
+    written there with the date and the script that measured them (``doc``: the script's docstring)."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    p.add_argument("--out", type=Path, help=f"run folder [runs/{name}-TIME]")
     p.add_argument("--json", type=Path, help="also write the measured rows here")
     p.add_argument("--from", dest="done", type=Path, help="a stored rows file: the table only, nothing run")
     args = p.parse_args()
     if args.done:
-        rows = json.loads(args.done.read_text())["rows"]
-    else:
-        rows = measure(args.out or ROOT / "runs" / f"activations-{time.strftime('%Y%m%d-%H%M%S')}")
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d %H:%M"),
-                                             "how": "python scripts/bench_activation_memory.py", "rows": rows},
-                                            indent=1) + "\n")
-    print(table(rows))
+        try:
+            return json.loads(args.done.read_text())["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"--from {args.done}: not a stored rows file ({type(e).__name__}: {e})")
+    rows = measure(args.out or ROOT / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d %H:%M"),
+                                         "how": f"python scripts/{Path(sys.argv[0]).name}", "rows": rows},
+                                        indent=1) + "\n")
+    return rows
+
+
+def main() -> None:
+    print(table(measured_or_stored(__doc__, "activations", measure)))
 
 
 if __name__ == "__main__":

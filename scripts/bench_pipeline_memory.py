@@ -12,21 +12,19 @@ Predicted: dsbench.parallel.in_flight_micro_batches, nothing fitted.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from bench_activation_memory import WIDE, measured_or_stored  # scripts/ is the script's own folder on sys.path
 
 from dsbench.parallel import in_flight_micro_batches
 
 ROOT = Path(__file__).resolve().parents[1]
-LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 4096, "hidden_size": 256,
-         "intermediate_size": 688, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
-         "tie_word_embeddings": False, "rms_norm_eps": 1e-6}
+LLAMA = WIDE
 """bench_activation_memory.py's wide Llama (hidden 256), with 2 layers per stage: V = 2 chunks of one layer each."""
 SCHEDULES = (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved-zb", 2))
 CASES = ((2, 3), (2, 4), (2, 6), (2, 8), (2, 12), (4, 8))
@@ -90,21 +88,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, help="run folder [runs/pipeline-memory-TIME]")
-    p.add_argument("--json", type=Path, help="also write the measured rows here")
-    p.add_argument("--from", dest="done", type=Path, help="a stored rows file: the table only, nothing run")
-    args = p.parse_args()
-    if args.done:
-        rows = json.loads(args.done.read_text())["rows"]
-    else:
-        rows = measure(args.out or ROOT / "runs" / f"pipeline-memory-{time.strftime('%Y%m%d-%H%M%S')}")
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d %H:%M"),
-                                             "how": "python scripts/bench_pipeline_memory.py", "rows": rows},
-                                            indent=1) + "\n")
-    print(table(rows))
+    print(table(measured_or_stored(__doc__, "pipeline-memory", measure)))
 
 
 if __name__ == "__main__":

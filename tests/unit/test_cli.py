@@ -133,7 +133,9 @@ def test_every_command_help_exits_0_without_traceback(cli_run):
     (["-m", "dsbench.train", "--steps", "x"], 2, "argument --steps: invalid int value"),
     (["-m", "dsbench.train", "--gather-every", "0"], 2, "--gather-every must be >= 1"),
     (["scripts/bench_harness_overhead.py", "--help"], 0, "usage:"),
-], ids=["version", "help", "worker-help", "worker-version", "worker-bad-int", "worker-gather", "script-help"])
+    (["scripts/bench_pipeline_memory.py", "--from", "nowhere.json"], 1, "--from nowhere.json: not a stored rows file"),
+], ids=["version", "help", "worker-help", "worker-version", "worker-bad-int", "worker-gather", "script-help",
+        "script-missing-rows"])
 def test_programs_answer_help_version_and_bad_flags_in_one_piece(argv, code, needle):
     """--help and --version exit 0; a bad flag exits 2 with argparse's message; never a traceback."""
     out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
