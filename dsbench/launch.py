@@ -23,7 +23,7 @@ from dsbench.io import atomic_write_json, atomic_write_text, check_creatable_fol
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
 from dsbench.models import check_autotp, check_loss_parallel, check_megatron_tp, check_ulysses, resolve_model
-from dsbench.parallel import ParallelDims, bubble_fraction
+from dsbench.parallel import ParallelDims, pipeline_notes
 from dsbench.records import check_run_dir
 from dsbench.strategies import SPLIT_ENGINES, TORCH_TP_ONLY
 
@@ -385,11 +385,8 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
     if train.pipeline_schedule in trainspec.INTERLEAVED and shape.layers % chunks:
         raise UserError(f"--virtual-stages {train.virtual_stages} does not divide {shape.name}'s {shape.layers} "
                         f"layers into {dims.pp} stages x {train.virtual_stages} equal chunks")
-    if train.strategy in trainspec.PIPELINED and train.grad_accum < dims.pp:  # GPipe runs it; most of each step idles
-        idle = bubble_fraction(dims.pp, train.grad_accum)
-        return [f"warning: {train.grad_accum} micro-batch(es) for {dims.pp} pipeline stages: each stage idles "
-                f"(P-1)/(M+P-1) = {idle:.0%} of a step; raise --grad-accum to at least {dims.pp}"]
-    return []
+    pipelined = train.strategy in trainspec.PIPELINED
+    return pipeline_notes(dims.pp, train.grad_accum, train.pipeline_schedule) if pipelined else []
 
 
 def materialize(prepared: PreparedLaunch) -> None:

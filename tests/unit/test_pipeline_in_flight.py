@@ -126,3 +126,20 @@ def test_the_zero_bubble_schedule_s_excess_grows_with_the_finished_micro_batches
             if r["schedule"] == "interleaved-zb" and r["micro_batches"] % r["stages"] == 0]
     shares = [(m - p) / (r["micro_batches"] - p) for r, m, p in rows]
     assert len(shares) >= 4 and max(shares) - min(shares) < 0.01 and 0.1 < min(shares), shares
+
+
+def test_a_launch_says_what_its_pipeline_schedule_costs():
+    """Before any rank starts: GPipe's idle share with fewer micro-batches than stages, (P-1)/(M+P-1) (Huang et al.
+    2019), and the zero-bubble schedule's memory as the stored runs measured it (the last stage's peak, read here
+    from the same file the note quotes)."""
+    from dsbench.parallel import pipeline_notes
+
+    assert "idles (P-1)/(M+P-1) = 50% of a step" in pipeline_notes(2, 1, "gpipe")[0]
+    assert pipeline_notes(2, 4, "1f1b") == pipeline_notes(2, 4, "interleaved") == pipeline_notes(2, 2, "interleaved-zb")
+    note = pipeline_notes(2, 6, "interleaved-zb")[0]
+    rows = {(r["stages"], r["micro_batches"], r["schedule"]): r["peak_bytes_per_rank"]
+            for r in json.loads(STORED.read_text())["rows"]}
+    last = rows[2, 12, "interleaved-zb"][-1] / (rows[2, 12, "gpipe"][-1] / 12)
+    plain = rows[2, 12, "1f1b"][-1] / (rows[2, 12, "gpipe"][-1] / 12)
+    assert f"last stage held {last:.1f} micro-batches' activations, 1F1B's held {plain:.0f}" in note, (note, last)
+    assert "grows with --grad-accum (6 here)" in note
