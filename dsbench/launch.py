@@ -268,7 +268,8 @@ def strategy_and_launcher(strategy: str | None, launcher: str | None, accelerate
 
 
 # Flags that would be ignored beside a user's accelerate YAML, with what decides instead.
-_YAML_DECIDES = {**DEEPSPEED_ONLY, "pipeline_stages": "--pipeline-stages", "tp": "--tp", **TORCH_TP_ONLY}
+_YAML_DECIDES = {**DEEPSPEED_ONLY, "pipeline_stages": "--pipeline-stages", "tp": "--tp", **TORCH_TP_ONLY,
+                 "pipeline_schedule": "--pipeline-schedule", "virtual_stages": "--virtual-stages"}
 # Worker flags that a YAML's inline DeepSpeed settings (or its DeepSpeed file) fix: (YAML key, DeepSpeed key).
 _YAML_FIXES = {"grad_accum": ("--grad-accum", "gradient_accumulation_steps"),
                "grad_clip": ("--grad-clip", "gradient_clipping")}

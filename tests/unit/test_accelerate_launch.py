@@ -72,9 +72,12 @@ def test_the_yamls_own_port_and_count_are_kept_when_not_overridden(cli_run):
     ("inline_accum.yaml", "--grad-accum", "sets gradient_accumulation_steps, so --grad-accum would be ignored"),
     ("inline_accum.yaml", "--zero", "the YAML decides what --zero would set"),
     ("inline_accum.yaml", "--offload", "the YAML decides what --offload would set"),
+    ("inline_accum.yaml", "--pipeline-schedule", "the YAML decides what --pipeline-schedule would set"),
+    ("inline_accum.yaml", "--virtual-stages", "the YAML decides what --virtual-stages would set"),
 ])
 def test_flags_the_yaml_would_override_are_refused(cli_run, name, flag, message):
-    value = {"--grad-accum": "2", "--zero": "3", "--offload": "cpu"}[flag]
+    value = {"--grad-accum": "2", "--zero": "3", "--offload": "cpu", "--pipeline-schedule": "gpipe",
+             "--virtual-stages": "2"}[flag]
     result = cli_run("launch", "--accelerate-config", str(BAD / name), flag, value, "--run-dir", "r", "--dry-run")
     assert result.exit_code == 2 and message in result.output
 
