@@ -387,7 +387,7 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
         raise UserError(f"--virtual-stages {train.virtual_stages} does not divide {shape.name}'s {shape.layers} "
                         f"layers into {dims.pp} stages x {train.virtual_stages} equal chunks")
     pipelined = train.strategy in trainspec.PIPELINED
-    return pipeline_notes(dims.pp, train.grad_accum, train.pipeline_schedule) if pipelined else []
+    return pipeline_notes(dims.pp, train.grad_accum) if pipelined else []
 
 
 def materialize(prepared: PreparedLaunch) -> None:

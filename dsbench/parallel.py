@@ -148,20 +148,13 @@ def bubble_fraction(stages: int, micro_batches: int, virtual_stages: int = 1) ->
     return (stages - 1) / (virtual_stages * micro_batches + stages - 1) if stages > 1 else 0.0
 
 
-def pipeline_notes(stages: int, micro_batches: int, schedule: str) -> list[str]:
+def pipeline_notes(stages: int, micro_batches: int) -> list[str]:
     """What a launch says of its pipeline before any rank starts: the idle share when fewer micro-batches than stages
-    leave most of each step idle (GPipe runs it), and the zero-bubble schedule's memory as measured here (torch 2.13
-    keeps part of each finished micro-batch's graph while the step runs: docs/benchmarks.md, "Micro-batches in
-    flight")."""
+    leave most of each step idle (GPipe runs it)."""
     if micro_batches < stages:
         return [f"warning: {micro_batches} micro-batch(es) for {stages} pipeline stages: each stage idles "
                 f"(P-1)/(M+P-1) = {bubble_fraction(stages, micro_batches):.0%} of a step; raise --grad-accum to at "
                 f"least {stages}"]
-    if schedule == "interleaved-zb" and micro_batches > stages:
-        return [f"torch's zero-bubble schedule keeps part of every finished micro-batch's graph while the step "
-                f"runs, so its activation memory grows with --grad-accum ({micro_batches} here): on CPU ranks (2 "
-                "stages, 12 micro-batches) its last stage held 8.1 micro-batches' activations, 1F1B's held 1 "
-                "(docs/benchmarks.md)"]
     return []
 
 

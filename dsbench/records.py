@@ -245,8 +245,7 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "model_state_bytes_per_rank": states["per_rank"] if states else None,
         # what the first step's autograd graph saved for its backward, per rank (parameters excluded; not in total)
         "saved_activation_bytes_per_rank": [r.get("saved_activations") for r in states["per_rank"]] if states else None,
-        # the most of them its graph held at once (a pipeline's micro-batches in flight), per rank: in the second
-        # step when that is a warm-up step too (torch's pipeline stages keep a shape-inference graph in their first)
+        # the most of them its graph held at once (a pipeline's micro-batches in flight), per rank
         "saved_activation_peak_bytes_per_rank": [r.get("saved_activations_peak") for r in states["per_rank"]]
         if states else None,
         "checkpoints": [{"step": r["step"], "seconds": r["seconds"], "bytes": r["bytes"]}

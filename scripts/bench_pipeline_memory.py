@@ -2,11 +2,11 @@
 its zero-bubble form against GPipe, on 2 stages (a 4-layer Llama) and 4 stages (8 layers), fp32, CPU ranks.
 
 Measured: rank 0's ``saved_activations_peak`` (the most saved-tensor bytes its autograd graph held at once in the
-second step, parameters excluded: dsbench/worker/state_bytes.py and worker/loop.py) over one micro-batch's bytes,
+first step, parameters excluded: dsbench/worker/state_bytes.py) over one micro-batch's bytes,
 which is GPipe's peak on the same stages over M (GPipe runs every forward before any backward: it holds all M).
 Predicted: dsbench.parallel.in_flight_micro_batches, nothing fitted.
 
-    python scripts/bench_pipeline_memory.py --json tests/data/activations/pipeline_in_flight.json   # 24 runs, ~6 min
+    python scripts/bench_pipeline_memory.py --json tests/data/activations/pipeline_in_flight.json   # 24 runs, ~4 min
     python scripts/bench_pipeline_memory.py --from tests/data/activations/pipeline_in_flight.json  # the table only
 """
 
@@ -34,8 +34,7 @@ does not mind."""
 
 
 def measure(out: Path) -> list[dict[str, Any]]:
-    """Launch each (stages, M, schedule): one micro-batch of 1 per micro-step, 3 steps; the second (a warm-up step)
-    gives the peak, since torch's stages keep a shape-inference forward's graph through their first step."""
+    """Launch each (stages, M, schedule): one micro-batch of 1 per micro-step, 2 steps, the first one measured."""
     rows = []
     for stages, micro_batches in CASES:
         with tempfile.TemporaryDirectory(prefix="dsbench-pipe-llama-") as folder:
@@ -51,7 +50,7 @@ def _measure_case(out: Path, model: Path, stages: int, micro_batches: int) -> li
         argv = [sys.executable, "-m", "dsbench", "launch", "--launcher", "torchrun", "--strategy", "torch_pp",
                 "--pipeline-stages", str(stages), "--num-gpus", str(stages), "--model", str(model),
                 "--micro-batch", "1", "--grad-accum", str(micro_batches), "--pipeline-schedule", schedule,
-                "--virtual-stages", str(chunks), "--run-dir", str(folder), "--", "--steps", "3", "--warmup", "2",
+                "--virtual-stages", str(chunks), "--run-dir", str(folder), "--", "--steps", "2", "--warmup", "1",
                 "--quiet"]
         print("$ " + " ".join(argv[2:]), flush=True)
         if subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL).returncode != 0:

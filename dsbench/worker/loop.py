@@ -178,27 +178,6 @@ def saves_after(step: int, settings: LoopSettings) -> bool:
         settings.save_last and done == settings.steps)
 
 
-def _saved_tensors(engine: Any, step: int, settings: LoopSettings, pending: list[_Pending]) -> SavedActivations | None:
-    """The saved-tensor count for this step, if it takes one: the first step (bytes and peak, beside the model
-    states), and the next when it is a warm-up step whose records still wait with the first's, for the peak alone.
-    torch's pipeline stages run a shape-inference forward in their first step and keep its graph until their
-    backward's metadata is inferred (PipelineStage._fwd_outputs_for_bwd_meta): on the first stage the first step's
-    peak holds that graph too, the second's is the schedule's own."""
-    again = step == settings.start + 1 < settings.start + settings.warmup and bool(pending) and (
-        pending[0].states is not None)
-    return SavedActivations(engine.model) if engine.measure_states or again else None
-
-
-def _states(engine: Any, saved: SavedActivations | None, pending: list[_Pending]) -> dict[str, Any] | None:
-    """The first step's model states and saved activations; on the second, its peak replaces the first's."""
-    if saved is None:
-        return None
-    if not engine.measure_states:
-        pending[0].states["saved_activations_peak"] = saved.peak  # type: ignore[index]
-        return None
-    return {**engine.model_state_bytes(), "saved_activations": saved.bytes, "saved_activations_peak": saved.peak}
-
-
 def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
                emit: Callable[[list[dict[str, Any]]], None],
                save: Callable[[int], dict[str, Any]] | None = None) -> None:
@@ -231,7 +210,7 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
         batches = [_to_device(plan.micro_batch_for(step, m, dp_rank), device) for m in range(ga)]
         _fault(dist_info.rank, step)
         engine.measure_states = step == settings.start
-        saved = _saved_tensors(engine, step, settings, pending)
+        saved = SavedActivations(engine.model) if engine.measure_states else None
         started = clock.start()
         with saved or contextlib.nullcontext():  # the first (warm-up) step also counts what its backward keeps
             loss = engine.train_step(batches)
@@ -239,7 +218,9 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
         stop.beat()  # the step's collectives completed: the watchdog's clock restarts
         current, peak, _ = memory_now(device)  # allocator statistics: host-side, no device sync
         pending.append(_Pending(step=step, loss=loss, clock=region, memory=current,
-                                peak_memory=peak, lr=engine.lr(), states=_states(engine, saved, pending),
+                                peak_memory=peak, lr=engine.lr(),
+                                states={**engine.model_state_bytes(), "saved_activations": saved.bytes,
+                                        "saved_activations_peak": saved.peak} if saved else None,
                                 busy=engine.busy_seconds() if hasattr(engine, "busy_seconds") else None,
                                 grad_norm=getattr(engine, "grad_norm", None)))
         due = save is not None and saves_after(step, settings)

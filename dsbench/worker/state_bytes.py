@@ -108,8 +108,8 @@ def count_deepspeed(engine: Any) -> dict[str, Any]:
 
 
 class _Saved:
-    """A tensor as the autograd graph holds it for the backward: the graph drops this holder when it frees the saved
-    tensor (after the backward that reads it, or a zero-bubble schedule's weight-gradient pass)."""
+    """A saved tensor as the autograd graph holds it for the backward: the graph drops this holder when it frees the
+    saved tensor (after the backward that reads it, or when the graph itself is dropped)."""
 
     __slots__ = ("tensor", "__weakref__")
 
@@ -154,7 +154,10 @@ class SavedActivations:
             self._live_bytes += live[1]
             self.peak = max(self.peak, self._live_bytes)
         live[0] += 1
-        holder = _Saved(tensor)
+        # the holder keeps a detached alias (the same storage, no grad_fn): a saved output holding its own grad_fn
+        # would close a cycle node -> saved variable -> holder -> tensor -> node that only a backward without
+        # retain_graph breaks, and a zero-bubble schedule's input-gradient pass retains the graph
+        holder = _Saved(tensor.detach())
         weakref.finalize(holder, self._release, address)
         return holder
 

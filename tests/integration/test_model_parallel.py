@@ -114,7 +114,7 @@ def test_losses_match_the_single_process_run(runs, name):
         norms = [s["grad_norm"] for s in run["steps"]]
         worst = max(abs(a - b) / b for a, b in zip(norms, [s["grad_norm"] for s in reference["steps"]], strict=True))
         assert worst < 1e-4, (name, norms, worst)
-    # the second (warm-up) step's peak of saved tensors, on every rank of every engine (docs/benchmarks.md)
+    # the first step's peak of saved tensors, on every rank of every engine (docs/benchmarks.md)
     assert all(rank["saved_activations_peak"] > 0 for rank in run["states"][0]["per_rank"]), name
     header = run["header"][0]
     assert header["activation_checkpointing"] is name.startswith("torch_pipe2_ckpt")

@@ -81,6 +81,25 @@ def test_the_peak_of_saved_activations_is_what_the_graph_holds_at_once():
     assert gpipe.bytes == 2 * one.bytes and one.bytes <= one_at_a_time.bytes <= 2 * one.bytes
 
 
+def test_a_retained_graph_frees_its_saved_tensors_when_it_is_dropped():
+    """A zero-bubble schedule's input-gradient pass keeps the graph (retain_graph=True) and the weight-gradient pass
+    frees only its own path: what is left must go when the graph goes. sigmoid saves its own output; a holder that
+    kept that output with its grad_fn would close a cycle through the graph and hold it for ever (it did, and read
+    as torch keeping 0.6 micro-batch per micro-batch on the last stage). Oracle: nothing alive once the graph is
+    dropped, and the gradient unchanged by the hooks."""
+    from dsbench.worker.state_bytes import SavedActivations
+
+    layer, x = torch.nn.Linear(64, 64), torch.randn(8, 64, requires_grad=True)
+    expected = torch.autograd.grad(layer(x).sigmoid().sum(), x)[0]
+    with SavedActivations(layer) as saved:
+        out = layer(x).sigmoid()
+        grad = torch.autograd.grad(out.sum(), x, retain_graph=True)[0]  # the input's gradient only, graph kept
+        assert saved._live_bytes == saved.peak > 0
+        del out
+    assert saved._live_bytes == 0
+    torch.testing.assert_close(grad, expected)
+
+
 def test_the_shipped_tokenizer_gives_transformers_ids_and_saves_as_it(tmp_path):
     """Oracle: transformers' PreTrainedTokenizerFast over the same tokenizer.json (what the worker used before it
     read the file with `tokenizers` directly): the same ids on the whole embedded corpus, the same end-of-text id,
