@@ -128,20 +128,34 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
     links of each measured group; what it did not measure (across nodes, for a one-node profile) stays as given."""
     intra, inter = compute_group(profile)
     # CPU ranks: gloo's threads share the cores with the compute, so nothing overlaps (docs/planner.md)
-    by_micro = profile["rates"].get("model_tflops_by_micro_batch", {})
-    return replace(cl, compute_tflops=profile["rates"]["model_tflops"], intra=intra or cl.intra,
-                   compute_by_micro_batch=tuple(sorted((int(m), r) for m, r in by_micro.items())),
-                   inter=inter or cl.inter, optimizer_params_per_s=profile["rates"]["adam_params_per_s"],
-                   fsdp_unit_s=(profile["rates"].get("fsdp_unit_s_per_micro_step", 0.0),
-                                profile["rates"].get("fsdp_unit_s_per_step", 0.0)),
-                   deepspeed_s=tuple(profile["rates"].get(key, 0.0) for key in ("zero1_call_s", "zero2_call_s",
-                                                                                 "zero3_tensor_s")),
-                   tp_layer_s=tuple((kind, profile["rates"].get(rate, 0.0)) for kind, rate in TP_LAYER_RATE.items()),
-                   lp_head_s=profile["rates"].get("torch_tp_lp_head_s", 0.0),
-                   zb_split_layer_s=profile["rates"].get("zb_split_layer_s", 0.0),
+    rates, share = profile["rates"], core_share(profile, cl.gpus_per_node)
+    by_micro = rates.get("model_tflops_by_micro_batch", {})
+    return replace(cl, compute_tflops=rates["model_tflops"] * share, intra=intra or cl.intra,
+                   compute_by_micro_batch=tuple(sorted((int(m), r * share) for m, r in by_micro.items())),
+                   inter=inter or cl.inter, optimizer_params_per_s=rates["adam_params_per_s"] * share,
+                   fsdp_unit_s=(rates.get("fsdp_unit_s_per_micro_step", 0.0) / share,
+                                rates.get("fsdp_unit_s_per_step", 0.0) / share),
+                   deepspeed_s=tuple(rates.get(key, 0.0) / share for key in ("zero1_call_s", "zero2_call_s",
+                                                                              "zero3_tensor_s")),
+                   tp_layer_s=tuple((kind, rates.get(rate, 0.0) / share) for kind, rate in TP_LAYER_RATE.items()),
+                   lp_head_s=rates.get("torch_tp_lp_head_s", 0.0) / share,
+                   zb_split_layer_s=rates.get("zb_split_layer_s", 0.0) / share,
                    overlap_comm=not str(profile.get("device", "")).startswith("cpu"),
                    step_scale=tuple(sorted(step_scale(profile).items())),
                    spread=tuple(sorted((profile.get("spread") or {}).items())))
+
+
+def core_share(profile: dict[str, Any], ranks_per_node: int) -> float:
+    """A CPU rank's rate against calibrate's, from the cores its node's ranks share: calibrate runs one thread per
+    rank (``OMP_NUM_THREADS=1``), so a rank has a core of its own while a node runs no more ranks than the machine
+    has cores, and cores / ranks of one beyond that, the ranks taking turns. The profile's own rates were measured
+    at its ranks per node, so the share is the plan's over the calibration's. 1 on GPUs and for a profile that did
+    not record its machine's cores."""
+    cpus = (profile.get("machine") or {}).get("cpus")
+    if not str(profile.get("device", "")).startswith("cpu") or cpus is None:
+        return 1.0
+    calibrated = max(1, profile.get("world_size", 1) // profile.get("nodes", 1))
+    return min(1.0, cpus / ranks_per_node) / min(1.0, cpus / calibrated)
 
 
 def config_candidate(config: dict[str, Any]) -> Candidate:

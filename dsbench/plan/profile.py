@@ -267,6 +267,11 @@ def load_profile(data: Any, source: str) -> dict[str, Any]:
         if key in data and (type(data[key]) is not int or data[key] < 1):
             raise UserError(f"{source}: {key} must be a whole number >= 1, got {_shown(data[key])} (write the "
                             "profile again with dsbench calibrate)")
+    machine = data.get("machine", {})
+    cpus = machine.get("cpus", 1) if isinstance(machine, dict) else None
+    if type(cpus) is not int or cpus < 1:  # the cores ranks share (plan.api.core_share)
+        raise UserError(f"{source}: machine.cpus must be a whole number >= 1, got {_shown(cpus)} (write the "
+                        "profile again with dsbench calibrate)")
     check = data.get("check")
     if check is not None:  # calibrate --check's per-family step scales (plan/selfcheck.py)
         if not isinstance(check, dict) or not isinstance(check.get("step_scale"), dict):

@@ -365,3 +365,30 @@ def test_a_bad_split_backward_cost_in_a_profile_is_one_line_naming_it(value):
     profile["rates"]["zb_split_layer_s"] = value
     with pytest.raises(UserError, match=r"p\.json: rates\.zb_split_layer_s must be a finite number >= 0"):
         load_profile(profile, "p.json")
+
+
+def test_ranks_beyond_the_cores_share_them():
+    """calibrate measures one rank per core (one thread each); a plan with more ranks per node than the machine has
+    cores runs each at cores / ranks of those rates, relative to the calibration's own ranks per node. By hand."""
+    from dsbench.plan.api import core_share, with_profile
+
+    profile = {"device": "cpu", "machine": {"cpus": 2}, "world_size": 2, "nodes": 1}
+    assert [core_share(profile, ranks) for ranks in (1, 2, 4, 8)] == [1.0, 1.0, 0.5, 0.25]
+    assert core_share({**profile, "world_size": 4}, 2) == 2.0  # calibrated oversubscribed: its rates were halved
+    assert core_share({**profile, "world_size": 8, "nodes": 4}, 4) == 0.5  # 2 ranks per node when calibrated
+    assert core_share({**profile, "device": "cuda:0"}, 8) == core_share({"device": "cpu"}, 8) == 1.0
+    fitted = {**fit_profile(_measured([0.05, 0.04])), "machine": {"cpus": 2}}
+    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+                   inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"])
+    two, four = with_profile(base, fitted), with_profile(replace(base, gpus_per_node=4), fitted)
+    assert four.compute_tflops == two.compute_tflops / 2
+    assert four.optimizer_params_per_s == two.optimizer_params_per_s / 2
+    assert four.deepspeed_s == tuple(2 * s for s in two.deepspeed_s) and four.intra == two.intra  # links as measured
+
+
+@pytest.mark.parametrize("machine", [{"cpus": 0}, {"cpus": -2}, {"cpus": "2"}, {"cpus": True}, {"cpus": 2.5},
+                                     {"cpus": None}, "vm"])
+def test_a_bad_core_count_in_a_profile_is_one_line_naming_it(machine):
+    profile = {**fit_profile(_measured([0.05, 0.04])), "machine": machine}
+    with pytest.raises(UserError, match=r"p\.json: machine\.cpus must be a whole number >= 1"):
+        load_profile(profile, "p.json")

@@ -380,17 +380,25 @@ FOUR_RANKS = "oos-20261127-0828-llama-tiny-4ranks"
 of sample, beside its parts, on 4 ranks that share the machine's 2 cores."""
 
 
-@pytest.mark.xfail(strict=True, reason="measured 2026-11-27 08:28: every cell 34-46% fast (median 41.6%): the "
-                   "profile's rates are one rank per core, and 4 ranks share 2 cores, which the planner does not price")
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-27 08:28: median 4.1%, Spearman 1.0, but torch_pipe2 "
+                   "+22.8%, likely because its stages idle in the bubble and lend their core to the rank beside "
+                   "them, which core_share charges as if both were busy")
 def test_torch_3d_on_four_ranks_meets_the_goals():
     _goals(FOUR_RANKS)
 
 
-def test_torch_3d_on_four_ranks_is_ranked_right_and_priced_like_its_parts():
-    """The order of the four is right (Spearman 1.0) and every cell is fast by about the same share (34-46%), so
-    torch_3d's step over ddp's, 3.5 predicted, is within 15% of the measured 4.1."""
+def test_torch_3d_on_four_ranks_with_the_cores_shared():
+    """With the ranks' share of the 2 cores priced (plan.api.core_share: 2 cores / 4 ranks, against the profile's
+    2 / 2; written after this compare, from the cores alone, nothing fitted): median 4.1%, Spearman 1.0, torch_3d
+    -1.3% and ddp -1.5%. Without it, the profile's one-rank-per-core rates put every cell 34-46% fast."""
     cells = _cells(FOUR_RANKS)
-    assert _figures(cells)[2] == pytest.approx(1.0)
-    assert all(0.30 < 1 - predicted / measured < 0.50 for measured, predicted in cells.values()), cells
-    (three_d, three_d_predicted), (ddp, ddp_predicted) = cells["torch_3d_tp2_pp2"], cells["ddp"]
-    assert (three_d_predicted / ddp_predicted) / (three_d / ddp) == pytest.approx(1, abs=0.15)
+    median, worst, rho = _figures(cells)
+    assert median <= 0.10 and rho == pytest.approx(1.0), (median, rho)
+    measured, predicted = cells["torch_3d_tp2_pp2"]
+    assert abs(predicted / measured - 1) <= 0.05
+    profile = read_profile(str(STORED / FOUR_RANKS / "profile.json"))
+    del profile.data["machine"]["cpus"]  # as a profile that did not record its cores: one rank per core
+    unshared = {}
+    for row in collect([STORED / FOUR_RANKS / "compare"]):
+        unshared[row["base_strategy"]] = predict_cell(row, profile).step_s / measured_step_s(row)
+    assert all(0.50 < ratio < 0.70 for ratio in unshared.values()), unshared
