@@ -402,3 +402,29 @@ def test_torch_3d_on_four_ranks_with_the_cores_shared():
     for row in collect([STORED / FOUR_RANKS / "compare"]):
         unshared[row["base_strategy"]] = predict_cell(row, profile).step_s / measured_step_s(row)
     assert all(0.50 < ratio < 0.70 for ratio in unshared.values()), unshared
+
+
+FOUR_RANKS_LATER = "oos-20261127-0838-llama-tiny-4ranks"
+"""The held-out check of core_share, run after it was written: a fresh ``dsbench calibrate --num-gpus 2 --model
+llama-tiny --check`` (08:35), then ``dsbench compare --strategies ddp,fsdp,zero2,torch_pipe2,torch_tp2,
+torch_3d_tp2_pp2 --world-sizes 4 --models llama-tiny --repeats 2 --profile P`` (08:38)."""
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-27 08:38: median 24%, Spearman 1.0: fsdp -29.7% and zero2 "
+                   "-33.7% (their collectives ran on the shared cores too, priced at the 2-rank links), torch_pipe2 "
+                   "+30.8% and torch_3d +18.4% (likely the pipeline's idle stages lending their cores)")
+def test_four_ranks_held_out_meet_the_goals():
+    _goals(FOUR_RANKS_LATER)
+
+
+def test_the_shared_cores_halve_the_error_held_out():
+    """Out of sample for core_share itself: the order stays right (Spearman 1.0) and the median error falls from 44%
+    (every cell 32-64% fast, one rank per core) to 24%, ddp -3.5% and torch_tp2 +3.0%."""
+    cells = _cells(FOUR_RANKS_LATER)
+    median, _, rho = _figures(cells)
+    profile = read_profile(str(STORED / FOUR_RANKS_LATER / "profile.json"))
+    del profile.data["machine"]["cpus"]
+    unshared = [abs(predict_cell(row, profile).step_s / measured_step_s(row) - 1)
+                for row in collect([STORED / FOUR_RANKS_LATER / "compare"])]
+    assert rho == pytest.approx(1.0) and median < 0.6 * statistics.median(unshared), (median, unshared)
+    assert all(abs(cells[name][1] / cells[name][0] - 1) < 0.05 for name in ("ddp", "torch_tp2")), cells
