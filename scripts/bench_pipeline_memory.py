@@ -4,7 +4,8 @@ its zero-bubble form against GPipe, on 2 stages (a 4-layer Llama) and 4 stages (
 Measured: rank 0's ``saved_activations_peak`` (the most saved-tensor bytes its autograd graph held at once in the
 first step, parameters excluded: dsbench/worker/state_bytes.py) over one micro-batch's bytes,
 which is GPipe's peak on the same stages over M (GPipe runs every forward before any backward: it holds all M).
-Predicted: dsbench.parallel.in_flight_micro_batches, nothing fitted.
+Predicted: dsbench.parallel.in_flight_micro_batches, nothing fitted. A second table puts every rank's peak beside
+the planner's (plan/pipeline_peak.py over saved.py's inventory, the head and loss on the last stage).
 
     python scripts/bench_pipeline_memory.py --json tests/data/activations/pipeline_in_flight.json   # 24 runs, ~4 min
     python scripts/bench_pipeline_memory.py --from tests/data/activations/pipeline_in_flight.json  # the table only
@@ -16,12 +17,16 @@ import json
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench_activation_memory import WIDE, measured_or_stored  # scripts/ is the script's own folder on sys.path
 
+from dsbench.models import shape_from_config
 from dsbench.parallel import in_flight_micro_batches
+from dsbench.plan.pipeline_peak import chunk_layers, peaks
+from dsbench.plan.saved import saved_activation_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = WIDE
@@ -75,6 +80,31 @@ def in_flight(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float]]:
             for r in rows]
 
 
+def rank_peaks(row: dict[str, Any]) -> list[float]:
+    """The planner's peak on every rank (bytes): saved.py's inventory of what each chunk keeps, the head and the
+    loss on the last chunk, held in the order torch's schedule runs the passes (plan/pipeline_peak.py)."""
+    shape = shape_from_config({**LLAMA, "num_hidden_layers": row["layers"]}, "wide", "bench", None)
+    chunks = row["stages"] * row["virtual_stages"]
+    kept = [saved_activation_bytes(replace(shape, layers=n), 128, 1) for n in chunk_layers(row["layers"], chunks)]
+    sizes = [k.layers + (k.head if v == chunks - 1 else 0.0) for v, k in enumerate(kept)]
+    loss = [k.loss if v == chunks - 1 else 0.0 for v, k in enumerate(kept)]
+    return [peak.total for peak in peaks(row["stages"], row["micro_batches"], sizes, loss, row["virtual_stages"],
+                                         row["schedule"])]
+
+
+def rank_table(rows: list[dict[str, Any]]) -> str:
+    """Every rank's peak, measured / predicted MiB."""
+    lines = ["| P | M | schedule | V | per rank: measured / predicted MiB | worst error |",
+             "|---:|---:|---|---:|---|---:|"]
+    for row in rows:
+        pairs = list(zip(row["peak_bytes_per_rank"], rank_peaks(row), strict=True))
+        cells = ", ".join(f"{m / 2**20:.2f} / {p / 2**20:.2f}" for m, p in pairs)
+        worst = max(((p - m) / m for m, p in pairs), key=abs)
+        lines.append(f"| {row['stages']} | {row['micro_batches']} | {row['schedule']} | {row['virtual_stages']} | "
+                     f"{cells} | {worst:+.1%} |")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| P | M | schedule | V | rank 0 peak MiB | measured in flight | predicted | error |",
              "|---:|---:|---|---:|---:|---:|---:|---:|"]
@@ -87,7 +117,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    print(table(measured_or_stored(__doc__, "pipeline-memory", measure)))
+    rows = measured_or_stored(__doc__, "pipeline-memory", measure)
+    print(table(rows) + "\n\n" + rank_table(rows))
 
 
 if __name__ == "__main__":

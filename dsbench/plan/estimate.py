@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dsbench.models import LLAMA_LIKE, ModelShape
-from dsbench.parallel import ZERO_BUBBLE_SHARE, in_flight_micro_batches
+from dsbench.parallel import ZERO_BUBBLE_SHARE
 from dsbench.plan import gpu_estimate, interval
 from dsbench.plan.calls import NO_LATENCY, collective_calls
 from dsbench.plan.candidate import Candidate
@@ -32,8 +32,9 @@ from dsbench.plan.memory import (
     held_params,
     model_states,
 )
+from dsbench.plan.pipeline_peak import busiest
 from dsbench.plan.profile import rate_at
-from dsbench.plan.saved import saved_activation_bytes
+from dsbench.plan.saved import SavedActivations, saved_activation_bytes
 from dsbench.records import flops_per_token
 
 GIB = 2**30
@@ -229,21 +230,32 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
 
 
 def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> float:
-    """Saved activations on the busiest rank: the micro-batches in flight (1F1B: up to P on the first stage) times
-    Korthikanti et al.'s per-layer bytes (memory.activation_bytes). Under Ulysses each rank holds s/sp of every
-    sequence for its linear layers and the whole sequence for heads/sp in attention: the same formula at s/sp
-    tokens and sp x the heads (the a·s² term scales by heads·s²/sp either way)."""
-    shape = wl.shape
-    in_flight = in_flight_micro_batches(cand.pp, accum, cand.virtual_stages, zero_bubble=cand.zero_bubble)
-    if shape.arch in LLAMA_LIKE:  # what dsbench's HF Llama blocks keep, counted from their code (plan/saved.py)
-        stage = replace(shape, layers=-(-shape.layers // cand.pp))  # the first stage's share, the busiest
-        kept = saved_activation_bytes(stage, wl.seq_len // cand.ulysses, wl.micro_batch, tp=cand.tp,
-                                      sequence_parallel=cand.sequence_parallel, loss_parallel=cand.loss_parallel,
-                                      recompute="full" if cand.checkpointing else "none", element=act_bytes)
-        return in_flight * kept.layers + kept.head + kept.recomputing
-    return in_flight * activation_bytes(wl.seq_len // cand.ulysses, wl.micro_batch, shape.hidden,
-                                        shape.heads * cand.ulysses, shape.layers, shape.vocab_size, cand.tp, cand.pp,
-                                        cand.checkpointing, True, act_bytes)
+    """Saved activations on the busiest rank: each pipeline rank's peak under its schedule's order (the micro-batches
+    in flight on its chunks, the head and loss on the last: plan/pipeline_peak.py), of Korthikanti et al.'s
+    per-layer bytes (memory.activation_bytes), or for Llama-family models what dsbench's HF blocks keep, counted
+    from their code (plan/saved.py). Under Ulysses each rank holds s/sp of every sequence for its linear layers and
+    the whole sequence for heads/sp in attention: the same formula at s/sp tokens and sp x the heads (the a·s² term
+    scales by heads·s²/sp either way). Full recompute adds the set of the block being recomputed."""
+    shape, seq = wl.shape, wl.seq_len // cand.ulysses
+    schedule = "interleaved-zb" if cand.zero_bubble else "interleaved" if cand.virtual_stages > 1 else "1f1b"
+    if shape.arch in LLAMA_LIKE:
+        def kept(layers: int) -> SavedActivations:
+            return saved_activation_bytes(replace(shape, layers=layers), seq, wl.micro_batch, tp=cand.tp,
+                                          sequence_parallel=cand.sequence_parallel,
+                                          loss_parallel=cand.loss_parallel,
+                                          recompute="full" if cand.checkpointing else "none", element=act_bytes)
+        one, none = kept(1), kept(0)  # layers=0: what a chunk saves besides its blocks (the rotary tables)
+        layer, extra, recomputing = one.layers - none.layers, none.layers, one.recomputing
+        head, loss = one.head, one.loss
+    else:
+        def korthikanti(layers: int, vocab: int, checkpointing: bool) -> float:
+            return activation_bytes(seq, wl.micro_batch, shape.hidden, shape.heads * cand.ulysses, layers, vocab,
+                                    cand.tp, 1, checkpointing, True, act_bytes)
+        recomputing = korthikanti(0, 0, True) if cand.checkpointing else 0.0  # one block's whole set
+        layer, extra = korthikanti(1, 0, cand.checkpointing) - recomputing, 0.0
+        head = loss = korthikanti(0, shape.vocab_size, False)  # the logits and their fp32 copy: the loss's
+    peak = busiest(cand.pp, accum, layer, head, loss, shape.layers, cand.virtual_stages, schedule, extra)
+    return peak.total + recomputing
 
 
 def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:

@@ -6,9 +6,10 @@
 - ``activations``: per block, Korthikanti et al. 2022 (arXiv:2205.05198) sec. 4 for GPT: 34·s·b·h + 5·a·s²·b bytes
   without TP; with TP t the parts inside the TP region divide by t, the rest (10·s·b·h) only with sequence
   parallelism; a flash kernel stores no s² term; selective recompute drops the attention core's tensors; full
-  recompute keeps each block's input (2·s·b·h) and one block's full set for the backward. The first pipeline stage
-  holds p micro-batches in flight (1F1B and the zero-bubble schedule), times 1 + (p-1)/(p·v) when interleaved
-  (Korthikanti eq. 5): ``parallel.in_flight_micro_batches``.
+  recompute keeps each block's input (2·s·b·h) and one block's full set for the backward. Each pipeline rank holds
+  the micro-batches its schedule has in flight (the first stage p under 1F1B, times 1 + (p-1)/(p·v) when
+  interleaved: Korthikanti eq. 5), the last stage the logits too: ``plan.pipeline_peak``, every rank in torch's
+  order; the busiest counts.
 - ``logits``: the output layer's 16-bit logits, their fp32 upcast and its gradient for the loss (b·s·V/t each).
 - ``workspace``: cuBLAS workspace, NCCL buffers and the CUDA caching allocator's own reserve, named constants.
 """
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from dsbench.parallel import in_flight_micro_batches
 from dsbench.plan.gpu_layout import Layout
+from dsbench.plan.pipeline_peak import busiest
 
 GIB = 1024**3
 WORKSPACE_GIB = 1.5
@@ -116,20 +117,21 @@ def _block_activation_bytes(lay: Layout) -> float:
 
 
 def peak_memory(lay: Layout) -> PeakMemory:
-    """Peak GiB on the busiest GPU (the first pipeline stage for activations, the last for the logits: both bounded
-    by the first stage's share here, with the embedding counted on it)."""
+    """Peak GiB on the busiest GPU: the model states of the first pipeline stage (its blocks and the embedding), and
+    the activations and logits of the rank that holds the most of them under the schedule's order (the first stage
+    its micro-batches in flight, the last one the logits: plan/pipeline_peak.py)."""
     s = lay.shape
     params = lay.stage_layers * s.layer_params() / lay.tp + s.vocab * s.hidden / lay.tp
     states = _state_bytes(lay, params)
-    in_flight = in_flight_micro_batches(lay.pp, lay.micro_batches, lay.chunks, gpipe=lay.schedule == "gpipe",
-                                        zero_bubble=lay.schedule == "interleaved-zb")
-    activations = lay.stage_layers * _block_activation_bytes(lay) * in_flight
+    tokens = lay.micro_batch * lay.seq_len / lay.cp
+    logits = tokens * s.vocab / lay.tp * (2 + 4 + 4)  # the loss's tensors, all freed by an input-gradient pass
+    held = busiest(lay.pp, lay.micro_batches, _block_activation_bytes(lay), logits, logits, s.layers,
+                   lay.virtual_stages, lay.schedule)
+    activations = held.total - held.loss
     if lay.recompute in ("full", "op"):  # the block being recomputed holds its full set during its backward
         activations += _block_activation_bytes(_without_recompute(lay))
-    tokens = lay.micro_batch * lay.seq_len / lay.cp
-    logits = tokens * s.vocab / lay.tp * (2 + 4 + 4) if lay.pp == 1 else 0.0
     terms = {"weights": states["weights"], "grads": states["grads"], "optimizer": states["optimizer"],
-             "activations": activations, "logits": logits, "workspace": WORKSPACE_GIB * GIB}
+             "activations": activations, "logits": held.loss, "workspace": WORKSPACE_GIB * GIB}
     gib = {name: value / GIB for name, value in terms.items()}
     allocated = sum(gib.values())
     return PeakMemory(allocated, allocated * (1 + RESERVE_FRACTION), gib)

@@ -43,6 +43,9 @@ class SavedActivations:
     """Every decoder layer this rank runs, one micro-batch."""
     head: float
     """The final norm, the head's input and the loss's log-softmax output."""
+    loss: float = 0.0
+    """The part of :attr:`head` that is the loss's own (its log-softmax output): what a zero-bubble schedule's
+    input-gradient pass frees (plan/pipeline_peak.py)."""
     recomputing: float = 0.0
     """Under full recompute, the set of the block being recomputed in the backward: memory the step holds, which the
     worker's hooks do not see (torch's non-reentrant checkpoint recomputes under its own saved-tensor hooks)."""
@@ -78,7 +81,9 @@ def saved_activation_bytes(shape: ModelShape, seq: int, micro: int, *, tp: int =
         core = 0.0
     layer = 2 * norm + inputs + attention + core + mlp
     rotary = 2 * seq * (shape.hidden // shape.heads) * element  # cos and sin, computed once per forward
-    head = norm + sbh * element + tokens * shape.vocab_size * 4 / (tp if loss_parallel else 1)
+    loss = tokens * shape.vocab_size * 4 / (tp if loss_parallel else 1)
+    head = norm + sbh * element + loss
     if recompute == "full":  # each block keeps its input; the block being recomputed holds its whole set
-        return SavedActivations(layers=shape.layers * sbh * element / shard + rotary, head=head, recomputing=layer)
-    return SavedActivations(layers=shape.layers * layer + rotary, head=head)
+        return SavedActivations(layers=shape.layers * sbh * element / shard + rotary, head=head, recomputing=layer,
+                                loss=loss)
+    return SavedActivations(layers=shape.layers * layer + rotary, head=head, loss=loss)

@@ -110,6 +110,60 @@ def test_every_schedule_holds_what_torch_orders():
         (r["stages"], r["micro_batches"], r["schedule"], m, p) for r, m, p in rows]
 
 
+KINDS = {"FORWARD": "F", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I", "BACKWARD_WEIGHT": "W"}
+"""torch's passes as plan.pipeline_peak names them (its gradient-reduction actions hold no activations)."""
+SCHEDULES = {"1f1b": ("Schedule1F1B", (1,)), "gpipe": ("ScheduleGPipe", (1,)),
+             "interleaved": ("ScheduleInterleaved1F1B", (2, 3, 4)),
+             "interleaved-zb": ("ScheduleInterleavedZeroBubble", (2, 3, 4))}
+
+
+def _torch_passes(schedule: str, ranks: int, chunks: int, micro_batches: int, rank: int) -> list[tuple[str, int]]:
+    """``rank``'s passes as torch orders them: (kind, local chunk), local chunk k being virtual stage k·P + rank."""
+    cls = getattr(schedules, SCHEDULES[schedule][0])
+    stages = [SimpleNamespace(num_stages=ranks * chunks, group_size=ranks, group_rank=rank,
+                              stage_index=rank + ranks * k, is_first=rank + ranks * k == 0, is_last=False,
+                              submod=None, stage_index_to_group_rank=None) for k in range(chunks)]
+    held = stages if issubclass(cls, schedules.PipelineScheduleMulti) else stages[0]
+    order = cls(held, micro_batches).pipeline_order[rank]
+    return [(KINDS[a.computation_type.name], a.stage_index // ranks) for a in order
+            if a is not None and a.computation_type.name in KINDS]
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+@pytest.mark.parametrize("ranks, micro_batches", CASES)
+def test_every_rank_runs_its_passes_in_torch_s_order(schedule, ranks, micro_batches):
+    """plan.pipeline_peak's order of forwards, backwards and (zero bubble) input- and weight-gradient passes, on
+    every rank, is the one torch's schedules compute for themselves."""
+    from dsbench.plan.pipeline_peak import rank_passes
+
+    for chunks in SCHEDULES[schedule][1]:
+        if chunks > 1 and not interleaved_accepts(micro_batches, ranks):
+            continue
+        for rank in range(ranks):
+            assert rank_passes(rank, ranks, micro_batches, chunks, schedule) == _torch_passes(
+                schedule, ranks, chunks, micro_batches, rank), (rank, chunks)
+
+
+def test_every_rank_s_measured_peak_is_predicted():
+    """The stored runs' peak on every rank (not only rank 0) against the planner's: saved.py's inventory of what
+    each chunk keeps, the head and loss on the last, held as torch orders the passes (plan/pipeline_peak.py, through
+    the bench script's ``rank_peaks``). Nothing fitted; the last stage of a zero-bubble run holds more than the
+    first (its weight gradients wait, the loss's tensors do not)."""
+    import sys
+
+    from tests.conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_pipeline_memory import rank_peaks
+
+    rows = json.loads(STORED.read_text())["rows"]
+    errors = [(abs(p / m - 1), r["schedule"], r["stages"], r["micro_batches"], rank) for r in rows
+              for rank, (m, p) in enumerate(zip(r["peak_bytes_per_rank"], rank_peaks(r), strict=True))]
+    assert len(errors) == 5 * 4 * 2 + 4 * 4 and max(errors)[0] < 0.02, max(errors)
+    assert all(r["peak_bytes_per_rank"][-1] > r["peak_bytes_per_rank"][0] for r in rows
+               if r["schedule"] == "interleaved-zb")
+
+
 def test_a_launch_warns_of_more_stages_than_micro_batches():
     """Before any rank starts: GPipe's idle share with fewer micro-batches than stages, (P-1)/(M+P-1) (Huang et al.
     2019); nothing to say otherwise."""
