@@ -72,10 +72,10 @@ def cells(model: str, out: Path) -> list[dict[str, Any]]:
         if not figures:
             continue
         before = predicted_figures(row, Profile(str(path), unscaled))
-        rows.append({"strategy": row["strategy"], "measured_ms": figures["wall_step_ms"],
+        rows.append({"strategy": row.strategy, "measured_ms": figures["wall_step_ms"],
                      "predicted_ms": figures["predicted_step_ms"], "error": figures["step_error"],
                      "unscaled_ms": before["predicted_step_ms"], "unscaled_error": before["step_error"],
-                     "chose_scale": row["base_strategy"] in checked,
+                     "chose_scale": row.base_strategy in checked,
                      # inside the range the profile's timing spreads allow (dsbench/plan/interval.py); None without
                      "in_range": (figures["predicted_low_ms"] <= figures["wall_step_ms"] <= figures["predicted_high_ms"]
                                   if "predicted_low_ms" in figures else None)})
@@ -134,7 +134,7 @@ def agreement(first: Path, second: Path, folder: Path) -> str:
         a, b = (predicted_figures(row, profile).get("predicted_step_ms") for profile in profiles)
         if a and b:
             ratios.append(b / a)
-            lines.append(f"| {row['strategy']} | {a:.1f} | {b:.1f} | {b / a:.3f} |")
+            lines.append(f"| {row.strategy} | {a:.1f} | {b:.1f} | {b / a:.3f} |")
     worst = max(ratios, key=lambda ratio: abs(ratio - 1))
     return "\n".join([*lines, "", f"largest difference: {worst - 1:+.1%} (goal within 5%)"])
 

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from dsbench.plan.profile import Profile
 from dsbench.plan.verify import measured_step_s, predict_cell
+from dsbench.rows import Row
 
 
-def predict(row: dict, profile: Profile | None = None) -> dict | None:
+def predict(row: Row, profile: Profile | None = None) -> dict | None:
     e = predict_cell(row, profile)
     if e is None:
         return None
@@ -45,14 +46,14 @@ def main() -> int:
           "MFU measured | predicted | peak MiB measured | predicted | error | predicted dominant term |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in collect(args.roots):
-        guess = predict(row, profile) if row["status"] == "ok" else None
+        guess = predict(row, profile) if row.status == "ok" else None
         if guess is None:
             continue
         step = measured_step_s(row)
-        print(f"| {row['model']} | {row['strategy']} | {step * 1e3:,.1f} | {guess['step_s'] * 1e3:,.1f} | "
-              f"{error(guess['step_s'], step)} | {row['tokens_per_s']:,.0f} | {guess['tokens_per_s']:,.0f} | "
-              f"{row['mfu']:.1%} | {guess['mfu']:.1%} | {row['peak_memory_mib']:,.0f} | {guess['peak_mib']:,.0f} | "
-              f"{error(guess['peak_mib'], row['peak_memory_mib'])} | {guess['dominant']} |")
+        print(f"| {row.model} | {row.strategy} | {step * 1e3:,.1f} | {guess['step_s'] * 1e3:,.1f} | "
+              f"{error(guess['step_s'], step)} | {row.tokens_per_s:,.0f} | {guess['tokens_per_s']:,.0f} | "
+              f"{row.mfu:.1%} | {guess['mfu']:.1%} | {row.peak_memory_mib:,.0f} | {guess['peak_mib']:,.0f} | "
+              f"{error(guess['peak_mib'], row.peak_memory_mib)} | {guess['dominant']} |")
     return 0
 
 

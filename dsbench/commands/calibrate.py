@@ -145,7 +145,7 @@ def _self_check(profile: Profile, strategies: list[str], model: str, ranks: int,
     cells = []
     for row in collect([run.folder / "cells"]):
         figures = predicted_figures(row, profile)
-        cells.append({"strategy": row["base_strategy"], "family": get(row["base_strategy"]).family,
+        cells.append({"strategy": row.base_strategy, "family": get(row.base_strategy).family,
                       "measured_step_ms": figures["wall_step_ms"], "predicted_step_ms": figures["predicted_step_ms"]})
     record = check_record(cells, repeats)
     check_grid(record).print(table_console())

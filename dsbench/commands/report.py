@@ -39,9 +39,9 @@ def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: 
     built = build_report([Path(d) for d in run_dirs], folder, plots=not no_plots, predict=predictor(profile),
                          max_slowdown=max_slowdown)
     print_report(built, wide)
-    corrupt = [run for row in built.rows for run in row["runs"] if run["status"] == "corrupt"]
+    corrupt = [run for row in built.rows for run in row.runs if run.status == "corrupt"]
     for run in corrupt:
-        click.echo(f"dsbench: warning: {run['folder']}: unreadable run folder ({run['reason']}); reported as corrupt",
+        click.echo(f"dsbench: warning: {run.folder}: unreadable run folder ({run.reason}); reported as corrupt",
                    err=True)
     sys.exit(1 if corrupt else 0)
 

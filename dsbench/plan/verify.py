@@ -15,7 +15,8 @@ from dsbench.models import ModelShape
 from dsbench.plan.estimate import Candidate
 from dsbench.plan.memory import ModelStates, accounting_for, held_params, model_states
 from dsbench.plan.profile import Profile
-from dsbench.run_record import RunHeader, read_summary
+from dsbench.rows import Row
+from dsbench.run_record import read_summary
 
 
 def compare_strategy(cand: Candidate) -> str | None:
@@ -86,7 +87,7 @@ def candidate_for(strategy: str) -> Any:
     return Candidate(**how.planner_fields) if how is not None and how.planned else None
 
 
-def predict_cell(row: dict[str, Any], profile: Profile | None = None) -> Any:
+def predict_cell(row: Row, profile: Profile | None = None) -> Any:
     """The planner's estimate for one measured compare row (``dsbench.report.collect``): the same model,
     micro-batch, accumulation, sequence, precision and ranks, with a machine profile's measured figures when
     given; None for a strategy the planner has no candidate for, and for a compiled run (the planner has no term for
@@ -96,39 +97,39 @@ def predict_cell(row: dict[str, Any], profile: Profile | None = None) -> Any:
     from dsbench.plan.estimate import estimate
     from dsbench.plan.request import PlanRequest
 
-    candidate = candidate_for(row["base_strategy"]) if not row.get("with_compile") else None
+    candidate = candidate_for(row.base_strategy) if not row.with_compile else None
     if candidate is None:
         return None
-    header: RunHeader = row["runs"][0]["header"]
+    header = row.runs[0].header
     # the cell's accumulation is per model-parallel group; the planner's --grad-accum is per pure-DP rank
-    accum = candidate.dims(row["world_size"]).pure_dp_accumulation(header.grad_accum)
+    accum = candidate.dims(row.world_size).pure_dp_accumulation(header.grad_accum)
     # the nodes the ranks ran on (the run header records every rank's host): data parallelism across them is
     # priced at the profile's link across nodes
-    world = row["world_size"]
+    world = row.world_size
     nodes = len(set(header.hostnames)) or 1
     if world % nodes:
         nodes = 1  # uneven placement: the planner's nodes x slots cannot say it; planned as one node
-    request = PlanRequest(model=row["model"], gpus=world, nodes=nodes, gpus_per_node=world // nodes if nodes > 1
+    request = PlanRequest(model=row.model, gpus=world, nodes=nodes, gpus_per_node=world // nodes if nodes > 1
                           else None, peak_tflops=header.peak_tflops,
-                          seq_len=header.seq_len, micro_batch=row["micro_batch"], grad_accum=accum,
+                          seq_len=header.seq_len, micro_batch=row.micro_batch, grad_accum=accum,
                           precision=header.precision, profile=profile)
     workload, cluster, _ = build(request)
     return estimate(candidate, workload, cluster)
 
 
-def measured_step_s(row: dict[str, Any]) -> float:
+def measured_step_s(row: Row) -> float:
     """A measured row's step time by the wall clock: its global tokens per step over its tokens/s."""
-    header: RunHeader = row["runs"][0]["header"]
-    return header.global_batch * header.seq_len / row["tokens_per_s"]
+    header = row.runs[0].header
+    return header.global_batch * header.seq_len / row.tokens_per_s
 
 
-def predicted_figures(row: dict[str, Any], profile: Profile) -> dict[str, Any]:
+def predicted_figures(row: Row, profile: Profile) -> dict[str, Any]:
     """What the planner, from a machine profile, predicts for one measured report row, beside what was measured:
     the step time by the wall clock and, where the peak is the GPU's allocator peak, the device memory. Empty for a
     failed row or a strategy the planner has no candidate for (the report shows "-")."""
     from dsbench.errors import DsbenchError
 
-    if row.get("status") != "ok" or not row.get("tokens_per_s"):
+    if row.status != "ok" or not row.tokens_per_s:
         return {}
     try:
         estimate = predict_cell(row, profile)
@@ -141,12 +142,12 @@ def predicted_figures(row: dict[str, Any], profile: Profile) -> dict[str, Any]:
            "step_error": (estimate.step_s - measured) / measured, "predicted_dominant": estimate.dominant}
     if estimate.step_range_s is not None:  # what the profile's timing spreads allow (dsbench/plan/interval.py)
         out.update(predicted_low_ms=estimate.step_range_s[0] * 1e3, predicted_high_ms=estimate.step_range_s[1] * 1e3)
-    if row.get("memory_kind") == "cuda_max_allocated" and row.get("peak_memory_mib"):
+    if row.memory_kind == "cuda_max_allocated" and row.peak_memory_mib:
         # the planner's device total (states + activations + buffers) against torch.cuda.max_memory_allocated;
         # a CPU run's RSS holds the whole runtime and is not compared
         predicted = estimate.device_total / 2**20
         out.update(predicted_peak_mib=predicted,
-                   peak_error=(predicted - row["peak_memory_mib"]) / row["peak_memory_mib"])
+                   peak_error=(predicted - row.peak_memory_mib) / row.peak_memory_mib)
     return out
 
 

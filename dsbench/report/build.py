@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,27 +12,29 @@ from dsbench.io import atomic_write_text
 from dsbench.report.collect import collect
 from dsbench.report.render import to_csv, to_json, to_markdown
 from dsbench.report.verdict import MAX_SLOWDOWN, verdict
+from dsbench.rows import Row
 
 
 @dataclass(frozen=True)
 class Report:
-    rows: list[dict[str, Any]]
+    rows: list[Row]
     folder: Path
     files: dict[str, Path]
     verdict: list[str]
     """The answer first (dsbench/report/verdict.py): the terminal, Markdown and HTML open with it."""
 
 
-def environment(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def environment(rows: list[Row]) -> dict[str, Any]:
     """Versions and machines of the runs (from their headers)."""
-    headers = [run["header"] for row in rows for run in row["runs"] if run["header"].engine != "?"]
+    headers = [run.header for row in rows for run in row.runs if run.header.engine != "?"]
     return {"versions": sorted({str(h.versions) for h in headers}),
             "machines": sorted({str(h.machine) for h in headers}),
             "git_revisions": sorted({str(h.git_rev) for h in headers})}
 
 
-Predict = Callable[[dict[str, Any]], dict[str, Any]]
-"""Figures to add to one report row (the planner's predictions beside the measurement: ``dsbench.plan.verify``)."""
+Predict = Callable[[Row], dict[str, Any]]
+"""Figures to add to one report row, by field name (the planner's predictions beside the measurement:
+``dsbench.plan.verify.predicted_figures``)."""
 
 
 def build_report(roots: list[Path], out: Path, plots: bool = True, predict: Predict | None = None,
@@ -43,7 +45,7 @@ def build_report(roots: list[Path], out: Path, plots: bool = True, predict: Pred
     if not rows:
         raise UserError(f"no runs found under {', '.join(map(str, roots))} (looked for cell.json / metrics.jsonl)")
     if predict is not None:
-        rows = [{**row, **predict(row)} for row in rows]
+        rows = [replace(row, **predict(row)) for row in rows]
     env = environment(rows)
     answer = verdict(rows, max_slowdown)
     files = {

@@ -1,4 +1,4 @@
-"""Read run folders into tidy rows and derive comparison figures (pure: files in, dicts out).
+"""Read run folders into tidy rows and derive comparison figures (pure: files in, typed rows out: dsbench/rows.py).
 
 A run folder is anything holding ``metrics.jsonl`` (a ``dsbench launch`` / ``dsbench.train`` run, or a
 compare cell, which adds ``cell.json``). Failed cells have a ``cell.json`` and maybe no metrics.
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.io import read_json
 from dsbench.records import METRICS, header_of, read_records, scaling_efficiency, summarize
+from dsbench.rows import Row, Run
 from dsbench.run_record import RunHeader, RunSummary, read_summary
 from dsbench.strategies import name_of_run
 from dsbench.trainspec import INTERLEAVED
@@ -109,10 +111,10 @@ def run_status(cell: dict[str, Any] | None, summary: RunSummary, losses: list[An
     return "ok", None
 
 
-def load_run(folder: Path) -> dict[str, Any]:
-    """One run as a flat dict: definition, status, summary figures and the per-step series. A folder whose files
-    are corrupt, half-written or wrongly typed becomes a row with status ``corrupt`` and the reason; it never
-    stops the other folders of a merge."""
+def load_run(folder: Path) -> Run:
+    """One run: definition, status, summary figures and the per-step series. A folder whose files are corrupt,
+    half-written or wrongly typed becomes a run with status ``corrupt`` and the reason; it never stops the other
+    folders of a merge."""
     try:
         return _load_run(folder)
     except UserError as exc:
@@ -121,15 +123,12 @@ def load_run(folder: Path) -> dict[str, Any]:
         return _corrupt(folder, f"{type(exc).__name__}: {exc}")
 
 
-def _corrupt(folder: Path, why: str) -> dict[str, Any]:
-    return {"folder": str(folder), "id": folder.name, "label": "?", "strategy": "?", "base_strategy": "?",
-            "with_compile": False, "with_fused": False, "status": "corrupt",
-            "reason": why.splitlines()[0][:300], "model": None, "world_size": None, "micro_batch": None,
-            "repeat": 0, "device": "?", "command": "", "launch_command": None, "ds_config": None,
-            "header": RunHeader(), "summary": None, "losses": [], "step_times": []}
+def _corrupt(folder: Path, why: str) -> Run:
+    return Run(folder=str(folder), id=folder.name, strategy="?", base_strategy="?", status="corrupt",
+               reason=why.splitlines()[0][:300])
 
 
-def _load_run(folder: Path) -> dict[str, Any]:
+def _load_run(folder: Path) -> Run:
     cell = _json_object(folder / "cell.json")
     records = read_records(folder / METRICS) if (folder / METRICS).exists() else []
     header = RunHeader.from_record(header_of(records))
@@ -141,20 +140,16 @@ def _load_run(folder: Path) -> dict[str, Any]:
     status, reason = run_status(cell, summary, [s.get("loss") for s in steps])
     base = _strategy_name(header, cell)
     compiled, fused = _options(header, cell)
-    label = label_for(base, compiled, fused)
-    return {
-        "folder": str(folder), "id": cell["id"] if cell else folder.name, "label": label, "strategy": label,
-        "base_strategy": base, "with_compile": compiled, "with_fused": fused, "status": status, "reason": reason,
-        "model": definition.get("model") or header.model,
-        "world_size": definition.get("world_size") or header.world_size,
-        "micro_batch": definition.get("micro_batch") or header.micro_batch,
-        "repeat": definition.get("repeat", 0), "device": header.device.split(":")[0],
-        "command": cell["command"] if cell else " ".join(header.command),
-        "launch_command": header.launch_command, "ds_config": header.ds_config,
-        "header": header, "summary": summary,
-        "losses": [s["loss"] for s in steps],
-        "step_times": [float(s["step_time_s"]) for s in steps if not s["warmup"]],
-    }
+    return Run(folder=str(folder), id=cell["id"] if cell else folder.name, strategy=label_for(base, compiled, fused),
+               base_strategy=base, with_compile=compiled, with_fused=fused, status=status, reason=reason,
+               model=definition.get("model") or header.model,
+               world_size=definition.get("world_size") or header.world_size,
+               micro_batch=definition.get("micro_batch") or header.micro_batch,
+               repeat=definition.get("repeat", 0), device=header.device.split(":")[0],
+               command=cell["command"] if cell else " ".join(header.command),
+               launch_command=header.launch_command, ds_config=header.ds_config, header=header, summary=summary,
+               losses=[s["loss"] for s in steps],
+               step_times=[float(s["step_time_s"]) for s in steps if not s["warmup"]])
 
 
 def _median(values: list[float]) -> float | None:
@@ -173,49 +168,50 @@ def _speed(header: RunHeader) -> dict[str, Any]:
             "optimizer": speed.optimizer}
 
 
-def group_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _figures(ok: list[Run]) -> dict[str, Any]:
+    """The measured figures of a cell's finished repeats (see :class:`dsbench.rows.Row`)."""
+    sums = [run.summary for run in ok if run.summary is not None]
+    states = sums[0].model_state_bytes_per_rank or ({},)
+    walls = [s.throughput for s in sums if s.throughput]
+    timed = [s.timed for s in sums if s.timed]
+    return dict(
+        tokens_per_s=_median([w.tokens_per_s for w in walls]),
+        tokens_per_s_min=min((w.tokens_per_s for w in walls), default=None),
+        tokens_per_s_max=max((w.tokens_per_s for w in walls), default=None),
+        window_s=_median([w.window_s for w in walls]),
+        mfu=_median([w.mfu for w in walls if w.mfu is not None]),
+        timed_tokens_per_s=_median([t.tokens_per_s.median for t in timed]),
+        timed_tokens_per_s_p10=_extreme(min, [t.tokens_per_s.p10 for t in timed]),
+        timed_tokens_per_s_p90=_extreme(max, [t.tokens_per_s.p90 for t in timed]),
+        timed_mfu=_median([t.mfu.median for t in timed if t.mfu]),
+        outside_timed_fraction=_median([s.outside_timed_fraction for s in sums
+                                        if s.outside_timed_fraction is not None]),
+        step_time_ms=1e3 * _median([t.step_time_s.median for t in timed]),
+        step_time_ms_min=1e3 * _extreme(min, [t.step_time_s.min for t in timed]),
+        step_time_ms_max=1e3 * _extreme(max, [t.step_time_s.max for t in timed]),
+        peak_memory_mib=max(max(s.peak_memory_bytes_per_rank) for s in sums) / 2**20,
+        memory_kind=sums[0].memory_kind,
+        model_states_mib=states[0].get("total", 0) / 2**20, model_states=states[0],
+        final_loss=_median([s.final_loss for s in sums]), measured_steps=sums[0].measured_steps,
+        warmup_steps=sums[0].warmup_steps,
+        warmup_s=_median([s.warmup_s for s in sums if s.warmup_s is not None]),
+        **_speed(ok[0].header))
+
+
+def group_rows(runs: list[Run]) -> list[Row]:
     """One row per cell (repeats merged) with medians, spreads and derived figures."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple, list[Run]] = {}
     for run in runs:
-        groups.setdefault(tuple(run[k] for k in KEY), []).append(run)
+        groups.setdefault(tuple(getattr(run, k) for k in KEY), []).append(run)
     rows = []
     for key, members in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
-        ok = [m for m in members if m["status"] == "ok"]
-        row: dict[str, Any] = dict(zip(KEY, key, strict=True))
-        row.update(base_strategy=members[0]["base_strategy"], with_compile=members[0]["with_compile"],
-                   with_fused=members[0]["with_fused"])
-        row.update(repeats=len(members), ok=len(ok), status="ok" if ok else members[0]["status"],
-                   reason=None if ok else members[0]["reason"], runs=members)
-        if ok:
-            sums: list[RunSummary] = [m["summary"] for m in ok]
-            states = sums[0].model_state_bytes_per_rank or ({},)
-            walls = [s.throughput for s in sums if s.throughput]
-            timed = [s.timed for s in sums if s.timed]
-            row.update(
-                tokens_per_s=_median([w.tokens_per_s for w in walls]),
-                tokens_per_s_min=min((w.tokens_per_s for w in walls), default=None),
-                tokens_per_s_max=max((w.tokens_per_s for w in walls), default=None),
-                window_s=_median([w.window_s for w in walls]),
-                mfu=_median([w.mfu for w in walls if w.mfu is not None]),
-                timed_tokens_per_s=_median([t.tokens_per_s.median for t in timed]),
-                timed_tokens_per_s_p10=_extreme(min, [t.tokens_per_s.p10 for t in timed]),
-                timed_tokens_per_s_p90=_extreme(max, [t.tokens_per_s.p90 for t in timed]),
-                timed_mfu=_median([t.mfu.median for t in timed if t.mfu]),
-                outside_timed_fraction=_median([s.outside_timed_fraction for s in sums
-                                                if s.outside_timed_fraction is not None]),
-                step_time_ms=1e3 * _median([t.step_time_s.median for t in timed]),
-                step_time_ms_min=1e3 * _extreme(min, [t.step_time_s.min for t in timed]),
-                step_time_ms_max=1e3 * _extreme(max, [t.step_time_s.max for t in timed]),
-                peak_memory_mib=max(max(s.peak_memory_bytes_per_rank) for s in sums) / 2**20,
-                memory_kind=sums[0].memory_kind,
-                model_states_mib=states[0].get("total", 0) / 2**20, model_states=states[0],
-                final_loss=_median([s.final_loss for s in sums]), measured_steps=sums[0].measured_steps,
-                warmup_steps=sums[0].warmup_steps,
-                warmup_s=_median([s.warmup_s for s in sums if s.warmup_s is not None]),
-                **_speed(ok[0]["header"]))
-        rows.append(row)
-    _derive(rows)
-    return rows
+        ok = [m for m in members if m.status == "ok"]
+        first = members[0]
+        rows.append(Row(**dict(zip(KEY, key, strict=True)), base_strategy=first.base_strategy,
+                        with_compile=first.with_compile, with_fused=first.with_fused, repeats=len(members),
+                        ok=len(ok), status="ok" if ok else first.status, reason=None if ok else first.reason,
+                        runs=members, **(_figures(ok) if ok else {})))
+    return _derive(rows)
 
 
 def steps_fused(optimizer: str | None) -> bool:
@@ -225,32 +221,35 @@ def steps_fused(optimizer: str | None) -> bool:
                                                            or not optimizer.startswith("AdamW ("))
 
 
-def single_baselines(row: dict[str, Any]) -> list[str]:
+def single_baselines(row: Row) -> list[str]:
     """The ``single`` rows a row's scaling efficiency may be measured against, best first: compiled like it, then
     not; with a fused Adam when it steps one (``+fused``, or DeepSpeed's FusedAdam), then without."""
-    compiled = [True, False] if row["with_compile"] else [False]
-    fused = [True, False] if row["with_fused"] or steps_fused(row.get("optimizer")) else [False, True]
+    compiled = [True, False] if row.with_compile else [False]
+    fused = [True, False] if row.with_fused or steps_fused(row.optimizer) else [False, True]
     return [label_for("single", c, f) for c in compiled for f in fused]
 
 
-def _derive(rows: list[dict[str, Any]]) -> None:
+def _derive(rows: list[Row]) -> list[Row]:
     """Scaling efficiency (vs the same strategy at 1 rank, else the single run closest in speed options: see
     :func:`single_baselines`) and speed-up vs DDP (uncompiled, with torch AdamW's for-loop when that ran, else its
     fused kernel, compare's default: what the speed options gain shows there)."""
-    by_key = {(r["model"], r["device"], r["micro_batch"], r["world_size"], r["strategy"]): r for r in rows}
+    by_key = {(r.model, r.device, r.micro_batch, r.world_size, r.strategy): r for r in rows}
+    derived = []
     for row in rows:
-        base = (row["model"], row["device"], row["micro_batch"])
-        one = next((by_key[key] for key in [(*base, 1, row["strategy"])]
+        base = (row.model, row.device, row.micro_batch)
+        one = next((by_key[key] for key in [(*base, 1, row.strategy)]
                     + [(*base, 1, name) for name in single_baselines(row)] if key in by_key), None)
-        ddp = by_key.get((*base, row["world_size"], "ddp")) or by_key.get(
-            (*base, row["world_size"], label_for("ddp", fused_optimizer=True)))
-        tps = row.get("tokens_per_s")
-        row["scaling_efficiency"] = (scaling_efficiency(tps, row["world_size"], one["tokens_per_s"])
-                                     if tps and one and one.get("tokens_per_s") else None)
-        row["scaling_baseline"] = one["strategy"] if row["scaling_efficiency"] is not None else None
-        row["speedup_vs_ddp"] = tps / ddp["tokens_per_s"] if tps and ddp and ddp.get("tokens_per_s") else None
+        ddp = by_key.get((*base, row.world_size, "ddp")) or by_key.get(
+            (*base, row.world_size, label_for("ddp", fused_optimizer=True)))
+        tps = row.tokens_per_s
+        efficiency = (scaling_efficiency(tps, row.world_size, one.tokens_per_s)
+                      if tps and one and one.tokens_per_s else None)
+        derived.append(replace(row, scaling_efficiency=efficiency,
+                               scaling_baseline=one.strategy if efficiency is not None else None,
+                               speedup_vs_ddp=tps / ddp.tokens_per_s if tps and ddp and ddp.tokens_per_s else None))
+    return derived
 
 
-def collect(roots: list[Path]) -> list[dict[str, Any]]:
+def collect(roots: list[Path]) -> list[Row]:
     """Rows for every run under ``roots`` (several result folders merge into one report)."""
     return group_rows([load_run(folder) for folder in find_runs(roots)])

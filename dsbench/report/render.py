@@ -7,6 +7,8 @@ import io
 import json
 from typing import Any
 
+from dsbench.rows import Row
+
 COLUMNS: list[tuple[str, str, str]] = [
     # (key, header, format)
     ("strategy", "strategy", "{}"),
@@ -57,19 +59,19 @@ EXPORT_KEYS = ["strategy", "world_size", "micro_batch", "model", "device", "stat
 TEXT_COLUMNS = ("strategy", "model", "device", "status", "predicted_dominant", "predicted dominant", "optimizer")
 
 
-def columns_for(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+def columns_for(rows: list[Row]) -> list[tuple[str, str, str]]:
     """The table's columns: the measured ones, the speed options' when some row ran one, then each predicted one
     that some row has."""
-    speed = SPEED_COLUMNS if any(row.get("compile") or row.get("fused_optimizer") for row in rows) else []
+    speed = SPEED_COLUMNS if any(row.compile or row.fused_optimizer for row in rows) else []
     return COLUMNS + speed + [col for col in PREDICTED_COLUMNS
-                              if any(row.get(RANGES.get(col[0], (col[0],))[0]) is not None for row in rows)]
+                              if any(row.figure(RANGES.get(col[0], (col[0],))[0]) is not None for row in rows)]
 
 
-def cell_text(row: dict[str, Any], key: str, fmt: str) -> str:
+def cell_text(row: Row, key: str, fmt: str) -> str:
     if key in RANGES:
-        low, high = (row.get(end) for end in RANGES[key])
+        low, high = (row.figure(end) for end in RANGES[key])
         return "-" if low is None or high is None else fmt.format(low, high)
-    value = row.get(key)
+    value = row.figure(key)
     if value is None:
         return "-"
     if key == "mfu":
@@ -79,16 +81,16 @@ def cell_text(row: dict[str, Any], key: str, fmt: str) -> str:
     return fmt.format(value)
 
 
-def method_notes(rows: list[dict[str, Any]]) -> list[str]:
+def method_notes(rows: list[Row]) -> list[str]:
     """How the figures were measured, a sentence each (the terminal numbers them; Markdown, HTML and JSON join
     them)."""
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if r.status == "ok"]
     if not ok:
         return ["no successful cells"]
-    steps = sorted({r["measured_steps"] for r in ok})
-    warm = sorted({r["warmup_steps"] for r in ok})
-    reps = sorted({r["repeats"] for r in ok})
-    kinds = sorted({r["memory_kind"] for r in ok if r.get("memory_kind")})
+    steps = sorted({r.measured_steps for r in ok})
+    warm = sorted({r.warmup_steps for r in ok})
+    reps = sorted({r.repeats for r in ok})
+    kinds = sorted({r.memory_kind for r in ok if r.memory_kind})
     memory = {"rss": "peak resident set size (CPU)", "cuda_max_allocated": "torch.cuda.max_memory_allocated"}
     return [f"{'/'.join(map(str, steps))} measured steps after {'/'.join(map(str, warm))} warm-up steps, "
             f"{'/'.join(map(str, reps))} repeat(s).",
@@ -103,28 +105,28 @@ def method_notes(rows: list[dict[str, Any]]) -> list[str]:
             "(N x 1-rank tokens/s)."]
 
 
-def method_note(rows: list[dict[str, Any]]) -> str:
+def method_note(rows: list[Row]) -> str:
     """How the figures were measured, for every table."""
     return " ".join(method_notes(rows))
 
 
-def to_markdown(rows: list[dict[str, Any]], answer: list[str] | None = None) -> str:
+def to_markdown(rows: list[Row], answer: list[str] | None = None) -> str:
     """The report as Markdown, opening with the verdict (``answer``) where given."""
     columns = columns_for(rows)
     lines = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell_text(r, k, f) for k, _, f in columns) + " |" for r in rows]
     # what failed, one line each: the verdict's own lines where it is given, else listed under the table
-    failed = [] if answer else [r for r in rows if r["status"] != "ok"]
-    notes = [f"- {r['strategy']} x{r['world_size']} ({r['model']}): {r['status']}: {r['reason']}" for r in failed]
+    failed = [] if answer else [r for r in rows if r.status != "ok"]
+    notes = [f"- {r.strategy} x{r.world_size} ({r.model}): {r.status}: {r.reason}" for r in failed]
     said = ["## Verdict", "", *(f"- {line.strip()}" if not line.startswith("  ") else f"  - {line.strip()}"
                                 for line in answer), "", "## Cells", ""] if answer else []
     return "\n".join(["# dsbench report", "", *said, *lines, "", method_note(rows), *predicted_note(rows),
                       *([""] + notes if notes else [])]) + "\n"
 
 
-def predicted_note(rows: list[dict[str, Any]]) -> list[str]:
+def predicted_note(rows: list[Row]) -> list[str]:
     """How the predicted columns were made, when the report has them."""
-    if not any(row.get("predicted_step_ms") is not None for row in rows):
+    if not any(row.predicted_step_ms is not None for row in rows):
         return []
     return ["", "predicted step ms: dsbench plan's time model from the machine profile given with --profile, for the "
             "cell's model, ranks, micro-batch, accumulation, sequence and precision; wall step ms is the measured "
@@ -136,17 +138,18 @@ def predicted_note(rows: list[dict[str, Any]]) -> list[str]:
             "(docs/planner.md)."]
 
 
-def to_csv(rows: list[dict[str, Any]]) -> str:
+def to_csv(rows: list[Row]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=EXPORT_KEYS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: row.get(k) for k in EXPORT_KEYS})
+        writer.writerow({k: row.figure(k) for k in EXPORT_KEYS})
     return buffer.getvalue()
 
 
-def to_json(rows: list[dict[str, Any]], env: dict[str, Any]) -> str:
-    cells = [{**{k: row.get(k) for k in EXPORT_KEYS}, "model_states": row.get("model_states"),
-              "runs": [{k: run[k] for k in ("id", "folder", "status", "reason", "command")} for run in row["runs"]]}
+def to_json(rows: list[Row], env: dict[str, Any]) -> str:
+    cells = [{**{k: row.figure(k) for k in EXPORT_KEYS}, "model_states": row.model_states,
+              "runs": [{k: getattr(run, k) for k in ("id", "folder", "status", "reason", "command")}
+                       for run in row.runs]}
              for row in rows]
     return json.dumps({"method": method_note(rows), "env": env, "cells": cells}, indent=2) + "\n"

@@ -13,41 +13,42 @@ from typing import Any
 from dsbench.report.grid import Col, Grid
 from dsbench.report.render import TEXT_COLUMNS, cell_text, columns_for, method_notes, predicted_note
 from dsbench.report.verdict import group_of, memory_of, noise_rule
+from dsbench.rows import Row
 
 SHOWN = {"strategy", "world_size", "status", "mfu", "final_loss"}
 """Figures of render.COLUMNS the default table shows under its own headers."""
 
 
-def _spread(row: dict[str, Any], low: str, high: str) -> float | None:
+def _spread(row: Row, low: str, high: str) -> float | None:
     """Half the noise range (the verdict's rule) over the figure it surrounds, as a fraction."""
-    base = row.get("tokens_per_s") if low == "tokens_per_s_min" else row.get("timed_tokens_per_s")
-    if row.get(low) is None or row.get(high) is None or not base:
+    base = row.tokens_per_s if low == "tokens_per_s_min" else row.timed_tokens_per_s
+    if row.figure(low) is None or row.figure(high) is None or not base:
         return None
-    return (row[high] - row[low]) / 2 / base
+    return (row.figure(high) - row.figure(low)) / 2 / base
 
 
-def _tokens(row: dict[str, Any], low: str, high: str) -> str:
-    if not row.get("tokens_per_s"):
+def _tokens(row: Row, low: str, high: str) -> str:
+    if not row.tokens_per_s:
         return "-"
     spread = _spread(row, low, high)
-    return f"{row['tokens_per_s']:,.0f}" + ("" if spread is None else f" ±{spread:.1%}")
+    return f"{row.tokens_per_s:,.0f}" + ("" if spread is None else f" ±{spread:.1%}")
 
 
-def _best(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], float]:
+def _best(rows: list[Row]) -> dict[tuple[Any, ...], float]:
     """The fastest tokens/s among cells of the same model, device and ranks (the verdict's groups)."""
     best: dict[tuple[Any, ...], float] = {}
     for row in rows:
-        if row["status"] == "ok" and row.get("tokens_per_s"):
-            best[group_of(row)] = max(best.get(group_of(row), 0.0), row["tokens_per_s"])
+        if row.status == "ok" and row.tokens_per_s:
+            best[group_of(row)] = max(best.get(group_of(row), 0.0), row.tokens_per_s)
     return best
 
 
-def compare_grid(rows: list[dict[str, Any]], wide: bool = False) -> Grid:
+def compare_grid(rows: list[Row], wide: bool = False) -> Grid:
     """The table; its notes say how the shown figures were measured (every column's with ``wide``)."""
-    ok = [row for row in rows if row["status"] == "ok" and row.get("tokens_per_s")]
+    ok = [row for row in rows if row.status == "ok" and row.tokens_per_s]
     low, high, rule = noise_rule(ok) if ok else ("tokens_per_s_min", "tokens_per_s_max", "")
     best = _best(rows)
-    several = {key: len({row[key] for row in ok}) > 1 for key in ("model", "device")}  # a failed cell's "?" aside
+    several = {key: len({row.figure(key) for row in ok}) > 1 for key in ("model", "device")}  # a failed cell's "?"
     rest = [col for col in columns_for(rows) if col[0] not in SHOWN]
     grid = Grid([Col("strategy", 80, left=True), Col("ranks", 100), Col("tokens/s ±", 80), Col("vs best", 80),
                  Col("MiB/rank", 80), Col("MFU %", 100), Col("loss", 100), Col("status", 80, left=True),
@@ -56,11 +57,11 @@ def compare_grid(rows: list[dict[str, Any]], wide: bool = False) -> Grid:
     for row in rows:
         top = best.get(group_of(row))
         memory = memory_of(row)[0]
-        grid.add(row["strategy"], str(row["world_size"]), _tokens(row, low, high),
-                 f"{row['tokens_per_s'] / top:.2f}x" if top and row.get("tokens_per_s") else "-",
+        grid.add(row.strategy, str(row.world_size), _tokens(row, low, high),
+                 f"{row.tokens_per_s / top:.2f}x" if top and row.tokens_per_s else "-",
                  "-" if memory is None else f"{memory:,.1f}", cell_text(row, "mfu", ""),
-                 cell_text(row, "final_loss", "{:.4f}"), row["status"],
-                 *(cell_text(row, key, fmt) for key, _, fmt in rest), style=None if row["status"] == "ok" else "red")
+                 cell_text(row, "final_loss", "{:.4f}"), row.status,
+                 *(cell_text(row, key, fmt) for key, _, fmt in rest), style=None if row.status == "ok" else "red")
     how = method_notes(rows)
     grid.notes.append(how[0] + (f" tokens/s: global, by the wall clock over the measured window; ± is half the "
                                 f"range by which the verdict calls cells within noise ({rule}), over the figure."

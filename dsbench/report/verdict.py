@@ -13,74 +13,75 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
+from dsbench.rows import Row
+
 MAX_SLOWDOWN = 1.25
 """``--max-slowdown``'s default: how much slower than the fastest a memory-frugal choice may step."""
 
 
-def group_of(row: dict[str, Any]) -> tuple[Any, ...]:
+def group_of(row: Row) -> tuple[Any, ...]:
     """The cells a row is compared with: the same model, device and ranks."""
-    return row["model"], row["device"], row["world_size"]
+    return row.model, row.device, row.world_size
 
 
-def noise_rule(rows: list[dict[str, Any]]) -> tuple[str, str, str]:
-    """(low key, high key, the rule in words) that decides "within noise": the min-max of the wall-clock tokens/s
+def noise_rule(rows: list[Row]) -> tuple[str, str, str]:
+    """(low field, high field, the rule in words) that decides "within noise": the min-max of the wall-clock tokens/s
     over repeats where every row ran 2 or more, else each run's timed p10-p90 over its steps."""
-    if all(row["ok"] >= 2 for row in rows):
+    if all(row.ok >= 2 for row in rows):
         return "tokens_per_s_min", "tokens_per_s_max", "their min-max tokens/s over repeats overlap"
     return ("timed_tokens_per_s_p10", "timed_tokens_per_s_p90",
             "their timed p10-p90 tokens/s over steps overlap (one repeat: no spread across runs)")
 
 
-def memory_of(row: dict[str, Any]) -> tuple[float | None, str]:
+def memory_of(row: Row) -> tuple[float | None, str]:
     """The memory a row is judged by: the device's peak on a GPU (torch.cuda.max_memory_allocated), the model
     states counted from the tensors on CPU (a CPU rank's resident set holds the whole runtime)."""
-    if row.get("memory_kind") == "cuda_max_allocated":
-        return row.get("peak_memory_mib"), "peak device memory per rank"
-    return row.get("model_states_mib"), "model states per rank"
+    if row.memory_kind == "cuda_max_allocated":
+        return row.peak_memory_mib, "peak device memory per rank"
+    return row.model_states_mib, "model states per rank"
 
 
-def _group_lines(rows: list[dict[str, Any]], max_slowdown: float) -> list[str]:
-    ok = sorted((row for row in rows if row["status"] == "ok" and row.get("tokens_per_s")),
-                key=lambda row: -row["tokens_per_s"])
+def _group_lines(rows: list[Row], max_slowdown: float) -> list[str]:
+    ok = sorted((row for row in rows if row.status == "ok" and row.tokens_per_s), key=lambda row: -row.tokens_per_s)
     if not ok:
         return []
     head = ok[0]
-    where = f"{head['model']} on {head['world_size']} {head['device']} rank{'s' if head['world_size'] != 1 else ''}"
+    where = f"{head.model} on {head.world_size} {head.device} rank{'s' if head.world_size != 1 else ''}"
     if len(ok) == 1:
-        return [f"{where}: only {head['strategy']} ran ({head['tokens_per_s']:,.0f} tokens/s); nothing to compare."]
+        return [f"{where}: only {head.strategy} ran ({head.tokens_per_s:,.0f} tokens/s); nothing to compare."]
     second = ok[1]
-    runs = f"{head['ok']} run{'s' if head['ok'] != 1 else ''}"
-    lines = [f"{where}: {head['strategy']} is fastest at {head['tokens_per_s']:,.0f} tokens/s (wall clock, median "
-             f"of {runs}), {head['tokens_per_s'] / second['tokens_per_s']:.2f}x the next, {second['strategy']}."]
+    runs = f"{head.ok} run{'s' if head.ok != 1 else ''}"
+    lines = [f"{where}: {head.strategy} is fastest at {head.tokens_per_s:,.0f} tokens/s (wall clock, median "
+             f"of {runs}), {head.tokens_per_s / second.tokens_per_s:.2f}x the next, {second.strategy}."]
     low, high, rule = noise_rule(ok)
-    if head.get(low) is not None:
-        tied = [row["strategy"] for row in ok[1:]
-                if row.get(high) is not None and row[high] >= head[low]]
+    if head.figure(low) is not None:
+        tied = [row.strategy for row in ok[1:]
+                if row.figure(high) is not None and row.figure(high) >= head.figure(low)]
         lines.append(f"  Within noise of it ({rule}): {', '.join(tied)}." if tied else
                      f"  No other strategy is within noise of it ({rule.replace('overlap', 'would overlap')}).")
     lines += _frugal_line(ok, max_slowdown)
     return lines
 
 
-def _frugal_line(ok: list[dict[str, Any]], max_slowdown: float) -> list[str]:
+def _frugal_line(ok: list[Row], max_slowdown: float) -> list[str]:
     head = ok[0]
     memory, what = memory_of(head)
     if memory is None:
         return []
     allowed = [head] + [row for row in ok[1:] if memory_of(row)[0] is not None
-                        and head["tokens_per_s"] / row["tokens_per_s"] <= max_slowdown]
+                        and head.tokens_per_s / row.tokens_per_s <= max_slowdown]
     frugal = min(allowed, key=lambda row: memory_of(row)[0])
     if frugal is head:
         return [f"  It also holds the least {what} ({memory:,.1f} MiB) of those within {max_slowdown:.2f}x its "
                 "step time."]
-    return [f"  Least memory within {max_slowdown:.2f}x its step time (--max-slowdown): {frugal['strategy']}, "
+    return [f"  Least memory within {max_slowdown:.2f}x its step time (--max-slowdown): {frugal.strategy}, "
             f"{memory_of(frugal)[0]:,.1f} MiB of {what} against {memory:,.1f} MiB, at "
-            f"{head['tokens_per_s'] / frugal['tokens_per_s']:.2f}x the step time."]
+            f"{head.tokens_per_s / frugal.tokens_per_s:.2f}x the step time."]
 
 
-def _prediction_line(rows: Iterable[dict[str, Any]]) -> list[str]:
+def _prediction_line(rows: Iterable[Row]) -> list[str]:
     """With --profile: the planner's step-time error over the cells it predicted."""
-    errors = [(abs(row["step_error"]), row["strategy"]) for row in rows if row.get("step_error") is not None]
+    errors = [(abs(row.step_error), row.strategy) for row in rows if row.step_error is not None]
     if not errors:
         return []
     worst = max(errors)
@@ -89,15 +90,15 @@ def _prediction_line(rows: Iterable[dict[str, Any]]) -> list[str]:
             f"({worst[1]})."]
 
 
-def verdict(rows: list[dict[str, Any]], max_slowdown: float = MAX_SLOWDOWN) -> list[str]:
+def verdict(rows: list[Row], max_slowdown: float = MAX_SLOWDOWN) -> list[str]:
     """The verdict's lines, groups in the table's order: fastest, within noise, least memory; then failures and the
     planner's error."""
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    groups: dict[tuple[Any, ...], list[Row]] = {}
     for row in rows:
         groups.setdefault(group_of(row), []).append(row)
     # a lone cell (compare's 1-rank baseline beside the strategies it scales) says nothing when others compare
     compared = [group for group in groups.values() if len(group) > 1] or list(groups.values())
     lines = [line for group in compared for line in _group_lines(group, max_slowdown)]
-    lines += [f"Failed: {row['strategy']} x{row['world_size']} ({row['model']}): {row['status']}: {row['reason']}"
-              for row in rows if row["status"] != "ok"]
+    lines += [f"Failed: {row.strategy} x{row.world_size} ({row.model}): {row.status}: {row.reason}"
+              for row in rows if row.status != "ok"]
     return lines + _prediction_line(rows)

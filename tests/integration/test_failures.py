@@ -127,7 +127,7 @@ def test_sigterm_or_ctrl_c_to_launch_records_the_run_as_interrupted(tmp_path, si
     assert not _alive(tree)
     from dsbench.report.collect import load_run
 
-    assert load_run(folder)["status"] == "interrupted"
+    assert load_run(folder).status == "interrupted"
 
 
 def test_ctrl_c_to_compare_keeps_finished_cells_and_marks_the_running_one(tmp_path):

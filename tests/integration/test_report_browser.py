@@ -103,11 +103,10 @@ def test_report_opens_cleanly_in_a_browser(tmp_path):
     # a click sorts by the column (figures by value, "-" last), a second click reverses; the oracle is the rows'
     # own figures sorted here
     column = [header for _, header, _ in columns_for(report.rows)].index("tokens/s (wall)")
-    measured = sorted((row for row in report.rows if row.get("tokens_per_s") is not None),
-                      key=lambda row: row["tokens_per_s"])
+    measured = sorted((row for row in report.rows if row.tokens_per_s is not None), key=lambda row: row.tokens_per_s)
     up, down = check.sorted_by["tokens/s (wall)"]
-    assert [r[0] for r in up][:len(measured)] == [row["strategy"] for row in measured]
-    assert [r[0] for r in down][:len(measured)] == [row["strategy"] for row in reversed(measured)]
+    assert [r[0] for r in up][:len(measured)] == [row.strategy for row in measured]
+    assert [r[0] for r in down][:len(measured)] == [row.strategy for row in reversed(measured)]
     assert all(r[column] == "-" for r in up[len(measured):] + down[len(measured):])
     names = [r[0] for r in check.sorted_by["strategy"][0]]
     assert names == sorted(names) and len(names) == len(report.rows)

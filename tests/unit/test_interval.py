@@ -9,6 +9,7 @@ the timings' samples carried through the model, so at least 80% of the measured 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -88,10 +89,10 @@ def test_a_profile_without_spreads_plans_without_a_range():
 def test_the_report_shows_and_exports_the_predicted_range():
     case = WITH_SPREADS[0]
     profile = read_profile(str(STORED / case / "profile.json"))
-    rows = [{**row, **predicted_figures(row, profile)} for row in collect([STORED / case / "compare"])]
+    rows = [replace(row, **predicted_figures(row, profile)) for row in collect([STORED / case / "compare"])]
     markdown = to_markdown(rows)
     assert "predicted range ms" in markdown
-    ddp = next(row for row in rows if row["base_strategy"] == "ddp")
-    assert f"{ddp['predicted_low_ms']:.1f}-{ddp['predicted_high_ms']:.1f}" in markdown
+    ddp = next(row for row in rows if row.base_strategy == "ddp")
+    assert f"{ddp.predicted_low_ms:.1f}-{ddp.predicted_high_ms:.1f}" in markdown
     header = to_csv(rows).splitlines()[0].split(",")
     assert "predicted_low_ms" in header and "predicted_high_ms" in header and "predicted_step_range" not in header

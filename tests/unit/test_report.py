@@ -4,6 +4,7 @@ import csv
 import io
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from dsbench.report.build import build_report
 from dsbench.report.collect import collect
 from dsbench.report.render import to_csv, to_markdown
+from dsbench.rows import Row
 from tests.conftest import DATA
 
 COMPARE = DATA / "runs" / "compare-cpu"
@@ -22,37 +24,37 @@ def summary(cell_id):
 
 
 def test_rows_and_derived_figures_from_summaries():
-    rows = {r["strategy"]: r for r in collect([COMPARE])}
+    rows = {r.strategy: r for r in collect([COMPARE])}
     assert set(rows) == {"single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload", "zero3_nvme"}
     single = summary("single-w1-mb2-gpt2-mini-r0")["throughput"]["tokens_per_s"]
     ddp = summary("ddp-w2-mb2-gpt2-mini-r0")["throughput"]["tokens_per_s"]
     zero3 = summary("zero3-w2-mb2-gpt2-mini-r0")["throughput"]["tokens_per_s"]
-    assert rows["ddp"]["tokens_per_s"] == ddp  # the wall-clock figure is the throughput
-    assert rows["ddp"]["timed_tokens_per_s"] == summary("ddp-w2-mb2-gpt2-mini-r0")["timed_region"]["tokens_per_s"][
+    assert rows["ddp"].tokens_per_s == ddp  # the wall-clock figure is the throughput
+    assert rows["ddp"].timed_tokens_per_s == summary("ddp-w2-mb2-gpt2-mini-r0")["timed_region"]["tokens_per_s"][
         "median"]
-    assert rows["ddp"]["scaling_efficiency"] == pytest.approx(ddp / (2 * single))  # seeds/000 definition
-    assert rows["ddp"]["scaling_baseline"] == "single" and rows["single"]["scaling_efficiency"] == pytest.approx(1)
-    assert rows["zero3"]["speedup_vs_ddp"] == pytest.approx(zero3 / ddp)
+    assert rows["ddp"].scaling_efficiency == pytest.approx(ddp / (2 * single))  # seeds/000 definition
+    assert rows["ddp"].scaling_baseline == "single" and rows["single"].scaling_efficiency == pytest.approx(1)
+    assert rows["zero3"].speedup_vs_ddp == pytest.approx(zero3 / ddp)
     mfu = summary("ddp-w2-mb2-gpt2-mini-r0")["throughput"]["mfu"]
-    assert rows["ddp"]["mfu"] == pytest.approx(mfu) and 0 < mfu < 1
+    assert rows["ddp"].mfu == pytest.approx(mfu) and 0 < mfu < 1
     states = summary("zero3-w2-mb2-gpt2-mini-r0")["model_state_bytes_per_rank"][0]["total"]
-    assert rows["zero3"]["model_states_mib"] == pytest.approx(states / 2**20)
+    assert rows["zero3"].model_states_mib == pytest.approx(states / 2**20)
     failed = rows["zero3_nvme"]
-    assert failed["status"] == "failed" and "libaio" in failed["reason"] and failed.get("tokens_per_s") is None
+    assert failed.status == "failed" and "libaio" in failed.reason and failed.tokens_per_s is None
 
 
 def test_schema_1_folders_report_their_timed_region_only():
     [row] = collect([LAUNCH])
     old = json.loads((LAUNCH / "summary.json").read_text())
-    assert row["status"] == "ok" and row["tokens_per_s"] is None and row["mfu"] is None
-    assert row["timed_tokens_per_s"] == old["tokens_per_s"]["median"]
+    assert row.status == "ok" and row.tokens_per_s is None and row.mfu is None
+    assert row.timed_tokens_per_s == old["tokens_per_s"]["median"]
     assert "-" in to_markdown([row])
 
 
 def test_gpu_runs_report_cuda_memory_and_mfu():
     rows = collect([DATA / "runs" / "gpu-h100" / "compare-gpt2", DATA / "runs" / "gpu-h100" / "compare-llama-1b"])
-    assert len(rows) == 10 and {r["device"] for r in rows} == {"cuda"}
-    assert all(r["memory_kind"] == "cuda_max_allocated" and 0 < r["mfu"] < 1 for r in rows)
+    assert len(rows) == 10 and {r.device for r in rows} == {"cuda"}
+    assert all(r.memory_kind == "cuda_max_allocated" and 0 < r.mfu < 1 for r in rows)
 
 
 def test_every_artefact_is_written(tmp_path):
@@ -77,9 +79,10 @@ def test_the_html_escapes_what_a_run_folder_holds(tmp_path):
     from dsbench.report.html import write_html
 
     rows = collect([COMPARE])
-    failed = next(row for row in rows if row["status"] != "ok")
-    failed["strategy"] = "<script>alert(1)</script>"
-    failed["runs"][0]["command"] = "dsbench launch </pre><img src=x onerror=alert(2)>"
+    failed = next(row for row in rows if row.status != "ok")
+    hostile = replace(failed, strategy="<script>alert(1)</script>",
+                      runs=[replace(failed.runs[0], command="dsbench launch </pre><img src=x onerror=alert(2)>")])
+    rows = [hostile if row is failed else row for row in rows]
     page = write_html(rows, {}, {"note": "<b>"}, tmp_path / "page.html", ["<i>verdict</i>"]).read_text()
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<img src=x" not in page and "<i>verdict" not in page and "<b>" not in page
@@ -94,9 +97,9 @@ def test_markdown_names_units_and_method():
 
 def test_merging_a_compare_and_a_plain_launch_folder():
     rows = collect([COMPARE, LAUNCH])
-    launched = [r for r in rows if r["model"] == "gpt2-tiny"]
-    assert len(rows) == 9 and [r["strategy"] for r in launched] == ["zero3"]
-    assert launched[0]["status"] == "ok" and launched[0]["world_size"] == 2
+    launched = [r for r in rows if r.model == "gpt2-tiny"]
+    assert len(rows) == 9 and [r.strategy for r in launched] == ["zero3"]
+    assert launched[0].status == "ok" and launched[0].world_size == 2
     assert "gpt2-tiny" in to_csv(rows)
 
 
@@ -151,41 +154,43 @@ def test_compare_refuses_a_bad_profile_before_any_cell_runs(cli_run, tmp_path):
 def test_compiled_rows_show_where_their_compilation_went_and_what_they_stepped_with():
     from dsbench.report.render import columns_for
 
-    eager = {"strategy": "ddp", "compile": False, "warmup_s": 0.3, "optimizer": "AdamW (for-loop)"}
-    compiled = {"strategy": "ddp+compile", "compile": True, "warmup_s": 14.2, "optimizer": "AdamW (for-loop)"}
+    eager = Row(strategy="ddp", compile=False, warmup_s=0.3, optimizer="AdamW (for-loop)", **_options_of("ddp"))
+    compiled = Row(strategy="ddp+compile", compile=True, warmup_s=14.2, optimizer="AdamW (for-loop)",
+                   **_options_of("ddp+compile"))
     headers = [header for _, header, _ in columns_for([eager, compiled])]
     assert "warm-up s (compile)" in headers and "optimizer" in headers
     assert "warm-up s (compile)" not in [header for _, header, _ in columns_for([eager])]  # nothing compiled
-    fused = {"strategy": "ddp+fused", "fused_optimizer": True, "optimizer": "AdamW (fused)"}
+    fused = Row(strategy="ddp+fused", fused_optimizer=True, optimizer="AdamW (fused)", **_options_of("ddp+fused"))
     assert "optimizer" in [header for _, header, _ in columns_for([eager, fused])]
 
 
 def _options_of(label: str) -> dict:
-    """The typed fields a report row carries beside its printed label (this test writes rows by their labels)."""
-    return {"base_strategy": label.split("+")[0], "with_compile": "+compile" in label, "with_fused": "+fused" in label}
+    """The typed fields a report row carries beside its printed label (this test writes rows by their labels), and
+    the cell fields these tests do not vary."""
+    return {"base_strategy": label.split("+")[0], "with_compile": "+compile" in label, "with_fused": "+fused" in label,
+            "model": "m", "device": "cpu", "micro_batch": 2, "world_size": 2}
 
 
 def test_a_compiled_row_scales_against_the_compiled_single_run():
     from dsbench.report.collect import _derive
 
     def row(strategy, world, tps):
-        return {"model": "m", "device": "cpu", "micro_batch": 2, "world_size": world, "strategy": strategy,
-                "tokens_per_s": tps, **_options_of(strategy)}
+        return Row(**{**_options_of(strategy), "world_size": world}, strategy=strategy, tokens_per_s=tps)
 
     rows = [row("single", 1, 100.0), row("single+compile", 1, 120.0), row("ddp", 2, 180.0),
             row("ddp+compile", 2, 216.0)]
-    _derive(rows)
-    by = {r["strategy"]: r for r in rows}
-    assert by["ddp+compile"]["scaling_baseline"] == "single+compile"
-    assert by["ddp+compile"]["scaling_efficiency"] == pytest.approx(216 / (2 * 120))  # 0.9, as eager ddp's
-    assert by["ddp"]["scaling_baseline"] == "single" and by["ddp+compile"]["speedup_vs_ddp"] == pytest.approx(1.2)
+    rows = _derive(rows)
+    by = {r.strategy: r for r in rows}
+    assert by["ddp+compile"].scaling_baseline == "single+compile"
+    assert by["ddp+compile"].scaling_efficiency == pytest.approx(216 / (2 * 120))  # 0.9, as eager ddp's
+    assert by["ddp"].scaling_baseline == "single" and by["ddp+compile"].speedup_vs_ddp == pytest.approx(1.2)
     rows = [row("single", 1, 100.0), row("single+compile+fused", 1, 130.0), row("ddp+compile+fused", 2, 234.0),
             row("ddp+fused", 2, 190.0)]
-    _derive(rows)
-    by = {r["strategy"]: r for r in rows}
-    assert by["ddp+compile+fused"]["scaling_baseline"] == "single+compile+fused"
-    assert by["ddp+fused"]["scaling_baseline"] == "single"  # no fused single ran: the eager one
-    assert by["ddp+compile+fused"]["speedup_vs_ddp"] == pytest.approx(234 / 190)  # compare's default DDP: fused
+    rows = _derive(rows)
+    by = {r.strategy: r for r in rows}
+    assert by["ddp+compile+fused"].scaling_baseline == "single+compile+fused"
+    assert by["ddp+fused"].scaling_baseline == "single"  # no fused single ran: the eager one
+    assert by["ddp+compile+fused"].speedup_vs_ddp == pytest.approx(234 / 190)  # compare's default DDP: fused
 
 
 def test_every_row_scales_against_the_single_run_closest_in_speed_options():
@@ -194,18 +199,29 @@ def test_every_row_scales_against_the_single_run_closest_in_speed_options():
     from dsbench.report.collect import _derive, steps_fused
 
     def row(strategy, world, tps, optimizer=None):
-        return {"model": "m", "device": "cpu", "micro_batch": 2, "world_size": world, "strategy": strategy,
-                "tokens_per_s": tps, "optimizer": optimizer, **_options_of(strategy)}
+        return Row(**{**_options_of(strategy), "world_size": world}, strategy=strategy, tokens_per_s=tps,
+                   optimizer=optimizer)
 
     assert [steps_fused(o) for o in ("AdamW (fused)", "FusedAdam", "DeepSpeedCPUAdam", "AdamW (for-loop)",
                                      "AdamW (foreach)", None, "unknown")] == [True, True, True, False, False,
                                                                              False, False]
     default = [row("single+fused", 1, 100.0, "AdamW (fused)"), row("ddp+fused", 2, 160.0, "AdamW (fused)"),
                row("zero2", 2, 80.0, "FusedAdam"), row("zero2_offload", 2, 70.0, "DeepSpeedCPUAdam")]
-    _derive(default)
-    assert [r["scaling_baseline"] for r in default] == ["single+fused"] * 4
-    assert default[2]["scaling_efficiency"] == pytest.approx(80 / (2 * 100))
+    default = _derive(default)
+    assert [r.scaling_baseline for r in default] == ["single+fused"] * 4
+    assert default[2].scaling_efficiency == pytest.approx(80 / (2 * 100))
     both = [row("single", 1, 90.0, "AdamW (for-loop)"), row("single+fused", 1, 100.0, "AdamW (fused)"),
             row("ddp", 2, 150.0, "AdamW (for-loop)"), row("zero2", 2, 80.0, "FusedAdam"), row("zero1", 2, 80.0)]
-    _derive(both)
-    assert [r["scaling_baseline"] for r in both[2:]] == ["single", "single+fused", "single"]
+    both = _derive(both)
+    assert [r.scaling_baseline for r in both[2:]] == ["single", "single+fused", "single"]
+
+
+def test_every_column_and_exported_key_is_a_field_of_the_typed_row():
+    """The table's columns, the ranges' ends and the CSV/JSON keys name fields of dsbench.rows.Row: a misspelt key
+    is a failing test here, not a column of dashes."""
+    from dsbench.report.render import COLUMNS, EXPORT_KEYS, PREDICTED_COLUMNS, RANGES, SPEED_COLUMNS
+    from dsbench.rows import FIGURES
+
+    keys = {key for key, _, _ in COLUMNS + PREDICTED_COLUMNS + SPEED_COLUMNS if key not in RANGES}
+    keys |= {end for ends in RANGES.values() for end in ends} | set(EXPORT_KEYS)
+    assert keys - FIGURES == set()

@@ -31,8 +31,8 @@ def _cells(model: str) -> dict[str, tuple[float, float, float, float]]:
     out = {}
     for row in collect([STORED / f"compare-{model}"]):
         estimate = predict_cell(row, read_profile(str(STORED / f"profile-{model}.json")))
-        assert estimate is not None, row["strategy"]
-        out[row["strategy"]] = (measured_step_s(row), estimate.step_s, row["tokens_per_s"], estimate.tokens_per_s)
+        assert estimate is not None, row.strategy
+        out[row.strategy] = (measured_step_s(row), estimate.step_s, row.tokens_per_s, estimate.tokens_per_s)
     return out
 
 
@@ -104,8 +104,8 @@ def test_the_model_holds_out_of_sample_with_fused_optimizers():
     cells = {}
     for row in collect([FUSED / "compare"]):
         estimate = predict_cell(row, read_profile(str(FUSED / "profile.json")))
-        assert estimate is not None, row["strategy"]  # +fused rows are planned
-        cells[row["strategy"]] = (measured_step_s(row), estimate.step_s, row["tokens_per_s"], estimate.tokens_per_s)
+        assert estimate is not None, row.strategy  # +fused rows are planned
+        cells[row.strategy] = (measured_step_s(row), estimate.step_s, row.tokens_per_s, estimate.tokens_per_s)
     assert {"single+fused", "ddp+fused", "fsdp+fused", "zero1", "zero3"} <= set(cells)
     errors = [_error(c) for c in cells.values()]
     # measured 2026-11-24: median 12.8%, worst 16.7% (zero2_offload), Spearman 0.89. Issue 14's worst-case goal

@@ -32,8 +32,8 @@ def _cells(case: str, cores: bool = True) -> dict[str, tuple[float, float]]:
     out = {}
     for row in collect([STORED / case / "compare"]):
         estimate = predict_cell(row, profile)
-        assert estimate is not None, row["strategy"]
-        out[row["base_strategy"]] = (measured_step_s(row), estimate.step_s)
+        assert estimate is not None, row.strategy
+        out[row.base_strategy] = (measured_step_s(row), estimate.step_s)
     return out
 
 
@@ -110,7 +110,7 @@ def test_two_calibrations_an_hour_apart_predict_every_strategy_within_five_perce
     second = read_profile(str(STORED / "oos-20261126-0432-gpt2-mini" / "profile.json"))
     for row in collect([STORED / "oos-20261126-0432-gpt2-mini" / "compare"]):
         a, b = predict_cell(row, first).step_s, predict_cell(row, second).step_s
-        assert abs(b / a - 1) <= 0.05, (row["strategy"], a, b)
+        assert abs(b / a - 1) <= 0.05, (row.strategy, a, b)
 
 
 @pytest.mark.xfail(strict=True, reason="measured 2026-11-26 04:37, 72 minutes after the first: median 7.0%, Spearman "
@@ -148,7 +148,7 @@ def test_every_checked_run_meets_the_median_and_ranking_goals_and_beats_its_unch
     plain = type(data)(data.path, {key: value for key, value in data.data.items() if key != "check"})
     unchecked = {}
     for row in collect([STORED / case / "compare"]):
-        unchecked[row["base_strategy"]] = (measured_step_s(row), predict_cell(row, plain).step_s)
+        unchecked[row.base_strategy] = (measured_step_s(row), predict_cell(row, plain).step_s)
     assert _figures(unchecked)[0] > 1.5 * median
 
 
@@ -170,7 +170,7 @@ def _wall_step_ms(folder) -> dict[str, list[float]]:
     """strategy -> each run's wall-clock step time, ms (the window over its measured steps)."""
     out: dict[str, list[float]] = {}
     for row in collect([folder]):
-        out[row["base_strategy"]] = [1e3 * run["summary"].throughput.step_s for run in row["runs"]]
+        out[row.base_strategy] = [1e3 * run.summary.throughput.step_s for run in row.runs]
     return out
 
 
@@ -187,7 +187,7 @@ def test_the_third_llama_check_ran_slower_than_both_compare_repeats_of_every_cel
     median, _, _ = _figures(_cells("oos-20261126-0657-llama-tiny"))
     data = read_profile(str(case / "profile.json"))
     plain = type(data)(data.path, {key: value for key, value in data.data.items() if key != "check"})
-    unchecked = {row["base_strategy"]: (measured_step_s(row), predict_cell(row, plain).step_s)
+    unchecked = {row.base_strategy: (measured_step_s(row), predict_cell(row, plain).step_s)
                  for row in collect([case / "compare"])}
     assert _figures(unchecked)[0] < median / 2
 
@@ -328,7 +328,7 @@ def test_a_second_run_an_hour_later_and_the_two_calibrations_nearly_agree():
     assert -0.25 < predicted / measured - 1 < -0.20
     earlier = read_profile(str(STORED / "oos-20261127-0225-gpt2-mini" / "profile.json"))
     later = read_profile(str(STORED / case / "profile.json"))
-    ratios = {row["base_strategy"]: predict_cell(row, later).step_s / predict_cell(row, earlier).step_s
+    ratios = {row.base_strategy: predict_cell(row, later).step_s / predict_cell(row, earlier).step_s
               for row in collect([STORED / case / "compare"])}
     assert max(abs(r - 1) for r in ratios.values()) < 0.07, ratios
     assert sum(abs(r - 1) <= 0.05 for r in ratios.values()) == 9, ratios

@@ -21,6 +21,7 @@ from dsbench.plan import search
 from dsbench.plan.api import read_profile
 from dsbench.plan.replay import spearman
 from dsbench.report.collect import collect
+from dsbench.rows import Row, Run
 from dsbench.run_record import RunHeader
 from tests.conftest import DATA
 
@@ -30,8 +31,8 @@ PROFILE = read_profile(str(STORED / "profile-gpt2-mini.json"))
 
 @pytest.fixture(scope="module")
 def measured() -> dict[str, float]:
-    return {row["strategy"]: row["tokens_per_s"] for row in collect([STORED / "compare-gpt2-mini"])
-            if row["strategy"] != "single"}
+    return {row.strategy: row.tokens_per_s for row in collect([STORED / "compare-gpt2-mini"])
+            if row.strategy != "single"}
 
 
 def _assert_finds_the_best_within_three_runs(found: search.Search, measured: dict[search.Layout, float]) -> None:
@@ -157,11 +158,11 @@ def test_a_report_row_from_two_nodes_is_planned_as_two_nodes(tmp_path):
     (tmp_path / "hosts").write_text("node1 slots=1\nnode2 slots=1\n")
     profile = read_profile(str(SHAPED / "profile.json"))  # its link across nodes: the 100 Mbit/s shaped one
 
-    def row(hostnames: list[str]) -> dict:
+    def row(hostnames: list[str]) -> Row:
         header = RunHeader.from_record({"grad_accum": 1, "seq_len": 128, "precision": "fp32", "peak_tflops": None,
                                         "hostnames": hostnames})
-        return {"strategy": "ddp", "base_strategy": "ddp", "model": "gpt2-tiny", "world_size": 2, "micro_batch": 2,
-                "runs": [{"header": header}]}
+        return Row(strategy="ddp", base_strategy="ddp", model="gpt2-tiny", device="cpu", world_size=2, micro_batch=2,
+                   runs=[Run(folder="f", id="ddp", strategy="ddp", base_strategy="ddp", status="ok", header=header)])
 
     across = predict_cell(row(["dsb-n1", "dsb-n2"]), profile)
     req = TuneRequest(model="gpt2-tiny", world=2, global_batch=4, gpu_mem=12, hostfile=str(tmp_path / "hosts"))

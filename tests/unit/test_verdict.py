@@ -11,14 +11,15 @@ import statistics
 
 from dsbench.report.collect import collect
 from dsbench.report.verdict import verdict
+from dsbench.rows import Row
 from tests.conftest import DATA
 
 
 def _row(strategy, tps, low=None, high=None, ok=2, states=10.0, world=2, status="ok", reason=None, **extra):
-    return {"strategy": strategy, "model": "m", "device": "cpu", "world_size": world, "status": status,
-            "reason": reason, "ok": ok if status == "ok" else 0, "tokens_per_s": tps if status == "ok" else None,
-            "tokens_per_s_min": low, "tokens_per_s_max": high, "timed_tokens_per_s_p10": None,
-            "timed_tokens_per_s_p90": None, "model_states_mib": states, "memory_kind": "rss", **extra}
+    return Row(strategy=strategy, base_strategy=strategy, model="m", device="cpu", micro_batch=2, world_size=world,
+               status=status, reason=reason, ok=ok if status == "ok" else 0,
+               tokens_per_s=tps if status == "ok" else None, tokens_per_s_min=low, tokens_per_s_max=high,
+               model_states_mib=states, **{"memory_kind": "rss", **extra})
 
 
 def test_the_fastest_its_margin_the_ties_and_the_frugal_choice():
