@@ -162,7 +162,7 @@ def predict_layout(req: LayoutRequest) -> dict[str, Any]:
             "step_s": time.seconds, "tokens_per_s_per_gpu": tokens / time.seconds / lay.gpus,
             "mfu": time.model_flops / (time.seconds * hw.peak_tflops[lay.precision] * 1e12),
             "terms_s": time.terms, "memory_gib": {"allocated": memory.allocated_gib, "reserved": memory.reserved_gib,
-                                                  "terms": memory.terms},
+                                                  "terms": memory.terms, "busiest_stage": memory.busiest_stage},
             "fits": memory.reserved_gib <= hw.memory_gib, "launchable": how is not None,
             "strategy": how.name if how else None, "why_not": why_not, "command": command,
             "training": training_cost(tokens / time.seconds, lay.gpus, req.tokens, req.price_per_gpu_hour)}

@@ -43,6 +43,8 @@ class PeakMemory:
     reserved_gib: float
     terms: dict[str, float] = field(default_factory=dict)
     """GiB by term (their sum is ``allocated_gib``)."""
+    busiest_stage: int | None = None
+    """With a pipeline, the stage whose activations and logits are counted (0 the first); None without one."""
 
 
 def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
@@ -134,7 +136,7 @@ def peak_memory(lay: Layout) -> PeakMemory:
              "activations": activations, "logits": held.loss, "workspace": WORKSPACE_GIB * GIB}
     gib = {name: value / GIB for name, value in terms.items()}
     allocated = sum(gib.values())
-    return PeakMemory(allocated, allocated * (1 + RESERVE_FRACTION), gib)
+    return PeakMemory(allocated, allocated * (1 + RESERVE_FRACTION), gib, held.rank if lay.pp > 1 else None)
 
 
 def _without_recompute(lay: Layout) -> Layout:

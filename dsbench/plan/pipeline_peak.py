@@ -18,7 +18,7 @@ runs measured on CPU ranks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dsbench.parallel import warmup_forwards
 
@@ -31,6 +31,8 @@ class RankPeak:
 
     total: float
     loss: float
+    rank: int = 0
+    """The pipeline rank (stage) it is: 0 the first."""
 
 
 def rank_passes(rank: int, stages: int, micro_batches: int, virtual_stages: int = 1,
@@ -87,8 +89,8 @@ def peaks(stages: int, micro_batches: int, chunk_bytes: Sequence[float], loss_by
           virtual_stages: int = 1, schedule: str = "1f1b") -> list[RankPeak]:
     """Every rank's peak (rank 0 first), for chunks of ``chunk_bytes`` per virtual stage (P·V of them, or P)."""
     loss = loss_bytes if loss_bytes is not None else [0.0] * len(chunk_bytes)
-    return [rank_peak(rank_passes(rank, stages, micro_batches, virtual_stages, schedule), rank, stages,
-                      chunk_bytes, loss) for rank in range(stages)]
+    return [replace(rank_peak(rank_passes(rank, stages, micro_batches, virtual_stages, schedule), rank, stages,
+                              chunk_bytes, loss), rank=rank) for rank in range(stages)]
 
 
 def chunk_layers(layers: int, chunks: int) -> list[int]:
@@ -102,7 +104,8 @@ def busiest(stages: int, micro_batches: int, layer_bytes: float, head_bytes: flo
             layers: int, virtual_stages: int = 1, schedule: str = "1f1b", chunk_extra: float = 0.0) -> RankPeak:
     """The busiest rank of a pipeline whose chunks save ``layer_bytes`` per decoder layer (plus ``chunk_extra``
     each, e.g. the rotary tables a chunk computes) and whose last chunk adds the head's ``head_bytes``, of which
-    ``loss_bytes`` are the loss's. Without a pipeline: one micro-batch of the whole model."""
+    ``loss_bytes`` are the loss's. Without a pipeline: one micro-batch of the whole model. Of ranks holding the
+    same, the first."""
     chunks = stages * (virtual_stages if schedule in ("interleaved", "interleaved-zb") else 1)
     sizes = [n * layer_bytes + chunk_extra for n in chunk_layers(layers, max(1, chunks))]
     sizes[-1] += head_bytes

@@ -33,7 +33,11 @@ def print_layout(result: dict[str, Any]) -> None:
     fits = "fits" if result["fits"] else "does NOT fit"
     click.echo(f"peak memory per GPU {mem['allocated']:,.1f} GiB allocated, {mem['reserved']:,.1f} GiB reserved: "
                f"{fits} in {gpu['memory_gib']:g} GiB")
-    click.echo(f"  memory: {_terms(mem['terms'], 'GiB')}")
+    stage = mem.get("busiest_stage")
+    where = "" if stage is None else (f" (pipeline stage {stage + 1} of {lay['pp']}, the busiest: "
+                                      + ("its micro-batches in flight)" if stage == 0 else "its blocks' activations "
+                                         "and the logits)" if stage == lay["pp"] - 1 else "its activations)"))
+    click.echo(f"  memory: {_terms(mem['terms'], 'GiB')}{where}")
     cost = result.get("training")
     if cost:
         click.echo(f"{cost['tokens']:,.3g} tokens: {cost['days']:,.1f} days on {lay['gpus']} GPUs, "

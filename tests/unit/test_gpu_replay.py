@@ -557,5 +557,23 @@ def test_the_zero_bubble_schedule_by_hand():
     a, b = peak_memory(inter).terms, peak_memory(zb).terms
     assert b["activations"] == pytest.approx(a["activations"] * 4 / 5.5)
     assert a["logits"] == 0 and b["logits"] == pytest.approx(1 * 4096 * 128256 * 10 / 2**30)
+    assert (peak_memory(inter).busiest_stage, peak_memory(zb).busiest_stage) == (0, 3)
+    assert peak_memory(replace(inter, pp=1, schedule="1f1b", virtual_stages=1).check()).busiest_stage is None
     same = ("weights", "grads", "optimizer", "workspace")
     assert {k: a[k] for k in same} == {k: b[k] for k in same}
+
+
+def test_a_pipeline_layout_names_its_busiest_stage(cli_run):
+    """The printed memory says which stage it counts: the first under 1F1B (P micro-batches of its blocks), the last
+    under zero bubble (its deferred weight gradients keep P micro-batches of its blocks' sets, as every stage holds,
+    and its logits come on top); the JSON carries the stage (0 the first), null without a pipeline."""
+    flags = ["plan", "--model", "llama-7b", "--gpus", "8", "--gpu", "h100", "--layout", "fsdp", "--tp", "2",
+             "--pipeline-stages", "4", "--micro-batch", "1", "--global-batch", "64", "--seq-len", "4096"]
+    plain = cli_run(*flags)
+    assert plain.exit_code == 0 and "(pipeline stage 1 of 4, the busiest: its micro-batches in flight)" in plain.output
+    zb = ["--pipeline-schedule", "interleaved-zb", "--virtual-stages", "2"]
+    assert "(pipeline stage 4 of 4, the busiest: its blocks' activations and the logits)" in cli_run(*flags,
+                                                                                                    *zb).output
+    assert json.loads(cli_run(*flags, *zb, "--json").output)["memory_gib"]["busiest_stage"] == 3
+    alone = json.loads(cli_run(*flags[:9], "--micro-batch", "1", "--global-batch", "64", "--json").output)
+    assert alone["memory_gib"]["busiest_stage"] is None
