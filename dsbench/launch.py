@@ -13,17 +13,15 @@ from dsbench import trainspec
 from dsbench.configs import accelerate, accelerate_worker
 from dsbench.configs.api import ds_file_of, make_render_spec, validate_accelerate
 from dsbench.configs.findings import has_errors
-from dsbench.configs.layout import config_dims
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.render import render
 from dsbench.configs.validate import ValidateContext, validate
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import is_valid_hostname, read_hostfile
-from dsbench.io import atomic_write_json, atomic_write_text, check_creatable_folder, read_text
+from dsbench.io import atomic_write_json, atomic_write_text, read_text
+from dsbench.launch_checks import check_layout
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
-from dsbench.models import check_autotp, check_loss_parallel, check_megatron_tp, check_ulysses, resolve_model
-from dsbench.parallel import ParallelDims, pipeline_notes
 from dsbench.records import check_run_dir
 from dsbench.strategies import SPLIT_ENGINES, TORCH_TP_ONLY
 
@@ -246,7 +244,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     # The worker's whole input as one typed description, built here from the launch's own values and the user's
     # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.
     train = trainspec.for_launch(req.script_args, launch_fields(req, req.strategy, config_path))
-    notes += check_layout(train, config, world)
+    notes += check_layout(train, config, world, resume=True)
     # absolute: the per-node ssh script stops a failed job by this path (pkill -f), and nodes cd elsewhere
     run_file = trainspec.write(train, (Path(req.cwd) / req.run_dir / "run.json").resolve())
     spec = replace(spec, run_file=str(run_file))
@@ -361,33 +359,6 @@ def check_hostfile_overrides(overrides: dict[str, int], world: int, nodes: int, 
 
 def _int_or(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
-
-
-def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, world: int) -> list[str]:
-    """Before any process starts: the model splits as the layout asks (heads, layers, family); returns notes."""
-    shape = resolve_model(train.model)
-    if config is not None:
-        dims = config_dims(config, world)
-        if dims is None:
-            return  # validate() reported it
-    else:
-        dims = ParallelDims(world=world, tp=train.tp, pp=train.pipeline_stages, dp_shard=train.dp_shard)
-    dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
-    train.check_compile_layout(dims)
-    if train.checkpoint_dir:  # the worker checks again; a launch refuses it before any rank starts
-        check_creatable_folder(Path(train.checkpoint_dir), "--checkpoint-dir")
-    if train.strategy in trainspec.TENSOR_SPLIT and dims.tp > 1:
-        check_megatron_tp(shape.arch, train.strategy)
-        check_loss_parallel(train.loss_parallel, shape.tied_embeddings, shape.name)
-    elif dims.tp > 1:
-        check_autotp(shape.arch)
-    check_ulysses(shape.arch, dims.sp, train.seq_len)
-    chunks = dims.pp * train.virtual_stages
-    if train.pipeline_schedule in trainspec.INTERLEAVED and shape.layers % chunks:
-        raise UserError(f"--virtual-stages {train.virtual_stages} does not divide {shape.name}'s {shape.layers} "
-                        f"layers into {dims.pp} stages x {train.virtual_stages} equal chunks")
-    pipelined = train.strategy in trainspec.PIPELINED
-    return pipeline_notes(dims.pp, train.grad_accum) if pipelined else []
 
 
 def materialize(prepared: PreparedLaunch) -> None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 STRATEGIES = LAUNCH_STRATEGIES
 CHECKPOINTED = CHECKPOINTED_ENGINES
-"""Strategies whose checkpoints dsbench writes and resumes (dsbench.worker.checkpoint_manifest.FORMATS)."""
+"""Strategies whose checkpoints dsbench writes and resumes (dsbench.checkpoints.FORMATS)."""
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "interleaved-zb")
 INTERLEAVED = ("interleaved", "interleaved-zb")
 """torch_pp's schedules over ``--virtual-stages`` chunks per rank: interleaved 1F1B, and its zero-bubble form."""

@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dsbench.checkpoints import FORMAT, FORMATS, LATEST, MANIFEST, Manifest, move_aside, tag_for
 from dsbench.errors import DsbenchError, UserError
 from dsbench.io import (
     WriteError,
@@ -39,7 +40,6 @@ from dsbench.io import (
     write_failed,
 )
 from dsbench.worker import safe_load
-from dsbench.worker.checkpoint_manifest import FORMAT, FORMATS, LATEST, MANIFEST, Manifest, move_aside, tag_for
 
 UNIVERSAL_SUFFIX = "_universal"
 UNIVERSAL_DONE = "dsbench_universal.json"

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from dsbench.checkpoints import Manifest
 from dsbench.errors import UserError
 from dsbench.io import parse_size
 from dsbench.worker import checkpoint, checkpoint_manifest, safe_load
@@ -52,7 +53,7 @@ def tied_names(config_folder: Path) -> set[str]:
     return dropped
 
 
-def deepspeed_weights(target: Path, manifest: checkpoint_manifest.Manifest) -> Iterator[tuple[str, Callable[[], Any]]]:
+def deepspeed_weights(target: Path, manifest: Manifest) -> Iterator[tuple[str, Callable[[], Any]]]:
     """(name, materialise) for every weight of a DeepSpeed checkpoint."""
     if manifest.pp != 1:
         yield from pipeline_weights(target)

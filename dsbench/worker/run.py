@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dsbench import checkpoints
 from dsbench.errors import DsbenchError, UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import ModelShape
@@ -97,10 +98,9 @@ def prepare(spec: TrainSpec) -> Prepared:
     micro, accum, precision = run.micro_batch, run.grad_accum, run.precision
     resumed = checkpoint_manifest.resolve(spec.resume) if spec.resume else None  # a file naming a callable refused here
     if spec.checkpoint_dir:
-        checkpoint_manifest.prepare_dir(Path(spec.checkpoint_dir), resumed[1] if resumed else None)
-    if resumed and not resumed[1].step < spec.steps - spec.warmup:
-        raise UserError(f"{resumed[0]} was saved after {resumed[1].step} steps: --steps {spec.steps} with "
-                        f"--warmup {spec.warmup} leaves no step to measure; raise --steps")
+        checkpoints.prepare_dir(Path(spec.checkpoint_dir), resumed[1] if resumed else None)
+    if resumed:
+        checkpoints.check_steps(*resumed, spec.steps, spec.warmup)
     if strategy == "deepspeed":
         setup.check_jit_locks()  # before init_distributed, which builds DeepSpeed's comm op on CPU
     fault_before_join(dist.env_rank()[0])
@@ -121,7 +121,7 @@ def prepare(spec: TrainSpec) -> Prepared:
                             gather_every=spec.gather_every, start=resumed[1].step if resumed else 0,
                             save_every=spec.save_every, save_last=bool(spec.checkpoint_dir))
     if spec.checkpoint_dir:
-        checkpoint_manifest.check_free(Path(spec.checkpoint_dir), [s + 1 for s in range(settings.start, settings.steps)
+        checkpoints.check_free(Path(spec.checkpoint_dir), [s + 1 for s in range(settings.start, settings.steps)
                                                           if saves_after(s, settings)])
     universal, options = _check_resume(resumed, strategy, _definition(shape, spec, plan, precision), dims, info,
                                        options)
@@ -155,7 +155,7 @@ def _check_resume(resumed: Any, strategy: str, definition: dict[str, Any], dims:
     """Refuse a resume that could not continue the run; when DeepSpeed needs the checkpoint's universal form,
     convert it and return it with the engine options that load it (``checkpoint.load_universal``, read when the
     engine is built)."""
-    if not resumed or not checkpoint_manifest.check_resumable(resumed[1], strategy, definition, dims.world, tp=dims.tp,
+    if not resumed or not checkpoints.check_resumable(resumed[1], strategy, definition, dims.world, tp=dims.tp,
                                                      pp=dims.pp):
         return None, options
     config = options.ds_config
@@ -183,9 +183,8 @@ def _converted(target: Path, info: Any) -> Path:
 
 
 def _definition(shape: ModelShape, spec: TrainSpec, plan: Any, precision: str) -> dict[str, Any]:
-    """What a checkpoint must share with the run resuming it (checkpoint_manifest.MUST_MATCH)."""
-    return {"model": shape.to_dict(), "seq_len": spec.seq_len, "seed": spec.seed,
-            "global_batch": plan.global_batch, "precision": precision}
+    """What a checkpoint must share with the run resuming it (checkpoints.MUST_MATCH)."""
+    return checkpoints.definition(shape.to_dict(), spec.seq_len, spec.seed, plan.global_batch, precision)
 
 
 def _saver(spec: TrainSpec, run: Prepared) -> Any:
@@ -199,7 +198,7 @@ def _saver(spec: TrainSpec, run: Prepared) -> Any:
     fields = {"world_size": run.info.world_size, "dp": run.dims.dp, "tp": run.dims.tp, "pp": run.dims.pp,
               "zero_stage": zero, "definition": _definition(run.shape, spec, run.plan, run.precision),
               # a resumed run goes on as the run it continues: its checkpoints are that run's (prepare_dir)
-              "run_id": (run.resumed[1].run_id if run.resumed else None) or checkpoint_manifest.new_run_id()}
+              "run_id": (run.resumed[1].run_id if run.resumed else None) or checkpoints.new_run_id()}
     hf_files = checkpoint.copy_hf_files(run.model, run.tokenizer)
 
     def save(step: int) -> dict[str, Any]:

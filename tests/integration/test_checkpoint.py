@@ -114,12 +114,13 @@ def test_zero_checkpoint_resumes_on_one_rank_through_a_universal_checkpoint(trai
 
 def test_zero_checkpoint_on_another_model_parallel_layout_is_refused(trained, tmp_path):
     """A ZeRO-2 checkpoint of 2 data-parallel ranks resumed as 2 pipeline stages (the same global batch): refused in
-    one line by the worker. (--tp on this GPT-2 model is refused before any rank starts: AutoTP cannot split it.)"""
+    one line before any rank starts (the launch reads the manifest: checkpoints.check_before_launch; each rank would
+    refuse it too). (--tp on this GPT-2 model is refused as early: AutoTP cannot split it.)"""
     checkpoints, _, _ = trained.get("zero2")
     result = dsbench("launch", "--zero", "1", "--pipeline-stages", "2", "--grad-accum", "2", "--run-dir",
                      str(tmp_path / "r"), "--", *WORKER, "--steps", "20", "--resume",
                      str(checkpoints / "global_step10"), cwd=ROOT, timeout=600)
-    assert result.returncode != 0, result.stderr[-2000:]
+    assert result.returncode == 2, result.stderr[-2000:]  # the launch refuses it: no rank starts
     assert "resume with the same --tp and pipeline stages" in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr.split("dsbench: error:")[-1]
 
@@ -137,7 +138,7 @@ def test_a_resume_with_another_global_batch_is_refused(trained, tmp_path):
     result = dsbench("launch", *STRATEGIES["ddp"], "--run-dir", str(tmp_path / "r"), "--", *WORKER,
                      "--steps", "20", "--micro-batch", "4", "--resume", str(checkpoints / "global_step10"),
                      cwd=ROOT, timeout=600)
-    assert result.returncode != 0  # torchrun exits 1 for a rank's 2
+    assert result.returncode == 2  # refused by the launch, before torchrun starts a rank
     assert "the checkpoint has global_batch 4, this run 8: resume with the same global_batch" in result.stderr
 
 

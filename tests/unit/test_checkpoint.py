@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from dsbench import checkpoints as manifests
 from dsbench.errors import UserError
 from dsbench.io import WriteError, parse_size
-from dsbench.worker import checkpoint
-from dsbench.worker import checkpoint_manifest as manifests
+from dsbench.worker import checkpoint, checkpoint_manifest
 from dsbench.worker.loop import LoopSettings, saves_after
 
 DEFINITION = {"model": {"name": "gpt2-tiny"}, "seq_len": 128, "seed": 1, "global_batch": 4, "precision": "fp32"}
@@ -39,8 +39,8 @@ def test_saves_every_n_steps_and_after_the_last():
 
 def test_resolve_reads_latest_or_a_tag_folder(tmp_path):
     tag = write_checkpoint(tmp_path)
-    assert manifests.resolve(tmp_path)[0] == tag == manifests.resolve(tag)[0]
-    assert manifests.resolve(tmp_path)[1].step == 10
+    assert checkpoint_manifest.resolve(tmp_path)[0] == tag == checkpoint_manifest.resolve(tag)[0]
+    assert checkpoint_manifest.resolve(tmp_path)[1].step == 10
 
 
 @pytest.mark.parametrize("breakage, needle", [
@@ -55,7 +55,7 @@ def test_resolve_refuses_what_is_not_a_complete_checkpoint(tmp_path, breakage, n
     write_checkpoint(tmp_path)
     breakage(tmp_path)
     with pytest.raises(UserError, match=needle):
-        manifests.resolve(tmp_path)
+        checkpoint_manifest.resolve(tmp_path)
 
 
 @pytest.mark.parametrize("strategy, definition, world, needle", [
@@ -147,7 +147,7 @@ def test_a_manifest_is_typed_field_by_field(tmp_path, change, needle):
     path = tag / manifests.MANIFEST
     path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
     with pytest.raises(UserError, match=re.escape(needle)):
-        manifests.resolve(tmp_path)
+        checkpoint_manifest.resolve(tmp_path)
 
 
 @pytest.mark.parametrize("content, needle", [
@@ -161,7 +161,7 @@ def test_damaged_latest_and_deep_manifests_are_one_line(tmp_path, content, needl
     else:
         (tag / manifests.MANIFEST).write_text(content)
     with pytest.raises(UserError, match=needle):
-        manifests.resolve(tmp_path)
+        checkpoint_manifest.resolve(tmp_path)
 
 
 @pytest.mark.parametrize("text, size", [("2GB", 2 * 10**9), ("500MB", 5 * 10**8), ("1.5GiB", 3 * 2**29),
@@ -203,12 +203,63 @@ def test_a_crash_mid_save_leaves_latest_on_the_previous_checkpoint(tmp_path, mon
     with pytest.raises(WriteError, match=r"global_step2: No space left on device \(files written before it"):
         save(2)  # one line, exit 1
     assert (tmp_path / "latest").read_text() == "global_step1"
-    assert manifests.resolve(tmp_path)[1].step == 1
+    assert checkpoint_manifest.resolve(tmp_path)[1].step == 1
     with pytest.raises(UserError, match="not a complete dsbench checkpoint"):
-        manifests.resolve(tmp_path / "global_step2")
+        checkpoint_manifest.resolve(tmp_path / "global_step2")
     monkeypatch.undo()
     save(2)  # the partial folder is moved aside, never deleted
     assert (tmp_path / "latest").read_text() == "global_step2"
     assert len(list(tmp_path.glob("global_step2.incomplete-*"))) == 1
     with pytest.raises(UserError, match="complete checkpoint already"):
         save(2)
+
+
+def _saved_by(folder, step=10, written=None, **definition):
+    """A checkpoint as `dsbench launch --zero 2` of gpt2-tiny on 2 ranks writes it (global batch 2 x 2, fp32), or
+    with the manifest's ``written`` fields."""
+    from dsbench.models import resolve_model
+
+    run = {**DEFINITION, "model": resolve_model("gpt2-tiny").to_dict(), "seed": 1234, **definition}
+    return write_checkpoint(folder, step=step, definition=run, **(written or {}))
+
+
+@pytest.mark.parametrize("launch, worker, needle", [
+    # the same run on: nothing to refuse (dry run)
+    (["--zero", "2"], [], None),
+    # saved after step 10 of --steps 10: no step left to measure
+    (["--zero", "2"], ["--steps", "10"], "was saved after 10 steps: --steps 10 with --warmup 2 leaves no step"),
+    (["--strategy", "ddp", "--launcher", "torchrun"], [], "written by --strategy deepspeed; resume it with the same"),
+    (["--zero", "2", "--micro-batch", "4"], [], "the checkpoint has global_batch 4, this run 8"),
+    (["--zero", "2", "--precision", "bf16"], [], 'the checkpoint has precision "fp32", this run "bf16"'),
+    (["--zero", "2"], ["--seed", "7"], "the checkpoint has seed 1234, this run 7"),
+    (["--zero", "1", "--pipeline-stages", "2", "--grad-accum", "2"], [],
+     "written with tp 1 x pp 1 on 2 ranks, this run has tp 1 x pp 2 on 2: resume with the same --tp"),
+])
+def test_a_launch_refuses_a_resume_that_cannot_continue_before_any_rank_starts(cli_run, tmp_path, launch, worker,
+                                                                                needle):
+    """`dsbench launch ... -- --resume D` reads the checkpoint's manifest and refuses in one line, exit 2, what the
+    ranks would refuse after starting (checkpoints.check_before_launch; the ranks check again)."""
+    saved = _saved_by(tmp_path / "ckpt")
+    result = cli_run("launch", *launch, "--run-dir", str(tmp_path / "run"), "--dry-run", "--", "--steps", "20",
+                     "--warmup", "2", *worker, "--resume", str(saved))
+    if needle is None:
+        assert result.exit_code == 0, result.output
+    else:
+        assert result.exit_code == 2 and needle in result.output, result.output
+        assert "Traceback" not in result.output and "deepspeed --num_gpus" not in result.output
+
+
+def test_what_only_the_ranks_know_is_left_to_them(cli_run, tmp_path):
+    """A native run given no --precision (a rank may read accelerate's ACCELERATE_MIXED_PRECISION), a checkpoint on
+    a path this host does not have (a node's own disk): the launch goes ahead and each rank decides."""
+    saved = _saved_by(tmp_path / "ckpt", precision="bf16",
+                      written={"strategy": "ddp", "storage": "dcp", "zero_stage": None})
+    ddp = ["--strategy", "ddp", "--launcher", "torchrun", "--micro-batch", "2"]
+    unsaid = cli_run("launch", *ddp, "--run-dir", str(tmp_path / "run"), "--dry-run", "--", "--resume", str(saved))
+    assert unsaid.exit_code == 0, unsaid.output
+    said = cli_run("launch", *ddp, "--precision", "fp32", "--run-dir", str(tmp_path / "run1"), "--dry-run", "--",
+                   "--resume", str(saved))
+    assert said.exit_code == 2 and 'the checkpoint has precision "bf16", this run "fp32"' in said.output
+    elsewhere = cli_run("launch", "--zero", "2", "--run-dir", str(tmp_path / "run2"), "--dry-run", "--", "--resume",
+                        str(tmp_path / "on-the-nodes" / "global_step10"))
+    assert elsewhere.exit_code == 0, elsewhere.output

@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 CORE = {"errors", "io", "paths", "spec", "parallel", "records", "run_record", "models", "hostfile", "trainspec",
-        "envinfo", "console", "jitlocks", "launchstop", "strategies", "gpus", "rows", "__init__"}
+        "envinfo", "console", "jitlocks", "launchstop", "strategies", "gpus", "rows", "checkpoints", "__init__"}
 ALLOWED: dict[str, set[str]] = {
     **{unit: CORE for unit in CORE},
     "configs": CORE,
@@ -23,12 +23,14 @@ ALLOWED: dict[str, set[str]] = {
     "runner": CORE | {"launchers"},
     "testbed": CORE | {"runner"},
     "doctor": CORE | {"launchers", "runner"},
-    "launch": CORE | {"configs", "launchers"},
+    "launch_checks": CORE | {"configs"},
+    "launch": CORE | {"configs", "launchers", "launch_checks"},
     # bench runs and measures; printing and plotting are the report's and the commands' (bench imports no report)
     "bench": CORE | {"configs", "launchers", "runner", "plan", "launch", "testbed"},
     "worker": CORE | {"configs"},
     "train": CORE | {"worker"},
-    "commands": CORE | {"configs", "launchers", "report", "plan", "runner", "launch", "bench", "testbed", "doctor"},
+    "commands": CORE | {"configs", "launchers", "report", "plan", "runner", "launch", "bench", "testbed", "doctor",
+                        "launch_checks"},
     "cli": CORE | {"commands"},
     "__main__": {"cli"},
 }

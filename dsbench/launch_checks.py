@@ -1,0 +1,70 @@
+"""What ``dsbench launch`` refuses before any process starts: a model that does not split as the layout asks, and
+a ``--resume`` that could not continue its checkpoint (pure; the ranks check both again)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dsbench import checkpoints, trainspec
+from dsbench.configs.layout import config_dims, int_or_none
+from dsbench.configs.precision import config_precision
+from dsbench.errors import UserError
+from dsbench.io import check_creatable_folder
+from dsbench.models import (
+    ModelShape,
+    check_autotp,
+    check_loss_parallel,
+    check_megatron_tp,
+    check_ulysses,
+    resolve_model,
+)
+from dsbench.parallel import ParallelDims, pipeline_notes
+
+
+def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, world: int,
+                 resume: bool = False) -> list[str]:
+    """Before any process starts: the model splits as the layout asks (heads, layers, family), and with ``resume``
+    the checkpoint of ``--resume`` can continue as this run; returns notes."""
+    shape = resolve_model(train.model)
+    if config is not None:
+        dims = config_dims(config, world)
+        if dims is None:
+            return []  # validate() reported it
+    else:
+        dims = ParallelDims(world=world, tp=train.tp, pp=train.pipeline_stages, dp_shard=train.dp_shard)
+    dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+    train.check_compile_layout(dims)
+    if train.checkpoint_dir:  # the worker checks again; a launch refuses it before any rank starts
+        check_creatable_folder(Path(train.checkpoint_dir), "--checkpoint-dir")
+    if train.strategy in trainspec.TENSOR_SPLIT and dims.tp > 1:
+        check_megatron_tp(shape.arch, train.strategy)
+        check_loss_parallel(train.loss_parallel, shape.tied_embeddings, shape.name)
+    elif dims.tp > 1:
+        check_autotp(shape.arch)
+    check_ulysses(shape.arch, dims.sp, train.seq_len)
+    chunks = dims.pp * train.virtual_stages
+    if train.pipeline_schedule in trainspec.INTERLEAVED and shape.layers % chunks:
+        raise UserError(f"--virtual-stages {train.virtual_stages} does not divide {shape.name}'s {shape.layers} "
+                        f"layers into {dims.pp} stages x {train.virtual_stages} equal chunks")
+    if resume and train.resume:
+        checkpoints.check_before_launch(train.resume, train.strategy, train.steps, train.warmup,
+                                        _definition(train, shape, dims, config), dims.world, dims.tp, dims.pp)
+    pipelined = train.strategy in trainspec.PIPELINED
+    return pipeline_notes(dims.pp, train.grad_accum) if pipelined else []
+
+
+def _definition(train: trainspec.TrainSpec, shape: ModelShape, dims: ParallelDims,
+                config: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's definition as each rank will record it (worker/run.py ``_definition``), less what only the ranks
+    resolve: the global batch when the DeepSpeed config leaves its micro-batch or accumulation "auto", the
+    precision when neither the config nor ``--precision`` states it (a rank may read accelerate's variable)."""
+    if config is None:
+        micro, accum, precision = train.micro_batch, train.grad_accum, train.precision
+    else:
+        micro = int_or_none(config.get("train_micro_batch_size_per_gpu"))
+        accum = int_or_none(config.get("gradient_accumulation_steps", 1))
+        precision = config_precision(config)
+    run = checkpoints.definition(shape.to_dict(), train.seq_len, train.seed,
+                                 dims.samples_per_step(micro, accum) if micro and accum else None, precision)
+    return {key: value for key, value in run.items() if value not in (None, "auto")}
