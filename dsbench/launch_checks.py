@@ -9,16 +9,9 @@ from typing import Any
 from dsbench import checkpoints, trainspec
 from dsbench.configs.layout import config_dims, int_or_none
 from dsbench.configs.precision import config_precision
-from dsbench.errors import UserError
 from dsbench.io import check_creatable_folder
-from dsbench.models import (
-    ModelShape,
-    check_autotp,
-    check_loss_parallel,
-    check_megatron_tp,
-    check_ulysses,
-    resolve_model,
-)
+from dsbench.layout_check import check_run_layout
+from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims, pipeline_notes
 
 
@@ -33,20 +26,9 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
             return []  # validate() reported it
     else:
         dims = ParallelDims(world=world, tp=train.tp, pp=train.pipeline_stages, dp_shard=train.dp_shard)
-    dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
-    train.check_compile_layout(dims)
+    check_run_layout(train, train.strategy, shape, dims)  # the check each rank makes again (layout_check.py)
     if train.checkpoint_dir:  # the worker checks again; a launch refuses it before any rank starts
         check_creatable_folder(Path(train.checkpoint_dir), "--checkpoint-dir")
-    if train.strategy in trainspec.TENSOR_SPLIT and dims.tp > 1:
-        check_megatron_tp(shape.arch, train.strategy)
-        check_loss_parallel(train.loss_parallel, shape.tied_embeddings, shape.name)
-    elif dims.tp > 1:
-        check_autotp(shape.arch)
-    check_ulysses(shape.arch, dims.sp, train.seq_len)
-    chunks = dims.pp * train.virtual_stages
-    if train.pipeline_schedule in trainspec.INTERLEAVED and shape.layers % chunks:
-        raise UserError(f"--virtual-stages {train.virtual_stages} does not divide {shape.name}'s {shape.layers} "
-                        f"layers into {dims.pp} stages x {train.virtual_stages} equal chunks")
     if resume and train.resume:
         checkpoints.check_before_launch(train.resume, train.strategy, train.steps, train.warmup,
                                         _definition(train, shape, dims, config), dims.world, dims.tp, dims.pp)

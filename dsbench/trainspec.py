@@ -13,16 +13,13 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from dsbench import __version__
 from dsbench.errors import UserError
 from dsbench.parallel import interleaved_accepts
 from dsbench.spec import DEFAULT_MICRO_BATCH
 from dsbench.strategies import CHECKPOINTED_ENGINES, LAUNCH_STRATEGIES, SPLIT_ENGINES
-
-if TYPE_CHECKING:
-    from dsbench.parallel import ParallelDims
 
 STRATEGIES = LAUNCH_STRATEGIES
 CHECKPOINTED = CHECKPOINTED_ENGINES
@@ -236,15 +233,6 @@ class TrainSpec:
         if self.strategy not in TENSOR_SPLIT and self.tp != 1:
             raise UserError(f"--tp {self.tp} is for --strategy torch_tp or torch_3d (DeepSpeed's AutoTP takes its "
                             "degree from the config: tensor_parallel.autotp_size)")
-
-    def check_compile_layout(self, dims: ParallelDims) -> None:
-        """--compile where the layout is known (DeepSpeed's comes from its config): dsbench compiles DeepSpeed's
-        ZeRO engine (``engine.compile()``), not its pipeline engine or AutoTP's split layers."""
-        if self.compile and self.strategy == "deepspeed" and dims.model_parallel > 1:
-            what = ("pipeline engine (pipeline.stages)" if dims.pp > 1 else "AutoTP (tensor_parallel.autotp_size)"
-                    if dims.tp > 1 else "Ulysses (sequence_parallel_size)")
-            raise UserError(f"--compile is not supported with DeepSpeed's {what}: dsbench compiles the ZeRO engine "
-                            "only; drop --compile")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

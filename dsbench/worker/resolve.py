@@ -10,7 +10,8 @@ from typing import Any
 
 from dsbench.configs.autofill import AutoInputs
 from dsbench.errors import UserError
-from dsbench.models import ModelShape, check_ulysses, resolve_model
+from dsbench.layout_check import check_run_layout
+from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
 from dsbench.trainspec import TrainSpec
 from dsbench.worker import accelerate_env, setup
@@ -48,9 +49,7 @@ def resolve(spec: TrainSpec, world: int, environ: Mapping[str, str]) -> Resolved
         ds_config = None
         dims = ParallelDims(world=world, tp=spec.tp, pp=spec.pipeline_stages, dp_shard=spec.dp_shard)
         micro, accum = spec.micro_batch, spec.grad_accum
-    dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
-    check_ulysses(shape.arch, dims.sp, spec.seq_len)
-    spec.check_compile_layout(dims)
+    check_run_layout(spec, strategy, shape, dims)  # the launch's own check (layout_check.py), made again here
     return Resolved(strategy=strategy, shape=shape, dims=dims, micro_batch=micro, grad_accum=accum,
                     ds_config=ds_config, precision=setup.precision_of(ds_config, spec.precision))
 

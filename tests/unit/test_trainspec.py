@@ -8,6 +8,7 @@ import pytest
 
 from dsbench.errors import UserError
 from dsbench.trainspec import TrainSpec, from_argv, from_dict, write
+from tests.conftest import DATA
 
 
 def test_flags_and_run_json_give_the_same_spec(tmp_path):
@@ -101,14 +102,19 @@ def test_speed_options_are_refused_where_they_cannot_be_measured_or_done(argv, n
 
 
 def test_compile_is_refused_for_deepspeeds_pipeline_and_autotp_layouts():
+    """The layout check the launch and every rank make (layout_check.check_run_layout)."""
+    from dsbench.layout_check import check_run_layout
+    from dsbench.models import resolve_model
     from dsbench.parallel import ParallelDims
 
-    spec = from_argv(["--compile", "--strategy", "deepspeed"])
-    spec.check_compile_layout(ParallelDims(world=2))  # ZeRO: engine.compile()
+    llama = resolve_model("llama-tiny")
+    spec = from_argv(["--compile", "--strategy", "deepspeed", "--model", "llama-tiny"])
+    check_run_layout(spec, "deepspeed", llama, ParallelDims(world=2))  # ZeRO: engine.compile()
     for dims, needle in ((ParallelDims(world=2, pp=2), "pipeline engine"), (ParallelDims(world=2, tp=2), "AutoTP")):
         with pytest.raises(UserError, match=needle):
-            spec.check_compile_layout(dims)
-    from_argv(["--strategy", "deepspeed"]).check_compile_layout(ParallelDims(world=2, pp=2))  # eager: fine
+            check_run_layout(spec, "deepspeed", llama, dims)
+    eager = from_argv(["--strategy", "deepspeed", "--model", "llama-tiny"])
+    check_run_layout(eager, "deepspeed", llama, ParallelDims(world=2, pp=2))  # eager: fine
 
 
 def test_speed_flags_reach_the_spec():
@@ -132,3 +138,29 @@ def test_the_two_spellings_of_full_recompute_are_one_setting():
     assert from_argv(["--activation-checkpointing"]).recompute == "full"
     assert from_argv(["--recompute", "full"]).activation_checkpointing is True
     assert from_argv(["--recompute", "selective-op"]).activation_checkpointing is False
+
+
+@pytest.mark.parametrize("launch, worker, world, needle", [
+    (["--strategy", "torch_tp", "--tp", "2", "--launcher", "torchrun", "--model", "gpt2-tiny"],
+     ["--strategy", "torch_tp", "--tp", "2", "--model", "gpt2-tiny"], 2,
+     "--strategy torch_tp splits Llama-family models (llama, qwen2, mistral), not 'gpt2'"),
+    (["--strategy", "torch_pp", "--pipeline-stages", "2", "--launcher", "torchrun", "--model", "gpt2-tiny",
+      "--grad-accum", "4", "--pipeline-schedule", "interleaved", "--virtual-stages", "2"],
+     ["--strategy", "torch_pp", "--pipeline-stages", "2", "--model", "gpt2-tiny", "--grad-accum", "4",
+      "--pipeline-schedule", "interleaved", "--virtual-stages", "2"], 2,
+     "--virtual-stages 2 does not divide gpt2-tiny's 2 layers into 2 stages x 2 equal chunks"),
+    (["--strategy", "torch_tp", "--tp", "2", "--launcher", "torchrun", "--loss-parallel", "--model",
+      str(DATA / "models" / "qwen2-tied-tiny")],
+     ["--strategy", "torch_tp", "--tp", "2", "--loss-parallel", "--model", str(DATA / "models" / "qwen2-tied-tiny")],
+     2, "--loss-parallel"),
+])
+def test_the_launch_and_a_rank_refuse_a_layout_in_the_same_words(cli_run, tmp_path, launch, worker, world, needle):
+    """One layout check (layout_check.check_run_layout) serves both: what `dsbench launch` refuses before any process
+    starts, a rank started by hand (its run resolved by worker/resolve.py) refuses with the same line."""
+    from dsbench.worker.resolve import resolve
+
+    result = cli_run("launch", *launch, "--run-dir", str(tmp_path / "run"), "--dry-run")
+    assert result.exit_code == 2 and needle in result.output, result.output
+    with pytest.raises(UserError) as refused:
+        resolve(from_argv(worker), world, {})
+    assert needle in str(refused.value) and str(refused.value) in result.output

@@ -1,0 +1,33 @@
+"""The one check of a run's layout against its model and options (stdlib only): ``dsbench launch`` makes it before any
+process starts (dsbench/launch_checks.py), and every rank makes it again when it resolves its run
+(dsbench/worker/resolve.py), from the same function, so a launch and a rank started by hand refuse the same runs in
+the same words."""
+
+from __future__ import annotations
+
+from dsbench import trainspec
+from dsbench.errors import UserError
+from dsbench.models import ModelShape, check_autotp, check_loss_parallel, check_megatron_tp, check_ulysses
+from dsbench.parallel import ParallelDims
+
+
+def check_run_layout(train: trainspec.TrainSpec, strategy: str, shape: ModelShape, dims: ParallelDims) -> None:
+    """The model splits as ``dims`` asks (whole heads per TP rank, a layer per stage), its family takes the tensor
+    and sequence parallelism asked for, the interleaved chunks divide its layers, and --compile fits the layout.
+    ``strategy`` is the run's (a rank resolves accelerate's ``auto``)."""
+    dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+    if train.compile and strategy == "deepspeed" and dims.model_parallel > 1:
+        what = ("pipeline engine (pipeline.stages)" if dims.pp > 1 else "AutoTP (tensor_parallel.autotp_size)"
+                if dims.tp > 1 else "Ulysses (sequence_parallel_size)")
+        raise UserError(f"--compile is not supported with DeepSpeed's {what}: dsbench compiles the ZeRO engine "
+                        "only; drop --compile")
+    if strategy in trainspec.TENSOR_SPLIT and dims.tp > 1:
+        check_megatron_tp(shape.arch, strategy)
+        check_loss_parallel(train.loss_parallel, shape.tied_embeddings, shape.name)
+    elif dims.tp > 1:
+        check_autotp(shape.arch)
+    check_ulysses(shape.arch, dims.sp, train.seq_len)
+    chunks = dims.pp * train.virtual_stages
+    if train.pipeline_schedule in trainspec.INTERLEAVED and shape.layers % chunks:
+        raise UserError(f"--virtual-stages {train.virtual_stages} does not divide {shape.name}'s {shape.layers} "
+                        f"layers into {dims.pp} stages x {train.virtual_stages} equal chunks")
