@@ -14,7 +14,10 @@ from dsbench.parallel import ParallelDims
 def check_run_layout(train: trainspec.TrainSpec, strategy: str, shape: ModelShape, dims: ParallelDims) -> None:
     """The model splits as ``dims`` asks (whole heads per TP rank, a layer per stage), its family takes the tensor
     and sequence parallelism asked for, the interleaved chunks divide its layers, and --compile fits the layout.
-    ``strategy`` is the run's (a rank resolves accelerate's ``auto``)."""
+    ``strategy`` is the run's (a rank resolves accelerate's ``auto``). Before it, the sequence fits the model's
+    positions."""
+    if train.seq_len > shape.max_positions:
+        raise UserError(f"--seq-len {train.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
     if train.compile and strategy == "deepspeed" and dims.model_parallel > 1:
         what = ("pipeline engine (pipeline.stages)" if dims.pp > 1 else "AutoTP (tensor_parallel.autotp_size)"

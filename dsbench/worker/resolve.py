@@ -40,8 +40,6 @@ def resolve(spec: TrainSpec, world: int, environ: Mapping[str, str]) -> Resolved
     if strategy == "single" and world > 1:
         raise UserError(f"--strategy single runs one process, but the launcher started {world}")
     shape = resolve_model(spec.model)
-    if spec.seq_len > shape.max_positions:
-        raise UserError(f"--seq-len {spec.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
     if strategy == "deepspeed":
         ds_config, dims = _deepspeed_config(spec, shape, world, environ)
         micro, accum = ds_config["train_micro_batch_size_per_gpu"], ds_config.get("gradient_accumulation_steps", 1)
