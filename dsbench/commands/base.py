@@ -53,8 +53,10 @@ class Group(click.Group):
             if debug_wanted(ctx):
                 raise
             error = write_failed(exc.filename or "a path", exc)  # a full or failing disk is exit 1, else exit 2
-            click.echo(f"dsbench: error: {exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": ")
-                       [:400], err=True)
+            name = str(exc.filename or "")
+            if len(name) > 200:  # a path too long for the system: its ends, so that the reason stays on the line
+                name = f"{name[:100]}...{name[-40:]}"
+            click.echo(f"dsbench: error: {name}: {exc.strerror or exc}".replace(": : ", ": ")[:400], err=True)
             ctx.exit(error.exit_code)
         except Exception as exc:
             if debug_wanted(ctx):

@@ -263,3 +263,12 @@ def test_what_only_the_ranks_know_is_left_to_them(cli_run, tmp_path):
     elsewhere = cli_run("launch", "--zero", "2", "--run-dir", str(tmp_path / "run2"), "--dry-run", "--", "--resume",
                         str(tmp_path / "on-the-nodes" / "global_step10"))
     assert elsewhere.exit_code == 0, elsewhere.output
+
+
+def test_a_resume_path_too_long_for_the_system_is_one_line_with_its_reason(cli_run, tmp_path):
+    """The system refuses the name (ENAMETOOLONG): one line, exit 2, its ends and the reason, never cut before it."""
+    result = cli_run("launch", "--zero", "2", "--run-dir", str(tmp_path / "run"), "--dry-run", "--", "--resume",
+                     "a" * 5000)
+    line = result.output.strip()
+    assert result.exit_code == 2 and "\n" not in line and line.endswith("File name too long"), line[-200:]
+    assert len(line) < 400 and "Traceback" not in line
