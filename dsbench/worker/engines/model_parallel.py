@@ -27,7 +27,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from dsbench.errors import UserError
 from dsbench.models import check_loss_parallel, check_megatron_tp
 from dsbench.parallel import ParallelDims
 from dsbench.trainspec import INTERLEAVED
@@ -144,10 +143,7 @@ class TorchPipelineEngine(TorchAdamWEngine):
         column = int((columns[self.stage] == dist.get_rank()).nonzero()[0])
         self.last_rank = int(columns[-1, column])  # the global rank whose stage computes this rank's loss
         split = split_model(model)
-        chunks = options.virtual_stages if schedule in INTERLEAVED else 1
-        if len(split.blocks) % (dims.pp * chunks):
-            raise UserError(f"{chunks} virtual stages do not divide the {len(split.blocks) // dims.pp} layers per "
-                            f"stage ({len(split.blocks)} layers on {dims.pp} stages)")
+        chunks = options.virtual_stages if schedule in INTERLEAVED else 1  # they divide the layers: layout_check.py
         indices = [self.stage + k * dims.pp for k in range(chunks)]  # this rank's chunks, non-adjacent
         parts = self.parallelize([Stage(stage_layers(split, i, dims.pp * chunks),
                                         autocast(options, dist_info.device)).to(device) for i in indices])

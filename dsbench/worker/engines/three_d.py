@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 
-from dsbench.models import check_megatron_tp
 from dsbench.worker.engines.model_parallel import TorchPipelineEngine, _local, megatron_layer_plan, scale_to_norm_
 
 
@@ -46,8 +45,7 @@ class Torch3DEngine(TorchPipelineEngine):
         from dsbench.worker.pipe_split import BlockPipe
 
         blocks = [layer for part in parts for layer in part.layers if isinstance(layer, BlockPipe)]
-        if self.dims.tp > 1:
-            check_megatron_tp(getattr(blocks[0].config, "model_type", "?"), self.name)
+        if self.dims.tp > 1:  # the model's family was checked when the run was resolved (layout_check.py)
             for block in blocks:
                 parallelize_module(block.block, self.mesh["tp"], megatron_layer_plan())
         if self.dims.dp == 1:
