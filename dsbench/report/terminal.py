@@ -48,7 +48,7 @@ def compare_grid(rows: list[Row], wide: bool = False) -> Grid:
     ok = [row for row in rows if row.status == "ok" and row.tokens_per_s]
     low, high, rule = noise_rule(ok) if ok else ("tokens_per_s_min", "tokens_per_s_max", "")
     best = _best(rows)
-    several = {key: len({row.figure(key) for row in ok}) > 1 for key in ("model", "device")}  # a failed cell's "?"
+    several = {key: len({row.figure(key) for row in ok}) > 1 for key in ("model", "device")}  # failed cells aside
     rest = [col for col in columns_for(rows) if col[0] not in SHOWN]
     grid = Grid([Col("strategy", 80, left=True), Col("ranks", 100), Col("tokens/s ±", 80), Col("vs best", 80),
                  Col("MiB/rank", 80), Col("MFU %", 100), Col("loss", 100), Col("status", 80, left=True),
