@@ -40,32 +40,30 @@ does not mind."""
 
 def measure(out: Path) -> list[dict[str, Any]]:
     """Launch each (stages, M, schedule): one micro-batch of 1 per micro-step, 2 steps, the first one measured."""
-    rows = []
-    for stages, micro_batches in CASES:
-        with tempfile.TemporaryDirectory(prefix="dsbench-pipe-llama-") as folder:
-            rows += _measure_case(out, Path(folder), stages, micro_batches)
-    return rows
+    return [launch(out, stages, 2 * stages, LLAMA["vocab_size"], micro_batches, schedule, chunks)
+            for stages, micro_batches in CASES for schedule, chunks in SCHEDULES]
 
 
-def _measure_case(out: Path, model: Path, stages: int, micro_batches: int) -> list[dict[str, Any]]:
-    rows = []
-    (model / "config.json").write_text(json.dumps({**LLAMA, "num_hidden_layers": 2 * stages}))
-    for schedule, chunks in SCHEDULES:
-        folder = out / f"pp{stages}-m{micro_batches}-{schedule}"
+def launch(out: Path, stages: int, layers: int, vocab: int, micro_batches: int, schedule: str,
+           chunks: int) -> dict[str, Any]:
+    """One torch_pp run of :data:`LLAMA` with ``layers`` layers and a ``vocab``-token vocabulary, and each rank's
+    peak of saved tensors in its first step."""
+    folder = out / f"pp{stages}-l{layers}-v{vocab}-m{micro_batches}-{schedule}"
+    with tempfile.TemporaryDirectory(prefix="dsbench-pipe-llama-") as model:
+        Path(model, "config.json").write_text(json.dumps({**LLAMA, "num_hidden_layers": layers,
+                                                          "vocab_size": vocab}))
         argv = [sys.executable, "-m", "dsbench", "launch", "--launcher", "torchrun", "--strategy", "torch_pp",
-                "--pipeline-stages", str(stages), "--num-gpus", str(stages), "--model", str(model),
+                "--pipeline-stages", str(stages), "--num-gpus", str(stages), "--model", model,
                 "--micro-batch", "1", "--grad-accum", str(micro_batches), "--pipeline-schedule", schedule,
                 "--virtual-stages", str(chunks), "--run-dir", str(folder), "--", "--steps", "2", "--warmup", "1",
                 "--quiet"]
         print("$ " + " ".join(argv[2:]), flush=True)
         if subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL).returncode != 0:
             sys.exit(f"{folder.name}: the launch failed (log: {folder}/launch.log)")
-        summary = json.loads((folder / "summary.json").read_text())
-        rows.append({"stages": stages, "micro_batches": micro_batches, "schedule": schedule,
-                     "virtual_stages": chunks, "layers": 2 * stages,
-                     "command": "dsbench " + " ".join(argv[3:]).replace(str(model), "LLAMA_DIR"),
-                     "peak_bytes_per_rank": summary["saved_activation_peak_bytes_per_rank"]})
-    return rows
+    summary = json.loads((folder / "summary.json").read_text())
+    return {"stages": stages, "micro_batches": micro_batches, "schedule": schedule, "virtual_stages": chunks,
+            "layers": layers, "vocab": vocab, "command": "dsbench " + " ".join(argv[3:]).replace(model, "LLAMA_DIR"),
+            "peak_bytes_per_rank": summary["saved_activation_peak_bytes_per_rank"]}
 
 
 def predicted(row: dict[str, Any]) -> float:
@@ -83,7 +81,8 @@ def in_flight(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float]]:
 def rank_peaks(row: dict[str, Any]) -> list[float]:
     """The planner's peak on every rank (bytes): saved.py's inventory of what each chunk keeps, the head and the
     loss on the last chunk, held in the order torch's schedule runs the passes (plan/pipeline_peak.py)."""
-    shape = shape_from_config({**LLAMA, "num_hidden_layers": row["layers"]}, "wide", "bench", None)
+    shape = shape_from_config({**LLAMA, "num_hidden_layers": row["layers"],
+                               "vocab_size": row.get("vocab", LLAMA["vocab_size"])}, "wide", "bench", None)
     chunks = row["stages"] * row["virtual_stages"]
     kept = [saved_activation_bytes(replace(shape, layers=n), 128, 1) for n in chunk_layers(row["layers"], chunks)]
     sizes = [k.layers + (k.head if v == chunks - 1 else 0.0) for v, k in enumerate(kept)]
@@ -94,14 +93,14 @@ def rank_peaks(row: dict[str, Any]) -> list[float]:
 
 def rank_table(rows: list[dict[str, Any]]) -> str:
     """Every rank's peak, measured / predicted MiB."""
-    lines = ["| P | M | schedule | V | per rank: measured / predicted MiB | worst error |",
-             "|---:|---:|---|---:|---|---:|"]
+    lines = ["| P | M | schedule | V | vocab | per rank: measured / predicted MiB | worst error |",
+             "|---:|---:|---|---:|---:|---|---:|"]
     for row in rows:
         pairs = list(zip(row["peak_bytes_per_rank"], rank_peaks(row), strict=True))
         cells = ", ".join(f"{m / 2**20:.2f} / {p / 2**20:.2f}" for m, p in pairs)
         worst = max(((p - m) / m for m, p in pairs), key=abs)
         lines.append(f"| {row['stages']} | {row['micro_batches']} | {row['schedule']} | {row['virtual_stages']} | "
-                     f"{cells} | {worst:+.1%} |")
+                     f"{row.get('vocab', LLAMA['vocab_size'])} | {cells} | {worst:+.1%} |")
     return "\n".join(lines)
 
 

@@ -172,3 +172,23 @@ def test_a_launch_warns_of_more_stages_than_micro_batches():
     assert "idles (P-1)/(M+P-1) = 50% of a step" in pipeline_notes(2, 1)[0]
     assert "= 75% of a step; raise --grad-accum to at least 4" in pipeline_notes(4, 1)[0]
     assert pipeline_notes(2, 2) == pipeline_notes(4, 8) == []
+
+
+def test_runs_the_pass_order_was_not_written_on_are_predicted_rank_by_rank():
+    """Held out (tests/data/activations/pipeline_peak_held_out.json, measured after plan/pipeline_peak.py was
+    written): 3 stages, and a 16k-token vocabulary whose head makes the last stage the busiest under 1F1B and
+    interleaved 1F1B too. Every rank within 2%, and the busiest rank is the one measured busiest."""
+    import sys
+
+    from tests.conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_pipeline_memory import rank_peaks
+
+    rows = json.loads((DATA / "activations" / "pipeline_peak_held_out.json").read_text())["rows"]
+    assert len(rows) == 6 and {r["vocab"] for r in rows} == {4096, 16384} and {r["stages"] for r in rows} == {2, 3}
+    for row in rows:
+        measured, predicted = row["peak_bytes_per_rank"], rank_peaks(row)
+        assert all(abs(p / m - 1) < 0.02 for m, p in zip(measured, predicted, strict=True)), (row, predicted)
+        assert measured.index(max(measured)) == predicted.index(max(predicted)), row
+    assert sum(r["peak_bytes_per_rank"][-1] > r["peak_bytes_per_rank"][0] for r in rows) == 4  # the last, busiest
