@@ -174,23 +174,3 @@ def warmup_forwards(rank: int, stages: int, micro_batches: int, virtual_stages: 
     per_round = micro_batches // max(1, micro_batches // stages)
     hops = 1 if zero_bubble else 2
     return min((virtual_stages - 1) * per_round + hops * (stages - 1 - rank), micro_batches * virtual_stages)
-
-
-def in_flight_micro_batches(stages: int, micro_batches: int, virtual_stages: int = 1, gpipe: bool = False,
-                            zero_bubble: bool = False) -> float:
-    """Micro-batches whose activations the first stage holds at its peak: all M under GPipe (every forward before
-    any backward); min(P, M) under 1F1B. 1 without a pipeline.
-
-    Otherwise the first stage's warm-up forwards (:func:`warmup_forwards`) and one more come before its first
-    backward: the peak is that many chunks of 1/V of the stage each, capped at all M·V. With M a multiple of P it is
-    P·(1 + (P - 1)/(P·V)) micro-batches under interleaved 1F1B (Korthikanti et al. 2022 sec. 4.2.3, after Narayanan
-    et al. 2021) and P under zero bubble (Qi et al. 2024: ZB-H1 holds 1F1B's activations; a chunk's weight-gradient
-    pass frees them, right after its input-gradient pass on the first stage). Every rank's peak, with chunks of
-    unequal bytes: ``plan.pipeline_peak``. tests/unit/test_pipeline_in_flight.py checks both against torch's own
-    schedules' action lists."""
-    if stages <= 1:
-        return 1
-    if gpipe:
-        return micro_batches
-    chunks = warmup_forwards(0, stages, micro_batches, virtual_stages, zero_bubble) + 1
-    return min(chunks, micro_batches * max(1, virtual_stages)) / max(1, virtual_stages)

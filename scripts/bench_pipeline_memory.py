@@ -4,8 +4,8 @@ its zero-bubble form against GPipe, on 2 stages (a 4-layer Llama) and 4 stages (
 Measured: rank 0's ``saved_activations_peak`` (the most saved-tensor bytes its autograd graph held at once in the
 first step, parameters excluded: dsbench/worker/state_bytes.py) over one micro-batch's bytes,
 which is GPipe's peak on the same stages over M (GPipe runs every forward before any backward: it holds all M).
-Predicted: dsbench.parallel.in_flight_micro_batches, nothing fitted. A second table puts every rank's peak beside
-the planner's (plan/pipeline_peak.py over saved.py's inventory, the head and loss on the last stage).
+Predicted: dsbench.plan.pipeline_peak.in_flight_micro_batches, nothing fitted. A second table puts every rank's
+peak beside the planner's (plan/pipeline_peak.py over saved.py's inventory, the head and loss on the last stage).
 
     python scripts/bench_pipeline_memory.py --json tests/data/activations/pipeline_in_flight.json   # 24 runs, ~4 min
     python scripts/bench_pipeline_memory.py --from tests/data/activations/pipeline_in_flight.json  # the table only
@@ -24,8 +24,7 @@ from typing import Any
 from bench_activation_memory import WIDE, measured_or_stored  # scripts/ is the script's own folder on sys.path
 
 from dsbench.models import shape_from_config
-from dsbench.parallel import in_flight_micro_batches
-from dsbench.plan.pipeline_peak import chunk_layers, peaks
+from dsbench.plan.pipeline_peak import chunk_layers, in_flight_micro_batches, peaks
 from dsbench.plan.saved import saved_activation_bytes
 
 ROOT = Path(__file__).resolve().parents[1]

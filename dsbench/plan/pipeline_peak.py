@@ -113,3 +113,21 @@ def busiest(stages: int, micro_batches: int, layer_bytes: float, head_bytes: flo
     if stages <= 1:
         return RankPeak(sum(sizes), loss_bytes)
     return max(peaks(stages, micro_batches, sizes, loss, virtual_stages, schedule), key=lambda peak: peak.total)
+
+
+def in_flight_micro_batches(stages: int, micro_batches: int, virtual_stages: int = 1, gpipe: bool = False,
+                            zero_bubble: bool = False) -> float:
+    """Micro-batches whose activations the first stage holds at its peak: rank 0's :func:`peaks` with every chunk
+    1/V of a micro-batch. All M under GPipe (every forward before any backward); min(P, M) under 1F1B; 1 without a
+    pipeline. Interleaved, the first stage's warm-up forwards (:func:`dsbench.parallel.warmup_forwards`) and one more
+    come before its first backward; with M a multiple of P that is P·(1 + (P - 1)/(P·V)) micro-batches under
+    interleaved 1F1B (Korthikanti et al. 2022 sec. 4.2.3, after Narayanan et al. 2021) and P under zero bubble (Qi
+    et al. 2024: ZB-H1 holds 1F1B's activations). tests/unit/test_pipeline_in_flight.py checks it against torch's
+    own schedules' action lists and the closed forms."""
+    if stages <= 1:
+        return 1
+    schedule = ("gpipe" if gpipe else "interleaved-zb" if zero_bubble else "interleaved" if virtual_stages > 1
+                else "1f1b")
+    chunks = stages * (virtual_stages if schedule.startswith("interleaved") else 1)
+    share = 1 / (chunks // stages)
+    return peaks(stages, micro_batches, [share] * chunks, None, virtual_stages, schedule)[0].total

@@ -90,7 +90,7 @@ def test_bubble_fraction_formula():
 
 
 def test_the_first_stage_holds_p_micro_batches_or_more_when_interleaved():
-    from dsbench.parallel import in_flight_micro_batches
+    from dsbench.plan.pipeline_peak import in_flight_micro_batches
 
     assert in_flight_micro_batches(4, 8) == 4 and in_flight_micro_batches(4, 2) == 2  # 1F1B: min(P, M)
     assert in_flight_micro_batches(4, 8, gpipe=True) == 8 and in_flight_micro_batches(1, 8) == 1

@@ -1,7 +1,7 @@
-"""The planner's micro-batches in flight (dsbench.parallel.in_flight_micro_batches) against torch's own pipeline
-schedules: each schedule class computes every rank's list of actions when it is built (no process group, no model:
-the schedule reads only the stages' indices), and the first rank's peak of forwards not yet freed by a backward is
-the count of activations it holds at once. The oracle is torch's code, not the formula under test."""
+"""The planner's micro-batches in flight (dsbench.plan.pipeline_peak.in_flight_micro_batches) against torch's own
+pipeline schedules: each schedule class computes every rank's list of actions when it is built (no process group,
+no model: the schedule reads only the stages' indices), and the first rank's peak of forwards not yet freed by a
+backward is the count of activations it holds at once. The oracle is torch's code, not the formula under test."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from dsbench.parallel import in_flight_micro_batches, interleaved_accepts
+from dsbench.parallel import interleaved_accepts
+from dsbench.plan.pipeline_peak import in_flight_micro_batches
 from tests.conftest import DATA
 
 schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
