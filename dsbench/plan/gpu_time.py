@@ -20,6 +20,8 @@ Per micro-batch and layer, on one GPU (its TP shard, its CP share of the sequenc
 - ``optimizer``: Adam's read and write of its fp32 states at HBM bandwidth.
 - ``engine_host``: the host work of a DeepSpeed ZeRO engine that the GPU waits for, per parameter tensor.
 - ``autocast``: under torch.autocast over fp32 weights, the weight casts and the ops autocast runs in fp32.
+- ``fp8_cast``: under fp8 (torchao's Float8 linears, tensorwise dynamic scaling) each linear's input, weight and
+  output gradient scaled and cast to fp8 before its GEMMs, at HBM bandwidth.
 
 Memory-bound terms of the HF modules run eagerly go at the profile's ``hf_hbm_fraction`` of HBM bandwidth, and a 16-bit
 GEMM with a dimension that is not a multiple of 8 at its ``unaligned_gemm_fraction`` of peak (gpu_profiles.py).
@@ -96,11 +98,8 @@ def layer_times(lay: Layout, hw: GpuProfile) -> dict[str, float]:
     s, b, t, p = lay.shape, lay.micro_batch, lay.tp, lay.precision
     queries = lay.seq_len / lay.cp
     tokens = b * queries
-    h, f, kv = s.hidden, s.ffn, s.hidden * s.kv_heads // s.heads
-    linear = (gemm_seconds(tokens, (h + 2 * kv) / t, h, 1, hw, p)  # QKV
-              + gemm_seconds(tokens, h, h / t, 1, hw, p)  # output projection
-              + gemm_seconds(tokens, (s.mlp_matrices - 1) * f / t, h, 1, hw, p)  # up (and gate)
-              + gemm_seconds(tokens, h, f / t, 1, hw, p))  # down
+    h = s.hidden
+    linear = sum(gemm_seconds(m, n, k, 1, hw, p) for m, k, n in _linears(lay))  # QKV, output, up (and gate), down
     scores = "bf16" if p == "fp8" else p  # fp8 recipes (torchao Float8) keep attention in 16-bit
     if lay.attention == "flash":  # QK^T and PV: 4·b·s_q·s·h/t FLOPs, half of them masked out under causality
         flops = 0.5 * 4 * tokens * lay.seq_len * h / t
@@ -161,6 +160,33 @@ def _autocast_seconds(lay: Layout, hw: GpuProfile) -> float:
     extra = AUTOCAST_FP32.get((s.arch, _op_kernels(lay)))
     chain = 3 * lay.stage_layers * (extra or 0) * lay.micro_batch * lay.seq_len / lay.cp * s.ffn / lay.tp
     return _hbm_seconds(12 * _local_params(lay) + chain, lay, hw)
+
+
+def _linears(lay: Layout) -> list[tuple[float, float, float]]:
+    """The block's linear GEMMs on one GPU as (m, k, n): tokens by input features by output features, each TP
+    shard's (QKV and up/gate split their outputs, the output projection and down their inputs)."""
+    s, t = lay.shape, lay.tp
+    tokens = lay.micro_batch * lay.seq_len / lay.cp
+    h, f, kv = s.hidden, s.ffn, s.hidden * s.kv_heads // s.heads
+    return [(tokens, h, (h + 2 * kv) / t), (tokens, h / t, h), (tokens, h, (s.mlp_matrices - 1) * f / t),
+            (tokens, f / t, h)]
+
+
+def _fp8_cast_bytes(lay: Layout) -> tuple[float, float]:
+    """Bytes one block's fp8 casts move for one micro-batch, (forward, backward), tensorwise dynamic scaling as
+    torchao's float8 roofline counts them (torchao/testing/float8/roofline_utils.py,
+    ``get_tensor_memory_traffic_ovhd_s``): an activation (the input forward, the output gradient backward) takes an
+    amax pass (read 2 bytes per element; fused into the op before it when compiled) and one cast that reads it
+    once and writes the two fp8 layouts its GEMMs need (2 + 1 + 1); a weight takes an amax pass and a cast per
+    layout (2 + 3, then 3 in the backward). 16-bit everywhere else: attention and the output layer stay 16-bit."""
+    if lay.precision != "fp8":
+        return 0.0, 0.0
+    amax = 0 if lay.compile else 2
+    forward = backward = 0.0
+    for m, k, n in _linears(lay):
+        forward += (amax + 4) * m * k + 5 * k * n
+        backward += (amax + 4) * m * n + 3 * k * n
+    return forward, backward
 
 
 def _elementwise_bytes(lay: Layout) -> float:
@@ -249,6 +275,12 @@ def _stage_seconds(lay: Layout, hw: GpuProfile) -> dict[str, float]:
         terms["recompute"] = core * layers
     terms["logits"] = _logits_seconds(lay, hw)  # on the last stage, the busiest
     terms["autocast"] = _autocast_seconds(lay, hw)
+    cast_forward, cast_backward = (_hbm_seconds(nbytes, lay, hw) * layers for nbytes in _fp8_cast_bytes(lay))
+    terms["fp8_cast"] = cast_forward + cast_backward
+    if lay.recompute == "full":  # a recomputed linear casts its input and weight again
+        terms["recompute"] += cast_forward
+    elif lay.recompute == "op":  # half the linears recomputed (their amax saved: torchtitan's op policy keeps max)
+        terms["recompute"] += cast_forward / 2
     if lay.async_tp:  # micro-pipelined collective matmuls hide part of the TP traffic
         terms["tp_comm"] *= 1 - ASYNC_TP_HIDDEN
     return terms
