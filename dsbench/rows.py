@@ -1,5 +1,5 @@
-"""The report's rows as typed records (stdlib only): one run folder as the report reads it, and one cell of the
-comparison with its repeats merged.
+"""The report's rows as typed records (stdlib only): one run folder as the report reads it, one cell of the
+comparison with its repeats merged, and one ``plan --verify`` candidate's run beside its prediction.
 
 ``dsbench.report.collect`` makes them from run folders; the report's tables, verdict, plots and files, ``plan
 --verify``, calibrate's check and the scripts read their attributes. A table column names a field
@@ -8,7 +8,7 @@ comparison with its repeats merged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from dsbench.run_record import RunHeader, RunSummary
@@ -114,3 +114,37 @@ class Row:
 
 FIGURES = frozenset(f.name for f in fields(Row))
 """Every field a row has: the columns and file keys that name one."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyRow:
+    """One candidate's run beside its prediction (``dsbench plan --verify``). The figures are None when the run
+    failed or recorded no measured window."""
+
+    candidate: str
+    folder: str
+    status: str
+    note: str | None = None
+    predicted_model_state_bytes: float | None = None
+    measured_model_state_bytes: float | None = None
+    model_state_error: float | None = None
+    """(predicted - measured) / measured, model states on the busiest rank."""
+    accounting: str | None = None
+    measured_peak_memory_bytes: float | None = None
+    memory_kind: str | None = None
+    tokens_per_s: float | None = None
+    measured_step_s: float | None = None
+    """By the wall clock: the measured window over its steps."""
+    predicted_step_s: float | None = None
+    step_error: float | None = None
+    predicted_peak_memory_bytes: float | None = None
+    """The planner's device total, only where the measured peak is the GPU allocator's."""
+    peak_memory_error: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.model_state_error is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON row: the figures that exist."""
+        return {name: value for name, value in asdict(self).items() if value is not None}

@@ -12,17 +12,16 @@ from typing import Any
 
 from dsbench.models import resolve_model
 from dsbench.plan.estimate import Candidate
-from dsbench.plan.verify import compare_row, compare_strategy
+from dsbench.plan.verify import VerifyRow, compare_row, compare_strategy
 
 
-def verify(result: dict[str, Any], opts: dict[str, Any], count: int = 3, steps: int = 6) -> list[dict[str, Any]]:
-    """Run up to ``count`` top-ranked runnable candidates; return predicted vs measured rows."""
+def verify(result: dict[str, Any], opts: dict[str, Any], count: int = 3, steps: int = 6) -> list[VerifyRow]:
+    """Run up to ``count`` top-ranked runnable candidates (``opts["model"]``: a model the worker can build; the
+    command refuses --verify without one); return predicted vs measured rows."""
     from dsbench.bench.compare import run_cell
     from dsbench.bench.matrix import Cell, fused_by_default
     from dsbench.envinfo import default_ranks, local_gpu_count
 
-    if not opts.get("model"):
-        return [{"error": "--verify needs --model (a runnable model, not --params)"}]
     ranks = result["cluster"]["gpus_per_node"] if result["cluster"]["nodes"] == 1 else default_ranks()
     precision = "fp32" if local_gpu_count() == 0 else result["workload"]["precision"]
     shape = resolve_model(opts["model"])

@@ -115,6 +115,10 @@ def plan(top: int, as_json: bool, wide: bool, verify: bool, config_file: str | N
         return
     opts.pop("layout")
     _no_layout_flags(layout_opts)
+    if verify and not opts.get("model"):
+        from dsbench.errors import UserError
+
+        raise UserError("--verify runs the candidates: give --model (a model the worker can build), not --params")
     from dsbench.plan.api import plan as make_plan
     from dsbench.plan.request import PlanRequest
     from dsbench.report.tables import print_plan
@@ -124,7 +128,8 @@ def plan(top: int, as_json: bool, wide: bool, verify: bool, config_file: str | N
     if verify:
         from dsbench.bench.verify import verify as run_verify
 
-        result["verify"] = run_verify(result, opts)
+        verified = run_verify(result, opts)
+        result["verify"] = [row.to_dict() for row in verified]
     if write_dir:
         result["written"] = _write(write_dir, result, make_request)
     if as_json:
@@ -136,7 +141,7 @@ def plan(top: int, as_json: bool, wide: bool, verify: bool, config_file: str | N
         if verify:
             from dsbench.report.tables import print_verify
 
-            print_verify(result["verify"], wide)
+            print_verify(verified, wide)
 
 
 LAYOUT_ONLY = ("tp", "pipeline_stages", "pipeline_schedule", "virtual_stages", "cp", "ulysses", "global_batch",

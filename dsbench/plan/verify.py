@@ -15,7 +15,7 @@ from dsbench.models import ModelShape
 from dsbench.plan.estimate import Candidate
 from dsbench.plan.memory import ModelStates, accounting_for, held_params, model_states
 from dsbench.plan.profile import Profile
-from dsbench.rows import Row
+from dsbench.rows import Row, VerifyRow
 from dsbench.run_record import read_summary
 
 
@@ -49,33 +49,34 @@ def comparable_bytes(strategy: str, counted: dict[str, Any], states: ModelStates
 
 
 def compare_row(planned: dict[str, Any], folder: Path, shape: ModelShape, ranks: int, precision: str,
-                status: str) -> dict[str, Any]:
+                status: str) -> VerifyRow:
     """Predicted vs measured for one candidate's run (``planned``: its row of the plan result): model states on the
     busiest rank, and peak memory on GPU."""
     cand = Candidate.from_dict(planned)
-    row: dict[str, Any] = {"candidate": planned["name"], "folder": str(folder), "status": status}
+    row = VerifyRow(candidate=planned["name"], folder=str(folder), status=status)
     summary = read_summary(folder) if status == "ok" else None
     if summary is None or summary.throughput is None or not summary.model_state_bytes_per_rank:
         return row
     counted = max(summary.model_state_bytes_per_rank, key=lambda r: r["total"])  # a stage may hold more
     states = predicted_states(shape, cand, ranks, precision)
-    acc = accounting_for(precision, cand.strategy)
     measured, predicted = comparable_bytes(cand.strategy, counted, states)
-    if cand.strategy == "zero1":
-        row["note"] = "gradients excluded (counted at different moments, see docs/planner.md)"
     peak = max(summary.peak_memory_bytes_per_rank)
     wall_step = summary.throughput.step_s  # by the wall clock: the measured window over its steps
-    row.update(predicted_model_state_bytes=predicted, measured_model_state_bytes=measured,
-               model_state_error=(predicted - measured) / measured, accounting=acc.name,
-               measured_peak_memory_bytes=peak, memory_kind=summary.memory_kind,
-               tokens_per_s=summary.throughput.tokens_per_s, measured_step_s=wall_step,
-               predicted_step_s=planned["step_s"], step_error=(planned["step_s"] - wall_step) / wall_step)
+    device: dict[str, float] = {}
     if summary.memory_kind == "cuda_max_allocated":
         # On a GPU the planner's device total (states + activations + buffers) is comparable with
         # torch.cuda.max_memory_allocated; on CPU the RSS includes the whole runtime, so no comparison.
         predicted_peak = planned["memory_gib"]["device_total"] * 2**30
-        row.update(predicted_peak_memory_bytes=predicted_peak, peak_memory_error=(predicted_peak - peak) / peak)
-    return row
+        device = {"predicted_peak_memory_bytes": predicted_peak, "peak_memory_error": (predicted_peak - peak) / peak}
+    return VerifyRow(
+        candidate=row.candidate, folder=row.folder, status=status,
+        note="gradients excluded (counted at different moments, see docs/planner.md)"
+        if cand.strategy == "zero1" else None,
+        predicted_model_state_bytes=predicted, measured_model_state_bytes=measured,
+        model_state_error=(predicted - measured) / measured, accounting=accounting_for(precision, cand.strategy).name,
+        measured_peak_memory_bytes=peak, memory_kind=summary.memory_kind, tokens_per_s=summary.throughput.tokens_per_s,
+        measured_step_s=wall_step, predicted_step_s=planned["step_s"],
+        step_error=(planned["step_s"] - wall_step) / wall_step, **device)
 
 
 def candidate_for(strategy: str) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench.report.grid import Col, Grid
+from dsbench.rows import VerifyRow
 
 
 def _header(result: dict[str, Any]) -> str:
@@ -88,35 +89,29 @@ def step_text(row: dict[str, Any]) -> str:
     return text
 
 
-def _mib(row: dict[str, Any], key: str) -> str:
-    return f"{row[key] / 2**20:,.2f}" if row["status"] == "ok" else "-"
-
-
-def verify_grid(rows: list[dict[str, Any]]) -> Grid:
+def verify_grid(rows: list[VerifyRow]) -> Grid:
     grid = Grid([Col("candidate", 80, left=True), Col("status", 80, left=True), Col("states MiB", 100),
                  Col("measured", 100), Col("error", 80), Col("step ms", 100), Col("measured", 100),
                  Col("step error", 80), Col("accounting", 0, left=True), Col("peak MiB (kind)", 0),
                  Col("predicted peak MiB", 0), Col("peak error", 0)],
                 title="predicted vs measured")
+    mib = lambda v: "-" if v is None else f"{v / 2**20:,.2f}"  # noqa: E731
+    share = lambda v, digits=1: "-" if v is None else f"{v:+.{digits}%}"  # noqa: E731
+    ms = lambda v: "-" if v is None else f"{v * 1e3:,.1f}"  # noqa: E731
     for row in rows:
-        if "error" in row:
-            grid.notes.append(row["error"])
-            continue
-        ok = row["status"] == "ok"
-        grid.add(row["candidate"], row["status"], _mib(row, "predicted_model_state_bytes"),
-                 _mib(row, "measured_model_state_bytes"), f"{row['model_state_error']:+.1%}" if ok else "-",
-                 f"{row['predicted_step_s'] * 1e3:,.1f}" if ok else "-",
-                 f"{row['measured_step_s'] * 1e3:,.1f}" if ok else "-", f"{row['step_error']:+.0%}" if ok else "-",
-                 row.get("accounting", "-"),
-                 f"{row['measured_peak_memory_bytes'] / 2**20:,.0f} ({row['memory_kind']})" if ok else "-",
-                 f"{row['predicted_peak_memory_bytes'] / 2**20:,.0f}" if "predicted_peak_memory_bytes" in row
-                 else "-", f"{row['peak_memory_error']:+.1%}" if "peak_memory_error" in row else "-")
+        peak = ("-" if row.measured_peak_memory_bytes is None
+                else f"{row.measured_peak_memory_bytes / 2**20:,.0f} ({row.memory_kind})")
+        grid.add(row.candidate, row.status, mib(row.predicted_model_state_bytes), mib(row.measured_model_state_bytes),
+                 share(row.model_state_error), ms(row.predicted_step_s), ms(row.measured_step_s),
+                 share(row.step_error, 0), row.accounting or "-", peak,
+                 "-" if row.predicted_peak_memory_bytes is None else f"{row.predicted_peak_memory_bytes / 2**20:,.0f}",
+                 share(row.peak_memory_error))
     grid.notes.append("states MiB: model states per rank, predicted then measured (bytes counted from tensors); "
                       "step ms: predicted then measured by the wall clock")
     return grid
 
 
-def print_verify(rows: list[dict[str, Any]], wide: bool = False) -> None:
+def print_verify(rows: list[VerifyRow], wide: bool = False) -> None:
     from dsbench.console import table_console
 
     verify_grid(rows).print(table_console(), wide)

@@ -363,3 +363,41 @@ def test_tune_ends_with_the_winner_why_and_the_runner_up(capsys):
     assert "winner after 2 run(s): zero1 mb2 x2, 8,400 tokens/s measured" in text
     assert "why: the fastest of the 2 layout(s) measured by the wall clock; the planner predicted 8,800" in text
     assert "runner-up: ddp mb2 x2, 8,000 tokens/s measured (0.95x the fastest's)" in text
+
+
+def test_verify_rows_are_typed_and_a_run_without_figures_prints_dashes(tmp_path):
+    """plan --verify's rows (dsbench.rows.VerifyRow): a stored ZeRO-1 cell beside its candidate gives the step by
+    the run's own wall clock (the summary's window over its steps) and the planner's error against it; a failed run,
+    and one that finished without a measured window, carry no figures, and the table prints "-" for them."""
+    import json
+
+    from dsbench.models import resolve_model
+    from dsbench.plan.api import plan as make_plan
+    from dsbench.plan.request import PlanRequest
+    from dsbench.plan.verify import compare_row
+    from dsbench.report.tables import verify_grid
+    from tests.conftest import DATA
+
+    folder = DATA / "runs" / "cpu-calibrated" / "compare-gpt2-mini" / "cells" / "zero1-w2-mb2-gpt2-mini-r0"
+    summary = json.loads((folder / "summary.json").read_text())
+    result = make_plan(PlanRequest(model="gpt2-mini", gpus=2, micro_batch=2, seq_len=128, precision="fp32"))
+    planned = next(c for c in result["candidates"] if c["name"] == "zero1")
+    row = compare_row(planned, folder, resolve_model("gpt2-mini"), 2, "fp32", "ok")
+    wall = summary["throughput"]["window_s"] / summary["measured_steps"]
+    assert row.measured and row.measured_step_s == pytest.approx(wall)
+    assert row.step_error == pytest.approx(planned["step_s"] / wall - 1)
+    assert row.note.startswith("gradients excluded") and row.predicted_peak_memory_bytes is None  # CPU: no peak
+    assert set(row.to_dict()) >= {"candidate", "status", "model_state_error", "step_error"}
+    assert "predicted_peak_memory_bytes" not in row.to_dict()
+    failed = compare_row(planned, tmp_path, resolve_model("gpt2-mini"), 2, "fp32", "failed")
+    empty = compare_row(planned, tmp_path, resolve_model("gpt2-mini"), 2, "fp32", "ok")  # no summary.json
+    assert failed.to_dict() == {"candidate": "zero1", "folder": str(tmp_path), "status": "failed"}
+    assert not empty.measured
+    grid = verify_grid([row, failed, empty])
+    assert [cells[2] for cells in grid.rows][1:] == ["-", "-"]
+
+
+def test_verify_without_a_runnable_model_is_one_line(cli_run):
+    result = cli_run("plan", "--params", "7e9", "--gpus", "2", "--verify")
+    assert result.exit_code == 2 and "--verify runs the candidates: give --model" in result.output
+    assert "Traceback" not in result.output

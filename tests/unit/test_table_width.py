@@ -45,11 +45,14 @@ def _tune() -> dict:
             "runs_used": 2, "winner": {"layout": "zero1 mb2 x2", "tokens_per_s": 8400, "command": "dsbench launch"}}
 
 
-def _verify() -> list[dict]:
-    ok = {"candidate": "zero3_offload", "status": "ok", "accounting": "fp32", "predicted_model_state_bytes": 3e7,
-          "measured_model_state_bytes": 2.9e7, "model_state_error": 0.034, "measured_peak_memory_bytes": 9.9e8,
-          "memory_kind": "rss", "predicted_step_s": 0.51, "measured_step_s": 0.62, "step_error": -0.18}
-    return [ok, {**ok, "candidate": "ddp", "status": "failed"}]
+def _verify() -> list:
+    from dsbench.rows import VerifyRow
+
+    ok = VerifyRow(candidate="zero3_offload", folder="runs/plan-verify/zero3_offload", status="ok", accounting="fp32",
+                   predicted_model_state_bytes=3e7, measured_model_state_bytes=2.9e7, model_state_error=0.034,
+                   measured_peak_memory_bytes=9.9e8, memory_kind="rss", predicted_step_s=0.51, measured_step_s=0.62,
+                   step_error=-0.18)
+    return [ok, VerifyRow(candidate="ddp", folder="runs/plan-verify/ddp", status="failed")]
 
 
 def _doctor() -> list:
