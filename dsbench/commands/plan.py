@@ -141,7 +141,7 @@ def plan(top: int, as_json: bool, wide: bool, verify: bool, config_file: str | N
         if verify:
             from dsbench.report.tables import print_verify
 
-            print_verify(verified, wide)
+            print_verify(verified, result["cluster"]["profile"], wide)
 
 
 LAYOUT_ONLY = ("tp", "pipeline_stages", "pipeline_schedule", "virtual_stages", "cp", "ulysses", "global_batch",

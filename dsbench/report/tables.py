@@ -89,7 +89,9 @@ def step_text(row: dict[str, Any]) -> str:
     return text
 
 
-def verify_grid(rows: list[VerifyRow]) -> Grid:
+def verify_grid(rows: list[VerifyRow], profile: str | None = None) -> Grid:
+    """``profile``: the machine profile the plan used; without one the predicted steps are a GPU's datasheet
+    figures, which the table says beside the CPU ranks' measurements."""
     grid = Grid([Col("candidate", 80, left=True), Col("status", 80, left=True), Col("states MiB", 100),
                  Col("measured", 100), Col("error", 80), Col("step ms", 100), Col("measured", 100),
                  Col("step error", 80), Col("accounting", 0, left=True), Col("peak MiB (kind)", 0),
@@ -107,14 +109,17 @@ def verify_grid(rows: list[VerifyRow]) -> Grid:
                  "-" if row.predicted_peak_memory_bytes is None else f"{row.predicted_peak_memory_bytes / 2**20:,.0f}",
                  share(row.peak_memory_error))
     grid.notes.append("states MiB: model states per rank, predicted then measured (bytes counted from tensors); "
-                      "step ms: predicted then measured by the wall clock")
+                      "step ms: predicted then measured by the wall clock" + (
+                          f", predicted from the machine profile {profile}" if profile else
+                          ", predicted from a GPU's datasheet (--gpu), not this machine: pass --profile from "
+                          "dsbench calibrate to predict these runs"))
     return grid
 
 
-def print_verify(rows: list[VerifyRow], wide: bool = False) -> None:
+def print_verify(rows: list[VerifyRow], profile: str | None, wide: bool = False) -> None:
     from dsbench.console import table_console
 
-    verify_grid(rows).print(table_console(), wide)
+    verify_grid(rows, profile).print(table_console(), wide)
 
 
 def tune_grids(result: dict[str, Any], top: int = 12) -> list[Grid]:

@@ -395,6 +395,8 @@ def test_verify_rows_are_typed_and_a_run_without_figures_prints_dashes(tmp_path)
     assert not empty.measured
     grid = verify_grid([row, failed, empty])
     assert [cells[2] for cells in grid.rows][1:] == ["-", "-"]
+    assert "predicted from a GPU's datasheet (--gpu), not this machine: pass --profile" in grid.notes[-1]
+    assert "predicted from the machine profile cpu2.json" in verify_grid([row], "cpu2.json").notes[-1]
 
 
 def test_verify_without_a_runnable_model_is_one_line(cli_run):
