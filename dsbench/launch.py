@@ -11,8 +11,9 @@ from typing import Any
 
 from dsbench import trainspec
 from dsbench.configs import accelerate, accelerate_worker
-from dsbench.configs.api import ds_file_of, make_render_spec, validate_accelerate
+from dsbench.configs.api import credit_preset, ds_file_of, from_preset, make_render_spec, validate_accelerate
 from dsbench.configs.findings import has_errors
+from dsbench.configs.layout import layout_of
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.render import render
 from dsbench.configs.validate import ValidateContext, validate
@@ -22,6 +23,7 @@ from dsbench.io import atomic_write_json, atomic_write_text, read_text
 from dsbench.launch_checks import check_layout
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
+from dsbench.parallel import ParallelDims
 from dsbench.records import check_run_dir
 from dsbench.strategies import SPLIT_ENGINES, TORCH_TP_ONLY
 
@@ -201,12 +203,18 @@ def launch_fields(req: LaunchRequest, strategy: str, ds_config: Path | None) -> 
 
 
 def _config_for(req: LaunchRequest, world_size: int) -> tuple[dict[str, Any], list[str]]:
+    """The DeepSpeed config as given (--config) or rendered from the flags; the model is checked against the
+    layout after it, by :func:`check_layout` (the check each rank makes again)."""
     if req.config:
         return load_config_strict(req.config), []
-    flags = {name: value for name, value in req.render_flags.items() if name not in WORKER_ONLY}
-    flags["world_size"] = world_size
-    spec, _ = make_render_spec(flags, req.preset, req.model, False, req.sets)
+    spec, _ = make_render_spec(_render_flags(req, world_size), req.preset, req.model, False, req.sets,
+                               check_model=False)
     return render(spec)
+
+
+def _render_flags(req: LaunchRequest, world_size: int) -> dict[str, Any]:
+    flags = {name: value for name, value in req.render_flags.items() if name not in WORKER_ONLY}
+    return {**flags, "world_size": world_size}
 
 
 def prepare(req: LaunchRequest) -> PreparedLaunch:
@@ -233,10 +241,12 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     base = with_inherited_env(base, req)
     world = base.world_size()
     notes: list[str] = []
-    config_path, config = None, None
+    config_path, config, layout = None, None, None
     if req.strategy == "deepspeed":
         config, notes = _config_for(req, world)
-        findings = validate(config, ValidateContext(world_size=world), deepspeed_check=False)
+        # the config's layout, worked out once: validation and the layout check below read it
+        layout = layout_of(config, world) if isinstance(config, dict) else None
+        findings = validate(config, ValidateContext(world_size=world, layout=layout), deepspeed_check=False)
         if has_errors(findings):
             raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
         config_path = atomic_write_json(req.run_dir / "ds_config.json", config)
@@ -244,7 +254,12 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     # The worker's whole input as one typed description, built here from the launch's own values and the user's
     # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.
     train = trainspec.for_launch(req.script_args, launch_fields(req, req.strategy, config_path))
-    notes += check_layout(train, config, world, resume=True)
+    try:
+        notes += check_layout(train, config, world, resume=True,
+                              dims=layout if isinstance(layout, ParallelDims) else None)
+    except UserError as exc:  # a flag the preset set is named as the preset's
+        raise UserError(credit_preset(str(exc), req.preset, from_preset(req.preset, _render_flags(req, world)))
+                        ) from None
     # absolute: the per-node ssh script stops a failed job by this path (pkill -f), and nodes cd elsewhere
     run_file = trainspec.write(train, (Path(req.cwd) / req.run_dir / "run.json").resolve())
     spec = replace(spec, run_file=str(run_file))

@@ -16,15 +16,16 @@ from dsbench.parallel import ParallelDims, pipeline_notes
 
 
 def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, world: int,
-                 resume: bool = False) -> list[str]:
+                 resume: bool = False, dims: ParallelDims | None = None) -> list[str]:
     """Before any process starts: the model splits as the layout asks (heads, layers, family), and with ``resume``
-    the checkpoint of ``--resume`` can continue as this run; returns notes."""
+    the checkpoint of ``--resume`` can continue as this run; returns notes. ``dims``: the config's layout where the
+    caller has worked it out."""
     shape = resolve_model(train.model)
-    if config is not None:
+    if dims is None and config is not None:
         dims = config_dims(config, world)
         if dims is None:
             return []  # validate() reported it
-    else:
+    elif dims is None:
         dims = ParallelDims(world=world, tp=train.tp, pp=train.pipeline_stages, dp_shard=train.dp_shard)
     check_run_layout(train, train.strategy, shape, dims)  # the check each rank makes again (layout_check.py)
     if train.checkpoint_dir:  # the worker checks again; a launch refuses it before any rank starts

@@ -65,6 +65,8 @@ class RenderSpec:
     """Names of the fields the user set explicitly (filled even with ``keep_auto``)."""
     sets: tuple[str, ...] = ()
     """``--set a.b.c=VALUE`` overrides, applied after the flags."""
+    _dims: ParallelDims = field(init=False, repr=False, compare=False)
+    """The layout of :meth:`dims`, built once by ``__post_init__`` (which refuses degrees that do not divide)."""
 
     def __post_init__(self) -> None:
         checks = [
@@ -102,12 +104,14 @@ class RenderSpec:
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
-        self.dims()  # raises when tp x pp does not divide the world
+        # raises when tp x pp x sp does not divide the world (frozen: set once, here)
+        object.__setattr__(self, "_dims", ParallelDims(world=self.world_size, tp=self.tp, pp=self.pipeline_stages,
+                                                       sp=self.ulysses))
         self.grad_accum_steps()  # raises on a global batch that does not divide
 
     def dims(self) -> ParallelDims:
         """The parallel layout of the world these flags describe."""
-        return ParallelDims(world=self.world_size, tp=self.tp, pp=self.pipeline_stages, sp=self.ulysses)
+        return self._dims
 
     def data_parallel_size(self) -> int:
         """Ranks in DeepSpeed's batch arithmetic (see :meth:`ParallelDims.deepspeed_batch_ranks`)."""

@@ -19,7 +19,7 @@ from dsbench.io import read_text
 from dsbench.models import ModelShape, check_autotp, resolve_model
 from dsbench.spec import RenderSpec
 
-_SPEC_FIELDS = {f.name for f in fields(RenderSpec)} - {"explicit", "sets", "keep_auto", "hidden_size"}
+_SPEC_FIELDS = {f.name for f in fields(RenderSpec) if f.init} - {"explicit", "sets", "keep_auto", "hidden_size"}
 
 
 def world_size_from(world_size: int | None, hostfile: str | None, include: str = "", exclude: str = "") -> int | None:
@@ -39,10 +39,12 @@ optimizer states (the default stage 2 would be refused)."""
 
 
 def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, model: str | None = None,
-                     keep_auto: bool = False, sets: tuple[str, ...] = ()) -> tuple[RenderSpec, ModelShape | None]:
+                     keep_auto: bool = False, sets: tuple[str, ...] = (), check_model: bool = True
+                     ) -> tuple[RenderSpec, ModelShape | None]:
     """Combine preset values, explicit flags (``None`` = not given) and the model into a spec.
 
-    Precedence: explicit flag > preset > RenderSpec default.
+    Precedence: explicit flag > preset > RenderSpec default. ``check_model=False``: the caller checks the model
+    against the layout itself (``dsbench launch``: the one check every rank makes, layout_check.py).
     """
     values: dict[str, Any] = preset(preset_name) if preset_name else {}
     unknown = set(values) - _SPEC_FIELDS
@@ -58,22 +60,29 @@ def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, mode
         spec = RenderSpec(**values, keep_auto=keep_auto, sets=tuple(sets),
                           hidden_size=shape.hidden if shape else None,
                           explicit=frozenset(explicit | chosen | ({"hidden_size"} if shape else set())))
-        if shape:
+        if shape and check_model:
             spec.dims().check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads,
                                     layers=shape.layers)
             if spec.tp > 1:
                 check_autotp(shape.arch)
     except UserError as exc:
-        raise UserError(credit_preset(str(exc), preset_name, chosen - explicit)) from None
+        raise UserError(credit_preset(str(exc), preset_name, from_preset(preset_name, flags))) from None
     return spec, shape
 
 
-def credit_preset(message: str, preset_name: str | None, from_preset: set[str]) -> str:
+def from_preset(preset_name: str | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """The values the preset sets that no typed flag replaced (``flags``: ``None`` = not given)."""
+    values = preset(preset_name) if preset_name else {}
+    return {name: value for name, value in values.items() if flags.get(name) is None}
+
+
+def credit_preset(message: str, preset_name: str | None, from_preset: dict[str, Any]) -> str:
     """Name the preset beside a flag the user did not type but the preset set (``--offload-param nvme (from
     --preset zero3_nvme)``), so that an error never blames a flag that is not on the command line."""
-    for name in sorted(from_preset):
+    for name, value in sorted(from_preset.items()):
         flag = "--" + name.replace("_", "-")
-        message = re.sub(rf"{re.escape(flag)}( \S+)?(?![\w-])", lambda m, f=flag: f"{m.group(0)} (from --preset "
+        shown = f"( {re.escape(str(value))})?" if value is not None else ""
+        message = re.sub(rf"{re.escape(flag)}{shown}(?![\w-])", lambda m: f"{m.group(0)} (from --preset "
                          f"{preset_name})", message, count=1)
     return message
 

@@ -26,7 +26,7 @@ def ulysses_degree(config: dict[str, Any]) -> int:
     return int_or_none(config.get("sequence_parallel_size")) or 1
 
 
-def _layout(config: dict[str, Any], world_size: int) -> ParallelDims | str:
+def layout_of(config: dict[str, Any], world_size: int) -> ParallelDims | str:
     """The config's dims on ``world_size`` ranks, or why there are none (:class:`ParallelDims`' own words, in the
     config's keys)."""
     pp, tp = parallel_degrees(config)
@@ -39,13 +39,13 @@ def _layout(config: dict[str, Any], world_size: int) -> ParallelDims | str:
 
 def layout_problem(config: dict[str, Any], world_size: int) -> str | None:
     """Why the config's degrees cannot lay out ``world_size`` ranks, or None."""
-    found = _layout(config, world_size)
+    found = layout_of(config, world_size)
     return found if isinstance(found, str) else None
 
 
 def config_dims(config: dict[str, Any], world_size: int) -> ParallelDims | None:
     """The parallel layout a config asks for on ``world_size`` ranks (``None`` if the degrees do not divide it)."""
-    found = _layout(config, world_size)
+    found = layout_of(config, world_size)
     return None if isinstance(found, str) else found
 
 

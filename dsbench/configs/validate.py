@@ -9,19 +9,19 @@ last, lazily imported, with its world size patched to the data-parallel size bei
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
 from dsbench.configs.findings import Finding
-from dsbench.configs.layout import data_parallel_size, int_or_none, layout_problem, parallel_degrees, ulysses_degree
+from dsbench.configs.layout import int_or_none, layout_of, parallel_degrees, ulysses_degree
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import bf16_enabled, fp16_enabled
 from dsbench.configs.schema import unknown_keys
 from dsbench.configs.types import check_types
 from dsbench.errors import UserError
-from dsbench.parallel import bubble_fraction
+from dsbench.parallel import ParallelDims, bubble_fraction
 
 WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
@@ -35,14 +35,28 @@ class ValidateContext:
     """Total ranks; ``None`` checks only what holds for every world size."""
     allow_auto: bool = False
     """Downgrade unresolved "auto" values to warnings (for configs meant for the HF Trainer)."""
+    layout: ParallelDims | str | None = None
+    """The config's layout on ``world_size`` ranks, or why its degrees cannot lay them out
+    (:func:`configs.layout.layout_of`): worked out once by :func:`validate`, which every check reads."""
+
+
+def _layout(config: dict[str, Any], ctx: ValidateContext) -> ParallelDims | str | None:
+    """The context's layout (a check called on its own works it out), None without a world size."""
+    if ctx.world_size is None:
+        return None
+    return ctx.layout if ctx.layout is not None else layout_of(config, ctx.world_size)
+
+
+def _data_parallel_size(config: dict[str, Any], ctx: ValidateContext) -> int | None:
+    """The ranks DeepSpeed's batch arithmetic counts (:meth:`ParallelDims.deepspeed_batch_ranks`), or None."""
+    found = _layout(config, ctx)
+    return found.deepspeed_batch_ranks() if isinstance(found, ParallelDims) else None
 
 
 def check_parallel_degrees(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
     """Tensor/pipeline degrees must divide the world size."""
-    if ctx.world_size is None:
-        return []
-    problem = layout_problem(config, ctx.world_size)
-    if problem is None:
+    problem = _layout(config, ctx)
+    if not isinstance(problem, str):
         return []
     pp, tp = parallel_degrees(config)
     sp = ulysses_degree(config)
@@ -73,7 +87,7 @@ def check_batch(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
                         fix="set train_micro_batch_size_per_gpu (and gradient_accumulation_steps)")]
     if ctx.world_size is None:
         return _batch_without_world(tb, mb, ga)
-    dp = data_parallel_size(config, ctx.world_size)
+    dp = _data_parallel_size(config, ctx)
     if dp is None:
         return []  # check_parallel_degrees reports it
     derived = _derive_batch(tb, mb, ga, dp)
@@ -209,7 +223,7 @@ def _pipeline_combinations(config: dict[str, Any], stage: int, opt_dev: Any) -> 
 
 def check_auto(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
     """"auto" is filled only by the HF Trainer / accelerate; plain DeepSpeed fails late on it."""
-    dp = None if ctx.world_size is None else data_parallel_size(config, ctx.world_size)
+    dp = _data_parallel_size(config, ctx)
     mb = int_or_none(get_path(config, "train_micro_batch_size_per_gpu"))
     ga = int_or_none(get_path(config, "gradient_accumulation_steps"))
     # HF TrainingArguments defaults: per_device_train_batch_size 8, accumulation 1, learning_rate 5e-5
@@ -239,6 +253,8 @@ def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) ->
     structural = check_structure(config)
     if structural:
         return structural
+    if ctx.world_size is not None and ctx.layout is None:
+        ctx = replace(ctx, layout=layout_of(config, ctx.world_size))  # the one layout every check reads
     findings = [*unknown_keys(config), *check_types(config, skip=BATCH_KEYS), *check_parallel_degrees(config, ctx),
                 *check_batch(config, ctx), *check_combinations(config, ctx), *check_auto(config, ctx)]
     if deepspeed_check:

@@ -211,3 +211,27 @@ def test_launch_refuses_context_parallelism_in_one_line(cli_run, monkeypatch, gp
     no_split = cli_run("launch", "--strategy", "ddp", "--launcher", "torchrun", "--cp", "1", "--run-dir", "r",
                        "--dry-run")  # one rank per sequence: nothing to refuse (the flag once reached the worker)
     assert no_split.exit_code == 0, no_split.output
+
+
+def test_a_launch_works_out_its_layout_once_and_checks_the_model_once(cli_run, monkeypatch):
+    """Issue 25's count for `dsbench launch --zero 1 --pipeline-stages 2 --model llama-tiny`, in the launch
+    process: the flags' layout (render's batch arithmetic) and the rendered config's (validation and the layout
+    check read the same one), one model check (layout_check.py, the one each rank makes), one validation."""
+    from dsbench import launch, parallel
+
+    built, checked, validated = [], [], []
+    init, check_model, validate = parallel.ParallelDims.__init__, parallel.ParallelDims.check_model, launch.validate
+    monkeypatch.setattr(parallel.ParallelDims, "__init__", lambda self, *a, **k: built.append(1) or init(self, *a, **k))
+    monkeypatch.setattr(parallel.ParallelDims, "check_model",
+                        lambda self, **k: checked.append(1) or check_model(self, **k))
+    monkeypatch.setattr(launch, "validate", lambda *a, **k: validated.append(1) or validate(*a, **k))
+    result = cli_run("launch", "--zero", "1", "--pipeline-stages", "2", "--model", "llama-tiny", "--dry-run",
+                     "--run-dir", "r")
+    assert result.exit_code == 0, result.output
+    assert (len(built), len(checked), len(validated)) == (2, 1, 1)
+
+
+def test_a_preset_s_flag_is_named_as_the_preset_s_in_a_launch_s_layout_error(cli_run):
+    result = cli_run("launch", "--preset", "tp", "--model", "gpt2-tiny", "--dry-run", "--run-dir", "r")
+    assert result.exit_code == 2
+    assert "--tp (from --preset tp) splits Llama-family models" in result.output, result.output
