@@ -14,7 +14,7 @@ from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, fill_auto
 from dsbench.configs.findings import has_errors
-from dsbench.configs.layout import config_dims, layout_problem
+from dsbench.configs.layout import layout_of
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.precision import config_precision
 from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validate
@@ -70,9 +70,9 @@ def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs,
     """Fill a config's "auto" values as the HF Trainer would from the worker's own arguments, and validate it;
     ``path`` names where it came from in errors. Returns it with its layout (AutoTP degree, pipeline stages over the
     world), worked out once here for the whole run."""
-    dims = config_dims(raw, world_size)
-    if dims is None:
-        raise UserError(f"{path}: {layout_problem(raw, world_size)}")
+    dims = layout_of(raw, world_size)
+    if isinstance(dims, str):  # why the degrees cannot lay out the world
+        raise UserError(f"{path}: {dims}")
     # the config's own micro-batch and accumulation win over the flags, also inside the "auto" values derived from
     # them (accelerate's Accelerator._prepare_deepspeed: train_batch_size = micro x the plugin's accumulation x ranks)
     given = {name: raw.get(key) for name, key in (("micro_batch", "train_micro_batch_size_per_gpu"),
@@ -87,7 +87,8 @@ def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs,
     if scheduler.get("type") in WARMUP_SCHEDULERS and (scheduler.get("params") or {}).get("warmup_num_steps") == 0:
         # DeepSpeed rejects 0 warm-up steps; no warm-up means a constant LR, as dsbench renders it.
         del config["scheduler"]
-    findings = validate(config, ValidateContext(world_size=world_size), deepspeed_check=False)
+    # fill_auto changes batch values only: the layout is the one worked out above
+    findings = validate(config, ValidateContext(world_size=world_size, layout=dims), deepspeed_check=False)
     if has_errors(findings):
         raise UserError(f"{path}: " + "; ".join(f.line() for f in findings if f.severity == "error"))
     return config, dims

@@ -51,6 +51,26 @@ def test_a_configs_own_accumulation_sizes_the_auto_batch():
         complete_ds_config({**raw, "train_batch_size": 5}, "plugin", inputs, world_size=2)
 
 
+def test_a_rank_works_out_its_config_s_layout_once(monkeypatch):
+    """Issue 25: the rank's config completion builds one ParallelDims, which its validation reads; a config whose
+    degrees do not divide the world is one line naming the file."""
+    from dsbench import parallel
+    from dsbench.configs.autofill import AutoInputs
+    from dsbench.worker.setup import complete_ds_config
+
+    built = []
+    init = parallel.ParallelDims.__init__
+    monkeypatch.setattr(parallel.ParallelDims, "__init__", lambda self, *a, **k: built.append(1) or init(self, *a, **k))
+    raw = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "pipeline": {"stages": 2},
+           "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+    inputs = AutoInputs(micro_batch=1, grad_accum=2, data_parallel_size=2, grad_clip=1.0, lr=3e-4, weight_decay=0.0,
+                        warmup_steps=0, train_steps=10, precision="fp32", hidden_size=64)
+    _, dims = complete_ds_config(raw, "ds.json", inputs, world_size=4)
+    assert (dims.dp, dims.pp, len(built)) == (2, 2, 1)
+    with pytest.raises(UserError, match="^ds.json: .*pipeline.stages 2"):
+        complete_ds_config(raw, "ds.json", inputs, world_size=3)
+
+
 def test_git_revision_is_what_git_says_without_starting_git():
     import shutil
     import subprocess
