@@ -42,8 +42,9 @@ from dsbench.strategies import GPU_DATA_PARALLEL
 @click.option("--seq-len", type=COUNT, help="[min(model max positions, 2048)]")
 @click.option("--micro-batch", type=COUNT, default=DEFAULTS.micro_batch, show_default=True)
 @click.option("--grad-accum", type=COUNT, default=DEFAULTS.grad_accum, show_default=True)
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default=DEFAULTS.precision,
-              show_default=True)
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), default=DEFAULTS.precision,
+              show_default=True, help="fp8: torchao's Float8 linears (tensorwise), with --layout on a GPU kind that "
+              "has an fp8 peak.")
 @click.option("--accounting", type=click.Choice(["mixed16", "mixed12", "fp32", "fp32_deepspeed"]),
               help="Bytes/param accounting [mixed16 = ZeRO paper's 16; mixed12 = seeds' 12].")
 @click.option("--host-mem", type=POSITIVE, default=DEFAULTS.host_mem, show_default=True, help="CPU RAM per node, GB.")
@@ -160,6 +161,9 @@ def _no_layout_flags(layout_opts: dict[str, Any]) -> None:
             flag = "--compile" if name == "compiled" else f"--{name.replace('_', '-')}"
             raise UserError(f"{flag} goes with --layout NAME (the explicit layout); the ranking of candidates "
                             "chooses its own")
+    if ctx.params.get("precision") == "fp8":
+        raise UserError("--precision fp8 prices torchao's Float8 linears in one --layout NAME on the GPU model; the "
+                        "ranking plans bf16, fp16 or fp32")
 
 
 def _layout(opts: dict[str, Any], layout_opts: dict[str, Any], as_json: bool) -> None:

@@ -98,6 +98,8 @@ def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
 
 def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     """The compare strategy that runs the layout today, or why none does (one line)."""
+    if lay.precision == "fp8":
+        return None, "dsbench's worker trains in fp32, bf16 or fp16: fp8 (torchao's Float8 linears) is priced only"
     if lay.cp > 1 and lay.cp_comm == "a2a":  # DeepSpeed Ulysses: ZeRO-1 or ZeRO-3, data parallelism only
         how = lookup(name_for(lay.strategy, ulysses=lay.cp) or "")
         if lay.tp * lay.pp > 1 or how is None:

@@ -261,10 +261,29 @@ def test_issue_28_options_are_launchable_as_printed(cli_run, tmp_path, layout, s
       "--pipeline-schedule", "interleaved-zb"], "the interleaved zero-bubble schedule needs 2 or more virtual stages"),
     (["--layout", "fsdp", "--params", "7e9", "--gpus", "8", "--efficiency", "0.4"], "--efficiency does not apply"),
     (["--layout", "fsdp", "--params", "7e9", "--gpus", "8", "--gpu", "tpu"], "gpu 'tpu': no hardware profile"),
+    (["--layout", "fsdp", "--params", "7e9", "--gpus", "8", "--gpu", "a100", "--precision", "fp8"],
+     "--precision fp8: the a100-80g profile has no fp8 peak"),
+    (["--params", "7e9", "--gpus", "8", "--precision", "fp8"], "--precision fp8 prices torchao's Float8 linears in one "
+     "--layout NAME"),
 ])
 def test_layout_misuse_is_one_line(cli_run, args, message):
     result = cli_run("plan", *args)
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_an_fp8_layout_is_priced_with_its_casts_and_not_offered_to_launch(cli_run):
+    """torchtitan's Llama 3.1 8B FSDP + compile + Float8 run (torchtitan-h100-202412 row 3: per-op checkpointing,
+    its own modules) as a user types it: the fp8 cast term is one of the step's terms, the same layout in bf16 is
+    slower, and dsbench cannot train fp8."""
+    args = ["plan", "--layout", "fsdp", "--gpu", "h100-96g-500w", "--gpus", "8", "--layers", "32", "--hidden", "4096",
+            "--heads", "32", "--kv-heads", "8", "--ffn", "14336", "--vocab", "128256", "--arch", "llama",
+            "--seq-len", "8192", "--micro-batch", "2", "--global-batch", "16", "--recompute", "op", "--kernels",
+            "eager", "--compile", "--json"]
+    fp8 = json.loads(cli_run(*args, "--precision", "fp8").output)
+    bf16 = json.loads(cli_run(*args).output)
+    assert fp8["terms_s"]["fp8_cast"] > 0 and bf16["terms_s"]["fp8_cast"] == 0
+    assert fp8["step_s"] < bf16["step_s"] and not fp8["launchable"] and "fp8" in fp8["why_not"]
+    assert fp8["step_s"] == pytest.approx(1.92, rel=0.10)  # measured 1.92 s (the replay's row 3 prices -9.0%)
 
 
 def test_days_gpu_hours_and_cost_follow_the_predicted_throughput(cli_run):
