@@ -13,7 +13,7 @@ from dsbench import trainspec
 from dsbench.configs import accelerate, accelerate_worker
 from dsbench.configs.api import credit_preset, ds_file_of, from_preset, make_render_spec, validate_accelerate
 from dsbench.configs.findings import has_errors
-from dsbench.configs.layout import layout_of
+from dsbench.configs.layout import DEGREE_KEYS, in_config_keys, layout_of
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.render import render
 from dsbench.configs.validate import ValidateContext, validate
@@ -212,6 +212,18 @@ def _config_for(req: LaunchRequest, world_size: int) -> tuple[dict[str, Any], li
     return render(spec)
 
 
+def _as_typed(message: str, req: LaunchRequest, world_size: int) -> str:
+    """A layout error in the words of the command line: a degree that came from ``--config`` is named by its key in
+    that file, one that a ``--set`` wrote by that ``--set``, and a flag the preset set as the preset's."""
+    if req.config:
+        named = in_config_keys(message)
+        return message if named == message else f"{req.config}: {named}"
+    keys = {flag: f"--set {item}" for item in req.sets for flag, key in DEGREE_KEYS.items()
+            if item.partition("=")[0] == key}
+    return credit_preset(in_config_keys(message, keys), req.preset, from_preset(req.preset,
+                                                                                _render_flags(req, world_size)))
+
+
 def _render_flags(req: LaunchRequest, world_size: int) -> dict[str, Any]:
     flags = {name: value for name, value in req.render_flags.items() if name not in WORKER_ONLY}
     return {**flags, "world_size": world_size}
@@ -257,9 +269,8 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     try:
         notes += check_layout(train, config, world, resume=True,
                               dims=layout if isinstance(layout, ParallelDims) else None)
-    except UserError as exc:  # a flag the preset set is named as the preset's
-        raise UserError(credit_preset(str(exc), req.preset, from_preset(req.preset, _render_flags(req, world)))
-                        ) from None
+    except UserError as exc:
+        raise UserError(_as_typed(str(exc), req, world)) from None
     # absolute: the per-node ssh script stops a failed job by this path (pkill -f), and nodes cd elsewhere
     run_file = trainspec.write(train, (Path(req.cwd) / req.run_dir / "run.json").resolve())
     spec = replace(spec, run_file=str(run_file))

@@ -3,6 +3,7 @@ they make on a world size. One place, read by validation, DeepSpeed's own check,
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dsbench.configs.overrides import get_path
@@ -26,6 +27,19 @@ def ulysses_degree(config: dict[str, Any]) -> int:
     return int_or_none(config.get("sequence_parallel_size")) or 1
 
 
+DEGREE_KEYS = {"--pipeline-stages": "pipeline.stages", "--tp": "tensor_parallel.autotp_size",
+               "--ulysses": "sequence_parallel_size"}
+"""The launch flag of each degree, and the config key that holds it."""
+
+
+def in_config_keys(message: str, keys: dict[str, str] | None = None) -> str:
+    """A layout message that names degree flags, naming the config's keys instead (``keys``: flag -> what to
+    name; :data:`DEGREE_KEYS` by default)."""
+    for flag, key in (DEGREE_KEYS if keys is None else keys).items():
+        message = re.sub(rf"{re.escape(flag)}(?![\w-])", key, message)
+    return message
+
+
 def layout_of(config: dict[str, Any], world_size: int) -> ParallelDims | str:
     """The config's dims on ``world_size`` ranks, or why there are none (:class:`ParallelDims`' own words, in the
     config's keys)."""
@@ -33,8 +47,7 @@ def layout_of(config: dict[str, Any], world_size: int) -> ParallelDims | str:
     try:
         return ParallelDims(world=world_size, tp=tp, pp=pp, sp=ulysses_degree(config))
     except UserError as error:
-        return str(error).replace("--pipeline-stages", "pipeline.stages").replace(
-            "--tp", "tensor_parallel.autotp_size").replace("--ulysses", "sequence_parallel_size")
+        return in_config_keys(str(error))
 
 
 def layout_problem(config: dict[str, Any], world_size: int) -> str | None:

@@ -235,3 +235,23 @@ def test_a_preset_s_flag_is_named_as_the_preset_s_in_a_launch_s_layout_error(cli
     result = cli_run("launch", "--preset", "tp", "--model", "gpt2-tiny", "--dry-run", "--run-dir", "r")
     assert result.exit_code == 2
     assert "--tp (from --preset tp) splits Llama-family models" in result.output, result.output
+
+
+@pytest.mark.parametrize("source, message", [
+    ("config", "tp.json: tensor_parallel.autotp_size splits Llama-family models"),
+    ("set", "--set tensor_parallel.autotp_size=2 splits Llama-family models"),
+    ("flag", "error: --tp splits Llama-family models"),
+])
+def test_a_launch_s_layout_error_names_the_degree_as_it_was_given(cli_run, tmp_path, source, message):
+    """AutoTP on GPT-2, its degree given in a --config file, by a --set, or by --tp: the error names what the user
+    typed (a key of the file, prefixed by its path; the --set), never a flag that is not on the command line."""
+    import json
+
+    config = tmp_path / "tp.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+                                  "zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}}))
+    given = {"config": ["--config", str(config)], "set": ["--zero", "1", "--set", "tensor_parallel.autotp_size=2"],
+             "flag": ["--zero", "1", "--tp", "2"]}[source]
+    result = cli_run("launch", *given, "--model", "gpt2-tiny", "--dry-run", "--run-dir", "r")
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert "Traceback" not in result.output
