@@ -141,10 +141,6 @@ class VerifyRow:
     """The planner's device total, only where the measured peak is the GPU allocator's."""
     peak_memory_error: float | None = None
 
-    @property
-    def measured(self) -> bool:
-        return self.model_state_error is not None
-
     def to_dict(self) -> dict[str, Any]:
         """The JSON row: the figures that exist."""
         return {name: value for name, value in asdict(self).items() if value is not None}

@@ -7,6 +7,7 @@ bytes the worker counted from its tensors, and predicted vs measured peak memory
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +69,8 @@ def compare_row(planned: dict[str, Any], folder: Path, shape: ModelShape, ranks:
         # torch.cuda.max_memory_allocated; on CPU the RSS includes the whole runtime, so no comparison.
         predicted_peak = planned["memory_gib"]["device_total"] * 2**30
         device = {"predicted_peak_memory_bytes": predicted_peak, "peak_memory_error": (predicted_peak - peak) / peak}
-    return VerifyRow(
-        candidate=row.candidate, folder=row.folder, status=status,
-        note="gradients excluded (counted at different moments, see docs/planner.md)"
+    return replace(
+        row, note="gradients excluded (counted at different moments, see docs/planner.md)"
         if cand.strategy == "zero1" else None,
         predicted_model_state_bytes=predicted, measured_model_state_bytes=measured,
         model_state_error=(predicted - measured) / measured, accounting=accounting_for(precision, cand.strategy).name,

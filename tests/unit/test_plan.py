@@ -384,7 +384,7 @@ def test_verify_rows_are_typed_and_a_run_without_figures_prints_dashes(tmp_path)
     planned = next(c for c in result["candidates"] if c["name"] == "zero1")
     row = compare_row(planned, folder, resolve_model("gpt2-mini"), 2, "fp32", "ok")
     wall = summary["throughput"]["window_s"] / summary["measured_steps"]
-    assert row.measured and row.measured_step_s == pytest.approx(wall)
+    assert row.model_state_error is not None and row.measured_step_s == pytest.approx(wall)
     assert row.step_error == pytest.approx(planned["step_s"] / wall - 1)
     assert row.note.startswith("gradients excluded") and row.predicted_peak_memory_bytes is None  # CPU: no peak
     assert set(row.to_dict()) >= {"candidate", "status", "model_state_error", "step_error"}
@@ -392,7 +392,7 @@ def test_verify_rows_are_typed_and_a_run_without_figures_prints_dashes(tmp_path)
     failed = compare_row(planned, tmp_path, resolve_model("gpt2-mini"), 2, "fp32", "failed")
     empty = compare_row(planned, tmp_path, resolve_model("gpt2-mini"), 2, "fp32", "ok")  # no summary.json
     assert failed.to_dict() == {"candidate": "zero1", "folder": str(tmp_path), "status": "failed"}
-    assert not empty.measured
+    assert empty.model_state_error is None and empty.measured_step_s is None
     grid = verify_grid([row, failed, empty])
     assert [cells[2] for cells in grid.rows][1:] == ["-", "-"]
     assert "predicted from a GPU's datasheet (--gpu), not this machine: pass --profile" in grid.notes[-1]
