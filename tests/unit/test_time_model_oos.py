@@ -424,3 +424,25 @@ def test_the_shared_cores_halve_the_error_held_out():
     unshared = _figures(_cells(FOUR_RANKS_LATER, cores=False))[0]
     assert rho == pytest.approx(1.0) and median < 0.6 * unshared, (median, unshared)
     assert all(abs(cells[name][1] / cells[name][0] - 1) < 0.05 for name in ("ddp", "torch_tp2")), cells
+
+
+NEW_MACHINE = "oos-20261127-1646-llama-tiny"
+"""``python scripts/bench_time_model.py --models llama-tiny --check-repeats 3`` at 16:37 on another virtual machine
+(another kernel build; the compare's cells 3-24% faster than at 06:29), with no change to the CPU time model since
+the 06:29 run: a fresh calibration of a machine the model had never seen."""
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-27 16:46: median 5.5%, Spearman 0.99, worst torch_pipe2 "
+                   "+31.6%: its three check launches ran 42.9, 28.6 and 46.4 ms and the compare's two 31.0 and "
+                   "34.4 ms, so the median of the three set its family's scale high")
+def test_llama_tiny_on_a_new_machine_meets_the_goals():
+    _goals(NEW_MACHINE)
+
+
+def test_llama_tiny_on_a_new_machine_misses_only_on_its_pipeline():
+    """The same run: median 5.5% and Spearman 0.99 (goals met); every cell but torch_pipe2 within 13.5%."""
+    cells = _cells(NEW_MACHINE)
+    median, worst, rho = _figures(cells)
+    assert median <= 0.10 and rho >= 0.9, (median, rho)
+    misses = {name for name, (measured, predicted) in cells.items() if abs(predicted / measured - 1) > 0.14}
+    assert misses == {"torch_pipe2"} and 0.30 < worst < 0.33, (misses, worst)
