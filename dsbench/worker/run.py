@@ -103,6 +103,7 @@ def prepare(spec: TrainSpec) -> Prepared:
         checkpoints.check_steps(*resumed, spec.steps, spec.warmup)
     if strategy == "deepspeed":
         setup.check_jit_locks()  # before init_distributed, which builds DeepSpeed's comm op on CPU
+        setup.ask_the_cpu_once()  # before DeepSpeed loads its first op: one CPUID process instead of one per call
     fault_before_join(dist.env_rank()[0])
     info = dist.init(strategy, spec.dist_timeout)
     if strategy == "deepspeed" and info.device.startswith("cuda"):

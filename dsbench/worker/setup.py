@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -58,6 +59,23 @@ def check_jit_locks() -> None:
     locks = stale_locks(root, time.time())
     if locks:
         raise UserError(stale_lock_message(locks))
+
+
+def ask_the_cpu_once() -> None:
+    """Keep py-cpuinfo's first answer for the rest of this process.
+
+    DeepSpeed asks py-cpuinfo what CPU this is each time it loads a CPU op: ``OpBuilder.cpu_arch`` and
+    ``simd_width``, both called from the CPU builders' ``cxx_args`` (deepspeed/ops/op_builder/cpu/builder.py, 0.19.8),
+    and once more when it makes CPU Adam (deepspeed/ops/adam/cpu_adam.py). Each ``get_cpu_info()`` starts a Python
+    process that runs CPUID in a forked child and polls it: 1.1-1.3 s of a core on this machine. The CPU cannot
+    change while the process runs, and the compiler flags DeepSpeed derives come out the same, so a prebuilt op
+    still matches its version. DeepSpeed only reads the returned dict."""
+    try:
+        import cpuinfo
+    except ImportError:  # DeepSpeed then reads lscpu, which is quick
+        return
+    if not hasattr(cpuinfo.get_cpu_info, "cache_info"):
+        cpuinfo.get_cpu_info = functools.cache(cpuinfo.get_cpu_info)
 
 
 def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> tuple[dict[str, Any], ParallelDims]:
