@@ -460,3 +460,27 @@ def test_gpt2_mini_on_a_new_machine_meets_the_goals():
     cells = _cells(NEW_MACHINE_GPT2_MINI)
     assert all(abs(cells[name][1] / cells[name][0] - 1) < 0.05
                for name in ("torch_pipe2_interleaved2", "torch_pipe2_zb2")), cells
+
+
+FOUR_RANKS_NEW_MACHINE = "oos-20261127-1720-llama-tiny-4ranks"
+"""``dsbench compare --strategies ddp,fsdp,zero2,torch_pipe2,torch_tp2,torch_3d_tp2_pp2 --world-sizes 4 --models
+llama-tiny --repeats 2 --profile P`` at 17:20 on the new machine, P its 16:46 llama-tiny calibration (2 ranks, copied
+beside it): core_share held out on a machine it had not seen."""
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-27 17:20: median 24.3%, Spearman 0.89: zero2 -45.8%, "
+                   "torch_pipe2 +54.7%, torch_3d +35.1%, the same signs as the 08:38 run on the old machine")
+def test_four_ranks_on_a_new_machine_meet_the_goals():
+    _goals(FOUR_RANKS_NEW_MACHINE)
+
+
+def test_four_ranks_on_a_new_machine_miss_as_on_the_old_one():
+    """The shared cores again halve the median error (24.3% against 45.7% with one rank per core), ddp and torch_tp2
+    within 8%, and the misses have the old machine's signs: the pipelines predicted slow, ZeRO-2 fast."""
+    cells = _cells(FOUR_RANKS_NEW_MACHINE)
+    median, _, _ = _figures(cells)
+    unshared = _figures(_cells(FOUR_RANKS_NEW_MACHINE, cores=False))[0]
+    assert median < 0.6 * unshared, (median, unshared)
+    error = {name: predicted / measured - 1 for name, (measured, predicted) in cells.items()}
+    assert abs(error["ddp"]) < 0.08 and abs(error["torch_tp2"]) < 0.08, error
+    assert error["torch_pipe2"] > 0.3 and error["torch_3d_tp2_pp2"] > 0.3 and error["zero2"] < -0.3, error
