@@ -484,3 +484,14 @@ def test_four_ranks_on_a_new_machine_miss_as_on_the_old_one():
     error = {name: predicted / measured - 1 for name, (measured, predicted) in cells.items()}
     assert abs(error["ddp"]) < 0.08 and abs(error["torch_tp2"]) < 0.08, error
     assert error["torch_pipe2"] > 0.3 and error["torch_3d_tp2_pp2"] > 0.3 and error["zero2"] < -0.3, error
+
+
+NEW_MACHINE_AGAIN = "oos-20261127-1813-llama-tiny"
+"""NEW_MACHINE's command again at 18:05, 88 minutes later, on the same machine."""
+
+
+def test_llama_tiny_on_a_new_machine_an_hour_later_meets_the_goals():
+    """Median 5.8%, worst torch_tp2 +12.5%, Spearman 0.98; torch_pipe2, the first run's miss, within 8%."""
+    _goals(NEW_MACHINE_AGAIN)
+    measured, predicted = _cells(NEW_MACHINE_AGAIN)["torch_pipe2"]
+    assert abs(predicted / measured - 1) < 0.08
