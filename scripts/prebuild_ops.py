@@ -63,6 +63,9 @@ def build(ops: tuple[str, ...]) -> None:
     os.environ.update(launch_env())  # before DeepSpeed picks its accelerator
     from deepspeed.accelerator import get_accelerator
 
+    from dsbench.worker.cpuanswer import ask_the_cpu_once
+
+    ask_the_cpu_once()  # one py-cpuinfo process for every op's flags, stored for the launches' ranks to read
     for name in ops:
         began = time.monotonic()
         get_accelerator().create_op_builder(name).load(verbose=False)

@@ -80,9 +80,9 @@ def measure_deepspeed(comm: Any, device: str, dtype: Any, precision: str, repeat
     import torch
 
     from dsbench.configs.autofill import AutoInputs, fill_auto
-    from dsbench.worker.setup import ask_the_cpu_once
+    from dsbench.worker.cpuanswer import ask_the_cpu_once
 
-    ask_the_cpu_once()  # the engines load DeepSpeed's FusedAdam op: one CPUID process, as in a training rank
+    ask_the_cpu_once()  # the engines load DeepSpeed's FusedAdam op: py-cpuinfo asked as in a training rank
     x = _stack_input(device, dtype)
     width = FSDP_UNIT_SHAPE[1]
     engines = {}

@@ -18,6 +18,7 @@ from dsbench.parallel import ParallelDims
 from dsbench.records import METRICS, SCHEMA, SUMMARY, CheckpointRecord, EndRecord, flops_per_token, summarize
 from dsbench.trainspec import PIPELINED, TrainSpec
 from dsbench.worker import accelerate_env, checkpoint, checkpoint_manifest, safe_load, setup, stop
+from dsbench.worker.cpuanswer import ask_the_cpu_once
 from dsbench.worker.resolve import resolve
 
 
@@ -103,7 +104,7 @@ def prepare(spec: TrainSpec) -> Prepared:
         checkpoints.check_steps(*resumed, spec.steps, spec.warmup)
     if strategy == "deepspeed":
         setup.check_jit_locks()  # before init_distributed, which builds DeepSpeed's comm op on CPU
-        setup.ask_the_cpu_once()  # before DeepSpeed loads its first op: one CPUID process instead of one per call
+        ask_the_cpu_once()  # before DeepSpeed loads its first op: py-cpuinfo asked once per CPU, not once per call
     fault_before_join(dist.env_rank()[0])
     info = dist.init(strategy, spec.dist_timeout)
     if strategy == "deepspeed" and info.device.startswith("cuda"):

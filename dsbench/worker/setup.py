@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -23,6 +22,7 @@ from dsbench.envinfo import machine, versions
 from dsbench.errors import UserError
 from dsbench.jitlocks import stale_lock_message, stale_locks
 from dsbench.parallel import ParallelDims
+from dsbench.worker.cpuanswer import jit_folder
 
 
 def resolve_strategy(requested: str, ds_config: str | None, world_size: int) -> str:
@@ -53,29 +53,9 @@ def check_cuda_arch_list() -> None:
 
 def check_jit_locks() -> None:
     """Refuse to start DeepSpeed while a stale build lock would make it wait forever (dsbench.jitlocks)."""
-    from torch.utils.cpp_extension import get_default_build_root
-
-    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
-    locks = stale_locks(root, time.time())
+    locks = stale_locks(jit_folder(), time.time())
     if locks:
         raise UserError(stale_lock_message(locks))
-
-
-def ask_the_cpu_once() -> None:
-    """Keep py-cpuinfo's first answer for the rest of this process.
-
-    DeepSpeed asks py-cpuinfo what CPU this is each time it loads a CPU op: ``OpBuilder.cpu_arch`` and
-    ``simd_width``, both called from the CPU builders' ``cxx_args`` (deepspeed/ops/op_builder/cpu/builder.py, 0.19.8),
-    and once more when it makes CPU Adam (deepspeed/ops/adam/cpu_adam.py). Each ``get_cpu_info()`` starts a Python
-    process that runs CPUID in a forked child and polls it: 1.1-1.3 s of a core on this machine. The CPU cannot
-    change while the process runs, and the compiler flags DeepSpeed derives come out the same, so a prebuilt op
-    still matches its version. DeepSpeed only reads the returned dict."""
-    try:
-        import cpuinfo
-    except ImportError:  # DeepSpeed then reads lscpu, which is quick
-        return
-    if not hasattr(cpuinfo.get_cpu_info, "cache_info"):
-        cpuinfo.get_cpu_info = functools.cache(cpuinfo.get_cpu_info)
 
 
 def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> tuple[dict[str, Any], ParallelDims]:

@@ -82,26 +82,3 @@ def test_git_revision_is_what_git_says_without_starting_git():
         pytest.skip("not a git checkout")
     oracle = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     assert git_revision() == oracle.strip()
-
-
-def test_a_rank_asks_the_cpu_once_however_many_ops_deepspeed_loads(monkeypatch):
-    """DeepSpeed's CPU op builders ask py-cpuinfo twice per op they load (cpu_arch, simd_width) and CPU Adam once
-    more; each call starts a CPUID process (1.1-1.3 s here). After ask_the_cpu_once the first answer serves them
-    all, and DeepSpeed's own builder derives from it the flags it derives when it asks every time (the oracle)."""
-    cpuinfo = pytest.importorskip("cpuinfo")
-    from deepspeed.ops.op_builder.cpu import FusedAdamBuilder
-
-    from dsbench.worker.setup import ask_the_cpu_once
-
-    asked = []
-    answer = {"arch": "X86_64", "flags": ["avx2", "fma"]}
-    monkeypatch.setattr(cpuinfo, "get_cpu_info", lambda: asked.append(1) or dict(answer))
-    builder = FusedAdamBuilder()
-    every_time = (builder.cpu_arch(), builder.simd_width())
-    assert len(asked) == 2
-    asked.clear()
-    ask_the_cpu_once()
-    ask_the_cpu_once()  # a second call keeps the first cache
-    flags = [(builder.cpu_arch(), builder.simd_width()) for _ in range(3)]
-    assert flags == [every_time] * 3 == [("-march=native", "-D__AVX256__")] * 3
-    assert len(asked) == 1
