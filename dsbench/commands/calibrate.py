@@ -145,8 +145,12 @@ def _self_check(profile: Profile, strategies: list[str], model: str, ranks: int,
     cells = []
     for row in collect([run.folder / "cells"]):
         figures = predicted_figures(row, profile)
+        median = figures["wall_step_ms"]
+        # the launches' range: one step's tokens over each launch's wall-clock tokens/s, scaled from the median's
+        spread = [median * row.tokens_per_s / row.tokens_per_s_max, median * row.tokens_per_s / row.tokens_per_s_min]
         cells.append({"strategy": row.base_strategy, "family": get(row.base_strategy).family,
-                      "measured_step_ms": figures["wall_step_ms"], "predicted_step_ms": figures["predicted_step_ms"]})
+                      "measured_step_ms": median, "measured_range_ms": spread,
+                      "predicted_step_ms": figures["predicted_step_ms"]})
     record = check_record(cells, repeats)
     check_grid(record).print(table_console())
     for line in check_warnings(record):

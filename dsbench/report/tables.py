@@ -192,15 +192,21 @@ def doctor_grid(rows: list[Any]) -> Grid:
 
 
 def check_grid(check: dict[str, Any]) -> Grid:
-    """``calibrate --check``'s cells: predicted vs measured step time, and the scale each family gets."""
+    """``calibrate --check``'s cells: predicted vs measured step time (the median over the cell's launches, with their
+    range), and the scale each family gets."""
+    repeats = check.get("repeats", 1)
+    runs = "1 run each" if repeats == 1 else f"median of {repeats} runs each"
     grid = Grid([Col("strategy", 80, left=True), Col("family", 80, left=True), Col("measured ms", 80),
-                 Col("predicted ms", 80), Col("error", 80), Col("scale", 80)],
-                title=f"check ({check['steps']} steps, {check['warmup']} warm-up, 1 run each)")
+                 Col("range ms", 80), Col("predicted ms", 80), Col("error", 80), Col("scale", 80)],
+                title=f"check ({check['steps']} steps, {check['warmup']} warm-up, {runs})")
     for row in check["cells"]:
-        grid.add(row["strategy"], row["family"], f"{row['measured_step_ms']:,.1f}", f"{row['predicted_step_ms']:,.1f}",
+        spread = row.get("measured_range_ms")  # profiles written before 2026-11-27 20:00 have none
+        grid.add(row["strategy"], row["family"], f"{row['measured_step_ms']:,.1f}",
+                 f"{spread[0]:,.1f}-{spread[1]:,.1f}" if spread else "-", f"{row['predicted_step_ms']:,.1f}",
                  f"{row['error']:+.1%}", f"{check['step_scale'][row['family']]:.3f}")
-    grid.notes.append("step time by the wall clock, predicted before the family's scale; error = predicted / "
-                      "measured - 1; scale = measured / predicted, applied to every prediction of the family")
+    grid.notes.append("step time by the wall clock, predicted before the family's scale; range: the fastest and "
+                      "slowest launch; error = predicted / measured - 1; scale = measured / predicted, applied to "
+                      "every prediction of the family")
     return grid
 
 

@@ -78,8 +78,10 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
         assert cell["measured_step_ms"] == pytest.approx(step_ms, rel=1e-6), cell
         scale = cell["measured_step_ms"] / cell["predicted_step_ms"]
         assert check["step_scale"][cell["family"]] == pytest.approx(scale)
+        assert cell["measured_range_ms"] == pytest.approx([step_ms, step_ms], rel=1e-6)  # one launch: its own
         # the check's table: the cell's row whole, its measured and predicted step as the profile holds them
-        cells = (cell["strategy"], cell["family"], f"{cell['measured_step_ms']:,.1f}",
+        low, high = cell["measured_range_ms"]
+        cells = (cell["strategy"], cell["family"], f"{cell['measured_step_ms']:,.1f}", f"{low:,.1f}-{high:,.1f}",
                  f"{cell['predicted_step_ms']:,.1f}", f"{cell['error']:+.1%}")
         row = r"\s+".join(map(re.escape, cells))
         assert re.search(row, result.stdout), (row, result.stdout[-3000:])

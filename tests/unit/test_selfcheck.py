@@ -36,8 +36,9 @@ def test_the_scale_is_measured_over_predicted_per_family_and_the_error_its_inver
     from dsbench.report.tables import check_grid
 
     grid = check_grid(record)
-    assert [row[:2] + row[4:] for row in grid.rows] == [["ddp", "ddp", "-20.0%", "1.250"],
+    assert [row[:2] + row[5:] for row in grid.rows] == [["ddp", "ddp", "-20.0%", "1.250"],
                                                          ["zero2", "zero", "+8.0%", "0.926"]]
+    assert [row[3] for row in grid.rows] == ["-", "-"] and "1 run each" in grid.title  # no range recorded
     warnings = check_warnings(record)
     assert len(warnings) == 1 and "ddp" in warnings[0] and "1.250" in warnings[0]  # 8% is within the goal
     assert record["repeats"] == 1 and check_record(cells, repeats=3)["repeats"] == 3
@@ -145,3 +146,15 @@ def test_plan_says_which_scales_a_checked_profile_applied():
                                                                          "pipe_engine": scale["pipeline"]}
     text = CliRunner().invoke(cli, args, terminal_width=400).output
     assert f"step times scaled by its calibrate --check: ddp x{scale['ddp']:.2f}" in " ".join(text.split())
+
+
+def test_the_check_table_names_its_launches_and_their_range():
+    """With ``--check-repeats 3`` the measured figure is the median of three launches: the title says so (it said
+    "1 run each" until 2026-11-27) and each cell shows its fastest and slowest launch."""
+    from dsbench.report.tables import check_grid
+
+    cells = [{"strategy": "ddp", "family": "ddp", "measured_step_ms": 21.7, "measured_range_ms": [20.25, 24.5],
+              "predicted_step_ms": 16.3}]
+    grid = check_grid(check_record(cells, repeats=3))
+    assert "median of 3 runs each" in grid.title
+    assert grid.rows[0][2:4] == ["21.7", "20.2-24.5"]
