@@ -10,7 +10,7 @@ The answer is kept for the rest of the process, and in a file beside the JIT bui
 it depends on: the CPU's vendor, model and feature flags as the kernel reports them in /proc/cpuinfo, and the
 machine type. Another CPU (a new machine, a VM moved to another host model) gets a file of its own. DeepSpeed only
 reads the returned dict, so the flags it derives are those it derives when it asks every time
-(tests/unit/test_worker_setup.py checks this against DeepSpeed's own builder).
+(tests/unit/test_cpuanswer.py checks this against DeepSpeed's own builder).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def cpu_key(cpuinfo_text: str, machine: str) -> str | None:
     """A short name for this CPU: its first processor's identifying lines of /proc/cpuinfo and the machine type.
     None when the kernel does not describe it (not Linux), so nothing is stored."""
     first = cpuinfo_text.split("\n\n", 1)[0]
-    fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
-    named = sorted(f"{name}:{value.strip()}" for name, value in ((k.strip(), v) for k, v in fields.items())
-                   if name in _KEYS)
+    fields = {name.strip(): value.strip() for name, value in (line.split(":", 1) for line in first.splitlines()
+                                                               if ":" in line)}
+    named = [f"{name}:{fields[name]}" for name in _KEYS if name in fields]
     if not named:
         return None
     return hashlib.sha256("\n".join([machine, *named]).encode()).hexdigest()[:16]
