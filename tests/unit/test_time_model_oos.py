@@ -523,3 +523,24 @@ def test_gpt2_mini_on_a_new_machine_hours_later_meets_the_goals_though_every_cel
     _goals(NEW_MACHINE_GPT2_MINI_AGAIN)
     error = _errors(_cells(NEW_MACHINE_GPT2_MINI_AGAIN))
     assert len(error) == 10 and all(-0.17 < value < -0.05 for value in error.values()), error
+
+
+NEW_MACHINE_GPT2_TINY_AGAIN = "oos-20261127-2044-gpt2-tiny"
+"""NEW_MACHINE_GPT2_TINY's command again at 20:37, an hour after it, on the same machine."""
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-27 20:41: median 10.8% (goal 10%), Spearman 0.83 (goal 0.9), "
+                   "worst torch_pipe2 -19.4% within 20%: zero2's two compare launches ran 58.3 and 63.7 ms, slower "
+                   "than zero2_offload's 49.6 and 58.0 and than its own three check launches (48.2-58.5 ms)")
+def test_gpt2_tiny_on_a_new_machine_an_hour_later_meets_the_goals():
+    _goals(NEW_MACHINE_GPT2_TINY_AGAIN)
+
+
+def test_gpt2_tiny_an_hour_later_misses_by_its_zero2_compare_running_slower_than_zero2_offload():
+    """The worst cell stays within 20%, and the ranking breaks where the compare measured ZeRO-2 slower than ZeRO-2
+    with the optimizer offloaded to the CPU, which does more work per step; the planner keeps them in that order."""
+    cells = _cells(NEW_MACHINE_GPT2_TINY_AGAIN)
+    median, worst, rho = _figures(cells)
+    assert 0.10 < median < 0.11 and worst <= 0.20 and rho < 0.9, (median, worst, rho)
+    (zero2, zero2_predicted), (offload, offload_predicted) = cells["zero2"], cells["zero2_offload"]
+    assert zero2 > offload and zero2_predicted < offload_predicted, cells
