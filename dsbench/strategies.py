@@ -242,11 +242,12 @@ DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_of
 CHECKED = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "torch_tp2", "zero1_tp2", "torch_pipe2", "pipe2",
            "ulysses2")
 """``calibrate --check``'s cell for each engine family (:attr:`Strategy.family`), in this order, where the model and
-the ranks allow it: on one rank the single-process loop (ddp's family) alone; else torch DDP, FSDP2, DeepSpeed
-ZeRO-1 (gradients reduced at the boundary), ZeRO-2 (its gradient hooks reduce every micro-step; its cell scales
-zero2_offload too), ZeRO-3 (its own code path: gathers and
-partitioned hooks), DTensor's and AutoTP's tensor parallelism (Llama-family models), torch's 1F1B and DeepSpeed's
-pipeline engine, and DeepSpeed Ulysses (Llama-family models: its all-to-alls and HF attention wrapper)."""
+the ranks allow it: on one rank the single loop (ddp's family) alone; else DDP, FSDP2, ZeRO-1 (gradients reduced
+at the boundary), ZeRO-2 (hooks reduce every micro-step; it scales zero2_offload too), ZeRO-3 (gathers, partitioned
+hooks), DTensor's and AutoTP's TP (Llama-family models), torch's 1F1B and DeepSpeed's pipeline engine, and
+DeepSpeed Ulysses (Llama-family models: its all-to-alls and HF attention wrapper)."""
+GPU_ONE_RANK = ("single", "zero1", "zero2", "zero3")
+"""``calibrate --check``'s cells on one CUDA GPU: the plain loop and ZeRO-1/2/3 (gpu_fit.py fits zero_host_us)."""
 FAMILY_BEFORE = {"zero1": "zero", "pipe_engine": "pipeline", "autotp": "tensor"}
 """Families split from another since a profile was checked (2026-11-26 07:00), and the one whose scale such a profile
 applies to them, as it was planned then."""

@@ -2,10 +2,16 @@
 # The GPU checks of the issues, on a machine with one CUDA GPU (e.g. the lent H100), from the project root:
 #
 #   scripts/gpu_checks.sh OUT [tier] [matrix-gpt2] [matrix-llama] [overhead] [compile-gpt2] [compile-llama] [profile]
+#                             [gpu-constants] [calibrate] [heldout-llama]
 #                                                        (default: the first four; compile-*: issue 15's eager vs
 #                                                         compiled bf16 compare, --compile both; profile: where
 #                                                         the matrix cells' step time goes, by kernel kind, with
-#                                                         scripts/profile_gpu_step.py, for the GPU time model)
+#                                                         scripts/profile_gpu_step.py, for the GPU time model;
+#                                                         gpu-constants: the GPU model's timings alone
+#                                                         (worker/calibrate_gpu.py); calibrate: `dsbench calibrate
+#                                                         --check` on GPT-2, profile version 2 with the host's
+#                                                         zero_host_us; heldout-llama: the 1.1B Llama's ZeRO cells,
+#                                                         which that profile did not see)
 #
 # tier: every strategy through its launcher at world size 1 on NCCL (tests/gpu); matrix-*: the bf16
 # compare of single/ZeRO-1/2/3/offload (GPT-2 124M at seq 1024 x 16, a 1.1B Llama at seq 2048 x 4);
@@ -58,6 +64,21 @@ for step in $steps; do
             >> "$out/profile.log" 2>&1 || status=1
         done
       done ;;
+    gpu-constants)  # the raw timings alone, in case calibrate fails: plan/gpu_calibration.gpu_section reads them
+      timeout 120 python3 -c "import json, sys; from dsbench.worker.calibrate_gpu import measure_gpu; \
+json.dump(measure_gpu('cuda:0', 5), sys.stdout, indent=1)" > "$out/gpu-constants.json" 2> "$out/gpu-constants.err" \
+        || status=1 ;;
+    calibrate)  # issue 26: profile version 2, GPT-2 at GPU.md's shape, with --check's single and ZeRO-1/2/3 cells
+      timeout 330 python3 -m dsbench calibrate --num-gpus 1 --model gpt2 --micro-batch 16 --seq-len 1024 \
+        --precision bf16 --check -o "$out/profile-gpu.json" --run-dir "$out/calibrate" --timeout 150 \
+        > "$out/calibrate.log" 2>&1 || status=1
+      find "$out/calibrate" -name "*.log" -size +1M -delete
+      tar czf "$out/calibrate.tgz" -C "$out" calibrate 2>/dev/null && rm -rf "$out/calibrate" ;;
+    heldout-llama)  # out of sample for the profile above: `dsbench plan --profile` predicts these afterwards
+      timeout 240 python3 -m dsbench compare --models llama-1b --world-sizes 1 --micro-batches 4 --seq-len 2048 \
+        --precision bf16 --strategies zero1,zero2,zero3 --steps 20 --warmup 5 --timeout 100 \
+        --out "$out/runs/heldout-llama-1b" > "$out/heldout-llama.log" 2>&1 || status=1
+      tar czf "$out/heldout-llama.tgz" -C "$out/runs" heldout-llama-1b 2>/dev/null ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
   echo "$step: $(( $(date +%s) - start )) s (status so far $status)" | tee -a "$out/steps.txt"

@@ -78,7 +78,7 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     for path, text in launch.files.items():
         atomic_write_text(path, text)
     click.echo(launch.shell_line())
-    checked = _check_strategies(model, ranks) if check else []
+    checked = _check_strategies(model, ranks, local_gpu_count() > 0) if check else []
     if check:
         click.echo(f"then --check: {', '.join(checked)} (dsbench compare, into {folder / 'check'})")
     if dry_run:
@@ -94,10 +94,9 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     for line in summary_lines(profile):
         click.echo(line)
     if check:
-        profile = {**profile, "check": _self_check(Profile(str(target), profile), checked, model, ranks, micro_batch,
-                                                   seq_len, precision, folder / "check", timeout,
-                                                   check_repeats or 1)}
-        atomic_write_json(target, profile)  # the profile this command wrote above, now with its check
+        cells = _run_cells(checked, model, ranks, micro_batch, seq_len, precision, folder / "check", timeout,
+                           check_repeats or 1, str(target))
+        atomic_write_json(target, _with_check(Profile(str(target), profile), cells, check_repeats or 1))
     click.echo(f"profile: {target}  (dsbench plan --profile {target} ...)")
 
 
@@ -110,26 +109,22 @@ def _refuse_conflicts(hostfile: str | None, num_gpus: int | None, check: bool, c
         raise UserError("--check-repeats is how often --check launches each cell: add --check or drop it")
 
 
-def _check_strategies(model: str, ranks: int) -> list[str]:
+def _check_strategies(model: str, ranks: int, gpus: bool) -> list[str]:
     from dsbench.bench.tune import default_strategies
-    from dsbench.plan.selfcheck import check_strategies
+    from dsbench.plan.selfcheck import check_strategies, gpu_check_strategies
 
-    return check_strategies(default_strategies(model, ranks))
+    runnable = default_strategies(model, ranks)
+    return gpu_check_strategies(ranks, runnable) if gpus else check_strategies(runnable)
 
 
-def _self_check(profile: Profile, strategies: list[str], model: str, ranks: int, micro_batch: int, seq_len: int,
-                precision: str, folder: Path, timeout: float, repeats: int) -> dict:
-    """``--check``: the check cells run by dsbench compare, each predicted from the fresh profile (selfcheck.py).
-    With ``repeats`` > 1 compare launches every cell once and then again (its repeats' order), so a slow minute
-    falls on one launch of several cells rather than on every launch of one, and each cell's step is the median
-    over its launches (report.collect)."""
+def _run_cells(strategies: list[str], model: str, ranks: int, micro_batch: int, seq_len: int, precision: str,
+               folder: Path, timeout: float, repeats: int, target: str) -> Path:
+    """``--check``'s cells, run by dsbench compare; the folder of their runs. With ``repeats`` > 1 compare
+    launches every cell once and then again (its repeats' order), so a slow minute falls on one launch of several
+    cells rather than on every launch of one, and each cell's step is the median over its launches
+    (report.collect)."""
     from dsbench.bench.session import run_compare
-    from dsbench.console import table_console
-    from dsbench.plan.selfcheck import CHECK_STEPS, CHECK_WARMUP, check_record, check_warnings
-    from dsbench.plan.verify import predicted_figures
-    from dsbench.report.collect import collect
-    from dsbench.report.tables import check_grid
-    from dsbench.strategies import get
+    from dsbench.plan.selfcheck import CHECK_STEPS, CHECK_WARMUP
 
     flags = {"strategies": strategies, "models": [model], "world_sizes": [ranks],
              "micro_batches": [micro_batch], "seq_len": seq_len, "precision": precision, "steps": CHECK_STEPS,
@@ -139,11 +134,31 @@ def _self_check(profile: Profile, strategies: list[str], model: str, ranks: int,
     failed = next((result for result in run.results if result.status != "ok"), None)
     if failed is not None:
         error = DsbenchError(f"check cell {failed.cell.id}: {failed.status} (its run: {folder / 'cells'}); the "
-                             f"profile {profile.path} is written without a check")
+                             f"profile {target} is written without a check")
         error.exit_code = 130 if failed.status == "interrupted" else 1  # as compare exits on Ctrl-C
         raise error
+    return run.folder / "cells"
+
+
+def _with_check(profile: Profile, cells: Path, repeats: int) -> dict:
+    """The profile this command wrote, with its check: on a CUDA GPU the GPU model's check and the host's
+    ``zero_host_us`` in the ``gpu`` section, on CPU ranks the per-family step scales."""
+    if profile.data.get("gpu"):
+        return {**profile.data, "gpu": _gpu_check(profile, cells)}
+    return {**profile.data, "check": _self_check(profile, cells, repeats)}
+
+
+def _self_check(profile: Profile, cells_folder: Path, repeats: int) -> dict:
+    """The check cells on CPU ranks, each predicted from the fresh profile (selfcheck.py)."""
+    from dsbench.console import table_console
+    from dsbench.plan.selfcheck import check_record, check_warnings
+    from dsbench.plan.verify import predicted_figures
+    from dsbench.report.collect import collect
+    from dsbench.report.tables import check_grid
+    from dsbench.strategies import get
+
     cells = []
-    for row in collect([run.folder / "cells"]):
+    for row in collect([cells_folder]):
         figures = predicted_figures(row, profile)
         median = figures["wall_step_ms"]
         # the launches' range: one step's tokens over each launch's wall-clock tokens/s, scaled from the median's
@@ -156,6 +171,34 @@ def _self_check(profile: Profile, strategies: list[str], model: str, ranks: int,
     for line in check_warnings(record):
         click.echo(line, err=True)
     return record
+
+
+def _gpu_check(profile: Profile, cells_folder: Path) -> dict:
+    """The check cells on a GPU, as rows of the oracle schema, predicted by the GPU model with the measured
+    constants; ``zero_host_us`` fitted on the ZeRO cells (plan/gpu_fit.host_check). The profile's ``gpu`` section
+    with ``zero_host_us`` and the check added."""
+    from dsbench.plan.gpu_calibration import calibrated_gpu
+    from dsbench.plan.gpu_fit import host_check
+    from dsbench.plan.run_rows import oracle_row
+
+    section = profile.data["gpu"]
+    rows = {}
+    for index, folder in enumerate(sorted(cells_folder.iterdir()), start=1):
+        row = oracle_row(folder, section["name"], index)
+        if isinstance(row, str):
+            click.echo(f"check cell {folder.name}: not priced ({row})", err=True)
+        else:
+            rows[folder.name] = row
+    record = host_check(rows, calibrated_gpu(section, profile.path))
+    click.echo("GPU check (step ms; predicted with the measured GPU constants and the shipped host constant, then "
+               "with zero_host_us fitted on this host's ZeRO cells):")
+    for cell in record["cells"]:
+        before, after = (cell[key] or float("nan") for key in ("predicted_step_ms", "with_host_step_ms"))
+        click.echo(f"  {cell['strategy']:<28} measured {cell['measured_step_ms']:8.1f}  predicted {before:8.1f}  "
+                   f"with this host {after:8.1f}{'  (in sample)' if cell['in_sample'] else ''}")
+    click.echo("zero_host_us (ZeRO-1/2/3, µs per parameter tensor): " + ", ".join(
+        f"{us:g}" for us in record["zero_host_us"].values()))
+    return {**section, "zero_host_us": record["zero_host_us"], "check": record["cells"]}
 
 
 COMMAND = calibrate

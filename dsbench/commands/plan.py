@@ -101,6 +101,7 @@ def plan(top: int, as_json: bool, wide: bool, verify: bool, config_file: str | N
     if replay or files:
         _replay(replay, files, as_json, wide)
         return
+    _one_gpu_source(opts.get("profile"))
     if write_dir and opts["layout"] is not None:
         from dsbench.errors import UserError
 
@@ -145,6 +146,17 @@ def plan(top: int, as_json: bool, wide: bool, verify: bool, config_file: str | N
             print_verify(verified, result["cluster"]["profile"], wide)
 
 
+def _one_gpu_source(profile: Any) -> None:
+    """A profile calibrated on a GPU names the GPU: refuse a --gpu beside it (one line)."""
+    ctx = click.get_current_context()
+    given = ctx.get_parameter_source("gpu") is click.core.ParameterSource.COMMANDLINE
+    if profile is not None and profile.data.get("gpu") and given:
+        from dsbench.errors import UserError
+
+        raise UserError(f"--gpu and --profile {profile.path} (measured on {profile.data['gpu'].get('name')}) both "
+                        "name the GPU: drop one")
+
+
 LAYOUT_ONLY = ("tp", "pipeline_stages", "pipeline_schedule", "virtual_stages", "cp", "ulysses", "global_batch",
                "recompute",
                "sequence_parallel", "compiled", "kernels", "attention", "arch", "layers", "hidden", "heads",
@@ -176,7 +188,11 @@ def _layout(opts: dict[str, Any], layout_opts: dict[str, Any], as_json: bool) ->
     ctx = click.get_current_context()
     given_accum = ctx.get_parameter_source("grad_accum") is click.core.ParameterSource.COMMANDLINE
     accum = opts["grad_accum"] if given_accum else None  # its default (8) is the ranking's, not a layout's
-    for name in ("profile", "peak_tflops", "efficiency", "interconnect", "intra", "latency", "gpu_mem", "accounting",
+    profile = opts.get("profile")
+    if profile is not None and not profile.data.get("gpu"):
+        raise UserError(f"--profile {profile.path} measured CPU ranks; --layout prices GPUs (give a profile that "
+                        "dsbench calibrate wrote on a CUDA GPU, or drop --profile)")
+    for name in ("peak_tflops", "efficiency", "interconnect", "intra", "latency", "gpu_mem", "accounting",
                  "host_mem", "top"):
         if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
             raise UserError(f"--{name.replace('_', '-')} does not apply to --layout (the GPU model takes its figures "

@@ -9,6 +9,7 @@ from dsbench.errors import UserError
 from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+from dsbench.plan.gpu_calibration import calibrated_gpu
 from dsbench.plan.gpu_profiles import ALIASES, KINDS, GpuProfile, with_host
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
 from dsbench.plan.profile import TP_LAYER_RATE, Profile, compute_group, load_profile
@@ -57,9 +58,13 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
     if (req.model is None) == (req.params is None):
         raise UserError("give exactly one of --model NAME and --params N")
     shape = resolve_model(req.model) if req.model else synthetic_shape(float(req.params or 0))
-    if req.gpu not in GPUS:
+    calibrated = calibrated_profile(req)
+    if calibrated is not None:  # measured on this GPU by calibrate: its kind, peak and memory
+        peak, mem = calibrated.peak_tflops.get("bf16") or max(calibrated.peak_tflops.values()), calibrated.memory_gib
+    elif req.gpu not in GPUS:
         raise UserError(f"--gpu {req.gpu!r} is unknown; choose one of {', '.join(GPUS)} or give --peak-tflops")
-    peak, mem = GPUS[req.gpu]
+    else:
+        peak, mem = GPUS[req.gpu]
     gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
     if req.gpus and req.gpus != gpn * req.nodes:
         raise UserError(f"--gpus {req.gpus} != --nodes {req.nodes} x --gpus-per-node {gpn}")
@@ -92,7 +97,11 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
                  peak_tflops=req.peak_tflops or peak, efficiency=req.efficiency, intra=link(intra),
                  inter=link(req.interconnect, req.bandwidth, req.latency), host_link=INTERCONNECTS["pcie5"],
                  host_mem_gb=req.host_mem)
-    if req.profile:
+    if calibrated is not None:
+        if precision not in calibrated.peak_tflops:
+            raise UserError(f"--precision {precision}: the {calibrated.kind} profile has no {precision} peak")
+        cl = replace(cl, gpu_model=with_host(calibrated, req.zero_host_us))
+    elif req.profile:
         if req.zero_host_us:
             raise UserError("--zero-host-us is the GPU model's: a --profile from calibrate measures its own "
                             "engine costs")
@@ -100,6 +109,17 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
     else:
         cl = replace(cl, gpu_model=gpu_model(req, precision))
     return wl, cl, config
+
+
+def calibrated_profile(req: PlanRequest) -> GpuProfile | None:
+    """The GPU model's profile measured by ``dsbench calibrate`` on a CUDA rank (the ``--profile``'s ``gpu``
+    section), or None for a profile of CPU ranks and without ``--profile``."""
+    if req.profile is None or not req.profile.data.get("gpu"):
+        return None
+    if req.peak_tflops is not None or req.efficiency != DEFAULTS.efficiency:
+        raise UserError("--peak-tflops and --efficiency are the datasheet model's; the --profile measured this GPU "
+                        "(drop them, or the --profile)")
+    return calibrated_gpu(req.profile.data["gpu"], req.profile.path)
 
 
 def gpu_model(req: PlanRequest, precision: str) -> GpuProfile | None:

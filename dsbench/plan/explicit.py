@@ -13,6 +13,7 @@ from typing import Any
 from dsbench.errors import UserError
 from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import interleaved_accepts
+from dsbench.plan.gpu_calibration import calibrated_gpu
 from dsbench.plan.gpu_layout import ARCHS, Layout, Shape, runs_autocast
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import GpuProfile, profile_for, with_host
@@ -64,7 +65,8 @@ def shape_of(req: LayoutRequest) -> tuple[Shape, str, int]:
 def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
     """The checked layout, its hardware profile and the model's name for the launch command."""
     shape, name, longest = shape_of(req)
-    hw = with_host(profile_for(req.gpu), req.zero_host_us)
+    measured = calibrated_gpu(req.profile.data["gpu"], req.profile.path) if req.profile else None
+    hw = with_host(measured or profile_for(req.gpu), req.zero_host_us)
     gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
     gpus = req.gpus or req.nodes * gpn
     if gpus != req.nodes * gpn:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from dsbench.plan.gpu_profiles import GpuProfile, profile_for
 from dsbench.plan.gpu_time import engine_host_seconds, step_time
@@ -33,14 +34,18 @@ def by_session(rows: Iterable[OracleRow]) -> dict[str, list[OracleRow]]:
     return sessions
 
 
+def _stage(row: OracleRow) -> int | None:
+    how = PLANNER.get(row.values["strategy"])
+    return how.zero if how is not None else None
+
+
 def fit_zero_host_us(rows: Iterable[OracleRow], hw: GpuProfile | None = None) -> dict[int, float]:
     """µs per parameter tensor, by ZeRO stage, that makes each ZeRO row's predicted step equal its measured one:
     (measured − the model's GPU terms) / the step's tensor visits (gpu_time.engine_host_seconds at 1 µs). Where
     a stage has several rows, their mean."""
     fitted: dict[int, list[float]] = {}
     for row in rows:
-        how = PLANNER.get(row.values["strategy"])
-        stage = how.zero if how is not None else None
+        stage = _stage(row)
         if not stage or not row.values["measured_step_s"]:
             continue
         lay = row_layouts(row.values)[0]
@@ -55,3 +60,22 @@ def predict_with_host(rows: Iterable[OracleRow], zero_host_us: dict[int, float])
     """The rows predicted with a host's fitted constant in place of the profile's."""
     return [predict_row(row, replace(profile_for(row.values["gpu"]), zero_host_us=dict(zero_host_us)))
             for row in rows]
+
+
+def host_check(cells: dict[str, OracleRow], hw: GpuProfile) -> dict[str, Any]:
+    """``calibrate --check`` on a GPU: every check cell predicted with the measured GPU constants and the shipped
+    host constant, then ``zero_host_us`` fitted on the cells' ZeRO rows (each stage on its own cell, so those
+    cells are in sample afterwards) and every cell predicted again with it. ``cells`` maps each cell's strategy
+    to its row (:func:`dsbench.plan.run_rows.oracle_row`)."""
+    fitted = fit_zero_host_us(cells.values(), hw)
+    refit = replace(hw, zero_host_us={**hw.zero_host_us, **fitted})
+    out = []
+    for name, row in cells.items():
+        before, after = predict_row(row, hw), predict_row(row, refit)
+        measured = row.values["measured_step_s"]
+        out.append({"strategy": name, "measured_step_ms": round(measured * 1e3, 2),
+                    "predicted_step_ms": round(before.predicted_step_s * 1e3, 2) if before.time else None,
+                    "with_host_step_ms": round(after.predicted_step_s * 1e3, 2) if after.time else None,
+                    "in_sample": _stage(row) in fitted,
+                    "skipped": before.skipped})
+    return {"cells": out, "zero_host_us": {str(stage): round(us, 1) for stage, us in fitted.items()}}

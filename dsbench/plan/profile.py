@@ -17,9 +17,12 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.plan.comm import bucket_calls, ring_bytes
+from dsbench.plan.gpu_calibration import check_section, gpu_section
 from dsbench.plan.hardware import Link
 
-SCHEMA = "dsbench.profile/1"
+SCHEMA = "dsbench.profile/2"
+"""Version 2 (2026-11-27) adds the optional ``gpu`` section (plan/gpu_calibration.py); version 1 files still load."""
+SCHEMAS = ("dsbench.profile/1", SCHEMA)
 MEASURED = "dsbench.measured/1"
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "p2p")
 
@@ -201,7 +204,11 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
         rates.update(tensor_parallel_costs(tp, tp_link, element))
     if all(rank.get("split_backward") for rank in per_rank):  # profiles from 2026-11-27 05:00 on
         rates["zb_split_layer_s"] = max(split_backward_cost(rank["split_backward"]) for rank in per_rank)
-    return {**measured, "schema": SCHEMA, "collectives": collectives, "rates": rates, "spread": spreads(measured)}
+    kept = {key: value for key, value in measured.items() if key != "gpu"}
+    out = {**kept, "schema": SCHEMA, "collectives": collectives, "rates": rates, "spread": spreads(measured)}
+    if measured.get("gpu"):  # measured on a CUDA rank: the GPU model's own constants
+        out["gpu"] = gpu_section(measured["gpu"])
+    return out
 
 
 SPREAD_OF = {"forward+backward": ("compute_per_rank", "model"), "AdamW": ("compute_per_rank", "optimizer"),
@@ -248,7 +255,7 @@ class Profile:
 
 def load_profile(data: Any, source: str) -> dict[str, Any]:
     """A profile read from ``source`` (a parsed JSON value), checked enough for the planner to use."""
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") not in SCHEMAS:
         raise UserError(f"{source}: not a dsbench machine profile (write one with `dsbench calibrate -o FILE`)")
     if not isinstance(data.get("rates"), dict) or not isinstance(data.get("collectives"), dict):
         raise UserError(f"{source}: the profile has no rates or collectives (write it again with dsbench calibrate)")
@@ -285,6 +292,8 @@ def load_profile(data: Any, source: str) -> dict[str, Any]:
                         "with dsbench calibrate)")
     for name, width in spread.items():
         _check_figure(width, f"spread.{name}", source, positive=False)
+    if data.get("gpu") is not None:
+        check_section(data["gpu"], source)
     for key in ("device", "backend"):
         if key in data and not isinstance(data[key], str):
             raise UserError(f"{source}: {key} must be a string, got {_shown(data[key])}")

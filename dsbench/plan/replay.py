@@ -80,7 +80,8 @@ class RowResult:
         return not self.assumed
 
 
-def _typed(path: Path, line: int, raw: dict[str, str]) -> dict[str, Any]:
+def typed_row(path: Path, line: int, raw: dict[str, str]) -> dict[str, Any]:
+    """One row of the schema, its text typed column by column; a bad cell is one line naming row and column."""
     out: dict[str, Any] = {}
     for column in COLUMNS:
         text = (raw.get(column) or "").strip()
@@ -123,7 +124,7 @@ def read_rows(paths: list[Path]) -> list[OracleRow]:
         for line, raw in enumerate(reader, start=2):
             if None in raw:
                 raise UserError(f"{path} row {line}: more cells than the header's {len(header)} columns")
-            rows.append(OracleRow(_typed(Path(path), line, raw), str(path)))
+            rows.append(OracleRow(typed_row(Path(path), line, raw), str(path)))
     return rows
 
 

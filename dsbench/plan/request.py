@@ -95,6 +95,9 @@ class LayoutRequest:
     """With --tokens: the cost."""
     zero_host_us: tuple[float, float, float] | None = None
     """As :attr:`PlanRequest.zero_host_us`."""
+    profile: Profile | None = None
+    """A profile ``dsbench calibrate`` wrote on a CUDA GPU: its measured constants replace the kind's
+    (plan/gpu_calibration.py)."""
 
 
 LAYOUT_DEFAULTS = LayoutRequest(layout="fsdp")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from dsbench.strategies import CHECKED, FAMILY_BEFORE
+from dsbench.strategies import CHECKED, FAMILY_BEFORE, GPU_ONE_RANK
 
 GOAL = 0.10
 """A check cell predicted worse than this (relative step time) is printed as a warning: issue 27's out-of-sample
@@ -30,6 +30,11 @@ With 12 steps and 4 warm-up, a ZeRO cell's check differed from a compare of the 
 def check_strategies(runnable: list[str]) -> list[str]:
     """The check cells among the strategies that can run the model on the ranks (``bench.tune.default_strategies``)."""
     return [name for name in CHECKED if name in runnable]
+
+
+def gpu_check_strategies(ranks: int, runnable: list[str]) -> list[str]:
+    """The check cells on CUDA GPUs: on one GPU :data:`dsbench.strategies.GPU_ONE_RANK`, else as on CPU ranks."""
+    return list(GPU_ONE_RANK) if ranks == 1 else check_strategies(runnable)
 
 
 def check_record(cells: list[dict[str, Any]], repeats: int = 1) -> dict[str, Any]:

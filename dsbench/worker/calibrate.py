@@ -23,7 +23,9 @@ planner's fit, :mod:`dsbench.plan.profile`, turns them into the machine profile)
 - DeepSpeed's own cost per parameter tensor: a training step of the same stack under ZeRO-1, 2 and 3 against the
   plain one (the fit: what each stage adds per reduction and per tensor, its small collectives included);
 - tensor parallelism's own cost per layer (Llama-family models): a forward+backward of the model's own decoder
-  layers, plain and split over a node's ranks by DTensor (torch_tp) and by DeepSpeed AutoTP's layers.
+  layers, plain and split over a node's ranks by DTensor (torch_tp) and by DeepSpeed AutoTP's layers;
+- on a CUDA rank, what the GPU time model needs of the GPU itself: 16-bit GEMMs by size, HBM bandwidth and the
+  flash attention kernel (calibrate_gpu.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from dsbench.worker.calibrate_engines import measure_deepspeed, measure_fsdp, measure_tensor_parallel
+from dsbench.worker.calibrate_gpu import measure_gpu
 from dsbench.worker.calibrate_timing import interleaved, rate, summary_of, sync_device
 
 SIZES = [2**k for k in range(12, 25, 2)]
@@ -276,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
     compute = measure_compute(shape, args.micro_batch, args.seq_len, dtype, info.device, args.repeats, seed=1234)
     every = comm.all_gather_object(compute)  # sync point: every rank's compute figures
+    # the GPU model's constants (plan/gpu_calibration.py): each GPU measures its own, rank 0's are kept
+    gpu = measure_gpu(info.device, args.repeats) if info.device.startswith("cuda") else None
     measured: dict[str, Any] = {}
     for name, ranks in groups_of(hostnames).items():
         group = dist.new_group(ranks) if info.process_group and len(ranks) < info.world_size else None
@@ -297,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                    "nodes": len(set(hostnames)), "model": shape.to_dict(), "micro_batch": args.micro_batch,
                    "seq_len": args.seq_len, "precision": args.precision, "compute": every[0],
                    "compute_per_rank": every, "collectives": measured, "fsdp": fsdp, "deepspeed": zero,
-                        "tensor_parallel": tensor}
+                        "tensor_parallel": tensor, "gpu": gpu}
         atomic_write_json(args.out, measurements)
     wdist.shutdown()
     return 0

@@ -57,7 +57,7 @@ def test_check_repeats_ask_compare_for_interleaved_launches(tmp_path, monkeypatc
 
     monkeypatch.setattr("dsbench.bench.session.run_compare", fake_compare)
     with pytest.raises(SystemExit):
-        command._self_check(read_profile(str(PROFILE)), ["ddp"], "llama-tiny", 2, 2, 128, "fp32", tmp_path, 60.0, 3)
+        command._run_cells(["ddp"], "llama-tiny", 2, 2, 128, "fp32", tmp_path, 60.0, 3, str(PROFILE))
     assert seen["repeats"] == 3 and seen["strategies"] == ["ddp"]
 
 

@@ -1,0 +1,66 @@
+"""dsbench's own GPU runs as rows of the oracle schema (plan/replay.py), so that the GPU model predicts them and
+fits the host's constant on them: ``scripts/runs_to_oracle.py`` for stored runs, ``dsbench calibrate --check`` for
+its check cells (pure: it reads run folders, starts nothing).
+
+Step time is the wall clock over the measured window divided by its steps; peak memory is the run's
+``torch.cuda.max_memory_allocated`` (the replay compares dsbench's rows with the model's allocated peak). Runs the
+schema cannot describe (CPU offload, CPU runs, a GPU the profiles do not know) have none: the reason is returned.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dsbench.plan.gpu_calibration import kind_of_device
+from dsbench.plan.replay import COLUMNS, OracleRow, typed_row
+from dsbench.records import header_of, read_records
+from dsbench.run_record import RunHeader, read_summary
+
+
+def run_row(folder: Path, gpu_name: str, index: int) -> dict[str, object] | str:
+    """The oracle row of one run folder, or why it has none."""
+    header = RunHeader.from_record(header_of(read_records(folder / "metrics.jsonl")))
+    summary = read_summary(folder)
+    if summary is None or not summary.ok or summary.throughput is None or header.shape is None:
+        return "not a finished run"
+    zero = (header.ds_config or {}).get("zero_optimization", {})
+    if (zero.get("offload_optimizer") or {}).get("device", "none") != "none":
+        return "optimizer offload: the oracle schema has no offload column"
+    kind = kind_of_device(gpu_name)
+    if kind is None or not header.device.startswith("cuda"):
+        return f"not on a GPU the profiles know ({gpu_name or header.device})"
+    model = header.shape
+    if header.engine in ("single", "ddp"):  # the single loop is DDP's data parallelism at world size 1
+        strategy = "ddp"
+    else:
+        strategy = "fsdp" if header.engine == "fsdp" else f"zero{zero.get('stage', 0)}"
+    window = summary.throughput
+    # dsbench's single and DDP engines train fp32 weights under torch.autocast (worker/engines/native.py); the
+    # replay reads the word from the note
+    native = header.engine in ("single", "ddp") and header.precision != "fp32"
+    autocast = "; autocast over fp32 weights" if native else ""
+    return {"source": f"dsbench-{kind.split('-')[0]}", "row": index, "model": model["name"],
+            "arch": "gpt" if model["arch"] == "gpt2" else "llama", "layers": model["layers"], "hidden": model["hidden"],
+            "heads": model["heads"], "kv_heads": model["kv_heads"], "ffn": model["intermediate"],
+            "vocab": model["vocab_size"], "seq_len": header.seq_len, "gpu": kind, "gpus": header.world_size,
+            "gpus_per_node": header.world_size, "strategy": "ddp" if strategy == "zero0" else strategy,
+            "tp": header.tp, "pp": 1, "cp": 1, "micro_batch": header.micro_batch,
+            "global_batch": header.global_batch,
+            "recompute": "full" if header.activation_checkpointing else "none", "sequence_parallel": 0,
+            "precision": header.precision, "compile": int(bool(header.speed.compile)),
+            "measured_step_s": round(window.step_s, 6),
+            "measured_tokens_per_s_per_gpu": round(window.tokens_per_s_per_rank or window.tokens_per_s
+                                                   / header.world_size, 1),
+            "measured_peak_mem_gib": round(max(summary.peak_memory_bytes_per_rank) / 2**30, 3),
+            "note": f"dsbench run {folder.name} of {(header.started_at or '')[:10]} (wall clock"
+                    f" over {window.steps} measured steps; peak = "
+                    f"torch.cuda.max_memory_allocated){autocast}; {gpu_name}"}
+
+
+def oracle_row(folder: Path, gpu_name: str, index: int) -> OracleRow | str:
+    """:func:`run_row` typed as the replay reads a CSV row, or why the run has none."""
+    values = run_row(folder, gpu_name, index)
+    if isinstance(values, str):
+        return values
+    text = {column: "" if values.get(column) is None else str(values[column]) for column in COLUMNS}
+    return OracleRow(typed_row(folder, index, text), str(folder))
