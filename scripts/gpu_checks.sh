@@ -65,17 +65,17 @@ for step in $steps; do
         done
       done ;;
     gpu-constants)  # the raw timings alone, in case calibrate fails: plan/gpu_calibration.gpu_section reads them
-      timeout 120 python3 -c "import json, sys; from dsbench.worker.calibrate_gpu import measure_gpu; \
+      timeout 90 python3 -c "import json, sys; from dsbench.worker.calibrate_gpu import measure_gpu; \
 json.dump(measure_gpu('cuda:0', 5), sys.stdout, indent=1)" > "$out/gpu-constants.json" 2> "$out/gpu-constants.err" \
         || status=1 ;;
     calibrate)  # issue 26: profile version 2, GPT-2 at GPU.md's shape, with --check's single and ZeRO-1/2/3 cells
-      timeout 330 python3 -m dsbench calibrate --num-gpus 1 --model gpt2 --micro-batch 16 --seq-len 1024 \
+      timeout 300 python3 -m dsbench calibrate --num-gpus 1 --model gpt2 --micro-batch 16 --seq-len 1024 \
         --precision bf16 --check -o "$out/profile-gpu.json" --run-dir "$out/calibrate" --timeout 150 \
         > "$out/calibrate.log" 2>&1 || status=1
       find "$out/calibrate" -name "*.log" -size +1M -delete
       tar czf "$out/calibrate.tgz" -C "$out" calibrate 2>/dev/null && rm -rf "$out/calibrate" ;;
     heldout-llama)  # out of sample for the profile above: `dsbench plan --profile` predicts these afterwards
-      timeout 240 python3 -m dsbench compare --models llama-1b --world-sizes 1 --micro-batches 4 --seq-len 2048 \
+      timeout 170 python3 -m dsbench compare --models llama-1b --world-sizes 1 --micro-batches 4 --seq-len 2048 \
         --precision bf16 --strategies zero1,zero2,zero3 --steps 20 --warmup 5 --timeout 100 \
         --out "$out/runs/heldout-llama-1b" > "$out/heldout-llama.log" 2>&1 || status=1
       tar czf "$out/heldout-llama.tgz" -C "$out/runs" heldout-llama-1b 2>/dev/null ;;
