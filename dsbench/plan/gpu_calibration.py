@@ -121,12 +121,13 @@ def check_section(section: Any, source: str) -> None:
             raise UserError(f"{source}: gpu.constants.{key} is not a constant the GPU model has "
                             f"({', '.join(CONSTANTS)})")
         ceiling = 1.0 if key in FRACTIONS else math.inf
-        if type(value) not in (int, float) or not 0 <= value <= ceiling or (value == 0 and key != "gemm_half_dim"):
+        if type(value) not in (int, float) or not (0 <= value <= ceiling and math.isfinite(value)) or (
+                value == 0 and key != "gemm_half_dim"):
             raise UserError(f"{source}: gpu.constants.{key} must be a number in "
                             f"{'(0, 1]' if key in FRACTIONS else '(0, inf)'}, got {value!r}")
     host = section.get("zero_host_us", {})
-    if not isinstance(host, dict) or not all(key in ("1", "2", "3") and type(value) in (int, float) and value >= 0
-                                             for key, value in host.items()):
+    if not isinstance(host, dict) or not all(key in ("1", "2", "3") and type(value) in (int, float)
+                                             and 0 <= value < math.inf for key, value in host.items()):
         raise UserError(f"{source}: gpu.zero_host_us must map ZeRO stages 1-3 to microseconds >= 0")
 
 
