@@ -28,8 +28,11 @@ from dsbench.strategies import GPU_DATA_PARALLEL
 @click.option("--gpus", type=COUNT, help="Total GPUs (one node unless --nodes).")
 @click.option("--nodes", type=COUNT, default=DEFAULTS.nodes, show_default=True)
 @click.option("--gpus-per-node", type=COUNT, help="[--gpus on one node, else 8]")
-@click.option("--gpu", default=DEFAULTS.gpu, show_default=True, help="GPU kind (sets peak TFLOPS and memory).")
+@click.option("--gpu", default=DEFAULTS.gpu, show_default=True, help="GPU kind (sets peak TFLOPS and memory), or "
+              "custom with --peak-tflops, --gpu-mem and --hbm-tbs.")
 @click.option("--gpu-mem", type=POSITIVE, help="GB per GPU [from --gpu].")
+@click.option("--hbm-tbs", type=POSITIVE, help="With --gpu custom: HBM bandwidth, TB/s (and --peak-tflops, --gpu-mem "
+              "as its datasheet gives them; --intra names the link within a node [pcie4]).")
 @click.option("--peak-tflops", type=POSITIVE, help="Dense peak per GPU [from --gpu].")
 @click.option("--efficiency", type=Finite(0, low_open=True, high=1), default=DEFAULTS.efficiency, show_default=True,
               help="Achievable fraction of peak.")
@@ -102,6 +105,11 @@ def plan(top: int, as_json: bool, wide: bool, verify: bool, config_file: str | N
         _replay(replay, files, as_json, wide)
         return
     _one_gpu_source(opts.get("profile"))
+    if opts["hbm_tbs"] is not None and opts["gpu"] != "custom":
+        from dsbench.errors import UserError
+
+        raise UserError("--hbm-tbs is a custom GPU's figure: add --gpu custom (with --peak-tflops and --gpu-mem), or "
+                        "drop it")
     if write_dir and opts["layout"] is not None:
         from dsbench.errors import UserError
 
@@ -192,9 +200,10 @@ def _layout(opts: dict[str, Any], layout_opts: dict[str, Any], as_json: bool) ->
     if profile is not None and not profile.data.get("gpu"):
         raise UserError(f"--profile {profile.path} measured CPU ranks; --layout prices GPUs (give a profile that "
                         "dsbench calibrate wrote on a CUDA GPU, or drop --profile)")
+    custom = ("peak_tflops", "interconnect", "intra", "latency", "gpu_mem") if opts["gpu"] == "custom" else ()
     for name in ("peak_tflops", "efficiency", "interconnect", "intra", "latency", "gpu_mem", "accounting",
                  "host_mem", "top"):
-        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+        if name not in custom and ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
             raise UserError(f"--{name.replace('_', '-')} does not apply to --layout (the GPU model takes its figures "
                             "from the --gpu profile; --bandwidth overrides the network)")
     known = {f.name for f in fields(LayoutRequest)}

@@ -10,7 +10,7 @@ from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
 from dsbench.plan.gpu_calibration import calibrated_gpu
-from dsbench.plan.gpu_profiles import ALIASES, KINDS, GpuProfile, with_host
+from dsbench.plan.gpu_profiles import ALIASES, CUSTOM, KINDS, GpuProfile, custom_profile, with_host
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
 from dsbench.plan.profile import TP_LAYER_RATE, Profile, compute_group, load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
@@ -61,8 +61,12 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
     calibrated = calibrated_profile(req)
     if calibrated is not None:  # measured on this GPU by calibrate: its kind, peak and memory
         peak, mem = calibrated.peak_tflops.get("bf16") or max(calibrated.peak_tflops.values()), calibrated.memory_gib
+    elif req.gpu == CUSTOM:  # its figures from the flags (gpu_model checks them)
+        custom_profile(req)
+        peak, mem = req.peak_tflops, req.gpu_mem
     elif req.gpu not in GPUS:
-        raise UserError(f"--gpu {req.gpu!r} is unknown; choose one of {', '.join(GPUS)} or give --peak-tflops")
+        raise UserError(f"--gpu {req.gpu!r} is unknown; choose one of {', '.join(GPUS)}, or custom with its figures "
+                        "(--peak-tflops, --gpu-mem, --hbm-tbs)")
     else:
         peak, mem = GPUS[req.gpu]
     gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
@@ -126,8 +130,10 @@ def gpu_model(req: PlanRequest, precision: str) -> GpuProfile | None:
     """The GPU time model's profile of ``--gpu``: used unless the user set the older model's figures
     (--peak-tflops, --efficiency) or the kind or precision has no profile (then peak x efficiency prices it)."""
     kind = ALIASES.get(req.gpu, req.gpu)
-    profile = KINDS.get(kind)
-    older = req.peak_tflops is not None or req.efficiency != DEFAULTS.efficiency  # peak x efficiency asked for
+    custom = kind == CUSTOM
+    profile = custom_profile(req) if custom else KINDS.get(kind)
+    # peak x efficiency asked for (a custom GPU's --peak-tflops is its datasheet figure, not that request)
+    older = (req.peak_tflops is not None and not custom) or req.efficiency != DEFAULTS.efficiency
     if older or profile is None or precision not in profile.peak_tflops:
         if req.zero_host_us:
             raise UserError("--zero-host-us prices DeepSpeed's host time in the GPU model, which this plan does not "

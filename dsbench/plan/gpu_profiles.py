@@ -9,9 +9,11 @@ which rows chose each and the error on the others).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.gpus import BY_KEY
+from dsbench.plan.hardware import INTERCONNECTS, link
 
 UNALIGNED_GEMM = 0.126
 """Measured: GPT-2's output-layer GEMMs (16,384 tokens x 50,257 x 768, forward and both backward GEMMs, 3.79 TFLOP)
@@ -124,6 +126,28 @@ KINDS: dict[str, GpuProfile] = {p.kind: p for p in (
 )}
 ALIASES = {"h100": "h100-sxm", "a100": "a100-80g", "v100": "v100-32g"}
 """Today's --gpu names for the kinds above (dsbench/gpus.py)."""
+
+
+CUSTOM = "custom"
+"""``--gpu custom``: a GPU no profile describes, from its datasheet figures given as flags."""
+
+
+def custom_profile(req: Any) -> GpuProfile:
+    """``--gpu custom``'s profile from a plan request's flags: the 16-bit dense peak (``--peak-tflops``), memory
+    (``--gpu-mem``) and HBM bandwidth (``--hbm-tbs``), all required; the link within a node from ``--intra``
+    (default pcie4: no NVLink is assumed), across nodes from ``--interconnect``/``--bandwidth``. The efficiency
+    constants keep the defaults above (cuBLAS and FlashAttention-2 on A100, nccl-tests), a guess for another GPU:
+    ``dsbench calibrate`` on it measures them."""
+    missing = [flag for flag, value in (("--peak-tflops", req.peak_tflops), ("--gpu-mem", req.gpu_mem),
+                                        ("--hbm-tbs", req.hbm_tbs)) if value is None]
+    if missing:
+        raise UserError(f"--gpu custom needs the GPU's datasheet figures: {', '.join(missing)} missing")
+    if req.intra is not None and req.intra not in INTERCONNECTS:
+        raise UserError(f"--intra {req.intra!r} is unknown; choose one of {', '.join(INTERCONNECTS)}")
+    within = link(req.intra or "pcie4")
+    across = link(req.interconnect, req.bandwidth, req.latency)
+    return GpuProfile(CUSTOM, {"bf16": req.peak_tflops, "fp16": req.peak_tflops}, req.hbm_tbs, req.gpu_mem,
+                      within.bandwidth_gbs, across.bandwidth_gbs)
 
 
 def with_host(profile: GpuProfile, zero_host_us: tuple[float, ...] | None) -> GpuProfile:

@@ -24,6 +24,8 @@ class PlanRequest:
     gpu: str = "h100"
     gpu_mem: float | None = None
     peak_tflops: float | None = None
+    hbm_tbs: float | None = None
+    """With ``--gpu custom``: HBM bandwidth, TB/s (gpu_profiles.custom_profile)."""
     efficiency: float = 0.5
     """Achievable fraction of the dense peak without a profile (a round figure: seeds/001 measured 0.4-0.55 MFU)."""
     interconnect: str = "infiniband"
@@ -67,6 +69,13 @@ class LayoutRequest:
     nodes: int = 1
     gpus_per_node: int | None = None
     gpu: str = "h100"
+    gpu_mem: float | None = None
+    """With ``--gpu custom`` (and the next three): the figures of a GPU no profile describes."""
+    peak_tflops: float | None = None
+    hbm_tbs: float | None = None
+    intra: str | None = None
+    interconnect: str = "infiniband"
+    latency: float | None = None
     bandwidth: float | None = None
     """Across nodes, GB/s per GPU [the profile's network]."""
     intra_bandwidth: float | None = None

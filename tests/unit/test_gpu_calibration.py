@@ -207,3 +207,34 @@ def test_a_profile_calibrated_on_gpt2_predicts_the_same_hosts_llama_cells(run):
         result = predict_row(row, hw)
         assert abs(result.step_error) < 0.15, (name, result.step_error)
         assert abs(result.mem_error) < 0.10, (name, result.mem_error)
+
+
+A100_FLAGS = ("--gpu", "custom", "--peak-tflops", "312", "--gpu-mem", "80", "--hbm-tbs", "2.039", "--intra", "nvlink")
+
+
+@pytest.mark.parametrize("layout", [("--layout", "fsdp"), ("--layout", "zero3", "--tp", "2"), ()])
+def test_a_custom_gpu_given_the_a100_datasheet_prices_as_the_a100_profile(cli_run, layout):
+    """The oracle is the a100-80g profile: the same datasheet figures (NVIDIA A100 SXM4 80GB: 312 TFLOP/s,
+    2,039 GB/s, NVLink 3 at 300 GB/s each way; HDR InfiniBand, 25 GB/s) as flags give the same step."""
+    args = ("plan", *layout, "--model", "llama-7b", "--gpus", "16", "--nodes", "2", "--micro-batch", "2",
+            "--seq-len", "4096", "--json")
+    custom = json.loads(cli_run(*args, *A100_FLAGS).output)
+    a100 = json.loads(cli_run(*args, "--gpu", "a100").output)
+    if layout:
+        assert custom["gpu"]["kind"] == "custom" and custom["step_s"] == pytest.approx(a100["step_s"], rel=1e-12)
+    else:
+        assert custom["cluster"]["gpu_model"] == "custom"
+        assert [(c["name"], c["step_s"]) for c in custom["candidates"]] == [(c["name"], c["step_s"]) for c in
+                                                                           a100["candidates"]]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--gpu", "custom", "--peak-tflops", "312"), "--gpu custom needs the GPU's datasheet figures: --gpu-mem, "
+                                                  "--hbm-tbs missing"),
+    (("--layout", "ddp", "--gpu", "custom", "--gpu-mem", "80", "--hbm-tbs", "2"), "--peak-tflops missing"),
+    (("--hbm-tbs", "3"), "--hbm-tbs is a custom GPU's figure"),
+    ((*A100_FLAGS[:-1], "warp"), "--intra 'warp' is unknown"),
+    (("--layout", "ddp", "--gpu", "h100", "--gpu-mem", "80"), "--gpu-mem does not apply to --layout")])
+def test_a_custom_gpu_s_bad_flags_are_one_line(cli_run, args, message):
+    result = cli_run("plan", "--model", "llama-7b", "--gpus", "8", *args)
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
