@@ -192,3 +192,31 @@ def test_planner_peak_memory_within_10_percent(tmp_path, model):
     rows = json.loads(result.stdout)["verify"]
     print(json.dumps(rows, indent=2))
     assert rows and all(abs(r["peak_memory_error"]) < 0.10 for r in rows)
+
+
+def test_calibrate_on_one_gpu_writes_profile_v2_that_predicts_held_out_llama_cells(tmp_path):
+    """Issue 26: `dsbench calibrate --check` on GPT-2 writes the GPU section (measured constants, this host's
+    zero_host_us); the profile then predicts the 1.1B Llama's ZeRO-1/2/3 cells, which it never saw, within 15%
+    (stored runs of 2026-11-27: tests/data/runs/gpu-h200-calibrated-20261127, docs/planner.md)."""
+    out = Path(os.environ.get("DSBENCH_GPU_OUT", tmp_path))
+    result = _dsbench("calibrate", "--num-gpus", "1", "--model", "gpt2", "--micro-batch", "16", "--seq-len", "1024",
+                      "--precision", "bf16", "--check", "-o", str(out / "profile-gpu.json"), "--run-dir",
+                      str(out / "calibrate"), "--timeout", "300", cwd=tmp_path)
+    print(result.stdout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    profile = json.loads((out / "profile-gpu.json").read_text())
+    assert profile["schema"] == "dsbench.profile/2" and set(profile["gpu"]["zero_host_us"]) == {"1", "2", "3"}
+    held = out / "heldout-llama-1b"
+    result = _dsbench("compare", "--models", "llama-1b", "--world-sizes", "1", "--micro-batches", "4", "--seq-len",
+                      "2048", "--precision", "bf16", "--strategies", "zero1,zero2,zero3", "--steps", "20", "--warmup",
+                      "5", "--out", str(held), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    from dsbench.plan.gpu_calibration import calibrated_gpu
+    from dsbench.plan.replay import predict_row
+    from dsbench.plan.run_rows import oracle_row
+
+    hw = calibrated_gpu(profile["gpu"], "profile-gpu.json")
+    for index, cell in enumerate(sorted((held / "cells").iterdir()), start=1):
+        row = oracle_row(cell, profile["gpu"]["name"], index)
+        assert not isinstance(row, str), row
+        assert abs(predict_row(row, hw).step_error) < 0.15, cell.name
