@@ -110,8 +110,10 @@ def predict_cell(row: Row, profile: Profile | None = None) -> Any:
     nodes = len(set(header.hostnames)) or 1
     if world % nodes:
         nodes = 1  # uneven placement: the planner's nodes x slots cannot say it; planned as one node
+    # a profile calibrated on a GPU prices with the GPU model's measured constants, not the run's datasheet peak
+    peak = None if profile is not None and profile.data.get("gpu") else header.peak_tflops
     request = PlanRequest(model=row.model, gpus=world, nodes=nodes, gpus_per_node=world // nodes if nodes > 1
-                          else None, peak_tflops=header.peak_tflops,
+                          else None, peak_tflops=peak,
                           seq_len=header.seq_len, micro_batch=row.micro_batch, grad_accum=accum,
                           precision=header.precision, profile=profile)
     workload, cluster, _ = build(request)

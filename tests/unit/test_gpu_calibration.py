@@ -238,3 +238,21 @@ def test_a_custom_gpu_given_the_a100_datasheet_prices_as_the_a100_profile(cli_ru
 def test_a_custom_gpu_s_bad_flags_are_one_line(cli_run, args, message):
     result = cli_run("plan", "--model", "llama-7b", "--gpus", "8", *args)
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_report_with_a_gpu_profile_predicts_each_cell_as_the_replay_does(cli_run, tmp_path):
+    """`dsbench report C --profile gpu.json` beside the measured cells: the GPU model with the measured constants
+    (not the run's datasheet peak), the same step the replay of the cell's row predicts."""
+    import shutil
+
+    from dsbench.plan.replay import predict_row
+
+    folder = CALIBRATED / "a" / "heldout-llama-1b"
+    shutil.copytree(folder, tmp_path / "c")
+    result = cli_run("report", str(tmp_path / "c"), "--profile", str(CALIBRATED / "a" / "profile-gpu.json"))
+    assert result.exit_code == 0, result.output
+    cells = {c["strategy"]: c for c in json.loads((tmp_path / "c" / "report" / "report.json").read_text())["cells"]}
+    hw = calibrated_gpu(_stored("a")[0]["gpu"], "a")
+    for name, row in _cells(folder / "cells").items():
+        predicted = cells[name.split("-w")[0]]["predicted_step_ms"]
+        assert predicted == pytest.approx(predict_row(row, hw).predicted_step_s * 1e3, rel=1e-6), name
