@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 @click.option("--check", is_flag=True,
               help="Then run one short real cell per engine family (ddp, fsdp, zero2, zero3, torch_tp2 and "
                    "torch_pipe2 where the model allows; single on one rank), print predicted vs measured and store "
-                   "each family's step scale in the profile.")
+                   "each family's step scale in the profile. On one CUDA GPU: single and ZeRO-1/2/3, which fit "
+                   "the host's zero_host_us.")
 @click.option("--check-repeats", type=COUNT,
               help="Launches of each check cell, interleaved (every cell once, then again) [1]; a family's scale "
                    "takes each cell's median, so 3 keeps one slow minute out of it.")
@@ -45,7 +46,8 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
               precision: str, output: str | None, run_dir: str | None, master_port: int | None, timeout: float,
               check: bool, check_repeats: int | None, dry_run: bool) -> None:
     """Measure this machine for the planner: compute rate per rank at the model's shapes, and latency and
-    bandwidth of all-reduce, all-gather, reduce-scatter and point-to-point on the real ranks (`plan --profile`)."""
+    bandwidth of all-reduce, all-gather, reduce-scatter and point-to-point on the real ranks (`plan --profile`).
+    On CUDA GPUs also the GPU time model's own constants: GEMM efficiency, HBM bandwidth, the flash kernel."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
     from dsbench.hostfile import read_hostfile
     from dsbench.io import atomic_write_json, atomic_write_text, check_output_path, read_json
