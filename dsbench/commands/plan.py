@@ -89,8 +89,9 @@ from dsbench.strategies import GPU_DATA_PARALLEL
 @click.option("--kv-heads", type=COUNT, help="With --layout: key/value heads [--heads].")
 @click.option("--ffn", type=COUNT, help="With --layout: MLP width [4 x hidden for gpt, Llama's 8/3 rule].")
 @click.option("--vocab", type=COUNT, help="With --layout: vocabulary size.")
-@click.option("--tokens", type=POSITIVE, help="With --layout: tokens to train (days and GPU-hours).")
-@click.option("--price-per-gpu-hour", type=POSITIVE, help="With --layout and --tokens: the cost.")
+@click.option("--tokens", type=POSITIVE, help="Tokens to train: days and GPU-hours (of the layout, or of the "
+              "recommendation and the runner-up).")
+@click.option("--price-per-gpu-hour", type=POSITIVE, help="With --tokens: the cost.")
 @click.option("--write", "write_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Write the recommendation's DeepSpeed config and accelerate YAML into DIR (a new folder).")
 @click.option("--replay", is_flag=True,
@@ -168,7 +169,7 @@ def _one_gpu_source(profile: Any) -> None:
 LAYOUT_ONLY = ("tp", "pipeline_stages", "pipeline_schedule", "virtual_stages", "cp", "ulysses", "global_batch",
                "recompute",
                "sequence_parallel", "compiled", "kernels", "attention", "arch", "layers", "hidden", "heads",
-               "kv_heads", "ffn", "vocab", "tokens", "price_per_gpu_hour")
+               "kv_heads", "ffn", "vocab")
 
 
 def _no_layout_flags(layout_opts: dict[str, Any]) -> None:

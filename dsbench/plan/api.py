@@ -16,6 +16,7 @@ from dsbench.plan.profile import TP_LAYER_RATE, Profile, compute_group, load_pro
 from dsbench.plan.recommend import Ranked, launch_command, rank
 from dsbench.plan.request import DEFAULTS, PlanRequest
 from dsbench.plan.selfcheck import step_scale
+from dsbench.plan.training import training_cost
 from dsbench.strategies import lookup
 
 
@@ -206,6 +207,8 @@ def plan(req: PlanRequest) -> dict[str, Any]:
         e = estimate(config_candidate(config), wl, cl)
         ranked = [Ranked(e, 1 if e.fits else None, "the given --config")] + ranked
     top = next((r for r in ranked if r.rank), None)
+    if req.price_per_gpu_hour is not None and req.tokens is None:  # as --layout refuses it (training_cost)
+        raise UserError("--price-per-gpu-hour goes with --tokens N (the tokens to train)")
     shape = wl.shape
     return {
         "model": {"name": shape.name, "params": shape.num_params(), "layers": shape.layers, "hidden": shape.hidden,
@@ -220,10 +223,19 @@ def plan(req: PlanRequest) -> dict[str, Any]:
                      "global_batch": ParallelDims(world=cl.world).samples_per_step(wl.micro_batch, wl.grad_accum),
                      "precision": wl.precision},
         "candidates": [{**r.estimate.to_dict(), "rank": r.rank, "reason": r.reason,
-                        **_launch(r.estimate, shape, wl, cl)} for r in ranked],
+                        **_launch(r.estimate, shape, wl, cl), **_training(r, cl.world, req)} for r in ranked],
         "recommendation": None if top is None else {"name": top.estimate.candidate.name,
                                                     **_launch(top.estimate, shape, wl, cl)},
     }
+
+
+def _training(r: Ranked, gpus: int, req: PlanRequest) -> dict[str, Any]:
+    """``--tokens``: the recommendation's and the runner-up's days, GPU-hours and cost at their predicted global
+    tokens/s (plan.training.training_cost, as ``--layout`` gives them)."""
+    if r.rank not in (1, 2):
+        return {}
+    cost = training_cost(r.estimate.tokens_per_s, gpus, req.tokens, req.price_per_gpu_hour)
+    return {"training": cost} if cost else {}
 
 
 def _launch(e: Any, shape: ModelShape, wl: Any, cl: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from dsbench.plan.gpu_profiles import CUSTOM, GpuProfile, custom_profile, profil
 from dsbench.plan.gpu_time import step_time
 from dsbench.plan.recommend import launch_argv
 from dsbench.plan.request import LayoutRequest
+from dsbench.plan.training import training_cost
 from dsbench.strategies import Strategy, lookup, name_for, with_options
 
 SHAPE_FLAGS = ("arch", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
@@ -171,19 +172,3 @@ def predict_layout(req: LayoutRequest) -> dict[str, Any]:
             "fits": memory.reserved_gib <= hw.memory_gib, "launchable": how is not None,
             "strategy": how.name if how else None, "why_not": why_not, "command": command,
             "training": training_cost(tokens / time.seconds, lay.gpus, req.tokens, req.price_per_gpu_hour)}
-
-
-def training_cost(tokens_per_s: float, gpus: int, tokens: float | None, price: float | None) -> dict[str, float] | None:
-    """Days and GPU-hours to train ``tokens`` at the predicted throughput (the whole job's tokens per second), and
-    the cost at ``price`` per GPU-hour."""
-    if tokens is None:
-        if price is not None:
-            raise UserError("--price-per-gpu-hour goes with --tokens N (the tokens to train)")
-        return None
-    if not tokens > 0:
-        raise UserError(f"--tokens {tokens:g}: give the tokens to train, above 0 (like 2e12)")
-    hours = tokens / tokens_per_s / 3600
-    out = {"tokens": tokens, "days": hours / 24, "gpu_hours": hours * gpus}
-    if price is not None:
-        out["cost"] = out["gpu_hours"] * price
-    return out

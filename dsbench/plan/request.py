@@ -26,6 +26,10 @@ class PlanRequest:
     peak_tflops: float | None = None
     hbm_tbs: float | None = None
     """With ``--gpu custom``: HBM bandwidth, TB/s (gpu_profiles.custom_profile)."""
+    tokens: float | None = None
+    """Tokens to train: days, GPU-hours (and the cost at ``price_per_gpu_hour``) of the recommendation and the
+    runner-up."""
+    price_per_gpu_hour: float | None = None
     efficiency: float = 0.5
     """Achievable fraction of the dense peak without a profile (a round figure: seeds/001 measured 0.4-0.55 MFU)."""
     interconnect: str = "infiniband"

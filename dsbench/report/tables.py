@@ -76,8 +76,20 @@ def print_plan(result: dict[str, Any], top_n: int, wide: bool = False) -> None:
         ranked = {row["rank"]: row for row in result["candidates"] if row["rank"] in (1, 2)}
         if 1 in ranked:  # why, in the ranking's own words, and what comes next
             console.print(f"  why: {ranked[1]['reason']}", highlight=False)
+            _training_line(console, ranked[1], result["cluster"])
         if 2 in ranked:
             console.print(f"runner-up: {ranked[2]['name']} ({ranked[2]['reason']})", highlight=False)
+            _training_line(console, ranked[2], result["cluster"])
+
+
+def _training_line(console: Any, row: dict[str, Any], cluster: dict[str, Any]) -> None:
+    """``--tokens``: days, GPU-hours and the cost of a ranked candidate, under its line."""
+    cost = row.get("training")
+    if cost:
+        gpus = cluster["nodes"] * cluster["gpus_per_node"]
+        console.print(f"  {cost['tokens']:,.3g} tokens: {cost['days']:,.1f} days on {gpus} GPUs, "
+                      f"{cost['gpu_hours']:,.0f} GPU-hours" + (f", {cost['cost']:,.0f} at the given price per "
+                                                              "GPU-hour" if "cost" in cost else ""), highlight=False)
 
 
 def step_text(row: dict[str, Any]) -> str:

@@ -403,3 +403,23 @@ def test_verify_without_a_runnable_model_is_one_line(cli_run):
     result = cli_run("plan", "--params", "7e9", "--gpus", "2", "--verify")
     assert result.exit_code == 2 and "--verify runs the candidates: give --model" in result.output
     assert "Traceback" not in result.output
+
+
+def test_tokens_give_days_gpu_hours_and_cost_for_the_recommendation_and_runner_up(cli_run):
+    """Issue 26: `--tokens N --price-per-gpu-hour P` beside the ranking. The oracle is the arithmetic of the printed
+    plan itself: tokens over (global batch x sequence / step), times the GPUs, times the price."""
+    result = cli_run("plan", "--model", "llama-7b", "--gpus", "64", "--nodes", "8", "--gpu", "a100", "--tokens",
+                     "2e12", "--price-per-gpu-hour", "2.5", "--json")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    ranked = sorted((c for c in plan["candidates"] if c["rank"] in (1, 2)), key=lambda c: c["rank"])
+    assert len(ranked) == 2 and all("training" not in c for c in plan["candidates"] if c["rank"] not in (1, 2))
+    tokens_per_step = plan["workload"]["global_batch"] * plan["workload"]["seq_len"]
+    for row in ranked:
+        seconds = 2e12 / (tokens_per_step / row["step_s"])
+        assert row["training"]["days"] == pytest.approx(seconds / 86400, rel=1e-9)
+        assert row["training"]["gpu_hours"] == pytest.approx(seconds / 3600 * 64, rel=1e-9)
+        assert row["training"]["cost"] == pytest.approx(seconds / 3600 * 64 * 2.5, rel=1e-9)
+    printed = cli_run("plan", "--model", "llama-7b", "--gpus", "64", "--nodes", "8", "--gpu", "a100", "--tokens",
+                      "2e12").output
+    assert printed.count("2e+12 tokens:") == 2 and "at the given price" not in printed
