@@ -39,7 +39,7 @@ from dsbench.strategies import GPU_DATA_PARALLEL
 @click.option("--interconnect", default=DEFAULTS.interconnect, show_default=True, help="Between nodes.")
 @click.option("--intra", help="Within a node [nvlink4 for h100/h200, else nvlink].")
 @click.option("--bandwidth", type=POSITIVE, help="Custom inter-node bandwidth, GB/s per GPU.")
-@click.option("--latency", type=Finite(0), help="Custom latency, µs.")
+@click.option("--latency", type=Finite(0), help="Custom latency, µs (with --layout: per collective ring step).")
 @click.option("--zero-host-us", type=PerZeroStage(), help="Your host's DeepSpeed ZeRO-1,2,3 host time per parameter "
               "tensor, µs, for the GPU model (fit it: scripts/fit_gpu_constants.py) [the fastest host measured].")
 @click.option("--seq-len", type=COUNT, help="[min(model max positions, 2048)]")
@@ -201,15 +201,16 @@ def _layout(opts: dict[str, Any], layout_opts: dict[str, Any], as_json: bool) ->
     if profile is not None and not profile.data.get("gpu"):
         raise UserError(f"--profile {profile.path} measured CPU ranks; --layout prices GPUs (give a profile that "
                         "dsbench calibrate wrote on a CUDA GPU, or drop --profile)")
-    custom = ("peak_tflops", "interconnect", "intra", "latency", "gpu_mem") if opts["gpu"] == "custom" else ()
-    for name in ("peak_tflops", "efficiency", "interconnect", "intra", "latency", "gpu_mem", "accounting",
-                 "host_mem", "top"):
+    custom = ("peak_tflops", "gpu_mem") if opts["gpu"] == "custom" else ()
+    for name in ("peak_tflops", "efficiency", "gpu_mem", "accounting", "host_mem", "top"):
         if name not in custom and ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
             raise UserError(f"--{name.replace('_', '-')} does not apply to --layout (the GPU model takes its figures "
-                            "from the --gpu profile; --bandwidth overrides the network)")
+                            "from the --gpu profile; --interconnect, --intra, --bandwidth and --latency override its "
+                            "links)")
     known = {f.name for f in fields(LayoutRequest)}
+    typed = ctx.get_parameter_source("interconnect") is click.core.ParameterSource.COMMANDLINE
     given = {**{k: v for k, v in opts.items() if k in known}, **layout_opts, "grad_accum": accum,
-             "compile": layout_opts["compiled"]}
+             "compile": layout_opts["compiled"], "interconnect": opts["interconnect"] if typed else None}
     request = LayoutRequest(**{k: v for k, v in given.items() if k in known and v is not None})
     result = predict_layout(request)
     if as_json:

@@ -16,7 +16,7 @@ from dsbench.parallel import interleaved_accepts
 from dsbench.plan.gpu_calibration import calibrated_gpu
 from dsbench.plan.gpu_layout import ARCHS, Layout, Shape, runs_autocast
 from dsbench.plan.gpu_memory import peak_memory
-from dsbench.plan.gpu_profiles import CUSTOM, GpuProfile, custom_profile, profile_for, with_host
+from dsbench.plan.gpu_profiles import CUSTOM, GpuProfile, custom_profile, profile_for, with_host, with_links
 from dsbench.plan.gpu_time import step_time
 from dsbench.plan.recommend import launch_argv
 from dsbench.plan.request import LayoutRequest
@@ -68,7 +68,7 @@ def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
     shape, name, longest = shape_of(req)
     measured = calibrated_gpu(req.profile.data["gpu"], req.profile.path) if req.profile else None
     named = custom_profile(req) if req.gpu == CUSTOM else profile_for(req.gpu)
-    hw = with_host(measured or named, req.zero_host_us)
+    hw = with_links(with_host(measured or named, req.zero_host_us), req)
     gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
     gpus = req.gpus or req.nodes * gpn
     if gpus != req.nodes * gpn:

@@ -142,12 +142,33 @@ def custom_profile(req: Any) -> GpuProfile:
                                         ("--hbm-tbs", req.hbm_tbs)) if value is None]
     if missing:
         raise UserError(f"--gpu custom needs the GPU's datasheet figures: {', '.join(missing)} missing")
-    if req.intra is not None and req.intra not in INTERCONNECTS:
-        raise UserError(f"--intra {req.intra!r} is unknown; choose one of {', '.join(INTERCONNECTS)}")
-    within = link(req.intra or "pcie4")
-    across = link(req.interconnect, req.bandwidth, req.latency)
+    within = named_link("--intra", req.intra or "pcie4")
+    across = link(req.interconnect or "infiniband", req.bandwidth, req.latency)
     return GpuProfile(CUSTOM, {"bf16": req.peak_tflops, "fp16": req.peak_tflops}, req.hbm_tbs, req.gpu_mem,
                       within.bandwidth_gbs, across.bandwidth_gbs)
+
+
+def named_link(flag: str, name: str) -> Any:
+    """A link of plan.hardware.INTERCONNECTS named by ``flag``; an unknown name is one line naming the flag."""
+    if name not in INTERCONNECTS:
+        raise UserError(f"{flag} {name!r} is unknown; choose one of {', '.join(INTERCONNECTS)}")
+    return INTERCONNECTS[name]
+
+
+def with_links(profile: GpuProfile, req: Any) -> GpuProfile:
+    """``plan --layout``'s link flags over a named or measured profile: ``--intra`` (NVLink), ``--interconnect``
+    (the network; ``--bandwidth`` still overrides it per layout) and ``--latency`` (per ring step). A custom
+    profile has read them already."""
+    if profile.kind == CUSTOM:
+        return profile
+    fields: dict[str, Any] = {}
+    if req.intra is not None:
+        fields["nvlink_gbs"] = named_link("--intra", req.intra).bandwidth_gbs
+    if req.interconnect is not None:
+        fields["network_gbs"] = named_link("--interconnect", req.interconnect).bandwidth_gbs
+    if req.latency is not None:
+        fields["collective_latency_us"] = req.latency
+    return replace(profile, **fields) if fields else profile
 
 
 def with_host(profile: GpuProfile, zero_host_us: tuple[float, ...] | None) -> GpuProfile:

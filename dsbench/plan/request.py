@@ -78,8 +78,11 @@ class LayoutRequest:
     peak_tflops: float | None = None
     hbm_tbs: float | None = None
     intra: str | None = None
-    interconnect: str = "infiniband"
+    """Within a node, a named link (plan.hardware.INTERCONNECTS): overrides the profile's NVLink."""
+    interconnect: str | None = None
+    """Across nodes, a named link: overrides the profile's network (``bandwidth`` overrides both)."""
     latency: float | None = None
+    """Per collective ring step, µs: overrides the profile's."""
     bandwidth: float | None = None
     """Across nodes, GB/s per GPU [the profile's network]."""
     intra_bandwidth: float | None = None

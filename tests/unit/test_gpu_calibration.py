@@ -256,3 +256,19 @@ def test_report_with_a_gpu_profile_predicts_each_cell_as_the_replay_does(cli_run
     for name, row in _cells(folder / "cells").items():
         predicted = cells[name.split("-w")[0]]["predicted_step_ms"]
         assert predicted == pytest.approx(predict_row(row, hw).predicted_step_s * 1e3, rel=1e-6), name
+
+
+def test_link_flags_override_the_profile_s_links_in_a_layout(cli_run):
+    """Issue 26: --interconnect, --bandwidth and --latency stay overrides of the profile. The H100 SXM profile's
+    network is NDR, 50 GB/s per GPU: naming it changes nothing; HDR (25 GB/s) is --bandwidth 25."""
+    base = ("plan", "--layout", "fsdp", "--model", "llama-7b", "--gpus", "16", "--nodes", "2", "--gpu", "h100",
+            "--micro-batch", "2", "--seq-len", "4096", "--json")
+
+    def step(*extra: str) -> float:
+        result = cli_run(*base, *extra)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)["step_s"]
+
+    assert step("--interconnect", "infiniband-ndr") == step()
+    assert step("--interconnect", "infiniband") == step("--bandwidth", "25") > step()
+    assert step("--latency", "50") > step()
