@@ -36,7 +36,8 @@ from dsbench.strategies import GPU_DATA_PARALLEL
 @click.option("--peak-tflops", type=POSITIVE, help="Dense peak per GPU [from --gpu].")
 @click.option("--efficiency", type=Finite(0, low_open=True, high=1), default=DEFAULTS.efficiency, show_default=True,
               help="Achievable fraction of peak.")
-@click.option("--interconnect", default=DEFAULTS.interconnect, show_default=True, help="Between nodes.")
+@click.option("--interconnect", help="Between nodes [the GPU profile's usual network: InfiniBand NDR, 50 GB/s per "
+              "GPU, for h100/h200, HDR, 25, for a100; else infiniband].")
 @click.option("--intra", help="Within a node [nvlink4 for h100/h200, else nvlink].")
 @click.option("--bandwidth", type=POSITIVE, help="Custom inter-node bandwidth, GB/s per GPU.")
 @click.option("--latency", type=Finite(0), help="Custom latency, µs (with --layout: per collective ring step).")
@@ -208,9 +209,8 @@ def _layout(opts: dict[str, Any], layout_opts: dict[str, Any], as_json: bool) ->
                             "from the --gpu profile; --interconnect, --intra, --bandwidth and --latency override its "
                             "links)")
     known = {f.name for f in fields(LayoutRequest)}
-    typed = ctx.get_parameter_source("interconnect") is click.core.ParameterSource.COMMANDLINE
     given = {**{k: v for k, v in opts.items() if k in known}, **layout_opts, "grad_accum": accum,
-             "compile": layout_opts["compiled"], "interconnect": opts["interconnect"] if typed else None}
+             "compile": layout_opts["compiled"]}
     request = LayoutRequest(**{k: v for k, v in given.items() if k in known and v is not None})
     result = predict_layout(request)
     if as_json:

@@ -11,7 +11,7 @@ from dsbench.parallel import ParallelDims
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
 from dsbench.plan.gpu_calibration import calibrated_gpu
 from dsbench.plan.gpu_profiles import ALIASES, CUSTOM, KINDS, GpuProfile, custom_profile, with_host
-from dsbench.plan.hardware import GPUS, INTERCONNECTS, link
+from dsbench.plan.hardware import GPUS, INTERCONNECTS, Link, link
 from dsbench.plan.profile import TP_LAYER_RATE, Profile, compute_group, load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
 from dsbench.plan.request import DEFAULTS, PlanRequest
@@ -60,16 +60,7 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
         raise UserError("give exactly one of --model NAME and --params N")
     shape = resolve_model(req.model) if req.model else synthetic_shape(float(req.params or 0))
     calibrated = calibrated_profile(req)
-    if calibrated is not None:  # measured on this GPU by calibrate: its kind, peak and memory
-        peak, mem = calibrated.peak_tflops.get("bf16") or max(calibrated.peak_tflops.values()), calibrated.memory_gib
-    elif req.gpu == CUSTOM:  # its figures from the flags (gpu_model checks them)
-        custom_profile(req)
-        peak, mem = req.peak_tflops, req.gpu_mem
-    elif req.gpu not in GPUS:
-        raise UserError(f"--gpu {req.gpu!r} is unknown; choose one of {', '.join(GPUS)}, or custom with its figures "
-                        "(--peak-tflops, --gpu-mem, --hbm-tbs)")
-    else:
-        peak, mem = GPUS[req.gpu]
+    peak, mem = _peak_and_memory(req, calibrated)
     gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
     if req.gpus and req.gpus != gpn * req.nodes:
         raise UserError(f"--gpus {req.gpus} != --nodes {req.nodes} x --gpus-per-node {gpn}")
@@ -100,20 +91,46 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
                   if isinstance(zero.get("stage3_prefetch_bucket_size"), int) else None)
     cl = Cluster(nodes=req.nodes, gpus_per_node=gpn, gpu_mem_gb=req.gpu_mem or mem,
                  peak_tflops=req.peak_tflops or peak, efficiency=req.efficiency, intra=link(intra),
-                 inter=link(req.interconnect, req.bandwidth, req.latency), host_link=INTERCONNECTS["pcie5"],
+                 inter=link(req.interconnect or "infiniband", req.bandwidth, req.latency),
+                 host_link=INTERCONNECTS["pcie5"],
                  host_mem_gb=req.host_mem)
     if calibrated is not None:
         if precision not in calibrated.peak_tflops:
             raise UserError(f"--precision {precision}: the {calibrated.kind} profile has no {precision} peak")
         cl = replace(cl, gpu_model=with_host(calibrated, req.zero_host_us))
+        cl = _usual_network(cl, req)
     elif req.profile:
         if req.zero_host_us:
             raise UserError("--zero-host-us is the GPU model's: a --profile from calibrate measures its own "
                             "engine costs")
         cl = with_profile(cl, req.profile.data)
     else:
-        cl = replace(cl, gpu_model=gpu_model(req, precision))
+        cl = _usual_network(replace(cl, gpu_model=gpu_model(req, precision)), req)
     return wl, cl, config
+
+
+def _peak_and_memory(req: PlanRequest, calibrated: GpuProfile | None) -> tuple[float, float]:
+    """The GPU's dense 16-bit peak and memory: measured by calibrate, a custom GPU's flags, or --gpu's datasheet."""
+    if calibrated is not None:  # measured on this GPU by calibrate: its kind, peak and memory
+        return calibrated.peak_tflops.get("bf16") or max(calibrated.peak_tflops.values()), calibrated.memory_gib
+    if req.gpu == CUSTOM:  # its figures from the flags (gpu_model checks them)
+        custom_profile(req)
+        return req.peak_tflops, req.gpu_mem
+    if req.gpu not in GPUS:
+        raise UserError(f"--gpu {req.gpu!r} is unknown; choose one of {', '.join(GPUS)}, or custom with its figures "
+                        "(--peak-tflops, --gpu-mem, --hbm-tbs)")
+    return GPUS[req.gpu]
+
+
+def _usual_network(cl: Cluster, req: PlanRequest) -> Cluster:
+    """Under the GPU model, without --interconnect or --bandwidth, the network across nodes is the GPU profile's
+    usual one (one NIC per GPU), as ``plan --layout`` and the replay price it."""
+    hw = cl.gpu_model
+    if hw is None or req.interconnect is not None or req.bandwidth is not None:
+        return cl
+    latency = req.latency if req.latency is not None else cl.inter.latency_us
+    return replace(cl, inter=Link(f"{hw.kind} network", hw.network_gbs, latency,
+                                  f"the {hw.kind} profile's usual network, {hw.network_gbs:g} GB/s per GPU"))
 
 
 def calibrated_profile(req: PlanRequest) -> GpuProfile | None:

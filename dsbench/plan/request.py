@@ -32,7 +32,8 @@ class PlanRequest:
     price_per_gpu_hour: float | None = None
     efficiency: float = 0.5
     """Achievable fraction of the dense peak without a profile (a round figure: seeds/001 measured 0.4-0.55 MFU)."""
-    interconnect: str = "infiniband"
+    interconnect: str | None = None
+    """Across nodes, a named link [on a GPU the GPU model prices: its profile's usual network; else infiniband]."""
     intra: str | None = None
     bandwidth: float | None = None
     latency: float | None = None

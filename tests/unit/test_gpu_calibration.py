@@ -272,3 +272,14 @@ def test_link_flags_override_the_profile_s_links_in_a_layout(cli_run):
     assert step("--interconnect", "infiniband-ndr") == step()
     assert step("--interconnect", "infiniband") == step("--bandwidth", "25") > step()
     assert step("--latency", "50") > step()
+
+
+@pytest.mark.parametrize("gpu, usual", [("h100", "infiniband-ndr"), ("a100", "infiniband")])
+def test_the_ranking_prices_a_gpu_s_usual_network_unless_told(cli_run, gpu, usual):
+    """Without --interconnect or --bandwidth the GPU model's ranking uses the profile's network, as --layout and
+    the replay do: NDR (50 GB/s per GPU) for the H100 SXM profile, HDR (25) for the A100's."""
+    args = ("plan", "--model", "llama-7b", "--gpus", "16", "--nodes", "2", "--gpu", gpu, "--json")
+    plain, named = (json.loads(cli_run(*args, *extra).output) for extra in ((), ("--interconnect", usual)))
+    assert [(c["name"], c["step_s"]) for c in plain["candidates"]] == [(c["name"], c["step_s"])
+                                                                        for c in named["candidates"]]
+    assert "usual network" in plain["cluster"]["inter"]
