@@ -113,9 +113,9 @@ def _peak_and_memory(req: PlanRequest, calibrated: GpuProfile | None) -> tuple[f
     """The GPU's dense 16-bit peak and memory: measured by calibrate, a custom GPU's flags, or --gpu's datasheet."""
     if calibrated is not None:  # measured on this GPU by calibrate: its kind, peak and memory
         return calibrated.peak_tflops.get("bf16") or max(calibrated.peak_tflops.values()), calibrated.memory_gib
-    if req.gpu == CUSTOM:  # its figures from the flags (gpu_model checks them)
-        custom_profile(req)
-        return req.peak_tflops, req.gpu_mem
+    if req.gpu == CUSTOM:  # its figures from the flags
+        custom = custom_profile(req)
+        return custom.peak_tflops["bf16"], custom.memory_gib
     if req.gpu not in GPUS:
         raise UserError(f"--gpu {req.gpu!r} is unknown; choose one of {', '.join(GPUS)}, or custom with its figures "
                         "(--peak-tflops, --gpu-mem, --hbm-tbs)")

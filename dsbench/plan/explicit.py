@@ -66,9 +66,11 @@ def shape_of(req: LayoutRequest) -> tuple[Shape, str, int]:
 def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
     """The checked layout, its hardware profile and the model's name for the launch command."""
     shape, name, longest = shape_of(req)
-    measured = calibrated_gpu(req.profile.data["gpu"], req.profile.path) if req.profile else None
-    named = custom_profile(req) if req.gpu == CUSTOM else profile_for(req.gpu)
-    hw = with_links(with_host(measured or named, req.zero_host_us), req)
+    if req.profile:  # measured on the GPU by calibrate
+        base = calibrated_gpu(req.profile.data["gpu"], req.profile.path)
+    else:
+        base = custom_profile(req) if req.gpu == CUSTOM else profile_for(req.gpu)
+    hw = with_links(with_host(base, req.zero_host_us), req)
     gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
     gpus = req.gpus or req.nodes * gpn
     if gpus != req.nodes * gpn:
