@@ -186,7 +186,7 @@ def _gpu_check(profile: Profile, cells_folder: Path) -> dict:
     section = profile.data["gpu"]
     rows = {}
     for index, folder in enumerate(sorted(p for p in cells_folder.iterdir() if p.is_dir()), start=1):
-        row = oracle_row(folder, section["name"], index)
+        row = oracle_row(folder, section["name"], index, section.get("kind"))
         if isinstance(row, str):
             click.echo(f"check cell {folder.name}: not priced ({row})", err=True)
         else:

@@ -11,10 +11,11 @@ at full clock, so the calibrated profile's ``clock_fraction`` is 1 (a capped clo
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.gpus import by_device_name
+from dsbench.gpus import BY_KEY, by_device_name
 from dsbench.plan.gpu_profiles import ALIASES, HF_HBM, KINDS, GpuProfile, profile_for
 
 FRACTIONS = ("gemm_peak_fraction", "unaligned_gemm_fraction", "flash_fraction", "hf_hbm_fraction")
@@ -27,14 +28,29 @@ HALF_DIMS = range(0, 1025)
 def kind_of_device(name: str, memory_bytes: int | None = None) -> str | None:
     """The hardware profile kind of a CUDA device name (``torch.cuda.get_device_name``, nvidia-smi's name), or None
     when no profile prices it (an H100 PCIe or NVL, an L4...). The 40 GB A100 shares the 80 GB one's name stem."""
+    key = table_key(name, memory_bytes)
+    kind = ALIASES.get(key, key) if key else None
+    return kind if kind in KINDS else None
+
+
+def table_key(name: str, memory_bytes: int | None = None) -> str | None:
+    """The GPU's key in dsbench/gpus.py's datasheet table (every GPU dsbench knows a peak for), or None."""
     gpu = by_device_name(name)
     if gpu is None:
         return None
-    key = gpu.key
-    if key == "a100" and ("40GB" in name.upper() or (memory_bytes is not None and memory_bytes < 60 * 2**30)):
-        key = "a100-40g"
-    kind = ALIASES.get(key, key)
-    return kind if kind in KINDS else None
+    if gpu.key == "a100" and ("40GB" in name.upper() or (memory_bytes is not None and memory_bytes < 60 * 2**30)):
+        return "a100-40g"
+    return gpu.key
+
+
+def datasheet(kind: str, hbm_tbs: float) -> GpuProfile:
+    """The hardware profile a calibration starts from: the kind's (gpu_profiles.KINDS), or for a GPU only
+    dsbench/gpus.py knows (an L4, an A10, an H100 PCIe...) its datasheet peak with the measured HBM bandwidth, PCIe 4
+    within a node (no NVLink assumed) and a 25 GB/s network, as ``--gpu custom`` assumes them."""
+    if kind in KINDS:
+        return KINDS[kind]
+    gpu = BY_KEY[kind]
+    return GpuProfile(kind, {"bf16": gpu.bf16_tflops, "fp16": gpu.bf16_tflops}, hbm_tbs, gpu.memory_gb, 25.0, 25.0)
 
 
 def _tflops(flops: float, seconds: float) -> float:
@@ -64,21 +80,22 @@ def fit_half_dim(narrow: list[dict[str, Any]], square_eta: float, square: int, p
 
 def gpu_section(measured: dict[str, Any]) -> dict[str, Any]:
     """The profile's ``gpu`` section from calibrate_gpu's timings: the kind, and every constant with its source."""
-    kind = kind_of_device(measured["name"], measured.get("memory_bytes"))
+    memory = measured.get("memory_bytes")
+    kind = kind_of_device(measured["name"], memory) or table_key(measured["name"], memory)
     section: dict[str, Any] = {"name": measured["name"], "kind": kind, "precision": measured["precision"]}
     if kind is None:  # kept, so the profile says what it ran on; the planner refuses it in one line
         return section
-    datasheet = KINDS[kind]
-    peak = datasheet.peak_tflops[measured["precision"]]
+    hbm = measured["copy"]["bytes"] / measured["copy"]["seconds"] / 1e12
+    sheet = datasheet(kind, hbm)
+    peak = sheet.peak_tflops[measured["precision"]]
     square = measured["square"]
     square_eta = _tflops(2 * square["m"] * square["n"] * square["k"], square["seconds"]) / peak
-    hbm = measured["copy"]["bytes"] / measured["copy"]["seconds"] / 1e12
     eta_max, half = fit_half_dim(measured["narrow"], square_eta, square["m"], peak, hbm)
     wide = measured["unaligned"]
     attention = measured["attention"]
     b, heads, s, dim = attention["batch"], attention["heads"], attention["seq"], attention["head_dim"]
     constants = {
-        "gemm_peak_fraction": min(eta_max, 1.0),
+        "gemm_peak_fraction": eta_max,
         "gemm_half_dim": half,
         "unaligned_gemm_fraction": _tflops(wide["gemms"] * 2 * wide["m"] * wide["n"] * wide["k"],
                                            wide["seconds"]) / peak,
@@ -87,9 +104,14 @@ def gpu_section(measured: dict[str, Any]) -> dict[str, Any]:
         "flash_fraction": _tflops(6 * b * s * s * heads * dim, attention["seconds"]) / peak,
         # HF_HBM was fitted as a share of the H100's datasheet bandwidth: the eager ops keep that rate per datasheet
         # byte, so the share of the measured bandwidth scales by datasheet / measured
-        "hf_hbm_fraction": min(HF_HBM * datasheet.hbm_tbs / hbm, 1.0),
+        "hf_hbm_fraction": min(HF_HBM * sheet.hbm_tbs / hbm, 1.0),
         "memory_gib": measured["memory_bytes"] / 2**30,
     }
+    above = [key for key in FRACTIONS if constants[key] > 1]
+    if above:  # faster than the datasheet says the GPU can be: not the GPU the name was taken for
+        raise UserError(f"{measured['name']} ({kind}) measured {above[0]} {constants[above[0]]:.3g}, above its "
+                        f"datasheet peak of {peak:g} TFLOP/s: dsbench took it for another GPU (the measurements stay "
+                        "in measured.json)")
     section["constants"] = {key: float(f"{value:.4g}") for key, value in constants.items()}
     section["sources"] = {
         "gemm_peak_fraction": f"{square['m']}^3 GEMM at {square_eta * peak:.0f} TFLOP/s of the {peak:.0f} datasheet "
@@ -99,9 +121,10 @@ def gpu_section(measured: dict[str, Any]) -> dict[str, Any]:
         "unaligned_gemm_fraction": f"{wide['m']} x {wide['k']} by {wide['k']} x {wide['n']}, forward and backward",
         "hbm_tbs": f"a {measured['copy']['bytes'] // 2**31} GiB device copy (read + write)",
         "flash_fraction": f"scaled_dot_product_attention causal fwd+bwd, {b} x {heads} x {s} x {dim}",
-        "hf_hbm_fraction": f"{HF_HBM} of the datasheet's {datasheet.hbm_tbs} TB/s, over the measured bandwidth",
+        "hf_hbm_fraction": f"{HF_HBM} of the datasheet's {sheet.hbm_tbs:.4g} TB/s, over the measured bandwidth",
         "memory_gib": "torch.cuda.get_device_properties",
-        "links": "datasheet (one GPU cannot measure NVLink, the network or the host link)",
+        "links": "datasheet (one GPU cannot measure NVLink, the network or the host link)" if kind in KINDS else
+                 "assumed: PCIe 4 within a node (no NVLink), 25 GB/s across nodes (no profile of this kind)",
     }
     return section
 
@@ -111,8 +134,9 @@ def check_section(section: Any, source: str) -> None:
     if not isinstance(section, dict):
         raise UserError(f"{source}: gpu must be a mapping (write the profile again with dsbench calibrate)")
     kind = section.get("kind")
-    if kind is not None and kind not in KINDS:
-        raise UserError(f"{source}: gpu.kind {kind!r} has no hardware profile (known: {', '.join(sorted(KINDS))})")
+    if kind is not None and kind not in KINDS and kind not in BY_KEY:
+        raise UserError(f"{source}: gpu.kind {kind!r} is no GPU dsbench knows (known: "
+                        f"{', '.join(sorted({*KINDS, *BY_KEY}))})")
     constants = section.get("constants", {})
     if not isinstance(constants, dict):
         raise UserError(f"{source}: gpu.constants must be a mapping of numbers")
@@ -143,4 +167,9 @@ def calibrated_gpu(section: dict[str, Any], source: str) -> GpuProfile:
     fields: dict[str, Any] = {**constants, "clock_fraction": 1.0}
     if host:
         fields["zero_host_us"] = host
-    return profile_for(section["kind"], **fields)
+    if section["kind"] in KINDS:
+        return profile_for(section["kind"], **fields)
+    if "hbm_tbs" not in constants:
+        raise UserError(f"{source}: gpu.constants.hbm_tbs is missing: a {section['kind']} has no profile to take it "
+                        "from (write the profile again with dsbench calibrate)")
+    return replace(datasheet(section["kind"], constants["hbm_tbs"]), **fields)

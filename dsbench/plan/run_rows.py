@@ -17,7 +17,7 @@ from dsbench.records import header_of, read_records
 from dsbench.run_record import RunHeader, read_summary
 
 
-def run_row(folder: Path, gpu_name: str, index: int) -> dict[str, object] | str:
+def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) -> dict[str, object] | str:
     """The oracle row of one run folder, or why it has none."""
     header = RunHeader.from_record(header_of(read_records(folder / "metrics.jsonl")))
     summary = read_summary(folder)
@@ -26,7 +26,7 @@ def run_row(folder: Path, gpu_name: str, index: int) -> dict[str, object] | str:
     zero = (header.ds_config or {}).get("zero_optimization", {})
     if (zero.get("offload_optimizer") or {}).get("device", "none") != "none":
         return "optimizer offload: the oracle schema has no offload column"
-    kind = kind_of_device(gpu_name)
+    kind = kind or kind_of_device(gpu_name)  # a calibrated profile names its own kind (gpu_calibration)
     if kind is None or not header.device.startswith("cuda"):
         return f"not on a GPU the profiles know ({gpu_name or header.device})"
     model = header.shape
@@ -57,9 +57,9 @@ def run_row(folder: Path, gpu_name: str, index: int) -> dict[str, object] | str:
                     f"torch.cuda.max_memory_allocated){autocast}; {gpu_name}"}
 
 
-def oracle_row(folder: Path, gpu_name: str, index: int) -> OracleRow | str:
+def oracle_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) -> OracleRow | str:
     """:func:`run_row` typed as the replay reads a CSV row, or why the run has none."""
-    values = run_row(folder, gpu_name, index)
+    values = run_row(folder, gpu_name, index, kind)
     if isinstance(values, str):
         return values
     text = {column: "" if values.get(column) is None else str(values[column]) for column in COLUMNS}

@@ -64,11 +64,28 @@ def test_a_device_name_finds_its_hardware_profile_or_none(name, memory, kind):
     assert kind_of_device(name, memory and memory * 2**30) == kind
 
 
-def test_a_gpu_no_profile_prices_is_kept_by_name_and_refused_by_the_planner():
-    section = gpu_section({**_timings(0.7, 128, 1.9, 0.3, 0.1), "name": "NVIDIA H100 PCIe"})
-    assert section == {"name": "NVIDIA H100 PCIe", "kind": None, "precision": "bf16"}
+def test_a_gpu_dsbench_does_not_know_is_kept_by_name_and_refused_by_the_planner():
+    section = gpu_section({**_timings(0.7, 128, 1.9, 0.3, 0.1), "name": "NVIDIA B200"})
+    assert section == {"name": "NVIDIA B200", "kind": None, "precision": "bf16"}
     with pytest.raises(UserError, match="no hardware profile prices"):
         calibrated_gpu(section, "p.json")
+
+
+def test_a_gpu_only_the_datasheet_table_knows_is_calibrated_with_assumed_links():
+    """An H100 PCIe has a datasheet peak (dsbench/gpus.py: 756 TFLOP/s) but no hardware profile: its fractions are
+    of that peak, its HBM is the measured one, and its links are assumed (PCIe 4, a 25 GB/s network)."""
+    section = gpu_section({**_timings(0.7, 128, 1.9, 0.3, 0.1, peak=756.0), "name": "NVIDIA H100 PCIe"})
+    assert section["kind"] == "h100-pcie" and "assumed" in section["sources"]["links"]
+    assert section["constants"]["gemm_peak_fraction"] == pytest.approx(0.7, rel=0.005)
+    hw = calibrated_gpu(section, "p.json")
+    assert (hw.peak_tflops["bf16"], hw.nvlink_gbs, hw.network_gbs) == (756.0, 25.0, 25.0)
+    assert hw.hbm_tbs == pytest.approx(1.9, rel=1e-3) and hw.hf_hbm_fraction == pytest.approx(0.44)
+
+
+def test_a_gpu_faster_than_its_datasheet_is_refused_naming_the_figure():
+    """Timings of a 989-TFLOP/s part under an L4's name (121 TFLOP/s): not the GPU the name was taken for."""
+    with pytest.raises(UserError, match=r"NVIDIA L4 \(l4\) measured gemm_peak_fraction 6\.\d+, above its datasheet"):
+        gpu_section({**_timings(0.78, 200, 3.0, 0.4, 0.13), "name": "NVIDIA L4"})
 
 
 def _gpu_profile(**section: object) -> dict:
