@@ -16,7 +16,7 @@ from dsbench.plan.profile import TP_LAYER_RATE, Profile, compute_group, load_pro
 from dsbench.plan.recommend import Ranked, launch_command, rank
 from dsbench.plan.request import DEFAULTS, PlanRequest
 from dsbench.plan.selfcheck import step_scale
-from dsbench.plan.training import training_cost
+from dsbench.plan.training import check_cost_flags, training_cost
 from dsbench.strategies import lookup
 
 
@@ -90,7 +90,7 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
                   prefetch_bucket=zero.get("stage3_prefetch_bucket_size")
                   if isinstance(zero.get("stage3_prefetch_bucket_size"), int) else None)
     cl = Cluster(nodes=req.nodes, gpus_per_node=gpn, gpu_mem_gb=req.gpu_mem or mem,
-                 peak_tflops=req.peak_tflops or peak, efficiency=req.efficiency, intra=link(intra),
+                 peak_tflops=req.peak_tflops or peak, efficiency=req.efficiency, intra=link(intra, flag="--intra"),
                  inter=link(req.interconnect or "infiniband", req.bandwidth, req.latency),
                  host_link=INTERCONNECTS["pcie5"],
                  host_mem_gb=req.host_mem)
@@ -224,8 +224,7 @@ def plan(req: PlanRequest) -> dict[str, Any]:
         e = estimate(config_candidate(config), wl, cl)
         ranked = [Ranked(e, 1 if e.fits else None, "the given --config")] + ranked
     top = next((r for r in ranked if r.rank), None)
-    if req.price_per_gpu_hour is not None and req.tokens is None:  # as --layout refuses it (training_cost)
-        raise UserError("--price-per-gpu-hour goes with --tokens N (the tokens to train)")
+    check_cost_flags(req.tokens, req.price_per_gpu_hour)  # also when nothing is ranked
     shape = wl.shape
     return {
         "model": {"name": shape.name, "params": shape.num_params(), "layers": shape.layers, "hidden": shape.hidden,

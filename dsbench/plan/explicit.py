@@ -67,10 +67,10 @@ def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
     """The checked layout, its hardware profile and the model's name for the launch command."""
     shape, name, longest = shape_of(req)
     if req.profile:  # measured on the GPU by calibrate
-        base = calibrated_gpu(req.profile.data["gpu"], req.profile.path)
-    else:
-        base = custom_profile(req) if req.gpu == CUSTOM else profile_for(req.gpu)
-    hw = with_links(with_host(base, req.zero_host_us), req)
+        hw = with_links(calibrated_gpu(req.profile.data["gpu"], req.profile.path), req)
+    else:  # a custom profile carries the link flags already
+        hw = custom_profile(req) if req.gpu == CUSTOM else with_links(profile_for(req.gpu), req)
+    hw = with_host(hw, req.zero_host_us)
     gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
     gpus = req.gpus or req.nodes * gpn
     if gpus != req.nodes * gpn:

@@ -28,9 +28,16 @@ HALF_DIMS = range(0, 1025)
 def kind_of_device(name: str, memory_bytes: int | None = None) -> str | None:
     """The hardware profile kind of a CUDA device name (``torch.cuda.get_device_name``, nvidia-smi's name), or None
     when no profile prices it (an H100 PCIe or NVL, an L4...). The 40 GB A100 shares the 80 GB one's name stem."""
+    kind = calibration_kind(name, memory_bytes)
+    return kind if kind in KINDS else None
+
+
+def calibration_kind(name: str, memory_bytes: int | None = None) -> str | None:
+    """What a calibration on this device is of: its hardware profile kind, else its key in dsbench/gpus.py's
+    datasheet table (:func:`datasheet` prices it), else None."""
     key = table_key(name, memory_bytes)
     kind = ALIASES.get(key, key) if key else None
-    return kind if kind in KINDS else None
+    return kind if kind in KINDS else key
 
 
 def table_key(name: str, memory_bytes: int | None = None) -> str | None:
@@ -81,7 +88,7 @@ def fit_half_dim(narrow: list[dict[str, Any]], square_eta: float, square: int, p
 def gpu_section(measured: dict[str, Any]) -> dict[str, Any]:
     """The profile's ``gpu`` section from calibrate_gpu's timings: the kind, and every constant with its source."""
     memory = measured.get("memory_bytes")
-    kind = kind_of_device(measured["name"], memory) or table_key(measured["name"], memory)
+    kind = calibration_kind(measured["name"], memory)
     section: dict[str, Any] = {"name": measured["name"], "kind": kind, "precision": measured["precision"]}
     if kind is None:  # kept, so the profile says what it ran on; the planner refuses it in one line
         return section

@@ -134,38 +134,27 @@ CUSTOM = "custom"
 
 def custom_profile(req: Any) -> GpuProfile:
     """``--gpu custom``'s profile from a plan request's flags: the 16-bit dense peak (``--peak-tflops``), memory
-    (``--gpu-mem``) and HBM bandwidth (``--hbm-tbs``), all required; the link within a node from ``--intra``
-    (default pcie4: no NVLink is assumed), across nodes from ``--interconnect``/``--bandwidth``. The efficiency
-    constants keep the defaults above (cuBLAS and FlashAttention-2 on A100, nccl-tests), a guess for another GPU:
-    ``dsbench calibrate`` on it measures them."""
+    (``--gpu-mem``) and HBM bandwidth (``--hbm-tbs``), all required; the links of :func:`with_links` (default: PCIe 4
+    within a node, no NVLink assumed; InfiniBand HDR across). The efficiency constants keep the defaults above
+    (cuBLAS and FlashAttention-2 on A100, nccl-tests), a guess for another GPU: ``dsbench calibrate`` on it
+    measures them."""
     missing = [flag for flag, value in (("--peak-tflops", req.peak_tflops), ("--gpu-mem", req.gpu_mem),
                                         ("--hbm-tbs", req.hbm_tbs)) if value is None]
     if missing:
         raise UserError(f"--gpu custom needs the GPU's datasheet figures: {', '.join(missing)} missing")
-    within = named_link("--intra", req.intra or "pcie4")
-    across = link(req.interconnect or "infiniband", req.bandwidth, req.latency)
-    return GpuProfile(CUSTOM, {"bf16": req.peak_tflops, "fp16": req.peak_tflops}, req.hbm_tbs, req.gpu_mem,
-                      within.bandwidth_gbs, across.bandwidth_gbs)
-
-
-def named_link(flag: str, name: str) -> Any:
-    """A link of plan.hardware.INTERCONNECTS named by ``flag``; an unknown name is one line naming the flag."""
-    if name not in INTERCONNECTS:
-        raise UserError(f"{flag} {name!r} is unknown; choose one of {', '.join(INTERCONNECTS)}")
-    return INTERCONNECTS[name]
+    base = GpuProfile(CUSTOM, {"bf16": req.peak_tflops, "fp16": req.peak_tflops}, req.hbm_tbs, req.gpu_mem,
+                      INTERCONNECTS["pcie4"].bandwidth_gbs, INTERCONNECTS["infiniband"].bandwidth_gbs)
+    return with_links(base, req)
 
 
 def with_links(profile: GpuProfile, req: Any) -> GpuProfile:
-    """``plan --layout``'s link flags over a named or measured profile: ``--intra`` (NVLink), ``--interconnect``
-    (the network; ``--bandwidth`` still overrides it per layout) and ``--latency`` (per ring step). A custom
-    profile has read them already."""
-    if profile.kind == CUSTOM:
-        return profile
+    """A profile with the plan's link flags over its own: ``--intra`` (NVLink), ``--interconnect`` (the network;
+    ``--bandwidth`` overrides it per layout) and ``--latency`` (per ring step)."""
     fields: dict[str, Any] = {}
     if req.intra is not None:
-        fields["nvlink_gbs"] = named_link("--intra", req.intra).bandwidth_gbs
+        fields["nvlink_gbs"] = link(req.intra, flag="--intra").bandwidth_gbs
     if req.interconnect is not None:
-        fields["network_gbs"] = named_link("--interconnect", req.interconnect).bandwidth_gbs
+        fields["network_gbs"] = link(req.interconnect).bandwidth_gbs
     if req.latency is not None:
         fields["collective_latency_us"] = req.latency
     return replace(profile, **fields) if fields else profile

@@ -42,12 +42,14 @@ INTERCONNECTS = {
 GPUS = {gpu.key: (gpu.bf16_tflops, gpu.memory_gb) for gpu in TABLE}
 
 
-def link(name: str | None, bandwidth: float | None = None, latency: float | None = None) -> Link:
-    """A named link, or a custom one from ``--bandwidth`` (GB/s) and ``--latency`` (µs)."""
+def link(name: str | None, bandwidth: float | None = None, latency: float | None = None,
+         flag: str = "--interconnect") -> Link:
+    """A named link, or a custom one from ``--bandwidth`` (GB/s) and ``--latency`` (µs); an unknown name is one
+    line naming ``flag``, the option that gave it."""
     if bandwidth is not None:
         return Link("custom", bandwidth, latency if latency is not None else 5.0, "--bandwidth/--latency")
     if name not in INTERCONNECTS:
-        raise UserError(f"--interconnect {name!r} is unknown; choose one of {', '.join(INTERCONNECTS)} "
-                        "or give --bandwidth GB/s")
+        more = " or give --bandwidth GB/s" if flag == "--interconnect" else ""
+        raise UserError(f"{flag} {name!r} is unknown; choose one of {', '.join(INTERCONNECTS)}{more}")
     base = INTERCONNECTS[name]
     return base if latency is None else Link(base.name, base.bandwidth_gbs, latency, base.note)

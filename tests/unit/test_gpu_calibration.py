@@ -289,6 +289,10 @@ def test_link_flags_override_the_profile_s_links_in_a_layout(cli_run):
     assert step("--interconnect", "infiniband-ndr") == step()
     assert step("--interconnect", "infiniband") == step("--bandwidth", "25") > step()
     assert step("--latency", "50") > step()
+    custom = ("--gpu", "custom", "--peak-tflops", "989", "--gpu-mem", "80", "--hbm-tbs", "3.35")
+    assert step(*custom, "--latency", "50") > step(*custom)  # a custom GPU's links take the same flags
+    ranking = cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--intra", "warp")
+    assert ranking.exit_code == 2 and "--intra 'warp' is unknown" in ranking.output
 
 
 @pytest.mark.parametrize("gpu, usual", [("h100", "infiniband-ndr"), ("a100", "infiniband")])
