@@ -12,7 +12,8 @@ Per micro-batch and layer, on one GPU (its TP shard, its CP share of the sequenc
   torchtitan's per-op checkpointing repeats every second linear GEMM and the non-GEMM ops.
 - ``tp_comm``: 2 all-reduces forward and 2 backward per layer (Megatron-LM, Shoeybi et al. 2019 fig. 4), 2 more
   in a full recompute; with sequence parallelism each becomes a reduce-scatter plus an all-gather of the same
-  bytes (Korthikanti sec. 4.2.2). Not overlapped (Megatron-LM 2022).
+  bytes (Korthikanti sec. 4.2.2), and Megatron's backward gathers its column-parallel linears' inputs again (2 more
+  all-gathers). Not overlapped (Megatron-LM 2022).
 - ``pp_bubble`` and ``pp_p2p``: (p-1)/v idle micro-batch slots (Narayanan 2021 sec. 2.2); one activation send and
   one gradient send per micro-batch and virtual stage, scattered over the TP ranks.
 - ``dp_comm``: gradient all-reduce (ddp, not overlapped), reduce-scatter + all-gather (zero1/2), parameter
@@ -232,6 +233,19 @@ def _tp_comm_seconds(lay: Layout, hw: GpuProfile) -> float:
     return 2 * ring_seconds("all_reduce", nbytes, lay.tp, gbs, hw)
 
 
+def _sp_regather_seconds(lay: Layout, hw: GpuProfile) -> float:
+    """Backward seconds of one block's extra all-gathers under Megatron-LM's sequence parallelism: its column-parallel
+    linears (QKV and the MLP's first) save their sequence-sharded input, not the gathered one, and gather it again
+    in the backward for the weight gradient (Korthikanti et al. 2022 sec. 4.2.2; Megatron-LM's and apex's
+    ``LinearWithGradAccumulationAndAsyncCommunication.backward``). Issued asynchronously beside the input-gradient
+    GEMM; priced exposed, as this model prices every TP collective. torch's DTensor SP (torchtitan, dsbench's
+    torch_tp) saves the gathered input, so only Megatron's runs (``kernels`` megatron) pay it."""
+    if lay.tp == 1 or not lay.sequence_parallel or lay.kernels != "megatron":
+        return 0.0
+    nbytes = 2 * lay.micro_batch * lay.seq_len / lay.cp * lay.shape.hidden
+    return 2 * ring_seconds("all_gather", nbytes, lay.tp, _group_gbs(lay.tp, lay, hw), hw)
+
+
 def _cp_comm_seconds(lay: Layout, hw: GpuProfile, attention: float) -> float:
     """Exposed seconds of one block's context-parallel traffic, forward and backward.
 
@@ -263,7 +277,7 @@ def _stage_seconds(lay: Layout, hw: GpuProfile) -> dict[str, float]:
     comm = _tp_comm_seconds(lay, hw)
     cp = _cp_comm_seconds(lay, hw, fwd["attention"])
     terms = {name: 3 * seconds * layers for name, seconds in fwd.items()}  # forward + backward (2x)
-    terms["tp_comm"] = 2 * comm * layers  # 2 collectives forward, 2 backward (their transposes)
+    terms["tp_comm"] = (2 * comm + _sp_regather_seconds(lay, hw)) * layers  # forward, backward (transposes)
     terms["cp_comm"] = cp * layers
     if lay.recompute == "full":
         terms["recompute"] = sum(fwd.values()) * layers

@@ -39,11 +39,13 @@ def test_every_shipped_row_is_priced_or_skipped_with_a_reason(results):
 
 
 def test_korthikanti_table5_out_of_sample(results):
-    """Mean absolute step-time error within the issue's 5% on constants chosen without this table. Its maximum
-    (22B with sequence parallelism, -12.5%) misses the 10% goal: the figure is held here so it cannot get worse."""
+    """The issue's goals, mean absolute step-time error <= 5% and maximum <= 10%, on constants chosen without this
+    table: mean 3.8%, maximum 8.5% (22B with sequence parallelism). The maximum was 12.5% until Megatron's
+    backward re-gather of the sequence-parallel input was priced (2026-11-28; a count from Megatron's code, no
+    constant: docs/planner.md)."""
     stats = error_stats(list(_rows(results, "korthikanti2022-table5").values()))
     assert stats["rows"] == 8 and stats["mean_abs_step_error"] <= 0.05
-    assert stats["max_abs_step_error"] <= 0.13
+    assert stats["max_abs_step_error"] <= 0.10
     assert stats["spearman_step"] == 1.0
 
 
@@ -164,7 +166,7 @@ def test_replay_command_json_and_errors(cli_run, tmp_path):
     source = data["sources"]["korthikanti2022-table5"]
     assert source["rows"] == 8 and source["skipped"] == 0 and "spearman_efficiency" in source["all"]
     table = cli_run("plan", "--replay", str(ORACLES / "korthikanti2022-table5.csv"))
-    assert table.exit_code == 0 and "korthikanti2022-table5" in table.output and "-12.5%" in table.output
+    assert table.exit_code == 0 and "korthikanti2022-table5" in table.output and "-8.5%" in table.output
     bad = _csv(tmp_path, [{**GOOD, "layers": "x"}])
     for args, message in ((["--replay", str(bad)], "column layers"), (["--replay"], "--replay needs one or more"),
                           ([str(bad)], "a file is read only with --replay")):
@@ -204,6 +206,23 @@ def test_one_explicit_layout_predicts_a_published_run(cli_run):
     assert faster["step_s"] < data["step_s"] and "Llama-family" in faster["why_not"]  # GPT: not torch_tp
     text = cli_run("plan", *KORTHIKANTI_22B, "--recompute", "full")
     assert text.exit_code == 0 and "MFU" in text.output and "time per step: matmul" in text.output
+
+
+def test_megatron_sequence_parallelism_gathers_its_inputs_again_in_the_backward(cli_run):
+    """Korthikanti et al. 2022 sec. 4.2.2, as Megatron-LM runs it: per block, the forward's 2 all-gathers and 2
+    reduce-scatters, the backward's 2 of each (their transposes) and 2 all-gathers more, the column-parallel
+    linears' saved sequence shards gathered again for the weight gradients: 10 collectives of the same bytes
+    where torch's DTensor SP, which saves the gathered input, makes 8 (equal ring costs: an all-gather and a
+    reduce-scatter each move (t-1)/t of the buffer)."""
+    def tp_comm(kernels: str) -> float:
+        flags = [*KORTHIKANTI_22B, "--recompute", "selective", "--sequence-parallel", "--json"]
+        flags[flags.index("megatron")] = kernels
+        return json.loads(cli_run("plan", *flags).output)["terms_s"]["tp_comm"]
+
+    assert tp_comm("megatron") == pytest.approx(tp_comm("eager") * 10 / 8)
+    no_sp = [*KORTHIKANTI_22B, "--recompute", "selective", "--json"]
+    without = json.loads(cli_run("plan", *no_sp).output)["terms_s"]["tp_comm"]
+    assert without == pytest.approx(tp_comm("eager"))  # all-reduce = reduce-scatter + all-gather, the same bytes
 
 
 def test_a_launchable_layout_prints_the_command_that_launch_accepts(cli_run, tmp_path):
