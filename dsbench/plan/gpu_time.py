@@ -225,7 +225,7 @@ def _tp_comm_seconds(lay: Layout, hw: GpuProfile) -> float:
     with sequence parallelism 2 reduce-scatters and 2 all-gathers of the same buffers, which move the same bytes."""
     if lay.tp == 1:
         return 0.0
-    nbytes = 2 * lay.micro_batch * lay.seq_len / lay.cp * lay.shape.hidden
+    nbytes = _tp_buffer_bytes(lay)
     gbs = _group_gbs(lay.tp, lay, hw)
     if lay.sequence_parallel:
         return 2 * (ring_seconds("reduce_scatter", nbytes, lay.tp, gbs, hw)
@@ -242,8 +242,12 @@ def _sp_regather_seconds(lay: Layout, hw: GpuProfile) -> float:
     torch_tp) saves the gathered input, so only Megatron's runs (``kernels`` megatron) pay it."""
     if lay.tp == 1 or not lay.sequence_parallel or lay.kernels != "megatron":
         return 0.0
-    nbytes = 2 * lay.micro_batch * lay.seq_len / lay.cp * lay.shape.hidden
-    return 2 * ring_seconds("all_gather", nbytes, lay.tp, _group_gbs(lay.tp, lay, hw), hw)
+    return 2 * ring_seconds("all_gather", _tp_buffer_bytes(lay), lay.tp, _group_gbs(lay.tp, lay, hw), hw)
+
+
+def _tp_buffer_bytes(lay: Layout) -> float:
+    """The buffer a block's TP collectives move: its b·s·h activations (this rank's CP share), 16-bit."""
+    return 2 * lay.micro_batch * lay.seq_len / lay.cp * lay.shape.hidden
 
 
 def _cp_comm_seconds(lay: Layout, hw: GpuProfile, attention: float) -> float:
