@@ -135,6 +135,13 @@ class ParallelDims:
                             "needs at least one)")
 
 
+def widest_tp(ranks: int, heads: int, kv_heads: int) -> int:
+    """The largest tensor-parallel degree that ``ranks`` ranks (one node's) can form and the model can split: a
+    divisor of the ranks that divides the attention and key/value heads, as :meth:`ParallelDims.check_model`
+    requires (each rank holds whole heads); 1 when none above 1 does (llama-tiny's 2 key/value heads on 4 ranks: 2)."""
+    return max(d for d in range(1, ranks + 1) if ranks % d == 0 and heads % d == 0 and kv_heads % d == 0)
+
+
 def interleaved_accepts(micro_batches: int, stages: int) -> bool:
     """Whether torch's interleaved 1F1B takes this many micro-batches: it runs max(1, M // P) rounds of equal size
     (torch.distributed.pipelining.schedules.ScheduleInterleaved1F1B), so they must split M evenly."""

@@ -38,6 +38,7 @@ import warnings
 from types import SimpleNamespace
 from typing import Any
 
+from dsbench.parallel import widest_tp
 from dsbench.worker.calibrate_engines import measure_deepspeed, measure_fsdp, measure_tensor_parallel
 from dsbench.worker.calibrate_gpu import measure_gpu
 from dsbench.worker.calibrate_timing import interleaved, rate, summary_of, sync_device
@@ -290,8 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         comm.barrier()  # sync point: the next group starts when this one is done everywhere
     fsdp = measure_fsdp(comm, info.device, dtype, args.repeats) if info.world_size > 1 else None
     zero = measure_deepspeed(comm, info.device, dtype, args.precision, args.repeats) if info.world_size > 1 else None
-    # tensor parallelism spans one node's ranks (the launchers place consecutive ranks on a node)
-    tp = hostnames.count(hostnames[0])
+    # tensor parallelism within one node's ranks (the launchers place consecutive ranks on a node), at the widest
+    # degree the model's heads divide (4 ranks of llama-tiny, 2 key/value heads: tp 2 x dp 2)
+    tp = widest_tp(hostnames.count(hostnames[0]), shape.heads, shape.kv_heads)
     tensor = (measure_tensor_parallel(shape, args.micro_batch, args.seq_len, comm, info, dtype, args.repeats, tp)
         if tp > 1 and info.world_size % tp == 0 else None)
     if info.is_main:

@@ -107,3 +107,24 @@ def test_a_fixed_global_batch_under_any_layout(tp, pp):
     assert dims.samples_per_step(2, dims.accumulation_for(3)) == pure.samples_per_step(2, 3) == 2 * 3 * 8
     assert dims.pure_dp_accumulation(dims.accumulation_for(3)) == 3
     assert dims.rank_share(2 * dims.accumulation_for(3)) == 2 * 3
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 6, 8])
+@pytest.mark.parametrize("model", ["llama-tiny", "gpt2-tiny", "qwen2-tiny", "llama-7b"])
+def test_the_widest_tp_is_the_largest_degree_a_launch_accepts(ranks, model):
+    """calibrate's tensor-parallel degree on a node of ``ranks`` ranks: the launch's own model check (ParallelDims.
+    check_model) accepts it, and refuses every larger divisor of the ranks (llama-tiny, 2 key/value heads, on 4
+    ranks: 2, where calibrate used to split 4 ways and fail)."""
+    from dsbench.parallel import widest_tp
+
+    shape = PRESETS[model]
+    tp = widest_tp(ranks, shape.heads, shape.kv_heads)
+    assert ranks % tp == 0
+    ParallelDims(world=ranks, tp=tp).check_model(name=model, heads=shape.heads, kv_heads=shape.kv_heads, layers=99)
+    for wider in range(tp + 1, ranks + 1):
+        if ranks % wider == 0:
+            with pytest.raises(UserError, match="--tp"):
+                ParallelDims(world=ranks, tp=wider).check_model(name=model, heads=shape.heads,
+                                                                kv_heads=shape.kv_heads, layers=99)
+    if model == "llama-tiny" and ranks == 4:
+        assert tp == 2
