@@ -62,15 +62,17 @@ def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed
             **flags: Any) -> None:
     """Run a matrix of strategies side by side (real launches) and build the report."""
     from dsbench.bench.session import run_compare
-    from dsbench.plan.verify import predictor
+    from dsbench.plan.verify import core_notes, predictor
     from dsbench.report.build import build_report
     from dsbench.report.terminal import print_report
 
     predict = predictor(profile)  # a bad profile is refused before any cell runs
     run = run_compare(matrix_file, flags, out, resume, retry_failed, timeout, nvme_path, quiet)
     if not no_report:
-        print_report(build_report([run.folder / "cells"], run.folder / "report", predict=predict,
-                                  max_slowdown=max_slowdown), wide)
+        built = build_report([run.folder / "cells"], run.folder / "report", predict=predict, max_slowdown=max_slowdown)
+        print_report(built, wide)
+        for note in core_notes(built.rows, profile):
+            click.echo(f"note: {note}", err=True)
     failed = [r for r in run.results if r.status != "ok"]
     click.echo(f"{len(run.results) - len(failed)}/{len(run.results)} cells ok; results in {run.folder}"
                + (f"; report: {run.folder / 'report' / 'report.html'}" if not no_report else ""))

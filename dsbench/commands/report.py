@@ -31,7 +31,7 @@ def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: 
     """Build tables, CSV/JSON/Markdown, PNG plots and an HTML report from run folders (merged; nothing re-runs),
     opening with a verdict: the fastest strategy, those within noise of it, the least memory within --max-slowdown.
     Exit 1 when a folder could not be read (it is listed as corrupt; the others are reported)."""
-    from dsbench.plan.verify import predictor
+    from dsbench.plan.verify import core_notes, predictor
     from dsbench.report.build import build_report
     from dsbench.report.terminal import print_report
 
@@ -39,6 +39,8 @@ def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: 
     built = build_report([Path(d) for d in run_dirs], folder, plots=not no_plots, predict=predictor(profile),
                          max_slowdown=max_slowdown)
     print_report(built, wide)
+    for note in core_notes(built.rows, profile):
+        click.echo(f"note: {note}", err=True)
     corrupt = [run for row in built.rows for run in row.runs if run.status == "corrupt"]
     for run in corrupt:
         click.echo(f"dsbench: warning: {run.folder}: unreadable run folder ({run.reason}); reported as corrupt",

@@ -202,6 +202,21 @@ def core_share(profile: dict[str, Any], ranks_per_node: int) -> float:
     return min(1.0, cpus / ranks_per_node) / min(1.0, cpus / calibrated)
 
 
+def core_note(profile: dict[str, Any], ranks_per_node: int) -> str | None:
+    """A line for predictions of CPU runs with more ranks per node than the machine has cores and than the profile
+    was calibrated with: :func:`core_share` prices the shared cores for compute, but each collective step then waits
+    for the scheduler to run the other ranks (a 4-rank all-reduce here: 5.2 ms per call against well under 1 ms on 2
+    ranks), which only a calibration at that rank count measures. Measured on llama-tiny over 4 ranks and 2 cores
+    (docs/planner.md): ZeRO-2 -34% to -46% and torch's pipeline +31% to +55% from a 2-rank profile, -1% and -12% from
+    a 4-rank one. None when the plan fits the profile's ranks or the machine's cores."""
+    cpus = (profile.get("machine") or {}).get("cpus")
+    calibrated = max(1, profile.get("world_size", 1) // profile.get("nodes", 1))
+    if not str(profile.get("device", "")).startswith("cpu") or cpus is None or ranks_per_node <= max(cpus, calibrated):
+        return None
+    return (f"{ranks_per_node} ranks per node share {cpus} cores and the profile measured {calibrated}: its "
+            f"collectives do not carry that wait; `dsbench calibrate --num-gpus {ranks_per_node}` measures them")
+
+
 def config_candidate(config: dict[str, Any]) -> Candidate:
     """The strategy an existing DeepSpeed config describes."""
     zero = config.get("zero_optimization", {})

@@ -154,6 +154,17 @@ def predicted_figures(row: Row, profile: Profile) -> dict[str, Any]:
     return out
 
 
+def core_notes(rows: list[Row], profile: Profile | None) -> list[str]:
+    """One line per rank count of the measured rows that a CPU profile prices beyond what it measured
+    (:func:`dsbench.plan.api.core_note`), for the report's predicted column."""
+    from dsbench.plan.api import core_note
+
+    if profile is None:
+        return []
+    per_node = {row.world_size // (len(set(row.runs[0].header.hostnames)) or 1) for row in rows if row.runs}
+    return [note for ranks in sorted(per_node) if (note := core_note(profile.data, ranks))]
+
+
 def predictor(profile: Profile | None) -> Any:
     """The report's predicted columns from a machine profile (read and checked where --profile was parsed), or None
     without one."""
