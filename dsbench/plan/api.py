@@ -195,11 +195,20 @@ def core_share(profile: dict[str, Any], ranks_per_node: int) -> float:
     has cores, and cores / ranks of one beyond that, the ranks taking turns. The profile's own rates were measured
     at its ranks per node, so the share is the plan's over the calibration's. 1 on GPUs and for a profile that did
     not record its machine's cores."""
+    cores = _cpu_cores(profile)
+    if cores is None:
+        return 1.0
+    cpus, calibrated = cores
+    return min(1.0, cpus / ranks_per_node) / min(1.0, cpus / calibrated)
+
+
+def _cpu_cores(profile: dict[str, Any]) -> tuple[int, int] | None:
+    """(the machine's cores, the ranks per node it was calibrated with) of a CPU profile that recorded its cores;
+    None for a GPU profile or an older one."""
     cpus = (profile.get("machine") or {}).get("cpus")
     if not str(profile.get("device", "")).startswith("cpu") or cpus is None:
-        return 1.0
-    calibrated = max(1, profile.get("world_size", 1) // profile.get("nodes", 1))
-    return min(1.0, cpus / ranks_per_node) / min(1.0, cpus / calibrated)
+        return None
+    return cpus, max(1, profile.get("world_size", 1) // profile.get("nodes", 1))
 
 
 def core_note(profile: dict[str, Any], ranks_per_node: int) -> str | None:
@@ -209,10 +218,10 @@ def core_note(profile: dict[str, Any], ranks_per_node: int) -> str | None:
     ranks), which only a calibration at that rank count measures. Measured on llama-tiny over 4 ranks and 2 cores
     (docs/planner.md): ZeRO-2 -34% to -46% and torch's pipeline +31% to +55% from a 2-rank profile, -1% and -12% from
     a 4-rank one. None when the plan fits the profile's ranks or the machine's cores."""
-    cpus = (profile.get("machine") or {}).get("cpus")
-    calibrated = max(1, profile.get("world_size", 1) // profile.get("nodes", 1))
-    if not str(profile.get("device", "")).startswith("cpu") or cpus is None or ranks_per_node <= max(cpus, calibrated):
+    cores = _cpu_cores(profile)
+    if cores is None or ranks_per_node <= max(cores):
         return None
+    cpus, calibrated = cores
     return (f"{ranks_per_node} ranks per node share {cpus} cores and the profile measured {calibrated}: its "
             f"collectives do not carry that wait; `dsbench calibrate --num-gpus {ranks_per_node}` measures them")
 
