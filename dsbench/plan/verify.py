@@ -106,10 +106,7 @@ def predict_cell(row: Row, profile: Profile | None = None) -> Any:
     accum = candidate.dims(row.world_size).pure_dp_accumulation(header.grad_accum)
     # the nodes the ranks ran on (the run header records every rank's host): data parallelism across them is
     # priced at the profile's link across nodes
-    world = row.world_size
-    nodes = len(set(header.hostnames)) or 1
-    if world % nodes:
-        nodes = 1  # uneven placement: the planner's nodes x slots cannot say it; planned as one node
+    world, nodes = row.world_size, nodes_of(row)
     # a profile calibrated on a GPU prices with the GPU model's measured constants, not the run's datasheet peak
     peak = None if profile is not None and profile.data.get("gpu") else header.peak_tflops
     request = PlanRequest(model=row.model, gpus=world, nodes=nodes, gpus_per_node=world // nodes if nodes > 1
@@ -118,6 +115,13 @@ def predict_cell(row: Row, profile: Profile | None = None) -> Any:
                           precision=header.precision, profile=profile)
     workload, cluster, _ = build(request)
     return estimate(candidate, workload, cluster)
+
+
+def nodes_of(row: Row) -> int:
+    """The nodes a row's ranks ran on (the run header records every rank's host); 1 for an uneven placement, which
+    the planner's nodes x slots cannot say (planned as one node)."""
+    nodes = len(set(row.runs[0].header.hostnames)) or 1
+    return 1 if row.world_size % nodes else nodes
 
 
 def measured_step_s(row: Row) -> float:
@@ -161,7 +165,7 @@ def core_notes(rows: list[Row], profile: Profile | None) -> list[str]:
 
     if profile is None:
         return []
-    per_node = {row.world_size // (len(set(row.runs[0].header.hostnames)) or 1) for row in rows if row.runs}
+    per_node = {row.world_size // nodes_of(row) for row in rows if row.runs}
     return [note for ranks in sorted(per_node) if (note := core_note(profile.data, ranks))]
 
 
