@@ -11,13 +11,23 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
 
+SHOWN = ("micro_batch", "virtual_stages", "recompute")
+"""The filled inputs that a column of the table shows (starred there); any other (the interconnect) stars the row."""
+
+
+def _starred(text: str, filled: bool) -> str:
+    return text + "*" if filled else text
+
+
 def _layout(row: dict[str, Any]) -> str:
     """tp/pp/cp/dp, micro-batch and interleaving as the replay priced them (a chosen value marked *)."""
     dp = row["gpus"] // (row["tp"] * row["pp"] * row["cp"])
-    mb = row.get("micro_batch") or f"{row.get('chosen_micro_batch', '?')}*"
+    assumed = row.get("assumed") or {}
+    mb = _starred(str(row.get("micro_batch") or row.get("chosen_micro_batch", "?")), "micro_batch" in assumed)
     text = f"{row['tp']}/{row['pp']}/{row['cp']}/{dp} mb{mb}"
     if row.get("schedule") == "interleaved":
-        text += f" v{row.get('virtual_stages') or str(row.get('chosen_virtual_stages', '?')) + '*'}"
+        virtual = row.get("virtual_stages") or row.get("chosen_virtual_stages", "?")
+        text += f" v{_starred(str(virtual), 'virtual_stages' in assumed)}"
     return text
 
 
@@ -33,14 +43,17 @@ def replay_grids(result: dict[str, Any]) -> list[Grid]:
                      rows.note(f"skipped: {row['skipped']}"), "", "", "", "", "", style="dim")
             continue
         measured_mem = row["measured_peak_mem_gib"]
-        rows.add(row["source"], str(row["row"]), row["model"] or "", _layout(row), row["strategy"],
-                 row["recompute"] + (" (SP)" if row["sequence_parallel"] else "") + ("*" if row["assumed"] else ""),
+        assumed = row["assumed"] or {}
+        rows.add(row["source"], _starred(str(row["row"]), any(key not in SHOWN for key in assumed)),
+                 row["model"] or "", _layout(row), row["strategy"],
+                 _starred(row["recompute"] + (" (SP)" if row["sequence_parallel"] else ""), "recompute" in assumed),
                  f"{row['predicted_step_s']:,.2f}", f"{row['measured_step_s']:,.2f}"
                  if row["measured_step_s"] else "-", _pct(row["step_error"]),
                  f"{row['predicted_peak_mem_gib']:,.1f}", f"{measured_mem:,.1f}" if measured_mem else "-",
                  _pct(row["mem_error"]))
     rows.notes.append("step s: seconds per optimizer step, predicted then measured; error = predicted / measured - "
-                      "1; layout tp/pp/cp/dp; * = filled by a rule (see `assumed` in --json); GiB: memory per GPU, "
+                      "1; layout tp/pp/cp/dp; * = filled by a rule (see `assumed` in --json; a starred row number: the "
+                      "interconnect); GiB: memory per GPU, "
                       "reserved for torchtitan rows, allocated otherwise")
     stats = Grid([Col("source", 80, left=True), Col("rows", 100), Col("skipped", 100), Col("rows used", 80, left=True),
                   Col("median", 80), Col("mean", 100), Col("max", 80), Col("spearman step", 100),
