@@ -17,10 +17,13 @@ from typing import Any
 from dsbench.errors import UserError
 from dsbench.gpus import BY_KEY, by_device_name
 from dsbench.plan.gpu_profiles import ALIASES, HF_HBM, KINDS, GpuProfile, profile_for
+from dsbench.plan.gpu_time import FLASH_BACKWARD
 
 FRACTIONS = ("gemm_peak_fraction", "unaligned_gemm_fraction", "flash_fraction", "hf_hbm_fraction")
 """Constants that are shares of a datasheet figure: in (0, 1]."""
 CONSTANTS = (*FRACTIONS, "gemm_half_dim", "hbm_tbs", "memory_gib")
+FLASH_COUNT = 0.5 * 4 * (1 + FLASH_BACKWARD)
+"""Causal flash attention's FLOPs over b·s²·h (heads x head dim), forward and backward: the count gpu_time prices."""
 HALF_DIMS = range(0, 1025)
 """The ``gemm_half_dim`` values the fit tries (1 apart)."""
 
@@ -107,8 +110,8 @@ def gpu_section(measured: dict[str, Any]) -> dict[str, Any]:
         "unaligned_gemm_fraction": _tflops(wide["gemms"] * 2 * wide["m"] * wide["n"] * wide["k"],
                                            wide["seconds"]) / peak,
         "hbm_tbs": hbm,
-        # gpu_time.layer_times counts 0.5·4·b·s²·h forward FLOPs (causal) and the backward as 2x: 6·b·s²·h in all
-        "flash_fraction": _tflops(6 * b * s * s * heads * dim, attention["seconds"]) / peak,
+        # gpu_time.layer_times counts 0.5·4·b·s²·h forward FLOPs (causal), the backward FLASH_BACKWARD times that
+        "flash_fraction": _tflops(FLASH_COUNT * b * s * s * heads * dim, attention["seconds"]) / peak,
         # HF_HBM was fitted as a share of the H100's datasheet bandwidth: the eager ops keep that rate per datasheet
         # byte, so the share of the measured bandwidth scales by datasheet / measured
         "hf_hbm_fraction": min(HF_HBM * sheet.hbm_tbs / hbm, 1.0),
@@ -120,6 +123,7 @@ def gpu_section(measured: dict[str, Any]) -> dict[str, Any]:
                         f"datasheet peak of {peak:g} TFLOP/s: dsbench took it for another GPU (the measurements stay "
                         "in measured.json)")
     section["constants"] = {key: float(f"{value:.4g}") for key, value in constants.items()}
+    section["flash_backward"] = FLASH_BACKWARD  # the count flash_fraction was taken with (calibrated_gpu reads it)
     section["sources"] = {
         "gemm_peak_fraction": f"{square['m']}^3 GEMM at {square_eta * peak:.0f} TFLOP/s of the {peak:.0f} datasheet "
                               "peak, with gemm_half_dim",
@@ -170,6 +174,9 @@ def calibrated_gpu(section: dict[str, Any], source: str) -> GpuProfile:
         raise UserError(f"{source}: measured on {section.get('name')!r}, which no hardware profile prices: plan "
                         "with --gpu KIND and no --profile")
     constants = dict(section.get("constants", {}))
+    if "flash_fraction" in constants and "flash_backward" not in section:  # written before 2026-11-28, when the
+        # model counted a flash backward as 2x its forward: the same measured seconds are a larger share of peak
+        constants["flash_fraction"] *= FLASH_COUNT / (0.5 * 4 * 3)
     host = {int(stage): float(us) for stage, us in (section.get("zero_host_us") or {}).items()}
     fields: dict[str, Any] = {**constants, "clock_fraction": 1.0}
     if host:

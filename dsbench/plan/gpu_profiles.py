@@ -94,7 +94,7 @@ HOPPER_FLASH = 0.36
 """FlashAttention-2 on H100, forward and backward, causal, head dim 128: about 350 of 989 TFLOP/s (Shah et al. 2024,
 arXiv:2407.08608 fig. 5; FlashAttention-3 reaches more, torch's SDPA used FA2 in the runs priced here)."""
 
-GRAND_TETON_CLOCK = 0.617
+GRAND_TETON_CLOCK = 0.639
 """Fitted: the one constant that makes torchtitan-h100-202412 rows 1 and 4 (Llama 3.1 8B, FSDP on 8 and 128 GPUs,
 bf16, eager) come out right; every other h100-96g-500w row is out of sample (docs/planner.md). A 500 W cap on a
 700 W part: NVIDIA's H100 NVL (400 W) is rated at 835 of the SXM's 989 TFLOP/s at a lower clock."""

@@ -58,6 +58,12 @@ def peak_flops(hw: GpuProfile, precision: str) -> float:
     return hw.peak_tflops[precision] * 1e12 * hw.clock_fraction
 
 
+FLASH_BACKWARD = 2.5
+"""A flash kernel's backward over its forward: it recomputes QK^T, then dV, dP, dQ and dK, 5 GEMMs to the forward's
+2 (Dao 2023, arXiv:2307.08691 sec. 3.1.2; FlashAttention's benchmarks count fwd+bwd as 3.5x the forward FLOPs,
+the count behind the ``flash_fraction`` figures of its papers)."""
+
+
 def gemm_seconds(m: float, n: float, k: float, count: float, hw: GpuProfile, precision: str) -> float:
     """``count`` GEMMs of m x k by k x n: the slower of their FLOPs at the efficiency of their output tile size
     (the smaller of m and n; tile and wave quantisation) and their bytes at HBM bandwidth (a roofline: a thin k
@@ -281,6 +287,8 @@ def _stage_seconds(lay: Layout, hw: GpuProfile) -> dict[str, float]:
     comm = _tp_comm_seconds(lay, hw)
     cp = _cp_comm_seconds(lay, hw, fwd["attention"])
     terms = {name: 3 * seconds * layers for name, seconds in fwd.items()}  # forward + backward (2x)
+    if lay.attention == "flash":  # its backward recomputes the scores: 5 GEMMs to the forward's 2
+        terms["attention"] *= (1 + FLASH_BACKWARD) / 3
     terms["tp_comm"] = (2 * comm + _sp_regather_seconds(lay, hw)) * layers  # forward, backward (transposes)
     terms["cp_comm"] = cp * layers
     if lay.recompute == "full":

@@ -38,7 +38,8 @@ def _timings(eta_max: float, half: float, hbm: float, flash: float, unaligned: f
                           "seconds": 3 * 2 * 16384 * 50257 * 768 / (peak * 1e12 * unaligned)},
             "copy": {"bytes": 2 << 30, "seconds": (2 << 30) / (hbm * 1e12)},
             "attention": {"batch": b, "heads": heads, "seq": s, "head_dim": dim,
-                          "seconds": 6 * b * s * s * heads * dim / (peak * 1e12 * flash)}}
+                          # FlashAttention's own benchmarks' count: causal forward 2·b·s²·h·d, fwd+bwd 3.5x that
+                          "seconds": 3.5 * 2 * b * s * s * heads * dim / (peak * 1e12 * flash)}}
 
 
 def test_the_constants_a_gpu_was_built_with_are_recovered_from_its_timings():
@@ -53,6 +54,21 @@ def test_the_constants_a_gpu_was_built_with_are_recovered_from_its_timings():
     assert c["memory_gib"] == pytest.approx(79.6, abs=0.1)
     # the eager HF ops keep the rate fitted on the H100's datasheet bandwidth: 0.44 x 3.35 TB/s over 3.0 measured
     assert c["hf_hbm_fraction"] == pytest.approx(0.44 * 3.35 / 3.0, rel=1e-3)
+
+
+def test_a_profile_written_before_the_flash_backward_was_counted_prices_its_attention_the_same():
+    """Profiles written before 2026-11-28 hold a flash_fraction over a 2x backward (6·b·s²·h FLOPs); read today
+    (a 2.5x backward, FlashAttention's count), the calibration's own attention shape still costs what it measured."""
+    timings = _timings(eta_max=0.78, half=200, hbm=3.0, flash=0.40, unaligned=0.13)
+    a = timings["attention"]
+    flops_forward = 0.5 * 4 * a["batch"] * a["seq"] ** 2 * a["heads"] * a["head_dim"]
+    new = gpu_section(timings)
+    old = {key: value for key, value in new.items() if key != "flash_backward"}
+    old["constants"] = {**new["constants"], "flash_fraction": 3 * flops_forward / (a["seconds"] * 989e12)}  # 6·b·s²·h
+    for section in (new, old):
+        hw = calibrated_gpu(section, "p.json")
+        priced = 3.5 * flops_forward / (989e12 * hw.flash_fraction)
+        assert priced == pytest.approx(a["seconds"], rel=1e-3)
 
 
 @pytest.mark.parametrize("name, memory, kind", [
@@ -205,7 +221,10 @@ def _cells(folder: Path) -> dict:
 @pytest.mark.parametrize("run", ["a", "b"])
 def test_a_stored_gpu_profile_is_what_its_measurements_and_check_cells_give(run):
     profile, measured = _stored(run)
-    assert gpu_section(measured["gpu"])["constants"] == profile["gpu"]["constants"]
+    stored = dict(profile["gpu"]["constants"])
+    assert "flash_backward" not in profile["gpu"]  # written with a 2x flash backward: read as calibrated_gpu reads it
+    stored["flash_fraction"] *= 7 / 6
+    assert gpu_section(measured["gpu"])["constants"] == pytest.approx(stored, rel=1e-3)
     record = host_check(_cells(CALIBRATED / run / "check" / "cells"), calibrated_gpu(
         {**profile["gpu"], "zero_host_us": {}}, run))
     assert record["zero_host_us"] == profile["gpu"]["zero_host_us"]

@@ -367,12 +367,13 @@ def test_dsbench_h100_runs_engine_constants_chosen_on_gpt2_hold_on_llama(results
     """zero_host_us is chosen on the GPT-2 ZeRO rows of 2026-11-25 (10-12); the same day's 1.1B Llama rows (13-15)
     are out of sample and meet the issue's 15%. The runs under autocast over fp32 weights (rows 1, 5, 9, 13) are
     priced by the autocast term, which no row chose (its bytes are counted from torch's autocast op list): within
-    11%. Held as measured, and named in docs/planner.md: the 2026-11-23 ZeRO rows, whose host-bound cells ran up
+    12% (11% until the flash backward was counted as 2.5x its forward, 2026-11-28: the Llama's 2048-token attention
+    costs more). Held as measured, and named in docs/planner.md: the 2026-11-23 ZeRO rows, whose host-bound cells ran up
     to 1.6x slower than the same cells two days later."""
     rows = _rows(results, "dsbench-h100")
     assert all(abs(rows[n].step_error) < 0.01 for n in (10, 11, 12))
     assert all(abs(rows[n].step_error) <= 0.15 for n in (13, 14, 15)), [rows[n].step_error for n in (13, 14, 15)]
-    assert all(abs(rows[n].step_error) <= 0.11 for n in (1, 5, 9, 13)), [rows[n].step_error for n in (1, 5, 9, 13)]
+    assert all(abs(rows[n].step_error) <= 0.12 for n in (1, 5, 9, 13)), [rows[n].step_error for n in (1, 5, 9, 13)]
     assert max(abs(rows[n].step_error) for n in range(1, 9)) <= 0.40
 
 
@@ -707,3 +708,43 @@ def test_the_replay_table_stars_only_the_inputs_a_rule_filled():
     assert h100["1"][5] == "selective*"  # torchtitan's per-op checkpointing, priced by the attention-core rule
     assert h100["7"][1:6:2] == ["7", "1/1/1/8 mb1", "full"]  # every input stated
     assert h100["13"][3].endswith("mb4*") and h100["13"][5] == "full (SP)"  # only its micro-batch filled
+
+
+def test_a_flash_backward_costs_two_and_a_half_forwards():
+    """FlashAttention's backward recomputes QK^T and runs dV, dP, dQ and dK: 5 GEMMs to the forward's 2 (Dao 2023,
+    arXiv:2307.08691 sec. 3.1.2), the count FlashAttention's benchmarks and papers report TFLOP/s with. Megatron's
+    eager attention (scores in HBM) backs its 2 GEMMs with 4."""
+    from dsbench.plan.gpu_profiles import profile_for
+    from dsbench.plan.gpu_time import layer_times, step_time
+
+    shape = Shape("llama", 32, 4096, 32, 8, 14336, 128256)
+    hw = profile_for("h100-sxm")
+    for attention, per_forward in (("flash", 3.5), ("eager", 3.0)):
+        lay = Layout(shape, 8192, "h100-sxm", 8, 8, global_batch=8, attention=attention).check()
+        forward = layer_times(lay, hw)["attention"]
+        assert step_time(lay, hw).terms["attention"] == pytest.approx(per_forward * forward * 32 * lay.micro_batches)
+
+
+MOSAIC = ORACLES / "held-out" / "mosaic2023-a100-80g.csv"
+
+
+def test_mosaic_held_out_holds_to_2048_tokens_and_misses_as_the_sequence_grows():
+    """MosaicML's llm-foundry A100 table (61 rows, MPT 125M-70B under FSDP, 512 to 65,536 tokens), transcribed
+    2026-11-28 and fitted to nothing: up to 2048 tokens the median error is within 5%; beyond, the rows run
+    slower than the FA2 rate the profile prices (MPT's Triton attention kernel), more the longer the sequence."""
+    rows = replay([str(MOSAIC)])
+    assert len(rows) == 61 and all(r.complete and r.skipped is None for r in rows)
+    short = [abs(r.step_error) for r in rows if r.row.values["seq_len"] <= 2048]
+    assert len(short) == 25 and statistics.median(short) <= 0.05
+    by_length = {}
+    for r in rows:
+        by_length.setdefault(r.row.values["seq_len"], []).append(r.step_error)
+    medians = [statistics.median(by_length[s]) for s in sorted(by_length)]
+    assert medians[-1] < medians[3] < medians[0] and medians[-1] < -0.25, medians
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-28: median 14.3%, max 101.9% (MPT-70B on 32 GPUs, priced "
+                   "comm-bound at one NIC per GPU); the long sequences run below FA2's rate (docs/planner.md)")
+def test_the_mosaic_table_meets_the_pooled_goals():
+    stats = error_stats(replay([str(MOSAIC)]))
+    assert stats["median_abs_step_error"] <= 0.08 and stats["max_abs_step_error"] <= 0.25
