@@ -8,6 +8,7 @@ Run: python scripts/build_tokenizer.py
 
 from pathlib import Path
 
+import script_args
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from dsbench.worker.corpus import embedded_text
@@ -27,4 +28,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    script_args.parse(__doc__)
     main()

@@ -12,6 +12,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import script_args
+
 from dsbench.worker import safe_load
 
 
@@ -35,4 +37,5 @@ def main(folders: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    folders = script_args.parse(__doc__, "CHECKPOINT_FOLDER", required=True)
+    sys.exit(script_args.run(lambda: main(folders)))

@@ -12,6 +12,8 @@ import re
 import sys
 from pathlib import Path
 
+import script_args
+
 LINE = re.compile(r"^\s*(\d+(?:\.\d+)?)s (?:setup|call|teardown)\s+(\S+?)::")
 
 
@@ -35,6 +37,5 @@ def table(logs: list[Path]) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: python scripts/durations_by_file.py PYTEST_LOG [PYTEST_LOG ...]")
-    print(table([Path(arg) for arg in sys.argv[1:]]))
+    logs = script_args.parse(__doc__, "PYTEST_LOG", required=True)
+    sys.exit(script_args.run(lambda: print(table([Path(arg) for arg in logs]))))

@@ -21,6 +21,8 @@ import json
 import sys
 from pathlib import Path
 
+import script_args
+
 from dsbench.plan import gpu_profiles
 from dsbench.plan.gpu_fit import by_session, fit_zero_host_us, predict_with_host
 from dsbench.plan.gpu_time import step_time
@@ -72,4 +74,5 @@ def main(files: list[Path]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main([Path(f) for f in sys.argv[1:]]))
+    files = script_args.parse(__doc__, "ORACLE_CSV")
+    sys.exit(script_args.run(lambda: main([Path(f) for f in files])))

@@ -21,6 +21,8 @@ import json
 import os
 from pathlib import Path
 
+import script_args
+
 OUT = Path(__file__).resolve().parents[1] / "dsbench" / "data" / "accelerate_schema.json"
 
 # section -> (launch parser group title, prefix accelerate adds to the section's keys)
@@ -89,4 +91,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    script_args.parse(__doc__)
     main()

@@ -22,6 +22,8 @@ import sys
 import typing
 from pathlib import Path
 
+import script_args
+
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 OUT = Path(__file__).resolve().parents[1] / "dsbench" / "data" / "ds_schema.json"
@@ -168,4 +170,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    script_args.parse(__doc__)
     sys.exit(main())

@@ -14,6 +14,8 @@ import csv
 import sys
 from pathlib import Path
 
+import script_args
+
 from dsbench.plan.replay import COLUMNS
 from dsbench.plan.run_rows import run_row
 
@@ -38,4 +40,5 @@ def main(folders: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    folders = script_args.parse(__doc__, "RUN_FOLDER", required=True)
+    sys.exit(script_args.run(lambda: main(folders)))

@@ -1,0 +1,44 @@
+"""The scripts that take only paths answer --help with their docstring and do nothing else, and a missing input
+with one line and exit 2 (scripts/script_args.py), as the dsbench commands do."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+GENERATORS = ("build_tokenizer", "gen_accelerate_schema", "gen_ds_schema")
+"""Scripts that write a shipped file when run: --help must not."""
+
+
+def _script(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, f"scripts/{name}.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("name", [*GENERATORS, "durations_by_file", "fit_gpu_constants", "runs_to_oracle",
+                                  "checkpoint_globals"])
+def test_help_prints_the_docstring_and_writes_nothing(name, tmp_path):
+    before = {p: p.stat().st_mtime_ns for p in (ROOT / "dsbench" / "data").iterdir()}
+    done = _script(name, "--help")
+    assert done.returncode == 0 and done.stdout.startswith("usage: ") and "wrote" not in done.stdout, done.stdout
+    assert {p: p.stat().st_mtime_ns for p in (ROOT / "dsbench" / "data").iterdir()} == before
+
+
+@pytest.mark.parametrize("name, args, message", [
+    ("durations_by_file", ["/nonexistent.log"], "No such file"),
+    ("fit_gpu_constants", ["/nonexistent.csv"], "--replay not found: /nonexistent.csv"),
+    ("runs_to_oracle", ["/nonexistent"], "metrics file not found"),
+])
+def test_a_missing_input_is_one_line(name, args, message):
+    done = _script(name, *args)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr and len(errors) == 1 and message in errors[0]
+
+
+def test_a_path_taking_script_without_paths_prints_its_usage():
+    done = _script("durations_by_file")
+    assert done.returncode == 2 and "usage: durations_by_file.py" in done.stderr and "Traceback" not in done.stderr
