@@ -5,7 +5,8 @@ Per micro-batch and layer, on one GPU (its TP shard, its CP share of the sequenc
   take longer than its FLOPs is memory-bound). FLOPs as Narayanan et al. 2021 (arXiv:2104.04473) eq. 3 counts them:
   24·b·s·h² (+ the MLP's third matrix for SwiGLU) and 4·b·s²·h for attention, a backward of twice the forward.
 - ``attention``: the score GEMMs; a flash kernel skips the masked half of causal attention (Dao 2023,
-  arXiv:2307.08691 sec. 3.1) and keeps the scores on chip, an eager one materialises them.
+  arXiv:2307.08691 sec. 3.1) and keeps the scores on chip, with a backward of 2.5 forwards (it recomputes the
+  scores); an eager one materialises them.
 - ``elementwise``: norms, activations, dropout, residuals and softmax at HBM bandwidth, bytes from the activation
   list of Korthikanti et al. 2022 (arXiv:2205.05198) sec. 4.1; the backward moves twice the forward's bytes.
 - ``recompute``: full recompute repeats the forward; selective repeats the attention core (Korthikanti sec. 5);
@@ -19,6 +20,7 @@ Per micro-batch and layer, on one GPU (its TP shard, its CP share of the sequenc
 - ``dp_comm``: gradient all-reduce (ddp, not overlapped), reduce-scatter + all-gather (zero1/2), parameter
   gathers and gradient reduce-scatters (zero3, fsdp) overlapped with compute by prefetching.
 - ``optimizer``: Adam's read and write of its fp32 states at HBM bandwidth.
+The collectives (``tp_comm``, ``cp_comm``, ``pp_p2p``, ``dp_comm``) are priced in gpu_comm.py.
 - ``engine_host``: the host work of a DeepSpeed ZeRO engine that the GPU waits for, per parameter tensor.
 - ``autocast``: under torch.autocast over fp32 weights, the weight casts and the ops autocast runs in fp32.
 - ``fp8_cast``: under fp8 (torchao's Float8 linears, tensorwise dynamic scaling) each linear's input, weight and
@@ -33,6 +35,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dsbench.parallel import ZERO_BUBBLE_SHARE
+from dsbench.plan.gpu_comm import (
+    cp_comm_seconds,
+    dp_seconds,
+    local_params,
+    p2p_seconds,
+    sp_regather_seconds,
+    tp_comm_seconds,
+)
 from dsbench.plan.gpu_layout import Layout
 from dsbench.plan.gpu_profiles import GpuProfile
 from dsbench.strategies import PLANNER
@@ -75,29 +85,6 @@ def gemm_seconds(m: float, n: float, k: float, count: float, hw: GpuProfile, pre
     flops = 2 * m * n * k * count
     moved = BYTES.get(precision, 2) * (m * k + k * n + m * n) * count
     return max(flops / (peak_flops(hw, precision) * efficiency), moved / (hw.hbm_tbs * 1e12))
-
-
-def ring_seconds(kind: str, nbytes: float, ranks: int, gbs: float, hw: GpuProfile) -> float:
-    """A ring collective of ``nbytes`` (the full buffer) over ``ranks``: all-reduce moves 2(n-1)/n of it per GPU,
-    reduce-scatter and all-gather (n-1)/n (Patarasuk and Yuan 2009; nccl-tests' bus bandwidth)."""
-    if ranks <= 1:
-        return 0.0
-    share = (ranks - 1) / ranks * (2 if kind == "all_reduce" else 1)
-    steps = (ranks - 1) * (2 if kind == "all_reduce" else 1)
-    return share * nbytes / (gbs * 1e9) + steps * hw.collective_latency_us * 1e-6
-
-
-def _links(lay: Layout, hw: GpuProfile) -> tuple[float, float]:
-    """Achievable bus bandwidth within and across nodes, GB/s per GPU."""
-    return ((lay.intra_gbs or hw.nvlink_gbs) * hw.nvlink_efficiency,
-            (lay.inter_gbs or hw.network_gbs) * hw.network_efficiency)
-
-
-def _group_gbs(span: int, lay: Layout, hw: GpuProfile) -> float:
-    """A group whose ranks are ``span`` apart in rank order crosses nodes when its extent exceeds a node (Megatron's
-    order: tp innermost, then cp, dp, pp)."""
-    intra, inter = _links(lay, hw)
-    return intra if span <= lay.gpus_per_node else inter
 
 
 def layer_times(lay: Layout, hw: GpuProfile) -> dict[str, float]:
@@ -166,7 +153,7 @@ def _autocast_seconds(lay: Layout, hw: GpuProfile) -> float:
     s = lay.shape
     extra = AUTOCAST_FP32.get((s.arch, _op_kernels(lay)))
     chain = 3 * lay.stage_layers * (extra or 0) * lay.micro_batch * lay.seq_len / lay.cp * s.ffn / lay.tp
-    return _hbm_seconds(12 * _local_params(lay) + chain, lay, hw)
+    return _hbm_seconds(12 * local_params(lay) + chain, lay, hw)
 
 
 def _linears(lay: Layout) -> list[tuple[float, float, float]]:
@@ -226,70 +213,16 @@ def _logits_seconds(lay: Layout, hw: GpuProfile) -> float:
     return gemm + _hbm_seconds(3 * 4 * tokens * s.vocab / lay.tp, lay, hw)
 
 
-def _tp_comm_seconds(lay: Layout, hw: GpuProfile) -> float:
-    """Forward seconds of one block's TP collectives: 2 all-reduces of the block's activations (b·s·h, 16-bit), or
-    with sequence parallelism 2 reduce-scatters and 2 all-gathers of the same buffers, which move the same bytes."""
-    if lay.tp == 1:
-        return 0.0
-    nbytes = _tp_buffer_bytes(lay)
-    gbs = _group_gbs(lay.tp, lay, hw)
-    if lay.sequence_parallel:
-        return 2 * (ring_seconds("reduce_scatter", nbytes, lay.tp, gbs, hw)
-                    + ring_seconds("all_gather", nbytes, lay.tp, gbs, hw))
-    return 2 * ring_seconds("all_reduce", nbytes, lay.tp, gbs, hw)
-
-
-def _sp_regather_seconds(lay: Layout, hw: GpuProfile) -> float:
-    """Backward seconds of one block's extra all-gathers under Megatron-LM's sequence parallelism: its column-parallel
-    linears (QKV and the MLP's first) save their sequence-sharded input, not the gathered one, and gather it again
-    in the backward for the weight gradient (Korthikanti et al. 2022 sec. 4.2.2; Megatron-LM's and apex's
-    ``LinearWithGradAccumulationAndAsyncCommunication.backward``). Issued asynchronously beside the input-gradient
-    GEMM; priced exposed, as this model prices every TP collective. torch's DTensor SP (torchtitan, dsbench's
-    torch_tp) saves the gathered input, so only Megatron's runs (``kernels`` megatron) pay it."""
-    if lay.tp == 1 or not lay.sequence_parallel or lay.kernels != "megatron":
-        return 0.0
-    return 2 * ring_seconds("all_gather", _tp_buffer_bytes(lay), lay.tp, _group_gbs(lay.tp, lay, hw), hw)
-
-
-def _tp_buffer_bytes(lay: Layout) -> float:
-    """The buffer a block's TP collectives move: its b·s·h activations (this rank's CP share), 16-bit."""
-    return 2 * lay.micro_batch * lay.seq_len / lay.cp * lay.shape.hidden
-
-
-def _cp_comm_seconds(lay: Layout, hw: GpuProfile, attention: float) -> float:
-    """Exposed seconds of one block's context-parallel traffic, forward and backward.
-
-    Ring attention (``p2p``): each of cp-1 steps passes this rank's K and V (16-bit) to the next, overlapped with
-    that step's share of the attention compute (Liu et al. 2023, arXiv:2310.01889); the backward passes K, V and
-    their gradients (twice the forward's). Ulysses (``a2a``): four all-to-alls before and after the attention core
-    (q, k and v in, the output back; Jacobs et al. 2023 sec. 3), each moving (cp-1)/cp of this rank's 16-bit
-    buffer, not overlapped (DeepSpeed's DistributedAttention waits for each); the backward runs their four
-    transposes."""
-    if lay.cp == 1:
-        return 0.0
-    s = lay.shape
-    kv = s.kv_heads / s.heads
-    tokens = lay.micro_batch * lay.seq_len / lay.cp  # this rank's share of the sequence
-    gbs = _group_gbs(lay.tp * lay.cp, lay, hw)
-    if lay.cp_comm == "a2a":
-        buffers = 2 * tokens * s.hidden / lay.tp * (2 + 2 * kv)  # q and the output, k and v
-        per_block = (lay.cp - 1) / lay.cp * buffers / (gbs * 1e9) + 4 * (lay.cp - 1) * hw.collective_latency_us * 1e-6
-        return 2 * per_block
-    kv_bytes = 2 * 2 * tokens * s.hidden * kv / lay.tp
-    per_step = kv_bytes / (gbs * 1e9)
-    return 3 * (lay.cp - 1) * max(0.0, per_step - attention / lay.cp)
-
-
 def _stage_seconds(lay: Layout, hw: GpuProfile) -> dict[str, float]:
     """One micro-batch through the busiest pipeline stage, forward and backward, by term."""
     fwd = layer_times(lay, hw)
     layers = lay.stage_layers
-    comm = _tp_comm_seconds(lay, hw)
-    cp = _cp_comm_seconds(lay, hw, fwd["attention"])
+    comm = tp_comm_seconds(lay, hw)
+    cp = cp_comm_seconds(lay, hw, fwd["attention"])
     terms = {name: 3 * seconds * layers for name, seconds in fwd.items()}  # forward + backward (2x)
     if lay.attention == "flash":  # its backward recomputes the scores: 5 GEMMs to the forward's 2
         terms["attention"] *= (1 + FLASH_BACKWARD) / 3
-    terms["tp_comm"] = (2 * comm + _sp_regather_seconds(lay, hw)) * layers  # forward, backward (transposes)
+    terms["tp_comm"] = (2 * comm + sp_regather_seconds(lay, hw)) * layers  # forward, backward (transposes)
     terms["cp_comm"] = cp * layers
     if lay.recompute == "full":
         terms["recompute"] = sum(fwd.values()) * layers
@@ -312,52 +245,11 @@ def _stage_seconds(lay: Layout, hw: GpuProfile) -> dict[str, float]:
     return terms
 
 
-def _p2p_seconds(lay: Layout, hw: GpuProfile) -> float:
-    """Per micro-batch: an activation send forward and a gradient send backward per virtual stage, each b·s·h
-    16-bit values scattered over the TP ranks (Narayanan 2021 sec. 4.1), over the link between stages."""
-    if lay.pp == 1:
-        return 0.0
-    v = lay.chunks
-    nbytes = 2 * lay.micro_batch * lay.seq_len / lay.cp * lay.shape.hidden / lay.tp
-    gbs = _group_gbs(lay.tp * lay.cp * lay.dp + 1, lay, hw)
-    return 2 * v * (nbytes / (gbs * 1e9) + hw.collective_latency_us * 1e-6)
-
-
-def _local_params(lay: Layout) -> float:
-    """Parameters on the busiest GPU: its blocks' TP shards plus the (vocabulary-split) embedding."""
-    s = lay.shape
-    return lay.stage_layers * s.layer_params() / lay.tp + s.vocab * s.hidden / lay.tp
-
-
-def _dp_seconds(lay: Layout, hw: GpuProfile, compute: float) -> float:
-    """Exposed seconds of the data-parallel traffic of one step (16-bit gradients and parameters; FSDP reduces in
-    fp32 as torchtitan configures it). Overlapped engines hide what fits under the compute, less one layer's
-    share that starts before (or ends after) any compute it could hide under."""
-    d = lay.dp * lay.cp  # CP ranks hold the same weights: gradients reduce (and FSDP shards) over dp x cp
-    if d == 1:
-        return 0.0
-    params = _local_params(lay)
-    gbs = _group_gbs(lay.tp * d, lay, hw)  # d counts the cp ranks already
-    grads16 = 2 * params
-    if lay.strategy == "ddp":  # Megatron-LM 2021: one all-reduce after the last backward, not overlapped
-        return ring_seconds("all_reduce", grads16, d, gbs, hw)
-    if lay.strategy in ("zero1", "zero2"):
-        return ring_seconds("reduce_scatter", grads16, d, gbs, hw) + ring_seconds("all_gather", grads16, d, gbs, hw)
-    gathers = 2 if lay.strategy in ("zero3", "fsdp", "fsdp_hybrid") else 1  # forward, and again for the backward
-    if lay.recompute == "full" and lay.strategy == "zero3":
-        gathers += 1  # DeepSpeed's checkpointed forward gathers again
-    micro = lay.micro_batches if lay.strategy in ("zero3", "fsdp") else 1  # re-gathered every micro-batch
-    reduce_bytes = (4 if lay.strategy.startswith("fsdp") else 2) * params
-    comm = micro * (gathers * ring_seconds("all_gather", grads16, d, gbs, hw)
-                    + ring_seconds("reduce_scatter", reduce_bytes, d, gbs, hw))
-    return max(0.0, comm - compute) + comm / lay.stage_layers
-
-
 def _optimizer_seconds(lay: Layout, hw: GpuProfile) -> float:
     """Adam on the local shard: read fp32 weights, gradients and two moments, write three back and a 16-bit copy
     (30 bytes per parameter) at HBM bandwidth."""
     shard = 1 if lay.strategy == "ddp" else lay.dp * lay.cp  # every other strategy shards the optimizer
-    return _hbm_seconds(30 * _local_params(lay) / shard, lay, hw)
+    return _hbm_seconds(30 * local_params(lay) / shard, lay, hw)
 
 
 def engine_host_seconds(lay: Layout, hw: GpuProfile) -> float:
@@ -392,9 +284,9 @@ def step_time(lay: Layout, hw: GpuProfile) -> StepTime:
     # the deferred weight gradients (Qi et al. 2024 sec. 2; parallel.ZERO_BUBBLE_SHARE, as the CPU planner)
     share = ZERO_BUBBLE_SHARE if lay.schedule == "interleaved-zb" else 1.0
     terms["pp_bubble"] = (lay.pp - 1) / lay.chunks * per_micro * share if lay.pp > 1 else 0.0
-    terms["pp_p2p"] = m * _p2p_seconds(lay, hw)
+    terms["pp_p2p"] = m * p2p_seconds(lay, hw)
     compute = sum(terms.values())
-    terms["dp_comm"] = _dp_seconds(lay, hw, compute)
+    terms["dp_comm"] = dp_seconds(lay, hw, compute)
     terms["optimizer"] = _optimizer_seconds(lay, hw)
     terms["engine_host"] = engine_host_seconds(lay, hw)
     return StepTime(sum(terms.values()), terms, model_flops(lay))
