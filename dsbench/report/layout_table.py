@@ -30,6 +30,8 @@ def print_layout(result: dict[str, Any]) -> None:
     click.echo(f"step {result['step_s']:,.3f} s   {result['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU   "
                f"MFU {result['mfu']:.1%} (of the {gpu['peak_tflops']:g} TFLOP/s datasheet peak)")
     click.echo(f"  time per step: {_terms(result['terms_s'], 's')}")
+    for caveat in result.get("caveats", ()):
+        click.echo(f"  note: {caveat}")
     fits = "fits" if result["fits"] else "does NOT fit"
     click.echo(f"peak memory per GPU {mem['allocated']:,.1f} GiB allocated, {mem['reserved']:,.1f} GiB reserved: "
                f"{fits} in {gpu['memory_gib']:g} GiB")

@@ -1,0 +1,33 @@
+"""Where the GPU model is known to miss, said beside the prediction it concerns (pure, stdlib only).
+
+Each caveat names the published runs that showed the miss (docs/planner.md, "Tables held out of shared/") and
+speaks only when its term is a large part of the predicted step: a quarter for attention, where a kernel at half
+the priced rate moves the step by as much again; a sixth for data-parallel traffic across nodes, where the runs
+disagreed by 2-2.7x in both directions. These shares choose what to print, not any figure the model prices.
+"""
+
+from __future__ import annotations
+
+from dsbench.plan.gpu_layout import Layout
+
+ATTENTION_SHARE = 0.25
+DP_SHARE = 1 / 6
+
+
+def caveats(lay: Layout, terms: dict[str, float], step_s: float, calibrated: bool) -> list[str]:
+    """The lines to print under a priced layout (empty when no known miss concerns it)."""
+    out = []
+    attention = terms.get("attention", 0.0) / step_s
+    if lay.attention == "flash" and not calibrated and attention >= ATTENTION_SHARE:
+        out.append(f"attention is {attention:.0%} of this step, priced at FlashAttention-2's published rate; "
+                   "MosaicML's MPT runs at 16k-64k tokens, whose Triton kernel ran at about half that rate, came "
+                   "out 27-43% faster here than measured (the median per length): `dsbench calibrate` on your GPU "
+                   "measures your kernel (then plan --profile)")
+    span = lay.tp * lay.cp * lay.dp  # the data-parallel group's extent in rank order (gpu_comm.group_gbs)
+    share = terms.get("dp_comm", 0.0) / step_s
+    if lay.dp * lay.cp > 1 and span > lay.gpus_per_node and share >= DP_SHARE:
+        out.append(f"data-parallel traffic across nodes is {share:.0%} of this step, priced at one NIC per GPU; "
+                   f"NCCL can spread a ring over a node's {lay.gpus_per_node} NICs: published FSDP runs of this "
+                   "kind ran 2-2.7x faster than this rule prices them, DeepSpeed's 2021 ZeRO-3 as it prices "
+                   "them; read the step as an upper bound")
+    return out
