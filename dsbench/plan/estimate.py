@@ -192,7 +192,6 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     stages = stage_seconds(cand, wl, cl)
     compute = accum * max(stages)  # the busiest stage's (the only one's, without a pipeline) work sets the pace
     compute_with_bubble = pipeline_seconds(stages, accum, cand.virtual_stages, cand.zero_bubble)
-    bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(V·M + P - 1) when the stages are equal
     counted = collective_calls(cand, shape, held, wl.reduce_bucket, acc)
     comm, exposed = _communication(cand, wl, cl, held, shards if cand.ulysses > 1 else dp, shards, acc, accum,
                                    compute, counted)
@@ -202,9 +201,10 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     stepped = held / shards if cand.strategy not in ("ddp", "zero0") else held
     optimizer = stepped / cl.optimizer_params_per_s if cl.optimizer_params_per_s else 0.0
     framework = _framework_seconds(cand, shape, accum, cl, counted)
+    notes: list[str] = []
     if cl.gpu_model is not None:  # a GPU kind the profiles know, no machine profile: gpu_time.py's terms
-        compute, compute_with_bubble, exposed, optimizer, framework = gpu_estimate.terms(cand, wl, cl)
-        bubble = 1 - compute / compute_with_bubble
+        compute, compute_with_bubble, exposed, optimizer, framework, notes = gpu_estimate.terms(cand, wl, cl)
+    bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(V·M + P - 1) when the stages are equal
     step = compute_with_bubble + exposed + offload + optimizer + framework
     no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework
     # calibrate --check's fitted constant for the engine family (plan/selfcheck.py): measured / predicted of its real
@@ -226,7 +226,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
                     bubble=bubble, step_s=step,
                     step_s_no_overlap=no_overlap, mfu=mfu, tokens_per_s=tokens * dp / step,
                     dominant=max(terms, key=lambda k: terms[k]), check_s=check,
-                    step_range_s=span)
+                    step_range_s=span, notes=notes)
 
 
 def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench.parallel import ParallelDims
+from dsbench.plan.caveats import caveats
 from dsbench.plan.gpu_layout import Layout, Shape, runs_autocast
 from dsbench.plan.gpu_time import step_time
 
@@ -34,10 +35,14 @@ def layout_for(cand: Any, wl: Any, cl: Any) -> Layout:
                   autocast=runs_autocast(cand.strategy, "hf"))  # zero0 is DeepSpeed's: 16-bit weights
 
 
-def terms(cand: Any, wl: Any, cl: Any) -> tuple[float, float, float, float, float]:
+def terms(cand: Any, wl: Any, cl: Any) -> tuple[float, float, float, float, float, list[str]]:
     """Compute (the busiest stage's, all micro-batches), compute with the pipeline bubble, exposed communication,
-    the optimizer and the framework's host time (DeepSpeed ZeRO's, which the GPU waits for), in seconds per step."""
-    time = step_time(layout_for(cand, wl, cl), cl.gpu_model)
+    the optimizer and the framework's host time (DeepSpeed ZeRO's, which the GPU waits for), in seconds per step,
+    and the caveats of plan/caveats.py (the ranking prices datasheet profiles: nothing calibrated)."""
+    lay = layout_for(cand, wl, cl)
+    time = step_time(lay, cl.gpu_model)
     compute = sum(time.terms.get(name, 0.0) for name in COMPUTE)
     exposed = sum(time.terms.get(name, 0.0) for name in EXPOSED)
-    return compute, compute + time.terms["pp_bubble"], exposed, time.terms["optimizer"], time.terms["engine_host"]
+    notes = caveats(lay, time.terms, time.seconds, calibrated=False)
+    return (compute, compute + time.terms["pp_bubble"], exposed, time.terms["optimizer"], time.terms["engine_host"],
+            notes)

@@ -55,3 +55,17 @@ def test_a_calibrated_profile_measured_the_kernel_so_attention_gets_no_caveat(cl
                      "32000", "--seq-len", "32768", "--gpus", "8", "--global-batch", "8", "--profile",
                      str(DATA / "runs" / "gpu-h200-calibrated-20261127" / "a" / "profile-gpu.json"))
     assert measured["gpu"]["kind"] == "h200" and measured["caveats"] == []
+
+
+def test_the_ranking_carries_the_caveats_and_prints_those_of_its_two_choices(cli_run):
+    args = ("plan", "--model", "llama-7b", "--gpus", "64", "--nodes", "8", "--gpu", "h100", "--seq-len", "2048",
+            "--micro-batch", "1", "--grad-accum", "1")
+    result = cli_run(*args, "--json")
+    assert result.exit_code == 0, result.output
+    candidates = json.loads(result.output)["candidates"]
+    noted = [c for c in candidates if c["notes"]]
+    assert noted and all("one NIC per GPU" in c["notes"][0] for c in noted)
+    assert all(c["exposed_comm_s"] >= c["step_s"] / 6 * 0.99 for c in noted)  # the caveat's share, of the step
+    shown = cli_run(*args).output
+    chosen = [c for c in candidates if c["rank"] in (1, 2)]
+    assert ("  note: data-parallel traffic" in shown) == any(c["notes"] for c in chosen)
