@@ -26,7 +26,7 @@ def caveats(lay: Layout, terms: dict[str, float], step_s: float, calibrated: boo
     span = lay.tp * lay.cp * lay.dp  # the data-parallel group's extent in rank order (gpu_comm.group_gbs)
     share = terms.get("dp_comm", 0.0) / step_s
     if lay.dp * lay.cp > 1 and span > lay.gpus_per_node and share >= DP_SHARE:
-        members = max(1, min(lay.gpus_per_node // (lay.tp * lay.cp), lay.dp)) * lay.cp  # the group's GPUs per node
+        members = max(1, min(lay.gpus_per_node // lay.tp, lay.dp * lay.cp))  # the group's GPUs per node (stride tp)
         out.append(f"data-parallel traffic across nodes is {share:.0%} of this step, priced at one NIC per GPU; "
                    f"NCCL can spread the ring over the {members} NICs of its GPUs on each node: published FSDP runs "
                    "whose traffic crossed nodes ran 2-2.7x faster than this rule prices them, DeepSpeed's 2021 "

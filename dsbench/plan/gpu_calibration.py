@@ -24,6 +24,9 @@ FRACTIONS = ("gemm_peak_fraction", "unaligned_gemm_fraction", "flash_fraction", 
 CONSTANTS = (*FRACTIONS, "gemm_half_dim", "hbm_tbs", "memory_gib")
 FLASH_COUNT = 0.5 * 4 * (1 + FLASH_BACKWARD)
 """Causal flash attention's FLOPs over b·s²·h (heads x head dim), forward and backward: the count gpu_time prices."""
+FLASH_COUNT_BEFORE = 0.5 * 4 * (1 + 2)
+"""The same count in profiles written before 2026-11-28 (a backward of twice the forward): they carry no
+``flash_backward``."""
 HALF_DIMS = range(0, 1025)
 """The ``gemm_half_dim`` values the fit tries (1 apart)."""
 
@@ -176,7 +179,7 @@ def calibrated_gpu(section: dict[str, Any], source: str) -> GpuProfile:
     constants = dict(section.get("constants", {}))
     if "flash_fraction" in constants and "flash_backward" not in section:  # written before 2026-11-28, when the
         # model counted a flash backward as 2x its forward: the same measured seconds are a larger share of peak
-        constants["flash_fraction"] *= FLASH_COUNT / (0.5 * 4 * 3)
+        constants["flash_fraction"] *= FLASH_COUNT / FLASH_COUNT_BEFORE
     host = {int(stage): float(us) for stage, us in (section.get("zero_host_us") or {}).items()}
     fields: dict[str, Any] = {**constants, "clock_fraction": 1.0}
     if host:

@@ -20,11 +20,11 @@ Per micro-batch and layer, on one GPU (its TP shard, its CP share of the sequenc
 - ``dp_comm``: gradient all-reduce (ddp, not overlapped), reduce-scatter + all-gather (zero1/2), parameter
   gathers and gradient reduce-scatters (zero3, fsdp) overlapped with compute by prefetching.
 - ``optimizer``: Adam's read and write of its fp32 states at HBM bandwidth.
-The collectives (``tp_comm``, ``cp_comm``, ``pp_p2p``, ``dp_comm``) are priced in gpu_comm.py.
 - ``engine_host``: the host work of a DeepSpeed ZeRO engine that the GPU waits for, per parameter tensor.
 - ``autocast``: under torch.autocast over fp32 weights, the weight casts and the ops autocast runs in fp32.
 - ``fp8_cast``: under fp8 (torchao's Float8 linears, tensorwise dynamic scaling) each linear's input, weight and
   output gradient scaled and cast to fp8 before its GEMMs, at HBM bandwidth.
+The collectives (``tp_comm``, ``cp_comm``, ``pp_p2p``, ``dp_comm``) are priced in gpu_comm.py.
 
 Memory-bound terms of the HF modules run eagerly go at the profile's ``hf_hbm_fraction`` of HBM bandwidth, and a 16-bit
 GEMM with a dimension that is not a multiple of 8 at its ``unaligned_gemm_fraction`` of peak (gpu_profiles.py).

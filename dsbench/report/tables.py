@@ -76,18 +76,17 @@ def print_plan(result: dict[str, Any], top_n: int, wide: bool = False) -> None:
         ranked = {row["rank"]: row for row in result["candidates"] if row["rank"] in (1, 2)}
         if 1 in ranked:  # why, in the ranking's own words, and what comes next
             console.print(f"  why: {ranked[1]['reason']}", highlight=False)
-            for note in ranked[1].get("notes", ()):  # where published runs showed the GPU model missing
-                console.print(f"  note: {note}", highlight=False)
-            _training_line(console, ranked[1], result["cluster"])
+            _under(console, ranked[1], result["cluster"])
         if 2 in ranked:
             console.print(f"runner-up: {ranked[2]['name']} ({ranked[2]['reason']})", highlight=False)
-            for note in ranked[2].get("notes", ()):
-                console.print(f"  note: {note}", highlight=False)
-            _training_line(console, ranked[2], result["cluster"])
+            _under(console, ranked[2], result["cluster"])
 
 
-def _training_line(console: Any, row: dict[str, Any], cluster: dict[str, Any]) -> None:
-    """``--tokens``: days, GPU-hours and the cost of a ranked candidate, under its line."""
+def _under(console: Any, row: dict[str, Any], cluster: dict[str, Any]) -> None:
+    """Under a ranked candidate's line: where published runs showed the GPU model missing on it
+    (plan/caveats.py), and with ``--tokens`` its days, GPU-hours and cost."""
+    for note in row.get("notes", ()):
+        console.print(f"  note: {note}", highlight=False)
     cost = row.get("training")
     if cost:
         gpus = cluster["nodes"] * cluster["gpus_per_node"]
