@@ -559,6 +559,31 @@ def test_gpt2_tiny_on_a_third_machine_meets_the_goals():
     assert len(error) == 8 and max(error, key=lambda name: abs(error[name])) == "torch_pipe2", error
 
 
+THIRD_MACHINE_LLAMA_TINY = "oos-20261128-0704-llama-tiny"
+"""``python scripts/bench_time_model.py --models llama-tiny --check-repeats 3`` at 06:55 on the third machine, right
+after THIRD_MACHINE_GPT2_TINY; no change to the CPU time model since the 18:13 run on the second machine."""
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-28 07:04: median 7.9% and Spearman 0.99 meet the goals, the "
+                   "worst misses: ddp +27.1% (its three check launches ran 31.6-33.7 ms a step, the compare's minutes "
+                   "later 25.8 ms, so the check's scale, 1.21, set it high)")
+def test_llama_tiny_on_a_third_machine_meets_the_goals():
+    _goals(THIRD_MACHINE_LLAMA_TINY)
+
+
+def test_llama_tiny_on_a_third_machine_misses_only_by_the_check_cells_that_ran_slow():
+    """The misses past 10% are the check-scaled families (ddp, fsdp, pipe2, zero1_tp2), all predicted too slow, as
+    the check launches of those families ran slower than the compare's (the protocol's table had all 13 cells inside
+    their predicted ranges)."""
+    cells = _cells(THIRD_MACHINE_LLAMA_TINY)
+    median, worst, rho = _figures(cells)
+    assert median <= 0.10 and rho >= 0.9 and 0.2 < worst < 0.3, (median, worst, rho)
+    error = _errors(cells)
+    assert len(error) == 13 and {name for name, e in error.items() if abs(e) > 0.10} == {"ddp", "fsdp", "pipe2",
+                                                                                         "zero1_tp2"}, error
+    assert all(error[name] > 0 for name in ("ddp", "fsdp", "pipe2", "zero1_tp2"))
+
+
 FOUR_RANKS_CALIBRATED_FOUR = "oos-20261128-0335-llama-tiny-4ranks-calibrated4"
 """``dsbench calibrate --num-gpus 4 --model llama-tiny --check`` (03:24, 4 ranks on the machine's 2 cores), then
 ``dsbench compare --strategies ddp,fsdp,zero2,torch_pipe2,torch_tp2,torch_3d_tp2_pp2 --world-sizes 4 --models
