@@ -584,6 +584,26 @@ def test_llama_tiny_on_a_third_machine_misses_only_by_the_check_cells_that_ran_s
     assert all(error[name] > 0 for name in ("ddp", "fsdp", "pipe2", "zero1_tp2"))
 
 
+THIRD_MACHINE_GPT2_MINI = "oos-20261128-0718-gpt2-mini"
+"""``python scripts/bench_time_model.py --models gpt2-mini --check-repeats 3`` at 07:12 on the third machine, after
+THIRD_MACHINE_LLAMA_TINY: the three models on one machine within 45 minutes."""
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-28 07:18: median 6.5% meets the goal, the worst and the "
+                   "ranking miss: zero1 -28.1% (its two compare launches ran 148.6 and 144.0 ms a step, its three check "
+                   "launches minutes before 101.9-115.5 ms) and Spearman 0.89, since zero1 measured slower than zero2")
+def test_gpt2_mini_on_a_third_machine_meets_the_goals():
+    _goals(THIRD_MACHINE_GPT2_MINI)
+
+
+def test_gpt2_mini_on_a_third_machine_misses_by_one_cell():
+    """Every cell but zero1 within 12.2%: the miss is one strategy's compare launches running slower than its own
+    check launches, the noise the protocol keeps finding."""
+    error = _errors(_cells(THIRD_MACHINE_GPT2_MINI))
+    assert len(error) == 10 and error["zero1"] < -0.25
+    assert all(abs(e) <= 0.125 for name, e in error.items() if name != "zero1"), error
+
+
 FOUR_RANKS_CALIBRATED_FOUR = "oos-20261128-0335-llama-tiny-4ranks-calibrated4"
 """``dsbench calibrate --num-gpus 4 --model llama-tiny --check`` (03:24, 4 ranks on the machine's 2 cores), then
 ``dsbench compare --strategies ddp,fsdp,zero2,torch_pipe2,torch_tp2,torch_3d_tp2_pp2 --world-sizes 4 --models
