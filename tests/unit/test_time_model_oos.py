@@ -590,8 +590,9 @@ THIRD_MACHINE_LLAMA_TINY: the three models on one machine within 45 minutes."""
 
 
 @pytest.mark.xfail(strict=True, reason="measured 2026-11-28 07:18: median 6.5% meets the goal, the worst and the "
-                   "ranking miss: zero1 -28.1% (its two compare launches ran 148.6 and 144.0 ms a step, its three check "
-                   "launches minutes before 101.9-115.5 ms) and Spearman 0.89, since zero1 measured slower than zero2")
+                   "ranking miss: zero1 -28.1% (its two compare launches ran 148.6 and 144.0 ms a step, its three "
+                   "check launches minutes before 101.9-115.5 ms) and Spearman 0.89, since zero1 measured slower than "
+                   "zero2")
 def test_gpt2_mini_on_a_third_machine_meets_the_goals():
     _goals(THIRD_MACHINE_GPT2_MINI)
 
