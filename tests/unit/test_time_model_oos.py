@@ -559,6 +559,30 @@ def test_gpt2_tiny_on_a_third_machine_meets_the_goals():
     assert len(error) == 8 and max(error, key=lambda name: abs(error[name])) == "torch_pipe2", error
 
 
+THIRD_MACHINE_GPT2_TINY_AGAIN = "oos-20261128-0745-gpt2-tiny"
+"""THIRD_MACHINE_GPT2_TINY's command again at 07:40, an hour after it, on the same machine."""
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-28 07:45: median 5.6% meets the goal, the worst and the "
+                   "ranking miss: pipe2 -24.2% (its compare launches ran 67.1 ms a step, slower than fsdp's 43.9 and "
+                   "torch_pipe2's 47.4) and Spearman 0.76")
+def test_gpt2_tiny_on_a_third_machine_an_hour_later_meets_the_goals():
+    _goals(THIRD_MACHINE_GPT2_TINY_AGAIN)
+
+
+def test_two_gpt2_tiny_calibrations_an_hour_apart_on_the_third_machine_differ_as_the_machine_moved():
+    """The stability goal (5%) missed again: the 07:40 profile predicts the 07:45 compare's cells up to 20% faster
+    than the 06:40 profile does, and the machine moved as much: the compares' own ddp and fsdp cells ran 20-27%
+    faster an hour later."""
+    first = read_profile(str(STORED / THIRD_MACHINE_GPT2_TINY / "profile.json"))
+    second = read_profile(str(STORED / THIRD_MACHINE_GPT2_TINY_AGAIN / "profile.json"))
+    rows = collect([STORED / THIRD_MACHINE_GPT2_TINY_AGAIN / "compare"])
+    ratios = {row.base_strategy: predict_cell(row, second).step_s / predict_cell(row, first).step_s for row in rows}
+    assert len(ratios) == 8 and min(ratios.values()) < 0.85 and max(ratios.values()) <= 1.0, ratios
+    before, after = _cells(THIRD_MACHINE_GPT2_TINY), _cells(THIRD_MACHINE_GPT2_TINY_AGAIN)
+    assert all(after[name][0] < 0.85 * before[name][0] for name in ("ddp", "fsdp")), (before, after)
+
+
 THIRD_MACHINE_LLAMA_TINY = "oos-20261128-0704-llama-tiny"
 """``python scripts/bench_time_model.py --models llama-tiny --check-repeats 3`` at 06:55 on the third machine, right
 after THIRD_MACHINE_GPT2_TINY; no change to the CPU time model since the 18:13 run on the second machine."""
