@@ -3,9 +3,10 @@
 torch builds DeepSpeed's ops (shm comm, CPU Adam, FusedAdam, async_io) on first use under
 ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions/<pyXY>_<cpu|cuXYZ>/<op>``. The process that builds
 holds a ``lock`` file there (torch.utils.file_baton.FileBaton); every other process waits for it to go, with
-no timeout. A build killed part-way (a rank stopped by a timeout or a failing peer) leaves the file behind,
-and every later DeepSpeed run then waits forever without a word. While a build runs, ninja keeps writing
-into the folder, so a lock in a folder where nothing changed for ``stale_s`` seconds is left over.
+no timeout. A build killed part-way leaves the file behind, and every later DeepSpeed run then waits forever
+without a word. A rank told to stop removes the lock it holds (dsbench.worker.jitbaton); a builder killed outright
+cannot. While a build runs, ninja keeps writing into the folder, so a lock in a folder where nothing changed for
+``stale_s`` seconds is left over.
 """
 
 from __future__ import annotations
@@ -19,19 +20,20 @@ takes 4-5 minutes in all: ../shared/FINDINGS.md)."""
 
 def stale_locks(root: Path, now: float, stale_s: float = STALE_S) -> list[Path]:
     """``lock`` files under ``root`` (``<op>/lock`` or ``<pyXY_dev>/<op>/lock``) in folders idle for ``stale_s``."""
-    found = []
-    for lock in sorted([*root.glob("*/lock"), *root.glob("*/*/lock")]):
-        # The lock's own time first: ranks of one launch load an op together, each taking and releasing the lock
-        # in turn, so a live lock can go between the glob and the listing below; the folder's other files are then
-        # as old as the last real build, and a lock read only through the listing looked stale (a CI run saw it).
-        try:
-            created = lock.stat().st_mtime
-            newest = max([created, *(path.stat().st_mtime for path in lock.parent.iterdir())])
-        except OSError:
-            continue  # the build finished (or the folder went) while we looked
-        if now - newest > stale_s and lock.exists():
-            found.append(lock)
-    return found
+    return [lock for lock in sorted([*root.glob("*/lock"), *root.glob("*/*/lock")]) if is_stale(lock, now, stale_s)]
+
+
+def is_stale(lock: Path, now: float, stale_s: float = STALE_S) -> bool:
+    """Whether ``lock`` is there and its folder has been idle for ``stale_s`` (no file written, the lock included)."""
+    # The lock's own time first: ranks of one launch load an op together, each taking and releasing the lock in
+    # turn, so a live lock can go between a glob and the listing below; the folder's other files are then as old as
+    # the last real build, and a lock read only through the listing looked stale (a CI run saw it).
+    try:
+        created = lock.stat().st_mtime
+        newest = max([created, *(path.stat().st_mtime for path in lock.parent.iterdir())])
+    except OSError:
+        return False  # the build finished (or the folder went) while we looked
+    return now - newest > stale_s and lock.exists()
 
 
 def stale_lock_message(locks: list[Path]) -> str:

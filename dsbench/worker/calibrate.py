@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import socket
-import sys
 import time
 import warnings
 from types import SimpleNamespace
@@ -270,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     from dsbench.worker import dist as wdist
 
     args = _parser().parse_args(argv)
+    from dsbench.worker.setup import guard_jit_builds
+
+    guard_jit_builds()  # the DeepSpeed engines below build or load its ops
     # FSDP2 (torch 2.13) still calls the collectives' old names, which warn on every call: thousands of log lines
     warnings.filterwarnings("ignore", category=FutureWarning, message=r".*is deprecated\. Please use `torch\.distri")
     started = time.time()
@@ -313,11 +315,13 @@ def main(argv: list[str] | None = None) -> int:
 def guarded() -> None:
     """Run :func:`main` on this rank under the worker's guard (dsbench/worker/guard.py): an error is one line naming
     the rank, and the process leaves without interpreter teardown."""
+    from dsbench.worker import stop
     from dsbench.worker.dist import env_rank
     from dsbench.worker.guard import leave, run_rank
 
-    where = f"[rank {env_rank()[0]} on {socket.gethostname()}] dsbench calibrate"
-    leave(run_rank(main, lambda text: print(f"{where}: {text}", file=sys.stderr, flush=True)))
+    where = f"[rank {env_rank()[0]} on {socket.gethostname()}]"
+    stop.install(where, "dsbench calibrate")  # told to stop, a rank leaves at once, its JIT build lock removed
+    leave(run_rank(main, stop.say))
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ def prepare(spec: TrainSpec) -> Prepared:
     if resumed:
         checkpoints.check_steps(*resumed, spec.steps, spec.warmup)
     if strategy == "deepspeed":
-        setup.check_jit_locks()  # before init_distributed, which builds DeepSpeed's comm op on CPU
+        setup.guard_jit_builds()  # before init_distributed, which builds DeepSpeed's comm op on CPU
         ask_the_cpu_once()  # before DeepSpeed loads its first op: py-cpuinfo asked once per CPU, not once per call
     fault_before_join(dist.env_rank()[0])
     info = dist.init(strategy, spec.dist_timeout)

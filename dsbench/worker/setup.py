@@ -51,11 +51,17 @@ def check_cuda_arch_list() -> None:
                         "use plain versions such as 9.0 (or unset it)")
 
 
-def check_jit_locks() -> None:
-    """Refuse to start DeepSpeed while a stale build lock would make it wait forever (dsbench.jitlocks)."""
+def guard_jit_builds() -> None:
+    """Before DeepSpeed builds or loads its first op: refuse a stale build lock now (dsbench.jitlocks), and make this
+    process's own builds and waits safe: a lock it holds goes when it is told to stop, and a wait on a lock left
+    over ends in one line (dsbench.worker.jitbaton)."""
+    from dsbench.worker import jitbaton, stop
+
     locks = stale_locks(jit_folder(), time.time())
     if locks:
         raise UserError(stale_lock_message(locks))
+    jitbaton.guard(stop.say)
+    stop.on_stop(jitbaton.drop_held)
 
 
 def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> tuple[dict[str, Any], ParallelDims]:

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 _hooks: list[Callable[[str], None]] = []
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _where = "[rank ?]"
+_program = "dsbench.train"
 
 
 def say(text: str) -> None:
@@ -31,7 +32,7 @@ def say(text: str) -> None:
     rank's ``started``. One write of at most PIPE_BUF (4096) bytes to a pipe is atomic (POSIX write(2)).
     """
     sys.stderr.flush()  # a traceback printed before stays before
-    line = f"{_where} dsbench.train: {text}".replace("\n", " ").encode("utf-8", errors="replace")
+    line = f"{_where} {_program}: {text}".replace("\n", " ").encode("utf-8", errors="replace")
     os.write(sys.stderr.fileno(), line[:4095] + b"\n")
 
 
@@ -40,10 +41,11 @@ def on_stop(hook: Callable[[str], None]) -> None:
     _hooks.append(hook)
 
 
-def install(where: str) -> None:
-    """Watch for SIGTERM/SIGINT from the main thread (must be called there, before any other thread matters)."""
-    global _where
-    _where = where
+def install(where: str, program: str = "dsbench.train") -> None:
+    """Watch for SIGTERM/SIGINT from the main thread (must be called there, before any other thread matters);
+    :func:`say` writes ``WHERE PROGRAM: TEXT``."""
+    global _where, _program
+    _where, _program = where, program
     reader, writer = socket.socketpair()
     writer.setblocking(False)
     signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)

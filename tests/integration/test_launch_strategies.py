@@ -153,24 +153,44 @@ def test_deepspeed_shared_memory_is_released(runs):
         assert left == [], left
 
 
-def test_stale_jit_build_lock_is_refused_not_waited_on(tmp_path):
-    """A build killed part-way leaves torch's lock file; DeepSpeed would wait on it forever."""
+def test_a_jit_build_lock_is_never_left_behind_nor_waited_on_forever(tmp_path):
+    """Ctrl-C while the first DeepSpeed run builds its comm op: the rank that holds torch's build lock removes it
+    (dsbench.worker.jitbaton; before, it stayed and the next run waited on it without a word). A lock left by a
+    build killed outright is refused in one line once its folder is idle."""
     import os
+    import signal
+    import subprocess
+    import sys
     import time
 
     from tests.conftest import ROOT
-    from tests.integration.conftest import dsbench
+    from tests.integration.conftest import dsbench, launch_env, note_launch
 
-    folder = tmp_path / "ext" / "deepspeed_shm_comm"
-    folder.mkdir(parents=True)
+    ext = tmp_path / "ext"
+    note_launch()
+    proc = subprocess.Popen([sys.executable, "-m", "dsbench", "launch", "--zero", "1", "--micro-batch", "2",
+                             "--run-dir", str(tmp_path / "built"), "--", "--steps", "2", "--warmup", "1", "--quiet"],
+                            cwd=ROOT, env={**launch_env(), "TORCH_EXTENSIONS_DIR": str(ext)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not list(ext.glob("*/lock")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert list(ext.glob("*/lock")), proc.communicate()  # a rank is building (the op takes 0.5-1 min here)
+    time.sleep(2)  # into the compile
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert list(ext.glob("*/lock")) == [], err[-2000:]
+
+    folder = ext / "deepspeed_shm_comm"  # as a build killed outright leaves it, an hour ago
     lock = folder / "lock"
     lock.touch()
     old = time.time() - 3600
-    os.utime(lock, (old, old))
-    os.utime(folder, (old, old))
+    for path in [*folder.iterdir(), folder]:
+        os.utime(path, (old, old))
     result = dsbench("launch", "--zero", "1", "--micro-batch", "2", "--run-dir", str(tmp_path / "run"), "--",
                      "--steps", "2", "--warmup", "1", "--quiet", cwd=ROOT,
-                     env={"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}, timeout=300)
+                     env={"TORCH_EXTENSIONS_DIR": str(ext)}, timeout=300)
     assert result.returncode != 0
     assert f"{lock}: a JIT build lock left by an interrupted build" in result.stderr + result.stdout
 

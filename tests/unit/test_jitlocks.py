@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from dsbench.jitlocks import STALE_S, stale_lock_message, stale_locks
 
 
@@ -68,3 +70,63 @@ def test_message_names_the_file_and_the_fix(tmp_path):
     message = stale_lock_message(locks)
     assert str(locks[0]) in message and f"rm {locks[0]}" in message and "1 more" in message
     assert "\n" not in message
+
+
+def _guarded_baton():
+    """A subclass of torch's FileBaton wrapped by dsbench.worker.jitbaton (torch's own class stays as it is here)."""
+    from torch.utils.file_baton import FileBaton
+
+    from dsbench.worker import jitbaton
+
+    class Baton(FileBaton):
+        pass
+
+    jitbaton.guard(None, Baton)
+    return Baton
+
+
+def test_a_process_told_to_stop_removes_the_lock_it_holds_and_only_that(tmp_path, monkeypatch):
+    """torch removes the lock in a `finally`, which a rank leaving through os._exit never runs: the stop hook
+    removes what this process took, and leaves another builder's lock alone."""
+    import threading
+
+    from dsbench.worker import jitbaton
+
+    monkeypatch.setattr(jitbaton, "_held", set())
+    monkeypatch.setattr(jitbaton, "_stopping", threading.Event())
+    baton = _guarded_baton()
+    ours, theirs = tmp_path / "cpu_adam", tmp_path / "fused_adam"
+    ours.mkdir()
+    theirs.mkdir()
+    assert baton(str(ours / "lock")).try_acquire()  # what _jit_compile takes before building
+    (theirs / "lock").touch()  # another process's build
+    assert not baton(str(theirs / "lock")).try_acquire()
+    done = baton(str(tmp_path / "shm" / "lock"))
+    (tmp_path / "shm").mkdir()
+    assert done.try_acquire()
+    done.release()  # a build that finished: released as torch releases it, and forgotten
+    jitbaton.drop_held("SIGTERM")
+    assert not (ours / "lock").exists() and (theirs / "lock").exists()
+    assert jitbaton._stopping.is_set() and jitbaton._held == set()
+
+
+def test_a_wait_on_a_lock_left_over_ends_in_one_line(tmp_path):
+    """A builder killed outright (SIGKILL) runs no hook: the wait refuses the lock once its folder is idle."""
+    from dsbench.errors import UserError
+    from dsbench.worker import jitbaton
+
+    lock = _interrupted_build(tmp_path / "deepspeed_shm_comm", STALE_S + 60)
+    with pytest.raises(UserError) as refused:
+        _guarded_baton()(str(lock)).wait()
+    assert str(refused.value) == stale_lock_message([lock])
+    said = []
+    fresh = _interrupted_build(tmp_path / "cpu_adam", 0)
+    base, readings = time.time(), iter([0.0, 0.0, 29.0, 31.0])  # the start, then one reading per poll
+
+    def build_ends(_seconds: float) -> None:
+        if len(said) == 1:
+            fresh.unlink()  # the builder releases it after the notice
+
+    jitbaton.wait_for(fresh, 0.1, said.append, clock=lambda: base + next(readings),
+                      sleep=build_ends)
+    assert len(said) == 1 and str(fresh) in said[0] and "10 minutes" in said[0]
