@@ -240,20 +240,32 @@ def _plant(tag: Path, name: str, marker: Path) -> Path:
     return copy
 
 
-@pytest.mark.parametrize("name, file", [("zero2", "zero_pp_rank_0_mp_rank_00_optim_states.pt"),
-                                        ("zero2", "mp_rank_00_model_states.pt"), ("zero2", "dsbench_rank1.pt"),
-                                        ("pipe", "layer_01-model_states.pt"), ("ddp", ".metadata")])
+PLANTED = [("zero2", "zero_pp_rank_0_mp_rank_00_optim_states.pt"), ("zero2", "mp_rank_00_model_states.pt"),
+           ("zero2", "dsbench_rank1.pt"), ("pipe", "layer_01-model_states.pt"), ("ddp", ".metadata")]
+RESUMED = {PLANTED[0], PLANTED[3], PLANTED[4]}
+"""Planted files resumed by a real launch: one per way a rank loads a checkpoint (DeepSpeed's ZeRO files, its pipeline
+engine's layer files, DCP). A rank checks every pickle of the folder (``checkpoint_manifest.resolve``) before it loads
+any, so the other files' resumes are that same call, made here in this process."""
+
+
+@pytest.mark.parametrize("name, file", PLANTED)
 def test_a_planted_checkpoint_file_runs_nothing_in_export_or_resume(trained, tmp_path, name, file):
+    from dsbench.errors import UserError
+    from dsbench.worker import checkpoint_manifest
+
     checkpoints, _, _ = trained.get(name)
     marker = tmp_path / "pwned"
     planted = _plant(checkpoints / "global_step10", file, marker)
     result = dsbench("export", str(planted), str(tmp_path / "hf"), cwd=ROOT, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 2 and f"{file}: holds posix.system" in output and "Traceback" not in output, output
-    result = dsbench("launch", *STRATEGIES[name], "--run-dir", str(tmp_path / "resumed"), "--", *WORKER, "--steps",
-                     "20", "--resume", str(planted), cwd=ROOT, timeout=300)
-    output = result.stdout + result.stderr
-    assert result.returncode != 0 and f"{file}: holds posix.system" in output, output[-3000:]
+    with pytest.raises(UserError, match=f"{file}: holds posix.system"):
+        checkpoint_manifest.resolve(planted)  # what each rank calls first on --resume (worker/run.py prepare)
+    if (name, file) in RESUMED:
+        result = dsbench("launch", *STRATEGIES[name], "--run-dir", str(tmp_path / "resumed"), "--", *WORKER,
+                         "--steps", "20", "--resume", str(planted), cwd=ROOT, timeout=300)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0 and f"{file}: holds posix.system" in output, output[-3000:]
     assert not marker.exists() and not (tmp_path / "hf").exists()
 
 
