@@ -8,6 +8,7 @@ from typing import Any
 from dsbench.errors import UserError
 from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
+from dsbench.plan.caveats import node_note
 from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
 from dsbench.plan.gpu_calibration import calibrated_gpu
 from dsbench.plan.gpu_profiles import ALIASES, CUSTOM, KINDS, GpuProfile, custom_profile, with_host
@@ -257,7 +258,9 @@ def plan(req: PlanRequest) -> dict[str, Any]:
                     "peak_tflops": cl.peak_tflops, "efficiency": cl.efficiency, "intra": cl.intra.note,
                     "inter": cl.inter.note if cl.nodes > 1 else None, "compute_tflops": cl.compute_tflops,
                     "profile": req.profile.path if req.profile else None, "step_scale": dict(cl.step_scale),
-                    "gpu_model": cl.gpu_model.kind if cl.gpu_model else None},
+                    "gpu_model": cl.gpu_model.kind if cl.gpu_model else None,
+                    # a CPU profile's ranks per node are the machine's own
+                    "notes": [] if cl.compute_tflops else node_note(cl.nodes, cl.gpus_per_node)},
         "workload": {"seq_len": wl.seq_len, "micro_batch": wl.micro_batch, "grad_accum": wl.grad_accum,
                      # fixed across candidates: --grad-accum is per rank of pure data parallelism
                      "global_batch": ParallelDims(world=cl.world).samples_per_step(wl.micro_batch, wl.grad_accum),

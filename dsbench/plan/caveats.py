@@ -4,6 +4,7 @@ Each caveat names the published runs that showed the miss (docs/planner.md, "Tab
 speaks only when its term is a large part of the predicted step: a quarter for attention, where a kernel at half
 the priced rate moves the step by as much again; a sixth for data-parallel traffic across nodes, where the runs
 disagreed by 2-2.7x in both directions. These shares choose what to print, not any figure the model prices.
+Beside them, :func:`node_note` speaks of the cluster as given: a node of more GPUs than any the model profiles.
 """
 
 from __future__ import annotations
@@ -12,6 +13,20 @@ from dsbench.plan.gpu_layout import Layout
 
 ATTENTION_SHARE = 0.25
 DP_SHARE = 1 / 6
+NODE_GPUS = 8
+"""GPUs in one node of every kind plan.hardware profiles (HGX/DGX H100, H200 and A100 boards: 8 on NVLink)."""
+
+
+def node_note(nodes: int, gpus_per_node: int) -> list[str]:
+    """A line when the cluster as given puts more GPUs in a node than :data:`NODE_GPUS`: the model then prices every
+    GPU pair of a node at its NVLink rate, where a real cluster of that size crosses its network."""
+    if gpus_per_node <= NODE_GPUS:
+        return []
+    gpus = nodes * gpus_per_node
+    fix = (f"--nodes {gpus // NODE_GPUS} --gpus-per-node {NODE_GPUS}" if gpus % NODE_GPUS == 0 else
+           f"--nodes and --gpus-per-node (at most {NODE_GPUS})")
+    return [f"{gpus_per_node} GPUs in one node are priced as one NVLink domain; HGX and DGX nodes hold {NODE_GPUS}: "
+            f"give {fix} to price the network between nodes"]
 
 
 def caveats(lay: Layout, terms: dict[str, float], step_s: float, calibrated: bool) -> list[str]:

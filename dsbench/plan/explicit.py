@@ -13,7 +13,7 @@ from typing import Any
 from dsbench.errors import UserError
 from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import interleaved_accepts
-from dsbench.plan.caveats import caveats
+from dsbench.plan.caveats import caveats, node_note
 from dsbench.plan.gpu_calibration import calibrated_gpu
 from dsbench.plan.gpu_layout import ARCHS, Layout, Shape, runs_autocast
 from dsbench.plan.gpu_memory import peak_memory
@@ -175,4 +175,5 @@ def predict_layout(req: LayoutRequest) -> dict[str, Any]:
             "fits": memory.reserved_gib <= hw.memory_gib, "launchable": how is not None,
             "strategy": how.name if how else None, "why_not": why_not, "command": command,
             "training": training_cost(tokens / time.seconds, lay.gpus, req.tokens, req.price_per_gpu_hour),
-            "caveats": caveats(lay, time.terms, time.seconds, calibrated=req.profile is not None)}
+            "caveats": [*node_note(lay.gpus // lay.gpus_per_node, lay.gpus_per_node),
+                        *caveats(lay, time.terms, time.seconds, calibrated=req.profile is not None)]}

@@ -65,6 +65,8 @@ def print_plan(result: dict[str, Any], top_n: int, wide: bool = False) -> None:
 
     console = table_console()
     console.print(_header(result), highlight=False)
+    for note in result["cluster"].get("notes", ()):
+        console.print(f"note: {note}", highlight=False)
     plan_grid(result, top_n).print(console, wide)
     rec = result["recommendation"]
     if rec is None:

@@ -69,3 +69,26 @@ def test_the_ranking_carries_the_caveats_and_prints_those_of_its_two_choices(cli
     shown = cli_run(*args).output
     chosen = [c for c in candidates if c["rank"] in (1, 2)]
     assert ("  note: data-parallel traffic" in shown) == any(c["notes"] for c in chosen)
+
+
+def test_more_gpus_in_a_node_than_a_node_holds_is_said_once_with_the_flags_that_fix_it(cli_run):
+    """`--gpus 16` alone is one node of 16, every pair at NVLink's rate: faster than the 2 HGX nodes 16 H100s are
+    (the network's traffic is missing), so the ranking and --layout say so, and name the flags."""
+    ranking = ("plan", "--model", "llama-7b", "--gpu", "h100", "--seq-len", "2048", "--micro-batch", "1")
+    one = json.loads(cli_run(*ranking, "--gpus", "16", "--json").output)
+    two = json.loads(cli_run(*ranking, "--gpus", "16", "--nodes", "2", "--json").output)
+    [note] = one["cluster"]["notes"]
+    assert "16 GPUs in one node" in note and "--nodes 2 --gpus-per-node 8" in note
+    assert two["cluster"]["notes"] == []
+    by_name = {c["name"]: c["step_s"] for c in two["candidates"]}
+    assert any(c["step_s"] < by_name[c["name"]] for c in one["candidates"])  # what the missing network hides
+    shown = cli_run(*ranking, "--gpus", "16").output
+    assert shown.count("note: 16 GPUs in one node") == 1
+    layout = _plan(cli_run, *MPT_13B, "--gpu", "h100-sxm", "--nodes", "2", "--gpus-per-node", "12",
+                   "--global-batch", "48")
+    assert "give --nodes 3 --gpus-per-node 8 " in layout["caveats"][0]  # the same 24 GPUs
+    layout = _plan(cli_run, *MPT_13B, "--gpu", "h100-sxm", "--gpus", "12", "--global-batch", "24")
+    assert "--nodes and --gpus-per-node (at most 8)" in layout["caveats"][0]
+    cpu = cli_run("plan", "--model", "gpt2-mini", "--gpus", "16", "--json", "--profile",
+                  str(DATA / "runs" / "cpu-calibrated" / "profile-gpt2-mini.json"))
+    assert json.loads(cpu.output)["cluster"]["notes"] == []  # a CPU profile's ranks per node are its machine's
