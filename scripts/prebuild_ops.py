@@ -61,9 +61,17 @@ def build(ops: tuple[str, ...]) -> None:
     """Load each op through the accelerator, as DeepSpeed does: built when missing, waited for when another
     process holds its build lock, read from the folder otherwise. Prints each op's wall-clock seconds."""
     os.environ.update(launch_env())  # before DeepSpeed picks its accelerator
+    import signal
+
     from deepspeed.accelerator import get_accelerator
 
+    from dsbench.worker import jitbaton
     from dsbench.worker.cpuanswer import ask_the_cpu_once
+
+    # SIGTERM leaves as an exception does, so torch's `finally` removes the build lock (the default action would
+    # leave it), and a wait on a lock left over ends in one line (dsbench.worker.jitbaton)
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    jitbaton.guard(lambda text: print(f"prebuild_ops: {text}", flush=True))
 
     ask_the_cpu_once()  # one py-cpuinfo process for every op's flags, stored for the launches' ranks to read
     for name in ops:
@@ -78,8 +86,9 @@ def log_path() -> Path:
 
 
 def start(ops: tuple[str, ...]) -> subprocess.Popen:
-    """This script in a process of its own at nice 5, in its own session (a Ctrl-C to `make` does not reach it
-    mid-compile: an interrupted build leaves its lock behind), its output appended to :func:`log_path`."""
+    """This script in a process of its own at nice 5, in its own session (a Ctrl-C to `make` does not stop the build
+    the launches will need; stopped by a signal, it removes its build lock, killed outright it cannot), its output
+    appended to :func:`log_path`."""
     log_path().parent.mkdir(parents=True, exist_ok=True)
     with open(log_path(), "ab") as out:
         return subprocess.Popen([sys.executable, __file__, "--ops", ",".join(ops)], env=launch_env(),
