@@ -58,6 +58,8 @@ def guard(say: Callable[[str], None] | None = None, baton: type | None = None) -
 
     def release_and_forget(self: Any) -> None:
         with _mutex:
+            if _stopping.is_set():  # drop_held removed it already: the build's `finally` after the stop hook
+                return
             _held.discard(self.lock_file_path)
             release(self)
 
