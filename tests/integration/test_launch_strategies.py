@@ -172,13 +172,18 @@ def test_a_jit_build_lock_is_never_left_behind_nor_waited_on_forever(tmp_path):
                              "--run-dir", str(tmp_path / "built"), "--", "--steps", "2", "--warmup", "1", "--quiet"],
                             cwd=ROOT, env={**launch_env(), "TORCH_EXTENSIONS_DIR": str(ext)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 240
-    while not list(ext.glob("*/lock")) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert list(ext.glob("*/lock")), proc.communicate()  # a rank is building (the op takes 0.5-1 min here)
-    time.sleep(2)  # into the compile
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 240
+        while not list(ext.glob("*/lock")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert list(ext.glob("*/lock")), "no build started"  # a rank is building (the op takes 0.5-1 min here)
+        time.sleep(2)  # into the compile
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # a failed check above: no launch of this test outlives it
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
     assert proc.returncode == 130, err[-2000:]
     assert list(ext.glob("*/lock")) == [], err[-2000:]
 
