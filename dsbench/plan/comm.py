@@ -142,14 +142,15 @@ def tied_embedding_comm(params: float, grad_bytes: float, link: Link) -> list[Co
 
 
 def pipeline_comm(seq: int, micro: int, hidden: int, stages: int, link: Link, act_bytes: float,
-                  micro_steps: int) -> list[Collective]:
-    """Pipeline: each stage boundary sends s·b·h activations forward and their gradients back per micro-batch."""
+                  micro_steps: int, latency: bool = True) -> list[Collective]:
+    """Pipeline: each stage boundary sends s·b·h activations forward and their gradients back per micro-batch;
+    without ``latency`` their bytes only (a measured schedule runtime holds the calls: plan/pipeline_time.py)."""
     if stages <= 1:
         return []
     size = seq * micro * hidden * act_bytes * 2 * micro_steps
-    bandwidth, latency = link.figures("p2p")
+    bandwidth, per_call = link.figures("p2p")
     return [Collective("activations (PP, point-to-point)", "p2p", size,
-                       size / (bandwidth * 1e9) + 2 * micro_steps * latency * 1e-6)]
+                       size / (bandwidth * 1e9) + 2 * micro_steps * per_call * 1e-6 * latency)]
 
 
 

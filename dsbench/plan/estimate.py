@@ -6,7 +6,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dsbench.models import LLAMA_LIKE, ModelShape
-from dsbench.parallel import ZERO_BUBBLE_SHARE
 from dsbench.plan import gpu_estimate, interval
 from dsbench.plan.calls import NO_LATENCY, collective_calls
 from dsbench.plan.candidate import Candidate
@@ -33,6 +32,7 @@ from dsbench.plan.memory import (
     model_states,
 )
 from dsbench.plan.pipeline_peak import busiest
+from dsbench.plan.pipeline_time import pipeline_seconds, schedule_of, schedule_seconds
 from dsbench.plan.profile import rate_at
 from dsbench.plan.saved import SavedActivations, saved_activation_bytes
 from dsbench.records import flops_per_token
@@ -79,6 +79,9 @@ class Cluster:
     zb_split_layer_s: float = 0.0
     """torch's zero-bubble schedules' own seconds per layer per micro-batch: splitting each backward into its input-
     and weight-gradient passes, beyond the whole backward (a profile's ``zb_split_layer_s``); zero without one."""
+    pipe_pass_s: tuple[tuple[str, float], ...] = ()
+    """torch_pp's schedule runtime per pass a rank runs, by schedule (a profile's ``torch_pp_*_pass_s``; with it,
+    the schedule's point-to-point latency is in the pass and its sends are priced by their bytes); none without."""
     compute_by_micro_batch: tuple[tuple[int, float], ...] = ()
     """The measured forward+backward TFLOPS per rank at several micro-batches (a profile)."""
     gpu_model: GpuProfile | None = None
@@ -94,6 +97,10 @@ class Cluster:
         else peak x efficiency."""
         default = self.compute_tflops or self.peak_tflops * self.efficiency
         return rate_at({str(m): r for m, r in self.compute_by_micro_batch}, micro_batch, default)
+
+    @property
+    def pass_s(self) -> dict[str, float]:
+        return dict(self.pipe_pass_s)
 
     @property
     def world(self) -> int:
@@ -237,7 +244,7 @@ def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> f
     the whole sequence for heads/sp in attention: the same formula at s/sp tokens and sp x the heads (the a·s² term
     scales by heads·s²/sp either way). Full recompute adds the set of the block being recomputed."""
     shape, seq = wl.shape, wl.seq_len // cand.ulysses
-    schedule = "interleaved-zb" if cand.zero_bubble else "interleaved" if cand.virtual_stages > 1 else "1f1b"
+    schedule = schedule_of(cand)
     if shape.arch in LLAMA_LIKE:
         def kept(layers: int) -> SavedActivations:
             return saved_activation_bytes(replace(shape, layers=layers), seq, wl.micro_batch, tp=cand.tp,
@@ -289,22 +296,6 @@ def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:
             for share in stages]
 
 
-def pipeline_seconds(stages: list[float], micro_batches: int, virtual_stages: int = 1,
-                     zero_bubble: bool = False) -> float:
-    """A GPipe or 1F1B step of ``micro_batches`` through stages taking ``stages`` seconds each per micro-batch:
-    the slowest stage works on every micro-batch, and the first micro-batch's pass through the others fills and
-    drains the pipeline, (M - 1)·max + sum. With P equal stages it is (M + P - 1)·t, the bubble (P - 1)/(M + P - 1)
-    of GPipe (Huang et al. 2019; ../shared/seeds/000 and 004). Interleaved over V chunks per stage, the fill and
-    drain pass chunks of t/V: sum/V + (M - 1/V)·max, the bubble (P - 1)/(V·M + P - 1) (Narayanan et al. 2021
-    sec. 2.2; measured against this in docs/benchmarks.md); the same written M·max + (sum - max)/V.
-
-    Zero bubble (Qi et al. 2024, arXiv:2401.10241 sec. 2, ZB-H1) splits each backward into its input gradient B
-    and its weight gradient W and moves the W passes into the bubble: it shrinks from (P-1)(F+B+W) to (P-1)(F+B-W),
-    a third of it with F = B = W (a block's three matrix passes of equal FLOPs, the paper's assumption)."""
-    fill_and_drain = (sum(stages) - max(stages)) / virtual_stages
-    return micro_batches * max(stages) + fill_and_drain * (ZERO_BUBBLE_SHARE if zero_bubble else 1.0)
-
-
 def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: int, shards: int, acc: Accounting,
                    accum: int, compute: float, counted: Calls) -> tuple[list[Collective], float]:
     """Every collective of a step and the seconds of it left exposed: data-parallel collectives overlap the
@@ -333,7 +324,7 @@ def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: 
         pipe_link = cl.inter if cl.nodes > 1 else cl.intra
         # interleaved: each micro-batch crosses every stage boundary once per chunk, V times the sends
         critical += pipeline_comm(wl.seq_len, wl.micro_batch, shape.hidden, cand.pp, pipe_link, act_bytes,
-                                  accum * cand.virtual_stages)
+                                  accum * cand.virtual_stages, latency=not schedule_seconds(cand, accum, cl.pass_s))
         if shape.tied_embeddings:
             critical += tied_embedding_comm(shape.parts()["embedding"], acc.grads, pipe_link)
     if cand.ulysses > 1:
@@ -366,6 +357,7 @@ def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl:
         own += cl.lp_head_s * micro_steps
     if cand.zero_bubble:  # the split backward of every layer of the rank's chunks, every micro-batch
         own += shape.layers / cand.pp * cl.zb_split_layer_s * micro_steps
+    own += schedule_seconds(cand, micro_steps, cl.pass_s)  # torch_pp's schedule runtime, every pass of the rank
     if _deepspeed_measured(cand, cl):
         per_call, per_tensor = cl.deepspeed_s[1 if cand.strategy != "zero1" else 0], cl.deepspeed_s[2]
         if cand.strategy == "zero1":

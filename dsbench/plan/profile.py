@@ -19,6 +19,7 @@ from dsbench.errors import UserError
 from dsbench.plan.comm import bucket_calls, ring_bytes
 from dsbench.plan.gpu_calibration import check_section, gpu_section
 from dsbench.plan.hardware import Link
+from dsbench.plan.pipeline_time import PASS_RATE, pass_costs
 
 SCHEMA = "dsbench.profile/2"
 """Version 2 (2026-11-27) adds the optional ``gpu`` section (plan/gpu_calibration.py); version 1 files still load."""
@@ -204,6 +205,8 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
         rates.update(tensor_parallel_costs(tp, tp_link, element))
     if all(rank.get("split_backward") for rank in per_rank):  # profiles from 2026-11-27 05:00 on
         rates["zb_split_layer_s"] = max(split_backward_cost(rank["split_backward"]) for rank in per_rank)
+    if measured.get("pipeline"):  # profiles from 2026-11-28 17:00 on: torch's schedules' own runtime
+        rates.update(pass_costs(measured["pipeline"]))
     kept = {key: value for key, value in measured.items() if key != "gpu"}
     out = {**kept, "schema": SCHEMA, "collectives": collectives, "rates": rates, "spread": spreads(measured)}
     if measured.get("gpu"):  # measured on a CUDA rank: the GPU model's own constants
@@ -325,7 +328,7 @@ REQUIRED_RATES = ("model_tflops", "adam_params_per_s")
 """The rates the planner always reads from a profile."""
 OPTIONAL_RATES = ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
                   "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s",
-                  "zb_split_layer_s")
+                  "zb_split_layer_s", *PASS_RATE.values())
 """The engine costs a profile may carry (older profiles have none)."""
 
 

@@ -40,6 +40,7 @@ from typing import Any
 from dsbench.parallel import widest_tp
 from dsbench.worker.calibrate_engines import measure_deepspeed, measure_fsdp, measure_tensor_parallel
 from dsbench.worker.calibrate_gpu import measure_gpu
+from dsbench.worker.calibrate_pipe import measure_pipeline_schedules
 from dsbench.worker.calibrate_timing import interleaved, rate, summary_of, sync_device
 
 SIZES = [2**k for k in range(12, 25, 2)]
@@ -298,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     tp = widest_tp(hostnames.count(hostnames[0]), shape.heads, shape.kv_heads)
     tensor = (measure_tensor_parallel(shape, args.micro_batch, args.seq_len, comm, info, dtype, args.repeats, tp)
         if tp > 1 and info.world_size % tp == 0 else None)
+    # torch's pipeline schedules over every rank, on one node (a pipeline across nodes is not measured)
+    pipeline = (measure_pipeline_schedules(comm, info, args.repeats) if info.world_size > 1 and len(set(hostnames)) == 1
+                else None)
     if info.is_main:
         measurements = {"schema": "dsbench.measured/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "command": args.command, "seconds": round(time.time() - started, 1), "versions": versions(),
@@ -306,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                    "nodes": len(set(hostnames)), "model": shape.to_dict(), "micro_batch": args.micro_batch,
                    "seq_len": args.seq_len, "precision": args.precision, "compute": every[0],
                    "compute_per_rank": every, "collectives": measured, "fsdp": fsdp, "deepspeed": zero,
-                        "tensor_parallel": tensor, "gpu": gpu}
+                        "tensor_parallel": tensor, "pipeline": pipeline, "gpu": gpu}
         atomic_write_json(args.out, measurements)
     wdist.shutdown()
     return 0

@@ -202,14 +202,14 @@ def test_absurd_parameter_counts_are_one_line_errors(cli_run, value):
 
 @pytest.mark.parametrize("stages, micro, expected", [(8, 32, 0.179), (8, 64, 0.099), (2, 8, 0.111), (8, 1, 0.875)])
 def test_a_pipeline_of_equal_stages_idles_the_seed_tables_bubble(stages, micro, expected):
-    from dsbench.plan.estimate import pipeline_seconds
+    from dsbench.plan.pipeline_time import pipeline_seconds
 
     step = pipeline_seconds([1.0] * stages, micro)
     assert 1 - micro / step == pytest.approx(expected, abs=5e-4)  # the busy share is M of the (M - 1) + P slots
 
 
 def test_an_unequal_pipeline_waits_on_its_slowest_stage_and_fills_once():
-    from dsbench.plan.estimate import pipeline_seconds
+    from dsbench.plan.pipeline_time import pipeline_seconds
 
     # by hand, 2 stages of 1 s and 3 s per micro-batch, 4 micro-batches: the second stage works 4 x 3 s, and the
     # first micro-batch's 1 s on the first stage comes before it: 13 s (the equal-stage formula says 4 x 3 / (4/5))
@@ -219,7 +219,7 @@ def test_an_unequal_pipeline_waits_on_its_slowest_stage_and_fills_once():
 
 @pytest.mark.parametrize("stages, micro, virtual", [(2, 4, 2), (4, 8, 2), (4, 8, 3), (8, 16, 4)])
 def test_an_interleaved_pipeline_idles_narayanan_s_bubble(stages, micro, virtual):
-    from dsbench.plan.estimate import pipeline_seconds
+    from dsbench.plan.pipeline_time import pipeline_seconds
 
     # Narayanan et al. 2021 sec. 2.2: interleaving V chunks per stage divides the bubble time by V, the idle share
     # (P - 1)/(V·M + P - 1)
@@ -266,7 +266,8 @@ def test_the_planner_prices_interleaved_1f1b_with_its_smaller_bubble_and_more_se
 def test_the_zero_bubble_schedule_keeps_a_third_of_the_interleaved_bubble(stages, micro, virtual):
     """Qi et al. 2024 (arXiv:2401.10241) sec. 2: moving the weight-gradient passes W into the bubble shrinks it from
     (P-1)(F+B+W) to (P-1)(F+B-W), a third at F = B = W; by hand, over the interleaved fill and drain (P-1)/V."""
-    from dsbench.plan.estimate import Candidate, pipeline_seconds
+    from dsbench.plan.estimate import Candidate
+    from dsbench.plan.pipeline_time import pipeline_seconds
 
     step = pipeline_seconds([1.0] * stages, micro, virtual, zero_bubble=True)
     assert step == pytest.approx(micro + (stages - 1) / virtual / 3)

@@ -114,6 +114,15 @@ def stage_layers(split: Split, stage: int, stages: int) -> list[nn.Module]:
     return layers
 
 
+def schedule_class(schedule: str) -> Any:
+    """torch's schedule class for a ``--pipeline-schedule`` value (the engine's, and calibrate's timing of them)."""
+    from torch.distributed import pipelining
+
+    return {"1f1b": pipelining.Schedule1F1B, "gpipe": pipelining.ScheduleGPipe,
+            "interleaved": pipelining.ScheduleInterleaved1F1B,
+            "interleaved-zb": pipelining.ScheduleInterleavedZeroBubble}[schedule]
+
+
 class TorchPipelineEngine(TorchAdamWEngine):
     """One pipeline stage per rank (mesh pp x dp: DeepSpeed's rank layout). ``schedule.step`` runs every
     micro-batch; the tied embedding and data-parallel replicas are synchronised by hand; then AdamW steps.
@@ -125,13 +134,7 @@ class TorchPipelineEngine(TorchAdamWEngine):
     def __init__(self, model: Any, options: EngineOptions, dist_info: Any, dims: ParallelDims,
                  schedule: str) -> None:
         import torch.distributed as dist
-        from torch.distributed.pipelining import (
-            PipelineStage,
-            Schedule1F1B,
-            ScheduleGPipe,
-            ScheduleInterleaved1F1B,
-            ScheduleInterleavedZeroBubble,
-        )
+        from torch.distributed.pipelining import PipelineStage
 
         device = torch.device(dist_info.device)
         self.comm, self.options, self.dims = Collectives(dist_info), options, dims
@@ -153,8 +156,7 @@ class TorchPipelineEngine(TorchAdamWEngine):
             groups = [dist.new_group([int(columns[0, c]), int(columns[-1, c])]) for c in range(columns.shape[1])]
             if self.stage in (0, dims.pp - 1):
                 self.tied = (split.embed.embedding.weight, groups[column])
-        kind = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe, "interleaved": ScheduleInterleaved1F1B,
-                "interleaved-zb": ScheduleInterleavedZeroBubble}[schedule]
+        kind = schedule_class(schedule)
         stages = [PipelineStage(part, i, dims.pp * chunks, device, group=self.pp_group)
                   for part, i in zip(parts, indices, strict=True)]
         self.busy = BusyClock(dist_info.device)  # compute time of this stage, for the bubble (CPU)

@@ -1,0 +1,65 @@
+"""A pipeline's step: the schedule's bubble over its stages' work, and what torch's schedule runtime adds (pure).
+
+The bubble is a closed form (:func:`pipeline_seconds`); the runtime is measured by ``dsbench calibrate`` on stages
+that compute almost nothing (dsbench/worker/calibrate_pipe.py) and priced per pass a rank runs, each pass in the
+order torch runs them (plan/pipeline_peak.rank_passes, checked against torch's own action lists).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.parallel import ZERO_BUBBLE_SHARE
+from dsbench.plan.candidate import Candidate
+from dsbench.plan.pipeline_peak import rank_passes
+
+PASS_RATE = {"1f1b": "torch_pp_1f1b_pass_s", "interleaved": "torch_pp_interleaved_pass_s",
+             "interleaved-zb": "torch_pp_interleaved_zb_pass_s"}
+"""The profile's rate of each torch_pp schedule: seconds of the schedule's own runtime per pass on a rank."""
+
+
+def pipeline_seconds(stages: list[float], micro_batches: int, virtual_stages: int = 1,
+                     zero_bubble: bool = False) -> float:
+    """A GPipe or 1F1B step of ``micro_batches`` through stages taking ``stages`` seconds each per micro-batch:
+    the slowest stage works on every micro-batch, and the first micro-batch's pass through the others fills and
+    drains the pipeline, (M - 1)·max + sum. With P equal stages it is (M + P - 1)·t, the bubble (P - 1)/(M + P - 1)
+    of GPipe (Huang et al. 2019; ../shared/seeds/000 and 004). Interleaved over V chunks per stage, the fill and
+    drain pass chunks of t/V: sum/V + (M - 1/V)·max, the bubble (P - 1)/(V·M + P - 1) (Narayanan et al. 2021
+    sec. 2.2; measured against this in docs/benchmarks.md); the same written M·max + (sum - max)/V.
+
+    Zero bubble (Qi et al. 2024, arXiv:2401.10241 sec. 2, ZB-H1) splits each backward into its input gradient B
+    and its weight gradient W and moves the W passes into the bubble: it shrinks from (P-1)(F+B+W) to (P-1)(F+B-W),
+    a third of it with F = B = W (a block's three matrix passes of equal FLOPs, the paper's assumption)."""
+    fill_and_drain = (sum(stages) - max(stages)) / virtual_stages
+    return micro_batches * max(stages) + fill_and_drain * (ZERO_BUBBLE_SHARE if zero_bubble else 1.0)
+
+
+def schedule_of(cand: Candidate) -> str:
+    """The torch schedule a pipelined candidate runs (DeepSpeed's pipeline engine runs 1F1B's order too)."""
+    return "interleaved-zb" if cand.zero_bubble else "interleaved" if cand.virtual_stages > 1 else "1f1b"
+
+
+def passes_per_rank(stages: int, micro_batches: int, virtual_stages: int, schedule: str) -> int:
+    """Passes one rank runs in a step: a forward and a backward per micro-batch per chunk (the zero-bubble
+    schedules split each backward in two). Every rank runs as many; rank 0's are counted."""
+    return len(rank_passes(0, stages, micro_batches, virtual_stages, schedule))
+
+
+def pass_costs(measured: dict[str, Any]) -> dict[str, float]:
+    """The profile's rates from calibrate's ``pipeline`` section: each schedule's step on near-empty stages over
+    the passes a rank runs in it (kept at zero if noise made a step negative; none measured, none stored)."""
+    out = {}
+    for schedule, timed in (measured.get("schedules") or {}).items():
+        chunks = measured["virtual_stages"] if schedule.startswith("interleaved") else 1
+        passes = passes_per_rank(measured["stages"], measured["micro_batches"], chunks, schedule)
+        out[PASS_RATE[schedule]] = max(0.0, timed["seconds"] / passes)
+    return out
+
+
+def schedule_seconds(cand: Candidate, micro_batches: int, pass_s: dict[str, float]) -> float:
+    """torch_pp's schedule runtime in one step: the passes of a rank x the profile's cost per pass of its schedule
+    (zero for DeepSpeed's pipeline engine, without a pipeline, and without a measured cost)."""
+    schedule = schedule_of(cand)
+    if cand.pp <= 1 or cand.engine != "torch" or not pass_s.get(schedule):
+        return 0.0
+    return passes_per_rank(cand.pp, micro_batches, cand.virtual_stages, schedule) * pass_s[schedule]
