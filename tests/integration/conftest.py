@@ -201,6 +201,14 @@ def dsbench(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: i
     return run_command([sys.executable, "-m", "dsbench", *args], cwd=cwd, env=env, timeout=timeout)
 
 
+def start_dsbench(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A dsbench command started in the background, in a session of its own (a test signals it, or its process
+    group), counted as one launch; ``env`` is laid over the launches' environment."""
+    note_launch()
+    return subprocess.Popen([sys.executable, "-m", "dsbench", *args], cwd=cwd, env={**launch_env(), **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
 def load_run(folder: Path) -> dict:
     """metrics.jsonl records by type, and summary.json."""
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]

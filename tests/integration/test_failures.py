@@ -18,17 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.conftest import dsbench, launch_env, note_launch
+from tests.integration.conftest import dsbench, launch_env, note_launch, start_dsbench
 
 TINY = ["--model", "gpt2-tiny"]
 FOREVER = ["--", "--steps", "100000", "--seq-len", "32", "--gather-every", "1"]
-
-
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
-    env = launch_env()
-    note_launch()
-    return subprocess.Popen([sys.executable, "-m", "dsbench", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def _descendants(pid: int) -> set[int]:
@@ -86,7 +79,7 @@ LAUNCHERS = {
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))
 def test_a_rank_killed_with_sigkill_ends_the_launch_and_is_named(tmp_path, launcher):
     folder = tmp_path / "run"
-    proc = _start(["launch", *LAUNCHERS[launcher], *TINY, "--run-dir", str(folder), *FOREVER], ROOT)
+    proc = start_dsbench(["launch", *LAUNCHERS[launcher], *TINY, "--run-dir", str(folder), *FOREVER], ROOT)
     pids = _wait_for_steps(proc, folder / "launch.log", ranks=2)
     tree = _descendants(proc.pid)
     assert set(pids.values()) <= tree
@@ -108,7 +101,7 @@ def test_a_rank_killed_with_sigkill_ends_the_launch_and_is_named(tmp_path, launc
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_or_ctrl_c_to_launch_records_the_run_as_interrupted(tmp_path, sig):
     folder = tmp_path / "run"
-    proc = _start(["launch", "--zero", "2", *TINY, "--run-dir", str(folder), *FOREVER], ROOT)
+    proc = start_dsbench(["launch", "--zero", "2", *TINY, "--run-dir", str(folder), *FOREVER], ROOT)
     _wait_for_steps(proc, folder / "launch.log", ranks=2)
     tree = _descendants(proc.pid)
     proc.send_signal(sig)  # dsbench alone, as a terminal's Ctrl-C or `kill` would reach it
@@ -132,7 +125,7 @@ def test_sigterm_or_ctrl_c_to_launch_records_the_run_as_interrupted(tmp_path, si
 
 def test_ctrl_c_to_compare_keeps_finished_cells_and_marks_the_running_one(tmp_path):
     out = tmp_path / "cmp"
-    proc = _start(["compare", "--strategies", "single,ddp", "--models", "gpt2-tiny", "--steps", "100000",
+    proc = start_dsbench(["compare", "--strategies", "single,ddp", "--models", "gpt2-tiny", "--steps", "100000",
                    "--warmup", "1", "--seq-len", "32", "--out", str(out), "--no-report", "--quiet"], ROOT)
     deadline = time.monotonic() + 240
     cell = None

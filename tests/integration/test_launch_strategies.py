@@ -159,19 +159,14 @@ def test_a_jit_build_lock_is_never_left_behind_nor_waited_on_forever(tmp_path):
     build killed outright is refused in one line once its folder is idle."""
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     from tests.conftest import ROOT
-    from tests.integration.conftest import dsbench, launch_env, note_launch
+    from tests.integration.conftest import dsbench, start_dsbench
 
     ext = tmp_path / "ext"
-    note_launch()
-    proc = subprocess.Popen([sys.executable, "-m", "dsbench", "launch", "--zero", "1", "--micro-batch", "2",
-                             "--run-dir", str(tmp_path / "built"), "--", "--steps", "2", "--warmup", "1", "--quiet"],
-                            cwd=ROOT, env={**launch_env(), "TORCH_EXTENSIONS_DIR": str(ext)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_dsbench(["launch", "--zero", "1", "--micro-batch", "2", "--run-dir", str(tmp_path / "built"), "--",
+                          "--steps", "2", "--warmup", "1", "--quiet"], ROOT, env={"TORCH_EXTENSIONS_DIR": str(ext)})
     try:
         deadline = time.monotonic() + 240
         while not list(ext.glob("*/lock")) and time.monotonic() < deadline and proc.poll() is None:

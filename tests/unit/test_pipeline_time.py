@@ -13,7 +13,7 @@ from dsbench.plan.pipeline_time import PASS_RATE, pass_costs, schedule_seconds
 from dsbench.plan.profile import fit_profile
 
 # What calibrate's ranks store (dsbench/worker/calibrate_pipe.py): 2 ranks, 4 micro-batches, 2 chunks per rank
-# under the interleaved schedules; the seconds of 2026-11-28 16:50 on this machine
+# under the interleaved schedules; the seconds of 2026-11-28 16:05 on this machine
 MEASURED = {"stages": 2, "micro_batches": 4, "virtual_stages": 2, "width": 8,
             "schedules": {"1f1b": {"seconds": 0.00327}, "interleaved": {"seconds": 0.01177},
                           "interleaved-zb": {"seconds": 0.01528}}}
