@@ -80,8 +80,9 @@ class Cluster:
     """torch's zero-bubble schedules' own seconds per layer per micro-batch: splitting each backward into its input-
     and weight-gradient passes, beyond the whole backward (a profile's ``zb_split_layer_s``); zero without one."""
     pipe_pass_s: tuple[tuple[str, float], ...] = ()
-    """torch_pp's schedule runtime per pass a rank runs, by schedule (a profile's ``torch_pp_*_pass_s``; with it,
-    the schedule's point-to-point latency is in the pass and its sends are priced by their bytes); none without."""
+    """The pipeline engines' runtime per pass a rank runs, by torch schedule and for DeepSpeed's engine (a profile's
+    ``*_pass_s``, plan/pipeline_time.PASS_RATE; with it, the point-to-point latency is in the pass and the sends
+    are priced by their bytes); none without."""
     compute_by_micro_batch: tuple[tuple[int, float], ...] = ()
     """The measured forward+backward TFLOPS per rank at several micro-batches (a profile)."""
     gpu_model: GpuProfile | None = None

@@ -14,8 +14,9 @@ from dsbench.plan.candidate import Candidate
 from dsbench.plan.pipeline_peak import rank_passes
 
 PASS_RATE = {"1f1b": "torch_pp_1f1b_pass_s", "interleaved": "torch_pp_interleaved_pass_s",
-             "interleaved-zb": "torch_pp_interleaved_zb_pass_s"}
-"""The profile's rate of each torch_pp schedule: seconds of the schedule's own runtime per pass on a rank."""
+             "interleaved-zb": "torch_pp_interleaved_zb_pass_s", "deepspeed": "deepspeed_pipe_pass_s"}
+"""The profile's rate of each torch_pp schedule and of DeepSpeed's pipeline engine (``deepspeed``, its
+TrainSchedule's 1F1B order): seconds of the engine's own runtime per pass on a rank."""
 
 
 def pipeline_seconds(stages: list[float], micro_batches: int, virtual_stages: int = 1,
@@ -51,15 +52,20 @@ def pass_costs(measured: dict[str, Any]) -> dict[str, float]:
     out = {}
     for schedule, timed in (measured.get("schedules") or {}).items():
         chunks = measured["virtual_stages"] if schedule.startswith("interleaved") else 1
-        passes = passes_per_rank(measured["stages"], measured["micro_batches"], chunks, schedule)
+        passes = passes_per_rank(measured["stages"], measured["micro_batches"], chunks, _order(schedule))
         out[PASS_RATE[schedule]] = max(0.0, timed["seconds"] / passes)
     return out
 
 
+def _order(schedule: str) -> str:
+    """The pass order a timed schedule runs in: DeepSpeed's engine runs 1F1B's."""
+    return "1f1b" if schedule == "deepspeed" else schedule
+
+
 def schedule_seconds(cand: Candidate, micro_batches: int, pass_s: dict[str, float]) -> float:
-    """torch_pp's schedule runtime in one step: the passes of a rank x the profile's cost per pass of its schedule
-    (zero for DeepSpeed's pipeline engine, without a pipeline, and without a measured cost)."""
-    schedule = schedule_of(cand)
-    if cand.pp <= 1 or cand.engine != "torch" or not pass_s.get(schedule):
+    """The pipeline engine's runtime in one step: the passes of a rank x the profile's cost per pass of its
+    schedule, torch's or DeepSpeed's engine (zero without a pipeline and without a measured cost)."""
+    schedule = schedule_of(cand) if cand.engine == "torch" else "deepspeed"
+    if cand.pp <= 1 or not pass_s.get(schedule):
         return 0.0
-    return passes_per_rank(cand.pp, micro_batches, cand.virtual_stages, schedule) * pass_s[schedule]
+    return passes_per_rank(cand.pp, micro_batches, cand.virtual_stages, _order(schedule)) * pass_s[schedule]

@@ -7,6 +7,8 @@ from typing import Any
 from dsbench.plan.pipeline_time import PASS_RATE
 from dsbench.plan.profile import KINDS
 
+ENGINE_LABEL = {"deepspeed": "DeepSpeed's pipeline engine"}
+
 
 def summary_lines(profile: dict[str, Any]) -> list[str]:
     """What a profile says, in a few lines (printed by ``dsbench calibrate``)."""
@@ -38,10 +40,10 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
         lines.append("torch's zero-bubble schedules, the backward split into input- and weight-gradient passes, per "
                      f"layer per micro-batch: {rates['zb_split_layer_s'] * 1e3:,.3f} ms")
     if PASS_RATE["1f1b"] in rates:
-        lines.append(f"torch's pipeline schedules over {profile['pipeline']['stages']} ranks, their own runtime per "
-                     "pass (a forward or backward of a chunk, its sends and waits): " + ", ".join(
-                         f"{rates[key] * 1e3:,.2f} ms ({schedule})" for schedule, key in PASS_RATE.items()
-                         if key in rates))
+        lines.append(f"pipeline engines over {profile['pipeline']['stages']} ranks, their own runtime per pass (a "
+                     "forward or backward of a chunk, its sends and waits): " + ", ".join(
+                         f"{rates[key] * 1e3:,.2f} ms ({ENGINE_LABEL.get(schedule, 'torch ' + schedule)})"
+                         for schedule, key in PASS_RATE.items() if key in rates))
     if profile.get("spread"):
         lines.append("spread over the samples (half the p10-p90 range / median): " + ", ".join(
             f"{name} ±{width:.0%}" for name, width in profile["spread"].items()))

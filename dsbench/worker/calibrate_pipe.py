@@ -1,8 +1,11 @@
-"""What torch's pipeline schedules cost beyond their stages' work, measured on calibrate's ranks.
+"""What the pipeline engines cost beyond their stages' work, measured on calibrate's ranks: torch's schedules and
+DeepSpeed's pipeline engine.
 
 Each schedule runs one step over every rank of the world as its pipeline, on stages that compute almost nothing
 (one 8x8 linear layer per chunk): what a step takes is then the schedule's own runtime, each forward and backward
 pass's call, bookkeeping and point-to-point sends and receives, and the waits that chain them across ranks.
+DeepSpeed's engine (``train_batch``: its TrainSchedule's 1F1B order, then its gradient reductions and optimizer
+step on the stage's 8x8 layer) is timed the same way in the same rounds.
 The planner divides it by the passes a rank runs (plan/pipeline_time.py). Interleaved 1F1B was priced from its
 smaller bubble alone and measured slower than plain 1F1B on 2 CPU ranks in 3 of 4 gpt2-mini compares
 (docs/planner.md); on these stages, at 4 micro-batches, its step took 11.8 ms to 1F1B's 3.3 (2026-11-28, 2 CPU
@@ -17,6 +20,8 @@ from dsbench.worker.calibrate_timing import interleaved
 
 SCHEDULES = ("1f1b", "interleaved", "interleaved-zb")
 """The schedules torch_pp runs that the planner prices (plan/estimate.py's candidates)."""
+DEEPSPEED = "deepspeed"
+"""The key of DeepSpeed's pipeline engine among the timed schedules (plan/pipeline_time.PASS_RATE)."""
 VIRTUAL_STAGES = 2
 """Chunks per rank under the interleaved schedules (the fewest they run with)."""
 WIDTH = 8
@@ -58,6 +63,31 @@ def measure_pipeline_schedules(comm: Any, info: Any, repeats: int) -> dict[str, 
                         return_outputs=False)
 
         works[schedule] = step
+    works[DEEPSPEED] = _deepspeed_pipeline(stages, micro_batches, batch, info.backend)
     timed = interleaved(works, comm, info.device, max(repeats, 7), CALLS)
     return {"stages": stages, "micro_batches": micro_batches, "virtual_stages": VIRTUAL_STAGES, "width": WIDTH,
             "schedules": timed}
+
+
+def _deepspeed_pipeline(stages: int, micro_batches: int, batch: Any, backend: str) -> Any:
+    """One step of DeepSpeed's pipeline engine over every rank (``PipelineModule``, one 8x8 layer a stage, ZeRO-1 as
+    dsbench's pipe{P} runs it, torch AdamW as the client optimizer so no op is built), as a callable."""
+    import deepspeed
+    import torch
+    from deepspeed.pipe import PipelineModule
+
+    deepspeed.init_distributed(dist_backend=backend)  # DeepSpeed's view of the process group torch already has
+    module = PipelineModule(layers=[torch.nn.Linear(WIDTH, WIDTH) for _ in range(stages)], num_stages=stages,
+                            loss_fn=_loss, partition_method="uniform")
+    config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": micro_batches,
+              "zero_optimization": {"stage": 1}, "steps_per_print": 2**31 - 1}
+    engine, *_ = deepspeed.initialize(model=module, config=config,
+                                      optimizer=torch.optim.AdamW(module.parameters(), lr=1e-4))
+
+    def pairs() -> Any:
+        while True:  # the first stage reads the inputs, the last the labels: every micro-batch one row
+            for row in batch:
+                yield row[None], row[None]
+
+    data = pairs()
+    return lambda: engine.train_batch(data_iter=data)

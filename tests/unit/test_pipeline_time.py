@@ -16,27 +16,30 @@ from dsbench.plan.profile import fit_profile
 # under the interleaved schedules; the seconds of 2026-11-28 16:05 on this machine
 MEASURED = {"stages": 2, "micro_batches": 4, "virtual_stages": 2, "width": 8,
             "schedules": {"1f1b": {"seconds": 0.00327}, "interleaved": {"seconds": 0.01177},
-                          "interleaved-zb": {"seconds": 0.01528}}}
+                          "interleaved-zb": {"seconds": 0.01528}, "deepspeed": {"seconds": 0.00886}}}
 
 
 def test_a_schedule_s_cost_is_its_step_over_the_passes_a_rank_runs():
     # by hand, from torch's schedules: a forward and a backward per micro-batch per chunk (1F1B: 2 x 4; interleaved
-    # over 2 chunks: 2 x 4 x 2), the zero-bubble one splitting each backward into input and weight passes (3 x 4 x 2)
+    # over 2 chunks: 2 x 4 x 2), the zero-bubble one splitting each backward into input and weight passes (3 x 4 x 2);
+    # DeepSpeed's TrainSchedule a forward and a backward per micro-batch, as 1F1B
     assert pass_costs(MEASURED) == pytest.approx({PASS_RATE["1f1b"]: 0.00327 / 8,
                                                   PASS_RATE["interleaved"]: 0.01177 / 16,
-                                                  PASS_RATE["interleaved-zb"]: 0.01528 / 24})
+                                                  PASS_RATE["interleaved-zb"]: 0.01528 / 24,
+                                                  PASS_RATE["deepspeed"]: 0.00886 / 8})
     noisy = {**MEASURED, "schedules": {"1f1b": {"seconds": -1e-6}}}
     assert pass_costs(noisy) == {PASS_RATE["1f1b"]: 0.0}
     assert pass_costs({}) == {}
 
 
-def test_only_torch_s_pipelines_pay_the_measured_runtime():
-    costs = {"1f1b": 0.4e-3, "interleaved": 0.7e-3, "interleaved-zb": 0.6e-3}
+def test_each_pipeline_engine_pays_its_own_measured_runtime():
+    costs = {"1f1b": 0.4e-3, "interleaved": 0.7e-3, "interleaved-zb": 0.6e-3, "deepspeed": 1.1e-3}
     interleaved = Candidate(strategy="ddp", pp=2, engine="torch", virtual_stages=2)
     assert schedule_seconds(interleaved, 4, costs) == pytest.approx(16 * 0.7e-3)
     assert schedule_seconds(replace(interleaved, virtual_stages=1), 4, costs) == pytest.approx(8 * 0.4e-3)
     assert schedule_seconds(replace(interleaved, zero_bubble=True), 4, costs) == pytest.approx(24 * 0.6e-3)
-    assert schedule_seconds(Candidate(strategy="zero1", pp=2), 4, costs) == 0.0  # DeepSpeed's pipeline engine
+    assert schedule_seconds(Candidate(strategy="zero1", pp=2), 4, costs) == pytest.approx(8 * 1.1e-3)  # pipe2
+    assert schedule_seconds(Candidate(strategy="zero1", pp=2), 4, {"1f1b": 0.4e-3}) == 0.0  # not torch's cost
     assert schedule_seconds(Candidate(strategy="ddp", engine="torch"), 4, costs) == 0.0  # no pipeline
     assert schedule_seconds(interleaved, 4, {}) == 0.0  # a profile from before the measurement
 
@@ -69,4 +72,4 @@ def test_calibrate_s_pipeline_section_becomes_the_profile_s_rates():
     cl = with_profile(Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link,
                               host_link=link), profile)
     assert cl.pass_s == pytest.approx({"1f1b": 0.00327 / 8, "interleaved": 0.01177 / 16,
-                                       "interleaved-zb": 0.01528 / 24})
+                                       "interleaved-zb": 0.01528 / 24, "deepspeed": 0.00886 / 8})

@@ -691,3 +691,27 @@ def test_the_schedule_runtime_brings_the_held_out_pipeline_schedules_within_five
         if row.base_strategy in held_out:
             without = predict_cell(row, profile).step_s / measured_step_s(row) - 1
             assert without < error[row.base_strategy] - 0.04, (row.base_strategy, without)
+
+
+SCHEDULE_RUNTIME_LLAMA_TINY = "oos-20261128-1635-llama-tiny"
+"""``python scripts/bench_time_model.py --models llama-tiny --check-repeats 3`` at 16:29, right after
+SCHEDULE_RUNTIME_GPT2_MINI on the same machine, the machine otherwise idle; written before this test."""
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-28 16:35: median 15.0%, worst pipe2 -20.7%, Spearman 0.98: "
+                   "every family's compare cells ran 1-26% slower than its check launches minutes before")
+def test_llama_tiny_with_the_schedule_runtime_meets_the_goals():
+    _goals(SCHEDULE_RUNTIME_LLAMA_TINY)
+
+
+def test_the_llama_tiny_miss_is_the_compare_running_slower_than_its_check():
+    """The ranking holds; the scale misses because each family's compare launches ran slower than the three check
+    launches that set its scale minutes before (their median), every family the same way."""
+    median, worst, rho = _figures(_cells(SCHEDULE_RUNTIME_LLAMA_TINY))
+    assert rho >= 0.95 and 0.10 < median < 0.20, (median, rho)
+    check = read_profile(str(STORED / SCHEDULE_RUNTIME_LLAMA_TINY / "profile.json")).data["check"]
+    checked = {cell["strategy"]: cell["measured_step_ms"] for cell in check["cells"]}
+    compared = {row.base_strategy: measured_step_s(row) * 1e3
+                for row in collect([STORED / SCHEDULE_RUNTIME_LLAMA_TINY / "compare"])}
+    assert len(checked) == 10
+    assert all(compared[name] >= checked[name] for name in checked), {n: compared[n] / checked[n] for n in checked}
