@@ -58,7 +58,8 @@ def measure_pipeline_schedules(comm: Any, info: Any, repeats: int) -> dict[str, 
                                           loss_fn=_loss, scale_grads=True)
 
         def step(runner: Any = runner) -> None:
-            # the first rank feeds the micro-batches, the last computes the loss (its chunk is the last stage)
+            # sync point: the step's sends and receives chain every rank; the first rank feeds the micro-batches,
+            # the last computes the loss (its chunk is the last stage)
             runner.step(*((batch,) if rank == 0 else ()), target=batch if rank == stages - 1 else None,
                         return_outputs=False)
 
@@ -90,4 +91,4 @@ def _deepspeed_pipeline(stages: int, micro_batches: int, batch: Any, backend: st
                 yield row[None], row[None]
 
     data = pairs()
-    return lambda: engine.train_batch(data_iter=data)
+    return lambda: engine.train_batch(data_iter=data)  # sync point: its sends, gradient reduction, loss broadcast
