@@ -715,3 +715,15 @@ def test_the_llama_tiny_miss_is_the_compare_running_slower_than_its_check():
                 for row in collect([STORED / SCHEDULE_RUNTIME_LLAMA_TINY / "compare"])}
     assert len(checked) == 10
     assert all(compared[name] >= checked[name] for name in checked), {n: compared[n] / checked[n] for n in checked}
+
+
+SCHEDULE_RUNTIME_GPT2_TINY = "oos-20261128-1654-gpt2-tiny"
+"""``python scripts/bench_time_model.py --models gpt2-tiny --check-repeats 3`` at 16:50, after
+SCHEDULE_RUNTIME_LLAMA_TINY on the same machine, its profile with DeepSpeed's pipeline engine timed too
+(``deepspeed_pipe_pass_s``); written before this test."""
+
+
+def test_gpt2_tiny_with_both_pipeline_runtimes_meets_the_goals():
+    _goals(SCHEDULE_RUNTIME_GPT2_TINY)
+    rates = read_profile(str(STORED / SCHEDULE_RUNTIME_GPT2_TINY / "profile.json")).data["rates"]
+    assert rates["deepspeed_pipe_pass_s"] > rates["torch_pp_1f1b_pass_s"] > 0
