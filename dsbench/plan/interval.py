@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from dsbench.plan.candidate import Candidate
+from dsbench.plan.pipeline_time import engine_schedule, timing_name
 from dsbench.plan.profile import SPREAD_OF
 
 TENSOR_TIMING = {"dtensor": "DTensor layers", "autotp": "AutoTP layers", "dtensor_sp": "DTensor SP layers"}
@@ -29,12 +30,13 @@ def framework_timings(cand: Candidate) -> list[str]:
     """The calibrated timings the framework term of a candidate comes from: its engine's stack step (the timing
     :data:`dsbench.plan.profile.SPREAD_OF` names for the stage's or FSDP2's step, which
     :func:`dsbench.plan.profile.zero_costs` and :func:`~dsbench.plan.profile.fsdp_unit_costs` fit from) and tensor
-    parallelism's layers."""
+    parallelism's layers, and a pipeline engine's schedule."""
     strategy = cand.strategy
     source = ("fsdp", "sharded_step") if strategy.startswith("fsdp") else ("deepspeed", f"{strategy}_step")
     engine_timing = [name for name, timing in SPREAD_OF.items() if timing == source]
     head = ["DTensor loss-parallel head"] if cand.loss_parallel else []
-    return engine_timing + ([TENSOR_TIMING[cand.tp_kind]] if cand.tp > 1 else []) + head
+    pipeline = [timing_name(engine_schedule(cand))] if cand.pp > 1 else []  # its schedule's runtime
+    return engine_timing + ([TENSOR_TIMING[cand.tp_kind]] if cand.tp > 1 else []) + head + pipeline
 
 
 def step_range(step: float, terms: dict[str, float], framework: list[str], spread: dict[str, float],

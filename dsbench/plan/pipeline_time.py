@@ -62,10 +62,20 @@ def _order(schedule: str) -> str:
     return "1f1b" if schedule == "deepspeed" else schedule
 
 
+def engine_schedule(cand: Candidate) -> str:
+    """The timed schedule (a :data:`PASS_RATE` key) a pipelined candidate runs: torch's, or DeepSpeed's engine."""
+    return schedule_of(cand) if cand.engine == "torch" else "deepspeed"
+
+
+def timing_name(schedule: str) -> str:
+    """The name of a timed schedule's spread in a profile (``spread``) and in calibrate's summary."""
+    return "DeepSpeed pipeline engine" if schedule == "deepspeed" else f"torch {schedule} schedule"
+
+
 def schedule_seconds(cand: Candidate, micro_batches: int, pass_s: dict[str, float]) -> float:
     """The pipeline engine's runtime in one step: the passes of a rank x the profile's cost per pass of its
     schedule, torch's or DeepSpeed's engine (zero without a pipeline and without a measured cost)."""
-    schedule = schedule_of(cand) if cand.engine == "torch" else "deepspeed"
+    schedule = engine_schedule(cand)
     if cand.pp <= 1 or not pass_s.get(schedule):
         return 0.0
     return passes_per_rank(cand.pp, micro_batches, cand.virtual_stages, _order(schedule)) * pass_s[schedule]

@@ -19,7 +19,7 @@ from dsbench.errors import UserError
 from dsbench.plan.comm import bucket_calls, ring_bytes
 from dsbench.plan.gpu_calibration import check_section, gpu_section
 from dsbench.plan.hardware import Link
-from dsbench.plan.pipeline_time import PASS_RATE, pass_costs
+from dsbench.plan.pipeline_time import PASS_RATE, pass_costs, timing_name
 
 SCHEMA = "dsbench.profile/2"
 """Version 2 (2026-11-27) adds the optional ``gpu`` section (plan/gpu_calibration.py); version 1 files still load."""
@@ -235,6 +235,9 @@ def spreads(measured: dict[str, Any]) -> dict[str, float]:
                   if isinstance(entry, dict) and {"p10", "p90", "seconds"} <= entry.keys() and entry["seconds"] > 0]
         if widths:
             out[name] = max(widths)
+    for schedule, timed in ((measured.get("pipeline") or {}).get("schedules") or {}).items():  # the pipeline engines
+        if {"p10", "p90", "seconds"} <= timed.keys() and timed["seconds"] > 0:
+            out[timing_name(schedule)] = (timed["p90"] - timed["p10"]) / 2 / timed["seconds"]
     links = [link for link in (measured.get("collectives") or {}).values() if isinstance(link, dict)]
     # a collective's spread: the median over its message sizes (the smallest are the noisiest), the widest op
     by_op = [statistics.median((p["p90"] - p["p10"]) / 2 / p["seconds"] for p in op["points"])

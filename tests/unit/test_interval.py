@@ -50,6 +50,20 @@ def test_the_framework_term_comes_from_its_engine_and_its_tensor_parallel_layers
         "DTensor SP layers"]
     assert framework_timings(Candidate(strategy="fsdp", engine="torch")) == ["FSDP2 stack step"]
     assert framework_timings(Candidate(strategy="ddp", engine="torch")) == []
+    # a pipeline's: its schedule's runtime, torch's or DeepSpeed's engine
+    assert framework_timings(Candidate(strategy="ddp", pp=2, engine="torch", virtual_stages=2)) == [
+        "torch interleaved schedule"]
+    assert framework_timings(Candidate(strategy="zero1", pp=2)) == ["ZeRO-1 stack step", "DeepSpeed pipeline engine"]
+
+
+def test_each_pipeline_engine_s_spread_is_its_own_samples():
+    from dsbench.plan.profile import spreads
+
+    timed = {"1f1b": {"seconds": 4e-3, "p10": 3e-3, "p90": 5e-3},
+             "deepspeed": {"seconds": 10e-3, "p10": 9e-3, "p90": 13e-3}, "interleaved": {"seconds": 0.0}}
+    # half the p10-p90 range over the median; a timing without samples gives none
+    assert spreads({"pipeline": {"schedules": timed}}) == pytest.approx({"torch 1f1b schedule": 0.25,
+                                                                        "DeepSpeed pipeline engine": 0.2})
 
 
 def _coverage(profile: Profile, case: str) -> tuple[int, int]:
