@@ -727,3 +727,22 @@ def test_gpt2_tiny_with_both_pipeline_runtimes_meets_the_goals():
     _goals(SCHEDULE_RUNTIME_GPT2_TINY)
     rates = read_profile(str(STORED / SCHEDULE_RUNTIME_GPT2_TINY / "profile.json")).data["rates"]
     assert rates["deepspeed_pipe_pass_s"] > rates["torch_pp_1f1b_pass_s"] > 0
+
+
+SCHEDULE_RUNTIME_GPT2_MINI_AGAIN = "oos-20261128-1716-gpt2-mini"
+"""SCHEDULE_RUNTIME_GPT2_MINI's command again at 17:11, an hour after it, the same machine; its profile also times
+DeepSpeed's pipeline engine. Written before this test."""
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-28 17:16: median 3.3% and Spearman 0.94 meet their goals, "
+                   "the worst misses: zero2 +28.0%, its three check launches (124.4-156.2 ms a step) slower than its "
+                   "two compare launches minutes later (120.7 ms)")
+def test_gpt2_mini_an_hour_later_meets_the_goals():
+    _goals(SCHEDULE_RUNTIME_GPT2_MINI_AGAIN)
+
+
+def test_gpt2_mini_an_hour_later_keeps_its_median_and_the_held_out_schedules():
+    median, worst, rho = _figures(_cells(SCHEDULE_RUNTIME_GPT2_MINI_AGAIN))
+    assert median <= 0.05 and rho >= 0.9, (median, rho)
+    error = _errors(_cells(SCHEDULE_RUNTIME_GPT2_MINI_AGAIN))
+    assert abs(error["torch_pipe2_interleaved2"]) <= 0.05 and abs(error["torch_pipe2_zb2"]) <= 0.10, error
