@@ -358,7 +358,7 @@ def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl:
         own += cl.lp_head_s * micro_steps
     if cand.zero_bubble:  # the split backward of every layer of the rank's chunks, every micro-batch
         own += shape.layers / cand.pp * cl.zb_split_layer_s * micro_steps
-    own += schedule_seconds(cand, micro_steps, cl.pass_s)  # torch_pp's schedule runtime, every pass of the rank
+    own += schedule_seconds(cand, micro_steps, cl.pass_s)  # the pipeline engine's runtime, every pass of the rank
     if _deepspeed_measured(cand, cl):
         per_call, per_tensor = cl.deepspeed_s[1 if cand.strategy != "zero1" else 0], cl.deepspeed_s[2]
         if cand.strategy == "zero1":

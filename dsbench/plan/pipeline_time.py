@@ -1,4 +1,4 @@
-"""A pipeline's step: the schedule's bubble over its stages' work, and what torch's schedule runtime adds (pure).
+"""A pipeline's step: the schedule's bubble over its stages' work, and what the engine's own runtime adds (pure).
 
 The bubble is a closed form (:func:`pipeline_seconds`); the runtime is measured by ``dsbench calibrate`` on stages
 that compute almost nothing (dsbench/worker/calibrate_pipe.py) and priced per pass a rank runs, each pass in the

@@ -205,7 +205,7 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
         rates.update(tensor_parallel_costs(tp, tp_link, element))
     if all(rank.get("split_backward") for rank in per_rank):  # profiles from 2026-11-27 05:00 on
         rates["zb_split_layer_s"] = max(split_backward_cost(rank["split_backward"]) for rank in per_rank)
-    if measured.get("pipeline"):  # profiles from 2026-11-28 16:10 on: torch's schedules' own runtime
+    if measured.get("pipeline"):  # the pipeline engines' own runtime (torch's from 2026-11-28 16:10)
         rates.update(pass_costs(measured["pipeline"]))
     kept = {key: value for key, value in measured.items() if key != "gpu"}
     out = {**kept, "schema": SCHEMA, "collectives": collectives, "rates": rates, "spread": spreads(measured)}

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench.plan.pipeline_time import PASS_RATE
+from dsbench.plan.pipeline_time import PASS_RATE, timing_name
 from dsbench.plan.profile import KINDS
-
-ENGINE_LABEL = {"deepspeed": "DeepSpeed's pipeline engine"}
 
 
 def summary_lines(profile: dict[str, Any]) -> list[str]:
@@ -42,7 +40,7 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
     if PASS_RATE["1f1b"] in rates:
         lines.append(f"pipeline engines over {profile['pipeline']['stages']} ranks, their own runtime per pass (a "
                      "forward or backward of a chunk, its sends and waits): " + ", ".join(
-                         f"{rates[key] * 1e3:,.2f} ms ({ENGINE_LABEL.get(schedule, 'torch ' + schedule)})"
+                         f"{rates[key] * 1e3:,.2f} ms ({timing_name(schedule)})"
                          for schedule, key in PASS_RATE.items() if key in rates))
     if profile.get("spread"):
         lines.append("spread over the samples (half the p10-p90 range / median): " + ", ".join(
