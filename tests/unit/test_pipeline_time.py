@@ -73,3 +73,18 @@ def test_calibrate_s_pipeline_section_becomes_the_profile_s_rates():
                               host_link=link), profile)
     assert cl.pass_s == pytest.approx({"1f1b": 0.00327 / 8, "interleaved": 0.01177 / 16,
                                        "interleaved-zb": 0.01528 / 24, "deepspeed": 0.00886 / 8})
+
+
+def test_calibrate_s_summary_names_each_engine_s_cost_per_pass():
+    import json
+
+    from dsbench.plan.profile_summary import summary_lines
+    from tests.conftest import DATA
+
+    stored = DATA / "runs" / "cpu-calibrated" / "oos-20261128-1716-gpt2-mini" / "profile.json"
+    profile = json.loads(stored.read_text())
+    rates = profile["rates"]
+    line = next(line for line in summary_lines(profile) if line.startswith("pipeline engines over 2 ranks"))
+    for schedule, key in PASS_RATE.items():
+        label = "DeepSpeed pipeline engine" if schedule == "deepspeed" else f"torch {schedule} schedule"
+        assert f"{rates[key] * 1e3:,.2f} ms ({label})" in line, line
