@@ -12,6 +12,7 @@ from typing import Any
 from dsbench.parallel import ZERO_BUBBLE_SHARE
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.pipeline_peak import rank_passes
+from dsbench.trainspec import INTERLEAVED
 
 PASS_RATE = {"1f1b": "torch_pp_1f1b_pass_s", "interleaved": "torch_pp_interleaved_pass_s",
              "interleaved-zb": "torch_pp_interleaved_zb_pass_s", "deepspeed": "deepspeed_pipe_pass_s"}
@@ -51,7 +52,7 @@ def pass_costs(measured: dict[str, Any]) -> dict[str, float]:
     the passes a rank runs in it (kept at zero if noise made a step negative; none measured, none stored)."""
     out = {}
     for schedule, timed in (measured.get("schedules") or {}).items():
-        chunks = measured["virtual_stages"] if schedule.startswith("interleaved") else 1
+        chunks = measured["virtual_stages"] if schedule in INTERLEAVED else 1
         passes = passes_per_rank(measured["stages"], measured["micro_batches"], chunks, _order(schedule))
         out[PASS_RATE[schedule]] = max(0.0, timed["seconds"] / passes)
     return out

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsbench.trainspec import INTERLEAVED
+from dsbench.trainspec import SCHEDULES as RUN_SCHEDULES
 from dsbench.worker.calibrate_timing import interleaved
 
-SCHEDULES = ("1f1b", "interleaved", "interleaved-zb")
-"""The schedules torch_pp runs that the planner prices (plan/estimate.py's candidates)."""
+SCHEDULES = tuple(schedule for schedule in RUN_SCHEDULES if schedule != "gpipe")
+"""The schedules torch_pp runs that the planner prices (plan/estimate.py's candidates have no GPipe)."""
 DEEPSPEED = "deepspeed"
 """The key of DeepSpeed's pipeline engine among the timed schedules (plan/pipeline_time.PASS_RATE)."""
 VIRTUAL_STAGES = 2
@@ -51,7 +53,7 @@ def measure_pipeline_schedules(comm: Any, info: Any, repeats: int) -> dict[str, 
     batch = torch.randn(micro_batches, WIDTH, device=device)
     works = {}
     for schedule in SCHEDULES:
-        chunks = VIRTUAL_STAGES if schedule.startswith("interleaved") else 1
+        chunks = VIRTUAL_STAGES if schedule in INTERLEAVED else 1
         own = [PipelineStage(torch.nn.Linear(WIDTH, WIDTH).to(device), rank + k * stages, stages * chunks, device)
                for k in range(chunks)]
         runner = schedule_class(schedule)(own if chunks > 1 else own[0], n_microbatches=micro_batches,

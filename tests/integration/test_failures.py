@@ -126,7 +126,7 @@ def test_sigterm_or_ctrl_c_to_launch_records_the_run_as_interrupted(tmp_path, si
 def test_ctrl_c_to_compare_keeps_finished_cells_and_marks_the_running_one(tmp_path):
     out = tmp_path / "cmp"
     proc = start_dsbench(["compare", "--strategies", "single,ddp", "--models", "gpt2-tiny", "--steps", "100000",
-                   "--warmup", "1", "--seq-len", "32", "--out", str(out), "--no-report", "--quiet"], ROOT)
+                          "--warmup", "1", "--seq-len", "32", "--out", str(out), "--no-report", "--quiet"], ROOT)
     deadline = time.monotonic() + 240
     cell = None
     while time.monotonic() < deadline and cell is None:
