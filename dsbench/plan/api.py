@@ -13,7 +13,7 @@ from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
 from dsbench.plan.gpu_calibration import calibrated_gpu
 from dsbench.plan.gpu_profiles import ALIASES, CUSTOM, KINDS, GpuProfile, custom_profile, with_host
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, Link, link
-from dsbench.plan.pipeline_time import PASS_RATE
+from dsbench.plan.pipeline_time import PASS_RATE, STEP_RATE
 from dsbench.plan.profile import TP_LAYER_RATE, Profile, compute_group, load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
 from dsbench.plan.request import DEFAULTS, PlanRequest
@@ -186,7 +186,8 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
                    tp_layer_s=tuple((kind, rates.get(rate, 0.0) / share) for kind, rate in TP_LAYER_RATE.items()),
                    lp_head_s=rates.get("torch_tp_lp_head_s", 0.0) / share,
                    zb_split_layer_s=rates.get("zb_split_layer_s", 0.0) / share,
-                   pipe_pass_s=tuple((schedule, rates.get(key, 0.0) / share) for schedule, key in PASS_RATE.items()),
+                   pipe_runtime=tuple((schedule, rates.get(STEP_RATE[schedule], 0.0) / share,
+                                       rates.get(key, 0.0) / share) for schedule, key in PASS_RATE.items()),
                    overlap_comm=not str(profile.get("device", "")).startswith("cpu"),
                    step_scale=tuple(sorted(step_scale(profile).items())),
                    spread=tuple(sorted((profile.get("spread") or {}).items())))

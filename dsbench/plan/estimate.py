@@ -79,10 +79,10 @@ class Cluster:
     zb_split_layer_s: float = 0.0
     """torch's zero-bubble schedules' own seconds per layer per micro-batch: splitting each backward into its input-
     and weight-gradient passes, beyond the whole backward (a profile's ``zb_split_layer_s``); zero without one."""
-    pipe_pass_s: tuple[tuple[str, float], ...] = ()
-    """The pipeline engines' runtime per pass a rank runs, by torch schedule and for DeepSpeed's engine (a profile's
-    ``*_pass_s``, plan/pipeline_time.PASS_RATE; with it, the point-to-point latency is in the pass and the sends
-    are priced by their bytes); none without."""
+    pipe_runtime: tuple[tuple[str, float, float], ...] = ()
+    """The pipeline engines' runtime, by torch schedule and for DeepSpeed's engine: (schedule, seconds per step,
+    seconds per pass a rank runs) (a profile's ``*_step_s`` and ``*_pass_s``, plan/pipeline_time; with it, the
+    point-to-point latency is in the pass and the sends are priced by their bytes); none without."""
     compute_by_micro_batch: tuple[tuple[int, float], ...] = ()
     """The measured forward+backward TFLOPS per rank at several micro-batches (a profile)."""
     gpu_model: GpuProfile | None = None
@@ -100,8 +100,8 @@ class Cluster:
         return rate_at({str(m): r for m, r in self.compute_by_micro_batch}, micro_batch, default)
 
     @property
-    def pass_s(self) -> dict[str, float]:
-        return dict(self.pipe_pass_s)
+    def pipe_costs(self) -> dict[str, tuple[float, float]]:
+        return {schedule: (per_step, per_pass) for schedule, per_step, per_pass in self.pipe_runtime}
 
     @property
     def world(self) -> int:
@@ -325,7 +325,7 @@ def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: 
         pipe_link = cl.inter if cl.nodes > 1 else cl.intra
         # interleaved: each micro-batch crosses every stage boundary once per chunk, V times the sends
         critical += pipeline_comm(wl.seq_len, wl.micro_batch, shape.hidden, cand.pp, pipe_link, act_bytes,
-                                  accum * cand.virtual_stages, latency=not schedule_seconds(cand, accum, cl.pass_s))
+                                  accum * cand.virtual_stages, latency=not schedule_seconds(cand, accum, cl.pipe_costs))
         if shape.tied_embeddings:
             critical += tied_embedding_comm(shape.parts()["embedding"], acc.grads, pipe_link)
     if cand.ulysses > 1:
@@ -358,7 +358,7 @@ def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl:
         own += cl.lp_head_s * micro_steps
     if cand.zero_bubble:  # the split backward of every layer of the rank's chunks, every micro-batch
         own += shape.layers / cand.pp * cl.zb_split_layer_s * micro_steps
-    own += schedule_seconds(cand, micro_steps, cl.pass_s)  # the pipeline engine's runtime, every pass of the rank
+    own += schedule_seconds(cand, micro_steps, cl.pipe_costs)  # the pipeline engine's runtime: per step, per pass
     if _deepspeed_measured(cand, cl):
         per_call, per_tensor = cl.deepspeed_s[1 if cand.strategy != "zero1" else 0], cl.deepspeed_s[2]
         if cand.strategy == "zero1":

@@ -1,12 +1,14 @@
 """A pipeline's step: the schedule's bubble over its stages' work, and what the engine's own runtime adds (pure).
 
 The bubble is a closed form (:func:`pipeline_seconds`); the runtime is measured by ``dsbench calibrate`` on stages
-that compute almost nothing (dsbench/worker/calibrate_pipe.py) and priced per pass a rank runs, each pass in the
-order torch runs them (plan/pipeline_peak.rank_passes, checked against torch's own action lists).
+that compute almost nothing (dsbench/worker/calibrate_pipe.py), at several micro-batch counts, and priced as a part
+per step and a part per pass a rank runs, each pass in the order torch runs them (plan/pipeline_peak.rank_passes,
+checked against torch's own action lists).
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from dsbench.parallel import ZERO_BUBBLE_SHARE
@@ -18,6 +20,10 @@ PASS_RATE = {"1f1b": "torch_pp_1f1b_pass_s", "interleaved": "torch_pp_interleave
              "interleaved-zb": "torch_pp_interleaved_zb_pass_s", "deepspeed": "deepspeed_pipe_pass_s"}
 """The profile's rate of each torch_pp schedule and of DeepSpeed's pipeline engine (``deepspeed``, its
 TrainSchedule's 1F1B order): seconds of the engine's own runtime per pass on a rank."""
+STEP_RATE = {schedule: key.replace("_pass_s", "_step_s") for schedule, key in PASS_RATE.items()}
+"""The same engines' runtime per step, whatever its passes (the fit's intercept, :func:`fit_runtime`): for
+DeepSpeed's engine, its loss broadcast, gradient reduction and optimizer call; for torch's, each step's setup of
+the micro-batches and its last waits."""
 
 
 def pipeline_seconds(stages: list[float], micro_batches: int, virtual_stages: int = 1,
@@ -47,14 +53,37 @@ def passes_per_rank(stages: int, micro_batches: int, virtual_stages: int, schedu
     return len(rank_passes(0, stages, micro_batches, virtual_stages, schedule))
 
 
+def fit_runtime(passes: list[int], seconds: list[float]) -> tuple[float, float]:
+    """(seconds per step, seconds per pass) from a schedule's steps timed at several pass counts: the least-squares
+    line seconds = step + pass x passes. Noise can tilt a short line below zero: a negative intercept is refitted
+    through the origin, a negative slope as a constant (the mean); one point is all per pass."""
+    if len(set(passes)) == 1:
+        return 0.0, max(0.0, statistics.fmean(seconds) / statistics.fmean(passes))
+    mean_x, mean_y = statistics.fmean(passes), statistics.fmean(seconds)
+    slope = (sum((x - mean_x) * (y - mean_y) for x, y in zip(passes, seconds, strict=True))
+             / sum((x - mean_x) ** 2 for x in passes))
+    if slope < 0:
+        return max(0.0, mean_y), 0.0
+    if mean_y - slope * mean_x < 0:
+        return 0.0, max(0.0, sum(x * y for x, y in zip(passes, seconds, strict=True)) / sum(x * x for x in passes))
+    return mean_y - slope * mean_x, slope
+
+
 def pass_costs(measured: dict[str, Any]) -> dict[str, float]:
-    """The profile's rates from calibrate's ``pipeline`` section: each schedule's step on near-empty stages over
-    the passes a rank runs in it (kept at zero if noise made a step negative; none measured, none stored)."""
+    """The profile's rates from calibrate's ``pipeline`` section: each schedule's steps on near-empty stages, timed
+    at each of ``micro_batches`` (one count in profiles from before 2026-11-28 19:00: all of it per pass), fitted
+    against the passes a rank runs in them (:func:`fit_runtime`); none measured, none stored."""
     out = {}
+    counts = measured.get("micro_batches")
+    counts = counts if isinstance(counts, list) else [counts]
     for schedule, timed in (measured.get("schedules") or {}).items():
+        points = timed if isinstance(timed, list) else [timed]
         chunks = measured["virtual_stages"] if schedule in INTERLEAVED else 1
-        passes = passes_per_rank(measured["stages"], measured["micro_batches"], chunks, _order(schedule))
-        out[PASS_RATE[schedule]] = max(0.0, timed["seconds"] / passes)
+        passes = [passes_per_rank(measured["stages"], m, chunks, _order(schedule)) for m in counts]
+        per_step, per_pass = fit_runtime(passes, [point["seconds"] for point in points])
+        out[PASS_RATE[schedule]] = per_pass
+        if len(points) > 1:
+            out[STEP_RATE[schedule]] = per_step
     return out
 
 
@@ -73,10 +102,12 @@ def timing_name(schedule: str) -> str:
     return "DeepSpeed pipeline engine" if schedule == "deepspeed" else f"torch {schedule} schedule"
 
 
-def schedule_seconds(cand: Candidate, micro_batches: int, pass_s: dict[str, float]) -> float:
-    """The pipeline engine's runtime in one step: the passes of a rank x the profile's cost per pass of its
-    schedule, torch's or DeepSpeed's engine (zero without a pipeline and without a measured cost)."""
-    schedule = engine_schedule(cand)
-    if cand.pp <= 1 or not pass_s.get(schedule):
+def schedule_seconds(cand: Candidate, micro_batches: int, costs: dict[str, tuple[float, float]]) -> float:
+    """The pipeline engine's runtime in one step: the profile's cost per step of its schedule, torch's or DeepSpeed's
+    engine, plus the passes of a rank x its cost per pass (``costs``: schedule -> (per step, per pass),
+    ``Cluster.pipe_costs``; zero without a pipeline and without a measured cost)."""
+    per_step, per_pass = costs.get(engine_schedule(cand), (0.0, 0.0))
+    if cand.pp <= 1 or not (per_step or per_pass):
         return 0.0
-    return passes_per_rank(cand.pp, micro_batches, cand.virtual_stages, _order(schedule)) * pass_s[schedule]
+    order = _order(engine_schedule(cand))
+    return per_step + passes_per_rank(cand.pp, micro_batches, cand.virtual_stages, order) * per_pass

@@ -19,7 +19,7 @@ from dsbench.errors import UserError
 from dsbench.plan.comm import bucket_calls, ring_bytes
 from dsbench.plan.gpu_calibration import check_section, gpu_section
 from dsbench.plan.hardware import Link
-from dsbench.plan.pipeline_time import PASS_RATE, pass_costs, timing_name
+from dsbench.plan.pipeline_time import PASS_RATE, STEP_RATE, pass_costs, timing_name
 
 SCHEMA = "dsbench.profile/2"
 """Version 2 (2026-11-27) adds the optional ``gpu`` section (plan/gpu_calibration.py); version 1 files still load."""
@@ -236,8 +236,11 @@ def spreads(measured: dict[str, Any]) -> dict[str, float]:
         if widths:
             out[name] = max(widths)
     for schedule, timed in ((measured.get("pipeline") or {}).get("schedules") or {}).items():  # the pipeline engines
-        if {"p10", "p90", "seconds"} <= timed.keys() and timed["seconds"] > 0:
-            out[timing_name(schedule)] = (timed["p90"] - timed["p10"]) / 2 / timed["seconds"]
+        widths = [(point["p90"] - point["p10"]) / 2 / point["seconds"] for point in
+                  (timed if isinstance(timed, list) else [timed])  # the widest over its micro-batch counts
+                  if {"p10", "p90", "seconds"} <= point.keys() and point["seconds"] > 0]
+        if widths:
+            out[timing_name(schedule)] = max(widths)
     links = [link for link in (measured.get("collectives") or {}).values() if isinstance(link, dict)]
     # a collective's spread: the median over its message sizes (the smallest are the noisiest), the widest op
     by_op = [statistics.median((p["p90"] - p["p10"]) / 2 / p["seconds"] for p in op["points"])
@@ -331,7 +334,7 @@ REQUIRED_RATES = ("model_tflops", "adam_params_per_s")
 """The rates the planner always reads from a profile."""
 OPTIONAL_RATES = ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
                   "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s",
-                  "zb_split_layer_s", *PASS_RATE.values())
+                  "zb_split_layer_s", *PASS_RATE.values(), *STEP_RATE.values())
 """The engine costs a profile may carry (older profiles have none)."""
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench.plan.pipeline_time import PASS_RATE, timing_name
+from dsbench.plan.pipeline_time import PASS_RATE, STEP_RATE, timing_name
 from dsbench.plan.profile import KINDS
 
 
@@ -38,10 +38,10 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
         lines.append("torch's zero-bubble schedules, the backward split into input- and weight-gradient passes, per "
                      f"layer per micro-batch: {rates['zb_split_layer_s'] * 1e3:,.3f} ms")
     if PASS_RATE["1f1b"] in rates:
-        lines.append(f"pipeline engines over {profile['pipeline']['stages']} ranks, their own runtime per pass (a "
-                     "forward or backward of a chunk, its sends and waits): " + ", ".join(
-                         f"{rates[key] * 1e3:,.2f} ms ({timing_name(schedule)})"
-                         for schedule, key in PASS_RATE.items() if key in rates))
+        lines.append(f"pipeline engines over {profile['pipeline']['stages']} ranks, their own runtime per step + per "
+                     "pass (a forward or backward of a chunk, its sends and waits): " + ", ".join(
+                         f"{rates.get(STEP_RATE[schedule], 0.0) * 1e3:,.2f} + {rates[key] * 1e3:,.2f} ms "
+                         f"({timing_name(schedule)})" for schedule, key in PASS_RATE.items() if key in rates))
     if profile.get("spread"):
         lines.append("spread over the samples (half the p10-p90 range / median): " + ", ".join(
             f"{name} ±{width:.0%}" for name, width in profile["spread"].items()))

@@ -6,7 +6,8 @@ Each schedule runs one step over every rank of the world as its pipeline, on sta
 pass's call, bookkeeping and point-to-point sends and receives, and the waits that chain them across ranks.
 DeepSpeed's engine (``train_batch``: its TrainSchedule's 1F1B order, then its gradient reductions and optimizer
 step on the stage's 8x8 layer) is timed the same way in the same rounds.
-The planner divides it by the passes a rank runs (plan/pipeline_time.py). Interleaved 1F1B was priced from its
+Each is timed at several micro-batch counts, and the planner fits a part per step and a part per pass a rank runs
+(plan/pipeline_time.py). Interleaved 1F1B was priced from its
 smaller bubble alone and measured slower than plain 1F1B on 2 CPU ranks in 3 of 4 gpt2-mini compares
 (docs/planner.md); on these stages, at 4 micro-batches, its step took 11.8 ms to 1F1B's 3.3 (2026-11-28, 2 CPU
 ranks): more passes, and more per pass.
@@ -30,6 +31,10 @@ WIDTH = 8
 """Features of each chunk's linear layer and of the micro-batches: small enough that the work is the schedule's."""
 CALLS = 3
 """Steps per timed sample."""
+ROUNDS = (1, 2, 4)
+"""Micro-batches per step, in multiples of the stages: the step's runtime is fitted as a part per step and a part
+per pass (plan/pipeline_time.fit_runtime); timed at 2 x P alone (until 2026-11-28 19:00), its cost per pass moved by
+20-30% between 1, 2 and 4 x P (2 CPU ranks)."""
 
 
 def _loss(output: Any, target: Any) -> Any:
@@ -39,37 +44,48 @@ def _loss(output: Any, target: Any) -> Any:
 
 
 def measure_pipeline_schedules(comm: Any, info: Any, repeats: int) -> dict[str, Any]:
-    """Seconds of one step of each of :data:`SCHEDULES` with every rank a pipeline stage and 2·P micro-batches
-    (interleaved schedules need a multiple of P), timed in interleaved rounds (calibrate_timing.interleaved: each
-    sample starts at a barrier on every rank)."""
+    """Seconds of one step of each of :data:`SCHEDULES` and of DeepSpeed's engine with every rank a pipeline stage,
+    at each of :data:`ROUNDS` x P micro-batches (interleaved schedules need a multiple of P), timed in interleaved
+    rounds (calibrate_timing.interleaved: each sample starts at a barrier on every rank). Each schedule's samples
+    are listed in the order of ``micro_batches``."""
+    import torch
+
+    stages, device = info.world_size, torch.device(info.device)
+    counts = [rounds * stages for rounds in ROUNDS]
+    torch.manual_seed(1234)
+    batch = torch.randn(max(counts), WIDTH, device=device)
+    works = {}
+    for m in counts:
+        for schedule in SCHEDULES:
+            works[f"{schedule}@{m}"] = _torch_schedule(schedule, stages, info.rank, m, batch[:m], device)
+        works[f"{DEEPSPEED}@{m}"] = _deepspeed_pipeline(stages, m, batch[:m], info.backend)
+    timed = interleaved(works, comm, info.device, max(repeats, 7), CALLS)
+    return {"stages": stages, "micro_batches": counts, "virtual_stages": VIRTUAL_STAGES, "width": WIDTH,
+            "schedules": {schedule: [timed[f"{schedule}@{m}"] for m in counts]
+                          for schedule in (*SCHEDULES, DEEPSPEED)}}
+
+
+def _torch_schedule(schedule: str, stages: int, rank: int, micro_batches: int, batch: Any, device: Any) -> Any:
+    """One step of torch's ``schedule`` over every rank, on stages of its own (one 8x8 layer a chunk), as a
+    callable."""
     import torch
     from torch.distributed.pipelining import PipelineStage
 
     from dsbench.worker.engines.model_parallel import schedule_class
 
-    stages, rank, device = info.world_size, info.rank, torch.device(info.device)
-    micro_batches = 2 * stages
-    torch.manual_seed(1234)
-    batch = torch.randn(micro_batches, WIDTH, device=device)
-    works = {}
-    for schedule in SCHEDULES:
-        chunks = VIRTUAL_STAGES if schedule in INTERLEAVED else 1
-        own = [PipelineStage(torch.nn.Linear(WIDTH, WIDTH).to(device), rank + k * stages, stages * chunks, device)
-               for k in range(chunks)]
-        runner = schedule_class(schedule)(own if chunks > 1 else own[0], n_microbatches=micro_batches,
-                                          loss_fn=_loss, scale_grads=True)
+    chunks = VIRTUAL_STAGES if schedule in INTERLEAVED else 1
+    own = [PipelineStage(torch.nn.Linear(WIDTH, WIDTH).to(device), rank + k * stages, stages * chunks, device)
+           for k in range(chunks)]
+    runner = schedule_class(schedule)(own if chunks > 1 else own[0], n_microbatches=micro_batches, loss_fn=_loss,
+                                      scale_grads=True)
 
-        def step(runner: Any = runner) -> None:
-            # sync point: the step's sends and receives chain every rank; the first rank feeds the micro-batches,
-            # the last computes the loss (its chunk is the last stage)
-            runner.step(*((batch,) if rank == 0 else ()), target=batch if rank == stages - 1 else None,
-                        return_outputs=False)
+    def step() -> None:
+        # sync point: the step's sends and receives chain every rank; the first rank feeds the micro-batches,
+        # the last computes the loss (its chunk is the last stage)
+        runner.step(*((batch,) if rank == 0 else ()), target=batch if rank == stages - 1 else None,
+                    return_outputs=False)
 
-        works[schedule] = step
-    works[DEEPSPEED] = _deepspeed_pipeline(stages, micro_batches, batch, info.backend)
-    timed = interleaved(works, comm, info.device, max(repeats, 7), CALLS)
-    return {"stages": stages, "micro_batches": micro_batches, "virtual_stages": VIRTUAL_STAGES, "width": WIDTH,
-            "schedules": timed}
+    return step
 
 
 def _deepspeed_pipeline(stages: int, micro_batches: int, batch: Any, backend: str) -> Any:

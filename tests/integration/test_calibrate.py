@@ -45,14 +45,16 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
     for key in ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
                 "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s",
                 "zb_split_layer_s", "torch_pp_1f1b_pass_s", "torch_pp_interleaved_pass_s",
-                "torch_pp_interleaved_zb_pass_s", "deepspeed_pipe_pass_s"):
+                "torch_pp_interleaved_zb_pass_s", "deepspeed_pipe_pass_s", "torch_pp_1f1b_step_s",
+                "torch_pp_interleaved_step_s", "torch_pp_interleaved_zb_step_s", "deepspeed_pipe_step_s"):
         assert key in profile["rates"], key
-    # torch's pipeline schedules and DeepSpeed's pipeline engine over both ranks on near-empty stages: 2 x 2
+    # torch's pipeline schedules and DeepSpeed's pipeline engine over both ranks on near-empty stages: 1, 2 and 4 x 2
     # micro-batches, 2 chunks interleaved
     pipeline = profile["pipeline"]
-    assert (pipeline["stages"], pipeline["micro_batches"], pipeline["virtual_stages"]) == (2, 4, 2)
+    assert (pipeline["stages"], pipeline["micro_batches"], pipeline["virtual_stages"]) == (2, [2, 4, 8], 2)
     assert set(pipeline["schedules"]) == {"1f1b", "interleaved", "interleaved-zb", "deepspeed"}
-    assert all(timed["p10"] <= timed["seconds"] <= timed["p90"] for timed in pipeline["schedules"].values())
+    assert all(len(points) == 3 and all(timed["p10"] <= timed["seconds"] <= timed["p90"] for timed in points)
+               for points in pipeline["schedules"].values())
     for rank in profile["compute_per_rank"]:
         zb = rank["split_backward"]
         assert zb["layers"] == 2 and zb["whole"]["seconds"] > 0 and zb["split"]["seconds"] > 0
