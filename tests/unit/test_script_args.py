@@ -20,7 +20,7 @@ def _script(name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("name", [*GENERATORS, "durations_by_file", "fit_gpu_constants", "runs_to_oracle",
-                                  "checkpoint_globals"])
+                                  "checkpoint_globals", "bench_accum_split"])
 def test_help_prints_the_docstring_and_writes_nothing(name, tmp_path):
     before = {p: p.stat().st_mtime_ns for p in (ROOT / "dsbench" / "data").iterdir()}
     done = _script(name, "--help")
@@ -32,6 +32,8 @@ def test_help_prints_the_docstring_and_writes_nothing(name, tmp_path):
     ("durations_by_file", ["/nonexistent.log"], "No such file"),
     ("fit_gpu_constants", ["/nonexistent.csv"], "--replay not found: /nonexistent.csv"),
     ("runs_to_oracle", ["/nonexistent"], "metrics file not found"),
+    ("bench_accum_split", ["--profile", "/nonexistent.json"], "--profile not found: /nonexistent.json"),
+    ("bench_accum_split", ["--profile", "scripts/bench_accum_split.py", "--accums", "4"], "--accums needs two"),
 ])
 def test_a_missing_input_is_one_line(name, args, message):
     done = _script(name, *args)

@@ -1,0 +1,59 @@
+"""scripts/bench_accum_split.py: each strategy's step split into a part per micro-step and a part per step, measured
+and predicted (issues 27 and 28).
+
+Oracle: ``tests/data/runs/cpu-calibrated/accum-split-20261128-1853-gpt2-mini``, a fresh ``dsbench calibrate
+--num-gpus 2 --model gpt2-mini`` (18:53, no --check, so no step scale) and then every strategy at 1 and 4
+accumulation steps per replica, 2 launches each (18:53-19:01, written by the throwaway form of the script before it
+was kept; stored before any change it checks).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from tests.conftest import DATA, ROOT
+
+CASE = DATA / "runs" / "cpu-calibrated" / "accum-split-20261128-1853-gpt2-mini"
+
+
+def _script():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location("bench_accum_split", ROOT / "scripts" / "bench_accum_split.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_split_is_the_line_through_the_accumulation_counts():
+    # by hand: 10 + 40 x accum measured (50 at 1, 170 at 4), 5 + 40 x accum predicted (45, 165)
+    parts = _script().split({1: (0.050, 0.045), 4: (0.170, 0.165)})
+    assert parts["micro-step"] == pytest.approx((0.040, 0.040))
+    assert parts["step"] == pytest.approx((0.010, 0.005))
+
+
+def _parts() -> dict[str, dict[str, tuple[float, float]]]:
+    script = _script()
+    return {name: script.split(by_accum) for name, by_accum in
+            script.steps_by_accum(CASE, str(CASE / "profile.json")).items()}
+
+
+def test_a_pipeline_s_micro_steps_are_priced_within_five_percent():
+    # the passes of every micro-batch: the stages' compute through the bubble's closed form and the schedules'
+    # runtime per pass (plan/pipeline_time.py); measured -2.9% (pipe2), +3.5% (torch_pipe2), +1.0% (interleaved)
+    parts = _parts()
+    for name in ("pipe2", "torch_pipe2", "torch_pipe2_interleaved2"):
+        measured, predicted = parts[name]["micro-step"]
+        assert abs(predicted / measured - 1) <= 0.05, (name, measured, predicted)
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-28 18:53-19:01: the data-parallel strategies' micro-steps "
+                   "run 21-26% slower than the profile's forward+backward (ddp 51.5 ms vs 40.6, fsdp 88.3 vs 65.6, "
+                   "zero2 114.7 vs 90.6), and every strategy's part per step is 2-31 ms above the model's "
+                   "(docs/planner.md)")
+def test_every_part_of_every_step_is_priced_within_ten_percent():
+    for name, parts in _parts().items():
+        for part, (measured, predicted) in parts.items():
+            assert abs(predicted / measured - 1) <= 0.10, (name, part, measured, predicted)
