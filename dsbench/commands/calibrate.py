@@ -153,10 +153,10 @@ def _with_check(profile: Profile, cells: Path, repeats: int) -> dict:
 def _self_check(profile: Profile, cells_folder: Path, repeats: int) -> dict:
     """The check cells on CPU ranks, each predicted from the fresh profile (selfcheck.py)."""
     from dsbench.console import table_console
-    from dsbench.plan.selfcheck import check_record, check_warnings
+    from dsbench.plan.selfcheck import check_record
     from dsbench.plan.verify import predicted_figures
     from dsbench.report.collect import collect
-    from dsbench.report.tables import check_grid
+    from dsbench.report.tables import check_grid, check_warnings
     from dsbench.strategies import get
 
     cells = []

@@ -17,7 +17,7 @@ from dsbench.plan.pipeline_time import PASS_RATE, STEP_RATE
 from dsbench.plan.profile import TP_LAYER_RATE, Profile, compute_group, load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
 from dsbench.plan.request import DEFAULTS, PlanRequest
-from dsbench.plan.selfcheck import step_scale
+from dsbench.plan.selfcheck import step_residual, step_scale
 from dsbench.plan.training import check_cost_flags, training_cost
 from dsbench.strategies import lookup
 
@@ -190,6 +190,8 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
                                        rates.get(key, 0.0) / share) for schedule, key in PASS_RATE.items()),
                    overlap_comm=not str(profile.get("device", "")).startswith("cpu"),
                    step_scale=tuple(sorted(step_scale(profile).items())),
+                   step_residual=tuple(sorted((family, seconds / share)
+                                              for family, seconds in step_residual(profile).items())),
                    spread=tuple(sorted((profile.get("spread") or {}).items())))
 
 
@@ -261,6 +263,7 @@ def plan(req: PlanRequest) -> dict[str, Any]:
                     "peak_tflops": cl.peak_tflops, "efficiency": cl.efficiency, "intra": cl.intra.note,
                     "inter": cl.inter.note if cl.nodes > 1 else None, "compute_tflops": cl.compute_tflops,
                     "profile": req.profile.path if req.profile else None, "step_scale": dict(cl.step_scale),
+                    "step_residual_ms": {family: seconds * 1e3 for family, seconds in cl.step_residual},
                     "gpu_model": cl.gpu_model.kind if cl.gpu_model else None,
                     # a CPU profile's ranks per node are the machine's own
                     "notes": [] if cl.compute_tflops else node_note(cl.nodes, cl.gpus_per_node)},

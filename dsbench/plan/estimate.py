@@ -89,6 +89,8 @@ class Cluster:
     """A GPU kind's hardware profile, without a machine profile: the GPU time model prices the step."""
     step_scale: tuple[tuple[str, float], ...] = ()
     """Per engine family, measured / predicted step time of ``calibrate --check``'s cells (plan/selfcheck.py)."""
+    step_residual: tuple[tuple[str, float], ...] = ()
+    """Per pipeline family, seconds its check cells paid a step beyond their prediction (selfcheck.step_residual)."""
     spread: tuple[tuple[str, float], ...] = ()
     """Each calibrated timing's spread over its samples (a profile's ``spread``): the step's range
     (dsbench/plan/interval.py)."""
@@ -215,10 +217,8 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(V·M + P - 1) when the stages are equal
     step = compute_with_bubble + exposed + offload + optimizer + framework
     no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework
-    # calibrate --check's fitted constant for the engine family (plan/selfcheck.py): measured / predicted of its real
-    # check cell, so the family's steps pay what the isolated measurements missed
-    scale = dict(cl.step_scale).get(cand.runs_as.family, 1.0)
-    check = step * (scale - 1)
+    check = _check_seconds(cand, step, cl)
+    scale = (step + check) / step if step > 0 else 1.0
     span = interval.step_range(step + check, {"compute": compute_with_bubble, "communication": exposed,
                                               "optimizer": optimizer, "framework": framework},
                                interval.framework_timings(cand), dict(cl.spread), scale)
@@ -331,6 +331,13 @@ def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: 
     if cand.ulysses > 1:
         critical += ulysses_comm(shape, wl.seq_len, wl.micro_batch, cand.ulysses, cl.intra, act_bytes, accum)
     return comm + critical, exposed + sum(c.seconds for c in critical)
+
+
+def _check_seconds(cand: Candidate, step: float, cl: Cluster) -> float:
+    """calibrate --check's fitted constant for the engine family (plan/selfcheck.py), so its steps pay what the
+    isolated measurements missed: step x (measured / predicted - 1), or a pipeline's measured - predicted."""
+    family = cand.runs_as.family
+    return dict(cl.step_residual).get(family, step * (dict(cl.step_scale).get(family, 1.0) - 1))
 
 
 def _deepspeed_measured(cand: Candidate, cl: Cluster) -> bool:

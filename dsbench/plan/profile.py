@@ -288,13 +288,8 @@ def load_profile(data: Any, source: str) -> dict[str, Any]:
     if type(cpus) is not int or cpus < 1:  # the cores ranks share (plan.api.core_share)
         raise UserError(f"{source}: machine.cpus must be a whole number >= 1, got {_shown(cpus)} (write the "
                         "profile again with dsbench calibrate)")
-    check = data.get("check")
-    if check is not None:  # calibrate --check's per-family step scales (plan/selfcheck.py)
-        if not isinstance(check, dict) or not isinstance(check.get("step_scale"), dict):
-            raise UserError(f"{source}: check.step_scale must map engine families to numbers (write the profile "
-                            "again with dsbench calibrate --check)")
-        for family, scale in check["step_scale"].items():
-            _check_figure(scale, f"check.step_scale.{family}", source, positive=True)
+    if data.get("check") is not None:  # calibrate --check's per-family corrections (plan/selfcheck.py)
+        _check_corrections(data["check"], source)
     spread = data.get("spread", {})
     if not isinstance(spread, dict):  # each timing's spread (spreads): the planner's step range
         raise UserError(f"{source}: spread must map timings to numbers, got {_shown(spread)} (write the profile again "
@@ -336,6 +331,18 @@ OPTIONAL_RATES = ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_c
                   "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s",
                   "zb_split_layer_s", *PASS_RATE.values(), *STEP_RATE.values())
 """The engine costs a profile may carry (older profiles have none)."""
+
+
+def _check_corrections(check: Any, source: str) -> None:
+    """calibrate --check's per-family step scales and the pipeline families' milliseconds added to a step: maps of
+    engine families to positive numbers."""
+    for key in ("step_scale", "step_residual_ms"):
+        found = check.get(key, {} if key == "step_residual_ms" else None) if isinstance(check, dict) else None
+        if not isinstance(found, dict):
+            raise UserError(f"{source}: check.{key} must map engine families to numbers (write the profile "
+                            "again with dsbench calibrate --check)")
+        for family, value in found.items():
+            _check_figure(value, f"check.{key}.{family}", source, positive=True)
 
 
 def _check_figure(value: Any, key: str, source: str, positive: bool) -> None:

@@ -12,9 +12,11 @@ from dsbench.rows import VerifyRow
 def _header(result: dict[str, Any]) -> str:
     m, c, w = result["model"], result["cluster"], result["workload"]
     if c.get("compute_tflops"):
+        added = c.get("step_residual_ms") or {}  # the pipeline families' correction: added to each step
         rate = (f"{c['compute_tflops']:.3g} TFLOPS per rank measured (profile {c['profile']}"
-                + (", step times scaled by its calibrate --check: " + ", ".join(
-                    f"{family} x{scale:.2f}" for family, scale in c["step_scale"].items())
+                + (", step times corrected by its calibrate --check: " + ", ".join(
+                    f"{family} +{added[family]:,.1f} ms" if family in added else f"{family} x{scale:.2f}"
+                    for family, scale in c["step_scale"].items())
                    if c.get("step_scale") else "") + ");")
     elif c.get("gpu_model"):
         rate = f"{c['peak_tflops']:g} TFLOPS peak, the GPU time model's {c['gpu_model']} profile;"
@@ -214,17 +216,33 @@ def check_grid(check: dict[str, Any]) -> Grid:
     repeats = check.get("repeats", 1)
     runs = "1 run each" if repeats == 1 else f"median of {repeats} runs each"
     grid = Grid([Col("strategy", 80, left=True), Col("family", 80, left=True), Col("measured ms", 80),
-                 Col("range ms", 80), Col("predicted ms", 80), Col("error", 80), Col("scale", 80)],
+                 Col("range ms", 80), Col("predicted ms", 80), Col("error", 80), Col("correction", 80)],
                 title=f"check ({check['steps']} steps, {check['warmup']} warm-up, {runs})")
     for row in check["cells"]:
         spread = row.get("measured_range_ms")  # profiles written before 2026-11-27 20:00 have none
         grid.add(row["strategy"], row["family"], f"{row['measured_step_ms']:,.1f}",
                  f"{spread[0]:,.1f}-{spread[1]:,.1f}" if spread else "-", f"{row['predicted_step_ms']:,.1f}",
-                 f"{row['error']:+.1%}", f"{check['step_scale'][row['family']]:.3f}")
-    grid.notes.append("step time by the wall clock, predicted before the family's scale; range: the fastest and "
-                      "slowest launch; error = predicted / measured - 1; scale = measured / predicted, applied to "
-                      "every prediction of the family")
+                 f"{row['error']:+.1%}", correction(check, row["family"]))
+    grid.notes.append("step time by the wall clock, predicted before the family's correction; range: the fastest "
+                      "and slowest launch; error = predicted / measured - 1; correction, applied to every prediction "
+                      "of the family: x measured / predicted, or for a pipeline + measured - predicted a step")
     return grid
+
+
+def correction(check: dict[str, Any], family: str) -> str:
+    """How the planner corrects a family's predictions from calibrate --check's record (plan/selfcheck.py): a
+    pipeline's ``+12.3 ms`` a step, any other's ``x1.150``."""
+    added = (check.get("step_residual_ms") or {}).get(family)
+    return f"+{added:,.1f} ms" if added is not None else f"x{check['step_scale'][family]:.3f}"
+
+
+def check_warnings(check: dict[str, Any]) -> list[str]:
+    """A warning per check cell predicted further from its measurement than the goal (the cells themselves are
+    :func:`check_grid`'s table)."""
+    return [f"warning: {row['strategy']} was predicted {row['error']:+.1%} from its measured step (goal within "
+            f"{check['goal']:.0%}); the planner corrects {row['family']} predictions by "
+            f"{correction(check, row['family'])} from this profile"
+            for row in check["cells"] if abs(row["error"]) > check["goal"]]
 
 
 def whatif_grid(rows: list[Any]) -> Grid:

@@ -87,6 +87,9 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
         assert cell["measured_step_ms"] == pytest.approx(step_ms, rel=1e-6), cell
         scale = cell["measured_step_ms"] / cell["predicted_step_ms"]
         assert check["step_scale"][cell["family"]] == pytest.approx(scale)
+        if cell["family"] in ("pipeline", "pipe_engine"):  # a pipeline's correction: measured - predicted, added
+            added = cell["measured_step_ms"] - cell["predicted_step_ms"]
+            assert check["step_residual_ms"].get(cell["family"]) == (pytest.approx(added) if added > 0 else None)
         assert cell["measured_range_ms"] == pytest.approx([step_ms, step_ms], rel=1e-6)  # one launch: its own
         # the check's table: the cell's row whole, its measured and predicted step as the profile holds them
         low, high = cell["measured_range_ms"]

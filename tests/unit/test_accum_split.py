@@ -57,3 +57,31 @@ def test_every_part_of_every_step_is_priced_within_ten_percent():
     for name, parts in _parts().items():
         for part, (measured, predicted) in parts.items():
             assert abs(predicted / measured - 1) <= 0.10, (name, part, measured, predicted)
+
+
+CHECKED = DATA / "runs" / "cpu-calibrated" / "accum-split-20261128-1917-gpt2-mini-checked"
+"""Out of sample for the added correction (chosen on :data:`CASE`): ``dsbench calibrate --num-gpus 2 --model
+gpt2-mini --check`` at 19:17 (its torch_pipe2 and pipe2 check cells at 1 accumulation step: +17.3 and +28.0 ms,
+stored as ``check.step_residual_ms``), then ``python scripts/bench_accum_split.py --profile P --model gpt2-mini
+--strategies torch_pipe2,pipe2,torch_pipe2_interleaved2,torch_pipe2_zb2`` (19:19-19:23, 2 launches per cell)."""
+
+
+def test_a_pipeline_s_check_added_holds_at_four_micro_steps_where_the_scale_over_corrects():
+    import copy
+
+    from dsbench.plan.api import read_profile
+    from dsbench.plan.verify import measured_step_s, predict_cell
+    from dsbench.report.collect import collect
+
+    added = read_profile(str(CHECKED / "profile.json"))
+    scaled = copy.deepcopy(added)  # the same check read as before 2026-11-28 19:20: a ratio for every family
+    del scaled.data["check"]["step_residual_ms"]
+    errors = {}
+    for row in collect([CHECKED / "ga4"]):
+        measured = measured_step_s(row)
+        errors[row.base_strategy] = tuple(predict_cell(row, p).step_s / measured - 1 for p in (added, scaled))
+    assert set(errors) == {"torch_pipe2", "pipe2", "torch_pipe2_interleaved2", "torch_pipe2_zb2"}
+    # measured: added -1.8% (torch_pipe2), +8.5% (pipe2), +8.2% (interleaved), +7.1% (zero bubble); scaled +12.4%,
+    # +31.4%, +24.1%, +23.3%
+    for name, (with_added, with_scale) in errors.items():
+        assert abs(with_added) <= 0.10 and abs(with_added) < abs(with_scale), (name, with_added, with_scale)

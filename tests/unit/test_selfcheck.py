@@ -11,7 +11,8 @@ from dsbench.bench.tune import default_strategies
 from dsbench.errors import UserError
 from dsbench.plan.api import read_profile
 from dsbench.plan.estimate import Candidate, estimate
-from dsbench.plan.selfcheck import check_record, check_strategies, check_warnings
+from dsbench.plan.selfcheck import check_record, check_strategies
+from dsbench.report.tables import check_warnings
 from tests.conftest import DATA
 
 PROFILE = DATA / "runs" / "cpu-calibrated" / "profile-llama-tiny.json"
@@ -36,12 +37,45 @@ def test_the_scale_is_measured_over_predicted_per_family_and_the_error_its_inver
     from dsbench.report.tables import check_grid
 
     grid = check_grid(record)
-    assert [row[:2] + row[5:] for row in grid.rows] == [["ddp", "ddp", "-20.0%", "1.250"],
-                                                         ["zero2", "zero", "+8.0%", "0.926"]]
+    assert [row[:2] + row[5:] for row in grid.rows] == [["ddp", "ddp", "-20.0%", "x1.250"],
+                                                         ["zero2", "zero", "+8.0%", "x0.926"]]
     assert [row[3] for row in grid.rows] == ["-", "-"] and "1 run each" in grid.title  # no range recorded
     warnings = check_warnings(record)
-    assert len(warnings) == 1 and "ddp" in warnings[0] and "1.250" in warnings[0]  # 8% is within the goal
+    assert len(warnings) == 1 and "ddp" in warnings[0] and "x1.250" in warnings[0]  # 8% is within the goal
     assert record["repeats"] == 1 and check_record(cells, repeats=3)["repeats"] == 3
+    assert record["step_residual_ms"] == {}  # no pipeline cell
+
+
+def test_a_pipeline_s_check_is_added_to_each_step_not_multiplied():
+    """The pipeline families' miss is per step (tests/unit/test_accum_split.py): their check stores measured -
+    predicted, the planner adds it to every step of the family, and the tables say so; a pipeline predicted too
+    slow keeps its scale."""
+    from dataclasses import replace
+
+    from dsbench.models import PRESETS
+    from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+    from dsbench.plan.hardware import Link
+    from dsbench.plan.selfcheck import step_residual
+    from dsbench.report.tables import check_grid
+
+    cells = [{"strategy": "ddp", "family": "ddp", "measured_step_ms": 60.0, "predicted_step_ms": 48.0},
+             {"strategy": "torch_pipe2", "family": "pipeline", "measured_step_ms": 84.0, "predicted_step_ms": 72.0},
+             {"strategy": "pipe2", "family": "pipe_engine", "measured_step_ms": 70.0, "predicted_step_ms": 76.0}]
+    record = check_record(cells)
+    assert record["step_residual_ms"] == {"pipeline": 12.0}  # pipe2 was predicted slow: scaled, 70 / 76
+    assert step_residual({"check": record}) == {"pipeline": 0.012} and step_residual({}) == {}
+    assert [row[-1] for row in check_grid(record).rows] == ["x1.250", "+12.0 ms", "x0.921"]
+    link = Link("x", 4.5, 128.0, "test")
+    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link, host_link=link,
+                 compute_tflops=0.02, overlap_comm=False)
+    checked = replace(cl, step_scale=tuple(record["step_scale"].items()), step_residual=(("pipeline", 0.012),))
+    for accum in (1, 4):  # the same 12 ms at every accumulation; ddp's 25% of whatever its step is
+        wl = Workload(shape=PRESETS["gpt2-mini"], seq_len=128, micro_batch=2, grad_accum=accum, precision="fp32")
+        pipe = Candidate(strategy="ddp", pp=2, engine="torch")
+        assert estimate(pipe, wl, checked).step_s == pytest.approx(estimate(pipe, wl, cl).step_s + 0.012)
+        assert estimate(pipe, wl, checked).check_s == pytest.approx(0.012)
+        ddp = Candidate(strategy="ddp")
+        assert estimate(ddp, wl, checked).step_s == pytest.approx(estimate(ddp, wl, cl).step_s * 1.25)
 
 
 def test_check_repeats_ask_compare_for_interleaved_launches(tmp_path, monkeypatch):
@@ -109,6 +143,11 @@ def test_the_planner_scales_the_checked_families_only(tmp_path):
     ({"step_scale": {"ddp": 0}}, "check.step_scale.ddp must be a finite number > 0"),
     ({"step_scale": {"ddp": "1.2"}}, "check.step_scale.ddp must be a finite number > 0"),
     ({"step_scale": {"ddp": True}}, "check.step_scale.ddp must be a finite number > 0"),
+    ({"step_scale": {}, "step_residual_ms": 12.0}, "check.step_residual_ms must map"),
+    ({"step_scale": {}, "step_residual_ms": {"pipeline": -1.0}},
+     "check.step_residual_ms.pipeline must be a finite number > 0"),
+    ({"step_scale": {}, "step_residual_ms": {"pipeline": float("nan")}},
+     "check.step_residual_ms.pipeline must be a finite number > 0"),
 ])
 def test_a_bad_check_section_is_one_line(tmp_path, check, message):
     data = json.loads(PROFILE.read_text())
@@ -145,7 +184,7 @@ def test_plan_says_which_scales_a_checked_profile_applied():
     assert "zero1" not in scale and planned["cluster"]["step_scale"] == {**scale, "zero1": scale["zero"],
                                                                          "pipe_engine": scale["pipeline"]}
     text = CliRunner().invoke(cli, args, terminal_width=400).output
-    assert f"step times scaled by its calibrate --check: ddp x{scale['ddp']:.2f}" in " ".join(text.split())
+    assert f"step times corrected by its calibrate --check: ddp x{scale['ddp']:.2f}" in " ".join(text.split())
 
 
 def test_the_check_table_names_its_launches_and_their_range():
