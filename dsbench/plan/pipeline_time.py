@@ -106,8 +106,8 @@ def schedule_seconds(cand: Candidate, micro_batches: int, costs: dict[str, tuple
     """The pipeline engine's runtime in one step: the profile's cost per step of its schedule, torch's or DeepSpeed's
     engine, plus the passes of a rank x its cost per pass (``costs``: schedule -> (per step, per pass),
     ``Cluster.pipe_costs``; zero without a pipeline and without a measured cost)."""
-    per_step, per_pass = costs.get(engine_schedule(cand), (0.0, 0.0))
+    schedule = engine_schedule(cand)
+    per_step, per_pass = costs.get(schedule, (0.0, 0.0))
     if cand.pp <= 1 or not (per_step or per_pass):
         return 0.0
-    order = _order(engine_schedule(cand))
-    return per_step + passes_per_rank(cand.pp, micro_batches, cand.virtual_stages, order) * per_pass
+    return per_step + passes_per_rank(cand.pp, micro_batches, cand.virtual_stages, _order(schedule)) * per_pass

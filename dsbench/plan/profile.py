@@ -336,8 +336,8 @@ OPTIONAL_RATES = ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_c
 def _check_corrections(check: Any, source: str) -> None:
     """calibrate --check's per-family step scales and the pipeline families' milliseconds added to a step: maps of
     engine families to positive numbers."""
-    for key in ("step_scale", "step_residual_ms"):
-        found = check.get(key, {} if key == "step_residual_ms" else None) if isinstance(check, dict) else None
+    for key, default in (("step_scale", None), ("step_residual_ms", {})):  # the second: profiles from 19:20 on
+        found = check.get(key, default) if isinstance(check, dict) else None
         if not isinstance(found, dict):
             raise UserError(f"{source}: check.{key} must map engine families to numbers (write the profile "
                             "again with dsbench calibrate --check)")
