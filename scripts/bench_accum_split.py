@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+import script_args
+
 from dsbench.bench.compare import run_matrix
 from dsbench.bench.matrix import Cell
 from dsbench.bench.tune import fused_by_default
@@ -27,9 +29,6 @@ from dsbench.plan.api import read_profile
 from dsbench.plan.pipeline_time import fit_runtime
 from dsbench.plan.verify import measured_step_s, predict_cell
 from dsbench.report.collect import collect
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from script_args import run  # noqa: E402  (scripts/ is not a package)
 
 
 class _Quiet:
@@ -113,4 +112,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    sys.exit(script_args.run(main))

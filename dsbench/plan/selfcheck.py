@@ -78,5 +78,5 @@ def step_scale(profile: dict[str, Any]) -> dict[str, float]:
 
 def step_residual(profile: dict[str, Any]) -> dict[str, float]:
     """Seconds a step of each :data:`PER_STEP` family pays beyond its prediction, from a profile checked since
-    2026-11-28 19:30 (``check.step_residual_ms``; older checked profiles scale every family)."""
+    2026-11-28 19:20 (``check.step_residual_ms``; older checked profiles scale every family)."""
     return {family: ms / 1e3 for family, ms in ((profile.get("check") or {}).get("step_residual_ms") or {}).items()}
