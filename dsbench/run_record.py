@@ -210,6 +210,9 @@ class RunHeader:
     loss_parallel: bool = False
     fsdp_reshard: bool = True
     activation_checkpointing: bool = False
+    recompute: str = "none"
+    """What the backward recomputed (``--recompute``: none, full, selective, selective-op); runs written before the
+    option read as ``full`` or ``none`` from ``activation_checkpointing``."""
     ds_config: dict[str, Any] | None = None
     speed: Speed = field(default_factory=Speed)
     command: tuple[str, ...] = ()
@@ -237,6 +240,7 @@ class RunHeader:
                    loss_parallel=bool(record.get("loss_parallel")),
                    fsdp_reshard=bool((record.get("fsdp") or {}).get("reshard", True)),
                    activation_checkpointing=bool(record.get("activation_checkpointing")),
+                   recompute=record.get("recompute") or ("full" if record.get("activation_checkpointing") else "none"),
                    ds_config=record.get("ds_config"),
                    speed=Speed(**{key: speed.get(key) for key in ("compile", "fused_optimizer", "attention",
                                                                   "optimizer")}),

@@ -2,7 +2,7 @@
 # The GPU checks of the issues, on a machine with one CUDA GPU (e.g. the lent H100), from the project root:
 #
 #   scripts/gpu_checks.sh OUT [tier] [matrix-gpt2] [matrix-llama] [overhead] [compile-gpt2] [compile-llama] [profile]
-#                             [gpu-constants] [calibrate] [heldout-llama]
+#                             [gpu-constants] [calibrate] [heldout-llama] [recompute]
 #                                                        (default: the first four; compile-*: issue 15's eager vs
 #                                                         compiled bf16 compare, --compile both; profile: where
 #                                                         the matrix cells' step time goes, by kernel kind, with
@@ -11,7 +11,9 @@
 #                                                         (worker/calibrate_gpu.py); calibrate: `dsbench calibrate
 #                                                         --check` on GPT-2, profile version 2 with the host's
 #                                                         zero_host_us; heldout-llama: the 1.1B Llama's ZeRO cells,
-#                                                         which that profile did not see)
+#                                                         which that profile did not see; recompute: issue 28's
+#                                                         --recompute on the 1.1B Llama's peak and step, and each
+#                                                         policy's losses on NCCL)
 #
 # tier: every strategy through its launcher at world size 1 on NCCL (tests/gpu); matrix-*: the bf16
 # compare of single/ZeRO-1/2/3/offload (GPT-2 124M at seq 1024 x 16, a 1.1B Llama at seq 2048 x 4);
@@ -44,6 +46,11 @@ for step in $steps; do
       DSBENCH_GPU_OUT=$out/runs python3 -m pytest tests/gpu -m gpu -v -s -p no:cacheprovider \
         -k "test_bf16_matrix_on_one_gpu and $model" > "$out/$step.log" 2>&1 || status=1
       tar czf "$out/$step.tgz" -C "$out/runs" "compare-$model" 2>/dev/null ;;
+    recompute)  # issue 28: the Llama's peak and step under --recompute none/full/selective, then the policies' losses
+      DSBENCH_GPU_OUT=$out/runs python3 -m pytest tests/gpu -m gpu -v -s -p no:cacheprovider -k recompute \
+        > "$out/recompute.log" 2>&1 || status=1
+      find "$out/runs/recompute-llama-1b" -name "*.log" -size +1M -delete 2>/dev/null
+      tar czf "$out/recompute.tgz" -C "$out/runs" recompute-llama-1b 2>/dev/null ;;
     compile-gpt2|compile-llama)
       model=$([ "$step" = compile-gpt2 ] && echo gpt2 || echo llama-1b)
       DSBENCH_GPU_OUT=$out/runs python3 -m pytest tests/gpu -m gpu -v -s -p no:cacheprovider \

@@ -16,6 +16,10 @@ from dsbench.plan.replay import COLUMNS, OracleRow, typed_row
 from dsbench.records import header_of, read_records
 from dsbench.run_record import RunHeader, read_summary
 
+REPLAYED_RECOMPUTE = ("none", "full", "selective")
+"""The worker's ``--recompute`` values the replay prices as they are (plan/gpu_layout.RECOMPUTE): its
+``selective`` is the attention core, as Korthikanti et al.'s and the replay's."""
+
 
 def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) -> dict[str, object] | str:
     """The oracle row of one run folder, or why it has none."""
@@ -26,6 +30,9 @@ def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) ->
     zero = (header.ds_config or {}).get("zero_optimization", {})
     if (zero.get("offload_optimizer") or {}).get("device", "none") != "none":
         return "optimizer offload: the oracle schema has no offload column"
+    if header.recompute not in REPLAYED_RECOMPUTE:
+        return (f"recompute {header.recompute}: dsbench's op policy saves every matmul output, the replay's 'op' "
+                "(torchtitan's) every second one")
     kind = kind or kind_of_device(gpu_name)  # a calibrated profile names its own kind (gpu_calibration)
     if kind is None or not header.device.startswith("cuda"):
         return f"not on a GPU the profiles know ({gpu_name or header.device})"
@@ -46,7 +53,7 @@ def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) ->
             "gpus_per_node": header.world_size, "strategy": "ddp" if strategy == "zero0" else strategy,
             "tp": header.tp, "pp": 1, "cp": 1, "micro_batch": header.micro_batch,
             "global_batch": header.global_batch,
-            "recompute": "full" if header.activation_checkpointing else "none", "sequence_parallel": 0,
+            "recompute": header.recompute, "sequence_parallel": 0,
             "precision": header.precision, "compile": int(bool(header.speed.compile)),
             "measured_step_s": round(window.step_s, 6),
             "measured_tokens_per_s_per_gpu": round(window.tokens_per_s_per_rank or window.tokens_per_s
