@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from dsbench.commands.base import Command
 from dsbench.commands.options import (
@@ -104,7 +105,7 @@ def plan(top: int, as_json: bool, wide: bool, verify: bool, config_file: str | N
     """Estimate memory, communication, bubble and step time per strategy, and recommend one; with --layout,
     price one explicit layout on GPUs; with --replay, predict published GPU-cluster runs and compare."""
     if replay or files:
-        _replay(replay, files, as_json, wide)
+        _replay(replay, files, as_json, wide, opts.get("profile"))
         return
     _one_gpu_source(opts.get("profile"))
     if opts["hbm_tbs"] is not None and opts["gpu"] != "custom":
@@ -266,22 +267,44 @@ def _write(directory: str, result: dict[str, Any], req: Any) -> list[str]:
     return written
 
 
-def _replay(flag: bool, files: tuple[str, ...], as_json: bool, wide: bool) -> None:
+REPLAY_FLAGS = ("replay", "files", "as_json", "wide", "profile")
+"""What --replay reads; every other plan option is refused beside it (each row carries its own inputs)."""
+
+
+def _replay(flag: bool, files: tuple[str, ...], as_json: bool, wide: bool, profile: Any) -> None:
     from dsbench.errors import UserError
 
     if not flag:
         raise UserError(f"{files[0]}: a file is read only with --replay (dsbench plan --replay FILE.csv ...)")
     if not files:
         raise UserError("--replay needs one or more CSV files in the oracle schema (docs/planner.md)")
+    ctx = click.get_current_context()
+    for param in ctx.command.params:
+        if param.name not in REPLAY_FLAGS and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
+            raise UserError(f"{param.opts[0]} does not apply to --replay (each row names its model, GPU and layout):"
+                            " drop it")
+    calibrated = None
+    if profile is not None:
+        if not profile.data.get("gpu"):
+            raise UserError(f"--profile {profile.path} measured CPU ranks; --replay prices GPUs (give a profile that "
+                            "dsbench calibrate wrote on a CUDA GPU, or drop --profile)")
+        from dsbench.plan.gpu_calibration import calibrated_gpu
+
+        calibrated = calibrated_gpu(profile.data["gpu"], profile.path)
     from dsbench.plan.replay import as_json as replay_json
     from dsbench.plan.replay import replay
 
-    result = replay_json(replay(list(files)))
+    result = replay_json(replay(list(files), calibrated))
+    if calibrated is not None:
+        result["profile"] = {"path": profile.path, "kind": calibrated.kind}
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         from dsbench.report.replay_table import print_replay
 
+        if calibrated is not None:
+            click.echo(f"Rows on {calibrated.kind} priced with {profile.path}'s measured constants; other rows with "
+                       "the shipped profiles.")
         print_replay(result, wide)
 
 

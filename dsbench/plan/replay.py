@@ -17,7 +17,7 @@ from dsbench.errors import UserError
 from dsbench.io import read_text
 from dsbench.plan.gpu_layout import Layout, Shape
 from dsbench.plan.gpu_memory import peak_memory
-from dsbench.plan.gpu_profiles import GpuProfile, profile_for
+from dsbench.plan.gpu_profiles import ALIASES, GpuProfile, profile_for
 from dsbench.plan.gpu_time import StepTime, step_time
 
 COLUMNS = ("source,row,model,arch,layers,hidden,heads,kv_heads,ffn,vocab,seq_len,gpu,gpus,gpus_per_node,intra_gbs,"
@@ -120,7 +120,8 @@ def read_rows(paths: list[Path]) -> list[OracleRow]:
         header = reader.fieldnames or []
         missing = [c for c in COLUMNS if c not in header]
         if missing:
-            raise UserError(f"{path}: not the oracle schema: no column {missing[0]} (header: {','.join(COLUMNS)})")
+            raise UserError(f"{path}: not the oracle schema: no column {missing[0]} (the schema's header: "
+                            f"{','.join(COLUMNS)})")
         for line, raw in enumerate(reader, start=2):
             if None in raw:
                 raise UserError(f"{path} row {line}: more cells than the header's {len(header)} columns")
@@ -271,9 +272,12 @@ def source_stats(results: list[RowResult]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def replay(paths: list[str]) -> list[RowResult]:
-    """Predict every row of the files."""
-    return [predict_row(row) for row in read_rows([Path(p) for p in paths])]
+def replay(paths: list[str], calibrated: GpuProfile | None = None) -> list[RowResult]:
+    """Predict every row of the files; rows on ``calibrated``'s GPU kind with its measured constants (a profile
+    ``dsbench calibrate`` wrote on that GPU), the others with the shipped profiles."""
+    kind = calibrated.kind if calibrated is not None else None
+    return [predict_row(row, calibrated if ALIASES.get(row.values["gpu"], row.values["gpu"]) == kind else None)
+            for row in read_rows([Path(p) for p in paths])]
 
 
 def as_json(results: list[RowResult]) -> dict[str, Any]:

@@ -65,6 +65,7 @@ kernel's own temporaries."""
 
 
 def _recompute_attention_core(model: Any) -> None:
+    import torch
     from torch.utils.checkpoint import checkpoint
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -75,6 +76,14 @@ def _recompute_attention_core(model: Any) -> None:
                         f"{model.config._attn_implementation!r} attention (use --recompute full or selective-op)")
 
     def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
+        device = query.device.type
+        if torch.is_autocast_enabled(device):
+            # SDPA is on autocast's lower-precision list, so its kernel runs on these same 16-bit copies; cast
+            # here, the checkpoint keeps them instead of its fp32 inputs (Llama's RoPE promotes q and k to the
+            # fp32 residual stream's dtype): 2x SDPA's own saved bytes, +0.75 GiB at 4 x 2048 on the 1.1B
+            # Llama on an H200 before this cast (docs/benchmarks.md, 2026-11-28)
+            dtype = torch.get_autocast_dtype(device)
+            query, key, value = (tensor.to(dtype) for tensor in (query, key, value))
         return checkpoint(lambda q, k, v, mask: sdpa_attention_forward(module, q, k, v, mask, **kwargs),
                           query, key, value, attention_mask, use_reentrant=False)
 

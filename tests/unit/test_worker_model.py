@@ -117,3 +117,28 @@ def test_the_shipped_tokenizer_gives_transformers_ids_and_saves_as_it(tmp_path):
     oracle.save_pretrained(tmp_path / "b")
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(p.name for p in (tmp_path / "b").iterdir())
     assert (tmp_path / "a" / "tokenizer.json").read_text() == (tmp_path / "b" / "tokenizer.json").read_text()
+
+
+def test_selective_recompute_checkpoints_the_16_bit_copies_under_autocast(monkeypatch):
+    """Under autocast over fp32 weights Llama's RoPE returns q and k in fp32; the checkpoint around SDPA must hold
+    the 16-bit copies SDPA itself runs on (and would save), not those fp32 inputs: on an H200 they cost 0.75 GiB
+    at 4 x 2048 on the 1.1B Llama (tests/unit/test_gpu_recompute.py). In fp32 nothing is cast."""
+    import torch.utils.checkpoint as checkpointing
+
+    seen: list[tuple[torch.dtype, ...]] = []
+    original = checkpointing.checkpoint
+
+    def spy(function, *args, **kwargs):
+        seen.append(tuple(a.dtype for a in args[:3]))
+        return original(function, *args, **kwargs)
+
+    monkeypatch.setattr(checkpointing, "checkpoint", spy)
+    model = build_model(PRESETS["llama-tiny"], seed=0, recompute="selective")
+    ids = torch.randint(0, 4096, (2, 64), generator=torch.Generator().manual_seed(0))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(input_ids=ids, labels=ids).loss.backward()
+    layers = PRESETS["llama-tiny"].layers
+    assert seen == [(torch.bfloat16,) * 3] * layers
+    seen.clear()
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert seen == [(torch.float32,) * 3] * layers
