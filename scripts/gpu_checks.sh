@@ -30,6 +30,12 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 TORCH_CUDA_ARCH_LIST=$(python3 -c "import torch; print('%d.%d' % torch.cuda.get_device_capability())")
 export TORCH_CUDA_ARCH_LIST
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+# `pip install --target T` (../shared/GPU.md's recipe) puts the `deepspeed` launcher in T/bin, off PATH: the
+# DeepSpeed cells would stop at "launcher 'deepspeed' not found" (2026-11-28's first recompute call)
+if ! command -v deepspeed > /dev/null; then
+  scripts_dir=$(python3 -c "import deepspeed, os; print(os.path.dirname(os.path.dirname(deepspeed.__file__)))")/bin
+  [ -x "$scripts_dir/deepspeed" ] && export PATH=$scripts_dir:$PATH
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/gpu.csv" 2>&1
 python3 -c "import torch, transformers, deepspeed, accelerate; print('torch', torch.__version__, 'cuda', \
 torch.version.cuda, 'transformers', transformers.__version__, 'deepspeed', deepspeed.__version__, \
