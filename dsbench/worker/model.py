@@ -47,14 +47,24 @@ def build_model(shape: ModelShape, seed: int, trust_remote_code: bool = False,
             raise
         model = build("eager")
     if gradient_checkpointing or recompute == "full":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        _checkpoint_every_block(model, use_reentrant=False)
     elif recompute == "selective":
         _recompute_attention_core(model)
     elif recompute == "selective-op":  # torch's selective activation checkpointing around every block
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False,
-                                                                           "context_fn": _op_policy_contexts})
+        _checkpoint_every_block(model, use_reentrant=False, context_fn=_op_policy_contexts)
     model.config.use_cache = False
     return model
+
+
+def _checkpoint_every_block(model: Any, **checkpoint_kwargs: Any) -> None:
+    """Every decoder block under ``torch.utils.checkpoint`` with these keyword arguments: transformers'
+    ``activation_checkpointing_enable`` where it exists (5.2x; ``gradient_checkpointing_enable`` is its deprecated
+    alias there), else ``gradient_checkpointing_enable`` (5.17, the lent GPU's)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=checkpoint_kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpoint_kwargs)
 
 
 RECOMPUTED_SDPA = "sdpa_recompute"
