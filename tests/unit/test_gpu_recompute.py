@@ -102,3 +102,18 @@ def test_replay_refuses_what_it_cannot_use_in_one_line(cli_run, tmp_path, args, 
     result = cli_run("plan", "--replay", str(oracle), *[a.replace("cpu.json", str(tmp_path / "cpu.json"))
                                                        for a in args])
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_a_run_under_dsbenchs_op_policy_is_left_out_with_its_reason(tmp_path):
+    """selective-op saves every matmul output; the replay's ``op`` (torchtitan's) every second one: not priced."""
+    import shutil
+
+    folder = tmp_path / "single-selective-op"
+    shutil.copytree(RUNS / "b/single-selective", folder)
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    header = json.loads(lines[0])
+    assert header["type"] == "header"
+    lines[0] = json.dumps({**header, "recompute": "selective-op"})
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    reason = run_row(folder, "NVIDIA H200", 1)
+    assert isinstance(reason, str) and reason.startswith("recompute selective-op: dsbench's op policy")

@@ -773,3 +773,26 @@ def test_llama_tiny_with_the_pipelines_check_added_meets_the_goals():
     _goals(PIPELINE_CHECK_ADDED_LLAMA_TINY)
     median, worst, rho = _figures(_cells(PIPELINE_CHECK_ADDED_LLAMA_TINY))
     assert median <= 0.05 and worst <= 0.11 and rho >= 0.95, (median, worst, rho)
+
+
+AFTER_THE_PIPELINE_CHANGES_GPT2_TINY = "oos-20261128-2205-gpt2-tiny"
+"""``python scripts/bench_time_model.py --models gpt2-tiny --check-repeats 3`` at 22:01, the first gpt2-tiny run
+after the pipelines' per-step part and the step residual (PIPELINE_CHECK_ADDED_*); written before this test."""
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-28 22:05: median 1.9% and worst 10.4% (torch_pipe2) meet "
+                   "their goals, Spearman 0.88 misses 0.9: fsdp and pipe2 ran 1.4% apart and swapped, and zero1, zero2 "
+                   "and zero2_offload were predicted within 1% of each other (measured 51.7-58.7 ms)")
+def test_gpt2_tiny_after_the_pipeline_changes_meets_the_goals():
+    _goals(AFTER_THE_PIPELINE_CHANGES_GPT2_TINY)
+
+
+def test_gpt2_tiny_after_the_pipeline_changes_misranks_only_near_ties():
+    cells = _cells(AFTER_THE_PIPELINE_CHANGES_GPT2_TINY)
+    median, worst, rho = _figures(cells)
+    assert median <= 0.03 and worst <= 0.11 and rho >= 0.85, (median, worst, rho)
+    measured = {name: m for name, (m, _) in cells.items()}
+    predicted = {name: p for name, (_, p) in cells.items()}
+    assert abs(measured["pipe2"] / measured["fsdp"] - 1) < 0.02  # the swapped pair, measured
+    zero = [predicted[name] for name in ("zero1", "zero2", "zero2_offload")]
+    assert max(zero) / min(zero) - 1 < 0.01  # the swapped trio, predicted
