@@ -181,3 +181,8 @@ def select_slots(hosts: list[Host], include: str = "", exclude: str = "") -> dic
 def world_size_of(selection: dict[str, list[int]]) -> int:
     """Total ranks of a selection produced by :func:`select_slots`."""
     return sum(len(slots) for slots in selection.values())
+
+
+def ranks_of(path: str) -> int:
+    """The ranks a hostfile launches: every host's slots (read and checked)."""
+    return sum(host.slots for host in read_hostfile(path))

@@ -30,7 +30,12 @@ def check_run_layout(train: trainspec.TrainSpec, strategy: str, shape: ModelShap
     elif dims.tp > 1:
         check_autotp(shape.arch)
     check_ulysses(shape.arch, dims.sp, train.seq_len)
-    chunks = dims.pp * train.virtual_stages
-    if train.pipeline_schedule in trainspec.INTERLEAVED and shape.layers % chunks:
-        raise UserError(f"--virtual-stages {train.virtual_stages} does not divide {shape.name}'s {shape.layers} "
-                        f"layers into {dims.pp} stages x {train.virtual_stages} equal chunks")
+    if train.pipeline_schedule in trainspec.INTERLEAVED:
+        check_chunks(shape, dims.pp, train.virtual_stages)
+
+
+def check_chunks(shape: ModelShape, stages: int, virtual_stages: int) -> None:
+    """An interleaved schedule gives each of the ``stages`` ranks ``virtual_stages`` equal chunks of the layers."""
+    if shape.layers % (stages * virtual_stages):
+        raise UserError(f"--virtual-stages {virtual_stages} does not divide {shape.name}'s {shape.layers} layers into "
+                        f"{stages} stages x {virtual_stages} equal chunks")

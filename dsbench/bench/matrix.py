@@ -15,6 +15,7 @@ from typing import Any
 
 from dsbench import strategies as registry
 from dsbench.errors import UserError
+from dsbench.layout_check import check_chunks
 from dsbench.models import LLAMA_LIKE, check_ulysses, resolve_model
 from dsbench.spec import DEFAULT_MICRO_BATCH
 
@@ -158,9 +159,10 @@ def check_models(names: list[str], models: list[str], seq_len: int) -> None:
             how = registry.lookup(name)
             if how is not None and how.model_parallel > 1:
                 try:  # the split the launch checks, made for every cell of the strategy at once
-                    how.dims(how.model_parallel).check_model(
-                        name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+                    dims = how.dims(how.model_parallel)
+                    dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
                     check_ulysses(arch, how.ulysses, seq_len)
+                    check_chunks(shape, dims.pp, how.virtual_stages)
                 except UserError as exc:
                     raise UserError(f"--strategies {name}: {exc}") from None
 
@@ -176,9 +178,14 @@ def variants(strategy: str, compile: str, fused_optimizer: str) -> list[tuple[bo
 def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[int], models: list[str],
            repeats: int = 1, steps: int = DEFAULTS["steps"], warmup: int = DEFAULTS["warmup"],
            seq_len: int = DEFAULTS["seq_len"], precision: str = DEFAULTS["precision"], compile: str = "off",
-           fused_optimizer: str = "off") -> list[Cell]:
-    """All cells, in run order. ``single`` only runs at world size 1 (and always there, as the baseline)."""
+           fused_optimizer: str = "off", hostfile: str | None = None) -> list[Cell]:
+    """All cells, in run order. ``single`` only runs at world size 1 (and always there, as the baseline); with a
+    ``hostfile`` every other cell runs across its hosts."""
     check_matrix(strategies, world_sizes, micro_batches, repeats, steps, warmup)
+    yaml = next((s for s in strategies if accelerate_yaml_of(s) is not None), None)
+    if hostfile and yaml:
+        raise UserError(f"--strategies {yaml}: a user's accelerate YAML runs on this machine's ranks here; drop it "
+                        "or --hostfile")
     _check_mode(strategies, "compile", compile)
     _check_mode(strategies, "fused-optimizer", fused_optimizer)
     if compile != "off" and warmup < 1:
@@ -195,7 +202,8 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
                         f"--world-sizes {','.join(map(str, world_sizes))} gives it no cell")
     cells = [Cell(strategy=label_of(strategy), world_size=world, micro_batch=micro, model=model, repeat=repeat,
                   steps=steps, warmup=warmup, seq_len=seq_len, precision=precision,
-                  accelerate_config=accelerate_yaml_of(strategy), compile=compiled, fused_optimizer=fused)
+                  accelerate_config=accelerate_yaml_of(strategy), compile=compiled, fused_optimizer=fused,
+                  hostfile=hostfile if world > 1 else None)
              for model, micro, (strategy, world), repeat in itertools.product(models, micro_batches, placed,
                                                                               range(repeats))
              for compiled, fused in variants(strategy, compile, fused_optimizer)]

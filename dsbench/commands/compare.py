@@ -32,6 +32,9 @@ def _default(key: str) -> str:
 @click.option("--micro-batches", callback=csv_list(int),
               help=f"Comma list of per-rank micro-batches [{_default('micro_batches')}].")
 @click.option("--models", callback=csv_list(str), help=f"Comma list of models [{_default('models')}].")
+@click.option("--hostfile", type=click.Path(dir_okay=False),
+              help="Run every cell across these hosts (their slots are the world size; single stays on this "
+                   "machine as the baseline).")
 @click.option("--matrix", "matrix_file", type=click.Path(dir_okay=False), help="YAML/JSON matrix (flags override it).")
 @click.option("--repeats", type=COUNT, help=f"Repeat every cell R times [{_default('repeats')}].")
 @click.option("--steps", type=int, help=f"Optimizer steps per cell [{_default('steps')}].")
@@ -67,6 +70,13 @@ def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed
     from dsbench.report.terminal import print_report
 
     predict = predictor(profile)  # a bad profile is refused before any cell runs
+    if flags["hostfile"]:
+        from dsbench.errors import UserError
+        from dsbench.hostfile import ranks_of
+
+        if flags["world_sizes"]:
+            raise UserError("--world-sizes is the ranks on this machine; with --hostfile its slots say it: drop one")
+        flags["world_sizes"] = [ranks_of(flags["hostfile"])]
     run = run_compare(matrix_file, flags, out, resume, retry_failed, timeout, nvme_path, quiet)
     if not no_report:
         built = build_report([run.folder / "cells"], run.folder / "report", predict=predict, max_slowdown=max_slowdown)

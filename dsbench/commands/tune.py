@@ -66,13 +66,12 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
     uncompiled, side by side). Every layout steps with a fused Adam, as compare's cells do by default."""
     from dsbench.bench.tune import tune as run_tune
     from dsbench.envinfo import default_ranks
-    from dsbench.hostfile import read_hostfile, world_size_of
+    from dsbench.hostfile import ranks_of
     from dsbench.report.tables import print_tune
 
     if hostfile and num_gpus:
         raise UserError("--num-gpus is the ranks on this machine; with --hostfile its slots say it: drop one")
-    world = (world_size_of({h.name: list(range(h.slots)) for h in read_hostfile(hostfile)}) if hostfile
-        else num_gpus or default_ranks())
+    world = ranks_of(hostfile) if hostfile else num_gpus or default_ranks()
     if not 0 <= warmup < steps:
         raise UserError(f"--warmup must be in 0..{steps - 1}")
     check_seq_len(model, seq_len)

@@ -40,8 +40,32 @@ def test_single_runs_only_at_one_rank_and_is_added_as_baseline():
     assert [(c.strategy, c.world_size) for c in cells] == [("single", 1), ("ddp", 2), ("ddp", 4)]
 
 
+def test_a_hostfile_runs_every_cell_but_single_across_its_hosts(tmp_path):
+    """compare --hostfile: the world size is the hostfile's slots, each cell's launch names the hostfile, and single
+    stays on this machine as the scaling baseline."""
+    cells = expand(["single", "ddp", "torch_pipe2"], [4], [2], ["gpt2-tiny"], hostfile="hosts")
+    assert [(c.strategy, c.world_size, c.hostfile) for c in cells] == [
+        ("single", 1, None), ("ddp", 4, "hosts"), ("torch_pipe2", 4, "hosts")]
+    args = cell_launch_args(cells[2], tmp_path / "run")
+    assert args[args.index("--hostfile") + 1] == "hosts" and "--num-gpus" not in args
+    assert "--num-gpus" in cell_launch_args(cells[0], tmp_path / "run")
+    with pytest.raises(UserError, match="accel:x.yaml: a user's accelerate YAML runs on this machine's ranks"):
+        expand(["ddp", "accel:x.yaml"], [2], [2], ["gpt2-tiny"], hostfile="hosts")
+
+
+def test_compare_takes_its_world_size_from_the_hostfile(cli_run, tmp_path):
+    (tmp_path / "hosts").write_text("n1 slots=2\nn2 slots=2\n")
+    result = cli_run("compare", "--hostfile", str(tmp_path / "hosts"), "--world-sizes", "2", "--out", "c")
+    assert result.exit_code == 2 and "--world-sizes is the ranks on this machine; with --hostfile" in result.output
+    (tmp_path / "bad").write_text("n1 slots=x\n")
+    result = cli_run("compare", "--hostfile", str(tmp_path / "bad"), "--out", "c")
+    assert result.exit_code == 2 and "slots" in result.output and "Traceback" not in result.output
+
+
 @pytest.mark.parametrize("kwargs, needle", [
     ({"strategies": ["zero4"]}, "unknown strategy 'zero4'"),
+    ({"strategies": ["torch_pipe2_interleaved2"]},
+     "torch_pipe2_interleaved2: --virtual-stages 2 does not divide gpt2-tiny's 2 layers into 2 stages x 2"),
     ({"world_sizes": [0]}, ">= 1"),
     ({"warmup": 20, "steps": 20}, "--warmup must be in 0..19"),
 ])
