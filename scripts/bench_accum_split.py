@@ -22,8 +22,7 @@ from pathlib import Path
 import script_args
 
 from dsbench.bench.compare import run_matrix
-from dsbench.bench.matrix import Cell
-from dsbench.bench.tune import fused_by_default
+from dsbench.bench.matrix import Cell, fused_by_default
 from dsbench.errors import UserError
 from dsbench.plan.api import read_profile
 from dsbench.plan.pipeline_time import fit_runtime

@@ -15,8 +15,7 @@ def _header(result: dict[str, Any]) -> str:
         added = c.get("step_residual_ms") or {}  # the pipeline families' correction: added to each step
         rate = (f"{c['compute_tflops']:.3g} TFLOPS per rank measured (profile {c['profile']}"
                 + (", step times corrected by its calibrate --check: " + ", ".join(
-                    f"{family} +{added[family]:,.1f} ms" if family in added else f"{family} x{scale:.2f}"
-                    for family, scale in c["step_scale"].items())
+                    f"{family} {_correction(c['step_scale'], added, family, 2)}" for family in c["step_scale"])
                    if c.get("step_scale") else "") + ");")
     elif c.get("gpu_model"):
         rate = f"{c['peak_tflops']:g} TFLOPS peak, the GPU time model's {c['gpu_model']} profile;"
@@ -232,8 +231,13 @@ def check_grid(check: dict[str, Any]) -> Grid:
 def correction(check: dict[str, Any], family: str) -> str:
     """How the planner corrects a family's predictions from calibrate --check's record (plan/selfcheck.py): a
     pipeline's ``+12.3 ms`` a step, any other's ``x1.150``."""
-    added = (check.get("step_residual_ms") or {}).get(family)
-    return f"+{added:,.1f} ms" if added is not None else f"x{check['step_scale'][family]:.3f}"
+    return _correction(check["step_scale"], check.get("step_residual_ms") or {}, family, 3)
+
+
+def _correction(scales: dict[str, float], added_ms: dict[str, float], family: str, digits: int) -> str:
+    """A family's correction: milliseconds added to each step (a pipeline's), else the step scale."""
+    added = added_ms.get(family)
+    return f"+{added:,.1f} ms" if added is not None else f"x{scales[family]:.{digits}f}"
 
 
 def check_warnings(check: dict[str, Any]) -> list[str]:
