@@ -11,13 +11,13 @@ at that rate (dsbench/plan/comm.py). Written as whatif.json, whatif.md, whatif.c
 from __future__ import annotations
 
 import csv
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dsbench import strategies as registry
 from dsbench.bench.compare import prepare_out, run_matrix
-from dsbench.bench.matrix import Cell, check_matrix, fused_by_default
+from dsbench.bench.matrix import Cell, expand
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json, atomic_write_text
 from dsbench.models import resolve_model
@@ -128,6 +128,30 @@ def whatif_main(links: list[str], strategies: list[str], nodes: int, slots: int,
 
     # every check the inputs allow, before a test bed goes up
     links = check_links(links)
+    Testbed(nodes=nodes, slots=slots, root=testbed_dir())  # --nodes/--slots checked before anything is written
+    cells = whatif_cells(strategies, nodes * slots, model, micro, steps, warmup, seq_len)
+    prepare_out(out, {"links": links, "strategies": strategies, "nodes": nodes, "slots": slots, "model": model,
+                      "micro_batch": micro, "steps": steps, "warmup": warmup, "seq_len": seq_len}, resume=False)
+    results: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {}
+    for link in links:
+        bed = up(Testbed(nodes=nodes, slots=slots, bandwidth=None if link == UNSHAPED else link,
+                         root=testbed_dir()))
+        try:
+            across = [replace(cell, hostfile=str(bed.hostfile)) for cell in cells]
+            done = run_matrix(across, out / link, resume=False, retry_failed=False, timeout=timeout, nvme_path=None,
+                              reporter=reporter)
+        finally:
+            down(quiet=True)
+        results[link] = {r.cell.strategy: (r.status, _summary(r.folder)) for r in done}
+    return rows_from(results, model, nodes * slots, micro, seq_len)
+
+
+def whatif_cells(strategies: list[str], world: int, model: str, micro: int, steps: int, warmup: int,
+                 seq_len: int) -> list[Cell]:
+    """One cell per strategy on ``world`` ranks, as compare expands them (:func:`dsbench.bench.matrix.expand`: its
+    checks of the matrix and of the model's layers against each layout, and the fused optimizer wherever it
+    applies); the test bed's hostfile is set per link. ``single`` and NVMe offload are refused: a what-if runs
+    across the nodes, whose namespaces share one disk."""
     if not strategies:
         raise UserError(f"--strategies is empty: name some, e.g. {','.join(registry.WHATIF_DEFAULT)}")
     unknown = [s for s in strategies if not registry.known(s) or s == "single" or "nvme" in registry.get(s).offload]
@@ -137,24 +161,12 @@ def whatif_main(links: list[str], strategies: list[str], nodes: int, slots: int,
     shape = resolve_model(model)  # --model: a preset, a local folder with config.json, or a cached hub id
     if seq_len > shape.max_positions:
         raise UserError(f"--seq-len {seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
-    Testbed(nodes=nodes, slots=slots, root=testbed_dir())  # --nodes/--slots checked before anything is written
-    check_matrix(strategies, [nodes * slots], [micro], 1, steps, warmup)
-    prepare_out(out, {"links": links, "strategies": strategies, "nodes": nodes, "slots": slots, "model": model,
-                      "micro_batch": micro, "steps": steps, "warmup": warmup, "seq_len": seq_len}, resume=False)
-    results: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {}
-    for link in links:
-        bed = up(Testbed(nodes=nodes, slots=slots, bandwidth=None if link == UNSHAPED else link,
-                         root=testbed_dir()))
-        try:
-            cells = [Cell(strategy=s, world_size=nodes * slots, micro_batch=micro, model=model, steps=steps,
-                          warmup=warmup, seq_len=seq_len, hostfile=str(bed.hostfile),
-                          fused_optimizer=fused_by_default(s)) for s in strategies]
-            done = run_matrix(cells, out / link, resume=False, retry_failed=False, timeout=timeout, nvme_path=None,
-                              reporter=reporter)
-        finally:
-            down(quiet=True)
-        results[link] = {r.cell.strategy: (r.status, _summary(r.folder)) for r in done}
-    return rows_from(results, model, nodes * slots, micro, seq_len)
+    unplaced = next((s for s in strategies if world % registry.get(s).model_parallel), None)
+    if unplaced:
+        raise UserError(f"--strategies {unplaced} runs on a multiple of {registry.get(unplaced).model_parallel} "
+                        f"ranks; --nodes x --slots gives {world}")
+    return expand(strategies, [world], [micro], [model], steps=steps, warmup=warmup, seq_len=seq_len,
+                  fused_optimizer="auto")
 
 
 def _summary(folder: Path) -> RunSummary | None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dsbench.bench.whatif import UNSHAPED, check_links, markdown, predicted_comm_s, rows_from
+from dsbench.bench.matrix import expand, fused_by_default
+from dsbench.bench.whatif import UNSHAPED, check_links, markdown, predicted_comm_s, rows_from, whatif_cells
 from dsbench.errors import UserError
 from dsbench.models import resolve_model
 from dsbench.run_record import RunSummary, Throughput
@@ -14,6 +15,33 @@ def test_links_start_with_the_unshaped_baseline_and_bad_rates_are_refused():
     assert check_links(["100mbit", "unshaped", "1gbit"]) == ["unshaped", "100mbit", "1gbit"]
     with pytest.raises(UserError, match="--links 'fast': give a tc rate"):
         check_links(["fast"])
+
+
+def test_cells_are_compare_s_cells_on_the_test_bed_s_ranks():
+    """One cell per strategy at nodes x slots ranks, as compare's expansion makes them (the fused optimizer wherever
+    it applies, compare's default); the hostfile is the test bed's, set per link."""
+    strategies = ["ddp", "zero2", "fsdp", "pipe2", "torch_tp2"]
+    cells = whatif_cells(strategies, 2, "llama-tiny", 2, 10, 3, 128)
+    assert cells == expand(strategies, [2], [2], ["llama-tiny"], steps=10, warmup=3, seq_len=128,
+                           fused_optimizer="auto")
+    assert [c.strategy for c in cells] == strategies and {c.world_size for c in cells} == {2}
+    assert [c.fused_optimizer for c in cells] == [fused_by_default(s) for s in strategies]
+    assert all(c.hostfile is None and not c.compile for c in cells)
+
+
+@pytest.mark.parametrize(("strategies", "world", "model", "seq", "message"), [
+    ([], 2, "gpt2-tiny", 128, "--strategies is empty"),
+    (["single"], 2, "gpt2-tiny", 128, "--strategies 'single': choose among"),
+    (["zero3_nvme"], 2, "gpt2-tiny", 128, "--strategies 'zero3_nvme': choose among"),
+    (["ddp"], 2, "gpt2-tiny", 4096, "--seq-len 4096 exceeds gpt2-tiny's"),
+    (["torch_tp2"], 3, "llama-tiny", 128, "--strategies torch_tp2 runs on a multiple of 2 ranks; --nodes x --slots "
+                                          "gives 3"),
+    # compare's check of the layers against the layout, before any test bed goes up: 2 stages x 2 chunks of 2 layers
+    (["torch_pipe2_interleaved2"], 2, "gpt2-tiny", 128, "torch_pipe2_interleaved2"),
+])
+def test_cells_refuse_what_cannot_run_before_a_test_bed_goes_up(strategies, world, model, seq, message):
+    with pytest.raises(UserError, match=message.replace("(", "[(]")):
+        whatif_cells(strategies, world, model, 2, 10, 3, seq)
 
 
 def test_planner_time_is_the_ring_all_reduce_at_the_link_rate():
