@@ -99,12 +99,14 @@ def render(spec: RenderSpec) -> tuple[dict[str, Any], list[str]]:
                      f"{spec.pipeline_stages} (the micro-batches per step)")
     config = apply_overrides(compose(spec), spec.sets)
     config, unresolved = fill_auto(config, auto_inputs(spec, config))
-    for path in unresolved:
-        if path in DEEPSPEED_DEFAULTS and not spec.keep_auto:
-            section, key = path.split(".")
-            del config[section][key]
-            notes.append(f"{path}: no --model given, so DeepSpeed's default {DEEPSPEED_DEFAULTS[path]:,} applies "
-                         "(pass --model to size it as the HF Trainer does)")
+    defaulted = [path for path in unresolved if path in DEEPSPEED_DEFAULTS and not spec.keep_auto]
+    for path in defaulted:
+        section, key = path.split(".")
+        del config[section][key]
+    if defaulted:  # one line for all of them: a plain `dsbench launch --zero 3` defaults three
+        values = ", ".join(f"{path.split('.')[1]} {DEEPSPEED_DEFAULTS[path]:,}" for path in defaulted)
+        notes.append(f"no --model given, so DeepSpeed's defaults apply to {values} (pass --model to size them as the "
+                     "HF Trainer does)")
     return _sorted(config), notes
 
 

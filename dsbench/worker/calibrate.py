@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import socket
 import time
-import warnings
 from types import SimpleNamespace
 from typing import Any
 
@@ -273,8 +272,6 @@ def main(argv: list[str] | None = None) -> int:
     from dsbench.worker.setup import guard_jit_builds
 
     guard_jit_builds()  # the DeepSpeed engines below build or load its ops
-    # FSDP2 (torch 2.13) still calls the collectives' old names, which warn on every call: thousands of log lines
-    warnings.filterwarnings("ignore", category=FutureWarning, message=r".*is deprecated\. Please use `torch\.distri")
     started = time.time()
     info = wdist.init("ddp")
     comm = wdist.Collectives(info)

@@ -63,11 +63,21 @@ def use_cpu() -> bool:
     return forced or not torch.cuda.is_available()
 
 
+def quiet_renamed_collectives() -> None:
+    """Silence torch's FutureWarning for the collectives' old names (``all_gather_into_tensor``,
+    ``reduce_scatter_tensor``, ...). DeepSpeed 0.19 and FSDP2 (torch 2.13) still call them; the warning names a
+    call the user cannot change, once per call site and rank (every step under calibrate's loops)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, message=r".*is deprecated\. Please use `torch\.distri")
+
+
 def init(strategy: str, timeout_s: float = 600.0) -> DistInfo:
     """Pick this rank's device and, under a launcher, join the process group (world size 1 included)."""
     import torch
     import torch.distributed as dist
 
+    quiet_renamed_collectives()
     group = launched()
     rank, world, local_rank = env_rank()
     for name, value in (("RANK", rank), ("WORLD_SIZE", world), ("LOCAL_RANK", local_rank)):

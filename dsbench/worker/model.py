@@ -53,6 +53,8 @@ def build_model(shape: ModelShape, seed: int, trust_remote_code: bool = False,
     elif recompute == "selective-op":  # torch's selective activation checkpointing around every block
         _checkpoint_every_block(model, use_reentrant=False, context_fn=_op_policy_contexts)
     model.config.use_cache = False
+    if getattr(model, "loss_type", None) is None:  # GPT-2's class name matches none of transformers' loss types
+        model.loss_type = "ForCausalLM"  # the loss transformers falls back to, named so that it does not warn
     return model
 
 

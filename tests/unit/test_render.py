@@ -61,7 +61,10 @@ def test_auto_values_resolve_like_the_hf_trainer():
 def test_without_model_bucket_sizes_fall_back_to_deepspeed_defaults_with_a_note():
     config, notes = render_config({"zero": 3})
     assert "reduce_bucket_size" not in config["zero_optimization"]
-    assert any("no --model" in n for n in notes)
+    # one line for the three sizes a plain `dsbench launch --zero 3` leaves to DeepSpeed (its defaults, by name)
+    assert notes == ["no --model given, so DeepSpeed's defaults apply to reduce_bucket_size 500,000,000, "
+                     "stage3_prefetch_bucket_size 50,000,000, stage3_param_persistence_threshold 100,000 (pass "
+                     "--model to size them as the HF Trainer does)"]
 
 
 def test_keep_auto_leaves_auto_except_explicit_flags():

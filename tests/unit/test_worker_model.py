@@ -22,6 +22,34 @@ def test_every_family_dsbench_builds_attends_through_sdpa(arch):
     assert attention.config._attn_implementation == "sdpa"
 
 
+@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny"])
+def test_the_loss_is_transformers_causal_lm_loss_named_so_it_does_not_warn(name, capsys):
+    """GPT-2's class name matches none of transformers' loss types, so transformers warned on every rank that it
+    fell back to ForCausalLMLoss; the worker names that loss, and the loss is the same function."""
+    from transformers.loss.loss_utils import LOSS_MAPPING
+
+    model = build_model(PRESETS[name], seed=0)
+    assert model.loss_type == "ForCausalLM" and model.loss_function is LOSS_MAPPING["ForCausalLM"]
+    ids = torch.randint(0, model.config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(0))
+    model(input_ids=ids, labels=ids)
+    assert "loss_type" not in capsys.readouterr().err
+
+
+def test_collectives_old_names_do_not_warn_on_the_ranks():
+    """DeepSpeed and FSDP2 call torch's deprecated collective names; the ranks' output keeps none of it."""
+    import warnings
+
+    from dsbench.worker.dist import quiet_renamed_collectives
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_renamed_collectives()
+        warnings.warn("`torch.distributed.all_gather_into_tensor` is deprecated. Please use "
+                      "`torch.distributed.all_gather_single` instead.", FutureWarning, stacklevel=1)
+        warnings.warn("something else is deprecated", FutureWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["something else is deprecated"]
+
+
 def test_a_class_without_sdpa_is_built_with_eager_attention_and_the_same_model(monkeypatch):
     from transformers import LlamaForCausalLM
 
