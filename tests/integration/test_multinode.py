@@ -182,6 +182,11 @@ def test_calibrate_measures_within_and_across_nodes(hostfile, tmp_path):
         assert groups[group]["all-reduce"]["bandwidth_gbs"] > 0, group
     assert "zero3_tensor_s" in profile["rates"] and "fsdp_unit_s_per_micro_step" in profile["rates"]
     assert profile["tensor_parallel"]["tp"] == 2  # tensor parallelism spans a node's ranks (GPT-2: not measured)
+    # the pipeline engines over every rank, one stage a rank, their sends crossing the link between the nodes
+    pipeline = profile["pipeline"]
+    assert pipeline["stages"] == 4 and set(pipeline["schedules"]) == {"1f1b", "interleaved", "interleaved-zb",
+                                                                      "deepspeed"}
+    assert "deepspeed_pipe_pass_s" in profile["rates"] and "torch_pp_1f1b_pass_s" in profile["rates"]
 
 
 STOPS = {"deepspeed-pdsh": ["--zero", "2", *ONE_PER_NODE],
