@@ -178,9 +178,10 @@ def variants(strategy: str, compile: str, fused_optimizer: str) -> list[tuple[bo
 def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[int], models: list[str],
            repeats: int = 1, steps: int = DEFAULTS["steps"], warmup: int = DEFAULTS["warmup"],
            seq_len: int = DEFAULTS["seq_len"], precision: str = DEFAULTS["precision"], compile: str = "off",
-           fused_optimizer: str = "off", hostfile: str | None = None) -> list[Cell]:
+           fused_optimizer: str = "off", hostfile: str | None = None, ranks_from: str | None = None) -> list[Cell]:
     """All cells, in run order. ``single`` only runs at world size 1 (and always there, as the baseline); with a
-    ``hostfile`` every other cell runs across its hosts."""
+    ``hostfile`` every other cell runs across its hosts. ``ranks_from`` names what gave the world sizes in a refusal
+    (default: ``--world-sizes``, or the hostfile's slots)."""
     check_matrix(strategies, world_sizes, micro_batches, repeats, steps, warmup)
     yaml = next((s for s in strategies if accelerate_yaml_of(s) is not None), None)
     if hostfile and yaml:
@@ -198,8 +199,10 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
         placed.append(("single", 1))  # the baseline of scaling efficiency
     unplaced = [s for s in strategies if s not in {strategy for strategy, _ in placed}]
     if unplaced:
+        given = ",".join(map(str, world_sizes))
+        source = ranks_from or (f"--hostfile {hostfile} ({given} slots)" if hostfile else f"--world-sizes {given}")
         raise UserError(f"--strategies {unplaced[0]} runs on a multiple of {_model_parallel(unplaced[0])} ranks; "
-                        f"--world-sizes {','.join(map(str, world_sizes))} gives it no cell")
+                        f"{source} gives it no cell")
     cells = [Cell(strategy=label_of(strategy), world_size=world, micro_batch=micro, model=model, repeat=repeat,
                   steps=steps, warmup=warmup, seq_len=seq_len, precision=precision,
                   accelerate_config=accelerate_yaml_of(strategy), compile=compiled, fused_optimizer=fused,

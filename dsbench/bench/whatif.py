@@ -161,12 +161,8 @@ def whatif_cells(strategies: list[str], world: int, model: str, micro: int, step
     shape = resolve_model(model)  # --model: a preset, a local folder with config.json, or a cached hub id
     if seq_len > shape.max_positions:
         raise UserError(f"--seq-len {seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
-    unplaced = next((s for s in strategies if world % registry.get(s).model_parallel), None)
-    if unplaced:
-        raise UserError(f"--strategies {unplaced} runs on a multiple of {registry.get(unplaced).model_parallel} "
-                        f"ranks; --nodes x --slots gives {world}")
     return expand(strategies, [world], [micro], [model], steps=steps, warmup=warmup, seq_len=seq_len,
-                  fused_optimizer="auto")
+                  fused_optimizer="auto", ranks_from=f"--nodes x --slots ({world} ranks)")
 
 
 def _summary(folder: Path) -> RunSummary | None:

@@ -193,3 +193,14 @@ def test_a_matrix_written_before_compile_existed_resumes_as_eager(tmp_path):
 def test_a_degree_the_model_cannot_split_is_refused_before_any_cell(strategy, model, message):
     with pytest.raises(UserError, match=re.escape(message)):
         expand([strategy], [12], [2], [model])
+
+
+@pytest.mark.parametrize(("hostfile", "ranks_from", "source"), [
+    (None, None, "--world-sizes 3"),
+    ("hosts", None, "--hostfile hosts (3 slots)"),  # compare --hostfile: its slots, not a flag the user left out
+    (None, "--nodes x --slots (3 ranks)", "--nodes x --slots (3 ranks)"),  # whatif's
+])
+def test_a_layout_no_world_size_places_names_where_the_ranks_came_from(hostfile, ranks_from, source):
+    with pytest.raises(UserError) as refused:
+        expand(["pipe2"], [3], [2], ["gpt2-tiny"], hostfile=hostfile, ranks_from=ranks_from)
+    assert str(refused.value) == f"--strategies pipe2 runs on a multiple of 2 ranks; {source} gives it no cell"
