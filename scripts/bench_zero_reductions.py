@@ -84,11 +84,12 @@ def _stack(width: int) -> Any:
     return torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(DEPTH)])
 
 
-def _zero2(model: Any, bucket: int, accum: int = 1) -> Any:
+def _zero2(model: Any, bucket: int) -> Any:
+    """The stack under ZeRO-2 as calibrate builds it (torch AdamW as the client optimizer), buckets of ``bucket``."""
     import deepspeed
     import torch
 
-    config = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": accum, "gradient_clipping": 1.0,
+    config = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
               "zero_optimization": {"stage": 2, "reduce_bucket_size": bucket, "overlap_comm": True}}
     engine, *_ = deepspeed.initialize(model=model, config=config,
                                       optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4))
@@ -142,6 +143,7 @@ def stack_figures(repeats: int, timer: AllReduceTimer) -> dict[str, Any]:
 
 def model_figures(args: argparse.Namespace, timer: AllReduceTimer) -> dict[str, Any]:
     """Part 3: the model's all-reduces per micro-step under dsbench's ZeRO-2 config, timed on this rank."""
+    import deepspeed
     import torch
     import torch.distributed as dist
 
@@ -153,7 +155,7 @@ def model_figures(args: argparse.Namespace, timer: AllReduceTimer) -> dict[str, 
                                     "world_size": dist.get_world_size()}, model=args.model)
     config, _ = render(spec)  # what `dsbench render --zero 2 --model M ...` writes: HF "auto" buckets for M
     model = build_model(shape, seed=1234)
-    engine = _zero2_model(model, config)
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
     ids = torch.randint(0, shape.vocab_size, (args.micro_batch, args.seq_len),
                         generator=torch.Generator().manual_seed(dist.get_rank()))
     steps, warmup, step_s = 3 + args.repeats, 3, []
@@ -169,13 +171,6 @@ def model_figures(args: argparse.Namespace, timer: AllReduceTimer) -> dict[str, 
     micro_steps = (steps - warmup) * args.grad_accum
     return {"model": shape.name, "micro_steps": micro_steps, "step_ms": 1e3 * statistics.median(step_s[warmup:]),
             **timer.figures("model", micro_steps)}
-
-
-def _zero2_model(model: Any, config: dict[str, Any]) -> Any:
-    import deepspeed
-
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
-    return engine
 
 
 def main() -> None:
