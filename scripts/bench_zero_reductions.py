@@ -28,21 +28,41 @@ import collections
 import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 DEPTH = 48
 """Linear layers in the stack: 96 parameter tensors, as many reductions when each fills its bucket."""
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=9, help="samples per figure (median) [9]")
+    parser.add_argument("--repeats", type=_positive, default=9, help="samples per figure (median) [9]")
     parser.add_argument("--model", default="gpt2-mini", help="the model of part 3 [gpt2-mini]")
-    parser.add_argument("--micro-batch", type=int, default=2, help="part 3's micro-batch per rank [2]")
-    parser.add_argument("--grad-accum", type=int, default=4, help="part 3's micro-steps per step [4]")
-    parser.add_argument("--seq-len", type=int, default=128, help="part 3's sequence length [128]")
+    parser.add_argument("--micro-batch", type=_positive, default=2, help="part 3's micro-batch per rank [2]")
+    parser.add_argument("--grad-accum", type=_positive, default=4, help="part 3's micro-steps per step [4]")
+    parser.add_argument("--seq-len", type=_positive, default=128, help="part 3's sequence length [128]")
     parser.add_argument("--out", help="also write the figures to this JSON file (rank 0)")
-    return parser.parse_args()
+    args = parser.parse_args()
+    from dsbench.errors import UserError
+    from dsbench.models import resolve_model
+
+    try:  # the model's name and length checked before any rank builds an engine
+        shape = resolve_model(args.model)
+    except UserError as exc:
+        parser.error(str(exc))
+    if args.seq_len > shape.max_positions:
+        parser.error(f"--seq-len {args.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
+    if args.out and (Path(args.out).exists() or not Path(args.out).parent.is_dir()):  # nothing measured is replaced
+        parser.error(f"--out {args.out}: give a new file in an existing folder")
+    return args
 
 
 class AllReduceTimer:

@@ -44,3 +44,17 @@ def test_a_missing_input_is_one_line(name, args, message):
 def test_a_path_taking_script_without_paths_prints_its_usage():
     done = _script("durations_by_file")
     assert done.returncode == 2 and "usage: durations_by_file.py" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
+    (["--grad-accum", "-1"], "argument --grad-accum: must be >= 1, got -1"),
+    (["--seq-len", "9999"], "--seq-len 9999 exceeds gpt2-mini's 256 positions"),
+    (["--model", "nope"], "--model 'nope': not a preset"),
+    (["--out", "scripts"], "--out scripts: give a new file in an existing folder"),  # never replaced, never a folder
+])
+def test_the_zero_reductions_benchmark_refuses_bad_flags_before_any_rank_starts(args, message):
+    """scripts/bench_zero_reductions.py runs under torchrun; its flags are checked before DeepSpeed is imported."""
+    done = _script("bench_zero_reductions", *args)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("bench_zero_reductions.py: error: ") and message in done.stderr
