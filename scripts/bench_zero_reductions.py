@@ -178,19 +178,25 @@ def model_figures(args: argparse.Namespace, timer: AllReduceTimer) -> dict[str, 
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
     ids = torch.randint(0, shape.vocab_size, (args.micro_batch, args.seq_len),
                         generator=torch.Generator().manual_seed(dist.get_rank()))
-    steps, warmup, step_s = 3 + args.repeats, 3, []
+    steps, warmup, step_s, measured = 3 + args.repeats, 3, [], []
     for step in range(steps):
         dist.barrier()  # sync point: both ranks start the step together
-        timer.key, start = ("model" if step >= warmup else None), time.perf_counter()
-        for _ in range(args.grad_accum):
+        start = time.perf_counter()
+        for micro in range(args.grad_accum):
+            timer.key = ("model", step, micro) if step >= warmup else None  # each micro-step's calls apart
+            measured += [timer.key] if timer.key else []
             engine.backward(engine(input_ids=ids, labels=ids).loss)
             engine.step()
         step_s.append(time.perf_counter() - start)
     timer.key = None
     engine.destroy()
-    micro_steps = (steps - warmup) * args.grad_accum
-    return {"model": shape.name, "micro_steps": micro_steps, "step_ms": 1e3 * statistics.median(step_s[warmup:]),
-            **timer.figures("model", micro_steps)}
+    timer.calls["model"] = [call for key in measured for call in timer.calls[key]]
+    # the first all-reduce of each micro-step (the backward's first bucket) against the others: where the wait sits
+    first = [timer.calls[key][0] for key in measured if timer.calls[key]]
+    rest = [call for key in measured for call in timer.calls[key][1:]]
+    return {"model": shape.name, "micro_steps": len(measured), "step_ms": 1e3 * statistics.median(step_s[warmup:]),
+            **timer.figures("model", len(measured)), "first_call_mean_ms": 1e3 * statistics.fmean(first),
+            "other_calls_mean_ms": 1e3 * statistics.fmean(rest)}
 
 
 def main() -> None:
@@ -213,7 +219,8 @@ def main() -> None:
     print(f"\n{model['model']} under dsbench's ZeRO-2 config, {model['micro_steps']} micro-steps on rank 0: "
           f"{model['step_ms']:.1f} ms a step; per micro-step {model['calls']:.1f} all-reduces, "
           f"{model['in_calls_ms']:.1f} ms in them; a call's median {model['call_median_ms']:.2f} ms, its mean "
-          f"{model['call_mean_ms']:.2f} ms")
+          f"{model['call_mean_ms']:.2f} ms; the first call of a micro-step {model['first_call_mean_ms']:.2f} ms on "
+          f"average, the others {model['other_calls_mean_ms']:.2f} ms")
     if args.out:
         with open(args.out, "w") as file:
             json.dump({"stack": stack, "model": model, "repeats": args.repeats}, file, indent=1)
