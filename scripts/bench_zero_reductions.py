@@ -51,15 +51,13 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--seq-len", type=_positive, default=128, help="part 3's sequence length [128]")
     parser.add_argument("--out", help="also write the figures to this JSON file (rank 0)")
     args = parser.parse_args()
+    from dsbench.commands.options import check_seq_len
     from dsbench.errors import UserError
-    from dsbench.models import resolve_model
 
-    try:  # the model's name and length checked before any rank builds an engine
-        shape = resolve_model(args.model)
+    try:  # the model resolves and has the positions, before any rank builds an engine
+        check_seq_len(args.model, args.seq_len)
     except UserError as exc:
         parser.error(str(exc))
-    if args.seq_len > shape.max_positions:
-        parser.error(f"--seq-len {args.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
     if args.out and (Path(args.out).exists() or not Path(args.out).parent.is_dir()):  # nothing measured is replaced
         parser.error(f"--out {args.out}: give a new file in an existing folder")
     return args
@@ -184,7 +182,8 @@ def model_figures(args: argparse.Namespace, timer: AllReduceTimer) -> dict[str, 
         start = time.perf_counter()
         for micro in range(args.grad_accum):
             timer.key = ("model", step, micro) if step >= warmup else None  # each micro-step's calls apart
-            measured += [timer.key] if timer.key else []
+            if timer.key:
+                measured.append(timer.key)
             engine.backward(engine(input_ids=ids, labels=ids).loss)
             engine.step()
         step_s.append(time.perf_counter() - start)

@@ -20,7 +20,6 @@ from dsbench.bench.compare import prepare_out, run_matrix
 from dsbench.bench.matrix import Cell, expand
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json, atomic_write_text
-from dsbench.models import resolve_model
 from dsbench.run_record import RunSummary, read_summary
 
 UNSHAPED = "unshaped"
@@ -158,9 +157,7 @@ def whatif_cells(strategies: list[str], world: int, model: str, micro: int, step
     if unknown:
         raise UserError(f"--strategies {unknown[0]!r}: choose among {', '.join(registry.WHATIF_DEFAULT)} and the other "
                         "compare strategies that run on several ranks")
-    shape = resolve_model(model)  # --model: a preset, a local folder with config.json, or a cached hub id
-    if seq_len > shape.max_positions:
-        raise UserError(f"--seq-len {seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
+    # expand checks the model as compare does: it resolves, has positions for seq_len, and splits as each layout asks
     return expand(strategies, [world], [micro], [model], steps=steps, warmup=warmup, seq_len=seq_len,
                   fused_optimizer="auto", ranks_from=f"--nodes x --slots ({world} ranks)")
 
