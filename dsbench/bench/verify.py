@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.models import resolve_model
-from dsbench.plan.estimate import Candidate
+from dsbench.plan.candidate import Candidate
 from dsbench.plan.verify import VerifyRow, compare_row, compare_strategy
 
 

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -50,21 +50,15 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     On CUDA GPUs also the GPU time model's own constants: GEMM efficiency, HBM bandwidth, the flash kernel."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
     from dsbench.hostfile import read_hostfile
-    from dsbench.io import atomic_write_json, atomic_write_text, check_output_path, read_json
+    from dsbench.io import atomic_write_json, atomic_write_text
     from dsbench.launch import inherited_env
     from dsbench.launchers import LaunchSpec, build
-    from dsbench.plan.profile import Profile, fit_profile
+    from dsbench.plan.profile import Profile
     from dsbench.plan.profile_summary import summary_lines
 
     _refuse_conflicts(hostfile, num_gpus, check, check_repeats)
     check_seq_len(model, seq_len)
-    folder = Path(run_dir or f"runs/calibrate-{time.strftime('%Y%m%d-%H%M%S')}")
-    target = Path(output) if output else folder / "profile.json"
-    check_output_path(target)
-    for path in (folder / "measured.json", target):
-        if path.exists():
-            raise UserError(f"{path} exists: choose a new {'-o' if path == target else '--run-dir'} (dsbench never "
-                            "overwrites measurements)")
+    folder, target = _new_paths(run_dir, output)
     hosts = tuple(read_hostfile(hostfile)) if hostfile else ()
     measured = (folder / "measured.json").absolute()
     command = " ".join(["dsbench", "calibrate", *sys.argv[2:]])
@@ -85,13 +79,7 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
         click.echo(f"then --check: {', '.join(checked)} (dsbench compare, into {folder / 'check'})")
     if dry_run:
         return
-    from dsbench.runner import first_error, run
-
-    code = run(launch, log_path=folder / "calibrate.log", echo=None, timeout=timeout)
-    if code != 0 or not measured.exists():
-        reason = first_error(folder / "calibrate.log") or "no error line in the log"
-        raise DsbenchError(f"calibration failed with exit code {code}: {reason} (log: {folder}/calibrate.log)")
-    profile = fit_profile(read_json(str(measured), "calibration measurements"))
+    profile = _measure(launch, folder, measured, timeout)
     atomic_write_json(target, profile)
     for line in summary_lines(profile):
         click.echo(line)
@@ -100,6 +88,33 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
                            check_repeats or 1, str(target))
         atomic_write_json(target, _with_check(Profile(str(target), profile), cells, check_repeats or 1))
     click.echo(f"profile: {target}  (dsbench plan --profile {target} ...)")
+
+
+def _new_paths(run_dir: str | None, output: str | None) -> tuple[Path, Path]:
+    """The run folder and the profile's path, neither holding a measurement yet (dsbench never overwrites one)."""
+    from dsbench.io import check_output_path
+
+    folder = Path(run_dir or f"runs/calibrate-{time.strftime('%Y%m%d-%H%M%S')}")
+    target = Path(output) if output else folder / "profile.json"
+    check_output_path(target)
+    for path in (folder / "measured.json", target):
+        if path.exists():
+            raise UserError(f"{path} exists: choose a new {'-o' if path == target else '--run-dir'} (dsbench never "
+                            "overwrites measurements)")
+    return folder, target
+
+
+def _measure(launch: Any, folder: Path, measured: Path, timeout: float) -> dict[str, Any]:
+    """Run the calibration's ranks and fit the profile from what they measured; one line naming the log if not."""
+    from dsbench.io import read_json
+    from dsbench.plan.profile import fit_profile
+    from dsbench.runner import first_error, run
+
+    code = run(launch, log_path=folder / "calibrate.log", echo=None, timeout=timeout)
+    if code != 0 or not measured.exists():
+        reason = first_error(folder / "calibrate.log") or "no error line in the log"
+        raise DsbenchError(f"calibration failed with exit code {code}: {reason} (log: {folder}/calibrate.log)")
+    return fit_profile(read_json(str(measured), "calibration measurements"))
 
 
 def _refuse_conflicts(hostfile: str | None, num_gpus: int | None, check: bool, check_repeats: int | None) -> None:

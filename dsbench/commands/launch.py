@@ -137,20 +137,11 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
 
     _refuse_context_parallel(cp, cpu=local_gpu_count() == 0)
     strategy, launcher = strategy_and_launcher(strategy, launcher, accelerate_config)
-    if not accelerate_config and (num_processes or num_machines):
-        raise UserError(f"--{'num-processes' if num_processes else 'num-machines'} goes with --accelerate-config "
-                        "(dsbench's own launches take --num-gpus or a --hostfile)")
-    if accelerate_config and num_gpus is not None:
-        raise UserError("--accelerate-config: the YAML's num_processes (or --num-processes) is the rank count; "
-                        "drop --num-gpus")
+    _refuse_rank_flags_of_another_launcher(accelerate_config, num_processes, num_machines, num_gpus)
     label = f"accelerate-{Path(accelerate_config).stem}" if accelerate_config else f"{launcher}-{strategy}"
     folder = Path(run_dir or f"runs/launch-{label}-{time.strftime('%Y%m%d-%H%M%S')}")
     job, per_node = _slurm_job(launcher, folder, flags)
-    if job and hostfile:
-        raise UserError("--launcher slurm: SLURM picks the nodes; drop --hostfile (use --nodes)")
-    if hostfile and num_gpus is not None:
-        raise UserError("--num-gpus is the ranks per node without a hostfile; with --hostfile its slots=N say it: "
-                        "drop one")
+    _refuse_two_sources_of_nodes(job is not None, hostfile, num_gpus)
     port = master_port if master_port is not None else 29500 if dry_run else free_port()
     ranks = num_gpus if num_gpus is not None else default_ranks()
     req = LaunchRequest(launcher=launcher, strategy=strategy, render_flags=flags, preset=preset, model=model,
@@ -166,6 +157,33 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
                         num_machines=num_machines, port_given=master_port is not None)
     prepared = prepare(req)
     materialize(prepared)
+    _print_prepared(prepared)
+    if not dry_run:
+        sys.exit(_run_launch(prepared, folder, job, timeout))
+
+
+def _refuse_rank_flags_of_another_launcher(accelerate_config: str | None, num_processes: int | None,
+                                           num_machines: int | None, num_gpus: int | None) -> None:
+    """accelerate's rank counts go with its YAML, dsbench's own (--num-gpus) without one."""
+    if not accelerate_config and (num_processes or num_machines):
+        raise UserError(f"--{'num-processes' if num_processes else 'num-machines'} goes with --accelerate-config "
+                        "(dsbench's own launches take --num-gpus or a --hostfile)")
+    if accelerate_config and num_gpus is not None:
+        raise UserError("--accelerate-config: the YAML's num_processes (or --num-processes) is the rank count; "
+                        "drop --num-gpus")
+
+
+def _refuse_two_sources_of_nodes(slurm: bool, hostfile: str | None, num_gpus: int | None) -> None:
+    """The nodes and their slots come from one place: SLURM's allocation, a hostfile, or --num-gpus on this one."""
+    if slurm and hostfile:
+        raise UserError("--launcher slurm: SLURM picks the nodes; drop --hostfile (use --nodes)")
+    if hostfile and num_gpus is not None:
+        raise UserError("--num-gpus is the ranks per node without a hostfile; with --hostfile its slots=N say it: "
+                        "drop one")
+
+
+def _print_prepared(prepared: Any) -> None:
+    """The launch's notes (stderr), then its config, the files it wrote and the exact command (stdout)."""
     for note in prepared.notes:
         click.echo(f"note: {note}", err=True)
     if prepared.config_path:
@@ -173,8 +191,6 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
     for path, text in prepared.command.files.items():
         click.echo(f"# {path}:\n" + "".join(f"#   {line}\n" for line in text.splitlines()), nl=False)
     click.echo(prepared.command.shell_line())
-    if not dry_run:
-        sys.exit(_run_launch(prepared, folder, job, timeout))
 
 
 def _refuse_context_parallel(cp: int | None, cpu: bool) -> None:

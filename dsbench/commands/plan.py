@@ -231,7 +231,7 @@ def _write(directory: str, result: dict[str, Any], req: Any) -> list[str]:
     from dsbench.errors import UserError
     from dsbench.io import atomic_write_text, dumps_json
     from dsbench.launchers.accelerate import ACCELERATE_PRECISION, accelerate_yaml, yaml_text
-    from dsbench.plan.estimate import Candidate
+    from dsbench.plan.candidate import Candidate
     from dsbench.strategies import RENDERED_ENGINES
 
     rec = result["recommendation"]

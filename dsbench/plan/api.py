@@ -8,13 +8,16 @@ from typing import Any
 from dsbench.errors import UserError
 from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
+from dsbench.plan.candidate import Candidate
 from dsbench.plan.caveats import node_note
-from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+from dsbench.plan.estimate import Estimate, estimate
 from dsbench.plan.gpu_calibration import calibrated_gpu
 from dsbench.plan.gpu_profiles import ALIASES, CUSTOM, KINDS, GpuProfile, custom_profile, with_host
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, Link, link
+from dsbench.plan.inputs import Cluster, Workload
 from dsbench.plan.pipeline_time import PASS_RATE, STEP_RATE
-from dsbench.plan.profile import TP_LAYER_RATE, Profile, compute_group, load_profile
+from dsbench.plan.profile import TP_LAYER_RATE, Profile, compute_group
+from dsbench.plan.profile_check import load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
 from dsbench.plan.request import DEFAULTS, PlanRequest
 from dsbench.plan.selfcheck import step_residual, step_scale
@@ -287,7 +290,7 @@ def _training(r: Ranked, gpus: int, req: PlanRequest) -> dict[str, Any]:
     return {"training": cost} if cost else {}
 
 
-def _launch(e: Any, shape: ModelShape, wl: Any, cl: Any) -> dict[str, Any]:
+def _launch(e: Estimate, shape: ModelShape, wl: Workload, cl: Cluster) -> dict[str, Any]:
     """Whether dsbench runs the candidate today (compare has its strategy) and, when it does, the command."""
     launchable = lookup(e.candidate.runs_as.name) is not None
     return {"launchable": launchable, "command": launch_command(e, shape, wl, cl) if launchable else None}

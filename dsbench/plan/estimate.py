@@ -20,8 +20,7 @@ from dsbench.plan.comm import (
     tied_embedding_comm,
     ulysses_comm,
 )
-from dsbench.plan.gpu_profiles import GpuProfile
-from dsbench.plan.hardware import Link
+from dsbench.plan.inputs import Cluster, Workload
 from dsbench.plan.memory import (
     Accounting,
     ModelStates,
@@ -33,94 +32,10 @@ from dsbench.plan.memory import (
 )
 from dsbench.plan.pipeline_peak import busiest
 from dsbench.plan.pipeline_time import pipeline_seconds, schedule_of, schedule_seconds
-from dsbench.plan.profile import rate_at
 from dsbench.plan.saved import SavedActivations, saved_activation_bytes
 from dsbench.records import flops_per_token
 
 GIB = 2**30
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Cluster:
-    nodes: int
-    gpus_per_node: int
-    gpu_mem_gb: float
-    """Usable accelerator memory per GPU, GB (1e9 bytes), as on datasheets."""
-    peak_tflops: float
-    efficiency: float = 0.5
-    """Fraction of peak that matmul-heavy training achieves (0.4-0.6 is typical for dense LLMs)."""
-    intra: Link
-    inter: Link
-    host_link: Link
-    """GPU <-> CPU link (offload traffic)."""
-    host_mem_gb: float = 1000.0
-    compute_tflops: float | None = None
-    """Achieved TFLOPS per rank of a forward+backward, measured by ``dsbench calibrate`` (a profile): replaces
-    peak x efficiency for the compute term. Peak still defines MFU."""
-    optimizer_params_per_s: float | None = None
-    """Parameters per second one rank's optimizer step updates (a profile's AdamW rate): adds the optimizer term."""
-    overlap_comm: bool = True
-    """Whether collectives run beside compute (NCCL's own streams). On CPU ranks gloo's threads take the same
-    cores as the compute (a profile of a CPU machine says False): every collective is then exposed."""
-
-    fsdp_unit_s: tuple[float, float] = (0.0, 0.0)
-    """FSDP2's own seconds per ``fully_shard`` unit (hooks, DTensor dispatch, copy-in/out), per micro-step and per
-    optimizer step, measured by ``dsbench calibrate``; zero without a profile."""
-    deepspeed_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    """DeepSpeed's own seconds (calibrate's stack): per gradient reduction under ZeRO-1 and ZeRO-2 (and 3), per
-    parameter tensor under ZeRO-3; zero without a profile, when each collective call pays the link's latency."""
-    tp_layer_s: tuple[tuple[str, float], ...] = ()
-    """Tensor parallelism's own seconds per decoder layer per micro-step beyond 1/tp of the compute and its
-    collectives, by :attr:`Candidate.tp_kind` (DTensor, AutoTP, DTensor with sequence parallelism), measured by
-    ``dsbench calibrate``; none without a profile."""
-    lp_head_s: float = 0.0
-    """torch_tp's ``--loss-parallel`` head and loss, its own seconds per micro-step beyond 1/tp of their compute and
-    their collectives (a profile's ``torch_tp_lp_head_s``); zero without one."""
-    zb_split_layer_s: float = 0.0
-    """torch's zero-bubble schedules' own seconds per layer per micro-batch: splitting each backward into its input-
-    and weight-gradient passes, beyond the whole backward (a profile's ``zb_split_layer_s``); zero without one."""
-    pipe_runtime: tuple[tuple[str, float, float], ...] = ()
-    """The pipeline engines' runtime, by torch schedule and for DeepSpeed's engine: (schedule, seconds per step,
-    seconds per pass a rank runs) (a profile's ``*_step_s`` and ``*_pass_s``, plan/pipeline_time; with it, the
-    point-to-point latency is in the pass and the sends are priced by their bytes); none without."""
-    compute_by_micro_batch: tuple[tuple[int, float], ...] = ()
-    """The measured forward+backward TFLOPS per rank at several micro-batches (a profile)."""
-    gpu_model: GpuProfile | None = None
-    """A GPU kind's hardware profile, without a machine profile: the GPU time model prices the step."""
-    step_scale: tuple[tuple[str, float], ...] = ()
-    """Per engine family, measured / predicted step time of ``calibrate --check``'s cells (plan/selfcheck.py)."""
-    step_residual: tuple[tuple[str, float], ...] = ()
-    """Per pipeline family, seconds its check cells paid a step beyond their prediction (selfcheck.step_residual)."""
-    spread: tuple[tuple[str, float], ...] = ()
-    """Each calibrated timing's spread over its samples (a profile's ``spread``): the step's range
-    (dsbench/plan/interval.py)."""
-
-    def achieved_tflops(self, micro_batch: int) -> float:
-        """TFLOPS one rank achieves at ``micro_batch``: measured (interpolated between the measured micro-batches),
-        else peak x efficiency."""
-        default = self.compute_tflops or self.peak_tflops * self.efficiency
-        return rate_at({str(m): r for m, r in self.compute_by_micro_batch}, micro_batch, default)
-
-    @property
-    def pipe_costs(self) -> dict[str, tuple[float, float]]:
-        return {schedule: (per_step, per_pass) for schedule, per_step, per_pass in self.pipe_runtime}
-
-    @property
-    def world(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Workload:
-    shape: ModelShape
-    seq_len: int
-    micro_batch: int
-    grad_accum: int
-    precision: str = "bf16"
-    accounting: str | None = None
-    reduce_bucket: float | None = None
-    """Elements; default hidden² (HF "auto")."""
-    prefetch_bucket: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,14 +102,10 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     # (DeepSpeed's engine takes its data-parallel group from the Ulysses mpu's get_sequence_data_parallel_group)
     shards = cl.gpus_per_node // model_parallel if cand.strategy == "fsdp_hybrid" else dp * dims.sp
     held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.vocab_parallel_head)
-    states = model_states(held, cand.strategy, shards, acc, cand.offload, cand.offload_param)
-    act_bytes = 2 if wl.precision in ("bf16", "fp16") else 4
     # The global batch is fixed across candidates: with TP/PP the data-parallel degree shrinks, so each
     # replica accumulates tp x pp times more micro-batches per step.
     accum = dims.accumulation_for(wl.grad_accum)
-    activations = _activations(cand, wl, accum, act_bytes)
-    buffers = buffer_bytes(cand.strategy, cand.tp, shape, acc, wl.reduce_bucket, wl.prefetch_bucket, held=held,
-                           micro_steps=accum, pipelined=cand.pp > 1)
+    states, activations, buffers = _memory(cand, wl, acc, held, shards, accum)
     device_total = states.device + activations + buffers
     tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
     # model FLOPs per token 6N + 12·L·h·s (PaLM App. B), for MFU
@@ -235,6 +146,17 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
                     step_s_no_overlap=no_overlap, mfu=mfu, tokens_per_s=tokens * dp / step,
                     dominant=max(terms, key=lambda k: terms[k]), check_s=check,
                     step_range_s=span, notes=notes)
+
+
+def _memory(cand: Candidate, wl: Workload, acc: Accounting, held: float, shards: int,
+            accum: int) -> tuple[ModelStates, float, float]:
+    """Bytes per rank: the model states it keeps (sharded over ``shards`` ranks), its saved activations at their
+    peak, and the engine's communication buffers."""
+    states = model_states(held, cand.strategy, shards, acc, cand.offload, cand.offload_param)
+    activations = _activations(cand, wl, accum, 2 if wl.precision in ("bf16", "fp16") else 4)
+    buffers = buffer_bytes(cand.strategy, cand.tp, wl.shape, acc, wl.reduce_bucket, wl.prefetch_bucket, held=held,
+                           micro_steps=accum, pipelined=cand.pp > 1)
+    return states, activations, buffers
 
 
 def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> float:

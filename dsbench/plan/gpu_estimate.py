@@ -4,22 +4,21 @@ efficiency. Memory stays the planner's (memory.py), which its tests pin to the Z
 
 from __future__ import annotations
 
-from typing import Any
-
 from dsbench.parallel import ParallelDims
+from dsbench.plan.candidate import Candidate
 from dsbench.plan.caveats import caveats
 from dsbench.plan.gpu_layout import Layout, Shape, runs_autocast
 from dsbench.plan.gpu_time import step_time
+from dsbench.plan.inputs import Cluster, Workload
 
 COMPUTE = ("matmul", "attention", "elementwise", "recompute", "logits", "autocast")
 EXPOSED = ("tp_comm", "cp_comm", "pp_p2p", "dp_comm")
 
 
-def layout_for(cand: Any, wl: Any, cl: Any) -> Layout:
-    """The candidate (estimate.Candidate, on its Workload and Cluster: not imported, estimate imports this) as a
-    GPU layout: the global batch fixed across candidates (--grad-accum per rank of pure data
-    parallelism), HF modules with a flash kernel (what dsbench's worker runs), full recompute for checkpointing,
-    DeepSpeed Ulysses as context parallelism over all-to-alls."""
+def layout_for(cand: Candidate, wl: Workload, cl: Cluster) -> Layout:
+    """The candidate, on its workload and cluster, as a GPU layout: the global batch fixed across candidates
+    (--grad-accum per rank of pure data parallelism), HF modules with a flash kernel (what dsbench's worker runs),
+    full recompute for checkpointing, DeepSpeed Ulysses as context parallelism over all-to-alls."""
     s = wl.shape
     shape = Shape("gpt" if s.arch == "gpt2" else "llama", s.layers, s.hidden, s.heads, s.kv_heads, s.intermediate,
                   s.vocab_size)
@@ -35,7 +34,7 @@ def layout_for(cand: Any, wl: Any, cl: Any) -> Layout:
                   autocast=runs_autocast(cand.strategy, "hf"))  # zero0 is DeepSpeed's: 16-bit weights
 
 
-def terms(cand: Any, wl: Any, cl: Any) -> tuple[float, float, float, float, float, list[str]]:
+def terms(cand: Candidate, wl: Workload, cl: Cluster) -> tuple[float, float, float, float, float, list[str]]:
     """Compute (the busiest stage's, all micro-batches), compute with the pipeline bubble, exposed communication,
     the optimizer and the framework's host time (DeepSpeed ZeRO's, which the GPU waits for), in seconds per step,
     and the caveats of plan/caveats.py (the ranking prices datasheet profiles: nothing calibrated)."""

@@ -8,7 +8,9 @@ from dataclasses import dataclass, replace
 
 from dsbench.errors import UserError
 from dsbench.models import LLAMA_LIKE, ModelShape
-from dsbench.plan.estimate import Candidate, Cluster, Estimate, Workload, estimate
+from dsbench.plan.candidate import Candidate
+from dsbench.plan.estimate import Estimate, estimate
+from dsbench.plan.inputs import Cluster, Workload
 from dsbench.strategies import PLANNER, SIMPLICITY, ULYSSES_SHARDINGS, Strategy
 
 

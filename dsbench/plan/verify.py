@@ -13,7 +13,7 @@ from typing import Any
 
 from dsbench import strategies as registry
 from dsbench.models import ModelShape
-from dsbench.plan.estimate import Candidate
+from dsbench.plan.candidate import Candidate
 from dsbench.plan.memory import ModelStates, accounting_for, held_params, model_states
 from dsbench.plan.profile import Profile
 from dsbench.rows import Row, VerifyRow
@@ -82,7 +82,7 @@ def compare_row(planned: dict[str, Any], folder: Path, shape: ModelShape, ranks:
 def candidate_for(strategy: str) -> Any:
     """The planner's candidate for a compare strategy (``single`` is DDP on one rank); None when the planner's model
     is not used for it, or the name is not a compare strategy."""
-    from dsbench.plan.estimate import Candidate
+    from dsbench.plan.candidate import Candidate
 
     how = registry.lookup(strategy)
     return Candidate(**how.planner_fields) if how is not None and how.planned else None

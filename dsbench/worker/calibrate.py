@@ -76,6 +76,29 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
     q = torch.randn(micro, shape.heads, seq, head, device=device, dtype=dtype)
     attention = rate(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True), device, repeats)
     model = build_model(shape, seed, False, False).to(device=device, dtype=dtype)
+    by_micro = measure_model_by_micro_batch(model, shape, micro, seq, device, repeats)
+    model_step = {key: value for key, value in by_micro[str(micro)].items() if key not in ("flops", "tflops")}
+    # fused: compare's cells step torch's fused AdamW or DeepSpeed's own fused kernels by default
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    adam = rate(optimizer.step, device, repeats)
+    flops = {"gemm": 2 * tokens * shape.hidden * shape.intermediate,
+             "attention": 4 * micro * seq * seq * shape.hidden,  # QK^T and AV, causal mask not discounted
+             "model": flops_per_token(shape.num_params(), shape.layers, shape.hidden, seq) * tokens}
+    out = {name: {**timing, "flops": flops[name], "tflops": flops[name] / timing["seconds"] / 1e12}
+           for name, timing in (("gemm", gemm), ("attention", attention), ("model", model_step))}
+    out["optimizer"] = {**adam, "params": shape.num_params(), "params_per_s": shape.num_params() / adam["seconds"],
+                        "kernel": "torch AdamW fused"}
+    return {**out, "model_by_micro_batch": by_micro,
+            "split_backward": measure_split_backward(model, shape, micro, seq, device, repeats)}
+
+
+def measure_model_by_micro_batch(model: Any, shape: Any, micro: int, seq: int, device: str,
+                                 repeats: int) -> dict[str, Any]:
+    """The whole model's forward+backward at micro-batches 1, 2, 4 and the run's own: seconds and TFLOP/s each."""
+    import torch
+
+    from dsbench.records import flops_per_token
+
     # small batches run below the large ones' rate: the planner interpolates between the sizes. They are measured
     # in interleaved rounds (each size once per round), as the collectives are, so that a slow moment of the shared
     # cores falls on every size alike rather than on one
@@ -106,19 +129,7 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
         flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, seq) * size * seq
         timing = summary_of(samples[size], steps[size][1])
         by_micro[str(size)] = {**timing, "flops": flops, "tflops": flops / timing["seconds"] / 1e12}
-    model_step = {key: value for key, value in by_micro[str(micro)].items() if key not in ("flops", "tflops")}
-    # fused: compare's cells step torch's fused AdamW or DeepSpeed's own fused kernels by default
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    adam = rate(optimizer.step, device, repeats)
-    flops = {"gemm": 2 * tokens * shape.hidden * shape.intermediate,
-             "attention": 4 * micro * seq * seq * shape.hidden,  # QK^T and AV, causal mask not discounted
-             "model": flops_per_token(shape.num_params(), shape.layers, shape.hidden, seq) * tokens}
-    out = {name: {**timing, "flops": flops[name], "tflops": flops[name] / timing["seconds"] / 1e12}
-           for name, timing in (("gemm", gemm), ("attention", attention), ("model", model_step))}
-    out["optimizer"] = {**adam, "params": shape.num_params(), "params_per_s": shape.num_params() / adam["seconds"],
-                        "kernel": "torch AdamW fused"}
-    return {**out, "model_by_micro_batch": by_micro,
-            "split_backward": measure_split_backward(model, shape, micro, seq, device, repeats)}
+    return by_micro
 
 
 def measure_split_backward(model: Any, shape: Any, micro: int, seq: int, device: str, repeats: int) -> dict[str, Any]:

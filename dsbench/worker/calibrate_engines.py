@@ -123,16 +123,11 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     sequence parallelism (torch_tp --sequence-parallel: each rank feeds its sequence shard); and the LM head with
     its loss, whole and split by vocabulary (:func:`head_trainers`). What splitting costs beyond 1/tp of the
     compute and its collectives is the fit's (dsbench.plan.profile)."""
-    import copy
-
     import deepspeed
     import torch
-    from deepspeed.module_inject.layers import LinearAllreduce, LinearLayer, set_autotp_mode
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import parallelize_module
 
     from dsbench.models import LLAMA_LIKE
-    from dsbench.worker.engines.model_parallel import MEGATRON_LAYER, megatron_block_plan
     from dsbench.worker.model import build_model
 
     facts = {"layers": shape.layers, "tp": tp, "micro_batch": micro, "seq_len": seq, "hidden": shape.hidden}
@@ -156,23 +151,44 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
         return step
 
     plain = model.model.layers
-    torch_tp, sequence_parallel = copy.deepcopy(plain), copy.deepcopy(plain)
-    for layer in torch_tp:
-        parallelize_module(layer, mesh["tp"], megatron_block_plan())
-    for layer in sequence_parallel:
-        parallelize_module(layer, mesh["tp"], megatron_block_plan(sequence_parallel=True))
     shard = hidden.chunk(tp, dim=1)[mesh["tp"].get_local_rank()].contiguous()  # this rank's tokens under SP
+    torch_tp, sp = (_dtensor_layers(plain, mesh["tp"], sequence_parallel) for sequence_parallel in (False, True))
+    works = {"plain_forward_backward": trainer(plain), "torch_forward_backward": trainer(torch_tp),
+             "autotp_forward_backward": trainer(_autotp_layers(plain, mesh.get_group("tp"))),
+             "sp_forward_backward": trainer(sp, shard),
+             **head_trainers(model.lm_head, hidden, mesh["tp"], shape.vocab_size)}
+    return {**facts, **interleaved(works, comm, device, repeats, STACK_CALLS)}
+
+
+def _dtensor_layers(layers: Any, tp_mesh: Any, sequence_parallel: bool) -> Any:
+    """A copy of the decoder layers split by DTensor with Megatron's layout, as the worker's torch_tp splits them."""
+    import copy
+
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from dsbench.worker.engines.model_parallel import megatron_block_plan
+
+    split = copy.deepcopy(layers)
+    for layer in split:
+        parallelize_module(layer, tp_mesh, megatron_block_plan(sequence_parallel=sequence_parallel))
+    return split
+
+
+def _autotp_layers(layers: Any, group: Any) -> Any:
+    """A copy of the decoder layers with DeepSpeed AutoTP's training layers on Megatron's projections."""
+    import copy
+
+    from deepspeed.module_inject.layers import LinearAllreduce, LinearLayer, set_autotp_mode
+
+    from dsbench.worker.engines.model_parallel import MEGATRON_LAYER
+
     set_autotp_mode(training=True)  # DeepSpeed's process-wide switch, as deepspeed.initialize sets it for AutoTP
-    autotp = copy.deepcopy(plain)
-    group = mesh.get_group("tp")
-    for layer in autotp:
+    split = copy.deepcopy(layers)
+    for layer in split:
         for name, kind in MEGATRON_LAYER.items():
             parent, attr = layer.get_submodule(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]
             setattr(parent, attr, (LinearLayer if kind == "column" else LinearAllreduce)(getattr(parent, attr), group))
-    works = {"plain_forward_backward": trainer(plain), "torch_forward_backward": trainer(torch_tp),
-             "autotp_forward_backward": trainer(autotp), "sp_forward_backward": trainer(sequence_parallel, shard),
-             **head_trainers(model.lm_head, hidden, mesh["tp"], shape.vocab_size)}
-    return {**facts, **interleaved(works, comm, device, repeats, STACK_CALLS)}
+    return split
 
 
 def head_trainers(head: Any, hidden: Any, tp_mesh: Any, vocab: int) -> dict[str, Any]:

@@ -178,6 +178,24 @@ def saves_after(step: int, settings: LoopSettings) -> bool:
         settings.save_last and done == settings.steps)
 
 
+def _step(engine: Any, batches: list[Any], step: int, first: bool, clock: StepClock, device: str) -> _Pending:
+    """One optimizer step over ``batches`` (its micro-batches), timed; the first step also counts the model
+    states and what its backward keeps (saved-tensor hooks)."""
+    engine.measure_states = first
+    saved = SavedActivations(engine.model) if first else None
+    started = clock.start()
+    with saved or contextlib.nullcontext():
+        loss = engine.train_step(batches)
+    region = clock.stop(started)
+    stop.beat()  # the step's collectives completed: the watchdog's clock restarts
+    current, peak, _ = memory_now(device)  # allocator statistics: host-side, no device sync
+    return _Pending(step=step, loss=loss, clock=region, memory=current, peak_memory=peak, lr=engine.lr(),
+                    states={**engine.model_state_bytes(), "saved_activations": saved.bytes,
+                            "saved_activations_peak": saved.peak} if saved else None,
+                    busy=engine.busy_seconds() if hasattr(engine, "busy_seconds") else None,
+                    grad_norm=getattr(engine, "grad_norm", None))
+
+
 def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
                emit: Callable[[list[dict[str, Any]]], None],
                save: Callable[[int], dict[str, Any]] | None = None) -> None:
@@ -209,20 +227,7 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
             window_start = time.perf_counter()
         batches = [_to_device(plan.micro_batch_for(step, m, dp_rank), device) for m in range(ga)]
         _fault(dist_info.rank, step)
-        engine.measure_states = step == settings.start
-        saved = SavedActivations(engine.model) if engine.measure_states else None
-        started = clock.start()
-        with saved or contextlib.nullcontext():  # the first (warm-up) step also counts what its backward keeps
-            loss = engine.train_step(batches)
-        region = clock.stop(started)
-        stop.beat()  # the step's collectives completed: the watchdog's clock restarts
-        current, peak, _ = memory_now(device)  # allocator statistics: host-side, no device sync
-        pending.append(_Pending(step=step, loss=loss, clock=region, memory=current,
-                                peak_memory=peak, lr=engine.lr(),
-                                states={**engine.model_state_bytes(), "saved_activations": saved.bytes,
-                                        "saved_activations_peak": saved.peak} if saved else None,
-                                busy=engine.busy_seconds() if hasattr(engine, "busy_seconds") else None,
-                                grad_norm=getattr(engine, "grad_norm", None)))
+        pending.append(_step(engine, batches, step, step == settings.start, clock, device))
         due = save is not None and saves_after(step, settings)
         if len(pending) >= settings.gather_every or step in (first_measured - 1, settings.steps - 1) or due:
             gather()  # all-gather across ranks: sync point; the last one also waits for the slowest rank

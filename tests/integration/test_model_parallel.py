@@ -177,7 +177,7 @@ PLANNED = {"pipe2_ckpt_llama": ("zero1", 1, 2, "deepspeed"), "pipe2_gpt2": ("zer
 def test_planner_model_states_per_rank_within_5_percent(runs, name):
     """dsbench plan's bytes on the busiest rank of a pipeline/TP layout vs what the run counted from tensors."""
     from dsbench.models import resolve_model
-    from dsbench.plan.estimate import Candidate
+    from dsbench.plan.candidate import Candidate
     from dsbench.plan.verify import comparable_bytes, predicted_states
 
     strategy, tp, pp, engine = PLANNED[name]

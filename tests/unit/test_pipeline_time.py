@@ -8,8 +8,10 @@ import numpy
 import pytest
 
 from dsbench.models import PRESETS
-from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+from dsbench.plan.candidate import Candidate
+from dsbench.plan.estimate import estimate
 from dsbench.plan.hardware import Link
+from dsbench.plan.inputs import Cluster, Workload
 from dsbench.plan.pipeline_time import PASS_RATE, STEP_RATE, fit_runtime, pass_costs, schedule_seconds
 from dsbench.plan.profile import fit_profile
 

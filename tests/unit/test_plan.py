@@ -229,7 +229,8 @@ def test_an_interleaved_pipeline_idles_narayanan_s_bubble(stages, micro, virtual
 
 def test_the_planner_prices_interleaved_1f1b_with_its_smaller_bubble_and_more_sends():
     from dsbench.plan.api import build, read_profile
-    from dsbench.plan.estimate import Candidate, estimate
+    from dsbench.plan.candidate import Candidate
+    from dsbench.plan.estimate import estimate
     from dsbench.plan.memory import activation_bytes
     from dsbench.plan.request import PlanRequest
     from tests.conftest import DATA
@@ -266,7 +267,7 @@ def test_the_planner_prices_interleaved_1f1b_with_its_smaller_bubble_and_more_se
 def test_the_zero_bubble_schedule_keeps_a_third_of_the_interleaved_bubble(stages, micro, virtual):
     """Qi et al. 2024 (arXiv:2401.10241) sec. 2: moving the weight-gradient passes W into the bubble shrinks it from
     (P-1)(F+B+W) to (P-1)(F+B-W), a third at F = B = W; by hand, over the interleaved fill and drain (P-1)/V."""
-    from dsbench.plan.estimate import Candidate
+    from dsbench.plan.candidate import Candidate
     from dsbench.plan.pipeline_time import pipeline_seconds
 
     step = pipeline_seconds([1.0] * stages, micro, virtual, zero_bubble=True)
@@ -278,7 +279,9 @@ def test_the_zero_bubble_schedule_keeps_a_third_of_the_interleaved_bubble(stages
 
 
 def test_a_stage_s_time_is_its_share_of_the_model_s_matrix_work_and_lookups_are_free():
-    from dsbench.plan.estimate import Candidate, Cluster, Workload, stage_seconds
+    from dsbench.plan.candidate import Candidate
+    from dsbench.plan.estimate import stage_seconds
+    from dsbench.plan.inputs import Cluster, Workload
 
     shape = PRESETS["llama-tiny"]  # h 64, ff 176, 4 heads of 16, 2 KV heads, vocab 4096, 2 layers, untied head
     wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=1, precision="fp32")
@@ -297,7 +300,9 @@ def test_a_stage_s_time_is_its_share_of_the_model_s_matrix_work_and_lookups_are_
 
 
 def test_a_pipeline_with_a_tied_embedding_sums_its_two_gradients_once_per_step():
-    from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+    from dsbench.plan.candidate import Candidate
+    from dsbench.plan.estimate import estimate
+    from dsbench.plan.inputs import Cluster, Workload
 
     link = Link("x", 10.0, 0.0, "test")
     cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link, host_link=link)

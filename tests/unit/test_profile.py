@@ -9,10 +9,13 @@ import pytest
 
 from dsbench.errors import UserError
 from dsbench.models import resolve_model
+from dsbench.plan.candidate import Candidate
 from dsbench.plan.comm import ring_seconds
-from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+from dsbench.plan.estimate import estimate
 from dsbench.plan.hardware import INTERCONNECTS, Link
-from dsbench.plan.profile import MEASURED, fit_collective, fit_line, fit_profile, link_from, load_profile
+from dsbench.plan.inputs import Cluster, Workload
+from dsbench.plan.profile import MEASURED, fit_collective, fit_line, fit_profile, link_from
+from dsbench.plan.profile_check import load_profile
 from dsbench.plan.profile_summary import summary_lines
 from dsbench.records import flops_per_token
 

@@ -10,7 +10,8 @@ import pytest
 from dsbench.bench.tune import default_strategies
 from dsbench.errors import UserError
 from dsbench.plan.api import read_profile
-from dsbench.plan.estimate import Candidate, estimate
+from dsbench.plan.candidate import Candidate
+from dsbench.plan.estimate import estimate
 from dsbench.plan.selfcheck import check_record, check_strategies
 from dsbench.report.tables import check_warnings
 from tests.conftest import DATA
@@ -53,8 +54,10 @@ def test_a_pipeline_s_check_is_added_to_each_step_not_multiplied():
     from dataclasses import replace
 
     from dsbench.models import PRESETS
-    from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+    from dsbench.plan.candidate import Candidate
+    from dsbench.plan.estimate import estimate
     from dsbench.plan.hardware import Link
+    from dsbench.plan.inputs import Cluster, Workload
     from dsbench.plan.selfcheck import step_residual
     from dsbench.report.tables import check_grid
 

@@ -100,7 +100,7 @@ def test_a_bad_name_is_unknown(name):
 
 
 def test_every_planned_strategy_and_its_planner_candidate_name_each_other():
-    from dsbench.plan.estimate import Candidate
+    from dsbench.plan.candidate import Candidate
     from dsbench.plan.verify import candidate_for, compare_strategy
 
     for name in [*registry.LISTED, "torch_tp4", "pipe4", "zero1_tp8", "torch_pipe8", "torch_tp2_sp", "torch_tp2_lp",

@@ -13,8 +13,10 @@ from dataclasses import replace
 import pytest
 
 from dsbench.models import resolve_model
-from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+from dsbench.plan.candidate import Candidate
+from dsbench.plan.estimate import estimate
 from dsbench.plan.hardware import INTERCONNECTS, Link
+from dsbench.plan.inputs import Cluster, Workload
 from dsbench.plan.interval import framework_timings
 from dsbench.plan.profile import tensor_parallel_costs
 

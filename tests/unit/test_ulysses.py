@@ -115,8 +115,10 @@ def test_a_model_without_sdpa_attention_is_refused_in_one_line():
 
 def _planned(strategy: str, ulysses: int = 1, world: int = 2):
     from dsbench.models import PRESETS
-    from dsbench.plan.estimate import Candidate, Cluster, Workload, estimate
+    from dsbench.plan.candidate import Candidate
+    from dsbench.plan.estimate import estimate
     from dsbench.plan.hardware import Link
+    from dsbench.plan.inputs import Cluster, Workload
 
     link = Link("x", 10.0, 2.0, "test")  # 10 GB/s, 2 us
     cl = Cluster(nodes=1, gpus_per_node=world, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link,
