@@ -120,14 +120,7 @@ class TrainSpec:
     quiet: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("seq_len", "micro_batch", "grad_accum", "steps", "gather_every", "pipeline_stages", "tp",
-                     "virtual_stages", "dp_shard"):
-            if getattr(self, name) < (0 if name == "dp_shard" else 1):
-                raise UserError(f"--{name.replace('_', '-')} must be >= 1")
-            if getattr(self, name) > MAX_COUNT:
-                raise UserError(f"--{name.replace('_', '-')} {getattr(self, name)} is beyond {MAX_COUNT:,}")
-        if not 0 <= self.seed < 2**32:  # numpy's and torch's generators both take a 32-bit seed without surprises
-            raise UserError(f"--seed must be in 0..{2**32 - 1}, got {self.seed}")
+        self._check_numbers()
         if self.strategy not in STRATEGIES:
             raise UserError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
         if self.precision not in (None, "fp32", "bf16", "fp16"):
@@ -138,6 +131,43 @@ class TrainSpec:
         self._check_pipeline()
         self._check_recompute()
         self._check_tensor_parallel()
+        self._check_checkpointing()
+        if self.compile and self.warmup < 1:
+            raise UserError("--compile needs --warmup >= 1: the first step compiles, and compilation must stay out "
+                            "of the measured window")
+        if self.compile and self.strategy in SPLIT_ENGINES:
+            raise UserError(f"--compile is not supported with --strategy {self.strategy} (its stages and DTensor "
+                            "layers are not compiled by dsbench); drop --compile")
+        if self.fused_optimizer and self.strategy == "deepspeed":
+            raise UserError("--fused-optimizer selects torch AdamW's fused kernel; --strategy deepspeed steps with its "
+                            "config's optimizer (FusedAdam on GPU, DeepSpeedCPUAdam under offload): drop "
+                            "--fused-optimizer")
+
+    def _check_numbers(self) -> None:
+        """Counts within 1..MAX_COUNT, a 32-bit seed, warm-up inside the steps, finite rates."""
+        for name in ("seq_len", "micro_batch", "grad_accum", "steps", "gather_every", "pipeline_stages", "tp",
+                     "virtual_stages", "dp_shard"):
+            if getattr(self, name) < (0 if name == "dp_shard" else 1):
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+            if getattr(self, name) > MAX_COUNT:
+                raise UserError(f"--{name.replace('_', '-')} {getattr(self, name)} is beyond {MAX_COUNT:,}")
+        if not 0 <= self.seed < 2**32:  # numpy's and torch's generators both take a 32-bit seed without surprises
+            raise UserError(f"--seed must be in 0..{2**32 - 1}, got {self.seed}")
+        if not 0 <= self.warmup < self.steps:
+            raise UserError(f"--warmup must be in 0..{self.steps - 1} (steps excluded from the summary)")
+        positive = {"lr": self.lr, "dist_timeout": self.dist_timeout,
+                    "peak_tflops": self.peak_tflops if self.peak_tflops is not None else 1.0}
+        at_least_0 = {"weight_decay": self.weight_decay, "grad_clip": self.grad_clip,
+                      "lr_warmup_steps": self.lr_warmup_steps}
+        for name, value in positive.items():
+            if not (math.isfinite(value) and value > 0):
+                raise UserError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
+        for name, value in at_least_0.items():
+            if not (math.isfinite(value) and value >= 0):
+                raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
+
+    def _check_checkpointing(self) -> None:
+        """Paths given are not empty; checkpoints only for the engines that write them; --save-every with a folder."""
         for flag, value in (("--checkpoint-dir", self.checkpoint_dir), ("--resume", self.resume),
                             ("--deepspeed_config", self.deepspeed_config), ("--dataset", self.dataset),
                             ("--out", self.out)):
@@ -151,28 +181,6 @@ class TrainSpec:
             raise UserError(f"--save-every must be >= 0 (0: save after the last step only), got {self.save_every}")
         if self.save_every and not self.checkpoint_dir:
             raise UserError("--save-every needs --checkpoint-dir (where the checkpoints go)")
-        if not 0 <= self.warmup < self.steps:
-            raise UserError(f"--warmup must be in 0..{self.steps - 1} (steps excluded from the summary)")
-        if self.compile and self.warmup < 1:
-            raise UserError("--compile needs --warmup >= 1: the first step compiles, and compilation must stay out "
-                            "of the measured window")
-        if self.compile and self.strategy in SPLIT_ENGINES:
-            raise UserError(f"--compile is not supported with --strategy {self.strategy} (its stages and DTensor "
-                            "layers are not compiled by dsbench); drop --compile")
-        if self.fused_optimizer and self.strategy == "deepspeed":
-            raise UserError("--fused-optimizer selects torch AdamW's fused kernel; --strategy deepspeed steps with its "
-                            "config's optimizer (FusedAdam on GPU, DeepSpeedCPUAdam under offload): drop "
-                            "--fused-optimizer")
-        positive = {"lr": self.lr, "dist_timeout": self.dist_timeout,
-                    "peak_tflops": self.peak_tflops if self.peak_tflops is not None else 1.0}
-        at_least_0 = {"weight_decay": self.weight_decay, "grad_clip": self.grad_clip,
-                      "lr_warmup_steps": self.lr_warmup_steps}
-        for name, value in positive.items():
-            if not (math.isfinite(value) and value > 0):
-                raise UserError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
-        for name, value in at_least_0.items():
-            if not (math.isfinite(value) and value >= 0):
-                raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
 
     def _check_recompute(self) -> None:
         """--recompute and --activation-checkpointing name one setting: each implies the other's "full"."""

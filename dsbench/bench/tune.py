@@ -125,10 +125,7 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
                          req.exhaustive)
     prepare_out(req.out, definition_of(req), req.resume)
     if req.resume:
-        done = {s.layout.name: measured_tokens_per_s(req.out / "cells" / cell_of(req, s.layout).id)
-                for s in found.scored if finished(req.out / "cells" / cell_of(req, s.layout).id)}
-        found = search.resumed(found, done)
-        say(f"resumed: {len(done)} run(s) already made")
+        found = _resumed(req, found, say)
     say(f"{len(found.scored)} layouts, {sum(s.fits for s in found.scored)} fit; predicted best: "
         f"{search.ranked(found.scored)[0].layout.name}")
 
@@ -155,20 +152,33 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
               "runs_used": len(found.runs), "runs": found.runs,
               "layouts": [s.to_dict() for s in search.ranked(found.scored)], "winner": None}
     if winner:
-        cell, measured = cell_of(req, winner.layout), winner.measured
-        if req.speed_options:
-            result["speed"] = race_speed_options(req, winner.layout, run)
-            best = max((r for r in result["speed"] if r["tokens_per_s"]), key=lambda r: r["tokens_per_s"],
-                       default=None)
-            if best:
-                cell, measured = cell_of(req, winner.layout, best["compile"], repeat=1), best["tokens_per_s"]
-        command = ["dsbench", "launch", *cell_launch_args(cell, Path(f"runs/{cell.id}"))]
-        result["winner"] = {**winner.to_dict(), "cell": cell.id, "command": shlex.join(command),
-                            "compile": cell.compile, "fused_optimizer": cell.fused_optimizer,
-                            "tokens_per_s": measured,
-                            "throughput": "wall clock over the measured window, every rank (never a sum of phases)"}
+        result.update(_winner(req, winner, run))
     atomic_write_json(req.out / "tune.json", result)
     return result
+
+
+def _resumed(req: TuneRequest, found: search.Search, say: Callable[[str], None]) -> search.Search:
+    """The search with the runs an interrupted tune finished already counted (their folders are read, not rerun)."""
+    done = {s.layout.name: measured_tokens_per_s(req.out / "cells" / cell_of(req, s.layout).id)
+            for s in found.scored if finished(req.out / "cells" / cell_of(req, s.layout).id)}
+    say(f"resumed: {len(done)} run(s) already made")
+    return search.resumed(found, done)
+
+
+def _winner(req: TuneRequest, winner: search.Scored, run: Callable[[Cell, str], float | None]) -> dict[str, Any]:
+    """The measured best layout (with --speed-options, raced with its speed options) and its launch command."""
+    out: dict[str, Any] = {}
+    cell, measured = cell_of(req, winner.layout), winner.measured
+    if req.speed_options:
+        out["speed"] = race_speed_options(req, winner.layout, run)
+        best = max((r for r in out["speed"] if r["tokens_per_s"]), key=lambda r: r["tokens_per_s"], default=None)
+        if best:
+            cell, measured = cell_of(req, winner.layout, best["compile"], repeat=1), best["tokens_per_s"]
+    command = ["dsbench", "launch", *cell_launch_args(cell, Path(f"runs/{cell.id}"))]
+    out["winner"] = {**winner.to_dict(), "cell": cell.id, "command": shlex.join(command), "compile": cell.compile,
+                     "fused_optimizer": cell.fused_optimizer, "tokens_per_s": measured,
+                     "throughput": "wall clock over the measured window, every rank (never a sum of phases)"}
+    return out
 
 
 def race_speed_options(req: TuneRequest, layout: search.Layout,

@@ -17,6 +17,7 @@ from dsbench.commands.options import (
     checked_profile,
     wide_option,
 )
+from dsbench.errors import UserError
 from dsbench.plan.gpu_layout import ARCHS, KERNELS, RECOMPUTE, SCHEDULES
 from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
 from dsbench.strategies import GPU_DATA_PARALLEL
@@ -108,30 +109,34 @@ def plan(top: int, as_json: bool, wide: bool, verify: bool, config_file: str | N
         _replay(replay, files, as_json, wide, opts.get("profile"))
         return
     _one_gpu_source(opts.get("profile"))
-    if opts["hbm_tbs"] is not None and opts["gpu"] != "custom":
-        from dsbench.errors import UserError
-
-        raise UserError("--hbm-tbs is a custom GPU's figure: add --gpu custom (with --peak-tflops and --gpu-mem), or "
-                        "drop it")
-    if write_dir and opts["layout"] is not None:
-        from dsbench.errors import UserError
-
-        raise UserError("--write writes the ranking's recommendation: drop --layout (its command is printed)")
+    _refuse_conflicts(opts, write_dir, config_file, verify)
     layout_opts = {name: opts.pop(name) for name in LAYOUT_ONLY}
     if opts["layout"] is not None:
-        if config_file or verify:
-            from dsbench.errors import UserError
-
-            raise UserError(f"--{'config' if config_file else 'verify'} does not apply to --layout (it prices one "
-                            "layout on GPUs; --verify runs the ranking's candidates here)")
         _layout(opts, layout_opts, as_json)
         return
     opts.pop("layout")
     _no_layout_flags(layout_opts)
     if verify and not opts.get("model"):
-        from dsbench.errors import UserError
-
         raise UserError("--verify runs the candidates: give --model (a model the worker can build), not --params")
+    _rank(opts, config_file, verify, write_dir, top, as_json, wide)
+
+
+def _refuse_conflicts(opts: dict[str, Any], write_dir: str | None, config_file: str | None, verify: bool) -> None:
+    """Flags that belong to another kind of plan: a custom GPU's, the ranking's (beside --layout)."""
+    if opts["hbm_tbs"] is not None and opts["gpu"] != "custom":
+        raise UserError("--hbm-tbs is a custom GPU's figure: add --gpu custom (with --peak-tflops and --gpu-mem), or "
+                        "drop it")
+    if write_dir and opts["layout"] is not None:
+        raise UserError("--write writes the ranking's recommendation: drop --layout (its command is printed)")
+    if opts["layout"] is not None and (config_file or verify):
+        raise UserError(f"--{'config' if config_file else 'verify'} does not apply to --layout (it prices one "
+                        "layout on GPUs; --verify runs the ranking's candidates here)")
+
+
+def _rank(opts: dict[str, Any], config_file: str | None, verify: bool, write_dir: str | None, top: int,
+          as_json: bool, wide: bool) -> None:
+    """The ranking: every candidate priced, the best recommended; with --verify the top ones run here, with
+    --write the recommendation's files written."""
     from dsbench.plan.api import plan as make_plan
     from dsbench.plan.request import PlanRequest
     from dsbench.report.tables import print_plan
@@ -162,8 +167,6 @@ def _one_gpu_source(profile: Any) -> None:
     ctx = click.get_current_context()
     given = ctx.get_parameter_source("gpu") is click.core.ParameterSource.COMMANDLINE
     if profile is not None and profile.data.get("gpu") and given:
-        from dsbench.errors import UserError
-
         raise UserError(f"--gpu and --profile {profile.path} (measured on {profile.data['gpu'].get('name')}) both "
                         "name the GPU: drop one")
 
@@ -176,8 +179,6 @@ LAYOUT_ONLY = ("tp", "pipeline_stages", "pipeline_schedule", "virtual_stages", "
 
 def _no_layout_flags(layout_opts: dict[str, Any]) -> None:
     """Refuse a layout flag given without --layout (one line naming it)."""
-    from dsbench.errors import UserError
-
     ctx = click.get_current_context()
     for name in LAYOUT_ONLY:
         if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
@@ -192,7 +193,6 @@ def _no_layout_flags(layout_opts: dict[str, Any]) -> None:
 def _layout(opts: dict[str, Any], layout_opts: dict[str, Any], as_json: bool) -> None:
     from dataclasses import fields
 
-    from dsbench.errors import UserError
     from dsbench.plan.explicit import predict_layout
     from dsbench.plan.request import LayoutRequest
 
@@ -228,7 +228,6 @@ def _write(directory: str, result: dict[str, Any], req: Any) -> list[str]:
     from pathlib import Path
 
     from dsbench.configs.api import render_config
-    from dsbench.errors import UserError
     from dsbench.io import atomic_write_text, dumps_json
     from dsbench.launchers.accelerate import ACCELERATE_PRECISION, accelerate_yaml, yaml_text
     from dsbench.plan.candidate import Candidate
@@ -272,8 +271,6 @@ REPLAY_FLAGS = ("replay", "files", "as_json", "wide", "profile")
 
 
 def _replay(flag: bool, files: tuple[str, ...], as_json: bool, wide: bool, profile: Any) -> None:
-    from dsbench.errors import UserError
-
     if not flag:
         raise UserError(f"{files[0]}: a file is read only with --replay (dsbench plan --replay FILE.csv ...)")
     if not files:

@@ -69,19 +69,7 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
     gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
     if req.gpus and req.gpus != gpn * req.nodes:
         raise UserError(f"--gpus {req.gpus} != --nodes {req.nodes} x --gpus-per-node {gpn}")
-    micro, accum, precision, config = req.micro_batch, req.grad_accum, req.precision, None
-    if req.config:
-        from dsbench.configs.loader import load_config_strict
-
-        config = load_config_strict(req.config)
-        micro = config.get("train_micro_batch_size_per_gpu", micro) if isinstance(
-            config.get("train_micro_batch_size_per_gpu"), int) else micro
-        accum = config.get("gradient_accumulation_steps", accum) if isinstance(
-            config.get("gradient_accumulation_steps"), int) else accum
-        from dsbench.configs.precision import config_precision
-
-        found = config_precision(config)
-        precision = req.precision if found == "auto" else found  # "auto": the Trainer decides, keep --precision
+    micro, accum, precision, config = _batch_and_precision(req)
     if min(micro, accum, gpn, req.nodes) < 1 or req.efficiency <= 0 or req.efficiency > 1:
         raise UserError("--micro-batch, --grad-accum, --nodes, --gpus-per-node must be >= 1; --efficiency in (0, 1]")
     intra = req.intra or ("nvlink4" if req.gpu in ("h100", "h200") else "nvlink")
@@ -99,19 +87,36 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
                  inter=link(req.interconnect or "infiniband", req.bandwidth, req.latency),
                  host_link=INTERCONNECTS["pcie5"],
                  host_mem_gb=req.host_mem)
+    return wl, _time_model(cl, req, calibrated, precision), config
+
+
+def _batch_and_precision(req: PlanRequest) -> tuple[int, int, str, dict[str, Any] | None]:
+    """Micro-batch, accumulation and precision: the flags', or the --config's where it sets them (and the config)."""
+    if not req.config:
+        return req.micro_batch, req.grad_accum, req.precision, None
+    from dsbench.configs.loader import load_config_strict
+    from dsbench.configs.precision import config_precision
+
+    config = load_config_strict(req.config)
+    batch = {"train_micro_batch_size_per_gpu": req.micro_batch, "gradient_accumulation_steps": req.grad_accum}
+    micro, accum = (config[key] if isinstance(config.get(key), int) else flag for key, flag in batch.items())
+    found = config_precision(config)
+    return micro, accum, req.precision if found == "auto" else found, config  # "auto": the Trainer decides
+
+
+def _time_model(cl: Cluster, req: PlanRequest, calibrated: GpuProfile | None, precision: str) -> Cluster:
+    """The cluster with what prices its step: a GPU calibrated by calibrate, a CPU machine's profile, or the
+    GPU kind's datasheet profile."""
     if calibrated is not None:
         if precision not in calibrated.peak_tflops:
             raise UserError(f"--precision {precision}: the {calibrated.kind} profile has no {precision} peak")
-        cl = replace(cl, gpu_model=with_host(calibrated, req.zero_host_us))
-        cl = _usual_network(cl, req)
-    elif req.profile:
+        return _usual_network(replace(cl, gpu_model=with_host(calibrated, req.zero_host_us)), req)
+    if req.profile:
         if req.zero_host_us:
             raise UserError("--zero-host-us is the GPU model's: a --profile from calibrate measures its own "
                             "engine costs")
-        cl = with_profile(cl, req.profile.data)
-    else:
-        cl = _usual_network(replace(cl, gpu_model=gpu_model(req, precision)), req)
-    return wl, cl, config
+        return with_profile(cl, req.profile.data)
+    return _usual_network(replace(cl, gpu_model=gpu_model(req, precision)), req)
 
 
 def _peak_and_memory(req: PlanRequest, calibrated: GpuProfile | None) -> tuple[float, float]:

@@ -117,10 +117,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     comm, exposed = _communication(cand, wl, cl, held, shards if cand.ulysses > 1 else dp, shards, acc, accum,
                                    compute, counted)
     offload = _offload_seconds(states, cl)
-    # the optimizer step over the parameters this rank updates (its shard under ZeRO-1/2/3 and FSDP), at the
-    # measured rate; without a profile it is not counted (small beside compute on a GPU)
-    stepped = held / shards if cand.strategy not in ("ddp", "zero0") else held
-    optimizer = stepped / cl.optimizer_params_per_s if cl.optimizer_params_per_s else 0.0
+    optimizer = _optimizer_seconds(cand, held, shards, cl)
     framework = _framework_seconds(cand, shape, accum, cl, counted)
     notes: list[str] = []
     if cl.gpu_model is not None:  # a GPU kind the profiles know, no machine profile: gpu_time.py's terms
@@ -129,10 +126,8 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     step = compute_with_bubble + exposed + offload + optimizer + framework
     no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework
     check = _check_seconds(cand, step, cl)
-    scale = (step + check) / step if step > 0 else 1.0
-    span = interval.step_range(step + check, {"compute": compute_with_bubble, "communication": exposed,
-                                              "optimizer": optimizer, "framework": framework},
-                               interval.framework_timings(cand), dict(cl.spread), scale)
+    span = _step_range(cand, cl, step, check, {"compute": compute_with_bubble, "communication": exposed,
+                                               "optimizer": optimizer, "framework": framework})
     step, no_overlap = step + check, no_overlap + check
     mfu = model_flops / model_parallel / (step * cl.peak_tflops * 1e12)
     terms = {"compute": compute, "communication": exposed, "offload": offload,
@@ -142,10 +137,22 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
                     device_total=device_total, fits=fits, host_per_node=states.host * cl.gpus_per_node,
                     nvme_per_node=states.nvme * cl.gpus_per_node, compute_s=compute, comm=comm,
                     exposed_comm_s=exposed, offload_s=offload, optimizer_s=optimizer, framework_s=framework,
-                    bubble=bubble, step_s=step,
-                    step_s_no_overlap=no_overlap, mfu=mfu, tokens_per_s=tokens * dp / step,
-                    dominant=max(terms, key=lambda k: terms[k]), check_s=check,
-                    step_range_s=span, notes=notes)
+                    bubble=bubble, step_s=step, step_s_no_overlap=no_overlap, mfu=mfu, tokens_per_s=tokens * dp / step,
+                    dominant=max(terms, key=lambda k: terms[k]), check_s=check, step_range_s=span, notes=notes)
+
+
+def _optimizer_seconds(cand: Candidate, held: float, shards: int, cl: Cluster) -> float:
+    """The optimizer step over the parameters this rank updates (its shard under ZeRO-1/2/3 and FSDP), at the
+    measured rate; without a profile it is not counted (small beside compute on a GPU)."""
+    stepped = held / shards if cand.strategy not in ("ddp", "zero0") else held
+    return stepped / cl.optimizer_params_per_s if cl.optimizer_params_per_s else 0.0
+
+
+def _step_range(cand: Candidate, cl: Cluster, step: float, check: float,
+                parts: dict[str, float]) -> tuple[float, float] | None:
+    """The step's range from each calibrated timing's spread (plan/interval.py), scaled as the check scales it."""
+    scale = (step + check) / step if step > 0 else 1.0
+    return interval.step_range(step + check, parts, interval.framework_timings(cand), dict(cl.spread), scale)
 
 
 def _memory(cand: Candidate, wl: Workload, acc: Accounting, held: float, shards: int,

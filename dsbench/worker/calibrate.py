@@ -270,18 +270,31 @@ def groups_of(hostnames: list[str]) -> dict[str, list[int]]:
     return out
 
 
+def measure_collectives(hostnames: list[str], info: Any, comm: Any, repeats: int) -> dict[str, Any]:
+    """Every collective's fit points over each group of ranks (the world, within a node, across nodes), one group
+    after another."""
+    import torch.distributed as dist
+
+    measured: dict[str, Any] = {}
+    for name, ranks in groups_of(hostnames).items():
+        group = dist.new_group(ranks) if info.process_group and len(ranks) < info.world_size else None
+        if len(ranks) > 1:
+            measured[name] = {"ranks": ranks, "size": len(ranks),
+                              **(measure_group(ranks, group, info.rank, comm, repeats) or {})}
+        comm.barrier()  # sync point: the next group starts when this one is done everywhere
+    return measured
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
-    import torch.distributed as dist
 
     from dsbench.envinfo import machine, versions
     from dsbench.io import atomic_write_json
     from dsbench.models import resolve_model
     from dsbench.worker import dist as wdist
-
-    args = _parser().parse_args(argv)
     from dsbench.worker.setup import guard_jit_builds
 
+    args = _parser().parse_args(argv)
     guard_jit_builds()  # the DeepSpeed engines below build or load its ops
     started = time.time()
     info = wdist.init("ddp")
@@ -293,13 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     every = comm.all_gather_object(compute)  # sync point: every rank's compute figures
     # the GPU model's constants (plan/gpu_calibration.py): each GPU measures its own, rank 0's are kept
     gpu = measure_gpu(info.device, args.repeats) if info.device.startswith("cuda") else None
-    measured: dict[str, Any] = {}
-    for name, ranks in groups_of(hostnames).items():
-        group = dist.new_group(ranks) if info.process_group and len(ranks) < info.world_size else None
-        if len(ranks) > 1:
-            measured[name] = {"ranks": ranks, "size": len(ranks),
-                              **(measure_group(ranks, group, info.rank, comm, args.repeats) or {})}
-        comm.barrier()  # sync point: the next group starts when this one is done everywhere
+    measured = measure_collectives(hostnames, info, comm, args.repeats)
     fsdp = measure_fsdp(comm, info.device, dtype, args.repeats) if info.world_size > 1 else None
     zero = measure_deepspeed(comm, info.device, dtype, args.precision, args.repeats) if info.world_size > 1 else None
     # tensor parallelism within one node's ranks (the launchers place consecutive ranks on a node), at the widest
@@ -312,15 +319,14 @@ def main(argv: list[str] | None = None) -> int:
     # planner priced both engines there from the stages' work alone)
     pipeline = measure_pipeline_schedules(comm, info, args.repeats) if info.world_size > 1 else None
     if info.is_main:
-        measurements = {"schema": "dsbench.measured/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                   "command": args.command, "seconds": round(time.time() - started, 1), "versions": versions(),
-                   "machine": machine(), "device": info.device, "backend": info.backend,
-                   "world_size": info.world_size, "hostnames": hostnames,
-                   "nodes": len(set(hostnames)), "model": shape.to_dict(), "micro_batch": args.micro_batch,
-                   "seq_len": args.seq_len, "precision": args.precision, "compute": every[0],
-                   "compute_per_rank": every, "collectives": measured, "fsdp": fsdp, "deepspeed": zero,
-                        "tensor_parallel": tensor, "pipeline": pipeline, "gpu": gpu}
-        atomic_write_json(args.out, measurements)
+        atomic_write_json(args.out, {
+            "schema": "dsbench.measured/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": args.command,
+            "seconds": round(time.time() - started, 1), "versions": versions(), "machine": machine(),
+            "device": info.device, "backend": info.backend, "world_size": info.world_size, "hostnames": hostnames,
+            "nodes": len(set(hostnames)), "model": shape.to_dict(), "micro_batch": args.micro_batch,
+            "seq_len": args.seq_len, "precision": args.precision, "compute": every[0], "compute_per_rank": every,
+            "collectives": measured, "fsdp": fsdp, "deepspeed": zero, "tensor_parallel": tensor,
+            "pipeline": pipeline, "gpu": gpu})
     wdist.shutdown()
     return 0
 

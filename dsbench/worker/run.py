@@ -87,7 +87,7 @@ def prepare(spec: TrainSpec) -> Prepared:
     from dsbench.worker import dist
     from dsbench.worker.data import build_plan, load_tokenizer, token_ids
     from dsbench.worker.engines import build_engine
-    from dsbench.worker.loop import LoopSettings, fault_before_join, saves_after
+    from dsbench.worker.loop import fault_before_join
     from dsbench.worker.model import build_model
 
     _, world, _ = dist.env_rank()
@@ -97,11 +97,7 @@ def prepare(spec: TrainSpec) -> Prepared:
     safe_load.install(deepspeed=run.strategy == "deepspeed")
     strategy, shape, dims, ds_config = run.strategy, run.shape, run.dims, run.ds_config
     micro, accum, precision = run.micro_batch, run.grad_accum, run.precision
-    resumed = checkpoint_manifest.resolve(spec.resume) if spec.resume else None  # a file naming a callable refused here
-    if spec.checkpoint_dir:
-        checkpoints.prepare_dir(Path(spec.checkpoint_dir), resumed[1] if resumed else None)
-    if resumed:
-        checkpoints.check_steps(*resumed, spec.steps, spec.warmup)
+    resumed = _resumed_checkpoint(spec)
     if strategy == "deepspeed":
         setup.guard_jit_builds()  # before init_distributed, which builds DeepSpeed's comm op on CPU
         ask_the_cpu_once()  # before DeepSpeed loads its first op: py-cpuinfo asked once per CPU, not once per call
@@ -119,22 +115,39 @@ def prepare(spec: TrainSpec) -> Prepared:
     checkpointing = fsdp["activation_checkpointing"] if fsdp else spec.activation_checkpointing
     model = build_model(shape, spec.seed, spec.trust_remote_code, checkpointing, spec.recompute)
     options = _engine_options(spec, accum, precision, fsdp, ds_config, dims)
+    settings = _loop_settings(spec, dims, resumed)
+    universal, options = _check_resume(resumed, strategy, _definition(shape, spec, plan, precision), dims, info,
+                                       options)
+    engine = build_engine(strategy, model, options, info)
+    if resumed:
+        checkpoint.load(engine, strategy, *resumed, info, universal=universal)
+    return Prepared(strategy=strategy, shape=shape, ds_config=ds_config, info=info, plan=plan, engine=engine,
+                    precision=precision, dims=dims, fsdp=fsdp, settings=settings, folder=folder, hostnames=hostnames,
+                    model=model, tokenizer=tokenizer, resumed=resumed)
+
+
+def _resumed_checkpoint(spec: TrainSpec) -> Any:
+    """(tag folder, Manifest) of the checkpoint ``--resume`` names, checked (a file naming a callable is refused
+    here) against the steps asked for, or None; the ``--checkpoint-dir`` made ready for this run's saves."""
+    resumed = checkpoint_manifest.resolve(spec.resume) if spec.resume else None
+    if spec.checkpoint_dir:
+        checkpoints.prepare_dir(Path(spec.checkpoint_dir), resumed[1] if resumed else None)
+    if resumed:
+        checkpoints.check_steps(*resumed, spec.steps, spec.warmup)
+    return resumed
+
+
+def _loop_settings(spec: TrainSpec, dims: ParallelDims, resumed: Any) -> Any:
+    """The loop's steps (from the resumed step on), warm-up and saves; the disk checked for every save due."""
+    from dsbench.worker.loop import LoopSettings, saves_after
+
     settings = LoopSettings(steps=spec.steps, warmup=spec.warmup, seq_len=spec.seq_len, dims=dims,
                             gather_every=spec.gather_every, start=resumed[1].step if resumed else 0,
                             save_every=spec.save_every, save_last=bool(spec.checkpoint_dir))
     if spec.checkpoint_dir:
         checkpoints.check_free(Path(spec.checkpoint_dir), [s + 1 for s in range(settings.start, settings.steps)
                                                           if saves_after(s, settings)])
-    universal, options = _check_resume(resumed, strategy, _definition(shape, spec, plan, precision), dims, info,
-                                       options)
-    engine = build_engine(strategy, model, options, info)
-    if resumed:
-        checkpoint.load(engine, strategy, *resumed, info, universal=universal)
-    return Prepared(strategy=strategy, shape=shape, ds_config=ds_config, info=info, plan=plan,
-                    engine=engine, precision=precision, dims=dims,
-                    fsdp=fsdp,
-                    settings=settings,
-                    folder=folder, hostnames=hostnames, model=model, tokenizer=tokenizer, resumed=resumed)
+    return settings
 
 
 def _engine_options(spec: TrainSpec, accum: int, precision: str, fsdp: dict[str, bool] | None,
