@@ -140,29 +140,7 @@ def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Fin
     stage = int_or_none(get_path(config, "zero_optimization.stage")) or 0
     opt_dev = get_path(config, "zero_optimization.offload_optimizer.device")
     par_dev = get_path(config, "zero_optimization.offload_param.device")
-    if par_dev not in (None, "none") and stage < 3:
-        out.append(Finding(severity="warning", code="offload-param-below-zero3", path="zero_optimization.offload_param",
-                           message=f"parameter offload to {par_dev} is ignored at ZeRO stage {stage}: only stage 3 "
-                                   "partitions (and so offloads) parameters",
-                           fix="set zero_optimization.stage to 3, or delete offload_param"))
-    if opt_dev not in (None, "none") and stage == 0:
-        out.append(Finding(severity="warning", code="offload-optimizer-zero0",
-                           path="zero_optimization.offload_optimizer",
-                           message="optimizer offload is ignored at ZeRO stage 0",
-                           fix="set zero_optimization.stage to 1, 2 or 3, or delete offload_optimizer"))
-    if opt_dev == "nvme" and stage in (1, 2):
-        out.append(Finding(severity="warning", code="nvme-optimizer-below-zero3",
-                           path="zero_optimization.offload_optimizer.device",
-                           message=f"NVMe optimizer offload at ZeRO stage {stage} silently keeps optimizer states in "
-                                   "CPU RAM (ZeRO-Infinity NVMe swapping needs stage 3)",
-                           fix="use device 'cpu', or zero_optimization.stage 3"))
-    for section, dev in (("offload_optimizer", opt_dev), ("offload_param", par_dev)):
-        path = f"zero_optimization.{section}.nvme_path"
-        if dev == "nvme" and stage == 3 and not get_path(config, path):
-            out.append(Finding(severity="error", code="nvme-without-path", path=path,
-                               message="NVMe offload needs a folder for its swap files; DeepSpeed fails at "
-                                       "initialisation without one",
-                               fix=f"set {path} to a folder on a fast local disk"))
+    out += _offload_combinations(config, stage, opt_dev, par_dev)
     hpz = get_path(config, "zero_optimization.zero_hpz_partition_size")
     zeropp = ((["zero_hpz_partition_size"] if isinstance(hpz, int) and not isinstance(hpz, bool) and hpz > 1 else [])
               + [k for k in ("zero_quantized_weights", "zero_quantized_gradients")
@@ -186,6 +164,35 @@ def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Fin
                            "warmup_min_lr and makes no update",
                            fix="delete the scheduler for a constant LR, or use warmup_num_steps >= 2"))
     out += _pipeline_combinations(config, stage, opt_dev)
+    return out
+
+
+def _offload_combinations(config: dict[str, Any], stage: int, opt_dev: Any, par_dev: Any) -> list[Finding]:
+    """Offloads that ZeRO's stage ignores, NVMe below stage 3 (kept in CPU RAM), NVMe without a folder."""
+    out: list[Finding] = []
+    if par_dev not in (None, "none") and stage < 3:
+        out.append(Finding(severity="warning", code="offload-param-below-zero3", path="zero_optimization.offload_param",
+                           message=f"parameter offload to {par_dev} is ignored at ZeRO stage {stage}: only stage 3 "
+                                   "partitions (and so offloads) parameters",
+                           fix="set zero_optimization.stage to 3, or delete offload_param"))
+    if opt_dev not in (None, "none") and stage == 0:
+        out.append(Finding(severity="warning", code="offload-optimizer-zero0",
+                           path="zero_optimization.offload_optimizer",
+                           message="optimizer offload is ignored at ZeRO stage 0",
+                           fix="set zero_optimization.stage to 1, 2 or 3, or delete offload_optimizer"))
+    if opt_dev == "nvme" and stage in (1, 2):
+        out.append(Finding(severity="warning", code="nvme-optimizer-below-zero3",
+                           path="zero_optimization.offload_optimizer.device",
+                           message=f"NVMe optimizer offload at ZeRO stage {stage} silently keeps optimizer states in "
+                                   "CPU RAM (ZeRO-Infinity NVMe swapping needs stage 3)",
+                           fix="use device 'cpu', or zero_optimization.stage 3"))
+    for section, dev in (("offload_optimizer", opt_dev), ("offload_param", par_dev)):
+        path = f"zero_optimization.{section}.nvme_path"
+        if dev == "nvme" and stage == 3 and not get_path(config, path):
+            out.append(Finding(severity="error", code="nvme-without-path", path=path,
+                               message="NVMe offload needs a folder for its swap files; DeepSpeed fails at "
+                                       "initialisation without one",
+                               fix=f"set {path} to a folder on a fast local disk"))
     return out
 
 

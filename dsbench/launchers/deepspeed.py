@@ -47,25 +47,26 @@ def check_pdsh_words(spec: LaunchSpec) -> None:
                             "--run-dir), or --launcher-backend ssh")
 
 
+def _resource_options(spec: LaunchSpec) -> list[str]:
+    """Which slots DeepSpeed's runner uses: a hostfile with its filters and node count, or ``--num_gpus`` here; and
+    the rendezvous host (the first host of the selection)."""
+    if not spec.hosts:
+        return ["--num_gpus", str(spec.nproc_per_node), "--master_addr", spec.master_addr]
+    assert spec.hostfile is not None
+    options = ["--hostfile", spec.hostfile]
+    for flag, value in (("--include", spec.include), ("--exclude", spec.exclude),
+                        ("--num_nodes", str(spec.num_nodes or ""))):
+        options += [flag, value] if value else []
+    return [*options, "--master_addr", spec.first_host()]
+
+
 def build(spec: LaunchSpec) -> LaunchCommand:
     """``deepspeed [--hostfile F --include/--exclude --num_nodes N | --num_gpus N] ... --module M args``.
 
     Locally DeepSpeed builds its own ``localhost slots=N`` pool from ``--num_gpus``; on CPU with
     ``DS_ACCELERATOR=cpu`` it counts CPU ranks as slots. The worker receives ``--local_rank``.
     """
-    options: list[str] = []
-    if spec.hosts:
-        assert spec.hostfile is not None
-        options += ["--hostfile", spec.hostfile]
-        if spec.include:
-            options += ["--include", spec.include]
-        if spec.exclude:
-            options += ["--exclude", spec.exclude]
-        if spec.num_nodes:
-            options += ["--num_nodes", str(spec.num_nodes)]
-        options += ["--master_addr", spec.first_host()]
-    else:
-        options += ["--num_gpus", str(spec.nproc_per_node), "--master_addr", spec.master_addr]
+    options = _resource_options(spec)
     tail = ["--master_port", str(spec.master_port), "--module", spec.module, *worker_args(spec)]
     env = cpu_env(spec)
     if not spec.multinode():
