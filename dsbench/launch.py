@@ -20,7 +20,7 @@ from dsbench.configs.validate import ValidateContext, validate
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import is_valid_hostname, read_hostfile
 from dsbench.io import atomic_write_json, atomic_write_text, read_text
-from dsbench.launch_checks import check_layout
+from dsbench.launch_checks import check_hostfile_overrides, check_layout
 from dsbench.launchers import LaunchCommand, LaunchSpec, SlurmJob, build
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
 from dsbench.parallel import ParallelDims
@@ -338,18 +338,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
         overrides = check_hostfile_overrides(overrides, selected.world_size(), selected.nodes(), req.hostfile)
         # what the per-node commands pass (launchers/accelerate.py build): machine 0 is the first host
         overrides |= {"main_process_ip": selected.first_host(), "machine_rank": 0}
-    config, findings = validate_accelerate(path, None, overrides=overrides)
-    if config is None or has_errors(findings):
-        raise InvalidConfig(f"{path} is invalid for this launch:\n" + "\n".join(f.line() for f in findings
-                                                                                 if f.severity == "error"))
-    processes = accelerate.world_size(config)
-    if processes is None:
-        raise UserError(f"{path} has no num_processes: give --num-processes N")
-    refusal = accelerate_worker.worker_refusal(config, processes)
-    if refusal:
-        raise UserError(f"{path}: {refusal}")
-    ds_path, _ = ds_file_of(config, path)
-    check_user_yaml_request(req, config, load_config_strict(ds_path) if ds_path else None)
+    config, processes = _checked_user_yaml(req, path, overrides)
     machines = _int_or(config.get("num_machines"), 1)
     args = [item for key, value in overrides.items() if not hosts for item in (f"--{key}", str(value))]
     if req.render_flags.get("precision"):
@@ -374,13 +363,22 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
     return PreparedLaunch(spec=spec, command=build(spec), config_path=None, notes=notes)
 
 
-def check_hostfile_overrides(overrides: dict[str, int], world: int, nodes: int, hostfile: str) -> dict[str, int]:
-    """With --hostfile, the hostfile's hosts and slots are the machines and processes; typed counts must agree."""
-    for key, value in (("num_processes", world), ("num_machines", nodes)):
-        if key in overrides and overrides[key] != value:
-            raise UserError(f"--{key.replace('_', '-')} {overrides[key]} disagrees with {hostfile} ({value}): drop it "
-                            "(the hostfile says how many)")
-    return {"num_processes": world, "num_machines": nodes}
+def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The user's YAML with the counts this launch gives it, valid, runnable by the worker, and not contradicted
+    by the flags typed beside it; and its process count."""
+    config, findings = validate_accelerate(path, None, overrides=overrides)
+    if config is None or has_errors(findings):
+        raise InvalidConfig(f"{path} is invalid for this launch:\n" + "\n".join(f.line() for f in findings
+                                                                                 if f.severity == "error"))
+    processes = accelerate.world_size(config)
+    if processes is None:
+        raise UserError(f"{path} has no num_processes: give --num-processes N")
+    refusal = accelerate_worker.worker_refusal(config, processes)
+    if refusal:
+        raise UserError(f"{path}: {refusal}")
+    ds_path, _ = ds_file_of(config, path)
+    check_user_yaml_request(req, config, load_config_strict(ds_path) if ds_path else None)
+    return config, processes
 
 
 def _int_or(value: Any, default: int) -> int:
@@ -389,7 +387,5 @@ def _int_or(value: Any, default: int) -> int:
 
 def materialize(prepared: PreparedLaunch) -> None:
     """Write the files the command needs (e.g. the accelerate YAML) atomically."""
-    from dsbench.io import atomic_write_text
-
     for path, text in prepared.command.files.items():
         atomic_write_text(path, text)

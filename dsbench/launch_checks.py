@@ -1,5 +1,6 @@
-"""What ``dsbench launch`` refuses before any process starts: a model that does not split as the layout asks, and
-a ``--resume`` that could not continue its checkpoint (pure; the ranks check both again)."""
+"""What ``dsbench launch`` refuses before any process starts: a model that does not split as the layout asks, a
+``--resume`` that could not continue its checkpoint (pure; the ranks check both again), and counts typed beside a
+hostfile that disagree with it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from dsbench import checkpoints, trainspec
 from dsbench.configs.layout import config_dims, int_or_none
 from dsbench.configs.precision import config_precision
+from dsbench.errors import UserError
 from dsbench.io import check_creatable_folder
 from dsbench.layout_check import check_run_layout
 from dsbench.models import ModelShape, resolve_model
@@ -51,3 +53,12 @@ def _definition(train: trainspec.TrainSpec, shape: ModelShape, dims: ParallelDim
     run = checkpoints.definition(shape.to_dict(), train.seq_len, train.seed,
                                  dims.samples_per_step(micro, accum) if micro and accum else None, precision)
     return {key: value for key, value in run.items() if value not in (None, "auto")}
+
+
+def check_hostfile_overrides(overrides: dict[str, int], world: int, nodes: int, hostfile: str) -> dict[str, int]:
+    """With --hostfile, the hostfile's hosts and slots are the machines and processes; typed counts must agree."""
+    for key, value in (("num_processes", world), ("num_machines", nodes)):
+        if key in overrides and overrides[key] != value:
+            raise UserError(f"--{key.replace('_', '-')} {overrides[key]} disagrees with {hostfile} ({value}): drop it "
+                            "(the hostfile says how many)")
+    return {"num_processes": world, "num_machines": nodes}

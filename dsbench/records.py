@@ -216,23 +216,9 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         return {**out, "status": "no-measured-steps"}
     if window is None or window["seconds"] <= 0:
         return {**out, "status": "incomplete", "reason": "no measured window (the run did not finish)"}
-    flops, peak = header.get("flops_per_token"), header.get("peak_tflops")
-    rank_tps = window["rank_tokens"] / window["seconds"]
-    rank_tokens_per_step = window["rank_tokens"] / len(measured)
-    times = [r["step_time_s"] for r in measured]
     out.update({
         "status": "ok",
-        "throughput": {
-            "clock": WALL_CLOCK, "window_s": window["seconds"], "steps": len(measured),
-            "tokens_per_s": window["tokens"] / window["seconds"],
-            "samples_per_s": window["samples"] / window["seconds"],
-            "tokens_per_s_per_rank": rank_tps, "tflops_per_rank": rank_tps * flops / 1e12 if flops else None,
-            "mfu": mfu(rank_tps, flops, peak) if flops else None},
-        "timed_region": {
-            "what": TIMED_REGION, "step_time_s": spread(times),
-            "tokens_per_s": spread([r["tokens"] / r["step_time_s"] for r in measured]),
-            "mfu": spread([mfu(rank_tokens_per_step / t, flops, peak) for t in times]) if flops and peak else None,
-            "total_s": sum(times), "tokens_per_s_overall": window["tokens"] / sum(times)},
+        **_speed(window, measured, header.get("flops_per_token"), header.get("peak_tflops")),
         # Share of rank 0's wall-clock window spent outside its own timed regions (data, gathers, logging);
         # rank 0's regions, not the slowest rank's, so that both figures come from the same clock.
         "outside_timed_fraction": 1 - sum(r["step_time_per_rank_s"][0] for r in measured) / window["seconds"],
@@ -252,3 +238,24 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
                         for r in records if r.get("type") == "checkpoint"],
     })
     return out
+
+
+def _speed(window: dict[str, Any], measured: list[dict[str, Any]], flops: float | None,
+           peak: float | None) -> dict[str, Any]:
+    """Throughput from the wall clock over the measured window, and (a separate, labelled figure) the timed
+    regions' spread per step."""
+    rank_tps = window["rank_tokens"] / window["seconds"]
+    rank_tokens_per_step = window["rank_tokens"] / len(measured)
+    times = [r["step_time_s"] for r in measured]
+    return {
+        "throughput": {
+            "clock": WALL_CLOCK, "window_s": window["seconds"], "steps": len(measured),
+            "tokens_per_s": window["tokens"] / window["seconds"],
+            "samples_per_s": window["samples"] / window["seconds"],
+            "tokens_per_s_per_rank": rank_tps, "tflops_per_rank": rank_tps * flops / 1e12 if flops else None,
+            "mfu": mfu(rank_tps, flops, peak) if flops else None},
+        "timed_region": {
+            "what": TIMED_REGION, "step_time_s": spread(times),
+            "tokens_per_s": spread([r["tokens"] / r["step_time_s"] for r in measured]),
+            "mfu": spread([mfu(rank_tokens_per_step / t, flops, peak) for t in times]) if flops and peak else None,
+            "total_s": sum(times), "tokens_per_s_overall": window["tokens"] / sum(times)}}
