@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
@@ -69,13 +70,7 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
         timer.start()
     try:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            if echo is not None:
-                echo.write(line)
-                echo.flush()
-            if log:
-                log.write(line)
-                log.flush()
+        _tee(proc.stdout, echo, log)
         code = proc.wait()
         _signal_group(proc.pid, signal.SIGKILL)  # whatever the launcher left behind in its group
         if received:
@@ -88,6 +83,15 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
             signal.signal(sig, handler)
         if log:
             log.close()
+
+
+def _tee(lines: Iterable[str], *outputs: TextIO | None) -> None:
+    """Each line to every output there is, flushed as it comes (the launch's log and the console)."""
+    for line in lines:
+        for out in outputs:
+            if out is not None:
+                out.write(line)
+                out.flush()
 
 
 def check(argv: list[str], what: str, timeout: float = 60) -> subprocess.CompletedProcess:

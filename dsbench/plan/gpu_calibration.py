@@ -127,20 +127,29 @@ def gpu_section(measured: dict[str, Any]) -> dict[str, Any]:
                         "in measured.json)")
     section["constants"] = {key: float(f"{value:.4g}") for key, value in constants.items()}
     section["flash_backward"] = FLASH_BACKWARD  # the count flash_fraction was taken with (calibrated_gpu reads it)
-    section["sources"] = {
-        "gemm_peak_fraction": f"{square['m']}^3 GEMM at {square_eta * peak:.0f} TFLOP/s of the {peak:.0f} datasheet "
+    section["sources"] = _sources(measured, kind, square_eta * peak, peak, sheet.hbm_tbs)
+    return section
+
+
+def _sources(measured: dict[str, Any], kind: str, square_tflops: float, peak: float,
+             sheet_hbm_tbs: float) -> dict[str, str]:
+    """Where each constant of the ``gpu`` section came from, in words."""
+    square, wide = measured["square"], measured["unaligned"]
+    attention = measured["attention"]
+    b, heads, s, dim = attention["batch"], attention["heads"], attention["seq"], attention["head_dim"]
+    return {
+        "gemm_peak_fraction": f"{square['m']}^3 GEMM at {square_tflops:.0f} TFLOP/s of the {peak:.0f} datasheet "
                               "peak, with gemm_half_dim",
         "gemm_half_dim": f"fitted on {len(measured['narrow'])} GEMMs {measured['narrow'][0]['m']} x "
                          f"{measured['narrow'][0]['k']} by n = {', '.join(str(p['n']) for p in measured['narrow'])}",
         "unaligned_gemm_fraction": f"{wide['m']} x {wide['k']} by {wide['k']} x {wide['n']}, forward and backward",
         "hbm_tbs": f"a {measured['copy']['bytes'] // 2**31} GiB device copy (read + write)",
         "flash_fraction": f"scaled_dot_product_attention causal fwd+bwd, {b} x {heads} x {s} x {dim}",
-        "hf_hbm_fraction": f"{HF_HBM} of the datasheet's {sheet.hbm_tbs:.4g} TB/s, over the measured bandwidth",
+        "hf_hbm_fraction": f"{HF_HBM} of the datasheet's {sheet_hbm_tbs:.4g} TB/s, over the measured bandwidth",
         "memory_gib": "torch.cuda.get_device_properties",
         "links": "datasheet (one GPU cannot measure NVLink, the network or the host link)" if kind in KINDS else
                  "assumed: PCIe 4 within a node (no NVLink), 25 GB/s across nodes (no profile of this kind)",
     }
-    return section
 
 
 def check_section(section: Any, source: str) -> None:

@@ -18,6 +18,16 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
              f"at micro-batch {profile['micro_batch']} x seq {profile['seq_len']}; its MLP matmul "
              f"{rates['gemm_tflops'] * 1e3:,.2f}, attention {rates['attention_tflops'] * 1e3:,.2f} GFLOP/s; "
              f"AdamW {rates['adam_params_per_s'] / 1e6:,.1f} M params/s"]
+    lines += _engine_lines(profile, rates)
+    if profile.get("spread"):
+        lines.append("spread over the samples (half the p10-p90 range / median): " + ", ".join(
+            f"{name} ±{width:.0%}" for name, width in profile["spread"].items()))
+    return lines + _collective_lines(profile)
+
+
+def _engine_lines(profile: dict[str, Any], rates: dict[str, float]) -> list[str]:
+    """The engines' own costs the profile measured: FSDP2's, DeepSpeed's, tensor parallelism's, the pipelines'."""
+    lines: list[str] = []
     if "fsdp_unit_s_per_micro_step" in rates:
         lines.append("FSDP2 beyond compute and collectives, per unit: "
                      f"{rates['fsdp_unit_s_per_micro_step'] * 1e3:,.2f} ms per micro-step, "
@@ -42,9 +52,12 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
                      "pass (a forward or backward of a chunk, its sends and waits): " + ", ".join(
                          f"{rates.get(STEP_RATE[schedule], 0.0) * 1e3:,.2f} + {rates[key] * 1e3:,.2f} ms "
                          f"({timing_name(schedule)})" for schedule, key in PASS_RATE.items() if key in rates))
-    if profile.get("spread"):
-        lines.append("spread over the samples (half the p10-p90 range / median): " + ", ".join(
-            f"{name} ±{width:.0%}" for name, width in profile["spread"].items()))
+    return lines
+
+
+def _collective_lines(profile: dict[str, Any]) -> list[str]:
+    """Each rank group's fitted collectives: bandwidth, latency and how well the line fits."""
+    lines: list[str] = []
     for group, data in profile["collectives"].items():
         for kind in KINDS:
             entry = data.get(kind) or {}
