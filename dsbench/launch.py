@@ -224,6 +224,17 @@ def _as_typed(message: str, req: LaunchRequest, world_size: int) -> str:
                                                                                 _render_flags(req, world_size)))
 
 
+def _written_config(req: LaunchRequest, world: int) -> tuple[Path, dict[str, Any], Any, list[str]]:
+    """The DeepSpeed config, valid for this launch's world, written into the run folder; its layout (worked out once:
+    validation and the launch's layout check read it) and the render's notes."""
+    config, notes = _config_for(req, world)
+    layout = layout_of(config, world) if isinstance(config, dict) else None
+    findings = validate(config, ValidateContext(world_size=world, layout=layout), deepspeed_check=False)
+    if has_errors(findings):
+        raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
+    return atomic_write_json(req.run_dir / "ds_config.json", config), config, layout, notes
+
+
 def _render_flags(req: LaunchRequest, world_size: int) -> dict[str, Any]:
     flags = {name: value for name, value in req.render_flags.items() if name not in WORKER_ONLY}
     return {**flags, "world_size": world_size}
@@ -252,16 +263,8 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
                       deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
     base = with_inherited_env(base, req)
     world = base.world_size()
-    notes: list[str] = []
-    config_path, config, layout = None, None, None
-    if req.strategy == "deepspeed":
-        config, notes = _config_for(req, world)
-        # the config's layout, worked out once: validation and the layout check below read it
-        layout = layout_of(config, world) if isinstance(config, dict) else None
-        findings = validate(config, ValidateContext(world_size=world, layout=layout), deepspeed_check=False)
-        if has_errors(findings):
-            raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
-        config_path = atomic_write_json(req.run_dir / "ds_config.json", config)
+    config_path, config, layout, notes = (_written_config(req, world) if req.strategy == "deepspeed"
+                                          else (None, None, None, []))
     spec = replace(base, ds_config=str(config_path) if config_path else None)
     # The worker's whole input as one typed description, built here from the launch's own values and the user's
     # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.
