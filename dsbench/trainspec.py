@@ -339,7 +339,7 @@ def for_launch(user_args: tuple[str, ...] | list[str], decided: dict[str, Any]) 
     say. The user's flags are parsed here once; the ranks read the result from run.json."""
     given = vars(_parser().parse_args(list(user_args)))
     given.pop("local_rank", None)
-    given.pop("run_json", None)  # refused by launch before it gets here (launch.check_request)
+    given.pop("run_json", None)  # refused by launch before it gets here (launch_request.check_request)
     return from_dict({**decided, **given}, "the worker's flags")
 
 

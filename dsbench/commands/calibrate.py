@@ -51,7 +51,7 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
     from dsbench.hostfile import read_hostfile
     from dsbench.io import atomic_write_json, atomic_write_text
-    from dsbench.launch import inherited_env
+    from dsbench.launch_request import inherited_env
     from dsbench.launchers import LaunchSpec, build
     from dsbench.plan.profile import Profile
     from dsbench.plan.profile_summary import summary_lines

@@ -185,7 +185,7 @@ def test_multinode_launch_passes_the_jit_cache_folder_on(cli_run, tmp_path, monk
 
 def test_remote_ranks_get_this_pythons_bin_folder_first_on_path():
     """An ssh login's PATH lacks the venv: torch would build DeepSpeed's ops with a system ninja instead."""
-    from dsbench.launch import inherited_env
+    from dsbench.launch_request import inherited_env
 
     env = dict(inherited_env({"PATH": "/usr/bin:/venv/bin:/bin"}, "/venv/bin/python"))
     assert env == {"PATH": "/venv/bin:/usr/bin:/bin"}

@@ -25,13 +25,14 @@ ALLOWED: dict[str, set[str]] = {
     "testbed": CORE | {"runner"},
     "doctor": CORE | {"launchers", "runner"},
     "launch_checks": CORE | {"configs"},
-    "launch": CORE | {"configs", "launchers", "launch_checks"},
+    "launch_request": CORE | {"launchers"},
+    "launch": CORE | {"configs", "launchers", "launch_checks", "launch_request"},
     # bench runs and measures; printing and plotting are the report's and the commands' (bench imports no report)
     "bench": CORE | {"configs", "launchers", "runner", "plan", "launch", "testbed"},
     "worker": CORE | {"configs"},
     "train": CORE | {"worker"},
     "commands": CORE | {"configs", "launchers", "report", "plan", "runner", "launch", "bench", "testbed", "doctor",
-                        "launch_checks"},
+                        "launch_checks", "launch_request"},
     "cli": CORE | {"commands"},
     "__main__": {"cli"},
 }

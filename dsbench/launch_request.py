@@ -1,0 +1,155 @@
+"""What ``dsbench launch`` was asked, as one typed request, and the checks it passes before anything is
+prepared: flags that contradict each other or that the chosen strategy would ignore, ``--env`` pairs, and what
+remote ranks inherit from this shell (pure)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dsbench import trainspec
+from dsbench.errors import UserError
+from dsbench.hostfile import is_valid_hostname
+from dsbench.launchers import SlurmJob
+from dsbench.strategies import TORCH_TP_ONLY
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchRequest:
+    """Everything the launch command was given."""
+
+    launcher: str
+    strategy: str
+    render_flags: dict[str, Any]
+    preset: str | None
+    model: str | None
+    sets: tuple[str, ...]
+    config: str | None
+    hostfile: str | None
+    include: str
+    exclude: str
+    num_nodes: int | None
+    num_gpus: int
+    master_addr: str
+    master_port: int
+    run_dir: Path
+    script_args: tuple[str, ...]
+    cpu: bool
+    extra_env: tuple[tuple[str, str], ...] = ()
+    python: str = "python3"
+    """The Python every node runs (this one's path)."""
+    launcher_backend: str = "pdsh"
+    cwd: str = "."
+    """This launch's folder (other nodes cd to it)."""
+    slurm: SlurmJob | None = None
+    """The job for ``--launcher slurm``."""
+    as_root: bool = False
+    """Launched by root (Open MPI's mpirun needs an explicit opt-in then)."""
+    inherited_env: tuple[tuple[str, str], ...] = ()
+    """Variables of the launching shell that remote ranks need too (:func:`inherited_env`); local ranks inherit
+    them anyway."""
+    accelerate_config: str | None = None
+    """The user's own accelerate YAML (``--accelerate-config``): it decides the engine and its settings."""
+    num_processes: int | None = None
+    """``--num-processes``: replaces the YAML's num_processes (as ``accelerate launch --num_processes`` does)."""
+    num_machines: int | None = None
+    port_given: bool = False
+    """``--master-port`` was typed (else ``master_port`` is dsbench's pick)."""
+
+
+def inherited_env(environ: Mapping[str, str], python: str) -> tuple[tuple[str, str], ...]:
+    """What ranks on other nodes need from this shell (an ssh command gets a login's bare environment):
+
+    - ``PATH`` with this Python's bin folder first, as an activated venv has it: torch JIT-builds DeepSpeed's
+      ops with the first ``ninja`` on PATH, and a system ninja of another version (Debian's 1.11 beside the
+      venv's 1.13) hashes build commands differently, so each sees the other's build as changed and rebuilds
+      it: a minute of compiling per op on every launch (seen here);
+    - when set: ``TORCH_EXTENSIONS_DIR`` (where those ops are cached), ``PYTHONPATH``, and the interface
+      gloo/NCCL should use (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``).
+    """
+    bin_dir = os.path.dirname(python)
+    rest = [part for part in environ.get("PATH", "").split(os.pathsep) if part and part != bin_dir]
+    pairs = [("PATH", os.pathsep.join([bin_dir, *rest]))]
+    return tuple(pairs + [(name, environ[name]) for name in INHERITED if environ.get(name)])
+
+
+INHERITED = ("TORCH_EXTENSIONS_DIR", "PYTHONPATH", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``--env KEY=VALUE`` items as pairs. KEY must be a POSIX variable name on every path (one node or many):
+    the printed command puts it before ``=`` unquoted, so a key such as ``A;B`` would be shell syntax there."""
+    out = []
+    for item in pairs:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--env {item!r}: expected KEY=VALUE")
+        if not _ENV_KEY.match(key):
+            raise UserError(f"--env {key!r}: a variable name is letters, digits and '_', not starting with a digit")
+        if "\0" in value:
+            raise UserError(f"--env {key}: the value holds a NUL byte, which no environment can carry")
+        out.append((key, value))
+    return tuple(out)
+
+
+# Flags that shape a DeepSpeed config: the native strategies have no config to put them in.
+DEEPSPEED_ONLY = {"zero": "--zero", "offload": "--offload", "offload_param": "--offload-param",
+                  "nvme_path": "--nvme-path", "global_batch": "--global-batch", "train_steps": "--train-steps",
+                  "ulysses": "--ulysses"}
+
+
+def check_request(req: LaunchRequest) -> None:
+    """Flags that contradict each other, or that the chosen strategy would silently ignore, stop the launch."""
+    given = [flag for name, flag in {**_RENDER_FLAG_NAMES, **DEEPSPEED_ONLY}.items()
+             if req.render_flags.get(name) is not None]
+    if req.config:
+        shaping = given + (["--preset"] if req.preset else []) + (["--set"] if req.sets else [])
+        if shaping:
+            raise UserError(f"--config uses {req.config} as is, so {shaping[0]} would be ignored: drop it, or drop "
+                            "--config and let dsbench render the config from the flags")
+    if req.strategy != "deepspeed":
+        ds_only = [flag for name, flag in DEEPSPEED_ONLY.items() if req.render_flags.get(name) is not None]
+        ds_only += ["--config"] * bool(req.config) + ["--preset"] * bool(req.preset) + ["--set"] * bool(req.sets)
+        if ds_only:
+            raise UserError(f"{ds_only[0]} shapes a DeepSpeed config; --strategy {req.strategy} has none: use "
+                            "--strategy deepspeed, or drop it")
+    tp_only = [flag for name, flag in TORCH_TP_ONLY.items() if req.render_flags.get(name)]
+    if tp_only and req.strategy != "torch_tp":
+        raise UserError(f"{tp_only[0]} shards what DTensor tensor parallelism splits: it needs --strategy torch_tp "
+                        f"--tp N; --strategy {req.strategy} would ignore it")
+    schedule = [name for name in ("pipeline_schedule", "virtual_stages") if req.render_flags.get(name)]
+    if schedule and req.strategy not in trainspec.PIPELINED:
+        own = " (DeepSpeed's pipeline engine runs its own 1F1B)" if req.strategy == "deepspeed" else ""
+        raise UserError(f"--{schedule[0].replace('_', '-')} orders torch's pipeline stages: it needs --strategy "
+                        f"{' or '.join(trainspec.PIPELINED)}; --strategy {req.strategy} would ignore it{own}")
+    if not is_valid_hostname(req.master_addr):
+        raise UserError(f"--master-addr {req.master_addr!r}: give a hostname or an IP address")
+    # worker flags that would replace what the launch decides (the config rendered, validated and recorded)
+    for arg in req.script_args:
+        flag = arg.split("=", 1)[0]
+        if flag in _LAUNCH_DECIDES:
+            raise UserError(f"-- {flag}: {_LAUNCH_DECIDES[flag]}")
+
+
+WORKER_ONLY = (*TORCH_TP_ONLY, "recompute", "dp_shard", "pipeline_schedule", "virtual_stages")
+"""dsbench launch flags that are run-description fields only (no DeepSpeed config key)."""
+_RENDERS = ("dsbench launch renders and validates the DeepSpeed config itself; launch your own with --config FILE "
+            "instead")
+_LAUNCH_DECIDES = {
+    "--deepspeed_config": _RENDERS, "--deepspeed-config": _RENDERS,
+    "--strategy": "give --strategy before --, to dsbench launch",
+    "--run-json": "dsbench launch writes the run description itself",
+}
+
+
+# The render flags launch takes, by option name (the deepspeed-only ones are in DEEPSPEED_ONLY).
+_RENDER_FLAG_NAMES = {"precision": "--precision", "micro_batch": "--micro-batch", "grad_accum": "--grad-accum",
+                      "pipeline_stages": "--pipeline-stages", "tp": "--tp", "grad_clip": "--grad-clip", "lr": "--lr",
+                      "warmup_steps": "--warmup-steps"}
