@@ -851,3 +851,43 @@ def test_pipelines_across_two_nodes_are_priced_from_their_engines_timed_across_t
     (measured_torch, predicted_torch), (measured_ds, predicted_ds) = cells["torch_pipe2"], cells["pipe2"]
     assert measured_torch < measured_ds and predicted_torch < predicted_ds  # the engines apart, in the measured order
     _goals(PIPELINES_TIMED_ACROSS_NODES)  # median 8.9%, worst 10.6%, Spearman 1.0
+
+
+AFTER_THE_SPLIT_LLAMA_TINY = "oos-20261129-0410-llama-tiny"
+"""``python scripts/bench_time_model.py --models llama-tiny --check-repeats 3`` at 04:05 on 2026-11-29 (calibrate, then
+the compare of 13 strategies from 04:10), nothing else running, after calibrate's measurements were split into
+functions (worker/calibrate.py, worker/calibrate_engines.py: the same measurements, in the same order); written
+before this test."""
+
+
+def test_llama_tiny_a_day_later_meets_the_goals_and_its_pipelines_are_priced():
+    """Median 3.0%, worst ddp +11.0%, Spearman 0.99; the cells whose family scale another cell set (the TP options,
+    ZeRO-2 with offload) within 10%. The pipelines' check cells, predicted +47.9% (torch_pipe2) and +24.8% (pipe2)
+    before their correction at 16:35 on 2026-11-28 (SCHEDULE_RUNTIME_LLAMA_TINY, a miss not explained), are within
+    10% before it here, as at 20:16 that day."""
+    _goals(AFTER_THE_SPLIT_LLAMA_TINY)
+    cells = _cells(AFTER_THE_SPLIT_LLAMA_TINY)
+    median, worst, rho = _figures(cells)
+    assert median <= 0.04 and worst <= 0.12 and rho >= 0.98, (median, worst, rho)
+    error = _errors(cells)
+    assert all(abs(error[name]) <= 0.10 for name in ("torch_tp2_sp", "torch_tp2_lp", "zero2_offload")), error
+
+    def pipeline_checks(case: str) -> dict[str, float]:
+        check = read_profile(str(STORED / case / "profile.json")).data["check"]
+        return {cell["strategy"]: cell["error"] for cell in check["cells"] if cell["family"] in ("pipeline",
+                                                                                               "pipe_engine")}
+
+    assert all(abs(e) <= 0.10 for e in pipeline_checks(AFTER_THE_SPLIT_LLAMA_TINY).values())
+    assert all(e > 0.20 for e in pipeline_checks(SCHEDULE_RUNTIME_LLAMA_TINY).values())
+
+
+def test_two_llama_calibrations_eight_hours_apart_agree_within_eleven_percent():
+    """The 20:16 profile of 2026-11-28 (PIPELINE_CHECK_ADDED_LLAMA_TINY) and this one, on this compare's cells
+    (``scripts/bench_time_model.py --agree``): 9 of 13 within the issue's 5%, the largest torch_tp2_sp -11.0%, then
+    ZeRO-2 with and without offload -8.6% and -8.5%, ulysses2 +7.0%."""
+    earlier = read_profile(str(STORED / PIPELINE_CHECK_ADDED_LLAMA_TINY / "profile.json"))
+    later = read_profile(str(STORED / AFTER_THE_SPLIT_LLAMA_TINY / "profile.json"))
+    ratios = {row.base_strategy: predict_cell(row, later).step_s / predict_cell(row, earlier).step_s
+              for row in collect([STORED / AFTER_THE_SPLIT_LLAMA_TINY / "compare"])}
+    assert sum(abs(r - 1) <= 0.05 for r in ratios.values()) == 9, ratios
+    assert max(abs(r - 1) for r in ratios.values()) == pytest.approx(0.110, abs=0.002), ratios
