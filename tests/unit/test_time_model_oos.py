@@ -891,3 +891,37 @@ def test_two_llama_calibrations_eight_hours_apart_agree_within_eleven_percent():
               for row in collect([STORED / AFTER_THE_SPLIT_LLAMA_TINY / "compare"])}
     assert sum(abs(r - 1) <= 0.05 for r in ratios.values()) == 9, ratios
     assert max(abs(r - 1) for r in ratios.values()) == pytest.approx(0.110, abs=0.002), ratios
+
+
+AFTER_THE_SPLIT_GPT2_TINY = "oos-20261129-0424-gpt2-tiny"
+AFTER_THE_SPLIT_GPT2_MINI = "oos-20261129-0431-gpt2-mini"
+"""``python scripts/bench_time_model.py --models gpt2-tiny,gpt2-mini --check-repeats 3`` at 04:21 on 2026-11-29,
+right after AFTER_THE_SPLIT_LLAMA_TINY, nothing else running; written before these tests."""
+
+
+def test_every_model_meets_the_goals_within_the_same_half_hour():
+    """gpt2-tiny median 5.9%, worst fsdp -10.0%, Spearman 0.98 (its ranking missed 0.9 on near-ties at 22:05 the
+    day before); gpt2-mini median 1.6%, worst zero1 -8.2%, Spearman 0.95; with llama-tiny's run at 04:05, the three
+    models' protocol runs of 04:05-04:35 each meet all three goals."""
+    for case in (AFTER_THE_SPLIT_GPT2_TINY, AFTER_THE_SPLIT_GPT2_MINI, AFTER_THE_SPLIT_LLAMA_TINY):
+        _goals(case)
+    median, worst, rho = _figures(_cells(AFTER_THE_SPLIT_GPT2_MINI))
+    assert median <= 0.02 and worst <= 0.09, (median, worst)
+    held_out = _errors(_cells(AFTER_THE_SPLIT_GPT2_MINI))  # no check cell of their own: scaled by torch_pipe2's
+    assert all(abs(held_out[name]) <= 0.07 for name in ("torch_pipe2_interleaved2", "torch_pipe2_zb2")), held_out
+
+
+def test_two_gpt2_mini_calibrations_eight_hours_apart_nearly_agree():
+    """The 20:05 profile of 2026-11-28 (PIPELINE_CHECK_ADDED_GPT2_MINI) and this one on this compare's cells: 9 of 10
+    within the issue's 5%, zero1 -5.1%. gpt2-tiny's two (22:01 and 04:21) differ by up to -9.8% (pipe2), 3 of 8
+    within 5%."""
+    def ratios(earlier: str, later: str) -> dict[str, float]:
+        first = read_profile(str(STORED / earlier / "profile.json"))
+        second = read_profile(str(STORED / later / "profile.json"))
+        return {row.base_strategy: predict_cell(row, second).step_s / predict_cell(row, first).step_s
+                for row in collect([STORED / later / "compare"])}
+
+    mini = ratios(PIPELINE_CHECK_ADDED_GPT2_MINI, AFTER_THE_SPLIT_GPT2_MINI)
+    assert sum(abs(r - 1) <= 0.05 for r in mini.values()) == 9 and max(abs(r - 1) for r in mini.values()) < 0.052
+    tiny = ratios(AFTER_THE_PIPELINE_CHANGES_GPT2_TINY, AFTER_THE_SPLIT_GPT2_TINY)
+    assert sum(abs(r - 1) <= 0.05 for r in tiny.values()) == 3 and max(abs(r - 1) for r in tiny.values()) < 0.10
