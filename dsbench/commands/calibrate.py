@@ -63,14 +63,14 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     measured = (folder / "measured.json").absolute()
     command = " ".join(["dsbench", "calibrate", *sys.argv[2:]])
     ranks = num_gpus or default_ranks()
-    spec = LaunchSpec(launcher="torchrun", strategy="ddp", module="dsbench.worker.calibrate",
-                      nproc_per_node=ranks, hostfile=hostfile, hosts=hosts,
-                      master_port=master_port or (29500 if dry_run else free_port()), cpu=local_gpu_count() == 0,
-                      python=sys.executable, cwd=os.getcwd(), launch_script=str(folder / "launch_nodes.sh"),
-                      extra_env=inherited_env(os.environ, sys.executable) if hosts else (),
-                      script_args=("--model", model, "--micro-batch", str(micro_batch), "--seq-len", str(seq_len),
-                                   "--precision", precision, "--out", str(measured), "--command", command))
-    launch = build(spec)
+    launch = build(LaunchSpec(
+        launcher="torchrun", strategy="ddp", module="dsbench.worker.calibrate", nproc_per_node=ranks,
+        hostfile=hostfile, hosts=hosts, master_port=master_port or (29500 if dry_run else free_port()),
+        cpu=local_gpu_count() == 0, python=sys.executable, cwd=os.getcwd(),
+        launch_script=str(folder / "launch_nodes.sh"),
+        extra_env=inherited_env(os.environ, sys.executable) if hosts else (),
+        script_args=("--model", model, "--micro-batch", str(micro_batch), "--seq-len", str(seq_len), "--precision",
+                     precision, "--out", str(measured), "--command", command)))
     for path, text in launch.files.items():
         atomic_write_text(path, text)
     click.echo(launch.shell_line())

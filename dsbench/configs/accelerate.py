@@ -212,19 +212,7 @@ def _deepspeed(config: dict[str, Any]) -> list[Finding]:
     if not isinstance(ds, dict) or not ds:
         return [_warning("defaults", "deepspeed_config", "no deepspeed_config: accelerate runs its defaults "
                          "(ZeRO-2, no offload)", "set zero_stage etc., or deepspeed_config_file")]
-    out = []
-    if ds.get("deepspeed_config_file"):
-        # accelerate's DeepSpeedPlugin._deepspeed_config_checks: with a file, these inline settings raise
-        conflicts = schema()["ds_file_conflicts"]
-        for key in ds:
-            if key in conflicts:
-                out.append(_error("ds-file-conflict", f"deepspeed_config.{key}", "accelerate refuses this next to "
-                                  "deepspeed_config_file (it raises at start-up)",
-                                  f"delete it and set the matching value in {ds['deepspeed_config_file']}"))
-        if config.get("mixed_precision") is not None:
-            out.append(_error("ds-file-conflict", "mixed_precision", "accelerate refuses mixed_precision next to "
-                              "deepspeed_config_file (it raises at start-up, even for 'no')",
-                              f"delete it and set fp16/bf16 in {ds['deepspeed_config_file']}"))
+    out = _beside_a_ds_file(config, ds) if ds.get("deepspeed_config_file") else []
     launcher = ds.get("deepspeed_multinode_launcher")
     launchers = schema()["deepspeed_multinode_launchers"]
     if launcher is not None and launcher not in launchers:
@@ -236,7 +224,26 @@ def _deepspeed(config: dict[str, Any]) -> list[Finding]:
         said = f"zero_stage is {stage}" if stage is not None else "no zero_stage: accelerate's default is 2"
         out.append(_warning("ignored", f"deepspeed_config.{zero3_only[0]}", f"a ZeRO-3 setting, and {said}: it "
                             "does nothing", "set zero_stage: 3 if ZeRO-3 was meant, else delete it"))
-    out += _typed_deepspeed_values(ds)
+    return out + _typed_deepspeed_values(ds) + _offloads(ds, stage)
+
+
+def _beside_a_ds_file(config: dict[str, Any], ds: dict[str, Any]) -> list[Finding]:
+    """accelerate's DeepSpeedPlugin._deepspeed_config_checks: with a file, these inline settings raise."""
+    conflicts = schema()["ds_file_conflicts"]
+    out = [_error("ds-file-conflict", f"deepspeed_config.{key}", "accelerate refuses this next to "
+                  "deepspeed_config_file (it raises at start-up)",
+                  f"delete it and set the matching value in {ds['deepspeed_config_file']}")
+           for key in ds if key in conflicts]
+    if config.get("mixed_precision") is not None:
+        out.append(_error("ds-file-conflict", "mixed_precision", "accelerate refuses mixed_precision next to "
+                          "deepspeed_config_file (it raises at start-up, even for 'no')",
+                          f"delete it and set fp16/bf16 in {ds['deepspeed_config_file']}"))
+    return out
+
+
+def _offloads(ds: dict[str, Any], stage: Any) -> list[Finding]:
+    """The inline offload devices: known ones, NVMe with a folder, parameter offload only under ZeRO-3."""
+    out = []
     for what in ("optimizer", "param"):
         device = ds.get(f"offload_{what}_device")
         if device is not None and device not in OFFLOAD_DEVICES:

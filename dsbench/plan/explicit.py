@@ -107,13 +107,8 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     """The compare strategy that runs the layout today, or why none does (one line)."""
     if lay.precision == "fp8":
         return None, "dsbench's worker trains in fp32, bf16 or fp16: fp8 (torchao's Float8 linears) is priced only"
-    if lay.cp > 1 and lay.cp_comm == "a2a":  # DeepSpeed Ulysses: ZeRO-1 or ZeRO-3, data parallelism only
-        how = lookup(name_for(lay.strategy, ulysses=lay.cp) or "")
-        if lay.tp * lay.pp > 1 or how is None:
-            return None, "dsbench runs Ulysses under --layout zero1 or zero3 without --tp or --pipeline-stages"
-        if lay.shape.arch != "llama":
-            return None, "Ulysses runs Llama-family models (its all-to-all reads the key/value heads)"
-        return how, None
+    if lay.cp > 1 and lay.cp_comm == "a2a":
+        return _ulysses_runner(lay)
     if lay.cp > 1:
         return None, "context parallelism (--cp) is priced but dsbench's worker does not run it yet"
     if lay.recompute == "op":
@@ -147,6 +142,16 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
         return None, "DeepSpeed's pipeline engine runs its own 1F1B schedule only (use --pipeline-schedule 1f1b)"
     if how is not None and how.tp > 1 and lay.shape.arch != "llama":
         return None, "tensor parallelism splits Llama-family models (GPT-2 is refused by name)"
+    return how, None
+
+
+def _ulysses_runner(lay: Layout) -> tuple[Strategy | None, str | None]:
+    """DeepSpeed Ulysses: ZeRO-1 or ZeRO-3 with data parallelism only, on a Llama-family model."""
+    how = lookup(name_for(lay.strategy, ulysses=lay.cp) or "")
+    if lay.tp * lay.pp > 1 or how is None:
+        return None, "dsbench runs Ulysses under --layout zero1 or zero3 without --tp or --pipeline-stages"
+    if lay.shape.arch != "llama":
+        return None, "Ulysses runs Llama-family models (its all-to-all reads the key/value heads)"
     return how, None
 
 

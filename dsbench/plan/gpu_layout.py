@@ -140,17 +140,7 @@ class Layout:
         if s.heads % self.tp or s.kv_heads % self.tp and self.tp % s.kv_heads:
             raise UserError(f"tp {self.tp} must divide the {s.heads} heads and the {s.kv_heads} KV heads (or be a "
                             "multiple of the KV heads, which are then replicated)")
-        if self.cp_comm not in ("p2p", "a2a"):
-            raise UserError(f"cp_comm {self.cp_comm!r}: use p2p (ring attention) or a2a (Ulysses)")
-        if self.cp_comm == "a2a":
-            heads, kv = s.heads // self.tp, max(1, s.kv_heads // self.tp)
-            if heads % self.cp or (kv % self.cp and self.cp % kv):
-                raise UserError(f"Ulysses {self.cp} must divide the {heads} heads per TP rank, and their {kv} KV heads "
-                                "or be a multiple of them (the all-to-all gives each rank whole heads)")
-            if self.seq_len % self.cp:
-                raise UserError(f"seq_len {self.seq_len} must split into Ulysses {self.cp} equal shards")
-        elif self.seq_len % (self.cp * (2 if self.cp > 1 else 1)):
-            raise UserError(f"seq_len {self.seq_len} must split into 2 x cp {self.cp} chunks (load-balanced ring)")
+        self._check_context_parallel()
         if self.pp > 1 and self.schedule not in SCHEDULES:
             raise UserError(f"schedule {self.schedule!r}: use one of {', '.join(SCHEDULES)}")
         if s.layers < self.pp * self.chunks:
@@ -165,3 +155,17 @@ class Layout:
         if self.sequence_parallel and self.tp == 1:
             raise UserError("sequence parallelism shards along the TP group: it needs tp > 1")
         return self
+
+    def _check_context_parallel(self) -> None:
+        """The sequence split: Ulysses gives each rank whole heads and an equal shard; the ring takes 2 x cp chunks."""
+        if self.cp_comm not in ("p2p", "a2a"):
+            raise UserError(f"cp_comm {self.cp_comm!r}: use p2p (ring attention) or a2a (Ulysses)")
+        if self.cp_comm == "a2a":
+            heads, kv = self.shape.heads // self.tp, max(1, self.shape.kv_heads // self.tp)
+            if heads % self.cp or (kv % self.cp and self.cp % kv):
+                raise UserError(f"Ulysses {self.cp} must divide the {heads} heads per TP rank, and their {kv} KV heads "
+                                "or be a multiple of them (the all-to-all gives each rank whole heads)")
+            if self.seq_len % self.cp:
+                raise UserError(f"seq_len {self.seq_len} must split into Ulysses {self.cp} equal shards")
+        elif self.seq_len % (self.cp * (2 if self.cp > 1 else 1)):
+            raise UserError(f"seq_len {self.seq_len} must split into 2 x cp {self.cp} chunks (load-balanced ring)")
