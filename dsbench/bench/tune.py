@@ -159,8 +159,8 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
 
 def _resumed(req: TuneRequest, found: search.Search, say: Callable[[str], None]) -> search.Search:
     """The search with the runs an interrupted tune finished already counted (their folders are read, not rerun)."""
-    done = {s.layout.name: measured_tokens_per_s(req.out / "cells" / cell_of(req, s.layout).id)
-            for s in found.scored if finished(req.out / "cells" / cell_of(req, s.layout).id)}
+    folders = {s.layout.name: req.out / "cells" / cell_of(req, s.layout).id for s in found.scored}
+    done = {name: measured_tokens_per_s(folder) for name, folder in folders.items() if finished(folder)}
     say(f"resumed: {len(done)} run(s) already made")
     return search.resumed(found, done)
 
