@@ -98,8 +98,9 @@ def _batch_and_precision(req: PlanRequest) -> tuple[int, int, str, dict[str, Any
     from dsbench.configs.precision import config_precision
 
     config = load_config_strict(req.config)
-    batch = {"train_micro_batch_size_per_gpu": req.micro_batch, "gradient_accumulation_steps": req.grad_accum}
-    micro, accum = (config[key] if isinstance(config.get(key), int) else flag for key, flag in batch.items())
+    micro, accum = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
+    micro = micro if isinstance(micro, int) else req.micro_batch
+    accum = accum if isinstance(accum, int) else req.grad_accum
     found = config_precision(config)
     return micro, accum, req.precision if found == "auto" else found, config  # "auto": the Trainer decides
 

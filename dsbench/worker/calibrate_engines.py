@@ -152,7 +152,8 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
 
     plain = model.model.layers
     shard = hidden.chunk(tp, dim=1)[mesh["tp"].get_local_rank()].contiguous()  # this rank's tokens under SP
-    torch_tp, sp = (_dtensor_layers(plain, mesh["tp"], sequence_parallel) for sequence_parallel in (False, True))
+    torch_tp = _dtensor_layers(plain, mesh["tp"], sequence_parallel=False)
+    sp = _dtensor_layers(plain, mesh["tp"], sequence_parallel=True)
     works = {"plain_forward_backward": trainer(plain), "torch_forward_backward": trainer(torch_tp),
              "autotp_forward_backward": trainer(_autotp_layers(plain, mesh.get_group("tp"))),
              "sp_forward_backward": trainer(sp, shard),
