@@ -58,17 +58,22 @@ class Engine(Protocol):
 
 
 def warmup_factor(step: int, warmup_steps: int) -> float:
-    """DeepSpeed WarmupLR's log ramp (runtime/lr_schedules.py) with min_lr 0, so native runs match it.
+    """The LR factor during optimizer step ``step`` (0-based) under DeepSpeed's WarmupLR (runtime/lr_schedules.py, log
+    ramp, min_lr 0), so native runs match it.
 
-    DeepSpeed uses ``max(2, warmup_num_steps)`` steps and ``log(step + 1) / log(steps)``; 0 warm-up
-    steps means no scheduler at all (constant LR), as dsbench renders it.
+    The engine sets min_lr when it builds the scheduler and steps the scheduler after each optimizer step, so step 0
+    runs at min_lr and step k >= 1 at gamma(k - 1) = log(k) / log(steps), with ``steps = max(2, warmup_num_steps)``,
+    and 1 once k - 1 reaches ``steps``. 0 warm-up steps means no scheduler at all (constant LR), as dsbench renders
+    it. (Before 2026-11-29 this was gamma(k), one step ahead of DeepSpeed: tests/unit/test_warmup_schedule.py.)
     """
     import math
 
     if warmup_steps <= 0:
         return 1.0
     total = max(2, warmup_steps)
-    return math.log(step + 1) / math.log(total) if step < total else 1.0
+    if step == 0:
+        return 0.0
+    return math.log(step) / math.log(total) if step - 1 < total else 1.0
 
 
 def accumulate(engine: Any, batches: list[Any]) -> Any:
