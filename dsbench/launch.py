@@ -17,7 +17,7 @@ from dsbench.configs.validate import ValidateContext, validate
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import read_hostfile
 from dsbench.io import atomic_write_json, atomic_write_text, read_text
-from dsbench.launch_checks import check_hostfile_overrides, check_layout
+from dsbench.launch_checks import check_hostfile_overrides, check_layout, check_worker_flags
 from dsbench.launch_request import (
     DEEPSPEED_ONLY,
     WORKER_ONLY,
@@ -128,6 +128,8 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     world = base.world_size()
     config_path, config, layout, notes = (_written_config(req, world) if req.strategy == "deepspeed"
                                           else (None, None, None, []))
+    if config is not None:
+        check_worker_flags(req.script_args, config, req.config)
     spec = replace(base, ds_config=str(config_path) if config_path else None)
     # The worker's whole input as one typed description, built here from the launch's own values and the user's
     # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.

@@ -62,3 +62,38 @@ def check_hostfile_overrides(overrides: dict[str, int], world: int, nodes: int, 
             raise UserError(f"--{key.replace('_', '-')} {overrides[key]} disagrees with {hostfile} ({value}): drop it "
                             "(the hostfile says how many)")
     return {"num_processes": world, "num_machines": nodes}
+
+
+def _warmup_steps(config: dict[str, Any]) -> Any:
+    """The config's LR warm-up: no scheduler is a constant LR (dsbench renders none for 0 warm-up steps)."""
+    scheduler = config.get("scheduler")
+    return (scheduler.get("params") or {}).get("warmup_num_steps") if isinstance(scheduler, dict) else 0
+
+
+# Worker flags (after --) whose value a DeepSpeed config decides on the ranks (its batch, optimizer, scheduler and
+# precision win: trainspec.deepspeed_config): field -> (the launch flag that renders it, the config's key, its value).
+_CONFIG_DECIDES = {
+    "micro_batch": ("--micro-batch", "train_micro_batch_size_per_gpu",
+                    lambda c: c.get("train_micro_batch_size_per_gpu")),
+    "grad_accum": ("--grad-accum", "gradient_accumulation_steps", lambda c: c.get("gradient_accumulation_steps")),
+    "lr": ("--lr", "optimizer.params.lr", lambda c: ((c.get("optimizer") or {}).get("params") or {}).get("lr")),
+    "grad_clip": ("--grad-clip", "gradient_clipping", lambda c: c.get("gradient_clipping")),
+    "lr_warmup_steps": ("--warmup-steps", "scheduler.params.warmup_num_steps", _warmup_steps),
+    "precision": ("--precision", "precision (bf16.enabled, fp16.enabled)", config_precision),
+}
+
+
+def check_worker_flags(user_args: tuple[str, ...] | list[str], config: dict[str, Any], config_file: str | None
+                       ) -> None:
+    """A worker flag after ``--`` that the DeepSpeed config contradicts would be ignored on every rank (the config's
+    value wins): refused in one line, with where to set it. A key the config leaves "auto" is filled from the flag
+    by the worker, so it passes; one it does not set is DeepSpeed's to derive (dsbench's renders set every one)."""
+    given = trainspec.given_flags(user_args)
+    for field, (flag, key, read) in _CONFIG_DECIDES.items():
+        value = read(config) if field in given else None
+        if value is None or value == "auto" or value == given[field]:
+            continue
+        typed = f"-- --{field.replace('_', '-')} {given[field]}"
+        fix = (f"change {key} in {config_file}, or set it to \"auto\"" if config_file else
+               f"give {flag} {given[field]} before -- instead, so that dsbench launch renders it into the config")
+        raise UserError(f"{typed}: the DeepSpeed config sets {key} to {value}, which the ranks would use; {fix}")

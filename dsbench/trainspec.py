@@ -337,10 +337,16 @@ def for_launch(user_args: tuple[str, ...] | list[str], decided: dict[str, Any]) 
     """The run ``dsbench launch`` hands every rank: the fields it decided (``decided``: run folder, model, strategy,
     config, the native engines' flags) under the worker flags the user gave after ``--``, which win where both
     say. The user's flags are parsed here once; the ranks read the result from run.json."""
+    return from_dict({**decided, **given_flags(user_args)}, "the worker's flags")
+
+
+def given_flags(user_args: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """The worker flags the user typed after ``--``, as TrainSpec fields (the parser's defaults are suppressed, so
+    only what was typed)."""
     given = vars(_parser().parse_args(list(user_args)))
     given.pop("local_rank", None)
     given.pop("run_json", None)  # refused by launch before it gets here (launch_request.check_request)
-    return from_dict({**decided, **given}, "the worker's flags")
+    return given
 
 
 def from_dict(data: dict[str, Any], where: str) -> TrainSpec:
