@@ -16,6 +16,24 @@ import pytest
 from tests.conftest import ROOT
 
 STEPS = 12
+LR_WARMUP = ["--warmup-steps", "8"]
+"""Every session run ramps its LR over 8 steps (DeepSpeed's WarmupLR, the native engines' LambdaLR after it), so
+the parity of every strategy with one process also checks the warm-up, and a checkpoint saved at SAVE_AT is resumed
+mid-ramp (test_checkpoint.py)."""
+WORKER = ["--steps", str(STEPS), "--warmup", "2", "--quiet"]
+"""The session runs' worker flags; a launch made outside the cache that must match them uses these and LR_WARMUP."""
+SAVE_AT = STEPS // 2
+MB = ["--micro-batch", "2"]
+# The single-node cells other modules' runs are checked against (accelerate YAMLs, SLURM, multi-node), launched once
+# through the session's cache (Runs).
+ZERO2, ZERO3 = ["--zero", "2", *MB], ["--zero", "3", *MB]
+DDP, FSDP = ["--strategy", "ddp", "--launcher", "torchrun", *MB], ["--strategy", "fsdp", "--launcher", "torchrun", *MB]
+# DeepSpeed's pipeline engine: 2 stages x 2 micro-batches, the same global batch (4) as the 2-rank cells above
+PIPE = ["--zero", "0", "--pipeline-stages", "2", "--grad-accum", "2", *MB]
+SAVED = (ZERO2, ZERO3, DDP, FSDP, PIPE)
+"""Cells whose session run also saves a checkpoint at SAVE_AT and at the end, into RUN/checkpoints: the straight
+runs test_checkpoint.py resumes and exports. Saving changes nothing in the run (it reads the state), which their
+parity with one process checks too."""
 sys.path.insert(0, str(ROOT / "scripts"))
 try:
     import prebuild_ops  # the launches' environment and DeepSpeed's ops, built ahead (scripts/prebuild_ops.py)
@@ -231,13 +249,12 @@ class Runs:
         self.cache: dict[tuple[str, ...], tuple[subprocess.CompletedProcess, Path]] = {}
 
     def get(self, name: str, launch_args: list[str], worker_args: list[str] | None = None):
-        worker = ["--steps", str(STEPS), "--warmup", "2", "--quiet", *(worker_args or [])]
-        key = (*launch_args, "--", *worker)
+        key = (*launch_args, *LR_WARMUP, "--", *WORKER, *(worker_args or []))
         if key not in self.cache:
-            self.cache[key] = self._launch_once(name, key)
+            self.cache[key] = self._launch_once(name, key, saves=list(launch_args) in SAVED and not worker_args)
         return self.cache[key]
 
-    def _launch_once(self, name: str, key: tuple[str, ...]) -> tuple[subprocess.CompletedProcess, Path]:
+    def _launch_once(self, name: str, key: tuple[str, ...], saves: bool) -> tuple[subprocess.CompletedProcess, Path]:
         digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
         record = self.index / f"{digest}.json"
         with open(self.index / f"{digest}.lock", "w") as lock:
@@ -256,8 +273,9 @@ class Runs:
                 named.write(owner)
             assert owner == digest, f"run name {name} used for two different commands"
             folder = self.base / name
+            save = ["--checkpoint-dir", str(folder / "checkpoints"), "--save-every", str(SAVE_AT)] if saves else []
             result = dsbench("launch", *key[:key.index("--")], "--run-dir", str(folder), "--",
-                             *key[key.index("--") + 1:], cwd=ROOT)
+                             *key[key.index("--") + 1:], *save, cwd=ROOT)
             record.write_text(json.dumps({"args": result.args, "returncode": result.returncode,
                                           "stdout": result.stdout, "stderr": result.stderr, "folder": str(folder)}))
             return result, folder

@@ -25,14 +25,12 @@ import pytest
 
 from tests.accelerate_oracle import accelerate_env as launched_env
 from tests.conftest import ROOT
-from tests.integration.conftest import dsbench, load_run
+from tests.integration.conftest import DDP, FSDP, MB, ZERO2, ZERO3, dsbench, load_run
 
 pytestmark = pytest.mark.dist
 CORPUS = ROOT / "tests" / "data" / "corpus" / "accelerate"
-MB = ["--micro-batch", "2"]
-# the session's single-node cells (test_launch_strategies.py's, shared through the run cache)
-ZERO2, ZERO3 = ["--zero", "2", *MB], ["--zero", "3", *MB]
-FSDP, DDP = ["--strategy", "fsdp", "--launcher", "torchrun", *MB], ["--strategy", "ddp", "--launcher", "torchrun", *MB]
+# ZERO2, ZERO3, FSDP, DDP: the session's single-node cells (conftest; test_launch_strategies.py's too, shared through
+# the run cache)
 
 # YAML -> the dsbench launch flags that train the same thing, and the engine settings its header must show.
 EQUIVALENT = {

@@ -1,10 +1,16 @@
-"""Checkpoints on 2 CPU ranks: 20 steps straight vs 10 + resume 10 give the same losses and learning rates
-(ZeRO-2, ZeRO-3, DDP, FSDP2); a resume on another world size (DCP resharding, DeepSpeed's universal checkpoint);
-`dsbench export` against DeepSpeed's and torch's own consolidation, and against the training run's own loss.
+"""Checkpoints on 2 CPU ranks: 12 steps straight vs 6 + resume 6 give the same losses and learning rates
+(ZeRO-2, ZeRO-3, DDP, FSDP2, DeepSpeed's pipeline engine); a resume on another world size (DCP resharding,
+DeepSpeed's universal checkpoint); `dsbench export` against DeepSpeed's and torch's own consolidation, and against
+the training run's own loss.
 
-Oracles: the uninterrupted run (the straight run also saves, which reads the state and changes nothing);
+The straight runs are the session's cells (conftest SAVED: the runs test_launch_strategies.py, the accelerate YAMLs,
+SLURM and the test bed are checked against), which save at step 6 and at the end; their LR still ramps at step 6
+(LR_WARMUP: 8 steps), so the schedule must resume too.
+
+Oracles: the uninterrupted run (the straight run also saves, which reads the state and changes nothing: its parity
+with one process, test_launch_strategies.py, checks that);
 DeepSpeed's get_fp32_state_dict_from_zero_checkpoint and torch's dcp_to_torch_save for the exported weights;
-the loss the training run recorded at step 10 (weights after 10 steps) for the exported model's forward.
+the loss the training run recorded at step 6 (weights after 6 steps) for the exported model's forward.
 """
 
 from __future__ import annotations
@@ -15,77 +21,73 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.conftest import dsbench, load_run
+from tests.integration import conftest as session
+from tests.integration.conftest import LR_WARMUP, SAVE_AT, STEPS, WORKER, dsbench, load_run
 
 pytestmark = pytest.mark.dist
 
-STRATEGIES = {
-    "zero2": ["--zero", "2"],
-    "zero3": ["--zero", "3"],
-    "ddp": ["--strategy", "ddp", "--launcher", "torchrun"],
-    "fsdp": ["--strategy", "fsdp", "--launcher", "torchrun"],
-    # DeepSpeed's pipeline engine: one layer file per layer; 2 stages x 2 micro-batches, the same global batch
-    "pipe": ["--zero", "0", "--pipeline-stages", "2", "--grad-accum", "2"],
-}
-# an LR still ramping at the resume point (DeepSpeed's WarmupLR / the native LambdaLR): the schedule must resume too
-WORKER = ["--warmup", "2", "--lr-warmup-steps", "15", "--micro-batch", "2", "--quiet"]
+STRATEGIES = {"zero2": session.ZERO2, "zero3": session.ZERO3, "ddp": session.DDP, "fsdp": session.FSDP,
+              "pipe": session.PIPE}  # the pipeline engine writes one file per layer
+SAVED = f"global_step{SAVE_AT}"
+
+
+def launch(args: list[str], folder: Path, *worker: str):
+    """``dsbench launch ARGS`` as the session's runs are made (their LR warm-up and worker flags), plus ``worker``."""
+    return dsbench("launch", *args, *LR_WARMUP, "--run-dir", str(folder), "--", *WORKER, *worker, cwd=ROOT,
+                   timeout=600)
 
 
 class Trained:
-    """Per strategy, once per module: a 20-step run saving at 10 and 20, and a run resumed from step 10."""
+    """Per strategy: the session's run (saving at SAVE_AT and STEPS) and, once per module, a run resumed from
+    SAVE_AT."""
 
-    def __init__(self, base: Path) -> None:
-        self.base = base
+    def __init__(self, runs, base: Path) -> None:
+        self.runs, self.base = runs, base
         self.cache: dict[str, tuple[Path, dict, dict]] = {}
-
-    def launch(self, name: str, args: list[str], worker: list[str]) -> tuple[Path, object]:
-        folder = self.base / name
-        result = dsbench("launch", *args, "--run-dir", str(folder), "--", *WORKER, *worker, cwd=ROOT, timeout=600)
-        return folder, result
 
     def get(self, name: str) -> tuple[Path, dict, dict]:
         if name not in self.cache:
-            checkpoints = self.base / f"{name}-ckpt"
-            folder, result = self.launch(f"{name}-straight", STRATEGIES[name],
-                                         ["--steps", "20", "--checkpoint-dir", str(checkpoints), "--save-every", "10"])
+            result, folder = self.runs.get(name, STRATEGIES[name])
             assert result.returncode == 0, result.stderr[-3000:]
-            resumed, result = self.launch(f"{name}-resumed", STRATEGIES[name],
-                                          ["--steps", "20", "--resume", str(checkpoints / "global_step10")])
+            checkpoints = folder / "checkpoints"
+            resumed = self.base / f"{name}-resumed"
+            result = launch(STRATEGIES[name], resumed, "--resume", str(checkpoints / SAVED))
             assert result.returncode == 0, result.stderr[-3000:]
             self.cache[name] = (checkpoints, load_run(folder), load_run(resumed))
         return self.cache[name]
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Trained:
-    return Trained(tmp_path_factory.mktemp("ckpt"))
+def trained(runs, tmp_path_factory) -> Trained:
+    return Trained(runs, tmp_path_factory.mktemp("ckpt"))
 
 
 @pytest.mark.parametrize("name", list(STRATEGIES))
 def test_resume_reproduces_the_uninterrupted_run(trained, name):
     checkpoints, straight, resumed = trained.get(name)
-    after = [(s["step"], s["loss"], s["lr"]) for s in straight["steps"] if s["step"] >= 10]
+    after = [(s["step"], s["loss"], s["lr"]) for s in straight["steps"] if s["step"] >= SAVE_AT]
     again = [(s["step"], s["loss"], s["lr"]) for s in resumed["steps"]]
-    assert [s for s, _, _ in again] == list(range(10, 20))
+    assert [s for s, _, _ in again] == list(range(SAVE_AT, STEPS))
     assert again == after  # exactly: same data, weights, optimizer moments, LR step and RNG on CPU fp32
-    assert resumed["header"][0]["resumed_from"]["step"] == 10
-    assert resumed["summary"]["status"] == "ok" and resumed["summary"]["measured_steps"] == 8
-    saved = [json.loads(line) for line in (checkpoints.parent / f"{name}-straight" / "metrics.jsonl").read_text()
+    ramp = [lr for _, _, lr in after]
+    assert ramp[0] < ramp[-1], ramp  # resumed mid-warm-up: the schedule's own step came back too
+    assert resumed["header"][0]["resumed_from"]["step"] == SAVE_AT
+    assert resumed["summary"]["status"] == "ok" and resumed["summary"]["measured_steps"] == STEPS - SAVE_AT - 2
+    saved = [json.loads(line) for line in (checkpoints.parent / "metrics.jsonl").read_text()
              .splitlines() if '"checkpoint"' in line]
-    assert [c["step"] for c in saved] == [10, 20] and all(c["seconds"] > 0 and c["bytes"] > 0 for c in saved)
-    assert (checkpoints / "latest").read_text() == "global_step20"
+    assert [c["step"] for c in saved] == [SAVE_AT, STEPS] and all(c["seconds"] > 0 and c["bytes"] > 0 for c in saved)
+    assert (checkpoints / "latest").read_text() == f"global_step{STEPS}"
 
 
 def test_fsdp_checkpoint_resumes_on_one_rank(trained, tmp_path):
     """DCP reshards: the 2-rank FSDP2 checkpoint continues on 1 rank with the same global batch (2 x 2)."""
     checkpoints, straight, _ = trained.get("fsdp")
     folder = tmp_path / "one-rank"
-    result = dsbench("launch", *STRATEGIES["fsdp"], "--num-gpus", "1", "--run-dir", str(folder), "--", *WORKER,
-                     "--grad-accum", "2", "--steps", "20", "--resume", str(checkpoints / "global_step10"),
-                     cwd=ROOT, timeout=600)
+    result = launch([*STRATEGIES["fsdp"], "--num-gpus", "1"], folder, "--grad-accum", "2", "--resume",
+                    str(checkpoints / SAVED))
     assert result.returncode == 0, result.stderr[-3000:]
     again = [s["loss"] for s in load_run(folder)["steps"]]
-    after = [s["loss"] for s in straight["steps"] if s["step"] >= 10]
+    after = [s["loss"] for s in straight["steps"] if s["step"] >= SAVE_AT]
     worst = max(abs(a - b) / abs(b) for a, b in zip(again, after, strict=True))
     assert worst < 1e-5, worst  # the same sums in another order
 
@@ -96,20 +98,19 @@ def test_zero_checkpoint_resumes_on_one_rank_through_a_universal_checkpoint(trai
     same global batch (micro 2 x accumulation 2): the losses of the uninterrupted 2-rank run."""
     checkpoints, straight, _ = trained.get(name)
     folder = tmp_path / "one-rank"
-    result = dsbench("launch", *STRATEGIES[name], "--grad-accum", "2", "--num-gpus", "1", "--run-dir",
-                     str(folder), "--", *WORKER, "--steps", "20", "--resume", str(checkpoints / "global_step10"),
-                     cwd=ROOT, timeout=600)
+    result = launch([*STRATEGIES[name], "--grad-accum", "2", "--num-gpus", "1"], folder, "--resume",
+                    str(checkpoints / SAVED))
     assert result.returncode == 0, result.stderr[-3000:]
     run = load_run(folder)
     assert run["header"][0]["world_size"] == 1
     again = [(s["step"], s["loss"]) for s in run["steps"]]
-    after = [(s["step"], s["loss"]) for s in straight["steps"] if s["step"] >= 10]
+    after = [(s["step"], s["loss"]) for s in straight["steps"] if s["step"] >= SAVE_AT]
     assert [s for s, _ in again] == [s for s, _ in after]
     worst = max(abs(a - b) / abs(b) for (_, a), (_, b) in zip(again, after, strict=True))
     assert worst < 1e-5, worst  # the same sums in another order
-    universal = checkpoints / "global_step10_universal"
+    universal = checkpoints / f"{SAVED}_universal"
     assert (universal / "dsbench_universal.json").is_file() and (universal / "zero").is_dir()
-    assert (checkpoints / "latest").read_text() == "global_step20"  # the user's checkpoint folder is untouched
+    assert (checkpoints / "latest").read_text() == f"global_step{STEPS}"  # the user's checkpoint folder is untouched
 
 
 def test_zero_checkpoint_on_another_model_parallel_layout_is_refused(trained, tmp_path):
@@ -117,27 +118,25 @@ def test_zero_checkpoint_on_another_model_parallel_layout_is_refused(trained, tm
     one line before any rank starts (the launch reads the manifest: checkpoints.check_before_launch; each rank would
     refuse it too). (--tp on this GPT-2 model is refused as early: AutoTP cannot split it.)"""
     checkpoints, _, _ = trained.get("zero2")
-    result = dsbench("launch", "--zero", "1", "--pipeline-stages", "2", "--grad-accum", "2", "--run-dir",
-                     str(tmp_path / "r"), "--", *WORKER, "--steps", "20", "--resume",
-                     str(checkpoints / "global_step10"), cwd=ROOT, timeout=600)
+    result = launch(["--zero", "1", "--pipeline-stages", "2", "--grad-accum", "2"], tmp_path / "r", "--resume",
+                    str(checkpoints / SAVED))
     assert result.returncode == 2, result.stderr[-2000:]  # the launch refuses it: no rank starts
     assert "resume with the same --tp and pipeline stages" in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr.split("dsbench: error:")[-1]
 
 
 def test_resuming_past_the_last_step_is_refused(trained, tmp_path):
-    checkpoints, _, _ = trained.get("zero2")  # latest: global_step20
-    result = dsbench("launch", *STRATEGIES["zero2"], "--run-dir", str(tmp_path / "r"), "--", *WORKER,
-                     "--steps", "20", "--resume", str(checkpoints), cwd=ROOT, timeout=600)
+    checkpoints, _, _ = trained.get("zero2")  # latest: the last step's
+    result = launch(STRATEGIES["zero2"], tmp_path / "r", "--resume", str(checkpoints))
     assert result.returncode == 2
-    assert "was saved after 20 steps: --steps 20 with --warmup 2 leaves no step to measure" in result.stderr
+    assert (f"was saved after {STEPS} steps: --steps {STEPS} with --warmup 2 leaves no step to measure"
+            in result.stderr), result.stderr[-2000:]
 
 
 def test_a_resume_with_another_global_batch_is_refused(trained, tmp_path):
     checkpoints, _, _ = trained.get("ddp")
-    result = dsbench("launch", *STRATEGIES["ddp"], "--run-dir", str(tmp_path / "r"), "--", *WORKER,
-                     "--steps", "20", "--micro-batch", "4", "--resume", str(checkpoints / "global_step10"),
-                     cwd=ROOT, timeout=600)
+    result = launch(["--strategy", "ddp", "--launcher", "torchrun", "--micro-batch", "4"], tmp_path / "r",
+                    "--resume", str(checkpoints / SAVED))
     assert result.returncode == 2  # refused by the launch, before torchrun starts a rank
     assert "the checkpoint has global_batch 4, this run 8: resume with the same global_batch" in result.stderr
 
@@ -169,7 +168,7 @@ def test_export_gives_the_training_models_weights_and_logits(trained, tmp_path, 
 
     checkpoints, straight, _ = trained.get(name)
     out = tmp_path / "hf"
-    result = dsbench("export", str(checkpoints / "global_step10"), str(out), "--max-shard-size", "400kB",
+    result = dsbench("export", str(checkpoints / SAVED), str(out), "--max-shard-size", "400kB",
                      cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     index = json.loads((out / "model.safetensors.index.json").read_text())  # 400 kB shards: several files
@@ -179,7 +178,7 @@ def test_export_gives_the_training_models_weights_and_logits(trained, tmp_path, 
     if name == "pipe":  # no consolidation tool reads DeepSpeed's layer files: the same training under ZeRO-2
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-        oracle = get_fp32_state_dict_from_zero_checkpoint(str(trained.get("zero2")[0]), tag="global_step10")
+        oracle = get_fp32_state_dict_from_zero_checkpoint(str(trained.get("zero2")[0]), tag=SAVED)
         assert set(exported) == set(oracle) - {"lm_head.weight"}
         # the two trainings drift apart slowly (seen: losses 1e-4 apart by step 10, weights 1.3% apart in norm at
         # worst, a LayerNorm bias), while a weight exported under another layer's name is ~100% off; the exact
@@ -189,17 +188,17 @@ def test_export_gives_the_training_models_weights_and_logits(trained, tmp_path, 
     elif name == "fsdp":
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-        dcp_to_torch_save(checkpoints / "global_step10", tmp_path / "oracle.pt")
+        dcp_to_torch_save(checkpoints / SAVED, tmp_path / "oracle.pt")
         oracle = torch.load(tmp_path / "oracle.pt")["model"]  # the state as saved: {"model": ..., "optim": ...}
     else:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-        oracle = get_fp32_state_dict_from_zero_checkpoint(str(checkpoints), tag="global_step10")
+        oracle = get_fp32_state_dict_from_zero_checkpoint(str(checkpoints), tag=SAVED)
     if name != "pipe":
         assert set(exported) == set(oracle) - {"lm_head.weight"}  # tied to transformer.wte.weight, written once
         assert all(torch.equal(exported[k], oracle[k]) for k in exported)
-    recorded = next(s["loss"] for s in straight["steps"] if s["step"] == 10)  # forward with the step-10 weights
-    assert _loss_at(out, straight["header"][0], 10) == pytest.approx(recorded, rel=1e-5)
+    recorded = next(s["loss"] for s in straight["steps"] if s["step"] == SAVE_AT)  # forward with the saved weights
+    assert _loss_at(out, straight["header"][0], SAVE_AT) == pytest.approx(recorded, rel=1e-5)
 
 
 def test_export_never_replaces_a_folder(trained, tmp_path):
@@ -255,15 +254,14 @@ def test_a_planted_checkpoint_file_runs_nothing_in_export_or_resume(trained, tmp
 
     checkpoints, _, _ = trained.get(name)
     marker = tmp_path / "pwned"
-    planted = _plant(checkpoints / "global_step10", file, marker)
+    planted = _plant(checkpoints / SAVED, file, marker)
     result = dsbench("export", str(planted), str(tmp_path / "hf"), cwd=ROOT, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 2 and f"{file}: holds posix.system" in output and "Traceback" not in output, output
     with pytest.raises(UserError, match=f"{file}: holds posix.system"):
         checkpoint_manifest.resolve(planted)  # what each rank calls first on --resume (worker/run.py prepare)
     if (name, file) in RESUMED:
-        result = dsbench("launch", *STRATEGIES[name], "--run-dir", str(tmp_path / "resumed"), "--", *WORKER,
-                         "--steps", "20", "--resume", str(planted), cwd=ROOT, timeout=300)
+        result = launch(STRATEGIES[name], tmp_path / "resumed", "--resume", str(planted))
         output = result.stdout + result.stderr
         assert result.returncode != 0 and f"{file}: holds posix.system" in output, output[-3000:]
     assert not marker.exists() and not (tmp_path / "hf").exists()

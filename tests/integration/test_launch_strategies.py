@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import STEPS, load_run
+from tests.integration.conftest import DDP, FSDP, STEPS, ZERO2, ZERO3, load_run
 
 pytestmark = pytest.mark.dist
 
@@ -18,12 +18,12 @@ CELLS = {
     "single": ["--strategy", "single", "--launcher", "torchrun", "--num-gpus", "1", "--micro-batch", "4"],
     "zero0": ["--zero", "0", "--micro-batch", "2"],
     "zero1": ["--zero", "1", "--micro-batch", "2"],
-    "zero2": ["--zero", "2", "--micro-batch", "2"],
-    "zero3": ["--zero", "3", "--micro-batch", "2"],
+    "zero2": ZERO2,  # these four (conftest) also save checkpoints: test_checkpoint.py resumes them
+    "zero3": ZERO3,
     "zero2_offload": ["--preset", "zero2_offload", "--micro-batch", "2"],
     "zero3_offload": ["--preset", "zero3_offload", "--micro-batch", "2"],
-    "ddp": ["--strategy", "ddp", "--launcher", "torchrun", "--micro-batch", "2"],
-    "fsdp": ["--strategy", "fsdp", "--launcher", "torchrun", "--micro-batch", "2"],
+    "ddp": DDP,
+    "fsdp": FSDP,
     "accelerate_zero2": ["--launcher", "accelerate", "--zero", "2", "--micro-batch", "2"],
     "accelerate_fsdp": ["--launcher", "accelerate", "--strategy", "fsdp", "--micro-batch", "2"],
     # DeepSpeed AutoTP (ZeRO-1, tensor parallel 2) on Llama: both ranks share one batch of 2

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.conftest import STEPS, dsbench, load_run, note_launch
+from tests.integration.conftest import DDP, MB, STEPS, ZERO2, ZERO3, dsbench, load_run, note_launch
 
 pytestmark = [pytest.mark.dist, pytest.mark.multinode]
 
@@ -85,8 +85,6 @@ def losses(run: dict) -> list[float]:
 
 
 ONE_PER_NODE = ["--include", "dsb-n1:0@dsb-n2:0"]
-MB = ["--micro-batch", "2"]
-ZERO2, ZERO3, DDP = ["--zero", "2", *MB], ["--zero", "3", *MB], ["--strategy", "ddp", "--launcher", "torchrun", *MB]
 # torch_3d as test_model_parallel.py launches it on one node (its run shared through the session's cache)
 TORCH_3D = ["--strategy", "torch_3d", "--tp", "2", "--pipeline-stages", "2", "--launcher", "torchrun", "--model",
             "llama-tiny", *MB, "--grad-accum", "2"]

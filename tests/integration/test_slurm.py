@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.conftest import STEPS, dsbench, load_run
+from tests.integration.conftest import LR_WARMUP, WORKER, ZERO2, dsbench, load_run
 from tests.integration.slurm_cluster import Cluster, why_not
 
 REASON = why_not()
 pytestmark = [pytest.mark.dist, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
-ZERO2 = ["--zero", "2", "--micro-batch", "2"]
-WORKER = ["--", "--steps", str(STEPS), "--warmup", "2", "--quiet"]  # as the session's single-node runs
+AFTER = ["--", *WORKER]  # as the session's single-node runs (with their LR_WARMUP)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +43,8 @@ def slurm(cluster, *args, timeout=600):
 
 
 def test_one_node_two_task_job_trains_like_deepspeed_launcher(cluster, runs, tmp_path):
-    result = slurm(cluster, "--nodes", "1", "--gpus-per-node", "2", *ZERO2, "--time", "10", "--wait",
-                   "--run-dir", str(tmp_path / "job"), *WORKER)
+    result = slurm(cluster, "--nodes", "1", "--gpus-per-node", "2", *ZERO2, *LR_WARMUP, "--time", "10",
+                   "--wait", "--run-dir", str(tmp_path / "job"), *AFTER)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     job = re.search(r"Submitted batch job (\d+)", result.stdout).group(1)
     assert (tmp_path / "job" / f"slurm-{job}.out").exists()
@@ -60,7 +59,7 @@ def test_one_node_two_task_job_trains_like_deepspeed_launcher(cluster, runs, tmp
 
 def test_failed_job_is_named_with_its_log(cluster, tmp_path):
     result = slurm(cluster, "--gpus-per-node", "2", *ZERO2, "--wait", "--env", "DSBENCH_FAULT=1:3",
-                   "--run-dir", str(tmp_path / "bad"), *WORKER)
+                   "--run-dir", str(tmp_path / "bad"), *AFTER)
     assert result.returncode != 0
     assert re.search(r"SLURM job \d+ failed: \d+: \[rank 1 on [\w.-]+\] dsbench.train: error: RuntimeError: "
                      r"injected fault "
@@ -92,8 +91,8 @@ def test_two_node_job_on_the_test_bed(runs, tmp_path):
         state = json.loads(Path("/run/dsbench-testbed/state.json").read_text())
         two = Cluster(tmp_path / "cluster", testbed=state)
         two.start()
-        result = slurm(two, "--nodes", "2", "--gpus-per-node", "1", *ZERO2, "--wait", "--run-dir",
-                       str(tmp_path / "job"), *WORKER)
+        result = slurm(two, "--nodes", "2", "--gpus-per-node", "1", *ZERO2, *LR_WARMUP, "--wait",
+                       "--run-dir", str(tmp_path / "job"), *AFTER)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     finally:
         if two:
