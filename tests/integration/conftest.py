@@ -248,10 +248,12 @@ class Runs:
         self.index = index  # one record per command, shared by the workers
         self.cache: dict[tuple[str, ...], tuple[subprocess.CompletedProcess, Path]] = {}
 
-    def get(self, name: str, launch_args: list[str], worker_args: list[str] | None = None):
-        key = (*launch_args, *LR_WARMUP, "--", *WORKER, *(worker_args or []))
+    def get(self, name: str, launch_args: list[str], worker_args: list[str] | None = None, steps: int = STEPS):
+        worker = WORKER if steps == STEPS else ["--steps", str(steps), *WORKER[2:]]
+        key = (*launch_args, *LR_WARMUP, "--", *worker, *(worker_args or []))
         if key not in self.cache:
-            self.cache[key] = self._launch_once(name, key, saves=list(launch_args) in SAVED and not worker_args)
+            saves = list(launch_args) in SAVED and not worker_args and steps == STEPS
+            self.cache[key] = self._launch_once(name, key, saves=saves)
         return self.cache[key]
 
     def _launch_once(self, name: str, key: tuple[str, ...], saves: bool) -> tuple[subprocess.CompletedProcess, Path]:
