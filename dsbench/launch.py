@@ -165,6 +165,7 @@ _YAML_DECIDES = {**DEEPSPEED_ONLY, "pipeline_stages": "--pipeline-stages", "tp":
 # Worker flags that a YAML's inline DeepSpeed settings (or its DeepSpeed file) fix: (YAML key, DeepSpeed key).
 _YAML_FIXES = {"grad_accum": ("--grad-accum", "gradient_accumulation_steps"),
                "grad_clip": ("--grad-clip", "gradient_clipping")}
+_YAML_FIXES_KEYS = [key for _, key in _YAML_FIXES.values()]
 
 
 def with_inherited_env(spec: LaunchSpec, req: LaunchRequest) -> LaunchSpec:
@@ -245,7 +246,14 @@ def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any])
     if refusal:
         raise UserError(f"{path}: {refusal}")
     ds_path, _ = ds_file_of(config, path)
-    check_user_yaml_request(req, config, load_config_strict(ds_path) if ds_path else None)
+    ds_file = load_config_strict(ds_path) if ds_path else None
+    check_user_yaml_request(req, config, ds_file)
+    if ds_file is not None:
+        check_worker_flags(req.script_args, ds_file, str(ds_path), accelerate=True)
+    elif config.get("distributed_type") == "DEEPSPEED":  # the inline plugin: its accumulation and clipping win
+        inline = accelerate.section_keys(config, "deepspeed_config")
+        check_worker_flags(req.script_args, {key: inline[key] for key in _YAML_FIXES_KEYS if key in inline}, path,
+                           accelerate=True)
     return config, processes
 
 

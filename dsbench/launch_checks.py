@@ -83,17 +83,28 @@ _CONFIG_DECIDES = {
 }
 
 
-def check_worker_flags(user_args: tuple[str, ...] | list[str], config: dict[str, Any], config_file: str | None
-                       ) -> None:
+def check_worker_flags(user_args: tuple[str, ...] | list[str], config: dict[str, Any], config_file: str | None,
+                       accelerate: bool = False) -> None:
     """A worker flag after ``--`` that the DeepSpeed config contradicts would be ignored on every rank (the config's
     value wins): refused in one line, with where to set it. A key the config leaves "auto" is filled from the flag
-    by the worker, so it passes; one it does not set is DeepSpeed's to derive (dsbench's renders set every one)."""
+    by the worker, so it passes; one it does not set is DeepSpeed's to derive (dsbench's renders set every one).
+
+    ``accelerate``: the config is an accelerate YAML's DeepSpeed settings (``config_file`` the file that holds
+    them), where the worker adds AdamW and WarmupLR from its flags when the settings have none
+    (configs/accelerate_worker.with_script_optimizer) and accelerate's --mixed_precision decides the precision."""
     given = trainspec.given_flags(user_args)
     for field, (flag, key, read) in _CONFIG_DECIDES.items():
-        value = read(config) if field in given else None
+        if field not in given or accelerate and (field == "precision" or field == "lr_warmup_steps"
+                                                  and "scheduler" not in config):
+            continue
+        value = read(config)
         if value is None or value == "auto" or value == given[field]:
             continue
         typed = f"-- --{field.replace('_', '-')} {given[field]}"
-        fix = (f"change {key} in {config_file}, or set it to \"auto\"" if config_file else
-               f"give {flag} {given[field]} before -- instead, so that dsbench launch renders it into the config")
+        if not config_file:
+            fix = f"give {flag} {given[field]} before -- instead, so that dsbench launch renders it into the config"
+        elif accelerate and not config_file.endswith(".json"):  # the YAML's own deepspeed_config section
+            fix = f"change {key} in {config_file}"
+        else:
+            fix = f"change {key} in {config_file}, or set it to \"auto\""
         raise UserError(f"{typed}: the DeepSpeed config sets {key} to {value}, which the ranks would use; {fix}")

@@ -7,6 +7,7 @@ import pytest
 
 from dsbench.errors import UserError
 from dsbench.launch_checks import check_worker_flags
+from tests.conftest import ROOT
 
 CONFIG = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
           "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}}, "zero_optimization": {"stage": 2}}
@@ -51,3 +52,45 @@ def test_a_scheduler_with_the_same_warmup_passes():
     check_worker_flags(["--lr-warmup-steps", "8"], warm, None)
     with pytest.raises(UserError, match="warmup_num_steps to 8"):
         check_worker_flags(["--lr-warmup-steps", "4"], warm, None)
+
+
+CORPUS = ROOT / "tests" / "data" / "corpus" / "accelerate"
+
+
+@pytest.mark.parametrize("yaml, args, message", [
+    # the inline plugin's own accumulation (16) and clipping win on the ranks (configs/accelerate_worker.py)
+    ("HKUST-LongGroup__DyME__default_config.yaml", ["--grad-accum", "4"],
+     "-- --grad-accum 4: the DeepSpeed config sets gradient_accumulation_steps to 16, which the ranks would use; "
+     "change gradient_accumulation_steps in "),
+    ("OpenLMLab__MOSS-RLHF__accelerate_config.yaml", ["--grad-clip", "0.5"], "sets gradient_clipping to 1.0"),
+])
+def test_a_users_yaml_that_fixes_the_flag_refuses_it(cli_run, tmp_path, yaml, args, message):
+    result = cli_run("launch", "--accelerate-config", str(CORPUS / yaml), "--num-processes", "2", "--run-dir",
+                     str(tmp_path / "r"), "--dry-run", "--", *args)
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+@pytest.mark.parametrize("yaml, args", [
+    ("HKUST-LongGroup__DyME__default_config.yaml", ["--grad-accum", "16", "--lr-warmup-steps", "3"]),
+    # the inline plugin sets no accumulation: the flag fills it
+    ("huggingface__trl__examples_accelerate_configs_deepspeed_zero2.yaml", ["--grad-accum", "4"]),
+])
+def test_a_users_yaml_that_leaves_the_flag_open_takes_it(cli_run, tmp_path, yaml, args):
+    result = cli_run("launch", "--accelerate-config", str(CORPUS / yaml), "--num-processes", "2", "--run-dir",
+                     str(tmp_path / "r"), "--dry-run", "--", *args)
+    assert result.exit_code == 0, result.output
+
+
+def test_dsbench_s_own_accelerate_deepspeed_file_leaves_every_flag_open():
+    import json
+
+    shipped = json.loads((ROOT / "ds_configs" / "zero2.json").read_text())  # what deepspeed_zero2.yaml names
+    check_worker_flags(["--micro-batch", "4", "--grad-accum", "2", "--lr", "1e-3", "--lr-warmup-steps", "3"],
+                       shipped, "ds_configs/zero2.json", accelerate=True)
+
+
+def test_a_deepspeed_file_without_a_scheduler_gets_the_workers_warmup_under_accelerate():
+    # the worker adds WarmupLR from its flag there (accelerate_worker.with_script_optimizer); precision is accelerate's
+    check_worker_flags(["--lr-warmup-steps", "5", "--precision", "bf16"], CONFIG, "ds.json", accelerate=True)
+    with pytest.raises(UserError, match=r"change train_micro_batch_size_per_gpu in ds\.json, or set it to \"auto\""):
+        check_worker_flags(["--micro-batch", "4"], CONFIG, "ds.json", accelerate=True)
