@@ -14,10 +14,11 @@ from dsbench.configs.layout import DEGREE_KEYS, in_config_keys, layout_of
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.render import render
 from dsbench.configs.validate import ValidateContext, validate
+from dsbench.configs.worker_flags import check_worker_flags
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import read_hostfile
 from dsbench.io import atomic_write_json, atomic_write_text, read_text
-from dsbench.launch_checks import check_hostfile_overrides, check_layout, check_worker_flags
+from dsbench.launch_checks import check_hostfile_overrides, check_layout
 from dsbench.launch_request import (
     DEEPSPEED_ONLY,
     WORKER_ONLY,
@@ -129,7 +130,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     config_path, config, layout, notes = (_written_config(req, world) if req.strategy == "deepspeed"
                                           else (None, None, None, []))
     if config is not None:
-        check_worker_flags(req.script_args, config, req.config)
+        check_worker_flags(trainspec.given_flags(req.script_args), config, req.config)
     spec = replace(base, ds_config=str(config_path) if config_path else None)
     # The worker's whole input as one typed description, built here from the launch's own values and the user's
     # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.
@@ -249,11 +250,11 @@ def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any])
     ds_file = load_config_strict(ds_path) if ds_path else None
     check_user_yaml_request(req, config, ds_file)
     if ds_file is not None:
-        check_worker_flags(req.script_args, ds_file, str(ds_path), accelerate=True)
+        check_worker_flags(trainspec.given_flags(req.script_args), ds_file, str(ds_path), accelerate=True)
     elif config.get("distributed_type") == "DEEPSPEED":  # the inline plugin: its accumulation and clipping win
         inline = accelerate.section_keys(config, "deepspeed_config")
-        check_worker_flags(req.script_args, {key: inline[key] for key in _YAML_FIXES_KEYS if key in inline}, path,
-                           accelerate=True)
+        fixed = {key: inline[key] for key in _YAML_FIXES_KEYS if key in inline}
+        check_worker_flags(trainspec.given_flags(req.script_args), fixed, path, accelerate=True)
     return config, processes
 
 

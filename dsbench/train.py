@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 
-from dsbench.trainspec import TrainSpec, from_argv
+from dsbench.trainspec import TrainSpec, from_argv, given_flags
 
 
 def parse_args(argv: list[str] | None = None) -> TrainSpec:
@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         stop.say(f"started (pid {os.getpid()})")
         from dsbench.worker.run import run
 
-        return run(spec)
+        # the flags typed on this command line (beside --run-json or a --deepspeed_config): checked against the config
+        return run(spec, given_flags(sys.argv[1:] if argv is None else argv))
 
     code = run_rank(body, stop.say)
     if code == 0:

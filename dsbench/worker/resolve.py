@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsbench.configs.autofill import AutoInputs
+from dsbench.configs.worker_flags import check_worker_flags
 from dsbench.errors import UserError
 from dsbench.layout_check import check_run_layout
 from dsbench.models import ModelShape, resolve_model
@@ -33,15 +34,22 @@ class Resolved:
     precision: str
 
 
-def resolve(spec: TrainSpec, world: int, environ: Mapping[str, str]) -> Resolved:
+def resolve(spec: TrainSpec, world: int, environ: Mapping[str, str],
+            typed: Mapping[str, Any] | None = None) -> Resolved:
     """Strategy (``auto`` from the launcher's environment), model, config, layout and precision; every check that
-    needs them (the model splits into the layout, --compile fits it) made here, before the process group."""
+    needs them (the model splits into the layout, --compile fits it) made here, before the process group.
+    ``typed``: the worker flags typed on the command line, which the DeepSpeed config must not contradict."""
     strategy = setup.resolve_strategy(spec.strategy, spec.deepspeed_config, world)
     if strategy == "single" and world > 1:
         raise UserError(f"--strategy single runs one process, but the launcher started {world}")
     shape = resolve_model(spec.model)
     if strategy == "deepspeed":
         ds_config, dims = _deepspeed_config(spec, shape, world, environ)
+        # a flag typed beside a config that sets another value would be ignored (dsbench launch checks its own "--"
+        # flags before it writes run.json, so a launched rank has none here); "auto" was filled from the flags
+        source = (spec.deepspeed_config or environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+                  or accelerate_env.PLUGIN_SOURCE)
+        check_worker_flags(typed or {}, ds_config, source, after="")
         micro, accum = ds_config["train_micro_batch_size_per_gpu"], ds_config.get("gradient_accumulation_steps", 1)
     else:  # torch_tp groups share a batch; torch_pp stages pass one along (torch_3d: both)
         ds_config = None

@@ -6,6 +6,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,7 @@ class Prepared:
     """(tag folder, Manifest) of the checkpoint this run continues, or None."""
 
 
-def prepare(spec: TrainSpec) -> Prepared:
+def prepare(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> Prepared:
     """Set-up: strategy, config, process group, data plan, model and engine."""
     from dsbench.worker import dist
     from dsbench.worker.data import build_plan, load_tokenizer, token_ids
@@ -91,7 +92,7 @@ def prepare(spec: TrainSpec) -> Prepared:
     from dsbench.worker.model import build_model
 
     _, world, _ = dist.env_rank()
-    run = resolve(spec, world, os.environ)  # the run as it will execute on this rank, checked once
+    run = resolve(spec, world, os.environ, typed)  # the run as it will execute on this rank, checked once
     # every torch.load of this rank (DeepSpeed's resume, ds_to_universal) loads data only; DeepSpeed's own
     # checkpoint classes are imported for DeepSpeed's runs only (importing DeepSpeed costs each rank seconds)
     safe_load.install(deepspeed=run.strategy == "deepspeed")
@@ -335,10 +336,10 @@ def record(spec: TrainSpec, run: Prepared) -> None:
                   f"{summary['timed_region']['tokens_per_s']['median']:,.0f})", file=sys.stderr, flush=True)
 
 
-def run(spec: TrainSpec) -> int:
-    """Set up, train and record; returns the exit code."""
+def run(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> int:
+    """Set up, train and record; returns the exit code. ``typed``: the worker flags typed on the command line."""
     from dsbench.worker import dist
 
-    record(spec, prepare(spec))
+    record(spec, prepare(spec, typed))
     dist.shutdown()
     return 0

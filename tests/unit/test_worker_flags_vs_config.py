@@ -1,16 +1,23 @@
 """Worker flags after ``--`` that a DeepSpeed config contradicts are refused by the launch (the config's value would
-win on every rank, silently): launch_checks.check_worker_flags."""
+win on every rank, silently): configs/worker_flags.check_worker_flags. A rank started by hand makes the same check
+on the flags typed beside its ``--deepspeed_config`` (docs/errors.md's worker row, run as a process)."""
 
 from __future__ import annotations
 
 import pytest
 
+from dsbench.configs.worker_flags import check_worker_flags as _check
 from dsbench.errors import UserError
-from dsbench.launch_checks import check_worker_flags
+from dsbench.trainspec import given_flags
 from tests.conftest import ROOT
 
 CONFIG = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
           "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}}, "zero_optimization": {"stage": 2}}
+
+
+def check_worker_flags(args: list[str], config: dict, config_file: str | None, **kwargs) -> None:
+    """As the launch calls it: the flags typed after --, parsed by the worker's own parser."""
+    _check(given_flags(args), config, config_file, **kwargs)
 
 
 @pytest.mark.parametrize("args, message", [

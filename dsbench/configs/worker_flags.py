@@ -1,0 +1,58 @@
+"""Worker flags against the DeepSpeed config that decides them: on DeepSpeed's ranks the config's batch, optimizer,
+scheduler and precision win over the worker's flags (trainspec: ``deepspeed_config``), so a flag it contradicts
+would be ignored silently. ``dsbench launch`` checks the flags typed after ``--`` (launch.py), and each rank those
+typed next to ``--deepspeed_config`` by hand (worker/resolve.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dsbench.configs.precision import config_precision
+from dsbench.errors import UserError
+
+
+def _warmup_steps(config: dict[str, Any]) -> Any:
+    """The config's LR warm-up: no scheduler is a constant LR (dsbench renders none for 0 warm-up steps)."""
+    scheduler = config.get("scheduler")
+    return (scheduler.get("params") or {}).get("warmup_num_steps") if isinstance(scheduler, dict) else 0
+
+
+# Worker flags (after --) whose value a DeepSpeed config decides on the ranks (its batch, optimizer, scheduler and
+# precision win: trainspec.deepspeed_config): field -> (the launch flag that renders it, the config's key, its value).
+_CONFIG_DECIDES = {
+    "micro_batch": ("--micro-batch", "train_micro_batch_size_per_gpu",
+                    lambda c: c.get("train_micro_batch_size_per_gpu")),
+    "grad_accum": ("--grad-accum", "gradient_accumulation_steps", lambda c: c.get("gradient_accumulation_steps")),
+    "lr": ("--lr", "optimizer.params.lr", lambda c: ((c.get("optimizer") or {}).get("params") or {}).get("lr")),
+    "grad_clip": ("--grad-clip", "gradient_clipping", lambda c: c.get("gradient_clipping")),
+    "lr_warmup_steps": ("--warmup-steps", "scheduler.params.warmup_num_steps", _warmup_steps),
+    "precision": ("--precision", "precision (bf16.enabled, fp16.enabled)", config_precision),
+}
+
+
+def check_worker_flags(given: Mapping[str, Any], config: dict[str, Any], config_file: str | None,
+                       accelerate: bool = False, after: str = "-- ") -> None:
+    """A worker flag (``given``: as typed, trainspec.given_flags; ``after``: how the message shows where it was
+    typed) that the DeepSpeed config contradicts would be ignored on every rank (the config's value wins): refused
+    in one line, with where to set it. A key the config leaves "auto" is filled from the flag by the worker, so it
+    passes; one it does not set is DeepSpeed's to derive (dsbench's renders set every one).
+
+    ``accelerate``: the config is an accelerate YAML's DeepSpeed settings (``config_file`` the file that holds
+    them), where the worker adds AdamW and WarmupLR from its flags when the settings have none
+    (configs/accelerate_worker.with_script_optimizer) and accelerate's --mixed_precision decides the precision."""
+    for field, (flag, key, read) in _CONFIG_DECIDES.items():
+        if field not in given or accelerate and (field == "precision" or field == "lr_warmup_steps"
+                                                  and "scheduler" not in config):
+            continue
+        value = read(config)
+        if value is None or value == "auto" or value == given[field]:
+            continue
+        typed = f"{after}--{field.replace('_', '-')} {given[field]}"
+        if not config_file:
+            fix = f"give {flag} {given[field]} before -- instead, so that dsbench launch renders it into the config"
+        elif config_file.endswith(".json"):
+            fix = f"change {key} in {config_file}, or set it to \"auto\""
+        else:  # an accelerate YAML's own deepspeed_config section
+            fix = f"change {key} in {config_file}"
+        raise UserError(f"{typed}: the DeepSpeed config sets {key} to {value}, which the ranks would use; {fix}")
