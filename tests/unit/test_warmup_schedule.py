@@ -8,33 +8,30 @@ torch = pytest.importorskip("torch")
 lr_schedules = pytest.importorskip("deepspeed.runtime.lr_schedules")
 
 
-def _deepspeed_lrs(warmup: int, steps: int) -> list[float]:
-    """The LR each optimizer step runs at under WarmupLR, stepped as DeepSpeed's engine steps it (after each
-    optimizer step)."""
+def _lrs(scheduler_for, steps: int) -> list[float]:
+    """The LR each optimizer step runs at, the scheduler stepped after each optimizer step (as DeepSpeed's engine
+    steps it, and the native engines' loop)."""
     weight = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([weight], lr=1.0)
-    scheduler = lr_schedules.WarmupLR(optimizer, warmup_min_lr=0.0, warmup_max_lr=1.0, warmup_num_steps=warmup)
+    scheduler = scheduler_for(optimizer)
     lrs = []
     for _ in range(steps):
         lrs.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         scheduler.step()
     return lrs
+
+
+def _deepspeed_lrs(warmup: int, steps: int) -> list[float]:
+    return _lrs(lambda opt: lr_schedules.WarmupLR(opt, warmup_min_lr=0.0, warmup_max_lr=1.0,
+                                                  warmup_num_steps=warmup), steps)
 
 
 def _native_lrs(warmup: int, steps: int) -> list[float]:
-    """The same under the native engines' LambdaLR (engines/native.py builds it from warmup_factor)."""
+    """The native engines' LambdaLR (engines/native.py builds it from warmup_factor)."""
     from dsbench.worker.engines import warmup_factor
 
-    weight = torch.nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([weight], lr=1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_factor(step, warmup))
-    lrs = []
-    for _ in range(steps):
-        lrs.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    return lrs
+    return _lrs(lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda step: warmup_factor(step, warmup)), steps)
 
 
 @pytest.mark.parametrize("warmup", [1, 2, 3, 8, 15])
