@@ -115,6 +115,8 @@ class StepRecord:
     loss: float
     """Mean over ranks of each rank's mean micro-batch loss."""
     lr: float
+    """The learning rate at the step's end, after the scheduler stepped: the next step's (DeepSpeed's
+    ``engine.get_lr()``; under an N-step warm-up, step k records what step k + 1 runs at)."""
     step_time_s: float
     """Timed region of the slowest rank: zero_grad + forward/backward + optimizer step."""
     step_time_per_rank_s: list[float]
