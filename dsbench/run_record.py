@@ -60,6 +60,15 @@ class Throughput:
         """The step time by the wall clock: the window over its steps (everything included)."""
         return self.window_s / self.steps
 
+    @classmethod
+    def from_dict(cls, wall: dict[str, Any], where: str) -> Throughput:
+        return cls(window_s=_number(wall.get("window_s"), where, "throughput.window_s"),
+                   steps=_number(wall.get("steps"), where, "throughput.steps"),
+                   tokens_per_s=_number(wall.get("tokens_per_s"), where, "throughput.tokens_per_s"),
+                   tokens_per_s_per_rank=_number(wall.get("tokens_per_s_per_rank"), where,
+                                                 "throughput.tokens_per_s_per_rank", optional=True),
+                   mfu=_number(wall.get("mfu"), where, "throughput.mfu", optional=True))
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TimedRegion:
@@ -68,6 +77,12 @@ class TimedRegion:
     step_time_s: Spread
     tokens_per_s: Spread
     mfu: Spread | None = None
+
+    @classmethod
+    def from_dict(cls, timed: dict[str, Any], where: str) -> TimedRegion:
+        return cls(step_time_s=Spread.from_dict(timed.get("step_time_s"), where, "timed_region.step_time_s"),
+                   tokens_per_s=Spread.from_dict(timed.get("tokens_per_s"), where, "timed_region.tokens_per_s"),
+                   mfu=Spread.from_dict(timed["mfu"], where, "timed_region.mfu") if timed.get("mfu") else None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -120,17 +135,8 @@ class RunSummary:
             status=status, reason=data.get("reason"),
             measured_steps=_number(data.get("measured_steps"), where, "measured_steps"),
             warmup_steps=_number(data.get("warmup_steps"), where, "warmup_steps"),
-            throughput=None if wall is None else Throughput(
-                window_s=_number(wall.get("window_s"), where, "throughput.window_s"),
-                steps=_number(wall.get("steps"), where, "throughput.steps"),
-                tokens_per_s=_number(wall.get("tokens_per_s"), where, "throughput.tokens_per_s"),
-                tokens_per_s_per_rank=_number(wall.get("tokens_per_s_per_rank"), where,
-                                              "throughput.tokens_per_s_per_rank", optional=True),
-                mfu=_number(wall.get("mfu"), where, "throughput.mfu", optional=True)),
-            timed=TimedRegion(
-                step_time_s=Spread.from_dict(timed.get("step_time_s"), where, "timed_region.step_time_s"),
-                tokens_per_s=Spread.from_dict(timed.get("tokens_per_s"), where, "timed_region.tokens_per_s"),
-                mfu=Spread.from_dict(timed["mfu"], where, "timed_region.mfu") if timed.get("mfu") else None),
+            throughput=None if wall is None else Throughput.from_dict(wall, where),
+            timed=TimedRegion.from_dict(timed, where),
             outside_timed_fraction=_number(data.get("outside_timed_fraction"), where, "outside_timed_fraction",
                                            optional=True),
             warmup_s=_number(warmup.get("timed_s"), where, "warmup.timed_s", True) if isinstance(warmup, dict)

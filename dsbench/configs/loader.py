@@ -55,6 +55,12 @@ def parse_config_text(text: str, source: str) -> tuple[Any, list[Finding]]:
         except UserError as why:
             return None, [Finding(severity="error", code="unreadable-json", path="", message=str(why),
                                   fix="correct the file")]
+    return _not_strict(text, source, strict_error)
+
+
+def _not_strict(text: str, source: str, strict_error: json.JSONDecodeError) -> tuple[Any, list[Finding]]:
+    """Text that strict JSON refused: what DeepSpeed's own loader (hjson) reads (a warning: the HF Trainer and
+    accelerate read it with json.load), else malformed at the strict parser's line and column."""
     try:
         import hjson  # DeepSpeed's own loader (a deepspeed dependency)
 
@@ -62,18 +68,18 @@ def parse_config_text(text: str, source: str) -> tuple[Any, list[Finding]]:
         check_depth(loose, source)
     except Exception:  # hjson's own errors, RecursionError, the depth check: not hjson either
         loose = None
+    at = f"{source}:{strict_error.lineno}:{strict_error.colno}"
     if isinstance(loose, dict):
         placeholders = _placeholders(loose)
         if placeholders:
             return None, placeholders
         return json.loads(json.dumps(loose)), [Finding(
             severity="warning", code="not-strict-json", path="",
-            message=f"{source}:{strict_error.lineno}:{strict_error.colno}: not strict JSON ({strict_error.msg}); "
+            message=f"{at}: not strict JSON ({strict_error.msg}); "
                     "DeepSpeed reads it with hjson but the HF Trainer and accelerate (json.load) reject it",
             fix="remove comments/trailing commas and quote keys")]
     return None, [Finding(severity="error", code="malformed-json", path="",
-                          message=f"{source}:{strict_error.lineno}:{strict_error.colno}: malformed JSON: "
-                                  f"{strict_error.msg}",
+                          message=f"{at}: malformed JSON: {strict_error.msg}",
                           fix=f"correct line {strict_error.lineno}, column {strict_error.colno}")]
 
 

@@ -60,6 +60,20 @@ def _resource_options(spec: LaunchSpec) -> list[str]:
     return [*options, "--master_addr", spec.first_host()]
 
 
+def _backend_env(spec: LaunchSpec, env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The ranks' environment (the env file's) and the launcher's own additions, for pdsh or openmpi."""
+    if spec.launcher_backend != "openmpi":
+        return env, {}
+    # mpirun starts the worker itself, not deepspeed.launcher.launch, so nothing sets the rendezvous
+    # address (DeepSpeed would ask mpi4py; the worker maps OMPI_COMM_WORLD_* to RANK/WORLD_SIZE):
+    # it goes to every rank as an -x export from the env file (runner.py reads DS_ENV_FILE).
+    remote = {**env, "MASTER_ADDR": spec.first_host(), "MASTER_PORT": str(spec.master_port)}
+    # Open MPI's documented opt-in for root (mpirun's "attempt to run as root" message); read by
+    # mpirun only, never exported to the ranks (DeepSpeed exports PYTHON*/MLFLOW*/MV2*/UCX* and the file)
+    as_root = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if spec.as_root else {}
+    return remote, as_root
+
+
 def build(spec: LaunchSpec) -> LaunchCommand:
     """``deepspeed [--hostfile F --include/--exclude --num_nodes N | --num_gpus N] ... --module M args``.
 
@@ -84,16 +98,7 @@ def build(spec: LaunchSpec) -> LaunchCommand:
     # DeepSpeed runs a selection of one host here, whatever its name (runner.py: multi_node_exec =
     # force_multi or len(active_resources) > 1): --force_multi sends it to that host.
     force = ["--force_multi"] if len(spec.selection()) == 1 else []
-    remote, launcher_env = env, {}
-    if spec.launcher_backend == "openmpi":
-        # mpirun starts the worker itself, not deepspeed.launcher.launch, so nothing sets the rendezvous
-        # address (DeepSpeed would ask mpi4py; the worker maps OMPI_COMM_WORLD_* to RANK/WORLD_SIZE):
-        # it goes to every rank as an -x export from the env file (runner.py reads DS_ENV_FILE).
-        remote = {**env, "MASTER_ADDR": spec.first_host(), "MASTER_PORT": str(spec.master_port)}
-        if spec.as_root:
-            # Open MPI's documented opt-in for root (mpirun's "attempt to run as root" message); read by
-            # mpirun only, never exported to the ranks (DeepSpeed exports PYTHON*/MLFLOW*/MV2*/UCX* and the file)
-            launcher_env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    remote, launcher_env = _backend_env(spec, env)
     # DeepSpeed's runner answers SIGINT/SIGTERM on pdsh with `pkill -f <python> -u -m deepspeed.launcher.launch` on
     # every node (multinode_runner.py PDSHRunner.get_cmd), which would kill every DeepSpeed job there: the runner
     # stops this launch with its own stop command instead, and only then SIGKILLs the launcher
