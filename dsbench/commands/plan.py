@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -20,6 +21,9 @@ from dsbench.commands.options import (
 from dsbench.errors import UserError
 from dsbench.plan.gpu_layout import ARCHS, KERNELS, RECOMPUTE, SCHEDULES
 from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
+
+if TYPE_CHECKING:
+    from dsbench.strategies import Strategy
 from dsbench.strategies import GPU_DATA_PARALLEL
 
 
@@ -222,13 +226,27 @@ def _layout(opts: dict[str, Any], layout_opts: dict[str, Any], as_json: bool) ->
         print_layout(result)
 
 
+def _write_ds_config(folder: Path, how: Strategy, work: dict[str, Any], accum: int, world: int,
+                     model: str | None) -> str:
+    """The recommendation's DeepSpeed config, rendered from its strategy and workload, as FOLDER/ds_config.json."""
+    from dsbench.configs.api import render_config
+    from dsbench.io import atomic_write_text, dumps_json
+
+    flags = {"zero": how.zero, "offload": None if how.offload == "none" else how.offload,
+             "offload_param": None if how.offload_param == "none" else how.offload_param,
+             "tp": how.tp if how.tp > 1 else None, "pipeline_stages": how.pp if how.pp > 1 else None,
+             "precision": work["precision"], "micro_batch": work["micro_batch"], "grad_accum": accum,
+             "world_size": world}
+    config, _ = render_config(flags, None, model, False, ())
+    path = str(folder / "ds_config.json")
+    atomic_write_text(path, dumps_json(config))
+    return path
+
+
 def _write(directory: str, result: dict[str, Any], req: Any) -> list[str]:
     """The recommendation's DeepSpeed config (DeepSpeed strategies) and the accelerate YAML that runs it, in a new
     folder; the command to launch it is the recommendation's."""
-    from pathlib import Path
-
-    from dsbench.configs.api import render_config
-    from dsbench.io import atomic_write_text, dumps_json
+    from dsbench.io import atomic_write_text
     from dsbench.launchers.accelerate import ACCELERATE_PRECISION, accelerate_yaml, yaml_text
     from dsbench.plan.candidate import Candidate
     from dsbench.strategies import RENDERED_ENGINES
@@ -247,14 +265,7 @@ def _write(directory: str, result: dict[str, Any], req: Any) -> list[str]:
     folder.mkdir(parents=True)
     written, ds_config = [], None
     if how.engine == "deepspeed":
-        flags = {"zero": how.zero, "offload": None if how.offload == "none" else how.offload,
-                 "offload_param": None if how.offload_param == "none" else how.offload_param,
-                 "tp": how.tp if how.tp > 1 else None, "pipeline_stages": how.pp if how.pp > 1 else None,
-                 "precision": work["precision"], "micro_batch": work["micro_batch"], "grad_accum": accum,
-                 "world_size": world}
-        config, _ = render_config(flags, None, req.model, False, ())
-        ds_config = str(folder / "ds_config.json")
-        atomic_write_text(ds_config, dumps_json(config))
+        ds_config = _write_ds_config(folder, how, work, accum, world, req.model)
         written.append(ds_config)
     if how.engine in RENDERED_ENGINES and how.tp == how.pp == 1:  # accelerate runs no AutoTP or pipeline engine
         yaml_path = str(folder / "accelerate.yaml")

@@ -285,10 +285,28 @@ def _typed_deepspeed_values(ds: dict[str, Any]) -> list[Finding]:
     return out
 
 
+def _fsdp_choices(fsdp: dict[str, Any], version: int) -> list[Finding]:
+    """FSDP keys whose value must be one of accelerate's names for this fsdp_version."""
+    s = schema()
+    choices = (("fsdp_auto_wrap_policy", s["fsdp_wrap_policies"]),
+               ("fsdp_state_dict_type", s["fsdp2_state_dict_types"] if version == 2 else s["fsdp_state_dict_types"]),
+               ("fsdp_backward_prefetch", s["fsdp_backward_prefetch"]))
+    if version == 1:
+        choices += (("fsdp_sharding_strategy", s["fsdp_sharding_strategies"]),)
+    out = []
+    for key, allowed in choices:
+        value = fsdp.get(key)
+        if value is not None and str(value).upper() not in allowed and not (
+                key == "fsdp_sharding_strategy" and as_int(value) in range(1, len(allowed) + 1)):
+            out.append(_error("bad-value", f"fsdp_config.{key}", f"{value!r} is not one of "
+                              f"{', '.join(allowed)}{' under fsdp_version 2' if version == 2 else ''}",
+                              _did_you_mean(str(value).upper(), allowed)))
+    return out
+
+
 def _fsdp(config: dict[str, Any]) -> list[Finding]:
     if config.get("distributed_type") != "FSDP":
         return []
-    s = schema()
     fsdp = section_keys(config, "fsdp_config")
     out = []
     version = fsdp.get("fsdp_version", 1)
@@ -299,18 +317,7 @@ def _fsdp(config: dict[str, Any]) -> list[Finding]:
             if key in fsdp:
                 out.append(_error("fsdp-version", f"fsdp_config.{key}", "an FSDP1 setting under fsdp_version 2: "
                                   "accelerate ignores it (or raises)", fix))
-    choices = (("fsdp_auto_wrap_policy", s["fsdp_wrap_policies"]),
-               ("fsdp_state_dict_type", s["fsdp2_state_dict_types"] if version == 2 else s["fsdp_state_dict_types"]),
-               ("fsdp_backward_prefetch", s["fsdp_backward_prefetch"]))
-    if version == 1:
-        choices += (("fsdp_sharding_strategy", s["fsdp_sharding_strategies"]),)
-    for key, allowed in choices:
-        value = fsdp.get(key)
-        if value is not None and str(value).upper() not in allowed and not (
-                key == "fsdp_sharding_strategy" and as_int(value) in range(1, len(allowed) + 1)):
-            out.append(_error("bad-value", f"fsdp_config.{key}", f"{value!r} is not one of "
-                              f"{', '.join(allowed)}{' under fsdp_version 2' if version == 2 else ''}",
-                              _did_you_mean(str(value).upper(), allowed)))
+    out += _fsdp_choices(fsdp, version)
     reshard = fsdp.get("fsdp_reshard_after_forward")
     if version == 2 and reshard is not None and not isinstance(reshard, bool):
         out.append(_error("bad-value", "fsdp_config.fsdp_reshard_after_forward", f"{reshard!r}: FSDP2 takes "
