@@ -166,7 +166,6 @@ _YAML_DECIDES = {**DEEPSPEED_ONLY, "pipeline_stages": "--pipeline-stages", "tp":
 # Worker flags that a YAML's inline DeepSpeed settings (or its DeepSpeed file) fix: (YAML key, DeepSpeed key).
 _YAML_FIXES = {"grad_accum": ("--grad-accum", "gradient_accumulation_steps"),
                "grad_clip": ("--grad-clip", "gradient_clipping")}
-_YAML_FIXES_KEYS = [key for _, key in _YAML_FIXES.values()]
 
 
 def with_inherited_env(spec: LaunchSpec, req: LaunchRequest) -> LaunchSpec:
@@ -178,7 +177,8 @@ def with_inherited_env(spec: LaunchSpec, req: LaunchRequest) -> LaunchSpec:
 
 
 def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file: dict[str, Any] | None) -> None:
-    """Flags that the YAML (or the DeepSpeed file it names) would override are refused by name."""
+    """Flags that the YAML (or the DeepSpeed file it names) would override are refused by name: dsbench launch's
+    own, and the worker's after ``--``."""
     given = [flag for name, flag in _YAML_DECIDES.items() if req.render_flags.get(name) is not None]
     given += ["--config"] * bool(req.config) + ["--preset"] * bool(req.preset) + ["--set"] * bool(req.sets)
     if given:
@@ -186,11 +186,14 @@ def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file:
                         "--accelerate-config and let dsbench render the config)")
     inline = (accelerate.section_keys(config, "deepspeed_config") if config.get("distributed_type") == "DEEPSPEED"
         else {})
+    where = accelerate.ds_config_file(config) if ds_file is not None else f"{req.accelerate_config}"
     for name, (flag, key) in _YAML_FIXES.items():
         fixed = ds_file.get(key, "auto") != "auto" if ds_file is not None else key in inline
         if req.render_flags.get(name) is not None and fixed:
-            where = accelerate.ds_config_file(config) if ds_file is not None else f"{req.accelerate_config}"
             raise UserError(f"--accelerate-config: {where} sets {key}, so {flag} would be ignored: drop it")
+    # the worker's flags after --: the DeepSpeed file's values, or the inline plugin's accumulation and clipping, win
+    settled = ds_file if ds_file is not None else {key: inline[key] for _, key in _YAML_FIXES.values() if key in inline}
+    check_worker_flags(trainspec.given_flags(req.script_args), settled, where, accelerate=True)
 
 
 def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
@@ -247,14 +250,7 @@ def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any])
     if refusal:
         raise UserError(f"{path}: {refusal}")
     ds_path, _ = ds_file_of(config, path)
-    ds_file = load_config_strict(ds_path) if ds_path else None
-    check_user_yaml_request(req, config, ds_file)
-    if ds_file is not None:
-        check_worker_flags(trainspec.given_flags(req.script_args), ds_file, str(ds_path), accelerate=True)
-    elif config.get("distributed_type") == "DEEPSPEED":  # the inline plugin: its accumulation and clipping win
-        inline = accelerate.section_keys(config, "deepspeed_config")
-        fixed = {key: inline[key] for key in _YAML_FIXES_KEYS if key in inline}
-        check_worker_flags(trainspec.given_flags(req.script_args), fixed, path, accelerate=True)
+    check_user_yaml_request(req, config, load_config_strict(ds_path) if ds_path else None)
     return config, processes
 
 

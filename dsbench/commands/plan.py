@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -21,10 +21,7 @@ from dsbench.commands.options import (
 from dsbench.errors import UserError
 from dsbench.plan.gpu_layout import ARCHS, KERNELS, RECOMPUTE, SCHEDULES
 from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
-
-if TYPE_CHECKING:
-    from dsbench.strategies import Strategy
-from dsbench.strategies import GPU_DATA_PARALLEL
+from dsbench.strategies import GPU_DATA_PARALLEL, Strategy
 
 
 @click.command(cls=Command)
