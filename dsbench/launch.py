@@ -129,12 +129,12 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     world = base.world_size()
     config_path, config, layout, notes = (_written_config(req, world) if req.strategy == "deepspeed"
                                           else (None, None, None, []))
-    if config is not None:
-        check_worker_flags(trainspec.given_flags(req.script_args), config, req.config)
     spec = replace(base, ds_config=str(config_path) if config_path else None)
     # The worker's whole input as one typed description, built here from the launch's own values and the user's
     # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.
     train = trainspec.for_launch(req.script_args, launch_fields(req, req.strategy, config_path))
+    if config is not None:  # each flag's value checked above; whether the config would ignore it, here
+        check_worker_flags(trainspec.given_flags(req.script_args), config, req.config)
     try:
         notes += check_layout(train, config, world, resume=True,
                               dims=layout if isinstance(layout, ParallelDims) else None)
@@ -191,7 +191,9 @@ def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file:
         fixed = ds_file.get(key, "auto") != "auto" if ds_file is not None else key in inline
         if req.render_flags.get(name) is not None and fixed:
             raise UserError(f"--accelerate-config: {where} sets {key}, so {flag} would be ignored: drop it")
-    # the worker's flags after --: the DeepSpeed file's values, or the inline plugin's accumulation and clipping, win
+    # the worker's flags after --, each value checked (as the run description checks it), then whether the DeepSpeed
+    # file's values, or the inline plugin's accumulation and clipping, would win over them
+    trainspec.for_launch(req.script_args, {})
     settled = ds_file if ds_file is not None else {key: inline[key] for _, key in _YAML_FIXES.values() if key in inline}
     check_worker_flags(trainspec.given_flags(req.script_args), settled, where, accelerate=True)
 

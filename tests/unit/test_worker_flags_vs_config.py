@@ -101,3 +101,15 @@ def test_a_deepspeed_file_without_a_scheduler_gets_the_workers_warmup_under_acce
     check_worker_flags(["--lr-warmup-steps", "5", "--precision", "bf16"], CONFIG, "ds.json", accelerate=True)
     with pytest.raises(UserError, match=r"change train_micro_batch_size_per_gpu in ds\.json, or set it to \"auto\""):
         check_worker_flags(["--micro-batch", "4"], CONFIG, "ds.json", accelerate=True)
+
+
+@pytest.mark.parametrize("launch, args, message", [
+    (["--zero", "2"], ["--micro-batch", "0"], "--micro-batch must be >= 1"),
+    (["--zero", "2"], ["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    (["--accelerate-config", str(CORPUS / "HKUST-LongGroup__DyME__default_config.yaml"), "--num-processes", "2"],
+     ["--grad-accum", "0"], "--grad-accum must be >= 1"),
+])
+def test_a_flag_with_a_bad_value_is_refused_for_its_value_first(cli_run, tmp_path, launch, args, message):
+    """What is wrong with the value itself is said before whether the config would ignore it."""
+    result = cli_run("launch", *launch, "--run-dir", str(tmp_path / "r"), "--dry-run", "--", *args)
+    assert result.exit_code == 2 and message in result.output and "the DeepSpeed config sets" not in result.output
