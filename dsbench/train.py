@@ -41,12 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     # Every rank says it started, and (below) how it ended: a rank that started and never said either was
     # killed outright (SIGKILL, the OOM killer) or crashed in native code; dsbench launch names it from this.
     def body() -> int:
-        spec = parse_args(argv)
+        args = sys.argv[1:] if argv is None else argv
+        spec = parse_args(args)
         stop.say(f"started (pid {os.getpid()})")
         from dsbench.worker.run import run
 
         # the flags typed on this command line (beside --run-json or a --deepspeed_config): checked against the config
-        return run(spec, given_flags(sys.argv[1:] if argv is None else argv))
+        return run(spec, given_flags(args))
 
     code = run_rank(body, stop.say)
     if code == 0:
