@@ -18,6 +18,10 @@ from dsbench.commands.options import (
 )
 from dsbench.errors import DsbenchError, UserError
 
+MIN_REPEATS = 3
+"""The fewest samples a figure is timed over: a median of three outlasts one slow sample; p10/p90 are then the
+extremes."""
+
 if TYPE_CHECKING:
     from dsbench.plan.profile import Profile
 
@@ -33,6 +37,10 @@ if TYPE_CHECKING:
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Measurements and log [runs/calibrate-TIME].")
 @click.option("--master-port", type=click.IntRange(1, 65535), help="Rendezvous port [a free port].")
 @click.option("--timeout", type=POSITIVE, default=600, show_default=True, help="Seconds before it is stopped.")
+@click.option("--repeats", type=click.IntRange(min=MIN_REPEATS), default=5, show_default=True,
+              help="Timed samples of each kernel and engine figure, interleaved; the profile keeps their median "
+                   "and p10/p90 (collectives take at least 5, the pipelines and the model at least 7). More steadies "
+                   "a busy machine's figures; 3 is quicker and noisier.")
 @click.option("--check", is_flag=True,
               help="Then run one short real cell per engine family (ddp, fsdp, zero2, zero3, torch_tp2 and "
                    "torch_pipe2 where the model allows; single on one rank), print predicted vs measured and store "
@@ -44,7 +52,7 @@ if TYPE_CHECKING:
 @click.option("--dry-run", is_flag=True, help="Print the command; run nothing.")
 def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batch: int, seq_len: int,
               precision: str, output: str | None, run_dir: str | None, master_port: int | None, timeout: float,
-              check: bool, check_repeats: int | None, dry_run: bool) -> None:
+              repeats: int, check: bool, check_repeats: int | None, dry_run: bool) -> None:
     """Measure this machine for the planner: compute rate per rank at the model's shapes, and latency and
     bandwidth of all-reduce, all-gather, reduce-scatter and point-to-point on the real ranks (`plan --profile`).
     On CUDA GPUs also the GPU time model's own constants: GEMM efficiency, HBM bandwidth, the flash kernel."""
@@ -70,7 +78,7 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
         launch_script=str(folder / "launch_nodes.sh"),
         extra_env=inherited_env(os.environ, sys.executable) if hosts else (),
         script_args=("--model", model, "--micro-batch", str(micro_batch), "--seq-len", str(seq_len), "--precision",
-                     precision, "--out", str(measured), "--command", command)))
+                     precision, "--repeats", str(repeats), "--out", str(measured), "--command", command)))
     for path, text in launch.files.items():
         atomic_write_text(path, text)
     click.echo(launch.shell_line())

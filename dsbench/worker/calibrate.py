@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
     p.add_argument("--out", required=True, help="where rank 0 writes the profile (JSON)")
     p.add_argument("--command", default="", help="the dsbench command, recorded in the profile")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, required=True, help="timed samples per figure (dsbench calibrate --repeats)")
     return p
 
 
@@ -324,9 +324,9 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": round(time.time() - started, 1), "versions": versions(), "machine": machine(),
             "device": info.device, "backend": info.backend, "world_size": info.world_size, "hostnames": hostnames,
             "nodes": len(set(hostnames)), "model": shape.to_dict(), "micro_batch": args.micro_batch,
-            "seq_len": args.seq_len, "precision": args.precision, "compute": every[0], "compute_per_rank": every,
-            "collectives": measured, "fsdp": fsdp, "deepspeed": zero, "tensor_parallel": tensor,
-            "pipeline": pipeline, "gpu": gpu})
+            "seq_len": args.seq_len, "precision": args.precision, "repeats": args.repeats, "compute": every[0],
+            "compute_per_rank": every, "collectives": measured, "fsdp": fsdp, "deepspeed": zero,
+            "tensor_parallel": tensor, "pipeline": pipeline, "gpu": gpu})
     wdist.shutdown()
     return 0
 

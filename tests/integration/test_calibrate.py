@@ -59,6 +59,7 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
         zb = rank["split_backward"]
         assert zb["layers"] == 2 and zb["whole"]["seconds"] > 0 and zb["split"]["seconds"] > 0
     assert profile["deepspeed"]["zero3_step"]["seconds"] > profile["fsdp"]["plain_step"]["seconds"]
+    assert profile["repeats"] == 5 and profile["deepspeed"]["zero3_step"]["samples"] == 5  # --repeats' default
     split = profile["tensor_parallel"]
     assert split["tp"] == 2 and split["layers"] == 2
     assert split["torch_forward_backward"]["seconds"] > split["plain_forward_backward"]["seconds"] / 2

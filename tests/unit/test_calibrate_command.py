@@ -1,0 +1,37 @@
+"""``dsbench calibrate --repeats``: what the command hands its ranks, read back by the ranks' own parser."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+
+def _worker_args(cli_run, *flags: str):
+    """The calibration ranks' arguments as ``dsbench calibrate --dry-run`` prints them, parsed by the ranks' parser."""
+    from dsbench.worker.calibrate import _parser
+
+    result = cli_run("calibrate", "--num-gpus", "2", "--model", "gpt2-tiny", "--dry-run", *flags)
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if "torchrun" in line)
+    argv = shlex.split(line)
+    return _parser().parse_args(argv[argv.index("dsbench.worker.calibrate") + 1:])
+
+
+def test_the_ranks_time_each_figure_over_the_repeats_given(cli_run):
+    assert _worker_args(cli_run).repeats == 5  # the default, stated once (the click option)
+    assert _worker_args(cli_run, "--repeats", "9").repeats == 9
+
+
+@pytest.mark.parametrize("value", ["2", "0", "-1", "x"])
+def test_fewer_than_three_repeats_is_a_usage_error(cli_run, value):
+    result = cli_run("calibrate", "--num-gpus", "2", "--dry-run", "--repeats", value)
+    assert result.exit_code == 2 and "--repeats" in result.output and "Traceback" not in result.output
+
+
+def test_the_ranks_parser_needs_the_repeats():
+    """The worker takes no default of its own: the command's is the one."""
+    from dsbench.worker.calibrate import _parser
+
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--out", "m.json"])
