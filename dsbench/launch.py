@@ -132,9 +132,10 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     spec = replace(base, ds_config=str(config_path) if config_path else None)
     # The worker's whole input as one typed description, built here from the launch's own values and the user's
     # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.
-    train = trainspec.for_launch(req.script_args, launch_fields(req, req.strategy, config_path))
+    given = trainspec.given_flags(req.script_args)  # the user's flags after --, parsed once
+    train = trainspec.for_launch(given, launch_fields(req, req.strategy, config_path))
     if config is not None:  # each flag's value checked above; whether the config would ignore it, here
-        check_worker_flags(trainspec.given_flags(req.script_args), config, req.config)
+        check_worker_flags(given, config, req.config)
     try:
         notes += check_layout(train, config, world, resume=True,
                               dims=layout if isinstance(layout, ParallelDims) else None)
@@ -176,13 +177,14 @@ def with_inherited_env(spec: LaunchSpec, req: LaunchRequest) -> LaunchSpec:
     return replace(spec, extra_env=req.extra_env + inherited) if spec.multinode() and inherited else spec
 
 
-def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file: dict[str, Any] | None) -> None:
+def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file: dict[str, Any] | None,
+                            given: dict[str, Any]) -> None:
     """Flags that the YAML (or the DeepSpeed file it names) would override are refused by name: dsbench launch's
-    own, and the worker's after ``--``."""
-    given = [flag for name, flag in _YAML_DECIDES.items() if req.render_flags.get(name) is not None]
-    given += ["--config"] * bool(req.config) + ["--preset"] * bool(req.preset) + ["--set"] * bool(req.sets)
-    if given:
-        raise UserError(f"--accelerate-config: the YAML decides what {given[0]} would set: drop {given[0]} (or drop "
+    own, and the worker's after ``--`` (``given``: trainspec.given_flags)."""
+    typed = [flag for name, flag in _YAML_DECIDES.items() if req.render_flags.get(name) is not None]
+    typed += ["--config"] * bool(req.config) + ["--preset"] * bool(req.preset) + ["--set"] * bool(req.sets)
+    if typed:
+        raise UserError(f"--accelerate-config: the YAML decides what {typed[0]} would set: drop {typed[0]} (or drop "
                         "--accelerate-config and let dsbench render the config)")
     inline = (accelerate.section_keys(config, "deepspeed_config") if config.get("distributed_type") == "DEEPSPEED"
         else {})
@@ -193,9 +195,9 @@ def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file:
             raise UserError(f"--accelerate-config: {where} sets {key}, so {flag} would be ignored: drop it")
     # the worker's flags after --, each value checked (as the run description checks it), then whether the DeepSpeed
     # file's values, or the inline plugin's accumulation and clipping, would win over them
-    trainspec.for_launch(req.script_args, {})
+    trainspec.for_launch(given, {})
     settled = ds_file if ds_file is not None else {key: inline[key] for _, key in _YAML_FIXES.values() if key in inline}
-    check_worker_flags(trainspec.given_flags(req.script_args), settled, where, accelerate=True)
+    check_worker_flags(given, settled, where, accelerate=True)
 
 
 def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
@@ -213,7 +215,8 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
         overrides = check_hostfile_overrides(overrides, selected.world_size(), selected.nodes(), req.hostfile)
         # what the per-node commands pass (launchers/accelerate.py build): machine 0 is the first host
         overrides |= {"main_process_ip": selected.first_host(), "machine_rank": 0}
-    config, processes = _checked_user_yaml(req, path, overrides)
+    given = trainspec.given_flags(req.script_args)  # the user's flags after --, parsed once
+    config, processes = _checked_user_yaml(req, path, overrides, given)
     machines = _int_or(config.get("num_machines"), 1)
     args = [item for key, value in overrides.items() if not hosts for item in (f"--{key}", str(value))]
     if req.render_flags.get("precision"):
@@ -227,7 +230,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
                       cwd=req.cwd, launch_script=str(req.run_dir / "launch_nodes.sh"), as_root=req.as_root,
                       user_accelerate_config=path, accelerate_args=tuple(args))
     base = with_inherited_env(base, req)
-    train = trainspec.for_launch(req.script_args, launch_fields(req, "auto", None))
+    train = trainspec.for_launch(given, launch_fields(req, "auto", None))
     notes = check_layout(train, None, processes) + accelerate_worker.worker_notes(config)
     req.run_dir.mkdir(parents=True, exist_ok=True)
     copy = req.run_dir / "accelerate_config.yaml"
@@ -238,7 +241,8 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
     return PreparedLaunch(spec=spec, command=build(spec), config_path=None, notes=notes)
 
 
-def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any]) -> tuple[dict[str, Any], int]:
+def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any], given: dict[str, Any]
+                       ) -> tuple[dict[str, Any], int]:
     """The user's YAML with the counts this launch gives it, valid, runnable by the worker, and not contradicted
     by the flags typed beside it; and its process count."""
     config, findings = validate_accelerate(path, None, overrides=overrides)
@@ -252,7 +256,7 @@ def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any])
     if refusal:
         raise UserError(f"{path}: {refusal}")
     ds_path, _ = ds_file_of(config, path)
-    check_user_yaml_request(req, config, load_config_strict(ds_path) if ds_path else None)
+    check_user_yaml_request(req, config, load_config_strict(ds_path) if ds_path else None, given)
     return config, processes
 
 

@@ -333,11 +333,11 @@ def from_argv(argv: list[str]) -> TrainSpec:
     return from_dict({**base, **given}, "the worker's flags")
 
 
-def for_launch(user_args: tuple[str, ...] | list[str], decided: dict[str, Any]) -> TrainSpec:
+def for_launch(given: dict[str, Any], decided: dict[str, Any]) -> TrainSpec:
     """The run ``dsbench launch`` hands every rank: the fields it decided (``decided``: run folder, model, strategy,
-    config, the native engines' flags) under the worker flags the user gave after ``--``, which win where both
-    say. The user's flags are parsed here once; the ranks read the result from run.json."""
-    return from_dict({**decided, **given_flags(user_args)}, "the worker's flags")
+    config, the native engines' flags) under the worker flags the user gave after ``--`` (``given``: parsed once,
+    by :func:`given_flags`), which win where both say; the ranks read the result from run.json."""
+    return from_dict({**decided, **given}, "the worker's flags")
 
 
 def given_flags(user_args: tuple[str, ...] | list[str]) -> dict[str, Any]:
