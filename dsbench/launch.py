@@ -110,11 +110,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
         return _prepare_user_yaml(req)
     check_request(req)
     check_run_dir(req.run_dir)
-    for degree, (name, flag) in _DEGREE_FLAGS.items():
-        takers = ("deepspeed", *(engine for engine, splits in SPLIT_ENGINES.items() if degree in splits))
-        if (req.render_flags.get(name) or 1) > 1 and req.strategy not in takers:
-            raise UserError(f"{flag} needs --strategy {' or '.join(takers)}; --strategy {req.strategy} would "
-                            "ignore it")
+    _refuse_ignored_degrees(req)
     hosts = tuple(read_hostfile(req.hostfile)) if req.hostfile else ()
     base = LaunchSpec(launcher=req.launcher, strategy=req.strategy, nproc_per_node=req.num_gpus,
                       hostfile=req.hostfile, hosts=hosts, include=req.include, exclude=req.exclude,
@@ -145,6 +141,15 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     run_file = trainspec.write(train, (Path(req.cwd) / req.run_dir / "run.json").resolve())
     spec = replace(spec, run_file=str(run_file))
     return PreparedLaunch(spec=spec, command=build(spec), config_path=config_path, notes=notes)
+
+
+def _refuse_ignored_degrees(req: LaunchRequest) -> None:
+    """--pipeline-stages / --tp above 1 under a strategy that would ignore them."""
+    for degree, (name, flag) in _DEGREE_FLAGS.items():
+        takers = ("deepspeed", *(engine for engine, splits in SPLIT_ENGINES.items() if degree in splits))
+        if (req.render_flags.get(name) or 1) > 1 and req.strategy not in takers:
+            raise UserError(f"{flag} needs --strategy {' or '.join(takers)}; --strategy {req.strategy} would "
+                            "ignore it")
 
 
 def strategy_and_launcher(strategy: str | None, launcher: str | None, accelerate_config: str | None

@@ -57,28 +57,19 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     bandwidth of all-reduce, all-gather, reduce-scatter and point-to-point on the real ranks (`plan --profile`).
     On CUDA GPUs also the GPU time model's own constants: GEMM efficiency, HBM bandwidth, the flash kernel."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
-    from dsbench.hostfile import read_hostfile
     from dsbench.io import atomic_write_json, atomic_write_text
-    from dsbench.launch_request import inherited_env
-    from dsbench.launchers import LaunchSpec, build
     from dsbench.plan.profile import Profile
     from dsbench.plan.profile_summary import summary_lines
 
     _refuse_conflicts(hostfile, num_gpus, check, check_repeats)
     check_seq_len(model, seq_len)
     folder, target = _new_paths(run_dir, output)
-    hosts = tuple(read_hostfile(hostfile)) if hostfile else ()
     measured = (folder / "measured.json").absolute()
-    command = " ".join(["dsbench", "calibrate", *sys.argv[2:]])
     ranks = num_gpus or default_ranks()
-    launch = build(LaunchSpec(
-        launcher="torchrun", strategy="ddp", module="dsbench.worker.calibrate", nproc_per_node=ranks,
-        hostfile=hostfile, hosts=hosts, master_port=master_port or (29500 if dry_run else free_port()),
-        cpu=local_gpu_count() == 0, python=sys.executable, cwd=os.getcwd(),
-        launch_script=str(folder / "launch_nodes.sh"),
-        extra_env=inherited_env(os.environ, sys.executable) if hosts else (),
-        script_args=("--model", model, "--micro-batch", str(micro_batch), "--seq-len", str(seq_len), "--precision",
-                     precision, "--repeats", str(repeats), "--out", str(measured), "--command", command)))
+    launch = _launch(hostfile, ranks, master_port or (29500 if dry_run else free_port()), folder, (
+        "--model", model, "--micro-batch", str(micro_batch), "--seq-len", str(seq_len), "--precision", precision,
+        "--repeats", str(repeats), "--out", str(measured), "--command",
+        " ".join(["dsbench", "calibrate", *sys.argv[2:]])))
     for path, text in launch.files.items():
         atomic_write_text(path, text)
     click.echo(launch.shell_line())
@@ -96,6 +87,21 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
                            check_repeats or 1, str(target))
         atomic_write_json(target, _with_check(Profile(str(target), profile), cells, check_repeats or 1))
     click.echo(f"profile: {target}  (dsbench plan --profile {target} ...)")
+
+
+def _launch(hostfile: str | None, ranks: int, port: int, folder: Path, script_args: tuple[str, ...]) -> Any:
+    """The calibration's ranks: torchrun on this machine, or one per host of the hostfile."""
+    from dsbench.envinfo import local_gpu_count
+    from dsbench.hostfile import read_hostfile
+    from dsbench.launch_request import inherited_env
+    from dsbench.launchers import LaunchSpec, build
+
+    hosts = tuple(read_hostfile(hostfile)) if hostfile else ()
+    return build(LaunchSpec(
+        launcher="torchrun", strategy="ddp", module="dsbench.worker.calibrate", nproc_per_node=ranks,
+        hostfile=hostfile, hosts=hosts, master_port=port, cpu=local_gpu_count() == 0, python=sys.executable,
+        cwd=os.getcwd(), launch_script=str(folder / "launch_nodes.sh"),
+        extra_env=inherited_env(os.environ, sys.executable) if hosts else (), script_args=script_args))
 
 
 def _new_paths(run_dir: str | None, output: str | None) -> tuple[Path, Path]:

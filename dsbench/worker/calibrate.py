@@ -285,6 +285,25 @@ def measure_collectives(hostnames: list[str], info: Any, comm: Any, repeats: int
     return measured
 
 
+def measure_engines(args: argparse.Namespace, comm: Any, info: Any, hostnames: list[str], shape: Any,
+                    dtype: Any) -> dict[str, Any]:
+    """What the engines add beyond their collectives, in this order on every rank (each holds collectives): FSDP2,
+    DeepSpeed ZeRO-1/2/3, tensor parallelism, the pipeline schedules; none on one rank."""
+    fsdp = measure_fsdp(comm, info.device, dtype, args.repeats) if info.world_size > 1 else None
+    zero = measure_deepspeed(comm, info.device, dtype, args.precision, args.repeats) if info.world_size > 1 else None
+    # tensor parallelism within one node's ranks (the launchers place consecutive ranks on a node), at the widest
+    # degree the model's heads divide (4 ranks of llama-tiny, 2 key/value heads: tp 2 x dp 2)
+    tp = widest_tp(hostnames.count(hostnames[0]), shape.heads, shape.kv_heads)
+    tensor = (measure_tensor_parallel(shape, args.micro_batch, args.seq_len, comm, info, dtype, args.repeats, tp)
+        if tp > 1 and info.world_size % tp == 0 else None)
+    # torch's pipeline schedules and DeepSpeed's pipeline engine over every rank, one stage a rank: across nodes too,
+    # where the ranks' sends cross the link (until 2026-11-29 a pipeline across nodes was not measured, and the
+    # planner priced both engines there from the stages' work alone)
+    pipeline = measure_pipeline_schedules(comm, info, args.repeats) if info.world_size > 1 else None
+    # the measurements' sections (dsbench.measured/1), named by engine
+    return dict(fsdp=fsdp, deepspeed=zero, tensor_parallel=tensor, pipeline=pipeline)
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -307,17 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     # the GPU model's constants (plan/gpu_calibration.py): each GPU measures its own, rank 0's are kept
     gpu = measure_gpu(info.device, args.repeats) if info.device.startswith("cuda") else None
     measured = measure_collectives(hostnames, info, comm, args.repeats)
-    fsdp = measure_fsdp(comm, info.device, dtype, args.repeats) if info.world_size > 1 else None
-    zero = measure_deepspeed(comm, info.device, dtype, args.precision, args.repeats) if info.world_size > 1 else None
-    # tensor parallelism within one node's ranks (the launchers place consecutive ranks on a node), at the widest
-    # degree the model's heads divide (4 ranks of llama-tiny, 2 key/value heads: tp 2 x dp 2)
-    tp = widest_tp(hostnames.count(hostnames[0]), shape.heads, shape.kv_heads)
-    tensor = (measure_tensor_parallel(shape, args.micro_batch, args.seq_len, comm, info, dtype, args.repeats, tp)
-        if tp > 1 and info.world_size % tp == 0 else None)
-    # torch's pipeline schedules and DeepSpeed's pipeline engine over every rank, one stage a rank: across nodes too,
-    # where the ranks' sends cross the link (until 2026-11-29 a pipeline across nodes was not measured, and the
-    # planner priced both engines there from the stages' work alone)
-    pipeline = measure_pipeline_schedules(comm, info, args.repeats) if info.world_size > 1 else None
+    engines = measure_engines(args, comm, info, hostnames, shape, dtype)
     if info.is_main:
         atomic_write_json(args.out, {
             "schema": "dsbench.measured/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": args.command,
@@ -325,8 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             "device": info.device, "backend": info.backend, "world_size": info.world_size, "hostnames": hostnames,
             "nodes": len(set(hostnames)), "model": shape.to_dict(), "micro_batch": args.micro_batch,
             "seq_len": args.seq_len, "precision": args.precision, "repeats": args.repeats, "compute": every[0],
-            "compute_per_rank": every, "collectives": measured, "fsdp": fsdp, "deepspeed": zero,
-            "tensor_parallel": tensor, "pipeline": pipeline, "gpu": gpu})
+            "compute_per_rank": every, "collectives": measured, **engines, "gpu": gpu})
     wdist.shutdown()
     return 0
 
