@@ -12,6 +12,7 @@ docs/planner.md.
     python scripts/bench_time_model.py                        # the three models, --check on (about 45 min)
     python scripts/bench_time_model.py --models gpt2-mini --out runs/tm-1
     python scripts/bench_time_model.py --models llama-tiny --check-repeats 3   # each check cell launched 3 times
+    python scripts/bench_time_model.py --models gpt2-mini --calibrate-repeats 9  # calibrate --repeats 9
     python scripts/bench_time_model.py --from runs/tm-1       # the tables again from a finished run, nothing run
     python scripts/bench_time_model.py --agree A.json B.json --cells runs/tm-1/compare-gpt2-mini   # two calibrations
 """
@@ -51,11 +52,13 @@ def dsbench(*args: str) -> None:
         sys.exit(f"dsbench {args[0]} failed with exit code {done.returncode}")
 
 
-def measure(model: str, out: Path, check: bool, repeats: int, check_repeats: int = 1) -> None:
+def measure(model: str, out: Path, check: bool, repeats: int, check_repeats: int = 1,
+            calibrate_repeats: int | None = None) -> None:
     """Calibrate, then compare: the profile is taken before the cells it predicts."""
     checking = ["--check", *(["--check-repeats", str(check_repeats)] if check_repeats > 1 else [])] if check else []
+    sampling = ["--repeats", str(calibrate_repeats)] if calibrate_repeats else []  # calibrate's default otherwise
     dsbench("calibrate", "--num-gpus", "2", "--model", model, "-o", str(out / f"profile-{model}.json"),
-            "--run-dir", str(out / f"calibrate-{model}"), *checking)
+            "--run-dir", str(out / f"calibrate-{model}"), *sampling, *checking)
     dsbench("compare", "--strategies", ",".join(STRATEGIES.get(model, BASE)), "--models", model, "--repeats",
             str(repeats), "--out", str(out / f"compare-{model}"), "--quiet", "--no-report")
 
@@ -160,6 +163,7 @@ def main() -> int:
     p.add_argument("--no-check", action="store_true", help="calibrate without --check")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--check-repeats", type=int, default=1, help="calibrate --check-repeats (launches per check cell)")
+    p.add_argument("--calibrate-repeats", type=int, help="calibrate --repeats (timed samples per figure) [its default]")
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "planner.md", help="where the dated rows go")
     p.add_argument("--no-doc", action="store_true", help="print only")
     p.add_argument("--agree", nargs=2, type=Path, metavar="PROFILE", help="two calibrations' predictions compared")
@@ -180,7 +184,7 @@ def main() -> int:
     for model in models:
         if not args.done:
             measure(model, out.resolve(), check=not args.no_check, repeats=args.repeats,
-                    check_repeats=args.check_repeats)
+                    check_repeats=args.check_repeats, calibrate_repeats=args.calibrate_repeats)
     lines = []
     for model in models:
         rows = cells(model, out)
