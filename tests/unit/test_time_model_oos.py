@@ -925,3 +925,48 @@ def test_two_gpt2_mini_calibrations_eight_hours_apart_nearly_agree():
     assert sum(abs(r - 1) <= 0.05 for r in mini.values()) == 9 and max(abs(r - 1) for r in mini.values()) < 0.052
     tiny = ratios(AFTER_THE_PIPELINE_CHANGES_GPT2_TINY, AFTER_THE_SPLIT_GPT2_TINY)
     assert sum(abs(r - 1) <= 0.05 for r in tiny.values()) == 3 and max(abs(r - 1) for r in tiny.values()) < 0.10
+
+
+DRIFTED_LLAMA_TINY = "oos-20261129-1024-llama-tiny"
+"""``python scripts/bench_time_model.py --models llama-tiny --check-repeats 3 --no-doc`` at 10:16 on 2026-11-29
+(calibrate with ``--check``, then the compare of 13 strategies from 10:24), nothing else running: six hours after
+AFTER_THE_SPLIT_LLAMA_TINY, with the same measurements (calibrate's default ``--repeats 5``); written before
+these tests."""
+
+
+def test_llama_tiny_six_hours_later_keeps_its_median_and_ranking_and_misses_by_its_fsdp_check():
+    """Median 7.7%, Spearman 0.99, worst fsdp +28.8% (the goal is 20%). Before the check's scale fsdp was -7.8%: the
+    miss is the scale. Its three check launches (55.1-59.9 ms a step) all ran slower than both of its compare
+    launches minutes later, which the planner then predicted 28.8% high."""
+    cells = _cells(DRIFTED_LLAMA_TINY)
+    median, worst, rho = _figures(cells)
+    assert median <= 0.08 and rho >= 0.98, (median, rho)
+    errors = _errors(cells)
+    assert max(errors, key=lambda name: abs(errors[name])) == "fsdp" and errors["fsdp"] == pytest.approx(0.288,
+                                                                                                         abs=0.002)
+    assert sorted(abs(error) for error in errors.values())[-2] <= 0.18  # every other cell within 18%
+    check = read_profile(str(STORED / DRIFTED_LLAMA_TINY / "profile.json")).data["check"]
+    fsdp = next(cell for cell in check["cells"] if cell["strategy"] == "fsdp")
+    measured_ms = cells["fsdp"][0] * 1e3
+    assert fsdp["measured_range_ms"][0] > 1.15 * measured_ms, (fsdp, measured_ms)  # its fastest check launch
+
+
+def test_between_two_llama_calibrations_six_hours_apart_the_machine_itself_slowed():
+    """Why the issue's agreement goal (two calibrations' predictions within 5%) cannot be met on this machine over
+    hours: the same 13 cells, the same code, measured by the two protocol runs' compares (04:10 and 10:24), ran
+    4-31% slower at 10:24, every one. The calibrations followed (the later one predicts every cell 8-45% slower,
+    ``scripts/bench_time_model.py --agree``); their rates moved too (the whole model's forward+backward -12%, AdamW
+    -29%)."""
+    def steps(case: str) -> dict[str, float]:
+        return {row.base_strategy: measured_step_s(row) for row in collect([STORED / case / "compare"])}
+
+    before, after = steps(AFTER_THE_SPLIT_LLAMA_TINY), steps(DRIFTED_LLAMA_TINY)
+    assert before.keys() == after.keys() and len(before) == 13
+    slowed = {name: after[name] / before[name] for name in before}
+    assert all(1.03 < ratio < 1.35 for ratio in slowed.values()), slowed
+    earlier = read_profile(str(STORED / AFTER_THE_SPLIT_LLAMA_TINY / "profile.json"))
+    later = read_profile(str(STORED / DRIFTED_LLAMA_TINY / "profile.json"))
+    predicted = {row.base_strategy: predict_cell(row, later).step_s / predict_cell(row, earlier).step_s
+                 for row in collect([STORED / DRIFTED_LLAMA_TINY / "compare"])}
+    assert all(ratio > 1.05 for ratio in predicted.values()), predicted
+    assert later.data["rates"]["model_tflops"] < 0.9 * earlier.data["rates"]["model_tflops"]
