@@ -970,3 +970,36 @@ def test_between_two_llama_calibrations_six_hours_apart_the_machine_itself_slowe
                  for row in collect([STORED / DRIFTED_LLAMA_TINY / "compare"])}
     assert all(ratio > 1.05 for ratio in predicted.values()), predicted
     assert later.data["rates"]["model_tflops"] < 0.9 * earlier.data["rates"]["model_tflops"]
+
+
+def _check_against_compare() -> list[float]:
+    """Every stored protocol run with ``--check-repeats 3`` whose compare ran on the calibrated ranks: per checked
+    cell, its check's step (the median of three launches) over the same cell's compare step minutes later (the
+    median of two), the same command both times."""
+    ratios = []
+    for case in sorted(STORED.glob("oos-*")):
+        if not (case / "profile.json").exists() or not (case / "compare").exists():
+            continue
+        profile = read_profile(str(case / "profile.json")).data
+        check, rows = profile.get("check") or {}, collect([case / "compare"])
+        if check.get("repeats") != 3 or any(row.world_size != profile["world_size"] for row in rows):
+            continue
+        compared = {row.base_strategy: measured_step_s(row) * 1e3 for row in rows}
+        ratios += [cell["measured_step_ms"] / compared[cell["strategy"]] for cell in check["cells"]
+                   if cell["strategy"] in compared]
+    return ratios
+
+
+def test_the_check_runs_as_the_compare_does_and_their_gap_is_the_machines_noise():
+    """The check's cells are no slower or faster than the compare's (no bias for the scale to carry): over 226 pairs
+    from 28 runs the median ratio is 0.998, 5th-95th percentile 0.85-1.19. That spread is the same command minutes
+    apart on this machine, and it bounds the worst cell: 12 of 226 pairs (5.3%) differ by more than 20%, so a run of
+    10 checked families has about a 40% chance (1 - 0.947^10) that one family's scale is off by more than the worst
+    cell's goal from the machine's noise alone, as fsdp's was at 10:24 on 2026-11-29."""
+    ratios = sorted(_check_against_compare())
+    n = len(ratios)
+    assert n >= 226
+    assert statistics.median(ratios) == pytest.approx(1.0, abs=0.01)
+    assert 0.82 < ratios[int(0.05 * (n - 1))] and ratios[int(0.95 * (n - 1))] < 1.22, (ratios[:5], ratios[-5:])
+    beyond = sum(abs(ratio - 1) > 0.20 for ratio in ratios) / n
+    assert 0.03 < beyond < 0.08, beyond
