@@ -23,8 +23,8 @@ def test_the_ranks_time_each_figure_over_the_repeats_given(cli_run):
     assert _worker_args(cli_run, "--repeats", "9").repeats == 9
 
 
-@pytest.mark.parametrize("value", ["2", "0", "-1", "x"])
-def test_fewer_than_three_repeats_is_a_usage_error(cli_run, value):
+@pytest.mark.parametrize("value", ["2", "0", "-1", "x", "", "nan", "1e9", "101", "3.5", "$(id)"])
+def test_repeats_outside_three_to_a_hundred_is_a_usage_error(cli_run, value):
     result = cli_run("calibrate", "--num-gpus", "2", "--dry-run", "--repeats", value)
     assert result.exit_code == 2 and "--repeats" in result.output and "Traceback" not in result.output
 
