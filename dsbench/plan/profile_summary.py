@@ -20,7 +20,8 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
              f"AdamW {rates['adam_params_per_s'] / 1e6:,.1f} M params/s"]
     lines += _engine_lines(profile, rates)
     if profile.get("spread"):
-        lines.append("spread over the samples (half the p10-p90 range / median): " + ", ".join(
+        samples = f"{profile['repeats']} samples each, " if profile.get("repeats") else ""  # since 2026-11-29
+        lines.append(f"spread over the samples ({samples}half the p10-p90 range / median): " + ", ".join(
             f"{name} ±{width:.0%}" for name, width in profile["spread"].items()))
     return lines + _collective_lines(profile)
 

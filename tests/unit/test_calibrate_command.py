@@ -35,3 +35,23 @@ def test_the_ranks_parser_needs_the_repeats():
 
     with pytest.raises(SystemExit):
         _parser().parse_args(["--out", "m.json"])
+
+
+def test_the_printed_spread_says_how_many_samples_it_is_over():
+    """A profile written since --repeats records it, and calibrate's summary says so; an older one is read as it
+    was (no count)."""
+    import json
+
+    from dsbench.plan.profile_summary import summary_lines
+    from tests.conftest import DATA
+
+    stored = DATA / "runs" / "cpu-calibrated"
+    new = json.loads((stored / "oos-20261129-1024-llama-tiny" / "profile.json").read_text())
+    old = json.loads((stored / "oos-20261129-0410-llama-tiny" / "profile.json").read_text())
+    assert new["repeats"] == 5 and "repeats" not in old
+
+    def spread(profile: dict) -> str:
+        return next(line for line in summary_lines(profile) if line.startswith("spread over the samples"))
+
+    assert spread(new).startswith("spread over the samples (5 samples each, half the p10-p90 range / median): ")
+    assert spread(old).startswith("spread over the samples (half the p10-p90 range / median): ")
