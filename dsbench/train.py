@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 
-from dsbench.trainspec import TrainSpec, from_argv, given_flags
+from dsbench.trainspec import TrainSpec, from_argv, worker_run
 
 
 def parse_args(argv: list[str] | None = None) -> TrainSpec:
@@ -41,13 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     # Every rank says it started, and (below) how it ended: a rank that started and never said either was
     # killed outright (SIGKILL, the OOM killer) or crashed in native code; dsbench launch names it from this.
     def body() -> int:
-        args = sys.argv[1:] if argv is None else argv
-        spec = parse_args(args)
+        # the spec, and the flags typed on this command line (beside --run-json or a --deepspeed_config), which the
+        # rank checks against its config: one parse
+        spec, typed = worker_run(sys.argv[1:] if argv is None else argv)
         stop.say(f"started (pid {os.getpid()})")
         from dsbench.worker.run import run
 
-        # the flags typed on this command line (beside --run-json or a --deepspeed_config): checked against the config
-        return run(spec, given_flags(args))
+        return run(spec, typed)
 
     code = run_rank(body, stop.say)
     if code == 0:

@@ -327,10 +327,23 @@ def _doc(name: str) -> str:
 
 def from_argv(argv: list[str]) -> TrainSpec:
     """The spec from worker flags: ``--run-json FILE`` first if given, then every flag given on the command line."""
-    given = vars(_parser().parse_args(argv))
+    return worker_run(argv)[0]
+
+
+def worker_run(argv: list[str]) -> tuple[TrainSpec, dict[str, Any]]:
+    """The spec from worker flags (:func:`from_argv`) and the flags typed on the command line beside ``--run-json``
+    (:func:`given_flags`' form, which the rank checks against its config), from one parse."""
+    given, run_json = _typed(argv)
+    base = load(run_json) if run_json is not None else {}
+    return from_dict({**base, **given}, "the worker's flags"), given
+
+
+def _typed(argv: tuple[str, ...] | list[str]) -> tuple[dict[str, Any], str | None]:
+    """The worker flags as typed (the parser's defaults are suppressed, so only what was given), less the
+    launchers' ``--local_rank``, and the ``--run-json`` file apart."""
+    given = vars(_parser().parse_args(list(argv)))
     given.pop("local_rank", None)
-    base = load(given.pop("run_json")) if "run_json" in given else {}
-    return from_dict({**base, **given}, "the worker's flags")
+    return given, given.pop("run_json", None)
 
 
 def for_launch(given: dict[str, Any], decided: dict[str, Any]) -> TrainSpec:
@@ -342,11 +355,8 @@ def for_launch(given: dict[str, Any], decided: dict[str, Any]) -> TrainSpec:
 
 def given_flags(user_args: tuple[str, ...] | list[str]) -> dict[str, Any]:
     """The worker flags the user typed after ``--``, as TrainSpec fields (the parser's defaults are suppressed, so
-    only what was typed)."""
-    given = vars(_parser().parse_args(list(user_args)))
-    given.pop("local_rank", None)
-    given.pop("run_json", None)  # refused by launch before it gets here (launch_request.check_request)
-    return given
+    only what was typed); a ``--run-json`` is refused by launch before it gets here (launch_request.check_request)."""
+    return _typed(user_args)[0]
 
 
 def from_dict(data: dict[str, Any], where: str) -> TrainSpec:
