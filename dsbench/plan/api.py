@@ -194,6 +194,7 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
                                                                               "zero3_tensor_s")),
                    tp_layer_s=tuple((kind, rates.get(rate, 0.0) / share) for kind, rate in TP_LAYER_RATE.items()),
                    lp_head_s=rates.get("torch_tp_lp_head_s", 0.0) / share,
+                   ulysses_layer_s=rates.get("ulysses_layer_s", 0.0) / share,
                    zb_split_layer_s=rates.get("zb_split_layer_s", 0.0) / share,
                    pipe_runtime=tuple((schedule, rates.get(STEP_RATE[schedule], 0.0) / share,
                                        rates.get(key, 0.0) / share) for schedule, key in PASS_RATE.items()),

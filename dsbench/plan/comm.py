@@ -155,20 +155,34 @@ def pipeline_comm(seq: int, micro: int, hidden: int, stages: int, link: Link, ac
 
 
 
+ULYSSES_CALLS = 8
+"""All-to-alls per layer per micro-step under DeepSpeed Ulysses: query, key, value and output, forward and backward."""
+
+
+def ulysses_layer_bytes(hidden: int, heads: int, kv_heads: int, tokens: float, sp: int, act_bytes: float) -> float:
+    """Bytes one rank sends per decoder layer per micro-step under DeepSpeed Ulysses (Jacobs et al. 2023 sec. 3.1):
+    around every layer's attention, an all-to-all of the query, key and value and one of the output in the forward,
+    the same four in the backward. Each rank's buffer is its ``tokens`` (s/sp of each sequence x the micro-batch)
+    of the tensor (key and value at the key/value heads, replicated up to sp heads when there are fewer:
+    UlyssesSPAttentionHF), of which it sends (sp - 1)/sp."""
+    head_dim = hidden / heads
+    forward = tokens * act_bytes * (2 * hidden + 2 * head_dim * max(kv_heads, sp))
+    return 2 * forward * (sp - 1) / sp  # forward and backward
+
+
+def all_to_all_seconds(sent: float, calls: float, sp: int, link: Link) -> float:
+    """Seconds of ``calls`` all-to-alls over ``sp`` ranks sending ``sent`` bytes per rank in all: priced as sp - 1
+    sends at the link's all-gather figures (calibrate does not measure all-to-all; an all-gather moves the same bytes
+    per rank over the same steps; gloo's all_to_all_single measured 0.45-0.79x of it, docs/parallelism.md)."""
+    bandwidth, latency = link.figures("all-gather")
+    return sent / (bandwidth * 1e9) + calls * (sp - 1) * latency * 1e-6
+
+
 def ulysses_comm(shape: Any, seq: int, micro: int, sp: int, link: Link, act_bytes: float,
                  micro_steps: int) -> list[Collective]:
-    """DeepSpeed Ulysses (Jacobs et al. 2023 sec. 3.1): around every layer's attention, an all-to-all of the
-    query, key and value and one of the output in the forward, the same four in the backward. Each rank's buffer is
-    its s/sp tokens of the tensor (key and value at the key/value heads, replicated up to sp heads when there are
-    fewer: UlyssesSPAttentionHF), of which it sends (sp - 1)/sp. Priced as sp - 1 sends of (sp - 1)/sp of the
-    buffer at the link's all-gather figures: calibrate does not measure all-to-all, and an all-gather moves the same
-    bytes per rank over the same steps (an assumption, checked against measured cells in docs/parallelism.md)."""
-    head_dim = shape.hidden / shape.heads
-    tokens = seq / sp * micro
-    per_layer = tokens * act_bytes * (2 * shape.hidden + 2 * head_dim * max(shape.kv_heads, sp))
-    size = 2 * per_layer * shape.layers * micro_steps  # forward and backward
-    calls = 8 * shape.layers * micro_steps
-    bandwidth, latency = link.figures("all-gather")
-    sent = size * (sp - 1) / sp
+    """DeepSpeed Ulysses' all-to-alls of a step (:func:`ulysses_layer_bytes` per layer per micro-step)."""
+    sent = ulysses_layer_bytes(shape.hidden, shape.heads, shape.kv_heads, seq / sp * micro, sp, act_bytes) * (
+        shape.layers * micro_steps)
+    calls = ULYSSES_CALLS * shape.layers * micro_steps
     return [Collective("attention heads (Ulysses all-to-all, 8 per layer)", "all-to-all", sent,
-                       sent / (bandwidth * 1e9) + calls * (sp - 1) * latency * 1e-6, calls=calls)]
+                       all_to_all_seconds(sent, calls, sp, link), calls=calls)]

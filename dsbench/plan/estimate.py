@@ -286,12 +286,15 @@ def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl:
       gradient hooks reduce every backward) and once per step for ZeRO-1 (reduced at the boundary);
     - tensor parallelism (DTensor for the torch engine, AutoTP's layers for DeepSpeed): its cost per split layer
       x the rank's layers x micro-steps, and torch_tp's loss-parallel head's cost x micro-steps;
+    - DeepSpeed Ulysses: its cost per layer x the layers x micro-steps;
     - torch's zero-bubble schedules: the split backward's cost per layer x the rank's layers x micro-batches.
     """
     # tensor parallelism: every split layer of the rank's stage, every micro-step
     own = shape.layers / cand.pp * tp_layer_seconds(cand, cl) * micro_steps if cand.tp > 1 else 0.0
     if cand.loss_parallel:  # torch_tp's head split by vocabulary, every micro-step
         own += cl.lp_head_s * micro_steps
+    if cand.ulysses > 1:  # Ulysses' attention wrapper and split linears, every layer, every micro-step
+        own += shape.layers * cl.ulysses_layer_s * micro_steps
     if cand.zero_bubble:  # the split backward of every layer of the rank's chunks, every micro-batch
         own += shape.layers / cand.pp * cl.zb_split_layer_s * micro_steps
     own += schedule_seconds(cand, micro_steps, cl.pipe_costs)  # the pipeline engine's runtime: per step, per pass

@@ -47,6 +47,9 @@ class Cluster:
     lp_head_s: float = 0.0
     """torch_tp's ``--loss-parallel`` head and loss, its own seconds per micro-step beyond 1/tp of their compute and
     their collectives (a profile's ``torch_tp_lp_head_s``); zero without one."""
+    ulysses_layer_s: float = 0.0
+    """DeepSpeed Ulysses' own seconds per decoder layer per micro-step beyond 1/sp of the compute and its
+    all-to-alls (a profile's ``ulysses_layer_s``, measured at its tensor-parallel degree); zero without one."""
     zb_split_layer_s: float = 0.0
     """torch's zero-bubble schedules' own seconds per layer per micro-batch: splitting each backward into its input-
     and weight-gradient passes, beyond the whole backward (a profile's ``zb_split_layer_s``); zero without one."""

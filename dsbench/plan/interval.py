@@ -36,7 +36,8 @@ def framework_timings(cand: Candidate) -> list[str]:
     engine_timing = [name for name, timing in SPREAD_OF.items() if timing == source]
     head = ["DTensor loss-parallel head"] if cand.loss_parallel else []
     pipeline = [timing_name(engine_schedule(cand))] if cand.pp > 1 else []  # its schedule's runtime
-    return engine_timing + ([TENSOR_TIMING[cand.tp_kind]] if cand.tp > 1 else []) + head + pipeline
+    ulysses = ["Ulysses layers"] if cand.ulysses > 1 else []
+    return engine_timing + ([TENSOR_TIMING[cand.tp_kind]] if cand.tp > 1 else []) + head + pipeline + ulysses
 
 
 def step_range(step: float, terms: dict[str, float], framework: list[str], spread: dict[str, float],

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.plan.comm import bucket_calls, ring_bytes
+from dsbench.plan.comm import ULYSSES_CALLS, all_to_all_seconds, bucket_calls, ring_bytes, ulysses_layer_bytes
 from dsbench.plan.gpu_calibration import gpu_section
 from dsbench.plan.hardware import Link
 from dsbench.plan.pipeline_time import pass_costs, timing_name
@@ -131,6 +131,24 @@ TP_LAYER_RATE = {"dtensor": "torch_tp_layer_s", "autotp": "autotp_layer_s", "dte
 """The rate :func:`tensor_parallel_costs` stores for each kind of split layer (:attr:`Candidate.tp_kind`)."""
 
 
+def ulysses_layer_cost(tp: dict[str, Any], link: dict[str, Any], element_bytes: int) -> float | None:
+    """What DeepSpeed Ulysses costs per decoder layer per micro-step beyond 1/sp of the layer's compute and its
+    all-to-alls (``ulysses_layer_s``, profiles from 2026-11-29 13:30 on): (the layers under Ulysses over sp ranks -
+    plain / sp) / layers, less the layer's 8 all-to-alls as the planner prices them (plan/comm.ulysses_layer_bytes at
+    the fitted link's all-gather figures). What stays is the attention wrapper's own work (its layout copies and
+    the all-gather of the position ids) and the rate lost by the linears on s/sp tokens. None without the
+    measurement (older profiles, models without key/value heads); kept at zero when noise makes it negative."""
+    if "ulysses_forward_backward" not in tp or "heads" not in tp:
+        return None
+    sp, layers = tp["tp"], tp["layers"]
+    fitted = fitted_link(link, "calibrated", "the tensor-parallel group's link")
+    sent = ulysses_layer_bytes(tp["hidden"], tp["heads"], tp["kv_heads"], tp["micro_batch"] * tp["seq_len"] / sp,
+                               sp, element_bytes)
+    comm = all_to_all_seconds(sent, ULYSSES_CALLS, sp, fitted) if fitted else 0.0
+    return max(0.0, (tp["ulysses_forward_backward"]["seconds"] - tp["plain_forward_backward"]["seconds"] / sp)
+               / layers - comm)
+
+
 def tensor_parallel_costs(tp: dict[str, Any], link: dict[str, Any], element_bytes: int) -> dict[str, float]:
     """What tensor parallelism costs per decoder layer per micro-step beyond 1/tp of the layer's compute and its
     activation all-reduces, from calibrate's measurement of the model's own layers split ``tp`` ways:
@@ -163,6 +181,9 @@ def tensor_parallel_costs(tp: dict[str, Any], link: dict[str, Any], element_byte
                    call_seconds(link, "all-reduce", activations, n))
         costs["torch_tp_lp_head_s"] = max(0.0, tp["lp_forward_backward"]["seconds"] -
                                           tp["head_forward_backward"]["seconds"] / n - lp_comm)
+    ulysses = ulysses_layer_cost(tp, link, element_bytes)
+    if ulysses is not None:
+        costs["ulysses_layer_s"] = ulysses
     return costs
 
 
@@ -220,7 +241,8 @@ SPREAD_OF = {"forward+backward": ("compute_per_rank", "model"), "AdamW": ("compu
              "DTensor layers": ("tensor_parallel", "torch_forward_backward"),
              "AutoTP layers": ("tensor_parallel", "autotp_forward_backward"),
              "DTensor SP layers": ("tensor_parallel", "sp_forward_backward"),
-             "DTensor loss-parallel head": ("tensor_parallel", "lp_forward_backward")}
+             "DTensor loss-parallel head": ("tensor_parallel", "lp_forward_backward"),
+             "Ulysses layers": ("tensor_parallel", "ulysses_forward_backward")}
 """The timings each stored figure comes from (the rates and engine costs above are fitted from them)."""
 
 
@@ -268,14 +290,18 @@ def link_from(profile: dict[str, Any], group: str) -> Link | None:
     data = profile["collectives"].get(group)
     if not data:
         return None
+    return fitted_link(data, f"measured:{group}",
+                       f"measured by dsbench calibrate over {data['size']} ranks ({profile.get('backend')}, {group})")
+
+
+def fitted_link(data: dict[str, Any], name: str, description: str) -> Link | None:
+    """A :class:`Link` of one group's fitted collectives; None when none was fitted."""
     figures = tuple((kind, data[kind]["bandwidth_gbs"], data[kind]["latency_us_per_step"]) for kind in KINDS
                     if "bandwidth_gbs" in data.get(kind, {}))
     if not figures:
         return None
     all_reduce = dict((kind, (bw, lat)) for kind, bw, lat in figures).get("all-reduce", figures[0][1:])
-    return Link(f"measured:{group}", all_reduce[0], all_reduce[1],
-                f"measured by dsbench calibrate over {data['size']} ranks ({profile.get('backend')}, {group})",
-                by_kind=figures)
+    return Link(name, all_reduce[0], all_reduce[1], description, by_kind=figures)
 
 
 def compute_group(profile: dict[str, Any]) -> tuple[Link | None, Link | None]:

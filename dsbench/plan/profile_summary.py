@@ -45,6 +45,9 @@ def _engine_lines(profile: dict[str, Any], rates: dict[str, float]) -> list[str]
                                               "parallelism)" if "torch_tp_sp_layer_s" in rates else "") +
                      (f"; the loss-parallel head {rates['torch_tp_lp_head_s'] * 1e3:,.2f} ms per micro-step"
                       if "torch_tp_lp_head_s" in rates else ""))
+    if "ulysses_layer_s" in rates:
+        lines.append(f"DeepSpeed Ulysses over {profile['tensor_parallel']['tp']} ranks, beyond 1/sp of the compute "
+                     f"and the all-to-alls, per layer per micro-step: {rates['ulysses_layer_s'] * 1e3:,.2f} ms")
     if "zb_split_layer_s" in rates:
         lines.append("torch's zero-bubble schedules, the backward split into input- and weight-gradient passes, per "
                      f"layer per micro-batch: {rates['zb_split_layer_s'] * 1e3:,.3f} ms")

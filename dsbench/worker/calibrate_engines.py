@@ -1,6 +1,6 @@
 """What the engines add beyond their collectives, measured by ``dsbench calibrate`` (see dsbench/worker/calibrate.py):
-FSDP2 per shard unit, DeepSpeed ZeRO-1/2/3 per parameter tensor, tensor parallelism (DTensor and AutoTP) per
-decoder layer."""
+FSDP2 per shard unit, DeepSpeed ZeRO-1/2/3 per parameter tensor, tensor parallelism (DTensor and AutoTP) and
+DeepSpeed Ulysses per decoder layer."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from dsbench.worker.calibrate_timing import interleaved
 FSDP_UNITS = 8
 """Units in the FSDP2 stack: enough that the per-unit cost stands above one step's noise."""
 FSDP_UNIT_SHAPE = (6, 64)
+"""Each unit: 6 Linear(64, 64) with bias, 12 parameter tensors as a GPT-2 block has (2 norms, 4 linears)."""
 STACK_CALLS = 4
 """Training steps of the stack per timed sample (each sample's median is over ``--repeats`` samples)."""
-"""Each unit: 6 Linear(64, 64) with bias, 12 parameter tensors as a GPT-2 block has (2 norms, 4 linears)."""
 
 
 def _stack(device: str, dtype: Any) -> Any:
@@ -120,9 +120,10 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     sequence), plain on each rank and split ``tp`` ways as the worker splits them: DTensor's ``parallelize_module``
     with Megatron's layout (torch_tp), and DeepSpeed AutoTP's training layers (``LinearLayer`` column-parallel,
     ``LinearAllreduce`` row-parallel) on the same projections (its layout for Llama), and DTensor's layout with
-    sequence parallelism (torch_tp --sequence-parallel: each rank feeds its sequence shard); and the LM head with
-    its loss, whole and split by vocabulary (:func:`head_trainers`). What splitting costs beyond 1/tp of the
-    compute and its collectives is the fit's (dsbench.plan.profile)."""
+    sequence parallelism (torch_tp --sequence-parallel: each rank feeds its sequence shard); the same layers under
+    DeepSpeed Ulysses over ``tp`` ranks (:func:`ulysses_trainer`, from 2026-11-29 13:30); and the LM head with its
+    loss, whole and split by vocabulary (:func:`head_trainers`). What splitting costs beyond 1/tp of the compute
+    and its collectives is the fit's (dsbench.plan.profile)."""
     import deepspeed
     import torch
     from torch.distributed.device_mesh import init_device_mesh
@@ -130,7 +131,8 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     from dsbench.models import LLAMA_LIKE
     from dsbench.worker.model import build_model
 
-    facts = {"layers": shape.layers, "tp": tp, "micro_batch": micro, "seq_len": seq, "hidden": shape.hidden}
+    facts = {"layers": shape.layers, "tp": tp, "micro_batch": micro, "seq_len": seq, "hidden": shape.hidden,
+             "heads": shape.heads, "kv_heads": shape.kv_heads}
     if shape.arch not in LLAMA_LIKE:
         return {**facts, "unsupported": f"tensor parallelism is measured on Llama-family layers, not {shape.arch}"}
     device = info.device
@@ -157,8 +159,47 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     works = {"plain_forward_backward": trainer(plain), "torch_forward_backward": trainer(torch_tp),
              "autotp_forward_backward": trainer(_autotp_layers(plain, mesh.get_group("tp"))),
              "sp_forward_backward": trainer(sp, shard),
+             "ulysses_forward_backward": ulysses_trainer(model, shard, mesh["tp"].get_local_rank(), tp),
              **head_trainers(model.lm_head, hidden, mesh["tp"], shape.vocab_size)}
     return {**facts, **interleaved(works, comm, device, repeats, STACK_CALLS)}
+
+
+def ulysses_trainer(model: Any, shard: Any, rank: int, sp: int) -> Any:
+    """A forward+backward of a copy of the model's decoder layers under DeepSpeed Ulysses, as the worker's ulysses
+    strategies run them (dsbench.worker.engines.deepspeed.UlyssesEngine): DeepSpeed's ``register_with_transformers``
+    builds the sequence-parallel groups (``sp`` consecutive ranks, as the tp mesh's) and the all-to-all wrapper of
+    SDPA, and each rank feeds its contiguous ``shard`` of the sequence with its positions. DeepSpeed installs its
+    wrapper as the process's SDPA; here it is installed only while these layers run, so the plain and split layers
+    timed beside them keep torch's."""
+    import copy
+
+    import torch
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    micro, chunk = shard.shape[:2]
+    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    # a collective: every rank builds the groups (deepspeed parallel_state_sp.initialize_sequence_parallel)
+    UlyssesSPAttentionHF.register_with_transformers(
+        model_name_or_path=model, core_attn_implementation="sdpa", sequence_parallel_size=sp,
+        micro_batch_size=micro, seq_length=chunk * sp, seq_length_is_variable=False)
+    wrapper, ALL_ATTENTION_FUNCTIONS["sdpa"] = ALL_ATTENTION_FUNCTIONS["sdpa"], sdpa
+    layers = copy.deepcopy(model.model.layers)
+    positions = torch.arange(rank * chunk, (rank + 1) * chunk, device=shard.device).unsqueeze(0).expand(micro, -1)
+    rotary = model.model.rotary_emb(shard, positions)
+
+    def step() -> None:
+        ALL_ATTENTION_FUNCTIONS["sdpa"] = wrapper
+        try:
+            x = shard
+            for layer in layers:
+                out = layer(x, position_embeddings=rotary, position_ids=positions)
+                x = out[0] if isinstance(out, tuple) else out
+            x.float().square().mean().backward()
+        finally:
+            ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa
+
+    return step
 
 
 def _dtensor_layers(layers: Any, tp_mesh: Any, sequence_parallel: bool) -> Any:

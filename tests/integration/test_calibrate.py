@@ -41,10 +41,11 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
         assert world[kind]["bandwidth_gbs"] > 0, kind
     # the engines' own costs, from the stack run plain, under FSDP2 and under ZeRO-1/2/3 (a real step each), and
     # from the model's own layers split over both ranks by DTensor (with and without SP) and by DeepSpeed AutoTP's
-    # layers, and from its LM head and loss split by vocabulary; torch's zero-bubble split backward on each rank
+    # layers and under DeepSpeed Ulysses, and from its LM head and loss split by vocabulary; torch's zero-bubble split
+    # backward on each rank
     for key in ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
                 "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s",
-                "zb_split_layer_s", "torch_pp_1f1b_pass_s", "torch_pp_interleaved_pass_s",
+                "ulysses_layer_s", "zb_split_layer_s", "torch_pp_1f1b_pass_s", "torch_pp_interleaved_pass_s",
                 "torch_pp_interleaved_zb_pass_s", "deepspeed_pipe_pass_s", "torch_pp_1f1b_step_s",
                 "torch_pp_interleaved_step_s", "torch_pp_interleaved_zb_step_s", "deepspeed_pipe_step_s"):
         assert key in profile["rates"], key
@@ -64,6 +65,7 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
     assert split["tp"] == 2 and split["layers"] == 2
     assert split["torch_forward_backward"]["seconds"] > split["plain_forward_backward"]["seconds"] / 2
     assert split["lp_forward_backward"]["seconds"] > split["head_forward_backward"]["seconds"] / 2
+    assert split["ulysses_forward_backward"]["seconds"] > split["plain_forward_backward"]["seconds"] / 2
     assert (tmp_path / "cal" / "measured.json").exists()  # the raw measurements stay beside the log
     again = dsbench("calibrate", "--num-gpus", "2", "--run-dir", str(tmp_path / "cal2"), "-o", str(profile_path),
                     cwd=ROOT, timeout=60)

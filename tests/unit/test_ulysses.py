@@ -113,7 +113,7 @@ def test_a_model_without_sdpa_attention_is_refused_in_one_line():
         UlyssesEngine(model, options, SimpleNamespace(rank=0))
 
 
-def _planned(strategy: str, ulysses: int = 1, world: int = 2):
+def _planned(strategy: str, ulysses: int = 1, world: int = 2, ulysses_layer_s: float = 0.0):
     from dsbench.models import PRESETS
     from dsbench.plan.candidate import Candidate
     from dsbench.plan.estimate import estimate
@@ -122,7 +122,7 @@ def _planned(strategy: str, ulysses: int = 1, world: int = 2):
 
     link = Link("x", 10.0, 2.0, "test")  # 10 GB/s, 2 us
     cl = Cluster(nodes=1, gpus_per_node=world, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link,
-                 host_link=link, compute_tflops=0.04)
+                 host_link=link, compute_tflops=0.04, ulysses_layer_s=ulysses_layer_s)
     wl = Workload(shape=PRESETS["llama-tiny"], seq_len=128, micro_batch=2, grad_accum=1, precision="fp32")
     return estimate(Candidate(strategy=strategy, ulysses=ulysses), wl, cl)
 
@@ -152,3 +152,37 @@ def test_ulysses_keeps_zero1_s_compute_and_states_and_halves_the_activations_lin
     assert ulysses.activations < zero1.activations and ulysses.dp == 1 and zero1.dp == 2
     assert ulysses.tokens_per_s < zero1.tokens_per_s  # the all-to-alls are on the critical path
     assert _planned("zero3", ulysses=2).states.device == pytest.approx(_planned("zero3").states.device)
+
+
+def test_the_ulysses_layer_cost_is_what_its_layers_add_beyond_a_share_of_the_compute_and_the_all_to_alls():
+    """calibrate times the model's own layers plain and under Ulysses over 2 ranks (dsbench.worker.calibrate_engines
+    .ulysses_trainer); the fit keeps what is left after 1/sp of the plain layers and the layer's 8 all-to-alls."""
+    from dsbench.plan.profile import tensor_parallel_costs
+
+    measured = {"layers": 2, "tp": 2, "micro_batch": 2, "seq_len": 128, "hidden": 64, "heads": 4, "kv_heads": 2,
+                **{f"{name}_forward_backward": {"seconds": value}
+                   for name, value in (("plain", 0.008), ("torch", 0.044), ("ulysses", 0.020))}}
+    link = {"all-gather": {"alpha_us": 400.0, "bandwidth_gbs": 1.0, "latency_us_per_step": 400.0}}
+    # by hand (llama-tiny's shape as in test_the_planner_prices_ulysses_all_to_all_by_hand): per layer and
+    # direction q and o of 64 tokens x 2 samples x 64 x 4 bytes, k and v of 64 x 2 x 32 x 4; both directions, half
+    # of it sent; 8 calls of one ring step each at 400 µs
+    sent = (2 * 64 * 2 * 64 * 4 + 2 * 64 * 2 * 32 * 4) * 2 / 2
+    comm = sent / 1e9 + 8 * 400e-6
+    costs = tensor_parallel_costs(measured, link, element_bytes=4)
+    assert costs["ulysses_layer_s"] == pytest.approx((0.020 - 0.008 / 2) / 2 - comm, rel=1e-9)
+    measured["ulysses_forward_backward"]["seconds"] = 0.004  # noise below the ideal: no cost, never a credit
+    assert tensor_parallel_costs(measured, link, element_bytes=4)["ulysses_layer_s"] == 0.0
+    del measured["ulysses_forward_backward"]  # a profile written before 2026-11-29 13:30: nothing charged
+    assert "ulysses_layer_s" not in tensor_parallel_costs(measured, link, element_bytes=4)
+
+
+def test_the_planner_charges_the_ulysses_layer_cost_every_layer_and_micro_step_and_only_to_ulysses():
+    from dsbench.plan.candidate import Candidate
+    from dsbench.plan.interval import framework_timings
+
+    base, ulysses = _planned("zero1", ulysses=2), _planned("zero1", ulysses=2, ulysses_layer_s=3e-3)
+    # llama-tiny's 2 layers x the 2 micro-batches one group accumulates for the global batch
+    assert ulysses.framework_s - base.framework_s == pytest.approx(2 * 2 * 3e-3)
+    assert _planned("zero1", ulysses_layer_s=3e-3).framework_s == _planned("zero1").framework_s
+    assert "Ulysses layers" in framework_timings(Candidate(strategy="zero1", ulysses=2))
+    assert "Ulysses layers" not in framework_timings(Candidate(strategy="zero1"))
