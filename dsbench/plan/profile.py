@@ -133,7 +133,7 @@ TP_LAYER_RATE = {"dtensor": "torch_tp_layer_s", "autotp": "autotp_layer_s", "dte
 
 def ulysses_layer_cost(tp: dict[str, Any], link: dict[str, Any], element_bytes: int) -> float | None:
     """What DeepSpeed Ulysses costs per decoder layer per micro-step beyond 1/sp of the layer's compute and its
-    all-to-alls (``ulysses_layer_s``, profiles from 2026-11-29 13:30 on): (the layers under Ulysses over sp ranks -
+    all-to-alls (``ulysses_layer_s``, profiles from 2026-11-29 13:00 on): (the layers under Ulysses over sp ranks -
     plain / sp) / layers, less the layer's 8 all-to-alls as the planner prices them (plan/comm.ulysses_layer_bytes at
     the fitted link's all-gather figures). What stays is the attention wrapper's own work (its layout copies and
     the all-gather of the position ids) and the rate lost by the linears on s/sp tokens. None without the

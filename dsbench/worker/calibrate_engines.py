@@ -121,7 +121,7 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     with Megatron's layout (torch_tp), and DeepSpeed AutoTP's training layers (``LinearLayer`` column-parallel,
     ``LinearAllreduce`` row-parallel) on the same projections (its layout for Llama), and DTensor's layout with
     sequence parallelism (torch_tp --sequence-parallel: each rank feeds its sequence shard); the same layers under
-    DeepSpeed Ulysses over ``tp`` ranks (:func:`ulysses_trainer`, from 2026-11-29 13:30); and the LM head with its
+    DeepSpeed Ulysses over ``tp`` ranks (:func:`ulysses_trainer`, from 2026-11-29 13:00); and the LM head with its
     loss, whole and split by vocabulary (:func:`head_trainers`). What splitting costs beyond 1/tp of the compute
     and its collectives is the fit's (dsbench.plan.profile)."""
     import deepspeed
@@ -142,23 +142,15 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     hidden = torch.randn(micro, seq, shape.hidden, device=device, dtype=dtype)
     rotary = model.model.rotary_emb(hidden, torch.arange(seq, device=device).unsqueeze(0))
 
-    def trainer(layers: Any, first: Any = hidden) -> Any:
-        def step() -> None:
-            x = first
-            for layer in layers:
-                out = layer(x, position_embeddings=rotary)
-                x = out[0] if isinstance(out, tuple) else out
-            x.float().square().mean().backward()
-
-        return step
-
     plain = model.model.layers
     shard = hidden.chunk(tp, dim=1)[mesh["tp"].get_local_rank()].contiguous()  # this rank's tokens under SP
     torch_tp = _dtensor_layers(plain, mesh["tp"], sequence_parallel=False)
     sp = _dtensor_layers(plain, mesh["tp"], sequence_parallel=True)
-    works = {"plain_forward_backward": trainer(plain), "torch_forward_backward": trainer(torch_tp),
-             "autotp_forward_backward": trainer(_autotp_layers(plain, mesh.get_group("tp"))),
-             "sp_forward_backward": trainer(sp, shard),
+    works = {"plain_forward_backward": layers_step(plain, hidden, position_embeddings=rotary),
+             "torch_forward_backward": layers_step(torch_tp, hidden, position_embeddings=rotary),
+             "autotp_forward_backward": layers_step(_autotp_layers(plain, mesh.get_group("tp")), hidden,
+                                                    position_embeddings=rotary),
+             "sp_forward_backward": layers_step(sp, shard, position_embeddings=rotary),
              "ulysses_forward_backward": ulysses_trainer(model, shard, mesh["tp"].get_local_rank(), tp),
              **head_trainers(model.lm_head, hidden, mesh["tp"], shape.vocab_size)}
     return {**facts, **interleaved(works, comm, device, repeats, STACK_CALLS)}
@@ -184,20 +176,29 @@ def ulysses_trainer(model: Any, shard: Any, rank: int, sp: int) -> Any:
         model_name_or_path=model, core_attn_implementation="sdpa", sequence_parallel_size=sp,
         micro_batch_size=micro, seq_length=chunk * sp, seq_length_is_variable=False)
     wrapper, ALL_ATTENTION_FUNCTIONS["sdpa"] = ALL_ATTENTION_FUNCTIONS["sdpa"], sdpa
-    layers = copy.deepcopy(model.model.layers)
     positions = torch.arange(rank * chunk, (rank + 1) * chunk, device=shard.device).unsqueeze(0).expand(micro, -1)
-    rotary = model.model.rotary_emb(shard, positions)
+    run = layers_step(copy.deepcopy(model.model.layers), shard, position_ids=positions,
+                      position_embeddings=model.model.rotary_emb(shard, positions))
 
     def step() -> None:
         ALL_ATTENTION_FUNCTIONS["sdpa"] = wrapper
         try:
-            x = shard
-            for layer in layers:
-                out = layer(x, position_embeddings=rotary, position_ids=positions)
-                x = out[0] if isinstance(out, tuple) else out
-            x.float().square().mean().backward()
+            run()
         finally:
             ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa
+
+    return step
+
+
+def layers_step(layers: Any, first: Any, **inputs: Any) -> Any:
+    """One forward+backward of the decoder ``layers`` from the hidden states ``first``, every layer given ``inputs``
+    (its rotary embeddings, and positions where the attention needs them), to a squared-mean loss."""
+    def step() -> None:
+        x = first
+        for layer in layers:
+            out = layer(x, **inputs)
+            x = out[0] if isinstance(out, tuple) else out
+        x.float().square().mean().backward()
 
     return step
 

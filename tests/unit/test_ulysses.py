@@ -172,7 +172,7 @@ def test_the_ulysses_layer_cost_is_what_its_layers_add_beyond_a_share_of_the_com
     assert costs["ulysses_layer_s"] == pytest.approx((0.020 - 0.008 / 2) / 2 - comm, rel=1e-9)
     measured["ulysses_forward_backward"]["seconds"] = 0.004  # noise below the ideal: no cost, never a credit
     assert tensor_parallel_costs(measured, link, element_bytes=4)["ulysses_layer_s"] == 0.0
-    del measured["ulysses_forward_backward"]  # a profile written before 2026-11-29 13:30: nothing charged
+    del measured["ulysses_forward_backward"]  # a profile written before 2026-11-29 13:00: nothing charged
     assert "ulysses_layer_s" not in tensor_parallel_costs(measured, link, element_bytes=4)
 
 
