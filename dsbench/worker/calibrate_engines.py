@@ -79,25 +79,14 @@ def measure_deepspeed(comm: Any, device: str, dtype: Any, precision: str, repeat
     import deepspeed
     import torch
 
-    from dsbench.configs.autofill import AutoInputs, fill_auto
     from dsbench.worker.cpuanswer import ask_the_cpu_once
 
     ask_the_cpu_once()  # the engines load DeepSpeed's FusedAdam op: py-cpuinfo asked as in a training rank
     x = _stack_input(device, dtype)
-    width = FSDP_UNIT_SHAPE[1]
     engines = {}
     for stage in (1, 2, 3):
         model = _stack(device, dtype)
-        # the hidden-size-dependent buckets as HF "auto" sets them for a model of the stack's width, as dsbench's
-        # runs do: reduce bucket width², ZeRO-3 prefetch 0.9·width², and only tensors under 10·width (the biases)
-        # kept whole, so ZeRO-3 gathers every weight as it gathers a model's matrices
-        config, _ = fill_auto({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
-                               "gradient_clipping": 1.0, "zero_optimization": {
-                                   "stage": stage, "reduce_bucket_size": "auto",
-                                   "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"},
-                               "bf16": {"enabled": precision == "bf16"}, "fp16": {"enabled": precision == "fp16"}},
-                              AutoInputs(hidden_size=width))
-        engines[stage], *_ = deepspeed.initialize(model=model, config=config,
+        engines[stage], *_ = deepspeed.initialize(model=model, config=_stack_config(stage, precision),
                                                   optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4))
 
     def trainer(engine: Any) -> Any:
@@ -112,6 +101,22 @@ def measure_deepspeed(comm: Any, device: str, dtype: Any, precision: str, repeat
     for engine in engines.values():
         engine.destroy()
     return {**_stack_facts(dtype, comm.world_size), **out}
+
+
+def _stack_config(stage: int, precision: str) -> dict[str, Any]:
+    """The stack's DeepSpeed config at ZeRO ``stage``, with the hidden-size-dependent buckets as HF "auto" sets them
+    for a model of the stack's width, as dsbench's runs do: reduce bucket width², ZeRO-3 prefetch 0.9·width², and
+    only tensors under 10·width (the biases) kept whole, so ZeRO-3 gathers every weight as it gathers a model's
+    matrices."""
+    from dsbench.configs.autofill import AutoInputs, fill_auto
+
+    config, _ = fill_auto({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+                           "gradient_clipping": 1.0, "zero_optimization": {
+                               "stage": stage, "reduce_bucket_size": "auto",
+                               "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"},
+                           "bf16": {"enabled": precision == "bf16"}, "fp16": {"enabled": precision == "fp16"}},
+                          AutoInputs(hidden_size=FSDP_UNIT_SHAPE[1]))
+    return config
 
 
 def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: Any, dtype: Any, repeats: int,

@@ -157,7 +157,6 @@ def write_shards(weights: Iterator[tuple[str, Callable[[], Any]]], skip: set[str
                  max_bytes: int) -> dict[str, Any]:
     """Write weights into safetensors shards of at most ``max_bytes`` (one tensor may exceed it alone), as
     ``save_pretrained`` names them; returns the index."""
-    from safetensors import safe_open
     from safetensors.torch import save_file
 
     shards: list[dict[str, Any]] = [{}]
@@ -188,17 +187,24 @@ def write_shards(weights: Iterator[tuple[str, Callable[[], Any]]], skip: set[str
         flush()
     if not files:
         raise UserError("the checkpoint holds no model weights")
-    # save_pretrained's names: model.safetensors alone, or model-0000i-of-0000n.safetensors with an index
+    index = {"metadata": {"total_size": total}, "weight_map": _named_as_save_pretrained(files, out)}
+    if len(files) > 1:
+        (out / WEIGHTS_INDEX).write_text(json.dumps(index, indent=2) + "\n")
+    return index
+
+
+def _named_as_save_pretrained(files: list[Path], out: Path) -> dict[str, str]:
+    """Rename the written shards as ``save_pretrained`` names them (model.safetensors alone, or
+    model-0000i-of-0000n.safetensors with an index); returns each weight's file."""
+    from safetensors import safe_open
+
     weight_map: dict[str, str] = {}
     for i, path in enumerate(files):
         final = "model.safetensors" if len(files) == 1 else f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
         with safe_open(str(path), framework="pt") as handle:
             weight_map.update({key: final for key in handle.keys()})
         path.rename(out / final)
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    if len(files) > 1:
-        (out / WEIGHTS_INDEX).write_text(json.dumps(index, indent=2) + "\n")
-    return index
+    return weight_map
 
 
 def export(source: str, out: str, max_shard_size: str = "2GB") -> Path:
