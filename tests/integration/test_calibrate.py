@@ -17,8 +17,10 @@ pytestmark = pytest.mark.dist
 def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
     profile_path = tmp_path / "profile.json"
     started = time.monotonic()
+    # --repeats 3, the fewest: the default (5) is what the command hands its ranks by default
+    # (tests/unit/test_calibrate_command.py); here the given count reaches every stored figure
     result = dsbench("calibrate", "--num-gpus", "2", "--model", "llama-tiny", "--run-dir", str(tmp_path / "cal"),
-                     "-o", str(profile_path), "--check", cwd=ROOT, timeout=900)
+                     "-o", str(profile_path), "--check", "--repeats", "3", cwd=ROOT, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     took = time.monotonic() - started
     profile = json.loads(profile_path.read_text())
@@ -60,7 +62,8 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
         zb = rank["split_backward"]
         assert zb["layers"] == 2 and zb["whole"]["seconds"] > 0 and zb["split"]["seconds"] > 0
     assert profile["deepspeed"]["zero3_step"]["seconds"] > profile["fsdp"]["plain_step"]["seconds"]
-    assert profile["repeats"] == 5 and profile["deepspeed"]["zero3_step"]["samples"] == 5  # --repeats' default
+    assert profile["repeats"] == 3 and profile["deepspeed"]["zero3_step"]["samples"] == 3
+    assert profile["tensor_parallel"]["ulysses_forward_backward"]["samples"] == 3
     split = profile["tensor_parallel"]
     assert split["tp"] == 2 and split["layers"] == 2
     assert split["torch_forward_backward"]["seconds"] > split["plain_forward_backward"]["seconds"] / 2
