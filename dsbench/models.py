@@ -8,7 +8,7 @@ config with :meth:`ModelShape.hf_config`.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -185,6 +185,11 @@ PRESETS: dict[str, ModelShape] = {
 
 _KEPT_EXTRA = ("rope_theta", "rms_norm_eps", "layer_norm_epsilon", "hidden_act", "activation_function",
                "attention_bias", "mlp_bias", "head_dim", "bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def shape_of_record(data: dict[str, Any]) -> ModelShape:
+    """The shape a record holds (a profile's ``model``: :func:`dataclasses.asdict` of it, with ``num_params``)."""
+    return ModelShape(**{f.name: data[f.name] for f in fields(ModelShape) if f.name in data})
 
 
 def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | None) -> ModelShape:

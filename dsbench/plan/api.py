@@ -192,6 +192,8 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
                                 rates.get("fsdp_unit_s_per_step", 0.0) / share),
                    deepspeed_s=tuple(rates.get(key, 0.0) / share for key in ("zero1_call_s", "zero2_call_s",
                                                                               "zero3_tensor_s")),
+                   zero_model_call_s=(rates.get("zero1_model_call_s", 0.0) / share,
+                                      rates.get("zero2_model_call_s", 0.0) / share),
                    tp_layer_s=tuple((kind, rates.get(rate, 0.0) / share) for kind, rate in TP_LAYER_RATE.items()),
                    lp_head_s=rates.get("torch_tp_lp_head_s", 0.0) / share,
                    ulysses_layer_s=rates.get("ulysses_layer_s", 0.0) / share,

@@ -40,6 +40,10 @@ class Cluster:
     deepspeed_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """DeepSpeed's own seconds (calibrate's stack): per gradient reduction under ZeRO-1 and ZeRO-2 (and 3), per
     parameter tensor under ZeRO-3; zero without a profile, when each collective call pays the link's latency."""
+    zero_model_call_s: tuple[float, float] = (0.0, 0.0)
+    """DeepSpeed's own seconds per gradient reduction under ZeRO-1 and ZeRO-2 measured on the profile's own model
+    (a profile's ``zero1_model_call_s``, ``zero2_model_call_s``): used for those stages instead of the stack's; zero
+    without one."""
     tp_layer_s: tuple[tuple[str, float], ...] = ()
     """Tensor parallelism's own seconds per decoder layer per micro-step beyond 1/tp of the compute and its
     collectives, by :attr:`Candidate.tp_kind` (DTensor, AutoTP, DTensor with sequence parallelism), measured by

@@ -34,6 +34,8 @@ def framework_timings(cand: Candidate) -> list[str]:
     strategy = cand.strategy
     source = ("fsdp", "sharded_step") if strategy.startswith("fsdp") else ("deepspeed", f"{strategy}_step")
     engine_timing = [name for name, timing in SPREAD_OF.items() if timing == source]
+    if strategy in ("zero1", "zero2") and cand.pp == 1:  # its cost per reduction on the profile's model, if measured
+        engine_timing.append(f"ZeRO-{strategy[-1]} model step")
     head = ["DTensor loss-parallel head"] if cand.loss_parallel else []
     pipeline = [timing_name(engine_schedule(cand))] if cand.pp > 1 else []  # its schedule's runtime
     ulysses = ["Ulysses layers"] if cand.ulysses > 1 else []

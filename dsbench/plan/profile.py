@@ -16,9 +16,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.plan.comm import ULYSSES_CALLS, all_to_all_seconds, bucket_calls, ring_bytes, ulysses_layer_bytes
+from dsbench.models import ModelShape, shape_of_record
+from dsbench.plan.calls import NO_LATENCY, collective_calls
+from dsbench.plan.candidate import Candidate
+from dsbench.plan.comm import (
+    ULYSSES_CALLS,
+    all_to_all_seconds,
+    bucket_calls,
+    data_parallel_comm,
+    ring_bytes,
+    ulysses_layer_bytes,
+)
 from dsbench.plan.gpu_calibration import gpu_section
 from dsbench.plan.hardware import Link
+from dsbench.plan.memory import accounting_for, held_params
 from dsbench.plan.pipeline_time import pass_costs, timing_name
 
 SCHEMA = "dsbench.profile/2"
@@ -127,6 +138,32 @@ def zero_costs(zero: dict[str, Any], fsdp: dict[str, Any]) -> dict[str, float]:
             "zero3_tensor_s": max(0.0, (extra(3) - calls * per_call[2]) / tensors)}
 
 
+def zero_model_costs(zm: dict[str, Any], link: dict[str, Any], shape: ModelShape, precision: str) -> dict[str, float]:
+    """DeepSpeed's own cost per gradient reduction under ZeRO-1 and ZeRO-2 on the profile's own model
+    (``zero1_model_call_s``, ``zero2_model_call_s``; profiles from 2026-11-29 14:00 on): each stage's training step
+    less the plain model's forward+backward and the AdamW step over the 1/n of the parameters a rank updates, less
+    the step's collectives' bytes as the planner prices them (plan/comm.data_parallel_comm: the gradients'
+    reduce-scatter and the updated parameters' all-gather, at the fitted link), over the reductions the planner
+    counts for the model (plan/calls.collective_calls). Beside :func:`zero_costs`' stack this holds the waiting
+    each reduction does for the slower rank's backward. Kept at zero when noise makes one negative."""
+    n, element_bytes, params = zm["world"], 2 if precision in ("bf16", "fp16") else 4, held_params(shape)
+    plain_fb = zm["plain_forward_backward"]["seconds"]
+    base = plain_fb + (zm["plain_step"]["seconds"] - plain_fb) / n
+    fitted = fitted_link(link, "calibrated", "the world group's link")
+    out = {}
+    for stage in (1, 2):
+        key = f"zero{stage}_step"
+        if key not in zm:
+            continue
+        strategy = f"zero{stage}"
+        bytes_s = sum(c.seconds for c in data_parallel_comm(strategy, params, n, fitted, element_bytes,
+                                                           element_bytes, calls=NO_LATENCY)) if fitted else 0.0
+        reductions = collective_calls(Candidate(strategy=strategy), shape, params, None,
+                                      accounting_for(precision, strategy)).grads
+        out[f"{strategy}_model_call_s"] = max(0.0, (zm[key]["seconds"] - base - bytes_s) / reductions)
+    return out
+
+
 TP_LAYER_RATE = {"dtensor": "torch_tp_layer_s", "autotp": "autotp_layer_s", "dtensor_sp": "torch_tp_sp_layer_s"}
 """The rate :func:`tensor_parallel_costs` stores for each kind of split layer (:attr:`Candidate.tp_kind`)."""
 
@@ -219,6 +256,9 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
         rates.update(fsdp_unit_costs(measured["fsdp"], collectives["world"]))
         if measured.get("deepspeed"):
             rates.update(zero_costs(measured["deepspeed"], measured["fsdp"]))
+        if measured.get("zero_model"):  # profiles from 2026-11-29 14:00 on
+            rates.update(zero_model_costs(measured["zero_model"], collectives["world"],
+                                          shape_of_record(measured["model"]), measured.get("precision", "fp32")))
     tp = measured.get("tensor_parallel") or {}
     tp_link = collectives.get("intra") or (collectives.get("world") if measured.get("nodes", 1) == 1 else None)
     if "plain_forward_backward" in tp and tp_link:
@@ -238,6 +278,7 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
 SPREAD_OF = {"forward+backward": ("compute_per_rank", "model"), "AdamW": ("compute_per_rank", "optimizer"),
              "FSDP2 stack step": ("fsdp", "sharded_step"), "ZeRO-1 stack step": ("deepspeed", "zero1_step"),
              "ZeRO-2 stack step": ("deepspeed", "zero2_step"), "ZeRO-3 stack step": ("deepspeed", "zero3_step"),
+             "ZeRO-1 model step": ("zero_model", "zero1_step"), "ZeRO-2 model step": ("zero_model", "zero2_step"),
              "DTensor layers": ("tensor_parallel", "torch_forward_backward"),
              "AutoTP layers": ("tensor_parallel", "autotp_forward_backward"),
              "DTensor SP layers": ("tensor_parallel", "sp_forward_backward"),

@@ -91,6 +91,7 @@ def _shown(value: Any) -> str:
 REQUIRED_RATES = ("model_tflops", "adam_params_per_s")
 """The rates the planner always reads from a profile."""
 OPTIONAL_RATES = ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
+                  "zero1_model_call_s", "zero2_model_call_s",
                   "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s",
                   "ulysses_layer_s", "zb_split_layer_s", *PASS_RATE.values(), *STEP_RATE.values())
 """The engine costs a profile may carry (older profiles have none)."""

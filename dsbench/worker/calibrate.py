@@ -37,7 +37,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from dsbench.parallel import widest_tp
-from dsbench.worker.calibrate_engines import measure_deepspeed, measure_fsdp, measure_tensor_parallel
+from dsbench.worker.calibrate_engines import (
+    measure_deepspeed,
+    measure_fsdp,
+    measure_tensor_parallel,
+    measure_zero_model,
+)
 from dsbench.worker.calibrate_gpu import measure_gpu
 from dsbench.worker.calibrate_pipe import measure_pipeline_schedules
 from dsbench.worker.calibrate_timing import interleaved, rate, summary_of, sync_device
@@ -291,6 +296,9 @@ def measure_engines(args: argparse.Namespace, comm: Any, info: Any, hostnames: l
     DeepSpeed ZeRO-1/2/3, tensor parallelism, the pipeline schedules; none on one rank."""
     fsdp = measure_fsdp(comm, info.device, dtype, args.repeats) if info.world_size > 1 else None
     zero = measure_deepspeed(comm, info.device, dtype, args.precision, args.repeats) if info.world_size > 1 else None
+    # the profile's own model under ZeRO-1 and ZeRO-2: a reduction's cost with the model's backward between them
+    zero_model = (measure_zero_model(shape, args.micro_batch, args.seq_len, comm, info, dtype, args.precision,
+                                     args.repeats) if info.world_size > 1 else None)
     # tensor parallelism within one node's ranks (the launchers place consecutive ranks on a node), at the widest
     # degree the model's heads divide (4 ranks of llama-tiny, 2 key/value heads: tp 2 x dp 2)
     tp = widest_tp(hostnames.count(hostnames[0]), shape.heads, shape.kv_heads)
@@ -301,7 +309,7 @@ def measure_engines(args: argparse.Namespace, comm: Any, info: Any, hostnames: l
     # planner priced both engines there from the stages' work alone)
     pipeline = measure_pipeline_schedules(comm, info, args.repeats) if info.world_size > 1 else None
     # the measurements' sections (dsbench.measured/1), named by engine
-    return dict(fsdp=fsdp, deepspeed=zero, tensor_parallel=tensor, pipeline=pipeline)
+    return dict(fsdp=fsdp, deepspeed=zero, zero_model=zero_model, tensor_parallel=tensor, pipeline=pipeline)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -103,6 +103,64 @@ def measure_deepspeed(comm: Any, device: str, dtype: Any, precision: str, repeat
     return {**_stack_facts(dtype, comm.world_size), **out}
 
 
+def measure_zero_model(shape: Any, micro: int, seq: int, comm: Any, info: Any, dtype: Any, precision: str,
+                       repeats: int) -> dict[str, Any]:
+    """Seconds per training step of the profile's own model at its micro-batch and sequence: plain (forward,
+    backward, torch AdamW over every parameter) and its forward+backward alone, and under DeepSpeed ZeRO-1 and
+    ZeRO-2 with the same client optimizer and the buckets HF "auto" gives the model (reduce bucket hidden²), timed
+    in interleaved rounds. The stack (:func:`measure_deepspeed`) prices a gradient reduction with almost no compute
+    between reductions; on the model each reduction also waits for the slower rank's backward up to it
+    (docs/planner.md, "ZeRO-2's part taken apart"), which this measures. The fit counts the reductions as the
+    planner counts them (dsbench.plan.profile.zero_model_costs)."""
+    import copy
+
+    import deepspeed
+    import torch
+
+    from dsbench.configs.autofill import AutoInputs, fill_auto
+    from dsbench.worker.model import build_model
+
+    device = info.device
+    model = build_model(shape, 1234, False, False).to(device=device, dtype=dtype)
+    ids = torch.randint(0, shape.vocab_size, (micro, seq), generator=torch.Generator().manual_seed(0)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+    def plain(optimize: bool) -> Any:
+        def step() -> None:
+            model(input_ids=ids, labels=ids).loss.backward()
+            if optimize:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+
+        return step
+
+    works = {"plain_forward_backward": plain(False), "plain_step": plain(True)}
+    engines = []
+    for stage in (1, 2):
+        config, _ = fill_auto({"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": 1,
+                               "gradient_clipping": 1.0, "zero_optimization": {"stage": stage,
+                                                                               "reduce_bucket_size": "auto"},
+                               "bf16": {"enabled": precision == "bf16"}, "fp16": {"enabled": precision == "fp16"}},
+                              AutoInputs(hidden_size=shape.hidden))
+        copied = copy.deepcopy(model)
+        engine, *_ = deepspeed.initialize(model=copied, config=config,
+                                          optimizer=torch.optim.AdamW(copied.parameters(), lr=1e-4))
+        engines.append(engine)
+        works[f"zero{stage}_step"] = _engine_step(engine, ids)
+    timed = interleaved(works, comm, device, repeats, STACK_CALLS)
+    for engine in engines:
+        engine.destroy()
+    return {"world": comm.world_size, "micro_batch": micro, "seq_len": seq, **timed}
+
+
+def _engine_step(engine: Any, ids: Any) -> Any:
+    def step() -> None:
+        engine.backward(engine(input_ids=ids, labels=ids).loss)
+        engine.step()
+
+    return step
+
+
 def _stack_config(stage: int, precision: str) -> dict[str, Any]:
     """The stack's DeepSpeed config at ZeRO ``stage``, with the hidden-size-dependent buckets as HF "auto" sets them
     for a model of the stack's width, as dsbench's runs do: reduce bucket width², ZeRO-3 prefetch 0.9·width², and
