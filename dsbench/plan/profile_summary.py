@@ -39,7 +39,7 @@ def _engine_lines(profile: dict[str, Any], rates: dict[str, float]) -> list[str]
                      f"{rates['zero3_tensor_s'] * 1e3:,.2f} ms per parameter tensor under ZeRO-3")
     if "zero2_model_call_s" in rates:
         zero1, zero2 = (rates[f"zero{stage}_model_call_s"] * 1e3 for stage in (1, 2))
-        lines.append(f"DeepSpeed on {profile['zero_model']['model']} itself, per gradient reduction: {zero1:,.2f} ms "
+        lines.append(f"DeepSpeed on {profile['model']['name']} itself, per gradient reduction: {zero1:,.2f} ms "
                      f"(ZeRO-1) and {zero2:,.2f} ms (ZeRO-2), its collectives' bytes apart")
     if "torch_tp_layer_s" in rates:
         lines.append(f"tensor parallelism over {profile['tensor_parallel']['tp']} ranks, beyond 1/tp of the compute "

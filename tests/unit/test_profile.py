@@ -196,6 +196,51 @@ def test_deepspeed_costs_per_reduction_and_per_tensor_from_the_stack():
     assert costs["zero3_tensor_s"] == pytest.approx(5e-3)
 
 
+def test_deepspeed_costs_per_reduction_on_the_model_are_what_it_adds_beyond_its_collectives_bytes():
+    """calibrate times the profile's own model plain and under ZeRO-1 and ZeRO-2 (calibrate_engines.
+    measure_zero_model); the fit keeps what each stage adds beyond the plain forward+backward, 1/n of the AdamW
+    step and its collectives' bytes, per reduction the planner counts."""
+    from dataclasses import asdict
+
+    from dsbench.plan.profile import zero_model_costs
+
+    shape = resolve_model("gpt2-mini")
+    params = shape.num_params()
+    zm = {"world": 2, "micro_batch": 2, "seq_len": 128, "plain_forward_backward": {"seconds": 0.100},
+          "plain_step": {"seconds": 0.110}, "zero1_step": {"seconds": 0.150}, "zero2_step": {"seconds": 0.190}}
+    link = {kind: {"alpha_us": 500.0, "bandwidth_gbs": 2.0, "latency_us_per_step": 500.0}
+            for kind in ("all-reduce", "all-gather", "reduce-scatter")}
+    # by hand: the plain step is 100 ms + half of the 10 ms AdamW step; each stage reduce-scatters the fp32
+    # gradients and all-gathers the fp32 parameters, each rank of 2 sending half of each at 2 GB/s (no latency:
+    # the measured cost holds it); 35 reductions for gpt2-mini's gradients in h² buckets (counted by hand in
+    # test_the_planner_prices_deepspeed_by_its_reductions_and_tensors_when_measured), as ZeRO-1 and ZeRO-2 bucket
+    # alike
+    bytes_s = 2 * (params * 4 / 2) / 2e9
+    costs = zero_model_costs(zm, link, shape, "fp32")
+    assert costs["zero1_model_call_s"] == pytest.approx((0.150 - 0.105 - bytes_s) / 35, rel=1e-9)
+    assert costs["zero2_model_call_s"] == pytest.approx((0.190 - 0.105 - bytes_s) / 35, rel=1e-9)
+    zm["zero1_step"]["seconds"] = 0.100  # noise under the plain step: no cost, never a credit
+    assert zero_model_costs(zm, link, shape, "fp32")["zero1_model_call_s"] == 0.0
+    # a profile holds the shape as a record (dataclasses.asdict and num_params), and the fit reads it back whole
+    from dsbench.models import shape_of_record
+
+    assert shape_of_record({**asdict(shape), "num_params": params}) == shape
+
+
+def test_the_planner_prices_zero1_and_zero2_at_the_models_cost_and_zero3_at_the_stacks():
+    shape = resolve_model("gpt2-mini")
+    wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=2, precision="fp32")
+    stack = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+                    inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04,
+                    deepspeed_s=(1e-3, 2e-3, 5e-3))
+    model = replace(stack, zero_model_call_s=(3e-3, 4e-3))
+    # gpt2-mini's 35 reductions: ZeRO-1 once a step, ZeRO-2 every one of the 2 micro-steps
+    assert estimate(Candidate(strategy="zero1"), wl, model).framework_s == pytest.approx(35 * 3e-3)
+    assert estimate(Candidate(strategy="zero2"), wl, model).framework_s == pytest.approx(35 * 4e-3 * 2)
+    assert (estimate(Candidate(strategy="zero3"), wl, model).framework_s ==
+            estimate(Candidate(strategy="zero3"), wl, stack).framework_s)
+
+
 def test_the_planner_prices_deepspeed_by_its_reductions_and_tensors_when_measured():
     from dsbench.plan.calls import collective_calls
     from dsbench.plan.memory import accounting_for
