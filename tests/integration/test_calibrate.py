@@ -41,11 +41,12 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
             and stopped["warmup_s"] >= 0.05), (kind, sizes, stopped)
         assert all(p["p10"] <= p["seconds"] <= p["p90"] for p in world[kind]["points"]), kind
         assert world[kind]["bandwidth_gbs"] > 0, kind
-    # the engines' own costs, from the stack run plain, under FSDP2 and under ZeRO-1/2/3 (a real step each), and
-    # from the model's own layers split over both ranks by DTensor (with and without SP) and by DeepSpeed AutoTP's
-    # layers and under DeepSpeed Ulysses, and from its LM head and loss split by vocabulary; torch's zero-bubble split
-    # backward on each rank
+    # the engines' own costs, from the stack run plain, under FSDP2 and under ZeRO-1/2/3 (a real step each), from
+    # the model itself under ZeRO-1/2, from the model's own layers split over both ranks by DTensor (with and
+    # without SP) and by DeepSpeed AutoTP's layers and under DeepSpeed Ulysses, and from its LM head and loss split
+    # by vocabulary; torch's zero-bubble split backward on each rank
     for key in ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_call_s", "zero2_call_s",
+                "zero1_model_call_s", "zero2_model_call_s",
                 "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s",
                 "ulysses_layer_s", "zb_split_layer_s", "torch_pp_1f1b_pass_s", "torch_pp_interleaved_pass_s",
                 "torch_pp_interleaved_zb_pass_s", "deepspeed_pipe_pass_s", "torch_pp_1f1b_step_s",
@@ -63,6 +64,10 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
         assert zb["layers"] == 2 and zb["whole"]["seconds"] > 0 and zb["split"]["seconds"] > 0
     assert profile["deepspeed"]["zero3_step"]["seconds"] > profile["fsdp"]["plain_step"]["seconds"]
     assert profile["repeats"] == 3 and profile["deepspeed"]["zero3_step"]["samples"] == 3
+    # the model itself under ZeRO-1 and ZeRO-2: each step slower than the plain one, which steps every parameter
+    zero_model = profile["zero_model"]
+    assert min(zero_model[f"zero{stage}_step"]["seconds"] for stage in (1, 2)) > zero_model["plain_forward_backward"][
+        "seconds"] and zero_model["zero2_step"]["samples"] == 3
     assert profile["tensor_parallel"]["ulysses_forward_backward"]["samples"] == 3
     split = profile["tensor_parallel"]
     assert split["tp"] == 2 and split["layers"] == 2

@@ -223,8 +223,13 @@ def test_deepspeed_costs_per_reduction_on_the_model_are_what_it_adds_beyond_its_
     assert zero_model_costs(zm, link, shape, "fp32")["zero1_model_call_s"] == 0.0
     # a profile holds the shape as a record (dataclasses.asdict and num_params), and the fit reads it back whole
     from dsbench.models import shape_of_record
+    from dsbench.plan.profile_summary import _engine_lines
 
-    assert shape_of_record({**asdict(shape), "num_params": params}) == shape
+    record = {**asdict(shape), "num_params": params}
+    assert shape_of_record(record) == shape
+    lines = _engine_lines({"model": record}, {"zero1_model_call_s": 2e-3, "zero2_model_call_s": 3.5e-3})
+    assert lines == ["DeepSpeed on gpt2-mini itself, per gradient reduction: 2.00 ms (ZeRO-1) and 3.50 ms (ZeRO-2), "
+                     "its collectives' bytes apart"]
 
 
 def test_the_planner_prices_zero1_and_zero2_at_the_models_cost_and_zero3_at_the_stacks():
