@@ -86,7 +86,8 @@ def measure_deepspeed(comm: Any, device: str, dtype: Any, precision: str, repeat
     engines = {}
     for stage in (1, 2, 3):
         model = _stack(device, dtype)
-        engines[stage], *_ = deepspeed.initialize(model=model, config=_stack_config(stage, precision),
+        engines[stage], *_ = deepspeed.initialize(model=model, config=zero_config(stage, precision, 8,
+                                                                                  FSDP_UNIT_SHAPE[1]),
                                                   optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4))
 
     def trainer(engine: Any) -> Any:
@@ -117,12 +118,28 @@ def measure_zero_model(shape: Any, micro: int, seq: int, comm: Any, info: Any, d
     import deepspeed
     import torch
 
-    from dsbench.configs.autofill import AutoInputs, fill_auto
     from dsbench.worker.model import build_model
 
     device = info.device
     model = build_model(shape, 1234, False, False).to(device=device, dtype=dtype)
     ids = torch.randint(0, shape.vocab_size, (micro, seq), generator=torch.Generator().manual_seed(0)).to(device)
+    works, engines = _plain_steps(model, ids), []
+    for stage in (1, 2):
+        copied = copy.deepcopy(model)
+        engine, *_ = deepspeed.initialize(model=copied, config=zero_config(stage, precision, micro, shape.hidden),
+                                          optimizer=torch.optim.AdamW(copied.parameters(), lr=1e-4))
+        engines.append(engine)
+        works[f"zero{stage}_step"] = _engine_step(engine, ids)
+    timed = interleaved(works, comm, device, repeats, STACK_CALLS)
+    for engine in engines:
+        engine.destroy()
+    return {"world": comm.world_size, "micro_batch": micro, "seq_len": seq, **timed}
+
+
+def _plain_steps(model: Any, ids: Any) -> dict[str, Any]:
+    """The model's forward+backward alone, and with torch AdamW's (fused) step over every parameter."""
+    import torch
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
     def plain(optimize: bool) -> Any:
@@ -134,23 +151,7 @@ def measure_zero_model(shape: Any, micro: int, seq: int, comm: Any, info: Any, d
 
         return step
 
-    works = {"plain_forward_backward": plain(False), "plain_step": plain(True)}
-    engines = []
-    for stage in (1, 2):
-        config, _ = fill_auto({"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": 1,
-                               "gradient_clipping": 1.0, "zero_optimization": {"stage": stage,
-                                                                               "reduce_bucket_size": "auto"},
-                               "bf16": {"enabled": precision == "bf16"}, "fp16": {"enabled": precision == "fp16"}},
-                              AutoInputs(hidden_size=shape.hidden))
-        copied = copy.deepcopy(model)
-        engine, *_ = deepspeed.initialize(model=copied, config=config,
-                                          optimizer=torch.optim.AdamW(copied.parameters(), lr=1e-4))
-        engines.append(engine)
-        works[f"zero{stage}_step"] = _engine_step(engine, ids)
-    timed = interleaved(works, comm, device, repeats, STACK_CALLS)
-    for engine in engines:
-        engine.destroy()
-    return {"world": comm.world_size, "micro_batch": micro, "seq_len": seq, **timed}
+    return {"plain_forward_backward": plain(False), "plain_step": plain(True)}
 
 
 def _engine_step(engine: Any, ids: Any) -> Any:
@@ -161,19 +162,19 @@ def _engine_step(engine: Any, ids: Any) -> Any:
     return step
 
 
-def _stack_config(stage: int, precision: str) -> dict[str, Any]:
-    """The stack's DeepSpeed config at ZeRO ``stage``, with the hidden-size-dependent buckets as HF "auto" sets them
-    for a model of the stack's width, as dsbench's runs do: reduce bucket width², ZeRO-3 prefetch 0.9·width², and
-    only tensors under 10·width (the biases) kept whole, so ZeRO-3 gathers every weight as it gathers a model's
-    matrices."""
+def zero_config(stage: int, precision: str, micro: int, width: int) -> dict[str, Any]:
+    """A calibration's DeepSpeed config at ZeRO ``stage`` for a model of hidden size ``width``, with the
+    size-dependent buckets as HF "auto" sets them, as dsbench's runs do: reduce bucket width², ZeRO-3 prefetch
+    0.9·width², and only tensors under 10·width kept whole (the stack's biases; a model's norms), so ZeRO-3 gathers
+    every weight matrix."""
     from dsbench.configs.autofill import AutoInputs, fill_auto
 
-    config, _ = fill_auto({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+    config, _ = fill_auto({"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": 1,
                            "gradient_clipping": 1.0, "zero_optimization": {
                                "stage": stage, "reduce_bucket_size": "auto",
                                "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"},
                            "bf16": {"enabled": precision == "bf16"}, "fp16": {"enabled": precision == "fp16"}},
-                          AutoInputs(hidden_size=FSDP_UNIT_SHAPE[1]))
+                          AutoInputs(hidden_size=width))
     return config
 
 
