@@ -10,13 +10,14 @@ from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.caveats import node_note
+from dsbench.plan.engine_costs import TP_LAYER_RATE
 from dsbench.plan.estimate import Estimate, estimate
 from dsbench.plan.gpu_calibration import calibrated_gpu
 from dsbench.plan.gpu_profiles import ALIASES, CUSTOM, KINDS, GpuProfile, custom_profile, with_host
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, Link, link
 from dsbench.plan.inputs import Cluster, Workload
 from dsbench.plan.pipeline_time import PASS_RATE, STEP_RATE
-from dsbench.plan.profile import TP_LAYER_RATE, Profile, compute_group
+from dsbench.plan.profile import Profile, compute_group
 from dsbench.plan.profile_check import load_profile
 from dsbench.plan.recommend import Ranked, launch_command, rank
 from dsbench.plan.request import DEFAULTS, PlanRequest

@@ -301,7 +301,7 @@ def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl:
     if _deepspeed_measured(cand, cl):
         per_call, per_tensor = cl.deepspeed_s[1 if cand.strategy != "zero1" else 0], cl.deepspeed_s[2]
         if cand.strategy in ("zero1", "zero2"):  # measured on the profile's model where it was, else the stack's
-            per_call = cl.zero_model_call_s[int(cand.strategy[-1]) - 1] or per_call
+            per_call = cl.zero_model_call_s[0 if cand.strategy == "zero1" else 1] or per_call
         if cand.strategy == "zero1":
             return own + calls.grads * per_call
         tensors = len(shape.tensors()) if cand.strategy == "zero3" else 0

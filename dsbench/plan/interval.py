@@ -22,15 +22,16 @@ from dsbench.plan.profile import SPREAD_OF
 
 TENSOR_TIMING = {"dtensor": "DTensor layers", "autotp": "AutoTP layers", "dtensor_sp": "DTensor SP layers"}
 """Tensor parallelism's own work per layer, by the kind of split layer (:attr:`Candidate.tp_kind`,
-:func:`dsbench.plan.profile.tensor_parallel_costs`)."""
+:func:`dsbench.plan.engine_costs.tensor_parallel_costs`)."""
 TERM_TIMING = {"compute": "forward+backward", "optimizer": "AdamW", "communication": "collectives"}
 
 
 def framework_timings(cand: Candidate) -> list[str]:
     """The calibrated timings the framework term of a candidate comes from: its engine's stack step (the timing
     :data:`dsbench.plan.profile.SPREAD_OF` names for the stage's or FSDP2's step, which
-    :func:`dsbench.plan.profile.zero_costs` and :func:`~dsbench.plan.profile.fsdp_unit_costs` fit from) and tensor
-    parallelism's layers, and a pipeline engine's schedule."""
+    :func:`dsbench.plan.engine_costs.zero_costs` and :func:`~dsbench.plan.engine_costs.fsdp_unit_costs` fit from),
+    ZeRO-1/2's step on the model itself, tensor parallelism's or Ulysses' layers, and a pipeline engine's
+    schedule."""
     strategy = cand.strategy
     source = ("fsdp", "sharded_step") if strategy.startswith("fsdp") else ("deepspeed", f"{strategy}_step")
     engine_timing = [name for name, timing in SPREAD_OF.items() if timing == source]

@@ -1,11 +1,6 @@
-"""Machine profiles: what ``dsbench calibrate`` measured on the real ranks, fitted to the planner's time model (pure).
-
-Collectives follow the ring model of :mod:`dsbench.plan.comm`: one call of ``kind`` on a B-byte buffer over n
-ranks takes ``alpha + bytes_per_rank / bandwidth``, bytes_per_rank = 2B(n-1)/n (all-reduce), B(n-1)/n
-(all-gather, reduce-scatter; ../shared/seeds/001, Patarasuk & Yuan 2009) or B (point-to-point). alpha and the
-bandwidth are fitted per collective by least squares on relative error (every size weighs the same, from 4 KiB
-to 16 MiB); the fit's worst relative error over the measured sizes is kept with it, so a profile says how well
-the model describes the machine. The planner's per-step latency is alpha divided by the ring's steps.
+"""Machine profiles: what ``dsbench calibrate`` measured on the real ranks, fitted to the planner's time model (pure):
+each collective (:mod:`dsbench.plan.collective_fit`), the compute rates, and the engines' own costs
+(:mod:`dsbench.plan.engine_costs`); and read back as the planner's links and rates.
 """
 
 from __future__ import annotations
@@ -16,220 +11,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.models import ModelShape, shape_of_record
-from dsbench.plan.calls import NO_LATENCY, collective_calls
-from dsbench.plan.candidate import Candidate
-from dsbench.plan.comm import (
-    ULYSSES_CALLS,
-    all_to_all_seconds,
-    bucket_calls,
-    data_parallel_comm,
-    ring_bytes,
-    ulysses_layer_bytes,
+from dsbench.models import shape_of_record
+from dsbench.plan.collective_fit import KINDS, fit_collective, fitted_link
+from dsbench.plan.engine_costs import (
+    fsdp_unit_costs,
+    split_backward_cost,
+    tensor_parallel_costs,
+    zero_costs,
+    zero_model_costs,
 )
 from dsbench.plan.gpu_calibration import gpu_section
 from dsbench.plan.hardware import Link
-from dsbench.plan.memory import accounting_for, held_params
 from dsbench.plan.pipeline_time import pass_costs, timing_name
 
 SCHEMA = "dsbench.profile/2"
 """Version 2 (2026-11-27) adds the optional ``gpu`` section (plan/gpu_calibration.py); version 1 files still load."""
 SCHEMAS = ("dsbench.profile/1", SCHEMA)
 MEASURED = "dsbench.measured/1"
-KINDS = ("all-reduce", "all-gather", "reduce-scatter", "p2p")
-
-
-def ring_steps(kind: str, n: int) -> int:
-    """Latency-bound steps of one call: 2(n-1) for a ring all-reduce, n-1 for all-gather/reduce-scatter, 1 for p2p."""
-    if kind == "p2p":
-        return 1
-    return max(1, 2 * (n - 1) if kind == "all-reduce" else n - 1)
-
-
-def moved_bytes(kind: str, size: float, n: int) -> float:
-    """Bytes each rank sends in one call (the ring model's; the whole buffer for point-to-point)."""
-    return size if kind == "p2p" else ring_bytes(kind, size, n)
-
-
-def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """``(alpha, beta)`` of ``t = alpha + beta * x`` minimising the sum of squared relative errors
-    ``((alpha + beta x - t) / t)^2`` (weighted least squares, weights 1/t^2), with alpha and beta kept >= 0:
-    a negative intercept is refitted through the origin."""
-    if len(points) < 2:
-        raise ValueError("a line needs at least two points")
-    weights = [1 / t**2 for _, t in points]
-    sw = sum(weights)
-    swx = sum(w * x for w, (x, _) in zip(weights, points, strict=True))
-    swy = sum(w * t for w, (_, t) in zip(weights, points, strict=True))
-    swxx = sum(w * x * x for w, (x, _) in zip(weights, points, strict=True))
-    swxy = sum(w * x * t for w, (x, t) in zip(weights, points, strict=True))
-    det = sw * swxx - swx**2
-    beta = (sw * swxy - swx * swy) / det if det else 0.0
-    alpha = (swy - beta * swx) / sw
-    if alpha < 0:  # latency cannot be negative: the best line through the origin
-        alpha, beta = 0.0, swxy / swxx
-    return alpha, max(beta, 0.0)
-
-
-def fit_collective(kind: str, n: int, points: list[dict[str, Any]]) -> dict[str, Any]:
-    """alpha (µs per call), bandwidth (GB/s per rank) and the worst relative error of the fit over ``points``."""
-    xy = [(moved_bytes(kind, p["bytes"], n), p["seconds"]) for p in points]
-    alpha, beta = fit_line(xy)
-    worst = max(abs(alpha + beta * x - t) / t for x, t in xy)
-    return {"alpha_us": alpha * 1e6, "bandwidth_gbs": 1 / beta / 1e9 if beta else float("inf"),
-            "latency_us_per_step": alpha * 1e6 / ring_steps(kind, n), "fit_worst_error": worst}
-
-
-def call_seconds(fitted: dict[str, Any], kind: str, size: float, n: int) -> float:
-    """One call of ``kind`` on a ``size``-byte buffer over ``n`` ranks, as a fitted collective predicts it."""
-    entry = fitted.get(kind) or {}
-    if "alpha_us" not in entry:
-        return 0.0
-    return entry["alpha_us"] * 1e-6 + moved_bytes(kind, size, n) / (entry["bandwidth_gbs"] * 1e9)
-
-
-def fsdp_unit_costs(fsdp: dict[str, Any], world: dict[str, Any]) -> dict[str, float]:
-    """FSDP2's cost per ``fully_shard`` unit beyond compute and communication, from calibrate's stack:
-
-    - per micro-step: (sharded − plain forward+backward) / units, less one unit's collectives as the fitted world
-      link predicts them (an all-gather in the forward, another in the backward, a reduce-scatter of its gradients);
-    - per optimizer step: the sharded step's time beyond its forward+backward (clipping, AdamW over DTensors) less
-      what the plain model's takes for the 1/n of the parameters a rank updates, less the norm's all-reduce, per
-      unit.
-
-    Kept at zero when noise makes either negative (the planner then adds nothing)."""
-    n, size, units = fsdp["world"], fsdp["unit_bytes"], fsdp["units"]
-    unit_comm = 2 * call_seconds(world, "all-gather", size, n) + call_seconds(world, "reduce-scatter", size, n)
-    extra_fb = fsdp["sharded_forward_backward"]["seconds"] - fsdp["plain_forward_backward"]["seconds"]
-    per_micro = extra_fb / units - unit_comm
-    optimizer = ((fsdp["sharded_step"]["seconds"] - fsdp["sharded_forward_backward"]["seconds"])
-                 - (fsdp["plain_step"]["seconds"] - fsdp["plain_forward_backward"]["seconds"]) / n  # its 1/n shard
-                 - call_seconds(world, "all-reduce", 4, n))
-    return {"fsdp_unit_s_per_micro_step": max(0.0, per_micro), "fsdp_unit_s_per_step": max(0.0, optimizer / units)}
-
-
-def zero_costs(zero: dict[str, Any], fsdp: dict[str, Any]) -> dict[str, float]:
-    """DeepSpeed's own costs from calibrate's stack, each stage's training step less the plain model's
-    forward+backward and the AdamW step over the 1/n of the parameters a rank updates:
-
-    - ZeRO-1 and ZeRO-2, per gradient reduction: the stack's reductions are its tensors packed into buckets of
-      width² elements as DeepSpeed packs them (:func:`dsbench.plan.comm.bucket_calls`; every weight fills a bucket,
-      so each tensor is reduced alone);
-    - ZeRO-3, per parameter tensor: what remains after its reductions at ZeRO-2's cost, over the stack's tensors.
-      Per tensor, not per module: the same stack without biases (half the tensors, as many modules) costs ZeRO-3
-      half as much beyond ZeRO-2 (measured: 82 vs 148 ms over 48 Linear(64, 64), 2 CPU ranks), and so do the
-      models' own layers, 1.6-1.9 ms per tensor for gpt2-tiny, gpt2-mini and llama-tiny alike, where per gathered
-      module GPT-2's cost 2.5x Llama's (docs/planner.md). The persistent biases and norms count: ZeRO-3's hooks
-      and its partitioned optimizer visit them too.
-
-    Each includes its small collectives, so the planner counts only their bytes beside it. Kept at zero when noise
-    makes one negative."""
-    n, linears, width = zero["world"], zero["tensors_per_unit"] // 2, zero["width"]
-    calls = bucket_calls([width, width * width] * linears * zero["units"], width * width)
-    tensors = zero["tensors_per_unit"] * zero["units"]
-    plain_fb = fsdp["plain_forward_backward"]["seconds"]
-    base = plain_fb + (fsdp["plain_step"]["seconds"] - plain_fb) / n
-
-    def extra(stage: int) -> float:
-        return zero[f"zero{stage}_step"]["seconds"] - base
-
-    per_call = {stage: max(0.0, extra(stage) / calls) for stage in (1, 2)}
-    return {"zero1_call_s": per_call[1], "zero2_call_s": per_call[2],
-            "zero3_tensor_s": max(0.0, (extra(3) - calls * per_call[2]) / tensors)}
-
-
-def zero_model_costs(zm: dict[str, Any], link: dict[str, Any], shape: ModelShape, precision: str) -> dict[str, float]:
-    """DeepSpeed's own cost per gradient reduction under ZeRO-1 and ZeRO-2 on the profile's own model
-    (``zero1_model_call_s``, ``zero2_model_call_s``; profiles from 2026-11-29 14:00 on): each stage's training step
-    less the plain model's forward+backward and the AdamW step over the 1/n of the parameters a rank updates, less
-    the step's collectives' bytes as the planner prices them (plan/comm.data_parallel_comm: the gradients'
-    reduce-scatter and the updated parameters' all-gather, at the fitted link), over the reductions the planner
-    counts for the model (plan/calls.collective_calls). Beside :func:`zero_costs`' stack this holds the waiting
-    each reduction does for the slower rank's backward. Kept at zero when noise makes one negative."""
-    n, element_bytes, params = zm["world"], 2 if precision in ("bf16", "fp16") else 4, held_params(shape)
-    plain_fb = zm["plain_forward_backward"]["seconds"]
-    base = plain_fb + (zm["plain_step"]["seconds"] - plain_fb) / n
-    fitted = fitted_link(link, "calibrated", "the world group's link")
-    out = {}
-    for stage in (1, 2):
-        key = f"zero{stage}_step"
-        if key not in zm:
-            continue
-        strategy = f"zero{stage}"
-        bytes_s = sum(c.seconds for c in data_parallel_comm(strategy, params, n, fitted, element_bytes,
-                                                           element_bytes, calls=NO_LATENCY)) if fitted else 0.0
-        reductions = collective_calls(Candidate(strategy=strategy), shape, params, None,
-                                      accounting_for(precision, strategy)).grads
-        out[f"{strategy}_model_call_s"] = max(0.0, (zm[key]["seconds"] - base - bytes_s) / reductions)
-    return out
-
-
-TP_LAYER_RATE = {"dtensor": "torch_tp_layer_s", "autotp": "autotp_layer_s", "dtensor_sp": "torch_tp_sp_layer_s"}
-"""The rate :func:`tensor_parallel_costs` stores for each kind of split layer (:attr:`Candidate.tp_kind`)."""
-
-
-def ulysses_layer_cost(tp: dict[str, Any], link: dict[str, Any], element_bytes: int) -> float | None:
-    """What DeepSpeed Ulysses costs per decoder layer per micro-step beyond 1/sp of the layer's compute and its
-    all-to-alls (``ulysses_layer_s``, profiles from 2026-11-29 13:00 on): (the layers under Ulysses over sp ranks -
-    plain / sp) / layers, less the layer's 8 all-to-alls as the planner prices them (plan/comm.ulysses_layer_bytes at
-    the fitted link's all-gather figures). What stays is the attention wrapper's own work (its layout copies and
-    the all-gather of the position ids) and the rate lost by the linears on s/sp tokens. None without the
-    measurement (older profiles, models without key/value heads); kept at zero when noise makes it negative."""
-    if "ulysses_forward_backward" not in tp or "heads" not in tp:
-        return None
-    sp, layers = tp["tp"], tp["layers"]
-    fitted = fitted_link(link, "calibrated", "the tensor-parallel group's link")
-    sent = ulysses_layer_bytes(tp["hidden"], tp["heads"], tp["kv_heads"], tp["micro_batch"] * tp["seq_len"] / sp,
-                               sp, element_bytes)
-    comm = all_to_all_seconds(sent, ULYSSES_CALLS, sp, fitted) if fitted else 0.0
-    return max(0.0, (tp["ulysses_forward_backward"]["seconds"] - tp["plain_forward_backward"]["seconds"] / sp)
-               / layers - comm)
-
-
-def tensor_parallel_costs(tp: dict[str, Any], link: dict[str, Any], element_bytes: int) -> dict[str, float]:
-    """What tensor parallelism costs per decoder layer per micro-step beyond 1/tp of the layer's compute and its
-    activation all-reduces, from calibrate's measurement of the model's own layers split ``tp`` ways:
-    (split forward+backward - plain forward+backward / tp) / layers, less the 4 all-reduces of micro x seq x hidden
-    activations per layer (2 in the forward after the row-parallel projections, 2 in the backward before the
-    column-parallel ones; Shoeybi et al. 2019, section 3) as the fitted link predicts them. For DTensor
-    (``torch_tp_layer_s``) and for DeepSpeed AutoTP's layers (``autotp_layer_s``): dispatch, hooks, and the rate
-    lost by matrix multiplies 1/tp the size. Under DTensor with sequence parallelism (``torch_tp_sp_layer_s``,
-    profiles from 2026-11-26 16:00 on) the layer's collectives are 4 all-gathers and 4 reduce-scatters of the same
-    activations (Korthikanti et al. 2022 sec. 4.2.2; plan/comm.sequence_parallel_comm), and its own work adds the
-    norms' DTensor dispatch and the regions' redistributions. And per micro-step the LM head and loss split by
-    vocabulary under torch's ``loss_parallel`` (``torch_tp_lp_head_s``, profiles from 2026-11-26 23:00 on):
-    beyond 1/tp of the whole head and loss, the DTensor work of the sharded logits and loss. Kept at zero when noise
-    makes one negative."""
-    n, layers = tp["tp"], tp["layers"]
-    activations = tp["micro_batch"] * tp["seq_len"] * tp["hidden"] * element_bytes
-    collectives = {"torch": 4 * call_seconds(link, "all-reduce", activations, n),
-                   "sp": 4 * (call_seconds(link, "all-gather", activations, n) +
-                              call_seconds(link, "reduce-scatter", activations, n))}
-    collectives["autotp"] = collectives["torch"]
-    ideal = tp["plain_forward_backward"]["seconds"] / n
-    costs = {f"{name}_layer_s": max(0.0, (tp[f"{engine}_forward_backward"]["seconds"] - ideal) / layers -
-                                    collectives[engine])
-             for name, engine in (("torch_tp", "torch"), ("autotp", "autotp"), ("torch_tp_sp", "sp"))
-             if f"{engine}_forward_backward" in tp}
-    if "lp_forward_backward" in tp:  # the head split by vocabulary, per micro-step: beyond 1/tp of the whole head
-        # and loss, the loss's 3 all-reduces of s·b figures and the head's input-gradient all-reduce
-        # (plan/comm.loss_parallel_comm)
-        lp_comm = (3 * call_seconds(link, "all-reduce", tp["micro_batch"] * tp["seq_len"] * 4, n) +
-                   call_seconds(link, "all-reduce", activations, n))
-        costs["torch_tp_lp_head_s"] = max(0.0, tp["lp_forward_backward"]["seconds"] -
-                                          tp["head_forward_backward"]["seconds"] / n - lp_comm)
-    ulysses = ulysses_layer_cost(tp, link, element_bytes)
-    if ulysses is not None:
-        costs["ulysses_layer_s"] = ulysses
-    return costs
-
-
-def split_backward_cost(split: dict[str, Any]) -> float:
-    """What torch's zero-bubble schedules pay per layer per micro-batch beyond the whole backward the other torch
-    schedules run: (forward + input- and weight-gradient passes - forward + whole backward) / layers, from
-    calibrate's one-stage measurement (``compute.split_backward``; the slowest rank's is stored). Kept at zero
-    when noise makes it negative."""
-    return max(0.0, (split["split"]["seconds"] - split["whole"]["seconds"]) / split["layers"])
 
 
 def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
@@ -237,14 +35,7 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
     planner uses (the slowest rank's: in a synchronous step every rank waits for it)."""
     if measured.get("schema") != MEASURED:
         raise UserError(f"not dsbench calibrate's measurements (schema {measured.get('schema')!r})")
-    collectives = {}
-    for group, data in measured["collectives"].items():
-        fitted = {key: value for key, value in data.items() if key not in KINDS}
-        for kind in KINDS:
-            entry = data.get(kind) or {}
-            fitted[kind] = ({**entry, **fit_collective(kind, data["size"], entry["points"])} if "points" in entry
-                else entry)
-        collectives[group] = fitted
+    collectives = {group: _fitted_group(data) for group, data in measured["collectives"].items()}
     per_rank = measured["compute_per_rank"]
     rates = {f"{name}_tflops": min(rank[name]["tflops"] for rank in per_rank) for name in ("gemm", "attention",
                                                                                              "model")}
@@ -273,6 +64,16 @@ def fit_profile(measured: dict[str, Any]) -> dict[str, Any]:
     if measured.get("gpu"):  # measured on a CUDA rank: the GPU model's own constants
         out["gpu"] = gpu_section(measured["gpu"])
     return out
+
+
+def _fitted_group(data: dict[str, Any]) -> dict[str, Any]:
+    """One rank group's measured collectives, each with its fit (:func:`~dsbench.plan.collective_fit.fit_collective`)
+    beside its points."""
+    fitted = {key: value for key, value in data.items() if key not in KINDS}
+    for kind in KINDS:
+        entry = data.get(kind) or {}
+        fitted[kind] = {**entry, **fit_collective(kind, data["size"], entry["points"])} if "points" in entry else entry
+    return fitted
 
 
 SPREAD_OF = {"forward+backward": ("compute_per_rank", "model"), "AdamW": ("compute_per_rank", "optimizer"),
@@ -333,16 +134,6 @@ def link_from(profile: dict[str, Any], group: str) -> Link | None:
         return None
     return fitted_link(data, f"measured:{group}",
                        f"measured by dsbench calibrate over {data['size']} ranks ({profile.get('backend')}, {group})")
-
-
-def fitted_link(data: dict[str, Any], name: str, description: str) -> Link | None:
-    """A :class:`Link` of one group's fitted collectives; None when none was fitted."""
-    figures = tuple((kind, data[kind]["bandwidth_gbs"], data[kind]["latency_us_per_step"]) for kind in KINDS
-                    if "bandwidth_gbs" in data.get(kind, {}))
-    if not figures:
-        return None
-    all_reduce = dict((kind, (bw, lat)) for kind, bw, lat in figures).get("all-reduce", figures[0][1:])
-    return Link(name, all_reduce[0], all_reduce[1], description, by_kind=figures)
 
 
 def compute_group(profile: dict[str, Any]) -> tuple[Link | None, Link | None]:

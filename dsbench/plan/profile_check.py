@@ -7,9 +7,10 @@ import math
 from typing import Any
 
 from dsbench.errors import UserError
+from dsbench.plan.collective_fit import KINDS
 from dsbench.plan.gpu_calibration import check_section
 from dsbench.plan.pipeline_time import PASS_RATE, STEP_RATE
-from dsbench.plan.profile import KINDS, SCHEMAS
+from dsbench.plan.profile import SCHEMAS
 
 
 def load_profile(data: Any, source: str) -> dict[str, Any]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsbench.plan.collective_fit import KINDS
 from dsbench.plan.pipeline_time import PASS_RATE, STEP_RATE, timing_name
-from dsbench.plan.profile import KINDS
 
 
 def summary_lines(profile: dict[str, Any]) -> list[str]:

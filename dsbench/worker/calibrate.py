@@ -37,13 +37,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from dsbench.parallel import widest_tp
-from dsbench.worker.calibrate_engines import (
-    measure_deepspeed,
-    measure_fsdp,
-    measure_tensor_parallel,
-    measure_zero_model,
-)
+from dsbench.worker.calibrate_engines import measure_deepspeed, measure_fsdp, measure_zero_model
 from dsbench.worker.calibrate_gpu import measure_gpu
+from dsbench.worker.calibrate_layers import measure_tensor_parallel
 from dsbench.worker.calibrate_pipe import measure_pipeline_schedules
 from dsbench.worker.calibrate_timing import interleaved, rate, summary_of, sync_device
 

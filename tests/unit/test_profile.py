@@ -10,11 +10,12 @@ import pytest
 from dsbench.errors import UserError
 from dsbench.models import resolve_model
 from dsbench.plan.candidate import Candidate
+from dsbench.plan.collective_fit import fit_collective, fit_line
 from dsbench.plan.comm import ring_seconds
 from dsbench.plan.estimate import estimate
 from dsbench.plan.hardware import INTERCONNECTS, Link
 from dsbench.plan.inputs import Cluster, Workload
-from dsbench.plan.profile import MEASURED, fit_collective, fit_line, fit_profile, link_from
+from dsbench.plan.profile import MEASURED, fit_profile, link_from
 from dsbench.plan.profile_check import load_profile
 from dsbench.plan.profile_summary import summary_lines
 from dsbench.records import flops_per_token
@@ -116,7 +117,7 @@ def _fsdp_measurement() -> dict:
 
 
 def test_fsdp_costs_per_unit_are_what_the_stack_shows_beyond_its_collectives():
-    from dsbench.plan.profile import fsdp_unit_costs
+    from dsbench.plan.engine_costs import fsdp_unit_costs
 
     world = {"all-gather": {"alpha_us": 500.0, "bandwidth_gbs": 1.0},
              "reduce-scatter": {"alpha_us": 1000.0, "bandwidth_gbs": 1.0},
@@ -131,7 +132,7 @@ def test_fsdp_costs_per_unit_are_what_the_stack_shows_beyond_its_collectives():
 
 
 def test_noise_never_makes_fsdp_cheaper_than_the_plain_model():
-    from dsbench.plan.profile import fsdp_unit_costs
+    from dsbench.plan.engine_costs import fsdp_unit_costs
 
     measured = _fsdp_measurement()
     measured["sharded_forward_backward"]["seconds"] = 0.005
@@ -183,7 +184,7 @@ def test_the_tensor_list_is_the_hf_models_parameters(name):
 
 
 def test_deepspeed_costs_per_reduction_and_per_tensor_from_the_stack():
-    from dsbench.plan.profile import zero_costs
+    from dsbench.plan.engine_costs import zero_costs
 
     fsdp = _fsdp_measurement()  # plain forward+backward 10 ms, plain step 16 ms: AdamW 6 ms, 3 ms per shard
     zero = {"units": 8, "tensors_per_unit": 12, "width": 64, "world": 2,
@@ -202,7 +203,7 @@ def test_deepspeed_costs_per_reduction_on_the_model_are_what_it_adds_beyond_its_
     step and its collectives' bytes, per reduction the planner counts."""
     from dataclasses import asdict
 
-    from dsbench.plan.profile import zero_model_costs
+    from dsbench.plan.engine_costs import zero_model_costs
 
     shape = resolve_model("gpt2-mini")
     params = shape.num_params()
@@ -279,7 +280,7 @@ def _tp_measurement(**seconds: float) -> dict:
 
 
 def test_tensor_parallel_costs_per_layer_are_what_splitting_adds_beyond_its_all_reduces():
-    from dsbench.plan.profile import tensor_parallel_costs
+    from dsbench.plan.engine_costs import tensor_parallel_costs
 
     link = {"all-reduce": {"alpha_us": 1000.0, "bandwidth_gbs": 1.0}}
     costs = tensor_parallel_costs(_tp_measurement(), link, element_bytes=4)
@@ -323,7 +324,7 @@ def test_the_planner_adds_tensor_parallelism_s_own_work_per_layer_and_micro_step
 
 
 def test_calibrate_says_which_models_it_splits():
-    from dsbench.worker.calibrate_engines import measure_tensor_parallel
+    from dsbench.worker.calibrate_layers import measure_tensor_parallel
 
     gpt2 = measure_tensor_parallel(resolve_model("gpt2-tiny"), 2, 128, comm=None, info=None, dtype=None, repeats=1,
                                    tp=2)

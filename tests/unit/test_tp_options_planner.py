@@ -14,11 +14,11 @@ import pytest
 
 from dsbench.models import resolve_model
 from dsbench.plan.candidate import Candidate
+from dsbench.plan.engine_costs import tensor_parallel_costs
 from dsbench.plan.estimate import estimate
 from dsbench.plan.hardware import INTERCONNECTS, Link
 from dsbench.plan.inputs import Cluster, Workload
 from dsbench.plan.interval import framework_timings
-from dsbench.plan.profile import tensor_parallel_costs
 
 LAYERS, HIDDEN, VOCAB, SEQ, MICRO = 2, 64, 4096, 128, 2
 ACTIVATIONS = SEQ * MICRO * HIDDEN * 4  # one s·b·h fp32 tensor: 65,536 bytes
@@ -155,7 +155,7 @@ def test_the_split_backward_cost_is_what_the_split_adds_per_layer():
     """calibrate's one-stage measurement (forward + torch's whole backward, forward + its input- and weight-gradient
     passes): the difference over the layers, the slowest rank's; zero when noise makes it negative; none stored
     for a profile measured before it."""
-    from dsbench.plan.profile import split_backward_cost
+    from dsbench.plan.engine_costs import split_backward_cost
 
     split = {"whole": {"seconds": 0.030}, "split": {"seconds": 0.036}, "layers": 4}
     assert split_backward_cost(split) == pytest.approx(0.0015, rel=1e-12)  # (36 - 30) ms / 4 layers, by hand

@@ -157,7 +157,7 @@ def test_ulysses_keeps_zero1_s_compute_and_states_and_halves_the_activations_lin
 def test_the_ulysses_layer_cost_is_what_its_layers_add_beyond_a_share_of_the_compute_and_the_all_to_alls():
     """calibrate times the model's own layers plain and under Ulysses over 2 ranks (dsbench.worker.calibrate_engines
     .ulysses_trainer); the fit keeps what is left after 1/sp of the plain layers and the layer's 8 all-to-alls."""
-    from dsbench.plan.profile import tensor_parallel_costs
+    from dsbench.plan.engine_costs import tensor_parallel_costs
 
     measured = {"layers": 2, "tp": 2, "micro_batch": 2, "seq_len": 128, "hidden": 64, "heads": 4, "kv_heads": 2,
                 **{f"{name}_forward_backward": {"seconds": value}

@@ -1,0 +1,156 @@
+"""The model's own decoder layers and LM head as ``dsbench calibrate`` times them split across ranks (see
+dsbench/worker/calibrate.py): DTensor's and DeepSpeed AutoTP's tensor parallelism, DTensor with sequence
+parallelism, DeepSpeed Ulysses, and the head with its loss split by vocabulary. What splitting costs beyond a share
+of the compute and the collectives is the fit's (dsbench.plan.engine_costs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.worker.calibrate_engines import STACK_CALLS
+from dsbench.worker.calibrate_timing import interleaved
+
+
+def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: Any, dtype: Any, repeats: int,
+                            tp: int) -> dict[str, Any]:
+    """Seconds per forward+backward of the model's own decoder layers (HF modules, the profile's micro-batch and
+    sequence), plain on each rank and split ``tp`` ways as the worker splits them: DTensor's ``parallelize_module``
+    with Megatron's layout (torch_tp), and DeepSpeed AutoTP's training layers (``LinearLayer`` column-parallel,
+    ``LinearAllreduce`` row-parallel) on the same projections (its layout for Llama), and DTensor's layout with
+    sequence parallelism (torch_tp --sequence-parallel: each rank feeds its sequence shard); the same layers under
+    DeepSpeed Ulysses over ``tp`` ranks (:func:`ulysses_trainer`, from 2026-11-29 13:00); and the LM head with its
+    loss, whole and split by vocabulary (:func:`head_trainers`). What splitting costs beyond 1/tp of the compute
+    and its collectives is the fit's (dsbench.plan.profile)."""
+    import deepspeed
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from dsbench.models import LLAMA_LIKE
+    from dsbench.worker.model import build_model
+
+    facts = {"layers": shape.layers, "tp": tp, "micro_batch": micro, "seq_len": seq, "hidden": shape.hidden,
+             "heads": shape.heads, "kv_heads": shape.kv_heads}
+    if shape.arch not in LLAMA_LIKE:
+        return {**facts, "unsupported": f"tensor parallelism is measured on Llama-family layers, not {shape.arch}"}
+    device = info.device
+    deepspeed.init_distributed(dist_backend=info.backend)  # AutoTP's layers ask deepspeed.comm for group sizes
+    model = build_model(shape, 1234, False, False).to(device=device, dtype=dtype)
+    mesh = init_device_mesh(torch.device(device).type, (comm.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
+    hidden = torch.randn(micro, seq, shape.hidden, device=device, dtype=dtype)
+    rotary = model.model.rotary_emb(hidden, torch.arange(seq, device=device).unsqueeze(0))
+
+    plain = model.model.layers
+    shard = hidden.chunk(tp, dim=1)[mesh["tp"].get_local_rank()].contiguous()  # this rank's tokens under SP
+    torch_tp = _dtensor_layers(plain, mesh["tp"], sequence_parallel=False)
+    sp = _dtensor_layers(plain, mesh["tp"], sequence_parallel=True)
+    works = {"plain_forward_backward": layers_step(plain, hidden, position_embeddings=rotary),
+             "torch_forward_backward": layers_step(torch_tp, hidden, position_embeddings=rotary),
+             "autotp_forward_backward": layers_step(_autotp_layers(plain, mesh.get_group("tp")), hidden,
+                                                    position_embeddings=rotary),
+             "sp_forward_backward": layers_step(sp, shard, position_embeddings=rotary),
+             "ulysses_forward_backward": ulysses_trainer(model, shard, mesh["tp"].get_local_rank(), tp),
+             **head_trainers(model.lm_head, hidden, mesh["tp"], shape.vocab_size)}
+    return {**facts, **interleaved(works, comm, device, repeats, STACK_CALLS)}
+
+
+def ulysses_trainer(model: Any, shard: Any, rank: int, sp: int) -> Any:
+    """A forward+backward of a copy of the model's decoder layers under DeepSpeed Ulysses, as the worker's ulysses
+    strategies run them (dsbench.worker.engines.deepspeed.UlyssesEngine): DeepSpeed's ``register_with_transformers``
+    builds the sequence-parallel groups (``sp`` consecutive ranks, as the tp mesh's) and the all-to-all wrapper of
+    SDPA, and each rank feeds its contiguous ``shard`` of the sequence with its positions. DeepSpeed installs its
+    wrapper as the process's SDPA; here it is installed only while these layers run, so the plain and split layers
+    timed beside them keep torch's."""
+    import copy
+
+    import torch
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    micro, chunk = shard.shape[:2]
+    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    # a collective: every rank builds the groups (deepspeed parallel_state_sp.initialize_sequence_parallel)
+    UlyssesSPAttentionHF.register_with_transformers(
+        model_name_or_path=model, core_attn_implementation="sdpa", sequence_parallel_size=sp,
+        micro_batch_size=micro, seq_length=chunk * sp, seq_length_is_variable=False)
+    wrapper, ALL_ATTENTION_FUNCTIONS["sdpa"] = ALL_ATTENTION_FUNCTIONS["sdpa"], sdpa
+    positions = torch.arange(rank * chunk, (rank + 1) * chunk, device=shard.device).unsqueeze(0).expand(micro, -1)
+    run = layers_step(copy.deepcopy(model.model.layers), shard, position_ids=positions,
+                      position_embeddings=model.model.rotary_emb(shard, positions))
+
+    def step() -> None:
+        ALL_ATTENTION_FUNCTIONS["sdpa"] = wrapper
+        try:
+            run()
+        finally:
+            ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa
+
+    return step
+
+
+def layers_step(layers: Any, first: Any, **inputs: Any) -> Any:
+    """One forward+backward of the decoder ``layers`` from the hidden states ``first``, every layer given ``inputs``
+    (its rotary embeddings, and positions where the attention needs them), to a squared-mean loss."""
+    def step() -> None:
+        x = first
+        for layer in layers:
+            out = layer(x, **inputs)
+            x = out[0] if isinstance(out, tuple) else out
+        x.float().square().mean().backward()
+
+    return step
+
+
+def _dtensor_layers(layers: Any, tp_mesh: Any, sequence_parallel: bool) -> Any:
+    """A copy of the decoder layers split by DTensor with Megatron's layout, as the worker's torch_tp splits them."""
+    import copy
+
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from dsbench.worker.engines.model_parallel import megatron_block_plan
+
+    split = copy.deepcopy(layers)
+    for layer in split:
+        parallelize_module(layer, tp_mesh, megatron_block_plan(sequence_parallel=sequence_parallel))
+    return split
+
+
+def _autotp_layers(layers: Any, group: Any) -> Any:
+    """A copy of the decoder layers with DeepSpeed AutoTP's training layers on Megatron's projections."""
+    import copy
+
+    from deepspeed.module_inject.layers import LinearAllreduce, LinearLayer, set_autotp_mode
+
+    from dsbench.worker.engines.model_parallel import MEGATRON_LAYER
+
+    set_autotp_mode(training=True)  # DeepSpeed's process-wide switch, as deepspeed.initialize sets it for AutoTP
+    split = copy.deepcopy(layers)
+    for layer in split:
+        for name, kind in MEGATRON_LAYER.items():
+            parent, attr = layer.get_submodule(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]
+            setattr(parent, attr, (LinearLayer if kind == "column" else LinearAllreduce)(getattr(parent, attr), group))
+    return split
+
+
+def head_trainers(head: Any, hidden: Any, tp_mesh: Any, vocab: int) -> dict[str, Any]:
+    """A forward+backward of the LM head and the causal-LM loss as the worker computes them: whole on each rank
+    (``head_forward_backward``), and split by vocabulary with the loss on the shards (``lp_forward_backward``:
+    torch_tp --loss-parallel's head and loss, dsbench.worker.engines.model_parallel), at the profile's sizes."""
+    import copy
+
+    import torch
+    from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
+
+    from dsbench.worker.engines.model_parallel import vocabulary_parallel_head, vocabulary_parallel_loss
+
+    x = hidden.detach().requires_grad_()
+    tokens = torch.randint(0, vocab, hidden.shape[:2], generator=torch.Generator().manual_seed(0)).to(hidden.device)
+    split = parallelize_module(copy.deepcopy(head), tp_mesh, vocabulary_parallel_head())
+
+    def whole() -> None:
+        vocabulary_parallel_loss(head(x), tokens).backward()
+
+    def sharded() -> None:
+        with loss_parallel():  # torch's loss_parallel needs the backward inside it too
+            vocabulary_parallel_loss(split(x), tokens).backward()
+
+    return {"head_forward_backward": whole, "lp_forward_backward": sharded}
