@@ -233,12 +233,17 @@ def test_deepspeed_costs_per_reduction_on_the_model_are_what_it_adds_beyond_its_
                      "its collectives' bytes apart"]
 
 
+def _gpt2_mini_on_two_ranks() -> tuple[Workload, Cluster]:
+    """gpt2-mini, micro-batch 2 x 2 micro-steps of 128 tokens, on 2 ranks whose DeepSpeed stack costs 1 and 2 ms per
+    ZeRO-1 and ZeRO-2 reduction and 5 ms per ZeRO-3 tensor."""
+    wl = Workload(shape=resolve_model("gpt2-mini"), seq_len=128, micro_batch=2, grad_accum=2, precision="fp32")
+    return wl, Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+                       inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04,
+                       deepspeed_s=(1e-3, 2e-3, 5e-3))
+
+
 def test_the_planner_prices_zero1_and_zero2_at_the_models_cost_and_zero3_at_the_stacks():
-    shape = resolve_model("gpt2-mini")
-    wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=2, precision="fp32")
-    stack = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
-                    inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04,
-                    deepspeed_s=(1e-3, 2e-3, 5e-3))
+    wl, stack = _gpt2_mini_on_two_ranks()
     model = replace(stack, zero_model_call_s=(3e-3, 4e-3))
     # gpt2-mini's 35 reductions: ZeRO-1 once a step, ZeRO-2 every one of the 2 micro-steps
     assert estimate(Candidate(strategy="zero1"), wl, model).framework_s == pytest.approx(35 * 3e-3)
@@ -251,11 +256,8 @@ def test_the_planner_prices_deepspeed_by_its_reductions_and_tensors_when_measure
     from dsbench.plan.calls import collective_calls
     from dsbench.plan.memory import accounting_for
 
-    shape = resolve_model("gpt2-mini")
-    wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=2, precision="fp32")
-    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
-                 inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04,
-                 deepspeed_s=(1e-3, 2e-3, 5e-3))
+    wl, cl = _gpt2_mini_on_two_ranks()
+    shape = wl.shape
     acc = accounting_for("fp32", "zero3")
     for strategy, per_step in (("zero1", 1), ("zero2", 2)):
         calls = collective_calls(Candidate(strategy=strategy), shape, shape.num_params(), wl.reduce_bucket, acc)
