@@ -289,7 +289,8 @@ def measure_collectives(hostnames: list[str], info: Any, comm: Any, repeats: int
 def measure_engines(args: argparse.Namespace, comm: Any, info: Any, hostnames: list[str], shape: Any,
                     dtype: Any) -> dict[str, Any]:
     """What the engines add beyond their collectives, in this order on every rank (each holds collectives): FSDP2,
-    DeepSpeed ZeRO-1/2/3, tensor parallelism, the pipeline schedules; none on one rank."""
+    DeepSpeed ZeRO-1/2/3 on the stack, ZeRO-1/2 on the model itself, tensor parallelism and Ulysses, the pipeline
+    schedules; none on one rank."""
     fsdp = measure_fsdp(comm, info.device, dtype, args.repeats) if info.world_size > 1 else None
     zero = measure_deepspeed(comm, info.device, dtype, args.precision, args.repeats) if info.world_size > 1 else None
     # the profile's own model under ZeRO-1 and ZeRO-2: a reduction's cost with the model's backward between them
