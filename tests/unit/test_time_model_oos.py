@@ -991,16 +991,16 @@ def _check_against_compare() -> list[float]:
 
 
 def test_the_check_runs_as_the_compare_does_and_their_gap_is_the_machines_noise():
-    """The check's cells are no slower or faster than the compare's (no bias for the scale to carry): over 260 pairs
-    from 32 runs the median ratio is 0.992, 5th-95th percentile 0.82-1.17. That spread is the same command minutes
-    apart on this machine, and it bounds the worst cell: 14 of 260 pairs (5.4%) differ by more than 20%, so a run of
-    10 checked families has about a 42% chance (1 - 0.946^10) that one family's scale is off by more than the worst
+    """The check's cells are no slower or faster than the compare's (no bias for the scale to carry): over 284 pairs
+    from 35 runs the median ratio is 0.992, 5th-95th percentile 0.84-1.17. That spread is the same command minutes
+    apart on this machine, and it bounds the worst cell: 14 of 284 pairs (4.9%) differ by more than 20%, so a run of
+    10 checked families has about a 40% chance (1 - 0.951^10) that one family's scale is off by more than the worst
     cell's goal from the machine's noise alone, as llama-tiny's fsdp was at 10:24 on 2026-11-29, gpt2-mini's ddp at
     11:21 and llama-tiny's zero3 at 13:09 (226 pairs from 28 runs before the 11:21 run: 0.998 and 0.85-1.19; 233
-    from 29 before the 13:09 run: 0.996 and 0.84-1.19)."""
+    from 29 before the 13:09 run: 0.996 and 0.84-1.19; 260 from 32 before the 15:44 run: 0.992 and 0.82-1.17)."""
     ratios = sorted(_check_against_compare())
     n = len(ratios)
-    assert n >= 260
+    assert n >= 284
     assert statistics.median(ratios) == pytest.approx(1.0, abs=0.01)
     assert 0.80 < ratios[int(0.05 * (n - 1))] and ratios[int(0.95 * (n - 1))] < 1.22, (ratios[:5], ratios[-5:])
     beyond = sum(abs(ratio - 1) > 0.20 for ratio in ratios) / n
@@ -1111,7 +1111,7 @@ def test_zero2_s_unscaled_prediction_holds_once_its_reductions_are_timed_on_the_
     stored llama-tiny runs: the stack's reductions wait for no backward. With the model's own cost per reduction,
     +0.9% and -0.4%; zero1 -10.4%, inside its earlier -3..-35%."""
     earlier = [name for name in (folder.name for folder in sorted(STORED.glob("oos-*llama-tiny")))
-               if name != ZERO_MODEL_LLAMA_TINY]
+               if name < ZERO_MODEL_LLAMA_TINY]
     assert len(earlier) == 17
     for case in earlier:
         assert "zero2_model_call_s" not in read_profile(str(STORED / case / "profile.json")).data["rates"]
@@ -1141,7 +1141,43 @@ def test_gpt2_mini_with_zero_timed_on_the_model_meets_the_goals_and_its_zero2_ch
     assert median < 0.075 and worst < 0.15 and rho >= 0.98, (median, worst, rho)
     for model, new in (("gpt2-mini", ZERO_MODEL_GPT2_MINI), ("llama-tiny", ZERO_MODEL_LLAMA_TINY)):
         earlier = [error for case in sorted(folder.name for folder in STORED.glob(f"oos-*{model}"))
-                   if case != new and (error := _check_errors(case, "zero2")) is not None]
+                   if case < new and (error := _check_errors(case, "zero2")) is not None]
         assert len(earlier) >= 16 and statistics.median(earlier) < -0.2 and max(earlier) < 0.03, (model, earlier)
         assert abs(_check_errors(new, "zero2")) < 0.08
     assert -0.08 < _unscaled_errors(ZERO_MODEL_GPT2_MINI)["zero2"] < -0.07
+
+
+NEW_MACHINE_RUNS = ("oos-20261129-1544-gpt2-tiny", "oos-20261129-1550-llama-tiny", "oos-20261129-1557-gpt2-mini")
+"""``python scripts/bench_time_model.py --models gpt2-tiny,llama-tiny,gpt2-mini --check-repeats 3 --no-doc`` from
+15:40 on 2026-11-29 (the compares from 15:44, 15:50 and 15:57), nothing else running, on a virtual machine new that
+session (kernel build v782; the forward+backward 35% faster than the last machine's); the code of 14:02's
+ZERO_MODEL_GPT2_MINI run; written before these tests."""
+
+
+def test_gpt2_mini_on_a_new_machine_meets_the_goals_again():
+    """Median 1.2%, worst zero1 -8.1%, Spearman 0.94: all three goals, 114 minutes after ZERO_MODEL_GPT2_MINI met
+    them on the machine before."""
+    median, worst, rho = _figures(_cells(NEW_MACHINE_RUNS[2]))
+    assert median < 0.015 and worst < 0.085 and rho > 0.93, (median, worst, rho)
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-29 15:44 and 15:50: medians 4.3% and 7.8%, Spearman 0.98 and "
+                   "0.92 meet their goals; the worst misses, zero2_offload +24.0% and +21.3%, predicted slower than "
+                   "zero2 while it ran 16-17% faster than zero2")
+@pytest.mark.parametrize("case", NEW_MACHINE_RUNS[:2])
+def test_gpt2_tiny_and_llama_tiny_on_a_new_machine_meet_the_goals(case):
+    _goals(case)
+
+
+@pytest.mark.parametrize("case", NEW_MACHINE_RUNS[:2])
+def test_on_the_new_machine_only_the_held_out_offload_cell_misses(case):
+    """The median and the ranking hold, and the worst cell is zero2_offload, which no check cell scales: with the
+    optimizer on the host (DeepSpeedCPUAdam) ZeRO-2 ran 16-17% faster than without it (DeepSpeed's FusedAdam on the
+    CPU accelerator), and the planner, which adds the offload's copies and a host Adam to ZeRO-2's step, has it
+    slower."""
+    cells = _cells(case)
+    median, worst, rho = _figures(cells)
+    assert median < 0.08 and rho >= 0.92, (median, rho)
+    errors = _errors(cells)
+    assert max(errors, key=lambda name: abs(errors[name])) == "zero2_offload" and 0.2 < errors["zero2_offload"] < 0.25
+    assert cells["zero2_offload"][0] < 0.87 * cells["zero2"][0] and cells["zero2_offload"][1] > cells["zero2"][1]
