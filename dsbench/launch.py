@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dsbench import trainspec
+from dsbench import trainflags, trainspec
 from dsbench.configs import accelerate, accelerate_worker
 from dsbench.configs.api import credit_preset, ds_file_of, from_preset, make_render_spec, validate_accelerate
 from dsbench.configs.findings import has_errors
@@ -53,7 +53,7 @@ _DEGREE_FLAGS = {"pp": ("pipeline_stages", "--pipeline-stages"), "tp": ("tp", "-
 def launch_fields(req: LaunchRequest, strategy: str, ds_config: Path | None) -> dict[str, Any]:
     """What the launch decides of the worker's run, as TrainSpec fields: the run folder, the model, the strategy and
     its DeepSpeed config, and the render flags the native engines take as their own (a DeepSpeed config's values
-    win over them on its ranks). The user's flags after ``--`` win over these (:func:`trainspec.for_launch`)."""
+    win over them on its ranks). The user's flags after ``--`` win over these (:func:`trainflags.for_launch`)."""
     fields: dict[str, Any] = {"out": str(req.run_dir), "strategy": strategy}
     if req.model:
         fields["model"] = req.model
@@ -128,8 +128,8 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     spec = replace(base, ds_config=str(config_path) if config_path else None)
     # The worker's whole input as one typed description, built here from the launch's own values and the user's
     # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.
-    given = trainspec.given_flags(req.script_args)  # the user's flags after --, parsed once
-    train = trainspec.for_launch(given, launch_fields(req, req.strategy, config_path))
+    given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once
+    train = trainflags.for_launch(given, launch_fields(req, req.strategy, config_path))
     if config is not None:  # each flag's value checked above; whether the config would ignore it, here
         check_worker_flags(given, config, req.config)
     try:
@@ -185,7 +185,7 @@ def with_inherited_env(spec: LaunchSpec, req: LaunchRequest) -> LaunchSpec:
 def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file: dict[str, Any] | None,
                             given: dict[str, Any]) -> None:
     """Flags that the YAML (or the DeepSpeed file it names) would override are refused by name: dsbench launch's
-    own, and the worker's after ``--`` (``given``: trainspec.given_flags)."""
+    own, and the worker's after ``--`` (``given``: trainflags.given_flags)."""
     typed = [flag for name, flag in _YAML_DECIDES.items() if req.render_flags.get(name) is not None]
     typed += ["--config"] * bool(req.config) + ["--preset"] * bool(req.preset) + ["--set"] * bool(req.sets)
     if typed:
@@ -200,7 +200,7 @@ def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file:
             raise UserError(f"--accelerate-config: {where} sets {key}, so {flag} would be ignored: drop it")
     # the worker's flags after --, each value checked (as the run description checks it), then whether the DeepSpeed
     # file's values, or the inline plugin's accumulation and clipping, would win over them
-    trainspec.for_launch(given, {})
+    trainflags.for_launch(given, {})
     settled = ds_file if ds_file is not None else {key: inline[key] for _, key in _YAML_FIXES.values() if key in inline}
     check_worker_flags(given, settled, where, accelerate=True)
 
@@ -220,7 +220,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
         overrides = check_hostfile_overrides(overrides, selected.world_size(), selected.nodes(), req.hostfile)
         # what the per-node commands pass (launchers/accelerate.py build): machine 0 is the first host
         overrides |= {"main_process_ip": selected.first_host(), "machine_rank": 0}
-    given = trainspec.given_flags(req.script_args)  # the user's flags after --, parsed once
+    given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once
     config, processes = _checked_user_yaml(req, path, overrides, given)
     machines = _int_or(config.get("num_machines"), 1)
     args = [item for key, value in overrides.items() if not hosts for item in (f"--{key}", str(value))]
@@ -235,7 +235,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
                       cwd=req.cwd, launch_script=str(req.run_dir / "launch_nodes.sh"), as_root=req.as_root,
                       user_accelerate_config=path, accelerate_args=tuple(args))
     base = with_inherited_env(base, req)
-    train = trainspec.for_launch(given, launch_fields(req, "auto", None))
+    train = trainflags.for_launch(given, launch_fields(req, "auto", None))
     notes = check_layout(train, None, processes) + accelerate_worker.worker_notes(config)
     req.run_dir.mkdir(parents=True, exist_ok=True)
     copy = req.run_dir / "accelerate_config.yaml"

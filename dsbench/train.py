@@ -16,7 +16,8 @@ import os
 import socket
 import sys
 
-from dsbench.trainspec import TrainSpec, from_argv, worker_run
+from dsbench.trainflags import from_argv, worker_run
+from dsbench.trainspec import TrainSpec
 
 
 def parse_args(argv: list[str] | None = None) -> TrainSpec:

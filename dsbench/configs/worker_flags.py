@@ -33,7 +33,7 @@ _CONFIG_DECIDES = {
 
 def check_worker_flags(given: Mapping[str, Any], config: dict[str, Any], config_file: str | None,
                        accelerate: bool = False, after: str = "-- ") -> None:
-    """A worker flag (``given``: as typed, trainspec.given_flags; ``after``: how the message shows where it was
+    """A worker flag (``given``: as typed, trainflags.given_flags; ``after``: how the message shows where it was
     typed) that the DeepSpeed config contradicts would be ignored on every rank (the config's value wins): refused
     in one line, with where to set it. A key the config leaves "auto" is filled from the flag by the worker, so it
     passes; one it does not set is DeepSpeed's to derive (dsbench's renders set every one).

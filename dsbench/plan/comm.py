@@ -105,7 +105,7 @@ def tensor_parallel_comm(layers: float, seq: int, micro: int, hidden: int, tp: i
 def sequence_parallel_comm(layers: float, seq: int, micro: int, hidden: int, tp: int, link: Link,
                            act_bytes: float, micro_steps: int) -> list[Collective]:
     """Megatron TP with sequence parallelism (Korthikanti et al. 2022 sec. 4.2.2; dsbench's plan is torch's
-    SequenceParallel norms and PrepareModuleInput regions, dsbench.worker.engines.model_parallel.megatron_plan):
+    SequenceParallel norms and PrepareModuleInput regions, dsbench.worker.engines.tensor_parallel.megatron_plan):
     each of a layer's two forward all-reduces becomes a reduce-scatter of the row-parallel output along the sequence
     and an all-gather of the next region's input, and the backward runs the reverse, so 4 all-gathers and 4
     reduce-scatters of the s·b·h tensor per layer per micro-step, the same bytes as TP's 4 all-reduces. Beyond the

@@ -110,18 +110,9 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
     # model FLOPs per token 6N + 12·L·h·s (PaLM App. B), for MFU
     model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
-    stages = stage_seconds(cand, wl, cl)
-    compute = accum * max(stages)  # the busiest stage's (the only one's, without a pipeline) work sets the pace
-    compute_with_bubble = pipeline_seconds(stages, accum, cand.virtual_stages, cand.zero_bubble)
-    counted = collective_calls(cand, shape, held, wl.reduce_bucket, acc)
-    comm, exposed = _communication(cand, wl, cl, held, shards if cand.ulysses > 1 else dp, shards, acc, accum,
-                                   compute, counted)
+    compute, compute_with_bubble, comm, exposed, optimizer, framework, notes = _time_terms(
+        cand, wl, cl, held, dp, shards, acc, accum)
     offload = _offload_seconds(states, cl)
-    optimizer = _optimizer_seconds(cand, held, shards, cl)
-    framework = _framework_seconds(cand, shape, accum, cl, counted)
-    notes: list[str] = []
-    if cl.gpu_model is not None:  # a GPU kind the profiles know, no machine profile: gpu_time.py's terms
-        compute, compute_with_bubble, exposed, optimizer, framework, notes = gpu_estimate.terms(cand, wl, cl)
     bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(V·M + P - 1) when the stages are equal
     step = compute_with_bubble + exposed + offload + optimizer + framework
     no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework
@@ -139,6 +130,25 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
                     exposed_comm_s=exposed, offload_s=offload, optimizer_s=optimizer, framework_s=framework,
                     bubble=bubble, step_s=step, step_s_no_overlap=no_overlap, mfu=mfu, tokens_per_s=tokens * dp / step,
                     dominant=max(terms, key=lambda k: terms[k]), check_s=check, step_range_s=span, notes=notes)
+
+
+def _time_terms(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: int, shards: int, acc: Accounting,
+                accum: int) -> tuple[float, float, list[Collective], float, float, float, list[str]]:
+    """The step's terms but offload: compute (the busiest stage's, and with the pipeline's bubble), the collectives
+    and their exposed seconds, the optimizer and the engine's own work; on a known GPU kind without a machine
+    profile, gpu_time.py's terms instead (the collectives stay listed), with their notes."""
+    stages = stage_seconds(cand, wl, cl)
+    compute = accum * max(stages)  # the busiest stage's (the only one's, without a pipeline) work sets the pace
+    compute_with_bubble = pipeline_seconds(stages, accum, cand.virtual_stages, cand.zero_bubble)
+    counted = collective_calls(cand, wl.shape, held, wl.reduce_bucket, acc)
+    comm, exposed = _communication(cand, wl, cl, held, shards if cand.ulysses > 1 else dp, shards, acc, accum,
+                                   compute, counted)
+    optimizer = _optimizer_seconds(cand, held, shards, cl)
+    framework = _framework_seconds(cand, wl.shape, accum, cl, counted)
+    if cl.gpu_model is not None:  # a GPU kind the profiles know, no machine profile: gpu_time.py's terms
+        compute, compute_with_bubble, exposed, optimizer, framework, notes = gpu_estimate.terms(cand, wl, cl)
+        return compute, compute_with_bubble, comm, exposed, optimizer, framework, notes
+    return compute, compute_with_bubble, comm, exposed, optimizer, framework, []
 
 
 def _optimizer_seconds(cand: Candidate, held: float, shards: int, cl: Cluster) -> float:

@@ -106,7 +106,7 @@ def _dtensor_layers(layers: Any, tp_mesh: Any, sequence_parallel: bool) -> Any:
 
     from torch.distributed.tensor.parallel import parallelize_module
 
-    from dsbench.worker.engines.model_parallel import megatron_block_plan
+    from dsbench.worker.engines.tensor_parallel import megatron_block_plan
 
     split = copy.deepcopy(layers)
     for layer in split:
@@ -120,7 +120,7 @@ def _autotp_layers(layers: Any, group: Any) -> Any:
 
     from deepspeed.module_inject.layers import LinearAllreduce, LinearLayer, set_autotp_mode
 
-    from dsbench.worker.engines.model_parallel import MEGATRON_LAYER
+    from dsbench.worker.engines.tensor_parallel import MEGATRON_LAYER
 
     set_autotp_mode(training=True)  # DeepSpeed's process-wide switch, as deepspeed.initialize sets it for AutoTP
     split = copy.deepcopy(layers)
@@ -134,13 +134,13 @@ def _autotp_layers(layers: Any, group: Any) -> Any:
 def head_trainers(head: Any, hidden: Any, tp_mesh: Any, vocab: int) -> dict[str, Any]:
     """A forward+backward of the LM head and the causal-LM loss as the worker computes them: whole on each rank
     (``head_forward_backward``), and split by vocabulary with the loss on the shards (``lp_forward_backward``:
-    torch_tp --loss-parallel's head and loss, dsbench.worker.engines.model_parallel), at the profile's sizes."""
+    torch_tp --loss-parallel's head and loss, dsbench.worker.engines.tensor_parallel), at the profile's sizes."""
     import copy
 
     import torch
     from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
 
-    from dsbench.worker.engines.model_parallel import vocabulary_parallel_head, vocabulary_parallel_loss
+    from dsbench.worker.engines.tensor_parallel import vocabulary_parallel_head, vocabulary_parallel_loss
 
     x = hidden.detach().requires_grad_()
     tokens = torch.randint(0, vocab, hidden.shape[:2], generator=torch.Generator().manual_seed(0)).to(hidden.device)

@@ -29,9 +29,9 @@ def current() -> dict[str, list[str]]:
                                                          else [*p.opts, *p.secondary_opts]))
 
     walk(cli, ())
-    from dsbench.trainspec import _parser  # the worker's flags: what `dsbench launch -- ...` and launchers pass
+    from dsbench.trainflags import parser  # the worker's flags: what `dsbench launch -- ...` and launchers pass
 
-    found["python -m dsbench.train"] = sorted(o for a in _parser()._actions for o in a.option_strings)
+    found["python -m dsbench.train"] = sorted(o for a in parser()._actions for o in a.option_strings)
     return dict(sorted(found.items()))
 
 

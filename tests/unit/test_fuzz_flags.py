@@ -124,9 +124,9 @@ def test_hostile_values_end_in_one_line(inputs, monkeypatch, tmp_path, path, par
 
 
 def _worker_flags() -> list[str]:
-    from dsbench.trainspec import _parser
+    from dsbench.trainflags import parser
 
-    return [action.option_strings[0] for action in _parser()._actions
+    return [action.option_strings[0] for action in parser()._actions
             if action.option_strings and action.nargs != 0 and action.dest not in ("help", "local_rank")]
 
 
@@ -135,7 +135,7 @@ def test_hostile_worker_flags_are_one_line_usage_errors(inputs, monkeypatch, fla
     """The worker's flags (what `dsbench launch -- ...` passes and a launcher hands every rank), checked by the
     same typed description before any rank imports torch: a UserError (exit 2) or a valid spec, nothing else."""
     from dsbench.errors import UserError
-    from dsbench.trainspec import from_argv
+    from dsbench.trainflags import from_argv
 
     monkeypatch.chdir(inputs)
     for value in VALUES + FILES:

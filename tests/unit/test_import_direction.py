@@ -13,8 +13,8 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 CORE = {"errors", "io", "paths", "spec", "parallel", "records", "run_record", "models", "hostfile", "trainspec",
-        "envinfo", "console", "jitlocks", "launchstop", "strategies", "gpus", "rows", "checkpoints", "layout_check",
-        "__init__"}
+        "trainflags", "envinfo", "console", "jitlocks", "launchstop", "strategies", "gpus", "rows", "checkpoints",
+        "layout_check", "__init__"}
 ALLOWED: dict[str, set[str]] = {
     **{unit: CORE for unit in CORE},
     "configs": CORE,

@@ -8,7 +8,8 @@ import torch
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.errors import UserError
 from dsbench.models import PRESETS
-from dsbench.worker.engines.model_parallel import megatron_plan, stage_layers
+from dsbench.worker.engines.model_parallel import stage_layers
+from dsbench.worker.engines.tensor_parallel import megatron_plan
 from dsbench.worker.model import build_model
 from dsbench.worker.pipe_split import BlockPipe, causal_lm_loss, split_model
 

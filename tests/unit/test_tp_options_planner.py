@@ -2,7 +2,7 @@
 
 Oracles: the collectives counted by hand from Korthikanti et al. 2022 sec. 4.2.2 (SP turns each of TP's all-reduces
 into a reduce-scatter and an all-gather of the same tensor) and from dsbench's DTensor plan
-(dsbench/worker/engines/model_parallel.megatron_plan), the ring formulas of plan/comm.py's docstring (seeds/001), and
+(dsbench/worker/engines/tensor_parallel.megatron_plan), the ring formulas of plan/comm.py's docstring (seeds/001), and
 llama-tiny's own sizes (tests/data/models: 2 layers, hidden 64, vocabulary 4096, an untied head).
 """
 

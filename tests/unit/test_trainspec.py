@@ -7,7 +7,8 @@ import json
 import pytest
 
 from dsbench.errors import UserError
-from dsbench.trainspec import TrainSpec, from_argv, from_dict, write
+from dsbench.trainflags import from_argv
+from dsbench.trainspec import TrainSpec, from_dict, write
 from tests.conftest import DATA
 
 

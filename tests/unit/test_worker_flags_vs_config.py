@@ -8,7 +8,7 @@ import pytest
 
 from dsbench.configs.worker_flags import check_worker_flags as _check
 from dsbench.errors import UserError
-from dsbench.trainspec import given_flags
+from dsbench.trainflags import given_flags
 from tests.conftest import ROOT
 
 CONFIG = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,

@@ -26,7 +26,7 @@ def build_engine(strategy: str, model: Any, options: EngineOptions, dist_info: A
 
         return Torch3DEngine(model, options, dist_info, options.dims, options.pipeline_schedule)
     if strategy == "torch_tp":
-        from dsbench.worker.engines.model_parallel import TorchTensorParallelEngine
+        from dsbench.worker.engines.tensor_parallel import TorchTensorParallelEngine
 
         return TorchTensorParallelEngine(model, options, dist_info, options.dims)
     if strategy == "deepspeed" and options.dims is not None and options.dims.sp > 1:

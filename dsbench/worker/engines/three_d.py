@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from dsbench.worker.engines.model_parallel import TorchPipelineEngine, _local, megatron_layer_plan, scale_to_norm_
+from dsbench.worker.engines.model_parallel import TorchPipelineEngine, local_shard, scale_to_norm_
+from dsbench.worker.engines.tensor_parallel import megatron_layer_plan
 
 
 class Torch3DEngine(TorchPipelineEngine):
@@ -65,7 +66,7 @@ class Torch3DEngine(TorchPipelineEngine):
         for grad in grads:
             if grad is second_copy:
                 continue
-            squares = _local(grad).float().pow(2).sum()
+            squares = local_shard(grad).float().pow(2).sum()
             if _sharded_on(grad, "tp"):
                 split += squares
             else:
@@ -76,7 +77,7 @@ class Torch3DEngine(TorchPipelineEngine):
         if self.dims.dp > 1 and self.dims.shard > 1:
             self.comm.all_reduce_(total, self.mesh.get_group("dp_shard"))  # sync point: FSDP's shards
         self.comm.all_reduce_(total, self.pp_group)  # sync point: every stage's weights
-        self.grad_norm = scale_to_norm_(total, [_local(grad) for grad in grads], self.options.grad_clip)
+        self.grad_norm = scale_to_norm_(total, [local_shard(grad) for grad in grads], self.options.grad_clip)
 
 
 def _sharded_on(tensor: Any, dim: str) -> bool:
