@@ -195,6 +195,8 @@ def with_profile(cl: Cluster, profile: dict[str, Any]) -> Cluster:
                                                                               "zero3_tensor_s")),
                    zero_model_call_s=(rates.get("zero1_model_call_s", 0.0) / share,
                                       rates.get("zero2_model_call_s", 0.0) / share),
+                   zero_offload_param_s=(rates["zero_offload_param_s"] / share if "zero_offload_param_s" in rates
+                                         else None),
                    tp_layer_s=tuple((kind, rates.get(rate, 0.0) / share) for kind, rate in TP_LAYER_RATE.items()),
                    lp_head_s=rates.get("torch_tp_lp_head_s", 0.0) / share,
                    ulysses_layer_s=rates.get("ulysses_layer_s", 0.0) / share,

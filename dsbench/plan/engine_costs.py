@@ -95,7 +95,19 @@ def zero_model_costs(zm: dict[str, Any], link: dict[str, Any], shape: ModelShape
         reductions = collective_calls(Candidate(strategy=strategy), shape, params, None,
                                       accounting_for(precision, strategy)).grads
         out[f"{strategy}_model_call_s"] = max(0.0, (zm[key]["seconds"] - base - bytes_s) / reductions)
+    if "zero2_offload_step" in zm and "zero2_step" in zm:  # profiles from 2026-11-29 16:30 on
+        out["zero_offload_param_s"] = zero_offload_cost(zm, params)
     return out
+
+
+def zero_offload_cost(zm: dict[str, Any], params: float) -> float:
+    """What offloading the optimizer to the host adds to a ZeRO-1/2 step, per parameter of the rank's shard
+    (``zero_offload_param_s``): ZeRO-2's step on the profile's model with the optimizer on the host (DeepSpeedCPUAdam,
+    the gradients copied to the host and the updated parameters back) less the same step on the device, timed side
+    by side, over the 1/n of the parameters a rank updates. Signed: negative where the host's optimizer steps faster
+    than the device's (the CPU ranks of 2026-11-29 15:44, whose ZeRO-2 cells ran 16-17% faster offloaded). One step
+    at one micro-step: the planner charges it once per optimizer step (the host's Adam dominates it)."""
+    return (zm["zero2_offload_step"]["seconds"] - zm["zero2_step"]["seconds"]) / (params / zm["world"])
 
 
 TP_LAYER_RATE = {"dtensor": "torch_tp_layer_s", "autotp": "autotp_layer_s", "dtensor_sp": "torch_tp_sp_layer_s"}

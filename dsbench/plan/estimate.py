@@ -112,7 +112,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
     compute, compute_with_bubble, comm, exposed, optimizer, framework, notes = _time_terms(
         cand, wl, cl, held, dp, shards, acc, accum)
-    offload = _offload_seconds(states, cl)
+    offload = _offload_seconds(cand, states, held / shards, cl)
     bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(V·M + P - 1) when the stages are equal
     step = compute_with_bubble + exposed + offload + optimizer + framework
     no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework
@@ -332,12 +332,24 @@ def tp_layer_seconds(cand: Candidate, cl: Cluster) -> float:
     return cost
 
 
-def _offload_seconds(states: ModelStates, cl: Cluster) -> float:
-    """ZeRO-Offload per step: gradients to the host and parameters back over the host link, plus the CPU
-    Adam step, memory-bound at ~10 GB/s of optimizer state per rank (a rough figure; measure with --verify)."""
+def _offload_seconds(cand: Candidate, states: ModelStates, stepped: float, cl: Cluster) -> float:
+    """ZeRO-Offload per step. With the optimizer alone on the host under ZeRO-1/2 and a profile that measured it:
+    the rank's ``stepped`` parameters x the profile's ``zero_offload_param_s`` (what the offload added to ZeRO-2's
+    step on its model, signed; stages 1 and 2 share DeepSpeed's offload path, DeepSpeedZeroOptimizer's). Otherwise:
+    gradients to the host and parameters back over the host link, plus the CPU Adam step, memory-bound at ~10 GB/s
+    of optimizer state per rank (a rough figure; measure with --verify), and NVMe's reads and writes."""
     if states.host == 0 and states.nvme == 0:
         return 0.0
+    if _offload_measured(cand, cl):
+        return stepped * cl.zero_offload_param_s
     transfer = (states.grads + states.params) / (cl.host_link.bandwidth_gbs * 1e9)
     cpu_step = (states.optimizer + states.master) / 10e9
     nvme = 2 * states.nvme / 3e9  # read + write at ~3 GB/s per rank
     return transfer + cpu_step + nvme
+
+
+def _offload_measured(cand: Candidate, cl: Cluster) -> bool:
+    """Whether the profile timed the candidate's offload on its model: the optimizer alone on the host (CPU), under
+    ZeRO-1 or ZeRO-2 without a pipeline."""
+    return (cl.zero_offload_param_s is not None and cand.strategy in ("zero1", "zero2") and cand.pp == 1
+            and cand.offload == "cpu" and cand.offload_param == "none")

@@ -44,6 +44,10 @@ class Cluster:
     """DeepSpeed's own seconds per gradient reduction under ZeRO-1 and ZeRO-2 measured on the profile's own model
     (a profile's ``zero1_model_call_s``, ``zero2_model_call_s``): used for those stages instead of the stack's; zero
     without one."""
+    zero_offload_param_s: float | None = None
+    """What offloading the optimizer to the host adds to a ZeRO-1/2 step (signed), per parameter of the rank's shard,
+    measured on the profile's own model (a profile's ``zero_offload_param_s``): replaces the offload term's host-link
+    and host-Adam guess for those stages; None without one."""
     tp_layer_s: tuple[tuple[str, float], ...] = ()
     """Tensor parallelism's own seconds per decoder layer per micro-step beyond 1/tp of the compute and its
     collectives, by :attr:`Candidate.tp_kind` (DTensor, AutoTP, DTensor with sequence parallelism), measured by

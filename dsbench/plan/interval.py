@@ -7,7 +7,8 @@ engine's own work from its stack step (FSDP2, ZeRO-1/2/3) and tensor parallelism
 A term's half-width is the term times its timing's spread; the terms' half-widths add in quadrature, the timings
 being measured apart (the law of propagation of uncertainty for uncorrelated inputs, JCGM 100:2008 "GUM" 5.1.2), and
 the family's ``calibrate --check`` scale multiplies the whole as it does the step. What was not measured with a
-spread (the offload term's host link, a profile written before spreads were stored) adds no width, so the range is
+spread (the offload term: the host link's guess, or where it was timed on the model a difference of two steps,
+whose spread is not either step's; a profile written before spreads were stored) adds no width, so the range is
 the profile's measurement noise carried through the model, not the model's own error: docs/planner.md reports how
 often the measured step fell inside it out of sample.
 """

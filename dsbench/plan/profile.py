@@ -80,6 +80,7 @@ SPREAD_OF = {"forward+backward": ("compute_per_rank", "model"), "AdamW": ("compu
              "FSDP2 stack step": ("fsdp", "sharded_step"), "ZeRO-1 stack step": ("deepspeed", "zero1_step"),
              "ZeRO-2 stack step": ("deepspeed", "zero2_step"), "ZeRO-3 stack step": ("deepspeed", "zero3_step"),
              "ZeRO-1 model step": ("zero_model", "zero1_step"), "ZeRO-2 model step": ("zero_model", "zero2_step"),
+             "ZeRO-2 offload model step": ("zero_model", "zero2_offload_step"),
              "DTensor layers": ("tensor_parallel", "torch_forward_backward"),
              "AutoTP layers": ("tensor_parallel", "autotp_forward_backward"),
              "DTensor SP layers": ("tensor_parallel", "sp_forward_backward"),

@@ -43,6 +43,9 @@ def _check_rates(rates: dict[str, Any], source: str) -> None:
     for key in OPTIONAL_RATES:
         if key in rates:
             _check_figure(rates[key], f"rates.{key}", source, positive=False)
+    for key in SIGNED_RATES:
+        if key in rates:
+            _check_figure(rates[key], f"rates.{key}", source, positive=None)
     by_micro = rates.get("model_tflops_by_micro_batch", {})
     if not isinstance(by_micro, dict) or not all(str(size).isdigit() for size in by_micro):
         raise UserError(f"{source}: rates.model_tflops_by_micro_batch must map micro-batch sizes to TFLOPS")
@@ -96,6 +99,8 @@ OPTIONAL_RATES = ("fsdp_unit_s_per_micro_step", "fsdp_unit_s_per_step", "zero1_c
                   "zero3_tensor_s", "torch_tp_layer_s", "autotp_layer_s", "torch_tp_sp_layer_s", "torch_tp_lp_head_s",
                   "ulysses_layer_s", "zb_split_layer_s", *PASS_RATE.values(), *STEP_RATE.values())
 """The engine costs a profile may carry (older profiles have none)."""
+SIGNED_RATES = ("zero_offload_param_s",)
+"""Costs that may be negative: a difference between two ways of running the same step."""
 
 
 def _check_corrections(check: Any, source: str) -> None:
@@ -110,10 +115,12 @@ def _check_corrections(check: Any, source: str) -> None:
             _check_figure(value, f"check.{key}.{family}", source, positive=True)
 
 
-def _check_figure(value: Any, key: str, source: str, positive: bool) -> None:
-    """A profile figure must be a finite number, > 0 or >= 0: one line naming the key otherwise."""
+def _check_figure(value: Any, key: str, source: str, positive: bool | None) -> None:
+    """A profile figure must be a finite number, > 0 (``positive``), >= 0 (False) or of either sign (None): one line
+    naming the key otherwise."""
     ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and
-        (value > 0 if positive else value >= 0))
+          (positive is None or (value > 0 if positive else value >= 0)))
     if not ok:
-        raise UserError(f"{source}: {key} must be a finite number {'> 0' if positive else '>= 0'}, got {_shown(value)} "
+        bound = "" if positive is None else " > 0" if positive else " >= 0"
+        raise UserError(f"{source}: {key} must be a finite number{bound}, got {_shown(value)} "
                         "(write the profile again with dsbench calibrate)")

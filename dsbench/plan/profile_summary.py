@@ -41,6 +41,10 @@ def _engine_lines(profile: dict[str, Any], rates: dict[str, float]) -> list[str]
         zero1, zero2 = (rates[f"zero{stage}_model_call_s"] * 1e3 for stage in (1, 2))
         lines.append(f"DeepSpeed on {profile['model']['name']} itself, per gradient reduction: {zero1:,.2f} ms "
                      f"(ZeRO-1) and {zero2:,.2f} ms (ZeRO-2), its collectives' bytes apart")
+    if "zero_offload_param_s" in rates:
+        per_million = rates["zero_offload_param_s"] * 1e9  # ms per million parameters
+        lines.append(f"the optimizer offloaded to the host (ZeRO-2, DeepSpeedCPUAdam), against ZeRO-2 on the device: "
+                     f"{per_million:+,.2f} ms per step per million parameters a rank updates")
     if "torch_tp_layer_s" in rates:
         lines.append(f"tensor parallelism over {profile['tensor_parallel']['tp']} ranks, beyond 1/tp of the compute "
                      "and the activation all-reduces, per layer per micro-step: "

@@ -1,6 +1,7 @@
 """What the engines add beyond their collectives, measured by ``dsbench calibrate`` (see dsbench/worker/calibrate.py):
-FSDP2 per shard unit and DeepSpeed ZeRO-1/2/3 on the calibration stack, ZeRO-1/2 on the profile's own model. The
-model's layers split by tensor parallelism or Ulysses are dsbench/worker/calibrate_layers.py's."""
+FSDP2 per shard unit and DeepSpeed ZeRO-1/2/3 on the calibration stack, ZeRO-1/2 (and ZeRO-2 with its optimizer
+on the host) on the profile's own model. The model's layers split by tensor parallelism or Ulysses are
+dsbench/worker/calibrate_layers.py's."""
 
 from __future__ import annotations
 
@@ -112,7 +113,11 @@ def measure_zero_model(shape: Any, micro: int, seq: int, comm: Any, info: Any, d
     in interleaved rounds. The stack (:func:`measure_deepspeed`) prices a gradient reduction with almost no compute
     between reductions; on the model each reduction also waits for the slower rank's backward up to it
     (docs/planner.md, "ZeRO-2's part taken apart"), which this measures. The fit counts the reductions as the
-    planner counts them (dsbench.plan.engine_costs.zero_model_costs)."""
+    planner counts them (dsbench.plan.engine_costs.zero_model_costs).
+
+    Beside them, ZeRO-2 with its optimizer offloaded to the host (``offload_optimizer: cpu``, the config's
+    ``AdamW``, which DeepSpeed runs as DeepSpeedCPUAdam, as a ``zero2_offload`` cell does): what the offload adds
+    to, or saves from, ZeRO-2's step on this machine."""
     import copy
 
     import deepspeed
@@ -130,6 +135,11 @@ def measure_zero_model(shape: Any, micro: int, seq: int, comm: Any, info: Any, d
                                           optimizer=torch.optim.AdamW(copied.parameters(), lr=1e-4))
         engines.append(engine)
         works[f"zero{stage}_step"] = _engine_step(engine, ids)
+    copied = copy.deepcopy(model)
+    engine, *_ = deepspeed.initialize(model=copied, model_parameters=copied.parameters(),
+                                      config=offload_config(precision, micro, shape.hidden))
+    engines.append(engine)
+    works["zero2_offload_step"] = _engine_step(engine, ids)
     timed = interleaved(works, comm, device, repeats, STACK_CALLS)
     for engine in engines:
         engine.destroy()
@@ -175,4 +185,14 @@ def zero_config(stage: int, precision: str, micro: int, width: int) -> dict[str,
                                "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"},
                            "bf16": {"enabled": precision == "bf16"}, "fp16": {"enabled": precision == "fp16"}},
                           AutoInputs(hidden_size=width))
+    return config
+
+
+def offload_config(precision: str, micro: int, width: int) -> dict[str, Any]:
+    """:func:`zero_config` at ZeRO-2 with the optimizer on the host, as dsbench renders ``zero2_offload``: the
+    ``offload_optimizer`` section (pinned host buffers) and the config's own AdamW, which DeepSpeed builds as
+    DeepSpeedCPUAdam when the optimizer is offloaded."""
+    config = zero_config(2, precision, micro, width)
+    config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    config["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-4}}
     return config

@@ -275,6 +275,57 @@ def test_the_planner_prices_deepspeed_by_its_reductions_and_tensors_when_measure
     assert estimate(Candidate(strategy="zero1", pp=2), wl, cl).framework_s == 0.0  # the pipeline engine
 
 
+def test_the_offload_cost_is_what_the_host_optimizer_adds_to_zero2_on_the_model_per_parameter_stepped():
+    """calibrate times ZeRO-2 on the model with its optimizer on the host beside ZeRO-2 on the device; the fit keeps
+    the difference per parameter of a rank's shard, signed (the host's Adam may step faster)."""
+    from dsbench.plan.engine_costs import zero_model_costs
+
+    shape = resolve_model("gpt2-mini")
+    params = shape.num_params()
+    zm = {"world": 2, "micro_batch": 2, "seq_len": 128, "plain_forward_backward": {"seconds": 0.100},
+          "plain_step": {"seconds": 0.110}, "zero1_step": {"seconds": 0.150}, "zero2_step": {"seconds": 0.190},
+          "zero2_offload_step": {"seconds": 0.170}}
+    link = {kind: {"alpha_us": 500.0, "bandwidth_gbs": 2.0, "latency_us_per_step": 500.0}
+            for kind in ("all-reduce", "all-gather", "reduce-scatter")}
+    # by hand: 20 ms faster offloaded, over the half of gpt2-mini's parameters each of 2 ranks updates
+    costs = zero_model_costs(zm, link, shape, "fp32")
+    assert costs["zero_offload_param_s"] == pytest.approx(-0.020 / (params / 2), rel=1e-9)
+    del zm["zero2_offload_step"]  # profiles before 2026-11-29 16:30: no such cost
+    assert "zero_offload_param_s" not in zero_model_costs(zm, link, shape, "fp32")
+    from dsbench.plan.profile_summary import _engine_lines
+
+    assert _engine_lines({"model": {}}, {"zero_offload_param_s": -2.5e-9}) == [
+        "the optimizer offloaded to the host (ZeRO-2, DeepSpeedCPUAdam), against ZeRO-2 on the device: -2.50 ms per "
+        "step per million parameters a rank updates"]
+
+
+def test_the_planner_prices_a_zero1_or_zero2_offload_at_the_profiles_measured_cost_and_the_rest_as_before():
+    wl, stack = _gpt2_mini_on_two_ranks()
+    measured = replace(stack, zero_offload_param_s=-4e-9)
+    stepped = wl.shape.num_params() / 2  # each of the 2 ranks updates half the parameters
+    for strategy in ("zero1", "zero2"):
+        offloaded = Candidate(strategy=strategy, offload="cpu")
+        assert estimate(offloaded, wl, measured).offload_s == pytest.approx(stepped * -4e-9)
+        assert estimate(offloaded, wl, stack).offload_s > 0  # the host link's and host Adam's guess, unmeasured
+        # the rest of the step is ZeRO-1/2's own, so the offload cell differs from it by the measured term alone
+        plain = estimate(Candidate(strategy=strategy), wl, measured)
+        assert estimate(offloaded, wl, measured).step_s - plain.step_s == pytest.approx(stepped * -4e-9)
+    for other in (Candidate(strategy="zero3", offload="cpu"), Candidate(strategy="zero2", offload="nvme"),
+                  Candidate(strategy="zero2", offload="cpu", pp=2)):
+        assert estimate(other, wl, measured).offload_s == estimate(other, wl, stack).offload_s, other
+
+
+def test_a_profiles_offload_cost_may_be_negative_but_must_be_a_number():
+    from dsbench.errors import UserError
+    from dsbench.plan.profile_check import load_profile
+
+    profile = fit_profile(_measured([0.05, 0.04]))
+    load_profile({**profile, "rates": {**profile["rates"], "zero_offload_param_s": -3e-9}}, "p.json")
+    for bad in (float("nan"), "fast", True):
+        with pytest.raises(UserError, match=r"rates.zero_offload_param_s must be a finite number, got"):
+            load_profile({**profile, "rates": {**profile["rates"], "zero_offload_param_s": bad}}, "p.json")
+
+
 def _tp_measurement(**seconds: float) -> dict:
     timing = {"plain": 0.008, "torch": 0.044, "autotp": 0.030, **seconds}
     return {"layers": 2, "tp": 2, "micro_batch": 2, "seq_len": 128, "hidden": 64,
