@@ -991,16 +991,16 @@ def _check_against_compare() -> list[float]:
 
 
 def test_the_check_runs_as_the_compare_does_and_their_gap_is_the_machines_noise():
-    """The check's cells are no slower or faster than the compare's (no bias for the scale to carry): over 308 pairs
-    from 38 runs the median ratio is 0.993, 5th-95th percentile 0.84-1.17. That spread is the same command minutes
-    apart on this machine, and it bounds the worst cell: 14 of 308 pairs (4.5%) differ by more than 20%, so a run of
-    10 checked families has about a 37% chance (1 - 0.955^10) that one family's scale is off by more than the worst
+    """The check's cells are no slower or faster than the compare's (no bias for the scale to carry): over 332 pairs
+    from 41 runs the median ratio is 0.993, 5th-95th percentile 0.85-1.17. That spread is the same command minutes
+    apart on this machine, and it bounds the worst cell: 14 of 332 pairs (4.2%) differ by more than 20%, so a run of
+    10 checked families has about a 35% chance (1 - 0.958^10) that one family's scale is off by more than the worst
     cell's goal from the machine's noise alone, as llama-tiny's fsdp was at 10:24 on 2026-11-29, gpt2-mini's ddp at
     11:21 and llama-tiny's zero3 at 13:09 (226 pairs from 28 runs before the 11:21 run: 0.998 and 0.85-1.19; 233
     from 29 before the 13:09 run: 0.996 and 0.84-1.19; 260 from 32 before the 15:44 run: 0.992 and 0.82-1.17)."""
     ratios = sorted(_check_against_compare())
     n = len(ratios)
-    assert n >= 308
+    assert n >= 332
     assert statistics.median(ratios) == pytest.approx(1.0, abs=0.01)
     assert 0.80 < ratios[int(0.05 * (n - 1))] and ratios[int(0.95 * (n - 1))] < 1.22, (ratios[:5], ratios[-5:])
     beyond = sum(abs(ratio - 1) > 0.20 for ratio in ratios) / n
@@ -1210,4 +1210,36 @@ def test_the_offload_cell_is_priced_faster_than_zero2_once_timed():
         assert 0.05 < _errors(cells)["zero2_offload"] < 0.15, case
     for case in NEW_MACHINE_RUNS[:2]:
         assert "zero_offload_param_s" not in read_profile(str(STORED / case / "profile.json")).data["rates"]
+
+
+AN_HOUR_LATER_RUNS = ("oos-20261129-1727-gpt2-tiny", "oos-20261129-1734-llama-tiny", "oos-20261129-1740-gpt2-mini")
+"""The same command as OFFLOAD_TIMED_RUNS 70 minutes later, from 17:25 on 2026-11-29 (the compares from 17:27, 17:34
+and 17:40), nothing else running, the same machine and code; written before these tests."""
+
+
+@pytest.mark.parametrize("case", AN_HOUR_LATER_RUNS[1:])
+def test_llama_tiny_and_gpt2_mini_meet_the_goals_again_an_hour_later(case):
+    """llama-tiny median 4.6%, worst fsdp -17.3%, Spearman 0.99; gpt2-mini 3.3%, zero3 +9.4%, 0.98: with the runs of
+    16:25 and 16:32, two runs at least an hour apart meeting all three goals, with the same code."""
+    _goals(case)
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-29 17:27: median 4.3% and Spearman 0.90 meet their goals, the "
+                   "worst misses: zero2_offload +21.2%, its calibration reading the offload as slower than ZeRO-2")
+def test_gpt2_tiny_meets_the_goals_an_hour_later():
+    _goals(AN_HOUR_LATER_RUNS[0])
+
+
+def test_gpt2_tiny_an_hour_later_misses_by_an_offload_timing_whose_sign_the_noise_flipped():
+    """Five of the six calibrations since calibrate times the offload read it faster than ZeRO-2 (3.8-24.6 ms per step
+    per million stepped parameters); 17:27's read it 4.1 ms slower. On gpt2-tiny's 0.19 M-parameter shard that is
+    about a millisecond of a 38 ms step, and the planner put zero2_offload 2% slower than zero2, where it ran 15%
+    faster: the worst cell, +21.2%."""
+    rates = [read_profile(str(STORED / case / "profile.json")).data["rates"]["zero_offload_param_s"]
+             for case in (*OFFLOAD_TIMED_RUNS, *AN_HOUR_LATER_RUNS)]
+    assert sum(rate < 0 for rate in rates) == 5 and 3.5e-9 < rates[3] < 4.5e-9, rates
+    cells = _cells(AN_HOUR_LATER_RUNS[0])
+    assert cells["zero2_offload"][0] < 0.86 * cells["zero2"][0] and cells["zero2_offload"][1] > cells["zero2"][1]
+    errors = _errors(cells)
+    assert max(errors, key=lambda name: abs(errors[name])) == "zero2_offload" and 0.2 < errors["zero2_offload"] < 0.22
 
