@@ -2,7 +2,8 @@
 (pure): FSDP2 per unit, DeepSpeed ZeRO per reduction and per tensor (on the calibration stack and on the model
 itself), tensor parallelism and Ulysses per layer, the loss-parallel head, torch's zero-bubble split. Each is what a
 measured step takes beyond what the planner already prices (compute, the optimizer's shard, the collectives at the
-fitted links), kept at zero when noise makes it negative."""
+fitted links), kept at zero when noise makes it negative; the one exception is the optimizer's offload to the host,
+a difference between two ways of running the same step, which keeps its sign (:func:`zero_offload_cost`)."""
 
 from __future__ import annotations
 
@@ -106,7 +107,8 @@ def zero_offload_cost(zm: dict[str, Any], params: float) -> float:
     the gradients copied to the host and the updated parameters back) less the same step on the device, timed side
     by side, over the 1/n of the parameters a rank updates. Signed: negative where the host's optimizer steps faster
     than the device's (the CPU ranks of 2026-11-29 15:44, whose ZeRO-2 cells ran 16-17% faster offloaded). One step
-    at one micro-step: the planner charges it once per optimizer step (the host's Adam dominates it)."""
+    at one micro-step: the planner charges it once per optimizer step, assuming the host's Adam and the step's copies
+    dominate it (the per-micro-step part was not measured apart)."""
     return (zm["zero2_offload_step"]["seconds"] - zm["zero2_step"]["seconds"]) / (params / zm["world"])
 
 
