@@ -55,3 +55,6 @@ def test_the_printed_spread_says_how_many_samples_it_is_over():
 
     assert spread(new).startswith("spread over the samples (5 samples each, half the p10-p90 range / median): ")
     assert spread(old).startswith("spread over the samples (half the p10-p90 range / median): ")
+    # since 2026-11-29 18:15 the ZeRO steps on the model take 3 rounds per repeat, and the line says so
+    rounds = json.loads((stored / "oos-20261129-1818-gpt2-tiny" / "profile.json").read_text())
+    assert spread(rounds).startswith("spread over the samples (5 samples each, the ZeRO steps on the model 15, half ")
