@@ -6,6 +6,11 @@ ranks takes ``alpha + bytes_per_rank / bandwidth``, bytes_per_rank = 2B(n-1)/n (
 bandwidth are fitted per collective by least squares on relative error (every size weighs the same, from 4 KiB
 to 16 MiB); the fit's worst relative error over the measured sizes is kept with it, so a profile says how well
 the model describes the machine. The planner's per-step latency is alpha divided by the ring's steps.
+
+On a noisy machine the relative fit can find no growth with size (a fast sample at a small time weighs most), which
+would leave no bandwidth. Then the fit is on absolute error, which the largest buffers lead, and if the times still
+do not grow, the bandwidth is the largest buffer's bytes over its whole time, a lower bound; the entry's ``fit``
+says which (calibrate's profiles from 2026-11-29 19:00 on). A profile's bandwidth is always finite.
 """
 
 from __future__ import annotations
@@ -30,13 +35,14 @@ def moved_bytes(kind: str, size: float, n: int) -> float:
     return size if kind == "p2p" else ring_bytes(kind, size, n)
 
 
-def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+def fit_line(points: list[tuple[float, float]], relative: bool = True) -> tuple[float, float]:
     """``(alpha, beta)`` of ``t = alpha + beta * x`` minimising the sum of squared relative errors
-    ``((alpha + beta x - t) / t)^2`` (weighted least squares, weights 1/t^2), with alpha and beta kept >= 0:
-    a negative intercept is refitted through the origin."""
+    ``((alpha + beta x - t) / t)^2`` (weighted least squares, weights 1/t^2), or of absolute errors with
+    ``relative=False`` (weights 1), with alpha and beta kept >= 0: a negative intercept is refitted through the
+    origin."""
     if len(points) < 2:
         raise ValueError("a line needs at least two points")
-    weights = [1 / t**2 for _, t in points]
+    weights = [1 / t**2 if relative else 1.0 for _, t in points]
     sw = sum(weights)
     swx = sum(w * x for w, (x, _) in zip(weights, points, strict=True))
     swy = sum(w * t for w, (_, t) in zip(weights, points, strict=True))
@@ -54,9 +60,17 @@ def fit_collective(kind: str, n: int, points: list[dict[str, Any]]) -> dict[str,
     """alpha (µs per call), bandwidth (GB/s per rank) and the worst relative error of the fit over ``points``."""
     xy = [(moved_bytes(kind, p["bytes"], n), p["seconds"]) for p in points]
     alpha, beta = fit_line(xy)
+    how = "relative error"
+    if beta <= 0:  # no growth under relative weights (2026-11-29 18:41: all-reduce's 4 MiB at 1.2 ms, 4 KiB at 2.6)
+        alpha, beta = fit_line(xy, relative=False)
+        how = "absolute error"
+    if beta <= 0:  # the times fall with size throughout: the largest buffer moved its bytes within its whole time
+        largest, its_time = max(xy)
+        alpha, beta = min(t for _, t in xy), its_time / largest
+        how = "largest buffer"
     worst = max(abs(alpha + beta * x - t) / t for x, t in xy)
-    return {"alpha_us": alpha * 1e6, "bandwidth_gbs": 1 / beta / 1e9 if beta else float("inf"),
-            "latency_us_per_step": alpha * 1e6 / ring_steps(kind, n), "fit_worst_error": worst}
+    return {"alpha_us": alpha * 1e6, "bandwidth_gbs": 1 / beta / 1e9,
+            "latency_us_per_step": alpha * 1e6 / ring_steps(kind, n), "fit_worst_error": worst, "fit": how}
 
 
 def call_seconds(fitted: dict[str, Any], kind: str, size: float, n: int) -> float:

@@ -79,10 +79,19 @@ def _collective_lines(profile: dict[str, Any]) -> list[str]:
             if "bandwidth_gbs" in entry:
                 lines.append(f"{group} ({data['size']} ranks) {kind}: {entry['bandwidth_gbs']:.3g} GB/s per rank, "
                              f"{entry['alpha_us']:,.0f} µs per call (fit within {entry['fit_worst_error']:.0%} "
-                             f"over {_size_range(entry['points'])})")
+                             f"over {_size_range(entry['points'])}" + _fit_note(entry.get("fit")) + ")")
             elif "unsupported" in entry:
                 lines.append(f"{group} {kind}: not supported by {profile['backend']} ({entry['unsupported']})")
     return lines
+
+
+def _fit_note(how: str | None) -> str:
+    """How a noisy machine's line was fitted, when not on relative error (plan/collective_fit.fit_collective)."""
+    if how == "absolute error":
+        return "; the times did not grow with size on relative error, fitted on absolute"
+    if how == "largest buffer":
+        return "; the times did not grow with size: the bandwidth is the largest buffer's, a lower bound"
+    return ""
 
 
 def _size_range(points: list[dict[str, Any]]) -> str:
