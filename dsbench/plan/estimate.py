@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dsbench.models import LLAMA_LIKE, ModelShape
+from dsbench.models import LLAMA_LIKE
 from dsbench.plan import gpu_estimate, interval
 from dsbench.plan.calls import NO_LATENCY, collective_calls
 from dsbench.plan.candidate import Candidate
@@ -20,6 +20,7 @@ from dsbench.plan.comm import (
     tied_embedding_comm,
     ulysses_comm,
 )
+from dsbench.plan.engine_time import check_seconds, deepspeed_measured, framework_seconds, offload_seconds
 from dsbench.plan.inputs import Cluster, Workload
 from dsbench.plan.memory import (
     Accounting,
@@ -112,11 +113,11 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
     compute, compute_with_bubble, comm, exposed, optimizer, framework, notes = _time_terms(
         cand, wl, cl, held, dp, shards, acc, accum)
-    offload = _offload_seconds(cand, states, held / shards, cl)
+    offload = offload_seconds(cand, states, held / shards, cl)
     bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(V·M + P - 1) when the stages are equal
     step = compute_with_bubble + exposed + offload + optimizer + framework
     no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework
-    check = _check_seconds(cand, step, cl)
+    check = check_seconds(cand, step, cl)
     span = _step_range(cand, cl, step, check, {"compute": compute_with_bubble, "communication": exposed,
                                                "optimizer": optimizer, "framework": framework})
     step, no_overlap = step + check, no_overlap + check
@@ -144,7 +145,7 @@ def _time_terms(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: int
     comm, exposed = _communication(cand, wl, cl, held, shards if cand.ulysses > 1 else dp, shards, acc, accum,
                                    compute, counted)
     optimizer = _optimizer_seconds(cand, held, shards, cl)
-    framework = _framework_seconds(cand, wl.shape, accum, cl, counted)
+    framework = framework_seconds(cand, wl.shape, accum, cl, counted)
     if cl.gpu_model is not None:  # a GPU kind the profiles know, no machine profile: gpu_time.py's terms
         compute, compute_with_bubble, exposed, optimizer, framework, notes = gpu_estimate.terms(cand, wl, cl)
         return compute, compute_with_bubble, comm, exposed, optimizer, framework, notes
@@ -247,7 +248,7 @@ def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: 
     dp_link = cl.inter if (cl.nodes > 1 and dp > cl.gpus_per_node // model_parallel) else cl.intra
     # a measured DeepSpeed cost per reduction holds its collectives' latency: then only their bytes count here
     comm = data_parallel_comm(cand.strategy, held, dp if cand.strategy != "fsdp_hybrid" else shards, dp_link,
-                              acc.params, acc.grads, accum, NO_LATENCY if _deepspeed_measured(cand, cl) else counted)
+                              acc.params, acc.grads, accum, NO_LATENCY if deepspeed_measured(cand, cl) else counted)
     overlap = compute if cand.strategy in ("zero3", "fsdp", "fsdp_hybrid") else compute * 2 / 3
     exposed = max(0.0, sum(c.seconds for c in comm) - (overlap if cl.overlap_comm else 0.0))
     critical = []
@@ -270,86 +271,3 @@ def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: 
     if cand.ulysses > 1:
         critical += ulysses_comm(shape, wl.seq_len, wl.micro_batch, cand.ulysses, cl.intra, act_bytes, accum)
     return comm + critical, exposed + sum(c.seconds for c in critical)
-
-
-def _check_seconds(cand: Candidate, step: float, cl: Cluster) -> float:
-    """calibrate --check's fitted constant for the engine family (plan/selfcheck.py), so its steps pay what the
-    isolated measurements missed: step x (measured / predicted - 1), or a pipeline's measured - predicted."""
-    family = cand.runs_as.family
-    return dict(cl.step_residual).get(family, step * (dict(cl.step_scale).get(family, 1.0) - 1))
-
-
-def _deepspeed_measured(cand: Candidate, cl: Cluster) -> bool:
-    """Whether calibrate measured the candidate's ZeRO stage (not for DeepSpeed's pipeline engine, which reduces
-    its stage's gradients at the boundary without the ZeRO hooks)."""
-    return cand.strategy in ("zero1", "zero2", "zero3") and cand.pp == 1 and any(cl.deepspeed_s)
-
-
-def _framework_seconds(cand: Candidate, shape: ModelShape, micro_steps: int, cl: Cluster, calls: Calls) -> float:
-    """The engine's own work beyond compute and the collectives' bytes, at the costs ``dsbench calibrate`` measured
-    on its stack (dsbench.plan.profile):
-
-    - FSDP2: units x (per micro-step cost x micro-steps + per optimizer step cost); the units are the worker's,
-      every transformer block, then the root (dsbench.worker.engines.native.wrap_fsdp2);
-    - DeepSpeed ZeRO: the gradient reductions (:func:`collective_calls`) x the stage's cost per reduction, plus
-      for ZeRO-3 the model's parameter tensors x its cost per tensor; once per micro-step for ZeRO-2/3 (their
-      gradient hooks reduce every backward) and once per step for ZeRO-1 (reduced at the boundary);
-    - tensor parallelism (DTensor for the torch engine, AutoTP's layers for DeepSpeed): its cost per split layer
-      x the rank's layers x micro-steps, and torch_tp's loss-parallel head's cost x micro-steps;
-    - DeepSpeed Ulysses: its cost per layer x the layers x micro-steps;
-    - torch's zero-bubble schedules: the split backward's cost per layer x the rank's layers x micro-batches.
-    """
-    # tensor parallelism: every split layer of the rank's stage, every micro-step
-    own = shape.layers / cand.pp * tp_layer_seconds(cand, cl) * micro_steps if cand.tp > 1 else 0.0
-    if cand.loss_parallel:  # torch_tp's head split by vocabulary, every micro-step
-        own += cl.lp_head_s * micro_steps
-    if cand.ulysses > 1:  # Ulysses' attention wrapper and split linears, every layer, every micro-step
-        own += shape.layers * cl.ulysses_layer_s * micro_steps
-    if cand.zero_bubble:  # the split backward of every layer of the rank's chunks, every micro-batch
-        own += shape.layers / cand.pp * cl.zb_split_layer_s * micro_steps
-    own += schedule_seconds(cand, micro_steps, cl.pipe_costs)  # the pipeline engine's runtime: per step, per pass
-    if _deepspeed_measured(cand, cl):
-        per_call, per_tensor = cl.deepspeed_s[1 if cand.strategy != "zero1" else 0], cl.deepspeed_s[2]
-        if cand.strategy in ("zero1", "zero2"):  # measured on the profile's model where it was, else the stack's
-            per_call = cl.zero_model_call_s[0 if cand.strategy == "zero1" else 1] or per_call
-        if cand.strategy == "zero1":
-            return own + calls.grads * per_call
-        tensors = len(shape.tensors()) if cand.strategy == "zero3" else 0
-        return own + (calls.grads * per_call + tensors * per_tensor) * micro_steps
-    if cand.strategy not in ("fsdp", "fsdp_hybrid"):
-        return own
-    units = round(shape.layers / cand.pp) + 1
-    per_micro, per_step = cl.fsdp_unit_s
-    return own + units * (per_micro * micro_steps + per_step)
-
-
-def tp_layer_seconds(cand: Candidate, cl: Cluster) -> float:
-    """The profile's own cost of one split layer of the candidate's kind (:attr:`Cluster.tp_layer_s`)."""
-    costs = dict(cl.tp_layer_s)
-    cost = costs.get(cand.tp_kind, 0.0)
-    if not cost and cand.tp_kind == "dtensor_sp":  # profiles from before 2026-11-26 16:00: plain DTensor's cost
-        cost = costs.get("dtensor", 0.0)
-    return cost
-
-
-def _offload_seconds(cand: Candidate, states: ModelStates, stepped: float, cl: Cluster) -> float:
-    """ZeRO-Offload per step. With the optimizer alone on the host under ZeRO-1/2 and a profile that measured it:
-    the rank's ``stepped`` parameters x the profile's ``zero_offload_param_s`` (what the offload added to ZeRO-2's
-    step on its model, signed; stages 1 and 2 share DeepSpeed's offload path, DeepSpeedZeroOptimizer's). Otherwise:
-    gradients to the host and parameters back over the host link, plus the CPU Adam step, memory-bound at ~10 GB/s
-    of optimizer state per rank (a rough figure; measure with --verify), and NVMe's reads and writes."""
-    if states.host == 0 and states.nvme == 0:
-        return 0.0
-    if _offload_measured(cand, cl):
-        return stepped * cl.zero_offload_param_s
-    transfer = (states.grads + states.params) / (cl.host_link.bandwidth_gbs * 1e9)
-    cpu_step = (states.optimizer + states.master) / 10e9
-    nvme = 2 * states.nvme / 3e9  # read + write at ~3 GB/s per rank
-    return transfer + cpu_step + nvme
-
-
-def _offload_measured(cand: Candidate, cl: Cluster) -> bool:
-    """Whether the profile timed the candidate's offload on its model: the optimizer alone on the host (CPU), under
-    ZeRO-1 or ZeRO-2 without a pipeline."""
-    return (cl.zero_offload_param_s is not None and cand.strategy in ("zero1", "zero2") and cand.pp == 1
-            and cand.offload == "cpu" and cand.offload_param == "none")
