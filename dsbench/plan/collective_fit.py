@@ -10,7 +10,7 @@ the model describes the machine. The planner's per-step latency is alpha divided
 On a noisy machine the relative fit can find no growth with size (a fast sample at a small time weighs most), which
 would leave no bandwidth. Then the fit is on absolute error, which the largest buffers lead, and if the times still
 do not grow, the bandwidth is the largest buffer's bytes over its whole time, a lower bound; the entry's ``fit``
-says which (calibrate's profiles from 2026-11-29 19:00 on). A profile's bandwidth is always finite.
+says which (:data:`FITS`; profiles written from 2026-11-29 18:46 on). A profile's bandwidth is always finite.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from dsbench.plan.comm import ring_bytes
 from dsbench.plan.hardware import Link
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "p2p")
+FITS = ("relative error", "absolute error", "largest buffer")
+"""How :func:`fit_collective` fitted a line, in the order it tries them."""
 
 
 def ring_steps(kind: str, n: int) -> int:
@@ -60,14 +62,14 @@ def fit_collective(kind: str, n: int, points: list[dict[str, Any]]) -> dict[str,
     """alpha (µs per call), bandwidth (GB/s per rank) and the worst relative error of the fit over ``points``."""
     xy = [(moved_bytes(kind, p["bytes"], n), p["seconds"]) for p in points]
     alpha, beta = fit_line(xy)
-    how = "relative error"
+    how = FITS[0]
     if beta <= 0:  # no growth under relative weights (2026-11-29 18:41: all-reduce's 4 MiB at 1.2 ms, 4 KiB at 2.6)
         alpha, beta = fit_line(xy, relative=False)
-        how = "absolute error"
+        how = FITS[1]
     if beta <= 0:  # the times fall with size throughout: the largest buffer moved its bytes within its whole time
         largest, its_time = max(xy)
         alpha, beta = min(t for _, t in xy), its_time / largest
-        how = "largest buffer"
+        how = FITS[2]
     worst = max(abs(alpha + beta * x - t) / t for x, t in xy)
     return {"alpha_us": alpha * 1e6, "bandwidth_gbs": 1 / beta / 1e9,
             "latency_us_per_step": alpha * 1e6 / ring_steps(kind, n), "fit_worst_error": worst, "fit": how}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench.plan.collective_fit import KINDS
+from dsbench.plan.collective_fit import FITS, KINDS
 from dsbench.plan.pipeline_time import PASS_RATE, STEP_RATE, timing_name
 
 
@@ -87,11 +87,9 @@ def _collective_lines(profile: dict[str, Any]) -> list[str]:
 
 def _fit_note(how: str | None) -> str:
     """How a noisy machine's line was fitted, when not on relative error (plan/collective_fit.fit_collective)."""
-    if how == "absolute error":
-        return "; the times did not grow with size on relative error, fitted on absolute"
-    if how == "largest buffer":
-        return "; the times did not grow with size: the bandwidth is the largest buffer's, a lower bound"
-    return ""
+    return {FITS[1]: "; the times did not grow with size on relative error, fitted on absolute",
+            FITS[2]: "; the times did not grow with size: the bandwidth is the largest buffer's, a lower bound"
+            }.get(how or FITS[0], "")
 
 
 def _size_range(points: list[dict[str, Any]]) -> str:
