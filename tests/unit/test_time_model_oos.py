@@ -23,12 +23,15 @@ from tests.conftest import DATA
 STORED = DATA / "runs" / "cpu-calibrated"
 
 
-def _cells(case: str, cores: bool = True) -> dict[str, tuple[float, float]]:
+def _cells(case: str, cores: bool = True, scaled: bool = True) -> dict[str, tuple[float, float]]:
     """strategy -> (measured step s, predicted step s); ``cores=False`` predicts as from a profile that did not record
-    its machine's cores (one rank per core, whatever the ranks: plan.api.core_share)."""
+    its machine's cores (one rank per core, whatever the ranks: plan.api.core_share); ``scaled=False`` without the
+    check's per-family constants."""
     profile = read_profile(str(STORED / case / "profile.json"))
     if not cores:
         del profile.data["machine"]["cpus"]
+    if not scaled:
+        profile.data.pop("check", None)
     out = {}
     for row in collect([STORED / case / "compare"]):
         estimate = predict_cell(row, profile)
@@ -991,18 +994,19 @@ def _check_against_compare() -> list[float]:
 
 
 def test_the_check_runs_as_the_compare_does_and_their_gap_is_the_machines_noise():
-    """The check's cells are no slower or faster than the compare's (no bias for the scale to carry): over 356 pairs
-    from 44 runs the median ratio is 0.990, 5th-95th percentile 0.85-1.16. That spread is the same command minutes
-    apart on this machine, and it bounds the worst cell: 14 of 356 pairs (3.9%) differ by more than 20%, so a run of
-    10 checked families has about a 33% chance (1 - 0.961^10) that one family's scale is off by more than the worst
-    cell's goal from the machine's noise alone, as llama-tiny's fsdp was at 10:24 on 2026-11-29, gpt2-mini's ddp at
+    """The check's cells run about 1% faster than the compare's, a small bias the scale carries into predictions:
+    over 380 pairs from 47 runs the median ratio is 0.989 (0.9885 over the 120 pairs of the 15 runs on the machine
+    of 2026-11-29 15:44 on), 5th-95th percentile 0.86-1.15. That spread is the same command minutes apart on this
+    machine, and it bounds the worst cell: 14 of 380 pairs (3.7%) differ by more than 20%, so a run of 10 checked
+    families has about a 31% chance (1 - 0.963^10) that one family's scale is off by more than the worst cell's goal
+    from the machine's noise alone, as llama-tiny's fsdp was at 10:24 on 2026-11-29, gpt2-mini's ddp at
     11:21 and llama-tiny's zero3 at 13:09 (226 pairs from 28 runs before the 11:21 run: 0.998 and 0.85-1.19; 233
     from 29 before the 13:09 run: 0.996 and 0.84-1.19; 260 from 32 before the 15:44 run: 0.992 and 0.82-1.17; 332
-    from 41 before the 18:18 run: 0.993 and 0.85-1.17)."""
+    from 41 before the 18:18 run: 0.993 and 0.85-1.17; 356 from 44 before the 19:23 run: 0.990 and 0.85-1.16)."""
     ratios = sorted(_check_against_compare())
     n = len(ratios)
-    assert n >= 356
-    assert statistics.median(ratios) == pytest.approx(1.0, abs=0.01)
+    assert n >= 380
+    assert 0.98 < statistics.median(ratios) < 1.0
     assert 0.80 < ratios[int(0.05 * (n - 1))] and ratios[int(0.95 * (n - 1))] < 1.22, (ratios[:5], ratios[-5:])
     beyond = sum(abs(ratio - 1) > 0.20 for ratio in ratios) / n
     assert 0.03 < beyond < 0.08, beyond
@@ -1270,3 +1274,43 @@ def test_with_fifteen_samples_every_calibration_reads_the_offload_faster_than_ze
         assert -1.3e-8 < data["rates"]["zero_offload_param_s"] < -3e-9, case
         assert 30 < data["seconds"] < 45, case
     assert abs(_errors(_cells(ROUNDS_RUNS[0]))["zero2_offload"]) < 0.01
+
+
+ROUNDS_AN_HOUR_LATER_RUNS = ("oos-20261129-1923-gpt2-tiny", "oos-20261129-1929-llama-tiny",
+                             "oos-20261129-1936-gpt2-mini")
+"""The same command as ROUNDS_RUNS 65 minutes later, from 19:20 on 2026-11-29 (the compares from 19:23, 19:29 and
+19:36), nothing else running, the same machine and code (c760e0f's calibration); written before these tests."""
+
+
+@pytest.mark.parametrize("case", ROUNDS_AN_HOUR_LATER_RUNS[:2])
+def test_gpt2_tiny_and_llama_tiny_meet_the_goals_again_an_hour_later_with_the_same_code(case):
+    """gpt2-tiny median 3.8%, worst zero2 -8.7%, Spearman 1.00; llama-tiny 2.8%, zero2_offload +12.7%, 0.97: with the
+    runs of 18:18 and 18:24, two runs 65 minutes apart meeting all three goals, with the same code."""
+    _goals(case)
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-29 19:36: median 2.6% and Spearman 0.99 meet their goals, the "
+                   "worst misses: zero2_offload +20.2%, ZeRO-2's check scale (x1.22) applied to a cell predicted "
+                   "-1.1% without it")
+def test_gpt2_mini_meets_the_goals_again_an_hour_later_with_the_same_code():
+    _goals(ROUNDS_AN_HOUR_LATER_RUNS[2])
+
+
+def test_the_offload_cell_misses_by_zero2_s_check_scale():
+    """gpt2-mini's worst cell at 19:36 is zero2_offload, whose family is ZeRO-2's: the ZeRO-2 check ran 22% slower
+    than predicted, the compare's offload cell 19% faster than its zero2 cell, and the scale that brought zero2 to
+    -0.7% took zero2_offload from -1.1% to +20.2%. Over the 12 runs since calibrate times the offload (16:19-19:36) the
+    unscaled offload cell is the closer one in 8: median absolute error 5.9% unscaled against 9.2% scaled, worst 14.5%
+    against 21.2%."""
+    cells = _cells(ROUNDS_AN_HOUR_LATER_RUNS[2])
+    assert cells["zero2_offload"][0] < 0.83 * cells["zero2"][0]
+    errors = _errors(cells)
+    assert max(errors, key=lambda name: abs(errors[name])) == "zero2_offload" and 0.2 < errors["zero2_offload"] < 0.21
+    assert abs(errors["zero2"]) < 0.01
+    assert abs(_errors(_cells(ROUNDS_AN_HOUR_LATER_RUNS[2], scaled=False))["zero2_offload"]) < 0.015
+    runs = (*OFFLOAD_TIMED_RUNS, *AN_HOUR_LATER_RUNS, *ROUNDS_RUNS, *ROUNDS_AN_HOUR_LATER_RUNS)
+    pairs = [(abs(_errors(_cells(case))["zero2_offload"]), abs(_errors(_cells(case, scaled=False))["zero2_offload"]))
+             for case in runs]
+    assert len(pairs) == 12 and sum(unscaled < scaled for scaled, unscaled in pairs) == 8
+    assert statistics.median(u for _, u in pairs) < 0.06 < 0.09 < statistics.median(s for s, _ in pairs)
+    assert max(u for _, u in pairs) < 0.15 < 0.21 < max(s for s, _ in pairs)
