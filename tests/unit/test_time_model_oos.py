@@ -1314,3 +1314,14 @@ def test_the_offload_cell_misses_by_zero2_s_check_scale():
     assert len(pairs) == 12 and sum(unscaled < scaled for scaled, unscaled in pairs) == 8
     assert statistics.median(u for _, u in pairs) < 0.06 < 0.09 < statistics.median(s for s, _ in pairs)
     assert max(u for _, u in pairs) < 0.15 < 0.21 < max(s for s, _ in pairs)
+
+
+def test_at_fifteen_samples_the_offload_s_sign_still_flips_once_on_a_small_shard():
+    """The 19:20 calibrations read the offload 5.6 ms (gpt2-tiny) and 2.2 ms (gpt2-mini) per step per million stepped
+    parameters faster than ZeRO-2, and llama-tiny's 1.0 ms slower, where its compare's offload cell ran 12% faster
+    than its zero2 cell: 15 samples narrowed the noise (none of the 18:15 three flipped) but did not end it."""
+    rates = [read_profile(str(STORED / case / "profile.json")).data["rates"]["zero_offload_param_s"]
+             for case in ROUNDS_AN_HOUR_LATER_RUNS]
+    assert rates[0] < -5e-9 and rates[2] < -2e-9 and 0 < rates[1] < 1.5e-9, rates
+    cells = _cells(ROUNDS_AN_HOUR_LATER_RUNS[1])
+    assert cells["zero2_offload"][0] < 0.9 * cells["zero2"][0]
