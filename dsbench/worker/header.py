@@ -11,11 +11,12 @@ from typing import Any
 from dsbench.records import SCHEMA, flops_per_token
 from dsbench.trainspec import PIPELINED, TrainSpec
 from dsbench.worker import accelerate_env, setup
+from dsbench.worker.prepared import Prepared
 
 
-def header_record(spec: TrainSpec, run: Any, folder: Path) -> dict[str, Any]:
+def header_record(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any]:
     """The run's header record: its definition (hashed), where it ran, and how its figures are computed (``run``:
-    the rank's ``worker.run.Prepared``)."""
+    everything the rank set up)."""
     from dsbench.worker.dist import process_group_facts
     from dsbench.worker.metrics import device_peak
 
@@ -50,7 +51,7 @@ def header_record(spec: TrainSpec, run: Any, folder: Path) -> dict[str, Any]:
                         speed=_speed_options(spec, run))
 
 
-def _speed_options(spec: TrainSpec, run: Any) -> dict[str, Any]:
+def _speed_options(spec: TrainSpec, run: Prepared) -> dict[str, Any]:
     """What the run did to go fast, as the report shows it: compilation, the attention kernel the model calls
     (transformers' ``attn_implementation``: "sdpa" is torch's scaled_dot_product_attention, which picks flash or
     memory-efficient kernels on GPU) and the optimizer's implementation."""

@@ -7,7 +7,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from dsbench.trainspec import TrainSpec
 from dsbench.worker import accelerate_env, checkpoint, checkpoint_manifest, safe_load, setup, stop
 from dsbench.worker.cpuanswer import ask_the_cpu_once
 from dsbench.worker.header import header_record
+from dsbench.worker.prepared import Prepared
 from dsbench.worker.resolve import resolve
 
 
@@ -54,34 +55,6 @@ def _run_dir(spec: TrainSpec, strategy: str) -> Path:
     if (folder / METRICS).exists():
         raise UserError(f"{folder / METRICS} exists: choose a new --out (dsbench never overwrites measurements)")
     return folder
-
-
-@dataclass
-class Prepared:
-    """Everything set up for the run on this rank (what :func:`record` needs)."""
-
-    strategy: str
-    shape: ModelShape
-    ds_config: dict[str, Any] | None
-    info: Any
-    """This rank's DistInfo."""
-    plan: Any
-    """The BatchPlan: which sequences each rank reads at each step."""
-    engine: Any
-    precision: str
-    dims: ParallelDims
-    fsdp: dict[str, bool] | None
-    settings: Any
-    """The loop's LoopSettings."""
-    folder: Path | None
-    """The run folder (rank 0), checked before the model is built: measurements are never overwritten."""
-    hostnames: list[Any]
-    """The host each rank runs on, by rank."""
-    model: Any = None
-    """The Hugging Face model the engine wraps (its config goes into checkpoints)."""
-    tokenizer: Any = None
-    resumed: Any = None
-    """(tag folder, Manifest) of the checkpoint this run continues, or None."""
 
 
 def prepare(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> Prepared:
