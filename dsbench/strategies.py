@@ -140,10 +140,11 @@ class Strategy:
         """The engine family ``calibrate --check`` scales as one (plan/selfcheck.py): the form of parallelism and
         the code path its step runs. torch's pipelining (``pipeline``), DeepSpeed's pipeline engine
         (``pipe_engine``), DTensor tensor parallelism (``tensor``) and DeepSpeed's AutoTP (``autotp``) are one
-        family each; DeepSpeed's ZeRO-1 (stage_1_and_2.py with the gradients reduced once, at the
-        accumulation boundary), ZeRO-2 (the same optimizer, its gradient hooks reducing every micro-step; family
-        ``zero``, offload included), ZeRO-3 (stage3.py: gathers, partitioned hooks) and stage 0 (neither: the
-        engine's own all-reduce) are four; ``single`` runs DDP's loop on one rank."""
+        family each; so are DeepSpeed's ZeRO-1 (stage_1_and_2.py, gradients reduced at the accumulation boundary),
+        ZeRO-2 (``zero``: its hooks reduce every micro-step), ZeRO-1/2 with the optimizer offloaded
+        (``zero_offload``: DeepSpeedCPUAdam on the host, timed on the model by calibrate, checked by no cell, so
+        unscaled), ZeRO-3 (stage3.py, offload included) and stage 0 (``deepspeed``: the engine's own all-reduce);
+        ``single`` runs DDP's loop on one rank."""
         if self.ulysses > 1:
             return "ulysses"
         if self.engine == "torch_3d":
@@ -153,6 +154,8 @@ class Strategy:
         if self.tp > 1:
             return "tensor" if self.engine == "torch_tp" else "autotp"
         if self.engine == "deepspeed":
+            if self.offload != "none" and (self.zero or 0) in (1, 2):
+                return "zero_offload"
             return {0: "deepspeed", 1: "zero1", 3: "zero3"}.get(self.zero or 0, "zero")
         return "ddp" if self.engine == "single" else self.engine
 
@@ -243,14 +246,11 @@ CHECKED = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "torch_tp2", "zer
            "ulysses2")
 """``calibrate --check``'s cell for each engine family (:attr:`Strategy.family`), in this order, where the model and
 the ranks allow it: on one rank the single loop (ddp's family) alone; else DDP, FSDP2, ZeRO-1 (gradients reduced
-at the boundary), ZeRO-2 (hooks reduce every micro-step; it scales zero2_offload too), ZeRO-3 (gathers, partitioned
-hooks), DTensor's and AutoTP's TP (Llama-family models), torch's 1F1B and DeepSpeed's pipeline engine, and
+at the boundary), ZeRO-2 (hooks reduce every micro-step; none for the offloaded ZeRO-1/2), ZeRO-3 (gathers,
+partitioned hooks), DTensor's and AutoTP's TP (Llama-family models), torch's 1F1B and DeepSpeed's pipeline engine, and
 DeepSpeed Ulysses (Llama-family models: its all-to-alls and HF attention wrapper)."""
 GPU_ONE_RANK = ("single", "zero1", "zero2", "zero3")
 """``calibrate --check``'s cells on one CUDA GPU: the plain loop and ZeRO-1/2/3 (gpu_fit.py fits zero_host_us)."""
-FAMILY_BEFORE = {"zero1": "zero", "pipe_engine": "pipeline", "autotp": "tensor"}
-"""Families split from another since a profile was checked (2026-11-26 07:00), and the one whose scale such a profile
-applies to them, as it was planned then."""
 WHATIF_DEFAULT = ("ddp", "zero2", "zero3", "fsdp", "pipe2")
 """Named in whatif's error when --strategies is empty."""
 

@@ -98,9 +98,10 @@ def test_check_repeats_ask_compare_for_interleaved_launches(tmp_path, monkeypatc
     assert seen["repeats"] == 3 and seen["strategies"] == ["ddp"]
 
 
-def _with_scale(tmp_path, scale):
+def _with_scale(tmp_path, scale, **rates):
     data = json.loads(PROFILE.read_text())
     data["check"] = {"step_scale": scale}
+    data["rates"].update(rates)
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(data))
     return path
@@ -140,6 +141,25 @@ def test_the_planner_scales_the_checked_families_only(tmp_path):
                                                                          * factor)
 
 
+def test_the_offloaded_zero_steps_are_unscaled_where_the_profile_timed_the_offload(tmp_path):
+    """A profile that timed the offload on its model (``rates.zero_offload_param_s``) leaves the offloaded ZeRO-1/2
+    unscaled and ZeRO-2 at its scale; one that did not reads them at ZeRO-2's scale, as they were planned then."""
+    folders = [tmp_path / name for name in ("plain", "timed", "guessed")]
+    for folder in folders:
+        folder.mkdir()
+    rate = -5e-9  # seconds per stepped parameter: the offload 5 ms faster per million, as calibrate read it
+    plain = _with_scale(folders[0], {}, zero_offload_param_s=rate)
+    with_rate = _with_scale(folders[1], {"zero": 1.3}, zero_offload_param_s=rate)
+    without_rate = _with_scale(folders[2], {"zero": 1.3})
+    for zero in (1, 2):
+        offload = Candidate(strategy=f"zero{zero}", offload="cpu")
+        assert _step(with_rate, offload).step_s == pytest.approx(_step(plain, offload).step_s)
+        assert _step(with_rate, offload).check_s == 0
+        assert _step(without_rate, offload).check_s > 0
+    assert _step(with_rate, Candidate(strategy="zero2")).step_s == pytest.approx(
+        _step(plain, Candidate(strategy="zero2")).step_s * 1.3)
+
+
 @pytest.mark.parametrize("check, message", [
     ([], "check.step_scale must map"),
     ({"step_scale": [1.0]}, "check.step_scale must map"),
@@ -163,13 +183,15 @@ def test_a_bad_check_section_is_one_line(tmp_path, check, message):
 
 @pytest.mark.parametrize("name, family", [
     ("single", "ddp"), ("ddp", "ddp"), ("fsdp", "fsdp"), ("fsdp_no_reshard", "fsdp"), ("zero0", "deepspeed"),
-    ("zero1", "zero1"), ("zero2", "zero"), ("zero2_offload", "zero"), ("zero3", "zero3"), ("zero3_offload", "zero3"),
+    ("zero1", "zero1"), ("zero2", "zero"), ("zero2_offload", "zero_offload"), ("zero3", "zero3"),
+    ("zero3_offload", "zero3"),
     ("pipe2", "pipe_engine"), ("zero1_tp2", "autotp"), ("torch_pipe4", "pipeline"), ("torch_tp2_sp", "tensor"),
 ])
 def test_every_strategy_has_the_family_of_its_code_path(name, family):
-    from dsbench.strategies import get
+    from dsbench.strategies import for_candidate, get
 
     assert get(name).family == family
+    assert for_candidate("zero1", offload="cpu").family == "zero_offload"
 
 
 def test_plan_says_which_scales_a_checked_profile_applied():
@@ -182,10 +204,10 @@ def test_plan_says_which_scales_a_checked_profile_applied():
     args = ["plan", "--model", "gpt2-mini", "--gpus", "2", "--precision", "fp32", "--gpu-mem", "12", "--profile",
             str(checked)]
     planned = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
-    # checked before ZeRO-1 and DeepSpeed's pipeline engine had their own cells: read at the scales of the families
-    # they were in, as they were planned then
-    assert "zero1" not in scale and planned["cluster"]["step_scale"] == {**scale, "zero1": scale["zero"],
-                                                                         "pipe_engine": scale["pipeline"]}
+    # checked before ZeRO-1, DeepSpeed's pipeline engine and the offload had their own families (nor timed the
+    # offload on its model): read at the scales of the families they were in, as they were planned then
+    assert "zero1" not in scale and planned["cluster"]["step_scale"] == {
+        **scale, "zero1": scale["zero"], "pipe_engine": scale["pipeline"], "zero_offload": scale["zero"]}
     text = CliRunner().invoke(cli, args, terminal_width=400).output
     assert f"step times corrected by its calibrate --check: ddp x{scale['ddp']:.2f}" in " ".join(text.split())
 

@@ -56,6 +56,24 @@ def _goals(case: str) -> None:
     assert median <= 0.10 and worst <= 0.20 and rho >= 0.9, (median, worst, rho)
 
 
+def _agreement(earlier: str, later: str) -> dict[str, float]:
+    """strategy -> the later run's profile's prediction of its compare's cell over the earlier run's profile's (the
+    issue's stability goal: within 5%; ``scripts/bench_time_model.py --agree``)."""
+    first = read_profile(str(STORED / earlier / "profile.json"))
+    second = read_profile(str(STORED / later / "profile.json"))
+    return {row.base_strategy: predict_cell(row, second).step_s / predict_cell(row, first).step_s
+            for row in collect([STORED / later / "compare"])}
+
+
+def _offload_at_zero2_scale(case: str) -> float:
+    """zero2_offload's signed error as planned until 2026-11-29 20:35, when the offloaded ZeRO-1/2 took ZeRO-2's
+    check scale: the unscaled prediction times that scale (a family's scale multiplies its whole step,
+    plan.engine_time.check_seconds)."""
+    measured, predicted = _cells(case, scaled=False)["zero2_offload"]
+    scale = read_profile(str(STORED / case / "profile.json")).data["check"]["step_scale"]["zero"]
+    return predicted * scale / measured - 1
+
+
 @pytest.mark.xfail(strict=True, reason="no calibrate --check (the bias issue 27 reported): measured 2026-11-26 03:03, "
                    "ddp -21%, fsdp -16%, zero1 -16%, zero2 -26%, zero2_offload -33%, zero3 +18%")
 def test_an_unchecked_calibration_misses_the_goals():
@@ -918,15 +936,9 @@ def test_two_gpt2_mini_calibrations_eight_hours_apart_nearly_agree():
     """The 20:05 profile of 2026-11-28 (PIPELINE_CHECK_ADDED_GPT2_MINI) and this one on this compare's cells: 9 of 10
     within the issue's 5%, zero1 -5.1%. gpt2-tiny's two (22:01 and 04:21) differ by up to -9.8% (pipe2), 3 of 8
     within 5%."""
-    def ratios(earlier: str, later: str) -> dict[str, float]:
-        first = read_profile(str(STORED / earlier / "profile.json"))
-        second = read_profile(str(STORED / later / "profile.json"))
-        return {row.base_strategy: predict_cell(row, second).step_s / predict_cell(row, first).step_s
-                for row in collect([STORED / later / "compare"])}
-
-    mini = ratios(PIPELINE_CHECK_ADDED_GPT2_MINI, AFTER_THE_SPLIT_GPT2_MINI)
+    mini = _agreement(PIPELINE_CHECK_ADDED_GPT2_MINI, AFTER_THE_SPLIT_GPT2_MINI)
     assert sum(abs(r - 1) <= 0.05 for r in mini.values()) == 9 and max(abs(r - 1) for r in mini.values()) < 0.052
-    tiny = ratios(AFTER_THE_PIPELINE_CHANGES_GPT2_TINY, AFTER_THE_SPLIT_GPT2_TINY)
+    tiny = _agreement(AFTER_THE_PIPELINE_CHANGES_GPT2_TINY, AFTER_THE_SPLIT_GPT2_TINY)
     assert sum(abs(r - 1) <= 0.05 for r in tiny.values()) == 3 and max(abs(r - 1) for r in tiny.values()) < 0.10
 
 
@@ -995,17 +1007,18 @@ def _check_against_compare() -> list[float]:
 
 def test_the_check_runs_as_the_compare_does_and_their_gap_is_the_machines_noise():
     """The check's cells run about 1% faster than the compare's, a small bias the scale carries into predictions:
-    over 380 pairs from 47 runs the median ratio is 0.989 (0.9885 over the 120 pairs of the 15 runs on the machine
-    of 2026-11-29 15:44 on), 5th-95th percentile 0.86-1.15. That spread is the same command minutes apart on this
-    machine, and it bounds the worst cell: 14 of 380 pairs (3.7%) differ by more than 20%, so a run of 10 checked
-    families has about a 31% chance (1 - 0.963^10) that one family's scale is off by more than the worst cell's goal
+    over 404 pairs from 50 runs the median ratio is 0.989 (0.9885 over the 120 pairs of the 15 runs on the machine
+    of 2026-11-29 15:44 to 19:36), 5th-95th percentile 0.86-1.13. That spread is the same command minutes apart on
+    this machine, and it bounds the worst cell: 14 of 404 pairs (3.5%) differ by more than 20%, so a run of 10 checked
+    families has about a 30% chance (1 - 0.965^10) that one family's scale is off by more than the worst cell's goal
     from the machine's noise alone, as llama-tiny's fsdp was at 10:24 on 2026-11-29, gpt2-mini's ddp at
     11:21 and llama-tiny's zero3 at 13:09 (226 pairs from 28 runs before the 11:21 run: 0.998 and 0.85-1.19; 233
     from 29 before the 13:09 run: 0.996 and 0.84-1.19; 260 from 32 before the 15:44 run: 0.992 and 0.82-1.17; 332
-    from 41 before the 18:18 run: 0.993 and 0.85-1.17; 356 from 44 before the 19:23 run: 0.990 and 0.85-1.16)."""
+    from 41 before the 18:18 run: 0.993 and 0.85-1.17; 356 from 44 before the 19:23 run: 0.990 and 0.85-1.16; 380
+    from 47 before the 20:39 run: 0.989 and 0.86-1.15)."""
     ratios = sorted(_check_against_compare())
     n = len(ratios)
-    assert n >= 380
+    assert n >= 404
     assert 0.98 < statistics.median(ratios) < 1.0
     assert 0.80 < ratios[int(0.05 * (n - 1))] and ratios[int(0.95 * (n - 1))] < 1.22, (ratios[:5], ratios[-5:])
     beyond = sum(abs(ratio - 1) > 0.20 for ratio in ratios) / n
@@ -1203,16 +1216,17 @@ def test_every_model_meets_the_goals_once_the_offload_is_timed(case):
 
 def test_the_offload_cell_is_priced_faster_than_zero2_once_timed():
     """Every calibration measured the offload faster than ZeRO-2 on the device (3.8-24.6 ms per step per million
-    stepped parameters), and the planner has each model's zero2_offload cell 3-10% faster than its zero2, where they
-    ran 12-24% faster; the held-out cell's error is 5-15% (+24.0% and +21.3% in the runs half an hour before)."""
+    stepped parameters). At ZeRO-2's check scale, as planned then, the held-out cell's error was +5.4% to +14.9%
+    (+24.0% and +21.3% in the runs half an hour before); unscaled, as planned since 2026-11-29 20:35, the planner has
+    each model's zero2_offload cell 12-16% faster than its zero2 (they ran 12-24% faster) and the cell within 7.4%."""
     for case in OFFLOAD_TIMED_RUNS:
         rate = read_profile(str(STORED / case / "profile.json")).data["rates"]["zero_offload_param_s"]
         assert -2.5e-8 < rate < -3.5e-9, (case, rate)
         cells = _cells(case)
         measured = cells["zero2_offload"][0] / cells["zero2"][0]
         predicted = cells["zero2_offload"][1] / cells["zero2"][1]
-        assert 0.75 < measured < 0.9 and measured < predicted < 0.995, (case, measured, predicted)
-        assert 0.05 < _errors(cells)["zero2_offload"] < 0.15, case
+        assert 0.75 < measured < 0.9 and 0.83 < predicted < 0.89, (case, measured, predicted)
+        assert 0.05 < _offload_at_zero2_scale(case) < 0.15 and abs(_errors(cells)["zero2_offload"]) < 0.075, case
     for case in NEW_MACHINE_RUNS[:2]:
         assert "zero_offload_param_s" not in read_profile(str(STORED / case / "profile.json")).data["rates"]
 
@@ -1229,24 +1243,28 @@ def test_llama_tiny_and_gpt2_mini_meet_the_goals_again_an_hour_later(case):
     _goals(case)
 
 
-@pytest.mark.xfail(strict=True, reason="measured 2026-11-29 17:27: median 4.3% and Spearman 0.90 meet their goals, the "
-                   "worst misses: zero2_offload +21.2%, its calibration reading the offload as slower than ZeRO-2")
-def test_gpt2_tiny_meets_the_goals_an_hour_later():
+def test_gpt2_tiny_meets_the_goals_an_hour_later_with_the_offload_unscaled():
+    """Median 4.3%, worst zero2_offload -14.5%, Spearman 0.98 as planned since 2026-11-29 20:35 (the offload cell
+    unscaled); it missed as planned then: median 4.3% and Spearman 0.90, the worst cell zero2_offload +21.2% at
+    ZeRO-2's check scale (x1.42)."""
     _goals(AN_HOUR_LATER_RUNS[0])
+    assert 0.2 < _offload_at_zero2_scale(AN_HOUR_LATER_RUNS[0]) < 0.22
 
 
 def test_gpt2_tiny_an_hour_later_misses_by_an_offload_timing_whose_sign_the_noise_flipped():
     """Five of the six calibrations since calibrate times the offload read it faster than ZeRO-2 (3.8-24.6 ms per step
     per million stepped parameters); 17:27's read it 4.1 ms slower. On gpt2-tiny's 0.19 M-parameter shard that is
-    about a millisecond of a 38 ms step, and the planner put zero2_offload 2% slower than zero2, where it ran 15%
-    faster: the worst cell, +21.2%."""
+    about a millisecond of a 38 ms step, and the unscaled planner put zero2_offload 2% slower than zero2, where it
+    ran 15% faster. At ZeRO-2's scale the cell was the worst at +21.2%; unscaled it is still the worst, at -14.5%."""
     rates = [read_profile(str(STORED / case / "profile.json")).data["rates"]["zero_offload_param_s"]
              for case in (*OFFLOAD_TIMED_RUNS, *AN_HOUR_LATER_RUNS)]
     assert sum(rate < 0 for rate in rates) == 5 and 3.5e-9 < rates[3] < 4.5e-9, rates
-    cells = _cells(AN_HOUR_LATER_RUNS[0])
-    assert cells["zero2_offload"][0] < 0.86 * cells["zero2"][0] and cells["zero2_offload"][1] > cells["zero2"][1]
-    errors = _errors(cells)
-    assert max(errors, key=lambda name: abs(errors[name])) == "zero2_offload" and 0.2 < errors["zero2_offload"] < 0.22
+    unscaled = _cells(AN_HOUR_LATER_RUNS[0], scaled=False)
+    assert (unscaled["zero2_offload"][0] < 0.86 * unscaled["zero2"][0]
+            and unscaled["zero2_offload"][1] > unscaled["zero2"][1])
+    errors = _errors(_cells(AN_HOUR_LATER_RUNS[0]))
+    assert max(errors, key=lambda name: abs(errors[name])) == "zero2_offload"
+    assert -0.15 < errors["zero2_offload"] < -0.14
 
 
 
@@ -1266,14 +1284,14 @@ def test_every_model_meets_the_goals_with_the_zero_steps_on_the_model_timed_thre
 def test_with_fifteen_samples_every_calibration_reads_the_offload_faster_than_zero2():
     """Each of the three calibrations took 15 samples of the ZeRO steps on the model (5 before) and read the
     offloaded optimizer faster than ZeRO-2 on the device (3.2-12.1 ms per step per million stepped parameters);
-    gpt2-tiny's zero2_offload cell, its worst at 17:27 (+21.2%), is within 1%. Calibrate took 31-40 s where it took
-    24-28 s at 17:25 (the profiles' own ``seconds``)."""
+    gpt2-tiny's zero2_offload cell, its worst at 17:27 (+21.2%), is within 1% at ZeRO-2's scale (as planned then;
+    -12.5% unscaled). Calibrate took 31-40 s where it took 24-28 s at 17:25 (the profiles' own ``seconds``)."""
     for case in ROUNDS_RUNS:
         data = read_profile(str(STORED / case / "profile.json")).data
         assert data["zero_model"]["zero2_offload_step"]["samples"] == 15 and data["repeats"] == 5
         assert -1.3e-8 < data["rates"]["zero_offload_param_s"] < -3e-9, case
         assert 30 < data["seconds"] < 45, case
-    assert abs(_errors(_cells(ROUNDS_RUNS[0]))["zero2_offload"]) < 0.01
+    assert abs(_offload_at_zero2_scale(ROUNDS_RUNS[0])) < 0.01
 
 
 ROUNDS_AN_HOUR_LATER_RUNS = ("oos-20261129-1923-gpt2-tiny", "oos-20261129-1929-llama-tiny",
@@ -1289,28 +1307,27 @@ def test_gpt2_tiny_and_llama_tiny_meet_the_goals_again_an_hour_later_with_the_sa
     _goals(case)
 
 
-@pytest.mark.xfail(strict=True, reason="measured 2026-11-29 19:36: median 2.6% and Spearman 0.99 meet their goals, the "
-                   "worst misses: zero2_offload +20.2%, ZeRO-2's check scale (x1.22) applied to a cell predicted "
-                   "-1.1% without it")
-def test_gpt2_mini_meets_the_goals_again_an_hour_later_with_the_same_code():
+def test_gpt2_mini_meets_the_goals_again_an_hour_later_with_the_offload_unscaled():
+    """Median 2.2%, worst zero3 +4.2%, Spearman 0.99 as planned since 2026-11-29 20:35; it missed as planned then
+    (median 2.6%, Spearman 0.99, the worst cell zero2_offload +20.2% at ZeRO-2's check scale, x1.22)."""
     _goals(ROUNDS_AN_HOUR_LATER_RUNS[2])
+    assert 0.2 < _offload_at_zero2_scale(ROUNDS_AN_HOUR_LATER_RUNS[2]) < 0.21
 
 
-def test_the_offload_cell_misses_by_zero2_s_check_scale():
-    """gpt2-mini's worst cell at 19:36 is zero2_offload, whose family is ZeRO-2's: the ZeRO-2 check ran 22% slower
-    than predicted, the compare's offload cell 19% faster than its zero2 cell, and the scale that brought zero2 to
-    -0.7% took zero2_offload from -1.1% to +20.2%. Over the 12 runs since calibrate times the offload (16:19-19:36) the
-    unscaled offload cell is the closer one in 8: median absolute error 5.9% unscaled against 9.2% scaled, worst 14.5%
-    against 21.2%."""
+def test_the_offload_cell_missed_by_zero2_s_check_scale():
+    """gpt2-mini's worst cell at 19:36 was zero2_offload while it took ZeRO-2's check scale: the ZeRO-2 check ran 22%
+    slower than predicted, the compare's offload cell 19% faster than its zero2 cell, and the scale that brought
+    zero2 to -0.7% took zero2_offload from -1.1% to +20.2%. Over the 12 runs since calibrate times the offload
+    (16:19-19:36) the unscaled offload cell is the closer one in 8: median absolute error 5.9% unscaled against 9.2%
+    scaled, worst 14.5% against 21.2%. This chose the rule (plan.selfcheck.step_scale: no scale for the offloaded
+    ZeRO-1/2 where the profile timed the offload), so these 12 runs are in sample for it."""
     cells = _cells(ROUNDS_AN_HOUR_LATER_RUNS[2])
     assert cells["zero2_offload"][0] < 0.83 * cells["zero2"][0]
+    assert 0.2 < _offload_at_zero2_scale(ROUNDS_AN_HOUR_LATER_RUNS[2]) < 0.21
     errors = _errors(cells)
-    assert max(errors, key=lambda name: abs(errors[name])) == "zero2_offload" and 0.2 < errors["zero2_offload"] < 0.21
-    assert abs(errors["zero2"]) < 0.01
-    assert abs(_errors(_cells(ROUNDS_AN_HOUR_LATER_RUNS[2], scaled=False))["zero2_offload"]) < 0.015
+    assert abs(errors["zero2"]) < 0.01 and abs(errors["zero2_offload"]) < 0.015
     runs = (*OFFLOAD_TIMED_RUNS, *AN_HOUR_LATER_RUNS, *ROUNDS_RUNS, *ROUNDS_AN_HOUR_LATER_RUNS)
-    pairs = [(abs(_errors(_cells(case))["zero2_offload"]), abs(_errors(_cells(case, scaled=False))["zero2_offload"]))
-             for case in runs]
+    pairs = [(abs(_offload_at_zero2_scale(case)), abs(_errors(_cells(case))["zero2_offload"])) for case in runs]
     assert len(pairs) == 12 and sum(unscaled < scaled for scaled, unscaled in pairs) == 8
     assert statistics.median(u for _, u in pairs) < 0.06 < 0.09 < statistics.median(s for s, _ in pairs)
     assert max(u for _, u in pairs) < 0.15 < 0.21 < max(s for s, _ in pairs)
@@ -1325,3 +1342,72 @@ def test_at_fifteen_samples_the_offload_s_sign_still_flips_once_on_a_small_shard
     assert rates[0] < -5e-9 and rates[2] < -2e-9 and 0 < rates[1] < 1.5e-9, rates
     cells = _cells(ROUNDS_AN_HOUR_LATER_RUNS[1])
     assert cells["zero2_offload"][0] < 0.9 * cells["zero2"][0]
+
+
+OFFLOAD_UNSCALED_RUNS = ("oos-20261129-2039-gpt2-tiny", "oos-20261129-2045-llama-tiny",
+                         "oos-20261129-2052-gpt2-mini")
+"""The same command as ROUNDS_AN_HOUR_LATER_RUNS 75 minutes later, from 20:35 on 2026-11-29 (the compares from 20:39,
+20:45 and 20:52), nothing else running, the same machine; the first protocol runs after the offloaded ZeRO-1/2 left
+ZeRO-2's check scale (plan.selfcheck.step_scale), so out of sample for that rule; written before these tests."""
+
+
+@pytest.mark.parametrize("case", OFFLOAD_UNSCALED_RUNS[::2])
+def test_gpt2_tiny_and_gpt2_mini_meet_the_goals_with_the_offload_unscaled(case):
+    """gpt2-tiny median 7.4%, worst zero1 +12.4%, Spearman 0.95; gpt2-mini 1.8%, torch_pipe2_interleaved2 -7.1%,
+    0.95."""
+    _goals(case)
+
+
+@pytest.mark.xfail(strict=True, reason="measured 2026-11-29 20:45: median 6.9% and Spearman 0.92 meet their goals, the "
+                   "worst misses: torch_tp2_sp -25.3%, the calibration reading sequence parallelism's layers nearly "
+                   "free (torch_tp2_sp predicted 1.6% slower than torch_tp2, where it ran 27% slower)")
+def test_llama_tiny_meets_the_goals_with_the_offload_unscaled():
+    _goals(OFFLOAD_UNSCALED_RUNS[1])
+
+
+def test_llama_tiny_misses_by_sequence_parallel_layers_its_calibration_read_nearly_free():
+    """torch_tp2_sp has no check cell of its own (tensor parallelism's is torch_tp2) and is priced from calibrate's
+    DTensor SP layers (``±30%`` in this calibration's spread line). This one put it 1.6% above torch_tp2, where the
+    llama-tiny runs since 16:25 put it 23-34% above and every compare measured it 21-38% above (27% here): the
+    worst cell, -25.3%, and not the offload's."""
+    cells = _cells(OFFLOAD_UNSCALED_RUNS[1])
+    errors = _errors(cells)
+    assert max(errors, key=lambda name: abs(errors[name])) == "torch_tp2_sp"
+    assert -0.26 < errors["torch_tp2_sp"] < -0.25 and abs(errors["zero2_offload"]) < 0.15
+    assert cells["torch_tp2_sp"][1] < 1.02 * cells["torch_tp2"][1] and cells["torch_tp2_sp"][0] > 1.25 * cells[
+        "torch_tp2"][0]
+    for case in (OFFLOAD_TIMED_RUNS[1], AN_HOUR_LATER_RUNS[1], ROUNDS_RUNS[1], ROUNDS_AN_HOUR_LATER_RUNS[1]):
+        earlier = _cells(case)
+        assert 1.2 < earlier["torch_tp2_sp"][1] / earlier["torch_tp2"][1] < 1.35, case
+        assert 1.2 < earlier["torch_tp2_sp"][0] / earlier["torch_tp2"][0] < 1.4, case
+
+
+def test_out_of_sample_the_unscaled_offload_cell_is_closer_at_one_model_of_three():
+    """The rule's first test out of sample: zero2_offload unscaled -2.7%, -14.1% and -4.1% (gpt2-tiny, llama-tiny,
+    gpt2-mini) against +2.3%, -7.1% and +13.4% at ZeRO-2's scale; median 4.1% against 7.1%, worst 14.1% against
+    13.4%. Over the 15 runs since calibrate times the offload, unscaled is closer in 9: median 4.4% against 8.7%,
+    worst 14.5% against 21.2%. Only gpt2-mini's worst cell changed with the rule (13.4% to 7.1%); at 20:45 the offload
+    cell ran 2% slower than zero2, the first run to measure it so."""
+    unscaled = [_errors(_cells(case))["zero2_offload"] for case in OFFLOAD_UNSCALED_RUNS]
+    scaled = [_offload_at_zero2_scale(case) for case in OFFLOAD_UNSCALED_RUNS]
+    assert [round(e, 3) for e in unscaled] == [-0.027, -0.141, -0.041], unscaled
+    assert [round(e, 3) for e in scaled] == [0.023, -0.071, 0.134], scaled
+    runs = (*OFFLOAD_TIMED_RUNS, *AN_HOUR_LATER_RUNS, *ROUNDS_RUNS, *ROUNDS_AN_HOUR_LATER_RUNS, *OFFLOAD_UNSCALED_RUNS)
+    pairs = [(abs(_offload_at_zero2_scale(case)), abs(_errors(_cells(case))["zero2_offload"])) for case in runs]
+    assert sum(u < s for s, u in pairs) == 9
+    assert statistics.median(u for _, u in pairs) < 0.045 < 0.085 < statistics.median(s for s, _ in pairs)
+    cells = _cells(OFFLOAD_UNSCALED_RUNS[1])
+    assert cells["zero2_offload"][0] > cells["zero2"][0]
+
+
+def test_two_calibrations_75_minutes_apart_agree_within_five_percent_at_gpt2_mini_only():
+    """The stability goal, the 19:20 and 20:35 calibrations on the 20:xx compares: gpt2-mini within 2.9% on all 10
+    cells; gpt2-tiny within 13.6% (fsdp 0.864, pipe2 0.887, zero3 1.100; 2 of 8 within 5%); llama-tiny within 29.4%
+    (torch_tp2_sp 0.706, the SP layers above; 5 of 13 within 5%)."""
+    mini = _agreement(ROUNDS_AN_HOUR_LATER_RUNS[2], OFFLOAD_UNSCALED_RUNS[2])
+    assert len(mini) == 10 and max(abs(r - 1) for r in mini.values()) < 0.03, mini
+    tiny = _agreement(ROUNDS_AN_HOUR_LATER_RUNS[0], OFFLOAD_UNSCALED_RUNS[0])
+    assert sum(abs(r - 1) <= 0.05 for r in tiny.values()) == 2 and 0.13 < max(abs(r - 1) for r in tiny.values()) < 0.14
+    llama = _agreement(ROUNDS_AN_HOUR_LATER_RUNS[1], OFFLOAD_UNSCALED_RUNS[1])
+    assert min(llama, key=llama.get) == "torch_tp2_sp" and 0.7 < llama["torch_tp2_sp"] < 0.71
+    assert sum(abs(r - 1) <= 0.05 for r in llama.values()) == 5
