@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 @click.option("--repeats", type=click.IntRange(MIN_REPEATS, MAX_REPEATS), default=5, show_default=True,
               help="Timed samples of each kernel and engine figure, interleaved; the profile keeps their median "
                    "and p10/p90 (collectives take at least 5, the pipelines and the model at least 7, the ZeRO "
-                   "steps on the model 3 per repeat). More steadies a busy machine's figures; 3 is quicker and "
-                   "noisier.")
+                   "steps and split layers on the model 3 per repeat). More steadies a busy machine's figures; 3 "
+                   "is quicker and noisier.")
 @click.option("--check", is_flag=True,
               help="Then run one short real cell per engine family (ddp, fsdp, zero2, zero3, torch_tp2 and "
                    "torch_pipe2 where the model allows; single on one rank), print predicted vs measured and store "

@@ -22,8 +22,11 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
     if profile.get("spread"):
         samples = f"{profile['repeats']} samples each, " if profile.get("repeats") else ""  # since 2026-11-29
         model_samples = ((profile.get("zero_model") or {}).get("zero2_step") or {}).get("samples")
+        layer_samples = ((profile.get("tensor_parallel") or {}).get("torch_forward_backward") or {}).get("samples")
         if samples and model_samples and model_samples != profile["repeats"]:  # 3 rounds per repeat since 18:15
-            samples = f"{profile['repeats']} samples each, the ZeRO steps on the model {model_samples}, "
+            # and the split layers too since 21:10 (calibrate_engines.MODEL_ROUNDS)
+            what = "the ZeRO steps and split layers" if layer_samples == model_samples else "the ZeRO steps"
+            samples = f"{profile['repeats']} samples each, {what} on the model {model_samples}, "
         lines.append(f"spread over the samples ({samples}half the p10-p90 range / median): " + ", ".join(
             f"{name} ±{width:.0%}" for name, width in profile["spread"].items()))
     return lines + _collective_lines(profile)

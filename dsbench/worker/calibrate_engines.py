@@ -15,12 +15,17 @@ FSDP_UNIT_SHAPE = (6, 64)
 """Each unit: 6 Linear(64, 64) with bias, 12 parameter tensors as a GPT-2 block has (2 norms, 4 linears)."""
 STACK_CALLS = 4
 """Training steps of the stack per timed sample (each sample's median is over ``--repeats`` samples)."""
-ZERO_MODEL_ROUNDS = 3
-"""Rounds of the ZeRO steps on the model per ``--repeats``: their samples are the noisiest calibrate takes that
-price a cell directly (two ranks' collectives on shared cores). Measured on 2026-11-29 (gpt2-tiny, 2 CPU ranks, 60
-interleaved rounds of ZeRO-2 with and without the optimizer offloaded, resampled): the median of 5 samples moves by
-5.1% (sd), of 15 by 2.3%; the offload's difference (-4.5 ms) moves by 2.7 ms at 5 samples, by 0.7-1.3 ms at 15.
-At 5 that difference's sign came out wrong once in six protocol runs (docs/planner.md)."""
+MODEL_ROUNDS = 3
+"""Rounds per ``--repeats`` of what calibrate times on the profile's own model: the ZeRO steps (since 2026-11-29
+18:15) and the decoder layers split across ranks (since 21:10). Their samples are the noisiest calibrate takes that
+price a cell directly (two ranks' collectives on shared cores), and the planner reads differences of them. Measured
+on 2026-11-29 on 2 CPU ranks, 60 interleaved rounds resampled (scripts not kept): ZeRO-2 on gpt2-tiny, the median of
+5 samples moves by 5.1% (sd), of 15 by 2.3%, and the offload's difference (-4.5 ms) by 2.7 ms at 5 and 0.7-1.3 ms at
+15; llama-tiny's split layers, the median of DTensor's by 8.4% at 5 and 4.0% at 15 (AutoTP 14.2/8.1%, sequence
+parallel 6.6/3.5%, Ulysses 11.9/7.2%, the vocabulary-parallel head 9.7/6.1%), and sequence parallelism's difference
+from DTensor (5.8 ms) by 2.8 ms at 5 and 1.4 ms at 15. At 5 the offload's difference came out with the wrong sign
+once in six protocol runs, and a calibration priced sequence parallelism 1.6% above DTensor where it ran 27% above
+(docs/planner.md). The layers' 10 extra rounds cost about 4 s on llama-tiny."""
 
 
 def _stack(device: str, dtype: Any) -> Any:
@@ -125,7 +130,7 @@ def measure_zero_model(shape: Any, micro: int, seq: int, comm: Any, info: Any, d
     ``AdamW``, which DeepSpeed runs as DeepSpeedCPUAdam, as a ``zero2_offload`` cell does): what the offload adds
     to, or saves from, ZeRO-2's step on this machine.
 
-    ``ZERO_MODEL_ROUNDS`` × ``repeats`` rounds: what the planner reads from here is small beside one step's noise."""
+    ``MODEL_ROUNDS`` × ``repeats`` rounds: what the planner reads from here is small beside one step's noise."""
     import copy
 
     import deepspeed
@@ -148,7 +153,7 @@ def measure_zero_model(shape: Any, micro: int, seq: int, comm: Any, info: Any, d
                                       config=offload_config(precision, micro, shape.hidden))
     engines.append(engine)
     works["zero2_offload_step"] = _engine_step(engine, ids)
-    timed = interleaved(works, comm, device, ZERO_MODEL_ROUNDS * repeats, STACK_CALLS)
+    timed = interleaved(works, comm, device, MODEL_ROUNDS * repeats, STACK_CALLS)
     for engine in engines:
         engine.destroy()
     return {"world": comm.world_size, "micro_batch": micro, "seq_len": seq, **timed}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench.worker.calibrate_engines import STACK_CALLS
+from dsbench.worker.calibrate_engines import MODEL_ROUNDS, STACK_CALLS
 from dsbench.worker.calibrate_timing import interleaved
 
 
@@ -20,7 +20,8 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     sequence parallelism (torch_tp --sequence-parallel: each rank feeds its sequence shard); the same layers under
     DeepSpeed Ulysses over ``tp`` ranks (:func:`ulysses_trainer`, from 2026-11-29 13:00); and the LM head with its
     loss, whole and split by vocabulary (:func:`head_trainers`). What splitting costs beyond 1/tp of the compute
-    and its collectives is the fit's (dsbench.plan.profile)."""
+    and its collectives is the fit's (dsbench.plan.profile). ``MODEL_ROUNDS`` × ``repeats`` rounds, as the ZeRO
+    steps on the model."""
     import deepspeed
     import torch
     from torch.distributed.device_mesh import init_device_mesh
@@ -50,7 +51,7 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
              "sp_forward_backward": layers_step(sp, shard, position_embeddings=rotary),
              "ulysses_forward_backward": ulysses_trainer(model, shard, mesh["tp"].get_local_rank(), tp),
              **head_trainers(model.lm_head, hidden, mesh["tp"], shape.vocab_size)}
-    return {**facts, **interleaved(works, comm, device, repeats, STACK_CALLS)}
+    return {**facts, **interleaved(works, comm, device, MODEL_ROUNDS * repeats, STACK_CALLS)}
 
 
 def ulysses_trainer(model: Any, shard: Any, rank: int, sp: int) -> Any:

@@ -65,11 +65,12 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
     assert profile["deepspeed"]["zero3_step"]["seconds"] > profile["fsdp"]["plain_step"]["seconds"]
     assert profile["repeats"] == 3 and profile["deepspeed"]["zero3_step"]["samples"] == 3
     # the model itself under ZeRO-1 and ZeRO-2 (and ZeRO-2 with the optimizer on the host): each step slower than
-    # the plain one, which steps every parameter; 3 rounds per repeat (calibrate_engines.ZERO_MODEL_ROUNDS)
+    # the plain one, which steps every parameter; 3 rounds per repeat (calibrate_engines.MODEL_ROUNDS), as the
+    # split layers
     zero_model = profile["zero_model"]
     assert min(zero_model[f"zero{stage}_step"]["seconds"] for stage in ("1", "2", "2_offload")) > zero_model[
         "plain_forward_backward"]["seconds"] and zero_model["zero2_offload_step"]["samples"] == 3 * 3
-    assert profile["tensor_parallel"]["ulysses_forward_backward"]["samples"] == 3
+    assert profile["tensor_parallel"]["ulysses_forward_backward"]["samples"] == 3 * 3
     split = profile["tensor_parallel"]
     assert split["tp"] == 2 and split["layers"] == 2
     assert split["torch_forward_backward"]["seconds"] > split["plain_forward_backward"]["seconds"] / 2
