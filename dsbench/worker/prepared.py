@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dsbench.checkpoints import Manifest
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
 
@@ -13,6 +14,9 @@ if TYPE_CHECKING:  # the worker's torch-side types, for the annotations only
     from dsbench.worker.data import BatchPlan
     from dsbench.worker.dist import DistInfo
     from dsbench.worker.loop import LoopSettings
+
+Resumed = tuple[Path, Manifest]
+"""The checkpoint ``--resume`` names: its tag folder and its manifest."""
 
 
 @dataclass
@@ -39,5 +43,5 @@ class Prepared:
     model: Any = None
     """The Hugging Face model the engine wraps (its config goes into checkpoints)."""
     tokenizer: Any = None
-    resumed: Any = None
-    """(tag folder, Manifest) of the checkpoint this run continues, or None."""
+    resumed: Resumed | None = None
+    """The checkpoint this run continues, or None."""

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsbench import checkpoints
 from dsbench.errors import DsbenchError, UserError
@@ -21,7 +21,13 @@ from dsbench.trainspec import TrainSpec
 from dsbench.worker import accelerate_env, checkpoint, checkpoint_manifest, safe_load, setup, stop
 from dsbench.worker.cpuanswer import ask_the_cpu_once
 from dsbench.worker.header import header_record
-from dsbench.worker.prepared import Prepared
+from dsbench.worker.prepared import Prepared, Resumed
+
+if TYPE_CHECKING:  # the worker's torch-side types, for the annotations only
+    from dsbench.worker.data import BatchPlan
+    from dsbench.worker.dist import DistInfo
+    from dsbench.worker.engines import EngineOptions
+    from dsbench.worker.loop import LoopSettings
 from dsbench.worker.resolve import resolve
 
 
@@ -101,7 +107,7 @@ def prepare(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> Prepared
                     model=model, tokenizer=tokenizer, resumed=resumed)
 
 
-def _resumed_checkpoint(spec: TrainSpec) -> Any:
+def _resumed_checkpoint(spec: TrainSpec) -> Resumed | None:
     """(tag folder, Manifest) of the checkpoint ``--resume`` names, checked (a file naming a callable is refused
     here) against the steps asked for, or None; the ``--checkpoint-dir`` made ready for this run's saves."""
     resumed = checkpoint_manifest.resolve(spec.resume) if spec.resume else None
@@ -112,7 +118,7 @@ def _resumed_checkpoint(spec: TrainSpec) -> Any:
     return resumed
 
 
-def _loop_settings(spec: TrainSpec, dims: ParallelDims, resumed: Any) -> Any:
+def _loop_settings(spec: TrainSpec, dims: ParallelDims, resumed: Resumed | None) -> LoopSettings:
     """The loop's steps (from the resumed step on), warm-up and saves; the disk checked for every save due."""
     from dsbench.worker.loop import LoopSettings, saves_after
 
@@ -126,7 +132,7 @@ def _loop_settings(spec: TrainSpec, dims: ParallelDims, resumed: Any) -> Any:
 
 
 def _engine_options(spec: TrainSpec, accum: int, precision: str, fsdp: dict[str, bool] | None,
-                    ds_config: dict[str, Any] | None, dims: ParallelDims) -> Any:
+                    ds_config: dict[str, Any] | None, dims: ParallelDims) -> EngineOptions:
     """The training settings every engine takes, from the spec and what set-up resolved."""
     from dsbench.worker.engines import EngineOptions
 
@@ -140,8 +146,8 @@ def _engine_options(spec: TrainSpec, accum: int, precision: str, fsdp: dict[str,
                          loss_parallel=spec.loss_parallel, seq_len=spec.seq_len)
 
 
-def _check_resume(resumed: Any, strategy: str, definition: dict[str, Any], dims: ParallelDims, info: Any,
-                  options: Any) -> tuple[Path | None, Any]:
+def _check_resume(resumed: Resumed | None, strategy: str, definition: dict[str, Any], dims: ParallelDims,
+                  info: DistInfo, options: EngineOptions) -> tuple[Path | None, EngineOptions]:
     """Refuse a resume that could not continue the run; when DeepSpeed needs the checkpoint's universal form,
     convert it and return it with the engine options that load it (``checkpoint.load_universal``, read when the
     engine is built)."""
@@ -153,7 +159,7 @@ def _check_resume(resumed: Any, strategy: str, definition: dict[str, Any], dims:
         **config, "checkpoint": {**config.get("checkpoint", {}), "load_universal": True}})
 
 
-def _converted(target: Path, info: Any) -> Path:
+def _converted(target: Path, info: DistInfo) -> Path:
     """Rank 0 converts the DeepSpeed checkpoint to its universal form; every rank learns whether it worked."""
     from dsbench.worker.dist import Collectives
 
@@ -172,7 +178,7 @@ def _converted(target: Path, info: Any) -> Path:
     return checkpoint.universal_path(target)
 
 
-def _definition(shape: ModelShape, spec: TrainSpec, plan: Any, precision: str) -> dict[str, Any]:
+def _definition(shape: ModelShape, spec: TrainSpec, plan: BatchPlan, precision: str) -> dict[str, Any]:
     """What a checkpoint must share with the run resuming it (checkpoints.MUST_MATCH)."""
     return checkpoints.definition(shape.to_dict(), spec.seq_len, spec.seed, plan.global_batch, precision)
 
