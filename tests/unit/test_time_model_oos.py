@@ -1007,18 +1007,19 @@ def _check_against_compare() -> list[float]:
 
 def test_the_check_runs_as_the_compare_does_and_their_gap_is_the_machines_noise():
     """The check's cells run about 1% faster than the compare's, a small bias the scale carries into predictions:
-    over 404 pairs from 50 runs the median ratio is 0.989 (0.9885 over the 120 pairs of the 15 runs on the machine
-    of 2026-11-29 15:44 to 19:36), 5th-95th percentile 0.86-1.13. That spread is the same command minutes apart on
-    this machine, and it bounds the worst cell: 14 of 404 pairs (3.5%) differ by more than 20%, so a run of 10 checked
-    families has about a 30% chance (1 - 0.965^10) that one family's scale is off by more than the worst cell's goal
+    over 428 pairs from 53 runs the median ratio is 0.9885 (0.9885 too over the 120 pairs of the 15 runs on the
+    machine of 2026-11-29 15:44 to 19:36), 5th-95th percentile 0.86-1.13. That spread is the same command minutes
+    apart on this machine, and it bounds the worst cell: 14 of 428 pairs (3.3%) differ by more than 20%, so a run of 10
+    checked families has about a 28% chance (1 - 0.967^10) that one family's scale is off by more than the worst
+    cell's goal
     from the machine's noise alone, as llama-tiny's fsdp was at 10:24 on 2026-11-29, gpt2-mini's ddp at
     11:21 and llama-tiny's zero3 at 13:09 (226 pairs from 28 runs before the 11:21 run: 0.998 and 0.85-1.19; 233
     from 29 before the 13:09 run: 0.996 and 0.84-1.19; 260 from 32 before the 15:44 run: 0.992 and 0.82-1.17; 332
     from 41 before the 18:18 run: 0.993 and 0.85-1.17; 356 from 44 before the 19:23 run: 0.990 and 0.85-1.16; 380
-    from 47 before the 20:39 run: 0.989 and 0.86-1.15)."""
+    from 47 before the 20:39 run: 0.989 and 0.86-1.15; 404 from 50 before the 21:39 run: 0.989 and 0.86-1.13)."""
     ratios = sorted(_check_against_compare())
     n = len(ratios)
-    assert n >= 404
+    assert n >= 428
     assert 0.98 < statistics.median(ratios) < 1.0
     assert 0.80 < ratios[int(0.05 * (n - 1))] and ratios[int(0.95 * (n - 1))] < 1.22, (ratios[:5], ratios[-5:])
     beyond = sum(abs(ratio - 1) > 0.20 for ratio in ratios) / n
@@ -1411,3 +1412,62 @@ def test_two_calibrations_75_minutes_apart_agree_within_five_percent_at_gpt2_min
     llama = _agreement(ROUNDS_AN_HOUR_LATER_RUNS[1], OFFLOAD_UNSCALED_RUNS[1])
     assert min(llama, key=llama.get) == "torch_tp2_sp" and 0.7 < llama["torch_tp2_sp"] < 0.71
     assert sum(abs(r - 1) <= 0.05 for r in llama.values()) == 5
+
+
+AN_HOUR_AFTER_THE_OFFLOAD_FAMILY_RUNS = ("oos-20261129-2139-gpt2-tiny", "oos-20261129-2145-llama-tiny",
+                                         "oos-20261129-2152-gpt2-mini")
+"""The same command as OFFLOAD_UNSCALED_RUNS an hour later, from 21:36 on 2026-11-29 (the compares from 21:39, 21:45
+and 21:52), nothing else running, the same machine; the planner's code as at 20:35, calibrate's split layers now in 3
+rounds per repeat (calibrate_engines.MODEL_ROUNDS, commit d4f0fda: llama-tiny's calibration only); written before
+these tests."""
+
+
+@pytest.mark.parametrize("case", AN_HOUR_AFTER_THE_OFFLOAD_FAMILY_RUNS)
+def test_every_model_meets_the_goals_an_hour_after_the_offload_left_zero2_s_scale(case):
+    """gpt2-tiny median 6.4%, worst zero1 +9.5%, Spearman 1.00; llama-tiny 4.1%, zero1_tp2 +15.3%, 0.97; gpt2-mini
+    1.8%, zero2_offload -9.7%, 1.00: all three goals at every model. With the runs of 20:39 and 20:52, gpt2-tiny and
+    gpt2-mini meet them in two runs an hour apart with the same code (the layers' rounds do not touch GPT-2's
+    calibration, which times no split layers)."""
+    _goals(case)
+
+
+def test_with_fifteen_samples_the_sequence_parallel_layers_are_priced_as_they_run():
+    """The split layers' 15 samples (5 at 20:45): torch_tp2_sp predicted 19.7% above torch_tp2 where it ran 24.8%
+    above (1.6% and 27% at 20:45), its cell -6.0% (-25.3% at 20:45)."""
+    case = AN_HOUR_AFTER_THE_OFFLOAD_FAMILY_RUNS[1]
+    split = read_profile(str(STORED / case / "profile.json")).data["tensor_parallel"]
+    assert all(timed["samples"] == 15 for timed in split.values() if isinstance(timed, dict))
+    cells = _cells(case)
+    assert 1.15 < cells["torch_tp2_sp"][1] / cells["torch_tp2"][1] < 1.2 < cells["torch_tp2_sp"][0] / cells[
+        "torch_tp2"][0] < 1.3
+    assert -0.07 < _errors(cells)["torch_tp2_sp"] < -0.05
+
+
+def test_over_six_runs_out_of_sample_the_unscaled_offload_cell_keeps_the_worst_cell_within_the_goal():
+    """zero2_offload in the six runs after the rule (20:39-21:52): unscaled -2.7%, -14.1%, -4.1%, -7.1%, +13.9%,
+    -9.7%; at ZeRO-2's scale +2.3%, -7.1%, +13.4%, +18.5%, +20.1%, +3.7%. Closer in 3 of 6, median 8.4% against
+    10.3%, worst 14.1% against 20.1%: at ZeRO-2's scale llama-tiny's 21:45 cell would have missed the worst cell's goal.
+    gpt2-tiny's 21:36 calibration read the offload 0.24 ms per step per million stepped parameters slower than ZeRO-2
+    (at 15 samples, a second flip), and its cell was still -7.1% unscaled."""
+    runs = (*OFFLOAD_UNSCALED_RUNS, *AN_HOUR_AFTER_THE_OFFLOAD_FAMILY_RUNS)
+    pairs = [(abs(_offload_at_zero2_scale(case)), abs(_errors(_cells(case))["zero2_offload"])) for case in runs]
+    assert sum(unscaled < scaled for scaled, unscaled in pairs) == 3
+    assert statistics.median(u for _, u in pairs) < 0.085 < 0.10 < statistics.median(s for s, _ in pairs)
+    assert max(u for _, u in pairs) < 0.15 < 0.2 < max(s for s, _ in pairs)
+    assert _offload_at_zero2_scale(AN_HOUR_AFTER_THE_OFFLOAD_FAMILY_RUNS[1]) > 0.2
+    rate = read_profile(str(STORED / runs[3] / "profile.json")).data["rates"]["zero_offload_param_s"]
+    assert 0 < rate < 5e-10
+
+
+def test_two_calibrations_an_hour_apart_still_disagree_by_more_than_five_percent():
+    """The stability goal, the 20:35 and 21:36 calibrations on the 21:xx compares (``--agree``): gpt2-tiny within 8.5%
+    (zero2_offload 0.915, zero3 0.939; 5 of 8 within 5%), gpt2-mini within 10.6% (zero3 0.894; 9 of 10), llama-tiny
+    within 20.1% (torch_tp2_sp 1.201, its 20:45 layers read at 5 samples; 7 of 13). Missed: at the 5% goal, each
+    run's check scales (the median of three launches, p5-p95 0.86-1.13 against a compare) differ by more."""
+    tiny = _agreement(OFFLOAD_UNSCALED_RUNS[0], AN_HOUR_AFTER_THE_OFFLOAD_FAMILY_RUNS[0])
+    assert sum(abs(r - 1) <= 0.05 for r in tiny.values()) == 5 and 0.08 < max(abs(r - 1) for r in tiny.values()) < 0.09
+    mini = _agreement(OFFLOAD_UNSCALED_RUNS[2], AN_HOUR_AFTER_THE_OFFLOAD_FAMILY_RUNS[2])
+    assert sum(abs(r - 1) <= 0.05 for r in mini.values()) == 9 and min(mini, key=mini.get) == "zero3"
+    llama = _agreement(OFFLOAD_UNSCALED_RUNS[1], AN_HOUR_AFTER_THE_OFFLOAD_FAMILY_RUNS[1])
+    assert max(llama, key=llama.get) == "torch_tp2_sp" and 1.2 < llama["torch_tp2_sp"] < 1.21
+    assert sum(abs(r - 1) <= 0.05 for r in llama.values()) == 7
