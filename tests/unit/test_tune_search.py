@@ -215,12 +215,17 @@ def test_the_speed_race_runs_the_layout_again_beside_its_compiled_self(tmp_path)
 
 
 @pytest.mark.parametrize("model, case", [("gpt2-mini", "oos-20261126-0319-gpt2-mini"),
-                                         ("gpt2-tiny", "oos-20261126-0336-gpt2-tiny")])
+                                         ("gpt2-tiny", "oos-20261126-0336-gpt2-tiny"),
+                                         ("gpt2-tiny", "oos-20261129-2039-gpt2-tiny"),
+                                         ("gpt2-tiny", "oos-20261129-2139-gpt2-tiny"),
+                                         ("gpt2-mini", "oos-20261129-2052-gpt2-mini"),
+                                         ("gpt2-mini", "oos-20261129-2152-gpt2-mini")])
 def test_tune_from_a_checked_calibration_of_another_day_finds_the_best_within_three_runs(model, case):
     """Issue 27: the exhaustive tunes of 2026-11-24 searched again with a calibrate --check of 2026-11-26 (the
     protocol's profile: out of sample for the tune's measurements, taken two days apart). Both find the best
     (zero0 mb2 x2) in 3 runs; with ZeRO-0 scaled as ZeRO-1/2 are (by the ZeRO-2 check cell), gpt2-tiny's search ran
-    ddp three times and ended at 92% of it."""
+    ddp three times and ended at 92% of it. So do the protocol's calibrations of 2026-11-29 20:35 and 21:36, an hour
+    apart, five days after the tunes and on another virtual machine."""
     measured = _exhaustive(model)
     req = TuneRequest(model=model, world=2, global_batch=8, gpu_mem=12)
     profile = read_profile(str(STORED / case / "profile.json"))
