@@ -24,7 +24,7 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
         model_samples = ((profile.get("zero_model") or {}).get("zero2_step") or {}).get("samples")
         layer_samples = ((profile.get("tensor_parallel") or {}).get("torch_forward_backward") or {}).get("samples")
         if samples and model_samples and model_samples != profile["repeats"]:  # 3 rounds per repeat since 18:15
-            # and the split layers too since 21:10 (calibrate_engines.MODEL_ROUNDS)
+            # and the split layers too since 21:05 (calibrate_engines.MODEL_ROUNDS, commit d4f0fda)
             what = "the ZeRO steps and split layers" if layer_samples == model_samples else "the ZeRO steps"
             samples = f"{profile['repeats']} samples each, {what} on the model {model_samples}, "
         lines.append(f"spread over the samples ({samples}half the p10-p90 range / median): " + ", ".join(

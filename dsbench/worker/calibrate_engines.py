@@ -17,7 +17,7 @@ STACK_CALLS = 4
 """Training steps of the stack per timed sample (each sample's median is over ``--repeats`` samples)."""
 MODEL_ROUNDS = 3
 """Rounds per ``--repeats`` of what calibrate times on the profile's own model: the ZeRO steps (since 2026-11-29
-18:15) and the decoder layers split across ranks (since 21:10). Their samples are the noisiest calibrate takes that
+18:15) and the decoder layers split across ranks (since 21:05). Their samples are the noisiest calibrate takes that
 price a cell directly (two ranks' collectives on shared cores), and the planner reads differences of them. Measured
 on 2026-11-29 on 2 CPU ranks, 60 interleaved rounds resampled (scripts not kept): ZeRO-2 on gpt2-tiny, the median of
 5 samples moves by 5.1% (sd), of 15 by 2.3%, and the offload's difference (-4.5 ms) by 2.7 ms at 5 and 0.7-1.3 ms at

@@ -21,7 +21,7 @@ Resumed = tuple[Path, Manifest]
 
 @dataclass
 class Prepared:
-    """Everything set up for the run on this rank (what :func:`record` needs)."""
+    """Everything set up for the run on this rank."""
 
     strategy: str
     shape: ModelShape

@@ -58,7 +58,7 @@ def test_the_printed_spread_says_how_many_samples_it_is_over():
     # since 2026-11-29 18:15 the ZeRO steps on the model take 3 rounds per repeat, and the line says so
     rounds = json.loads((stored / "oos-20261129-1818-gpt2-tiny" / "profile.json").read_text())
     assert spread(rounds).startswith("spread over the samples (5 samples each, the ZeRO steps on the model 15, half ")
-    # and since 21:10 the split layers too (calibrate_engines.MODEL_ROUNDS); a llama-tiny profile's line says so
+    # and since 21:05 the split layers too (calibrate_engines.MODEL_ROUNDS); a llama-tiny profile's line says so
     layers = json.loads((stored / "oos-20261129-2045-llama-tiny" / "profile.json").read_text())
     assert layers["tensor_parallel"]["torch_forward_backward"]["samples"] == 5
     assert spread(layers).startswith("spread over the samples (5 samples each, the ZeRO steps on the model 15, half ")
