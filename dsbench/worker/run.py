@@ -22,13 +22,13 @@ from dsbench.worker import accelerate_env, checkpoint, checkpoint_manifest, safe
 from dsbench.worker.cpuanswer import ask_the_cpu_once
 from dsbench.worker.header import header_record
 from dsbench.worker.prepared import Prepared, Resumed
+from dsbench.worker.resolve import resolve
 
 if TYPE_CHECKING:  # the worker's torch-side types, for the annotations only
     from dsbench.worker.data import BatchPlan
     from dsbench.worker.dist import DistInfo
     from dsbench.worker.engines import EngineOptions
     from dsbench.worker.loop import LoopSettings
-from dsbench.worker.resolve import resolve
 
 
 class Progress:
