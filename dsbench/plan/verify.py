@@ -91,9 +91,10 @@ def candidate_for(strategy: str) -> Any:
 def predict_cell(row: Row, profile: Profile | None = None) -> Any:
     """The planner's estimate for one measured compare row (``dsbench.report.collect``): the same model,
     micro-batch, accumulation, sequence, precision and ranks, with a machine profile's measured figures when
-    given; None for a strategy the planner has no candidate for, and for a compiled run (the planner has no term for
-    compilation). A row stepping torch AdamW's fused kernel (``+fused``) is planned at the profile's optimizer rate,
-    as every other row (calibrate measures the fused kernel)."""
+    given; None for a strategy the planner has no candidate for, for a compiled run (the planner has no term for
+    compilation) and for a run whose header was not recorded. A row stepping torch AdamW's fused kernel
+    (``+fused``) is planned at the profile's optimizer rate, as every other row (calibrate measures the fused
+    kernel)."""
     from dsbench.plan.api import build
     from dsbench.plan.estimate import estimate
     from dsbench.plan.request import PlanRequest
@@ -102,6 +103,8 @@ def predict_cell(row: Row, profile: Profile | None = None) -> Any:
     if candidate is None:
         return None
     header = row.runs[0].header
+    if header.grad_accum is None or header.seq_len is None:
+        return None  # no run header (its metrics.jsonl lost or cut before the first record): nothing to plan from
     # the cell's accumulation is per model-parallel group; the planner's --grad-accum is per pure-DP rank
     accum = candidate.dims(row.world_size).pure_dp_accumulation(header.grad_accum)
     # the nodes the ranks ran on (the run header records every rank's host): data parallelism across them is

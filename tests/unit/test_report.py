@@ -134,6 +134,27 @@ def test_a_profile_adds_predicted_step_times_beside_the_measured(cli_run, tmp_pa
         assert cell["step_error"] == pytest.approx(cell["predicted_step_ms"] / cell["wall_step_ms"] - 1, rel=1e-9)
 
 
+def test_a_cell_whose_metrics_were_lost_is_reported_without_a_prediction(cli_run, tmp_path):
+    """A finished cell whose metrics.jsonl is gone (its summary kept, as in the stored tune folders) has no run
+    header: no batch, sequence or precision to plan from. ``report --profile`` shows it unpredicted beside the cells
+    it can predict; until 2026-11-29 23:58 the planner divided the header's missing accumulation and the report
+    ended in an internal error."""
+    import shutil
+
+    compare = next(CALIBRATED.glob("compare-*"))
+    copy = tmp_path / "c"
+    shutil.copytree(compare, copy)
+    lost = sorted((copy / "cells").glob("*/metrics.jsonl"))[0]
+    lost.unlink()
+    result = cli_run("report", str(copy), "--profile", str(next(CALIBRATED.glob("profile-*.json"))),
+                     "-o", str(tmp_path / "r"), "--no-plots")
+    assert result.exit_code == 0, result.output
+    cells = json.loads((tmp_path / "r" / "report.json").read_text())["cells"]
+    unpredicted = [cell for cell in cells if any(Path(run["folder"]) == lost.parent for run in cell["runs"])]
+    assert unpredicted and all(cell.get("predicted_step_ms") is None for cell in unpredicted)
+    assert any(cell.get("predicted_step_ms") for cell in cells)
+
+
 def test_no_profile_no_predicted_columns_and_a_bad_one_is_refused(cli_run, tmp_path):
     compare = next(CALIBRATED.glob("compare-*"))
     plain = cli_run("report", str(compare), "-o", str(tmp_path / "r"), "--no-plots")
