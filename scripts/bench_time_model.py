@@ -15,6 +15,8 @@ docs/planner.md.
     python scripts/bench_time_model.py --models gpt2-mini --calibrate-repeats 9  # calibrate --repeats 9
     python scripts/bench_time_model.py --from runs/tm-1       # the tables again from a finished run, nothing run
     python scripts/bench_time_model.py --agree A.json B.json --cells runs/tm-1/compare-gpt2-mini   # two calibrations
+    python scripts/bench_time_model.py --agree A.json B.json --cells runs/tm-2/compare-gpt2-mini \
+        --earlier-cells runs/tm-1/compare-gpt2-mini   # and the two compares' own agreement beside
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 from dsbench.plan.profile import Profile
 from dsbench.plan.replay import spearman
-from dsbench.plan.verify import predicted_figures
+from dsbench.plan.verify import measured_step_s, predicted_figures
 from dsbench.report.collect import collect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,20 +128,43 @@ def summary(model: str, rows: list[dict[str, Any]], when: str) -> str:
             f"{rho_plain} | {in_range(rows)} |")
 
 
-def agreement(first: Path, second: Path, folder: Path) -> str:
+def agreement(first: Path, second: Path, folder: Path, earlier: Path | None = None) -> str:
     """Two calibrations' predictions of the same cells (a compare's rows say which), side by side: issue 27's
-    stability goal is every strategy within 5%."""
+    stability goal is every strategy within 5%. With ``earlier`` (the compare that followed the first calibration),
+    also what the machine itself did: the later compare's step time over the earlier's, cell by cell, the
+    agreement two measurements an hour apart reach."""
     profiles = [Profile(str(path), json.loads(path.read_text())) for path in (first, second)]
     names = [f"{path.parent.name}/{path.name}" for path in (first, second)]
-    lines = [f"| strategy | {names[0]} ms | {names[1]} ms | ratio |", "|---|---|---|---|"]
-    ratios = []
+    before = {row.base_strategy: measured_step_s(row) for row in collect([earlier])
+              if row.status == "ok" and row.tokens_per_s} if earlier else {}
+    lines = [f"| strategy | {names[0]} ms | {names[1]} ms | ratio |" + (" measured ratio |" if earlier else ""),
+             "|---|---|---|---|" + ("---|" if earlier else "")]
+    ratios, measured = [], []
     for row in collect([folder]):
         a, b = (predicted_figures(row, profile).get("predicted_step_ms") for profile in profiles)
         if a and b:
             ratios.append(b / a)
-            lines.append(f"| {row.strategy} | {a:.1f} | {b:.1f} | {b / a:.3f} |")
+            line = f"| {row.strategy} | {a:.1f} | {b:.1f} | {b / a:.3f} |"
+            if row.base_strategy in before:
+                measured.append(measured_step_s(row) / before[row.base_strategy])
+                line += f" {measured[-1]:.3f} |"
+            elif earlier:
+                line += " - |"
+            lines.append(line)
+    lines += ["", f"predictions: {_spread(ratios)} (goal: every strategy within 5%)"]
+    if earlier:
+        lines.append(f"the compares themselves: {_spread(measured)}")
+    return "\n".join(lines)
+
+
+def _spread(ratios: list[float]) -> str:
+    """How far a list of ratios is from 1: the largest difference, the share within 5% and the median."""
+    if not ratios:
+        return "no cell in common"
     worst = max(ratios, key=lambda ratio: abs(ratio - 1))
-    return "\n".join([*lines, "", f"largest difference: {worst - 1:+.1%} (goal within 5%)"])
+    within = sum(abs(ratio - 1) <= 0.05 for ratio in ratios)
+    return (f"largest difference {worst - 1:+.1%}, {within} of {len(ratios)} within 5%, median "
+            f"{statistics.median(abs(ratio - 1) for ratio in ratios):.1%}")
 
 
 def record(doc: Path, lines: list[str]) -> None:
@@ -168,11 +193,18 @@ def main() -> int:
     p.add_argument("--no-doc", action="store_true", help="print only")
     p.add_argument("--agree", nargs=2, type=Path, metavar="PROFILE", help="two calibrations' predictions compared")
     p.add_argument("--cells", type=Path, help="with --agree: the compare folder whose cells both predict")
+    p.add_argument("--earlier-cells", type=Path,
+                   help="with --agree: the compare after the first calibration (the machine's own agreement beside)")
     args = p.parse_args()
+    if args.earlier_cells and not args.agree:
+        sys.exit("--earlier-cells goes with --agree (the compare after the first of its two calibrations)")
     if args.agree:
         if not args.cells:
             sys.exit("--agree needs --cells COMPARE_FOLDER (the cells both profiles predict)")
-        print(agreement(*args.agree, args.cells))
+        for flag, folder in (("--cells", args.cells), ("--earlier-cells", args.earlier_cells)):
+            if folder and not any(folder.rglob("summary.json")):
+                sys.exit(f"{flag} {folder}: no finished cell in it (a dsbench compare --out folder)")
+        print(agreement(*args.agree, args.cells, args.earlier_cells))
         return 0
     out = args.done or args.out or Path(f"runs/time-model-{time.strftime('%Y%m%d-%H%M%S')}")
     models = args.models.split(",")

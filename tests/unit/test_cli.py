@@ -134,8 +134,11 @@ def test_every_command_help_exits_0_without_traceback(cli_run):
     (["-m", "dsbench.train", "--gather-every", "0"], 2, "--gather-every must be >= 1"),
     (["scripts/bench_harness_overhead.py", "--help"], 0, "usage:"),
     (["scripts/bench_pipeline_memory.py", "--from", "nowhere.json"], 1, "--from nowhere.json: not a stored rows file"),
+    (["scripts/noise_budget.py", "nowhere"], 1, "nowhere: no compare/cells/"),
+    (["scripts/noise_budget.py", "--families", "0", "nowhere"], 2, "--families must be 1 or more"),
+    (["scripts/bench_time_model.py", "--earlier-cells", "nowhere"], 1, "--earlier-cells goes with --agree"),
 ], ids=["version", "help", "worker-help", "worker-version", "worker-bad-int", "worker-gather", "script-help",
-        "script-missing-rows"])
+        "script-missing-rows", "noise-missing-run", "noise-families", "agree-earlier-alone"])
 def test_programs_answer_help_version_and_bad_flags_in_one_piece(argv, code, needle):
     """--help and --version exit 0; a bad flag exits 2 with argparse's message; never a traceback."""
     out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
