@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dsbench.errors import DsbenchError
+from dsbench.plan.api import read_profile
 from dsbench.plan.profile import Profile
 from dsbench.plan.replay import spearman
 from dsbench.plan.verify import measured_step_s, predicted_figures
@@ -133,7 +135,10 @@ def agreement(first: Path, second: Path, folder: Path, earlier: Path | None = No
     stability goal is every strategy within 5%. With ``earlier`` (the compare that followed the first calibration),
     also what the machine itself did: the later compare's step time over the earlier's, cell by cell, the
     agreement two measurements an hour apart reach."""
-    profiles = [Profile(str(path), json.loads(path.read_text())) for path in (first, second)]
+    try:  # each checked field by field, as plan --profile reads it: a bad file is one line
+        profiles = [read_profile(str(path)) for path in (first, second)]
+    except DsbenchError as error:
+        sys.exit(f"--agree: {error}")
     names = [f"{path.parent.name}/{path.name}" for path in (first, second)]
     before = {row.base_strategy: measured_step_s(row) for row in collect([earlier])
               if row.status == "ok" and row.tokens_per_s} if earlier else {}
