@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
+
+
+def load_script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` as a module, so its pure functions are tested without running the program (scripts/
+    is no package: its programs import each other from their own folder, which goes on the path)."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 CORPUS = DATA / "corpus"
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")

@@ -9,22 +9,15 @@ was kept; stored before any change it checks).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
-from tests.conftest import DATA, ROOT
+from tests.conftest import DATA, load_script
 
 CASE = DATA / "runs" / "cpu-calibrated" / "accum-split-20261128-1853-gpt2-mini"
 
 
 def _script():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("bench_accum_split", ROOT / "scripts" / "bench_accum_split.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_accum_split")
 
 
 def test_the_split_is_the_line_through_the_accumulation_counts():

@@ -9,28 +9,22 @@ check cells' predictions moved from one run to the next: other launches than the
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import random
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, ROOT
+from tests.conftest import DATA, load_script
 from tests.unit.test_time_model_oos import _agreement, this_machine_runs
 
 STORED = DATA / "runs" / "cpu-calibrated"
 
 
 def _script():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("noise_budget", ROOT / "scripts" / "noise_budget.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("noise_budget")
 
 
 def _draw(rng: random.Random, runs: int, cells: int, steps: int, step_sd: float, launch_sd: float,
