@@ -37,21 +37,23 @@ def fan_out_script(commands: dict[str, str], launch_id: str) -> str:
 set -u -o pipefail
 hosts=({hosts})
 commands=({remote})
-declare -A host_of
+# each node's line "INDEX EXIT-CODE" arrives on one pipe when its ssh ends: whenever it ended, read once (a line
+# under PIPE_BUF is written whole, POSIX write(2)); bash's `wait -n` missed a node that ended beside another
+dir=$(mktemp -d) && mkfifo -m 600 "$dir/ended" && exec 3<>"$dir/ended" && rm -rf -- "$dir" || exit 1
 for i in "${{!hosts[@]}}"; do
-  {shlex.join(SSH)} "${{hosts[$i]}}" "${{commands[$i]}}" 2>&1 | sed -u "s/^/${{hosts[$i]}}: /" &
-  host_of[$!]=${{hosts[$i]}}
+  {{ {shlex.join(SSH)} "${{hosts[$i]}}" "${{commands[$i]}}" 2>&1 | sed -u "s/^/${{hosts[$i]}}: /"
+    echo "$i $?" >&3; }} &
 done
 status=0
 for _ in "${{hosts[@]}}"; do
-  wait -n -p finished
-  rc=$?
+  read -r i rc <&3
   if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then
     status=$rc
-    echo "dsbench: node ${{host_of[$finished]}} failed with exit code $rc; stopping the job on every node" >&2
+    echo "dsbench: node ${{hosts[$i]}} failed with exit code $rc; stopping the job on every node" >&2
     for host in "${{hosts[@]}}"; do timeout 15 {shlex.join(SSH)} "$host" {stop} >/dev/null 2>&1; done
   fi
 done
+wait
 exit "$status"
 """
 
