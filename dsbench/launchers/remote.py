@@ -53,7 +53,7 @@ for _ in "${{hosts[@]}}"; do
     for host in "${{hosts[@]}}"; do timeout 15 {shlex.join(SSH)} "$host" {stop} >/dev/null 2>&1; done
   fi
 done
-wait
+wait  # every node has reported: reap their pipelines
 exit "$status"
 """
 
