@@ -134,3 +134,11 @@ def test_the_compares_launches_forecast_how_far_the_checks_moved(model, observed
 def _checked_families(model: str) -> set[str]:
     """The families the model's last calibration on this machine scaled from its check."""
     return set(_profile(this_machine_runs(model)[-1])["check"]["step_scale"])
+
+
+def test_a_launch_s_steps_are_its_measured_ones_and_a_cut_line_is_left_out(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"type": "header"}\n{"type": "step", "warmup": true, "step_time_s": 9.0}\n'
+                       '{"type": "step", "warmup": false, "step_time_s": 0.5}\n[1]\n'
+                       '{"type": "step", "warmup": false, "step_time_s": 0.7}\n{"type": "step", "warm')
+    assert _script().launch_steps(metrics) == [0.5, 0.7]
