@@ -1558,3 +1558,25 @@ def test_nine_check_launches_on_gpt2_mini_meet_the_goals_with_every_cell_within_
     assert max(errors, key=lambda name: abs(errors[name])) == "zero2_offload"
     agree = _agreement(AN_HOUR_AFTER_THE_OFFLOAD_FAMILY_RUNS[2], NINE_CHECK_LAUNCHES_GPT2_MINI)
     assert sum(abs(r - 1) <= 0.05 for r in agree.values()) == 9 and 1.10 < agree["zero3"] < 1.11
+
+
+NINE_CHECK_LAUNCHES_AN_HOUR_LATER_GPT2_MINI = "oos-20261130-0052-gpt2-mini"
+"""The same command as NINE_CHECK_LAUNCHES_GPT2_MINI an hour later, from 00:43 on 2026-11-30 (the compare from 00:52),
+nothing else running, the same machine and planner; written before these tests."""
+
+
+def test_nine_check_launches_an_hour_apart_meet_every_goal_on_gpt2_mini():
+    """Issue 27's stability goal met: the 23:42 and 00:43 calibrations (9 launches a check cell) predict every one of
+    the later compare's 10 cells within 3.9% of each other (zero2_offload 0.961, not check-scaled; the check cells'
+    log ratios 1.7% rms, where scripts/noise_budget.py forecast 2.6% and a 66% chance that all 7 families agree),
+    while the two compares themselves differ by up to 7.3% (zero3 1.073; 7 of 10 within 5%). The later run meets
+    the accuracy goals too: median 2.5%, worst zero2_offload -6.6%, Spearman 0.99."""
+    later = NINE_CHECK_LAUNCHES_AN_HOUR_LATER_GPT2_MINI
+    median, worst, rho = _figures(_cells(later))
+    assert median < 0.03 and worst < 0.07 and rho > 0.98
+    agree = _agreement(NINE_CHECK_LAUNCHES_GPT2_MINI, later)
+    assert len(agree) == 10 and max(abs(ratio - 1) for ratio in agree.values()) < 0.04
+    assert min(agree, key=agree.get) == "zero2_offload"
+    measured = _measured_moved(NINE_CHECK_LAUNCHES_GPT2_MINI, later)
+    assert 0.07 < max(abs(ratio - 1) for ratio in measured.values()) < 0.075
+    assert sum(abs(ratio - 1) <= 0.05 for ratio in measured.values()) == 7
