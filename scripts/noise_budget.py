@@ -39,15 +39,22 @@ CHECK_MEASURED_STEPS = CHECK_STEPS - CHECK_WARMUP
 def launch_steps(metrics: Path) -> list[float]:
     """A launch's measured (after warm-up) step times, in seconds, from its metrics.jsonl: each step's timed region
     (the wall-clock window over the same steps agrees within 2%, docs/benchmarks.md). A line cut short by an
-    interrupted run is left out."""
+    interrupted run, or a step time that is not a positive number, is left out; an unreadable file gives none."""
+    try:
+        lines = metrics.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
     steps = []
-    for line in metrics.read_text().splitlines():
+    for line in lines:
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(record, dict) and record.get("type") == "step" and not record.get("warmup"):
-            steps.append(record["step_time_s"])
+        if not isinstance(record, dict) or record.get("type") != "step" or record.get("warmup"):
+            continue
+        seconds = record.get("step_time_s")
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 < seconds < math.inf:
+            steps.append(float(seconds))
     return steps
 
 

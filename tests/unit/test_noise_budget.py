@@ -140,5 +140,11 @@ def test_a_launch_s_steps_are_its_measured_ones_and_a_cut_line_is_left_out(tmp_p
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text('{"type": "header"}\n{"type": "step", "warmup": true, "step_time_s": 9.0}\n'
                        '{"type": "step", "warmup": false, "step_time_s": 0.5}\n[1]\n'
-                       '{"type": "step", "warmup": false, "step_time_s": 0.7}\n{"type": "step", "warm')
+                       '{"type": "step", "warmup": false, "step_time_s": 0.7}\n'
+                       '{"type": "step", "step_time_s": "x"}\n{"type": "step", "step_time_s": NaN}\n'
+                       '{"type": "step", "step_time_s": -1}\n{"type": "step", "step_time_s": true}\n'
+                       '{"type": "step", "warm')
     assert _script().launch_steps(metrics) == [0.5, 0.7]
+    folder = tmp_path / "dir.jsonl"
+    folder.mkdir()
+    assert _script().launch_steps(folder) == []
