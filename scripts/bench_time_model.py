@@ -34,7 +34,7 @@ from dsbench.errors import DsbenchError
 from dsbench.plan.api import read_profile
 from dsbench.plan.profile import Profile
 from dsbench.plan.replay import spearman
-from dsbench.plan.verify import measured_step_s, predicted_figures
+from dsbench.plan.verify import predicted_figures
 from dsbench.report.collect import collect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,18 +140,21 @@ def agreement(first: Path, second: Path, folder: Path, earlier: Path | None = No
     except DsbenchError as error:
         sys.exit(f"--agree: {error}")
     names = [f"{path.parent.name}/{path.name}" for path in (first, second)]
-    before = {row.base_strategy: measured_step_s(row) for row in collect([earlier])
-              if row.status == "ok" and row.tokens_per_s} if earlier else {}
+    # the earlier compare's measured steps, as the first calibration's prediction of it reports them (a cell it
+    # cannot predict, a failed one or one without its run header, has none)
+    before = {row.base_strategy: figures["wall_step_ms"] for row in (collect([earlier]) if earlier else [])
+              if (figures := predicted_figures(row, profiles[0]))}
     lines = [f"| strategy | {names[0]} ms | {names[1]} ms | ratio |" + (" measured ratio |" if earlier else ""),
              "|---|---|---|---|" + ("---|" if earlier else "")]
     ratios, measured = [], []
     for row in collect([folder]):
-        a, b = (predicted_figures(row, profile).get("predicted_step_ms") for profile in profiles)
+        first_figures, second_figures = (predicted_figures(row, profile) for profile in profiles)
+        a, b = first_figures.get("predicted_step_ms"), second_figures.get("predicted_step_ms")
         if a and b:
             ratios.append(b / a)
             line = f"| {row.strategy} | {a:.1f} | {b:.1f} | {b / a:.3f} |"
             if row.base_strategy in before:
-                measured.append(measured_step_s(row) / before[row.base_strategy])
+                measured.append(second_figures["wall_step_ms"] / before[row.base_strategy])
                 line += f" {measured[-1]:.3f} |"
             elif earlier:
                 line += " - |"

@@ -137,8 +137,14 @@ def test_every_command_help_exits_0_without_traceback(cli_run):
     (["scripts/noise_budget.py", "nowhere"], 1, "nowhere: no compare/cells/"),
     (["scripts/noise_budget.py", "--families", "0", "nowhere"], 2, "--families must be 1 or more"),
     (["scripts/bench_time_model.py", "--earlier-cells", "nowhere"], 1, "--earlier-cells goes with --agree"),
+    # an earlier folder whose cells kept no run header (the stored tune's): nothing to set beside, no traceback
+    (["scripts/bench_time_model.py", "--agree", *(f"tests/data/runs/cpu-calibrated/oos-{run}-gpt2-mini/profile.json"
+                                                  for run in ("20261129-2352", "20261130-0052")),
+      "--cells", "tests/data/runs/cpu-calibrated/oos-20261130-0052-gpt2-mini/compare",
+      "--earlier-cells", "tests/data/runs/cpu-calibrated/tune-gpt2-mini"], 0, "the compares themselves: no cell"),
 ], ids=["version", "help", "worker-help", "worker-version", "worker-bad-int", "worker-gather", "script-help",
-        "script-missing-rows", "noise-missing-run", "noise-families", "agree-earlier-alone"])
+        "script-missing-rows", "noise-missing-run", "noise-families", "agree-earlier-alone",
+        "agree-earlier-without-headers"])
 def test_programs_answer_help_version_and_bad_flags_in_one_piece(argv, code, needle):
     """--help and --version exit 0; a bad flag exits 2 with argparse's message; never a traceback."""
     out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
