@@ -11,7 +11,10 @@ out of sample for it (`dsbench plan --replay`, docs/planner.md):
 - ``zero_host_us`` (ZERO_HOST_US) per ZeRO stage, on dsbench's GPT-2 H100 runs of 2026-11-25 (dsbench-h100 rows
   10-12): the step time the model leaves over with no host term, per parameter tensor. It is a property of the
   host, so the script also fits it on each measuring session's GPT-2 rows (dsbench-*.csv) and prints that
-  session's Llama rows predicted with it.
+  session's Llama rows predicted with it;
+- ZeRO-Offload's ``offload_adam_params_per_s`` and ``offload_tensor_us`` (OFFLOAD_ADAM, OFFLOAD_TENSOR_US), on
+  dsbench's two CPU-offload runs of 2026-11-23 (dsbench-h100 rows 16 and 17, GPT-2 and the 1.1B Llama, each against
+  its ZeRO-2 run of that day, rows 3 and 7): the step the offload added, less the host link's time.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 import script_args
 
 from dsbench.plan import gpu_profiles
-from dsbench.plan.gpu_fit import by_session, fit_zero_host_us, predict_with_host
+from dsbench.plan.gpu_fit import by_session, fit_offload, fit_zero_host_us, predict_with_host
 from dsbench.plan.gpu_time import step_time
 from dsbench.plan.replay import predict_row, read_rows, row_layouts
 
@@ -64,6 +67,10 @@ def main(files: list[Path]) -> int:
     chosen = [row for row in read_rows([DSBENCH]) if row.row in HOST_ROWS]
     for stage, us in fit_zero_host_us(chosen, h100).items():
         print(f"zero_host_us[{stage}] = {us:.0f} (dsbench-h100 rows {list(HOST_ROWS)})")
+    h100_rows = {row.row: row for row in read_rows([DSBENCH])}
+    rate, per_tensor = fit_offload([(h100_rows[16], h100_rows[3]), (h100_rows[17], h100_rows[7])])
+    print(f"offload_adam_params_per_s = {rate:.3g}, offload_tensor_us = {per_tensor:.0f} "
+          "(dsbench-h100 rows 16/3, 17/7)")
     print("per host: fitted on its GPT-2 rows, checked on its Llama rows (the profile's constant is the 11-25 host's)")
     for name, rows in by_session(read_rows(files or sorted(DSBENCH.parent.glob("dsbench-*.csv")))).items():
         fit = fit_zero_host_us([r for r in rows if r.values["model"] == "gpt2"])

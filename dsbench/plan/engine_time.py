@@ -85,8 +85,12 @@ def offload_seconds(cand: Candidate, states: ModelStates, stepped: float, cl: Cl
         return stepped * cl.zero_offload_param_s
     transfer = (states.grads + states.params) / (cl.host_link.bandwidth_gbs * 1e9)
     cpu_step = (states.optimizer + states.master) / 10e9
-    nvme = 2 * states.nvme / 3e9  # read + write at ~3 GB/s per rank
-    return transfer + cpu_step + nvme
+    return transfer + cpu_step + nvme_seconds(states)
+
+
+def nvme_seconds(states: ModelStates) -> float:
+    """ZeRO-Infinity's swaps of the rank's NVMe-resident states: read and write once per step at ~3 GB/s per rank."""
+    return 2 * states.nvme / 3e9
 
 
 def _offload_measured(cand: Candidate, cl: Cluster) -> bool:

@@ -20,7 +20,13 @@ from dsbench.plan.comm import (
     tied_embedding_comm,
     ulysses_comm,
 )
-from dsbench.plan.engine_time import check_seconds, deepspeed_measured, framework_seconds, offload_seconds
+from dsbench.plan.engine_time import (
+    check_seconds,
+    deepspeed_measured,
+    framework_seconds,
+    nvme_seconds,
+    offload_seconds,
+)
 from dsbench.plan.inputs import Cluster, Workload
 from dsbench.plan.memory import (
     Accounting,
@@ -113,7 +119,8 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
     compute, compute_with_bubble, comm, exposed, optimizer, framework, notes = _time_terms(
         cand, wl, cl, held, dp, shards, acc, accum)
-    offload = offload_seconds(cand, states, held / shards, cl)
+    offload = (gpu_estimate.offload(cand, wl, cl) + nvme_seconds(states) if cl.gpu_model is not None
+               else offload_seconds(cand, states, held / shards, cl))
     bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(V·M + P - 1) when the stages are equal
     step = compute_with_bubble + exposed + offload + optimizer + framework
     no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework

@@ -15,7 +15,7 @@ from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import interleaved_accepts
 from dsbench.plan.caveats import caveats, node_note
 from dsbench.plan.gpu_calibration import calibrated_gpu
-from dsbench.plan.gpu_layout import ARCHS, Layout, Shape, runs_autocast
+from dsbench.plan.gpu_layout import ARCHS, OFFLOADED, Layout, Shape, runs_autocast
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import CUSTOM, GpuProfile, custom_profile, profile_for, with_host, with_links
 from dsbench.plan.gpu_time import step_time
@@ -93,11 +93,13 @@ def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
         raise UserError(f"--global-batch {req.global_batch} and --grad-accum {req.grad_accum} disagree: data parallel "
                         f"{dp} x micro-batch {req.micro_batch} x {req.grad_accum} = "
                         f"{dp * req.micro_batch * req.grad_accum}; give one of them")
-    layout = Layout(shape, seq, hw.kind, gpus, gpn, req.layout, req.tp, req.pipeline_stages, cp,
+    strategy, offload_param = OFFLOADED.get(req.layout, (req.layout, False))
+    layout = Layout(shape, seq, hw.kind, gpus, gpn, strategy, req.tp, req.pipeline_stages, cp,
                     req.pipeline_schedule, req.virtual_stages, req.micro_batch, max(global_batch, 1), req.recompute,
                     req.sequence_parallel, req.precision, req.compile, req.kernels, req.attention,
                     req.intra_bandwidth, req.bandwidth, cp_comm=comm,
-                    autocast=runs_autocast(req.layout, req.kernels))
+                    autocast=runs_autocast(req.layout, req.kernels), offload=req.layout in OFFLOADED,
+                    offload_param=offload_param)
     if req.virtual_stages > 1 and not req.pipeline_schedule.startswith("interleaved"):
         raise UserError("--virtual-stages goes with --pipeline-schedule interleaved or interleaved-zb")
     return layout.check(), hw, name
@@ -125,6 +127,11 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     if lay.tp > 1 and lay.pp > 1 and lay.strategy not in ("fsdp", "ddp"):
         return None, (f"{lay.strategy} with tp and pp: dsbench runs 3D as torch_3d (--layout fsdp, or ddp for "
                       "--dp-shard 1)")
+    if lay.offload:
+        if lay.tp * lay.pp * lay.cp > 1:
+            return None, "dsbench runs ZeRO-Offload with data parallelism only (no --tp, --pipeline-stages or --cp)"
+        return lookup(name_for(lay.strategy, offload="cpu", offload_param="cpu" if lay.offload_param else "none")
+                      or ""), None
     if lay.tp == lay.pp == 1:
         how = lookup(lay.strategy)
         return (how, None) if how else (None, f"{lay.strategy}: the worker's FSDP2 builds no replicated dimension")

@@ -8,6 +8,7 @@ from dsbench.parallel import ParallelDims
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.caveats import caveats
 from dsbench.plan.gpu_layout import Layout, Shape, runs_autocast
+from dsbench.plan.gpu_offload import offload_seconds
 from dsbench.plan.gpu_time import step_time
 from dsbench.plan.inputs import Cluster, Workload
 
@@ -31,7 +32,8 @@ def layout_for(cand: Candidate, wl: Workload, cl: Cluster) -> Layout:
                   schedule="interleaved" if cand.virtual_stages > 1 else "1f1b", virtual_stages=cand.virtual_stages,
                   inter_gbs=cl.inter.bandwidth_gbs,  # --interconnect or --bandwidth
                   cp=cand.ulysses, cp_comm="a2a",  # Ulysses: the sequence split, all-to-alls around attention
-                  autocast=runs_autocast(cand.strategy, "hf"))  # zero0 is DeepSpeed's: 16-bit weights
+                  autocast=runs_autocast(cand.strategy, "hf"),  # zero0 is DeepSpeed's: 16-bit weights
+                  offload=cand.offload != "none", offload_param=cand.offload_param != "none")  # NVMe: via the host
 
 
 def terms(cand: Candidate, wl: Workload, cl: Cluster) -> tuple[float, float, float, float, float, list[str]]:
@@ -45,3 +47,9 @@ def terms(cand: Candidate, wl: Workload, cl: Cluster) -> tuple[float, float, flo
     notes = caveats(lay, time.terms, time.seconds, calibrated=False)
     return (compute, compute + time.terms["pp_bubble"], exposed, time.terms["optimizer"], time.terms["engine_host"],
             notes)
+
+
+def offload(cand: Candidate, wl: Workload, cl: Cluster) -> float:
+    """ZeRO-Offload's seconds per step on the GPU model (gpu_offload.py: the profile's host link, the host's CPU
+    Adam and per-tensor work); an NVMe offload's swaps are the planner's (engine_time.nvme_seconds)."""
+    return offload_seconds(layout_for(cand, wl, cl), cl.gpu_model)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from dsbench.plan.gpu_offload import offload_terms, partition_params, partition_tensors, ranks_per_node
 from dsbench.plan.gpu_profiles import GpuProfile, profile_for
 from dsbench.plan.gpu_time import engine_host_seconds, step_time
 from dsbench.plan.replay import OracleRow, RowResult, predict_row, row_layouts
@@ -79,3 +80,33 @@ def host_check(cells: dict[str, OracleRow], hw: GpuProfile) -> dict[str, Any]:
                     "in_sample": _stage(row) in fitted,
                     "skipped": before.skipped})
     return {"cells": out, "zero_host_us": {str(stage): round(us, 1) for stage, us in fitted.items()}}
+
+
+def _offload_pair_terms(offloaded: OracleRow, partner: OracleRow,
+                       hw: GpuProfile | None = None) -> tuple[float, float, float]:
+    """What a pair of runs says of ZeRO-Offload's two host constants: the step the offload added (the offloaded
+    run's measured step less its partner's, the same cell without offload, so the GPU terms and their errors cancel)
+    less the model's host link time, and the two quantities it is priced by (gpu_offload.offload_terms): the
+    parameters the node's ranks step, and the partition's tensors."""
+    lay = row_layouts(offloaded.values)[0]
+    terms = offload_terms(lay, hw or profile_for(offloaded.values["gpu"]))
+    added = offloaded.values["measured_step_s"] - partner.values["measured_step_s"]
+    return added - terms["host link"], partition_params(lay) * ranks_per_node(lay), partition_tensors(lay)
+
+
+def fit_offload(pairs: list[tuple[OracleRow, OracleRow]]) -> tuple[float, float]:
+    """``offload_adam_params_per_s`` and ``offload_tensor_us`` from pairs of runs (:func:`_offload_pair_terms`):
+    least squares of added = params / rate + tensors · cost over the pairs; two pairs of different sizes fix both
+    exactly. A pair of runs of one size cannot tell the two apart."""
+    rows = [_offload_pair_terms(off, partner) for off, partner in pairs]
+    # normal equations of y = a·x1 + b·x2 (a = 1/rate, b = cost per tensor)
+    s11 = sum(x1 * x1 for _, x1, _ in rows)
+    s12 = sum(x1 * x2 for _, x1, x2 in rows)
+    s22 = sum(x2 * x2 for _, _, x2 in rows)
+    t1 = sum(y * x1 for y, x1, _ in rows)
+    t2 = sum(y * x2 for y, _, x2 in rows)
+    det = s11 * s22 - s12 * s12
+    if len(rows) < 2 or det <= 1e-9 * s11 * s22:
+        raise ValueError("fitting both offload constants needs two pairs of runs of different sizes")
+    a, b = (t1 * s22 - t2 * s12) / det, (s11 * t2 - s12 * t1) / det
+    return 1 / a, b * 1e6

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsbench.errors import UserError
-from dsbench.strategies import GPU_DATA_PARALLEL
+from dsbench.strategies import FIXED, GPU_DATA_PARALLEL
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "interleaved-zb")
 """``interleaved-zb``: torch's ScheduleInterleavedZeroBubble, interleaved 1F1B with the weight gradients moved into
@@ -17,6 +17,10 @@ RECOMPUTE = ("none", "full", "selective", "op")
 checkpointing (every matmul output but every second one, and the attention kernel's output, are saved; the rest
 of the block is recomputed)."""
 ARCHS = ("gpt", "llama")
+OFFLOADED = {s.name: (f"zero{s.zero}", s.offload_param != "none") for s in FIXED.values() if s.offload == "cpu"}
+"""compare's CPU-offload strategies (``zero2_offload``; ``zero3_offload``, parameters too) as the GPU model prices
+them: the sharding, and whether ZeRO-3's parameters are on the host. The oracle schema's ``strategy`` may name
+them."""
 KERNELS = ("hf", "eager", "megatron")
 """How the non-GEMM ops run: ``hf`` as the Hugging Face modules dsbench's worker trains (one kernel per torch op,
 with transformers' casts and copies), ``eager`` as torchtitan's leaner modules write them, ``megatron``:
@@ -100,6 +104,12 @@ class Layout:
     Megatron's default); ``a2a``, DeepSpeed Ulysses' all-to-alls that swap the sequence split for a head split
     around the attention core (Jacobs et al. 2023, arXiv:2309.14509; Megatron-core's ``cp_comm_type a2a``). Either
     way each rank holds s/cp tokens outside attention and does 1/cp of its FLOPs."""
+    offload: bool = False
+    """ZeRO-Offload: DeepSpeed's optimizer (fp32 master weights, moments and gradients) on the host, stepped by
+    DeepSpeedCPUAdam (``--offload cpu``; compare's ``zero2_offload``)."""
+    offload_param: bool = False
+    """ZeRO-3's 16-bit parameter partitions on the host too, fetched for every gather (``--offload-param cpu``;
+    compare's ``zero3_offload``)."""
 
     @property
     def dp(self) -> int:
@@ -152,6 +162,10 @@ class Layout:
             raise UserError(f"interleaved 1F1B needs micro-batches ({self.micro_batches}) divisible by pp {self.pp}")
         if self.schedule == "interleaved-zb" and self.pp > 1 and self.virtual_stages < 2:
             raise UserError("the interleaved zero-bubble schedule needs 2 or more virtual stages (--virtual-stages)")
+        if self.offload and self.strategy not in ("zero1", "zero2", "zero3"):
+            raise UserError(f"offload: DeepSpeed offloads the optimizer under ZeRO-1, 2 or 3, not {self.strategy}")
+        if self.offload_param and (self.strategy != "zero3" or not self.offload):
+            raise UserError("offload_param: DeepSpeed offloads parameters under ZeRO-3 with the optimizer offloaded")
         if self.sequence_parallel and self.tp == 1:
             raise UserError("sequence parallelism shards along the TP group: it needs tp > 1")
         return self

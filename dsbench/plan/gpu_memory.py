@@ -56,6 +56,8 @@ def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
     layer = lay.shape.layer_params() / lay.tp
     grad = 2 if lay.kernels == "hf" else 4  # DeepSpeed's bf16 engine keeps 16-bit gradients; Megatron accumulates
     # in fp32 buffers (main_grad)
+    if lay.offload:
+        return _offloaded_state_bytes(lay, params, shard, layer)
     if strategy == "ddp" and lay.autocast:  # fp32 weights and the 16-bit casts autograd keeps until the backward;
         # no gradients at the forward's peak (zero_grad(set_to_none=True), torch's default) but DDP's fp32 buckets
         return {"weights": 6 * params, "grads": 4 * params if lay.dp > 1 else 0.0, "optimizer": 8 * params}
@@ -79,6 +81,24 @@ def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
     # zero3, fsdp, fsdp_hybrid: fp32 shards, and two gathered 16-bit blocks (the current and the prefetched one)
     return {"weights": 4 * params / shard + 2 * 2 * layer, "grads": 4 * params / shard + 4 * layer,
             "optimizer": 8 * params / shard}
+
+
+def _offloaded_state_bytes(lay: Layout, params: float, shard: int, layer: float) -> dict[str, float]:
+    """Model states on the GPU under ZeRO-Offload: the fp32 master weights, moments and fp32 gradients are on the
+    host (none here); the 16-bit copy of the updated partition lands in the weights (DeepSpeed PR #7309). ZeRO-1
+    keeps its full 16-bit gradients until the boundary's reduction. ZeRO-2 (stage_1_and_2.copy_grads_in_partition)
+    with one micro-batch per step copies each reduced gradient to the host and frees it in the backward (one
+    block's in flight, and no partition buffer); with more it keeps the partition's 16-bit gradients on the GPU to
+    accumulate into. ZeRO-3 keeps its 16-bit partition, unless the parameters are offloaded too, two gathered
+    blocks, and its 16-bit gradient partition (stage3 accumulates it on the GPU until the boundary's copy) with one
+    block's reduce bucket."""
+    if lay.strategy == "zero1":
+        return {"weights": 2 * params, "grads": 2 * params, "optimizer": 0.0}
+    if lay.strategy == "zero2":
+        kept = 2 * params / shard if lay.micro_batches > 1 else 0.0
+        return {"weights": 2 * params, "grads": kept + 2 * layer, "optimizer": 0.0}
+    partition = 0.0 if lay.offload_param else 2 * params / shard
+    return {"weights": partition + 2 * 2 * layer, "grads": 2 * params / shard + 4 * layer, "optimizer": 0.0}
 
 
 def _block_activation_bytes(lay: Layout) -> float:

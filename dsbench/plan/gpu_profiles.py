@@ -33,6 +33,15 @@ It is the host's, not the GPU's: refitted on the other two lent machines it is 1
 (plan.gpu_fit, scripts/fit_gpu_constants.py), so these values are the fastest host seen."""
 
 
+OFFLOAD_ADAM = 4.79e9
+"""Fitted (with OFFLOAD_TENSOR_US, plan.gpu_fit.fit_offload) on dsbench's two CPU-offload runs of 2026-11-23 on the
+lent H100 (GPT-2 and the 1.1B Llama, ZeRO-2 with the optimizer on the host, each against its ZeRO-2 run of the
+same day): parameters per second DeepSpeedCPUAdam stepped on that host, one rank. A property of the host; the
+H200 host's runs and a published 8-GPU A800 table are out of sample (docs/planner.md)."""
+OFFLOAD_TENSOR_US = 464.0
+"""Fitted with OFFLOAD_ADAM on the same two pairs of runs: µs of host work per parameter tensor of the partition."""
+
+
 @dataclass(frozen=True, slots=True)
 class GpuProfile:
     kind: str
@@ -83,6 +92,10 @@ class GpuProfile:
     """Host time a DeepSpeed ZeRO engine spends per parameter tensor that the GPU waits for, µs (its gradient hooks,
     bucket copies and, for stage 3, parameter fetch and release), by ZeRO stage: per step (stage 1) or per
     micro-batch (stages 2 and 3)."""
+    offload_adam_params_per_s: float = OFFLOAD_ADAM
+    """ZeRO-Offload's CPU Adam: parameters per second a host steps, shared by its ranks (plan/gpu_offload.py)."""
+    offload_tensor_us: float = OFFLOAD_TENSOR_US
+    """ZeRO-Offload's host work per parameter tensor of a rank's partition per step, µs (plan/gpu_offload.py)."""
 
 
 def _sixteen(key: str, **more: float) -> dict[str, float]:

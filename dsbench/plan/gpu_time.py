@@ -19,7 +19,8 @@ Per micro-batch and layer, on one GPU (its TP shard, its CP share of the sequenc
   one gradient send per micro-batch and virtual stage, scattered over the TP ranks.
 - ``dp_comm``: gradient all-reduce (ddp, not overlapped), reduce-scatter + all-gather (zero1/2), parameter
   gathers and gradient reduce-scatters (zero3, fsdp) overlapped with compute by prefetching.
-- ``optimizer``: Adam's read and write of its fp32 states at HBM bandwidth.
+- ``optimizer``: Adam's read and write of its fp32 states at HBM bandwidth (none when DeepSpeed offloads it).
+- ``offload``: ZeRO-Offload's host link traffic, CPU Adam step and per-tensor host work (gpu_offload.py).
 - ``engine_host``: the host work of a DeepSpeed ZeRO engine that the GPU waits for, per parameter tensor.
 - ``autocast``: under torch.autocast over fp32 weights, the weight casts and the ops autocast runs in fp32.
 - ``fp8_cast``: under fp8 (torchao's Float8 linears, tensorwise dynamic scaling) each linear's input, weight and
@@ -44,6 +45,7 @@ from dsbench.plan.gpu_comm import (
     tp_comm_seconds,
 )
 from dsbench.plan.gpu_layout import Layout
+from dsbench.plan.gpu_offload import offload_seconds
 from dsbench.plan.gpu_profiles import GpuProfile
 from dsbench.strategies import PLANNER
 
@@ -248,6 +250,8 @@ def _stage_seconds(lay: Layout, hw: GpuProfile) -> dict[str, float]:
 def _optimizer_seconds(lay: Layout, hw: GpuProfile) -> float:
     """Adam on the local shard: read fp32 weights, gradients and two moments, write three back and a 16-bit copy
     (30 bytes per parameter) at HBM bandwidth."""
+    if lay.offload:  # DeepSpeedCPUAdam steps it on the host: gpu_offload.py
+        return 0.0
     shard = 1 if lay.strategy == "ddp" else lay.dp * lay.cp  # every other strategy shards the optimizer
     return _hbm_seconds(30 * local_params(lay) / shard, lay, hw)
 
@@ -289,4 +293,5 @@ def step_time(lay: Layout, hw: GpuProfile) -> StepTime:
     terms["dp_comm"] = dp_seconds(lay, hw, compute)
     terms["optimizer"] = _optimizer_seconds(lay, hw)
     terms["engine_host"] = engine_host_seconds(lay, hw)
+    terms["offload"] = offload_seconds(lay, hw)
     return StepTime(sum(terms.values()), terms, model_flops(lay))

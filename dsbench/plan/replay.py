@@ -15,10 +15,11 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.io import read_text
-from dsbench.plan.gpu_layout import Layout, Shape
+from dsbench.plan.gpu_layout import OFFLOADED, Layout, Shape
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import ALIASES, GpuProfile, profile_for
 from dsbench.plan.gpu_time import StepTime, step_time
+from dsbench.strategies import GPU_DATA_PARALLEL
 
 COLUMNS = ("source,row,model,arch,layers,hidden,heads,kv_heads,ffn,vocab,seq_len,gpu,gpus,gpus_per_node,intra_gbs,"
            "inter_gbs,strategy,tp,pp,cp,schedule,virtual_stages,micro_batch,global_batch,recompute,"
@@ -40,6 +41,8 @@ LAYER_SAC = ("layer-level SAC", "selective layer")
 priced as attention-only recompute."""
 ASYNC_TP = ("Async TP", "AsyncTP on", "+ AsyncTP")
 """Notes that say torchtitan's Async TP: TP collectives overlapped with the matmuls."""
+HF_MODULES = ("dsbench run", "Hugging Face modules")
+"""Notes that say the run trained transformers' modules (eagerly, one kernel per torch op): priced as dsbench's."""
 AUTOCAST = ("autocast",)
 """Notes that say the forward ran under torch.autocast over fp32 weights (dsbench's native engines write it)."""
 
@@ -133,20 +136,26 @@ def _layout(v: dict[str, Any], micro_batch: int, virtual: int) -> Layout:
     note = v.get("note") or ""
     recompute = "op" if v["recompute"] == "selective" and any(m in note for m in OP_SAC) else v["recompute"]
     shape = Shape(v["arch"], v["layers"], v["hidden"], v["heads"], v["kv_heads"], v["ffn"], v["vocab"])
-    return Layout(shape, v["seq_len"], v["gpu"], v["gpus"], v["gpus_per_node"], v["strategy"], v["tp"], v["pp"],
+    if v["strategy"] not in GPU_DATA_PARALLEL and v["strategy"] not in OFFLOADED:
+        raise UserError(f"strategy {v['strategy']!r}: use one of {', '.join((*GPU_DATA_PARALLEL, *OFFLOADED))}")
+    strategy, offload_param = OFFLOADED.get(v["strategy"], (v["strategy"], False))
+    return Layout(shape, v["seq_len"], v["gpu"], v["gpus"], v["gpus_per_node"], strategy, v["tp"], v["pp"],
                   v["cp"], v["schedule"] or "1f1b", virtual, micro_batch, v["global_batch"], recompute,
                   bool(v["sequence_parallel"]), v["precision"], bool(v["compile"]),
                   _kernels(v), "eager" if _megatron(v) else "flash",
                   v["intra_gbs"], v["inter_gbs"],
                   async_tp=any(marker in note for marker in ASYNC_TP),
-                  autocast=any(marker in note for marker in AUTOCAST))
+                  autocast=any(marker in note for marker in AUTOCAST), offload=v["strategy"] in OFFLOADED,
+                  offload_param=offload_param)
 
 
 def _kernels(v: dict[str, Any]) -> str:
-    """Megatron's fused kernels for its runs, the HF modules for dsbench's own runs, torchtitan's otherwise."""
+    """Megatron's fused kernels for its runs, the HF modules for dsbench's own runs and rows whose note says them
+    (:data:`HF_MODULES`), torchtitan's otherwise."""
     if _megatron(v):
         return "megatron"
-    return "hf" if v["source"].startswith("dsbench") or "dsbench run" in (v.get("note") or "") else "eager"
+    note = v.get("note") or ""
+    return "hf" if v["source"].startswith("dsbench") or any(m in note for m in HF_MODULES) else "eager"
 
 
 def _megatron(v: dict[str, Any]) -> bool:

@@ -4,7 +4,7 @@ its check cells (pure: it reads run folders, starts nothing).
 
 Step time is the wall clock over the measured window divided by its steps; peak memory is the run's
 ``torch.cuda.max_memory_allocated`` (the replay compares dsbench's rows with the model's allocated peak). Runs the
-schema cannot describe (CPU offload, CPU runs, a GPU the profiles do not know) have none: the reason is returned.
+schema cannot describe (NVMe offload, CPU runs, a GPU the profiles do not know) have none: the reason is returned.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from dsbench.plan.gpu_calibration import kind_of_device
+from dsbench.plan.gpu_layout import OFFLOADED
 from dsbench.plan.replay import COLUMNS, OracleRow, typed_row
 from dsbench.records import header_of, read_records
 from dsbench.run_record import RunHeader, read_summary
+from dsbench.strategies import GPU_DATA_PARALLEL, name_of_run
 
 REPLAYED_RECOMPUTE = ("none", "full", "selective")
 """The worker's ``--recompute`` values the replay prices as they are (plan/gpu_layout.RECOMPUTE): its
@@ -27,9 +29,9 @@ def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) ->
     summary = read_summary(folder)
     if summary is None or not summary.ok or summary.throughput is None or header.shape is None:
         return "not a finished run"
-    zero = (header.ds_config or {}).get("zero_optimization", {})
-    if (zero.get("offload_optimizer") or {}).get("device", "none") != "none":
-        return "optimizer offload: the oracle schema has no offload column"
+    strategy = _strategy(header)
+    if strategy not in GPU_DATA_PARALLEL and strategy not in OFFLOADED:
+        return strategy
     if header.recompute not in REPLAYED_RECOMPUTE:
         return (f"recompute {header.recompute}: dsbench's op policy saves every matmul output, the replay's 'op' "
                 "(torchtitan's) every second one")
@@ -37,10 +39,6 @@ def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) ->
     if kind is None or not header.device.startswith("cuda"):
         return f"not on a GPU the profiles know ({gpu_name or header.device})"
     model = header.shape
-    if header.engine in ("single", "ddp"):  # the single loop is DDP's data parallelism at world size 1
-        strategy = "ddp"
-    else:
-        strategy = "fsdp" if header.engine == "fsdp" else f"zero{zero.get('stage', 0)}"
     window = summary.throughput
     # dsbench's single and DDP engines train fp32 weights under torch.autocast (worker/engines/native.py); the
     # replay reads the word from the note
@@ -50,7 +48,7 @@ def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) ->
             "arch": "gpt" if model["arch"] == "gpt2" else "llama", "layers": model["layers"], "hidden": model["hidden"],
             "heads": model["heads"], "kv_heads": model["kv_heads"], "ffn": model["intermediate"],
             "vocab": model["vocab_size"], "seq_len": header.seq_len, "gpu": kind, "gpus": header.world_size,
-            "gpus_per_node": header.world_size, "strategy": "ddp" if strategy == "zero0" else strategy,
+            "gpus_per_node": header.world_size, "strategy": strategy,
             "tp": header.tp, "pp": 1, "cp": 1, "micro_batch": header.micro_batch,
             "global_batch": header.global_batch,
             "recompute": header.recompute, "sequence_parallel": 0,
@@ -62,6 +60,25 @@ def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) ->
             "note": f"dsbench run {folder.name} of {(header.started_at or '')[:10]} (wall clock"
                     f" over {window.steps} measured steps; peak = "
                     f"torch.cuda.max_memory_allocated){autocast}; {gpu_name}"}
+
+
+def _strategy(header: RunHeader) -> str:
+    """The run's strategy as the oracle schema spells it (compare's name for an offloaded ZeRO run), or why it has
+    none."""
+    if header.engine in ("single", "ddp"):  # the single loop is DDP's data parallelism at world size 1
+        return "ddp"
+    if header.engine == "fsdp":
+        return "fsdp"
+    zero = (header.ds_config or {}).get("zero_optimization", {})
+    stage = zero.get("stage", 0)
+    offload, params = ((zero.get(key) or {}).get("device", "none") for key in ("offload_optimizer", "offload_param"))
+    if offload == "none":
+        return f"zero{stage}" if stage else "ddp"  # stage 0: DeepSpeed's data parallelism, priced as DDP's
+    name = name_of_run("deepspeed", zero=stage, offload=offload, offload_param=params)
+    if name not in OFFLOADED or OFFLOADED[name][1] != (params != "none"):
+        return (f"offload_optimizer {offload}, offload_param {params}: the GPU model prices compare's "
+                f"{' and '.join(OFFLOADED)} only")
+    return name
 
 
 def oracle_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) -> OracleRow | str:

@@ -22,8 +22,10 @@ def print_layout(result: dict[str, Any]) -> None:
     click.echo(f"model {model['name']}: {model['params'] / 1e9:,.2f}B params, {model['layers']} layers x "
                f"{model['hidden']} ({model['arch']}); {lay['gpus']} x {gpu['kind']} ({lay['gpus_per_node']} per node)")
     split = "ulysses" if lay.get("cp_comm") == "a2a" else "cp"  # the sequence split: Ulysses' all-to-all or the ring
-    click.echo(f"layout {lay['strategy']}: tp {lay['tp']} x pp {lay['pp']}{schedule} x {split} {lay['cp']} x dp "
-               f"{lay['dp']}; micro-batch {lay['micro_batch']} x {lay['micro_batches']} per step = global batch "
+    offload = (" + offload (optimizer" + (" and parameters" if lay.get("offload_param") else "") + " on the host)"
+               if lay.get("offload") else "")
+    click.echo(f"layout {lay['strategy']}{offload}: tp {lay['tp']} x pp {lay['pp']}{schedule} x {split} {lay['cp']} "
+               f"x dp {lay['dp']}; micro-batch {lay['micro_batch']} x {lay['micro_batches']} per step = global batch "
                f"{lay['global_batch']} x {lay['seq_len']} tokens; recompute {lay['recompute']}"
                + (", sequence parallel" if lay["sequence_parallel"] else "") + f", {lay['precision']}"
                + (", compiled" if lay["compile"] else ""))

@@ -33,7 +33,7 @@ def _rows(results, source):
 
 
 def test_every_shipped_row_is_priced_or_skipped_with_a_reason(results):
-    assert len(results) == 87  # 64 published runs, dsbench's 15 on the lent H100 (two days) and 8 on the H200
+    assert len(results) == 89  # 64 published runs, dsbench's 17 on the lent H100 (two days) and 8 on the H200
     assert all((r.predicted_step_s is not None) != (r.skipped is not None) for r in results)
     assert all(r.skipped is None for r in results), [(r.row.source, r.row.row, r.skipped) for r in results]
 

@@ -1,0 +1,79 @@
+"""ZeRO-Offload on GPUs (pure, stdlib only): what DeepSpeed's optimizer on the host adds to a step, term by term.
+
+With ``offload_optimizer`` the fp32 master weights, Adam's moments and the fp32 gradients live in host memory and
+DeepSpeedCPUAdam steps them there (Ren et al. 2021, arXiv:2101.06840 sec. 4). The GPU waits for three things, which
+this module prices from DeepSpeed 0.19's code (the version constraints.txt pins):
+
+- ``host link``: the gradients copied to the host and the updated 16-bit weights copied back, at the profile's
+  ``host_link_gbs`` (one PCIe x16 link per GPU). ZeRO-1/2 (``stage_1_and_2.copy_grads_in_partition``, 16-bit
+  gradient accumulation, DeepSpeed's default for bf16): with one micro-batch per step only the boundary's fp32 copy
+  (4 bytes per element); with more, the first micro-batch saves its 16-bit gradient on the host (2), every later one
+  restores and saves it (``async_accumulate_grad_in_cpu_via_gpu``: 2 + 2) and the boundary copies fp32 (4). ZeRO-3
+  (``stage3``) accumulates on the GPU and copies fp32 at the boundary only (``_offload_grad_partition_at_boundary``).
+  Then the 16-bit partition comes back (2). With ``offload_param`` ZeRO-3 fetches the rank's 16-bit partition for
+  every gather instead (forward, backward, and the recompute's forward), and the update stays on the host.
+- ``cpu adam``: the step over the rank's partition, at the host's rate in parameters per second; the ranks of a
+  node share its memory bandwidth, so a node's ranks step together at that rate.
+- ``per tensor``: the host work per parameter tensor of the partition in the offload path (a gradient norm, an
+  overflow check and a copy each, read back by the host).
+
+The last two are properties of the host, fitted as ``zero_host_us`` is (plan/gpu_fit.py, docs/planner.md says
+which rows chose them and the error on the others). Every term is counted as exposed: the step waits for the
+optimizer, and the copies run in the backward's hooks.
+"""
+
+from __future__ import annotations
+
+from dsbench.plan.gpu_comm import local_params
+from dsbench.plan.gpu_layout import Layout
+from dsbench.plan.gpu_profiles import GpuProfile
+from dsbench.strategies import PLANNER
+
+
+def partition_params(lay: Layout) -> float:
+    """Parameters of the rank's partition: its share of its stage's TP shard (ZeRO shards over the data-parallel
+    ranks, CP ranks included). Without a pipeline, every parameter (an untied output layer included)."""
+    held = lay.shape.params() / lay.tp if lay.pp == 1 else local_params(lay)
+    return held / (lay.dp * lay.cp)
+
+
+def ranks_per_node(lay: Layout) -> int:
+    return min(lay.gpus, lay.gpus_per_node)
+
+
+def host_link_bytes(lay: Layout) -> float:
+    """Bytes one rank moves over its host link per step (the module's docstring, by ZeRO stage)."""
+    if not lay.offload:
+        return 0.0
+    part, m = partition_params(lay), lay.micro_batches
+    stage = PLANNER[lay.strategy].zero
+    if stage == 3:
+        grads = 4 * part  # fp32 at the boundary
+    else:
+        grads = 4 * part if m == 1 else (2 + 4 * (m - 1) + 4) * part
+    if lay.offload_param:  # every gather fetches the partition: forward, backward, and the recompute's forward
+        gathers = 2 + (lay.recompute == "full")
+        return grads + 2 * part * gathers * m
+    return grads + 2 * part  # the updated 16-bit partition back to the GPU
+
+
+def partition_tensors(lay: Layout) -> float:
+    """Parameter tensors in the rank's partition: the stage's tensors (and the embeddings, final norm and head),
+    spread over the data-parallel ranks, at least one."""
+    s = lay.shape
+    tensors = lay.stage_layers * s.layer_tensors() + (4 if s.arch == "gpt" else 3)
+    return max(1.0, tensors / (lay.dp * lay.cp))
+
+
+def offload_terms(lay: Layout, hw: GpuProfile) -> dict[str, float]:
+    """Seconds per step by part: host link, CPU Adam, per-tensor host work (all 0 without offload)."""
+    if not lay.offload:
+        return {"host link": 0.0, "cpu adam": 0.0, "per tensor": 0.0}
+    return {"host link": host_link_bytes(lay) / (hw.host_link_gbs * 1e9),
+            # the node's ranks step their partitions at once, sharing the host's memory bandwidth
+            "cpu adam": partition_params(lay) * ranks_per_node(lay) / hw.offload_adam_params_per_s,
+            "per tensor": partition_tensors(lay) * hw.offload_tensor_us * 1e-6}
+
+
+def offload_seconds(lay: Layout, hw: GpuProfile) -> float:
+    return sum(offload_terms(lay, hw).values())
