@@ -109,6 +109,12 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     """The compare strategy that runs the layout today, or why none does (one line)."""
     if lay.precision == "fp8":
         return None, "dsbench's worker trains in fp32, bf16 or fp16: fp8 (torchao's Float8 linears) is priced only"
+    if lay.offload:
+        if lay.tp * lay.pp * lay.cp > 1:
+            return None, ("dsbench runs ZeRO-Offload with data parallelism only (no --tp, --pipeline-stages, --cp or "
+                          "--ulysses)")
+        return lookup(name_for(lay.strategy, offload="cpu", offload_param="cpu" if lay.offload_param else "none")
+                      or ""), None
     if lay.cp > 1 and lay.cp_comm == "a2a":
         return _ulysses_runner(lay)
     if lay.cp > 1:
@@ -127,11 +133,6 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     if lay.tp > 1 and lay.pp > 1 and lay.strategy not in ("fsdp", "ddp"):
         return None, (f"{lay.strategy} with tp and pp: dsbench runs 3D as torch_3d (--layout fsdp, or ddp for "
                       "--dp-shard 1)")
-    if lay.offload:
-        if lay.tp * lay.pp * lay.cp > 1:
-            return None, "dsbench runs ZeRO-Offload with data parallelism only (no --tp, --pipeline-stages or --cp)"
-        return lookup(name_for(lay.strategy, offload="cpu", offload_param="cpu" if lay.offload_param else "none")
-                      or ""), None
     if lay.tp == lay.pp == 1:
         how = lookup(lay.strategy)
         return (how, None) if how else (None, f"{lay.strategy}: the worker's FSDP2 builds no replicated dimension")

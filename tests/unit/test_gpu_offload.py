@@ -174,8 +174,9 @@ def test_plan_prices_an_offloaded_layout_and_prints_its_launch(cli_run):
     assert three["memory_gib"]["allocated"] < two["memory_gib"]["allocated"] < plain["memory_gib"]["allocated"]
     assert two["strategy"] == "zero2_offload" and "--zero 2 --offload cpu" in two["command"]
     assert three["strategy"] == "zero3_offload" and "--offload-param cpu" in three["command"]
-    with_tp = json.loads(cli_run(*args, "--layout", "zero2_offload", "--tp", "2").output)
-    assert not with_tp["launchable"] and "data parallelism only" in with_tp["why_not"]
+    for split in (("--tp", "2"), ("--ulysses", "2")):  # not zero3_ulysses2's command without its offload
+        refused = json.loads(cli_run(*args, "--layout", "zero3_offload", *split).output)
+        assert not refused["launchable"] and "data parallelism only" in refused["why_not"], split
 
 
 def test_the_ranking_prices_offload_at_the_gpu_kinds_host_link(cli_run):
