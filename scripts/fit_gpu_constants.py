@@ -27,7 +27,14 @@ from pathlib import Path
 import script_args
 
 from dsbench.plan import gpu_profiles
-from dsbench.plan.gpu_fit import by_session, fit_offload, fit_zero_host_us, predict_with_host
+from dsbench.plan.gpu_fit import (
+    by_session,
+    fit_offload,
+    fit_offload_rate,
+    fit_zero_host_us,
+    offload_pairs,
+    predict_with_host,
+)
 from dsbench.plan.gpu_time import step_time
 from dsbench.plan.replay import predict_row, read_rows, row_layouts
 
@@ -77,6 +84,11 @@ def main(files: list[Path]) -> int:
         checked = predict_with_host([r for r in rows if r.values["model"] != "gpt2"], fit)
         errors = ", ".join(f"{r.row.values['strategy']} {r.step_error:+.1%}" for r in checked)
         print(f"  {name}: {', '.join(f'{k}: {v:.0f}' for k, v in fit.items())} µs; Llama rows {errors}")
+        pairs = offload_pairs(rows)
+        if pairs:  # --cpu-adam-rate for this host, the per-tensor cost held at the shipped one
+            rate = fit_offload_rate(pairs, gpu_profiles.OFFLOAD_TENSOR_US)
+            print(f"    its CPU Adam rate (--cpu-adam-rate): {rate:.3g} parameters/s, from {len(pairs)} offload "
+                  "run(s) against their ZeRO runs")
     return 0
 
 

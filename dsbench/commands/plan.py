@@ -46,6 +46,9 @@ from dsbench.strategies import GPU_DATA_PARALLEL, Strategy
 @click.option("--latency", type=Finite(0), help="Custom latency, µs (with --layout: per collective ring step).")
 @click.option("--zero-host-us", type=PerZeroStage(), help="Your host's DeepSpeed ZeRO-1,2,3 host time per parameter "
               "tensor, µs, for the GPU model (fit it: scripts/fit_gpu_constants.py) [the fastest host measured].")
+@click.option("--cpu-adam-rate", type=Finite(0, low_open=True, high=1e13), help="Your host's ZeRO-Offload CPU Adam "
+              "rate, parameters per second that a node's ranks share, for the GPU model (fit it: "
+              "scripts/fit_gpu_constants.py) [4.79e9, a lent H100's host with one rank].")
 @click.option("--seq-len", type=COUNT, help="[min(model max positions, 2048)]")
 @click.option("--micro-batch", type=COUNT, default=DEFAULTS.micro_batch, show_default=True)
 @click.option("--grad-accum", type=COUNT, default=DEFAULTS.grad_accum, show_default=True)

@@ -112,11 +112,12 @@ def _time_model(cl: Cluster, req: PlanRequest, calibrated: GpuProfile | None, pr
     if calibrated is not None:
         if precision not in calibrated.peak_tflops:
             raise UserError(f"--precision {precision}: the {calibrated.kind} profile has no {precision} peak")
-        return _usual_network(replace(cl, gpu_model=with_host(calibrated, req.zero_host_us)), req)
+        return _usual_network(replace(cl, gpu_model=with_host(calibrated, req.zero_host_us, req.cpu_adam_rate)), req)
     if req.profile:
-        if req.zero_host_us:
-            raise UserError("--zero-host-us is the GPU model's: a --profile from calibrate measures its own "
-                            "engine costs")
+        if _host_flags(req):
+            flags, verb = _host_flags(req)
+            raise UserError(f"{flags} {verb} the GPU model's: a --profile from calibrate measures its own engine "
+                            "costs")
         return with_profile(cl, req.profile.data)
     return _usual_network(replace(cl, gpu_model=gpu_model(req, precision)), req)
 
@@ -165,11 +166,20 @@ def gpu_model(req: PlanRequest, precision: str) -> GpuProfile | None:
     # peak x efficiency asked for (a custom GPU's --peak-tflops is its datasheet figure, not that request)
     older = (req.peak_tflops is not None and not custom) or req.efficiency != DEFAULTS.efficiency
     if older or profile is None or precision not in profile.peak_tflops:
-        if req.zero_host_us:
-            raise UserError("--zero-host-us prices DeepSpeed's host time in the GPU model, which this plan does not "
-                            "use: drop --peak-tflops/--efficiency, or use a GPU kind with a profile in bf16/fp16")
+        if _host_flags(req):
+            flags, _ = _host_flags(req)
+            raise UserError(f"{flags} price{'s' if ' and ' not in flags else ''} DeepSpeed's host time in the GPU "
+                            "model, which this plan does not use: drop --peak-tflops/--efficiency, or use a GPU kind "
+                            "with a profile in bf16/fp16")
         return None
-    return with_host(profile, req.zero_host_us)
+    return with_host(profile, req.zero_host_us, req.cpu_adam_rate)
+
+
+def _host_flags(req: PlanRequest) -> tuple[str, str] | None:
+    """The GPU model's host flags the request gives, as typed, and their verb; None without any."""
+    given = [flag for flag, value in (("--zero-host-us", req.zero_host_us), ("--cpu-adam-rate", req.cpu_adam_rate))
+             if value]
+    return (" and ".join(given), "is" if len(given) == 1 else "are") if given else None
 
 
 def read_profile(path: str) -> Profile:

@@ -71,7 +71,7 @@ def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
         hw = with_links(calibrated_gpu(req.profile.data["gpu"], req.profile.path), req)
     else:  # a custom profile carries the link flags already
         hw = custom_profile(req) if req.gpu == CUSTOM else with_links(profile_for(req.gpu), req)
-    hw = with_host(hw, req.zero_host_us)
+    hw = with_host(hw, req.zero_host_us, req.cpu_adam_rate)
     gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
     gpus = req.gpus or req.nodes * gpn
     if gpus != req.nodes * gpn:

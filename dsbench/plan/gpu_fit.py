@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from dsbench.plan.gpu_layout import OFFLOADED
 from dsbench.plan.gpu_offload import offload_terms, partition_params, partition_tensors, ranks_per_node
 from dsbench.plan.gpu_profiles import GpuProfile, profile_for
 from dsbench.plan.gpu_time import engine_host_seconds, step_time
@@ -92,6 +93,31 @@ def _offload_pair_terms(offloaded: OracleRow, partner: OracleRow,
     terms = offload_terms(lay, hw or profile_for(offloaded.values["gpu"]))
     added = offloaded.values["measured_step_s"] - partner.values["measured_step_s"]
     return added - terms["host link"], partition_params(lay) * ranks_per_node(lay), partition_tensors(lay)
+
+
+def offload_pairs(rows: Iterable[OracleRow]) -> list[tuple[OracleRow, OracleRow]]:
+    """Each offloaded row with its partner among ``rows``: the same model, GPUs and batch under the same ZeRO stage
+    without offload (the first such row)."""
+    rows = list(rows)
+    same = ("model", "gpu", "gpus", "micro_batch", "global_batch", "seq_len", "recompute")
+    pairs = []
+    for off in (r for r in rows if r.values["strategy"] in OFFLOADED):
+        sharding = OFFLOADED[off.values["strategy"]][0]
+        partner = next((r for r in rows if r.values["strategy"] == sharding
+                        and all(r.values[k] == off.values[k] for k in same)), None)
+        if partner is not None:
+            pairs.append((off, partner))
+    return pairs
+
+
+def fit_offload_rate(pairs: list[tuple[OracleRow, OracleRow]], tensor_us: float) -> float:
+    """``offload_adam_params_per_s`` alone, the per-tensor cost held at ``tensor_us``: the parameters the node's
+    ranks stepped over what the offload added less the host link and the tensors' time, over all the pairs."""
+    rows = [_offload_pair_terms(off, partner) for off, partner in pairs]
+    left = sum(added - tensors * tensor_us * 1e-6 for added, _, tensors in rows)
+    if not rows or left <= 0:
+        raise ValueError("the offload added no more than the host link and the per-tensor work: no CPU Adam rate")
+    return sum(params for _, params, _ in rows) / left
 
 
 def fit_offload(pairs: list[tuple[OracleRow, OracleRow]]) -> tuple[float, float]:

@@ -173,9 +173,13 @@ def with_links(profile: GpuProfile, req: Any) -> GpuProfile:
     return replace(profile, **fields) if fields else profile
 
 
-def with_host(profile: GpuProfile, zero_host_us: tuple[float, ...] | None) -> GpuProfile:
-    """The profile with a host's ZeRO-1/2/3 time per parameter tensor (``--zero-host-us``), if one is given."""
-    return replace(profile, zero_host_us=dict(zip((1, 2, 3), zero_host_us, strict=True))) if zero_host_us else profile
+def with_host(profile: GpuProfile, zero_host_us: tuple[float, ...] | None,
+              cpu_adam_rate: float | None = None) -> GpuProfile:
+    """The profile with a host's ZeRO-1/2/3 time per parameter tensor (``--zero-host-us``) and its ZeRO-Offload
+    CPU Adam rate (``--cpu-adam-rate``), each where one is given."""
+    if zero_host_us:
+        profile = replace(profile, zero_host_us=dict(zip((1, 2, 3), zero_host_us, strict=True)))
+    return replace(profile, offload_adam_params_per_s=cpu_adam_rate) if cpu_adam_rate else profile
 
 
 def profile_for(kind: str, **overrides: float) -> GpuProfile:

@@ -49,6 +49,9 @@ class PlanRequest:
     zero_host_us: tuple[float, float, float] | None = None
     """The GPU model's DeepSpeed ZeRO host time per parameter tensor, µs, for ZeRO-1, 2, 3: the user's host's
     (scripts/fit_gpu_constants.py) instead of the fastest host measured (gpu_profiles.ZERO_HOST_US)."""
+    cpu_adam_rate: float | None = None
+    """The GPU model's ZeRO-Offload CPU Adam rate, parameters per second shared by a node's ranks: the user's
+    host's instead of the lent H100 host's (gpu_profiles.OFFLOAD_ADAM)."""
 
 
 DEFAULTS = PlanRequest()
@@ -112,6 +115,8 @@ class LayoutRequest:
     """With --tokens: the cost."""
     zero_host_us: tuple[float, float, float] | None = None
     """As :attr:`PlanRequest.zero_host_us`."""
+    cpu_adam_rate: float | None = None
+    """As :attr:`PlanRequest.cpu_adam_rate`."""
     profile: Profile | None = None
     """A profile ``dsbench calibrate`` wrote on a CUDA GPU: its measured constants replace the kind's
     (plan/gpu_calibration.py)."""

@@ -11,7 +11,7 @@ import pytest
 
 from dsbench.errors import UserError
 from dsbench.plan import gpu_profiles
-from dsbench.plan.gpu_fit import fit_offload
+from dsbench.plan.gpu_fit import fit_offload, fit_offload_rate, offload_pairs
 from dsbench.plan.gpu_layout import Layout, Shape
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_offload import host_link_bytes, offload_terms
@@ -189,3 +189,40 @@ def test_the_ranking_prices_offload_at_the_gpu_kinds_host_link(cli_run):
         offload[gpu] = next(c for c in candidates if c["name"] == "zero2_offload")["offload_s"]
     link = (36 * PARAMS / 25e9) - (36 * PARAMS / 50e9)
     assert offload["a100"] - offload["h100"] == pytest.approx(link, rel=0.01)
+
+
+def test_a_hosts_rate_fitted_on_its_zero2_offload_run_prices_its_zero3_offload_run():
+    """--cpu-adam-rate from the held-out table's own ZeRO-2 pair (rows 3 and 2: 3.57e8 parameters per second for the
+    node, the per-tensor cost held at the shipped one) prices its ZeRO-3 run with parameters offloaded too (row 8),
+    which it was not fitted on: the model adds 19.4 s where the table's offload added 16.7-17.5 s (against its
+    ZeRO-3 rows at micro-batch 2 and 8), +11% to +16%."""
+    rows = read_rows([GIST])
+    pairs = offload_pairs(rows)
+    assert [(off.row, partner.row) for off, partner in pairs] == [(3, 2)]
+    rate = fit_offload_rate(pairs, gpu_profiles.OFFLOAD_TENSOR_US)
+    assert rate == pytest.approx(3.57e8, rel=0.01)
+    by_row = {r.row: r for r in rows}
+    added = predict_row(by_row[8], replace(profile_for("a100-80g"), offload_adam_params_per_s=rate)).time
+    for partner in (6, 10):
+        measured = by_row[8].values["measured_step_s"] - by_row[partner].values["measured_step_s"]
+        assert added.terms["offload"] == pytest.approx(measured, rel=0.20), (partner, added.terms["offload"])
+
+
+def test_cpu_adam_rate_is_a_plan_input(cli_run):
+    """--cpu-adam-rate replaces the shipped rate in --layout and in the ranking; plans that do not use the GPU
+    model refuse it in one line, as they refuse --zero-host-us."""
+    args = ("plan", "--model", "llama-7b", "--gpus", "8", "--gpu", "a100", "--micro-batch", "1", "--grad-accum", "8",
+            "--json")
+    shipped = json.loads(cli_run(*args, "--layout", "zero2_offload").output)["terms_s"]["offload"]
+    slow = json.loads(cli_run(*args, "--layout", "zero2_offload", "--cpu-adam-rate", "1e9").output)
+    cpu_adam = PARAMS / 1e9 - PARAMS / gpu_profiles.OFFLOAD_ADAM  # 8 ranks share the host: all 8 partitions
+    assert slow["terms_s"]["offload"] - shipped == pytest.approx(cpu_adam, rel=0.01)
+    ranked = json.loads(cli_run(*args, "--cpu-adam-rate", "1e9").output)["candidates"]
+    assert next(c for c in ranked if c["name"] == "zero2_offload")["offload_s"] == pytest.approx(
+        slow["terms_s"]["offload"], rel=0.01)
+    profile = str(DATA / "runs" / "cpu-calibrated" / "profile-llama-tiny.json")
+    for extra, said in ((("--efficiency", "0.4"), "which this plan does not use"),
+                        (("--profile", profile), "measures its own engine costs")):
+        refused = cli_run("plan", "--params", "1e9", "--gpus", "8", "--cpu-adam-rate", "1e9", *extra)
+        assert refused.exit_code == 2 and "--cpu-adam-rate" in refused.output and said in refused.output
+    assert cli_run("plan", "--params", "1e9", "--gpus", "8", "--cpu-adam-rate", "0").exit_code == 2
