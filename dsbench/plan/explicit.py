@@ -189,4 +189,5 @@ def predict_layout(req: LayoutRequest) -> dict[str, Any]:
             "strategy": how.name if how else None, "why_not": why_not, "command": command,
             "training": training_cost(tokens / time.seconds, lay.gpus, req.tokens, req.price_per_gpu_hour),
             "caveats": [*node_note(lay.gpus // lay.gpus_per_node, lay.gpus_per_node),
-                        *caveats(lay, time.terms, time.seconds, calibrated=req.profile is not None)]}
+                        *caveats(lay, time.terms, time.seconds, calibrated=req.profile is not None,
+                                cpu_adam_rate=hw.offload_adam_params_per_s)]}

@@ -44,7 +44,8 @@ def terms(cand: Candidate, wl: Workload, cl: Cluster) -> tuple[float, float, flo
     time = step_time(lay, cl.gpu_model)
     compute = sum(time.terms.get(name, 0.0) for name in COMPUTE)
     exposed = sum(time.terms.get(name, 0.0) for name in EXPOSED)
-    notes = caveats(lay, time.terms, time.seconds, calibrated=False)
+    notes = caveats(lay, time.terms, time.seconds, calibrated=False,
+                    cpu_adam_rate=cl.gpu_model.offload_adam_params_per_s)
     return (compute, compute + time.terms["pp_bubble"], exposed, time.terms["optimizer"], time.terms["engine_host"],
             notes)
 

@@ -226,3 +226,15 @@ def test_cpu_adam_rate_is_a_plan_input(cli_run):
         refused = cli_run("plan", "--params", "1e9", "--gpus", "8", "--cpu-adam-rate", "1e9", *extra)
         assert refused.exit_code == 2 and "--cpu-adam-rate" in refused.output and said in refused.output
     assert cli_run("plan", "--params", "1e9", "--gpus", "8", "--cpu-adam-rate", "0").exit_code == 2
+
+
+def test_a_note_says_when_the_offload_rests_on_a_one_rank_hosts_rate(cli_run):
+    """Under --layout (caveats) the offload line speaks on a node of several ranks at the shipped rate, where the
+    published 8-rank table missed, and not on one rank or with the user's own --cpu-adam-rate."""
+    args = ("plan", "--model", "llama-7b", "--gpu", "a100", "--layout", "zero2_offload", "--grad-accum", "8",
+            "--json")
+    said = "published run of 8 ranks on one host"
+    assert any(said in c for c in json.loads(cli_run(*args, "--gpus", "8").output)["caveats"])
+    assert not any(said in c for c in json.loads(cli_run(*args, "--gpus", "1").output)["caveats"])
+    mine = json.loads(cli_run(*args, "--gpus", "8", "--cpu-adam-rate", "4e8").output)["caveats"]
+    assert not any(said in c for c in mine)
