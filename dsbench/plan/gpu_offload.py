@@ -5,13 +5,14 @@ DeepSpeedCPUAdam steps them there (Ren et al. 2021, arXiv:2101.06840 sec. 4). Th
 this module prices from DeepSpeed 0.19's code (the version constraints.txt pins):
 
 - ``host link``: the gradients copied to the host and the updated 16-bit weights copied back, at the profile's
-  ``host_link_gbs`` (one PCIe x16 link per GPU). ZeRO-1/2 (``stage_1_and_2.copy_grads_in_partition``, 16-bit
-  gradient accumulation, DeepSpeed's default for bf16): with one micro-batch per step only the boundary's fp32 copy
-  (4 bytes per element); with more, the first micro-batch saves its 16-bit gradient on the host (2), every later one
-  restores and saves it (``async_accumulate_grad_in_cpu_via_gpu``: 2 + 2) and the boundary copies fp32 (4). ZeRO-3
-  (``stage3``) accumulates on the GPU and copies fp32 at the boundary only (``_offload_grad_partition_at_boundary``).
-  Then the 16-bit partition comes back (2). With ``offload_param`` ZeRO-3 fetches the rank's 16-bit partition for
-  every gather instead (forward, backward, and the recompute's forward), and the update stays on the host.
+  ``host_link_gbs`` (one PCIe x16 link per GPU). With offload the gradient partition is accumulated in host memory:
+  the first micro-batch of a step saves its 16-bit gradient there (2 bytes per element), every later one restores
+  it to the GPU, adds, and saves it again (2 + 2), and the boundary copies the sum in fp32 (4): ZeRO-1/2 in
+  ``stage_1_and_2.async_accumulate_grad_in_cpu_via_gpu`` (with one micro-batch per step only the fp32 copy),
+  ZeRO-3 in ``stage3.partition_grads`` (its ``grad_partitions_flat_buffer`` lives on the host under offload, even
+  with one micro-batch). Then the 16-bit partition comes back (2). With ``offload_param`` ZeRO-3 fetches the
+  rank's 16-bit partition for every gather instead (forward, backward, and the recompute's forward), and the
+  update stays on the host.
 - ``cpu adam``: the step over the rank's partition, at the host's rate in parameters per second; the ranks of a
   node share its memory bandwidth, so a node's ranks step together at that rate.
 - ``per tensor``: the host work per parameter tensor of the partition in the offload path (a gradient norm, an
@@ -46,11 +47,8 @@ def host_link_bytes(lay: Layout) -> float:
     if not lay.offload:
         return 0.0
     part, m = partition_params(lay), lay.micro_batches
-    stage = PLANNER[lay.strategy].zero
-    if stage == 3:
-        grads = 4 * part  # fp32 at the boundary
-    else:
-        grads = 4 * part if m == 1 else (2 + 4 * (m - 1) + 4) * part
+    lone = m == 1 and PLANNER[lay.strategy].zero != 3  # ZeRO-1/2's fast path: the boundary's fp32 copy alone
+    grads = 4 * part if lone else (2 + 4 * (m - 1) + 4) * part  # saved, restored and saved, fp32 at the boundary
     if lay.offload_param:  # every gather fetches the partition: forward, backward, and the recompute's forward
         gathers = 2 + (lay.recompute == "full")
         return grads + 2 * part * gathers * m
