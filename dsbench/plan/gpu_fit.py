@@ -84,7 +84,7 @@ def host_check(cells: dict[str, OracleRow], hw: GpuProfile) -> dict[str, Any]:
 
 
 def _offload_pair_terms(offloaded: OracleRow, partner: OracleRow,
-                       hw: GpuProfile | None = None) -> tuple[float, float, float]:
+                        hw: GpuProfile | None = None) -> tuple[float, float, float]:
     """What a pair of runs says of ZeRO-Offload's two host constants: the step the offload added (the offloaded
     run's measured step less its partner's, the same cell without offload, so the GPU terms and their errors cancel)
     less the model's host link time, and the two quantities it is priced by (gpu_offload.offload_terms): the
