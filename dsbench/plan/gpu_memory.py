@@ -86,17 +86,17 @@ def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
 def _offloaded_state_bytes(lay: Layout, params: float, shard: int, layer: float) -> dict[str, float]:
     """Model states on the GPU under ZeRO-Offload: the fp32 master weights, moments and fp32 gradients are on the
     host (none here); the 16-bit copy of the updated partition lands in the weights (DeepSpeed PR #7309). ZeRO-1
-    keeps its full 16-bit gradients until the boundary's reduction. ZeRO-2 (stage_1_and_2.copy_grads_in_partition)
-    with one micro-batch per step copies each reduced gradient to the host and frees it in the backward (one
-    block's in flight, and no partition buffer); with more it keeps the partition's 16-bit gradients on the GPU to
-    accumulate into. ZeRO-3 keeps its 16-bit partition, unless the parameters are offloaded too, and two gathered
-    blocks; its gradient partitions live on the host (stage3's ``grad_partitions_flat_buffer`` under offload), so
-    only one block's gradients and reduce bucket are on the GPU."""
+    keeps its full 16-bit gradients until the boundary's reduction. ZeRO-2 copies each reduced gradient to the host
+    from its reduce bucket (``contiguous_gradients``: the gradient is a view into the bucket,
+    stage_1_and_2.reduce_independent_p_g_buckets_and_remove_grads) and accumulates on the host, so no gradient
+    partition stays on the GPU: one block's gradients in flight. ZeRO-3 keeps its 16-bit partition, unless the
+    parameters are offloaded too, and two gathered blocks; its gradient partitions live on the host (stage3's
+    ``grad_partitions_flat_buffer`` under offload), so only one block's gradients and reduce bucket are on the
+    GPU."""
     if lay.strategy == "zero1":
         return {"weights": 2 * params, "grads": 2 * params, "optimizer": 0.0}
     if lay.strategy == "zero2":
-        kept = 2 * params / shard if lay.micro_batches > 1 else 0.0
-        return {"weights": 2 * params, "grads": kept + 2 * layer, "optimizer": 0.0}
+        return {"weights": 2 * params, "grads": 2 * layer, "optimizer": 0.0}
     partition = 0.0 if lay.offload_param else 2 * params / shard
     return {"weights": partition + 2 * 2 * layer, "grads": 4 * layer, "optimizer": 0.0}
 
