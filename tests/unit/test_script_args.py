@@ -20,7 +20,7 @@ def _script(name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("name", [*GENERATORS, "durations_by_file", "fit_gpu_constants", "runs_to_oracle",
-                                  "checkpoint_globals", "bench_accum_split", "bench_zero_reductions"])
+                                  "checkpoint_globals", "bench_accum_split", "bench_zero_reductions", "bench_cpu_adam"])
 def test_help_prints_the_docstring_and_writes_nothing(name, tmp_path):
     before = {p: p.stat().st_mtime_ns for p in (ROOT / "dsbench" / "data").iterdir()}
     done = _script(name, "--help")
