@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
@@ -72,6 +73,8 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
         assert proc.stdout is not None
         _tee(proc.stdout, echo, log)
         code = proc.wait()
+        if received:  # the ranks are in their stop hooks (rank 0 writes the end record and summary.json): let
+            _wait_group(proc.pid, STOP_GRACE_S)  # them finish, as the launcher may exit before they do
         _signal_group(proc.pid, signal.SIGKILL)  # whatever the launcher left behind in its group
         if received:
             raise Interrupted(received[0])
@@ -267,6 +270,35 @@ def silent_ranks(lines: list[str]) -> list[tuple[int, str]]:
             else:
                 ended.add(rank)
     return sorted((rank, host) for rank, host in started.items() if rank not in ended)
+
+
+STOP_GRACE_S = 10.0
+"""After an interrupted launcher exits, how long the ranks left in its group get to finish their stop hooks before
+the group is SIGKILLed: rank 0's (worker/stop.py) writes the end record and summary.json in well under a second, but
+DeepSpeed's runner can exit while its ranks are still in them (a SIGINT launch lost its summary that way,
+2026-11-30)."""
+
+
+def group_alive(pgid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether a process of the group is still running: its /proc/PID/stat names the group and a state other than
+    zombie (an exited orphan counts for kill(2) until its new parent reaps it)."""
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp
+        except (OSError, IndexError):  # gone meanwhile
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+def _wait_group(pgid: int, seconds: float) -> None:
+    """Wait until no process of the group runs, or ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _signal_group(pgid: int, signum: int) -> None:
