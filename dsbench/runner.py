@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
@@ -74,7 +74,8 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
         _tee(proc.stdout, echo, log)
         code = proc.wait()
         if received:  # the ranks are in their stop hooks (rank 0 writes the end record and summary.json): let
-            _wait_group(proc.pid, STOP_GRACE_S)  # them finish, as the launcher may exit before they do
+            # them finish, as the launcher may exit before they do; a second Ctrl-C ends the wait
+            _wait_group(proc.pid, STOP_GRACE_S, lambda: len(received) > 1)
         _signal_group(proc.pid, signal.SIGKILL)  # whatever the launcher left behind in its group
         if received:
             raise Interrupted(received[0])
@@ -294,10 +295,10 @@ def group_alive(pgid: int, proc: Path = Path("/proc")) -> bool:
     return False
 
 
-def _wait_group(pgid: int, seconds: float) -> None:
-    """Wait until no process of the group runs, or ``seconds``."""
+def _wait_group(pgid: int, seconds: float, enough: Callable[[], bool]) -> None:
+    """Wait until no process of the group runs, ``seconds`` pass, or ``enough()``."""
     deadline = time.monotonic() + seconds
-    while group_alive(pgid) and time.monotonic() < deadline:
+    while group_alive(pgid) and time.monotonic() < deadline and not enough():
         time.sleep(0.05)
 
 
