@@ -117,9 +117,10 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
     # model FLOPs per token 6N + 12·L·h·s (PaLM App. B), for MFU
     model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
-    compute, compute_with_bubble, comm, exposed, optimizer, framework, notes = _time_terms(
+    compute, compute_with_bubble, comm, exposed, optimizer, framework, gpu_offload, notes = _time_terms(
         cand, wl, cl, held, dp, shards, acc, accum)
-    offload = (gpu_estimate.offload(cand, wl, cl) + nvme_seconds(states) if cl.gpu_model is not None
+    # the GPU model's host offload (an NVMe offload's swaps are the planner's), else the planner's whole term
+    offload = (gpu_offload + nvme_seconds(states) if gpu_offload is not None
                else offload_seconds(cand, states, held / shards, cl))
     bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(V·M + P - 1) when the stages are equal
     step = compute_with_bubble + exposed + offload + optimizer + framework
@@ -141,10 +142,11 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
 
 
 def _time_terms(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: int, shards: int, acc: Accounting,
-                accum: int) -> tuple[float, float, list[Collective], float, float, float, list[str]]:
-    """The step's terms but offload: compute (the busiest stage's, and with the pipeline's bubble), the collectives
-    and their exposed seconds, the optimizer and the engine's own work; on a known GPU kind without a machine
-    profile, gpu_time.py's terms instead (the collectives stay listed), with their notes."""
+                accum: int) -> tuple[float, float, list[Collective], float, float, float, float | None, list[str]]:
+    """The step's terms but the planner's offload: compute (the busiest stage's, and with the pipeline's bubble),
+    the collectives and their exposed seconds, the optimizer and the engine's own work; on a known GPU kind without
+    a machine profile, gpu_time.py's terms instead (the collectives stay listed) with its host offload (None
+    otherwise), and their notes."""
     stages = stage_seconds(cand, wl, cl)
     compute = accum * max(stages)  # the busiest stage's (the only one's, without a pipeline) work sets the pace
     compute_with_bubble = pipeline_seconds(stages, accum, cand.virtual_stages, cand.zero_bubble)
@@ -154,9 +156,9 @@ def _time_terms(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: int
     optimizer = _optimizer_seconds(cand, held, shards, cl)
     framework = framework_seconds(cand, wl.shape, accum, cl, counted)
     if cl.gpu_model is not None:  # a GPU kind the profiles know, no machine profile: gpu_time.py's terms
-        compute, compute_with_bubble, exposed, optimizer, framework, notes = gpu_estimate.terms(cand, wl, cl)
-        return compute, compute_with_bubble, comm, exposed, optimizer, framework, notes
-    return compute, compute_with_bubble, comm, exposed, optimizer, framework, []
+        compute, compute_with_bubble, exposed, optimizer, framework, offload, notes = gpu_estimate.terms(cand, wl, cl)
+        return compute, compute_with_bubble, comm, exposed, optimizer, framework, offload, notes
+    return compute, compute_with_bubble, comm, exposed, optimizer, framework, None, []
 
 
 def _optimizer_seconds(cand: Candidate, held: float, shards: int, cl: Cluster) -> float:

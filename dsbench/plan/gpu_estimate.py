@@ -8,7 +8,6 @@ from dsbench.parallel import ParallelDims
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.caveats import caveats
 from dsbench.plan.gpu_layout import Layout, Shape, runs_autocast
-from dsbench.plan.gpu_offload import offload_seconds
 from dsbench.plan.gpu_time import step_time
 from dsbench.plan.inputs import Cluster, Workload
 
@@ -36,10 +35,11 @@ def layout_for(cand: Candidate, wl: Workload, cl: Cluster) -> Layout:
                   offload=cand.offload != "none", offload_param=cand.offload_param != "none")  # NVMe: via the host
 
 
-def terms(cand: Candidate, wl: Workload, cl: Cluster) -> tuple[float, float, float, float, float, list[str]]:
+def terms(cand: Candidate, wl: Workload, cl: Cluster) -> tuple[float, float, float, float, float, float, list[str]]:
     """Compute (the busiest stage's, all micro-batches), compute with the pipeline bubble, exposed communication,
-    the optimizer and the framework's host time (DeepSpeed ZeRO's, which the GPU waits for), in seconds per step,
-    and the caveats of plan/caveats.py (the ranking prices datasheet profiles: nothing calibrated)."""
+    the optimizer, the framework's host time (DeepSpeed ZeRO's, which the GPU waits for) and ZeRO-Offload's
+    (gpu_offload.py: the profile's host link, the host's CPU Adam and per-tensor work), in seconds per step, and
+    the caveats of plan/caveats.py (the ranking prices datasheet profiles: nothing calibrated)."""
     lay = layout_for(cand, wl, cl)
     time = step_time(lay, cl.gpu_model)
     compute = sum(time.terms.get(name, 0.0) for name in COMPUTE)
@@ -47,10 +47,4 @@ def terms(cand: Candidate, wl: Workload, cl: Cluster) -> tuple[float, float, flo
     notes = caveats(lay, time.terms, time.seconds, calibrated=False,
                     cpu_adam_rate=cl.gpu_model.offload_adam_params_per_s)
     return (compute, compute + time.terms["pp_bubble"], exposed, time.terms["optimizer"], time.terms["engine_host"],
-            notes)
-
-
-def offload(cand: Candidate, wl: Workload, cl: Cluster) -> float:
-    """ZeRO-Offload's seconds per step on the GPU model (gpu_offload.py: the profile's host link, the host's CPU
-    Adam and per-tensor work); an NVMe offload's swaps are the planner's (engine_time.nvme_seconds)."""
-    return offload_seconds(layout_for(cand, wl, cl), cl.gpu_model)
+            time.terms["offload"], notes)
