@@ -114,8 +114,8 @@ def _time_model(cl: Cluster, req: PlanRequest, calibrated: GpuProfile | None, pr
             raise UserError(f"--precision {precision}: the {calibrated.kind} profile has no {precision} peak")
         return _usual_network(replace(cl, gpu_model=with_host(calibrated, req.zero_host_us, req.cpu_adam_rate)), req)
     if req.profile:
-        if _host_flags(req):
-            flags, verb = _host_flags(req)
+        if host := _host_flags(req):
+            flags, verb = host
             raise UserError(f"{flags} {verb} the GPU model's: a --profile from calibrate measures its own engine "
                             "costs")
         return with_profile(cl, req.profile.data)
@@ -166,8 +166,8 @@ def gpu_model(req: PlanRequest, precision: str) -> GpuProfile | None:
     # peak x efficiency asked for (a custom GPU's --peak-tflops is its datasheet figure, not that request)
     older = (req.peak_tflops is not None and not custom) or req.efficiency != DEFAULTS.efficiency
     if older or profile is None or precision not in profile.peak_tflops:
-        if _host_flags(req):
-            flags, _ = _host_flags(req)
+        if host := _host_flags(req):
+            flags, _ = host
             raise UserError(f"{flags} price{'s' if ' and ' not in flags else ''} DeepSpeed's host time in the GPU "
                             "model, which this plan does not use: drop --peak-tflops/--efficiency, or use a GPU kind "
                             "with a profile in bf16/fp16")
