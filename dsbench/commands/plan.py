@@ -19,9 +19,9 @@ from dsbench.commands.options import (
     wide_option,
 )
 from dsbench.errors import UserError
-from dsbench.plan.gpu_layout import ARCHS, KERNELS, OFFLOADED, RECOMPUTE, SCHEDULES
+from dsbench.plan.gpu_layout import ARCHS, KERNELS, PRICED, RECOMPUTE, SCHEDULES
 from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
-from dsbench.strategies import GPU_DATA_PARALLEL, Strategy
+from dsbench.strategies import Strategy
 
 
 @click.command(cls=Command)
@@ -65,7 +65,7 @@ from dsbench.strategies import GPU_DATA_PARALLEL, Strategy
 @click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
               help="A machine profile from `dsbench calibrate`: measured compute rate and links instead of datasheet "
               "figures.")
-@click.option("--layout", type=click.Choice((*GPU_DATA_PARALLEL, *OFFLOADED)),
+@click.option("--layout", type=click.Choice(PRICED),
               help="Price this one layout on GPUs (the GPU time and memory model) instead of ranking candidates.")
 @click.option("--tp", type=COUNT, default=LAYOUT_DEFAULTS.tp, show_default=True, help="With --layout: tensor "
               "parallel degree.")

@@ -21,6 +21,8 @@ OFFLOADED = {s.name: (f"zero{s.zero}", s.offload_param != "none") for s in FIXED
 """compare's CPU-offload strategies (``zero2_offload``; ``zero3_offload``, parameters too) as the GPU model prices
 them: the sharding, and whether ZeRO-3's parameters are on the host. The oracle schema's ``strategy`` may name
 them."""
+PRICED = (*GPU_DATA_PARALLEL, *OFFLOADED)
+"""Every strategy name the GPU model prices (``plan --layout``, the replay's ``strategy``)."""
 KERNELS = ("hf", "eager", "megatron")
 """How the non-GEMM ops run: ``hf`` as the Hugging Face modules dsbench's worker trains (one kernel per torch op,
 with transformers' casts and copies), ``eager`` as torchtitan's leaner modules write them, ``megatron``:

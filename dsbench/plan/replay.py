@@ -15,11 +15,10 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.io import read_text
-from dsbench.plan.gpu_layout import OFFLOADED, Layout, Shape
+from dsbench.plan.gpu_layout import OFFLOADED, PRICED, Layout, Shape
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import ALIASES, GpuProfile, profile_for
 from dsbench.plan.gpu_time import StepTime, step_time
-from dsbench.strategies import GPU_DATA_PARALLEL
 
 COLUMNS = ("source,row,model,arch,layers,hidden,heads,kv_heads,ffn,vocab,seq_len,gpu,gpus,gpus_per_node,intra_gbs,"
            "inter_gbs,strategy,tp,pp,cp,schedule,virtual_stages,micro_batch,global_batch,recompute,"
@@ -136,8 +135,8 @@ def _layout(v: dict[str, Any], micro_batch: int, virtual: int) -> Layout:
     note = v.get("note") or ""
     recompute = "op" if v["recompute"] == "selective" and any(m in note for m in OP_SAC) else v["recompute"]
     shape = Shape(v["arch"], v["layers"], v["hidden"], v["heads"], v["kv_heads"], v["ffn"], v["vocab"])
-    if v["strategy"] not in GPU_DATA_PARALLEL and v["strategy"] not in OFFLOADED:
-        raise UserError(f"strategy {v['strategy']!r}: use one of {', '.join((*GPU_DATA_PARALLEL, *OFFLOADED))}")
+    if v["strategy"] not in PRICED:
+        raise UserError(f"strategy {v['strategy']!r}: use one of {', '.join(PRICED)}")
     strategy, offload_param = OFFLOADED.get(v["strategy"], (v["strategy"], False))
     return Layout(shape, v["seq_len"], v["gpu"], v["gpus"], v["gpus_per_node"], strategy, v["tp"], v["pp"],
                   v["cp"], v["schedule"] or "1f1b", virtual, micro_batch, v["global_batch"], recompute,

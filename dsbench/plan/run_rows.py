@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from dsbench.plan.gpu_calibration import kind_of_device
-from dsbench.plan.gpu_layout import OFFLOADED
+from dsbench.plan.gpu_layout import OFFLOADED, PRICED
 from dsbench.plan.replay import COLUMNS, OracleRow, typed_row
 from dsbench.records import header_of, read_records
 from dsbench.run_record import RunHeader, read_summary
-from dsbench.strategies import GPU_DATA_PARALLEL, name_of_run
+from dsbench.strategies import name_of_run
 
 REPLAYED_RECOMPUTE = ("none", "full", "selective")
 """The worker's ``--recompute`` values the replay prices as they are (plan/gpu_layout.RECOMPUTE): its
@@ -30,7 +30,7 @@ def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) ->
     if summary is None or not summary.ok or summary.throughput is None or header.shape is None:
         return "not a finished run"
     strategy = _strategy(header)
-    if strategy not in GPU_DATA_PARALLEL and strategy not in OFFLOADED:
+    if strategy not in PRICED:
         return strategy
     if header.recompute not in REPLAYED_RECOMPUTE:
         return (f"recompute {header.recompute}: dsbench's op policy saves every matmul output, the replay's 'op' "
