@@ -8,9 +8,16 @@ from typing import Any
 
 from dsbench import trainflags, trainspec
 from dsbench.configs import accelerate, accelerate_worker
-from dsbench.configs.api import credit_preset, ds_file_of, from_preset, make_render_spec, validate_accelerate
+from dsbench.configs.api import (
+    credit_preset,
+    ds_file_of,
+    from_preset,
+    make_render_spec,
+    name_sets,
+    validate_accelerate,
+)
 from dsbench.configs.findings import has_errors
-from dsbench.configs.layout import DEGREE_KEYS, in_config_keys, layout_of
+from dsbench.configs.layout import in_config_keys, layout_of
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.render import render
 from dsbench.configs.validate import ValidateContext, validate
@@ -75,10 +82,8 @@ def _as_typed(message: str, req: LaunchRequest, world_size: int) -> str:
     if req.config:
         named = in_config_keys(message)
         return message if named == message else f"{req.config}: {named}"
-    keys = {flag: f"--set {item}" for item in req.sets for flag, key in DEGREE_KEYS.items()
-            if item.partition("=")[0] == key}
-    return credit_preset(in_config_keys(message, keys), req.preset, from_preset(req.preset,
-                                                                                _render_flags(req, world_size)))
+    return credit_preset(name_sets(message, req.sets), req.preset, from_preset(req.preset,
+                                                                              _render_flags(req, world_size)))
 
 
 def _written_config(req: LaunchRequest, world: int) -> tuple[Path, dict[str, Any], Any, list[str]]:
@@ -88,11 +93,11 @@ def _written_config(req: LaunchRequest, world: int) -> tuple[Path, dict[str, Any
     notes."""
     if req.config:
         config, notes = load_config_strict(req.config), []
-    else:
+        layout = layout_of(config, world) if isinstance(config, dict) else None
+    else:  # the render's layout is the config's: make_render_spec takes the degrees a --set writes
         spec, _ = make_render_spec(_render_flags(req, world), req.preset, req.model, False, req.sets,
                                    check_model=False)
-        config, notes = render(spec)
-    layout = layout_of(config, world) if isinstance(config, dict) else None
+        (config, notes), layout = render(spec), spec.dims()
     findings = validate(config, ValidateContext(world_size=world, layout=layout), deepspeed_check=False)
     if has_errors(findings):
         raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))

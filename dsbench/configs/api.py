@@ -9,7 +9,9 @@ from typing import Any
 
 from dsbench.configs import accelerate, accelerate_explain, accelerate_worker
 from dsbench.configs.findings import Finding
+from dsbench.configs.layout import DEGREE_KEYS, in_config_keys, int_or_none
 from dsbench.configs.loader import load_config
+from dsbench.configs.overrides import apply_overrides, get_path
 from dsbench.configs.render import render
 from dsbench.configs.templates import preset
 from dsbench.configs.validate import ValidateContext, validate
@@ -52,6 +54,8 @@ def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, mode
         raise UserError(f"preset {preset_name!r} sets unknown fields {sorted(unknown)}")
     explicit = {name for name, value in flags.items() if value is not None}
     values.update({name: flags[name] for name in explicit})
+    set_degrees = degrees_set(sets)
+    values.update(set_degrees)  # applied after the flags, as render applies every --set
     chosen = set(values)
     if (values.get("pipeline_stages") or 1) > 1 and "zero" not in values:
         values["zero"] = PIPELINE_DEFAULT_ZERO  # no stage named: one the pipeline engine accepts (render notes it)
@@ -66,8 +70,43 @@ def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, mode
             if spec.tp > 1:
                 check_autotp(shape.arch)
     except UserError as exc:
-        raise UserError(credit_preset(str(exc), preset_name, from_preset(preset_name, flags))) from None
+        message = credit_preset(str(exc), preset_name, from_preset(preset_name, {**flags, **set_degrees}))
+        raise UserError(name_sets(message, sets)) from None
     return spec, shape
+
+
+# RenderSpec field of each degree key a --set may write (configs.layout.DEGREE_KEYS: flag -> key)
+_DEGREE_FIELDS = {"--pipeline-stages": "pipeline_stages", "--tp": "tp", "--ulysses": "ulysses"}
+
+
+def degrees_set(sets: tuple[str, ...]) -> dict[str, int]:
+    """The parallel degrees the ``--set`` items write (``pipeline.stages``, ``tensor_parallel.autotp_size``,
+    ``sequence_parallel_size``), as RenderSpec fields: the layout the rendered config will have, so that the render's
+    batch arithmetic (accumulation for ``--global-batch``) and the launch's one layout use them, not the flags' degrees
+    that the ``--set`` replaces. Each is read as the config's layout reads it (:func:`configs.layout.parallel_degrees`:
+    a value that is not a whole number, or 0, is 1; validation names it)."""
+    written = apply_overrides({}, sets)
+    out = {}
+    for flag, key in DEGREE_KEYS.items():
+        value = get_path(written, key, _ABSENT)
+        if value is not _ABSENT:
+            out[_DEGREE_FIELDS[flag]] = int_or_none(value) or 1
+    return out
+
+
+_ABSENT = object()
+
+
+def name_sets(message: str, sets: tuple[str, ...]) -> str:
+    """A layout message that names a degree the user gave as a ``--set``: by its config key, after that ``--set``
+    (``--set pipeline.stages=2: world size 3 is not divisible by pipeline.stages 2 x --tp 1``)."""
+    named = []
+    for flag, key in DEGREE_KEYS.items():
+        items = [item for item in sets if f"{key}.".startswith(item.partition("=")[0].strip() + ".")]
+        renamed = in_config_keys(message, {flag: key})
+        if items and renamed != message:
+            message, named = renamed, [*named, f"--set {items[-1]}"]
+    return f"{', '.join(named)}: {message}" if named else message
 
 
 def from_preset(preset_name: str | None, flags: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +133,8 @@ def render_config(flags: dict[str, Any], preset_name: str | None = None, model: 
     validate would reject is refused, naming the ``--set`` that broke it."""
     spec, _ = make_render_spec(flags, preset_name, model, keep_auto, sets)
     config, notes = render(spec)
-    context = ValidateContext(world_size=flags.get("world_size"), allow_auto=keep_auto)
+    world = flags.get("world_size")  # the spec's layout is the config's (make_render_spec reads the --set degrees)
+    context = ValidateContext(world_size=world, allow_auto=keep_auto, layout=spec.dims() if world else None)
     errors = [f for f in validate(config, context, deepspeed_check=bool(sets)) if f.severity == "error"]
     if errors:
         raise UserError(_blame(errors[0], sets))

@@ -50,9 +50,14 @@ RULES: dict[str, tuple[str, float | None, bool]] = {
     "scheduler.params.warmup_max_lr": ("number", 0, True),
     "scheduler.params.warmup_num_steps": ("int", 0, True),
     "scheduler.params.total_num_steps": ("int", 1, True),
+    # the parallel degrees (configs/layout.py reads them): a JSON whole number, as PipelineModule's num_stages and
+    # DeepSpeed's TPConfig/sequence_parallel_size take it; autotp_size 0 is DeepSpeed's default (no AutoTP)
+    "pipeline.stages": ("count", 1, True),
+    "tensor_parallel.autotp_size": ("count", 0, True),
+    "sequence_parallel_size": ("count", 1, True),
 }
 
-_EXPECTED = {"bool": "true or false", "int": "an integer", "number": "a number"}
+_EXPECTED = {"bool": "true or false", "int": "an integer", "count": "a whole number", "number": "a number"}
 
 # Sections DeepSpeed reads as objects: ``"fp16": true`` passes a truthiness check and then fails inside
 # DeepSpeedConfig (or, described by `explain`, reads as fp32); each is refused by name instead.
@@ -67,6 +72,8 @@ def _is(kind: str, value: Any) -> bool:
         return isinstance(value, bool)
     if isinstance(value, bool):
         return False
+    if kind == "count":  # 2.0 is not a degree: configs/layout.py would read it as 1
+        return isinstance(value, int)
     if kind == "int":
         return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
     return isinstance(value, int | float)

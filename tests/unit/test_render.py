@@ -161,3 +161,80 @@ def test_unknown_preset_lists_known_ones():
 def test_rendered_json_is_plain_json():
     config, _ = render_config({"zero": 1})
     assert json.loads(dumps_json(config)) == config
+
+
+@pytest.mark.parametrize("sets, flags", [
+    (("pipeline.stages=2",), {"pipeline_stages": 2}),
+    (('pipeline={"stages": 2}',), {"pipeline_stages": 2}),
+    (("tensor_parallel.autotp_size=2",), {"tp": 2, "zero": 1}),
+    (("sequence_parallel_size=2",), {"ulysses": 2, "zero": 1}),
+])
+def test_a_degree_written_by_set_renders_the_batch_its_flag_does(sets, flags):
+    """`--set pipeline.stages=2` lays out the ranks as `--pipeline-stages 2` does, so the accumulation for a fixed
+    global batch counts the data-parallel ranks that layout leaves (the flag's render is the oracle; the degree key
+    itself is the --set's, applied last)."""
+    base = {"world_size": 4, "micro_batch": 1, "global_batch": 8}
+    by_set, _ = render_config({**base, "zero": flags.get("zero")}, sets=sets)
+    by_flag, _ = render_config({**base, **flags})
+    assert by_set["gradient_accumulation_steps"] == by_flag["gradient_accumulation_steps"]
+    assert by_set["train_batch_size"] == by_flag["train_batch_size"] == 8
+    if "pipeline_stages" in flags:  # 2 data-parallel ranks, no --zero: the stage the pipeline engine takes
+        assert by_set["gradient_accumulation_steps"] == 4
+        assert by_set["zero_optimization"]["stage"] == by_flag["zero_optimization"]["stage"] == 1
+        assert by_set["pipeline"]["stages"] == 2
+
+
+@pytest.mark.parametrize("sets, message", [
+    (("pipeline.stages=2",), "--set pipeline.stages=2: world size 3 is not divisible by pipeline.stages 2 x --tp 1"),
+    (('pipeline={"stages": 2}',), '--set pipeline={"stages": 2}: world size 3 is not divisible by pipeline.stages 2'),
+])
+def test_a_degree_written_by_set_that_does_not_divide_is_named_by_the_set(sets, message):
+    with pytest.raises(UserError) as error:
+        render_config({"world_size": 3}, sets=sets)
+    assert str(error.value).startswith(message), error.value
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+@pytest.mark.parametrize("sets", [(), ("pipeline.stages=2",), ("pipeline.stages=1",), ("pipeline.stages=0",),
+                                  ('pipeline.stages="auto"',), ("tensor_parallel.autotp_size=2",),
+                                  ("sequence_parallel_size=2", "zero_optimization.stage=1"),
+                                  ("pipeline.stages=2", "tensor_parallel.autotp_size=2", "zero_optimization.stage=1")])
+@pytest.mark.parametrize("flags", [{}, {"pipeline_stages": 2}, {"tp": 2, "zero": 1}, {"ulysses": 2, "zero": 1}])
+def test_the_render_s_layout_is_the_rendered_config_s(world, sets, flags):
+    """The one layout a launch works out (the render spec's) is the one the config's keys make
+    (configs.layout.layout_of, which reads the JSON alone), for any mix of degree flags and --set."""
+    from dsbench.configs.layout import layout_of
+
+    try:
+        spec, _ = make_render_spec({"world_size": world, "micro_batch": 1, **flags}, sets=sets, check_model=False)
+    except UserError:
+        return  # a layout the world cannot take is refused before anything renders
+    config, _ = render(spec)
+    assert layout_of(config, world) == spec.dims()
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("pipeline.stages", 0, "must be >= 1, got 0"), ("pipeline.stages", 2.0, "must be a whole number, got 2.0"),
+    ("pipeline.stages", True, "must be a whole number, got true"), ("pipeline.stages", "two", "a whole number"),
+    ("tensor_parallel.autotp_size", -1, "must be >= 0, got -1"), ("sequence_parallel_size", 0, "must be >= 1"),
+])
+def test_a_degree_that_is_not_a_whole_number_is_an_error(key, value, needle):
+    """configs/layout.py reads such a degree as 1 while DeepSpeed would take it as written (PipelineModule's
+    num_stages, TPConfig's autotp_size): validation names it instead."""
+    from dsbench.configs.overrides import set_path
+
+    config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2}
+    set_path(config, key.split("."), value)
+    findings = [f for f in validate(config, ValidateContext(world_size=4), deepspeed_check=False)
+                if f.path == key and f.severity == "error"]
+    assert findings and needle in findings[0].message, [f.line() for f in findings]
+
+
+@pytest.mark.parametrize("key, value", [("pipeline.stages", "auto"), ("tensor_parallel.autotp_size", 0),
+                                        ("pipeline.stages", 2), ("sequence_parallel_size", 1)])
+def test_degrees_deepspeed_takes_pass(key, value):
+    from dsbench.configs.overrides import set_path
+
+    config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2}
+    set_path(config, key.split("."), value)
+    assert not [f for f in validate(config, ValidateContext(world_size=4), deepspeed_check=False) if f.path == key]
