@@ -69,6 +69,9 @@ PLANNER: dict[str, Sharding] = {sharding.name: sharding for sharding in (
 GPU_DATA_PARALLEL = (*(name for name in PLANNER if name != "zero0"), "fsdp_no_reshard")
 """The data-parallel strategies the GPU time model prices (the oracle schema's ``strategy``): the planner's, and
 FSDP2 without resharding after the forward (torchtitan's choice under pipeline parallelism)."""
+THREE_D_SHARDING = {0: "fsdp", 1: "ddp"}
+"""torch_3d's ``dp_shard`` -> the planner's strategy for it (every data-parallel rank in one FSDP2 group, or 1: DDP);
+a group in between is ``fsdp_hybrid``."""
 SIMPLICITY = ("ddp", "zero1", "zero2", "fsdp", "zero3", "fsdp_hybrid")
 """On a near tie the planner ranks the simpler strategy higher, in this order."""
 
@@ -193,7 +196,7 @@ class Strategy:
         """The planner's candidate that models it (strategy, offloads, tp, pp, and who implements tp/pp); ``single``
         is DDP on one rank. Whether the planner's model is used for it is :attr:`planned`."""
         sharding = (f"zero{self.zero}" if self.zero is not None else "fsdp" if self.engine == "fsdp" else
-                    {0: "fsdp", 1: "ddp"}.get(self.dp_shard, "fsdp_hybrid") if self.engine == "torch_3d" else "ddp")
+                    THREE_D_SHARDING.get(self.dp_shard, "fsdp_hybrid") if self.engine == "torch_3d" else "ddp")
         return {"strategy": sharding, "offload": self.offload, "offload_param": self.offload_param, "tp": self.tp,
                 "pp": self.pp, "engine": "torch" if self.engine in SPLIT_ENGINES else "deepspeed",
                 "virtual_stages": self.virtual_stages, "ulysses": self.ulysses,
@@ -315,86 +318,9 @@ def choices() -> str:
                       "torch_3d_tp{T}_pp{P}[_interleaved{V}|_zb{V}][_shard{S}]"))
 
 
-def _planner_fields(strategy: str, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` over a plain strategy's :attr:`Strategy.planner_fields`: one source of names and defaults."""
-    defaults = Strategy("", "ddp", "torchrun").planner_fields
-    unknown = sorted(set(options) - set(defaults))
-    if unknown:
-        raise TypeError(f"not planner fields: {', '.join(unknown)}")
-    return {**defaults, **options, "strategy": strategy}
-
-
-def name_for(strategy: str, **options: Any) -> str | None:
-    """The compare name of a planner candidate (the inverse of :attr:`Strategy.planner_fields`; ``options`` are its
-    other fields); ``None`` when no compare strategy runs it. DDP on one rank is ``ddp`` here (compare's ``single``
-    is its 1-rank baseline)."""
-    fields = _planner_fields(strategy, options)
-    tp, pp, virtual_stages, zero_bubble = fields["tp"], fields["pp"], fields["virtual_stages"], fields["zero_bubble"]
-    for how in FIXED.values():
-        if how.name != "single" and how.reshard and how.planner_fields == fields:
-            return how.name
-    if fields["engine"] == "torch" and tp > 1 and pp > 1:  # DTensor TP inside torch's pipeline stages: torch_3d
-        how = three_d(tp, pp, {"fsdp": 0, "ddp": 1}.get(strategy, -1), virtual_stages, zero_bubble)
-        return how.name if how.dp_shard >= 0 and how.planner_fields == fields else None
-    for family, (degree_of, _) in FAMILIES.items():
-        degree = fields[degree_of]
-        suffixes = {k: fields[k] for k in {"torch_pipe": ("virtual_stages", "zero_bubble"),
-                                            "torch_tp": ("sequence_parallel", "loss_parallel")}.get(family, ())}
-        how = lookup(with_options(f"{family}{degree}", **suffixes)) if degree > 1 else None
-        if how and how.planner_fields == fields:
-            return how.name
-    return None
-
-
-def for_candidate(strategy: str, **options: Any) -> Strategy:
-    """The strategy that runs a planner candidate: compare's where it has one, else one named by its parts
-    (``zero1 + tp8 + pp2``, ``fsdp_hybrid``) with the same fields, so that its launch flags are derived alike."""
-    name = name_for(strategy, **options)
-    if name is not None:
-        return get(name)
-    f = _planner_fields(strategy, options)
-    offload, tp, pp = f["offload"], f["tp"], f["pp"]
-    label = " + ".join([strategy] + ([f"offload-{offload}" + ("+params" if f["offload_param"] != "none" else "")]
-                                     if offload != "none" else []) + [f"{d}{f[d]}" for d in ("tp", "pp", "ulysses")
-                                                                      if f[d] > 1])
-    if f["engine"] == "torch":
-        engine_name = "torch_3d" if tp > 1 and pp > 1 else "torch_tp" if tp > 1 else "torch_pp"
-        return Strategy(label, engine_name, "torchrun", tp=tp, pp=pp, sequence_parallel=f["sequence_parallel"],
-                        loss_parallel=f["loss_parallel"], planned=True)
-    zero = PLANNER[strategy].zero
-    if zero is None:  # DDP and FSDP (hybrid sharding included) under torchrun
-        return Strategy(label, "fsdp" if strategy.startswith("fsdp") else "ddp", "torchrun", tp=tp, pp=pp)
-    return Strategy(label, "deepspeed", "deepspeed", zero=zero, offload=offload, offload_param=f["offload_param"],
-                    tp=tp, pp=pp, ulysses=f["ulysses"])
-
-
 def with_options(name: str, sequence_parallel: bool = False, loss_parallel: bool = False,
                  virtual_stages: int = 1, zero_bubble: bool = False) -> str:
     """A torch_tp / torch_pipe family name with its option suffixes (:data:`TP_OPTIONS`, ``_interleaved{V}``,
     ``_zb{V}``)."""
     chunks = f"_{'zb' if zero_bubble else 'interleaved'}{virtual_stages}" if virtual_stages > 1 else ""
     return name + "_sp" * sequence_parallel + "_lp" * loss_parallel + chunks
-
-
-def name_of_run(engine: str, zero: int | None = None, offload: str = "none", offload_param: str = "none",
-                tp: int = 1, pp: int = 1, reshard: bool = True, sequence_parallel: bool = False,
-                loss_parallel: bool = False, virtual_stages: int = 1, zero_bubble: bool = False,
-                ulysses: int = 1, dp_shard: int = 0) -> str:
-    """The compare name of a run launched by hand, from what its header records. Where no compare strategy matches
-    exactly: a DeepSpeed run by its stage and offload (``zero3_offload`` for ZeRO-3 with the optimizer alone on the
-    CPU), any other by its engine."""
-    if ulysses > 1 and engine == "deepspeed":
-        return f"ulysses{ulysses}" if zero == 1 else f"zero{zero}_ulysses{ulysses}"
-    if engine == "torch_3d":
-        return three_d(tp, pp, dp_shard, virtual_stages, zero_bubble).name
-    fields = (engine, zero, offload, offload_param, tp, pp, reshard)
-    for s in FIXED.values():
-        if (s.engine, s.zero, s.offload, s.offload_param, s.tp, s.pp, s.reshard) == fields:
-            return s.name
-    for family, (degree_of, template) in FAMILIES.items():
-        degree = tp if degree_of == "tp" else pp if degree_of == "pp" else 1
-        if degree > 1 and tp * pp == degree and (template.engine, template.zero) == (engine, zero):
-            return with_options(f"{family}{degree}", sequence_parallel, loss_parallel, virtual_stages, zero_bubble)
-    if engine == "deepspeed" and zero is not None:
-        return f"zero{zero}" + {"none": "", "cpu": "_offload"}.get(offload, f"_{offload}")
-    return engine

@@ -107,7 +107,8 @@ def _watch(metrics: Path, stop: threading.Event, on_step: Callable[[dict[str, An
 def run_cell(cell: Cell, folder: Path, timeout: float, nvme_path: str | None,
              on_step: Callable[[dict[str, Any]], None] = lambda r: None) -> CellResult:
     """Launch one cell and record its outcome; a failure is recorded, not raised."""
-    from dsbench.runner import Interrupted, first_error, run
+    from dsbench.launch_log import first_error
+    from dsbench.runner import Interrupted, run
 
     argv = cell_command(cell, folder, nvme_path)
     started = time.time()

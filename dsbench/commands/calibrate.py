@@ -122,8 +122,9 @@ def _new_paths(run_dir: str | None, output: str | None) -> tuple[Path, Path]:
 def _measure(launch: Any, folder: Path, measured: Path, timeout: float) -> dict[str, Any]:
     """Run the calibration's ranks and fit the profile from what they measured; one line naming the log if not."""
     from dsbench.io import read_json
+    from dsbench.launch_log import first_error
     from dsbench.plan.profile import fit_profile
-    from dsbench.runner import first_error, run
+    from dsbench.runner import run
 
     code = run(launch, log_path=folder / "calibrate.log", echo=None, timeout=timeout)
     if code != 0 or not measured.exists():

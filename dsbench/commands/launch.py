@@ -44,7 +44,8 @@ def _slurm_job(launcher: str, folder: Path, flags: dict[str, Any]) -> tuple[Any,
 
 def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) -> int:
     """Run a prepared launch (node and SLURM checks first) and say in one line how it ended; its exit code."""
-    from dsbench.runner import Interrupted, first_error, preflight_nodes, preflight_slurm, run, slurm_failure
+    from dsbench.launch_log import first_error, slurm_failure
+    from dsbench.runner import Interrupted, preflight_nodes, preflight_slurm, run
 
     if prepared.spec.multinode():
         preflight_nodes(prepared.spec)

@@ -6,7 +6,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from dsbench.parallel import ParallelDims
-from dsbench.strategies import Strategy, for_candidate
+from dsbench.strategies import Strategy
+from dsbench.strategy_match import for_candidate
 
 _ALWAYS_WRITTEN = ("strategy", "offload", "offload_param", "tp", "pp")
 """The fields every plan result row has carried (:meth:`Candidate.from_dict` requires them)."""

@@ -22,7 +22,8 @@ from dsbench.plan.gpu_time import step_time
 from dsbench.plan.recommend import launch_argv
 from dsbench.plan.request import LayoutRequest
 from dsbench.plan.training import training_cost
-from dsbench.strategies import Strategy, lookup, name_for, with_options
+from dsbench.strategies import Strategy, lookup, with_options
+from dsbench.strategy_match import name_for
 
 SHAPE_FLAGS = ("arch", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 

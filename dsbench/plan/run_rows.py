@@ -16,7 +16,7 @@ from dsbench.plan.gpu_layout import OFFLOADED, PRICED
 from dsbench.plan.replay import COLUMNS, OracleRow, typed_row
 from dsbench.records import header_of, read_records
 from dsbench.run_record import RunHeader, read_summary
-from dsbench.strategies import name_of_run
+from dsbench.strategy_match import name_of_run
 
 REPLAYED_RECOMPUTE = ("none", "full", "selective")
 """The worker's ``--recompute`` values the replay prices as they are (plan/gpu_layout.RECOMPUTE): its

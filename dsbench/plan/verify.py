@@ -18,12 +18,13 @@ from dsbench.plan.memory import ModelStates, accounting_for, held_params, model_
 from dsbench.plan.profile import Profile
 from dsbench.rows import Row, VerifyRow
 from dsbench.run_record import read_summary
+from dsbench.strategy_match import name_for
 
 
 def compare_strategy(cand: Candidate) -> str | None:
     """The compare strategy that runs a planner candidate (``None`` when compare has none, or the planner's model is
     not used for it: NVMe offload); activation checkpointing is the cell's own switch."""
-    name = registry.name_for(**cand.planner_fields)
+    name = name_for(**cand.planner_fields)
     return name if name is not None and registry.get(name).planned else None
 
 

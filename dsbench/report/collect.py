@@ -20,7 +20,7 @@ from dsbench.io import read_json
 from dsbench.records import METRICS, header_of, read_records, scaling_efficiency, summarize
 from dsbench.rows import Row, Run
 from dsbench.run_record import RunHeader, RunSummary, read_summary
-from dsbench.strategies import name_of_run
+from dsbench.strategy_match import name_of_run
 from dsbench.trainspec import INTERLEAVED
 
 KEY = ("model", "device", "micro_batch", "world_size", "strategy")
@@ -65,7 +65,7 @@ def run_label(header: RunHeader, cell: dict[str, Any] | None) -> str:
 
 def _strategy_name(header: RunHeader, cell: dict[str, Any] | None) -> str:
     """The run's strategy as compare names it: the cell's, else from what the header records
-    (dsbench/strategies.py ``name_of_run``)."""
+    (dsbench/strategy_match.py ``name_of_run``)."""
     if cell:
         return cell["cell"]["strategy"]
     engine = header.engine

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dsbench.runner import first_error, silent_ranks
+from dsbench.launch_log import first_error, silent_ranks
 
 LOST = ("[rank 0 on n1] dsbench.train: error: lost the connection to another rank, which stopped first "
         "(RuntimeError: Connection reset by peer)")

@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 
 CORE = {"errors", "io", "paths", "spec", "parallel", "records", "run_record", "models", "hostfile", "trainspec",
         "trainflags", "envinfo", "console", "jitlocks", "launchstop", "strategies", "gpus", "rows", "checkpoints",
-        "layout_check", "__init__"}
+        "layout_check", "strategy_match", "__init__"}
 ALLOWED: dict[str, set[str]] = {
     **{unit: CORE for unit in CORE},
     "configs": CORE,
@@ -22,17 +22,18 @@ ALLOWED: dict[str, set[str]] = {
     "report": CORE,
     "plan": CORE | {"configs"},
     "runner": CORE | {"launchers"},
+    "launch_log": CORE,
     "testbed": CORE | {"runner"},
     "doctor": CORE | {"launchers", "runner"},
     "launch_checks": CORE | {"configs"},
     "launch_request": CORE | {"launchers"},
     "launch": CORE | {"configs", "launchers", "launch_checks", "launch_request"},
     # bench runs and measures; printing and plotting are the report's and the commands' (bench imports no report)
-    "bench": CORE | {"configs", "launchers", "runner", "plan", "launch", "testbed"},
+    "bench": CORE | {"configs", "launchers", "runner", "launch_log", "plan", "launch", "testbed"},
     "worker": CORE | {"configs"},
     "train": CORE | {"worker"},
-    "commands": CORE | {"configs", "launchers", "report", "plan", "runner", "launch", "bench", "testbed", "doctor",
-                        "launch_checks", "launch_request"},
+    "commands": CORE | {"configs", "launchers", "report", "plan", "runner", "launch_log", "launch", "bench", "testbed",
+                        "doctor", "launch_checks", "launch_request"},
     "cli": CORE | {"commands"},
     "__main__": {"cli"},
 }

@@ -188,7 +188,8 @@ def test_a_bad_check_section_is_one_line(tmp_path, check, message):
     ("pipe2", "pipe_engine"), ("zero1_tp2", "autotp"), ("torch_pipe4", "pipeline"), ("torch_tp2_sp", "tensor"),
 ])
 def test_every_strategy_has_the_family_of_its_code_path(name, family):
-    from dsbench.strategies import for_candidate, get
+    from dsbench.strategies import get
+    from dsbench.strategy_match import for_candidate
 
     assert get(name).family == family
     assert for_candidate("zero1", offload="cpu").family == "zero_offload"

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from dsbench.errors import UserError
+from dsbench.launch_log import slurm_failure
 from dsbench.launchers import LaunchSpec, SlurmJob, build
-from dsbench.runner import slurm_failure
 
 
 def spec(cpu=True, **job):

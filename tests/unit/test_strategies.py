@@ -8,6 +8,7 @@ import shlex
 import pytest
 
 from dsbench import strategies as registry
+from dsbench import strategy_match
 from tests.conftest import ROOT
 
 VOCABULARY = {*registry.FIXED, *registry.LISTED, *registry.LAUNCH_STRATEGIES, *registry.PLANNER}
@@ -44,10 +45,10 @@ def test_no_other_module_holds_a_table_of_strategy_names():
 
 def test_name_for_takes_the_planner_fields_strategy_declares():
     """name_for/for_candidate take Strategy.planner_fields' names with its defaults; any other name is refused."""
-    assert registry.name_for("zero2", offload="cpu") == "zero2_offload"
-    assert registry.name_for(**registry.get("torch_tp2_sp").planner_fields) == "torch_tp2_sp"
+    assert strategy_match.name_for("zero2", offload="cpu") == "zero2_offload"
+    assert strategy_match.name_for(**registry.get("torch_tp2_sp").planner_fields) == "torch_tp2_sp"
     with pytest.raises(TypeError, match="not planner fields: tensor_parallel"):
-        registry.name_for("ddp", tensor_parallel=2)
+        strategy_match.name_for("ddp", tensor_parallel=2)
 
 
 def test_the_scan_finds_a_planted_table():
@@ -72,23 +73,23 @@ def test_torch_tp_option_suffixes_launch_with_their_flags():
     collectives, the split head, SP's own DTensor cost: tests/unit/test_tp_options_planner.py)."""
     both = registry.get("torch_tp4_sp_lp")
     assert (both.tp, both.sequence_parallel, both.loss_parallel, both.planned) == (4, True, True, True)
-    assert registry.name_for("ddp", tp=4, engine="torch", sequence_parallel=True, loss_parallel=True) == both.name
+    assert strategy_match.name_for("ddp", tp=4, engine="torch", sequence_parallel=True, loss_parallel=True) == both.name
     assert both.launch_flags == ("--tp", "4", "--sequence-parallel", "--loss-parallel")
     assert registry.get("torch_tp2_lp").launch_flags == ("--tp", "2", "--loss-parallel")
-    assert registry.name_of_run("torch_tp", tp=2, sequence_parallel=True) == "torch_tp2_sp"
+    assert strategy_match.name_of_run("torch_tp", tp=2, sequence_parallel=True) == "torch_tp2_sp"
     interleaved = registry.get("torch_pipe4_interleaved2")
     # the CPU planner prices interleaved 1F1B (its bubble, V times the sends); not the zero-bubble form
     assert (interleaved.pp, interleaved.virtual_stages, interleaved.planned) == (4, 2, True)
     assert interleaved.planner_fields["virtual_stages"] == 2
-    assert registry.name_for("ddp", pp=4, engine="torch", virtual_stages=2) == "torch_pipe4_interleaved2"
+    assert strategy_match.name_for("ddp", pp=4, engine="torch", virtual_stages=2) == "torch_pipe4_interleaved2"
     assert interleaved.launch_flags[-4:] == ("--pipeline-schedule", "interleaved", "--virtual-stages", "2")
     assert interleaved.worker_flags == ()  # dsbench launch takes the schedule itself
-    assert registry.name_of_run("torch_pp", pp=4, virtual_stages=2) == "torch_pipe4_interleaved2"
+    assert strategy_match.name_of_run("torch_pp", pp=4, virtual_stages=2) == "torch_pipe4_interleaved2"
     zero_bubble = registry.get("torch_pipe2_zb2")  # torch's ScheduleInterleavedZeroBubble over the same chunks
     assert (zero_bubble.pp, zero_bubble.virtual_stages, zero_bubble.zero_bubble, zero_bubble.planned) == (
         2, 2, True, True)
     assert zero_bubble.launch_flags[-4:] == ("--pipeline-schedule", "interleaved-zb", "--virtual-stages", "2")
-    assert registry.name_of_run("torch_pp", pp=2, virtual_stages=2, zero_bubble=True) == "torch_pipe2_zb2"
+    assert strategy_match.name_of_run("torch_pp", pp=2, virtual_stages=2, zero_bubble=True) == "torch_pipe2_zb2"
 
 
 @pytest.mark.parametrize("name", ["torch_tp1", "pipe0", "pipe02", "zero1_tp", "torch_tp2x", "zero9", "pipe99999",

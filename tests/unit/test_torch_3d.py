@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dsbench import strategies
+from dsbench import strategies, strategy_match
 from dsbench.errors import UserError
 from dsbench.parallel import ParallelDims
 from dsbench.trainspec import TrainSpec
@@ -40,16 +40,17 @@ def test_the_planner_names_its_candidates_as_compare_does():
     assert strategies.get("torch_3d_tp2_pp2").planner_fields["strategy"] == "fsdp"
     assert strategies.get("torch_3d_tp2_pp2_shard1").planner_fields["strategy"] == "ddp"
     assert strategies.get("torch_3d_tp2_pp2_shard2").planner_fields["strategy"] == "fsdp_hybrid"
-    assert strategies.name_for("fsdp", tp=2, pp=2, engine="torch") == "torch_3d_tp2_pp2"
-    assert strategies.name_for("ddp", tp=2, pp=2, engine="torch") == "torch_3d_tp2_pp2_shard1"
-    assert strategies.for_candidate("fsdp_hybrid", tp=2, pp=2, engine="torch").engine == "torch_3d"
+    assert strategy_match.name_for("fsdp", tp=2, pp=2, engine="torch") == "torch_3d_tp2_pp2"
+    assert strategy_match.name_for("ddp", tp=2, pp=2, engine="torch") == "torch_3d_tp2_pp2_shard1"
+    assert strategy_match.for_candidate("fsdp_hybrid", tp=2, pp=2, engine="torch").engine == "torch_3d"
 
 
 def test_a_run_header_names_the_run_back():
-    assert strategies.name_of_run("torch_3d", tp=2, pp=2) == "torch_3d_tp2_pp2"
-    assert strategies.name_of_run("torch_3d", tp=2, pp=2, dp_shard=1) == "torch_3d_tp2_pp2_shard1"
-    assert strategies.name_of_run("torch_3d", tp=2, pp=2, virtual_stages=2) == "torch_3d_tp2_pp2_interleaved2"
-    assert strategies.name_for("fsdp", tp=2, pp=2, engine="torch", virtual_stages=2) == "torch_3d_tp2_pp2_interleaved2"
+    assert strategy_match.name_of_run("torch_3d", tp=2, pp=2) == "torch_3d_tp2_pp2"
+    assert strategy_match.name_of_run("torch_3d", tp=2, pp=2, dp_shard=1) == "torch_3d_tp2_pp2_shard1"
+    assert strategy_match.name_of_run("torch_3d", tp=2, pp=2, virtual_stages=2) == "torch_3d_tp2_pp2_interleaved2"
+    assert strategy_match.name_for("fsdp", tp=2, pp=2, engine="torch",
+                                   virtual_stages=2) == "torch_3d_tp2_pp2_interleaved2"
 
 
 def test_dims_split_data_parallelism_into_replicas_and_shards():

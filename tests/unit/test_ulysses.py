@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsbench import strategies
+from dsbench import strategies, strategy_match
 from dsbench.configs.api import make_render_spec
 from dsbench.configs.layout import config_dims
 from dsbench.configs.render import render
@@ -93,8 +93,8 @@ def test_compare_names_and_flags():
     assert ulysses.launch_flags == ("--zero", "1", "--ulysses", "2") and ulysses.planned
     assert strategies.get("zero3_ulysses4").launch_flags == ("--zero", "3", "--ulysses", "4")
     assert strategies.lookup("ulysses1") is None and strategies.lookup("ulysses2_sp") is None
-    assert strategies.name_of_run("deepspeed", zero=3, ulysses=2) == "zero3_ulysses2"
-    assert strategies.name_of_run("deepspeed", zero=1, ulysses=2) == "ulysses2"
+    assert strategy_match.name_of_run("deepspeed", zero=3, ulysses=2) == "zero3_ulysses2"
+    assert strategy_match.name_of_run("deepspeed", zero=1, ulysses=2) == "ulysses2"
 
 
 def test_a_model_without_sdpa_attention_is_refused_in_one_line():
