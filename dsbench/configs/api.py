@@ -7,7 +7,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from dsbench.configs import accelerate, accelerate_explain, accelerate_worker
+from dsbench.configs import accelerate, accelerate_check, accelerate_explain, accelerate_worker
 from dsbench.configs.findings import Finding
 from dsbench.configs.layout import DEGREE_KEYS, in_config_keys, int_or_none
 from dsbench.configs.loader import load_config
@@ -173,7 +173,7 @@ def load_accelerate_strict(path: str) -> dict[str, Any]:
     config, findings = load_accelerate(path)
     accelerate.require_valid(findings, path)
     assert config is not None
-    accelerate.require_valid(accelerate.check(config), path)
+    accelerate.require_valid(accelerate_check.check(config), path)
     return config
 
 
@@ -216,7 +216,7 @@ def validate_accelerate(path: str, world_size: int | None, deepspeed_check: bool
     if config is None:
         return None, findings
     config = {**config, **(overrides or {})}
-    findings = findings + accelerate.check(config)
+    findings = findings + accelerate_check.check(config)
     hostfile = accelerate.section_keys(config, "deepspeed_config").get("deepspeed_hostfile")
     if hostfile:
         try:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from dsbench.bench.matrix import cell_launch_args, expand
-from dsbench.configs import accelerate, accelerate_worker
+from dsbench.configs import accelerate_check, accelerate_worker
 from dsbench.errors import UserError
 from dsbench.launch import strategy_and_launcher
 from dsbench.launchers.accelerate import check_to_accelerate
@@ -147,7 +147,7 @@ def test_what_the_worker_cannot_honour_is_named(name, key):
 def test_every_single_node_corpus_yaml_is_runnable():
     for path in CORPUS.iterdir():
         config = yaml.safe_load(path.read_text())
-        if all(finding.severity != "error" for finding in accelerate.check(config)):
+        if all(finding.severity != "error" for finding in accelerate_check.check(config)):
             assert accelerate_worker.worker_refusal(config, 2) is None, path.name
 
 
