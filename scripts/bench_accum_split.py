@@ -24,7 +24,7 @@ import script_args
 from dsbench.bench.compare import run_matrix
 from dsbench.bench.matrix import Cell, fused_by_default
 from dsbench.errors import UserError
-from dsbench.plan.api import read_profile
+from dsbench.plan.machine_profile import read_profile
 from dsbench.plan.pipeline_time import fit_runtime
 from dsbench.plan.verify import measured_step_s, predict_cell
 from dsbench.report.collect import collect

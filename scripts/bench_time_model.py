@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.errors import DsbenchError
-from dsbench.plan.api import read_profile
+from dsbench.plan.machine_profile import read_profile
 from dsbench.plan.profile import Profile
 from dsbench.plan.replay import spearman
 from dsbench.plan.verify import predicted_figures

@@ -37,7 +37,7 @@ def main() -> int:
     p.add_argument("roots", nargs="+", type=Path, help="run folders (compare outputs)")
     p.add_argument("--profile", help="a machine profile from `dsbench calibrate` (measured rates and links)")
     args = p.parse_args()
-    from dsbench.plan.api import read_profile
+    from dsbench.plan.machine_profile import read_profile
     from dsbench.report.collect import collect
 
     profile = read_profile(args.profile) if args.profile else None

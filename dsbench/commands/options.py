@@ -119,7 +119,7 @@ def checked_profile(ctx: click.Context, param: click.Parameter, value: str | Non
     (:class:`dsbench.plan.profile.Profile`), which it passes on: the file is read once."""
     if value is None:
         return None
-    from dsbench.plan.api import read_profile
+    from dsbench.plan.machine_profile import read_profile
 
     return read_profile(value)
 

@@ -119,8 +119,9 @@ def spreads(measured: dict[str, Any]) -> dict[str, float]:
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """A machine profile, read and checked once (:func:`dsbench.plan.api.read_profile`, where ``--profile`` is
-    parsed) and then passed: every report row and tune layout plans with the same object, never its path."""
+    """A machine profile, read and checked once (:func:`dsbench.plan.machine_profile.read_profile`, where
+    ``--profile`` is parsed) and then passed: every report row and tune layout plans with the same object, never its
+    path."""
 
     path: str
     data: dict[str, Any]

@@ -61,7 +61,7 @@ def _check_machine(data: dict[str, Any], source: str) -> None:
                             "profile again with dsbench calibrate)")
     machine = data.get("machine", {})
     cpus = machine.get("cpus", 1) if isinstance(machine, dict) else None
-    if type(cpus) is not int or cpus < 1:  # the cores ranks share (plan.api.core_share)
+    if type(cpus) is not int or cpus < 1:  # the cores ranks share (plan.machine_profile.core_share)
         raise UserError(f"{source}: machine.cpus must be a whole number >= 1, got {_shown(cpus)} (write the "
                         "profile again with dsbench calibrate)")
     for key in ("device", "backend"):

@@ -164,8 +164,8 @@ def predicted_figures(row: Row, profile: Profile) -> dict[str, Any]:
 
 def core_notes(rows: list[Row], profile: Profile | None) -> list[str]:
     """One line per rank count of the measured rows that a CPU profile prices beyond what it measured
-    (:func:`dsbench.plan.api.core_note`), for the report's predicted column."""
-    from dsbench.plan.api import core_note
+    (:func:`dsbench.plan.machine_profile.core_note`), for the report's predicted column."""
+    from dsbench.plan.machine_profile import core_note
 
     if profile is None:
         return []

@@ -62,7 +62,7 @@ stored as ``check.step_residual_ms``), then ``python scripts/bench_accum_split.p
 def test_a_pipeline_s_check_added_holds_at_four_micro_steps_where_the_scale_over_corrects():
     import copy
 
-    from dsbench.plan.api import read_profile
+    from dsbench.plan.machine_profile import read_profile
     from dsbench.plan.verify import measured_step_s, predict_cell
     from dsbench.report.collect import collect
 

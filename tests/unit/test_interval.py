@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from dsbench.plan.api import read_profile
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.interval import framework_timings, step_range
+from dsbench.plan.machine_profile import read_profile
 from dsbench.plan.profile import Profile, spreads
 from dsbench.plan.verify import measured_step_s, predict_cell, predicted_figures
 from dsbench.report.collect import collect

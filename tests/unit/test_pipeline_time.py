@@ -101,7 +101,7 @@ def test_the_step_adds_the_runtime_and_prices_the_sends_by_their_bytes_alone():
 
 
 def test_calibrate_s_pipeline_section_becomes_the_profile_s_rates():
-    from dsbench.plan.api import with_profile
+    from dsbench.plan.machine_profile import with_profile
 
     measured = {"schema": "dsbench.measured/1", "collectives": {}, "pipeline": MEASURED, "device": "cpu",
                 "compute_per_rank": [{name: {"tflops": 0.02} for name in ("gemm", "attention", "model")}

@@ -228,9 +228,10 @@ def test_an_interleaved_pipeline_idles_narayanan_s_bubble(stages, micro, virtual
 
 
 def test_the_planner_prices_interleaved_1f1b_with_its_smaller_bubble_and_more_sends():
-    from dsbench.plan.api import build, read_profile
+    from dsbench.plan.api import build
     from dsbench.plan.candidate import Candidate
     from dsbench.plan.estimate import estimate
+    from dsbench.plan.machine_profile import read_profile
     from dsbench.plan.memory import activation_bytes
     from dsbench.plan.request import PlanRequest
     from tests.conftest import DATA

@@ -186,7 +186,7 @@ def test_the_planner_adds_fsdp_s_own_work_per_unit_and_micro_step():
 
 
 def test_a_profile_with_the_fsdp_stack_carries_its_costs_to_the_planner():
-    from dsbench.plan.api import with_profile
+    from dsbench.plan.machine_profile import with_profile
 
     measured = {**_measured([0.05, 0.04]), "fsdp": _fsdp_measurement()}
     profile = fit_profile(measured)
@@ -379,7 +379,7 @@ def test_tensor_parallel_costs_per_layer_are_what_splitting_adds_beyond_its_all_
 
 
 def test_a_profile_with_split_layers_carries_their_cost_to_the_planner():
-    from dsbench.plan.api import with_profile
+    from dsbench.plan.machine_profile import with_profile
 
     profile = fit_profile({**_measured([0.05, 0.04]), "tensor_parallel": _tp_measurement()})
     rates = profile["rates"]
@@ -480,7 +480,7 @@ def test_calibrate_states_the_spread_of_each_timing_it_fits_from():
 
 
 def test_a_profile_with_the_split_backward_carries_the_slowest_rank_s_cost_to_the_planner():
-    from dsbench.plan.api import with_profile
+    from dsbench.plan.machine_profile import with_profile
 
     measured = _measured([0.05, 0.04])
     for rank, split in zip(measured["compute_per_rank"], (0.034, 0.038), strict=True):
@@ -509,7 +509,7 @@ def test_a_bad_split_backward_cost_in_a_profile_is_one_line_naming_it(value):
 def test_ranks_beyond_the_cores_share_them():
     """calibrate measures one rank per core (one thread each); a plan with more ranks per node than the machine has
     cores runs each at cores / ranks of those rates, relative to the calibration's own ranks per node. By hand."""
-    from dsbench.plan.api import core_share, with_profile
+    from dsbench.plan.machine_profile import core_share, with_profile
 
     profile = {"device": "cpu", "machine": {"cpus": 2}, "world_size": 2, "nodes": 1}
     assert [core_share(profile, ranks) for ranks in (1, 2, 4, 8)] == [1.0, 1.0, 0.5, 0.25]

@@ -9,9 +9,9 @@ import pytest
 
 from dsbench.bench.tune import default_strategies
 from dsbench.errors import UserError
-from dsbench.plan.api import read_profile
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.estimate import estimate
+from dsbench.plan.machine_profile import read_profile
 from dsbench.plan.selfcheck import check_record, check_strategies
 from dsbench.report.tables import check_warnings
 from tests.conftest import DATA

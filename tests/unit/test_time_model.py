@@ -14,7 +14,7 @@ import statistics
 
 import pytest
 
-from dsbench.plan.api import read_profile
+from dsbench.plan.machine_profile import read_profile
 from dsbench.plan.replay import spearman
 from dsbench.plan.verify import measured_step_s, predict_cell
 from dsbench.report.collect import collect

@@ -14,7 +14,7 @@ import statistics
 
 import pytest
 
-from dsbench.plan.api import read_profile
+from dsbench.plan.machine_profile import read_profile
 from dsbench.plan.replay import spearman
 from dsbench.plan.verify import measured_step_s, predict_cell
 from dsbench.report.collect import collect
@@ -25,8 +25,8 @@ STORED = DATA / "runs" / "cpu-calibrated"
 
 def _cells(case: str, cores: bool = True, scaled: bool = True) -> dict[str, tuple[float, float]]:
     """strategy -> (measured step s, predicted step s); ``cores=False`` predicts as from a profile that did not record
-    its machine's cores (one rank per core, whatever the ranks: plan.api.core_share); ``scaled=False`` without the
-    check's per-family constants."""
+    its machine's cores (one rank per core, whatever the ranks: plan.machine_profile.core_share); ``scaled=False``
+    without the check's per-family constants."""
     profile = read_profile(str(STORED / case / "profile.json"))
     if not cores:
         del profile.data["machine"]["cpus"]
@@ -417,9 +417,9 @@ def test_torch_3d_on_four_ranks_meets_the_goals():
 
 
 def test_torch_3d_on_four_ranks_with_the_cores_shared():
-    """With the ranks' share of the 2 cores priced (plan.api.core_share: 2 cores / 4 ranks, against the profile's
-    2 / 2; written after this compare, from the cores alone, nothing fitted): median 4.1%, Spearman 1.0, torch_3d
-    -1.3% and ddp -1.5%. Without it, the profile's one-rank-per-core rates put every cell 34-46% fast."""
+    """With the ranks' share of the 2 cores priced (plan.machine_profile.core_share: 2 cores / 4 ranks, against the
+    profile's 2 / 2; written after this compare, from the cores alone, nothing fitted): median 4.1%, Spearman 1.0,
+    torch_3d -1.3% and ddp -1.5%. Without it, the profile's one-rank-per-core rates put every cell 34-46% fast."""
     cells = _cells(FOUR_RANKS)
     median, worst, rho = _figures(cells)
     assert median <= 0.10 and rho == pytest.approx(1.0), (median, rho)
@@ -693,7 +693,7 @@ def test_a_four_rank_calibration_prices_what_the_shared_cores_cost_the_collectiv
 
 
 def test_a_plan_beyond_the_calibrated_ranks_and_the_cores_says_to_calibrate_there():
-    from dsbench.plan.api import core_note
+    from dsbench.plan.machine_profile import core_note
 
     two = read_profile(str(STORED / FOUR_RANKS_LATER / "profile.json")).data  # 2 ranks, 2 cores
     four = read_profile(str(STORED / FOUR_RANKS_CALIBRATED_FOUR / "profile.json")).data

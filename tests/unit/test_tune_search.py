@@ -18,7 +18,7 @@ from dsbench import strategies as registry
 from dsbench.bench.tune import TuneRequest, plan_request
 from dsbench.errors import UserError
 from dsbench.plan import search
-from dsbench.plan.api import read_profile
+from dsbench.plan.machine_profile import read_profile
 from dsbench.plan.replay import spearman
 from dsbench.report.collect import collect
 from dsbench.rows import Row, Run
