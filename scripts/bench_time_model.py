@@ -33,7 +33,7 @@ from typing import Any
 from dsbench.errors import DsbenchError
 from dsbench.plan.machine_profile import read_profile
 from dsbench.plan.profile import Profile
-from dsbench.plan.replay import spearman
+from dsbench.plan.rank_correlation import spearman
 from dsbench.plan.verify import predicted_figures
 from dsbench.report.collect import collect
 

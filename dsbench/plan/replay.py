@@ -19,6 +19,7 @@ from dsbench.plan.gpu_layout import OFFLOADED, PRICED, Layout, Shape
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import ALIASES, GpuProfile, profile_for
 from dsbench.plan.gpu_time import StepTime, step_time
+from dsbench.plan.rank_correlation import spearman
 
 COLUMNS = ("source,row,model,arch,layers,hidden,heads,kv_heads,ffn,vocab,seq_len,gpu,gpus,gpus_per_node,intra_gbs,"
            "inter_gbs,strategy,tp,pp,cp,schedule,virtual_stages,micro_batch,global_batch,recompute,"
@@ -225,32 +226,6 @@ def predict_row(row: OracleRow, profile: GpuProfile | None = None) -> RowResult:
     return RowResult(row, layout, time, peak,
                      time.seconds / measured_step - 1 if measured_step else None,
                      peak / measured_mem - 1 if measured_mem else None, assumed)
-
-
-def ranks(values: list[float]) -> list[float]:
-    """0-based ranks, ties sharing their mean rank (as Spearman's coefficient takes them)."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    out = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            out[order[k]] = (i + j) / 2
-        i = j + 1
-    return out
-
-
-def spearman(xs: list[float], ys: list[float]) -> float | None:
-    """Spearman's rank correlation: Pearson's of the ranks, exact with ties (the shortcut 1 - 6·Σd²/(n(n²-1))
-    holds only without them); None for fewer than 3 pairs or a constant side."""
-    if len(xs) < 3:
-        return None
-    try:
-        return statistics.correlation(ranks(xs), ranks(ys))
-    except statistics.StatisticsError:  # a constant side
-        return None
 
 
 def error_stats(results: list[RowResult]) -> dict[str, Any]:

@@ -16,7 +16,8 @@ import pytest
 
 from dsbench.errors import UserError
 from dsbench.plan.gpu_layout import Layout, Shape
-from dsbench.plan.replay import COLUMNS, error_stats, predict_row, read_rows, replay, spearman
+from dsbench.plan.rank_correlation import spearman
+from dsbench.plan.replay import COLUMNS, error_stats, predict_row, read_rows, replay
 from tests.conftest import DATA
 
 ORACLES = DATA / "oracles"

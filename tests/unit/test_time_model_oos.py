@@ -15,7 +15,7 @@ import statistics
 import pytest
 
 from dsbench.plan.machine_profile import read_profile
-from dsbench.plan.replay import spearman
+from dsbench.plan.rank_correlation import spearman
 from dsbench.plan.verify import measured_step_s, predict_cell
 from dsbench.report.collect import collect
 from tests.conftest import DATA

@@ -19,7 +19,7 @@ from dsbench.bench.tune import TuneRequest, plan_request
 from dsbench.errors import UserError
 from dsbench.plan import search
 from dsbench.plan.machine_profile import read_profile
-from dsbench.plan.replay import spearman
+from dsbench.plan.rank_correlation import spearman
 from dsbench.report.collect import collect
 from dsbench.rows import Row, Run
 from dsbench.run_record import RunHeader
