@@ -118,25 +118,40 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
                       or ""), None
     if lay.cp > 1 and lay.cp_comm == "a2a":
         return _ulysses_runner(lay)
-    if lay.cp > 1:
-        return None, "context parallelism (--cp) is priced but dsbench's worker does not run it yet"
-    if lay.recompute == "op":
-        return None, ("recompute op is torchtitan's policy (every second matmul output saved); dsbench's "
-                      "--recompute selective-op saves every matmul output: price that with --recompute selective")
-    if lay.sequence_parallel and not (lay.tp > 1 and lay.pp == 1 and lay.strategy == "ddp"):
-        return None, "dsbench runs sequence parallelism with torch_tp (--layout ddp --tp N, no pipeline)"
-    interleaved = lay.pp > 1 and lay.schedule.startswith("interleaved")
-    if interleaved and not (lay.strategy == "ddp" or (lay.tp > 1 and lay.strategy == "fsdp")):
-        return None, ("dsbench runs the interleaved schedule with torch_pp (--layout ddp --pipeline-stages P) or "
-                      "torch_3d (--layout fsdp|ddp --tp T --pipeline-stages P)")
-    if interleaved and not interleaved_accepts(lay.micro_batches, lay.pp):
-        return None, f"torch's interleaved 1F1B cannot split {lay.micro_batches} micro-batches into rounds of {lay.pp}"
-    if lay.tp > 1 and lay.pp > 1 and lay.strategy not in ("fsdp", "ddp"):
-        return None, (f"{lay.strategy} with tp and pp: dsbench runs 3D as torch_3d (--layout fsdp, or ddp for "
-                      "--dp-shard 1)")
+    why = _not_run(lay)
+    if why is not None:
+        return None, why
     if lay.tp == lay.pp == 1:
         how = lookup(lay.strategy)
         return (how, None) if how else (None, f"{lay.strategy}: the worker's FSDP2 builds no replicated dimension")
+    return _model_parallel_runner(lay)
+
+
+def _not_run(lay: Layout) -> str | None:
+    """Why the worker runs no strategy of the layout's options (ring attention, torchtitan's op policy, sequence
+    parallelism or the interleaved schedule outside the engines that take them), or None."""
+    if lay.cp > 1:
+        return "context parallelism (--cp) is priced but dsbench's worker does not run it yet"
+    if lay.recompute == "op":
+        return ("recompute op is torchtitan's policy (every second matmul output saved); dsbench's --recompute "
+                "selective-op saves every matmul output: price that with --recompute selective")
+    if lay.sequence_parallel and not (lay.tp > 1 and lay.pp == 1 and lay.strategy == "ddp"):
+        return "dsbench runs sequence parallelism with torch_tp (--layout ddp --tp N, no pipeline)"
+    interleaved = lay.pp > 1 and lay.schedule.startswith("interleaved")
+    if interleaved and not (lay.strategy == "ddp" or (lay.tp > 1 and lay.strategy == "fsdp")):
+        return ("dsbench runs the interleaved schedule with torch_pp (--layout ddp --pipeline-stages P) or torch_3d "
+                "(--layout fsdp|ddp --tp T --pipeline-stages P)")
+    if interleaved and not interleaved_accepts(lay.micro_batches, lay.pp):
+        return f"torch's interleaved 1F1B cannot split {lay.micro_batches} micro-batches into rounds of {lay.pp}"
+    if lay.tp > 1 and lay.pp > 1 and lay.strategy not in ("fsdp", "ddp"):
+        return (f"{lay.strategy} with tp and pp: dsbench runs 3D as torch_3d (--layout fsdp, or ddp for --dp-shard "
+                "1)")
+    return None
+
+
+def _model_parallel_runner(lay: Layout) -> tuple[Strategy | None, str | None]:
+    """The strategy of a layout with tensor or pipeline parallelism: AutoTP or DeepSpeed's pipeline engine under
+    ZeRO-1, torch_tp or torch_pp under DDP, torch_3d under FSDP (or DDP)."""
     engine = "deepspeed" if lay.strategy.startswith("zero") else "torch"
     name = name_for(lay.strategy, tp=lay.tp, pp=lay.pp, engine=engine, virtual_stages=lay.chunks,
                     zero_bubble=lay.schedule == "interleaved-zb")
