@@ -47,13 +47,11 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
     """Run ``command`` to completion; returns its exit code (124 on timeout, 128+N on signal N)."""
     env = {**os.environ, **command.env}
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
-    argv = [resolve_executable(command.argv[0]), *command.argv[1:]]
+    argv = [resolve_executable(command.argv[0]), *command.argv[1:]]  # a missing launcher: one line, no log opened
     if log_path:
         log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, bufsize=1, start_new_session=True)
-
+    proc = _start(argv, env, cwd)
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
@@ -86,6 +84,13 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
             signal.signal(sig, handler)
         if log:
             log.close()
+
+
+def _start(argv: list[str], env: dict[str, str], cwd: str | None) -> subprocess.Popen:
+    """The launcher, in a session (and process group) of its own that a signal reaches whole, its stderr merged
+    into its stdout, line-buffered for the tee."""
+    return subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            bufsize=1, start_new_session=True)
 
 
 def _tee(lines: Iterable[str], *outputs: TextIO | None) -> None:
