@@ -68,7 +68,6 @@ def prepare(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> Prepared
     from dsbench.worker import dist
     from dsbench.worker.data import build_plan, load_tokenizer, token_ids
     from dsbench.worker.engines import build_engine
-    from dsbench.worker.loop import fault_before_join
     from dsbench.worker.model import build_model
 
     _, world, _ = dist.env_rank()
@@ -79,13 +78,7 @@ def prepare(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> Prepared
     strategy, shape, dims, ds_config = run.strategy, run.shape, run.dims, run.ds_config
     micro, accum, precision = run.micro_batch, run.grad_accum, run.precision
     resumed = _resumed_checkpoint(spec)
-    if strategy == "deepspeed":
-        setup.guard_jit_builds()  # before init_distributed, which builds DeepSpeed's comm op on CPU
-        ask_the_cpu_once()  # before DeepSpeed loads its first op: py-cpuinfo asked once per CPU, not once per call
-    fault_before_join(dist.env_rank()[0])
-    info = dist.init(strategy, spec.dist_timeout)
-    if strategy == "deepspeed" and info.device.startswith("cuda"):
-        setup.check_cuda_arch_list()
+    info = _join(strategy, spec.dist_timeout)
     folder = _run_dir(spec, strategy) if info.is_main else None
     hostnames = dist.Collectives(info).all_gather_object(socket.gethostname())  # sync point: where each rank runs
     tokenizer = load_tokenizer(shape.path if shape.source != "preset" else None)
@@ -105,6 +98,21 @@ def prepare(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> Prepared
     return Prepared(strategy=strategy, shape=shape, ds_config=ds_config, info=info, plan=plan, engine=engine,
                     precision=precision, dims=dims, fsdp=fsdp, settings=settings, folder=folder, hostnames=hostnames,
                     model=model, tokenizer=tokenizer, resumed=resumed)
+
+
+def _join(strategy: str, timeout: float) -> DistInfo:
+    """This rank in the process group (:func:`dist.init`), DeepSpeed's JIT builds and CPU query set up before."""
+    from dsbench.worker import dist
+    from dsbench.worker.loop import fault_before_join
+
+    if strategy == "deepspeed":
+        setup.guard_jit_builds()  # before init_distributed, which builds DeepSpeed's comm op on CPU
+        ask_the_cpu_once()  # before DeepSpeed loads its first op: py-cpuinfo asked once per CPU, not once per call
+    fault_before_join(dist.env_rank()[0])
+    info = dist.init(strategy, timeout)
+    if strategy == "deepspeed" and info.device.startswith("cuda"):
+        setup.check_cuda_arch_list()
+    return info
 
 
 def _resumed_checkpoint(spec: TrainSpec) -> Resumed | None:
