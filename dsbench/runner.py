@@ -69,14 +69,7 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
     try:
         assert proc.stdout is not None
         _tee(proc.stdout, echo, log)
-        code = proc.wait()
-        if received:  # the ranks are in their stop hooks (rank 0 writes the end record and summary.json): let
-            # them finish, as the launcher may exit before they do; a second Ctrl-C ends the wait
-            _wait_group(proc.pid, STOP_GRACE_S, lambda: len(received) > 1)
-        _signal_group(proc.pid, signal.SIGKILL)  # whatever the launcher left behind in its group
-        if received:
-            raise Interrupted(received[0])
-        return 124 if timed_out.is_set() else code
+        return _finish(proc, received, timed_out)
     finally:
         if timer:
             timer.cancel()
@@ -84,6 +77,19 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
             signal.signal(sig, handler)
         if log:
             log.close()
+
+
+def _finish(proc: subprocess.Popen, received: list[int], timed_out: threading.Event) -> int:
+    """The launcher's exit code once its output has ended (124 after ``--timeout``), its group cleared; an
+    :class:`Interrupted` when a signal was forwarded."""
+    code = proc.wait()
+    if received:  # the ranks are in their stop hooks (rank 0 writes the end record and summary.json): let them
+        # finish, as the launcher may exit before they do; a second Ctrl-C ends the wait
+        _wait_group(proc.pid, STOP_GRACE_S, lambda: len(received) > 1)
+    _signal_group(proc.pid, signal.SIGKILL)  # whatever the launcher left behind in its group
+    if received:
+        raise Interrupted(received[0])
+    return 124 if timed_out.is_set() else code
 
 
 def _start(argv: list[str], env: dict[str, str], cwd: str | None) -> subprocess.Popen:
