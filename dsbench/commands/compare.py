@@ -12,12 +12,11 @@ from dsbench.commands.base import Command
 from dsbench.commands.options import (
     COUNT,
     POSITIVE,
-    Finite,
     checked_profile,
     csv_list,
+    max_slowdown_option,
     wide_option,
 )
-from dsbench.report.verdict import MAX_SLOWDOWN
 
 
 def _default(key: str) -> str:
@@ -57,8 +56,7 @@ def _default(key: str) -> str:
 @click.option("--quiet", is_flag=True, help="No live progress (one line per cell).")
 @click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
               help="Machine profile (dsbench calibrate): the report shows predicted beside measured step time.")
-@click.option("--max-slowdown", type=Finite(1), default=MAX_SLOWDOWN, show_default=True,
-              help="The verdict's least-memory choice may step this much slower than the fastest.")
+@max_slowdown_option
 @wide_option
 def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed: bool, timeout: float,
             nvme_path: str | None, no_report: bool, quiet: bool, profile: Any, max_slowdown: float, wide: bool,

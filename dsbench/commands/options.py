@@ -152,6 +152,15 @@ def default_of(request: type, name: str) -> Any:
     return next(f.default for f in dataclasses.fields(request) if f.name == name)
 
 
+def max_slowdown_option(command: Any) -> Any:
+    """``--max-slowdown``: how much slower than the fastest the verdict's least-memory choice may step
+    (report/verdict.py)."""
+    from dsbench.report.verdict import MAX_SLOWDOWN
+
+    return click.option("--max-slowdown", type=Finite(1), default=MAX_SLOWDOWN, show_default=True,
+                        help="The verdict's least-memory choice may step this much slower than the fastest.")(command)
+
+
 def wide_option(command: Any) -> Any:
     """``--wide``: every column of the printed tables (dsbench/report/grid.py)."""
     return click.option("--wide", is_flag=True, help="Print every column (the default shows the columns that decide, "

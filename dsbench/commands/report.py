@@ -10,11 +10,10 @@ import click
 
 from dsbench.commands.base import Command
 from dsbench.commands.options import (
-    Finite,
     checked_profile,
+    max_slowdown_option,
     wide_option,
 )
-from dsbench.report.verdict import MAX_SLOWDOWN
 
 
 @click.command(cls=Command)
@@ -23,8 +22,7 @@ from dsbench.report.verdict import MAX_SLOWDOWN
 @click.option("--no-plots", is_flag=True, help="Tables only (no matplotlib).")
 @click.option("--profile", type=click.Path(dir_okay=False), callback=checked_profile,
               help="Machine profile (dsbench calibrate): add the planner's predicted step time beside the measured.")
-@click.option("--max-slowdown", type=Finite(1), default=MAX_SLOWDOWN, show_default=True,
-              help="The verdict's least-memory choice may step this much slower than the fastest.")
+@max_slowdown_option
 @wide_option
 def report(run_dirs: tuple[str, ...], out: str | None, no_plots: bool, profile: Any, max_slowdown: float,
            wide: bool) -> None:
