@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsbench.configs.autofill import AutoInputs
+from dsbench.configs.loader import load_config_strict
 from dsbench.configs.worker_flags import check_worker_flags
 from dsbench.errors import UserError
 from dsbench.layout_check import check_run_layout
@@ -70,8 +71,9 @@ def _deepspeed_config(spec: TrainSpec, shape: ModelShape, world: int,
                         precision=setup.precision_of(None, spec.precision), hidden_size=shape.hidden)
     path = spec.deepspeed_config or environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
     if path:
-        return setup.load_ds_config(path, inputs, world)
-    if accelerate_env.inline_deepspeed(environ):
-        raw, _ = accelerate_env.deepspeed_config(spec.lr_warmup_steps)
-        return setup.complete_ds_config(raw, accelerate_env.PLUGIN_SOURCE, inputs, world)
-    raise UserError("the deepspeed strategy needs --deepspeed_config FILE (e.g. ds_configs/zero2.json)")
+        raw, source = load_config_strict(path), path
+    elif accelerate_env.inline_deepspeed(environ):
+        raw, source = accelerate_env.deepspeed_config(spec.lr_warmup_steps)[0], accelerate_env.PLUGIN_SOURCE
+    else:
+        raise UserError("the deepspeed strategy needs --deepspeed_config FILE (e.g. ds_configs/zero2.json)")
+    return setup.complete_ds_config(raw, source, inputs, world)

@@ -15,7 +15,6 @@ from typing import Any
 from dsbench.configs.autofill import AutoInputs, fill_auto
 from dsbench.configs.findings import has_errors
 from dsbench.configs.layout import layout_of
-from dsbench.configs.loader import load_config_strict
 from dsbench.configs.precision import config_precision
 from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validate
 from dsbench.envinfo import machine, versions
@@ -62,11 +61,6 @@ def guard_jit_builds() -> None:
         raise UserError(stale_lock_message(locks))
     jitbaton.guard(stop.say)
     stop.on_stop(jitbaton.drop_held)
-
-
-def load_ds_config(path: str, inputs: AutoInputs, world_size: int) -> tuple[dict[str, Any], ParallelDims]:
-    """Read the config, fill "auto" as the HF Trainer would from the worker's own arguments, and validate it."""
-    return complete_ds_config(load_config_strict(path), path, inputs, world_size)
 
 
 def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs,
