@@ -54,7 +54,7 @@ def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, mode
         raise UserError(f"preset {preset_name!r} sets unknown fields {sorted(unknown)}")
     explicit = {name for name, value in flags.items() if value is not None}
     values.update({name: flags[name] for name in explicit})
-    set_degrees = degrees_set(sets)
+    set_degrees = degrees_written(sets)
     values.update(set_degrees)  # applied after the flags, as render applies every --set
     chosen = set(values)
     if (values.get("pipeline_stages") or 1) > 1 and "zero" not in values:
@@ -75,11 +75,10 @@ def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, mode
     return spec, shape
 
 
-# RenderSpec field of each degree key a --set may write (configs.layout.DEGREE_KEYS: flag -> key)
-_DEGREE_FIELDS = {"--pipeline-stages": "pipeline_stages", "--tp": "tp", "--ulysses": "ulysses"}
+_ABSENT = object()
 
 
-def degrees_set(sets: tuple[str, ...]) -> dict[str, int]:
+def degrees_written(sets: tuple[str, ...]) -> dict[str, int]:
     """The parallel degrees the ``--set`` items write (``pipeline.stages``, ``tensor_parallel.autotp_size``,
     ``sequence_parallel_size``), as RenderSpec fields: the layout the rendered config will have, so that the render's
     batch arithmetic (accumulation for ``--global-batch``) and the launch's one layout use them, not the flags' degrees
@@ -89,12 +88,9 @@ def degrees_set(sets: tuple[str, ...]) -> dict[str, int]:
     out = {}
     for flag, key in DEGREE_KEYS.items():
         value = get_path(written, key, _ABSENT)
-        if value is not _ABSENT:
-            out[_DEGREE_FIELDS[flag]] = int_or_none(value) or 1
+        if value is not _ABSENT:  # the flag's RenderSpec field: --pipeline-stages -> pipeline_stages
+            out[flag.removeprefix("--").replace("-", "_")] = int_or_none(value) or 1
     return out
-
-
-_ABSENT = object()
 
 
 def name_sets(message: str, sets: tuple[str, ...]) -> str:
