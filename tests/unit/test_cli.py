@@ -222,12 +222,24 @@ def test_launch_refuses_context_parallelism_in_one_line(cli_run, monkeypatch, gp
     assert no_split.exit_code == 0, no_split.output
 
 
-def test_a_launch_works_out_its_layout_once_and_checks_the_model_once(cli_run, monkeypatch):
-    """Issue 25's count for `dsbench launch --zero 1 --pipeline-stages 2 --model llama-tiny`, in the launch
-    process: one layout (render's batch arithmetic, validation and the layout check read the same one, since the
-    render takes a --set's degrees too), one model check (layout_check.py, the one each rank makes), one
-    validation."""
+@pytest.mark.parametrize("how, validations", [
+    (["--zero", "1", "--pipeline-stages", "2"], 1),
+    (["--zero", "1", "--set", "pipeline.stages=2"], 1),
+    (["--config", "pipe.json"], 1),
+    (["--strategy", "torch_pp", "--pipeline-stages", "2", "--grad-accum", "2", "--launcher", "torchrun"], 0),
+])
+def test_a_launch_works_out_its_layout_once_and_checks_the_model_once(cli_run, monkeypatch, how, validations):
+    """Issue 25's count for `dsbench launch --zero 1 --pipeline-stages 2 --model llama-tiny` (and its degree given
+    by a --set, in a --config file, or to torch's pipeline), in the launch process: one layout (render's batch
+    arithmetic, validation and the layout check read the same one, since the render takes a --set's degrees too),
+    one model check (layout_check.py, the one each rank makes), one validation of the DeepSpeed config."""
+    import json
+    from pathlib import Path
+
     from dsbench import launch, parallel
+
+    Path("pipe.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+                                             "zero_optimization": {"stage": 1}, "pipeline": {"stages": 2}}))
 
     built, checked, validated = [], [], []
     init, check_model, validate = parallel.ParallelDims.__init__, parallel.ParallelDims.check_model, launch.validate
@@ -235,10 +247,9 @@ def test_a_launch_works_out_its_layout_once_and_checks_the_model_once(cli_run, m
     monkeypatch.setattr(parallel.ParallelDims, "check_model",
                         lambda self, **k: checked.append(1) or check_model(self, **k))
     monkeypatch.setattr(launch, "validate", lambda *a, **k: validated.append(1) or validate(*a, **k))
-    result = cli_run("launch", "--zero", "1", "--pipeline-stages", "2", "--model", "llama-tiny", "--dry-run",
-                     "--run-dir", "r")
+    result = cli_run("launch", *how, "--model", "llama-tiny", "--dry-run", "--run-dir", "r")
     assert result.exit_code == 0, result.output
-    assert (len(built), len(checked), len(validated)) == (1, 1, 1)
+    assert (len(built), len(checked), len(validated)) == (1, 1, validations)
 
 
 def test_a_preset_s_flag_is_named_as_the_preset_s_in_a_launch_s_layout_error(cli_run):
