@@ -13,6 +13,7 @@ predicted. The layout runs again uncompiled in the same phase, so the ratio is o
 
 from __future__ import annotations
 
+import functools
 import shlex
 import sys
 from collections.abc import Callable
@@ -129,17 +130,7 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
     say(f"{len(found.scored)} layouts, {sum(s.fits for s in found.scored)} fit; predicted best: "
         f"{search.ranked(found.scored)[0].layout.name}")
 
-    def run(cell: Cell, what: str) -> float | None:
-        folder = req.out / "cells" / cell.id
-        if req.resume and finished(folder):
-            return measured_tokens_per_s(folder)  # made before the interruption (a failed run stays failed)
-        if folder.exists():
-            set_aside(folder)  # an interrupted run's files are kept beside, never overwritten
-        say(f"{what} ({cell.id})")
-        result = run_cell(cell, folder, req.timeout, None)
-        value = measured_tokens_per_s(result.folder)
-        say(f"  {result.status}: " + (f"{value:,.0f} tokens/s" if value else str(result.reason)))
-        return value
+    run = functools.partial(_run, req, say=say)
 
     def measure(layout: search.Layout) -> float | None:
         return run(cell_of(req, layout), f"run {len(found.runs)}/{found.runs_allowed()}: {layout.name}")
@@ -155,6 +146,20 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
         result.update(_winner(req, winner, run))
     atomic_write_json(req.out / "tune.json", result)
     return result
+
+
+def _run(req: TuneRequest, cell: Cell, what: str, *, say: Callable[[str], None]) -> float | None:
+    """One of tune's cells run (or, on --resume, read back when it finished before), its measured tokens/s."""
+    folder = req.out / "cells" / cell.id
+    if req.resume and finished(folder):
+        return measured_tokens_per_s(folder)  # made before the interruption (a failed run stays failed)
+    if folder.exists():
+        set_aside(folder)  # an interrupted run's files are kept beside, never overwritten
+    say(f"{what} ({cell.id})")
+    result = run_cell(cell, folder, req.timeout, None)
+    value = measured_tokens_per_s(result.folder)
+    say(f"  {result.status}: " + (f"{value:,.0f} tokens/s" if value else str(result.reason)))
+    return value
 
 
 def _resumed(req: TuneRequest, found: search.Search, say: Callable[[str], None]) -> search.Search:
