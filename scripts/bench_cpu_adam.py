@@ -25,6 +25,10 @@ import sys
 import time
 from typing import Any
 
+import script_args
+
+COUNT = script_args.positive(int)
+
 
 def node_rate(step_times: list[list[float]], params_per_rank: int) -> dict[str, float]:
     """The node's rate from each rank's step times (rank by step, the steps taken together): at each step the node
@@ -85,25 +89,13 @@ def measure(ranks: int, params: int, steps: int, warmup: int, threads: int | Non
     return node_rate(times, params)
 
 
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(float(text))
-        except (ValueError, OverflowError):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be above 0")
-        return value
-    return parse
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=_positive(int), default=os.cpu_count() and min(8, os.cpu_count()) or 1)
-    parser.add_argument("--params", type=_positive(int), default=int(2e8), help="parameters per rank")
-    parser.add_argument("--steps", type=_positive(int), default=10)
+    parser.add_argument("--ranks", type=COUNT, default=os.cpu_count() and min(8, os.cpu_count()) or 1)
+    parser.add_argument("--params", type=COUNT, default=int(2e8), help="parameters per rank")
+    parser.add_argument("--steps", type=COUNT, default=10)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--threads", type=_positive(int), help="OpenMP threads per rank [the default: every core]")
+    parser.add_argument("--threads", type=COUNT, help="OpenMP threads per rank [the default: every core]")
     parser.add_argument("--compare-ranks", action="store_true", help="measure one rank first, in the same run")
     args = parser.parse_args()
     if args.warmup < 0:

@@ -31,24 +31,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+import script_args
+
+COUNT = script_args.positive(int)
+
 DEPTH = 48
 """Linear layers in the stack: 96 parameter tensors, as many reductions when each fills its bucket."""
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=_positive, default=9, help="samples per figure (median) [9]")
+    parser.add_argument("--repeats", type=COUNT, default=9, help="samples per figure (median) [9]")
     parser.add_argument("--model", default="gpt2-mini", help="the model of part 3 [gpt2-mini]")
-    parser.add_argument("--micro-batch", type=_positive, default=2, help="part 3's micro-batch per rank [2]")
-    parser.add_argument("--grad-accum", type=_positive, default=4, help="part 3's micro-steps per step [4]")
-    parser.add_argument("--seq-len", type=_positive, default=128, help="part 3's sequence length [128]")
+    parser.add_argument("--micro-batch", type=COUNT, default=2, help="part 3's micro-batch per rank [2]")
+    parser.add_argument("--grad-accum", type=COUNT, default=4, help="part 3's micro-steps per step [4]")
+    parser.add_argument("--seq-len", type=COUNT, default=128, help="part 3's sequence length [128]")
     parser.add_argument("--out", help="also write the figures to this JSON file (rank 0)")
     args = parser.parse_args()
     from dsbench.commands.options import check_seq_len

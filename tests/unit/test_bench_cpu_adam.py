@@ -30,6 +30,7 @@ def test_the_node_waits_for_its_slowest_rank_at_each_step():
     (["--params", "nan"], "argument --params: 'nan' is not a number"),
     (["--params", "inf"], "argument --params: 'inf' is not a number"),
     (["--threads", "-2"], "argument --threads: '-2' must be above 0"),
+    (["--ranks", "1.5"], "argument --ranks: '1.5' is not a whole number"),  # never rounded to 1
     (["--warmup", "-1"], "--warmup must be 0 or more"),
     (["--ranks", "2", "--params", "1e30"], "need 29802322387695313092608.0 GiB of fp32 states; the host has"),
 ])

@@ -3,12 +3,13 @@ with one line and exit 2 (scripts/script_args.py), as the dsbench commands do.""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_script
 
 GENERATORS = ("build_tokenizer", "gen_accelerate_schema", "gen_ds_schema")
 """Scripts that write a shipped file when run: --help must not."""
@@ -47,8 +48,10 @@ def test_a_path_taking_script_without_paths_prints_its_usage():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
-    (["--grad-accum", "-1"], "argument --grad-accum: must be >= 1, got -1"),
+    (["--repeats", "0"], "argument --repeats: '0' must be above 0"),
+    (["--grad-accum", "-1"], "argument --grad-accum: '-1' must be above 0"),
+    (["--micro-batch", "1.5"], "argument --micro-batch: '1.5' is not a whole number"),
+    (["--seq-len", "x"], "argument --seq-len: 'x' is not a number"),
     (["--seq-len", "9999"], "--seq-len 9999 exceeds gpt2-mini's 256 positions"),
     (["--model", "nope"], "--model 'nope': not a preset"),
     (["--out", "scripts"], "--out scripts: give a new file in an existing folder"),  # never replaced, never a folder
@@ -58,3 +61,23 @@ def test_the_zero_reductions_benchmark_refuses_bad_flags_before_any_rank_starts(
     done = _script("bench_zero_reductions", *args)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.splitlines()[-1].startswith("bench_zero_reductions.py: error: ") and message in done.stderr
+
+
+@pytest.mark.parametrize("text, value", [("8", 8), ("2e8", 200_000_000), ("+3", 3),
+                                         ("12345678901234567890123", 12345678901234567890123)])
+def test_a_count_is_read_exactly(text, value):
+    positive = load_script("script_args").positive
+    assert positive(int)(text) == value and type(positive(int)(text)) is int
+
+
+@pytest.mark.parametrize("text, message", [("0", "'0' must be above 0"), ("-1", "'-1' must be above 0"),
+                                           ("1.5", "'1.5' is not a whole number"), ("nan", "'nan' is not a number"),
+                                           ("inf", "'inf' is not a number"), ("", "'' is not a number"),
+                                           ("$(id)", "'$(id)' is not a number")])
+def test_a_count_that_is_not_one_is_refused_by_name(text, message):
+    import argparse
+
+    positive = load_script("script_args").positive
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+        positive(int)(text)
+    assert positive(float)("0.5") == 0.5
