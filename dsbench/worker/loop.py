@@ -196,6 +196,16 @@ def _step(engine: Any, batches: list[Any], step: int, first: bool, clock: StepCl
                     grad_norm=getattr(engine, "grad_norm", None))
 
 
+def window_record(settings: LoopSettings, global_batch: int, first: int, seconds: float,
+                  rank_tokens: float) -> dict[str, Any]:
+    """The measured window: steps ``first`` .. the last, its wall-clock ``seconds``, and what it trained (the global
+    batch's samples and tokens per step, and ``rank_tokens``: one rank's share of the work per step)."""
+    measured = settings.steps - first
+    return WindowRecord(first_step=first, last_step=settings.steps - 1, seconds=seconds,
+                        tokens=measured * global_batch * settings.seq_len, samples=measured * global_batch,
+                        rank_tokens=measured * rank_tokens).to_dict()
+
+
 def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
                emit: Callable[[list[dict[str, Any]]], None],
                save: Callable[[int], dict[str, Any]] | None = None) -> None:
@@ -234,8 +244,6 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
         if due:
             assert save is not None
             emit([save(step + 1)])  # collective: every rank saves its part; records up to here are on disk
-    _sync(device)
-    measured = settings.steps - first_measured
-    emit([WindowRecord(first_step=first_measured, last_step=settings.steps - 1,
-                       seconds=time.perf_counter() - window_start, tokens=measured * global_tokens,
-                       samples=measured * plan.global_batch, rank_tokens=measured * rank_tokens).to_dict()])
+    _sync(device)  # the window ends when the device has finished its last step
+    emit([window_record(settings, plan.global_batch, first_measured, time.perf_counter() - window_start,
+                        rank_tokens)])

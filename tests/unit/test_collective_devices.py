@@ -109,3 +109,12 @@ def test_only_the_dist_module_calls_collectives():
                  for match in COLLECTIVE_CALL.finditer(path.read_text())]
     assert offenders == []
     assert COLLECTIVE_CALL.search(Path(ROOT / "dsbench" / "worker" / "dist.py").read_text())
+
+
+def test_the_window_record_counts_the_measured_steps_only():
+    """8 steps after 2 of warm-up, a global batch of 4 sequences of 128 tokens: 6 steps of 512 tokens, 24 samples;
+    one rank's share (here 256 tokens a step) six times."""
+    settings = loop.LoopSettings(steps=8, warmup=2, seq_len=128, dims=ParallelDims(world=2))
+    window = loop.window_record(settings, 4, 2, 1.5, 256)
+    assert window == {**window, "first_step": 2, "last_step": 7, "seconds": 1.5, "tokens": 6 * 512, "samples": 24,
+                      "rank_tokens": 6 * 256}
