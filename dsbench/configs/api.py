@@ -133,11 +133,11 @@ def render_config(flags: dict[str, Any], preset_name: str | None = None, model: 
     context = ValidateContext(world_size=world, allow_auto=keep_auto, layout=spec.dims() if world else None)
     errors = [f for f in validate(config, context, deepspeed_check=bool(sets)) if f.severity == "error"]
     if errors:
-        raise UserError(_blame(errors[0], sets))
+        raise UserError(blame(errors[0], sets))
     return config, notes
 
 
-def _blame(finding: Finding, sets: tuple[str, ...]) -> str:
+def blame(finding: Finding, sets: tuple[str, ...]) -> str:
     """The ``--set`` that wrote (or sits above) the finding's path, else the rendered config as a whole."""
     for item in reversed(sets):
         key = item.partition("=")[0]

@@ -19,6 +19,7 @@ from typing import Any
 from dsbench.configs.autofill import auto_paths
 from dsbench.configs.findings import Finding
 from dsbench.configs.overrides import get_path
+from dsbench.parallel import ParallelDims
 
 # pydantic model title -> the config section DeepSpeed builds it from
 _SECTIONS = {
@@ -67,12 +68,15 @@ def sanitized(config: dict[str, Any], reported: list[Finding]) -> dict[str, Any]
     return out
 
 
-def _world_for(config: dict[str, Any], world_size: int | None) -> int:
+def _world_for(config: dict[str, Any], world_size: int | None, layout: Any = None) -> int:
     """The world size to report to DeepSpeedConfig: its batch ranks, times the Ulysses degree it divides by again
-    (runtime/config.py: with ``sequence_parallel_size`` and no mpu, world / sequence_parallel_size)."""
+    (runtime/config.py: with ``sequence_parallel_size`` and no mpu, world / sequence_parallel_size). ``layout``: the
+    config's :class:`ParallelDims` on ``world_size`` ranks where the caller worked it out."""
     from dsbench.configs.layout import data_parallel_size, ulysses_degree
 
     sp = ulysses_degree(config)
+    if isinstance(layout, ParallelDims):
+        return layout.deepspeed_batch_ranks() * sp
     if world_size is not None:
         return (data_parallel_size(config, world_size) or 1) * sp
     tb, mb, ga = (get_path(config, k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
@@ -82,8 +86,10 @@ def _world_for(config: dict[str, Any], world_size: int | None) -> int:
     return sp
 
 
-def deepspeed_findings(config: dict[str, Any], world_size: int | None, reported: list[Finding]) -> list[Finding]:
-    """Findings from DeepSpeed's own parser; an empty list when it accepts the config."""
+def deepspeed_findings(config: dict[str, Any], world_size: int | None, reported: list[Finding],
+                       layout: Any = None) -> list[Finding]:
+    """Findings from DeepSpeed's own parser; an empty list when it accepts the config. ``layout``: the config's
+    layout on ``world_size`` ranks, where validation worked it out (else it is worked out here)."""
     try:
         ds_config = _quiet_import()
     except Exception as exc:  # deepspeed missing or broken: say so, don't fail validation on it
@@ -91,7 +97,7 @@ def deepspeed_findings(config: dict[str, Any], world_size: int | None, reported:
                         message=f"DeepSpeed's own parser was not run ({type(exc).__name__}: {exc})",
                         fix="pip install deepspeed to check with DeepSpeed's classes too")]
     checked = sanitized(config, reported)
-    dp = _world_for(checked, world_size)
+    dp = _world_for(checked, world_size, layout)
     saved = ds_config.dist.get_world_size, ds_config.dist.get_rank
     ds_config.dist.get_world_size = lambda *a, **k: dp
     ds_config.dist.get_rank = lambda *a, **k: 0

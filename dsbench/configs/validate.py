@@ -267,5 +267,5 @@ def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) ->
     if deepspeed_check:
         from dsbench.configs.deepspeed_check import deepspeed_findings
 
-        findings += deepspeed_findings(config, ctx.world_size, findings)
+        findings += deepspeed_findings(config, ctx.world_size, findings, ctx.layout)
     return findings
