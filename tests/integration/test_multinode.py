@@ -85,11 +85,13 @@ def losses(run: dict) -> list[float]:
 
 
 ONE_PER_NODE = ["--include", "dsb-n1:0@dsb-n2:0"]
+# the same slots left by --exclude, with an --env every rank gets (test_include_and_exclude_... reads this run)
+ONE_PER_NODE_EXCLUDED = ["--exclude", "dsb-n1:1@dsb-n2:1", "--env", "DSBENCH_TAG=checked"]
 # torch_3d as test_model_parallel.py launches it on one node (its run shared through the session's cache)
 TORCH_3D = ["--strategy", "torch_3d", "--tp", "2", "--pipeline-stages", "2", "--launcher", "torchrun", "--model",
             "llama-tiny", *MB, "--grad-accum", "2"]
 MULTI = {  # name -> (multi-node launch args, single-node reference (a session run's name and args), hostnames)
-    "zero2_2x1": ([*ZERO2, *ONE_PER_NODE], ("zero2", ZERO2), ["dsb-n1", "dsb-n2"]),
+    "zero2_2x1": ([*ZERO2, *ONE_PER_NODE_EXCLUDED], ("zero2", ZERO2), ["dsb-n1", "dsb-n2"]),
     "zero3_2x1": ([*ZERO3, *ONE_PER_NODE], ("zero3", ZERO3), ["dsb-n1", "dsb-n2"]),
     "zero2_2x2": (ZERO2, ("zero2_w4", [*ZERO2, "--num-gpus", "4"]), ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
     "zero3_ssh_2x1": ([*ZERO3, "--launcher-backend", "ssh", *ONE_PER_NODE], ("zero3", ZERO3), ["dsb-n1", "dsb-n2"]),
@@ -145,10 +147,11 @@ def test_a_failing_rank_ends_the_launch_and_names_its_node(hostfile, tmp_path, n
 
 @needs_testbed
 def test_include_and_exclude_select_slots_as_deepspeed_documents(hostfile, runs):
-    """--exclude dsb-n2 leaves one node's two slots; the environment reaches every rank."""
-    run, folder = launched(runs, "exclude", ["--zero", "2", "--hostfile", str(hostfile), "--exclude", "dsb-n2",
-                                             "--env", "DSBENCH_TAG=checked"])
-    assert run["header"][0]["hostnames"] == ["dsb-n1", "dsb-n1"]
+    """--exclude dsb-n1:1@dsb-n2:1 leaves one slot a node, the slots the other 2x1 runs --include (zero2_2x1's run,
+    whose losses test_two_nodes_train_like_one checks); the environment reaches every rank through
+    .deepspeed_env. Every filter's slots, against DeepSpeed's own parser: tests/unit/test_hostfile.py."""
+    run, folder = launched(runs, "zero2_2x1", ["--hostfile", str(hostfile), *MULTI["zero2_2x1"][0]])
+    assert run["header"][0]["hostnames"] == ["dsb-n1", "dsb-n2"]
     env_file = (folder / ".deepspeed_env").read_text()
     assert "DSBENCH_TAG=checked" in env_file and "DS_ACCELERATOR=cpu" in env_file
 
