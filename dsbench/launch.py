@@ -9,7 +9,7 @@ from typing import Any
 from dsbench import trainflags, trainspec
 from dsbench.configs import accelerate, accelerate_worker
 from dsbench.configs.api import (
-    blame,
+    check_rendered,
     credit_preset,
     ds_file_of,
     from_preset,
@@ -95,18 +95,14 @@ def _written_config(req: LaunchRequest, world: int) -> tuple[Path, dict[str, Any
     if req.config:
         config, notes = load_config_strict(req.config), []
         layout = layout_of(config, world) if isinstance(config, dict) else None
+        findings = validate(config, ValidateContext(world_size=world, layout=layout), deepspeed_check=False)
+        if has_errors(findings):
+            raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
     else:  # the render's layout is the config's: make_render_spec takes the degrees a --set writes
         spec, _ = make_render_spec(_render_flags(req, world), req.preset, req.model, False, req.sets,
                                    check_model=False)
         (config, notes), layout = render(spec), spec.dims()
-    # DeepSpeed's own parser too where a --set wrote into the rendered config, as `dsbench render` runs it
-    findings = validate(config, ValidateContext(world_size=world, layout=layout),
-                        deepspeed_check=bool(req.sets) and not req.config)
-    errors = [f for f in findings if f.severity == "error"]
-    if errors and not req.config:  # what dsbench rendered: the --set that broke it, in one line, as render says it
-        raise UserError(blame(errors[0], req.sets))
-    if errors:
-        raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
+        check_rendered(config, spec, world)  # refused as `dsbench render` refuses it: the --set that broke it
     return atomic_write_json(req.run_dir / "ds_config.json", config), config, layout, notes
 
 

@@ -129,15 +129,22 @@ def render_config(flags: dict[str, Any], preset_name: str | None = None, model: 
     validate would reject is refused, naming the ``--set`` that broke it."""
     spec, _ = make_render_spec(flags, preset_name, model, keep_auto, sets)
     config, notes = render(spec)
-    world = flags.get("world_size")  # the spec's layout is the config's (make_render_spec reads the --set degrees)
-    context = ValidateContext(world_size=world, allow_auto=keep_auto, layout=spec.dims() if world else None)
-    errors = [f for f in validate(config, context, deepspeed_check=bool(sets)) if f.severity == "error"]
-    if errors:
-        raise UserError(blame(errors[0], sets))
+    check_rendered(config, spec, flags.get("world_size"))
     return config, notes
 
 
-def blame(finding: Finding, sets: tuple[str, ...]) -> str:
+def check_rendered(config: dict[str, Any], spec: RenderSpec, world: int | None) -> None:
+    """A rendered config validated as ``dsbench validate`` would on ``world`` ranks, with DeepSpeed's own parser
+    where a ``--set`` wrote into it; its first error in one line naming that ``--set`` (``dsbench render`` and
+    ``dsbench launch`` both refuse it so). The spec's layout is the config's (make_render_spec reads the ``--set``
+    degrees), so it is not worked out again."""
+    context = ValidateContext(world_size=world, allow_auto=spec.keep_auto, layout=spec.dims() if world else None)
+    errors = [f for f in validate(config, context, deepspeed_check=bool(spec.sets)) if f.severity == "error"]
+    if errors:
+        raise UserError(_blame(errors[0], spec.sets))
+
+
+def _blame(finding: Finding, sets: tuple[str, ...]) -> str:
     """The ``--set`` that wrote (or sits above) the finding's path, else the rendered config as a whole."""
     for item in reversed(sets):
         key = item.partition("=")[0]
