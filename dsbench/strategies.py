@@ -1,19 +1,15 @@
-"""Every strategy dsbench knows, defined once (stdlib only).
-
-Three vocabularies, each spelled here and nowhere else (``tests/unit/test_strategies.py`` fails when another module
-holds its own table of these names):
+"""Every strategy dsbench knows, defined once (stdlib only; ``tests/unit/test_strategies.py`` fails when another
+module holds its own table of these names). Three vocabularies:
 
 - the worker's engines (``dsbench launch --strategy``): who trains on each rank;
 - the planner's data-parallel strategies (``dsbench plan``): what each shards, after the ZeRO paper (Rajbhandari
   et al. 2020, section 5: P_os, P_os+g, P_os+g+p) and FSDP's full sharding (Zhao et al. 2023);
-- compare's strategies (``dsbench compare --strategies``, ``tune``, ``whatif``, ``plan --verify``, report labels):
-  one frozen :class:`Strategy` each, naming its engine, launcher, ZeRO stage, offloads and tp/pp/Ulysses degrees.
-  Names with a degree are parameterised (``torch_tp{N}``, ``torch_pipe{P}``, ``zero1_tp{N}``, ``pipe{P}``,
-  ``ulysses{N}``), so any degree can be named; the planner prints its candidates in the same vocabulary.
+- compare's strategies (``compare --strategies``, ``tune``, ``whatif``, ``plan --verify``, report labels): one
+  frozen :class:`Strategy` each; names with a degree are parameterised (``torch_tp{N}``, ``pipe{P}``, ...), and
+  the planner prints its candidates in the same vocabulary.
 
-A strategy's ``dsbench launch`` flags, the speed options that apply to it, the ranks that share one batch and the
-planner's candidate for it are all derived from its fields. Adding a strategy touches this file and, if its engine
-is new, the worker.
+A strategy's launch flags, speed options, ranks per batch and planner candidate derive from its fields. Adding a
+strategy touches this file and, if its engine is new, the worker.
 """
 
 from __future__ import annotations
@@ -140,13 +136,9 @@ class Strategy:
 
     @property
     def family(self) -> str:
-        """The engine family ``calibrate --check`` scales as one (plan/selfcheck.py): the form of parallelism and
-        the code path its step runs. torch's pipelining (``pipeline``), DeepSpeed's pipeline engine
-        (``pipe_engine``), DTensor tensor parallelism (``tensor``) and DeepSpeed's AutoTP (``autotp``) are one
-        family each; so are DeepSpeed's ZeRO-1 (stage_1_and_2.py, gradients reduced at the accumulation boundary),
-        ZeRO-2 (``zero``: its hooks reduce every micro-step), ZeRO-1/2 with the optimizer offloaded
-        (``zero_offload``: DeepSpeedCPUAdam on the host, timed on the model by calibrate, checked by no cell, so
-        unscaled), ZeRO-3 (stage3.py, offload included) and stage 0 (``deepspeed``: the engine's own all-reduce);
+        """The engine family ``calibrate --check`` scales as one (plan/selfcheck.py; each family's code path is in
+        docs/planner.md, "calibrate --check"): one per form of parallelism and per ZeRO optimizer (ZeRO-1 reduces
+        at the accumulation boundary, ZeRO-2's hooks every micro-step, the offloaded ZeRO-1/2 step on the host);
         ``single`` runs DDP's loop on one rank."""
         if self.ulysses > 1:
             return "ulysses"
@@ -165,19 +157,11 @@ class Strategy:
     @property
     def launch_flags(self) -> tuple[str, ...]:
         """The ``dsbench launch`` flags beyond ``--strategy`` and ``--launcher``."""
-        flags: list[str] = []
-        if self.zero is not None:
-            flags += ["--zero", str(self.zero)]
-        if self.offload != "none":
-            flags += ["--offload", self.offload]
-        if self.offload_param != "none":
-            flags += ["--offload-param", self.offload_param]
-        if self.tp > 1:
-            flags += ["--tp", str(self.tp)]
-        if self.pp > 1:
-            flags += ["--pipeline-stages", str(self.pp)]
-        if self.ulysses > 1:
-            flags += ["--ulysses", str(self.ulysses)]
+        flags = [] if self.zero is None else ["--zero", str(self.zero)]
+        for flag, where in (("--offload", self.offload), ("--offload-param", self.offload_param)):
+            flags += [flag, where] if where != "none" else []
+        for flag, degree in (("--tp", self.tp), ("--pipeline-stages", self.pp), ("--ulysses", self.ulysses)):
+            flags += [flag, str(degree)] if degree > 1 else []
         if self.virtual_stages > 1:
             flags += ["--pipeline-schedule", "interleaved-zb" if self.zero_bubble else "interleaved",
                       "--virtual-stages", str(self.virtual_stages)]
@@ -204,11 +188,7 @@ class Strategy:
                 "zero_bubble": self.zero_bubble}
 
 
-def _fixed(*strategies: Strategy) -> dict[str, Strategy]:
-    return {s.name: s for s in strategies}
-
-
-FIXED = _fixed(
+FIXED = {strategy.name: strategy for strategy in (
     Strategy("single", "single", "torchrun"),
     Strategy("ddp", "ddp", "torchrun"),
     Strategy("fsdp", "fsdp", "torchrun"),
@@ -218,7 +198,7 @@ FIXED = _fixed(
     Strategy("zero3_offload", "deepspeed", "deepspeed", zero=3, offload="cpu", offload_param="cpu"),
     # NVMe needs a swap folder (--nvme-path): compare gives each cell its own; plan --verify and tune leave it out
     Strategy("zero3_nvme", "deepspeed", "deepspeed", zero=3, offload="nvme", offload_param="nvme", planned=False),
-)
+)}
 
 # Parameterised families: the name's digits are the degree (>= 2).
 FAMILIES: dict[str, tuple[str, Strategy]] = {
@@ -236,22 +216,16 @@ FAMILIES: dict[str, tuple[str, Strategy]] = {
 }
 ULYSSES_SHARDINGS = tuple(f"zero{template.zero}" for degree, template in FAMILIES.values() if degree == "ulysses")
 """The planner's strategies that dsbench runs with DeepSpeed Ulysses (its families' ZeRO stages)."""
-_FAMILY_NAME = re.compile(r"(zero1_tp|torch_pipe|torch_tp|pipe|zero3_ulysses|ulysses)([0-9]{1,4})"
-                          r"((?:_sp)?(?:_lp)?|_(?:interleaved|zb)[0-9]{1,2})")
+_FAMILY_NAME = re.compile(f"({'|'.join(FAMILIES)})" r"([0-9]{1,4})((?:_sp)?(?:_lp)?|_(?:interleaved|zb)[0-9]{1,2})")
 TP_OPTIONS = {"_sp": "sequence_parallel", "_lp": "loss_parallel"}
-"""torch_tp's option suffixes (``torch_tp2_sp``, ``torch_tp2_lp``, ``torch_tp2_sp_lp``); torch_pipe's are
-``_interleaved{V}`` and ``_zb{V}`` (zero bubble). The CPU planner prices both schedules (their bubbles and V times
-the sends) and torch_tp's options (their collectives, the split head, SP's own DTensor cost)."""
+"""torch_tp's option suffixes (``torch_tp2_sp_lp``); torch_pipe's are ``_interleaved{V}`` and ``_zb{V}``."""
 LISTED = (*FIXED, "zero1_tp2", "pipe2", "torch_pipe2", "torch_tp2", "torch_3d_tp2_pp2", "ulysses2")
 """Compare's strategies as listed to users and searched by ``tune`` (each family at degree 2)."""
 DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_offload")
 CHECKED = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "torch_tp2", "zero1_tp2", "torch_pipe2", "pipe2",
            "ulysses2")
 """``calibrate --check``'s cell for each engine family (:attr:`Strategy.family`), in this order, where the model and
-the ranks allow it: on one rank the single loop (ddp's family) alone; else DDP, FSDP2, ZeRO-1 (gradients reduced
-at the boundary), ZeRO-2 (hooks reduce every micro-step; none for the offloaded ZeRO-1/2), ZeRO-3 (gathers,
-partitioned hooks), DTensor's and AutoTP's TP (Llama-family models), torch's 1F1B and DeepSpeed's pipeline engine, and
-DeepSpeed Ulysses (Llama-family models: its all-to-alls and HF attention wrapper)."""
+the ranks allow it (on one rank the single loop alone; tensor parallelism and Ulysses on Llama-family models)."""
 GPU_ONE_RANK = ("single", "zero1", "zero2", "zero3")
 """``calibrate --check``'s cells on one CUDA GPU: the plain loop and ZeRO-1/2/3 (gpu_fit.py fits zero_host_us)."""
 WHATIF_DEFAULT = ("ddp", "zero2", "zero3", "fsdp", "pipe2")
@@ -265,10 +239,14 @@ _THREE_D_NAME = re.compile(r"torch_3d_tp([1-9][0-9]{0,3})_pp([1-9][0-9]{0,3})(?:
 (S ranks per shard group: 1 is DDP, between is HSDP). P >= 2 (without a pipeline it is torch_tp), V >= 2."""
 
 
+def _chunks(virtual_stages: int, zero_bubble: bool) -> str:
+    """A pipeline's suffix for its chunks per rank: ``_interleaved{V}`` or ``_zb{V}`` (none for one chunk)."""
+    return f"_{'zb' if zero_bubble else 'interleaved'}{virtual_stages}" if virtual_stages > 1 else ""
+
+
 def three_d(tp: int, pp: int, dp_shard: int = 0, virtual_stages: int = 1, zero_bubble: bool = False) -> Strategy:
     """torch_3d at these degrees (its name from them)."""
-    chunks = f"_{'zb' if zero_bubble else 'interleaved'}{virtual_stages}" if virtual_stages > 1 else ""
-    name = f"torch_3d_tp{tp}_pp{pp}{chunks}" + (f"_shard{dp_shard}" if dp_shard else "")
+    name = f"torch_3d_tp{tp}_pp{pp}{_chunks(virtual_stages, zero_bubble)}" + (f"_shard{dp_shard}" if dp_shard else "")
     return Strategy(name, "torch_3d", "torchrun", tp=tp, pp=pp, dp_shard=dp_shard, virtual_stages=virtual_stages,
                     zero_bubble=zero_bubble and virtual_stages > 1)
 
@@ -277,13 +255,11 @@ def lookup(name: str) -> Strategy | None:
     """The strategy a compare name denotes (``None`` for an unknown name or a degree below 2)."""
     if name in FIXED:
         return FIXED[name]
-    three = _THREE_D_NAME.fullmatch(name)
-    if three is not None:
+    if (three := _THREE_D_NAME.fullmatch(name)) is not None:
         chunks = int(three[4] or 1)
         valid = int(three[2]) >= 2 and (three[4] is None or chunks >= 2)
         return three_d(int(three[1]), int(three[2]), int(three[5] or 0), chunks, three[3] == "zb") if valid else None
-    match = _FAMILY_NAME.fullmatch(name)
-    if match is None or int(match[2]) < 2 or match[2].startswith("0"):
+    if (match := _FAMILY_NAME.fullmatch(name)) is None or int(match[2]) < 2 or match[2].startswith("0"):
         return None
     suffix = match[3]
     options: dict[str, Any] = {field: True for part, field in TP_OPTIONS.items() if part in suffix}
@@ -305,8 +281,7 @@ def known(name: str) -> bool:
 
 def get(name: str) -> Strategy:
     """The strategy of a name already checked by :func:`known` (a KeyError names a programming error)."""
-    strategy = lookup(name)
-    if strategy is None:
+    if (strategy := lookup(name)) is None:
         raise KeyError(name)
     return strategy
 
@@ -320,7 +295,5 @@ def choices() -> str:
 
 def with_options(name: str, sequence_parallel: bool = False, loss_parallel: bool = False,
                  virtual_stages: int = 1, zero_bubble: bool = False) -> str:
-    """A torch_tp / torch_pipe family name with its option suffixes (:data:`TP_OPTIONS`, ``_interleaved{V}``,
-    ``_zb{V}``)."""
-    chunks = f"_{'zb' if zero_bubble else 'interleaved'}{virtual_stages}" if virtual_stages > 1 else ""
-    return name + "_sp" * sequence_parallel + "_lp" * loss_parallel + chunks
+    """A torch_tp / torch_pipe family name with its option suffixes (:data:`TP_OPTIONS`, :func:`_chunks`)."""
+    return name + "_sp" * sequence_parallel + "_lp" * loss_parallel + _chunks(virtual_stages, zero_bubble)

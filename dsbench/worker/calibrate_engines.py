@@ -131,9 +131,6 @@ def measure_zero_model(shape: Any, micro: int, seq: int, comm: Any, info: Any, d
     to, or saves from, ZeRO-2's step on this machine.
 
     ``MODEL_ROUNDS`` × ``repeats`` rounds: what the planner reads from here is small beside one step's noise."""
-    import copy
-
-    import deepspeed
     import torch
 
     from dsbench.worker.model import build_model
@@ -141,22 +138,30 @@ def measure_zero_model(shape: Any, micro: int, seq: int, comm: Any, info: Any, d
     device = info.device
     model = build_model(shape, 1234, False, False).to(device=device, dtype=dtype)
     ids = torch.randint(0, shape.vocab_size, (micro, seq), generator=torch.Generator().manual_seed(0)).to(device)
-    works, engines = _plain_steps(model, ids), []
-    for stage in (1, 2):
-        copied = copy.deepcopy(model)
-        engine, *_ = deepspeed.initialize(model=copied, config=zero_config(stage, precision, micro, shape.hidden),
-                                          optimizer=torch.optim.AdamW(copied.parameters(), lr=1e-4))
-        engines.append(engine)
-        works[f"zero{stage}_step"] = _engine_step(engine, ids)
-    copied = copy.deepcopy(model)
-    engine, *_ = deepspeed.initialize(model=copied, model_parameters=copied.parameters(),
-                                      config=offload_config(precision, micro, shape.hidden))
-    engines.append(engine)
-    works["zero2_offload_step"] = _engine_step(engine, ids)
+    works = _plain_steps(model, ids)
+    # ZeRO-1/2 step the same client torch AdamW; the offloaded ZeRO-2 its config's optimizer (DeepSpeedCPUAdam)
+    engines = {f"zero{stage}_step": _zero_engine(model, zero_config(stage, precision, micro, shape.hidden), True)
+               for stage in (1, 2)}
+    engines["zero2_offload_step"] = _zero_engine(model, offload_config(precision, micro, shape.hidden), False)
+    works |= {name: _engine_step(engine, ids) for name, engine in engines.items()}
     timed = interleaved(works, comm, device, MODEL_ROUNDS * repeats, STACK_CALLS)
-    for engine in engines:
+    for engine in engines.values():
         engine.destroy()
     return {"world": comm.world_size, "micro_batch": micro, "seq_len": seq, **timed}
+
+
+def _zero_engine(model: Any, config: dict[str, Any], client_adamw: bool) -> Any:
+    """A DeepSpeed engine over a copy of ``model``: stepping a client torch AdamW, or the config's optimizer."""
+    import copy
+
+    import deepspeed
+    import torch
+
+    copied = copy.deepcopy(model)
+    optimizer = {"optimizer": torch.optim.AdamW(copied.parameters(), lr=1e-4)} if client_adamw else {
+        "model_parameters": copied.parameters()}
+    engine, *_ = deepspeed.initialize(model=copied, config=config, **optimizer)
+    return engine
 
 
 def _plain_steps(model: Any, ids: Any) -> dict[str, Any]:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsbench.models import LLAMA_LIKE
 from dsbench.worker.calibrate_engines import MODEL_ROUNDS, STACK_CALLS
 from dsbench.worker.calibrate_timing import interleaved
+from dsbench.worker.model import build_model
 
 
 def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: Any, dtype: Any, repeats: int,
@@ -26,9 +28,6 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     import torch
     from torch.distributed.device_mesh import init_device_mesh
 
-    from dsbench.models import LLAMA_LIKE
-    from dsbench.worker.model import build_model
-
     facts = {"layers": shape.layers, "tp": tp, "micro_batch": micro, "seq_len": seq, "hidden": shape.hidden,
              "heads": shape.heads, "kv_heads": shape.kv_heads}
     if shape.arch not in LLAMA_LIKE:
@@ -42,10 +41,10 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
 
     plain = model.model.layers
     shard = hidden.chunk(tp, dim=1)[mesh["tp"].get_local_rank()].contiguous()  # this rank's tokens under SP
-    torch_tp = _dtensor_layers(plain, mesh["tp"], sequence_parallel=False)
     sp = _dtensor_layers(plain, mesh["tp"], sequence_parallel=True)
     works = {"plain_forward_backward": layers_step(plain, hidden, position_embeddings=rotary),
-             "torch_forward_backward": layers_step(torch_tp, hidden, position_embeddings=rotary),
+             "torch_forward_backward": layers_step(_dtensor_layers(plain, mesh["tp"], sequence_parallel=False),
+                                                   hidden, position_embeddings=rotary),
              "autotp_forward_backward": layers_step(_autotp_layers(plain, mesh.get_group("tp")), hidden,
                                                     position_embeddings=rotary),
              "sp_forward_backward": layers_step(sp, shard, position_embeddings=rotary),

@@ -241,8 +241,7 @@ def train_loop(engine: Any, plan: Any, dist_info: Any, settings: LoopSettings,
         due = save is not None and saves_after(step, settings)
         if len(pending) >= settings.gather_every or step in (first_measured - 1, settings.steps - 1) or due:
             gather()  # all-gather across ranks: sync point; the last one also waits for the slowest rank
-        if due:
-            assert save is not None
+        if due and save is not None:
             emit([save(step + 1)])  # collective: every rank saves its part; records up to here are on disk
     _sync(device)  # the window ends when the device has finished its last step
     emit([window_record(settings, plan.global_batch, first_measured, time.perf_counter() - window_start,
