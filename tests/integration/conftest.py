@@ -127,7 +127,8 @@ its 90-minute CI budget."""
 
 
 LAUNCHES: dict[str, int] = {}
-"""Real launches per test file: jobs whose ranks trained or measured (a compare, tune or whatif counts each cell)."""
+"""Real launches per test (its node id; a shared run counts for the test that launched it first): jobs whose ranks
+trained or measured (a compare, tune or whatif counts each cell)."""
 _LAUNCHERS = {"deepspeed", "torchrun", "accelerate", "sbatch", "srun", "mpirun"}
 _TEMP: list[Path] = []
 """The session's pytest temporary folder, where the tests' run folders are."""
@@ -159,9 +160,9 @@ def _count_launches(argv: list[str], before: set[str]) -> None:
 
 
 def note_launch(count: int = 1) -> None:
-    """Count ``count`` real launches for the running test's file (for processes started without run_command)."""
+    """Count ``count`` real launches for the running test (for processes started without run_command)."""
     if count:
-        test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[0]
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]  # without " (setup)", " (call)"
         LAUNCHES[test] = LAUNCHES.get(test, 0) + count
 
 
@@ -190,9 +191,18 @@ def pytest_testnodedown(node, error) -> None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    if LAUNCHES:
-        terminalreporter.write_line(f"real launches: {sum(LAUNCHES.values())} "
-                                    f"({', '.join(f'{Path(k).name} {v}' for k, v in sorted(LAUNCHES.items()))})")
+    """The launch count per file in one line (docs/testing.md lists it), then a line per file: which test made
+    each launch."""
+    per_file: dict[str, dict[str, int]] = {}
+    for test, count in sorted(LAUNCHES.items()):
+        path, _, name = test.partition("::")
+        per_file.setdefault(Path(path).name, {})[name] = count
+    if per_file:
+        terminalreporter.write_line(f"real launches: {sum(LAUNCHES.values())} ("
+                                    + ", ".join(f"{file} {sum(tests.values())}" for file, tests in per_file.items())
+                                    + ")")
+        for file, tests in per_file.items():
+            terminalreporter.write_line(f"  {file}: " + ", ".join(f"{name} {count}" for name, count in tests.items()))
 
 
 def _run(argv: list[str], cwd: Path, env: dict[str, str] | None, timeout: int) -> subprocess.CompletedProcess:
