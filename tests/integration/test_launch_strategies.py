@@ -13,7 +13,7 @@ pytestmark = pytest.mark.dist
 
 NVME = shutil.which("gcc") is not None and Path("/usr/include/libaio.h").exists()  # DeepSpeed's async_io op
 
-# name -> dsbench launch arguments (micro-batch 2 per rank: global batch 4 on 2 ranks)
+# name -> dsbench launch arguments (micro-batch 2 per rank: global batch 4 on 2 ranks, as every cell here trains)
 CELLS = {
     "single": ["--strategy", "single", "--launcher", "torchrun", "--num-gpus", "1", "--micro-batch", "4"],
     "zero0": ["--zero", "0", "--micro-batch", "2"],
@@ -26,12 +26,13 @@ CELLS = {
     "fsdp": FSDP,
     "accelerate_zero2": ["--launcher", "accelerate", "--zero", "2", "--micro-batch", "2"],
     "accelerate_fsdp": ["--launcher", "accelerate", "--strategy", "fsdp", "--micro-batch", "2"],
-    # DeepSpeed AutoTP (ZeRO-1, tensor parallel 2) on Llama: both ranks share one batch of 2
-    "autotp": ["--preset", "tp", "--model", "llama-tiny", "--micro-batch", "2", "--lr", "1e-3"],
-    "single_llama": ["--strategy", "single", "--launcher", "torchrun", "--num-gpus", "1", "--micro-batch", "2",
-                     "--model", "llama-tiny", "--lr", "1e-3"],
+    # DeepSpeed AutoTP (ZeRO-1, tensor parallel 2) on Llama: both ranks share one batch of 4
+    "autotp": ["--preset", "tp", "--model", "llama-tiny", "--micro-batch", "4", "--lr", "1e-3"],
+    # the Llama reference: test_model_parallel.py's single_llama_4, the same command (one launch for both files)
+    "single_llama": ["--strategy", "single", "--launcher", "torchrun", "--num-gpus", "1", "--model", "llama-tiny",
+                     "--micro-batch", "4", "--lr", "1e-3"],
 }
-GLOBAL_BATCH = {"autotp": 2, "single_llama": 2}
+GLOBAL_BATCH = 4
 PARITY = ["ddp", "fsdp", "zero0", "zero1", "zero2", "zero3"]
 
 
@@ -46,12 +47,12 @@ def test_trains_and_records_complete_metrics(runs, name):
     run = finished(runs, name)
     [header] = run["header"]
     world = 1 if name.startswith("single") else 2
-    assert header["world_size"] == world and header["global_batch"] == GLOBAL_BATCH.get(name, 4)
+    assert header["world_size"] == world and header["global_batch"] == GLOBAL_BATCH
     expected = {"single": "single", "single_llama": "single", "autotp": "deepspeed"}
     assert header["strategy"] == expected.get(name, "deepspeed" if "zero" in name else name.split("_")[-1])
     assert header["versions"]["torch"] and header["command"] and header["config_hash"]
     assert header["process_group"] == {"initialized": True, "backend": "gloo", "world_size": world}
-    tokens = GLOBAL_BATCH.get(name, 4) * 128
+    tokens = GLOBAL_BATCH * 128
     steps = run["steps"]
     assert [s["step"] for s in steps] == list(range(STEPS))
     assert steps[-1]["loss"] < steps[0]["loss"] - 0.02, [s["loss"] for s in steps]

@@ -35,7 +35,7 @@ COMMANDS = {
                               "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --activation-checkpointing "
                               "--fused-optimizer",
     "torch_tp2_ckpt_llama": "--strategy torch_tp --tp 2 --launcher torchrun --model llama-tiny --num-gpus 2 "
-                            "--recompute selective-op -- --fused-optimizer",
+                            "--micro-batch 4 --recompute selective-op -- --fused-optimizer",
     "torch_pipe2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-tiny "
                         "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --pipeline-schedule gpipe",
     # interleaved 1F1B, 2 chunks per rank of gpt2-mini's 4 blocks (tied embeddings: rank 0's first chunk and rank
@@ -56,7 +56,7 @@ COMMANDS = {
                            "--num-gpus 4 --sequence-parallel --loss-parallel",
     # DeepSpeed Ulysses (issue 28): the sequence split over 2 ranks, attention heads exchanged by all-to-all, as
     # typed (ZeRO-1, AdamW; its gradients under SGD with ZeRO-1 and ZeRO-3: test_ulysses.py)
-    "ulysses2_llama": "--zero 1 --ulysses 2 --model llama-tiny --micro-batch 2 --num-gpus 2",
+    "ulysses2_llama": "--zero 1 --ulysses 2 --model llama-tiny --micro-batch 4 --num-gpus 2",
     # torch_3d (issue 28): DTensor TP inside torch's pipeline stages, FSDP2 across replicas; 4 ranks (tp 2 x pp 2),
     # 8 ranks (x dp 2, FSDP over both replicas) on a Qwen2 whose head is tied to its embedding (the first and last
     # stage hold it) under the interleaved schedule, and 8 ranks of pipeline x HSDP (pp 2 x 2 replicas x 2 shards)
@@ -71,16 +71,15 @@ COMMANDS = {
     "single_llama_4": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 4",
     "single_qwen2_tied_4": f"--strategy single --launcher torchrun --num-gpus 1 --model {QWEN2_TIED} --micro-batch 4",
     "single_llama_8": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 8",
-    "single_llama_2": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 2 --model llama-tiny",
     "single_gpt2_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4",  # gpt2-tiny: the default
     "single_gpt2_mini_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4 --model gpt2-mini",
 }
 REFERENCE = {"pipe2_ckpt_llama": "single_llama_4",
-             "torch_pipe2_ckpt_llama": "single_llama_4", "torch_tp2_ckpt_llama": "single_llama_2",
+             "torch_pipe2_ckpt_llama": "single_llama_4", "torch_tp2_ckpt_llama": "single_llama_4",
              "pipe2_gpt2": "single_gpt2_4", "torch_pipe2_gpt2": "single_gpt2_4",
              "pipe2_dp2_llama": "single_llama_4", "torch_pipe2_dp2_llama": "single_llama_4",
              "torch_tp2_dp2_llama": "single_llama_4", "torch_pipe2_interleaved2_gpt2": "single_gpt2_mini_4",
-             "torch_pipe2_zb2_gpt2": "single_gpt2_mini_4", "ulysses2_llama": "single_llama_2",
+             "torch_pipe2_zb2_gpt2": "single_gpt2_mini_4", "ulysses2_llama": "single_llama_4",
              "torch_3d_tp2_pp2_llama": "single_llama_4",
              "torch_3d_tp2_pp2_dp2_interleaved2_qwen2_tied": "single_qwen2_tied_4",
              "torch_3d_pp2_hsdp_llama": "single_llama_8"}
