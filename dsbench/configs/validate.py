@@ -225,7 +225,23 @@ def _pipeline_combinations(config: dict[str, Any], stage: int, opt_dev: Any) -> 
                            message=f"pipeline parallelism ({pp} stages) with bf16 and optimizer offload to {opt_dev}: "
                                    "DeepSpeed's pipeline engine fails in its bf16 optimizer step (DeepSpeed#3866)",
                            fix="drop the offload, or train in fp16/fp32 with the pipeline"))
-    return out
+    return out + _pipeline_clip(config, pp, stage)
+
+
+def _pipeline_clip(config: dict[str, Any], pp: int, stage: int) -> list[Finding]:
+    """DeepSpeed 0.19.8's fp32 ZeRO-0 pipeline clips by the first stage's gradient norm alone
+    (dsbench/worker/engines/pipe_clip.py says how, and how it was found)."""
+    clip = get_path(config, "gradient_clipping")
+    clips = clip == "auto" or (isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0)
+    if pp < 2 or stage != 0 or not clips or fp16_enabled(config) or bf16_enabled(config):
+        return []
+    return [Finding(severity="warning", code="pipeline-zero0-clip", path="gradient_clipping",
+                    message=f"pipeline parallelism ({pp} stages) at ZeRO stage 0 in fp32 with gradient_clipping "
+                            f"{clip}: DeepSpeed clips by the gradient norm of the first stage alone "
+                            "(runtime/utils.clip_grad_norm_ counts a gradient on model-parallel rank 0 only, and "
+                            "the stages are the model-parallel ranks); dsbench's worker clips by the whole model's",
+                    fix="with another training script, use zero_optimization.stage 1 (what dsbench renders when "
+                        "no stage is named) or gradient_clipping 0")]
 
 
 def check_auto(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:

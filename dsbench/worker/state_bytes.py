@@ -107,6 +107,18 @@ def count_deepspeed(engine: Any) -> dict[str, Any]:
     return counter.result()
 
 
+def with_optimizer_states(before_step: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:
+    """The model states of a step: counted before the optimizer step (``before_step``, while the gradients exist)
+    with the optimizer states counted after it (the moments exist only after the first step); ``after`` alone
+    when nothing was counted before."""
+    if before_step is None:
+        return after
+    merged = {**before_step, "optimizer_states": after["optimizer_states"],
+              "devices": {**before_step["devices"], "optimizer_states": after["devices"]["optimizer_states"]}}
+    merged["total"] = sum(merged[k] for k in ("params", "grads", "optimizer_states", "master_weights"))
+    return merged
+
+
 class _Saved:
     """A saved tensor as the autograd graph holds it for the backward: the graph drops this holder when it frees the
     saved tensor (after the backward that reads it, or when the graph itself is dropped)."""

@@ -86,6 +86,25 @@ def test_combinations(extra, code, severity):
     assert (severity, code) in [(f.severity, f.code) for f in findings]
 
 
+PIPE_ZERO0 = {**BASE, "gradient_accumulation_steps": 2, "pipeline": {"stages": 2}, "zero_optimization": {"stage": 0},
+              "gradient_clipping": 1.0}
+
+
+@pytest.mark.parametrize("change, warned", [
+    ({}, True),  # fp32, ZeRO-0, clipping: DeepSpeed clips by the first stage's norm (worker/engines/pipe_clip.py)
+    ({"gradient_clipping": "auto"}, True),  # the HF Trainer fills its max_grad_norm (1.0 by default)
+    ({"gradient_clipping": 0.0}, False),
+    ({"gradient_clipping": True}, False),  # not a number: the type check names it
+    ({"zero_optimization": {"stage": 1}}, False),  # ZeRO-1 computes its own norm over every stage
+    ({"bf16": {"enabled": True}}, False),
+    ({"fp16": {"enabled": True}}, False),
+    ({"pipeline": {"stages": 1}}, False),
+])
+def test_a_zero0_fp32_pipeline_that_clips_is_warned(change, warned):
+    findings = run({**PIPE_ZERO0, **change})
+    assert (("warning", "pipeline-zero0-clip", "gradient_clipping") in codes(findings)) is warned
+
+
 def test_tensor_parallel_must_divide_world():
     [finding] = run({**BASE, "tensor_parallel": {"autotp_size": 4}}, world=6)
     assert finding.code == "degree-not-dividing" and finding.path == "tensor_parallel.autotp_size"

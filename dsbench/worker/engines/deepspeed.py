@@ -7,7 +7,7 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.worker.engines.base import EngineOptions, accumulate
-from dsbench.worker.state_bytes import count_deepspeed
+from dsbench.worker.state_bytes import count_deepspeed, with_optimizer_states
 
 
 class DeepSpeedEngine:
@@ -46,15 +46,7 @@ class DeepSpeedEngine:
         return accumulate(self, batches)
 
     def model_state_bytes(self) -> dict[str, Any]:
-        after = count_deepspeed(self.engine)
-        if self._pending_states is None:
-            return after
-        merged = dict(self._pending_states)
-        merged["optimizer_states"] = after["optimizer_states"]  # moments exist only after the first step
-        merged["devices"] = {**self._pending_states["devices"],
-                             "optimizer_states": after["devices"]["optimizer_states"]}
-        merged["total"] = sum(merged[k] for k in ("params", "grads", "optimizer_states", "master_weights"))
-        return merged
+        return with_optimizer_states(self._pending_states, count_deepspeed(self.engine))
 
     def lr(self) -> float:
         return float(self.engine.get_lr()[0])

@@ -12,10 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench.configs.pipeline import pipeline_settings
+from dsbench.worker.dist import Collectives
 from dsbench.worker.engines.base import EngineOptions
 from dsbench.worker.engines.busy import BusyClock
+from dsbench.worker.engines.pipe_clip import clip_whole_model, first_stage_norm
 from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, stage_layers, tied_head
-from dsbench.worker.state_bytes import count_deepspeed
+from dsbench.worker.state_bytes import count_deepspeed, with_optimizer_states
 
 
 def deepspeed_layers(split: Split) -> list[Any]:
@@ -53,7 +55,11 @@ class DeepSpeedPipelineEngine:
         self.engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=module.parameters(),
                                                     config=options.ds_config)
         self.model = self.engine
+        if first_stage_norm(self.engine):  # DeepSpeed would clip by the first stage's gradients (pipe_clip.py)
+            comm = Collectives(dist_info)
+            self.engine.clip_fp32_gradients = lambda: clip_whole_model(self.engine, comm)
         self.measure_states = False
+        self._pending_states: dict[str, Any] | None = None
         self.stage = self.engine.stage_id
         self.busy = BusyClock(dist_info.device)  # compute time of this stage, for the bubble (CPU)
         instructions = dict(self.engine._INSTRUCTION_MAP)  # an instance copy: DeepSpeed looks it up on self
@@ -61,6 +67,14 @@ class DeepSpeedPipelineEngine:
             instructions[kind] = self.busy.wrap(instructions[kind])
         for kind in (schedule.ReduceTiedGrads, schedule.ReduceGrads, schedule.OptimizerStep):  # after the flush
             instructions[kind] = self.busy.wrap(instructions[kind], "excluded")
+        step = instructions[schedule.OptimizerStep]
+
+        def counted_step(*args: Any, **kwargs: Any) -> Any:
+            if self.measure_states:  # the gradients exist only until the step (ZeRO-0 frees them after it)
+                self._pending_states = count_deepspeed(self.engine)
+            return step(*args, **kwargs)
+
+        instructions[schedule.OptimizerStep] = counted_step
         self.engine._INSTRUCTION_MAP = instructions
         self.engine.train_batch = self.busy.wrap(self.engine.train_batch, "span")
 
@@ -75,7 +89,7 @@ class DeepSpeedPipelineEngine:
         return self.busy.take()
 
     def model_state_bytes(self) -> dict[str, Any]:
-        return count_deepspeed(self.engine)
+        return with_optimizer_states(self._pending_states, count_deepspeed(self.engine))
 
     def lr(self) -> float:
         return float(self.engine.get_lr()[0])
