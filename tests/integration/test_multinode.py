@@ -90,12 +90,14 @@ ONE_PER_NODE_EXCLUDED = ["--exclude", "dsb-n1:1@dsb-n2:1", "--env", "DSBENCH_TAG
 # torch_3d as test_model_parallel.py launches it on one node (its run shared through the session's cache)
 TORCH_3D = ["--strategy", "torch_3d", "--tp", "2", "--pipeline-stages", "2", "--launcher", "torchrun", "--model",
             "llama-tiny", *MB, "--grad-accum", "2"]
+# every slot of both nodes at micro-batch 1: the global batch of the session's 2-rank ZeRO-2 run (4), its reference
+ZERO2_EVERY_SLOT = ["--zero", "2", "--micro-batch", "1"]
 MULTI = {  # name -> (multi-node launch args, single-node reference (a session run's name and args), hostnames)
     "zero2_2x1": ([*ZERO2, *ONE_PER_NODE_EXCLUDED], ("zero2", ZERO2), ["dsb-n1", "dsb-n2"]),
     "zero3_2x1": ([*ZERO3, *ONE_PER_NODE], ("zero3", ZERO3), ["dsb-n1", "dsb-n2"]),
-    "zero2_2x2": (ZERO2, ("zero2_w4", [*ZERO2, "--num-gpus", "4"]), ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
+    "zero2_2x2": (ZERO2_EVERY_SLOT, ("zero2", ZERO2), ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
     "zero3_ssh_2x1": ([*ZERO3, "--launcher-backend", "ssh", *ONE_PER_NODE], ("zero3", ZERO3), ["dsb-n1", "dsb-n2"]),
-    "zero2_openmpi_2x2": ([*ZERO2, "--launcher-backend", "openmpi"], ("zero2_w4", [*ZERO2, "--num-gpus", "4"]),
+    "zero2_openmpi_2x2": ([*ZERO2_EVERY_SLOT, "--launcher-backend", "openmpi"], ("zero2", ZERO2),
                           ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
     "torchrun_ddp_2x1": ([*DDP, *ONE_PER_NODE], ("ddp", DDP), ["dsb-n1", "dsb-n2"]),
     # tp 2 x pp 2 over 2 nodes: each TP group (ranks 0-1, 2-3) inside a node, the pipeline's sends across them
