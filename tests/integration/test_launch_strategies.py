@@ -33,7 +33,10 @@ CELLS = {
                      "--micro-batch", "4", "--lr", "1e-3"],
 }
 GLOBAL_BATCH = 4
-PARITY = ["ddp", "fsdp", "zero0", "zero1", "zero2", "zero3"]
+PARITY = ["ddp", "fsdp", "zero0", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload", "accelerate_zero2",
+          "accelerate_fsdp"]
+"""Every gpt2-tiny cell at global batch 4 (DeepSpeed's CPU Adam on the host included: within 1.7e-7 of torch AdamW
+on 2026-11-30); the NVMe cell is checked in its own test."""
 
 
 def finished(runs, name):
@@ -106,6 +109,8 @@ def test_zero3_nvme_offload(runs, tmp_path):  # its op is built from the session
     CELLS[name] = ["--preset", "zero3_nvme", "--nvme-path", str(tmp_path), "--micro-batch", "2"]
     run = finished(runs, name)
     assert run["steps"][-1]["loss"] < run["steps"][0]["loss"]
+    reference = [s["loss"] for s in finished(runs, "single")["steps"]]  # the states swapped out and back unchanged
+    assert max(abs(a - b) / abs(b) for a, b in zip([s["loss"] for s in run["steps"]], reference, strict=True)) < 1e-4
     # DeepSpeed's swapper made its per-rank folders there (it deletes the swap files at exit)
     assert (tmp_path / "zero_stage_3" / "optimizer" / "rank0").is_dir()
 
