@@ -24,6 +24,9 @@ WORKER = ["--steps", str(STEPS), "--warmup", "2", "--quiet"]
 """The session runs' worker flags; a launch made outside the cache that must match them uses these and LR_WARMUP."""
 SAVE_AT = STEPS // 2
 MB = ["--micro-batch", "2"]
+LLAMA = ["--lr", "1e-3", "--grad-clip", "0.3"]
+"""Every Llama-family run's flags (theirs and their references'): a larger LR, and a clip below their gradient
+norms (0.78-0.9 in the first steps of llama-tiny), so each layout's clipping is checked against one process's."""
 # The single-node cells other modules' runs are checked against (accelerate YAMLs, SLURM, multi-node), launched once
 # through the session's cache (Runs).
 ZERO2, ZERO3 = ["--zero", "2", *MB], ["--zero", "3", *MB]

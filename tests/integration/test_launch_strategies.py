@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import DDP, FSDP, STEPS, ZERO2, ZERO3, load_run
+from tests.integration.conftest import DDP, FSDP, LLAMA, STEPS, ZERO2, ZERO3, load_run
 
 pytestmark = pytest.mark.dist
 
@@ -27,10 +27,10 @@ CELLS = {
     "accelerate_zero2": ["--launcher", "accelerate", "--zero", "2", "--micro-batch", "2"],
     "accelerate_fsdp": ["--launcher", "accelerate", "--strategy", "fsdp", "--micro-batch", "2"],
     # DeepSpeed AutoTP (ZeRO-1, tensor parallel 2) on Llama: both ranks share one batch of 4
-    "autotp": ["--preset", "tp", "--model", "llama-tiny", "--micro-batch", "4", "--lr", "1e-3"],
+    "autotp": ["--preset", "tp", "--model", "llama-tiny", "--micro-batch", "4", *LLAMA],
     # the Llama reference: test_model_parallel.py's single_llama_4, the same command (one launch for both files)
     "single_llama": ["--strategy", "single", "--launcher", "torchrun", "--num-gpus", "1", "--model", "llama-tiny",
-                     "--micro-batch", "4", "--lr", "1e-3"],
+                     "--micro-batch", "4", *LLAMA],
 }
 GLOBAL_BATCH = 4
 PARITY = ["ddp", "fsdp", "zero0", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload", "accelerate_zero2",

@@ -11,14 +11,14 @@ import json
 import pytest
 
 from tests.conftest import DATA
-from tests.integration.conftest import STEPS, dsbench, load_run
+from tests.integration.conftest import LLAMA, STEPS, dsbench, load_run
 
 pytestmark = pytest.mark.dist
 
-# name -> the dsbench launch arguments (worker flags after `--`), global batch 4 unless noted. Llama runs get
-# `--lr 1e-3` (LLAMA_LR) as test_launch_strategies.py's single_llama and AutoTP do: two of the references below are
-# that file's runs, the same commands, launched once per session through the run cache.
-LLAMA_LR = ["--lr", "1e-3"]
+# name -> the dsbench launch arguments (worker flags after `--`), global batch 4 unless noted. Llama-family runs get
+# conftest's LLAMA flags (`--lr 1e-3 --grad-clip 0.3`: every layout clips), as test_launch_strategies.py's
+# single_llama and AutoTP do: two of the references below are that file's runs, the same commands, launched once
+# per session through the run cache.
 QWEN2_TIED = DATA / "models" / "qwen2-tied-tiny"  # tied embeddings, 4 layers (tests/data/models/README.md)
 # The 2-rank Llama layouts run with their options (recompute, the fused optimizer), which change neither the losses
 # nor the states each rank holds: those runs carry the layouts' assertions too, and the plain layouts train in
@@ -94,7 +94,7 @@ def launched(runs, name: str) -> dict:
     args = COMMANDS[name].split()
     extra = args[args.index("--") + 1:] if "--" in args else []
     args = args[:args.index("--")] if "--" in args else args
-    result, folder = runs.get(name, [*args, *(LLAMA_LR if "llama-tiny" in args or str(QWEN2_TIED) in args else [])],
+    result, folder = runs.get(name, [*args, *(LLAMA if "llama-tiny" in args or str(QWEN2_TIED) in args else [])],
                               extra)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return load_run(folder)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.conftest import DDP, MB, STEPS, ZERO2, ZERO3, dsbench, load_run, note_launch
+from tests.integration.conftest import DDP, LLAMA, MB, STEPS, ZERO2, ZERO3, dsbench, load_run, note_launch
 
 pytestmark = [pytest.mark.dist, pytest.mark.multinode]
 
@@ -101,8 +101,7 @@ MULTI = {  # name -> (multi-node launch args, single-node reference (a session r
                           ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
     "torchrun_ddp_2x1": ([*DDP, *ONE_PER_NODE], ("ddp", DDP), ["dsb-n1", "dsb-n2"]),
     # tp 2 x pp 2 over 2 nodes: each TP group (ranks 0-1, 2-3) inside a node, the pipeline's sends across them
-    "torch_3d_2x2": ([*TORCH_3D, "--lr", "1e-3"], ("torch_3d_tp2_pp2_llama", [*TORCH_3D, "--num-gpus", "4", "--lr",
-                                                                              "1e-3"]),
+    "torch_3d_2x2": ([*TORCH_3D, *LLAMA], ("torch_3d_tp2_pp2_llama", [*TORCH_3D, "--num-gpus", "4", *LLAMA]),
                      ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
     "accelerate_zero2_2x1": (["--launcher", "accelerate", *ZERO2, *ONE_PER_NODE], ("zero2", ZERO2),
                              ["dsb-n1", "dsb-n2"]),
