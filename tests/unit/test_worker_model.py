@@ -170,3 +170,20 @@ def test_selective_recompute_checkpoints_the_16_bit_copies_under_autocast(monkey
     seen.clear()
     model(input_ids=ids, labels=ids).loss.backward()
     assert seen == [(torch.float32,) * 3] * layers
+
+
+def test_a_steps_model_states_take_the_gradients_before_the_step_and_the_moments_after():
+    """A ZeRO-0 engine frees its gradients at the optimizer step, and the moments appear only at the first one:
+    the step's states are the count before it, with the optimizer states from the count after it."""
+    from dsbench.worker.state_bytes import with_optimizer_states
+
+    def counted(params, grads, moments):
+        return {"params": params, "grads": grads, "optimizer_states": moments, "master_weights": 0,
+                "total": params + grads + moments, "devices": {"params": {"cpu": params}, "grads": {"cpu": grads},
+                                                              "optimizer_states": {"cpu": moments} if moments else {}}}
+
+    before, after = counted(100, 100, 0), counted(100, 0, 200)
+    assert with_optimizer_states(None, after) == after
+    merged = with_optimizer_states(before, after)
+    assert (merged["params"], merged["grads"], merged["optimizer_states"], merged["total"]) == (100, 100, 200, 400)
+    assert merged["devices"] == {"params": {"cpu": 100}, "grads": {"cpu": 100}, "optimizer_states": {"cpu": 200}}
