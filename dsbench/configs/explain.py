@@ -8,6 +8,7 @@ from dsbench.configs.layout import data_parallel_size, parallel_degrees
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import config_precision
+from dsbench.zero_section import zero_settings
 
 _STAGES = {
     0: "ZeRO disabled: every rank holds the full parameters, gradients and optimizer states; gradients are "
@@ -21,9 +22,8 @@ _STAGES = {
 }
 
 
-def _offload_line(config: dict[str, Any], section: str, what: str) -> str | None:
-    device = get_path(config, f"zero_optimization.{section}.device")
-    if device in (None, "none"):
+def _offload_line(config: dict[str, Any], section: str, what: str, device: str) -> str | None:
+    if device == "none":
         return None
     nvme_path = get_path(config, f"zero_optimization.{section}.nvme_path")
     where = "CPU RAM" if device == "cpu" else f"NVMe files under {nvme_path}"
@@ -56,10 +56,10 @@ def _precision_line(config: dict[str, Any]) -> str:
 
 def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
     """Plain-language lines describing the config."""
-    stage = get_path(config, "zero_optimization.stage", 0)
-    lines = [_STAGES.get(stage, f"ZeRO stage {stage!r}")]
-    lines += [line for line in (_offload_line(config, "offload_optimizer", "optimizer states"),
-                                _offload_line(config, "offload_param", "parameters")) if line]
+    zero = zero_settings(config)  # explain's callers refuse an invalid config first (load_valid_config)
+    lines = [_STAGES[zero.stage]]
+    lines += [line for line in (_offload_line(config, "offload_optimizer", "optimizer states", zero.offload),
+                                _offload_line(config, "offload_param", "parameters", zero.offload_param)) if line]
     pp, tp = parallel_degrees(config)
     if pp > 1:
         _, method, interval = pipeline_settings(config)

@@ -15,6 +15,7 @@ from typing import Any
 
 from dsbench.configs.findings import Finding
 from dsbench.configs.overrides import get_path, iter_leaves
+from dsbench.zero_section import DEVICES, whole
 
 # path -> (kind, lowest allowed, whether the lowest itself is allowed); ranges from DeepSpeed's docs and the
 # checks its optimizers make (torch.optim.Adam: lr >= 0, eps >= 0, 0 <= beta < 1, weight_decay >= 0).
@@ -37,12 +38,14 @@ RULES: dict[str, tuple[str, float | None, bool]] = {
     "zero_optimization.contiguous_gradients": ("bool", None, True),
     "zero_optimization.reduce_scatter": ("bool", None, True),
     "zero_optimization.allgather_partitions": ("bool", None, True),
-    "zero_optimization.reduce_bucket_size": ("number", 1, True),
-    "zero_optimization.allgather_bucket_size": ("number", 1, True),
-    "zero_optimization.stage3_prefetch_bucket_size": ("number", 0, True),
-    "zero_optimization.stage3_param_persistence_threshold": ("number", 0, True),
-    "zero_optimization.stage3_max_live_parameters": ("number", 0, True),
-    "zero_optimization.stage3_max_reuse_distance": ("number", 0, True),
+    # element counts, integers to DeepSpeed's pydantic (5e8 is a whole float, which it takes; 5.5 it refuses)
+    "zero_optimization.reduce_bucket_size": ("int", 1, True),
+    "zero_optimization.allgather_bucket_size": ("int", 1, True),
+    "zero_optimization.stage3_prefetch_bucket_size": ("int", 0, True),
+    "zero_optimization.stage3_param_persistence_threshold": ("int", 0, True),
+    "zero_optimization.stage3_max_live_parameters": ("int", 0, True),
+    "zero_optimization.stage3_max_reuse_distance": ("int", 0, True),
+    "zero_optimization.sub_group_size": ("int", 0, True),
     "zero_optimization.stage3_gather_16bit_weights_on_model_save": ("bool", None, True),
     "zero_optimization.offload_optimizer.pin_memory": ("bool", None, True),
     "zero_optimization.offload_param.pin_memory": ("bool", None, True),
@@ -57,6 +60,17 @@ RULES: dict[str, tuple[str, float | None, bool]] = {
     "sequence_parallel_size": ("count", 1, True),
 }
 
+# path -> the values DeepSpeed accepts, each exactly so spelled (pydantic enums: ZeroStageEnum, OffloadDeviceEnum).
+# The stage is a JSON number: pydantic would also take "3" and true (as 1), but accelerate's and the HF Trainer's
+# ``is_zero3()`` compare the value with 3 (accelerate/utils/deepspeed.py), so "3" trains as ZeRO-3 under DeepSpeed
+# while the Trainer skips what ZeRO-3 needs of it (zero.Init, gathering the weights to save).
+CHOICES: dict[str, tuple[Any, ...]] = {
+    "zero_optimization.stage": (0, 1, 2, 3),
+    "zero_optimization.offload_optimizer.device": DEVICES,
+    "zero_optimization.offload_param.device": DEVICES,
+}
+
+_UNSET = object()
 _EXPECTED = {"bool": "true or false", "int": "an integer", "count": "a whole number", "number": "a number"}
 
 # Sections DeepSpeed reads as objects: ``"fp16": true`` passes a truthiness check and then fails inside
@@ -102,8 +116,8 @@ def check_types(config: dict[str, Any], skip: tuple[str, ...] = ()) -> list[Find
                    fix=f"set {path} to a finite number")
            for path, value in iter_leaves(config) if path not in skip and _non_finite(value)]
     for path in OBJECTS:
-        value = get_path(config, path)
-        if value is not None and value != "auto" and not isinstance(value, dict):
+        value = get_path(config, path, _UNSET)  # null is no object either: DeepSpeed's ``Config(**None)`` raises
+        if value is not _UNSET and value != "auto" and not isinstance(value, dict):
             example = '{"enabled": true}' if path in ("fp16", "bf16", "amp") else "{ ... }"
             out.append(Finding(severity="error", code="value-type", path=path, message=f"must be an object, got "
                                f"{json.dumps(value)[:40]}", fix=f"write {path} as {example}"))
@@ -114,6 +128,8 @@ def check_types(config: dict[str, Any], skip: tuple[str, ...] = ()) -> list[Find
         out.append(Finding(severity="error", code="value-type", path="optimizer.params.betas",
                            message=f"must be two numbers in [0, 1), got {json.dumps(betas)[:40]}",
                            fix="set optimizer.params.betas to e.g. [0.9, 0.999]"))
+    out += _choices(config, {f.path for f in out})
+    flagged = {f.path for f in out}
     for path in RULES:
         value = get_path(config, path)
         if value is None or value == "auto" or path in flagged:
@@ -125,3 +141,34 @@ def check_types(config: dict[str, Any], skip: tuple[str, ...] = ()) -> list[Find
                                    + (f" {'>=' if RULES[path][2] else '>'} {RULES[path][1]:g}"
                                       if RULES[path][1] is not None else "")))
     return out
+
+
+def _choices(config: dict[str, Any], flagged: set[str]) -> list[Finding]:
+    """Each :data:`CHOICES` path that is set to a value outside its list."""
+    out = []
+    for path, allowed in CHOICES.items():
+        value = get_path(config, path)
+        if value is None or value == "auto" or path in flagged or _chosen(value, allowed):
+            continue
+        listed = ", ".join(json.dumps(choice) for choice in allowed)
+        why = _stage_note(value) if path == "zero_optimization.stage" else ""
+        out.append(Finding(severity="error", code="value-type", path=path,
+                           message=f"must be one of {listed}, got {json.dumps(value)[:40]}{why}",
+                           fix=f"set {path} to one of {listed}"))
+    return out
+
+
+def _chosen(value: Any, allowed: tuple[Any, ...]) -> bool:
+    if isinstance(allowed[0], str):
+        return value in allowed
+    return not isinstance(value, str) and whole(value) in allowed  # 3.0 is 3 to pydantic; "3" and true are not here
+
+
+def _stage_note(value: Any) -> str:
+    """Why a stage that DeepSpeed's pydantic would take is refused: a numeral string, or a JSON true."""
+    if isinstance(value, bool):
+        return " (DeepSpeed would read true as stage 1)"
+    if isinstance(value, str) and value.strip() in ("0", "1", "2", "3"):
+        return (" (DeepSpeed would read it as a number, but accelerate's and the HF Trainer's is_zero3() compare "
+                "the value with 3 and miss a string)")
+    return ""

@@ -22,6 +22,7 @@ from dsbench.configs.schema import unknown_keys
 from dsbench.configs.types import check_types
 from dsbench.errors import UserError
 from dsbench.parallel import ParallelDims, bubble_fraction
+from dsbench.zero_section import stage_as_read, zero_settings
 
 WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
@@ -137,10 +138,10 @@ def _batch_without_world(tb: int | None, mb: int | None, ga: int | None) -> list
 def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
     """Combinations DeepSpeed ignores silently (warning) or rejects late (error)."""
     out: list[Finding] = []
-    stage = int_or_none(get_path(config, "zero_optimization.stage")) or 0
-    opt_dev = get_path(config, "zero_optimization.offload_optimizer.device")
-    par_dev = get_path(config, "zero_optimization.offload_param.device")
-    out += _offload_combinations(config, stage, opt_dev, par_dev)
+    zero = zero_settings(config)
+    stage, opt_dev, par_dev = zero.stage, zero.offload, zero.offload_param
+    if stage_as_read(config):  # a stage DeepSpeed would not run as written is check_types' error, not a combination
+        out += _offload_combinations(config, stage, opt_dev, par_dev)
     hpz = get_path(config, "zero_optimization.zero_hpz_partition_size")
     zeropp = ((["zero_hpz_partition_size"] if isinstance(hpz, int) and not isinstance(hpz, bool) and hpz > 1 else [])
               + [k for k in ("zero_quantized_weights", "zero_quantized_gradients")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from dsbench.configs.layout import parallel_degrees
 from dsbench.errors import UserError
 from dsbench.models import ModelShape, resolve_model
 from dsbench.parallel import ParallelDims
@@ -20,6 +21,7 @@ from dsbench.plan.recommend import Ranked, launch_command, rank
 from dsbench.plan.request import DEFAULTS, PlanRequest
 from dsbench.plan.training import check_cost_flags, training_cost
 from dsbench.strategies import lookup
+from dsbench.zero_section import zero_settings
 
 
 def _llama_params(vocab: int, hidden: int, layers: int, ff: int) -> int:
@@ -66,19 +68,16 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
     gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
     if req.gpus and req.gpus != gpn * req.nodes:
         raise UserError(f"--gpus {req.gpus} != --nodes {req.nodes} x --gpus-per-node {gpn}")
-    micro, accum, precision, config = _batch_and_precision(req)
+    micro, accum, precision, config = _batch_and_precision(req, gpn * req.nodes)
     if min(micro, accum, gpn, req.nodes) < 1 or req.efficiency <= 0 or req.efficiency > 1:
         raise UserError("--micro-batch, --grad-accum, --nodes, --gpus-per-node must be >= 1; --efficiency in (0, 1]")
     intra = req.intra or ("nvlink4" if req.gpu in ("h100", "h200") else "nvlink")
-    zero = (config or {}).get("zero_optimization", {})
+    zero = zero_settings(config or {})
     if req.model and req.seq_len and req.seq_len > shape.max_positions:  # as calibrate and tune refuse it
         raise UserError(f"--seq-len {req.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
     wl = Workload(shape=shape, seq_len=req.seq_len or min(shape.max_positions, 2048), micro_batch=micro,
                   grad_accum=accum, precision=precision, accounting=req.accounting,
-                  reduce_bucket=zero.get("reduce_bucket_size") if isinstance(zero.get("reduce_bucket_size"), int)
-                  else None,
-                  prefetch_bucket=zero.get("stage3_prefetch_bucket_size")
-                  if isinstance(zero.get("stage3_prefetch_bucket_size"), int) else None)
+                  reduce_bucket=zero.reduce_bucket, prefetch_bucket=zero.prefetch_bucket)
     cl = Cluster(nodes=req.nodes, gpus_per_node=gpn, gpu_mem_gb=req.gpu_mem or mem,
                  peak_tflops=req.peak_tflops or peak, efficiency=req.efficiency, intra=link(intra, flag="--intra"),
                  inter=link(req.interconnect or "infiniband", req.bandwidth, req.latency),
@@ -87,14 +86,17 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
     return wl, _time_model(cl, req, calibrated, precision), config
 
 
-def _batch_and_precision(req: PlanRequest) -> tuple[int, int, str, dict[str, Any] | None]:
-    """Micro-batch, accumulation and precision: the flags', or the --config's where it sets them (and the config)."""
+def _batch_and_precision(req: PlanRequest, world: int) -> tuple[int, int, str, dict[str, Any] | None]:
+    """Micro-batch, accumulation and precision: the flags', or the --config's where it sets them (and the config,
+    valid on ``world`` ranks)."""
     if not req.config:
         return req.micro_batch, req.grad_accum, req.precision, None
-    from dsbench.configs.loader import load_config_strict
+    from dsbench.configs.api import load_valid_config
     from dsbench.configs.precision import config_precision
 
-    config = load_config_strict(req.config)
+    # refused as `dsbench explain` refuses it (a plan of a config DeepSpeed would not run is no plan), but for keys
+    # that DeepSpeed 0.19.8 does not know, which the plan does not read either
+    config = load_valid_config(req.config, world, unread=("unknown-key", "removed-key"))
     micro, accum = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
     micro = micro if isinstance(micro, int) else req.micro_batch
     accum = accum if isinstance(accum, int) else req.grad_accum
@@ -180,15 +182,10 @@ def _host_flags(req: PlanRequest) -> tuple[str, str] | None:
 
 def config_candidate(config: dict[str, Any]) -> Candidate:
     """The strategy an existing DeepSpeed config describes."""
-    zero = config.get("zero_optimization", {})
-    stage = zero.get("stage", 0) if isinstance(zero.get("stage", 0), int) else 0
-    opt = zero.get("offload_optimizer", {}).get("device", "none") or "none"
-    par = zero.get("offload_param", {}).get("device", "none") or "none"
-    tp = config.get("tensor_parallel", {}).get("autotp_size", 1)
-    pp = config.get("pipeline", {}).get("stages", 1)
-    return Candidate(strategy=f"zero{stage}" if stage else "zero0", offload=opt if stage else "none",
-                     offload_param=par if stage == 3 else "none", tp=tp if isinstance(tp, int) else 1,
-                     pp=pp if isinstance(pp, int) else 1,
+    zero = zero_settings(config)
+    pp, tp = parallel_degrees(config)  # the degrees as validation read them (the config was refused otherwise)
+    return Candidate(strategy=f"zero{zero.stage}", offload=zero.offload if zero.stage else "none",
+                     offload_param=zero.offload_param if zero.stage == 3 else "none", tp=tp, pp=pp,
                      checkpointing=bool(config.get("activation_checkpointing", {}).get("partition_activations")))
 
 

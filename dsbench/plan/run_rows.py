@@ -17,6 +17,7 @@ from dsbench.plan.replay import COLUMNS, OracleRow, typed_row
 from dsbench.records import header_of, read_records
 from dsbench.run_record import RunHeader, read_summary
 from dsbench.strategy_match import name_of_run
+from dsbench.zero_section import zero_settings
 
 REPLAYED_RECOMPUTE = ("none", "full", "selective")
 """The worker's ``--recompute`` values the replay prices as they are (plan/gpu_layout.RECOMPUTE): its
@@ -69,9 +70,8 @@ def _strategy(header: RunHeader) -> str:
         return "ddp"
     if header.engine == "fsdp":
         return "fsdp"
-    zero = (header.ds_config or {}).get("zero_optimization", {})
-    stage = zero.get("stage", 0)
-    offload, params = ((zero.get(key) or {}).get("device", "none") for key in ("offload_optimizer", "offload_param"))
+    zero = zero_settings(header.ds_config or {})
+    stage, offload, params = zero.stage, zero.offload, zero.offload_param
     if offload == "none":
         return f"zero{stage}" if stage else "ddp"  # stage 0: DeepSpeed's data parallelism, priced as DDP's
     name = name_of_run("deepspeed", zero=stage, offload=offload, offload_param=params)

@@ -22,6 +22,7 @@ from dsbench.rows import Row, Run
 from dsbench.run_record import RunHeader, RunSummary, read_summary
 from dsbench.strategy_match import name_of_run
 from dsbench.trainspec import INTERLEAVED
+from dsbench.zero_section import zero_settings
 
 KEY = ("model", "device", "micro_batch", "world_size", "strategy")
 
@@ -69,19 +70,14 @@ def _strategy_name(header: RunHeader, cell: dict[str, Any] | None) -> str:
     if cell:
         return cell["cell"]["strategy"]
     engine = header.engine
-    zero = (header.ds_config or {}).get("zero_optimization") or {}
-
-    def device(key: str) -> str:
-        where = (zero.get(key) or {}).get("device")
-        return where if where not in (None, "none") else "none"
+    zero = zero_settings(header.ds_config or {})
 
     chunks = header.virtual_stages if header.pipeline_schedule in INTERLEAVED else 1
     dp = (header.world_size or 1) // (header.tp * header.pp)
     shard = header.dp_shard if header.dp_shard not in (None, dp) else 0  # a shard group of every dp rank: FSDP
-    return name_of_run(engine, zero.get("stage", 0) if engine == "deepspeed" else None, device("offload_optimizer"),
-                       device("offload_param"), header.tp, header.pp, header.fsdp_reshard, header.sequence_parallel,
-                       header.loss_parallel, chunks, header.pipeline_schedule == "interleaved-zb", header.ulysses,
-                       shard)
+    return name_of_run(engine, zero.stage if engine == "deepspeed" else None, zero.offload, zero.offload_param,
+                       header.tp, header.pp, header.fsdp_reshard, header.sequence_parallel, header.loss_parallel,
+                       chunks, header.pipeline_schedule == "interleaved-zb", header.ulysses, shard)
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from dsbench.worker.cpuanswer import ask_the_cpu_once
 from dsbench.worker.header import header_record
 from dsbench.worker.prepared import Prepared, Resumed
 from dsbench.worker.resolve import resolve
+from dsbench.zero_section import zero_settings
 
 if TYPE_CHECKING:  # the worker's torch-side types, for the annotations only
     from dsbench.worker.data import BatchPlan
@@ -198,7 +199,7 @@ def _saver(spec: TrainSpec, run: Prepared) -> Any:
     if not spec.checkpoint_dir:
         return None
     folder, comm = Path(spec.checkpoint_dir), Collectives(run.info)
-    zero = run.ds_config.get("zero_optimization", {}).get("stage", 0) if run.ds_config else None
+    zero = zero_settings(run.ds_config).stage if run.ds_config else None
     fields = {"world_size": run.info.world_size, "dp": run.dims.dp, "tp": run.dims.tp, "pp": run.dims.pp,
               "zero_stage": zero, "definition": _definition(run.shape, spec, run.plan, run.precision),
               # a resumed run goes on as the run it continues: its checkpoints are that run's (prepare_dir)

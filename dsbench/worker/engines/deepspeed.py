@@ -8,6 +8,7 @@ from typing import Any
 from dsbench.errors import UserError
 from dsbench.worker.engines.base import EngineOptions, accumulate
 from dsbench.worker.state_bytes import count_deepspeed, with_optimizer_states
+from dsbench.zero_section import zero_settings
 
 
 class DeepSpeedEngine:
@@ -82,7 +83,7 @@ class UlyssesEngine(DeepSpeedEngine):
         # dp x sp ranks of the sequence-data-parallel group, ZeRO-1/2 sum the sp ranks' and average over dp only
         # (measured with plain SGD, where a scale shows in the first step: tests/integration/test_ulysses.py). The
         # backward's loss is scaled so that both give the gradient of the group's mean loss.
-        self.gradient_scale = self.sp if options.ds_config.get("zero_optimization", {}).get("stage", 0) == 3 else 1
+        self.gradient_scale = self.sp if zero_settings(options.ds_config).stage == 3 else 1
 
     def forward_backward(self, input_ids: Any, last_micro: bool) -> Any:
         import torch

@@ -1,0 +1,68 @@
+"""What a DeepSpeed config's ``zero_optimization`` section asks for, read once, as DeepSpeed reads it.
+
+DeepSpeed parses the section with pydantic (``runtime/zero/config.py``, ``DeepSpeedZeroConfig``), which in its lax
+mode takes a whole float for an integer: ``"stage": 2.0`` is stage 2 and ``"reduce_bucket_size": 5e8`` (as many
+users' configs write it) is 500000000. Every reader in dsbench (validation, explain, the planner, the report, the
+worker) reads the section here, so none takes 5e8 for "no bucket set" or 2.0 for stage 0. A stage written as a
+string (``"3"``) is refused by validation (``configs/types.py``), and reads as 0 here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DEVICES = ("none", "cpu", "nvme")
+"""The offload devices DeepSpeed's ``OffloadDeviceEnum`` accepts, exactly so spelled."""
+
+
+def whole(value: Any) -> int | None:
+    """An integer, or a float with no fraction (pydantic's lax int), as an int; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, float) and value.is_integer() else None
+
+
+@dataclass(frozen=True, slots=True)
+class ZeroSettings:
+    """The section as DeepSpeed would run it."""
+
+    stage: int
+    """0-3; 0 when absent (DeepSpeed's default)."""
+    offload: str
+    """``offload_optimizer.device``: none, cpu or nvme (an unknown device is validation's to refuse: none here)."""
+    offload_param: str
+    """``offload_param.device``, as ``offload``."""
+    reduce_bucket: int | None
+    """``reduce_bucket_size`` in elements, None when unset or "auto"."""
+    prefetch_bucket: int | None
+    """``stage3_prefetch_bucket_size`` in elements, None when unset or "auto"."""
+
+
+def _section(config: Any, key: str) -> dict[str, Any]:
+    value = config.get(key) if isinstance(config, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _device(zero: dict[str, Any], key: str) -> str:
+    device = _section(zero, key).get("device")
+    return device if device in DEVICES else "none"
+
+
+def zero_settings(config: Any) -> ZeroSettings:
+    """The ``zero_optimization`` section of ``config`` (any JSON value: a missing or malformed section reads as
+    DeepSpeed's defaults, which validation reports as it finds them)."""
+    zero = _section(config, "zero_optimization")
+    stage = whole(zero.get("stage"))
+    return ZeroSettings(stage=stage if stage in (0, 1, 2, 3) else 0, offload=_device(zero, "offload_optimizer"),
+                        offload_param=_device(zero, "offload_param"),
+                        reduce_bucket=whole(zero.get("reduce_bucket_size")),
+                        prefetch_bucket=whole(zero.get("stage3_prefetch_bucket_size")))
+
+
+def stage_as_read(config: Any) -> bool:
+    """Whether the config's stage is absent or one that :func:`zero_settings` reads as written (0-3, whole)."""
+    stage = _section(config, "zero_optimization").get("stage")
+    return stage is None or (not isinstance(stage, str) and whole(stage) in (0, 1, 2, 3))
