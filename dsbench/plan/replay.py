@@ -118,7 +118,8 @@ def read_rows(paths: list[Path]) -> list[OracleRow]:
     """Every row of the files, typed; a file or row that does not follow the schema is one line naming it."""
     rows: list[OracleRow] = []
     for path in paths:
-        text = read_text(path, "--replay")  # a regular UTF-8 file only (a FIFO would block)
+        # a regular UTF-8 file only (a FIFO would block); a spreadsheet saves its CSV with a byte-order mark first
+        text = read_text(path, "--replay").removeprefix("\ufeff")
         reader = csv.DictReader(text.splitlines())
         header = reader.fieldnames or []
         missing = [c for c in COLUMNS if c not in header]

@@ -763,3 +763,11 @@ def test_mosaic_h100_shows_data_parallel_rings_faster_than_one_nic_per_gpu():
     one_node_short = [r.step_error for r in rows.values() if r.row.values["gpus"] == 8
                       and r.row.values["seq_len"] <= 2048]
     assert len(one_node_short) == 14 and all(-0.35 < e < 0 for e in one_node_short)
+
+
+def test_a_table_saved_by_a_spreadsheet_reads_as_the_same_rows(tmp_path):
+    """Excel and LibreOffice save a UTF-8 CSV with a byte-order mark and CRLF line ends; the rows are the same."""
+    source = ORACLES / "torchtitan.csv"
+    saved = tmp_path / "torchtitan.csv"
+    saved.write_bytes(b"\xef\xbb\xbf" + source.read_bytes().replace(b"\n", b"\r\n"))
+    assert [r.values for r in read_rows([saved])] == [r.values for r in read_rows([source])]
