@@ -192,8 +192,52 @@ def shape_of_record(data: dict[str, Any]) -> ModelShape:
     return ModelShape(**{f.name: data[f.name] for f in fields(ModelShape) if f.name in data})
 
 
+def heads_problem(hidden: int, heads: int, kv_heads: int, head_dim: Any = None) -> str | None:
+    """Why ``heads`` attention heads of ``kv_heads`` key/value groups cannot lay out ``hidden``, as dsbench's shape
+    model lays them out (head dimension = hidden / heads, which every count and formula of dsbench assumes), or
+    None. Grouped-query attention repeats each key/value head over heads / kv_heads query heads
+    (transformers' ``repeat_kv``), so kv_heads must divide heads."""
+    if heads < 1 or kv_heads < 1:
+        return f"{heads} heads and {kv_heads} key/value heads: each must be at least 1"
+    if hidden % heads:
+        return f"the {heads} heads do not divide the hidden size {hidden}"
+    if head_dim is not None and head_dim != hidden // heads:
+        return (f"head_dim {head_dim} x {heads} heads = {head_dim * heads if isinstance(head_dim, int) else '?'} "
+                f"is not the hidden size {hidden}: dsbench's counts and formulas take head_dim = hidden / heads")
+    if heads % kv_heads:
+        return f"the {kv_heads} key/value heads do not divide the {heads} heads (grouped-query attention)"
+    return None
+
+
+_FAMILIES = ("gpt2", *LLAMA_LIKE)
+
+
+def _check_family(cfg: dict[str, Any], name: str) -> None:
+    """A config.json of a family dsbench does not build refused by name (it would be trained and priced as a dense
+    Llama: a Mixtral's experts as one MLP, a Qwen3's query/key norms and wide heads left out); without
+    ``model_type``, Llama-style fields are read as Llama."""
+    model_type = cfg.get("model_type")
+    if model_type not in (None, *_FAMILIES) and "n_embd" not in cfg:
+        raise UserError(f"{name}: model_type {str(model_type)[:40]!r}: dsbench builds and prices dense GPT-2 and "
+                        f"Llama-layout decoders ({', '.join(_FAMILIES)}), and would train this as another model")
+    biased = [key for key in ("attention_bias", "mlp_bias") if cfg.get(key) is True and model_type != "gpt2"]
+    if biased:
+        raise UserError(f"{name}: {biased[0]} true: dsbench counts Llama-layout layers without those biases (Qwen2's "
+                        "q/k/v biases are its own); use a config without it")
+
+
 def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | None) -> ModelShape:
-    """Build a shape from a HF ``config.json`` dict (GPT-2 or Llama-style field names)."""
+    """Build a shape from a HF ``config.json`` dict (GPT-2 or Llama-style field names); a family or a head layout
+    the shape cannot describe exactly is refused by name (:func:`heads_problem`)."""
+    _check_family(cfg, name)
+    shape = _shape_from_config(cfg, name, source, path)
+    problem = heads_problem(shape.hidden, shape.heads, shape.kv_heads, cfg.get("head_dim"))
+    if problem:
+        raise UserError(f"{name}: config.json: {problem}")
+    return shape
+
+
+def _shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | None) -> ModelShape:
     model_type = cfg.get("model_type", "")
     try:
         if model_type == "gpt2" or "n_embd" in cfg:

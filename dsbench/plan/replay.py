@@ -15,6 +15,7 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.io import read_text
+from dsbench.models import heads_problem
 from dsbench.plan.gpu_layout import OFFLOADED, PRICED, Layout, Shape
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import ALIASES, GpuProfile, profile_for
@@ -137,6 +138,8 @@ def _layout(v: dict[str, Any], micro_batch: int, virtual: int) -> Layout:
     note = v.get("note") or ""
     recompute = "op" if v["recompute"] == "selective" and any(m in note for m in OP_SAC) else v["recompute"]
     shape = Shape(v["arch"], v["layers"], v["hidden"], v["heads"], v["kv_heads"], v["ffn"], v["vocab"])
+    if problem := heads_problem(v["hidden"], v["heads"], v["kv_heads"]):  # as a config.json's heads are checked
+        raise UserError(problem)
     if v["strategy"] not in PRICED:
         raise UserError(f"strategy {v['strategy']!r}: use one of {', '.join(PRICED)}")
     strategy, offload_param = OFFLOADED.get(v["strategy"], (v["strategy"], False))

@@ -150,6 +150,10 @@ def test_another_schema_is_refused(tmp_path):
     ({"gpu": "v100-32g", "precision": "bf16"}, "no bf16 peak in the v100-32g profile"),
     ({"tp": "3"}, "does not divide 8 GPUs"),
     ({"global_batch": "12"}, "global batch 12 is not a multiple of data parallel 8 x micro-batch 1"),
+    # heads that cannot lay out the model (transformers' repeat_kv needs kv_heads to divide heads)
+    ({"kv_heads": "3"}, "the 3 key/value heads do not divide the 32 heads"),
+    ({"kv_heads": "64"}, "the 64 key/value heads do not divide the 32 heads"),
+    ({"hidden": "4097"}, "the 32 heads do not divide the hidden size 4097"),
 ])
 def test_a_row_the_model_cannot_price_is_skipped_with_its_reason(tmp_path, change, reason):
     [row] = read_rows([_csv(tmp_path, [{**GOOD, **change}])])

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -49,3 +50,72 @@ def test_unknown_model_lists_presets(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="no config.json"):
         resolve_model(str(tmp_path / "empty"))
+
+
+# config.json files as users' models write them (small dimensions, each family's own keys), and what transformers
+# builds from them is the oracle: dsbench's shape must count exactly its parameters, or refuse the config by name.
+ACCEPTED = {
+    "llama-gqa": {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                  "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 176,
+                  "tie_word_embeddings": False},
+    "mistral-head-dim-stated": {"model_type": "mistral", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                                "intermediate_size": 128, "sliding_window": None},
+    "qwen2-tied": {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 96,
+                   "tie_word_embeddings": True},
+    "gpt2": {"model_type": "gpt2", "vocab_size": 1000, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
+}
+REFUSED = {
+    # Mistral-Nemo's layout: 32 heads of 128 on a hidden size of 5120 (here 4 of 32 on 96)
+    "mistral-wide-heads": ({"model_type": "mistral", "vocab_size": 1000, "hidden_size": 96, "num_hidden_layers": 2,
+                            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+                            "intermediate_size": 128}, "head_dim 32 x 4 heads = 128 is not the hidden size 96"),
+    "llama-attention-bias": ({"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                              "num_attention_heads": 4, "intermediate_size": 128, "attention_bias": True},
+                             "attention_bias true"),
+    "qwen2-kv-not-dividing": ({"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "num_key_value_heads": 3, "intermediate_size": 96},
+                              "the 3 key/value heads do not divide the 4 heads"),
+    "mixtral": ({"model_type": "mixtral", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                 "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+                 "num_local_experts": 4, "num_experts_per_tok": 2}, "model_type 'mixtral'"),
+    "qwen3": ({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 128},
+              "model_type 'qwen3'"),
+}
+
+
+def _transformers_count(config: dict) -> int:
+    """The parameters transformers' own model of this config.json holds (built on the meta device: no memory)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", ACCEPTED)
+def test_a_users_config_json_counts_what_transformers_builds(tmp_path, name):
+    (tmp_path / "config.json").write_text(json.dumps(ACCEPTED[name]))
+    assert resolve_model(str(tmp_path)).num_params() == _transformers_count(ACCEPTED[name])
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_a_config_json_the_shape_would_miscount_is_refused_by_name(tmp_path, name):
+    from dsbench.models import _shape_from_config
+
+    config, message = REFUSED[name]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match=re.escape(message)):
+        resolve_model(str(tmp_path))
+    if name == "qwen2-kv-not-dividing":  # transformers builds it, and its first forward fails
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        with pytest.raises(RuntimeError, match="must match"):
+            AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))(torch.zeros(1, 8, dtype=torch.long))
+    else:  # transformers builds a model whose parameters the shape, had it been read, would have miscounted
+        assert _shape_from_config(config, name, "local", None).num_params() != _transformers_count(config)
