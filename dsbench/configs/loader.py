@@ -42,7 +42,8 @@ def parse_config_text(text: str, source: str) -> tuple[Any, list[Finding]]:
         if config is None:  # JSON null: not a config, though every check of an object's keys would pass it
             return None, [Finding(severity="error", code="not-an-object", path="", message=f"{source}: a DeepSpeed "
                                   "config is a JSON object, got null", fix="write the settings as { ... }")]
-        return config, []
+        shell = _placeholders(config, _SHELL) if isinstance(config, dict) else []
+        return (None, shell) if shell else (config, [])
     except DuplicateKey as exc:
         return None, [Finding(severity="error", code="duplicate-key", path=str(exc),
                               message=f"key '{exc}' appears twice in one object; DeepSpeed refuses the file",
@@ -83,20 +84,24 @@ def _not_strict(text: str, source: str, strict_error: json.JSONDecodeError) -> t
                           fix=f"correct line {strict_error.lineno}, column {strict_error.colno}")]
 
 
-# An unquoted upper-case token where a value belongs (``"train_batch_size": CONFIG_BATCH_SIZE,``) is a
-# template placeholder; hjson reads it as the string "CONFIG_BATCH_SIZE," up to the end of the line.
-_PLACEHOLDER = re.compile(r"^([A-Z][A-Z0-9_]{2,}),?$")
+# An unquoted upper-case token or shell variable where a value belongs (``"train_batch_size": CONFIG_BATCH_SIZE,``,
+# ``"stage": ${zero_stage},``) is a template placeholder; hjson reads it as the string "CONFIG_BATCH_SIZE," up to the
+# end of the line. A quoted value that is a shell variable alone (``"device": "$OFFLOAD_DEVICE"``, from a heredoc
+# that a script expands) is one too, in strict JSON as well.
+_SHELL = re.compile(r"^(\$\{?[A-Za-z_][A-Za-z0-9_]*\}?),?$")
+_PLACEHOLDER = re.compile(rf"^([A-Z][A-Z0-9_]{{2,}}),?$|{_SHELL.pattern}")
 
 
-def _placeholders(config: dict[str, Any]) -> list[Finding]:
+def _placeholders(config: dict[str, Any], pattern: re.Pattern[str] = _PLACEHOLDER) -> list[Finding]:
     found = []
     for path, value in iter_leaves(config):
-        match = _PLACEHOLDER.match(value) if isinstance(value, str) else None
+        match = pattern.match(value) if isinstance(value, str) else None
         if match:
+            token = next(group for group in match.groups() if group)
             found.append(Finding(severity="error", code="template-placeholder", path=path,
-                                 message=f"unfilled template placeholder {match.group(1)} (this file is a template, "
+                                 message=f"unfilled template placeholder {token} (this file is a template, "
                                          "not a config)",
-                                 fix=f"substitute a value for {match.group(1)} before using the file"))
+                                 fix=f"substitute a value for {token} before using the file"))
     return found
 
 

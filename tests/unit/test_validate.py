@@ -164,6 +164,24 @@ def test_template_placeholders():
     assert codes(findings) == [("error", "template-placeholder", "train_batch_size")]
 
 
+@pytest.mark.parametrize("text, path", [
+    ('{"zero_optimization": {"stage": ${zero_stage},\n "overlap_comm": true}}', "zero_optimization.stage"),
+    ('{"zero_optimization": {"offload_param": {"device": "$OFFLOAD_DEVICE"}}}',
+     "zero_optimization.offload_param.device"),
+    ('{"train_batch_size": $GLOBAL_BATCH_SIZE,\n "steps_per_print": 1}', "train_batch_size"),
+])
+def test_shell_variables_left_in_a_config_are_template_placeholders(text, path):
+    """From scripts that write the config with a heredoc (Megatron-DeepSpeed's examples), saved unexpanded."""
+    config, findings = parse_config_text(text, "t.json")
+    assert config is None and codes(findings) == [("error", "template-placeholder", path)]
+
+
+def test_a_value_that_only_mentions_a_variable_is_not_a_placeholder():
+    config, findings = parse_config_text('{"zero_optimization": {"offload_param": {"nvme_path": "$HOME/nvme"}}}',
+                                         "t.json")
+    assert findings == [] and config["zero_optimization"]["offload_param"]["nvme_path"] == "$HOME/nvme"
+
+
 def test_top_level_must_be_an_object(tmp_path):
     path = tmp_path / "list.json"
     path.write_text(json.dumps([1, 2]))
