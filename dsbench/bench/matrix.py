@@ -96,8 +96,10 @@ def check_matrix(names: list[str], world_sizes: list[int], micro_batches: list[i
     labels = [label_of(s) for s in names]
     twice = next((label for label in labels if labels.count(label) > 1), None)
     if twice:
-        raise UserError(f"--strategies names {twice} twice (YAMLs are labelled by file name): give each YAML its "
-                        "own name")
+        yamls = [s for s in names if label_of(s) == twice and accelerate_yaml_of(s) is not None]
+        fix = ("give each YAML its own file name (a YAML's label is its file name)" if yamls
+               else "name it once")
+        raise UserError(f"--strategies names {twice} twice: {fix}")
     if any(w < 1 for w in world_sizes) or any(m < 1 for m in micro_batches) or repeats < 1:
         raise UserError("--world-sizes, --micro-batches and --repeats must be >= 1")
     if steps < 1:
