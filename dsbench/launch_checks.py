@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import checkpoints, trainspec
-from dsbench.configs.layout import config_dims, int_or_none
+from dsbench.configs.batch import config_batch
+from dsbench.configs.layout import config_dims
 from dsbench.configs.precision import config_precision
 from dsbench.errors import UserError
 from dsbench.io import check_creatable_folder
@@ -47,8 +48,8 @@ def _definition(train: trainspec.TrainSpec, shape: ModelShape, dims: ParallelDim
     if config is None:
         micro, accum, precision = train.micro_batch, train.grad_accum, train.precision
     else:
-        micro = int_or_none(config.get("train_micro_batch_size_per_gpu"))
-        accum = int_or_none(config.get("gradient_accumulation_steps", 1))
+        batch = config_batch(config, dims.world, dims)  # as DeepSpeed derives what the config leaves out
+        micro, accum = (batch.micro, batch.accum) if batch else (None, None)
         precision = config_precision(config)
     run = checkpoints.definition(shape.to_dict(), train.seq_len, train.seed,
                                  dims.samples_per_step(micro, accum) if micro and accum else None, precision)

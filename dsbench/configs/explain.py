@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsbench.configs.batch import BATCH_KEYS, config_batch
 from dsbench.configs.layout import data_parallel_size, parallel_degrees
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
@@ -33,11 +34,17 @@ def _offload_line(config: dict[str, Any], section: str, what: str, device: str) 
 
 
 def _batch_line(config: dict[str, Any], world_size: int | None) -> str:
-    tb, mb, ga = (get_path(config, k) for k in
-                  ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"))
+    batch = config_batch(config, world_size) if world_size else None
+    if batch is not None:  # on a world size, what DeepSpeed derives for the keys the config leaves out
+        tb, mb, ga = (f"{value}{'' if get_path(config, key) is not None else ' (derived)'}"
+                      for key, value in zip(BATCH_KEYS, (batch.train, batch.micro, batch.accum), strict=True))
+        return (f"batch: {mb} samples per rank per micro-step x {ga} accumulation steps x "
+                f"{data_parallel_size(config, world_size)} = {tb} samples per optimizer step")
+    tb, mb, ga = (get_path(config, k) for k in BATCH_KEYS)
     dp: Any = data_parallel_size(config, world_size) if world_size else "data-parallel ranks"
     return (f"batch: {mb if mb is not None else '(derived)'} samples per rank per micro-step x "
-            f"{ga if ga is not None else 1} accumulation steps x {dp} = {tb if tb is not None else '(derived)'} "
+            f"{ga if ga is not None else '(derived)' if tb is not None and mb is not None else 1} accumulation steps x "
+            f"{dp} = {tb if tb is not None else '(derived)'} "
             "samples per optimizer step")
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
+from dsbench.configs.batch import BATCH_KEYS, derive_batch
 from dsbench.configs.findings import Finding
 from dsbench.configs.layout import int_or_none, layout_of, parallel_degrees, ulysses_degree
 from dsbench.configs.overrides import get_path
@@ -25,7 +26,6 @@ from dsbench.parallel import ParallelDims, bubble_fraction
 from dsbench.zero_section import stage_as_read, zero_settings
 
 WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
-BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,8 +91,8 @@ def check_batch(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
     dp = _data_parallel_size(config, ctx)
     if dp is None:
         return []  # check_parallel_degrees reports it
-    derived = _derive_batch(tb, mb, ga, dp)
-    tb2, mb2, ga2 = derived
+    derived = derive_batch(tb, mb, ga, dp)
+    tb2, mb2, ga2 = derived.train, derived.micro, derived.accum
     if tb2 == mb2 * ga2 * dp and mb2 > 0 and ga2 > 0:
         return []
     return [Finding(severity="error", code="batch-mismatch", path="train_batch_size",
@@ -101,22 +101,6 @@ def check_batch(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
                             + (f" / {ctx.world_size // dp} pipeline stages)" if dp != ctx.world_size else ")")
                             + (" (DeepSpeed counts AutoTP ranks here)" if parallel_degrees(config)[1] > 1 else ""),
                     fix=_batch_fix(tb, mb, ga, dp))]
-
-
-def _derive_batch(tb: int | None, mb: int | None, ga: int | None, dp: int) -> tuple[int, int, int]:
-    """Fill missing batch values exactly as DeepSpeed does (integer division)."""
-    if tb is not None and mb is not None and ga is not None:
-        return tb, mb, ga
-    if tb is not None and mb is not None:
-        return tb, mb, tb // mb // dp
-    if tb is not None and ga is not None:
-        return tb, tb // dp // ga, ga
-    if mb is not None and ga is not None:
-        return mb * ga * dp, mb, ga
-    if tb is not None:
-        return tb, tb // dp, 1
-    assert mb is not None
-    return mb * dp, mb, 1
 
 
 def _batch_fix(tb: int | None, mb: int | None, ga: int | None, dp: int) -> str:

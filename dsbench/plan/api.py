@@ -92,14 +92,16 @@ def _batch_and_precision(req: PlanRequest, world: int) -> tuple[int, int, str, d
     if not req.config:
         return req.micro_batch, req.grad_accum, req.precision, None
     from dsbench.configs.api import load_valid_config
+    from dsbench.configs.batch import config_batch
     from dsbench.configs.precision import config_precision
 
     # refused as `dsbench explain` refuses it (a plan of a config DeepSpeed would not run is no plan), but for keys
     # that DeepSpeed 0.19.8 does not know, which the plan does not read either
     config = load_valid_config(req.config, world, unread=("unknown-key", "removed-key"))
-    micro, accum = config.get("train_micro_batch_size_per_gpu"), config.get("gradient_accumulation_steps")
-    micro = micro if isinstance(micro, int) else req.micro_batch
-    accum = accum if isinstance(accum, int) else req.grad_accum
+    # the batch DeepSpeed derives on this world (train 64 and micro 2 on 8 ranks: 4 accumulation steps); the flags'
+    # where the config leaves it to the Trainer ("auto")
+    batch = config_batch(config, world)
+    micro, accum = (batch.micro, batch.accum) if batch else (req.micro_batch, req.grad_accum)
     found = config_precision(config)
     return micro, accum, req.precision if found == "auto" else found, config  # "auto": the Trainer decides
 

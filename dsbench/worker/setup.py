@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, fill_auto
+from dsbench.configs.batch import BATCH_KEYS, config_batch
 from dsbench.configs.findings import has_errors
 from dsbench.configs.layout import layout_of
 from dsbench.configs.precision import config_precision
@@ -89,7 +90,12 @@ def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs,
     findings = validate(config, ValidateContext(world_size=world_size, layout=dims), deepspeed_check=False)
     if has_errors(findings):
         raise UserError(f"{path}: " + "; ".join(f.line() for f in findings if f.severity == "error"))
-    return config, dims
+    # the batch keys the config leaves out, written as DeepSpeed derives them (configs/batch.py), so that the loop
+    # takes as many micro-steps per step as the engine accumulates (train 8 and micro 2 on 2 ranks: 2, not 1)
+    batch = config_batch(config, world_size, dims)
+    if batch is None:  # validation refuses every config without a definite batch; said in case it ever does not
+        raise UserError(f"{path}: no definite batch: set train_micro_batch_size_per_gpu")
+    return {**config, **dict(zip(BATCH_KEYS, (batch.train, batch.micro, batch.accum), strict=True))}, dims
 
 
 def precision_of(config: dict[str, Any] | None, flag: str | None) -> str:

@@ -82,3 +82,33 @@ def test_git_revision_is_what_git_says_without_starting_git():
         pytest.skip("not a git checkout")
     oracle = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     assert git_revision() == oracle.strip()
+
+
+@pytest.mark.parametrize("batch, world", [
+    ({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2}, 2),  # accumulation derived: 2
+    ({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2}, 8),  # 4
+    ({"train_batch_size": 8}, 2),  # micro-batch derived: 4, accumulation 1
+    ({"train_batch_size": 32, "gradient_accumulation_steps": 4}, 4),  # micro-batch derived: 2
+    ({"train_micro_batch_size_per_gpu": 3}, 2),  # train derived: 6
+    ({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3}, 2),
+])
+def test_a_rank_runs_the_batch_deepspeed_derives(monkeypatch, batch, world):
+    """The keys a config leaves out are filled as DeepSpeed's own DeepSpeedConfig derives them (the oracle, at the
+    same world size), so the worker's loop takes the micro-steps the engine accumulates. Until 2026-11-30 a config
+    of train_batch_size and micro-batch ran 1 micro-step a step (the header said global batch 4 where DeepSpeed
+    trained 8), and one of train_batch_size alone failed with KeyError."""
+    from deepspeed.runtime import config as ds_config
+
+    from dsbench.configs.autofill import AutoInputs
+    from dsbench.configs.batch import BATCH_KEYS
+    from dsbench.worker.setup import complete_ds_config
+
+    raw = {**batch, "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+    inputs = AutoInputs(micro_batch=1, grad_accum=1, data_parallel_size=world, grad_clip=1.0, lr=1e-3,
+                        weight_decay=0.0, warmup_steps=0, train_steps=10, precision="fp32", hidden_size=64)
+    config, _ = complete_ds_config(raw, "ds.json", inputs, world_size=world)
+    monkeypatch.setattr(ds_config.dist, "get_world_size", lambda *a, **k: world)
+    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
+    theirs = ds_config.DeepSpeedConfig(dict(raw))
+    assert [config[key] for key in BATCH_KEYS] == [theirs.train_batch_size, theirs.train_micro_batch_size_per_gpu,
+                                                    theirs.gradient_accumulation_steps]

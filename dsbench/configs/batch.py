@@ -1,0 +1,57 @@
+"""A DeepSpeed config's batch on a world size, derived as DeepSpeed derives it: the one reader of its three keys.
+
+``DeepSpeedConfig._set_batch_related_parameters`` (deepspeed/runtime/config.py) fills whichever of
+``train_batch_size``, ``train_micro_batch_size_per_gpu`` and ``gradient_accumulation_steps`` is missing from the
+others with integer division, over the ranks its assertion counts (:meth:`ParallelDims.deepspeed_batch_ranks`), and
+then asserts train = micro x accumulation x ranks (validation reports a config where that fails). So a config of
+train 64 and micro 2 on 8 ranks trains 4 accumulation steps; one of train 64 alone, a micro-batch of 8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dsbench.configs.layout import data_parallel_size, int_or_none
+from dsbench.configs.overrides import get_path
+from dsbench.parallel import ParallelDims
+
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The three values as DeepSpeed runs them."""
+
+    train: int
+    micro: int
+    accum: int
+
+
+def derive_batch(tb: int | None, mb: int | None, ga: int | None, dp: int) -> Batch:
+    """Fill the missing values exactly as DeepSpeed does (integer division); one of ``tb`` and ``mb`` is set."""
+    if tb is not None and mb is not None and ga is not None:
+        return Batch(tb, mb, ga)
+    if tb is not None and mb is not None:
+        return Batch(tb, mb, tb // mb // dp)
+    if tb is not None and ga is not None:
+        return Batch(tb, tb // dp // ga, ga)
+    if mb is not None and ga is not None:
+        return Batch(mb * ga * dp, mb, ga)
+    if tb is not None:
+        return Batch(tb, tb // dp, 1)
+    assert mb is not None
+    return Batch(mb * dp, mb, 1)
+
+
+def config_batch(config: dict[str, Any], world_size: int, dims: ParallelDims | None = None) -> Batch | None:
+    """The config's batch on ``world_size`` ranks (``dims``: its layout there, where the caller has worked it out);
+    None where it has no definite one (a value "auto" or of another type, neither train nor micro set, degrees that
+    do not lay out the world: validation names each)."""
+    values = [get_path(config, key) for key in BATCH_KEYS]
+    tb, mb, ga = (int_or_none(value) for value in values)
+    dp = dims.deepspeed_batch_ranks() if dims is not None else data_parallel_size(config, world_size)
+    if dp is None or (tb is None and mb is None) or any(
+            value is not None and known is None for value, known in zip(values, (tb, mb, ga), strict=True)):
+        return None
+    return derive_batch(tb, mb, ga, dp)
