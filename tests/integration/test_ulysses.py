@@ -43,9 +43,15 @@ def losses(tmp_path: Path, name: str, config: Path, ranks: int) -> list[float]:
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory) -> list[float]:
-    """The reference: one rank, micro-batch 2 x 2 accumulation steps, ZeRO-1, the same SGD."""
+    """The reference: one rank, micro-batch 2 x 2 accumulation steps, ZeRO-1, the same SGD. Its config states the
+    batch as many users' do, train_batch_size 4 and the micro-batch, leaving the accumulation to DeepSpeed: the rank
+    runs the 2 micro-steps a step that DeepSpeed derives (until 2026-11-30 it ran 1, and trained half the batch of
+    the Ulysses runs it is the reference of)."""
     folder = tmp_path_factory.mktemp("one")
     config = sgd_config(folder, "one", ["--micro-batch", "2", "--grad-accum", "2", "--zero", "1", "--world-size", "1"])
+    stated = json.loads(config.read_text())
+    assert stated.pop("gradient_accumulation_steps") == 2 and stated["train_batch_size"] == 4
+    config.write_text(json.dumps(stated))
     return losses(folder, "one", config, 1)
 
 
