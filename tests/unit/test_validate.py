@@ -196,3 +196,16 @@ def test_autotp_batch_counts_every_rank_like_deepspeed():
     assert run(config, world=2, ds=True) == []
     [finding] = run({**config, "train_batch_size": 2}, world=2, ds=True)
     assert finding.code == "batch-mismatch" and "DeepSpeed counts AutoTP ranks" in finding.message
+
+
+@pytest.mark.parametrize("name", ["AdamW", "adam", "Lamb", "Lion", "SGD", "sgd", "RAdam", "Adafactor", "OneBitAdam",
+                                  "ZeroOneAdam", "FusedAdam", "adamw_torch"])
+def test_an_optimizer_the_engine_would_not_build_is_an_error(name):
+    """The oracle: DeepSpeed's engine's own test (``_is_supported_optimizer``) of the name DeepSpeedConfig keeps."""
+    from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    kept = name.lower() if name.lower() in DEEPSPEED_OPTIMIZERS else name  # DeepSpeedConfig.optimizer_name
+    builds = DeepSpeedEngine._is_supported_optimizer(None, kept)
+    findings = run({**BASE, "optimizer": {"type": name, "params": {"lr": 1e-3}}}, ds=True)
+    assert (not [f for f in findings if f.path == "optimizer.type"]) is builds, findings
