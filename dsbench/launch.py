@@ -17,6 +17,8 @@ from dsbench.configs.api import (
     name_sets,
     validate_accelerate,
 )
+from dsbench.configs.autofill import RULES as AUTO_RULES
+from dsbench.configs.autofill import auto_paths
 from dsbench.configs.findings import has_errors
 from dsbench.configs.layout import in_config_keys, layout_of
 from dsbench.configs.loader import load_config_strict
@@ -95,9 +97,16 @@ def _written_config(req: LaunchRequest, world: int) -> tuple[Path, dict[str, Any
     if req.config:
         config, notes = load_config_strict(req.config), []
         layout = layout_of(config, world) if isinstance(config, dict) else None
-        findings = validate(config, ValidateContext(world_size=world, layout=layout), deepspeed_check=False)
+        # "auto" is the HF Trainer's to fill, and each rank fills it so from the worker's flags
+        # (worker/setup.complete_ds_config), as a config passed to `deepspeed --deepspeed_config` is filled
+        findings = validate(config, ValidateContext(world_size=world, layout=layout, allow_auto=True),
+                            deepspeed_check=False)
         if has_errors(findings):
             raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
+        unfilled = [path for path in auto_paths(config) if path not in AUTO_RULES]
+        if unfilled:  # a rank would stop at "cannot resolve 'auto'"
+            raise UserError(f"{req.config}: {unfilled[0]} is \"auto\", which neither the HF Trainer nor dsbench's "
+                            "worker fills: set a value")
     else:  # the render's layout is the config's: make_render_spec takes the degrees a --set writes
         spec, _ = make_render_spec(_render_flags(req, world), req.preset, req.model, False, req.sets,
                                    check_model=False)

@@ -186,3 +186,15 @@ def test_a_config_without_an_optimizer_gets_the_one_the_worker_renders(tmp_path)
                                 "optimizer": {"type": "SGD", "params": {"lr": 0.5}}}))
     assert resolve(from_argv(["--strategy", "deepspeed", "--deepspeed_config", str(path)]), 2, {}).ds_config[
         "optimizer"] == {"type": "SGD", "params": {"lr": 0.5}}
+
+
+def test_a_launch_takes_a_trainer_config_whose_auto_values_the_ranks_fill(cli_run, tmp_path):
+    """`dsbench launch --config` of an HF Trainer config ("auto" batch, clipping, precision and buckets, as the
+    corpus' LLaMA-Factory and Qwen configs write them) starts, as `deepspeed --deepspeed_config` with it does: the
+    ranks fill each "auto" from the worker's flags (worker/setup.complete_ds_config). Until 2026-11-30 the launch
+    refused every "auto" and told the user of an --allow-auto that launch does not have."""
+    config = DATA / "corpus" / "ds_configs" / "hiyouga__LLaMA-Factory__examples_deepspeed_ds_z3_config.json"
+    assert "auto" in config.read_text()
+    result = cli_run("launch", "--config", str(config), "--run-dir", str(tmp_path / "run"), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "run" / "ds_config.json").read_text()) == json.loads(config.read_text())
