@@ -8,7 +8,8 @@ alone: every later stage's gradients are left out. Found 2026-11-30 by the parit
 global batch 4): the norm was 1.047 where one process's was 1.318, and the losses drifted from one process's by
 1.0e-4 in 12 steps; with the norm below, they agree to 2e-7 and the norm equals one process's to every printed
 digit. ZeRO-1 (``stage_1_and_2.py``) computes its own norm, right (2e-7 in the same test); DeepSpeed's fp16 and
-bf16 optimizers compute theirs elsewhere too, not checked here (the CPU runs are fp32).
+bf16 optimizers compute theirs elsewhere too, by the tensor-parallel rank (0 on every stage of a pipeline grid),
+so they count every stage (read in 0.19.8, not run: the CPU runs are fp32).
 
 The norm below is the one a single process takes (``torch.nn.utils.clip_grad_norm_``): every stage's gradients,
 the tied copy that a later stage holds (``ds_pipe_replicated``) counted once, on the stage that owns it.
