@@ -33,6 +33,11 @@ def _offload_line(config: dict[str, Any], section: str, what: str, device: str) 
     return f"{what} offloaded to {where}{pinned}{extra}"
 
 
+def _value(value: Any) -> Any:
+    """A value as explained: "auto" says who fills it."""
+    return "'auto' (the HF Trainer's, or dsbench's worker's, from its arguments)" if value == "auto" else value
+
+
 def _batch_line(config: dict[str, Any], world_size: int | None) -> str:
     batch = config_batch(config, world_size) if world_size else None
     if batch is not None:  # on a world size, what DeepSpeed derives for the keys the config leaves out
@@ -41,6 +46,9 @@ def _batch_line(config: dict[str, Any], world_size: int | None) -> str:
         return (f"batch: {mb} samples per rank per micro-step x {ga} accumulation steps x "
                 f"{data_parallel_size(config, world_size)} = {tb} samples per optimizer step")
     tb, mb, ga = (get_path(config, k) for k in BATCH_KEYS)
+    if "auto" in (tb, mb, ga):
+        return ("batch: 'auto', the HF Trainer's (per-device batch x accumulation x data-parallel ranks) or dsbench's "
+                "worker's (--micro-batch x --grad-accum x ranks)")
     dp: Any = data_parallel_size(config, world_size) if world_size else "data-parallel ranks"
     return (f"batch: {mb if mb is not None else '(derived)'} samples per rank per micro-step x "
             f"{ga if ga is not None else '(derived)' if tb is not None and mb is not None else 1} accumulation steps x "
@@ -57,7 +65,7 @@ def _precision_line(config: dict[str, Any]) -> str:
         kind = "dynamic loss scaling" if not scale else f"static loss scale {scale}"
         return f"precision: fp16 with {kind}, fp32 master weights and optimizer states"
     if precision == "auto":
-        return "precision: 'auto' (decided by the HF Trainer's --fp16/--bf16)"
+        return "precision: 'auto' (decided by the HF Trainer's --fp16/--bf16, or dsbench's worker's --precision)"
     return "precision: fp32"
 
 
@@ -78,14 +86,15 @@ def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
     lines.append(_batch_line(config, world_size))
     lines.append(_precision_line(config))
     opt = get_path(config, "optimizer.type")
-    if opt:
-        lines.append(f"optimizer: {opt}, lr {get_path(config, 'optimizer.params.lr', '(default)')}")
+    lines.append(f"optimizer: {opt}, lr {_value(get_path(config, 'optimizer.params.lr', '(default)'))}" if opt else
+                 "optimizer: none named, so the training script brings its own (the HF Trainer its AdamW, dsbench's "
+                 "worker the AdamW it renders)")
     sched = get_path(config, "scheduler.type")
     if sched:
         lines.append(f"scheduler: {sched}")
     clip = get_path(config, "gradient_clipping")
     if clip:
-        lines.append(f"gradient clipping: global norm {clip}")
+        lines.append(f"gradient clipping: global norm {_value(clip)}")
     if get_path(config, "activation_checkpointing.partition_activations"):
         lines.append("activation checkpointing: checkpoints partitioned across model-parallel ranks")
     return lines

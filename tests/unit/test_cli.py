@@ -67,7 +67,7 @@ def test_explain_says_what_is_sharded_and_offloaded(cli_run):
     text = result.output
     assert "ZeRO-3: parameters, gradients and optimizer states are all partitioned" in text
     assert "optimizer states offloaded to CPU RAM (pinned host memory)" in text
-    assert "parameters offloaded to CPU RAM" in text and "x 8 = auto samples" in text
+    assert "parameters offloaded to CPU RAM" in text and "batch: 'auto', the HF Trainer's" in text
 
 
 def test_launch_dry_run_prints_a_runnable_command(cli_run, tmp_path):
