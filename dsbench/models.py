@@ -217,7 +217,7 @@ def _check_family(cfg: dict[str, Any], name: str) -> None:
     Llama: a Mixtral's experts as one MLP, a Qwen3's query/key norms and wide heads left out); without
     ``model_type``, Llama-style fields are read as Llama."""
     model_type = cfg.get("model_type")
-    if model_type not in (None, *_FAMILIES) and "n_embd" not in cfg:
+    if model_type not in (None, *_FAMILIES):  # GPT-2's field names too (gpt_bigcode's are, with one KV head)
         raise UserError(f"{name}: model_type {str(model_type)[:40]!r}: dsbench builds and prices dense GPT-2 and "
                         f"Llama-layout decoders ({', '.join(_FAMILIES)}), and would train this as another model")
     biased = [key for key in ("attention_bias", "mlp_bias") if cfg.get(key) is True and model_type != "gpt2"]
