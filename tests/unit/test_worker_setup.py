@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from dsbench.errors import UserError
@@ -112,3 +114,25 @@ def test_a_rank_runs_the_batch_deepspeed_derives(monkeypatch, batch, world):
     theirs = ds_config.DeepSpeedConfig(dict(raw))
     assert [config[key] for key in BATCH_KEYS] == [theirs.train_batch_size, theirs.train_micro_batch_size_per_gpu,
                                                     theirs.gradient_accumulation_steps]
+
+
+@pytest.mark.parametrize("config, needle", [
+    ({"fp16": {"enabled": True}}, "fp16: DeepSpeed's cpu accelerator trains no fp16"),
+    ({"optimizer": {"type": "Lamb"}}, "optimizer lamb: DeepSpeed runs it with its FusedLambBuilder op"),
+    ({"optimizer": {"type": "Lion"}}, "or offload the optimizer, where Lion runs on the CPU"),
+    ({"optimizer": {"type": "Lion"}, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}}, None),
+    ({"optimizer": {"type": "AdamW"}, "bf16": {"enabled": True}}, None),
+])
+def test_what_the_cpu_accelerator_cannot_run_is_said_before_deepspeed_starts(config, needle):
+    """On DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu, as every test here): its own answers are the oracle,
+    is_fp16_supported() and the stand-in builder it returns for an op it lacks."""
+    from deepspeed.accelerator import get_accelerator
+
+    from dsbench.worker.engines.deepspeed import check_on_device
+
+    assert get_accelerator().device_name() == "cpu" and not get_accelerator().is_fp16_supported()
+    if needle is None:
+        check_on_device(config)
+    else:
+        with pytest.raises(UserError, match=re.escape(needle)):
+            check_on_device(config)
