@@ -16,13 +16,14 @@ from dsbench.configs.autofill import AutoInputs, fill_auto
 from dsbench.configs.batch import BATCH_KEYS, config_batch
 from dsbench.configs.findings import has_errors
 from dsbench.configs.layout import layout_of
-from dsbench.configs.precision import config_precision
+from dsbench.configs.precision import config_precision, fp16_enabled
 from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validate
 from dsbench.envinfo import machine, versions
 from dsbench.errors import UserError
 from dsbench.jitlocks import stale_lock_message, stale_locks
 from dsbench.parallel import ParallelDims
 from dsbench.worker.cpuanswer import jit_folder
+from dsbench.zero_section import zero_settings
 
 
 def resolve_strategy(requested: str, ds_config: str | None, world_size: int) -> str:
@@ -66,7 +67,8 @@ def guard_jit_builds() -> None:
 
 def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs,
                        world_size: int) -> tuple[dict[str, Any], ParallelDims]:
-    """Fill a config's "auto" values as the HF Trainer would from the worker's own arguments, and validate it;
+    """Fill a config's "auto" values as the HF Trainer would from the worker's own arguments, validate it, and
+    check that this rank's DeepSpeed accelerator can run it (:func:`check_on_device`);
     ``path`` names where it came from in errors. Returns it with its layout (AutoTP degree, pipeline stages over the
     world), worked out once here for the whole run."""
     dims = layout_of(raw, world_size)
@@ -95,6 +97,7 @@ def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs,
     batch = config_batch(config, world_size, dims)
     if batch is None:  # validation refuses every config without a definite batch; said in case it ever does not
         raise UserError(f"{path}: no definite batch: set train_micro_batch_size_per_gpu")
+    check_on_device(config)
     return {**config, **dict(zip(BATCH_KEYS, (batch.train, batch.micro, batch.accum), strict=True))}, dims
 
 
@@ -145,3 +148,28 @@ def header(**fields: Any) -> dict[str, Any]:
     return {"type": "header", "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": [sys.executable, "-m", "dsbench.train", *sys.argv[1:]], "launch_command": launch,
             "git_rev": git_revision(), "versions": versions(), "machine": machine(), **fields}
+
+
+# DeepSpeed's optimizers that load a fused op of the device when they stay on it (runtime/engine.py
+# ``_configure_basic_optimizer``: lamb -> FusedLamb, lion without optimizer offload -> FusedLion)
+_FUSED_OPS = {"lamb": "FusedLambBuilder", "lion": "FusedLionBuilder"}
+
+
+def check_on_device(ds_config: dict[str, Any]) -> None:
+    """What the rank's DeepSpeed accelerator cannot run, refused in dsbench's words before ``deepspeed.initialize``
+    (where DeepSpeed says "Type fp16 is not supported on your device" or, of its missing op, "This op had not been
+    implemented on CPU backend")."""
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    device = accelerator.device_name()
+    if fp16_enabled(ds_config) and not accelerator.is_fp16_supported():
+        raise UserError(f"fp16: DeepSpeed's {device} accelerator trains no fp16 (use bf16 or fp32: --precision, or "
+                        "the config's bf16 section)")
+    name = str((ds_config.get("optimizer") or {}).get("type", "")).lower()
+    op = _FUSED_OPS.get(name)
+    if op and not (name == "lion" and zero_settings(ds_config).offload != "none") and (
+            accelerator.get_op_builder(op).__name__ == "NotImplementedBuilder"):  # DeepSpeed's stand-in for none
+        offload = "; or offload the optimizer, where Lion runs on the CPU" if name == "lion" else ""
+        raise UserError(f"optimizer {name}: DeepSpeed runs it with its {op} op, which its {device} accelerator does "
+                        f"not have: use AdamW, Adam, Adagrad or a torch.optim class{offload}")

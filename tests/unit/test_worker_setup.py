@@ -128,7 +128,7 @@ def test_what_the_cpu_accelerator_cannot_run_is_said_before_deepspeed_starts(con
     is_fp16_supported() and the stand-in builder it returns for an op it lacks."""
     from deepspeed.accelerator import get_accelerator
 
-    from dsbench.worker.engines.deepspeed import check_on_device
+    from dsbench.worker.setup import check_on_device
 
     assert get_accelerator().device_name() == "cpu" and not get_accelerator().is_fp16_supported()
     if needle is None:

@@ -5,35 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench.configs.precision import fp16_enabled
 from dsbench.errors import UserError
 from dsbench.worker.engines.base import EngineOptions, accumulate
 from dsbench.worker.state_bytes import count_deepspeed, with_optimizer_states
 from dsbench.zero_section import zero_settings
-
-# DeepSpeed's optimizers that load a fused op of the device when they stay on it (runtime/engine.py
-# ``_configure_basic_optimizer``: lamb -> FusedLamb, lion without optimizer offload -> FusedLion)
-_FUSED_OPS = {"lamb": "FusedLambBuilder", "lion": "FusedLionBuilder"}
-
-
-def check_on_device(ds_config: dict[str, Any]) -> None:
-    """What the rank's DeepSpeed accelerator cannot run, refused in dsbench's words before ``deepspeed.initialize``
-    (where DeepSpeed says "Type fp16 is not supported on your device" or, of its missing op, "This op had not been
-    implemented on CPU backend")."""
-    from deepspeed.accelerator import get_accelerator
-
-    accelerator = get_accelerator()
-    device = accelerator.device_name()
-    if fp16_enabled(ds_config) and not accelerator.is_fp16_supported():
-        raise UserError(f"fp16: DeepSpeed's {device} accelerator trains no fp16 (use bf16 or fp32: --precision, or "
-                        "the config's bf16 section)")
-    name = str((ds_config.get("optimizer") or {}).get("type", "")).lower()
-    op = _FUSED_OPS.get(name)
-    if op and not (name == "lion" and zero_settings(ds_config).offload != "none") and (
-            accelerator.get_op_builder(op).__name__ == "NotImplementedBuilder"):  # DeepSpeed's stand-in for none
-        offload = "; or offload the optimizer, where Lion runs on the CPU" if name == "lion" else ""
-        raise UserError(f"optimizer {name}: DeepSpeed runs it with its {op} op, which its {device} accelerator does "
-                        f"not have: use AdamW, Adam, Adagrad or a torch.optim class{offload}")
 
 
 class DeepSpeedEngine:
@@ -45,7 +20,6 @@ class DeepSpeedEngine:
         import deepspeed
 
         assert options.ds_config is not None
-        check_on_device(options.ds_config)
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                     config=options.ds_config, mpu=mpu)
         if options.compile:

@@ -15,7 +15,6 @@ from dsbench.configs.pipeline import pipeline_settings
 from dsbench.worker.dist import Collectives
 from dsbench.worker.engines.base import EngineOptions
 from dsbench.worker.engines.busy import BusyClock
-from dsbench.worker.engines.deepspeed import check_on_device
 from dsbench.worker.engines.pipe_clip import clip_whole_model, first_stage_norm
 from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, stage_layers, tied_head
 from dsbench.worker.state_bytes import count_deepspeed, with_optimizer_states
@@ -47,7 +46,6 @@ class DeepSpeedPipelineEngine:
         from deepspeed.runtime.pipe import schedule
 
         assert options.ds_config is not None
-        check_on_device(options.ds_config)
         stages, method, interval = pipeline_settings(options.ds_config)
         # only decoder blocks are checkpointed: the embedding takes integer ids, and a reentrant checkpoint
         # of a segment whose inputs need no gradient would leave the stage's output without one
