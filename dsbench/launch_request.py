@@ -113,7 +113,8 @@ def check_request(req: LaunchRequest) -> None:
         shaping = given + (["--preset"] if req.preset else []) + (["--set"] if req.sets else [])
         if shaping:
             raise UserError(f"--config uses {req.config} as is, so {shaping[0]} would be ignored: drop it, or drop "
-                            "--config and let dsbench render the config from the flags")
+                            "--config and let dsbench render the config from the flags (a value the config leaves "
+                            "\"auto\" comes from the worker's flags after --)")
     if req.strategy != "deepspeed":
         ds_only = [flag for name, flag in DEEPSPEED_ONLY.items() if req.render_flags.get(name) is not None]
         ds_only += ["--config"] * bool(req.config) + ["--preset"] * bool(req.preset) + ["--set"] * bool(req.sets)

@@ -41,9 +41,11 @@ def check_worker_flags(given: Mapping[str, Any], config: dict[str, Any], config_
     ``accelerate``: the config is an accelerate YAML's DeepSpeed settings (``config_file`` the file that holds
     them), where the worker adds AdamW and WarmupLR from its flags when the settings have none
     (configs/accelerate_worker.with_script_optimizer) and accelerate's --mixed_precision decides the precision."""
+    # the worker brings AdamW, and WarmupLR from its flags, where the settings name no scheduler: always for an
+    # accelerate YAML's, and for a file that names no optimizer either (worker/resolve.py)
+    script_scheduler = "scheduler" not in config and (accelerate or "optimizer" not in config)
     for field, (flag, key, read) in _CONFIG_DECIDES.items():
-        if field not in given or accelerate and (field == "precision" or field == "lr_warmup_steps"
-                                                  and "scheduler" not in config):
+        if field not in given or accelerate and field == "precision" or field == "lr_warmup_steps" and script_scheduler:
             continue
         value = read(config)
         if value is None or value == "auto" or value == given[field]:
