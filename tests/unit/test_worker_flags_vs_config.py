@@ -113,3 +113,13 @@ def test_a_flag_with_a_bad_value_is_refused_for_its_value_first(cli_run, tmp_pat
     """What is wrong with the value itself is said before whether the config would ignore it."""
     result = cli_run("launch", *launch, "--run-dir", str(tmp_path / "r"), "--dry-run", "--", *args)
     assert result.exit_code == 2 and message in result.output and "the DeepSpeed config sets" not in result.output
+
+
+def test_a_file_without_optimizer_or_scheduler_takes_the_workers_warmup():
+    """The worker brings AdamW and WarmupLR to a file that names no optimizer, as the HF Trainer brings its own
+    (worker/resolve.py): the warm-up flag is used there, not ignored. A file that names its optimizer but no
+    scheduler trains at a constant LR, so the flag would be ignored: refused."""
+    bare = {key: value for key, value in CONFIG.items() if key not in ("optimizer", "scheduler")}
+    check_worker_flags(["--lr-warmup-steps", "5"], bare, "ds.json")
+    with pytest.raises(UserError, match=r"scheduler\.params\.warmup_num_steps to 0"):
+        check_worker_flags(["--lr-warmup-steps", "5"], {**bare, "optimizer": {"type": "AdamW"}}, "ds.json")
