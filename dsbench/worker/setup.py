@@ -168,8 +168,9 @@ def check_on_device(ds_config: dict[str, Any]) -> None:
                         "the config's bf16 section)")
     name = str((ds_config.get("optimizer") or {}).get("type", "")).lower()
     op = _FUSED_OPS.get(name)
+    builder = accelerator.get_op_builder(op) if op else None
     if op and not (name == "lion" and zero_settings(ds_config).offload != "none") and (
-            accelerator.get_op_builder(op).__name__ == "NotImplementedBuilder"):  # DeepSpeed's stand-in for none
+            getattr(builder, "__name__", "NotImplementedBuilder") == "NotImplementedBuilder"):  # none, or a stand-in
         offload = "; or offload the optimizer, where Lion runs on the CPU" if name == "lion" else ""
         raise UserError(f"optimizer {name}: DeepSpeed runs it with its {op} op, which its {device} accelerator does "
                         f"not have: use AdamW, Adam, Adagrad or a torch.optim class{offload}")
