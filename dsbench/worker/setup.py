@@ -164,8 +164,8 @@ def check_on_device(ds_config: dict[str, Any]) -> None:
     accelerator = get_accelerator()
     device = accelerator.device_name()
     if fp16_enabled(ds_config) and not accelerator.is_fp16_supported():
-        raise UserError(f"fp16: DeepSpeed's {device} accelerator trains no fp16 (use bf16 or fp32: --precision, or "
-                        "the config's bf16 section)")
+        raise UserError(f"fp16: DeepSpeed's {device} accelerator trains no fp16: set fp16.enabled false (fp32) or "
+                        "bf16.enabled true in the config (dsbench launch renders either with --precision fp32|bf16)")
     name = str((ds_config.get("optimizer") or {}).get("type", "")).lower()
     op = _FUSED_OPS.get(name)
     builder = accelerator.get_op_builder(op) if op else None
