@@ -218,7 +218,7 @@ def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file:
     # file's values, or the inline plugin's accumulation and clipping, would win over them
     trainflags.for_launch(given, {})
     settled = ds_file if ds_file is not None else {key: inline[key] for _, key in _YAML_FIXES.values() if key in inline}
-    check_worker_flags(given, settled, where, accelerate=True)
+    check_worker_flags(given, settled, where, accelerate=True, inline=ds_file is None)
 
 
 def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:

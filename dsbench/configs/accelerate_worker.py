@@ -108,6 +108,14 @@ def worker_notes(config: dict[str, Any]) -> list[str]:
     return notes
 
 
+def script_completes(config: dict[str, Any], inline: bool) -> bool:
+    """Whether the worker, as the training script, brings its own optimizer (and WarmupLR with a warm-up) to these
+    DeepSpeed settings (:func:`with_script_optimizer`): accelerate's inline settings always; a file only when it names
+    no optimizer (the HF Trainer's case). The rank (worker/resolve.py) and the launch's flag check
+    (configs/worker_flags.py) both ask here."""
+    return inline or "optimizer" not in config
+
+
 def with_script_optimizer(config: dict[str, Any], warmup_steps: int) -> tuple[dict[str, Any], list[str]]:
     """The DeepSpeed config accelerate builds from inline settings names no optimizer or scheduler: the training
     script brings its own (transformers' Trainer, integrations/deepspeed.py ``deepspeed_optim_sched``, creates its

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dsbench.configs.accelerate_worker import script_completes
 from dsbench.configs.precision import config_precision
 from dsbench.errors import UserError
 
@@ -32,18 +33,19 @@ _CONFIG_DECIDES = {
 
 
 def check_worker_flags(given: Mapping[str, Any], config: dict[str, Any], config_file: str | None,
-                       accelerate: bool = False, after: str = "-- ") -> None:
+                       accelerate: bool = False, after: str = "-- ", inline: bool = False) -> None:
     """A worker flag (``given``: as typed, trainflags.given_flags; ``after``: how the message shows where it was
     typed) that the DeepSpeed config contradicts would be ignored on every rank (the config's value wins): refused
     in one line, with where to set it. A key the config leaves "auto" is filled from the flag by the worker, so it
     passes; one it does not set is DeepSpeed's to derive (dsbench's renders set every one).
 
     ``accelerate``: the config is an accelerate YAML's DeepSpeed settings (``config_file`` the file that holds
-    them), where the worker adds AdamW and WarmupLR from its flags when the settings have none
-    (configs/accelerate_worker.with_script_optimizer) and accelerate's --mixed_precision decides the precision."""
-    # the worker brings AdamW, and WarmupLR from its flags, where the settings name no scheduler: always for an
-    # accelerate YAML's, and for a file that names no optimizer either (worker/resolve.py)
-    script_scheduler = "scheduler" not in config and (accelerate or "optimizer" not in config)
+    them), where accelerate's --mixed_precision decides the precision. ``inline``: the settings are the YAML's
+    inline ones, which the worker always completes with AdamW and WarmupLR (a file, only when it names no
+    optimizer: configs/accelerate_worker.script_completes)."""
+    # the worker brings AdamW, and WarmupLR from its flags, where the settings name no scheduler and it completes
+    # them as the training script (accelerate_worker.script_completes, as the rank decides it)
+    script_scheduler = "scheduler" not in config and script_completes(config, inline)
     for field, (flag, key, read) in _CONFIG_DECIDES.items():
         if field not in given or accelerate and field == "precision" or field == "lr_warmup_steps" and script_scheduler:
             continue

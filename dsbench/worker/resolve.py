@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dsbench.configs.accelerate_worker import with_script_optimizer
+from dsbench.configs.accelerate_worker import script_completes, with_script_optimizer
 from dsbench.configs.autofill import AutoInputs
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.worker_flags import check_worker_flags
@@ -73,7 +73,7 @@ def _deepspeed_config(spec: TrainSpec, shape: ModelShape, world: int,
     path = spec.deepspeed_config or environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
     if path:
         raw, source = load_config_strict(path), path
-        if isinstance(raw, dict) and "optimizer" not in raw:
+        if isinstance(raw, dict) and script_completes(raw, inline=False):
             # a config left for the training script to bring its optimizer (as the HF Trainer does for one without
             # an optimizer section): the worker brings the one it renders, as for accelerate's inline settings;
             # DeepSpeed alone would stop at "zero stage N requires an optimizer"

@@ -96,9 +96,17 @@ def test_dsbench_s_own_accelerate_deepspeed_file_leaves_every_flag_open():
                        shipped, "ds_configs/zero2.json", accelerate=True)
 
 
-def test_a_deepspeed_file_without_a_scheduler_gets_the_workers_warmup_under_accelerate():
-    # the worker adds WarmupLR from its flag there (accelerate_worker.with_script_optimizer); precision is accelerate's
-    check_worker_flags(["--lr-warmup-steps", "5", "--precision", "bf16"], CONFIG, "ds.json", accelerate=True)
+def test_under_accelerate_the_warmup_flag_is_taken_where_the_worker_brings_the_scheduler():
+    """The worker completes accelerate's inline settings with AdamW and WarmupLR from its flags, and a DeepSpeed
+    file only when it names no optimizer (accelerate_worker.script_completes, as the rank decides it); precision is
+    accelerate's. Until 2026-11-30 12:20 a file that named its optimizer and no scheduler took --lr-warmup-steps here
+    and trained at a constant LR (measured: lr 3e-4 at each of 4 steps with --lr-warmup-steps 5)."""
+    inline = {key: value for key, value in CONFIG.items() if key != "optimizer"}
+    check_worker_flags(["--lr-warmup-steps", "5", "--precision", "bf16"], CONFIG, "acc.yaml", accelerate=True,
+                       inline=True)
+    check_worker_flags(["--lr-warmup-steps", "5"], inline, "ds.json", accelerate=True)
+    with pytest.raises(UserError, match=r"scheduler\.params\.warmup_num_steps to 0"):
+        check_worker_flags(["--lr-warmup-steps", "5"], CONFIG, "ds.json", accelerate=True)
     with pytest.raises(UserError, match=r"change train_micro_batch_size_per_gpu in ds\.json, or set it to \"auto\""):
         check_worker_flags(["--micro-batch", "4"], CONFIG, "ds.json", accelerate=True)
 
