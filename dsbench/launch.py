@@ -185,9 +185,9 @@ def strategy_and_launcher(strategy: str | None, launcher: str | None, accelerate
 # Flags that would be ignored beside a user's accelerate YAML, with what decides instead.
 _YAML_DECIDES = {**DEEPSPEED_ONLY, "pipeline_stages": "--pipeline-stages", "tp": "--tp", **TORCH_TP_ONLY,
                  "pipeline_schedule": "--pipeline-schedule", "virtual_stages": "--virtual-stages"}
-# Worker flags that a YAML's inline DeepSpeed settings (or its DeepSpeed file) fix: (YAML key, DeepSpeed key).
-_YAML_FIXES = {"grad_accum": ("--grad-accum", "gradient_accumulation_steps"),
-               "grad_clip": ("--grad-clip", "gradient_clipping")}
+# The inline DeepSpeed settings of an accelerate YAML that fix a worker flag (accelerate's DeepSpeedPlugin writes
+# them into the config it builds; the worker fills the rest from its flags).
+_INLINE_FIXES = ("gradient_accumulation_steps", "gradient_clipping")
 
 
 def with_inherited_env(spec: LaunchSpec, req: LaunchRequest) -> LaunchSpec:
@@ -210,14 +210,15 @@ def check_user_yaml_request(req: LaunchRequest, config: dict[str, Any], ds_file:
     inline = (accelerate.section_keys(config, "deepspeed_config") if config.get("distributed_type") == "DEEPSPEED"
         else {})
     where = accelerate.ds_config_file(config) if ds_file is not None else f"{req.accelerate_config}"
-    for name, (flag, key) in _YAML_FIXES.items():
-        fixed = ds_file.get(key, "auto") != "auto" if ds_file is not None else key in inline
-        if req.render_flags.get(name) is not None and fixed:
-            raise UserError(f"--accelerate-config: {where} sets {key}, so {flag} would be ignored: drop it")
-    # the worker's flags after --, each value checked (as the run description checks it), then whether the DeepSpeed
-    # file's values, or the inline plugin's accumulation and clipping, would win over them
+    # the settings that decide the worker's flags: the DeepSpeed file, or the inline plugin's accumulation and
+    # clipping (the rest of the inline settings the worker completes from its flags: script_completes)
+    settled = ds_file if ds_file is not None else {key: inline[key] for key in _INLINE_FIXES if key in inline}
+    # dsbench launch's own flags that become worker fields (launch_fields), then the worker's after --, each value
+    # checked first (as the run description checks it): whether the settings would win over them
+    passed = {field: req.render_flags[name] for name, field in _NATIVE_FIELDS.items()
+              if req.render_flags.get(name) is not None}
+    check_worker_flags(passed, settled, where, accelerate=True, after=None, inline=ds_file is None)
     trainflags.for_launch(given, {})
-    settled = ds_file if ds_file is not None else {key: inline[key] for _, key in _YAML_FIXES.values() if key in inline}
     check_worker_flags(given, settled, where, accelerate=True, inline=ds_file is None)
 
 

@@ -33,11 +33,12 @@ _CONFIG_DECIDES = {
 
 
 def check_worker_flags(given: Mapping[str, Any], config: dict[str, Any], config_file: str | None,
-                       accelerate: bool = False, after: str = "-- ", inline: bool = False) -> None:
+                       accelerate: bool = False, after: str | None = "-- ", inline: bool = False) -> None:
     """A worker flag (``given``: as typed, trainflags.given_flags; ``after``: how the message shows where it was
-    typed) that the DeepSpeed config contradicts would be ignored on every rank (the config's value wins): refused
-    in one line, with where to set it. A key the config leaves "auto" is filled from the flag by the worker, so it
-    passes; one it does not set is DeepSpeed's to derive (dsbench's renders set every one).
+    typed, None for dsbench launch's own flag passed on to the worker, spelled as launch spells it) that the
+    DeepSpeed config contradicts would be ignored on every rank (the config's value wins): refused in one line, with
+    where to set it. A key the config leaves "auto" is filled from the flag by the worker, so it passes; one it does
+    not set is DeepSpeed's to derive (dsbench's renders set every one).
 
     ``accelerate``: the config is an accelerate YAML's DeepSpeed settings (``config_file`` the file that holds
     them), where accelerate's --mixed_precision decides the precision. ``inline``: the settings are the YAML's
@@ -52,11 +53,11 @@ def check_worker_flags(given: Mapping[str, Any], config: dict[str, Any], config_
         value = read(config)
         if value is None or value == "auto" or value == given[field]:
             continue
-        typed = f"{after}--{field.replace('_', '-')} {given[field]}"
+        typed = f"{flag} {given[field]}" if after is None else f"{after}--{field.replace('_', '-')} {given[field]}"
         if not config_file:
             fix = f"give {flag} {given[field]} before -- instead, so that dsbench launch renders it into the config"
         elif config_file.endswith(".json"):
             fix = f"change {key} in {config_file}, or set it to \"auto\""
         else:  # an accelerate YAML's own deepspeed_config section
-            fix = f"change {key} in {config_file}"
+            fix = f"change deepspeed_config.{key} in {config_file}"
         raise UserError(f"{typed}: the DeepSpeed config sets {key} to {value}, which the ranks would use; {fix}")

@@ -69,7 +69,8 @@ def test_the_yamls_own_port_and_count_are_kept_when_not_overridden(cli_run):
 
 
 @pytest.mark.parametrize("name, flag, message", [
-    ("inline_accum.yaml", "--grad-accum", "sets gradient_accumulation_steps, so --grad-accum would be ignored"),
+    ("inline_accum.yaml", "--grad-accum", "--grad-accum 2: the DeepSpeed config sets gradient_accumulation_steps to 4,"
+     " which the ranks would use; change deepspeed_config.gradient_accumulation_steps in "),
     ("inline_accum.yaml", "--zero", "the YAML decides what --zero would set"),
     ("inline_accum.yaml", "--offload", "the YAML decides what --offload would set"),
     ("inline_accum.yaml", "--pipeline-schedule", "the YAML decides what --pipeline-schedule would set"),
@@ -96,9 +97,31 @@ def test_a_deepspeed_file_with_its_own_accumulation_refuses_the_flag(cli_run, tm
     (tmp_path / "a.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
                                      "  deepspeed_config_file: ds.json\n")
     result = cli_run("launch", "--accelerate-config", "a.yaml", "--grad-accum", "2", "--run-dir", "r", "--dry-run")
-    assert result.exit_code == 2 and "ds.json sets gradient_accumulation_steps" in result.output
+    assert result.exit_code == 2 and "change gradient_accumulation_steps in ds.json" in result.output
     assert cli_run("launch", "--accelerate-config", "a.yaml", "--micro-batch", "2", "--run-dir", "r2",
                    "--dry-run").exit_code == 0
+
+
+@pytest.mark.parametrize("flag, value, key", [("--warmup-steps", "5", "scheduler.params.warmup_num_steps to 0"),
+                                              ("--lr", "0.01", "optimizer.params.lr to 0.001")])
+def test_a_launch_flag_the_deepspeed_file_decides_is_refused(cli_run, tmp_path, flag, value, key):
+    """dsbench launch's own flags reach the worker as its fields (launch.launch_fields), so a DeepSpeed file that
+    decides them is asked as for the flags after --. Until 2026-11-30 13:20 `--warmup-steps 5` beside a file that
+    names its optimizer and no scheduler was accepted and trained at a constant LR, and `--lr` beside a file's own
+    lr was accepted and ignored; a file that leaves lr "auto" and names no optimizer takes both."""
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization":
+                                                  {"stage": 2}, "optimizer": {"type": "AdamW",
+                                                                              "params": {"lr": 0.001}}}))
+    (tmp_path / "open.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto",
+                                                    "zero_optimization": {"stage": 2}}))
+    for name, file in (("a.yaml", "ds.json"), ("open.yaml", "open.json")):
+        (tmp_path / name).write_text("distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
+                                     f"  deepspeed_config_file: {file}\n")
+    result = cli_run("launch", "--accelerate-config", "a.yaml", flag, value, "--run-dir", "r", "--dry-run")
+    assert result.exit_code == 2 and f"{flag} {value}: the DeepSpeed config sets {key}" in result.output
+    assert "change" in result.output and "in ds.json" in result.output
+    result = cli_run("launch", "--accelerate-config", "open.yaml", flag, value, "--run-dir", "r2", "--dry-run")
+    assert result.exit_code == 0, result.output
 
 
 def test_overrides_are_checked_like_the_yaml(cli_run, tmp_path):

@@ -68,7 +68,7 @@ CORPUS = ROOT / "tests" / "data" / "corpus" / "accelerate"
     # the inline plugin's own accumulation (16) and clipping win on the ranks (configs/accelerate_worker.py)
     ("HKUST-LongGroup__DyME__default_config.yaml", ["--grad-accum", "4"],
      "-- --grad-accum 4: the DeepSpeed config sets gradient_accumulation_steps to 16, which the ranks would use; "
-     "change gradient_accumulation_steps in "),
+     "change deepspeed_config.gradient_accumulation_steps in "),
     ("OpenLMLab__MOSS-RLHF__accelerate_config.yaml", ["--grad-clip", "0.5"], "sets gradient_clipping to 1.0"),
 ])
 def test_a_users_yaml_that_fixes_the_flag_refuses_it(cli_run, tmp_path, yaml, args, message):
