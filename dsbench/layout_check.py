@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dsbench import trainspec
 from dsbench.errors import UserError
-from dsbench.models import ModelShape, check_autotp, check_loss_parallel, check_megatron_tp, check_ulysses
+from dsbench.model_checks import check_autotp, check_loss_parallel, check_megatron_tp, check_ulysses
+from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
 
 

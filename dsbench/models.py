@@ -39,12 +39,32 @@ class ModelShape:
     """MLP inner size (4·hidden for GPT-2)."""
     max_positions: int
     tied_embeddings: bool
+    head_dim: int | None = None
+    """Width of one attention head, where config.json states one that is not ``hidden / heads`` (Mistral-Nemo:
+    32 heads of 128 on a hidden size of 5120); None: ``hidden / heads``, as transformers' configs default it. Read it
+    through :attr:`head_width`."""
     source: str = "preset"
     """Where the shape came from: ``preset``, ``local`` (a directory) or ``hub-cache``."""
     path: str | None = None
     """Directory holding config.json (and maybe weights) for ``local``/``hub-cache`` shapes."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Other config.json fields kept for building the HF config (e.g. rope_theta)."""
+
+    @property
+    def head_width(self) -> int:
+        """The width of one attention head: ``head_dim`` where stated, else ``hidden / heads``."""
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def q_width(self) -> int:
+        """The queries' width (heads x head width): the output of q_proj and the input of o_proj, which is the
+        hidden size unless config.json states a wider or narrower head_dim."""
+        return self.heads * self.head_width
+
+    @property
+    def kv_width(self) -> int:
+        """The width of the keys (and of the values): key/value heads x head width."""
+        return self.kv_heads * self.head_width
 
     def parts(self) -> dict[str, int]:
         """Parameter counts of the model's pieces, per HF implementation (they sum to :meth:`num_params`).
@@ -60,10 +80,10 @@ class ModelShape:
             whole = 2 * h + 4 * h  # the two row-parallel biases, two LayerNorms (weight + bias)
             return {"embedding": v * h, "positions": self.max_positions * h, "block_split": split,
                     "block_whole": whole, "final_norm": 2 * h, "head": 0 if self.tied_embeddings else v * h}
-        head_dim = h // self.heads
-        split = h * h + 2 * h * self.kv_heads * head_dim + h * h + 3 * h * ff  # q, k, v, o; gate, up, down
+        q, kv = self.q_width, self.kv_width
+        split = h * q + 2 * h * kv + q * h + 3 * h * ff  # q, k, v, o (transformers' LlamaAttention); gate, up, down
         if self.arch == "qwen2":
-            split += h + 2 * self.kv_heads * head_dim  # Qwen2's q/k/v biases
+            split += q + 2 * kv  # Qwen2's q/k/v biases
         return {"embedding": v * h, "positions": 0, "block_split": split, "block_whole": 2 * h,  # two RMSNorms
                 "final_norm": h, "head": 0 if self.tied_embeddings else v * h}
 
@@ -74,10 +94,10 @@ class ModelShape:
         h, ff = self.hidden, self.intermediate
         if self.arch == "gpt2":
             return [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * ff, ff, ff * h, h]
-        kv = self.kv_heads * (h // self.heads)
+        q, kv = self.q_width, self.kv_width
         bias = self.arch == "qwen2"
-        attention = [h * h, *([h] if bias else []), kv * h, *([kv] if bias else []), kv * h, *([kv] if bias else []),
-                     h * h]
+        attention = [q * h, *([q] if bias else []), kv * h, *([kv] if bias else []), kv * h, *([kv] if bias else []),
+                     h * q]
         return [*attention, ff * h, ff * h, h * ff, h, h]
 
     def tensors(self) -> list[int]:
@@ -106,7 +126,8 @@ class ModelShape:
                        num_hidden_layers=self.layers, num_attention_heads=self.heads,
                        num_key_value_heads=self.kv_heads, intermediate_size=self.intermediate,
                        max_position_embeddings=self.max_positions, tie_word_embeddings=self.tied_embeddings,
-                       bos_token_id=0, eos_token_id=0, attention_dropout=0.0)
+                       bos_token_id=0, eos_token_id=0, attention_dropout=0.0,
+                       **({"head_dim": self.head_dim} if self.head_dim else {}))
         cfg.update(self.extra)
         return cfg
 
@@ -115,42 +136,6 @@ class ModelShape:
         out = asdict(self)
         out["num_params"] = self.num_params()
         return out
-
-
-def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
-    """Megatron-style tensor parallelism (--strategy torch_tp, torch_3d) splits Llama-family projections; say so for
-    others."""
-    if family not in LLAMA_LIKE:
-        raise UserError(f"--strategy {strategy} splits Llama-family models ({', '.join(LLAMA_LIKE)}), not {family!r}: "
-                        "GPT-2's fused c_attn (Conv1D q|k|v) does not split into whole heads by columns")
-
-
-def check_loss_parallel(loss_parallel: bool, tied: bool, name: str) -> None:
-    """--loss-parallel makes the LM head column-parallel; a head tied to the (replicated) input embedding cannot be."""
-    if loss_parallel and tied:
-        raise UserError(f"--loss-parallel needs an untied output layer: {name} ties it to the input embedding, which "
-                        "dsbench keeps replicated; drop --loss-parallel")
-
-
-def check_autotp(family: str) -> None:
-    """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits Llama-family linears; GPT-2's Conv1D it leaves whole."""
-    if family not in LLAMA_LIKE:
-        raise UserError(f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) with DeepSpeed's AutoTP, not "
-                        f"{family!r}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")
-
-
-def check_ulysses(family: str, sp: int, seq_len: int) -> None:
-    """DeepSpeed Ulysses (``--ulysses``) needs a model whose config names its key/value heads (UlyssesSPAttentionHF
-    reads ``num_key_value_heads``: the Llama family; GPT-2's config has none), and a sequence that splits into ``sp``
-    equal shards of at least 2 tokens (each shard's loss needs a next token inside the sequence)."""
-    if sp <= 1:
-        return
-    if family not in LLAMA_LIKE:
-        raise UserError(f"--ulysses runs Llama-family models ({', '.join(LLAMA_LIKE)}), not {family!r}: DeepSpeed's "
-                        "Ulysses reads the config's num_key_value_heads (choose a Llama-family --model)")
-    if seq_len % sp or seq_len < 2 * sp:
-        raise UserError(f"--seq-len {seq_len} must split into --ulysses {sp} equal shards of at least 2 tokens (a "
-                        f"multiple of {sp}, at least {2 * sp})")
 
 
 def _gpt2(name: str, vocab: int, hidden: int, layers: int, heads: int, positions: int) -> ModelShape:
@@ -184,7 +169,7 @@ PRESETS: dict[str, ModelShape] = {
 }
 
 _KEPT_EXTRA = ("rope_theta", "rms_norm_eps", "layer_norm_epsilon", "hidden_act", "activation_function",
-               "attention_bias", "mlp_bias", "head_dim", "bos_token_id", "eos_token_id", "pad_token_id")
+               "attention_bias", "mlp_bias", "bos_token_id", "eos_token_id", "pad_token_id")
 
 
 def shape_of_record(data: dict[str, Any]) -> ModelShape:
@@ -192,18 +177,19 @@ def shape_of_record(data: dict[str, Any]) -> ModelShape:
     return ModelShape(**{f.name: data[f.name] for f in fields(ModelShape) if f.name in data})
 
 
-def heads_problem(hidden: int, heads: int, kv_heads: int, head_dim: Any = None) -> str | None:
-    """Why ``heads`` attention heads of ``kv_heads`` key/value groups cannot lay out ``hidden``, as dsbench's shape
-    model lays them out (head dimension = hidden / heads, which every count and formula of dsbench assumes), or
-    None. Grouped-query attention repeats each key/value head over heads / kv_heads query heads
-    (transformers' ``repeat_kv``), so kv_heads must divide heads."""
+def heads_problem(hidden: int, heads: int, kv_heads: int, head_dim: Any = None, arch: str | None = None
+                  ) -> str | None:
+    """Why ``heads`` attention heads of ``kv_heads`` key/value groups cannot lay out ``hidden``, or None. Without a
+    stated ``head_dim`` each head is hidden / heads wide, so the heads must divide the hidden size (and always for
+    ``arch`` llama: transformers' ``LlamaConfig.validate_architecture`` refuses it even with a head_dim); a stated
+    one (Mistral-Nemo's) must be a positive integer. Grouped-query attention repeats each key/value head over
+    heads / kv_heads query heads (transformers' ``repeat_kv``), so kv_heads must divide heads."""
     if heads < 1 or kv_heads < 1:
         return f"{heads} heads and {kv_heads} key/value heads: each must be at least 1"
-    if hidden % heads:
+    if (head_dim is None or arch == "llama") and hidden % heads:
         return f"the {heads} heads do not divide the hidden size {hidden}"
-    if head_dim is not None and head_dim != hidden // heads:
-        return (f"head_dim {head_dim} x {heads} heads = {head_dim * heads if isinstance(head_dim, int) else '?'} "
-                f"is not the hidden size {hidden}: dsbench's counts and formulas take head_dim = hidden / heads")
+    if head_dim is not None and (not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim < 1):
+        return f"head_dim {str(head_dim)[:20]!r} must be a positive integer"
     if heads % kv_heads:
         return f"the {kv_heads} key/value heads do not divide the {heads} heads (grouped-query attention)"
     return None
@@ -214,7 +200,7 @@ _FAMILIES = ("gpt2", *LLAMA_LIKE)
 
 def _check_family(cfg: dict[str, Any], name: str) -> None:
     """A config.json of a family dsbench does not build refused by name (it would be trained and priced as a dense
-    Llama: a Mixtral's experts as one MLP, a Qwen3's query/key norms and wide heads left out); without
+    Llama: a Mixtral's experts as one MLP, a Qwen3's query/key norms left out); without
     ``model_type``, Llama-style fields are read as Llama."""
     model_type = cfg.get("model_type")
     if model_type not in (None, *_FAMILIES):  # GPT-2's field names too (gpt_bigcode's are, with one KV head)
@@ -231,10 +217,12 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | N
     the shape cannot describe exactly is refused by name (:func:`heads_problem`)."""
     _check_family(cfg, name)
     shape = _shape_from_config(cfg, name, source, path)
-    problem = heads_problem(shape.hidden, shape.heads, shape.kv_heads, cfg.get("head_dim"))
+    stated = cfg.get("head_dim") if shape.arch != "gpt2" else None  # GPT-2's heads are always hidden / heads
+    problem = heads_problem(shape.hidden, shape.heads, shape.kv_heads, stated, shape.arch)
     if problem:
         raise UserError(f"{name}: config.json: {problem}")
-    return shape
+    # kept only where it is not hidden / heads, so that a shape that states the default equals one that does not
+    return replace(shape, head_dim=stated) if stated and shape.hidden != stated * shape.heads else shape
 
 
 def _shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | None) -> ModelShape:

@@ -48,13 +48,14 @@ def check_run_dir(folder: Path) -> None:
                         "(dsbench never overwrites results)")
 
 
-def flops_per_token(num_params: int, layers: int, hidden: int, seq_len: int) -> int:
-    """Training FLOPs per token: 6N (forward + backward matmuls) + 12·L·h·s (attention scores and values).
+def flops_per_token(num_params: int, layers: int, attention_width: int, seq_len: int) -> int:
+    """Training FLOPs per token: 6N (forward + backward matmuls) + 12·L·H·Q·s (attention scores and values), where
+    H·Q is heads x head width (``ModelShape.q_width``: the hidden size unless a config states another head_dim).
 
     Source: PaLM (Chowdhery et al. 2022), Appendix B; the same estimate as nanoGPT's ``estimate_mfu``.
     Recomputation under activation checkpointing is not counted (model FLOPs, not hardware FLOPs).
     """
-    return 6 * num_params + 12 * layers * hidden * seq_len
+    return 6 * num_params + 12 * layers * attention_width * seq_len
 
 
 def mfu(tokens_per_s_per_rank: float, flops_token: int, peak_tflops: float | None) -> float | None:

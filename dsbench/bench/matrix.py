@@ -16,7 +16,8 @@ from typing import Any
 from dsbench import strategies as registry
 from dsbench.errors import UserError
 from dsbench.layout_check import check_chunks
-from dsbench.models import LLAMA_LIKE, check_ulysses, resolve_model
+from dsbench.model_checks import check_ulysses
+from dsbench.models import LLAMA_LIKE, resolve_model
 from dsbench.spec import DEFAULT_MICRO_BATCH
 
 DEFAULTS: dict[str, Any] = {

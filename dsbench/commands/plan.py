@@ -92,6 +92,8 @@ from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
 @click.option("--hidden", type=COUNT, help="With --layout: hidden size.")
 @click.option("--heads", type=COUNT, help="With --layout: attention heads.")
 @click.option("--kv-heads", type=COUNT, help="With --layout: key/value heads [--heads].")
+@click.option("--head-dim", type=COUNT, help="With --layout: one head's width, where it is not hidden / heads "
+              "(Mistral-Nemo: 128 on 5120 / 32) [the model's, else hidden / heads].")
 @click.option("--ffn", type=COUNT, help="With --layout: MLP width [4 x hidden for gpt, Llama's 8/3 rule].")
 @click.option("--vocab", type=COUNT, help="With --layout: vocabulary size.")
 @click.option("--tokens", type=POSITIVE, help="Tokens to train: days and GPU-hours (of the layout, or of the "
@@ -178,7 +180,7 @@ def _one_gpu_source(profile: Any) -> None:
 LAYOUT_ONLY = ("tp", "pipeline_stages", "pipeline_schedule", "virtual_stages", "cp", "ulysses", "global_batch",
                "recompute",
                "sequence_parallel", "compiled", "kernels", "attention", "arch", "layers", "hidden", "heads",
-               "kv_heads", "ffn", "vocab")
+               "kv_heads", "head_dim", "ffn", "vocab")
 
 
 def _no_layout_flags(layout_opts: dict[str, Any]) -> None:

@@ -18,7 +18,8 @@ from dsbench.configs.validate import ValidateContext, validate
 from dsbench.errors import UserError
 from dsbench.hostfile import read_hostfile, select_slots, world_size_of
 from dsbench.io import read_text
-from dsbench.models import ModelShape, check_autotp, resolve_model
+from dsbench.model_checks import check_autotp
+from dsbench.models import ModelShape, resolve_model
 from dsbench.spec import RenderSpec
 
 _SPEC_FIELDS = {f.name for f in fields(RenderSpec) if f.init} - {"explicit", "sets", "keep_auto", "hidden_size"}

@@ -159,14 +159,15 @@ ULYSSES_CALLS = 8
 """All-to-alls per layer per micro-step under DeepSpeed Ulysses: query, key, value and output, forward and backward."""
 
 
-def ulysses_layer_bytes(hidden: int, heads: int, kv_heads: int, tokens: float, sp: int, act_bytes: float) -> float:
+def ulysses_layer_bytes(head_dim: float, heads: int, kv_heads: int, tokens: float, sp: int, act_bytes: float
+                        ) -> float:
     """Bytes one rank sends per decoder layer per micro-step under DeepSpeed Ulysses (Jacobs et al. 2023 sec. 3.1):
     around every layer's attention, an all-to-all of the query, key and value and one of the output in the forward,
     the same four in the backward. Each rank's buffer is its ``tokens`` (s/sp of each sequence x the micro-batch)
     of the tensor (key and value at the key/value heads, replicated up to sp heads when there are fewer:
-    UlyssesSPAttentionHF), of which it sends (sp - 1)/sp."""
-    head_dim = hidden / heads
-    forward = tokens * act_bytes * (2 * hidden + 2 * head_dim * max(kv_heads, sp))
+    UlyssesSPAttentionHF), of which it sends (sp - 1)/sp. Query and output are ``heads`` x ``head_dim`` wide (the
+    hidden size, unless the model states another head_dim)."""
+    forward = tokens * act_bytes * (2 * heads * head_dim + 2 * head_dim * max(kv_heads, sp))
     return 2 * forward * (sp - 1) / sp  # forward and backward
 
 
@@ -181,7 +182,7 @@ def all_to_all_seconds(sent: float, calls: float, sp: int, link: Link) -> float:
 def ulysses_comm(shape: Any, seq: int, micro: int, sp: int, link: Link, act_bytes: float,
                  micro_steps: int) -> list[Collective]:
     """DeepSpeed Ulysses' all-to-alls of a step (:func:`ulysses_layer_bytes` per layer per micro-step)."""
-    sent = ulysses_layer_bytes(shape.hidden, shape.heads, shape.kv_heads, seq / sp * micro, sp, act_bytes) * (
+    sent = ulysses_layer_bytes(shape.head_width, shape.heads, shape.kv_heads, seq / sp * micro, sp, act_bytes) * (
         shape.layers * micro_steps)
     calls = ULYSSES_CALLS * shape.layers * micro_steps
     return [Collective("attention heads (Ulysses all-to-all, 8 per layer)", "all-to-all", sent,

@@ -127,8 +127,9 @@ def ulysses_layer_cost(tp: dict[str, Any], link: dict[str, Any], element_bytes: 
         return None
     sp, layers = tp["tp"], tp["layers"]
     fitted = fitted_link(link, "calibrated", "the tensor-parallel group's link")
-    sent = ulysses_layer_bytes(tp["hidden"], tp["heads"], tp["kv_heads"], tp["micro_batch"] * tp["seq_len"] / sp,
-                               sp, element_bytes)
+    head_dim = tp.get("head_dim") or tp["hidden"] / tp["heads"]  # stated since 2026-11-30 (older: hidden / heads)
+    sent = ulysses_layer_bytes(head_dim, tp["heads"], tp["kv_heads"], tp["micro_batch"] * tp["seq_len"] / sp, sp,
+                               element_bytes)
     comm = all_to_all_seconds(sent, ULYSSES_CALLS, sp, fitted) if fitted else 0.0
     return max(0.0, (tp["ulysses_forward_backward"]["seconds"] - tp["plain_forward_backward"]["seconds"] / sp)
                / layers - comm)

@@ -116,7 +116,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     device_total = states.device + activations + buffers
     tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
     # model FLOPs per token 6N + 12·L·h·s (PaLM App. B), for MFU
-    model_flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens
+    model_flops = flops_per_token(shape.num_params(), shape.layers, shape.q_width, wl.seq_len) * tokens
     compute, compute_with_bubble, comm, exposed, optimizer, framework, gpu_offload, notes = _time_terms(
         cand, wl, cl, held, dp, shards, acc, accum)
     # the GPU model's host offload (an NVMe offload's swaps are the planner's), else the planner's whole term
@@ -235,7 +235,7 @@ def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:
 
     whole = work(shape.layers, True, 1, 1)
     tokens = wl.micro_batch * wl.seq_len
-    whole_seconds = flops_per_token(shape.num_params(), shape.layers, shape.hidden, wl.seq_len) * tokens / (
+    whole_seconds = flops_per_token(shape.num_params(), shape.layers, shape.q_width, wl.seq_len) * tokens / (
         cl.achieved_tflops(wl.micro_batch) * 1e12)
     base, extra = divmod(shape.layers, cand.pp)  # earlier stages take the remainder (memory.held_params)
     stages = [work(base + (1 if stage < extra else 0), stage == cand.pp - 1, cand.tp, cand.tp if vocab_split else 1)

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.models import ModelShape, resolve_model
+from dsbench.models import ModelShape, heads_problem, resolve_model
 from dsbench.parallel import interleaved_accepts
 from dsbench.plan.caveats import caveats, node_note
 from dsbench.plan.gpu_calibration import calibrated_gpu
@@ -25,7 +25,7 @@ from dsbench.plan.training import training_cost
 from dsbench.strategies import Strategy, lookup, with_options
 from dsbench.strategy_match import name_for
 
-SHAPE_FLAGS = ("arch", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
+SHAPE_FLAGS = ("arch", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
 
 
 def _llama_ffn(hidden: int) -> int:
@@ -48,8 +48,8 @@ def shape_of(req: LayoutRequest) -> tuple[Shape, str, int]:
         base = synthetic_shape(float(req.params))
     if base is not None:
         values = {"arch": "gpt" if base.arch == "gpt2" else "llama", "layers": base.layers, "hidden": base.hidden,
-                  "heads": base.heads, "kv_heads": base.kv_heads, "ffn": base.intermediate,
-                  "vocab": base.vocab_size, **given}
+                  "heads": base.heads, "kv_heads": base.kv_heads, "head_dim": base.head_dim or 0,
+                  "ffn": base.intermediate, "vocab": base.vocab_size, **given}
         name = base.name if base.source != "synthetic" and not given else "PATH_TO_MODEL"
         longest = base.max_positions
     else:
@@ -62,6 +62,10 @@ def shape_of(req: LayoutRequest) -> tuple[Shape, str, int]:
         name, longest = "PATH_TO_MODEL", 1 << 20
     if values["arch"] not in ARCHS:
         raise UserError(f"--arch {values['arch']!r}: use one of {', '.join(ARCHS)}")
+    # any head width prices (arch None): transformers' Llama-only rule is the config reader's (models.py)
+    problem = heads_problem(values["hidden"], values["heads"], values["kv_heads"], values.get("head_dim") or None)
+    if problem:
+        raise UserError(f"the shape: {problem}")
     return Shape(**values), name, longest
 
 

@@ -82,14 +82,13 @@ def cp_comm_seconds(lay: Layout, hw: GpuProfile, attention: float) -> float:
     if lay.cp == 1:
         return 0.0
     s = lay.shape
-    kv = s.kv_heads / s.heads
     tokens = lay.micro_batch * lay.seq_len / lay.cp  # this rank's share of the sequence
     gbs = group_gbs(lay.tp * lay.cp, lay, hw)
     if lay.cp_comm == "a2a":
-        buffers = 2 * tokens * s.hidden / lay.tp * (2 + 2 * kv)  # q and the output, k and v
+        buffers = 2 * tokens / lay.tp * (2 * s.q_width + 2 * s.kv_width)  # q and the output, k and v
         per_block = (lay.cp - 1) / lay.cp * buffers / (gbs * 1e9) + 4 * (lay.cp - 1) * hw.collective_latency_us * 1e-6
         return 2 * per_block
-    kv_bytes = 2 * 2 * tokens * s.hidden * kv / lay.tp
+    kv_bytes = 2 * 2 * tokens * s.kv_width / lay.tp
     per_step = kv_bytes / (gbs * 1e9)
     return 3 * (lay.cp - 1) * max(0.0, per_step - attention / lay.cp)
 

@@ -47,16 +47,32 @@ class Shape:
     kv_heads: int
     ffn: int
     vocab: int
+    head_dim: int = 0
+    """A head's width where the model states one that is not hidden / heads (Mistral-Nemo's 128 on 5120 / 32);
+    0: hidden / heads."""
+
+    @property
+    def head_width(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def q_width(self) -> int:
+        """Queries (and the attention's output): heads x head width, the hidden size unless head_dim says other."""
+        return self.heads * self.head_width
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_width
 
     @property
     def mlp_matrices(self) -> int:
         return 3 if self.arch == "llama" else 2
 
     def layer_params(self) -> int:
-        """Weights of one block: attention (Q, O full; K, V by kv_heads) and the MLP (norm and bias terms
-        neglected: < 0.1% at these widths)."""
+        """Weights of one block: attention (Q, O at the heads' width; K, V at the key/value heads') and the MLP
+        (norm and bias terms neglected: < 0.1% at these widths)."""
         h = self.hidden
-        return h * h * 2 + 2 * h * (h * self.kv_heads // self.heads) + self.mlp_matrices * h * self.ffn
+        return 2 * h * self.q_width + 2 * h * self.kv_width + self.mlp_matrices * h * self.ffn
 
     def layer_tensors(self) -> int:
         """Parameter tensors of one block as the HF modules hold them: GPT-2's two LayerNorms and four linears,

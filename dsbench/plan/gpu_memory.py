@@ -110,9 +110,11 @@ def _block_activation_bytes(lay: Layout) -> float:
     ratio = s.ffn / s.hidden
     whole = 0.0  # kept whole on every TP rank whatever the sequence split
     if s.arch == "llama":  # attention keeps q, k, v and the kernel's output (o_proj's input: the same tensor);
-        kv = s.kv_heads / s.heads  # SwiGLU keeps gate, up, silu(gate) and their product (4 sbf)
+        # q and the output at the heads' width, k and v at the key/value heads' (h and h·kv/heads when head_dim is
+        # hidden / heads); SwiGLU keeps gate, up, silu(gate) and their product (4 sbf)
+        width = (2 * s.q_width + 2 * s.kv_width) / s.hidden  # 2 + 2·kv/heads when head_dim is hidden / heads
         norms = 2 * NORM_BYTES["compiled" if lay.compile else lay.kernels] * sbh
-        inside = (2 * (1 + 2 * kv) + 2) * sbh + 4 * 2 * ratio * sbh
+        inside = 2 * width * sbh + 4 * 2 * ratio * sbh
         inputs = 2 * 2 * sbh  # the attention's and the MLP's input, kept by the regions' first matmuls: replicated
         # over the TP ranks (Korthikanti's 10sbh counts them outside too); under sequence parallelism Megatron keeps
         # the shard and gathers again in the backward, DTensor keeps the all-gathered whole (measured on CPU ranks:
@@ -129,7 +131,8 @@ def _block_activation_bytes(lay: Layout) -> float:
         core = 0.0
     if lay.recompute == "op":  # saved: every second linear output (q, k, v, o, the MLP's), the attention kernel's
         # output and the block's input; everything else is recomputed
-        linear = 2 * sbh * (3 + 2 * s.kv_heads / s.heads) + 2 * sbh * ratio * (s.mlp_matrices - 1)
+        linear = 2 * sbh * (1 + (2 * s.q_width + 2 * s.kv_width) / s.hidden) + 2 * sbh * ratio * (
+            s.mlp_matrices - 1)
         return (linear / 2 + 2 * sbh) / t + 2 * sbh / (t if lay.sequence_parallel else 1)
     if lay.autocast:  # the residual stream stays fp32: each norm's kept input (GPT-2) or normalised output (Llama)
         outside += 2 * 2 * sbh  # in 4 bytes, not 2

@@ -94,14 +94,14 @@ def layer_times(lay: Layout, hw: GpuProfile) -> dict[str, float]:
     s, b, t, p = lay.shape, lay.micro_batch, lay.tp, lay.precision
     queries = lay.seq_len / lay.cp
     tokens = b * queries
-    h = s.hidden
+    width = s.q_width  # heads x head width: the hidden size h unless the model states another head_dim
     linear = sum(gemm_seconds(m, n, k, 1, hw, p) for m, k, n in _linears(lay))  # QKV, output, up (and gate), down
     scores = "bf16" if p == "fp8" else p  # fp8 recipes (torchao Float8) keep attention in 16-bit
     if lay.attention == "flash":  # QK^T and PV: 4·b·s_q·s·h/t FLOPs, half of them masked out under causality
-        flops = 0.5 * 4 * tokens * lay.seq_len * h / t
+        flops = 0.5 * 4 * tokens * lay.seq_len * width / t
         attention = flops / (peak_flops(hw, scores) * hw.flash_fraction)
     else:  # two batched GEMMs per head, the scores written to and read from HBM
-        attention = 2 * gemm_seconds(queries, lay.seq_len, h / s.heads, b * s.heads / t, hw, scores)
+        attention = 2 * gemm_seconds(queries, lay.seq_len, s.head_width, b * s.heads / t, hw, scores)
     return {"matmul": linear, "attention": attention, "elementwise": _hbm_seconds(_elementwise_bytes(lay), lay, hw)}
 
 
@@ -163,8 +163,8 @@ def _linears(lay: Layout) -> list[tuple[float, float, float]]:
     shard's (QKV and up/gate split their outputs, the output projection and down their inputs)."""
     s, t = lay.shape, lay.tp
     tokens = lay.micro_batch * lay.seq_len / lay.cp
-    h, f, kv = s.hidden, s.ffn, s.hidden * s.kv_heads // s.heads
-    return [(tokens, h, (h + 2 * kv) / t), (tokens, h / t, h), (tokens, h, (s.mlp_matrices - 1) * f / t),
+    h, f, q, kv = s.hidden, s.ffn, s.q_width, s.kv_width
+    return [(tokens, h, (q + 2 * kv) / t), (tokens, q / t, h), (tokens, h, (s.mlp_matrices - 1) * f / t),
             (tokens, f / t, h)]
 
 
@@ -194,7 +194,8 @@ def _elementwise_bytes(lay: Layout) -> float:
     sbh = b * lay.seq_len / lay.cp * s.hidden
     sbf = b * lay.seq_len / lay.cp * s.ffn
     outside = 2 * per["norm"] * sbh + 2 * per["residual"] * sbh
-    inside = per["mlp_act"] * sbf + per["rope"] * sbh * (1 + s.kv_heads / s.heads)
+    rotated = b * lay.seq_len / lay.cp * (s.q_width + s.kv_width)  # RoPE on q and k
+    inside = per["mlp_act"] * sbf + per["rope"] * rotated
     return (inside + _softmax_bytes(lay)) / t + outside / (t if lay.sequence_parallel else 1)
 
 
@@ -272,10 +273,11 @@ def engine_host_seconds(lay: Layout, hw: GpuProfile) -> float:
 
 def model_flops(lay: Layout) -> float:
     """Model FLOPs per GPU per step without recompute: 6 per parameter per token plus attention's
-    12·l·s²·h per sequence (Narayanan 2021 eq. 3 without its recompute term), over every GPU."""
+    12·l·s²·h per sequence (Narayanan 2021 eq. 3 without its recompute term; h is the heads' width, heads x head
+    width, as PaLM's appendix B writes it), over every GPU."""
     s = lay.shape
     tokens = lay.global_batch * lay.seq_len
-    return (6 * s.params() * tokens + 12 * s.layers * lay.seq_len * s.hidden * tokens) / lay.gpus
+    return (6 * s.params() * tokens + 12 * s.layers * lay.seq_len * s.q_width * tokens) / lay.gpus
 
 
 def step_time(lay: Layout, hw: GpuProfile) -> StepTime:

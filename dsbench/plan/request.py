@@ -83,6 +83,7 @@ class LayoutRequest(MachineRequest):
     hidden: int | None = None
     heads: int | None = None
     kv_heads: int | None = None
+    head_dim: int | None = None
     ffn: int | None = None
     vocab: int | None = None
     intra_bandwidth: float | None = None

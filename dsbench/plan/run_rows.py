@@ -36,6 +36,9 @@ def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) ->
     if header.recompute not in REPLAYED_RECOMPUTE:
         return (f"recompute {header.recompute}: dsbench's op policy saves every matmul output, the replay's 'op' "
                 "(torchtitan's) every second one")
+    if header.shape.get("head_dim"):  # the oracle schema's shape is hidden / heads wide per head (plan/replay.py)
+        return (f"head_dim {header.shape['head_dim']}: the oracle CSV's shape has no head_dim column, and would price "
+                "heads hidden / heads wide")
     kind = kind or kind_of_device(gpu_name)  # a calibrated profile names its own kind (gpu_calibration)
     if kind is None or not header.device.startswith("cuda"):
         return f"not on a GPU the profiles know ({gpu_name or header.device})"

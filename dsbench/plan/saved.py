@@ -73,14 +73,16 @@ def saved_activation_bytes(shape: ModelShape, seq: int, micro: int, *, tp: int =
     # input and normalised tensor, in fp32, and the rsqrt of each token's mean square
     norm = (2 * sbh + tokens) * 4 / shard
     inputs = 2 * sbh * element  # the attention's and the MLP's input: whole on every rank (gathered under SP)
-    kv = shape.kv_heads / shape.heads
-    attention = (2 + 2 * kv) * sbh * element / tp  # rotated q and k, v, the output
+    # rotated q and k, v, the attention's output (o_proj's input): heads x head width each for q and the output,
+    # key/value heads x head width for k and v (the hidden size each, and 2·kv/heads of it, when head_dim is
+    # hidden / heads)
+    attention = (2 * shape.q_width + 2 * shape.kv_width) * tokens * element / tp
     core = shape.heads * tokens * 4 / tp  # SDPA's log-sum-exp (fp32); an eager core would add a·s²·b scores here
     mlp = 4 * tokens * shape.intermediate * element / tp
     if recompute == "selective":
         core = 0.0
     layer = 2 * norm + inputs + attention + core + mlp
-    rotary = 2 * seq * (shape.hidden // shape.heads) * element  # cos and sin, computed once per forward
+    rotary = 2 * seq * shape.head_width * element  # cos and sin, computed once per forward
     loss = tokens * shape.vocab_size * 4 / (tp if loss_parallel else 1)
     head = norm + sbh * element + loss
     if recompute == "full":  # each block keeps its input; the block being recomputed holds its whole set

@@ -27,8 +27,7 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
     x = torch.randn(tokens, shape.hidden, device=device, dtype=dtype)
     w = torch.randn(shape.hidden, shape.intermediate, device=device, dtype=dtype)
     gemm = rate(lambda: x @ w, device, repeats)
-    head = shape.hidden // shape.heads
-    q = torch.randn(micro, shape.heads, seq, head, device=device, dtype=dtype)
+    q = torch.randn(micro, shape.heads, seq, shape.head_width, device=device, dtype=dtype)
     attention = rate(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True), device, repeats)
     model = build_model(shape, seed, False, False).to(device=device, dtype=dtype)
     by_micro = measure_model_by_micro_batch(model, shape, micro, seq, device, repeats)
@@ -37,8 +36,9 @@ def measure_compute(shape: Any, micro: int, seq: int, dtype: Any, device: str, r
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     adam = rate(optimizer.step, device, repeats)
     flops = {"gemm": 2 * tokens * shape.hidden * shape.intermediate,
-             "attention": 4 * micro * seq * seq * shape.hidden,  # QK^T and AV, causal mask not discounted
-             "model": flops_per_token(shape.num_params(), shape.layers, shape.hidden, seq) * tokens}
+             # QK^T and AV over heads x head width, causal mask not discounted
+             "attention": 4 * micro * seq * seq * shape.q_width,
+             "model": flops_per_token(shape.num_params(), shape.layers, shape.q_width, seq) * tokens}
     out = {name: {**timing, "flops": flops[name], "tflops": flops[name] / timing["seconds"] / 1e12}
            for name, timing in (("gemm", gemm), ("attention", attention), ("model", model_step))}
     out["optimizer"] = {**adam, "params": shape.num_params(), "params_per_s": shape.num_params() / adam["seconds"],
@@ -81,7 +81,7 @@ def measure_model_by_micro_batch(model: Any, shape: Any, micro: int, seq: int, d
             samples[size].append((time.perf_counter() - started) / calls)
     by_micro = {}
     for size in sizes:
-        flops = flops_per_token(shape.num_params(), shape.layers, shape.hidden, seq) * size * seq
+        flops = flops_per_token(shape.num_params(), shape.layers, shape.q_width, seq) * size * seq
         timing = summary_of(samples[size], steps[size][1])
         by_micro[str(size)] = {**timing, "flops": flops, "tflops": flops / timing["seconds"] / 1e12}
     return by_micro

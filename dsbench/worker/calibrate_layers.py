@@ -29,7 +29,7 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     from torch.distributed.device_mesh import init_device_mesh
 
     facts = {"layers": shape.layers, "tp": tp, "micro_batch": micro, "seq_len": seq, "hidden": shape.hidden,
-             "heads": shape.heads, "kv_heads": shape.kv_heads}
+             "heads": shape.heads, "kv_heads": shape.kv_heads, "head_dim": shape.head_width}
     if shape.arch not in LLAMA_LIKE:
         return {**facts, "unsupported": f"tensor parallelism is measured on Llama-family layers, not {shape.arch}"}
     device = info.device

@@ -39,7 +39,7 @@ def header_record(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any
                         process_group=process_group_facts(), schema=SCHEMA, hostnames=run.hostnames,
                         dataset=spec.dataset or "embedded:pydoc_data", tokens=int(plan.sequences.numel()),
                         num_params=shape.num_params(),
-                        flops_per_token=flops_per_token(shape.num_params(), shape.layers, shape.hidden, spec.seq_len),
+                        flops_per_token=flops_per_token(shape.num_params(), shape.layers, shape.q_width, spec.seq_len),
                         peak_tflops=peak, peak_tflops_source=peak_source,
                         resumed_from=({"path": str(run.resumed[0]), "step": run.resumed[1].step}
                                       if run.resumed else None),

@@ -61,7 +61,8 @@ COMMANDS = {
     "ulysses2_llama": "--zero 1 --ulysses 2 --model llama-tiny --micro-batch 4 --num-gpus 2",
     # torch_3d (issue 28): DTensor TP inside torch's pipeline stages, FSDP2 across replicas; 4 ranks (tp 2 x pp 2),
     # 8 ranks (x dp 2, FSDP over both replicas) on a Qwen2 whose head is tied to its embedding (the first and last
-    # stage hold it) under the interleaved schedule, and 8 ranks of pipeline x HSDP (pp 2 x 2 replicas x 2 shards)
+    # stage hold it) and whose heads are wider than hidden / heads (head_dim 32 on 64 / 4) under the interleaved
+    # schedule, and 8 ranks of pipeline x HSDP (pp 2 x 2 replicas x 2 shards)
     "torch_3d_tp2_pp2_llama": "--strategy torch_3d --tp 2 --pipeline-stages 2 --launcher torchrun --model llama-tiny "
                               "--micro-batch 2 --grad-accum 2 --num-gpus 4",
     "torch_3d_tp2_pp2_dp2_interleaved2_qwen2_tied": (
@@ -134,6 +135,9 @@ def test_losses_match_the_single_process_run(runs, name):
     assert header["pp"] * header["tp"] * ulysses * header["dp_size"] == header["world_size"]
     if name.startswith("torch_3d"):  # FSDP2's shard group: every replica (default) or --dp-shard's
         assert header["dp_shard"] == (2 if "hsdp" in name else header["dp_size"])
+    # the tied Qwen2's heads are 32 wide on a hidden size of 64 (Mistral-Nemo's layout in small, since 2026-11-30):
+    # TP splits q_proj's 128 outputs by whole heads, and the shape the worker resolved states it
+    assert header["model"].get("head_dim") == (32 if "qwen2_tied" in name else None)
 
 
 def test_model_states_shrink_per_stage_and_shard(runs):

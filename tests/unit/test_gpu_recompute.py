@@ -117,3 +117,20 @@ def test_a_run_under_dsbenchs_op_policy_is_left_out_with_its_reason(tmp_path):
     (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     reason = run_row(folder, "NVIDIA H200", 1)
     assert isinstance(reason, str) and reason.startswith("recompute selective-op: dsbench's op policy")
+
+
+def test_a_run_of_a_model_with_its_own_head_width_is_left_out_with_its_reason(tmp_path):
+    """The oracle CSV's shape has no head_dim column: a GPU run of a model whose heads are not hidden / heads wide
+    (Mistral-Nemo) would be replayed as narrower or wider heads, so it is left out, said why."""
+    import shutil
+
+    folder = tmp_path / "single-none-wide-heads"
+    shutil.copytree(RUNS / "b/single-none", folder)
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    header = json.loads(lines[0])
+    assert isinstance(run_row(folder, "NVIDIA H200", 1), dict)  # replayed as shipped
+    lines[0] = json.dumps({**header, "model": {**header["model"], "head_dim": 2 * header["model"]["hidden"]
+                                              // header["model"]["heads"]}})
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    reason = run_row(folder, "NVIDIA H200", 1)
+    assert isinstance(reason, str) and reason.startswith("head_dim ")

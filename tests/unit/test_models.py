@@ -4,7 +4,7 @@ import re
 import pytest
 
 from dsbench.errors import UserError
-from dsbench.models import PRESETS, resolve_model
+from dsbench.models import PRESETS, resolve_model, shape_from_config
 
 # Published parameter counts (HF model cards / papers).
 PUBLISHED = {"gpt2": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-xl": 1_557_611_200,
@@ -61,16 +61,29 @@ ACCEPTED = {
     "mistral-head-dim-stated": {"model_type": "mistral", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
                                 "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
                                 "intermediate_size": 128, "sliding_window": None},
+    # Mistral-Nemo's layout: 32 heads of 128 on a hidden size of 5120 (here 4 of 32 on 96), and a narrower one
+    "mistral-wide-heads": {"model_type": "mistral", "vocab_size": 1000, "hidden_size": 96, "num_hidden_layers": 2,
+                           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+                           "intermediate_size": 128},
+    "mistral-narrow-heads": {"model_type": "mistral", "vocab_size": 1000, "hidden_size": 100, "num_hidden_layers": 2,
+                             "num_attention_heads": 6, "num_key_value_heads": 3, "head_dim": 8,
+                             "intermediate_size": 128},
+    "llama-wide-heads": {"model_type": "llama", "vocab_size": 1000, "hidden_size": 96, "num_hidden_layers": 2,
+                         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+                         "intermediate_size": 128},
+    "qwen2-wide-heads-tied": {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24,
+                              "intermediate_size": 96, "tie_word_embeddings": True},
     "qwen2-tied": {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
                    "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 96,
                    "tie_word_embeddings": True},
     "gpt2": {"model_type": "gpt2", "vocab_size": 1000, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 REFUSED = {
-    # Mistral-Nemo's layout: 32 heads of 128 on a hidden size of 5120 (here 4 of 32 on 96)
-    "mistral-wide-heads": ({"model_type": "mistral", "vocab_size": 1000, "hidden_size": 96, "num_hidden_layers": 2,
-                            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
-                            "intermediate_size": 128}, "head_dim 32 x 4 heads = 128 is not the hidden size 96"),
+    # transformers' LlamaConfig refuses heads that do not divide the hidden size even with a head_dim
+    "llama-narrow-heads": ({"model_type": "llama", "vocab_size": 1000, "hidden_size": 100, "num_hidden_layers": 2,
+                            "num_attention_heads": 6, "num_key_value_heads": 3, "head_dim": 8,
+                            "intermediate_size": 128}, "the 6 heads do not divide the hidden size 100"),
     "llama-attention-bias": ({"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
                               "num_attention_heads": 4, "intermediate_size": 128, "attention_bias": True},
                              "attention_bias true"),
@@ -86,21 +99,31 @@ REFUSED = {
 }
 
 
-def _transformers_count(config: dict) -> int:
-    """The parameters transformers' own model of this config.json holds (built on the meta device: no memory)."""
+def _transformers_tensors(config: dict) -> list[int]:
+    """The element counts of the parameters transformers' own model of this config.json holds, in order (built on
+    the meta device: no memory)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = AutoConfig.for_model(**config)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
-    return sum(p.numel() for p in model.parameters())
+    return [p.numel() for p in model.parameters()]
+
+
+def _transformers_count(config: dict) -> int:
+    return sum(_transformers_tensors(config))
 
 
 @pytest.mark.parametrize("name", ACCEPTED)
 def test_a_users_config_json_counts_what_transformers_builds(tmp_path, name):
     (tmp_path / "config.json").write_text(json.dumps(ACCEPTED[name]))
-    assert resolve_model(str(tmp_path)).num_params() == _transformers_count(ACCEPTED[name])
+    shape = resolve_model(str(tmp_path))
+    assert shape.num_params() == _transformers_count(ACCEPTED[name])
+    assert shape.tensors() == _transformers_tensors(ACCEPTED[name])  # each tensor, in model.parameters() order
+    # the shape's own config builds the same model (the worker's random init: ModelShape.hf_config)
+    own = shape.hf_config()
+    assert _transformers_tensors({**own, "model_type": own.pop("model_type")}) == shape.tensors()
 
 
 @pytest.mark.parametrize("name", REFUSED)
@@ -111,7 +134,10 @@ def test_a_config_json_the_shape_would_miscount_is_refused_by_name(tmp_path, nam
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(UserError, match=re.escape(message)):
         resolve_model(str(tmp_path))
-    if name == "qwen2-kv-not-dividing":  # transformers builds it, and its first forward fails
+    if name == "llama-narrow-heads":  # transformers refuses it too
+        with pytest.raises(Exception, match="not a multiple of the number of attention heads"):
+            _transformers_count(config)
+    elif name == "qwen2-kv-not-dividing":  # transformers builds it, and its first forward fails
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -119,3 +145,30 @@ def test_a_config_json_the_shape_would_miscount_is_refused_by_name(tmp_path, nam
             AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))(torch.zeros(1, 8, dtype=torch.long))
     else:  # transformers builds a model whose parameters the shape, had it been read, would have miscounted
         assert _shape_from_config(config, name, "local", None).num_params() != _transformers_count(config)
+
+
+@pytest.mark.parametrize("name", [name for name in ACCEPTED if name != "gpt2"])
+def test_the_attention_flops_term_is_what_torch_counts(name):
+    """records.flops_per_token's attention term, 12·L·H·Q·s per token (PaLM appendix B: heads x head width, not the
+    hidden size), against torch's FlopCounterMode over a forward and backward of transformers' own model on the meta
+    device (shapes only): what it counts beyond 6 x the linear layers' weights per token is exactly that term, for
+    heads of hidden / heads and for heads wider or narrower."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from dsbench.records import flops_per_token
+
+    config = ACCEPTED[name]
+    shape = shape_from_config(config, name, "local", None)
+    batch, seq = 2, 64
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), attn_implementation="sdpa")
+        ids = torch.zeros(batch, seq, dtype=torch.long)
+        with FlopCounterMode(display=False) as counter:
+            model(input_ids=ids, labels=ids).loss.backward()
+    linear = sum(module.weight.numel() for module in model.modules() if isinstance(module, torch.nn.Linear))
+    attention = counter.get_total_flops() - 6 * linear * batch * seq
+    assert attention == flops_per_token(0, shape.layers, shape.q_width, seq) * batch * seq
+    if shape.head_dim:  # the hidden size in its place would miscount these
+        assert attention != flops_per_token(0, shape.layers, shape.hidden, seq) * batch * seq

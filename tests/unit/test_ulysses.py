@@ -75,7 +75,7 @@ def test_bad_layouts_are_one_line(flags, words):
 
 
 def test_the_model_and_sequence_must_split():
-    from dsbench.models import check_ulysses
+    from dsbench.model_checks import check_ulysses
 
     with pytest.raises(UserError, match="Llama-family"):
         check_ulysses("gpt2", 2, 128)

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from dsbench.models import check_loss_parallel, check_megatron_tp
+from dsbench.model_checks import check_loss_parallel, check_megatron_tp
 from dsbench.parallel import ParallelDims
 from dsbench.worker.dist import Collectives
 from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine

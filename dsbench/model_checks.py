@@ -1,0 +1,45 @@
+"""What each way of splitting a model asks of its family and shape (pure): Megatron-style and AutoTP tensor
+parallelism split Llama-family projections, the vocabulary-parallel loss an untied head, DeepSpeed Ulysses a config
+that names its key/value heads. Asked by the launch's and the rank's layout check (layout_check.py), render, the
+matrix and the tensor-parallel engine."""
+
+from __future__ import annotations
+
+from dsbench.errors import UserError
+from dsbench.models import LLAMA_LIKE
+
+
+def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
+    """Megatron-style tensor parallelism (--strategy torch_tp, torch_3d) splits Llama-family projections; say so for
+    others."""
+    if family not in LLAMA_LIKE:
+        raise UserError(f"--strategy {strategy} splits Llama-family models ({', '.join(LLAMA_LIKE)}), not {family!r}: "
+                        "GPT-2's fused c_attn (Conv1D q|k|v) does not split into whole heads by columns")
+
+
+def check_loss_parallel(loss_parallel: bool, tied: bool, name: str) -> None:
+    """--loss-parallel makes the LM head column-parallel; a head tied to the (replicated) input embedding cannot be."""
+    if loss_parallel and tied:
+        raise UserError(f"--loss-parallel needs an untied output layer: {name} ties it to the input embedding, which "
+                        "dsbench keeps replicated; drop --loss-parallel")
+
+
+def check_autotp(family: str) -> None:
+    """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits Llama-family linears; GPT-2's Conv1D it leaves whole."""
+    if family not in LLAMA_LIKE:
+        raise UserError(f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) with DeepSpeed's AutoTP, not "
+                        f"{family!r}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")
+
+
+def check_ulysses(family: str, sp: int, seq_len: int) -> None:
+    """DeepSpeed Ulysses (``--ulysses``) needs a model whose config names its key/value heads (UlyssesSPAttentionHF
+    reads ``num_key_value_heads``: the Llama family; GPT-2's config has none), and a sequence that splits into ``sp``
+    equal shards of at least 2 tokens (each shard's loss needs a next token inside the sequence)."""
+    if sp <= 1:
+        return
+    if family not in LLAMA_LIKE:
+        raise UserError(f"--ulysses runs Llama-family models ({', '.join(LLAMA_LIKE)}), not {family!r}: DeepSpeed's "
+                        "Ulysses reads the config's num_key_value_heads (choose a Llama-family --model)")
+    if seq_len % sp or seq_len < 2 * sp:
+        raise UserError(f"--seq-len {seq_len} must split into --ulysses {sp} equal shards of at least 2 tokens (a "
+                        f"multiple of {sp}, at least {2 * sp})")
