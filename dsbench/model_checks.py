@@ -25,7 +25,9 @@ def check_loss_parallel(loss_parallel: bool, tied: bool, name: str) -> None:
 
 
 def check_autotp(family: str) -> None:
-    """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits Llama-family linears; GPT-2's Conv1D it leaves whole."""
+    """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits Llama-family linears; GPT-2's Conv1D it leaves whole.
+    Qwen3's q_norm/k_norm stay whole on every rank and DeepSpeed sums their gradients over the TP ranks itself
+    (deepspeed/module_inject/auto_tp.py ``register_replicated_grad_hooks``)."""
     if family not in LLAMA_LIKE:
         raise UserError(f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) with DeepSpeed's AutoTP, not "
                         f"{family!r}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")

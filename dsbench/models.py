@@ -14,9 +14,13 @@ from typing import Any, Literal
 
 from dsbench.errors import UserError
 
-Arch = Literal["gpt2", "llama", "qwen2", "mistral"]
-LLAMA_LIKE = ("llama", "qwen2", "mistral")
-"""Rotary decoder families with Llama's layout (RMSNorm, SwiGLU, q/k/v/o); Qwen2 adds q/k/v biases."""
+Arch = Literal["gpt2", "llama", "qwen2", "mistral", "qwen3"]
+LLAMA_LIKE = ("llama", "qwen2", "mistral", "qwen3")
+"""Rotary decoder families with Llama's layout (RMSNorm, SwiGLU, q/k/v/o); Qwen2 adds q/k/v biases, Qwen3 an
+RMSNorm over each query and key head (``q_norm``, ``k_norm``: transformers' Qwen3Attention)."""
+QK_NORM = ("qwen3",)
+"""Families whose attention normalises each query and key head before RoPE (one head_dim-wide RMSNorm weight each,
+shared by the heads)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -27,7 +31,7 @@ class ModelShape:
     """Preset name, local path or hub id the shape came from."""
     arch: Arch
     """Model family: ``gpt2`` (learned positions, LayerNorm, GELU MLP) or a Llama-like one (``llama``,
-    ``qwen2``, ``mistral``: RoPE, RMSNorm, SwiGLU)."""
+    ``qwen2``, ``mistral``, ``qwen3``: RoPE, RMSNorm, SwiGLU)."""
     vocab_size: int
     hidden: int
     """Hidden size (``n_embd`` / ``hidden_size``)."""
@@ -84,20 +88,23 @@ class ModelShape:
         split = h * q + 2 * h * kv + q * h + 3 * h * ff  # q, k, v, o (transformers' LlamaAttention); gate, up, down
         if self.arch == "qwen2":
             split += q + 2 * kv  # Qwen2's q/k/v biases
-        return {"embedding": v * h, "positions": 0, "block_split": split, "block_whole": 2 * h,  # two RMSNorms
+        # two RMSNorms; Qwen3's q_norm and k_norm, one head wide each (every TP rank keeps them whole)
+        whole = 2 * h + (2 * self.head_width if self.arch in QK_NORM else 0)
+        return {"embedding": v * h, "positions": 0, "block_split": split, "block_whole": whole,
                 "final_norm": h, "head": 0 if self.tied_embeddings else v * h}
 
     def block_tensors(self) -> list[int]:
         """Element counts of one decoder block's parameter tensors, in the HF module's registration order (GPT-2:
         ln_1, c_attn, attn c_proj, ln_2, c_fc, mlp c_proj, each weight then bias; Llama: q, k, v, o, gate, up, down,
-        the two RMSNorms; Qwen2 adds q/k/v biases). They sum to the block's share of :meth:`parts`."""
+        the two RMSNorms; Qwen2 adds q/k/v biases, Qwen3 q_norm and k_norm after o). They sum to the block's share of
+        :meth:`parts`."""
         h, ff = self.hidden, self.intermediate
         if self.arch == "gpt2":
             return [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * ff, ff, ff * h, h]
         q, kv = self.q_width, self.kv_width
         bias = self.arch == "qwen2"
         attention = [q * h, *([q] if bias else []), kv * h, *([kv] if bias else []), kv * h, *([kv] if bias else []),
-                     h * q]
+                     h * q, *([self.head_width] * 2 if self.arch in QK_NORM else [])]
         return [*attention, ff * h, ff * h, h * ff, h, h]
 
     def tensors(self) -> list[int]:
@@ -127,7 +134,8 @@ class ModelShape:
                        num_key_value_heads=self.kv_heads, intermediate_size=self.intermediate,
                        max_position_embeddings=self.max_positions, tie_word_embeddings=self.tied_embeddings,
                        bos_token_id=0, eos_token_id=0, attention_dropout=0.0,
-                       **({"head_dim": self.head_dim} if self.head_dim else {}))
+                       # Qwen3Config's own default is 128, not hidden / heads: always stated for it
+                       **({"head_dim": self.head_width} if self.head_dim or self.arch in QK_NORM else {}))
         cfg.update(self.extra)
         return cfg
 
@@ -200,8 +208,8 @@ _FAMILIES = ("gpt2", *LLAMA_LIKE)
 
 def _check_family(cfg: dict[str, Any], name: str) -> None:
     """A config.json of a family dsbench does not build refused by name (it would be trained and priced as a dense
-    Llama: a Mixtral's experts as one MLP, a Qwen3's query/key norms left out); without
-    ``model_type``, Llama-style fields are read as Llama."""
+    Llama: a Mixtral's experts as one MLP, a Qwen3-MoE's likewise); without ``model_type``, Llama-style fields are
+    read as Llama."""
     model_type = cfg.get("model_type")
     if model_type not in (None, *_FAMILIES):  # GPT-2's field names too (gpt_bigcode's are, with one KV head)
         raise UserError(f"{name}: model_type {str(model_type)[:40]!r}: dsbench builds and prices dense GPT-2 and "
@@ -217,7 +225,8 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | N
     the shape cannot describe exactly is refused by name (:func:`heads_problem`)."""
     _check_family(cfg, name)
     shape = _shape_from_config(cfg, name, source, path)
-    stated = cfg.get("head_dim") if shape.arch != "gpt2" else None  # GPT-2's heads are always hidden / heads
+    # GPT-2's heads are always hidden / heads; Qwen3Config's head_dim defaults to 128 (transformers), not to that
+    stated = cfg.get("head_dim", 128 if shape.arch in QK_NORM else None) if shape.arch != "gpt2" else None
     problem = heads_problem(shape.hidden, shape.heads, shape.kv_heads, stated, shape.arch)
     if problem:
         raise UserError(f"{name}: config.json: {problem}")

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.models import ModelShape, heads_problem, resolve_model
+from dsbench.models import QK_NORM, ModelShape, heads_problem, resolve_model
 from dsbench.parallel import interleaved_accepts
 from dsbench.plan.caveats import caveats, node_note
 from dsbench.plan.gpu_calibration import calibrated_gpu
@@ -49,7 +49,7 @@ def shape_of(req: LayoutRequest) -> tuple[Shape, str, int]:
     if base is not None:
         values = {"arch": "gpt" if base.arch == "gpt2" else "llama", "layers": base.layers, "hidden": base.hidden,
                   "heads": base.heads, "kv_heads": base.kv_heads, "head_dim": base.head_dim or 0,
-                  "ffn": base.intermediate, "vocab": base.vocab_size, **given}
+                  "ffn": base.intermediate, "vocab": base.vocab_size, "qk_norm": base.arch in QK_NORM, **given}
         name = base.name if base.source != "synthetic" and not given else "PATH_TO_MODEL"
         longest = base.max_positions
     else:

@@ -4,6 +4,7 @@ efficiency. Memory stays the planner's (memory.py), which its tests pin to the Z
 
 from __future__ import annotations
 
+from dsbench.models import QK_NORM
 from dsbench.parallel import ParallelDims
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.caveats import caveats
@@ -21,7 +22,7 @@ def layout_for(cand: Candidate, wl: Workload, cl: Cluster) -> Layout:
     full recompute for checkpointing, DeepSpeed Ulysses as context parallelism over all-to-alls."""
     s = wl.shape
     shape = Shape("gpt" if s.arch == "gpt2" else "llama", s.layers, s.hidden, s.heads, s.kv_heads, s.intermediate,
-                  s.vocab_size, s.head_dim or 0)
+                  s.vocab_size, s.head_dim or 0, qk_norm=s.arch in QK_NORM)
     world = cl.nodes * cl.gpus_per_node
     strategy = "ddp" if cand.strategy == "zero0" else cand.strategy
     return Layout(shape, wl.seq_len, cl.gpu_model.kind, world, cl.gpus_per_node, strategy, cand.tp, cand.pp,

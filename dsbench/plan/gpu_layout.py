@@ -50,6 +50,9 @@ class Shape:
     head_dim: int = 0
     """A head's width where the model states one that is not hidden / heads (Mistral-Nemo's 128 on 5120 / 32);
     0: hidden / heads."""
+    qk_norm: bool = False
+    """Each query and key head is normalised before RoPE (Qwen3's q_norm and k_norm): two more RMSNorms per block,
+    over q and k, inside the TP region."""
 
     @property
     def head_width(self) -> int:

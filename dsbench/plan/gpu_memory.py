@@ -101,6 +101,27 @@ def _offloaded_state_bytes(lay: Layout, params: float, shard: int, layer: float)
     return {"weights": partition + 2 * 2 * layer, "grads": 4 * layer, "optimizer": 0.0}
 
 
+def _llama_block_bytes(lay: Layout, sbh: float) -> tuple[float, float, float]:
+    """A Llama-family block's kept bytes: (inside the TP region, outside it, kept whole on every TP rank whatever
+    the sequence split). Attention keeps q, k, v and the kernel's output (o_proj's input: the same tensor): q and
+    the output at the heads' width, k and v at the key/value heads' (h and h·kv/heads when head_dim is hidden /
+    heads); SwiGLU keeps gate, up, silu(gate) and their product (4 sbf)."""
+    s = lay.shape
+    width = (2 * s.q_width + 2 * s.kv_width) / s.hidden  # 2 + 2·kv/heads when head_dim is hidden / heads
+    per_norm = NORM_BYTES["compiled" if lay.compile else lay.kernels]
+    norms = 2 * per_norm * sbh
+    inside = 2 * width * sbh + 4 * 2 * s.ffn / s.hidden * sbh
+    if s.qk_norm:  # Qwen3's q_norm and k_norm keep what a block's RMSNorm keeps, over q and k (split over tp)
+        inside += per_norm * sbh * (s.q_width + s.kv_width) / s.hidden
+    inputs = 2 * 2 * sbh  # the attention's and the MLP's input, kept by the regions' first matmuls: replicated
+    # over the TP ranks (Korthikanti's 10sbh counts them outside too); under sequence parallelism Megatron keeps
+    # the shard and gathers again in the backward, DTensor keeps the all-gathered whole (measured on CPU ranks:
+    # docs/benchmarks.md, "Activation memory per rank")
+    if lay.kernels == "megatron" or not lay.sequence_parallel:
+        return inside, norms + inputs, 0.0
+    return inside, norms, inputs
+
+
 def _block_activation_bytes(lay: Layout) -> float:
     """Bytes one block keeps for its backward, for one micro-batch, under the layout's recompute."""
     s, b, t = lay.shape, lay.micro_batch, lay.tp
@@ -109,18 +130,8 @@ def _block_activation_bytes(lay: Layout) -> float:
         return 2 * sbh / (t if lay.sequence_parallel else 1)
     ratio = s.ffn / s.hidden
     whole = 0.0  # kept whole on every TP rank whatever the sequence split
-    if s.arch == "llama":  # attention keeps q, k, v and the kernel's output (o_proj's input: the same tensor);
-        # q and the output at the heads' width, k and v at the key/value heads' (h and h·kv/heads when head_dim is
-        # hidden / heads); SwiGLU keeps gate, up, silu(gate) and their product (4 sbf)
-        width = (2 * s.q_width + 2 * s.kv_width) / s.hidden  # 2 + 2·kv/heads when head_dim is hidden / heads
-        norms = 2 * NORM_BYTES["compiled" if lay.compile else lay.kernels] * sbh
-        inside = 2 * width * sbh + 4 * 2 * ratio * sbh
-        inputs = 2 * 2 * sbh  # the attention's and the MLP's input, kept by the regions' first matmuls: replicated
-        # over the TP ranks (Korthikanti's 10sbh counts them outside too); under sequence parallelism Megatron keeps
-        # the shard and gathers again in the backward, DTensor keeps the all-gathered whole (measured on CPU ranks:
-        # docs/benchmarks.md, "Activation memory per rank")
-        megatron = lay.kernels == "megatron"
-        outside, whole = (norms + inputs, 0.0) if megatron or not lay.sequence_parallel else (norms, inputs)
+    if s.arch == "llama":
+        inside, outside, whole = _llama_block_bytes(lay, sbh)
     else:  # Korthikanti: 24·sbh inside the TP region (f = 4h), 10·sbh outside
         inside = (8 + 4 * ratio) * sbh
         outside = 10 * sbh

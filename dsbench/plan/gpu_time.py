@@ -196,6 +196,8 @@ def _elementwise_bytes(lay: Layout) -> float:
     outside = 2 * per["norm"] * sbh + 2 * per["residual"] * sbh
     rotated = b * lay.seq_len / lay.cp * (s.q_width + s.kv_width)  # RoPE on q and k
     inside = per["mlp_act"] * sbf + per["rope"] * rotated
+    if s.qk_norm:  # Qwen3's q_norm and k_norm: an RMSNorm's passes over q and k, inside the TP region
+        inside += per["norm"] * rotated
     return (inside + _softmax_bytes(lay)) / t + outside / (t if lay.sequence_parallel else 1)
 
 
@@ -272,9 +274,8 @@ def engine_host_seconds(lay: Layout, hw: GpuProfile) -> float:
 
 
 def model_flops(lay: Layout) -> float:
-    """Model FLOPs per GPU per step without recompute: 6 per parameter per token plus attention's
-    12·l·s²·h per sequence (Narayanan 2021 eq. 3 without its recompute term; h is the heads' width, heads x head
-    width, as PaLM's appendix B writes it), over every GPU."""
+    """Model FLOPs per GPU per step without recompute: 6 per parameter per token plus attention's 12·l·s²·h per
+    sequence (Narayanan 2021 eq. 3 without recompute; h: heads x head width, PaLM App. B), over every GPU."""
     s = lay.shape
     tokens = lay.global_batch * lay.seq_len
     return (6 * s.params() * tokens + 12 * s.layers * lay.seq_len * s.q_width * tokens) / lay.gpus

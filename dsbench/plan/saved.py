@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsbench.models import LLAMA_LIKE, ModelShape
+from dsbench.models import LLAMA_LIKE, QK_NORM, ModelShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +81,13 @@ def saved_activation_bytes(shape: ModelShape, seq: int, micro: int, *, tp: int =
     mlp = 4 * tokens * shape.intermediate * element / tp
     if recompute == "selective":
         core = 0.0
-    layer = 2 * norm + inputs + attention + core + mlp
+    # Qwen3's q_norm and k_norm (an RMSNorm over each head, before RoPE): each keeps its input in fp32 (the cast of
+    # the projection's output; the output itself in fp32 training), the rsqrt of each head's mean square, and the
+    # normalised tensor the weight multiplies (in the activations' precision); on this rank's heads
+    rows = shape.heads + shape.kv_heads
+    qk_norm = ((4 + element) * (shape.q_width + shape.kv_width) + 4 * rows) * tokens / tp if (
+        shape.arch in QK_NORM) else 0.0
+    layer = 2 * norm + inputs + attention + core + mlp + qk_norm
     rotary = 2 * seq * shape.head_width * element  # cos and sin, computed once per forward
     loss = tokens * shape.vocab_size * 4 / (tp if loss_parallel else 1)
     head = norm + sbh * element + loss

@@ -110,7 +110,7 @@ def _dtensor_layers(layers: Any, tp_mesh: Any, sequence_parallel: bool) -> Any:
 
     split = copy.deepcopy(layers)
     for layer in split:
-        parallelize_module(layer, tp_mesh, megatron_block_plan(sequence_parallel=sequence_parallel))
+        parallelize_module(layer, tp_mesh, megatron_block_plan(layer, sequence_parallel=sequence_parallel))
     return split
 
 

@@ -46,6 +46,7 @@ FAMILIES: dict[str, Family] = {
     "llama": _LLAMA_LIKE,
     "qwen2": _LLAMA_LIKE,
     "mistral": _LLAMA_LIKE,
+    "qwen3": _LLAMA_LIKE,  # its q_norm/k_norm live inside each block's attention
 }
 
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.dist
 # conftest's LLAMA flags (`--lr 1e-3 --grad-clip 0.3`: every layout clips), as test_launch_strategies.py's
 # single_llama and AutoTP do: two of the references below are that file's runs, the same commands, launched once
 # per session through the run cache.
-QWEN2_TIED = DATA / "models" / "qwen2-tied-tiny"  # tied embeddings, 4 layers (tests/data/models/README.md)
+QWEN3_TIED = DATA / "models" / "qwen3-tied-tiny"  # tied embeddings, q/k norms, wide heads (tests/data/models/README.md)
 # The 2-rank Llama layouts run with their options (recompute, the fused optimizer), which change neither the losses
 # nor the states each rank holds: those runs carry the layouts' assertions too, and the plain layouts train in
 # test_issue_compare_matrix_trains_every_strategy (pipe2, torch_pipe2, torch_tp2 on llama-tiny, at DDP's losses).
@@ -60,19 +60,20 @@ COMMANDS = {
     # typed (ZeRO-1, AdamW; its gradients under SGD with ZeRO-1 and ZeRO-3: test_ulysses.py)
     "ulysses2_llama": "--zero 1 --ulysses 2 --model llama-tiny --micro-batch 4 --num-gpus 2",
     # torch_3d (issue 28): DTensor TP inside torch's pipeline stages, FSDP2 across replicas; 4 ranks (tp 2 x pp 2),
-    # 8 ranks (x dp 2, FSDP over both replicas) on a Qwen2 whose head is tied to its embedding (the first and last
-    # stage hold it) and whose heads are wider than hidden / heads (head_dim 32 on 64 / 4) under the interleaved
-    # schedule, and 8 ranks of pipeline x HSDP (pp 2 x 2 replicas x 2 shards)
+    # 8 ranks (x dp 2, FSDP over both replicas) on a Qwen3 whose head is tied to its embedding (the first and last
+    # stage hold it), whose heads are wider than hidden / heads (head_dim 32 on 64 / 4) and normalised (q_norm,
+    # k_norm), as Qwen3-0.6B's, under the interleaved schedule, and 8 ranks of pipeline x HSDP (pp 2 x 2 replicas x
+    # 2 shards)
     "torch_3d_tp2_pp2_llama": "--strategy torch_3d --tp 2 --pipeline-stages 2 --launcher torchrun --model llama-tiny "
                               "--micro-batch 2 --grad-accum 2 --num-gpus 4",
-    "torch_3d_tp2_pp2_dp2_interleaved2_qwen2_tied": (
-        f"--strategy torch_3d --tp 2 --pipeline-stages 2 --launcher torchrun --model {QWEN2_TIED} --micro-batch 1 "
+    "torch_3d_tp2_pp2_dp2_interleaved2_qwen3_tied": (
+        f"--strategy torch_3d --tp 2 --pipeline-stages 2 --launcher torchrun --model {QWEN3_TIED} --micro-batch 1 "
         "--grad-accum 2 --num-gpus 8 -- --pipeline-schedule interleaved --virtual-stages 2"),
     "torch_3d_pp2_hsdp_llama": "--strategy torch_3d --pipeline-stages 2 --dp-shard 2 --launcher torchrun "
                                "--model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 8",  # batch 8
     # references: one process, the same global batch
     "single_llama_4": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 4",
-    "single_qwen2_tied_4": f"--strategy single --launcher torchrun --num-gpus 1 --model {QWEN2_TIED} --micro-batch 4",
+    "single_qwen3_tied_4": f"--strategy single --launcher torchrun --num-gpus 1 --model {QWEN3_TIED} --micro-batch 4",
     "single_llama_8": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 8",
     "single_gpt2_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4",  # gpt2-tiny: the default
     "single_gpt2_mini_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4 --model gpt2-mini",
@@ -84,8 +85,14 @@ REFERENCE = {"pipe2_ckpt_llama": "single_llama_4",
              "torch_tp2_dp2_llama": "single_llama_4", "torch_pipe2_interleaved2_gpt2": "single_gpt2_mini_4",
              "torch_pipe2_zb2_gpt2": "single_gpt2_mini_4", "ulysses2_llama": "single_llama_4",
              "torch_3d_tp2_pp2_llama": "single_llama_4",
-             "torch_3d_tp2_pp2_dp2_interleaved2_qwen2_tied": "single_qwen2_tied_4",
+             "torch_3d_tp2_pp2_dp2_interleaved2_qwen3_tied": "single_qwen3_tied_4",
              "torch_3d_pp2_hsdp_llama": "single_llama_8"}
+BOUND = {"torch_3d_tp2_pp2_dp2_interleaved2_qwen3_tied": 5e-7}
+"""Tighter bounds where a known fault stays under 1e-4: Qwen3's q_norm/k_norm weights, one head wide and shared by
+the heads, get each TP rank's own heads' share of their gradient, which the TP plan sums over the ranks
+(tensor_parallel.megatron_layer_plan). Left unsummed, each rank's copy drifts: measured on 2026-11-30 with this
+model over 12 steps, this run 1.10e-6 unsummed against 1.73e-7 summed (torch_tp on tp 2 x dp 2: 1.06e-6 against
+1.7e-7)."""
 TORCH_ENGINES = ("torch_", "single")
 """Runs whose engine reports the gradient norm before clipping (torch's engines clip it themselves)."""
 
@@ -95,7 +102,7 @@ def launched(runs, name: str) -> dict:
     args = COMMANDS[name].split()
     extra = args[args.index("--") + 1:] if "--" in args else []
     args = args[:args.index("--")] if "--" in args else args
-    result, folder = runs.get(name, [*args, *(LLAMA if "llama-tiny" in args or str(QWEN2_TIED) in args else [])],
+    result, folder = runs.get(name, [*args, *(LLAMA if "llama-tiny" in args or str(QWEN3_TIED) in args else [])],
                               extra)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return load_run(folder)
@@ -109,7 +116,7 @@ def test_losses_match_the_single_process_run(runs, name):
     expected = [s["loss"] for s in reference["steps"]]
     assert len(losses) == STEPS
     worst = max(abs(a - b) / abs(b) for a, b in zip(losses, expected, strict=True))
-    assert worst < 1e-4, (name, worst)
+    assert worst < BOUND.get(name, 1e-4), (name, worst)
     if name.startswith(TORCH_ENGINES):  # the norm clipping divides by counts each weight once, as one process does
         norms = [s["grad_norm"] for s in run["steps"]]
         worst = max(abs(a - b) / b for a, b in zip(norms, [s["grad_norm"] for s in reference["steps"]], strict=True))
@@ -135,9 +142,9 @@ def test_losses_match_the_single_process_run(runs, name):
     assert header["pp"] * header["tp"] * ulysses * header["dp_size"] == header["world_size"]
     if name.startswith("torch_3d"):  # FSDP2's shard group: every replica (default) or --dp-shard's
         assert header["dp_shard"] == (2 if "hsdp" in name else header["dp_size"])
-    # the tied Qwen2's heads are 32 wide on a hidden size of 64 (Mistral-Nemo's layout in small, since 2026-11-30):
-    # TP splits q_proj's 128 outputs by whole heads, and the shape the worker resolved states it
-    assert header["model"].get("head_dim") == (32 if "qwen2_tied" in name else None)
+    # the tied Qwen3's heads are 32 wide on a hidden size of 64 (Qwen3's and Mistral-Nemo's layout in small, since
+    # 2026-11-30): TP splits q_proj's 128 outputs by whole heads, and the shape the worker resolved states it
+    assert header["model"].get("head_dim") == (32 if "qwen3_tied" in name else None)
 
 
 def test_model_states_shrink_per_stage_and_shard(runs):

@@ -5,6 +5,7 @@ import pytest
 
 from dsbench.errors import UserError
 from dsbench.models import PRESETS, resolve_model, shape_from_config
+from tests.conftest import DATA
 
 # Published parameter counts (HF model cards / papers).
 PUBLISHED = {"gpt2": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-xl": 1_557_611_200,
@@ -74,6 +75,14 @@ ACCEPTED = {
     "qwen2-wide-heads-tied": {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
                               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24,
                               "intermediate_size": 96, "tie_word_embeddings": True},
+    # Qwen3: q_norm and k_norm over each head; Qwen3-8B's heads are 128 wide on 4096 / 32, Qwen3-0.6B's on
+    # 1024 / 16, and a config without head_dim gets Qwen3Config's default of 128, not hidden / heads
+    "qwen3-wide-heads": {"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+                         "intermediate_size": 128},
+    "qwen3-default-head-dim-tied": {"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 64,
+                                    "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+                                    "intermediate_size": 96, "tie_word_embeddings": True},
     "qwen2-tied": {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
                    "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 96,
                    "tie_word_embeddings": True},
@@ -93,9 +102,10 @@ REFUSED = {
     "mixtral": ({"model_type": "mixtral", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
                  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
                  "num_local_experts": 4, "num_experts_per_tok": 2}, "model_type 'mixtral'"),
-    "qwen3": ({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
-               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 128},
-              "model_type 'qwen3'"),
+    "qwen3-moe": ({"model_type": "qwen3_moe", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 128,
+                   "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2},
+                  "model_type 'qwen3_moe'"),
 }
 
 
@@ -172,3 +182,22 @@ def test_the_attention_flops_term_is_what_torch_counts(name):
     assert attention == flops_per_token(0, shape.layers, shape.q_width, seq) * batch * seq
     if shape.head_dim:  # the hidden size in its place would miscount these
         assert attention != flops_per_token(0, shape.layers, shape.hidden, seq) * batch * seq
+
+
+# Qwen3's model cards (huggingface.co/Qwen/Qwen3-8B and Qwen3-0.6B, "Number of Parameters" and "(Non-Embedding)"):
+# the published shape fields of their config.json are in tests/data/models (tests/data/models/README.md)
+QWEN3_CARDS = {"qwen3-8b": (8.2e9, 6.95e9), "qwen3-0.6b": (0.6e9, 0.44e9)}
+
+
+@pytest.mark.parametrize("name", QWEN3_CARDS)
+def test_qwen3_counts_its_model_card_and_what_transformers_builds(name):
+    """Heads of 128 on 4096 / 32 and 1024 / 16, q_norm and k_norm in every block, 0.6B's embedding tied."""
+    folder = DATA / "models" / name
+    shape = resolve_model(str(folder))
+    total, non_embedding = QWEN3_CARDS[name]
+    parts = shape.parts()
+    assert (shape.arch, shape.head_width) == ("qwen3", 128)
+    # the cards' figures, rounded as they print them (8.19B as 8.2B, 0.596B as 0.6B; 6.946B as 6.95B)
+    assert round(shape.num_params() / 1e9, 1) == total / 1e9
+    assert round((shape.num_params() - parts["embedding"] - parts["head"]) / 1e9, 2) == non_embedding / 1e9
+    assert shape.num_params() == _transformers_count(json.loads((folder / "config.json").read_text()))

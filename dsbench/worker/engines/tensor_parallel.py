@@ -37,17 +37,34 @@ and gate/up (each rank computes whole heads / its slice of the MLP), row-paralle
 partial outputs summed by one all-reduce)."""
 
 
-def megatron_layer_plan(row_output: Any = None) -> dict[str, Any]:
+def megatron_layer_plan(layer: Any, row_output: Any = None) -> dict[str, Any]:
     """:data:`MEGATRON_LAYER` for one decoder layer as DTensor parallel styles (names relative to the layer); the
-    row-parallel outputs in ``row_output``'s layout when given (sequence parallelism's Shard(1))."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    row-parallel outputs in ``row_output``'s layout when given (sequence parallelism's Shard(1)).
+
+    A layer that normalises each query and key head (Qwen3's ``q_norm``/``k_norm``) runs those norms on its own
+    heads: their input, the column-parallel projection viewed as (batch, sequence, heads, head_dim), is split along
+    the heads (dim 2), so each norm is a ``SequenceParallel`` over dim 2, as torchtitan's Qwen3 plan applies it.
+    Their weight is one head wide and shared by every head, so each rank's gradient is its heads' share: DTensor
+    marks it Partial and the step sums it over the TP ranks (:func:`_settle`); left as a plain tensor, each rank
+    would step its own share and the copies would drift apart."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
 
     row = {"output_layouts": row_output} if row_output is not None else {}
-    return {name: ColwiseParallel() if kind == "column" else RowwiseParallel(**row)
+    plan = {name: ColwiseParallel() if kind == "column" else RowwiseParallel(**row)
             for name, kind in MEGATRON_LAYER.items()}
+    if has_qk_norm(layer):
+        plan.update({name: SequenceParallel(sequence_dim=2, use_local_output=True)
+                     for name in ("self_attn.q_norm", "self_attn.k_norm")})
+    return plan
 
 
-def megatron_block_plan(sequence_parallel: bool = False) -> dict[str, Any]:
+def has_qk_norm(layer: Any) -> bool:
+    """Whether a decoder layer normalises each query and key head (transformers' Qwen3Attention)."""
+    attention = getattr(layer, "self_attn", None)
+    return hasattr(attention, "q_norm") and hasattr(attention, "k_norm")
+
+
+def megatron_block_plan(layer: Any, sequence_parallel: bool = False) -> dict[str, Any]:
     """One Llama-family decoder layer's DTensor styles, by module name within the layer: Megatron's layout, and with
     sequence parallelism the norms on sequence shards, each parallel region all-gathering its input first and its
     row-parallel output reduce-scattered along the sequence instead of all-reduced (Korthikanti et al. 2022)."""
@@ -55,7 +72,7 @@ def megatron_block_plan(sequence_parallel: bool = False) -> dict[str, Any]:
     from torch.distributed.tensor.parallel import PrepareModuleInput, SequenceParallel
 
     seq, full = Shard(1), Replicate()  # activations are (batch, sequence, hidden)
-    plan = megatron_layer_plan(seq if sequence_parallel else None)
+    plan = megatron_layer_plan(layer, seq if sequence_parallel else None)
     if sequence_parallel:
         plan.update({"input_layernorm": SequenceParallel(), "post_attention_layernorm": SequenceParallel(),
                      "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": seq},
@@ -77,8 +94,8 @@ def megatron_plan(model: Any, sequence_parallel: bool = False, loss_parallel: bo
                         getattr(model.config, "name_or_path", "") or "the model")
     seq, full = Shard(1), Replicate()  # activations are (batch, sequence, hidden)
     plan: dict[str, Any] = {}
-    for i in range(len(model.model.layers)):
-        block = megatron_block_plan(sequence_parallel)
+    for i, layer in enumerate(model.model.layers):
+        block = megatron_block_plan(layer, sequence_parallel)
         plan.update({f"model.layers.{i}.{name}": style for name, style in block.items()})
     if sequence_parallel:
         # the embedding stays replicated (HF derives positions and the causal mask from its full output); the

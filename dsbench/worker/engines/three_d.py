@@ -48,7 +48,7 @@ class Torch3DEngine(TorchPipelineEngine):
         blocks = [layer for part in parts for layer in part.layers if isinstance(layer, BlockPipe)]
         if self.dims.tp > 1:  # the model's family was checked when the run was resolved (layout_check.py)
             for block in blocks:
-                parallelize_module(block.block, self.mesh["tp"], megatron_layer_plan())
+                parallelize_module(block.block, self.mesh["tp"], megatron_layer_plan(block.block))
         if self.dims.dp == 1:
             return parts
         # HSDP's mesh is 2-D (replicas, shards); a shard group of every dp rank is plain FSDP on one dimension
