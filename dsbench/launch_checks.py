@@ -14,7 +14,8 @@ from dsbench.configs.precision import config_precision
 from dsbench.errors import UserError
 from dsbench.io import check_creatable_folder
 from dsbench.layout_check import check_run_layout
-from dsbench.models import ModelShape, resolve_model
+from dsbench.model_config import resolve_model
+from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims, pipeline_notes
 
 

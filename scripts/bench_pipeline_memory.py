@@ -23,7 +23,7 @@ from typing import Any
 
 from bench_activation_memory import WIDE, measured_or_stored  # scripts/ is the script's own folder on sys.path
 
-from dsbench.models import shape_from_config
+from dsbench.model_config import shape_from_config
 from dsbench.plan.pipeline_peak import chunk_layers, in_flight_micro_batches, peaks
 from dsbench.plan.saved import saved_activation_bytes
 

@@ -28,7 +28,7 @@ def main() -> None:
     p.add_argument("--compile", action="store_true", help="DeepSpeed's engine.compile(), as dsbench's --compile")
     p.add_argument("--out")
     args = p.parse_args()
-    from dsbench.models import resolve_model
+    from dsbench.model_config import resolve_model
     from dsbench.worker.model import build_model
 
     cpu = os.environ.get("DS_ACCELERATOR") == "cpu"

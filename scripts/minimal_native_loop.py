@@ -33,7 +33,7 @@ def main() -> None:
     p.add_argument("--fused-optimizer", action="store_true")
     p.add_argument("--out")
     args = p.parse_args()
-    from dsbench.models import resolve_model
+    from dsbench.model_config import resolve_model
     from dsbench.worker.model import build_model, transformer_blocks
 
     cuda = torch.cuda.is_available()

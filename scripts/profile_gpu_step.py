@@ -62,7 +62,7 @@ def union_us(intervals: list[tuple[float, float]]) -> float:
 def build(args: argparse.Namespace):  # -> (step function, model)
     import torch
 
-    from dsbench.models import resolve_model
+    from dsbench.model_config import resolve_model
     from dsbench.worker.model import build_model
 
     shape = resolve_model(args.model)

@@ -17,7 +17,8 @@ from dsbench import strategies as registry
 from dsbench.errors import UserError
 from dsbench.layout_check import check_chunks
 from dsbench.model_checks import check_ulysses
-from dsbench.models import LLAMA_LIKE, resolve_model
+from dsbench.model_config import resolve_model
+from dsbench.models import LLAMA_LIKE
 from dsbench.spec import DEFAULT_MICRO_BATCH
 
 DEFAULTS: dict[str, Any] = {

@@ -26,7 +26,8 @@ from dsbench.bench.matrix import Cell, cell_launch_args, check_models, fused_by_
 from dsbench.bench.tune_request import TuneRequest
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
-from dsbench.models import LLAMA_LIKE, resolve_model
+from dsbench.model_config import resolve_model
+from dsbench.models import LLAMA_LIKE
 from dsbench.plan import search
 from dsbench.plan.profile import Profile
 from dsbench.plan.request import PlanRequest

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dsbench.models import resolve_model
+from dsbench.model_config import resolve_model
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.verify import VerifyRow, compare_row, compare_strategy
 

@@ -56,7 +56,7 @@ def check_links(links: list[str]) -> list[str]:
 def predicted_comm_s(strategy: str, model: str, world: int, micro: int, seq: int, link: str) -> float | None:
     """Communication seconds per optimizer step by the planner's ring model (fp32 params and grads, no latency:
     the test bed's links add none)."""
-    from dsbench.models import resolve_model
+    from dsbench.model_config import resolve_model
     from dsbench.plan.comm import data_parallel_comm, pipeline_comm
     from dsbench.plan.hardware import Link
     from dsbench.testbed.layout import rate_bits

@@ -137,7 +137,7 @@ def csv_list(kind: Any) -> Any:
 
 def check_seq_len(model: str, seq_len: int) -> None:
     """The model resolves and has positions for ``seq_len`` (refused before any rank starts)."""
-    from dsbench.models import resolve_model
+    from dsbench.model_config import resolve_model
 
     shape = resolve_model(model)
     if seq_len > shape.max_positions:

@@ -19,7 +19,8 @@ from dsbench.errors import UserError
 from dsbench.hostfile import read_hostfile, select_slots, world_size_of
 from dsbench.io import read_text
 from dsbench.model_checks import check_autotp
-from dsbench.models import ModelShape, resolve_model
+from dsbench.model_config import resolve_model
+from dsbench.models import ModelShape
 from dsbench.spec import RenderSpec
 
 _SPEC_FIELDS = {f.name for f in fields(RenderSpec) if f.init} - {"explicit", "sets", "keep_auto", "hidden_size"}

@@ -7,7 +7,8 @@ from typing import Any
 
 from dsbench.configs.layout import parallel_degrees
 from dsbench.errors import UserError
-from dsbench.models import ModelShape, resolve_model
+from dsbench.model_config import resolve_model
+from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.caveats import node_note

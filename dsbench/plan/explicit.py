@@ -11,7 +11,8 @@ from dataclasses import asdict
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.models import QK_NORM, ModelShape, heads_problem, resolve_model
+from dsbench.model_config import heads_problem, resolve_model
+from dsbench.models import QK_NORM, ModelShape
 from dsbench.parallel import interleaved_accepts
 from dsbench.plan.caveats import caveats, node_note
 from dsbench.plan.gpu_calibration import calibrated_gpu

@@ -15,7 +15,7 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.io import read_text
-from dsbench.models import heads_problem
+from dsbench.model_config import heads_problem
 from dsbench.plan.gpu_layout import OFFLOADED, PRICED, Layout, Shape
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import ALIASES, GpuProfile, profile_for

@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dsbench.envinfo import machine, versions
     from dsbench.io import atomic_write_json
-    from dsbench.models import resolve_model
+    from dsbench.model_config import resolve_model
     from dsbench.worker import dist as wdist
     from dsbench.worker.setup import guard_jit_builds
 

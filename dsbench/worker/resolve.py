@@ -14,7 +14,8 @@ from dsbench.configs.loader import load_config_strict
 from dsbench.configs.worker_flags import check_worker_flags
 from dsbench.errors import UserError
 from dsbench.layout_check import check_run_layout
-from dsbench.models import ModelShape, resolve_model
+from dsbench.model_config import resolve_model
+from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
 from dsbench.trainspec import TrainSpec
 from dsbench.worker import accelerate_env, setup

@@ -188,7 +188,7 @@ PLANNED = {"pipe2_ckpt_llama": ("zero1", 1, 2, "deepspeed"), "pipe2_zero0_gpt2":
 @pytest.mark.parametrize("name", list(PLANNED))
 def test_planner_model_states_per_rank_within_5_percent(runs, name):
     """dsbench plan's bytes on the busiest rank of a pipeline/TP layout vs what the run counted from tensors."""
-    from dsbench.models import resolve_model
+    from dsbench.model_config import resolve_model
     from dsbench.plan.candidate import Candidate
     from dsbench.plan.verify import comparable_bytes, predicted_states
 

@@ -217,7 +217,7 @@ def test_a_crash_mid_save_leaves_latest_on_the_previous_checkpoint(tmp_path, mon
 def _saved_by(folder, step=10, written=None, **definition):
     """A checkpoint as `dsbench launch --zero 2` of gpt2-tiny on 2 ranks writes it (global batch 2 x 2, fp32), or
     with the manifest's ``written`` fields."""
-    from dsbench.models import resolve_model
+    from dsbench.model_config import resolve_model
 
     run = {**DEFINITION, "model": resolve_model("gpt2-tiny").to_dict(), "seed": 1234, **definition}
     return write_checkpoint(folder, step=step, definition=run, **(written or {}))

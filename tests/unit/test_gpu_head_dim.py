@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from dsbench.models import resolve_model
+from dsbench.model_config import resolve_model
 from dsbench.plan.gpu_layout import Layout, Shape
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import profile_for

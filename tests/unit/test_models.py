@@ -4,7 +4,8 @@ import re
 import pytest
 
 from dsbench.errors import UserError
-from dsbench.models import PRESETS, resolve_model, shape_from_config
+from dsbench.model_config import resolve_model, shape_from_config
+from dsbench.models import PRESETS
 from tests.conftest import DATA
 
 # Published parameter counts (HF model cards / papers).
@@ -138,7 +139,7 @@ def test_a_users_config_json_counts_what_transformers_builds(tmp_path, name):
 
 @pytest.mark.parametrize("name", REFUSED)
 def test_a_config_json_the_shape_would_miscount_is_refused_by_name(tmp_path, name):
-    from dsbench.models import _shape_from_config
+    from dsbench.model_config import _shape_from_config
 
     config, message = REFUSED[name]
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -201,3 +202,37 @@ def test_qwen3_counts_its_model_card_and_what_transformers_builds(name):
     assert round(shape.num_params() / 1e9, 1) == total / 1e9
     assert round((shape.num_params() - parts["embedding"] - parts["head"]) / 1e9, 2) == non_embedding / 1e9
     assert shape.num_params() == _transformers_count(json.loads((folder / "config.json").read_text()))
+
+
+# config.json fields that decide what attention and positions compute (published values of the families' configs)
+MISTRAL_V03 = {"model_type": "mistral", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "sliding_window": None,
+               "max_position_embeddings": 32768, "rope_theta": 1e6}
+LLAMA_31 = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+            "max_position_embeddings": 131072, "rope_theta": 500000.0,
+            "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+QWEN2_WINDOWS = {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 4,
+                 "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+                 "max_position_embeddings": 32768, "use_sliding_window": True, "sliding_window": 64,
+                 "max_window_layers": 2}
+DELIBERATE = {"bos_token_id", "eos_token_id", "attention_dropout", "architectures"}
+"""What the worker's model sets on purpose: the shipped tokenizer's ids, no dropout (parity across strategies)."""
+
+
+@pytest.mark.parametrize("config", [*[c for n, c in ACCEPTED.items() if n != "gpt2"], MISTRAL_V03, LLAMA_31,
+                                    QWEN2_WINDOWS], ids=[*[n for n in ACCEPTED if n != "gpt2"], "mistral-v0.3",
+                                                         "llama-3.1", "qwen2-windows"])
+def test_a_model_built_from_a_config_json_is_the_configs_model(config):
+    """Without weights the worker builds the model from its shape (ModelShape.hf_config): transformers' config of
+    it equals transformers' config of the config.json, field by field, but for :data:`DELIBERATE`. Until 2026-11-30
+    a Mistral v0.3 (no window) got its class's 4096-token window and a Llama 3.1 lost its llama3 RoPE scaling."""
+    from transformers import AutoConfig
+
+    shape = shape_from_config(config, "m", "local", None)
+    own = shape.hf_config()
+    built = AutoConfig.for_model(own.pop("model_type"), **own).to_dict()
+    users = AutoConfig.for_model(**config).to_dict()
+    differ = {key for key in set(built) | set(users) if built.get(key) != users.get(key)} - DELIBERATE
+    assert differ == set(), {key: (built.get(key), users.get(key)) for key in differ}

@@ -378,7 +378,7 @@ def test_verify_rows_are_typed_and_a_run_without_figures_prints_dashes(tmp_path)
     and one that finished without a measured window, carry no figures, and the table prints "-" for them."""
     import json
 
-    from dsbench.models import resolve_model
+    from dsbench.model_config import resolve_model
     from dsbench.plan.api import plan as make_plan
     from dsbench.plan.request import PlanRequest
     from dsbench.plan.verify import compare_row

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from dsbench.errors import UserError
-from dsbench.models import resolve_model
+from dsbench.model_config import resolve_model
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.collective_fit import fit_collective, fit_line
 from dsbench.plan.comm import ring_seconds

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from dsbench.models import resolve_model
+from dsbench.model_config import resolve_model
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.engine_costs import tensor_parallel_costs
 from dsbench.plan.estimate import estimate

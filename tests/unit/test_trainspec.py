@@ -105,7 +105,7 @@ def test_speed_options_are_refused_where_they_cannot_be_measured_or_done(argv, n
 def test_compile_is_refused_for_deepspeeds_pipeline_and_autotp_layouts():
     """The layout check the launch and every rank make (layout_check.check_run_layout)."""
     from dsbench.layout_check import check_run_layout
-    from dsbench.models import resolve_model
+    from dsbench.model_config import resolve_model
     from dsbench.parallel import ParallelDims
 
     llama = resolve_model("llama-tiny")

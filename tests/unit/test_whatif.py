@@ -9,7 +9,7 @@ import pytest
 from dsbench.bench.matrix import expand, fused_by_default
 from dsbench.bench.whatif import UNSHAPED, check_links, markdown, predicted_comm_s, rows_from, whatif_cells
 from dsbench.errors import UserError
-from dsbench.models import resolve_model
+from dsbench.model_config import resolve_model
 from dsbench.run_record import RunSummary, Throughput
 
 

@@ -1,0 +1,140 @@
+"""Model shapes read from a user's HF ``config.json`` (a local folder or file, or the local HF cache; no downloads),
+checked against what dsbench can build and price exactly: transformers' own counts are the oracle
+(tests/unit/test_models.py). Pure and stdlib-only, like :mod:`dsbench.models`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from dsbench.errors import UserError
+from dsbench.models import LLAMA_LIKE, PRESETS, QK_NORM, ModelShape
+
+_KEPT_EXTRA = ("rope_theta", "rms_norm_eps", "layer_norm_epsilon", "hidden_act", "activation_function",
+               "attention_bias", "mlp_bias", "bos_token_id", "eos_token_id", "pad_token_id",
+               # what attention and positions compute: Llama 3.1's scaled RoPE, Mistral v0.3's absent window (its
+               # config class defaults to 4096), Qwen's per-layer windows (kept since 2026-11-30; before, a model
+               # built from a config.json alone attended and rotated as the class defaults, not as the config says)
+               "rope_scaling", "rope_parameters", "sliding_window", "use_sliding_window", "max_window_layers",
+               "layer_types")
+"""config.json fields the worker's model keeps (:meth:`ModelShape.hf_config`): it is built from them when the folder
+has no weights; with weights, transformers reads the whole config.json."""
+
+
+def heads_problem(hidden: int, heads: int, kv_heads: int, head_dim: Any = None, arch: str | None = None
+                  ) -> str | None:
+    """Why ``heads`` attention heads of ``kv_heads`` key/value groups cannot lay out ``hidden``, or None. Without a
+    stated ``head_dim`` each head is hidden / heads wide, so the heads must divide the hidden size (and always for
+    ``arch`` llama: transformers' ``LlamaConfig.validate_architecture`` refuses it even with a head_dim); a stated
+    one (Mistral-Nemo's) must be a positive integer. Grouped-query attention repeats each key/value head over
+    heads / kv_heads query heads (transformers' ``repeat_kv``), so kv_heads must divide heads."""
+    if heads < 1 or kv_heads < 1:
+        return f"{heads} heads and {kv_heads} key/value heads: each must be at least 1"
+    if (head_dim is None or arch == "llama") and hidden % heads:
+        return f"the {heads} heads do not divide the hidden size {hidden}"
+    if head_dim is not None and (not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim < 1):
+        return f"head_dim {str(head_dim)[:20]!r} must be a positive integer"
+    if heads % kv_heads:
+        return f"the {kv_heads} key/value heads do not divide the {heads} heads (grouped-query attention)"
+    return None
+
+
+_FAMILIES = ("gpt2", *LLAMA_LIKE)
+
+
+def _check_family(cfg: dict[str, Any], name: str) -> None:
+    """A config.json of a family dsbench does not build refused by name (it would be trained and priced as a dense
+    Llama: a Mixtral's experts as one MLP, a Qwen3-MoE's likewise); without ``model_type``, Llama-style fields are
+    read as Llama."""
+    model_type = cfg.get("model_type")
+    if model_type not in (None, *_FAMILIES):  # GPT-2's field names too (gpt_bigcode's are, with one KV head)
+        raise UserError(f"{name}: model_type {str(model_type)[:40]!r}: dsbench builds and prices dense GPT-2 and "
+                        f"Llama-layout decoders ({', '.join(_FAMILIES)}), and would train this as another model")
+    biased = [key for key in ("attention_bias", "mlp_bias") if cfg.get(key) is True and model_type != "gpt2"]
+    if biased:
+        raise UserError(f"{name}: {biased[0]} true: dsbench counts Llama-layout layers without those biases (Qwen2's "
+                        "q/k/v biases are its own); use a config without it")
+
+
+def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | None) -> ModelShape:
+    """Build a shape from a HF ``config.json`` dict (GPT-2 or Llama-style field names); a family or a head layout
+    the shape cannot describe exactly is refused by name (:func:`heads_problem`)."""
+    _check_family(cfg, name)
+    shape = _shape_from_config(cfg, name, source, path)
+    # GPT-2's heads are always hidden / heads; Qwen3Config's head_dim defaults to 128 (transformers), not to that
+    stated = cfg.get("head_dim", 128 if shape.arch in QK_NORM else None) if shape.arch != "gpt2" else None
+    problem = heads_problem(shape.hidden, shape.heads, shape.kv_heads, stated, shape.arch)
+    if problem:
+        raise UserError(f"{name}: config.json: {problem}")
+    # kept only where it is not hidden / heads, so that a shape that states the default equals one that does not
+    return replace(shape, head_dim=stated) if stated and shape.hidden != stated * shape.heads else shape
+
+
+_DEFAULT_POSITIONS = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768}
+"""A config.json without ``max_position_embeddings`` gets its config class's default (transformers 5's
+Llama/Mistral/Qwen2/Qwen3Config), as transformers builds it."""
+
+
+def _shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | None) -> ModelShape:
+    model_type = cfg.get("model_type", "")
+    try:
+        if model_type == "gpt2" or "n_embd" in cfg:
+            hidden = int(cfg["n_embd"])
+            return ModelShape(
+                name=name, arch="gpt2", vocab_size=int(cfg["vocab_size"]), hidden=hidden, layers=int(cfg["n_layer"]),
+                heads=int(cfg["n_head"]), kv_heads=int(cfg["n_head"]),
+                intermediate=int(cfg.get("n_inner") or 4 * hidden), max_positions=int(cfg.get("n_positions", 1024)),
+                tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), source=source, path=path,
+                extra={k: cfg[k] for k in _KEPT_EXTRA if k in cfg})
+        heads = int(cfg["num_attention_heads"])
+        return ModelShape(
+            name=name, arch=model_type if model_type in LLAMA_LIKE else "llama", vocab_size=int(cfg["vocab_size"]),
+            hidden=int(cfg["hidden_size"]),
+            layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            intermediate=int(cfg["intermediate_size"]),
+            max_positions=int(cfg.get("max_position_embeddings", _DEFAULT_POSITIONS.get(model_type, 2048))),
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), source=source, path=path,
+            extra={k: cfg[k] for k in _KEPT_EXTRA if k in cfg})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"{name}: config.json lacks a usable {exc} (need GPT-2 or Llama-style fields)") from None
+
+
+def _hub_cache_config(repo_id: str) -> Path | None:
+    """The cached ``config.json`` of a hub model, if it is already in the local HF cache (no download)."""
+    root = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache/huggingface"))
+                / "hub")
+    snapshots = root / f"models--{repo_id.replace('/', '--')}" / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    found = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return found[0] if found else None
+
+
+def resolve_model(name: str) -> ModelShape:
+    """Resolve ``--model``: a preset name, a local directory with config.json, or a cached hub id."""
+    if name in PRESETS:
+        return PRESETS[name]
+    local = Path(name)
+    if local.is_dir():
+        cfg_path = local / "config.json"
+        if not cfg_path.is_file():
+            raise UserError(f"--model {name}: directory has no config.json")
+        return shape_from_config(_read_config(cfg_path), name, "local", str(local))
+    if local.is_file() and local.name.endswith(".json"):
+        return shape_from_config(_read_config(local), name, "local", str(local.parent))
+    cached = _hub_cache_config(name) if "/" in name or name.replace("-", "").isalnum() else None
+    if cached is not None:
+        return shape_from_config(_read_config(cached), name, "hub-cache", str(cached.parent))
+    raise UserError(f"--model {name!r}: not a preset ({', '.join(PRESETS)}), a local directory with config.json, "
+                    "or a hub model in the local cache (no downloads)")
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    from dsbench.io import read_json
+
+    data = read_json(path, "model config")  # a regular, bounded UTF-8 file: never a FIFO, never 100k deep
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    return data
