@@ -30,7 +30,7 @@ def check_run_layout(train: trainspec.TrainSpec, strategy: str, shape: ModelShap
         check_loss_parallel(train.loss_parallel, shape.tied_embeddings, shape.name)
     elif dims.tp > 1:
         check_autotp(shape.arch)
-    check_ulysses(shape.arch, dims.sp, train.seq_len)
+    check_ulysses(shape.arch, dims.sp, train.seq_len, shape.sliding_window())
     if train.pipeline_schedule in trainspec.INTERLEAVED:
         check_chunks(shape, dims.pp, train.virtual_stages)
 

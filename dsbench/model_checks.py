@@ -33,10 +33,13 @@ def check_autotp(family: str) -> None:
                         f"{family!r}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")
 
 
-def check_ulysses(family: str, sp: int, seq_len: int) -> None:
+def check_ulysses(family: str, sp: int, seq_len: int, window: int | None = None) -> None:
     """DeepSpeed Ulysses (``--ulysses``) needs a model whose config names its key/value heads (UlyssesSPAttentionHF
-    reads ``num_key_value_heads``: the Llama family; GPT-2's config has none), and a sequence that splits into ``sp``
-    equal shards of at least 2 tokens (each shard's loss needs a next token inside the sequence)."""
+    reads ``num_key_value_heads``: the Llama family; GPT-2's config has none), a sequence that splits into ``sp``
+    equal shards of at least 2 tokens (each shard's loss needs a next token inside the sequence), and no sliding
+    ``window`` shorter than the sequence: its attention masks causally only (deepspeed 0.19.8
+    runtime/sequence_parallel/ulysses_sp.py), so the window would be dropped (measured 2026-11-30: a Qwen2 with a
+    32-token window on 128 tokens trained 9.6e-4 off one process; on 32 tokens, 1.2e-7)."""
     if sp <= 1:
         return
     if family not in LLAMA_LIKE:
@@ -45,3 +48,7 @@ def check_ulysses(family: str, sp: int, seq_len: int) -> None:
     if seq_len % sp or seq_len < 2 * sp:
         raise UserError(f"--seq-len {seq_len} must split into --ulysses {sp} equal shards of at least 2 tokens (a "
                         f"multiple of {sp}, at least {2 * sp})")
+    if window is not None and seq_len > window:
+        raise UserError(f"--ulysses: the model's attention is limited to a sliding window of {window} tokens, which "
+                        f"DeepSpeed's Ulysses does not apply (it masks causally only); train --seq-len {window} or "
+                        "less with it, or use another strategy")

@@ -67,6 +67,22 @@ class ModelShape:
         """The width of the keys (and of the values): key/value heads x head width."""
         return self.kv_heads * self.head_width
 
+    def sliding_window(self) -> int | None:
+        """The tokens some layer's attention is limited to, as transformers' config of this shape sets it (None:
+        every layer attends to the whole causal prefix). Mistral windows every layer (MistralConfig's default
+        4096; None in v0.3); Qwen2/Qwen3 the layers ``layer_types`` names, or with ``use_sliding_window`` those from
+        ``max_window_layers`` on (their configs' defaults: 4096 tokens, from layer 28)."""
+        window = self.extra.get("sliding_window", 4096)
+        if self.arch == "mistral" or window is None:
+            return window if self.arch == "mistral" else None
+        if self.arch not in ("qwen2", "qwen3"):
+            return None
+        types = self.extra.get("layer_types")
+        if types is not None:
+            return window if "sliding_attention" in types else None
+        used = self.extra.get("use_sliding_window", False) and self.layers > self.extra.get("max_window_layers", 28)
+        return window if used else None
+
     def parts(self) -> dict[str, int]:
         """Parameter counts of the model's pieces, per HF implementation (they sum to :meth:`num_params`).
 

@@ -14,11 +14,12 @@ from dsbench.plan.inputs import Cluster, Workload
 from dsbench.strategies import PLANNER, SIMPLICITY, ULYSSES_SHARDINGS, Strategy
 
 
-def candidates(cl: Cluster, shape: ModelShape) -> list[Candidate]:
+def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candidate]:
     """Strategies worth estimating on this cluster, each with and without activation checkpointing: data
     parallelism (DDP, ZeRO, FSDP, offload), tensor and pipeline parallelism by DeepSpeed (AutoTP, the pipeline
     engine, both with ZeRO-1) and by torch (torch_tp, torch_pp), and DeepSpeed Ulysses under ZeRO-1 and ZeRO-3,
-    where the model splits that way."""
+    where the model splits that way (Ulysses not over a sliding window shorter than ``seq_len``, which it would
+    drop: model_checks.check_ulysses)."""
     # every data-parallel strategy but ZeRO-0 (DDP's memory and traffic under DeepSpeed); hybrid FSDP across nodes
     base = [Candidate(strategy=s) for s, how in PLANNER.items() if s != "zero0" and (cl.nodes > 1 or not how.hybrid)]
     base += [Candidate(strategy="zero2", offload="cpu"), Candidate(strategy="zero3", offload="cpu",
@@ -29,7 +30,9 @@ def candidates(cl: Cluster, shape: ModelShape) -> list[Candidate]:
         base += [Candidate(strategy="zero1", tp=t) for t in degrees]
         base += [Candidate(strategy="ddp", tp=t, engine="torch") for t in degrees]
         # DeepSpeed Ulysses (its ALST modules read the key/value heads): the sequence split within a node
-        base += [Candidate(strategy=s, ulysses=n) for s in ULYSSES_SHARDINGS for n in degrees]
+        window = shape.sliding_window()
+        if window is None or seq_len <= window:
+            base += [Candidate(strategy=s, ulysses=n) for s in ULYSSES_SHARDINGS for n in degrees]
     base += [Candidate(strategy="zero1", pp=p) for p in degrees]
     base += [Candidate(strategy="ddp", pp=p, engine="torch") for p in degrees]
     if cl.nodes > 1 and degrees and shape.arch in LLAMA_LIKE:
@@ -74,7 +77,7 @@ def _splits(cand: Candidate, cl: Cluster, shape: ModelShape) -> bool:
 
 def rank(wl: Workload, cl: Cluster) -> list[Ranked]:
     """Every candidate estimated; those that fit ranked by step time (simplest first on near ties)."""
-    estimates = [estimate(c, wl, cl) for c in candidates(cl, wl.shape)]
+    estimates = [estimate(c, wl, cl) for c in candidates(cl, wl.shape, wl.seq_len)]
     fitting = [e for e in estimates if e.fits]
 
     def key(e: Estimate) -> tuple[float, bool, int, bool, int]:

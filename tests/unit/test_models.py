@@ -236,3 +236,36 @@ def test_a_model_built_from_a_config_json_is_the_configs_model(config):
     users = AutoConfig.for_model(**config).to_dict()
     differ = {key for key in set(built) | set(users) if built.get(key) != users.get(key)} - DELIBERATE
     assert differ == set(), {key: (built.get(key), users.get(key)) for key in differ}
+
+
+WINDOWED = {
+    "mistral-v0.1": ({"model_type": "mistral", "sliding_window": 4096}, 4096),
+    "mistral-default": ({"model_type": "mistral"}, 4096),  # MistralConfig's own default
+    "mistral-v0.3": ({"model_type": "mistral", "sliding_window": None}, None),
+    "qwen2-windows-on": ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 64,
+                          "max_window_layers": 2}, 64),
+    "qwen2-windows-from-layer-4": ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 64,
+                                    "max_window_layers": 4}, None),  # 4 layers, none from layer 4 on
+    "qwen2-windows-off": ({"model_type": "qwen2", "use_sliding_window": False, "sliding_window": 64}, None),
+    "qwen3-layer-types": ({"model_type": "qwen3", "use_sliding_window": True, "sliding_window": 32,
+                           "layer_types": ["full_attention", "sliding_attention"] * 2}, 32),
+    "llama": ({"model_type": "llama"}, None),
+}
+
+
+@pytest.mark.parametrize("name", WINDOWED)
+def test_the_sliding_window_is_the_one_transformers_applies(name):
+    """ModelShape.sliding_window against transformers' config of the same config.json: the window of the layers
+    it marks sliding_attention (Qwen2, Qwen3), or Mistral's own (every layer); the test's expected values are
+    transformers'."""
+    from transformers import AutoConfig
+
+    fields, expected = WINDOWED[name]
+    config = {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "intermediate_size": 128, **fields}
+    built = AutoConfig.for_model(**config)
+    types = getattr(built, "layer_types", None)
+    applied = built.sliding_window if (config["model_type"] == "mistral" or types and "sliding_attention" in types
+                                       ) else None
+    assert applied == expected
+    assert shape_from_config(config, name, "local", None).sliding_window() == expected

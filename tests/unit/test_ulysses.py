@@ -82,6 +82,10 @@ def test_the_model_and_sequence_must_split():
     with pytest.raises(UserError, match="--seq-len 3 must split into --ulysses 2"):
         check_ulysses("llama", 2, 3)
     check_ulysses("llama", 2, 128)
+    # a sliding window shorter than the sequence, which Ulysses' attention would drop (its causal mask only)
+    with pytest.raises(UserError, match="sliding window of 32 tokens, which DeepSpeed's Ulysses does not apply"):
+        check_ulysses("qwen2", 2, 128, window=32)
+    check_ulysses("qwen2", 2, 32, window=32)
     with pytest.raises(UserError, match="must divide llama-tiny's 4 attention heads"):
         ParallelDims(world=8, sp=8).check_model(name="llama-tiny", heads=4, kv_heads=2, layers=2)
     ParallelDims(world=4, sp=4).check_model(name="m", heads=4, kv_heads=2, layers=2)  # kv heads replicated
@@ -186,3 +190,20 @@ def test_the_planner_charges_the_ulysses_layer_cost_every_layer_and_micro_step_a
     assert _planned("zero1", ulysses_layer_s=3e-3).framework_s == _planned("zero1").framework_s
     assert "Ulysses layers" in framework_timings(Candidate(strategy="zero1", ulysses=2))
     assert "Ulysses layers" not in framework_timings(Candidate(strategy="zero1"))
+
+
+def test_the_planner_offers_no_ulysses_over_a_shorter_sliding_window(tmp_path):
+    """The ranking would otherwise recommend a layout the launch refuses (check_ulysses)."""
+    import json as _json
+
+    from dsbench.plan.api import build
+    from dsbench.plan.recommend import candidates
+    from dsbench.plan.request import PlanRequest
+
+    (tmp_path / "config.json").write_text(_json.dumps({
+        "model_type": "qwen2", "vocab_size": 4096, "hidden_size": 256, "num_hidden_layers": 4,
+        "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 512, "use_sliding_window": True,
+        "sliding_window": 64, "max_window_layers": 2}))
+    workload, cluster, _ = build(PlanRequest(model=str(tmp_path), gpus=8, seq_len=128, precision="fp32"))
+    assert not [c for c in candidates(cluster, workload.shape, 128) if c.ulysses > 1]
+    assert [c for c in candidates(cluster, workload.shape, 64) if c.ulysses > 1]
