@@ -72,11 +72,11 @@ class ModelShape:
         every layer attends to the whole causal prefix). Mistral windows every layer (MistralConfig's default
         4096; None in v0.3); Qwen2/Qwen3 the layers ``layer_types`` names, or with ``use_sliding_window`` those from
         ``max_window_layers`` on (their configs' defaults: 4096 tokens, from layer 28)."""
+        if self.arch not in ("mistral", "qwen2", "qwen3"):
+            return None  # Llama's and GPT-2's configs have no window
         window = self.extra.get("sliding_window", 4096)
         if self.arch == "mistral" or window is None:
-            return window if self.arch == "mistral" else None
-        if self.arch not in ("qwen2", "qwen3"):
-            return None
+            return window
         types = self.extra.get("layer_types")
         if types is not None:
             return window if "sliding_attention" in types else None
