@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from dsbench.configs.layout import parallel_degrees
+from dsbench.configs.layout import in_config_keys, parallel_degrees, ulysses_degree
 from dsbench.errors import UserError
+from dsbench.model_checks import check_autotp, check_ulysses
 from dsbench.model_config import resolve_model
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
@@ -184,12 +185,29 @@ def _host_flags(req: PlanRequest) -> tuple[str, str] | None:
 
 
 def config_candidate(config: dict[str, Any]) -> Candidate:
-    """The strategy an existing DeepSpeed config describes."""
+    """The strategy an existing DeepSpeed config describes (its Ulysses degree included: until 2026-11-30 a config
+    with ``sequence_parallel_size`` was priced as plain data parallelism)."""
     zero = zero_settings(config)
     pp, tp = parallel_degrees(config)  # the degrees as validation read them (the config was refused otherwise)
     return Candidate(strategy=f"zero{zero.stage}", offload=zero.offload if zero.stage else "none",
                      offload_param=zero.offload_param if zero.stage == 3 else "none", tp=tp, pp=pp,
+                     ulysses=ulysses_degree(config),
                      checkpointing=bool(config.get("activation_checkpointing", {}).get("partition_activations")))
+
+
+def _config_estimate(config: dict[str, Any], wl: Workload, cl: Cluster, path: str | None) -> Estimate:
+    """The config's own layout, priced, once the model splits as it asks (as the launch checks it:
+    layout_check.py); otherwise one line naming the config."""
+    cand, shape = config_candidate(config), wl.shape
+    try:
+        cand.dims(cl.world).check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads,
+                                        layers=shape.layers)
+        check_ulysses(shape.arch, cand.ulysses, wl.seq_len, shape.sliding_window())
+        if cand.tp > 1:  # a DeepSpeed config's tensor parallelism is AutoTP's
+            check_autotp(shape.arch)
+    except UserError as exc:
+        raise UserError(f"--config {path}: {in_config_keys(str(exc))}") from None
+    return estimate(cand, wl, cl)
 
 
 def plan(req: PlanRequest) -> dict[str, Any]:
@@ -197,7 +215,7 @@ def plan(req: PlanRequest) -> dict[str, Any]:
     wl, cl, config = build(req)
     ranked: list[Ranked] = rank(wl, cl)
     if config is not None:
-        e = estimate(config_candidate(config), wl, cl)
+        e = _config_estimate(config, wl, cl, req.config)
         ranked = [Ranked(e, 1 if e.fits else None, "the given --config")] + ranked
     top = next((r for r in ranked if r.rank), None)
     check_cost_flags(req.tokens, req.price_per_gpu_hour)  # also when nothing is ranked

@@ -151,6 +151,39 @@ def test_plan_explains_a_config(cli_run, tmp_path):
     assert first["memory_gib"]["offloaded_host"] > 0
 
 
+def test_plan_prices_a_configs_ulysses_layout_as_the_launch_runs_it(cli_run, tmp_path):
+    """A config's ``sequence_parallel_size`` is its layout: priced as the Ulysses cell the launch runs (the oracle:
+    the run.json and layout `dsbench launch --config` writes for it), not as plain ZeRO-3 over every rank (until
+    2026-11-30)."""
+    cli_run("render", "--zero", "3", "--ulysses", "2", "--world-size", "8", "--model", "llama-7b", "-o", "ds.json")
+    data = json.loads(cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--config", "ds.json", "--json").output)
+    first = data["candidates"][0]
+    launched = cli_run("launch", "--config", "ds.json", "--model", "llama-7b", "--num-gpus", "8", "--run-dir", "r",
+                       "--dry-run")
+    assert launched.exit_code == 0, launched.output
+    sp = json.loads((tmp_path / "r" / "ds_config.json").read_text())["sequence_parallel_size"]
+    assert first["reason"] == "the given --config" and first["ulysses"] == sp == 2 and first["dp"] == 8 // sp
+
+
+@pytest.mark.parametrize("config, model, needle", [
+    ({"tensor_parallel": {"autotp_size": 2}}, "gpt2", "tensor_parallel.autotp_size splits Llama-family models"),
+    ({"sequence_parallel_size": 2}, "model_qwen2_window", "sequence_parallel_size: the model's attention is limited"),
+])
+def test_plan_refuses_a_config_the_model_cannot_run_as_the_launch_does(cli_run, tmp_path, config, model, needle):
+    import shutil
+
+    from tests.conftest import DATA
+
+    shutil.copytree(DATA / "bad" / "model_qwen2_window", tmp_path / "model_qwen2_window")
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization":
+                                                  {"stage": 1}, **config}))
+    result = cli_run("plan", "--model", model, "--gpus", "4", "--config", "ds.json")
+    assert result.exit_code == 2 and f"--config ds.json: {needle}" in result.output, result.output
+    launched = cli_run("launch", "--config", "ds.json", "--model", model, "--num-gpus", "4", "--dry-run",
+                       "--run-dir", "r")
+    assert launched.exit_code == 2 and needle.split(": ")[-1][:30] in launched.output, launched.output
+
+
 @pytest.mark.parametrize("args, needle", [(["--model", "gpt2", "--params", "1e9"], "exactly one"),
                                           (["--params", "7e9", "--gpu", "tpu"], "--gpu 'tpu' is unknown"),
                                           (["--params", "7e9", "--nodes", "2", "--interconnect", "smoke"],
