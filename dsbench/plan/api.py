@@ -7,7 +7,7 @@ from typing import Any
 
 from dsbench.configs.layout import in_config_keys, parallel_degrees, ulysses_degree
 from dsbench.errors import UserError
-from dsbench.model_checks import check_autotp, check_ulysses
+from dsbench.layout_check import check_run_layout
 from dsbench.model_config import resolve_model
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
@@ -23,6 +23,7 @@ from dsbench.plan.recommend import Ranked, launch_command, rank
 from dsbench.plan.request import DEFAULTS, PlanRequest
 from dsbench.plan.training import check_cost_flags, training_cost
 from dsbench.strategies import lookup
+from dsbench.trainspec import TrainSpec
 from dsbench.zero_section import zero_settings
 
 
@@ -196,15 +197,13 @@ def config_candidate(config: dict[str, Any]) -> Candidate:
 
 
 def _config_estimate(config: dict[str, Any], wl: Workload, cl: Cluster, path: str | None) -> Estimate:
-    """The config's own layout, priced, once the model splits as it asks (as the launch checks it:
-    layout_check.py); otherwise one line naming the config."""
-    cand, shape = config_candidate(config), wl.shape
+    """The config's own layout, priced, once the model splits as it asks (the launch's and the ranks' check,
+    layout_check.check_run_layout, for a DeepSpeed run of the plan's sequence); otherwise one line naming the
+    config."""
+    cand = config_candidate(config)
     try:
-        cand.dims(cl.world).check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads,
-                                        layers=shape.layers)
-        check_ulysses(shape.arch, cand.ulysses, wl.seq_len, shape.sliding_window())
-        if cand.tp > 1:  # a DeepSpeed config's tensor parallelism is AutoTP's
-            check_autotp(shape.arch)
+        check_run_layout(TrainSpec(strategy="deepspeed", seq_len=wl.seq_len), "deepspeed", wl.shape,
+                         cand.dims(cl.world))
     except UserError as exc:
         raise UserError(f"--config {path}: {in_config_keys(str(exc))}") from None
     return estimate(cand, wl, cl)
