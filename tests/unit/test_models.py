@@ -56,37 +56,25 @@ def test_unknown_model_lists_presets(tmp_path):
 
 # config.json files as users' models write them (small dimensions, each family's own keys), and what transformers
 # builds from them is the oracle: dsbench's shape must count exactly its parameters, or refuse the config by name.
+def _config(model_type: str, hidden: int, heads: int, kv: int, ffn: int, **more: object) -> dict:
+    """A 2-layer config.json of a Llama-layout family, with a 1000-word vocabulary."""
+    return {"model_type": model_type, "vocab_size": 1000, "hidden_size": hidden, "num_hidden_layers": 2,
+            "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": ffn, **more}
+
+
 ACCEPTED = {
-    "llama-gqa": {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
-                  "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 176,
-                  "tie_word_embeddings": False},
-    "mistral-head-dim-stated": {"model_type": "mistral", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
-                                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-                                "intermediate_size": 128, "sliding_window": None},
+    "llama-gqa": _config("llama", 64, 8, 2, 176, tie_word_embeddings=False),
+    "mistral-head-dim-stated": _config("mistral", 64, 4, 2, 128, head_dim=16, sliding_window=None),
     # Mistral-Nemo's layout: 32 heads of 128 on a hidden size of 5120 (here 4 of 32 on 96), and a narrower one
-    "mistral-wide-heads": {"model_type": "mistral", "vocab_size": 1000, "hidden_size": 96, "num_hidden_layers": 2,
-                           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
-                           "intermediate_size": 128},
-    "mistral-narrow-heads": {"model_type": "mistral", "vocab_size": 1000, "hidden_size": 100, "num_hidden_layers": 2,
-                             "num_attention_heads": 6, "num_key_value_heads": 3, "head_dim": 8,
-                             "intermediate_size": 128},
-    "llama-wide-heads": {"model_type": "llama", "vocab_size": 1000, "hidden_size": 96, "num_hidden_layers": 2,
-                         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
-                         "intermediate_size": 128},
-    "qwen2-wide-heads-tied": {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
-                              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24,
-                              "intermediate_size": 96, "tie_word_embeddings": True},
+    "mistral-wide-heads": _config("mistral", 96, 4, 2, 128, head_dim=32),
+    "mistral-narrow-heads": _config("mistral", 100, 6, 3, 128, head_dim=8),
+    "llama-wide-heads": _config("llama", 96, 4, 2, 128, head_dim=32),
+    "qwen2-wide-heads-tied": _config("qwen2", 64, 4, 2, 96, head_dim=24, tie_word_embeddings=True),
     # Qwen3: q_norm and k_norm over each head; Qwen3-8B's heads are 128 wide on 4096 / 32, Qwen3-0.6B's on
     # 1024 / 16, and a config without head_dim gets Qwen3Config's default of 128, not hidden / heads
-    "qwen3-wide-heads": {"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
-                         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
-                         "intermediate_size": 128},
-    "qwen3-default-head-dim-tied": {"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 64,
-                                    "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-                                    "intermediate_size": 96, "tie_word_embeddings": True},
-    "qwen2-tied": {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
-                   "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 96,
-                   "tie_word_embeddings": True},
+    "qwen3-wide-heads": _config("qwen3", 64, 4, 2, 128, head_dim=32),
+    "qwen3-default-head-dim-tied": _config("qwen3", 64, 2, 1, 96, tie_word_embeddings=True),
+    "qwen2-tied": _config("qwen2", 64, 4, 4, 96, tie_word_embeddings=True),
     "gpt2": {"model_type": "gpt2", "vocab_size": 1000, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 REFUSED = {
