@@ -48,7 +48,13 @@ def check_ulysses(family: str, sp: int, seq_len: int, window: int | None = None)
     if seq_len % sp or seq_len < 2 * sp:
         raise UserError(f"--seq-len {seq_len} must split into --ulysses {sp} equal shards of at least 2 tokens (a "
                         f"multiple of {sp}, at least {2 * sp})")
-    if window is not None and seq_len > window:
+    if drops_window(window, seq_len):
         raise UserError(f"--ulysses: the model's attention is limited to a sliding window of {window} tokens, which "
                         f"DeepSpeed's Ulysses does not apply (it masks causally only); train --seq-len {window} or "
                         "less with it, or use another strategy")
+
+
+def drops_window(window: int | None, seq_len: int) -> bool:
+    """Whether Ulysses' causal-only attention would drop a sliding ``window`` on ``seq_len`` tokens (the window is
+    shorter than the sequence): :func:`check_ulysses` refuses it, and the planner offers no Ulysses layout."""
+    return window is not None and seq_len > window

@@ -7,6 +7,7 @@ import shlex
 from dataclasses import dataclass, replace
 
 from dsbench.errors import UserError
+from dsbench.model_checks import drops_window
 from dsbench.models import LLAMA_LIKE, ModelShape
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.estimate import Estimate, estimate
@@ -30,8 +31,7 @@ def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candida
         base += [Candidate(strategy="zero1", tp=t) for t in degrees]
         base += [Candidate(strategy="ddp", tp=t, engine="torch") for t in degrees]
         # DeepSpeed Ulysses (its ALST modules read the key/value heads): the sequence split within a node
-        window = shape.sliding_window()
-        if window is None or seq_len <= window:
+        if not drops_window(shape.sliding_window(), seq_len):
             base += [Candidate(strategy=s, ulysses=n) for s in ULYSSES_SHARDINGS for n in degrees]
     base += [Candidate(strategy="zero1", pp=p) for p in degrees]
     base += [Candidate(strategy="ddp", pp=p, engine="torch") for p in degrees]
