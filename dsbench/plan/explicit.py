@@ -12,11 +12,11 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.model_config import heads_problem, resolve_model
-from dsbench.models import QK_NORM, ModelShape
+from dsbench.models import ModelShape
 from dsbench.parallel import interleaved_accepts
 from dsbench.plan.caveats import caveats, node_note
 from dsbench.plan.gpu_calibration import calibrated_gpu
-from dsbench.plan.gpu_layout import ARCHS, OFFLOADED, Layout, Shape, runs_autocast
+from dsbench.plan.gpu_layout import ARCHS, OFFLOADED, Layout, Shape, runs_autocast, shape_of_model
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import CUSTOM, GpuProfile, custom_profile, profile_for, with_host, with_links
 from dsbench.plan.gpu_time import step_time
@@ -48,9 +48,7 @@ def shape_of(req: LayoutRequest) -> tuple[Shape, str, int]:
 
         base = synthetic_shape(float(req.params))
     if base is not None:
-        values = {"arch": "gpt" if base.arch == "gpt2" else "llama", "layers": base.layers, "hidden": base.hidden,
-                  "heads": base.heads, "kv_heads": base.kv_heads, "head_dim": base.head_dim or 0,
-                  "ffn": base.intermediate, "vocab": base.vocab_size, "qk_norm": base.arch in QK_NORM, **given}
+        values = {**asdict(shape_of_model(base)), **given}
         name = base.name if base.source != "synthetic" and not given else "PATH_TO_MODEL"
         longest = base.max_positions
     else:
@@ -63,7 +61,7 @@ def shape_of(req: LayoutRequest) -> tuple[Shape, str, int]:
         name, longest = "PATH_TO_MODEL", 1 << 20
     if values["arch"] not in ARCHS:
         raise UserError(f"--arch {values['arch']!r}: use one of {', '.join(ARCHS)}")
-    # any head width prices (arch None): transformers' Llama-only rule is the config reader's (models.py)
+    # any head width prices (arch None): transformers' Llama-only rule is the config reader's (model_config.py)
     problem = heads_problem(values["hidden"], values["heads"], values["kv_heads"], values.get("head_dim") or None)
     if problem:
         raise UserError(f"the shape: {problem}")

@@ -4,11 +4,10 @@ efficiency. Memory stays the planner's (memory.py), which its tests pin to the Z
 
 from __future__ import annotations
 
-from dsbench.models import QK_NORM
 from dsbench.parallel import ParallelDims
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.caveats import caveats
-from dsbench.plan.gpu_layout import Layout, Shape, runs_autocast
+from dsbench.plan.gpu_layout import Layout, runs_autocast, shape_of_model
 from dsbench.plan.gpu_time import step_time
 from dsbench.plan.inputs import Cluster, Workload
 
@@ -21,8 +20,7 @@ def layout_for(cand: Candidate, wl: Workload, cl: Cluster) -> Layout:
     (--grad-accum per rank of pure data parallelism), HF modules with a flash kernel (what dsbench's worker runs),
     full recompute for checkpointing, DeepSpeed Ulysses as context parallelism over all-to-alls."""
     s = wl.shape
-    shape = Shape("gpt" if s.arch == "gpt2" else "llama", s.layers, s.hidden, s.heads, s.kv_heads, s.intermediate,
-                  s.vocab_size, s.head_dim or 0, qk_norm=s.arch in QK_NORM)
+    shape = shape_of_model(s)
     world = cl.nodes * cl.gpus_per_node
     strategy = "ddp" if cand.strategy == "zero0" else cand.strategy
     return Layout(shape, wl.seq_len, cl.gpu_model.kind, world, cl.gpus_per_node, strategy, cand.tp, cand.pp,

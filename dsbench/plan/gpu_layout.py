@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsbench.errors import UserError
+from dsbench.models import QK_NORM, ModelShape
 from dsbench.strategies import FIXED, GPU_DATA_PARALLEL
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "interleaved-zb")
@@ -88,6 +89,13 @@ class Shape:
         for ``gpt``)."""
         embeddings = self.vocab * self.hidden * (1 if self.arch == "gpt" else 2)
         return self.layers * self.layer_params() + embeddings
+
+
+def shape_of_model(s: ModelShape) -> Shape:
+    """A model's shape as the GPU model reads it: GPT-2 as ``gpt``, the Llama-layout families as ``llama`` (Qwen3's
+    q_norm/k_norm as ``qk_norm``), the head width where the model states one."""
+    return Shape("gpt" if s.arch == "gpt2" else "llama", s.layers, s.hidden, s.heads, s.kv_heads, s.intermediate,
+                 s.vocab_size, s.head_dim or 0, qk_norm=s.arch in QK_NORM)
 
 
 @dataclass(frozen=True, slots=True)
