@@ -4,6 +4,7 @@ checked against what dsbench can build and price exactly: transformers' own coun
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +36,7 @@ def heads_problem(hidden: int, heads: int, kv_heads: int, head_dim: Any = None, 
     if (head_dim is None or arch == "llama") and hidden % heads:
         return f"the {heads} heads do not divide the hidden size {hidden}"
     if head_dim is not None and (not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim < 1):
-        return f"head_dim {str(head_dim)[:20]!r} must be a positive integer"
+        return f"head_dim {json.dumps(head_dim)[:20]} must be a positive integer"  # as config.json spells it
     if heads % kv_heads:
         return f"the {kv_heads} key/value heads do not divide the {heads} heads (grouped-query attention)"
     return None
