@@ -16,13 +16,13 @@ from pathlib import Path
 
 import script_args
 
-from dsbench.plan.replay import COLUMNS
+from dsbench.plan.replay import COLUMNS, OPTIONAL
 from dsbench.plan.run_rows import run_row
 
 
 def main(folders: list[str]) -> int:
     gpu_name = ""
-    writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(sys.stdout, fieldnames=[*COLUMNS, *OPTIONAL], lineterminator="\n")
     writer.writeheader()
     index = 0
     for name in folders:

@@ -26,10 +26,14 @@ COLUMNS = ("source,row,model,arch,layers,hidden,heads,kv_heads,ffn,vocab,seq_len
            "inter_gbs,strategy,tp,pp,cp,schedule,virtual_stages,micro_batch,global_batch,recompute,"
            "sequence_parallel,precision,compile,measured_step_s,measured_tokens_per_s_per_gpu,measured_peak_mem_gib,"
            "note").split(",")
+OPTIONAL = ("head_dim", "qk_norm")
+"""Columns a table may add after the schema's (dsbench's own runs write them, scripts/runs_to_oracle.py): a head
+width where the model states one other than hidden / heads, and 1 for Qwen3's query/key norms; empty or absent:
+hidden / heads, none."""
 INTS = ("row", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "gpus", "gpus_per_node", "tp",
-        "pp", "cp", "virtual_stages", "micro_batch", "global_batch")
+        "pp", "cp", "virtual_stages", "micro_batch", "global_batch", "head_dim")
 FLOATS = ("intra_gbs", "inter_gbs", "measured_step_s", "measured_tokens_per_s_per_gpu", "measured_peak_mem_gib")
-FLAGS = ("sequence_parallel", "compile")
+FLAGS = ("sequence_parallel", "compile", "qk_norm")
 REQUIRED = ("source", "row", "arch", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "gpu",
             "gpus", "gpus_per_node", "strategy", "tp", "pp", "cp", "global_batch", "recompute", "precision")
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -87,7 +91,7 @@ class RowResult:
 def typed_row(path: Path, line: int, raw: dict[str, str]) -> dict[str, Any]:
     """One row of the schema, its text typed column by column; a bad cell is one line naming row and column."""
     out: dict[str, Any] = {}
-    for column in COLUMNS:
+    for column in (*COLUMNS, *OPTIONAL):
         text = (raw.get(column) or "").strip()
         where = f"{path} row {line} column {column}"
         if not text:
@@ -137,8 +141,10 @@ def read_rows(paths: list[Path]) -> list[OracleRow]:
 def _layout(v: dict[str, Any], micro_batch: int, virtual: int) -> Layout:
     note = v.get("note") or ""
     recompute = "op" if v["recompute"] == "selective" and any(m in note for m in OP_SAC) else v["recompute"]
-    shape = Shape(v["arch"], v["layers"], v["hidden"], v["heads"], v["kv_heads"], v["ffn"], v["vocab"])
-    if problem := heads_problem(v["hidden"], v["heads"], v["kv_heads"]):  # as a config.json's heads are checked
+    shape = Shape(v["arch"], v["layers"], v["hidden"], v["heads"], v["kv_heads"], v["ffn"], v["vocab"],
+                  v.get("head_dim") or 0, qk_norm=bool(v.get("qk_norm")))
+    # the heads as a config.json's are checked (model_config.heads_problem)
+    if problem := heads_problem(v["hidden"], v["heads"], v["kv_heads"], v.get("head_dim")):
         raise UserError(problem)
     if v["strategy"] not in PRICED:
         raise UserError(f"strategy {v['strategy']!r}: use one of {', '.join(PRICED)}")

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dsbench.models import QK_NORM
 from dsbench.plan.gpu_calibration import kind_of_device
 from dsbench.plan.gpu_layout import OFFLOADED, PRICED
-from dsbench.plan.replay import COLUMNS, OracleRow, typed_row
+from dsbench.plan.replay import COLUMNS, OPTIONAL, OracleRow, typed_row
 from dsbench.records import header_of, read_records
 from dsbench.run_record import RunHeader, read_summary
 from dsbench.strategy_match import name_of_run
@@ -36,9 +37,6 @@ def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) ->
     if header.recompute not in REPLAYED_RECOMPUTE:
         return (f"recompute {header.recompute}: dsbench's op policy saves every matmul output, the replay's 'op' "
                 "(torchtitan's) every second one")
-    if header.shape.get("head_dim"):  # the oracle schema's shape is hidden / heads wide per head (plan/replay.py)
-        return (f"head_dim {header.shape['head_dim']}: the oracle CSV's shape has no head_dim column, and would price "
-                "heads hidden / heads wide")
     kind = kind or kind_of_device(gpu_name)  # a calibrated profile names its own kind (gpu_calibration)
     if kind is None or not header.device.startswith("cuda"):
         return f"not on a GPU the profiles know ({gpu_name or header.device})"
@@ -49,6 +47,8 @@ def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) ->
     native = header.engine in ("single", "ddp") and header.precision != "fp32"
     autocast = "; autocast over fp32 weights" if native else ""
     return {"source": f"dsbench-{kind.split('-')[0]}", "row": index, "model": model["name"],
+            # the schema's optional columns (plan/replay.OPTIONAL): a stated head width, Qwen3's q/k norms
+            "head_dim": model.get("head_dim"), "qk_norm": 1 if model["arch"] in QK_NORM else None,
             "arch": "gpt" if model["arch"] == "gpt2" else "llama", "layers": model["layers"], "hidden": model["hidden"],
             "heads": model["heads"], "kv_heads": model["kv_heads"], "ffn": model["intermediate"],
             "vocab": model["vocab_size"], "seq_len": header.seq_len, "gpu": kind, "gpus": header.world_size,
@@ -89,5 +89,5 @@ def oracle_row(folder: Path, gpu_name: str, index: int, kind: str | None = None)
     values = run_row(folder, gpu_name, index, kind)
     if isinstance(values, str):
         return values
-    text = {column: "" if values.get(column) is None else str(values[column]) for column in COLUMNS}
+    text = {column: "" if values.get(column) is None else str(values[column]) for column in (*COLUMNS, *OPTIONAL)}
     return OracleRow(typed_row(folder, index, text), str(folder))

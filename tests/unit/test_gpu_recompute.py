@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from dsbench.plan.replay import COLUMNS, predict_row
+from dsbench.plan.replay import COLUMNS, OPTIONAL, predict_row
 from dsbench.plan.run_rows import oracle_row, run_row
 from tests.conftest import ROOT
 
@@ -74,7 +74,7 @@ def test_replay_with_a_gpu_profile_prices_its_kind_with_the_measured_constants(c
                                                                                       "b/zero3-full"], 1)]
     path = tmp_path / "runs.csv"
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=[*COLUMNS, *OPTIONAL])  # as scripts/runs_to_oracle.py writes
         writer.writeheader()
         writer.writerows(rows)
     shipped = json.loads(cli_run("plan", "--replay", str(path), "--json").output)
@@ -119,18 +119,25 @@ def test_a_run_under_dsbenchs_op_policy_is_left_out_with_its_reason(tmp_path):
     assert isinstance(reason, str) and reason.startswith("recompute selective-op: dsbench's op policy")
 
 
-def test_a_run_of_a_model_with_its_own_head_width_is_left_out_with_its_reason(tmp_path):
-    """The oracle CSV's shape has no head_dim column: a GPU run of a model whose heads are not hidden / heads wide
-    (Mistral-Nemo) would be replayed as narrower or wider heads, so it is left out, said why."""
+def test_a_run_of_a_model_with_its_own_head_width_replays_at_that_width(tmp_path):
+    """The schema's optional head_dim column (plan/replay.OPTIONAL) carries a GPU run's stated head width into the
+    replay, so its attention and projections are priced at that width; as shipped (no head_dim) the row prices
+    heads hidden / heads wide, as before."""
     import shutil
+
+    from dsbench.plan.run_rows import oracle_row
 
     folder = tmp_path / "single-none-wide-heads"
     shutil.copytree(RUNS / "b/single-none", folder)
+    plain = oracle_row(folder, "NVIDIA H200", 1)
+    assert plain.values["head_dim"] is None and plain.values["qk_norm"] is None  # as a table without the columns
     lines = (folder / "metrics.jsonl").read_text().splitlines()
     header = json.loads(lines[0])
-    assert isinstance(run_row(folder, "NVIDIA H200", 1), dict)  # replayed as shipped
-    lines[0] = json.dumps({**header, "model": {**header["model"], "head_dim": 2 * header["model"]["hidden"]
-                                              // header["model"]["heads"]}})
+    width = 2 * header["model"]["hidden"] // header["model"]["heads"]
+    lines[0] = json.dumps({**header, "model": {**header["model"], "head_dim": width}})
     (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    reason = run_row(folder, "NVIDIA H200", 1)
-    assert isinstance(reason, str) and reason.startswith("head_dim ")
+    wide = oracle_row(folder, "NVIDIA H200", 1)
+    assert wide.values["head_dim"] == width
+    priced, before = predict_row(wide), predict_row(plain)
+    assert priced.layout.shape.head_width == width and priced.layout.shape.q_width == 2 * header["model"]["hidden"]
+    assert priced.predicted_step_s > before.predicted_step_s  # wider heads: more attention and projection work
