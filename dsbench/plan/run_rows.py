@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsbench.models import QK_NORM
+from dsbench.models import shape_of_record
 from dsbench.plan.gpu_calibration import kind_of_device
-from dsbench.plan.gpu_layout import OFFLOADED, PRICED
+from dsbench.plan.gpu_layout import OFFLOADED, PRICED, shape_of_model
 from dsbench.plan.replay import COLUMNS, OPTIONAL, OracleRow, typed_row
 from dsbench.records import header_of, read_records
 from dsbench.run_record import RunHeader, read_summary
@@ -41,6 +41,7 @@ def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) ->
     if kind is None or not header.device.startswith("cuda"):
         return f"not on a GPU the profiles know ({gpu_name or header.device})"
     model = header.shape
+    shape = shape_of_model(shape_of_record(model))  # the GPU model's reading of it, as the ranking's
     window = summary.throughput
     # dsbench's single and DDP engines train fp32 weights under torch.autocast (worker/engines/native.py); the
     # replay reads the word from the note
@@ -48,10 +49,10 @@ def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) ->
     autocast = "; autocast over fp32 weights" if native else ""
     return {"source": f"dsbench-{kind.split('-')[0]}", "row": index, "model": model["name"],
             # the schema's optional columns (plan/replay.OPTIONAL): a stated head width, Qwen3's q/k norms
-            "head_dim": model.get("head_dim"), "qk_norm": 1 if model["arch"] in QK_NORM else None,
-            "arch": "gpt" if model["arch"] == "gpt2" else "llama", "layers": model["layers"], "hidden": model["hidden"],
-            "heads": model["heads"], "kv_heads": model["kv_heads"], "ffn": model["intermediate"],
-            "vocab": model["vocab_size"], "seq_len": header.seq_len, "gpu": kind, "gpus": header.world_size,
+            "head_dim": shape.head_dim or None, "qk_norm": 1 if shape.qk_norm else None,
+            "arch": shape.arch, "layers": shape.layers, "hidden": shape.hidden, "heads": shape.heads,
+            "kv_heads": shape.kv_heads, "ffn": shape.ffn, "vocab": shape.vocab, "seq_len": header.seq_len,
+            "gpu": kind, "gpus": header.world_size,
             "gpus_per_node": header.world_size, "strategy": strategy,
             "tp": header.tp, "pp": 1, "cp": 1, "micro_batch": header.micro_batch,
             "global_batch": header.global_batch,
