@@ -97,7 +97,7 @@ def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs,
     batch = config_batch(config, world_size, dims)
     if batch is None:  # validation refuses every config without a definite batch; said in case it ever does not
         raise UserError(f"{path}: no definite batch: set train_micro_batch_size_per_gpu")
-    check_on_device(config)
+    check_on_device(config, world_size)
     return {**config, **dict(zip(BATCH_KEYS, (batch.train, batch.micro, batch.accum), strict=True))}, dims
 
 
@@ -155,7 +155,7 @@ def header(**fields: Any) -> dict[str, Any]:
 _FUSED_OPS = {"lamb": "FusedLambBuilder", "lion": "FusedLionBuilder"}
 
 
-def check_on_device(ds_config: dict[str, Any]) -> None:
+def check_on_device(ds_config: dict[str, Any], world_size: int = 1) -> None:
     """What the rank's DeepSpeed accelerator cannot run, refused in dsbench's words before ``deepspeed.initialize``
     (where DeepSpeed says "Type fp16 is not supported on your device" or, of its missing op, "This op had not been
     implemented on CPU backend")."""
@@ -169,8 +169,31 @@ def check_on_device(ds_config: dict[str, Any]) -> None:
     name = str((ds_config.get("optimizer") or {}).get("type", "")).lower()
     op = _FUSED_OPS.get(name)
     builder = accelerator.get_op_builder(op) if op else None
-    if op and not (name == "lion" and zero_settings(ds_config).offload != "none") and (
-            getattr(builder, "__name__", "NotImplementedBuilder") == "NotImplementedBuilder"):  # none, or a stand-in
+    if op and not (name == "lion" and zero_settings(ds_config).offload != "none") and _missing(builder):
         offload = "; or offload the optimizer, where Lion runs on the CPU" if name == "lion" else ""
         raise UserError(f"optimizer {name}: DeepSpeed runs it with its {op} op, which its {device} accelerator does "
                         f"not have: use AdamW, Adam, Adagrad or a torch.optim class{offload}")
+    key = _quantizer_key(ds_config, world_size // max(accelerator.device_count(), 1))
+    if key and _missing(accelerator.get_op_builder("QuantizerBuilder")):
+        raise UserError(f"zero_optimization.{key}: ZeRO++ quantizes with DeepSpeed's QuantizerBuilder op, which its "
+                        f"{device} accelerator does not have: set it false (ZeRO++'s hpZ, zero_hpz_partition_size, "
+                        "runs without it)")
+
+
+def _missing(builder: Any) -> bool:
+    """Whether an accelerator's op builder is absent or its stand-in for an op it lacks."""
+    return getattr(builder, "__name__", "NotImplementedBuilder") == "NotImplementedBuilder"
+
+
+def _quantizer_key(ds_config: dict[str, Any], nodes: int) -> str | None:
+    """The ZeRO++ key that makes a ZeRO-3 engine load DeepSpeed's quantizer op, if any: quantized weights at
+    ``zero.Init`` (runtime/zero/partition_parameters.py, ``CUDAQuantizer()``); quantized gradients at their first
+    reduction when DeepSpeed counts more than one node, world size // ``accelerator.device_count()``
+    (runtime/zero/stage3.py ``all_to_all_quant_reduce``; the CPU accelerator's count is LOCAL_SIZE, which torchrun
+    leaves unset, so there it counts every rank as a node)."""
+    zero = ds_config.get("zero_optimization")
+    if zero_settings(ds_config).stage != 3 or not isinstance(zero, dict):
+        return None
+    keys = ["zero_quantized_weights", "zero_quantized_nontrainable_weights"]
+    keys += ["zero_quantized_gradients"] if nodes > 1 else []
+    return next((key for key in keys if zero.get(key) is True), None)

@@ -136,3 +136,39 @@ def test_what_the_cpu_accelerator_cannot_run_is_said_before_deepspeed_starts(con
     else:
         with pytest.raises(UserError, match=re.escape(needle)):
             check_on_device(config)
+
+
+_Z3 = {"stage": 3, "zero_hpz_partition_size": 2}
+
+
+@pytest.mark.parametrize("zero, world, local_size, needle", [
+    ({**_Z3, "zero_quantized_weights": True}, 1, "1", "zero_optimization.zero_quantized_weights: ZeRO++ quantizes"),
+    ({**_Z3, "zero_quantized_nontrainable_weights": True}, 2, "2", "zero_quantized_nontrainable_weights: ZeRO++"),
+    ({**_Z3, "zero_quantized_gradients": True}, 4, "2", "zero_optimization.zero_quantized_gradients: ZeRO++"),
+    ({**_Z3, "zero_quantized_gradients": True}, 2, None, "zero_optimization.zero_quantized_gradients"),  # torchrun
+    ({**_Z3, "zero_quantized_gradients": True}, 2, "2", None),  # one node: DeepSpeed reduce-scatters as usual
+    ({"stage": 2, "zero_quantized_weights": True, "zero_quantized_gradients": True}, 4, "2", None),  # no zero.Init
+    (_Z3, 4, "2", None),  # hpZ alone needs no op
+    ({**_Z3, "zero_quantized_weights": False}, 4, "2", None),
+])
+def test_zero_plus_plus_quantization_the_cpu_accelerator_cannot_run_is_said_before_deepspeed_starts(
+        monkeypatch, zero, world, local_size, needle):
+    """Measured with `dsbench launch --config` on 2 ranks (2026-11-30): quantized weights fail at zero.Init and
+    quantized gradients under torchrun (LOCAL_SIZE unset) with DeepSpeed's "This op had not been implemented on CPU
+    backend"; hpZ alone and quantized gradients under the deepspeed launcher on one node train. The node count is
+    DeepSpeed's own: world size // its accelerator's device_count(), which reads LOCAL_SIZE here."""
+    from deepspeed.accelerator import get_accelerator
+
+    from dsbench.worker.setup import check_on_device
+
+    if local_size is None:  # torchrun: DeepSpeed counts this machine's NUMA nodes as its devices
+        monkeypatch.delenv("LOCAL_SIZE", raising=False)
+        needle = needle if world // get_accelerator().device_count() > 1 else None
+    else:
+        monkeypatch.setenv("LOCAL_SIZE", local_size)
+    config = {"optimizer": {"type": "AdamW"}, "zero_optimization": zero}
+    if needle is None:
+        check_on_device(config, world)
+    else:
+        with pytest.raises(UserError, match=re.escape(needle)):
+            check_on_device(config, world)
