@@ -84,8 +84,22 @@ class Recorder(dict):
         return super().get(key, default)
 
 
-def model_keys(model, prefix: str, out: dict[str, set[str]]) -> None:
-    """Add a pydantic model's field names and aliases, recursing into nested models."""
+def _from_true(extra: dict):
+    """What DeepSpeed writes into the replacing key for a deprecated key set to true (its ``new_param_fn``), as
+    JSON; None when it has no such function."""
+    from pydantic import BaseModel
+
+    fn = extra.get("new_param_fn")
+    value = fn(True) if callable(fn) else None
+    if isinstance(value, BaseModel):
+        return json.loads(value.model_dump_json(exclude_unset=True, by_alias=True))
+    return value
+
+
+def model_keys(model, prefix: str, out: dict[str, set[str]], deprecated: dict[str, dict[str, dict]]) -> None:
+    """Add a pydantic model's field names and aliases, recursing into nested models; the fields DeepSpeed marks
+    deprecated (``json_schema_extra``, read by ``DeepSpeedConfigModel._process_deprecated_field``) go into
+    ``deprecated`` with the key that replaces them and whether DeepSpeed sets that key from them."""
     from pydantic import BaseModel
 
     keys = out.setdefault(prefix, set())
@@ -94,13 +108,16 @@ def model_keys(model, prefix: str, out: dict[str, set[str]]) -> None:
         if field.alias:
             keys.add(field.alias)
         extra = field.json_schema_extra or {}
-        if isinstance(extra, dict) and extra.get("deprecated") and extra.get("new_param"):
-            keys.add(name)
+        if isinstance(extra, dict) and extra.get("deprecated"):
+            new = extra.get("new_param", "")
+            new = (model.model_fields[new].alias or new) if new in model.model_fields else new  # the JSON key
+            deprecated.setdefault(prefix, {})[name] = {"new": new, "sets_new": bool(extra.get("set_new_param", True)),
+                                                       "from_true": _from_true(extra)}
         for arg in [field.annotation, *typing.get_args(field.annotation)]:
             if isinstance(arg, type) and issubclass(arg, BaseModel):
-                model_keys(arg, f"{prefix}.{field.alias or name}", out)
+                model_keys(arg, f"{prefix}.{field.alias or name}", out, deprecated)
                 if field.alias and field.alias != name:
-                    model_keys(arg, f"{prefix}.{name}", out)
+                    model_keys(arg, f"{prefix}.{name}", out, deprecated)
 
 
 def main() -> int:
@@ -137,6 +154,7 @@ def main() -> int:
     keys: dict[str, set[str]] = {path: set(found) for path, found in Recorder.seen.items()}
     for path, extra in EXTRA.items():
         keys.setdefault(path, set()).update(extra)
+    deprecated: dict[str, dict[str, dict]] = {}
     for section, model in {
         "zero_optimization": DeepSpeedZeroConfig,
         "fp16": DeepSpeedFP16Config,
@@ -151,7 +169,7 @@ def main() -> int:
         "comms_logger": CommsLoggerConfig,
         "hybrid_engine": HybridEngineConfig,
     }.items():
-        model_keys(model, section, keys)
+        model_keys(model, section, keys, deprecated)
     removed = {"": dict(ds_config._REMOVED_TOP_LEVEL_CONFIG_KEYS),
                "zero_optimization": dict(ds_config._REMOVED_ZERO_CONFIG_KEYS)}
     for path, gone in removed.items():
@@ -159,6 +177,7 @@ def main() -> int:
     schema = {
         "deepspeed_version": deepspeed.__version__,
         "removed": removed,
+        "deprecated": {path: dict(sorted(found.items())) for path, found in sorted(deprecated.items())},
         "generated_by": "scripts/gen_ds_schema.py",
         "open": sorted(OPEN),
         "keys": {path: sorted(found) for path, found in sorted(keys.items())},

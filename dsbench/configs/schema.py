@@ -14,12 +14,14 @@ from dsbench.paths import data_file
 
 @dataclass(frozen=True, slots=True)
 class Schema:
-    """Known keys per dotted path, paths whose contents are not checked, and removed keys."""
+    """Known keys per dotted path, paths whose contents are not checked, removed keys, and deprecated keys with
+    the key that replaces each and whether DeepSpeed sets that key from them."""
 
     deepspeed_version: str
     keys: dict[str, frozenset[str]]
     open_paths: frozenset[str]
     removed: dict[str, dict[str, str]]
+    deprecated: dict[str, dict[str, dict[str, Any]]]
 
 
 @lru_cache(maxsize=1)
@@ -31,6 +33,7 @@ def load_schema() -> Schema:
         keys={path: frozenset(keys) for path, keys in raw["keys"].items()},
         open_paths=frozenset(raw["open"]),
         removed=raw["removed"],
+        deprecated=raw["deprecated"],
     )
 
 
@@ -51,6 +54,8 @@ def unknown_keys(config: dict[str, Any], schema: Schema | None = None, prefix: s
                                     message=f"removed in DeepSpeed {schema.deepspeed_version}: {removed[key].strip()}",
                                     fix=f"delete {path}"))
             continue
+        if key in schema.deprecated.get(prefix, {}):
+            findings.append(_deprecated(path, schema.deprecated[prefix][key], prefix, schema.deepspeed_version))
         if known is not None and key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
             hint = f"did you mean '{close[0]}'? " if close else ""
@@ -63,3 +68,14 @@ def unknown_keys(config: dict[str, Any], schema: Schema | None = None, prefix: s
         if isinstance(value, dict) and path not in schema.open_paths and path in schema.keys:
             findings.extend(unknown_keys(value, schema, path))
     return findings
+
+
+def _deprecated(path: str, how: dict[str, Any], prefix: str, version: str) -> Finding:
+    """A key DeepSpeed still reads but has deprecated: what it does with it (``_process_deprecated_field`` in
+    runtime/config_utils.py: the replacing key set from it, or only its own warning)."""
+    new = _join(prefix, how["new"]) if how["sets_new"] else how["new"]
+    does = f"reads it as {new}" if how["sets_new"] else f"ignores it (it belongs in {new})"
+    if how["sets_new"] and how.get("from_true") is not None:
+        does = f"reads true as {new} {json.dumps(how['from_true'])}"
+    return Finding(severity="warning", code="deprecated-key", path=path,
+                   message=f"deprecated in DeepSpeed {version}, which {does}", fix=f"write {new} instead")

@@ -14,6 +14,11 @@ SECTIONS = [
     {"stage": 1, "offload_optimizer": {"device": "none"}},
     {"stage": 0},
     {},
+    # DeepSpeed's deprecated spellings (the corpus' Megatron-LM ZeRO-3 release config writes cpu_offload: true)
+    {"stage": 2, "cpu_offload": True},
+    {"stage": 3, "cpu_offload": True, "cpu_offload_param": True, "cpu_offload_use_pin_memory": True},
+    {"stage": 2, "cpu_offload": False},
+    {"stage": 3, "cpu_offload_param": True, "offload_optimizer": {"device": "nvme", "nvme_path": "/local"}},
 ]
 
 
@@ -103,3 +108,24 @@ def test_the_planner_reads_a_bucket_written_as_5e8(tmp_path):
 
     candidate = config_candidate(config)
     assert (candidate.strategy, candidate.offload) == ("zero2", "cpu")
+
+
+def test_every_key_deepspeed_deprecates_is_a_warning_saying_what_deepspeed_does_with_it(monkeypatch):
+    """The oracle: DeepSpeed's own parser warns of each deprecated key it is given (config_utils'
+    ``_process_deprecated_field``), and dsbench warns of the same keys, naming the key that replaces each."""
+    from deepspeed.runtime import config_utils
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    from dsbench.configs.schema import load_schema
+
+    deprecated = load_schema().deprecated["zero_optimization"]
+    assert {"cpu_offload", "cpu_offload_param"} <= set(deprecated)
+    for key, how in deprecated.items():
+        said: list[str] = []
+        monkeypatch.setattr(config_utils.logger, "warning", lambda message, said=said: said.append(message))
+        DeepSpeedZeroConfig(stage=3, **{key: True})
+        assert any(f"Config parameter {key} is deprecated" in line for line in said), key
+        findings = validate({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, key: True}},
+                            ValidateContext(), deepspeed_check=False)
+        ours = [f for f in findings if f.path == f"zero_optimization.{key}"]
+        assert [f.code for f in ours] == ["deprecated-key"] and how["new"] in ours[0].fix, findings
