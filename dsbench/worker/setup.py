@@ -98,6 +98,7 @@ def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs,
     if batch is None:  # validation refuses every config without a definite batch; said in case it ever does not
         raise UserError(f"{path}: no definite batch: set train_micro_batch_size_per_gpu")
     check_on_device(config, world_size)
+    check_monitors(config)
     return {**config, **dict(zip(BATCH_KEYS, (batch.train, batch.micro, batch.accum), strict=True))}, dims
 
 
@@ -178,6 +179,23 @@ def check_on_device(ds_config: dict[str, Any], world_size: int = 1) -> None:
         raise UserError(f"zero_optimization.{key}: ZeRO++ quantizes with DeepSpeed's QuantizerBuilder op, which its "
                         f"{device} accelerator does not have: set it false (ZeRO++'s hpZ, zero_hpz_partition_size, "
                         "runs without it)")
+
+
+# DeepSpeed's monitors and the package each imports when enabled (deepspeed/monitor/utils.py, the
+# check_*_availability functions called as MonitorMaster builds them on rank 0)
+_MONITOR_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "comet": "comet_ml"}
+
+
+def check_monitors(ds_config: dict[str, Any]) -> None:
+    """A monitor the config enables whose package this environment lacks, refused in one line before
+    ``deepspeed.initialize`` (where DeepSpeed raises ModuleNotFoundError)."""
+    import importlib.util
+
+    for section, package in _MONITOR_PACKAGES.items():
+        settings = ds_config.get(section)
+        if isinstance(settings, dict) and settings.get("enabled") is True and importlib.util.find_spec(package) is None:
+            raise UserError(f"{section}.enabled: DeepSpeed's {section} monitor needs the {package} package, which "
+                            f"this environment lacks: pip install {package}, or set {section}.enabled false")
 
 
 def _missing(builder: Any) -> bool:

@@ -172,3 +172,30 @@ def test_zero_plus_plus_quantization_the_cpu_accelerator_cannot_run_is_said_befo
     else:
         with pytest.raises(UserError, match=re.escape(needle)):
             check_on_device(config, world)
+
+
+@pytest.mark.parametrize("section, availability", [("tensorboard", "check_tb_availability"),
+                                                   ("wandb", "check_wandb_availability"),
+                                                   ("comet", "check_comet_availability")])
+def test_a_monitor_whose_package_is_missing_is_said_before_deepspeed_starts(section, availability, capsys):
+    """The oracle: DeepSpeed's own availability check for the monitor (deepspeed/monitor/utils.py), which its
+    MonitorMaster calls on rank 0; where it raises ImportError dsbench refuses the config in one line naming the
+    key, and where it passes (the package installed) dsbench lets it through. A monitor left disabled is never
+    asked about."""
+    from deepspeed.monitor import utils
+
+    from dsbench.worker.setup import check_monitors
+
+    try:
+        getattr(utils, availability)()
+        available = True
+    except ImportError:
+        available = False
+    capsys.readouterr()
+    check_monitors({section: {"enabled": False}})
+    check_monitors({section: "on"})  # not an object: validation's to refuse
+    if available:
+        check_monitors({section: {"enabled": True}})
+    else:
+        with pytest.raises(UserError, match=re.escape(f"{section}.enabled: DeepSpeed's {section} monitor needs")):
+            check_monitors({section: {"enabled": True}})
