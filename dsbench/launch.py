@@ -253,7 +253,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
                       user_accelerate_config=path, accelerate_args=tuple(args))
     base = with_inherited_env(base, req)
     train = trainflags.for_launch(given, launch_fields(req, "auto", None))
-    notes = check_layout(train, None, processes) + accelerate_worker.worker_notes(config)
+    notes = check_layout(train, None, processes) + accelerate_worker.worker_notes(config, compiled=train.compile)
     req.run_dir.mkdir(parents=True, exist_ok=True)
     copy = req.run_dir / "accelerate_config.yaml"
     if not (copy.exists() and copy.resolve() == Path(path).resolve()):

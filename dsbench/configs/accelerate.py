@@ -67,6 +67,14 @@ def section_keys(config: dict[str, Any], section: str) -> dict[str, Any]:
     return {(k if k.startswith(prefix) else prefix + k): v for k, v in raw.items()} if isinstance(raw, dict) else {}
 
 
+def dynamo_backend(config: dict[str, Any]) -> str | None:
+    """The torch.compile backend accelerate gives the script (upper case), None for none: a top-level
+    ``dynamo_backend`` is read as ``dynamo_config``'s (commands/config/config_args.py, "Convert the config to the new
+    format"), which the launch exports as ACCELERATE_DYNAMO_BACKEND."""
+    backend = str(section_keys(config, "dynamo_config").get("dynamo_backend") or config.get("dynamo_backend") or "NO")
+    return None if backend.upper() in ("NO", "FALSE") else backend.upper()
+
+
 def world_size(config: dict[str, Any]) -> int | None:
     """The total number of processes the YAML launches (``num_processes``), when it says."""
     value = as_int(config.get("num_processes"))

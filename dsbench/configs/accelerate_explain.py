@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench.configs.accelerate import DEFAULT_ZERO_STAGE, as_int, ds_config_file, section_keys, world_size
+from dsbench.configs.accelerate import (
+    DEFAULT_ZERO_STAGE,
+    as_int,
+    ds_config_file,
+    dynamo_backend,
+    section_keys,
+    world_size,
+)
 
 _ENGINES = {
     "MULTI_GPU": "plain data parallelism (torch DDP): every process holds the whole model, optimizer and "
@@ -48,6 +55,12 @@ def explain(config: dict[str, Any], ds_lines: list[str] | None = None) -> list[s
                       "fp16": "precision: fp16 autocast with a gradient scaler; fp32 weights and optimizer",
                       "fp8": "precision: fp8 (needs Transformer Engine, MS-AMP or torchao)"}
                      .get(precision, "precision: fp32"))
+    backend = dynamo_backend(config)
+    if backend:
+        dynamo = section_keys(config, "dynamo_config")
+        regional = dynamo.get("dynamo_use_regional_compilation") is True
+        lines.append(f"compilation: accelerate torch.compiles the {'transformer blocks' if regional else 'model'} "
+                     f"(dynamo backend {backend}, mode {dynamo.get('dynamo_mode') or 'default'}) as it prepares it")
     return lines
 
 

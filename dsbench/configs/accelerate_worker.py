@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench.configs.accelerate import DEFAULT_ZERO_STAGE, as_int, schema, section_keys
+from dsbench.configs.accelerate import DEFAULT_ZERO_STAGE, as_int, dynamo_backend, schema, section_keys
 from dsbench.configs.templates import load_template
 from dsbench.errors import UserError
 from dsbench.strategies import ACCELERATE_TYPES
@@ -90,9 +90,9 @@ def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
     return None
 
 
-def worker_notes(config: dict[str, Any]) -> list[str]:
+def worker_notes(config: dict[str, Any], compiled: bool = False) -> list[str]:
     """What the worker does differently from a Hugging Face script under the same YAML, without changing the
-    losses (said at launch)."""
+    losses (said at launch); ``compiled``: the worker's own ``--compile`` was given."""
     notes = []
     fsdp = section_keys(config, "fsdp_config")
     policy = str(fsdp.get("fsdp_auto_wrap_policy") or "NO_WRAP").upper()
@@ -102,9 +102,10 @@ def worker_notes(config: dict[str, Any]) -> list[str]:
     if section_keys(config, "deepspeed_config").get("zero3_init_flag") is True:
         notes.append("zero3_init_flag: dsbench builds the model from its config on every rank, then DeepSpeed "
                      "partitions it (no deepspeed.zero.Init while building)")
-    dynamo = str(config.get("dynamo_backend") or "NO").upper()
-    if dynamo not in ("NO", "FALSE"):
-        notes.append(f"dynamo_backend {dynamo}: dsbench's worker does not torch.compile the model")
+    dynamo = dynamo_backend(config)
+    if dynamo and not compiled:
+        notes.append(f"dynamo_backend {dynamo}: dsbench's worker does not torch.compile the model from the YAML; "
+                     "add -- --compile to compile each transformer block (accelerate's regional compilation)")
     return notes
 
 

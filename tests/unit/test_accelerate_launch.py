@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from dsbench.bench.matrix import cell_launch_args, expand
-from dsbench.configs import accelerate_check, accelerate_worker
+from dsbench.configs import accelerate_check, accelerate_explain, accelerate_worker
 from dsbench.errors import UserError
 from dsbench.launch import strategy_and_launcher
 from dsbench.launchers.accelerate import check_to_accelerate
@@ -180,6 +180,28 @@ def test_notes_say_what_the_worker_does_differently():
     assert any("zero3_init_flag" in note for note in notes)
     assert any("SIZE_BASED_WRAP" in note for note in accelerate_worker.worker_notes(
         {"distributed_type": "FSDP", "fsdp_config": {"fsdp_auto_wrap_policy": "SIZE_BASED_WRAP"}}))
+
+
+@pytest.mark.parametrize("dynamo", [{"dynamo_config": {"dynamo_backend": "INDUCTOR", "dynamo_mode": "default"}},
+                                    {"dynamo_backend": "INDUCTOR"}, {"dynamo_backend": "NO"}, {"dynamo_config": {}},
+                                    {}])
+def test_a_yamls_dynamo_backend_is_noted_in_either_spelling_accelerate_reads(tmp_path, dynamo):
+    """The oracle: accelerate's own loading of the file (ClusterConfig.from_yaml_file moves a top-level
+    dynamo_backend into dynamo_config), whose backend the launch exports to the script. The note names it unless
+    the worker's own --compile was given."""
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    config = {"compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU", "num_processes": 2,
+              "mixed_precision": "no", **dynamo}
+    path = tmp_path / "acc.yaml"
+    path.write_text(yaml.safe_dump(config))
+    backend = (ClusterConfig.from_yaml_file(str(path)).dynamo_config or {}).get("dynamo_backend", "NO")
+    noted = [note for note in accelerate_worker.worker_notes(config) if "dynamo_backend" in note]
+    assert bool(noted) == (backend != "NO") and all(backend in note for note in noted)
+    assert not [note for note in accelerate_worker.worker_notes(config, compiled=True) if "dynamo" in note]
+    said = [line for line in accelerate_explain.explain(config) if line.startswith("compilation:")]
+    assert said == ([f"compilation: accelerate torch.compiles the model (dynamo backend {backend}, mode default) as it "
+                     "prepares it"] if backend != "NO" else [])
 
 
 def test_the_script_brings_the_optimizer_dsbench_renders():
