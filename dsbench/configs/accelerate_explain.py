@@ -55,13 +55,17 @@ def explain(config: dict[str, Any], ds_lines: list[str] | None = None) -> list[s
                       "fp16": "precision: fp16 autocast with a gradient scaler; fp32 weights and optimizer",
                       "fp8": "precision: fp8 (needs Transformer Engine, MS-AMP or torchao)"}
                      .get(precision, "precision: fp32"))
+    return lines + _compilation(config)
+
+
+def _compilation(config: dict[str, Any]) -> list[str]:
     backend = dynamo_backend(config)
-    if backend:
-        dynamo = section_keys(config, "dynamo_config")
-        regional = dynamo.get("dynamo_use_regional_compilation") is True
-        lines.append(f"compilation: accelerate torch.compiles the {'transformer blocks' if regional else 'model'} "
-                     f"(dynamo backend {backend}, mode {dynamo.get('dynamo_mode') or 'default'}) as it prepares it")
-    return lines
+    if not backend:
+        return []
+    dynamo = section_keys(config, "dynamo_config")
+    regional = dynamo.get("dynamo_use_regional_compilation") is True
+    return [f"compilation: accelerate torch.compiles the {'transformer blocks' if regional else 'model'} "
+            f"(dynamo backend {backend}, mode {dynamo.get('dynamo_mode') or 'default'}) as it prepares it"]
 
 
 def _explain_deepspeed(config: dict[str, Any], ds_lines: list[str] | None) -> list[str]:
