@@ -77,6 +77,9 @@ def _parse_line(text: str) -> tuple[str, int] | str:
             return f"expected 'HOST slots=N', got {text!r} (write '{parts[0]} slots={parts[1]}')"
         return f"expected 'HOST slots=N', got {text!r}"
     host, slots = match.group("host"), match.group("slots")
+    if host.startswith("\ufeff"):  # DeepSpeed reads hostfiles as plain UTF-8: the mark would be in the host's name
+        return (f"invalid hostname {host!r}: it starts with a byte-order mark (U+FEFF, as some Windows editors "
+                "save); save the file as UTF-8 without BOM")
     if not is_valid_hostname(host):
         return f"invalid hostname {host!r}: use a DNS name (letters, digits, '-', '.') or an IP address"
     if not _is_count(slots):

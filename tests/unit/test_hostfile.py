@@ -178,3 +178,16 @@ def test_filters_deepspeed_would_read_otherwise_are_refused(text):
 def test_absurd_slot_counts_are_refused(line, problem):
     with pytest.raises(HostfileError, match=problem):
         parse_hostfile([line])
+
+
+def test_a_byte_order_mark_is_named_as_deepspeed_would_keep_it_in_the_hosts_name(tmp_path):
+    """The oracle: DeepSpeed's own fetch_hostfile reads the file as plain UTF-8, so a BOM stays in the first host's
+    name (which pdsh/ssh would then try to reach)."""
+    from deepspeed.launcher.runner import fetch_hostfile
+
+    path = tmp_path / "hostfile"
+    path.write_bytes(b"\xef\xbb\xbfworker-1 slots=8\nworker-2 slots=8\n")
+    assert list(fetch_hostfile(str(path))) == ["\ufeffworker-1", "worker-2"]
+    with pytest.raises(HostfileError) as err:
+        parse_hostfile(path.read_text(encoding="utf-8").splitlines())
+    assert err.value.problems[0][0] == 1 and "byte-order mark" in err.value.problems[0][1]
