@@ -174,8 +174,19 @@ def main() -> int:
                "zero_optimization": dict(ds_config._REMOVED_ZERO_CONFIG_KEYS)}
     for path, gone in removed.items():
         keys[path] = keys.get(path, set()) - set(gone)
+    import torch
+    from deepspeed.runtime.zero.utils import ZERO_SUPPORTED_OPTIMIZERS
+
+    # the optimizers DeepSpeed builds by name (its own, and torch.optim's classes), and the classes it runs under ZeRO
+    # without zero_allow_untested_optimizer (MuonWithAuxAdam joins that list when is_zero_supported_optimizer first
+    # imports it, which compiles kernels)
+    torch_classes = [name for name in dir(torch.optim) if isinstance(getattr(torch.optim, name), type)
+                     and issubclass(getattr(torch.optim, name), torch.optim.Optimizer) and name != "Optimizer"]
+    optimizers = {"deepspeed": list(ds_config.DEEPSPEED_OPTIMIZERS), "torch": sorted(torch_classes),
+                  "zero_tested": sorted({c.__name__ for c in ZERO_SUPPORTED_OPTIMIZERS} | {"MuonWithAuxAdam"})}
     schema = {
         "deepspeed_version": deepspeed.__version__,
+        "optimizers": optimizers,
         "removed": removed,
         "deprecated": {path: dict(sorted(found.items())) for path, found in sorted(deprecated.items())},
         "generated_by": "scripts/gen_ds_schema.py",

@@ -22,6 +22,9 @@ class Schema:
     open_paths: frozenset[str]
     removed: dict[str, dict[str, str]]
     deprecated: dict[str, dict[str, dict[str, Any]]]
+    optimizers: dict[str, list[str]]
+    """``deepspeed``: the optimizer names DeepSpeed builds itself (lower case); ``torch``: the torch.optim classes it
+    builds by name; ``zero_tested``: the classes it runs under ZeRO without ``zero_allow_untested_optimizer``."""
 
 
 @lru_cache(maxsize=1)
@@ -34,6 +37,7 @@ def load_schema() -> Schema:
         open_paths=frozenset(raw["open"]),
         removed=raw["removed"],
         deprecated=raw["deprecated"],
+        optimizers=raw["optimizers"],
     )
 
 

@@ -16,6 +16,7 @@ from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
 from dsbench.configs.batch import BATCH_KEYS, derive_batch
 from dsbench.configs.findings import Finding
 from dsbench.configs.layout import int_or_none, layout_of, parallel_degrees, ulysses_degree
+from dsbench.configs.optimizer_check import check_optimizer
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import bf16_enabled, fp16_enabled
@@ -264,7 +265,8 @@ def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) ->
     if ctx.world_size is not None and ctx.layout is None:
         ctx = replace(ctx, layout=layout_of(config, ctx.world_size))  # the one layout every check reads
     findings = [*unknown_keys(config), *check_types(config, skip=BATCH_KEYS), *check_parallel_degrees(config, ctx),
-                *check_batch(config, ctx), *check_combinations(config, ctx), *check_auto(config, ctx)]
+                *check_batch(config, ctx), *check_combinations(config, ctx), *check_auto(config, ctx),
+                *check_optimizer(config)]
     if deepspeed_check:
         from dsbench.configs.deepspeed_check import deepspeed_findings
 

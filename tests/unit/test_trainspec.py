@@ -183,6 +183,7 @@ def test_a_config_without_an_optimizer_gets_the_one_the_worker_renders(tmp_path)
     assert optimizer["params"]["weight_decay"] == 0.05
     # a config that names its optimizer keeps it
     path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2},
+                                "zero_allow_untested_optimizer": True,
                                 "optimizer": {"type": "SGD", "params": {"lr": 0.5}}}))
     assert resolve(from_argv(["--strategy", "deepspeed", "--deepspeed_config", str(path)]), 2, {}).ds_config[
         "optimizer"] == {"type": "SGD", "params": {"lr": 0.5}}
