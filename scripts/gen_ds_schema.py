@@ -96,6 +96,30 @@ def _from_true(extra: dict):
     return value
 
 
+def optimizer_arguments(torch_classes: list[str]) -> dict[str, list[str] | None]:
+    """The keyword arguments of each optimizer class DeepSpeed builds by name (runtime/engine.py
+    ``_configure_basic_optimizer``), from its signature, less the parameters it is handed first; None for a class
+    that takes any (``**kwargs``). The mup classes are left out (mup is not a DeepSpeed dependency)."""
+    import inspect
+
+    import torch
+    from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
+    from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
+    from deepspeed.ops.lamb import FusedLamb
+    from deepspeed.ops.lion import DeepSpeedCPULion, FusedLion
+
+    classes = [FusedAdam, DeepSpeedCPUAdam, FusedLamb, FusedLion, DeepSpeedCPULion, DeepSpeedCPUAdagrad,
+               *(getattr(torch.optim, name) for name in torch_classes)]
+    out: dict[str, list[str] | None] = {}
+    for cls in classes:
+        params = list(inspect.signature(cls.__init__).parameters.values())[2:]  # self, then the parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            out[cls.__name__] = None
+        else:
+            out[cls.__name__] = [p.name for p in params if p.kind is not p.VAR_POSITIONAL]
+    return dict(sorted(out.items()))
+
+
 def model_keys(model, prefix: str, out: dict[str, set[str]], deprecated: dict[str, dict[str, dict]]) -> None:
     """Add a pydantic model's field names and aliases, recursing into nested models; the fields DeepSpeed marks
     deprecated (``json_schema_extra``, read by ``DeepSpeedConfigModel._process_deprecated_field``) go into
@@ -183,6 +207,7 @@ def main() -> int:
     torch_classes = [name for name in dir(torch.optim) if isinstance(getattr(torch.optim, name), type)
                      and issubclass(getattr(torch.optim, name), torch.optim.Optimizer) and name != "Optimizer"]
     optimizers = {"deepspeed": list(ds_config.DEEPSPEED_OPTIMIZERS), "torch": sorted(torch_classes),
+                  "arguments": optimizer_arguments(torch_classes),
                   "zero_tested": sorted({c.__name__ for c in ZERO_SUPPORTED_OPTIMIZERS} | {"MuonWithAuxAdam"})}
     schema = {
         "deepspeed_version": deepspeed.__version__,

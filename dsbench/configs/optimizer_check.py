@@ -17,6 +17,7 @@ read by scripts/gen_ds_schema.py into the schema, so this check runs without imp
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from dsbench.configs.findings import Finding
@@ -61,9 +62,10 @@ def check_optimizer(config: dict[str, Any]) -> list[Finding]:
     zero = zero_settings(config)
     params = optimizer.get("params")
     offload = zero.offload in ("cpu", "nvme")
-    cls = built_class(kept, params if isinstance(params, dict) else {}, offload)
+    params = params if isinstance(params, dict) else {}
+    cls = built_class(kept, params, offload)
     tested = known["zero_tested"]
-    out = []
+    out = _argument_findings(kept, params, cls, known["arguments"])
     if zero.stage >= 1 and cls not in tested and config.get("zero_allow_untested_optimizer") is not True:
         out.append(Finding(
             severity="error", code="deepspeed-rejects", path="optimizer.type",
@@ -77,4 +79,47 @@ def check_optimizer(config: dict[str, Any]) -> list[Finding]:
             message=f"the offloaded optimizer steps on the CPU with {' or '.join(CPU_OPTIMIZERS)}; DeepSpeed builds "
                     f"{cls} for {name!r} and stops at start-up",
             fix='use AdamW, Adam or Lion (without torch_adam), or set "zero_force_ds_cpu_optimizer": false'))
+    return out
+
+
+def _handled(kept: str, params: dict[str, Any], cls: str) -> tuple[set[str], set[str]]:
+    """The keys DeepSpeed takes out of an optimizer's params, and those it passes to the class itself
+    (engine.py ``_configure_basic_optimizer``: Adam's ``adam_w_mode``; ``get_optimizer_configuration``:
+    ``torch_adam``, ``fp32_optimizer_states``, and ``foreach`` for torch's Adam; then ``adam_w_mode`` to FusedAdam,
+    ``adamw_mode`` and ``fp32_optimizer_states`` to DeepSpeedCPUAdam, ``foreach`` to torch's)."""
+    if kept not in ("adam", "adamw"):
+        return set(), set()
+    taken = {"adam_w_mode", "torch_adam", "fp32_optimizer_states"}
+    if params.get("torch_adam") is True:
+        return taken | {"foreach"}, {"foreach"}
+    return taken, ({"adamw_mode", "fp32_optimizer_states"} if cls == "DeepSpeedCPUAdam" else {"adam_w_mode"})
+
+
+def _argument_findings(kept: str, params: dict[str, Any], cls: str,
+                       arguments: dict[str, list[str] | None]) -> list[Finding]:
+    """The params the engine would stop at: ``max_grad_norm`` (its ValueError, for every optimizer), a key the
+    class does not take, or one DeepSpeed passes itself (the class's TypeError). ``arguments``: each class's keyword
+    arguments, from its signature (the schema); a class not listed (mup's, Muon's param groups) is not checked."""
+    out = []
+    if "max_grad_norm" in params:
+        out.append(Finding(severity="error", code="deepspeed-rejects", path="optimizer.params.max_grad_norm",
+                           message="DeepSpeed refuses max_grad_norm as an optimizer parameter and stops at start-up",
+                           fix="delete it and set gradient_clipping (the top-level key) instead"))
+    takes = arguments.get(cls, None)
+    if cls not in arguments or takes is None:
+        return out
+    taken, passed = _handled(kept, params, cls)
+    for key in sorted(set(params) - taken - {"max_grad_norm"}):
+        path = f"optimizer.params.{key}"
+        if key in passed:
+            out.append(Finding(severity="error", code="deepspeed-rejects", path=path,
+                               message=f"DeepSpeed passes {key} to {cls} itself, so the class would get it twice",
+                               fix=f"delete {path} (Adam without decoupled weight decay: adam_w_mode false)"))
+        elif key not in takes:
+            close = difflib.get_close_matches(key, takes, n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            out.append(Finding(severity="error", code="deepspeed-rejects", path=path,
+                               message=f"DeepSpeed builds {cls}, which takes no argument {key!r}: it stops at "
+                                       "start-up",
+                               fix=f"{hint}{cls} takes {', '.join(takes)}"))
     return out

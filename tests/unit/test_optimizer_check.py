@@ -1,6 +1,7 @@
 """The optimizer DeepSpeed's engine builds for a config, and the two start-up checks it makes of it
 (dsbench/configs/optimizer_check.py), against DeepSpeed's own code as the oracle."""
 
+import inspect
 import types
 
 import pytest
@@ -21,9 +22,20 @@ def test_the_schemas_optimizer_lists_are_deepspeeds_and_torchs():
     assert all(issubclass(getattr(torch.optim, name), torch.optim.Optimizer) for name in known["torch"])
 
 
+def _standin(real):
+    """A class of ``real``'s name whose constructor takes exactly ``real``'s arguments (binding them to its
+    signature, so a wrong one is the same TypeError) and builds no op."""
+    signature = inspect.signature(real.__init__)
+
+    def init(self, *args, **kwargs):
+        signature.bind(self, *args, **kwargs)
+
+    return type(real.__name__, (), {"__init__": init})
+
+
 def _deepspeeds_class(monkeypatch, kept, params, offload):
     """The class DeepSpeed's own ``_configure_basic_optimizer`` builds, on a stand-in engine, with its op-backed
-    classes replaced by empty ones of the same names (so no op is built) and torch's built for real."""
+    classes replaced by stand-ins of the same names and signatures (so no op is built) and torch's built for real."""
     import deepspeed.ops.adagrad
     import deepspeed.ops.adam
     import deepspeed.ops.lamb
@@ -35,7 +47,7 @@ def _deepspeeds_class(monkeypatch, kept, params, offload):
                           (deepspeed.ops.adagrad, ("DeepSpeedCPUAdagrad",)), (deepspeed.ops.lamb, ("FusedLamb",)),
                           (deepspeed.ops.lion, ("FusedLion", "DeepSpeedCPULion"))):
         for name in names:
-            monkeypatch.setattr(module, name, type(name, (), {"__init__": lambda self, *a, **k: None}))
+            monkeypatch.setattr(module, name, _standin(getattr(module, name)))
     engine = types.SimpleNamespace(optimizer_params=lambda: dict(params), optimizer_name=lambda: kept,
                                    zero_use_cpu_optimizer=lambda: offload, zenflow=False,
                                    bf16_optimizer_states=lambda: False)
@@ -82,3 +94,39 @@ def test_what_the_engine_would_stop_at_is_an_error_before_it_starts(config, need
     if needles:  # and validation reports it, so that a launch refuses it before any process starts
         found = validate({"train_micro_batch_size_per_gpu": 1, **config}, ValidateContext(), deepspeed_check=False)
         assert {f.message for f in found if f.severity == "error"} >= set(errors)
+
+
+@pytest.mark.parametrize("kept, params, offload", [
+    ("adamw", {"lr": 0.01, "beta": [0.9, 0.99]}, False),
+    ("adamw", {"lr": 0.01, "betas": [0.9, 0.99], "eps": 1e-8, "bias_correction": True}, False),
+    ("adamw", {"lr": 0.01, "fused": True}, False),
+    ("adamw", {"lr": 0.01, "fused": True, "torch_adam": True}, False),
+    ("adamw", {"lr": 0.01, "foreach": True, "torch_adam": True}, True),
+    ("adam", {"lr": 0.01, "adamw_mode": False}, True),
+    ("adam", {"lr": 0.01, "adamw_mode": False}, False),
+    ("adam", {"lr": 0.01, "adam_w_mode": False, "fp32_optimizer_states": True}, True),
+    ("adamw", {"lr": 0.01, "max_grad_norm": 1.0}, False),
+    ("lamb", {"lr": 0.01, "max_grad_norm": 1.0}, False),
+    ("lamb", {"lr": 0.01, "max_coeff": 10.0, "min_coeff": 0.01}, False),
+    ("lion", {"lr": 0.01, "eps": 1e-8}, True),
+    ("adagrad", {"lr": 0.01, "lr_decay": 0.1}, True),
+    ("adagrad", {"lr": 0.01, "lr_decay": 0.1}, False),
+    ("SGD", {"lr": 0.01, "momentum": 0.9, "nesterov": True}, False),
+    ("SGD", {"lr": 0.01, "betas": [0.9, 0.99]}, False),
+    ("RMSprop", {"lr": 0.01, "alpha": 0.9, "centred": True}, False),
+])
+def test_params_the_engine_would_stop_at_are_the_ones_deepspeeds_own_dispatch_stops_at(monkeypatch, kept, params,
+                                                                                        offload):
+    """The oracle: DeepSpeed's ``_configure_basic_optimizer`` with each class's real signature: it raises (its
+    ValueError for max_grad_norm, the class's TypeError for an argument it does not take or gets twice) exactly where
+    dsbench reports an ``optimizer.params`` error."""
+    try:
+        _deepspeeds_class(monkeypatch, kept, params, offload)
+        stops = False
+    except (TypeError, ValueError):
+        stops = True
+    config = {"optimizer": {"type": kept, "params": params}, "zero_allow_untested_optimizer": True,
+              "zero_force_ds_cpu_optimizer": False,
+              "zero_optimization": {"stage": 2, **({"offload_optimizer": {"device": "cpu"}} if offload else {})}}
+    said = [f for f in check_optimizer(config) if f.path.startswith("optimizer.params")]
+    assert bool(said) is stops, said
