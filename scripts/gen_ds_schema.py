@@ -120,6 +120,39 @@ def optimizer_arguments(torch_classes: list[str]) -> dict[str, list[str] | None]
     return dict(sorted(out.items()))
 
 
+def scheduler_arguments() -> dict[str, dict[str, list[str]]]:
+    """The LR schedulers DeepSpeed builds by name (runtime/engine.py ``_scheduler_from_config``: its own
+    ``lr_schedules`` classes, else a ``torch.optim.lr_scheduler`` class, called as ``cls(optimizer, **params)``), each
+    with the keyword arguments it takes after the one the optimizer fills, those it needs (no default), those
+    that must be Python objects a JSON file cannot hold (a Callable or a scheduler, by annotation, or a first argument
+    other than the optimizer, which the optimizer would fill), and what its ``step()`` needs that the engine's
+    ``lr_scheduler.step()`` does not pass (ReduceLROnPlateau's metric)."""
+    import inspect
+
+    import torch
+    from deepspeed.runtime import lr_schedules
+
+    base = torch.optim.lr_scheduler.LRScheduler
+    torch_names = [name for name in dir(torch.optim.lr_scheduler) if not name.startswith("_")
+                   and isinstance(getattr(torch.optim.lr_scheduler, name), type)
+                   and issubclass(getattr(torch.optim.lr_scheduler, name), base) and name != "LRScheduler"]
+    out = {}
+    for origin, module, names in (("deepspeed", lr_schedules, lr_schedules.VALID_LR_SCHEDULES),
+                                  ("torch", torch.optim.lr_scheduler, torch_names)):
+        for name in names:
+            cls = getattr(module, name)
+            first, *params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+            wrong = [first] if first.name != "optimizer" else []  # ChainedScheduler(schedulers, optimizer=None)
+            step = list(inspect.signature(cls.step).parameters.values())[1:]
+            out[name] = {"origin": origin, "takes": [p.name for p in params],
+                         "needs": [p.name for p in wrong + params if p.default is p.empty],
+                         "objects": [p.name for p in wrong + params if "Callable" in str(p.annotation)
+                                     or "LRScheduler" in str(p.annotation)],
+                         "step_needs": [p.name for p in step if p.default is p.empty
+                                        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]}
+    return dict(sorted(out.items()))
+
+
 def model_keys(model, prefix: str, out: dict[str, set[str]], deprecated: dict[str, dict[str, dict]]) -> None:
     """Add a pydantic model's field names and aliases, recursing into nested models; the fields DeepSpeed marks
     deprecated (``json_schema_extra``, read by ``DeepSpeedConfigModel._process_deprecated_field``) go into
@@ -207,7 +240,7 @@ def main() -> int:
     torch_classes = [name for name in dir(torch.optim) if isinstance(getattr(torch.optim, name), type)
                      and issubclass(getattr(torch.optim, name), torch.optim.Optimizer) and name != "Optimizer"]
     optimizers = {"deepspeed": list(ds_config.DEEPSPEED_OPTIMIZERS), "torch": sorted(torch_classes),
-                  "arguments": optimizer_arguments(torch_classes),
+                  "arguments": optimizer_arguments(torch_classes), "schedulers": scheduler_arguments(),
                   "zero_tested": sorted({c.__name__ for c in ZERO_SUPPORTED_OPTIMIZERS} | {"MuonWithAuxAdam"})}
     schema = {
         "deepspeed_version": deepspeed.__version__,

@@ -116,10 +116,15 @@ def _argument_findings(kept: str, params: dict[str, Any], cls: str,
                                message=f"DeepSpeed passes {key} to {cls} itself, so the class would get it twice",
                                fix=f"delete {path} (Adam without decoupled weight decay: adam_w_mode false)"))
         elif key not in takes:
-            close = difflib.get_close_matches(key, takes, n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            out.append(Finding(severity="error", code="deepspeed-rejects", path=path,
-                               message=f"DeepSpeed builds {cls}, which takes no argument {key!r}: it stops at "
-                                       "start-up",
-                               fix=f"{hint}{cls} takes {', '.join(takes)}"))
+            out.append(unknown_argument(path, cls, takes))
     return out
+
+
+def unknown_argument(path: str, cls: str, takes: list[str]) -> Finding:
+    """An argument the class DeepSpeed builds does not take (its TypeError at start-up), with the closest it does."""
+    key = path.rsplit(".", 1)[-1]
+    close = difflib.get_close_matches(key, takes, n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return Finding(severity="error", code="deepspeed-rejects", path=path,
+                   message=f"DeepSpeed builds {cls}, which takes no argument {key!r}: it stops at start-up",
+                   fix=f"{hint}{cls} takes {', '.join(takes) or 'nothing more'}")

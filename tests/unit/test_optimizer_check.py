@@ -130,3 +130,43 @@ def test_params_the_engine_would_stop_at_are_the_ones_deepspeeds_own_dispatch_st
               "zero_optimization": {"stage": 2, **({"offload_optimizer": {"device": "cpu"}} if offload else {})}}
     said = [f for f in check_optimizer(config) if f.path.startswith("optimizer.params")]
     assert bool(said) is stops, said
+
+
+@pytest.mark.parametrize("scheduler", [
+    {"type": "WarmupLR", "params": {"warmup_num_steps": 10, "warmup_max_lr": 0.01}},
+    {"type": "WarmupLR", "params": {"warmup_steps": 10}},
+    {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10}},
+    {"type": "WarmupDecayLR", "params": {"total_num_steps": 100, "warmup_num_steps": 10}},
+    {"type": "WarmupCosineLR", "params": {"total_num_steps": 100, "cos_min_ratio": 0.1}},
+    {"type": "WarmupCosine", "params": {"total_num_steps": 100}},
+    {"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-2}},
+    {"type": "OneCycle", "params": {"cycle_max_lr": 1e-2}},
+    {"type": "CosineAnnealingLR", "params": {"T_max": 10}},
+    {"type": "CosineAnnealingLR", "params": {}},
+    {"type": "StepLR", "params": {"step_size": 5, "gamma": 0.5}},
+    {"type": "LambdaLR", "params": {"lr_lambda": "lambda step: 1.0"}},
+    {"type": "SequentialLR", "params": {"milestones": [5]}},
+    {"type": "ChainedScheduler", "params": {}},
+    {"type": "ReduceLROnPlateau", "params": {"patience": 2}},
+    {"type": "LinearLR", "params": {"start_factor": 0.5, "total_iters": 4}},
+])
+def test_a_scheduler_the_engine_would_stop_at_is_the_one_deepspeeds_own_code_stops_at(scheduler):
+    """The oracle: DeepSpeed's ``_scheduler_from_config`` on a real optimizer, then one ``step()`` as the engine
+    calls it after an optimizer step: it raises exactly where dsbench reports an error."""
+    import torch
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    from dsbench.configs.scheduler_check import check_scheduler
+
+    engine = types.SimpleNamespace(scheduler_name=lambda: scheduler["type"],
+                                   scheduler_params=lambda: dict(scheduler["params"]))
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.01)
+    try:
+        built = DeepSpeedEngine._scheduler_from_config(engine, optimizer)
+        optimizer.step()  # the engine's order: the optimizer's step, then the scheduler's
+        built.step()
+        stops = False
+    except (AssertionError, TypeError, ValueError, KeyError):
+        stops = True
+    said = check_scheduler({"scheduler": scheduler})
+    assert bool(said) is stops, said
