@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import click
@@ -49,6 +50,10 @@ class Group(click.Group):
             ctx.exit(130)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:  # the reader went away (`dsbench explain x | head -1`): stop quietly, as SIGPIPE would
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's last flush does not fail again
+            ctx.exit(141)  # 128 + SIGPIPE, the shell's code for a writer stopped by its closed pipe
         except OSError as exc:  # a path the user gave that the system refuses (name too long, no permission, ...)
             if debug_wanted(ctx):
                 raise

@@ -25,17 +25,8 @@ def explain(config: dict[str, Any], ds_lines: list[str] | None = None) -> list[s
     """Plain sentences for what ``accelerate launch --config_file`` does with ``config``. ``ds_lines``: the
     explanation of the referenced DeepSpeed file, when it could be read."""
     kind = config.get("distributed_type")
-    machines = as_int(config.get("num_machines")) or 1
     processes = world_size(config)
-    lines = []
-    if processes:
-        per = f" ({processes // machines} per machine)" if machines > 1 and processes % machines == 0 else ""
-        where = (f"; machine 0 at {config.get('main_process_ip')}:{config.get('main_process_port', 29500)}"
-                 if machines > 1 else "")
-        lines.append(f"`accelerate launch` starts {processes} process(es) on {machines} machine(s){per}{where}")
-    else:
-        lines.append(f"the process count is not in the file: `accelerate launch --num_processes N` sets it "
-                     f"({machines} machine(s))")
+    lines = [_processes_line(config, kind, processes)]
     if config.get("use_cpu") is True and kind in ("DEEPSPEED", "FSDP"):
         lines.append(f"use_cpu: true: accelerate skips {kind} and runs plain multi-CPU data parallelism")
     if kind == "DEEPSPEED":
@@ -126,3 +117,20 @@ def _explain_fsdp(config: dict[str, Any]) -> list[str]:
         lines.append("activation checkpointing on every shard unit")
     lines.append(f"checkpoints saved as {fsdp.get('fsdp_state_dict_type', 'FULL_STATE_DICT')}")
     return lines
+
+
+def _processes_line(config: dict[str, Any], kind: Any, processes: int | None) -> str:
+    machines = as_int(config.get("num_machines")) or 1
+    if kind == "MULTI_CPU" and (processes or 1) > 1 and not section_keys(config, "mpirun_config").get(
+            "mpirun_hostfile"):
+        # accelerate's simple_launcher starts the script once; only an mpirun hostfile makes it start N (FINDINGS)
+        return (f"`accelerate launch` starts one process, not {processes}: MULTI_CPU runs several only through "
+                "mpirun (mpirun_config.mpirun_hostfile); `dsbench launch` refuses it (MULTI_GPU runs as CPU ranks "
+                "over gloo where there is no GPU)")
+    if processes:
+        per = f" ({processes // machines} per machine)" if machines > 1 and processes % machines == 0 else ""
+        where = (f"; machine 0 at {config.get('main_process_ip')}:{config.get('main_process_port', 29500)}"
+                 if machines > 1 else "")
+        return f"`accelerate launch` starts {processes} process(es) on {machines} machine(s){per}{where}"
+    return (f"the process count is not in the file: `accelerate launch --num_processes N` sets it "
+            f"({machines} machine(s))")

@@ -66,8 +66,11 @@ def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
     anything starts, rather than a run that quietly trains something else."""
     kind = config.get("distributed_type")
     if kind == "MULTI_CPU" and (processes or 1) > 1:
-        return ("distributed_type MULTI_CPU: accelerate 1.15 starts one process for it without mpirun; use "
-                "MULTI_GPU, which dsbench runs as CPU ranks over gloo on a machine without a GPU")
+        how = ("dsbench does not start accelerate's mpirun launches (mpirun_config)"
+               if section_keys(config, "mpirun_config").get("mpirun_hostfile")
+               else "accelerate 1.15 starts one process for it without mpirun")
+        return (f"distributed_type MULTI_CPU: {how}; use MULTI_GPU, which dsbench runs as CPU ranks over gloo on a "
+                "machine without a GPU")
     if kind not in ACCELERATE_TYPES and kind != "MULTI_CPU":
         return (f"distributed_type {kind}: dsbench's worker runs {', '.join(ACCELERATE_TYPES)} (and MULTI_CPU with "
                 "one process)")

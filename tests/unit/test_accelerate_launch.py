@@ -312,3 +312,18 @@ def test_to_accelerate_refusals(kind, given, output, message):
     with pytest.raises(UserError, match=message):
         check_to_accelerate(kind, given, output)
     check_to_accelerate(kind, ["--precision"], "x.json" if kind == "deepspeed" else None)
+
+
+@pytest.mark.parametrize("mpirun", [{}, {"mpirun_config": {"mpirun_hostfile": "hosts", "mpirun_ccl": 1}}])
+def test_explain_says_multi_cpu_starts_one_process_without_mpirun_as_the_launch_refuses_it(mpirun):
+    """Measured (../shared/FINDINGS.md): `distributed_type: MULTI_CPU` with `num_processes: 2` and no MPI started a
+    single process (accelerate's simple_launcher prepends mpirun only for an mpirun_hostfile). explain says so, and
+    the launch refuses it saying why; with a hostfile the launch refuses it for what dsbench does not start."""
+    config = {"distributed_type": "MULTI_CPU", "num_processes": 2, "num_machines": 1, "mixed_precision": "no",
+              **mpirun}
+    first = accelerate_explain.explain(config)[0]
+    refused = accelerate_worker.worker_refusal(config, 2)
+    assert first.startswith("`accelerate launch` starts one process, not 2") is (not mpirun)
+    assert first.startswith("`accelerate launch` starts 2 process(es)") is bool(mpirun)
+    assert ("starts one process for it without mpirun" in refused) is (not mpirun)
+    assert ("mpirun launches (mpirun_config)" in refused) is bool(mpirun)  # the worker still does not start those

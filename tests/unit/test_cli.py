@@ -278,3 +278,18 @@ def test_a_launch_s_layout_error_names_the_degree_as_it_was_given(cli_run, tmp_p
     result = cli_run("launch", *given, "--model", "gpt2-tiny", "--dry-run", "--run-dir", "r")
     assert result.exit_code == 2 and message in result.output, result.output
     assert "Traceback" not in result.output
+
+
+def test_output_into_a_closed_pipe_stops_quietly_as_sigpipe_would():
+    """`dsbench explain x | head -1` where head has gone: no "error: Broken pipe" line, exit 141 (128 + SIGPIPE).
+    The pipe's read end is closed before dsbench writes, so every write fails, as after head exits."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "dsbench", "explain", str(ROOT / "ds_configs" / "zero2.json")],
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
