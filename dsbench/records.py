@@ -239,8 +239,15 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         if states else None,
         "checkpoints": [{"step": r["step"], "seconds": r["seconds"], "bytes": r["bytes"]}
                         for r in records if r.get("type") == "checkpoint"],
+        "replicas": _replicas(records),
     })
     return out
+
+
+def _replicas(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Whether the data-parallel copies of the model were bit-identical after the last step (worker/replicas.py);
+    None where nothing is replicated."""
+    return next(({k: v for k, v in r.items() if k != "type"} for r in records if r.get("type") == "replicas"), None)
 
 
 def _speed(window: dict[str, Any], measured: list[dict[str, Any]], flops: float | None,

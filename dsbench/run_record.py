@@ -105,6 +105,9 @@ class RunSummary:
     memory_kind: str | None = None
     model_state_bytes_per_rank: tuple[dict[str, Any], ...] = ()
     """Per rank, the bytes the worker counted from its tensors by kind (params, grads, optimizer, master, total)."""
+    replicas: dict[str, Any] | None = None
+    """Whether the data-parallel copies were bit-identical after the last step (worker/replicas.py: groups,
+    ranks_per_group, agree, differing_ranks); None where the run kept none, or before 2026-11-30."""
 
     @property
     def ok(self) -> bool:
@@ -144,7 +147,14 @@ class RunSummary:
             final_loss=_number(data.get("final_loss"), where, "final_loss"),
             peak_memory_bytes_per_rank=tuple(_number(peak, where, "peak_memory_bytes_per_rank[]") for peak in peaks),
             memory_kind=data.get("memory_kind"),
-            model_state_bytes_per_rank=tuple(states))
+            model_state_bytes_per_rank=tuple(states),
+            replicas=_replicas(data.get("replicas"), where))
+
+
+def _replicas(value: Any, where: str) -> dict[str, Any] | None:
+    if value is not None and not (isinstance(value, dict) and isinstance(value.get("agree"), bool)):
+        raise UserError(f"{where}: replicas is {value!r}, not a record with agree true or false")
+    return value
 
 
 def upgrade_summary(summary: dict[str, Any]) -> dict[str, Any]:

@@ -104,6 +104,9 @@ def run_status(cell: dict[str, Any] | None, summary: RunSummary, losses: list[An
                 if not isinstance(loss, int | float) or isinstance(loss, bool) or not math.isfinite(loss)), None)
     if bad is not None:
         return "failed", f"loss at step {bad} is {losses[bad - 1]!r}"
+    if summary.replicas is not None and not summary.replicas["agree"]:
+        return "diverged", (f"the data-parallel copies differed after the last step (ranks "
+                            f"{summary.replicas.get('differing_ranks')} against their groups' first rank)")
     return "ok", None
 
 

@@ -229,6 +229,19 @@ def _interrupted(writer: Any, records: list[dict[str, Any]], folder: Path, signa
                                          "reason": f"stopped by {signal_name} after step {end.last_step}"})
 
 
+def _check_replicas(run: Prepared, emit: Any) -> None:
+    """Every rank compares its data-parallel copy after the last step (a collective); rank 0 (``emit``) records it."""
+    from dsbench.worker.dist import Collectives
+    from dsbench.worker.replicas import replica_record
+
+    replicas = replica_record(run.engine, Collectives(run.info))
+    if replicas is not None and emit is not None:
+        emit([replicas])
+        if not replicas["agree"]:
+            print(f"warning: the data-parallel replicas differ after the last step (ranks "
+                  f"{replicas['differing_ranks']} against their groups' first rank)", file=sys.stderr, flush=True)
+
+
 def record(spec: TrainSpec, run: Prepared) -> None:
     """Recording: train through the loop; rank 0 writes the header, every gather's records and the summary."""
     from dsbench.worker.loop import train_loop
@@ -253,6 +266,7 @@ def record(spec: TrainSpec, run: Prepared) -> None:
     stop.watch(spec.dist_timeout)
     train_loop(run.engine, run.plan, run.info, run.settings, emit, _saver(spec, run))
     progress.close()
+    _check_replicas(run, emit if writer else None)
     if writer and folder:
         writer.close()
         summary = summarize(records)

@@ -243,11 +243,15 @@ def start_dsbench(args: list[str], cwd: Path, env: dict[str, str] | None = None)
 def load_run(folder: Path) -> dict:
     """metrics.jsonl records by type, and summary.json."""
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((folder / "summary.json").read_text())
+    # every finished run the suite reads: its data-parallel copies were bit-identical after the last step, wherever
+    # it kept any (worker/replicas.py)
+    assert (summary.get("replicas") or {}).get("agree", True), (folder, summary["replicas"])
     return {"header": [r for r in records if r["type"] == "header"],
             "steps": [r for r in records if r["type"] == "step"],
             "states": [r for r in records if r["type"] == "model_states"],
             "window": [r for r in records if r["type"] == "window"],
-            "summary": json.loads((folder / "summary.json").read_text())}
+            "summary": summary}
 
 
 class Runs:

@@ -142,6 +142,14 @@ def test_losses_match_the_single_process_run(runs, name):
     assert header["pp"] * header["tp"] * ulysses * header["dp_size"] == header["world_size"]
     if name.startswith("torch_3d"):  # FSDP2's shard group: every replica (default) or --dp-shard's
         assert header["dp_shard"] == (2 if "hsdp" in name else header["dp_size"])
+    # the data-parallel copies were bit-identical after the last step (worker/replicas.py): the layouts that keep
+    # copies, as (groups, ranks per group): pp 2 x dp 2 and dp 2 x tp 2 two pairs, Ulysses' 2 ranks one pair (its
+    # parameters are whole on both), HSDP's 2 replicas of each of 2 stages x 2 shards; FSDP and one copy: none
+    copies = {"pipe2_dp2_llama": (2, 2), "torch_pipe2_dp2_llama": (2, 2), "torch_tp2_dp2_llama": (2, 2),
+              "ulysses2_llama": (1, 2), "torch_3d_pp2_hsdp_llama": (4, 2)}
+    replicas = run["summary"]["replicas"]
+    assert (replicas and (replicas["groups"], replicas["ranks_per_group"], replicas["agree"])) == (
+        (*copies[name], True) if name in copies else None), (name, replicas)
     # the tied Qwen3's heads are 32 wide on a hidden size of 64 (Qwen3's and Mistral-Nemo's layout in small, since
     # 2026-11-30): TP splits q_proj's 128 outputs by whole heads, and the shape the worker resolved states it
     assert header["model"].get("head_dim") == (32 if "qwen3_tied" in name else None)

@@ -246,3 +246,24 @@ def test_every_column_and_exported_key_is_a_field_of_the_typed_row():
     keys = {key for key, _, _ in COLUMNS + PREDICTED_COLUMNS + SPEED_COLUMNS if key not in RANGES}
     keys |= {end for ends in RANGES.values() for end in ends} | set(EXPORT_KEYS)
     assert keys - FIGURES == set()
+
+
+def test_a_run_whose_data_parallel_copies_differed_is_not_ok(tmp_path):
+    """A summary whose replica check failed (worker/replicas.py) is reported as diverged with the ranks, and kept
+    out of the verdict as a failed cell is; one that agreed, or kept no copies, stays ok."""
+    import shutil
+
+    cell = "ddp-w2-mb2-gpt2-mini-r0"
+    for name, replicas in (("agree", {"groups": 1, "ranks_per_group": 2, "agree": True, "differing_ranks": []}),
+                           ("differ", {"groups": 1, "ranks_per_group": 2, "agree": False, "differing_ranks": [1]}),
+                           ("none", None)):
+        folder = tmp_path / name
+        shutil.copytree(COMPARE / "cells" / cell, folder)
+        data = json.loads((folder / "summary.json").read_text())
+        (folder / "summary.json").write_text(json.dumps({**data, "replicas": replicas}))
+    rows = {name: collect([tmp_path / name])[0] for name in ("agree", "differ", "none")}
+    assert rows["agree"].status == rows["none"].status == "ok"
+    assert rows["differ"].status == "diverged" and "ranks [1]" in rows["differ"].reason
+    (tmp_path / "differ" / "summary.json").write_text(json.dumps({**data, "replicas": "yes"}))
+    [row] = collect([tmp_path / "differ"])
+    assert row.status == "corrupt" and "replicas is 'yes'" in row.reason

@@ -107,3 +107,8 @@ class TorchAdamWEngine:
 
     def lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
+
+    def replicas(self) -> tuple[Any, Any] | None:
+        """The process group this rank's copy of its parameters is replicated over (None: every rank) and those
+        parameters, for worker/replicas.py; None when nothing is replicated."""
+        return None

@@ -52,6 +52,14 @@ class DeepSpeedEngine:
     def lr(self) -> float:
         return float(self.engine.get_lr()[0])
 
+    def replicas(self) -> tuple[Any, Any] | None:
+        """ZeRO-0/1/2 keep the whole module (under AutoTP this rank's shard) on each rank of the data-parallel
+        group, which under Ulysses spans the sequence-parallel ranks too (DeepSpeed's seq_data_parallel_group);
+        ZeRO-3 partitions it."""
+        if self.engine.zero_optimization_stage() == 3:
+            return None
+        return self.engine.seq_data_parallel_group, list(self.engine.module.parameters())
+
 
 class UlyssesEngine(DeepSpeedEngine):
     """DeepSpeed Ulysses (Jacobs et al. 2023; DeepSpeed's ALST integration for HF models,

@@ -167,6 +167,10 @@ class TorchPipelineEngine(TorchAdamWEngine):
         self.optimizer, self.scheduler = adamw(self.module.parameters(), options)
         self.model, self.measure_states = self.module, False
 
+    def replicas(self) -> tuple[Any, Any] | None:
+        """The ``dp`` ranks that hold the same pipeline stage."""
+        return (self.mesh.get_group("dp"), list(self.module.parameters())) if self.dims.dp > 1 else None
+
     def make_mesh(self, device_type: str) -> Any:
         """The ranks as (pp, dp): rank = stage x dp + replica (:class:`ParallelDims`' order)."""
         from torch.distributed.device_mesh import init_device_mesh

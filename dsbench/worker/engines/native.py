@@ -122,3 +122,7 @@ class NativeEngine(TorchAdamWEngine):
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
 
+    def replicas(self) -> tuple[Any, Any] | None:
+        """DDP keeps a whole copy on every rank; FSDP2 shards it (no copies)."""
+        return (None, list(self.model.parameters())) if self.name == "ddp" else None
+

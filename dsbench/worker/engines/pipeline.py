@@ -93,3 +93,7 @@ class DeepSpeedPipelineEngine:
 
     def lr(self) -> float:
         return float(self.engine.get_lr()[0])
+
+    def replicas(self) -> tuple[Any, Any] | None:
+        """The data-parallel ranks of a stage hold the same layers (ZeRO 0-1: DeepSpeed's pipeline refuses 2-3)."""
+        return self.engine.data_parallel_group, list(self.engine.module.parameters())

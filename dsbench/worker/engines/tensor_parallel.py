@@ -147,6 +147,10 @@ class TorchTensorParallelEngine(TorchAdamWEngine):
         self._autocast = autocast(options, dist_info.device)
         self.measure_states = False
 
+    def replicas(self) -> tuple[Any, Any] | None:
+        """The ``dp`` ranks that hold the same tensor-parallel shard."""
+        return (self.dp_group, list(self.model.parameters())) if self.dims.dp > 1 else None
+
     def forward_backward(self, input_ids: Any, last_micro: bool) -> Any:
         if self.options.loss_parallel:
             return self._vocabulary_parallel_step(input_ids)

@@ -32,6 +32,13 @@ class Torch3DEngine(TorchPipelineEngine):
 
     name = "torch_3d"
 
+    def replicas(self) -> tuple[Any, Any] | None:
+        """HSDP's (and DDP's, ``--dp-shard 1``) replicas: the ``dp_replicate`` ranks that hold the same shard of the
+        same stage's tensor-parallel slice; fully sharded, none."""
+        if self.dims.replicate == 1:
+            return None
+        return self.mesh.get_group("dp_replicate"), list(self.module.parameters())
+
     def make_mesh(self, device_type: str) -> Any:
         from torch.distributed.device_mesh import init_device_mesh
 
