@@ -60,9 +60,9 @@ def for_candidate(strategy: str, **options: Any) -> Strategy:
         return get(name)
     f = _planner_fields(strategy, options)
     offload, tp, pp = f["offload"], f["tp"], f["pp"]
-    label = " + ".join([strategy] + ([f"offload-{offload}" + ("+params" if f["offload_param"] != "none" else "")]
-                                     if offload != "none" else []) + [f"{d}{f[d]}" for d in ("tp", "pp", "ulysses")
-                                                                      if f[d] > 1])
+    offloads = ([f"offload-{offload}" + ("+params" if f["offload_param"] != "none" else "")] if offload != "none"
+                else [f"offload-params-{f['offload_param']}"] if f["offload_param"] != "none" else [])
+    label = " + ".join([strategy, *offloads, *(f"{d}{f[d]}" for d in ("tp", "pp", "ulysses") if f[d] > 1)])
     if f["engine"] == "torch":
         engine_name = "torch_3d" if tp > 1 and pp > 1 else "torch_tp" if tp > 1 else "torch_pp"
         return Strategy(label, engine_name, "torchrun", tp=tp, pp=pp, sequence_parallel=f["sequence_parallel"],
@@ -93,6 +93,7 @@ def name_of_run(engine: str, zero: int | None = None, offload: str = "none", off
         degree = tp if degree_of == "tp" else pp if degree_of == "pp" else 1
         if degree > 1 and tp * pp == degree and (template.engine, template.zero) == (engine, zero):
             return with_options(f"{family}{degree}", sequence_parallel, loss_parallel, virtual_stages, zero_bubble)
-    if engine == "deepspeed" and zero is not None:
-        return f"zero{zero}" + {"none": "", "cpu": "_offload"}.get(offload, f"_{offload}")
+    if engine == "deepspeed" and zero is not None:  # parameters offloaded apart from the optimizer: said apart
+        params = f"_params_{offload_param}" if offload_param not in ("none", offload) else ""
+        return f"zero{zero}" + {"none": "", "cpu": "_offload"}.get(offload, f"_{offload}") + params
     return engine

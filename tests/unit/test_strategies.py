@@ -154,3 +154,16 @@ def test_the_recommended_command_launches_the_candidate(cli_run, tmp_path):
         seen.add(cand.name)
     assert {"ddp", "zero1", "zero3_offload", "zero1_tp8", "pipe8", "torch_tp8", "torch_pipe8", "fsdp_hybrid",
             "zero1 + tp8 + pp2"} <= seen, seen
+
+
+@pytest.mark.parametrize("offload, offload_param, run_name, candidate", [
+    ("cpu", "cpu", "zero3_offload", "zero3_offload"),  # compare's
+    ("none", "cpu", "zero3_params_cpu", "zero3 + offload-params-cpu"),  # was "zero3", as if nothing were offloaded
+    ("cpu", "none", "zero3_offload", "zero3 + offload-cpu"),
+    ("nvme", "cpu", "zero3_nvme_params_cpu", "zero3 + offload-nvme+params"),
+])
+def test_parameters_offloaded_apart_from_the_optimizer_are_named(offload, offload_param, run_name, candidate):
+    """A ZeRO-3 run (and a planner row of `plan --config`) with the parameters offloaded and the optimizer not, which
+    DeepSpeed trains (2 CPU ranks, 2026-11-30), is named apart from plain ZeRO-3."""
+    assert strategy_match.name_of_run("deepspeed", zero=3, offload=offload, offload_param=offload_param) == run_name
+    assert strategy_match.for_candidate("zero3", offload=offload, offload_param=offload_param).name == candidate
