@@ -73,7 +73,7 @@ def tp_layer_seconds(cand: Candidate, cl: Cluster) -> float:
     return cost
 
 
-def offload_seconds(cand: Candidate, states: ModelStates, stepped: float, cl: Cluster) -> float:
+def offload_seconds(cand: Candidate, states: ModelStates, stepped: float, cl: Cluster, micro_batches: int = 1) -> float:
     """ZeRO-Offload per step. With the optimizer alone on the host under ZeRO-1/2 and a profile that measured it:
     the rank's ``stepped`` parameters x the profile's ``zero_offload_param_s`` (what the offload added to ZeRO-2's
     step on its model, signed; stages 1 and 2 share DeepSpeed's offload path, DeepSpeedZeroOptimizer's). Otherwise:
@@ -83,6 +83,11 @@ def offload_seconds(cand: Candidate, states: ModelStates, stepped: float, cl: Cl
         return 0.0
     if _offload_measured(cand, cl):
         return stepped * cl.zero_offload_param_s
+    if cand.offload == "none":  # ZeRO-3's parameters alone off the device: the optimizer steps on it (no CPU Adam);
+        # every gather fetches the partition over the host link: forward, backward and the recompute's forward, per
+        # micro-batch (ZeRO-Infinity, Rajbhandari et al. 2021 sec. 5; the GPU model's gpu_offload.host_link_bytes)
+        fetched = states.host * (2 + cand.checkpointing) * micro_batches
+        return fetched / (cl.host_link.bandwidth_gbs * 1e9) + nvme_seconds(states)
     transfer = (states.grads + states.params) / (cl.host_link.bandwidth_gbs * 1e9)
     cpu_step = (states.optimizer + states.master) / 10e9
     return transfer + cpu_step + nvme_seconds(states)

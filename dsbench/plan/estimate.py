@@ -121,7 +121,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
         cand, wl, cl, held, dp, shards, acc, accum)
     # the GPU model's host offload (an NVMe offload's swaps are the planner's), else the planner's whole term
     offload = (gpu_offload + nvme_seconds(states) if gpu_offload is not None
-               else offload_seconds(cand, states, held / shards, cl))
+               else offload_seconds(cand, states, held / shards, cl, accum))
     bubble = 1 - compute / compute_with_bubble  # its idle share: (P - 1)/(V·M + P - 1) when the stages are equal
     step = compute_with_bubble + exposed + offload + optimizer + framework
     no_overlap = compute_with_bubble + sum(c.seconds for c in comm) + offload + optimizer + framework

@@ -463,3 +463,27 @@ def test_tokens_give_days_gpu_hours_and_cost_for_the_recommendation_and_runner_u
     printed = cli_run("plan", "--model", "llama-7b", "--gpus", "64", "--nodes", "8", "--gpu", "a100", "--tokens",
                       "2e12").output
     assert printed.count("2e+12 tokens:") == 2 and "at the given price" not in printed
+
+
+def test_parameters_alone_offloaded_cost_their_fetches_not_a_cpu_optimizer_step():
+    """ZeRO-3 with `offload_param` and no `offload_optimizer` (DeepSpeed trains it: 2 CPU ranks, 2026-11-30) steps
+    its optimizer on the device: the offload term is the partition fetched over the host link at each gather
+    (forward, backward, and the recompute's forward), per micro-batch, whatever the optimizer states weigh. Until
+    2026-11-30 it was priced a CPU Adam step over them (`plan --config` of such a config: 1.15 s of 1.51 s)."""
+    from dsbench.plan.candidate import Candidate
+    from dsbench.plan.engine_time import offload_seconds
+    from dsbench.plan.inputs import Cluster
+    from dsbench.plan.memory import ModelStates
+
+    link = Link("x", 10.0, 1.0, "test")
+    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link, host_link=link)
+    partition = 4e9
+    alone = Candidate(strategy="zero3", offload_param="cpu")
+    for optimizer in (8e9, 80e9):
+        states = ModelStates(params=partition, grads=partition, optimizer=optimizer, master=partition, host=partition)
+        assert offload_seconds(alone, states, 1e9, cl, micro_batches=3) == pytest.approx(2 * 3 * partition / 10e9)
+        recomputed = Candidate(strategy="zero3", offload_param="cpu", checkpointing=True)
+        assert offload_seconds(recomputed, states, 1e9, cl, micro_batches=3) == pytest.approx(3 * 3 * partition / 10e9)
+    both = Candidate(strategy="zero3", offload="cpu", offload_param="cpu")  # the CPU Adam step is still priced there
+    heavy = ModelStates(params=partition, grads=partition, optimizer=80e9, master=partition, host=partition)
+    assert offload_seconds(both, heavy, 1e9, cl) > 80e9 / 10e9
