@@ -66,14 +66,14 @@ def check_optimizer(config: dict[str, Any]) -> list[Finding]:
     cls = built_class(kept, params, offload)
     tested = known["zero_tested"]
     out = _argument_findings(kept, params, cls, known["arguments"])
-    if zero.stage >= 1 and cls not in tested and config.get("zero_allow_untested_optimizer") is not True:
+    # both switches as DeepSpeed tests them: their truth (a wrongly typed one is configs/types.py's to name)
+    if zero.stage >= 1 and cls not in tested and not config.get("zero_allow_untested_optimizer"):
         out.append(Finding(
             severity="error", code="deepspeed-rejects", path="optimizer.type",
             message=f"DeepSpeed builds {cls} for {name!r}, which it has not tested under ZeRO "
                     f"({', '.join(sorted(tested))}): at ZeRO stage {zero.stage} it stops at start-up",
             fix='set "zero_allow_untested_optimizer": true to run it anyway, or use AdamW'))
-    if offload and cls not in CPU_OPTIMIZERS and (
-            config.get("zero_force_ds_cpu_optimizer", True) is not False):
+    if offload and cls not in CPU_OPTIMIZERS and config.get("zero_force_ds_cpu_optimizer", True):
         out.append(Finding(
             severity="error", code="deepspeed-rejects", path="optimizer.type",
             message=f"the offloaded optimizer steps on the CPU with {' or '.join(CPU_OPTIMIZERS)}; DeepSpeed builds "

@@ -26,6 +26,16 @@ RULES: dict[str, tuple[str, float | None, bool]] = {
     "gradient_clipping": ("number", 0, True),
     "steps_per_print": ("int", 1, True),
     "prescale_gradients": ("bool", None, True),
+    # switches dsbench reads as DeepSpeed would act on them (configs/optimizer_check.py, zero_section.py, the rank's
+    # monitor check): DeepSpeed takes "yes" as true (a truthy dict.get, pydantic's lax bool), so only true or false
+    "zero_allow_untested_optimizer": ("bool", None, True),
+    "zero_force_ds_cpu_optimizer": ("bool", None, True),
+    "zero_optimization.cpu_offload": ("bool", None, True),
+    "zero_optimization.cpu_offload_param": ("bool", None, True),
+    "tensorboard.enabled": ("bool", None, True),
+    "wandb.enabled": ("bool", None, True),
+    "comet.enabled": ("bool", None, True),
+    "csv_monitor.enabled": ("bool", None, True),
     "wall_clock_breakdown": ("bool", None, True),
     "bf16.enabled": ("bool", None, True),
     "fp16.enabled": ("bool", None, True),

@@ -193,11 +193,10 @@ class Layout:
             raise UserError("the interleaved zero-bubble schedule needs 2 or more virtual stages (--virtual-stages)")
         if self.offload and self.strategy not in ("zero1", "zero2", "zero3"):
             raise UserError(f"offload: DeepSpeed offloads the optimizer under ZeRO-1, 2 or 3, not {self.strategy}")
-        if self.offload_param and self.strategy != "zero3":
-            raise UserError("offload_param: DeepSpeed offloads parameters under ZeRO-3 only")
-        if self.offload_param and not self.offload:  # DeepSpeed trains it; this model has no host-link term for it
-            raise UserError("offload_param: the GPU model prices ZeRO-3's parameters offloaded with the optimizer "
-                            "offloaded too, not alone (the CPU planner prices them alone: dsbench plan --config)")
+        if self.offload_param and (self.strategy != "zero3" or not self.offload):  # alone: DeepSpeed trains it, but
+            # this model has no host-link term for it (the CPU planner's engine_time.offload_seconds has)
+            raise UserError("offload_param: the GPU model prices ZeRO-3's parameters offloaded with its optimizer "
+                            "offloaded too (DeepSpeed offloads parameters under ZeRO-3 only)")
         if self.sequence_parallel and self.tp == 1:
             raise UserError("sequence parallelism shards along the TP group: it needs tp > 1")
         return self

@@ -170,3 +170,16 @@ def test_a_scheduler_the_engine_would_stop_at_is_the_one_deepspeeds_own_code_sto
         stops = True
     said = check_scheduler({"scheduler": scheduler})
     assert bool(said) is stops, said
+
+
+@pytest.mark.parametrize("key", ["zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"])
+def test_the_switches_are_read_as_deepspeed_tests_them_and_typed_by_validation(key):
+    """DeepSpeed tests both by truth (engine.py: ``assert self.zero_allow_untested_optimizer()``, ``if
+    self.zero_force_ds_cpu_optimizer()``), so "yes" would count as true: validation names the type, and the
+    optimizer check does not add a second error for a switch meant as true."""
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+              "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+              "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False, key: "yes"}
+    errors = [f for f in validate(config, ValidateContext(), deepspeed_check=False) if f.severity == "error"]
+    expected = [key] + (["optimizer.type"] if key == "zero_force_ds_cpu_optimizer" else [])  # "yes": still forced
+    assert sorted(f.path for f in errors) == sorted(expected), errors
