@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench.configs.batch import BATCH_KEYS, config_batch
+from dsbench.configs.inert_check import check_inert
 from dsbench.configs.layout import data_parallel_size, parallel_degrees
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
@@ -95,6 +96,7 @@ def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
     clip = get_path(config, "gradient_clipping")
     if clip:
         lines.append(f"gradient clipping: global norm {_value(clip)}")
-    if get_path(config, "activation_checkpointing.partition_activations"):
-        lines.append("activation checkpointing: checkpoints partitioned across model-parallel ranks")
+    if check_inert(config):
+        lines.append("activation_checkpointing: no effect under DeepSpeed's engine, the HF Trainer or accelerate "
+                     "(only a script's own deepspeed.checkpointing.configure reads it)")
     return lines

@@ -15,6 +15,7 @@ from typing import Any
 from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
 from dsbench.configs.batch import BATCH_KEYS, derive_batch
 from dsbench.configs.findings import Finding
+from dsbench.configs.inert_check import check_inert
 from dsbench.configs.layout import int_or_none, layout_of, parallel_degrees, ulysses_degree
 from dsbench.configs.optimizer_check import check_optimizer
 from dsbench.configs.overrides import get_path
@@ -268,7 +269,7 @@ def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) ->
         ctx = replace(ctx, layout=layout_of(config, ctx.world_size))  # the one layout every check reads
     findings = [*unknown_keys(config), *check_types(config, skip=BATCH_KEYS), *check_parallel_degrees(config, ctx),
                 *check_batch(config, ctx), *check_combinations(config, ctx), *check_auto(config, ctx),
-                *check_optimizer(config), *check_scheduler(config), *check_reduction(config)]
+                *check_optimizer(config), *check_scheduler(config), *check_reduction(config), *check_inert(config)]
     if deepspeed_check:
         from dsbench.configs.deepspeed_check import deepspeed_findings
 
