@@ -95,7 +95,7 @@ def _written_config(req: LaunchRequest, world: int) -> tuple[Path, dict[str, Any
     check, :func:`check_layout`, the one each rank makes again, is where the model is checked) and the render's
     notes."""
     if req.config:
-        config, notes = load_config_strict(req.config), []
+        config = load_config_strict(req.config)
         layout = layout_of(config, world) if isinstance(config, dict) else None
         # "auto" is the HF Trainer's to fill, and each rank fills it so from the worker's flags
         # (worker/setup.complete_ds_config), as a config passed to `deepspeed --deepspeed_config` is filled
@@ -103,6 +103,7 @@ def _written_config(req: LaunchRequest, world: int) -> tuple[Path, dict[str, Any
                             deepspeed_check=False)
         if has_errors(findings):
             raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
+        notes = [f"{req.config}: {f.path}: {f.message}" for f in findings]  # its warnings, said as validate says them
         unfilled = [path for path in auto_paths(config) if path not in AUTO_RULES]
         if unfilled:  # a rank would stop at "cannot resolve 'auto'"
             raise UserError(f"{req.config}: {unfilled[0]} is \"auto\", which neither the HF Trainer nor dsbench's "

@@ -293,3 +293,16 @@ def test_output_into_a_closed_pipe_stops_quietly_as_sigpipe_would():
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_a_launch_of_a_config_says_its_warnings(cli_run, tmp_path):
+    """What `dsbench validate` warns of (a deprecated key DeepSpeed reads as another, a section nothing applies) is
+    said by `dsbench launch --config` too, as a note naming the file and key, and the launch goes on."""
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2,
+                                  "zero_optimization": {"stage": 2, "cpu_offload": True},
+                                  "activation_checkpointing": {"partition_activations": True}}))
+    result = cli_run("launch", "--config", str(config), "--dry-run", "--run-dir", str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    assert f"note: {config}: zero_optimization.cpu_offload: deprecated in DeepSpeed" in result.output
+    assert f"note: {config}: activation_checkpointing: read only by deepspeed.checkpointing.configure" in result.output
