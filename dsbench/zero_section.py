@@ -9,12 +9,10 @@ string (``"3"``) is refused by validation (``configs/types.py``), and reads as 0
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-from dsbench.paths import data_file
+from dsbench.ds_schema_file import raw_schema
 
 DEVICES = ("none", "cpu", "nvme")
 """The offload devices DeepSpeed's ``OffloadDeviceEnum`` accepts, exactly so spelled."""
@@ -55,18 +53,11 @@ def _device(zero: dict[str, Any], key: str) -> str:
     return device if device in DEVICES else "none"
 
 
-@lru_cache(maxsize=1)
-def _deprecated_keys() -> dict[str, dict[str, Any]]:
-    """The section's deprecated keys as scripts/gen_ds_schema.py read them from DeepSpeed (``dsbench/data``)."""
-    raw = json.loads(data_file("ds_schema.json").read_text(encoding="utf-8"))
-    return raw["deprecated"].get("zero_optimization", {})
-
-
 def _deprecated_device(zero: dict[str, Any], key: str) -> Any:
     """The offload a deprecated key asks for, as DeepSpeed reads it: ``cpu_offload: true`` is ``offload_optimizer``
     ``{"device": "cpu"}`` (runtime/zero/config.py, the field's ``new_param_fn``; the schema records what it writes).
     Giving both spellings is DeepSpeed's AssertionError, which validation reports."""
-    for old, how in _deprecated_keys().items():
+    for old, how in raw_schema()["deprecated"].get("zero_optimization", {}).items():
         if how["new"] == key and how["sets_new"] and zero.get(old) is True:
             return (how["from_true"] or {}).get("device")
     return None

@@ -29,8 +29,8 @@ def check_scheduler(config: dict[str, Any]) -> list[Finding]:
         close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
         return [Finding(severity="error", code="deepspeed-rejects", path="scheduler.type",
                         message=f"DeepSpeed does not recognize LR scheduler {name!r}: it builds its own "
-                                "(WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest) or a "
-                                "torch.optim.lr_scheduler class by its name",
+                                f"({', '.join(n for n, how in known.items() if how['origin'] == 'deepspeed')}) or "
+                                "a torch.optim.lr_scheduler class by its name",
                         fix=f"did you mean '{close[0]}'?" if close else "use WarmupLR, or delete the scheduler")]
     how = known[name]
     params = scheduler.get("params")

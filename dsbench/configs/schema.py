@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import Any
 
 from dsbench.configs.findings import Finding
-from dsbench.paths import data_file
+from dsbench.ds_schema_file import raw_schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,15 +22,17 @@ class Schema:
     open_paths: frozenset[str]
     removed: dict[str, dict[str, str]]
     deprecated: dict[str, dict[str, dict[str, Any]]]
-    optimizers: dict[str, list[str]]
+    optimizers: dict[str, Any]
     """``deepspeed``: the optimizer names DeepSpeed builds itself (lower case); ``torch``: the torch.optim classes it
-    builds by name; ``zero_tested``: the classes it runs under ZeRO without ``zero_allow_untested_optimizer``."""
+    builds by name; ``zero_tested``: the classes it runs under ZeRO without ``zero_allow_untested_optimizer``;
+    ``arguments``: each buildable class's keyword arguments (None: any); ``schedulers``: each LR scheduler it builds
+    by name, with its ``origin`` (deepspeed or torch) and the arguments it takes, needs and cannot take from JSON."""
 
 
 @lru_cache(maxsize=1)
 def load_schema() -> Schema:
     """The schema shipped in ``dsbench/data/ds_schema.json``."""
-    raw = json.loads(data_file("ds_schema.json").read_text(encoding="utf-8"))
+    raw = raw_schema()
     return Schema(
         deepspeed_version=raw["deepspeed_version"],
         keys={path: frozenset(keys) for path, keys in raw["keys"].items()},
