@@ -75,6 +75,14 @@ def dynamo_backend(config: dict[str, Any]) -> str | None:
     return None if backend.upper() in ("NO", "FALSE") else backend.upper()
 
 
+def starts_one_process(config: dict[str, Any], processes: int | None = None) -> bool:
+    """Whether ``accelerate launch`` starts the script once although several are asked for (``processes``, else the
+    file's count): MULTI_CPU without an mpirun hostfile (its simple_launcher prepends mpirun only for
+    ``mpirun_config.mpirun_hostfile``; measured in ../shared/FINDINGS.md)."""
+    return (config.get("distributed_type") == "MULTI_CPU" and (processes or world_size(config) or 1) > 1
+            and not section_keys(config, "mpirun_config").get("mpirun_hostfile"))
+
+
 def world_size(config: dict[str, Any]) -> int | None:
     """The total number of processes the YAML launches (``num_processes``), when it says."""
     value = as_int(config.get("num_processes"))

@@ -10,6 +10,7 @@ from dsbench.configs.accelerate import (
     ds_config_file,
     dynamo_backend,
     section_keys,
+    starts_one_process,
     world_size,
 )
 
@@ -121,9 +122,7 @@ def _explain_fsdp(config: dict[str, Any]) -> list[str]:
 
 def _processes_line(config: dict[str, Any], kind: Any, processes: int | None) -> str:
     machines = as_int(config.get("num_machines")) or 1
-    if kind == "MULTI_CPU" and (processes or 1) > 1 and not section_keys(config, "mpirun_config").get(
-            "mpirun_hostfile"):
-        # accelerate's simple_launcher starts the script once; only an mpirun hostfile makes it start N (FINDINGS)
+    if starts_one_process(config):
         return (f"`accelerate launch` starts one process, not {processes}: MULTI_CPU runs several only through "
                 "mpirun (mpirun_config.mpirun_hostfile); `dsbench launch` refuses it (MULTI_GPU runs as CPU ranks "
                 "over gloo where there is no GPU)")

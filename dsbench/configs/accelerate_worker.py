@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench.configs.accelerate import DEFAULT_ZERO_STAGE, as_int, dynamo_backend, schema, section_keys
+from dsbench.configs.accelerate import (
+    DEFAULT_ZERO_STAGE,
+    as_int,
+    dynamo_backend,
+    schema,
+    section_keys,
+    starts_one_process,
+)
 from dsbench.configs.templates import load_template
 from dsbench.errors import UserError
 from dsbench.strategies import ACCELERATE_TYPES
@@ -66,9 +73,8 @@ def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
     anything starts, rather than a run that quietly trains something else."""
     kind = config.get("distributed_type")
     if kind == "MULTI_CPU" and (processes or 1) > 1:
-        how = ("dsbench does not start accelerate's mpirun launches (mpirun_config)"
-               if section_keys(config, "mpirun_config").get("mpirun_hostfile")
-               else "accelerate 1.15 starts one process for it without mpirun")
+        how = ("accelerate 1.15 starts one process for it without mpirun" if starts_one_process(config, processes)
+               else "dsbench does not start accelerate's mpirun launches (mpirun_config)")
         return (f"distributed_type MULTI_CPU: {how}; use MULTI_GPU, which dsbench runs as CPU ranks over gloo on a "
                 "machine without a GPU")
     if kind not in ACCELERATE_TYPES and kind != "MULTI_CPU":
