@@ -26,6 +26,7 @@ RULES: dict[str, tuple[str, float | None, bool]] = {
     "gradient_clipping": ("number", 0, True),
     "steps_per_print": ("int", 1, True),
     "prescale_gradients": ("bool", None, True),
+    "gradient_predivide_factor": ("number", 0, False),  # DeepSpeed divides the gradients by it (engine.py)
     # switches dsbench reads as DeepSpeed would act on them (configs/optimizer_check.py, zero_section.py, the rank's
     # monitor check): DeepSpeed takes "yes" as true (a truthy dict.get, pydantic's lax bool), so only true or false
     "zero_allow_untested_optimizer": ("bool", None, True),

@@ -36,3 +36,11 @@ def test_a_reduction_zero_refuses_is_an_error_naming_its_key(config, paths):
     assert [f.path for f in check_reduction(config)] == paths
     found = validate({"train_micro_batch_size_per_gpu": 1, **config}, ValidateContext(), deepspeed_check=False)
     assert {f.path for f in found if f.severity == "error"} == set(paths)
+
+
+@pytest.mark.parametrize("factor, said", [("2", "must be a number"), (0, "must be > 0"), (-1, "must be > 0")])
+def test_a_factor_that_is_not_a_positive_number_is_named(factor, said):
+    """DeepSpeed divides the gradients by it; "2" would pass its `!= 1.0` test and fail later, 0 divide by zero."""
+    found = validate({"train_micro_batch_size_per_gpu": 1, "gradient_predivide_factor": factor},
+                     ValidateContext(), deepspeed_check=False)
+    assert [f.path for f in found if f.severity == "error" and said in f.message] == ["gradient_predivide_factor"]
