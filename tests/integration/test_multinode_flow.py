@@ -32,8 +32,8 @@ def test_the_issue_flow_as_typed(tmp_path):
     """testbed up --nodes 2 --slots 1; launch with the printed hostfile; testbed down: two hostnames."""
     assert dsbench("testbed", "status", cwd=tmp_path).returncode == 1  # the module's test bed is down by now
     up = dsbench("testbed", "up", "--nodes", "2", "--slots", "1", cwd=tmp_path, timeout=120)
+    assert up.returncode == 0, up.stderr  # before the try: a test bed it did not bring up is not its to take down
     try:
-        assert up.returncode == 0, up.stderr
         printed = up.stdout.strip().splitlines()[-1].removeprefix("hostfile: ")
         again = dsbench("testbed", "up", "--nodes", "2", cwd=tmp_path)
         assert again.returncode == 2 and "a test bed is already up" in again.stderr
@@ -95,8 +95,8 @@ def test_bandwidth_shapes_both_directions(tmp_path):
     """--bandwidth 20mbit: 2.5 MB take at least the 1.0 s the rate allows, each way (a lower bound: a shaped link
     cannot be faster); unshaped, the same transfer is far quicker."""
     up = dsbench("testbed", "up", "--nodes", "2", "--bandwidth", "20mbit", cwd=tmp_path, timeout=120)
+    assert up.returncode == 0, up.stderr  # before the try: a test bed it did not bring up is not its to take down
     try:
-        assert up.returncode == 0, up.stderr
         assert "links: 20mbit" in dsbench("testbed", "status", cwd=tmp_path).stdout
         nbytes = 2_500_000
         expected = nbytes * 8 / 20e6
