@@ -103,7 +103,7 @@ def _written_config(req: LaunchRequest, world: int) -> tuple[Path, dict[str, Any
                             deepspeed_check=False)
         if has_errors(findings):
             raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
-        notes = [f"{req.config}: {f.path}: {f.message}" for f in findings]  # its warnings, said as validate says them
+        notes = [f"{req.config}: {f.text()}" for f in findings]  # its warnings, said as validate says them
         unfilled = [path for path in auto_paths(config) if path not in AUTO_RULES]
         if unfilled:  # a rank would stop at "cannot resolve 'auto'"
             raise UserError(f"{req.config}: {unfilled[0]} is \"auto\", which neither the HF Trainer nor dsbench's "

@@ -33,11 +33,14 @@ class Finding:
             if len(text) > limit:
                 object.__setattr__(self, name, text[: limit - 20] + f"... ({len(text):,} chars)")
 
+    def text(self) -> str:
+        """Where, what and the fix, without the severity: a launch's note says a warning so."""
+        fix = f" Fix: {self.fix}" if self.fix else ""
+        return f"{self.path or '(file)'}: {self.message}.{fix}"
+
     def line(self) -> str:
         """One-line human rendering."""
-        where = self.path or "(file)"
-        fix = f" Fix: {self.fix}" if self.fix else ""
-        return f"{self.severity.upper():7} {where}: {self.message}.{fix}"
+        return f"{self.severity.upper():7} {self.text()}"
 
     def to_dict(self) -> dict[str, str]:
         """JSON-ready form for ``--json``."""

@@ -306,3 +306,5 @@ def test_a_launch_of_a_config_says_its_warnings(cli_run, tmp_path):
     assert result.exit_code == 0, result.output
     assert f"note: {config}: zero_optimization.cpu_offload: deprecated in DeepSpeed" in result.output
     assert f"note: {config}: activation_checkpointing: read only by deepspeed.checkpointing.configure" in result.output
+    # and its fix, as validate gives it
+    assert "Fix: write zero_optimization.offload_optimizer instead" in result.output
