@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import shlex
 from dataclasses import dataclass, replace
 
@@ -57,7 +56,10 @@ def _reason(e: Estimate, cl: Cluster, best: Estimate | None) -> str:
         return f"needs {need:,.1f} GB per GPU > 90% of {have:g} GB"
     parts = [f"{need:,.1f} of {have:g} GB per GPU", f"step ≈ {e.step_s * 1e3:,.0f} ms ({e.dominant}-bound)"]
     if best is not None and e is not best:
-        parts.append(f"{e.step_s / best.step_s:.2f}x the top choice's step time")
+        ratio = e.step_s / best.step_s
+        parts.append(f"{ratio:.2f}x the top choice's step time" + (  # faster than it: the tie it lost
+            f", placed below it as a near tie (within {NEAR_TIE:.0%}) that the simpler layout wins" if ratio < 1
+            else ""))
     if e.bubble:
         parts.append(f"pipeline bubble {e.bubble:.0%}")
     if e.offload_s:
@@ -75,17 +77,32 @@ def _splits(cand: Candidate, cl: Cluster, shape: ModelShape) -> bool:
     return True
 
 
+NEAR_TIE = 0.05
+"""Step times within 5 % of the fastest left are a near tie, which the simpler layout wins (docs/planner.md)."""
+
+
+def simplicity(e: Estimate) -> tuple[bool, int, bool, int]:
+    """The simpler layout first: no model parallelism, then the SIMPLICITY order, no recompute, fewer splits."""
+    c = e.candidate
+    return (c.tp * c.pp > 1, SIMPLICITY.index(c.strategy), c.checkpointing, c.tp * c.pp)
+
+
+def near_tie_order(fitting: list[Estimate]) -> list[Estimate]:
+    """Each place goes to the simplest of those within NEAR_TIE of the fastest not yet placed. Measured from the
+    fastest, never from fixed buckets: two steps 0.1 % apart are always a tie, and a layout is never placed above
+    one more than 5 % faster."""
+    left, order = sorted(fitting, key=lambda e: e.step_s), []
+    while left:
+        near = [e for e in left if e.step_s <= left[0].step_s * (1 + NEAR_TIE)]
+        order.append(pick := min(near, key=simplicity))
+        left = [e for e in left if e is not pick]
+    return order
+
+
 def rank(wl: Workload, cl: Cluster) -> list[Ranked]:
     """Every candidate estimated; those that fit ranked by step time (simplest first on near ties)."""
     estimates = [estimate(c, wl, cl) for c in candidates(cl, wl.shape, wl.seq_len)]
-    fitting = [e for e in estimates if e.fits]
-
-    def key(e: Estimate) -> tuple[float, bool, int, bool, int]:
-        bucket = math.floor(math.log(e.step_s) / math.log(1.05))  # 5 % buckets of step time
-        c = e.candidate
-        return (bucket, c.tp * c.pp > 1, SIMPLICITY.index(c.strategy), c.checkpointing, c.tp * c.pp)
-
-    fitting.sort(key=key)
+    fitting = near_tie_order([e for e in estimates if e.fits])
     best = fitting[0] if fitting else None
     ranked = [Ranked(e, i + 1, _reason(e, cl, best)) for i, e in enumerate(fitting)]
     rest = sorted((e for e in estimates if not e.fits), key=lambda e: e.device_total)

@@ -357,7 +357,8 @@ def test_plan_write_gives_files_the_tools_accept(cli_run, tmp_path):
     from accelerate.commands.config.config_args import ClusterConfig
 
     one_node = tmp_path / "fsdp"
-    result = cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--write", str(one_node), "--json")
+    # GPT-2 XL on 8 GPUs: FSDP 22 % faster than ZeRO-1 (on Llama-7B, 4 %: a near tie the simpler ZeRO-1 wins)
+    result = cli_run("plan", "--model", "gpt2-xl", "--gpus", "8", "--write", str(one_node), "--json")
     data = json.loads(result.output)
     assert data["recommendation"]["name"] == "fsdp" and data["written"] == [str(one_node / "accelerate.yaml")]
     yaml = ClusterConfig.from_yaml_file(str(one_node / "accelerate.yaml"))
@@ -371,7 +372,7 @@ def test_plan_write_gives_files_the_tools_accept(cli_run, tmp_path):
     assert config["gradient_accumulation_steps"] == 16 and config["train_micro_batch_size_per_gpu"] == 1
     checked = cli_run("validate", str(two_nodes / "ds_config.json"), "--world-size", "16")
     assert checked.exit_code == 0, checked.output
-    again = cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--write", str(one_node))
+    again = cli_run("plan", "--model", "gpt2-xl", "--gpus", "8", "--write", str(one_node))
     assert again.exit_code == 2 and "exists; plan writes a new folder and never replaces one" in again.output
 
 
