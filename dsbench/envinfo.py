@@ -22,6 +22,19 @@ def default_ranks() -> int:
     return local_gpu_count() or 2
 
 
+def memory_available(meminfo_path: str = "/proc/meminfo") -> int | None:
+    """Bytes the kernel says new processes can have without swapping (/proc/meminfo's MemAvailable); None where
+    there is no such file or line."""
+    try:
+        with open(meminfo_path, encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the file counts kB (KiB)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on ``host`` right now (the kernel picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

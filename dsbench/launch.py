@@ -37,6 +37,7 @@ from dsbench.launch_request import (
 )
 from dsbench.launchers import LaunchCommand, LaunchSpec, build
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
+from dsbench.local_ranks import check_local_ranks
 from dsbench.parallel import ParallelDims
 from dsbench.records import check_run_dir
 from dsbench.strategies import SPLIT_ENGINES, TORCH_TP_ONLY
@@ -278,6 +279,9 @@ def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any],
     refusal = accelerate_worker.worker_refusal(config, processes)
     if refusal:
         raise UserError(f"{path}: {refusal}")
+    if not req.hostfile and _int_or(config.get("num_machines"), 1) == 1:  # every process on this machine
+        check_local_ranks(processes, "--num-processes" if req.num_processes else f"{path}: num_processes",
+                          gpus=req.local_gpus, memory_available=req.memory_available)
     ds_path, _ = ds_file_of(config, path)
     check_user_yaml_request(req, config, load_config_strict(ds_path) if ds_path else None, given)
     return config, processes

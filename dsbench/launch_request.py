@@ -15,6 +15,7 @@ from dsbench import trainspec
 from dsbench.errors import UserError
 from dsbench.hostfile import is_valid_hostname
 from dsbench.launchers import SlurmJob
+from dsbench.local_ranks import check_local_ranks
 from dsbench.strategies import TORCH_TP_ONLY
 
 
@@ -59,6 +60,11 @@ class LaunchRequest:
     num_machines: int | None = None
     port_given: bool = False
     """``--master-port`` was typed (else ``master_port`` is dsbench's pick)."""
+    local_gpus: int = 0
+    """GPUs on this machine (envinfo.local_gpu_count): a launch on it starts at most one rank per GPU."""
+    memory_available: int | None = None
+    """This machine's available memory in bytes (envinfo.memory_available; None: unknown): what CPU ranks it can
+    hold (local_ranks.check_local_ranks)."""
 
 
 def inherited_env(environ: Mapping[str, str], python: str) -> tuple[tuple[str, str], ...]:
@@ -130,6 +136,8 @@ def check_request(req: LaunchRequest) -> None:
         own = " (DeepSpeed's pipeline engine runs its own 1F1B)" if req.strategy == "deepspeed" else ""
         raise UserError(f"--{schedule[0].replace('_', '-')} orders torch's pipeline stages: it needs --strategy "
                         f"{' or '.join(trainspec.PIPELINED)}; --strategy {req.strategy} would ignore it{own}")
+    if not req.hostfile and req.slurm is None:  # every rank on this machine
+        check_local_ranks(req.num_gpus, "--num-gpus", gpus=req.local_gpus, memory_available=req.memory_available)
     if not is_valid_hostname(req.master_addr):
         raise UserError(f"--master-addr {req.master_addr!r}: give a hostname or an IP address")
     # worker flags that would replace what the launch decides (the config rendered, validated and recorded)

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.bench.compare import CellResult, prepare_out, run_matrix
-from dsbench.bench.matrix import ACCEL, DEFAULTS, Cell, expand, load_matrix_file
+from dsbench.bench.matrix import ACCEL, DEFAULTS, Cell, expand
+from dsbench.bench.matrix_file import load_matrix_file
 from dsbench.bench.progress import RichReporter
 from dsbench.errors import InvalidConfig, UserError
+from dsbench.local_ranks import check_here
 
 
 def matrix_from(matrix_file: str | None, flags: dict[str, Any]) -> dict[str, Any]:
@@ -52,6 +54,9 @@ def run_compare(matrix_file: str | None, flags: dict[str, Any], out: str | None,
     """Expand and check the matrix, then run its cells (results kept whatever happens)."""
     matrix = matrix_from(matrix_file, flags)
     cells = expand(**matrix)
+    here = [cell.world_size for cell in cells if not cell.hostfile]
+    if here:  # the cells that run on this machine's ranks, refused now rather than each failing in turn
+        check_here(max(here), "--world-sizes")
     check_accelerate_yamls(cells)
     folder = Path(out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
     prepare_out(folder, matrix, resume)

@@ -126,7 +126,7 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
            cp: int | None, **flags: Any) -> None:
     """Launch the training worker through deepspeed, torchrun or accelerate (args after -- go to the worker);
     with --accelerate-config, your own accelerate YAML through `accelerate launch`."""
-    from dsbench.envinfo import default_ranks, free_port, local_gpu_count
+    from dsbench.envinfo import default_ranks, free_port, local_gpu_count, memory_available
     from dsbench.launch import materialize, prepare, strategy_and_launcher
     from dsbench.launch_request import LaunchRequest, inherited_env, parse_env
 
@@ -149,7 +149,8 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
                         extra_env=parse_env(env_pairs),
                         inherited_env=inherited_env(os.environ, sys.executable),
                         accelerate_config=accelerate_config, num_processes=num_processes,
-                        num_machines=num_machines, port_given=master_port is not None)
+                        num_machines=num_machines, port_given=master_port is not None,
+                        local_gpus=local_gpu_count(), memory_available=memory_available())
     prepared = prepare(req)
     materialize(prepared)
     _print_prepared(prepared)
