@@ -7,7 +7,6 @@ full definition lives in the cell's ``cell.json``, never only in folder names.
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,8 +86,22 @@ class Cell:
         return asdict(self)
 
 
+PRECISIONS = ("fp32", "bf16", "fp16")
+"""compare's --precision (and a matrix file's precision)."""
+MAX_CELLS = 10_000
+"""The most cells one compare runs: each is a real launch of ten seconds or more, so 10,000 are over a day."""
+
+
 def check_matrix(names: list[str], world_sizes: list[int], micro_batches: list[int], repeats: int,
-                 steps: int, warmup: int) -> None:
+                 steps: int, warmup: int, models: list[str], seq_len: int, precision: str) -> None:
+    for flag, given in (("--strategies", names), ("--world-sizes", world_sizes), ("--micro-batches", micro_batches),
+                        ("--models", models)):
+        if not given:  # a comma alone, or an empty list in the matrix file: no cell at all
+            raise UserError(f"{flag} is empty: give at least one")
+    if seq_len < 1:
+        raise UserError(f"--seq-len must be >= 1, got {seq_len}")
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if any(accelerate_yaml_of(s) == "" for s in names):
         raise UserError(f"{ACCEL} needs the YAML's path: {ACCEL}PATH.yaml")
     unknown = [s for s in names if not registry.known(s) and accelerate_yaml_of(s) is None]
@@ -186,7 +199,7 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
     """All cells, in run order. ``single`` only runs at world size 1 (and always there, as the baseline); with a
     ``hostfile`` every other cell runs across its hosts. ``ranks_from`` names what gave the world sizes in a refusal
     (default: ``--world-sizes``, or the hostfile's slots)."""
-    check_matrix(strategies, world_sizes, micro_batches, repeats, steps, warmup)
+    check_matrix(strategies, world_sizes, micro_batches, repeats, steps, warmup, models, seq_len, precision)
     yaml = next((s for s in strategies if accelerate_yaml_of(s) is not None), None)
     if hostfile and yaml:
         raise UserError(f"--strategies {yaml}: a user's accelerate YAML runs on this machine's ranks here; drop it "
@@ -196,17 +209,11 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
     if compile != "off" and warmup < 1:
         raise UserError("--compile needs --warmup >= 1: compilation must stay out of the measured window")
     check_models(strategies, models, seq_len)
-    placed = [(strategy, world) for strategy in strategies for world in sorted(set(world_sizes))
-              # single runs at 1 rank; model-parallel strategies need a multiple of their degree
-              if not (strategy == "single" and world != 1 or world % _model_parallel(strategy))]
-    if "single" in strategies and 1 not in world_sizes:
-        placed.append(("single", 1))  # the baseline of scaling efficiency
-    unplaced = [s for s in strategies if s not in {strategy for strategy, _ in placed}]
-    if unplaced:
-        given = ",".join(map(str, world_sizes))
-        source = ranks_from or (f"--hostfile {hostfile} ({given} slots)" if hostfile else f"--world-sizes {given}")
-        raise UserError(f"--strategies {unplaced[0]} runs on a multiple of {_model_parallel(unplaced[0])} ranks; "
-                        f"{source} gives it no cell")
+    placed = _placed(strategies, world_sizes, hostfile, ranks_from)
+    count = len(models) * len(micro_batches) * repeats * sum(
+        len(variants(strategy, compile, fused_optimizer)) for strategy, _ in placed)
+    if count > MAX_CELLS:  # counted before any is built: --repeats 100000000 would fill the memory first
+        raise UserError(f"the matrix has {count:,} cells: at most {MAX_CELLS:,} in one compare")
     cells = [Cell(strategy=label_of(strategy), world_size=world, micro_batch=micro, model=model, repeat=repeat,
                   steps=steps, warmup=warmup, seq_len=seq_len, precision=precision,
                   accelerate_config=accelerate_yaml_of(strategy), compile=compiled, fused_optimizer=fused,
@@ -218,40 +225,21 @@ def expand(strategies: list[str], world_sizes: list[int], micro_batches: list[in
     return sorted(cells, key=lambda c: (c.model, c.micro_batch, c.world_size, c.repeat))
 
 
-def load_matrix_file(path: str) -> dict[str, Any]:
-    """A YAML or JSON matrix file: keys strategies, world_sizes, micro_batches, models, repeats, steps, ..."""
-    from dsbench.configs.yaml_reader import YamlProblem, load_yaml
-    from dsbench.io import loads_json, read_text
-
-    text = read_text(path, "matrix file")
-    if path.endswith((".yaml", ".yml")):
-        try:
-            data = load_yaml(text, path)  # bounded: aliases, duplicate keys, overlong numbers
-        except YamlProblem as exc:
-            raise UserError(f"cannot parse matrix file: {exc}") from None
-    else:
-        data = loads_json(text, path)
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: a matrix is a mapping of keys ({', '.join(MATRIX_TYPES)}), got "
-                        f"{type(data).__name__}")
-    extra = sorted(set(data) - set(MATRIX_TYPES))
-    if extra:
-        raise UserError(f"{path}: unexpected matrix keys {extra}; allowed: {', '.join(sorted(MATRIX_TYPES))}")
-    for key, value in data.items():
-        kind = MATRIX_TYPES[key]
-        items = value if kind in (list[int], list[str]) else [value]
-        item_type = int if kind in (list[int], int) else str
-        if (kind in (list[int], list[str]) and not isinstance(value, list)) or not all(
-                isinstance(item, item_type) and not isinstance(item, bool) for item in items):
-            raise UserError(f"{path}: {key} must be {_KIND_NAMES[kind]}, got {json.dumps(value, default=str)[:60]}")
-    return data
-
-
-# The matrix file's keys and the type of each (the flags of `dsbench compare` with the same names).
-MATRIX_TYPES: dict[str, Any] = {"strategies": list[str], "world_sizes": list[int], "micro_batches": list[int],
-                                "models": list[str], "repeats": int, "steps": int, "warmup": int, "seq_len": int,
-                                "precision": str, "compile": str, "fused_optimizer": str}
-_KIND_NAMES = {list[str]: "a list of names", list[int]: "a list of integers", int: "an integer", str: "a name"}
+def _placed(strategies: list[str], world_sizes: list[int], hostfile: str | None, ranks_from: str | None
+            ) -> list[tuple[str, int]]:
+    """Each strategy at each world size it can run at; one it cannot place at any is refused."""
+    placed = [(strategy, world) for strategy in strategies for world in sorted(set(world_sizes))
+              # single runs at 1 rank; model-parallel strategies need a multiple of their degree
+              if not (strategy == "single" and world != 1 or world % _model_parallel(strategy))]
+    if "single" in strategies and 1 not in world_sizes:
+        placed.append(("single", 1))  # the baseline of scaling efficiency
+    unplaced = [s for s in strategies if s not in {strategy for strategy, _ in placed}]
+    if unplaced:
+        given = ",".join(map(str, world_sizes))
+        source = ranks_from or (f"--hostfile {hostfile} ({given} slots)" if hostfile else f"--world-sizes {given}")
+        raise UserError(f"--strategies {unplaced[0]} runs on a multiple of {_model_parallel(unplaced[0])} ranks; "
+                        f"{source} gives it no cell")
+    return placed
 
 
 def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) -> list[str]:

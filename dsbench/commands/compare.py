@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from dsbench.bench.matrix import DEFAULTS
+from dsbench.bench.matrix import DEFAULTS, PRECISIONS
 from dsbench.commands.base import Command
 from dsbench.commands.options import (
     COUNT,
@@ -40,7 +40,7 @@ def _default(key: str) -> str:
 @click.option("--warmup", type=click.IntRange(min=0),
               help=f"Warm-up steps excluded from figures [{_default('warmup')}].")
 @click.option("--seq-len", type=COUNT, help=f"Tokens per sample [{_default('seq_len')}].")
-@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), help=f"[{_default('precision')}]")
+@click.option("--precision", type=click.Choice(PRECISIONS), help=f"[{_default('precision')}]")
 @click.option("--compile", type=click.Choice(["off", "on", "both"]),
               help="torch.compile the cells: off, on, or both (each strategy eager and compiled side by side) "
                    f"[{_default('compile')}].")

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from dsbench import strategies as registry
-from dsbench.bench.matrix import DEFAULTS, Cell, cell_launch_args, expand, load_matrix_file
+from dsbench.bench.matrix import DEFAULTS, Cell, cell_launch_args, expand
+from dsbench.bench.matrix_file import load_matrix_file
 from dsbench.bench.session import matrix_from
 from dsbench.errors import UserError
 
@@ -204,3 +205,18 @@ def test_a_layout_no_world_size_places_names_where_the_ranks_came_from(hostfile,
     with pytest.raises(UserError) as refused:
         expand(["pipe2"], [3], [2], ["gpt2-tiny"], hostfile=hostfile, ranks_from=ranks_from)
     assert str(refused.value) == f"--strategies pipe2 runs on a multiple of 2 ranks; {source} gives it no cell"
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ({"strategies": []}, "--strategies is empty"), ({"models": []}, "--models is empty"),
+    ({"world_sizes": []}, "--world-sizes is empty"), ({"micro_batches": []}, "--micro-batches is empty"),
+    ({"seq_len": 0}, "--seq-len must be >= 1, got 0"), ({"precision": "fp8"}, "--precision must be one of"),
+    ({"repeats": 10**8}, "the matrix has 100,000,000 cells: at most 10,000"),
+    ({"world_sizes": [1, 2, 3, 4], "repeats": 2501, "strategies": ["ddp"]}, "the matrix has 10,004 cells"),
+])
+def test_a_matrix_file_value_the_flags_would_refuse_is_refused_before_any_cell(given, message):
+    """What click's types refuse in the flags (a choice, a range, a count) the matrix file can hold: expand refuses
+    it before the cells are built, and counts them before building them (10^8 repeats never fill the memory)."""
+    matrix = {"strategies": ["ddp"], "world_sizes": [2], "micro_batches": [2], "models": ["gpt2-tiny"], **given}
+    with pytest.raises(UserError, match=re.escape(message)):
+        expand(**matrix)
