@@ -12,6 +12,7 @@ sp_rank (dsbench runs Ulysses with tp = pp = 1).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dsbench.errors import UserError
@@ -135,11 +136,18 @@ class ParallelDims:
                             "needs at least one)")
 
 
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` >= 1, ascending, found in O(sqrt n) (each d <= sqrt n with its pair n / d): the
+    micro-batches that split a rank's share of a global batch, which a user may give as 10^12."""
+    low = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return low + [n // d for d in reversed(low) if d * d != n]
+
+
 def widest_tp(ranks: int, heads: int, kv_heads: int) -> int:
     """The largest tensor-parallel degree that ``ranks`` ranks (one node's) can form and the model can split: a
     divisor of the ranks that divides the attention and key/value heads, as :meth:`ParallelDims.check_model`
     requires (each rank holds whole heads); 1 when none above 1 does (llama-tiny's 2 key/value heads on 4 ranks: 2)."""
-    return max(d for d in range(1, ranks + 1) if ranks % d == 0 and heads % d == 0 and kv_heads % d == 0)
+    return max(d for d in divisors(ranks) if heads % d == 0 and kv_heads % d == 0)
 
 
 def interleaved_accepts(micro_batches: int, stages: int) -> bool:

@@ -85,11 +85,24 @@ def rank_peak(passes: list[tuple[str, int]], rank: int, stages: int, chunk_bytes
     return peak
 
 
+def simulated_micro_batches(stages: int, micro_batches: int, virtual_stages: int = 1) -> int:
+    """As many micro-batches as the peak needs walked: past P·max(P, 2V + 4) no schedule of the 1F1B family holds
+    more. For M >= P², M // max(1, M // P) is P (the round size), so after the warm-up, which is then the same for
+    every M, the steady state repeats with period V·P ops, each period's forwards saving what its backwards free;
+    the cool-down only frees. Checked for P 2-8, V 1-4 and every M up to 6P² beyond the bound
+    (tests/unit/test_pipeline_in_flight.py). A --grad-accum of 10^12 walked pass by pass filled 24 GiB."""
+    return min(micro_batches, stages * max(stages, 2 * virtual_stages + 4))
+
+
 def peaks(stages: int, micro_batches: int, chunk_bytes: Sequence[float], loss_bytes: Sequence[float] | None = None,
           virtual_stages: int = 1, schedule: str = "1f1b") -> list[RankPeak]:
     """Every rank's peak (rank 0 first), for chunks of ``chunk_bytes`` per virtual stage (P·V of them, or P)."""
     loss = loss_bytes if loss_bytes is not None else [0.0] * len(chunk_bytes)
-    return [replace(rank_peak(rank_passes(rank, stages, micro_batches, virtual_stages, schedule), rank, stages,
+    if schedule == "gpipe":  # every forward before any backward: all M micro-batches' chunks held at once
+        return [RankPeak(micro_batches * chunk_bytes[rank], micro_batches * loss[rank], rank)
+                for rank in range(stages)]
+    walked = simulated_micro_batches(stages, micro_batches, virtual_stages)
+    return [replace(rank_peak(rank_passes(rank, stages, walked, virtual_stages, schedule), rank, stages,
                               chunk_bytes, loss), rank=rank) for rank in range(stages)]
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dsbench.errors import UserError
+from dsbench.parallel import divisors
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,7 +69,7 @@ def layouts(strategies: list[str], world: int, global_batch: int, model_parallel
     for strategy in strategies:
         if world % model_parallel(strategy) or (strategy == "single") != (world == 1):
             continue
-        for micro in (m for m in range(1, per_rank + 1) if per_rank % m == 0):
+        for micro in divisors(per_rank):
             for ckpt in (False, True) if checkpointing else (False,):
                 out.append(Layout(strategy=strategy, micro_batch=micro, grad_accum=per_rank // micro,
                                   checkpointing=ckpt))

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from dsbench.parallel import interleaved_accepts
-from dsbench.plan.pipeline_peak import in_flight_micro_batches
+from dsbench.plan.pipeline_peak import in_flight_micro_batches, simulated_micro_batches
 from tests.conftest import DATA
 
 schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
@@ -67,6 +67,33 @@ def test_interleaved_and_zero_bubble(ranks, micro_batches, chunks):
     zero_bubble = _peak(_order(schedules.ScheduleInterleavedZeroBubble, ranks, chunks, micro_batches), chunks)
     assert interleaved == pytest.approx(in_flight_micro_batches(ranks, micro_batches, chunks))
     assert zero_bubble == pytest.approx(in_flight_micro_batches(ranks, micro_batches, chunks, zero_bubble=True))
+
+
+BEYOND = [(p, v, m) for p in (2, 3, 4) for v in (1, 2, 3)
+          for m in range(simulated_micro_batches(p, 10**9, v) + 1, simulated_micro_batches(p, 10**9, v) + 2 * p + 1)
+          if v == 1 or interleaved_accepts(m, p)]  # torch's interleaved schedules take equal rounds only
+
+
+@pytest.mark.parametrize("ranks, chunks, micro_batches", BEYOND)
+def test_beyond_the_walked_micro_batches_torch_holds_no_more(ranks, chunks, micro_batches):
+    """The planner walks at most P·max(P, 2V + 4) micro-batches (a --grad-accum of 10^12 walked in full filled the
+    memory): torch's own schedules, ordered in full at the counts just past that bound, hold what the bounded walk
+    predicts."""
+    if chunks == 1:
+        assert _peak(_order(schedules.Schedule1F1B, ranks, 1, micro_batches), 1) == in_flight_micro_batches(
+            ranks, micro_batches)
+        return
+    interleaved = _peak(_order(schedules.ScheduleInterleaved1F1B, ranks, chunks, micro_batches), chunks)
+    zero_bubble = _peak(_order(schedules.ScheduleInterleavedZeroBubble, ranks, chunks, micro_batches), chunks)
+    assert interleaved == pytest.approx(in_flight_micro_batches(ranks, micro_batches, chunks))
+    assert zero_bubble == pytest.approx(in_flight_micro_batches(ranks, micro_batches, chunks, zero_bubble=True))
+
+
+def test_a_trillion_micro_batches_are_priced_at_once():
+    """GPipe by its closed form (every micro-batch held), the 1F1B family by the bounded walk."""
+    assert in_flight_micro_batches(4, 10**12, gpipe=True) == 10**12
+    assert in_flight_micro_batches(4, 10**12) == 4
+    assert in_flight_micro_batches(4, 10**12, 2) == in_flight_micro_batches(4, 4 * 10**6, 2)
 
 
 def test_the_closed_forms_at_a_multiple_of_the_stages():
