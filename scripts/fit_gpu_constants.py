@@ -36,7 +36,8 @@ from dsbench.plan.gpu_fit import (
     predict_with_host,
 )
 from dsbench.plan.gpu_time import step_time
-from dsbench.plan.replay import predict_row, read_rows, row_layouts
+from dsbench.plan.oracle_csv import read_rows
+from dsbench.plan.replay import predict_row, row_layouts
 
 ROOT = Path(__file__).resolve().parents[1]
 ORACLE = ROOT / "tests" / "data" / "oracles" / "torchtitan.csv"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import script_args
 
-from dsbench.plan.replay import COLUMNS, OPTIONAL
+from dsbench.plan.oracle_csv import COLUMNS, OPTIONAL
 from dsbench.plan.run_rows import run_row
 
 

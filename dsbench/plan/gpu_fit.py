@@ -17,7 +17,8 @@ from dsbench.plan.gpu_layout import OFFLOADED
 from dsbench.plan.gpu_offload import offload_terms, partition_params, partition_tensors, ranks_per_node
 from dsbench.plan.gpu_profiles import GpuProfile, profile_for
 from dsbench.plan.gpu_time import engine_host_seconds, step_time
-from dsbench.plan.replay import OracleRow, RowResult, predict_row, row_layouts
+from dsbench.plan.oracle_csv import OracleRow
+from dsbench.plan.replay import RowResult, predict_row, row_layouts
 from dsbench.strategies import PLANNER
 
 

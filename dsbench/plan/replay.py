@@ -7,35 +7,20 @@ price is listed as skipped with the reason. Statistics are given for complete ro
 
 from __future__ import annotations
 
-import csv
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.io import read_text
 from dsbench.model_config import heads_problem
 from dsbench.plan.gpu_layout import OFFLOADED, PRICED, Layout, Shape
 from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_profiles import ALIASES, GpuProfile, profile_for
 from dsbench.plan.gpu_time import StepTime, step_time
+from dsbench.plan.oracle_csv import OracleRow, read_rows
 from dsbench.plan.rank_correlation import spearman
 
-COLUMNS = ("source,row,model,arch,layers,hidden,heads,kv_heads,ffn,vocab,seq_len,gpu,gpus,gpus_per_node,intra_gbs,"
-           "inter_gbs,strategy,tp,pp,cp,schedule,virtual_stages,micro_batch,global_batch,recompute,"
-           "sequence_parallel,precision,compile,measured_step_s,measured_tokens_per_s_per_gpu,measured_peak_mem_gib,"
-           "note").split(",")
-OPTIONAL = ("head_dim", "qk_norm")
-"""Columns a table may add after the schema's (dsbench's own runs write them, scripts/runs_to_oracle.py): a head
-width where the model states one other than hidden / heads, and 1 for Qwen3's query/key norms; empty or absent:
-hidden / heads, none."""
-INTS = ("row", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "gpus", "gpus_per_node", "tp",
-        "pp", "cp", "virtual_stages", "micro_batch", "global_batch", "head_dim")
-FLOATS = ("intra_gbs", "inter_gbs", "measured_step_s", "measured_tokens_per_s_per_gpu", "measured_peak_mem_gib")
-FLAGS = ("sequence_parallel", "compile", "qk_norm")
-REQUIRED = ("source", "row", "arch", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "gpu",
-            "gpus", "gpus_per_node", "strategy", "tp", "pp", "cp", "global_batch", "recompute", "precision")
 MICRO_BATCHES = (1, 2, 4, 8)
 """Rule for a missing micro-batch (Megatron 2021 Table 1 gives none): the fastest of these that fits, as the paper
 tuned its runs; for a missing interleaving factor, the fastest that divides the layers per stage (at most 8)."""
@@ -50,22 +35,6 @@ HF_MODULES = ("dsbench run", "Hugging Face modules")
 """Notes that say the run trained transformers' modules (eagerly, one kernel per torch op): priced as dsbench's."""
 AUTOCAST = ("autocast",)
 """Notes that say the forward ran under torch.autocast over fp32 weights (dsbench's native engines write it)."""
-
-
-@dataclass(frozen=True)
-class OracleRow:
-    """One published run: its columns, typed (None where the source gives no value)."""
-
-    values: dict[str, Any]
-    path: str
-
-    @property
-    def source(self) -> str:
-        return self.values["source"]
-
-    @property
-    def row(self) -> int:
-        return self.values["row"]
 
 
 @dataclass(frozen=True)
@@ -86,56 +55,6 @@ class RowResult:
     @property
     def complete(self) -> bool:
         return not self.assumed
-
-
-def typed_row(path: Path, line: int, raw: dict[str, str]) -> dict[str, Any]:
-    """One row of the schema, its text typed column by column; a bad cell is one line naming row and column."""
-    out: dict[str, Any] = {}
-    for column in (*COLUMNS, *OPTIONAL):
-        text = (raw.get(column) or "").strip()
-        where = f"{path} row {line} column {column}"
-        if not text:
-            if column in REQUIRED:
-                raise UserError(f"{where}: empty, and the model needs it")
-            out[column] = None
-        elif column in INTS:
-            if not text.isdigit() or int(text) == 0 and column != "row":
-                raise UserError(f"{where}: {text!r} is not a positive whole number")
-            out[column] = int(text)
-        elif column in FLOATS:
-            try:
-                value = float(text)
-            except ValueError:
-                raise UserError(f"{where}: {text!r} is not a number") from None
-            if not value > 0:
-                raise UserError(f"{where}: {text!r} must be above 0")
-            out[column] = value
-        elif column in FLAGS:
-            if text not in ("0", "1"):
-                raise UserError(f"{where}: {text!r}: use 0 or 1")
-            out[column] = text == "1"
-        else:
-            out[column] = text
-    return out
-
-
-def read_rows(paths: list[Path]) -> list[OracleRow]:
-    """Every row of the files, typed; a file or row that does not follow the schema is one line naming it."""
-    rows: list[OracleRow] = []
-    for path in paths:
-        # a regular UTF-8 file only (a FIFO would block); a spreadsheet saves its CSV with a byte-order mark first
-        text = read_text(path, "--replay").removeprefix("\ufeff")
-        reader = csv.DictReader(text.splitlines())
-        header = reader.fieldnames or []
-        missing = [c for c in COLUMNS if c not in header]
-        if missing:
-            raise UserError(f"{path}: not the oracle schema: no column {missing[0]} (the schema's header: "
-                            f"{','.join(COLUMNS)})")
-        for line, raw in enumerate(reader, start=2):
-            if None in raw:
-                raise UserError(f"{path} row {line}: more cells than the header's {len(header)} columns")
-            rows.append(OracleRow(typed_row(Path(path), line, raw), str(path)))
-    return rows
 
 
 def _layout(v: dict[str, Any], micro_batch: int, virtual: int) -> Layout:
@@ -198,6 +117,9 @@ def row_layouts(v: dict[str, Any]) -> list[Layout]:
     does not give it) and, for an interleaved schedule, the virtual stages that divide its layers per stage."""
     batches = [v["micro_batch"]] if v["micro_batch"] else list(MICRO_BATCHES)
     per_stage = v["layers"] // v["pp"]
+    if (v["virtual_stages"] or 1) > 1 and v["schedule"] != "interleaved":  # else silently priced as one chunk
+        raise UserError(f"virtual_stages {v['virtual_stages']} goes with schedule interleaved, not "
+                        f"{v['schedule'] or '(empty)'!r}: give one or the other")
     if v["schedule"] != "interleaved" or v["pp"] == 1:
         virtuals = [1]
     elif v["virtual_stages"]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from dsbench.models import shape_of_record
 from dsbench.plan.gpu_calibration import kind_of_device
 from dsbench.plan.gpu_layout import OFFLOADED, PRICED, shape_of_model
-from dsbench.plan.replay import COLUMNS, OPTIONAL, OracleRow, typed_row
+from dsbench.plan.oracle_csv import COLUMNS, OPTIONAL, OracleRow, typed_row
 from dsbench.records import header_of, read_records
 from dsbench.run_record import RunHeader, read_summary
 from dsbench.strategy_match import name_of_run

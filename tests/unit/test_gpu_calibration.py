@@ -12,9 +12,9 @@ from dsbench.errors import UserError
 from dsbench.plan.gpu_calibration import calibrated_gpu, gpu_section, kind_of_device
 from dsbench.plan.gpu_fit import fit_zero_host_us, host_check
 from dsbench.plan.gpu_profiles import KINDS
+from dsbench.plan.oracle_csv import read_rows
 from dsbench.plan.profile import fit_profile
 from dsbench.plan.profile_check import load_profile
-from dsbench.plan.replay import read_rows
 from dsbench.plan.run_rows import oracle_row
 from tests.unit.test_profile import _measured
 

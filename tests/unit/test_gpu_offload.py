@@ -17,7 +17,8 @@ from dsbench.plan.gpu_memory import peak_memory
 from dsbench.plan.gpu_offload import host_link_bytes, offload_terms
 from dsbench.plan.gpu_profiles import profile_for
 from dsbench.plan.gpu_time import step_time
-from dsbench.plan.replay import predict_row, read_rows, replay
+from dsbench.plan.oracle_csv import read_rows
+from dsbench.plan.replay import predict_row, replay
 from dsbench.plan.run_rows import run_row
 from tests.conftest import DATA
 

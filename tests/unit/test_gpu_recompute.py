@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from dsbench.plan.replay import COLUMNS, OPTIONAL, predict_row
+from dsbench.plan.oracle_csv import COLUMNS, OPTIONAL
+from dsbench.plan.replay import predict_row
 from dsbench.plan.run_rows import oracle_row, run_row
 from tests.conftest import ROOT
 

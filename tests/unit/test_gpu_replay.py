@@ -16,8 +16,9 @@ import pytest
 
 from dsbench.errors import UserError
 from dsbench.plan.gpu_layout import Layout, Shape
+from dsbench.plan.oracle_csv import COLUMNS, read_rows
 from dsbench.plan.rank_correlation import spearman
-from dsbench.plan.replay import COLUMNS, error_stats, predict_row, read_rows, replay
+from dsbench.plan.replay import error_stats, predict_row, replay
 from tests.conftest import DATA
 
 ORACLES = DATA / "oracles"
@@ -775,3 +776,15 @@ def test_a_table_saved_by_a_spreadsheet_reads_as_the_same_rows(tmp_path):
     saved = tmp_path / "torchtitan.csv"
     saved.write_bytes(b"\xef\xbb\xbf" + source.read_bytes().replace(b"\n", b"\r\n"))
     assert [r.values for r in read_rows([saved])] == [r.values for r in read_rows([source])]
+
+
+def test_a_row_interleaving_under_another_schedule_is_skipped_not_priced_as_one_chunk(results):
+    """virtual_stages above 1 beside a 1f1b schedule contradicts itself: until 2026-11-30 the row was priced as one
+    chunk per stage without a word; now it is skipped with the reason, as an unknown GPU is."""
+    from dsbench.plan.replay import with_columns
+
+    row = next(r for r in results if r.layout is not None and r.layout.pp == r.layout.tp == 1
+               and r.row.values["gpus"] % 2 == 0)
+    contradictory = predict_row(with_columns(row.row, pp=2, schedule="1f1b", virtual_stages=4))
+    assert contradictory.skipped == "virtual_stages 4 goes with schedule interleaved, not '1f1b': give one or the other"
+    assert predict_row(with_columns(row.row, pp=2, schedule="interleaved", virtual_stages=2)).skipped is None
