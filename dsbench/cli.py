@@ -7,6 +7,8 @@ line on stderr and its exit code (2 for bad input, 1 for an invalid config or fa
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from dsbench import __version__
@@ -28,6 +30,7 @@ from dsbench.commands import (
     whatif,
 )
 from dsbench.commands.base import Group
+from dsbench.console import drop_unreadable_sizes
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -44,4 +47,5 @@ for module in (render, validate, explain, presets, hostfile, launch, compare, re
 
 def main() -> None:
     """Console-script entry point."""
+    drop_unreadable_sizes(os.environ)
     cli(prog_name="dsbench")

@@ -16,6 +16,14 @@ from typing import Any
 
 from dsbench.errors import DsbenchError, UserError
 
+
+def read_count(text: str, digits: int = 15) -> int | None:
+    """A whole number >= 0 written in ASCII digits, at most ``digits`` of them; None otherwise. ``str.isdigit``
+    alone also accepts '²' and Arabic-Indic digits, which ``int`` (or no launcher) reads, and ``int`` refuses over
+    4,300 digits with a ValueError of its own."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= digits else None
+
+
 MAX_INPUT_BYTES = 64 * 2**20
 """Largest config, hostfile, matrix or record file read whole: far above any real one, far below the RAM."""
 MAX_JSON_DEPTH = 64

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.io import read_text
+from dsbench.io import read_count, read_text
 
 COLUMNS = ("source,row,model,arch,layers,hidden,heads,kv_heads,ffn,vocab,seq_len,gpu,gpus,gpus_per_node,intra_gbs,"
            "inter_gbs,strategy,tp,pp,cp,schedule,virtual_stages,micro_batch,global_batch,recompute,"
@@ -56,11 +56,10 @@ def typed_row(path: Path, line: int, raw: dict[str, str]) -> dict[str, Any]:
                 raise UserError(f"{where}: empty, and the model needs it")
             out[column] = None
         elif column in INTS:
-            # ASCII digits only ('²' is a digit to str.isdigit and not to int), and at most 15 of them: no run had
-            # more GPUs or tokens, and int() refuses over 4,300 digits with a ValueError of its own
-            if not (text.isascii() and text.isdigit() and len(text) <= 15) or int(text) == 0 and column != "row":
+            count = read_count(text)  # at most 15 digits: no run had more GPUs or tokens
+            if count is None or count == 0 and column != "row":
                 raise UserError(f"{where}: {shown} is not a positive whole number")
-            out[column] = int(text)
+            out[column] = count
         elif column in FLOATS:
             try:
                 value = float(text)

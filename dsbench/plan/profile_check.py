@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from dsbench.errors import UserError
+from dsbench.io import read_count
 from dsbench.plan.collective_fit import KINDS
 from dsbench.plan.gpu_calibration import check_section
 from dsbench.plan.pipeline_time import PASS_RATE, STEP_RATE
@@ -47,7 +48,8 @@ def _check_rates(rates: dict[str, Any], source: str) -> None:
         if key in rates:
             _check_figure(rates[key], f"rates.{key}", source, positive=None)
     by_micro = rates.get("model_tflops_by_micro_batch", {})
-    if not isinstance(by_micro, dict) or not all(str(size).isdigit() for size in by_micro):
+    # ASCII digits of a count int() reads ('²' is a digit to str.isdigit, not to int: an internal error before)
+    if not isinstance(by_micro, dict) or not all(read_count(str(size), digits=9) for size in by_micro):
         raise UserError(f"{source}: rates.model_tflops_by_micro_batch must map micro-batch sizes to TFLOPS")
     for size, rate in by_micro.items():
         _check_figure(rate, f"rates.model_tflops_by_micro_batch.{size}", source, positive=True)
