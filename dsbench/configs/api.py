@@ -151,8 +151,8 @@ def _blame(finding: Finding, sets: tuple[str, ...]) -> str:
     for item in reversed(sets):
         key = item.partition("=")[0]
         if finding.path == key or finding.path.startswith(key + ".") or key.startswith(finding.path + "."):
-            return f"--set {item}: {finding.path} {finding.message} (fix: {finding.fix})"
-    return f"the rendered config is invalid: {finding.path or '(file)'}: {finding.message} (fix: {finding.fix})"
+            return f"--set {item}: {finding.text()}"  # path: message. Fix: ..., as validate says it
+    return f"the rendered config is invalid: {finding.text()}"
 
 
 def validate_file(path: str, world_size: int | None, allow_auto: bool,

@@ -8,25 +8,40 @@ from collections.abc import Iterable
 from typing import Any
 
 from dsbench.errors import UserError
+from dsbench.io import MAX_JSON_DEPTH, check_depth
 
 _MISSING = object()
 
 
-def parse_value(text: str) -> Any:
-    """JSON-typed value: ``3`` -> int, ``1e-4`` -> float, ``true`` -> bool, ``[1,2]`` -> list, else a string."""
+def parse_value(text: str, source: str = "--set") -> Any:
+    """JSON-typed value: ``3`` -> int, ``1e-4`` -> float, ``true`` -> bool, ``[1,2]`` -> list, else a string; a
+    number too long to read or nesting too deep to walk is refused as a config file's would be."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+    except ValueError:  # int('9' * 5000): beyond Python's 4300 digits
+        raise UserError(f"{source}: a number too long to read (over 4,300 digits)") from None
+    except RecursionError:
+        raise UserError(f"{source}: nested deeper than {MAX_JSON_DEPTH} levels") from None
 
 
 def parse_set(item: str) -> tuple[list[str], Any]:
-    """Split ``a.b.c=VALUE`` into its key path and JSON-typed value."""
+    """Split ``a.b.c=VALUE`` into its key path and JSON-typed value, no deeper together than a config file may
+    nest (the checks that walk the config would otherwise meet Python's recursion limit)."""
     key, sep, value = item.partition("=")
     parts = key.strip().split(".")
     if not sep or not key.strip() or any(not p for p in parts):
         raise UserError(f"--set {item!r}: expected KEY.PATH=VALUE, e.g. --set zero_optimization.stage=3")
-    return parts, parse_value(value.strip())
+    shown = f"--set {key.strip()[:60]}{'...' if len(key.strip()) > 60 else ''}"
+    if len(parts) > MAX_JSON_DEPTH:
+        raise UserError(f"{shown}: {len(parts):,} keys deep; a config nests at most {MAX_JSON_DEPTH} levels")
+    parsed = parse_value(value.strip(), shown)
+    nested: Any = parsed
+    for part in reversed(parts):  # the value where it will sit, for the depth the config will have
+        nested = {part: nested}
+    check_depth(nested, shown)
+    return parts, parsed
 
 
 def get_path(data: dict[str, Any], path: str, default: Any = None) -> Any:

@@ -238,3 +238,16 @@ def test_degrees_deepspeed_takes_pass(key, value):
     config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2}
     set_path(config, key.split("."), value)
     assert not [f for f in validate(config, ValidateContext(world_size=4), deepspeed_check=False) if f.path == key]
+
+
+@pytest.mark.parametrize(("item", "message"), [
+    ("a." * 3000 + "b=1", "3,001 keys deep; a config nests at most 64 levels"),
+    ("train_micro_batch_size_per_gpu=" + "9" * 5000, "a number too long to read (over 4,300 digits)"),
+    ("optimizer.params.betas=" + "[" * 5000 + "]" * 5000, "nested deeper than 64 levels"),
+    ("a." * 40 + "b=" + "[" * 30 + "]" * 30, "nested deeper than 64 levels"),  # the key path and the value together
+])
+def test_a_set_too_deep_or_too_long_is_one_line(cli_run, item, message):
+    """Each was an internal error (RecursionError in the checks that walk the config, int()'s 4,300-digit
+    ValueError) until 2026-11-30; now refused as a config file holding the same would be."""
+    result = cli_run("render", "--preset", "zero2", "--set", item)
+    assert result.exit_code == 2 and message in result.output and "internal error" not in result.output
