@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import trainspec
+from dsbench.dataset_files import dataset_files
 from dsbench.errors import UserError
 from dsbench.hostfile import is_valid_hostname
 from dsbench.launchers import SlurmJob
@@ -162,3 +163,10 @@ _LAUNCH_DECIDES = {
 _RENDER_FLAG_NAMES = {"precision": "--precision", "micro_batch": "--micro-batch", "grad_accum": "--grad-accum",
                       "pipeline_stages": "--pipeline-stages", "tp": "--tp", "grad_clip": "--grad-clip", "lr": "--lr",
                       "warmup_steps": "--warmup-steps"}
+
+
+def check_dataset_here(dataset: str | None, req: LaunchRequest) -> None:
+    """A --dataset that no rank here could read (missing, a FIFO, no data file, empty) is refused before the ranks
+    start, where every rank reads it from this machine; across nodes it is the nodes' path, checked there."""
+    if dataset and not req.hostfile and req.slurm is None:
+        dataset_files(dataset, req.cwd)

@@ -12,11 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dsbench.dataset_files import FORMATS, dataset_files
 from dsbench.errors import UserError
 from dsbench.paths import data_file
-
-_FORMATS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet",
-            ".csv": "csv"}
 
 
 def load_tokenizer(model_path: str | None = None) -> Any:
@@ -56,20 +54,11 @@ def _dataset_texts(path: str, text_field: str) -> list[str]:
     """Texts of a local file or folder through the ``datasets`` library (no hub access)."""
     import datasets
 
-    p = Path(path)
-    files = sorted(f for f in p.rglob("*") if f.suffix in _FORMATS) if p.is_dir() else [p]
-    if not files or not all(f.is_file() for f in files):
-        kind = "" if not p.exists() or p.is_dir() or p.is_file() else " (not a regular file)"
-        raise UserError(f"--dataset {path}: no .txt/.json/.jsonl/.parquet/.csv files found{kind}")
-    kinds = {_FORMATS.get(f.suffix) for f in files}
-    if None in kinds or len(kinds) != 1:
-        raise UserError(f"--dataset {path}: use files of one format among {', '.join(sorted(_FORMATS))}")
-    if all(f.stat().st_size == 0 for f in files):
-        raise UserError(f"--dataset {path}: empty (no text to train on)")
+    files, kind = dataset_files(path)
     try:
-        table = datasets.load_dataset(kinds.pop(), data_files=[str(f) for f in files], split="train")
+        table = datasets.load_dataset(kind, data_files=[str(f) for f in files], split="train")
     except Exception as exc:  # datasets wraps a parse failure in DatasetGenerationError: name the file instead
-        raise UserError(f"--dataset {path}: cannot be read as {', '.join(sorted(_FORMATS))} data "
+        raise UserError(f"--dataset {path}: cannot be read as {', '.join(sorted(FORMATS))} data "
                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:150]})") from None
     if text_field not in table.column_names:
         raise UserError(f"--dataset {path}: no column {text_field!r} (columns: {', '.join(table.column_names)}); "
