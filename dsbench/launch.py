@@ -33,7 +33,7 @@ from dsbench.launch_request import (
     DEEPSPEED_ONLY,
     WORKER_ONLY,
     LaunchRequest,
-    check_dataset_here,
+    check_here,
     check_request,
 )
 from dsbench.launchers import LaunchCommand, LaunchSpec, build
@@ -151,7 +151,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     train = trainflags.for_launch(given, launch_fields(req, req.strategy, config_path))
     if config is not None:  # each flag's value checked above; whether the config would ignore it, here
         check_worker_flags(given, config, req.config)
-    check_dataset_here(train.dataset, req)
+    check_here(train, config if isinstance(config, dict) else None, req)
     try:
         notes += check_layout(train, config, world, resume=True,
                               dims=layout if isinstance(layout, ParallelDims) else None)
@@ -257,7 +257,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
                       user_accelerate_config=path, accelerate_args=tuple(args))
     base = with_inherited_env(base, req)
     train = trainflags.for_launch(given, launch_fields(req, "auto", None))
-    check_dataset_here(train.dataset, req)
+    check_here(train, config, req)
     notes = check_layout(train, None, processes) + accelerate_worker.worker_notes(config, compiled=train.compile)
     req.run_dir.mkdir(parents=True, exist_ok=True)
     copy = req.run_dir / "accelerate_config.yaml"

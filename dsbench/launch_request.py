@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import trainspec
+from dsbench.configs.precision import check_precision, config_precision
 from dsbench.dataset_files import dataset_files
 from dsbench.errors import UserError
 from dsbench.hostfile import is_valid_hostname
@@ -165,8 +166,31 @@ _RENDER_FLAG_NAMES = {"precision": "--precision", "micro_batch": "--micro-batch"
                       "warmup_steps": "--warmup-steps"}
 
 
+def check_here(train: trainspec.TrainSpec, config: Mapping[str, Any] | None, req: LaunchRequest) -> None:
+    """What the ranks would find wrong on this machine, said before they start: the dataset, fp16 on CPU ranks."""
+    check_dataset_here(train.dataset, req)
+    check_precision_here(train, config, req)
+
+
 def check_dataset_here(dataset: str | None, req: LaunchRequest) -> None:
     """A --dataset that no rank here could read (missing, a FIFO, no data file, empty) is refused before the ranks
     start, where every rank reads it from this machine; across nodes it is the nodes' path, checked there."""
     if dataset and not req.hostfile and req.slurm is None:
         dataset_files(dataset, req.cwd)
+
+
+def check_precision_here(train: trainspec.TrainSpec, config: Mapping[str, Any] | None, req: LaunchRequest) -> None:
+    """fp16 refused before CPU ranks start (configs.precision.check_precision, which each rank asks again): from the
+    DeepSpeed config (a given one named with its key), else, for "auto" and the native engines, the flags; under a
+    user's accelerate YAML, its mixed_precision unless --precision replaces it."""
+    if not req.cpu:
+        return
+    if req.accelerate_config:
+        typed = req.render_flags.get("precision")
+        yaml = dict(config or {}).get("mixed_precision")
+        what = "--precision fp16" if typed else f"{req.accelerate_config}: mixed_precision fp16"
+        check_precision(str(typed or yaml or "fp32"), cpu=True, what=what)
+        return
+    precision = config_precision(dict(config)) if config is not None else "auto"
+    what = f"{req.config}: fp16.enabled" if req.config and precision == "fp16" else "--precision fp16"
+    check_precision(train.precision or "fp32" if precision == "auto" else precision, cpu=True, what=what)

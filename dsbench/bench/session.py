@@ -11,6 +11,8 @@ from dsbench.bench.compare import CellResult, prepare_out, run_matrix
 from dsbench.bench.matrix import ACCEL, DEFAULTS, Cell, expand
 from dsbench.bench.matrix_file import load_matrix_file
 from dsbench.bench.progress import RichReporter
+from dsbench.configs.precision import check_precision
+from dsbench.envinfo import local_gpu_count
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.local_ranks import check_here
 
@@ -57,6 +59,7 @@ def run_compare(matrix_file: str | None, flags: dict[str, Any], out: str | None,
     here = [cell.world_size for cell in cells if not cell.hostfile]
     if here:  # the cells that run on this machine's ranks, refused now rather than each failing in turn
         check_here(max(here), "--world-sizes")
+    check_precision(matrix["precision"], cpu=local_gpu_count() == 0)  # as each cell's launch would
     check_accelerate_yamls(cells)
     folder = Path(out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
     prepare_out(folder, matrix, resume)

@@ -65,7 +65,8 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
     the planner ranks them all, then at most --budget real runs decide (--speed-options: then the winner compiled and
     uncompiled, side by side). Every layout steps with a fused Adam, as compare's cells do by default."""
     from dsbench.bench.tune import tune as run_tune
-    from dsbench.envinfo import default_ranks
+    from dsbench.configs.precision import check_precision
+    from dsbench.envinfo import default_ranks, local_gpu_count
     from dsbench.hostfile import ranks_of
     from dsbench.local_ranks import check_here
     from dsbench.report.tables import print_tune
@@ -75,6 +76,7 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
     world = ranks_of(hostfile) if hostfile else num_gpus or default_ranks()
     if not hostfile:
         check_here(world, "--num-gpus")
+    check_precision(precision, cpu=local_gpu_count() == 0)  # as each run's launch would
     if not 0 <= warmup < steps:
         raise UserError(f"--warmup must be in 0..{steps - 1}")
     check_seq_len(model, seq_len)

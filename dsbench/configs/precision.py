@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from dsbench.errors import UserError
+
 ConfigPrecision = Literal["fp32", "fp16", "bf16", "auto"]
 
 
@@ -39,3 +41,13 @@ def config_precision(config: dict[str, Any]) -> ConfigPrecision:
     if "auto" in (_enabled(bf16_section(config)), _enabled(config.get("fp16"))):
         return "auto"
     return "fp32"
+
+
+def check_precision(precision: str, cpu: bool, what: str = "--precision fp16") -> None:
+    """fp16 on CPU ranks is refused: DeepSpeed's CPU accelerator has no fp16 ("Type fp16 is not supported on your
+    device"), and the native engines would step fp16 gradients without a loss scaler, which accelerate, too, runs
+    only on GPUs (it trains fp32 for fp16 on a CPU). bf16 runs on CPU ranks (DeepSpeed's bf16, torch's CPU
+    autocast)."""
+    if cpu and precision == "fp16":
+        raise UserError(f"{what} on CPU ranks: DeepSpeed's CPU accelerator has no fp16 (and accelerate trains fp32 for "
+                        "it on a CPU): use bf16 or fp32 here")

@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "testbed": CORE | {"runner"},
     "doctor": CORE | {"launchers", "runner"},
     "launch_checks": CORE | {"configs"},
-    "launch_request": CORE | {"launchers"},
+    "launch_request": CORE | {"launchers", "configs"},  # a config's precision, read as DeepSpeed reads it
     "launch": CORE | {"configs", "launchers", "launch_checks", "launch_request"},
     # bench runs and measures; printing and plotting are the report's and the commands' (bench imports no report)
     "bench": CORE | {"configs", "launchers", "runner", "launch_log", "plan", "launch", "testbed"},

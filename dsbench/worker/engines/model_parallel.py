@@ -83,7 +83,7 @@ class TiedHead(nn.Module):
 
 
 class Stage(nn.Module):
-    """One pipeline stage: its layers in order, under autocast when training in bf16/fp16 on GPU."""
+    """One pipeline stage: its layers in order, under autocast when training in bf16/fp16."""
 
     def __init__(self, layers: list[nn.Module], context: Any) -> None:
         super().__init__()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from dsbench.configs.precision import check_precision
 from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine, warmup_factor
 from dsbench.worker.model import transformer_blocks
 
@@ -68,13 +69,17 @@ def _by_tensor_kind(params: list[Any]) -> list[Any]:
 
 
 def autocast(options: EngineOptions, device: str) -> Any:
-    """A context factory: bf16/fp16 autocast on GPU for mixed precision, nothing on CPU or in fp32."""
+    """A context factory: bf16/fp16 autocast for mixed precision on the rank's device, as accelerate's
+    ``get_mixed_precision_context_manager`` gives it (bf16 on CPU ranks too: until 2026-11-30 they trained fp32
+    under --precision bf16 and their header said bf16); nothing in fp32. fp16 on CPU ranks is refused (launch_request
+    .check_precision_here), as here for a worker started by hand."""
     import torch
 
-    if options.precision not in ("bf16", "fp16") or device == "cpu":
+    if options.precision not in ("bf16", "fp16"):
         return contextlib.nullcontext
+    check_precision(options.precision, cpu=device == "cpu")
     dtype = torch.bfloat16 if options.precision == "bf16" else torch.float16
-    return lambda: torch.autocast("cuda", dtype=dtype)
+    return lambda: torch.autocast(device, dtype=dtype)
 
 
 class NativeEngine(TorchAdamWEngine):

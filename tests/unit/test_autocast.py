@@ -1,0 +1,34 @@
+"""Mixed precision on the native engines' ranks (worker/engines/native.autocast) as accelerate gives it: bf16 autocast
+on CPU ranks too (they trained fp32 under --precision bf16 until 2026-11-30, their header saying bf16), fp16
+refused on CPU ranks (DeepSpeed's CPU accelerator has none; accelerate trains fp32 for it there)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dsbench.errors import UserError  # noqa: E402
+from dsbench.worker.engines.base import EngineOptions  # noqa: E402
+from dsbench.worker.engines.native import autocast  # noqa: E402
+
+
+def _options(precision: str) -> EngineOptions:
+    return EngineOptions(lr=1e-3, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0, warmup_steps=0,
+                         grad_accum=1, precision=precision)
+
+
+def test_bf16_autocasts_a_cpu_rank_s_matmuls_as_accelerate_does():
+    """The oracle: accelerate's own context for bf16 on a CPU device (get_mixed_precision_context_manager with
+    native_amp, which its Accelerator sets for bf16 on CPU), applied to the same matmul."""
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with autocast(_options("bf16"), "cpu")():
+        ours = a @ b
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):  # accelerate/utils/modeling.py, bf16 branch
+        theirs = a @ b
+    assert ours.dtype == theirs.dtype == torch.bfloat16 and torch.equal(ours, theirs)
+    with autocast(_options("fp32"), "cpu")():
+        assert (a @ b).dtype == torch.float32
+
+
+def test_fp16_on_a_cpu_rank_is_refused():
+    with pytest.raises(UserError, match="fp16 on CPU ranks"):
+        autocast(_options("fp16"), "cpu")
