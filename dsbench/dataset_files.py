@@ -11,18 +11,22 @@ from dsbench.errors import UserError
 FORMATS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 """File suffix -> the ``datasets`` builder that reads it."""
 MAX_FILES = 100_000
-"""Most files a dataset folder may hold: ``--dataset /`` would otherwise walk the whole file system (and /proc)."""
+"""Most files a dataset folder may hold, data or not: ``--dataset /`` would otherwise walk the whole file system (and
+/proc)."""
 
 
 def _walk(folder: Path, given: str) -> list[Path]:
-    """The data files under ``folder`` (symbolic links to folders not followed), sorted; refused past MAX_FILES."""
+    """The data files under ``folder`` (symbolic links to folders not followed), sorted; refused past MAX_FILES
+    files of any kind, counted as the walk goes."""
     found: list[Path] = []
+    seen = 0
     for root, dirs, names in os.walk(folder):
         dirs.sort()
+        seen += len(names) + len(dirs)
+        if seen > MAX_FILES:
+            raise UserError(f"--dataset {given}: over {MAX_FILES:,} files below it: give the folder that holds the "
+                            "corpus")
         found.extend(Path(root) / name for name in names if Path(name).suffix in FORMATS)
-        if len(found) > MAX_FILES:
-            raise UserError(f"--dataset {given}: over {MAX_FILES:,} data files below it: give the folder that holds "
-                            "the corpus")
     return sorted(found)
 
 

@@ -45,9 +45,8 @@ def config_precision(config: dict[str, Any]) -> ConfigPrecision:
 
 def check_precision(precision: str, cpu: bool, what: str = "--precision fp16") -> None:
     """fp16 on CPU ranks is refused: DeepSpeed's CPU accelerator has no fp16 ("Type fp16 is not supported on your
-    device"), and the native engines would step fp16 gradients without a loss scaler, which accelerate, too, runs
-    only on GPUs (it trains fp32 for fp16 on a CPU). bf16 runs on CPU ranks (DeepSpeed's bf16, torch's CPU
-    autocast)."""
+    device"), and accelerate keeps fp16 (autocast with a gradient scaler) to GPUs, training fp32 for it on a CPU
+    (accelerator.py, ``native_amp``). bf16 runs on CPU ranks (DeepSpeed's bf16, torch's CPU autocast)."""
     if cpu and precision == "fp16":
         raise UserError(f"{what} on CPU ranks: DeepSpeed's CPU accelerator has no fp16 (and accelerate trains fp32 for "
                         "it on a CPU): use bf16 or fp32 here")

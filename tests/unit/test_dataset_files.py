@@ -40,7 +40,7 @@ def test_empty_files_and_a_fifo_are_refused(tmp_path):
 def test_a_walk_past_the_bound_stops(tmp_path, monkeypatch):
     """--dataset / walked the whole file system file by file; the walk stops past MAX_FILES."""
     monkeypatch.setattr(df, "MAX_FILES", 3)
-    for i in range(4):
-        (tmp_path / f"{i}.txt").write_text("x")
-    with pytest.raises(UserError, match="over 3 data files below it"):
+    for i in range(4):  # one data file, three others: every file counts towards the bound
+        (tmp_path / f"{i}.{'txt' if i == 0 else 'md'}").write_text("x")
+    with pytest.raises(UserError, match="over 3 files below it"):
         df.dataset_files(str(tmp_path))
