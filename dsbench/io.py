@@ -19,8 +19,8 @@ from dsbench.errors import DsbenchError, UserError
 
 def read_count(text: str, digits: int = 15) -> int | None:
     """A whole number >= 0 written in ASCII digits, at most ``digits`` of them; None otherwise. ``str.isdigit``
-    alone also accepts '²' and Arabic-Indic digits, which ``int`` (or no launcher) reads, and ``int`` refuses over
-    4,300 digits with a ValueError of its own."""
+    alone also accepts '²', which ``int`` refuses, and Arabic-Indic digits, which ``int`` reads and no launcher does;
+    and ``int`` refuses over 4,300 digits with a ValueError of its own."""
     return int(text) if text.isascii() and text.isdigit() and len(text) <= digits else None
 
 

@@ -33,12 +33,12 @@ from dsbench.launch_request import (
     DEEPSPEED_ONLY,
     WORKER_ONLY,
     LaunchRequest,
-    check_here,
+    check_dataset_here,
     check_request,
+    check_yaml_here,
 )
 from dsbench.launchers import LaunchCommand, LaunchSpec, build
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
-from dsbench.local_ranks import check_local_ranks
 from dsbench.parallel import ParallelDims
 from dsbench.records import check_run_dir
 from dsbench.strategies import SPLIT_ENGINES, TORCH_TP_ONLY
@@ -101,8 +101,8 @@ def _written_config(req: LaunchRequest, world: int) -> tuple[Path, dict[str, Any
         layout = layout_of(config, world) if isinstance(config, dict) else None
         # "auto" is the HF Trainer's to fill, and each rank fills it so from the worker's flags
         # (worker/setup.complete_ds_config), as a config passed to `deepspeed --deepspeed_config` is filled
-        findings = validate(config, ValidateContext(world_size=world, layout=layout, allow_auto=True),
-                            deepspeed_check=False)
+        findings = validate(config, ValidateContext(world_size=world, layout=layout, allow_auto=True,
+                                                    cpu_ranks=req.cpu), deepspeed_check=False)
         if has_errors(findings):
             raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
         notes = [f"{req.config}: {f.text()}" for f in findings]  # its warnings, said as validate says them
@@ -151,7 +151,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     train = trainflags.for_launch(given, launch_fields(req, req.strategy, config_path))
     if config is not None:  # each flag's value checked above; whether the config would ignore it, here
         check_worker_flags(given, config, req.config)
-    check_here(train, config if isinstance(config, dict) else None, req)
+    check_dataset_here(train.dataset, req.cwd, local=not req.hostfile and req.slurm is None)
     try:
         notes += check_layout(train, config, world, resume=True,
                               dims=layout if isinstance(layout, ParallelDims) else None)
@@ -257,7 +257,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
                       user_accelerate_config=path, accelerate_args=tuple(args))
     base = with_inherited_env(base, req)
     train = trainflags.for_launch(given, launch_fields(req, "auto", None))
-    check_here(train, config, req)
+    check_dataset_here(train.dataset, req.cwd, local=not req.hostfile)
     notes = check_layout(train, None, processes) + accelerate_worker.worker_notes(config, compiled=train.compile)
     req.run_dir.mkdir(parents=True, exist_ok=True)
     copy = req.run_dir / "accelerate_config.yaml"
@@ -282,9 +282,7 @@ def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any],
     refusal = accelerate_worker.worker_refusal(config, processes)
     if refusal:
         raise UserError(f"{path}: {refusal}")
-    if not req.hostfile and _int_or(config.get("num_machines"), 1) == 1:  # every process on this machine
-        check_local_ranks(processes, "--num-processes" if req.num_processes else f"{path}: num_processes",
-                          gpus=req.local_gpus, memory_available=req.memory_available)
+    check_yaml_here(req, config, processes, machines=_int_or(config.get("num_machines"), 1))
     ds_path, _ = ds_file_of(config, path)
     check_user_yaml_request(req, config, load_config_strict(ds_path) if ds_path else None, given)
     return config, processes

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import trainspec
-from dsbench.configs.precision import check_precision, config_precision
+from dsbench.configs.precision import check_precision
 from dsbench.dataset_files import dataset_files
 from dsbench.errors import UserError
 from dsbench.hostfile import is_valid_hostname
@@ -140,6 +140,8 @@ def check_request(req: LaunchRequest) -> None:
                         f"{' or '.join(trainspec.PIPELINED)}; --strategy {req.strategy} would ignore it{own}")
     if not req.hostfile and req.slurm is None:  # every rank on this machine
         check_local_ranks(req.num_gpus, "--num-gpus", gpus=req.local_gpus, memory_available=req.memory_available)
+    if not req.config:  # a config's own fp16 is a finding of its validation (ValidateContext.cpu_ranks)
+        check_precision(req.render_flags.get("precision") or "fp32", cpu=req.cpu)
     if not is_valid_hostname(req.master_addr):
         raise UserError(f"--master-addr {req.master_addr!r}: give a hostname or an IP address")
     # worker flags that would replace what the launch decides (the config rendered, validated and recorded)
@@ -166,31 +168,20 @@ _RENDER_FLAG_NAMES = {"precision": "--precision", "micro_batch": "--micro-batch"
                       "warmup_steps": "--warmup-steps"}
 
 
-def check_here(train: trainspec.TrainSpec, config: Mapping[str, Any] | None, req: LaunchRequest) -> None:
-    """What the ranks would find wrong on this machine, said before they start: the dataset, fp16 on CPU ranks."""
-    check_dataset_here(train.dataset, req)
-    check_precision_here(train, config, req)
-
-
-def check_dataset_here(dataset: str | None, req: LaunchRequest) -> None:
+def check_dataset_here(dataset: str | None, cwd: str, local: bool) -> None:
     """A --dataset that no rank here could read (missing, a FIFO, no data file, empty) is refused before the ranks
-    start, where every rank reads it from this machine; across nodes it is the nodes' path, checked there."""
-    if dataset and not req.hostfile and req.slurm is None:
-        dataset_files(dataset, req.cwd)
+    start, where every rank reads it from this machine (``local``); across nodes it is the nodes' path, checked
+    there."""
+    if dataset and local:
+        dataset_files(dataset, cwd)
 
 
-def check_precision_here(train: trainspec.TrainSpec, config: Mapping[str, Any] | None, req: LaunchRequest) -> None:
-    """fp16 refused before CPU ranks start (configs.precision.check_precision, which each rank asks again): from the
-    DeepSpeed config (a given one named with its key), else, for "auto" and the native engines, the flags; under a
-    user's accelerate YAML, its mixed_precision unless --precision replaces it."""
-    if not req.cpu:
-        return
-    if req.accelerate_config:
-        typed = req.render_flags.get("precision")
-        yaml = dict(config or {}).get("mixed_precision")
-        what = "--precision fp16" if typed else f"{req.accelerate_config}: mixed_precision fp16"
-        check_precision(str(typed or yaml or "fp32"), cpu=True, what=what)
-        return
-    precision = config_precision(dict(config)) if config is not None else "auto"
-    what = f"{req.config}: fp16.enabled" if req.config and precision == "fp16" else "--precision fp16"
-    check_precision(train.precision or "fp32" if precision == "auto" else precision, cpu=True, what=what)
+def check_yaml_here(req: LaunchRequest, config: Mapping[str, Any], processes: int, machines: int) -> None:
+    """A user's accelerate YAML against this machine: fp16 (its mixed_precision, unless --precision replaces it) on
+    CPU ranks, and, on one machine, its processes against what the machine holds."""
+    typed = req.render_flags.get("precision")
+    check_precision(str(typed or config.get("mixed_precision") or "fp32"), cpu=req.cpu,
+                    what="--precision fp16" if typed else f"{req.accelerate_config}: mixed_precision fp16")
+    if not req.hostfile and machines == 1:  # every process on this machine
+        check_local_ranks(processes, "--num-processes" if req.num_processes else f"{req.accelerate_config}: "
+                          "num_processes", gpus=req.local_gpus, memory_available=req.memory_available)

@@ -32,7 +32,7 @@ def check_local_ranks(ranks: int, flag: str, *, gpus: int, memory_available: int
                         f"machine has {memory_available / GIB:,.1f} GiB available: give at most {most}")
 
 
-def check_here(ranks: int, flag: str) -> None:
+def check_ranks_here(ranks: int, flag: str) -> None:
     """:func:`check_local_ranks` with this machine's GPUs and available memory, read now."""
     from dsbench.envinfo import local_gpu_count, memory_available
 

@@ -14,7 +14,7 @@ from dsbench.bench.progress import RichReporter
 from dsbench.configs.precision import check_precision
 from dsbench.envinfo import local_gpu_count
 from dsbench.errors import InvalidConfig, UserError
-from dsbench.local_ranks import check_here
+from dsbench.local_ranks import check_ranks_here
 
 
 def matrix_from(matrix_file: str | None, flags: dict[str, Any]) -> dict[str, Any]:
@@ -58,7 +58,7 @@ def run_compare(matrix_file: str | None, flags: dict[str, Any], out: str | None,
     cells = expand(**matrix)
     here = [cell.world_size for cell in cells if not cell.hostfile]
     if here:  # the cells that run on this machine's ranks, refused now rather than each failing in turn
-        check_here(max(here), "--world-sizes")
+        check_ranks_here(max(here), "--world-sizes")
     check_precision(matrix["precision"], cpu=local_gpu_count() == 0)  # as each cell's launch would
     check_accelerate_yamls(cells)
     folder = Path(out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -59,7 +59,7 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     On CUDA GPUs also the GPU time model's own constants: GEMM efficiency, HBM bandwidth, the flash kernel."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
     from dsbench.io import atomic_write_json, atomic_write_text
-    from dsbench.local_ranks import check_here
+    from dsbench.local_ranks import check_ranks_here
     from dsbench.plan.profile import Profile
     from dsbench.plan.profile_summary import summary_lines
 
@@ -69,7 +69,7 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     measured = (folder / "measured.json").absolute()
     ranks = num_gpus or default_ranks()
     if not hostfile:
-        check_here(ranks, "--num-gpus")
+        check_ranks_here(ranks, "--num-gpus")
     launch = _launch(hostfile, ranks, master_port or (29500 if dry_run else free_port()), folder, (
         "--model", model, "--micro-batch", str(micro_batch), "--seq-len", str(seq_len), "--precision", precision,
         "--repeats", str(repeats), "--out", str(measured), "--command",

@@ -68,14 +68,14 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
     from dsbench.configs.precision import check_precision
     from dsbench.envinfo import default_ranks, local_gpu_count
     from dsbench.hostfile import ranks_of
-    from dsbench.local_ranks import check_here
+    from dsbench.local_ranks import check_ranks_here
     from dsbench.report.tables import print_tune
 
     if hostfile and num_gpus:
         raise UserError("--num-gpus is the ranks on this machine; with --hostfile its slots say it: drop one")
     world = ranks_of(hostfile) if hostfile else num_gpus or default_ranks()
     if not hostfile:
-        check_here(world, "--num-gpus")
+        check_ranks_here(world, "--num-gpus")
     check_precision(precision, cpu=local_gpu_count() == 0)  # as each run's launch would
     if not 0 <= warmup < steps:
         raise UserError(f"--warmup must be in 0..{steps - 1}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from dsbench.configs.findings import Finding
 from dsbench.errors import UserError
 
 ConfigPrecision = Literal["fp32", "fp16", "bf16", "auto"]
@@ -43,10 +44,21 @@ def config_precision(config: dict[str, Any]) -> ConfigPrecision:
     return "fp32"
 
 
+CPU_FP16 = "DeepSpeed's CPU accelerator has no fp16 (and accelerate trains fp32 for it on a CPU)"
+
+
+def device_findings(config: dict[str, Any], cpu_ranks: bool) -> list[Finding]:
+    """fp16 enabled for CPU ranks: an error a launch on a machine without GPUs reports before they start (each rank
+    would stop at it: worker/setup.check_on_device)."""
+    if not (cpu_ranks and fp16_enabled(config)):
+        return []
+    return [Finding(severity="error", code="fp16-on-cpu", path="fp16.enabled", message=f"true on CPU ranks: {CPU_FP16}",
+                    fix="set bf16.enabled true, or fp16.enabled false (fp32)")]
+
+
 def check_precision(precision: str, cpu: bool, what: str = "--precision fp16") -> None:
     """fp16 on CPU ranks is refused: DeepSpeed's CPU accelerator has no fp16 ("Type fp16 is not supported on your
     device"), and accelerate keeps fp16 (autocast with a gradient scaler) to GPUs, training fp32 for it on a CPU
     (accelerator.py, ``native_amp``). bf16 runs on CPU ranks (DeepSpeed's bf16, torch's CPU autocast)."""
     if cpu and precision == "fp16":
-        raise UserError(f"{what} on CPU ranks: DeepSpeed's CPU accelerator has no fp16 (and accelerate trains fp32 for "
-                        "it on a CPU): use bf16 or fp32 here")
+        raise UserError(f"{what} on CPU ranks: {CPU_FP16}: use bf16 or fp32 here")

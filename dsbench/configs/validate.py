@@ -20,7 +20,7 @@ from dsbench.configs.layout import int_or_none, layout_of, parallel_degrees, uly
 from dsbench.configs.optimizer_check import check_optimizer
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
-from dsbench.configs.precision import bf16_enabled, fp16_enabled
+from dsbench.configs.precision import bf16_enabled, device_findings, fp16_enabled
 from dsbench.configs.reduction_check import check_reduction
 from dsbench.configs.scheduler_check import check_scheduler
 from dsbench.configs.schema import unknown_keys
@@ -43,6 +43,8 @@ class ValidateContext:
     layout: ParallelDims | str | None = None
     """The config's layout on ``world_size`` ranks, or why its degrees cannot lay them out
     (:func:`configs.layout.layout_of`): worked out once by :func:`validate`, which every check reads."""
+    cpu_ranks: bool = False
+    """The ranks are CPU processes (a launch on a machine without GPUs): fp16 is an error (precision.py)."""
 
 
 def _layout(config: dict[str, Any], ctx: ValidateContext) -> ParallelDims | str | None:
@@ -269,7 +271,8 @@ def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) ->
         ctx = replace(ctx, layout=layout_of(config, ctx.world_size))  # the one layout every check reads
     findings = [*unknown_keys(config), *check_types(config, skip=BATCH_KEYS), *check_parallel_degrees(config, ctx),
                 *check_batch(config, ctx), *check_combinations(config, ctx), *check_auto(config, ctx),
-                *check_optimizer(config), *check_scheduler(config), *check_reduction(config), *check_inert(config)]
+                *check_optimizer(config), *check_scheduler(config), *check_reduction(config), *check_inert(config),
+                *device_findings(config, ctx.cpu_ranks)]
     if deepspeed_check:
         from dsbench.configs.deepspeed_check import deepspeed_findings
 

@@ -32,3 +32,16 @@ def test_bf16_autocasts_a_cpu_rank_s_matmuls_as_accelerate_does():
 def test_fp16_on_a_cpu_rank_is_refused():
     with pytest.raises(UserError, match="fp16 on CPU ranks"):
         autocast(_options("fp16"), "cpu")
+
+
+def test_a_config_s_fp16_is_an_error_for_cpu_ranks_only():
+    """Validation for a launch on CPU ranks (ValidateContext.cpu_ranks) finds the config's fp16, which each rank
+    would stop at; the same file validated for a GPU cluster is fine."""
+    from dsbench.configs.validate import ValidateContext, validate
+
+    config = {"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True}}
+    on_cpu = [f for f in validate(config, ValidateContext(world_size=2, cpu_ranks=True), deepspeed_check=False)
+              if f.severity == "error"]
+    assert [(f.code, f.path) for f in on_cpu] == [("fp16-on-cpu", "fp16.enabled")]
+    assert not [f for f in validate(config, ValidateContext(world_size=2), deepspeed_check=False)
+                if f.severity == "error"]
