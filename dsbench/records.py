@@ -134,6 +134,10 @@ class StepRecord:
     grad_norm: float | None = None
     """The gradients' global 2-norm before clipping (torch's clip_grad_norm_ total norm), each weight counted once;
     from the torch engines when --grad-clip > 0, else None."""
+    skipped: bool = False
+    """The optimizer and the LR scheduler did not step: an fp16 gradient overflowed on some rank and the loss scale
+    halved (DeepSpeed's engine and the torch engines skip alike; the step's tokens still count in the throughput,
+    as in DeepSpeed's own)."""
 
     def to_dict(self) -> dict[str, Any]:
         rate = self.tokens / self.step_time_s if self.step_time_s > 0 else None
@@ -228,6 +232,8 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "warmup": {"what": WARMUP, "steps": len(steps) - len(measured),
                    "timed_s": sum(r["step_time_s"] for r in steps if r.get("warmup"))},
         "first_loss": steps[0]["loss"], "final_loss": steps[-1]["loss"],
+        # optimizer steps fp16's loss scale skipped, warm-up included (0 in fp32 and bf16)
+        "skipped_steps": sum(bool(r.get("skipped")) for r in steps),
         "peak_memory_bytes_per_rank": [max(r["peak_memory_bytes"][i] for r in steps)
                                        for i in range(len(steps[-1]["peak_memory_bytes"]))],
         "memory_kind": steps[-1].get("memory_kind"),

@@ -105,6 +105,8 @@ class RunSummary:
     memory_kind: str | None = None
     model_state_bytes_per_rank: tuple[dict[str, Any], ...] = ()
     """Per rank, the bytes the worker counted from its tensors by kind (params, grads, optimizer, master, total)."""
+    skipped_steps: int = 0
+    """Optimizer steps fp16's loss scale skipped (records.summarize; 0 before 2026-11-30)."""
     replicas: dict[str, Any] | None = None
     """Whether the data-parallel copies were bit-identical after the last step (worker/replicas.py: groups,
     ranks_per_group, agree, differing_ranks); None where the run kept none, or before 2026-11-30."""
@@ -148,6 +150,7 @@ class RunSummary:
             peak_memory_bytes_per_rank=tuple(_number(peak, where, "peak_memory_bytes_per_rank[]") for peak in peaks),
             memory_kind=data.get("memory_kind"),
             model_state_bytes_per_rank=tuple(states),
+            skipped_steps=int(_number(data.get("skipped_steps", 0), where, "skipped_steps")),
             replicas=_replicas(data.get("replicas"), where))
 
 

@@ -16,8 +16,9 @@ leaves ``latest`` on the previous checkpoint and a tag folder without a manifest
 and the next save moves aside, never deletes.
 
 What is restored: model, optimizer, LR schedule (DeepSpeed's engine state; DCP + the scheduler's
-state_dict for native strategies), RNG states (torch CPU and CUDA, Python's ``random``) and the step. The data
-position is the step itself: the batch of step s is a pure function of (seed, s) (:mod:`dsbench.worker.data`).
+state_dict and fp16's loss scale for native strategies), RNG states (torch CPU and CUDA, Python's ``random``) and
+the step. The data position is the step itself: the batch of step s is a pure function of (seed, s)
+(:mod:`dsbench.worker.data`).
 """
 
 from __future__ import annotations
@@ -238,6 +239,7 @@ def _write_parts(engine: Any, strategy: str, storage: str, folder: Path, target:
         model_state, optim_state = get_state_dict(engine.model, engine.optimizer)
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(target))  # collective
         extras["scheduler"] = engine.scheduler.state_dict()
+        extras["loss_scale"] = engine.loss_scale.state_dict()  # fp16's scale (the identity's in fp32 and bf16)
     _save_rank_file(target, info.rank, extras)
     if info.is_main:
         hf_files(target / "hf")
@@ -274,6 +276,8 @@ def _load_states(engine: Any, target: Path, manifest: Manifest, extras: dict[str
         set_state_dict(engine.model, engine.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
         engine.scheduler.load_state_dict(extras["scheduler"])
+        if isinstance(extras.get("loss_scale"), dict):  # checkpoints before 2026-11-30 have none: 2**16 again
+            engine.loss_scale.load_state_dict(extras["loss_scale"])
 
 
 def copy_hf_files(model: Any, tokenizer: Any) -> Any:

@@ -63,6 +63,8 @@ class _Pending:
     """A pipeline stage's (compute, schedule span) seconds in the step (CPU), else None."""
     grad_norm: Any = None
     """0-d tensor: the gradients' global 2-norm before clipping, from engines that clip it themselves, else None."""
+    skipped: bool = False
+    """fp16's loss scale skipped the optimizer step (a host-side count: the engine read its overflow flag)."""
 
 
 class StepClock:
@@ -167,7 +169,7 @@ def gather_records(pending: list[_Pending], clock: StepClock, comm: Collectives,
             memory_bytes=[int(row[1]) for row in rows], peak_memory_bytes=[int(row[2]) for row in rows],
             memory_kind=memory_kind, pipeline_compute_s_per_rank=[row[3] for row in rows] if measured else None,
             pipeline_span_s_per_rank=[row[4] for row in rows] if measured else None,
-            grad_norm=rows[0][6] if rows[0][6] >= 0 else None).to_dict())
+            grad_norm=rows[0][6] if rows[0][6] >= 0 else None, skipped=p.skipped).to_dict())
     return records, per_rank_states
 
 
@@ -183,6 +185,7 @@ def _step(engine: Any, batches: list[Any], step: int, first: bool, clock: StepCl
     states and what its backward keeps (saved-tensor hooks)."""
     engine.measure_states = first
     saved = SavedActivations(engine.model) if first else None
+    skipped_before = engine.skipped_steps()
     started = clock.start()
     with saved or contextlib.nullcontext():
         loss = engine.train_step(batches)
@@ -193,7 +196,7 @@ def _step(engine: Any, batches: list[Any], step: int, first: bool, clock: StepCl
                     states={**engine.model_state_bytes(), "saved_activations": saved.bytes,
                             "saved_activations_peak": saved.peak} if saved else None,
                     busy=engine.busy_seconds() if hasattr(engine, "busy_seconds") else None,
-                    grad_norm=getattr(engine, "grad_norm", None))
+                    grad_norm=getattr(engine, "grad_norm", None), skipped=engine.skipped_steps() > skipped_before)
 
 
 def window_record(settings: LoopSettings, global_batch: int, first: int, seconds: float,

@@ -275,7 +275,9 @@ def record(spec: TrainSpec, run: Prepared) -> None:
             print(f"run: {folder}  loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}  "
                   f"{summary['throughput']['tokens_per_s']:,.0f} tokens/s by the wall clock over "
                   f"{summary['measured_steps']} steps after {summary['warmup_steps']} warm-up (timed region: median "
-                  f"{summary['timed_region']['tokens_per_s']['median']:,.0f})", file=sys.stderr, flush=True)
+                  f"{summary['timed_region']['tokens_per_s']['median']:,.0f})"
+                  + (f"; {summary['skipped_steps']} optimizer steps skipped by fp16's loss scale"
+                     if summary["skipped_steps"] else ""), file=sys.stderr, flush=True)
 
 
 def run(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> int:

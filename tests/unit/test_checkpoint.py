@@ -186,7 +186,9 @@ def test_a_crash_mid_save_leaves_latest_on_the_previous_checkpoint(tmp_path, mon
 
     model = torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(model.parameters())
-    engine = SimpleNamespace(model=model, optimizer=optimizer,
+    from dsbench.worker.engines.loss_scale import LossScale
+
+    engine = SimpleNamespace(model=model, optimizer=optimizer, loss_scale=LossScale("fp32", None),
                              scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0))
     info = SimpleNamespace(rank=0, world_size=1, is_main=True)
     fields = {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "zero_stage": None, "definition": DEFINITION}

@@ -61,6 +61,9 @@ class MetaEngine:
     def lr(self) -> float:
         return 1e-3
 
+    def skipped_steps(self) -> int:
+        return 0
+
     def model_state_bytes(self) -> dict[str, int]:
         return {"total": 1}
 

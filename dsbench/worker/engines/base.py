@@ -56,6 +56,9 @@ class Engine(Protocol):
     def lr(self) -> float:
         """Current learning rate."""
 
+    def skipped_steps(self) -> int:
+        """Optimizer steps skipped so far because an fp16 gradient overflowed (0 in fp32 and bf16); a host value."""
+
 
 def warmup_factor(step: int, warmup_steps: int) -> float:
     """The LR factor during optimizer step ``step`` (0-based) under DeepSpeed's WarmupLR (runtime/lr_schedules.py, log
@@ -87,18 +90,35 @@ def accumulate(engine: Any, batches: list[Any]) -> Any:
     return torch.stack(losses).mean()
 
 
+def local_shard(tensor: Any) -> Any:
+    """A DTensor's local shard (a plain tensor as is): what this rank holds and updates."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
 class TorchAdamWEngine:
     """What the engines that step torch AdamW share (DDP/FSDP/single, torch_tp, torch_pp): a step accumulates its
-    micro-batches (:func:`accumulate`; torch_pp's schedule does it itself), the model states are counted from the
-    tensors the optimizer holds, and the LR is the optimizer's."""
+    micro-batches (:func:`accumulate`; torch_pp's schedule does it itself), fp16 scales its loss (engines/
+    loss_scale.py), the model states are counted from the tensors the optimizer holds, and the LR is the
+    optimizer's."""
 
     model: Any
     optimizer: Any
+    scheduler: Any
+    loss_scale: Any
+    """engines/loss_scale.LossScale: enabled under fp16, the identity otherwise."""
     grad_norm: Any = None
     """The last step's gradient norm before clipping (0-d tensor; None without --grad-clip)."""
 
     def train_step(self, batches: list[Any]) -> Any:
         return accumulate(self, batches)
+
+    def step_optimizer(self, finite: bool) -> None:
+        """The optimizer's and the LR scheduler's step, both skipped when ``finite`` is False: an fp16 gradient
+        overflowed on some rank (every rank got the same flag from LossScale.unscale_)."""
+        if self.loss_scale.update(finite):
+            self.optimizer.step()
+            self.scheduler.step()
 
     def model_state_bytes(self) -> dict[str, Any]:
         from dsbench.worker.state_bytes import count_native
@@ -107,6 +127,9 @@ class TorchAdamWEngine:
 
     def lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
+
+    def skipped_steps(self) -> int:
+        return self.loss_scale.skipped_steps
 
     def replicas(self) -> tuple[Any, Any] | None:
         """The process group this rank's copy of its parameters is replicated over (None: every rank) and those

@@ -52,6 +52,9 @@ class DeepSpeedEngine:
     def lr(self) -> float:
         return float(self.engine.get_lr()[0])
 
+    def skipped_steps(self) -> int:
+        return int(self.engine.skipped_steps)  # DeepSpeed's count of fp16 overflow steps (its engine's attribute)
+
     def replicas(self) -> tuple[Any, Any] | None:
         """ZeRO-0/1/2 keep the whole module (under AutoTP this rank's shard) on each rank of the data-parallel
         group, which under Ulysses spans the sequence-parallel ranks too (DeepSpeed's seq_data_parallel_group);

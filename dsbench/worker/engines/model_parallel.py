@@ -21,8 +21,9 @@ from torch import nn
 from dsbench.parallel import ParallelDims
 from dsbench.trainspec import INTERLEAVED
 from dsbench.worker.dist import Collectives
-from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine
+from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine, local_shard
 from dsbench.worker.engines.busy import BusyClock
+from dsbench.worker.engines.loss_scale import LossScale
 from dsbench.worker.engines.native import adamw, autocast
 from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, tied_head
 
@@ -63,12 +64,6 @@ def average_over_data_parallel(grads: list[Any], comm: Collectives, group: Any, 
     flat.div_(dp)
     for grad, averaged in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
         grad.copy_(averaged)
-
-
-def local_shard(tensor: Any) -> Any:
-    """A DTensor's local shard (a plain tensor as is): what this rank holds and updates."""
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) else tensor
 
 
 class TiedHead(nn.Module):
@@ -161,11 +156,17 @@ class TorchPipelineEngine(TorchAdamWEngine):
             pipe_stage.backward_one_chunk = self.busy.wrap(pipe_stage.backward_one_chunk)
             # zero-bubble schedules run each weight-gradient half on its own (never inside backward_one_chunk)
             pipe_stage.backward_weight_one_chunk = self.busy.wrap(pipe_stage.backward_weight_one_chunk)
+        self.loss_scale = LossScale(options.precision, self.comm)
         self.schedule = kind(stages if chunks > 1 else stages[0], n_microbatches=options.grad_accum,
-                             loss_fn=causal_lm_loss, scale_grads=True)
+                             loss_fn=self._scaled_loss, scale_grads=True)
         self.schedule.step = self.busy.wrap(self.schedule.step, "span")
         self.optimizer, self.scheduler = adamw(self.module.parameters(), options)
         self.model, self.measure_states = self.module, False
+
+    def _scaled_loss(self, output: Any, target: Any) -> Any:
+        """The last stage's loss as its backward starts from it: times the fp16 loss scale (train_step divides the
+        losses it reports by the same scale)."""
+        return self.loss_scale.scaled(causal_lm_loss(output, target))
 
     def replicas(self) -> tuple[Any, Any] | None:
         """The ``dp`` ranks that hold the same pipeline stage."""
@@ -186,6 +187,7 @@ class TorchPipelineEngine(TorchAdamWEngine):
         first, last = self.stage == 0, self.stage == self.dims.pp - 1
         self.optimizer.zero_grad(set_to_none=True)
         losses: list[Any] = []
+        scale = self.loss_scale.scale  # the losses below carry it
         self.schedule.step(*((full,) if first else ()), target=full if last else None,
                            losses=losses if last else None, return_outputs=False)
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
@@ -194,10 +196,10 @@ class TorchPipelineEngine(TorchAdamWEngine):
             self.comm.all_reduce_(local_shard(self.tied[0].grad), self.tied[1])  # sync point: first and last stage
             # the tied weight's second copy (last stage) is scaled but not counted twice in the norm
             second_copy = self.tied[0].grad if last and not first else None
+        finite = self.loss_scale.unscale_(grads)
         self.reduce_and_clip(grads, second_copy)
-        self.optimizer.step()
-        self.scheduler.step()
-        loss = torch.stack(losses).mean() if last else torch.zeros((), device=self.comm.device)
+        self.step_optimizer(finite)
+        loss = torch.stack(losses).mean() / scale if last else torch.zeros((), device=self.comm.device)
         return self.comm.broadcast_(loss.detach(), src=self.last_rank, group=self.pp_group)
 
     def reduce_and_clip(self, grads: list[Any], second_copy: Any) -> None:

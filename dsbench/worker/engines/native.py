@@ -6,7 +6,9 @@ import contextlib
 from typing import Any
 
 from dsbench.configs.precision import check_precision
+from dsbench.worker.dist import Collectives
 from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine, warmup_factor
+from dsbench.worker.engines.loss_scale import LossScale
 from dsbench.worker.model import transformer_blocks
 
 
@@ -17,7 +19,7 @@ def wrap_ddp(model: Any, device: str) -> Any:
     return DistributedDataParallel(model, device_ids=None if device == "cpu" else [device])
 
 
-def wrap_fsdp2(model: Any, options: EngineOptions) -> Any:
+def wrap_fsdp2(model: Any, options: EngineOptions, device: str) -> Any:
     """FSDP2: shard every transformer block, then the root (embeddings, final norm, head).
 
     Each block's parameters are all-gathered before its forward/backward and (with
@@ -29,6 +31,7 @@ def wrap_fsdp2(model: Any, options: EngineOptions) -> Any:
     kwargs: dict[str, Any] = {"reshard_after_forward": options.fsdp_reshard,
                               "offload_policy": CPUOffloadPolicy() if options.fsdp_cpu_offload else OffloadPolicy()}
     if options.precision in ("bf16", "fp16"):
+        check_precision(options.precision, cpu=device == "cpu")  # a rank started by hand: the launch checked it
         dtype = torch.bfloat16 if options.precision == "bf16" else torch.float16
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     for block in transformer_blocks(model):
@@ -95,10 +98,11 @@ class NativeEngine(TorchAdamWEngine):
         if strategy == "ddp":
             model = wrap_ddp(model, dist_info.device)
         elif strategy == "fsdp":
-            model = wrap_fsdp2(model, options)
+            model = wrap_fsdp2(model, options, dist_info.device)
         self.model = model
         self.optimizer, self.scheduler = adamw(model.parameters(), options)
         self._autocast = autocast(options, dist_info.device) if strategy != "fsdp" else contextlib.nullcontext
+        self.loss_scale = LossScale(options.precision, Collectives(dist_info))
         self.measure_states = False
 
     def _sync_context(self, last_micro: bool) -> Any:
@@ -112,17 +116,17 @@ class NativeEngine(TorchAdamWEngine):
         with self._sync_context(last_micro):
             with self._autocast():
                 loss = self.model(input_ids=input_ids, labels=input_ids).loss
-            (loss / self.options.grad_accum).backward()
+            self.loss_scale.scaled(loss / self.options.grad_accum).backward()
         return loss.detach()
 
     def step(self) -> None:
         import torch
 
+        finite = self.loss_scale.unscale_([p.grad for p in self.model.parameters() if p.grad is not None])
         if self.options.grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.grad_clip)
             self.grad_norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
-        self.optimizer.step()
-        self.scheduler.step()
+        self.step_optimizer(finite)
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)

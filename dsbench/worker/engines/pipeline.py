@@ -94,6 +94,9 @@ class DeepSpeedPipelineEngine:
     def lr(self) -> float:
         return float(self.engine.get_lr()[0])
 
+    def skipped_steps(self) -> int:
+        return int(self.engine.skipped_steps)  # DeepSpeed's count of fp16 overflow steps (its engine's attribute)
+
     def replicas(self) -> tuple[Any, Any] | None:
         """The data-parallel ranks of a stage hold the same layers (ZeRO 0-1: DeepSpeed's pipeline refuses 2-3)."""
         return self.engine.data_parallel_group, list(self.engine.module.parameters())

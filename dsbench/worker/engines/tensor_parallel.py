@@ -25,8 +25,9 @@ import torch
 from dsbench.model_checks import check_loss_parallel, check_megatron_tp
 from dsbench.parallel import ParallelDims
 from dsbench.worker.dist import Collectives
-from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine
-from dsbench.worker.engines.model_parallel import average_over_data_parallel, clip_, local_shard
+from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine, local_shard
+from dsbench.worker.engines.loss_scale import LossScale
+from dsbench.worker.engines.model_parallel import average_over_data_parallel, clip_
 from dsbench.worker.engines.native import adamw, autocast
 
 MEGATRON_LAYER = {"self_attn.q_proj": "column", "self_attn.k_proj": "column", "self_attn.v_proj": "column",
@@ -145,6 +146,7 @@ class TorchTensorParallelEngine(TorchAdamWEngine):
         self.model = parallelize_module(model.to(device), mesh["tp"], plan)
         self.optimizer, self.scheduler = adamw(self.model.parameters(), options)
         self._autocast = autocast(options, dist_info.device)
+        self.loss_scale = LossScale(options.precision, self.comm)
         self.measure_states = False
 
     def replicas(self) -> tuple[Any, Any] | None:
@@ -156,7 +158,7 @@ class TorchTensorParallelEngine(TorchAdamWEngine):
             return self._vocabulary_parallel_step(input_ids)
         with self._autocast():
             loss = self.model(input_ids=input_ids, labels=input_ids).loss
-        (loss / self.options.grad_accum).backward()
+        self.loss_scale.scaled(loss / self.options.grad_accum).backward()
         return loss.detach()
 
     def _vocabulary_parallel_step(self, input_ids: Any) -> Any:
@@ -168,7 +170,7 @@ class TorchTensorParallelEngine(TorchAdamWEngine):
             logits = self.model(input_ids=input_ids).logits
         with loss_parallel():
             loss = vocabulary_parallel_loss(logits, input_ids)
-            (loss / self.options.grad_accum).backward()
+            self.loss_scale.scaled(loss / self.options.grad_accum).backward()
         return loss.detach().full_tensor()  # replicated: cross_entropy reduced it over the vocabulary shards
 
     def zero_grad(self) -> None:
@@ -180,12 +182,12 @@ class TorchTensorParallelEngine(TorchAdamWEngine):
             _settle(p)
         sharded = [local_shard(p.grad) for p in params if _is_sharded(p)]
         whole = [local_shard(p.grad) for p in params if not _is_sharded(p)]
+        finite = self.loss_scale.unscale_(sharded + whole)
         average_over_data_parallel(sharded + whole, self.comm, self.dp_group, self.dims.dp)
         if self.options.grad_clip > 0:
             self.grad_norm = clip_(parts=sharded, whole=whole, scale=sharded + whole,
                                    max_norm=self.options.grad_clip, comm=self.comm, group=self.tp_group)
-        self.optimizer.step()
-        self.scheduler.step()
+        self.step_optimizer(finite)
 
 
 def _settle(param: Any) -> None:

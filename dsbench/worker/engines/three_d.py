@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from dsbench.worker.engines.model_parallel import TorchPipelineEngine, local_shard, scale_to_norm_
+from dsbench.worker.engines.base import local_shard
+from dsbench.worker.engines.model_parallel import TorchPipelineEngine, scale_to_norm_
 from dsbench.worker.engines.tensor_parallel import megatron_layer_plan
 
 

@@ -1,0 +1,65 @@
+"""One rank of tests/integration/test_loss_scale.py, started by torchrun on 4 CPU ranks (gloo).
+
+For each torch engine it trains llama-tiny three steps with the fp16 loss scale off, then on (fp32: the scale, a
+power of two, changes no bit), then on with an inf put into one gradient of the last rank at step 1. It writes this
+rank's losses, a checksum of its weights after each step and the scale's state as JSON for the test to compare.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from dsbench.models import PRESETS
+from dsbench.parallel import ParallelDims
+from dsbench.worker.dist import Collectives, DistInfo
+from dsbench.worker.engines import build_engine
+from dsbench.worker.engines.base import EngineOptions, local_shard
+from dsbench.worker.engines.loss_scale import LossScale
+from dsbench.worker.model import build_model
+
+WORLD = 4
+LAYOUTS = {"ddp": {}, "fsdp": {}, "torch_tp": {"tp": 2}, "torch_pp": {"pp": 2}, "torch_3d": {"tp": 2, "pp": 2}}
+SPOILED_STEP = 1
+
+
+def _train(strategy: str, info: DistInfo, mode: str) -> dict:
+    dims = ParallelDims(world=WORLD, **LAYOUTS[strategy])
+    options = EngineOptions(lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95), eps=1e-8, grad_clip=0.5, warmup_steps=0,
+                            grad_accum=2, precision="fp32", dims=dims)
+    engine = build_engine(strategy, build_model(PRESETS["llama-tiny"], seed=0), options, info)
+    engine.loss_scale = LossScale("fp16" if mode != "off" else "fp32", Collectives(info))
+    unscale, step = engine.loss_scale.unscale_, {"n": 0}
+
+    def spoiled(grads: list) -> bool:  # an overflow on the last rank only: every rank must skip the step
+        if mode == "spoiled" and step["n"] == SPOILED_STEP and info.rank == WORLD - 1 and grads:
+            local_shard(grads[0]).view(-1)[0] = float("inf")
+        return unscale(grads)
+
+    engine.loss_scale.unscale_ = spoiled
+    generator = torch.Generator().manual_seed(dims.dp_rank(info.rank))  # each replica its own samples
+    losses, sums = [], []
+    for n in range(3):
+        step["n"] = n
+        batches = [torch.randint(0, 256, (2, 16), generator=generator) for _ in range(2)]
+        losses.append(float(engine.train_step(batches)))
+        sums.append(sum(float(local_shard(p.detach()).double().sum()) for p in engine.model.parameters()))
+    scale = engine.loss_scale
+    return {"losses": losses, "weight_sums": sums, "scale": scale.scale, "skipped": scale.skipped_steps}
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    info = DistInfo(rank=rank, world_size=WORLD, local_rank=rank, device="cpu", backend="gloo", process_group=True)
+    out = {s: {mode: _train(s, info, mode) for mode in ("off", "on", "spoiled")} for s in LAYOUTS}
+    Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps(out))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
