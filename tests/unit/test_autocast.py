@@ -45,3 +45,12 @@ def test_a_config_s_fp16_is_an_error_for_cpu_ranks_only():
     assert [(f.code, f.path) for f in on_cpu] == [("fp16-on-cpu", "fp16.enabled")]
     assert not [f for f in validate(config, ValidateContext(world_size=2), deepspeed_check=False)
                 if f.severity == "error"]
+
+
+def test_fsdp2_s_fp16_on_a_cpu_rank_is_refused_before_it_shards():
+    """FSDP2 casts through its MixedPrecisionPolicy, not autocast: a rank started by hand with fp16 on a CPU is
+    refused there too (until 2026-11-30 it went on to train fp16 on the CPU)."""
+    from dsbench.worker.engines.native import wrap_fsdp2
+
+    with pytest.raises(UserError, match="fp16 on CPU ranks"):
+        wrap_fsdp2(torch.nn.Linear(2, 2), _options("fp16"), "cpu")
