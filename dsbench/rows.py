@@ -88,6 +88,8 @@ class Row:
     measured_steps: int | None = None
     warmup_steps: int | None = None
     warmup_s: float | None = None
+    skipped_steps: int | None = None
+    """The most optimizer steps fp16's loss scale skipped in one of the cell's runs (0 in fp32 and bf16)."""
     # how the run was made fast (its header's ``speed``)
     compile: bool | None = None
     fused_optimizer: bool | None = None

@@ -194,6 +194,7 @@ def _figures(ok: list[Run]) -> dict[str, Any]:
         final_loss=_median([s.final_loss for s in sums]), measured_steps=sums[0].measured_steps,
         warmup_steps=sums[0].warmup_steps,
         warmup_s=_median([s.warmup_s for s in sums if s.warmup_s is not None]),
+        skipped_steps=max(s.skipped_steps for s in sums),
         **_speed(ok[0].header))
 
 

@@ -45,6 +45,8 @@ SPEED_COLUMNS: list[tuple[str, str, str]] = [
     ("warmup_s", "warm-up s (compile)", "{:.1f}"),
     ("optimizer", "optimizer", "{}"),
 ]
+SKIPPED_COLUMN = ("skipped_steps", "fp16 steps skipped", "{}")
+"""Shown when some row's fp16 loss scale skipped a step: its optimizer did not step there (an overflow)."""
 RANGES = {"timed_tokens_per_s_range": ("timed_tokens_per_s_p10", "timed_tokens_per_s_p90"),
           "predicted_step_range": ("predicted_low_ms", "predicted_high_ms")}
 """Columns that show a range, and the two figures of a row each is made of."""
@@ -53,16 +55,18 @@ EXPORT_KEYS = ["strategy", "world_size", "micro_batch", "model", "device", "stat
                "timed_tokens_per_s_p10", "timed_tokens_per_s_p90", "timed_mfu", "outside_timed_fraction",
                "step_time_ms", "step_time_ms_min", "step_time_ms_max", "peak_memory_mib", "memory_kind",
                "model_states_mib", "scaling_efficiency", "scaling_baseline", "speedup_vs_ddp", "final_loss",
-               "measured_steps", "warmup_steps", "warmup_s", "compile", "fused_optimizer", "attention", "optimizer",
+               "measured_steps", "warmup_steps", "warmup_s", "skipped_steps", "compile", "fused_optimizer", "attention",
+               "optimizer",
                *(key for key, _, _ in PREDICTED_COLUMNS if key not in RANGES), "predicted_low_ms",
                "predicted_high_ms"]
 TEXT_COLUMNS = ("strategy", "model", "device", "status", "predicted_dominant", "predicted dominant", "optimizer")
 
 
 def columns_for(rows: list[Row]) -> list[tuple[str, str, str]]:
-    """The table's columns: the measured ones, the speed options' when some row ran one, then each predicted one
-    that some row has."""
+    """The table's columns: the measured ones, the speed options' when some row ran one, fp16's skipped steps when
+    some row skipped one, then each predicted one that some row has."""
     speed = SPEED_COLUMNS if any(row.compile or row.fused_optimizer for row in rows) else []
+    speed += [SKIPPED_COLUMN] if any(row.skipped_steps for row in rows) else []
     return COLUMNS + speed + [col for col in PREDICTED_COLUMNS
                               if any(row.figure(RANGES.get(col[0], (col[0],))[0]) is not None for row in rows)]
 

@@ -62,6 +62,9 @@ def test_summarize_excludes_warmup_and_uses_the_wall_clock():
     assert summary["peak_memory_bytes_per_rank"] == [14, 20]
     assert summarize(records[:3])["status"] == "no-measured-steps"
     assert summarize(records[:-1])["status"] == "incomplete"  # killed before the window closed
+    assert summary["skipped_steps"] == 0  # records before 2026-11-30 have no "skipped"
+    records[1], records[3] = {**records[1], "skipped": True}, {**records[3], "skipped": True}
+    assert summarize(records)["skipped_steps"] == 2  # fp16's loss scale skipped a warm-up and a measured step
 
 
 def test_schema_1_summaries_are_read_as_timed_region_only():

@@ -185,6 +185,15 @@ def test_compiled_rows_show_where_their_compilation_went_and_what_they_stepped_w
     assert "optimizer" in [header for _, header, _ in columns_for([eager, fused])]
 
 
+def test_a_column_names_the_steps_fp16_s_loss_scale_skipped_when_some_row_skipped_one():
+    from dsbench.report.render import columns_for
+
+    clean = Row(strategy="ddp", skipped_steps=0, **_options_of("ddp"))
+    skipping = Row(strategy="fsdp", skipped_steps=2, **_options_of("fsdp"))
+    assert "fp16 steps skipped" in [header for _, header, _ in columns_for([clean, skipping])]
+    assert "fp16 steps skipped" not in [header for _, header, _ in columns_for([clean])]
+
+
 def _options_of(label: str) -> dict:
     """The typed fields a report row carries beside its printed label (this test writes rows by their labels), and
     the cell fields these tests do not vary."""
@@ -240,10 +249,10 @@ def test_every_row_scales_against_the_single_run_closest_in_speed_options():
 def test_every_column_and_exported_key_is_a_field_of_the_typed_row():
     """The table's columns, the ranges' ends and the CSV/JSON keys name fields of dsbench.rows.Row: a misspelt key
     is a failing test here, not a column of dashes."""
-    from dsbench.report.render import COLUMNS, EXPORT_KEYS, PREDICTED_COLUMNS, RANGES, SPEED_COLUMNS
+    from dsbench.report.render import COLUMNS, EXPORT_KEYS, PREDICTED_COLUMNS, RANGES, SKIPPED_COLUMN, SPEED_COLUMNS
     from dsbench.rows import FIGURES
 
-    keys = {key for key, _, _ in COLUMNS + PREDICTED_COLUMNS + SPEED_COLUMNS if key not in RANGES}
+    keys = {key for key, _, _ in COLUMNS + PREDICTED_COLUMNS + SPEED_COLUMNS + [SKIPPED_COLUMN] if key not in RANGES}
     keys |= {end for ends in RANGES.values() for end in ends} | set(EXPORT_KEYS)
     assert keys - FIGURES == set()
 
@@ -267,3 +276,20 @@ def test_a_run_whose_data_parallel_copies_differed_is_not_ok(tmp_path):
     (tmp_path / "differ" / "summary.json").write_text(json.dumps({**data, "replicas": "yes"}))
     [row] = collect([tmp_path / "differ"])
     assert row.status == "corrupt" and "replicas is 'yes'" in row.reason
+
+
+def test_a_row_counts_the_steps_fp16_s_loss_scale_skipped(tmp_path):
+    """The summary's skipped_steps (records.summarize) reaches the row; a summary from before 2026-11-30 has none
+    (0); one that is not a number makes the run corrupt, named."""
+    import shutil
+
+    cell = "ddp-w2-mb2-gpt2-mini-r0"
+    for name, skipped in (("old", None), ("two", 2), ("bad", "two")):
+        shutil.copytree(COMPARE / "cells" / cell, tmp_path / name)
+        data = json.loads((tmp_path / name / "summary.json").read_text())
+        data.pop("skipped_steps", None)
+        (tmp_path / name / "summary.json").write_text(json.dumps(data if skipped is None
+                                                                 else {**data, "skipped_steps": skipped}))
+    rows = {name: collect([tmp_path / name])[0] for name in ("old", "two", "bad")}
+    assert (rows["old"].skipped_steps, rows["two"].skipped_steps) == (0, 2)
+    assert rows["bad"].status == "corrupt" and "skipped_steps is 'two'" in rows["bad"].reason
