@@ -1,8 +1,14 @@
-"""One rank of tests/integration/test_loss_scale.py, started by torchrun on 4 CPU ranks (gloo).
+"""One rank of tests/integration/test_engine_ranks.py, started by torchrun on 4 CPU ranks (gloo): the torch engines
+built directly, for what a launch adds nothing to (one torchrun instead of a launch per engine).
 
-For each torch engine it trains llama-tiny three steps with the fp16 loss scale off, then on (fp32: the scale, a
-power of two, changes no bit), then on with an inf put into one gradient of the last rank at step 1. It writes this
-rank's losses, a checksum of its weights after each step and the scale's state as JSON for the test to compare.
+- The fp16 loss scale: each torch engine trains llama-tiny three steps with the scale off, then on (fp32: the scale,
+  a power of two, changes no bit), then on with an inf put into one gradient of the last rank at step 1.
+- Qwen2's q/k/v biases under tensor parallelism: one process (single) against torch_tp (tp 2 x dp 2) and torch_3d
+  (tp 2 x pp 2) on qwen2-tiny, every rank given the same batches, so that each replica's gradient is the one
+  process's (the averaged gradient of equal batches is theirs).
+
+It writes this rank's losses, gradient norms, a checksum of its weights after each step and the scale's state as
+JSON for the test to compare.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,11 +34,15 @@ LAYOUTS = {"ddp": {}, "fsdp": {}, "torch_tp": {"tp": 2}, "torch_pp": {"pp": 2}, 
 SPOILED_STEP = 1
 
 
-def _train(strategy: str, info: DistInfo, mode: str) -> dict:
-    dims = ParallelDims(world=WORLD, **LAYOUTS[strategy])
+def _engine(strategy: str, model: str, info: DistInfo, dims: ParallelDims) -> Any:
     options = EngineOptions(lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95), eps=1e-8, grad_clip=0.5, warmup_steps=0,
                             grad_accum=2, precision="fp32", dims=dims)
-    engine = build_engine(strategy, build_model(PRESETS["llama-tiny"], seed=0), options, info)
+    return build_engine(strategy, build_model(PRESETS[model], seed=0), options, info)
+
+
+def _train(strategy: str, info: DistInfo, mode: str) -> dict:
+    dims = ParallelDims(world=WORLD, **LAYOUTS[strategy])
+    engine = _engine(strategy, "llama-tiny", info, dims)
     engine.loss_scale = LossScale("fp16" if mode != "off" else "fp32", Collectives(info))
     unscale, step = engine.loss_scale.unscale_, {"n": 0}
 
@@ -52,11 +63,25 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
     return {"losses": losses, "weight_sums": sums, "scale": scale.scale, "skipped": scale.skipped_steps}
 
 
+def _qwen2(strategy: str, info: DistInfo) -> dict:
+    """Three steps of qwen2-tiny, the same batches on every rank; single runs on one rank's world of its own."""
+    dims = ParallelDims(world=1) if strategy == "single" else ParallelDims(world=WORLD, **LAYOUTS[strategy])
+    engine = _engine(strategy, "qwen2-tiny", info, dims)
+    generator = torch.Generator().manual_seed(7)
+    losses, norms = [], []
+    for _ in range(3):
+        losses.append(float(engine.train_step([torch.randint(0, 4096, (2, 16), generator=generator)
+                                               for _ in range(2)])))
+        norms.append(float(engine.grad_norm))
+    return {"losses": losses, "grad_norms": norms}
+
+
 def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     info = DistInfo(rank=rank, world_size=WORLD, local_rank=rank, device="cpu", backend="gloo", process_group=True)
     out = {s: {mode: _train(s, info, mode) for mode in ("off", "on", "spoiled")} for s in LAYOUTS}
+    out["qwen2"] = {s: _qwen2(s, info) for s in ("single", "torch_tp", "torch_3d")}
     Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
 
