@@ -167,19 +167,21 @@ def test_compiled_strategies_keep_the_losses_on_gpu(tier_dir, name):
     assert speed["optimizer"] == ("FusedAdam" if name == "zero2" else "AdamW (fused)")
 
 
-FP16 = ("single", "ddp", "fsdp", "zero2")
+FP16 = {"single": ("single", []), "ddp": ("ddp", []), "fsdp": ("fsdp", []),
+        "fsdp_cpu_offload": ("fsdp", ["--fsdp-cpu-offload"]), "zero2": ("zero2", [])}
 """fp16 on the GPU: the torch engines' loss scale (worker/engines/loss_scale.py, since 2026-11-30) beside
-DeepSpeed's own."""
+DeepSpeed's own; FSDP2's CPU offload keeps the gradients on the host while the overflow flag is reduced on the GPU."""
 
 
-@pytest.mark.parametrize("name", FP16)
+@pytest.mark.parametrize("name", list(FP16))
 def test_fp16_follows_fp32_with_its_loss_scale(tier_dir, name):
     """fp16 with a dynamic loss scale follows the fp32 single-GPU losses within 1% at every step (an unscaled fp16
     backward loses the gradients under 2**-24), and the summary counts the steps the scale skipped."""
     folder = tier_dir / f"{name}-fp16"
-    result = _dsbench("launch", *TIER[name], "--num-gpus", "1", "--model", "gpt2-tiny", "--precision", "fp16",
+    strategy, worker_flags = FP16[name]
+    result = _dsbench("launch", *TIER[strategy], "--num-gpus", "1", "--model", "gpt2-tiny", "--precision", "fp16",
                       "--run-dir", str(folder), "--", "--steps", "8", "--warmup", "2", "--gather-every", "3",
-                      "--quiet", cwd=tier_dir, timeout=900)
+                      "--quiet", *worker_flags, cwd=tier_dir, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     reference_result, reference = _tier_run("single", tier_dir)
     assert reference_result.returncode == 0

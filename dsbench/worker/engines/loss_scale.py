@@ -56,7 +56,9 @@ class LossScale:
         bad = torch.zeros((), dtype=torch.float32, device=self.comm.device)
         if grads:
             torch._foreach_mul_(grads, 1.0 / self.scale)  # exact: the scale is a power of two
-            bad += torch.stack([(~g.isfinite()).any() for g in grads]).sum()
+            # on the gradients' device: the host's under FSDP2's CPU offload, while the flag's collective runs on
+            # the rank's device (NCCL has no CPU tensors)
+            bad += torch.stack([(~g.isfinite()).any() for g in grads]).sum().to(bad.device)
         # sync point: every rank of the run (every stage, shard and replica) takes the same decision;
         # the host reads the flag, as GradScaler.step reads its found_inf
         return float(self.comm.all_reduce_(bad)) == 0.0
