@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.models import LLAMA_LIKE, PRESETS, QK_NORM, ModelShape
+from dsbench.models import HEAD_DIM_DEFAULT, LLAMA_LIKE, PRESETS, TIED_DEFAULT, ModelShape
 
 _KEPT_EXTRA = ("rope_theta", "rms_norm_eps", "layer_norm_epsilon", "hidden_act", "activation_function",
                "attention_bias", "mlp_bias", "bos_token_id", "eos_token_id", "pad_token_id",
@@ -64,8 +64,9 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | N
     the shape cannot describe exactly is refused by name (:func:`heads_problem`)."""
     _check_family(cfg, name)
     shape = _shape_from_config(cfg, name, source, path)
-    # GPT-2's heads are always hidden / heads; Qwen3Config's head_dim defaults to 128 (transformers), not to that
-    stated = cfg.get("head_dim", 128 if shape.arch in QK_NORM else None) if shape.arch != "gpt2" else None
+    # GPT-2's heads are always hidden / heads; Qwen3Config's head_dim defaults to 128 and GemmaConfig's to 256
+    # (transformers), not to that
+    stated = cfg.get("head_dim", HEAD_DIM_DEFAULT.get(shape.arch)) if shape.arch != "gpt2" else None
     problem = heads_problem(shape.hidden, shape.heads, shape.kv_heads, stated, shape.arch)
     if problem:
         raise UserError(f"{name}: config.json: {problem}")
@@ -73,9 +74,9 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | N
     return replace(shape, head_dim=stated) if stated and shape.hidden != stated * shape.heads else shape
 
 
-_DEFAULT_POSITIONS = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768}
+_DEFAULT_POSITIONS = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768, "gemma": 8192}
 """A config.json without ``max_position_embeddings`` gets its config class's default (transformers 5's
-Llama/Mistral/Qwen2/Qwen3Config), as transformers builds it."""
+Llama/Mistral/Qwen2/Qwen3/GemmaConfig), as transformers builds it."""
 
 
 def _shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | None) -> ModelShape:
@@ -96,7 +97,8 @@ def _shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | 
             layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
             intermediate=int(cfg["intermediate_size"]),
             max_positions=int(cfg.get("max_position_embeddings", _DEFAULT_POSITIONS.get(model_type, 2048))),
-            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), source=source, path=path,
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", TIED_DEFAULT.get(model_type, False))), source=source,
+            path=path,
             extra={k: cfg[k] for k in _KEPT_EXTRA if k in cfg})
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"{name}: config.json lacks a usable {exc} (need GPT-2 or Llama-style fields)") from None

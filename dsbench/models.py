@@ -11,13 +11,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-Arch = Literal["gpt2", "llama", "qwen2", "mistral", "qwen3"]
-LLAMA_LIKE = ("llama", "qwen2", "mistral", "qwen3")
-"""Rotary decoder families with Llama's layout (RMSNorm, SwiGLU, q/k/v/o); Qwen2 adds q/k/v biases, Qwen3 an
-RMSNorm over each query and key head (``q_norm``, ``k_norm``: transformers' Qwen3Attention)."""
+Arch = Literal["gpt2", "llama", "qwen2", "mistral", "qwen3", "gemma"]
+LLAMA_LIKE = ("llama", "qwen2", "mistral", "qwen3", "gemma")
+"""Rotary decoder families with Llama's layout (RMSNorm, gated MLP, q/k/v/o): Qwen2 adds q/k/v biases, Qwen3 an
+RMSNorm over each query and key head (``q_norm``, ``k_norm``: transformers' Qwen3Attention); Gemma (the first, as
+transformers' GemmaForCausalLM builds it) has the same tensors, with a tanh-GELU gate, RMSNorms that scale by
+1 + weight, and its embedding scaled by sqrt(hidden) inside the embedding module (GemmaTextScaledWordEmbedding)."""
 QK_NORM = ("qwen3",)
 """Families whose attention normalises each query and key head before RoPE (one head_dim-wide RMSNorm weight each,
 shared by the heads)."""
+HEAD_DIM_DEFAULT = {"qwen3": 128, "gemma": 256}
+"""Families whose transformers config class defaults ``head_dim`` to a width of its own, not hidden / heads
+(Qwen3Config 128, GemmaConfig 256): a config.json without one gets it, and a shape of theirs always states it."""
+TIED_DEFAULT = {"gemma": True}
+"""Families whose config class ties the LM head to the embedding unless config.json says otherwise (the others'
+default to untied)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -28,7 +36,7 @@ class ModelShape:
     """Preset name, local path or hub id the shape came from."""
     arch: Arch
     """Model family: ``gpt2`` (learned positions, LayerNorm, GELU MLP) or a Llama-like one (``llama``,
-    ``qwen2``, ``mistral``, ``qwen3``: RoPE, RMSNorm, SwiGLU)."""
+    ``qwen2``, ``mistral``, ``qwen3``, ``gemma``: RoPE, RMSNorm, a gated MLP)."""
     vocab_size: int
     hidden: int
     """Hidden size (``n_embd`` / ``hidden_size``)."""
@@ -147,8 +155,8 @@ class ModelShape:
                        num_key_value_heads=self.kv_heads, intermediate_size=self.intermediate,
                        max_position_embeddings=self.max_positions, tie_word_embeddings=self.tied_embeddings,
                        bos_token_id=0, eos_token_id=0, attention_dropout=0.0,
-                       # Qwen3Config's own default is 128, not hidden / heads: always stated for it
-                       **({"head_dim": self.head_width} if self.head_dim or self.arch in QK_NORM else {}))
+                       # Qwen3Config's and GemmaConfig's own defaults are not hidden / heads: always stated for them
+                       **({"head_dim": self.head_width} if self.head_dim or self.arch in HEAD_DIM_DEFAULT else {}))
         cfg.update(self.extra)
         return cfg
 
@@ -182,6 +190,7 @@ PRESETS: dict[str, ModelShape] = {
         _gpt2("gpt2-xl", 50257, 1600, 48, 25, 1024),
         _llama("llama-tiny", 4096, 64, 2, 4, 2, 176, 256),
         replace(_llama("qwen2-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="qwen2"),
+        replace(_llama("gemma-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="gemma", tied_embeddings=True),
         _llama("llama-1b", 32000, 2048, 22, 32, 4, 5632, 2048),
         _llama("llama-7b", 32000, 4096, 32, 32, 32, 11008, 4096),
         _llama("llama-13b", 32000, 5120, 40, 40, 40, 13824, 4096),

@@ -47,6 +47,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2": _LLAMA_LIKE,
     "mistral": _LLAMA_LIKE,
     "qwen3": _LLAMA_LIKE,  # its q_norm/k_norm live inside each block's attention
+    "gemma": _LLAMA_LIKE,  # its embedding module scales by sqrt(hidden) itself; the tied head reads the weight
 }
 
 

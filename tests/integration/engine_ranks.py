@@ -3,9 +3,11 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
 
 - The fp16 loss scale: each torch engine trains llama-tiny three steps with the scale off, then on (fp32: the scale,
   a power of two, changes no bit), then on with an inf put into one gradient of the last rank at step 1.
-- Qwen2's q/k/v biases under tensor parallelism: one process (single) against torch_tp (tp 2 x dp 2) and torch_3d
-  (tp 2 x pp 2) on qwen2-tiny, every rank given the same batches, so that each replica's gradient is the one
-  process's (the averaged gradient of equal batches is theirs).
+- The families a launch test does not train: one process (single) against torch_tp (tp 2 x dp 2) and torch_3d
+  (tp 2 x pp 2) on qwen2-tiny (its q/k/v biases split with their matrices), and against torch_pp (pp 2 x dp 2) too on
+  gemma-tiny (its scaled embedding, tied to the head across the first and last stage); every rank is given the
+  same batches, so that each replica's gradient is the one process's (the averaged gradient of equal batches is
+  theirs).
 
 It writes this rank's losses, gradient norms, a checksum of its weights after each step and the scale's state as
 JSON for the test to compare.
@@ -63,10 +65,14 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
     return {"losses": losses, "weight_sums": sums, "scale": scale.scale, "skipped": scale.skipped_steps}
 
 
-def _qwen2(strategy: str, info: DistInfo) -> dict:
-    """Three steps of qwen2-tiny, the same batches on every rank; single runs on one rank's world of its own."""
+FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d"),
+            "gemma-tiny": ("single", "torch_tp", "torch_pp", "torch_3d")}
+
+
+def _family(model: str, strategy: str, info: DistInfo) -> dict:
+    """Three steps of ``model``, the same batches on every rank; single runs on one rank's world of its own."""
     dims = ParallelDims(world=1) if strategy == "single" else ParallelDims(world=WORLD, **LAYOUTS[strategy])
-    engine = _engine(strategy, "qwen2-tiny", info, dims)
+    engine = _engine(strategy, model, info, dims)
     generator = torch.Generator().manual_seed(7)
     losses, norms = [], []
     for _ in range(3):
@@ -81,7 +87,8 @@ def main() -> None:
     rank = dist.get_rank()
     info = DistInfo(rank=rank, world_size=WORLD, local_rank=rank, device="cpu", backend="gloo", process_group=True)
     out = {s: {mode: _train(s, info, mode) for mode in ("off", "on", "spoiled")} for s in LAYOUTS}
-    out["qwen2"] = {s: _qwen2(s, info) for s in ("single", "torch_tp", "torch_3d")}
+    out["families"] = {model: {s: _family(model, s, info) for s in strategies}
+                       for model, strategies in FAMILIES.items()}
     Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
 

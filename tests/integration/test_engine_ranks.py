@@ -7,7 +7,8 @@ the scale is a power of two, so in fp32 it changes no bit. A CPU rank cannot run
 switched on in fp32; the rule itself is checked against torch's GradScaler in tests/unit/test_loss_scale.py.
 
 Qwen2's q/k/v biases under tensor parallelism (column-parallel: each TP rank holds its heads' slice of each bias),
-against one process on the same batches."""
+and Gemma under tensor and pipeline parallelism (its embedding scales itself and is tied to the head), against one
+process on the same batches."""
 
 from __future__ import annotations
 
@@ -50,8 +51,10 @@ def test_an_overflow_on_one_rank_skips_the_step_on_every_rank(ranks, strategy):
         assert sums[0] == off["weight_sums"][0] and sums[1] == sums[0] and sums[2] != sums[1]
 
 
-@pytest.mark.parametrize("strategy", ["torch_tp", "torch_3d"])
-def test_qwen2_s_biases_split_by_tensor_parallelism_train_as_one_process(ranks, strategy):
+@pytest.mark.parametrize(("model", "strategy"), [("qwen2-tiny", "torch_tp"), ("qwen2-tiny", "torch_3d"),
+                                                 ("gemma-tiny", "torch_tp"), ("gemma-tiny", "torch_pp"),
+                                                 ("gemma-tiny", "torch_3d")])
+def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(ranks, model, strategy):
     """The losses and the gradient norms before clipping (clip 0.5: every step clips) within 1e-4 of one process's,
     the parity bound of tests/integration/test_model_parallel.py, on every rank. Measured 2026-11-30: the losses
     equal to the last digit, the norms 1.35e-5 apart, for llama-tiny as for qwen2-tiny. The gradients agree within
@@ -59,7 +62,7 @@ def test_qwen2_s_biases_split_by_tensor_parallelism_train_as_one_process(ranks, 
     1.30e-5 from the float64 norm of the same gradients, the split engines' sum of squares (model_parallel.clip_)
     1.6e-8."""
     for rank in ranks:
-        one, split = rank["qwen2"]["single"], rank["qwen2"][strategy]
+        one, split = rank["families"][model]["single"], rank["families"][model][strategy]
         for key in ("losses", "grad_norms"):
             worst = max(abs(a - b) / abs(b) for a, b in zip(split[key], one[key], strict=True))
             assert worst < 1e-4, (strategy, key, split[key], one[key])

@@ -75,6 +75,10 @@ ACCEPTED = {
     "qwen3-wide-heads": _config("qwen3", 64, 4, 2, 128, head_dim=32),
     "qwen3-default-head-dim-tied": _config("qwen3", 64, 2, 1, 96, tie_word_embeddings=True),
     "qwen2-tied": _config("qwen2", 64, 4, 4, 96, tie_word_embeddings=True),
+    # Gemma: GemmaConfig's head_dim defaults to 256 and ties the head (Gemma-2B: 8 heads of 256 on 2048, one
+    # key/value head); stated narrower and untied
+    "gemma-default-head-dim-tied": _config("gemma", 64, 2, 1, 96),
+    "gemma-head-dim-stated-untied": _config("gemma", 64, 4, 2, 96, head_dim=16, tie_word_embeddings=False),
     "gpt2": {"model_type": "gpt2", "vocab_size": 1000, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 REFUSED = {
@@ -190,6 +194,26 @@ def test_qwen3_counts_its_model_card_and_what_transformers_builds(name):
     assert round(shape.num_params() / 1e9, 1) == total / 1e9
     assert round((shape.num_params() - parts["embedding"] - parts["head"]) / 1e9, 2) == non_embedding / 1e9
     assert shape.num_params() == _transformers_count(json.loads((folder / "config.json").read_text()))
+
+
+# The Gemma report (Gemma Team, arXiv:2403.08295, Table 2: embedding and non-embedding parameters of both sizes, on
+# its 256,128-token vocabulary) and the models' published config.json fields (Table 1's d_model, layers, heads,
+# head size and feedforward width; Gemma-2B's one key/value head)
+GEMMA_REPORT = {
+    "gemma-2b": ({"hidden_size": 2048, "num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1,
+                  "head_dim": 256, "intermediate_size": 16384}, 524_550_144, 1_981_884_416),
+    "gemma-7b": ({"hidden_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
+                  "head_dim": 256, "intermediate_size": 24576}, 786_825_216, 7_751_248_896),
+}
+
+
+@pytest.mark.parametrize("name", GEMMA_REPORT)
+def test_gemma_counts_its_report_s_table(name):
+    fields, embedding, non_embedding = GEMMA_REPORT[name]
+    shape = shape_from_config({"model_type": "gemma", "vocab_size": 256_128, **fields}, name, "local", None)
+    parts = shape.parts()
+    assert (parts["embedding"], parts["head"], shape.tied_embeddings) == (embedding, 0, True)
+    assert shape.num_params() - parts["embedding"] == non_embedding
 
 
 # config.json fields that decide what attention and positions compute (published values of the families' configs)

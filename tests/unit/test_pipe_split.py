@@ -14,7 +14,7 @@ from dsbench.worker.model import build_model
 from dsbench.worker.pipe_split import BlockPipe, causal_lm_loss, split_model
 
 
-@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "qwen2-tiny"])
+@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "qwen2-tiny", "gemma-tiny"])
 def test_split_model_computes_the_models_logits_and_loss(name):
     """The oracle is the unsplit HF model: same logits bit for bit, same loss as its ForCausalLMLoss."""
     model = build_model(PRESETS[name], seed=0)
@@ -27,7 +27,7 @@ def test_split_model_computes_the_models_logits_and_loss(name):
     logits = split.logits(hidden)
     assert torch.equal(logits, expected.logits)
     assert causal_lm_loss(logits, ids).item() == pytest.approx(expected.loss.item(), rel=1e-6)
-    assert split.tied == (name == "gpt2-tiny")  # GPT-2 ties lm_head to wte
+    assert split.tied == (name in ("gpt2-tiny", "gemma-tiny"))  # GPT-2 ties lm_head to wte, Gemma to its embedding
     assert len(split.blocks) == PRESETS[name].layers and all(isinstance(b, BlockPipe) for b in split.blocks)
 
 
