@@ -9,8 +9,11 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
   same batches, so that each replica's gradient is the one process's (the averaged gradient of equal batches is
   theirs).
 
-It writes this rank's losses, gradient norms, a checksum of its weights after each step and the scale's state as
-JSON for the test to compare.
+- The replica check (worker/replicas.py) on real copies: after the unscaled run, every engine's verdict; then
+  again with one weight of the last rank nudged by 1e-3, a copy that differs.
+
+It writes this rank's losses, gradient norms, a checksum of its weights after each step, the scale's state and the
+replica verdicts as JSON for the test to compare.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dsbench.worker.engines import build_engine
 from dsbench.worker.engines.base import EngineOptions, local_shard
 from dsbench.worker.engines.loss_scale import LossScale
 from dsbench.worker.model import build_model
+from dsbench.worker.replicas import replica_record
 
 WORLD = 4
 LAYOUTS = {"ddp": {}, "fsdp": {}, "torch_tp": {"tp": 2}, "torch_pp": {"pp": 2}, "torch_3d": {"tp": 2, "pp": 2}}
@@ -62,7 +66,14 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
         losses.append(float(engine.train_step(batches)))
         sums.append(sum(float(local_shard(p.detach()).double().sum()) for p in engine.model.parameters()))
     scale = engine.loss_scale
-    return {"losses": losses, "weight_sums": sums, "scale": scale.scale, "skipped": scale.skipped_steps}
+    out = {"losses": losses, "weight_sums": sums, "scale": scale.scale, "skipped": scale.skipped_steps}
+    if mode == "off":
+        out["replicas"] = replica_record(engine, Collectives(info))
+        if info.rank == WORLD - 1:  # one copy drifts: a bug no loss curve shows yet
+            with torch.no_grad():
+                local_shard(next(engine.model.parameters())).view(-1)[0] += 1e-3
+        out["replicas_nudged"] = replica_record(engine, Collectives(info))
+    return out
 
 
 FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d"),

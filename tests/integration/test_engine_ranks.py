@@ -6,6 +6,9 @@ and on with an inf in one gradient of the last rank only. The oracle for "on" is
 the scale is a power of two, so in fp32 it changes no bit. A CPU rank cannot run fp16 (refused), so the scale is
 switched on in fp32; the rule itself is checked against torch's GradScaler in tests/unit/test_loss_scale.py.
 
+The replica check (worker/replicas.py) on real copies: the engines' copies agree after training, and one weight of
+the last rank nudged is found, named by its rank, in its own replica group.
+
 Qwen2's q/k/v biases under tensor parallelism (column-parallel: each TP rank holds its heads' slice of each bias),
 and Gemma under tensor and pipeline parallelism (its embedding scales itself and is tied to the head), against one
 process on the same batches."""
@@ -67,3 +70,21 @@ def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(
             worst = max(abs(a - b) / abs(b) for a, b in zip(split[key], one[key], strict=True))
             assert worst < 1e-4, (strategy, key, split[key], one[key])
         assert one["grad_norms"][0] > 0.5  # clipped, so the norm's parity is the update's
+
+
+REPLICA_GROUPS = {"ddp": (1, 4), "fsdp": None, "torch_tp": (2, 2), "torch_pp": (2, 2), "torch_3d": None}
+"""(groups, ranks per group) of each engine's copies on 4 ranks: DDP one group of all; torch_tp's and torch_pp's dp
+replicas two pairs (tp 2 x dp 2, pp 2 x dp 2); FSDP shards and torch_3d's tp 2 x pp 2 keeps no copies."""
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_replica_check_finds_a_copy_that_drifted(ranks, strategy):
+    off = ranks[0][strategy]["off"]  # rank 0 holds the verdict (every rank's digest gathered)
+    expected = REPLICA_GROUPS[strategy]
+    if expected is None:
+        assert off["replicas"] is None and off["replicas_nudged"] is None
+        return
+    groups, size = expected
+    assert off["replicas"] == {"type": "replicas", "groups": groups, "ranks_per_group": size, "agree": True,
+                               "differing_ranks": []}
+    assert off["replicas_nudged"]["agree"] is False and off["replicas_nudged"]["differing_ranks"] == [3]
