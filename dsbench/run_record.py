@@ -26,6 +26,14 @@ def _number(value: Any, where: str, name: str, optional: bool = False) -> Any:
     return value
 
 
+def _count(value: Any, where: str, name: str) -> int:
+    """A count that must be a whole number >= 0 (JSON's 3 or 3.0): one line naming it otherwise."""
+    number = _number(value, where, name)
+    if number < 0 or number != int(number):
+        raise UserError(f"{where}: {name} is {value!r}, not a count")
+    return int(number)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Spread:
     """A figure over the measured steps (:func:`dsbench.records.spread`)."""
@@ -150,7 +158,7 @@ class RunSummary:
             peak_memory_bytes_per_rank=tuple(_number(peak, where, "peak_memory_bytes_per_rank[]") for peak in peaks),
             memory_kind=data.get("memory_kind"),
             model_state_bytes_per_rank=tuple(states),
-            skipped_steps=int(_number(data.get("skipped_steps", 0), where, "skipped_steps")),
+            skipped_steps=_count(data.get("skipped_steps", 0), where, "skipped_steps"),
             replicas=_replicas(data.get("replicas"), where))
 
 

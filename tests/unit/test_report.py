@@ -284,12 +284,14 @@ def test_a_row_counts_the_steps_fp16_s_loss_scale_skipped(tmp_path):
     import shutil
 
     cell = "ddp-w2-mb2-gpt2-mini-r0"
-    for name, skipped in (("old", None), ("two", 2), ("bad", "two")):
+    for name, skipped in (("old", None), ("two", 2), ("bad", "two"), ("negative", -1), ("half", 1.5)):
         shutil.copytree(COMPARE / "cells" / cell, tmp_path / name)
         data = json.loads((tmp_path / name / "summary.json").read_text())
         data.pop("skipped_steps", None)
         (tmp_path / name / "summary.json").write_text(json.dumps(data if skipped is None
                                                                  else {**data, "skipped_steps": skipped}))
-    rows = {name: collect([tmp_path / name])[0] for name in ("old", "two", "bad")}
+    rows = {name: collect([tmp_path / name])[0] for name in ("old", "two", "bad", "negative", "half")}
     assert (rows["old"].skipped_steps, rows["two"].skipped_steps) == (0, 2)
-    assert rows["bad"].status == "corrupt" and "skipped_steps is 'two'" in rows["bad"].reason
+    assert rows["bad"].status == "corrupt" and "skipped_steps is 'two', not a number" in rows["bad"].reason
+    assert rows["negative"].status == rows["half"].status == "corrupt"
+    assert "skipped_steps is -1, not a count" in rows["negative"].reason
