@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from dsbench.worker.state_bytes import local_shard
+
 
 def digest(tensors: Any) -> str:
     """SHA-256 of the tensors' bytes in order (a DTensor's local shard; any dtype, read as raw bytes)."""
@@ -20,8 +22,7 @@ def digest(tensors: Any) -> str:
 
     sha = hashlib.sha256()
     for tensor in tensors:
-        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
-        sha.update(local.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        sha.update(local_shard(tensor).detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return sha.hexdigest()
 
 

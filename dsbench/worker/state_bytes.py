@@ -15,8 +15,9 @@ from collections.abc import Iterable
 from typing import Any
 
 
-def local(tensor: Any) -> Any:
-    """The local shard of a DTensor, or the tensor itself."""
+def local_shard(tensor: Any) -> Any:
+    """A DTensor's local shard (a plain tensor as is): what this rank holds, counts and updates (the one helper the
+    worker's engines, counters and replica check share)."""
     to_local = getattr(tensor, "to_local", None)
     return to_local() if callable(to_local) else tensor
 
@@ -50,7 +51,7 @@ class StateCounter:
         for tensor in tensors:
             if not isinstance(tensor, torch.Tensor):
                 continue
-            tensor = local(tensor)
+            tensor = local_shard(tensor)
             if tensor.numel() == 0 or tensor.data_ptr() == 0:
                 continue
             start = tensor.data_ptr()
@@ -146,7 +147,7 @@ class SavedActivations:
         import torch
 
         self._graph, self._parameter = torch.autograd.graph, torch.nn.Parameter
-        self._params = {local(p).untyped_storage().data_ptr() for p in model.parameters()}
+        self._params = {local_shard(p).untyped_storage().data_ptr() for p in model.parameters()}
         self._seen: dict[int, int] = {}
         self._live: dict[int, list[int]] = {}  # storage address -> [holders alive, bytes]
         self._live_bytes = 0
@@ -156,7 +157,7 @@ class SavedActivations:
     def _pack(self, tensor: Any) -> Any:
         # a weight saved by its matmul is a parameter (or a view of one): ZeRO-3 gathers it into a fresh buffer
         weight = isinstance(tensor, self._parameter) or isinstance(getattr(tensor, "_base", None), self._parameter)
-        storage = local(tensor).untyped_storage()
+        storage = local_shard(tensor).untyped_storage()
         address = storage.data_ptr()
         if weight or address in self._params:
             return tensor

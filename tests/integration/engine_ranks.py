@@ -30,10 +30,11 @@ from dsbench.models import PRESETS
 from dsbench.parallel import ParallelDims
 from dsbench.worker.dist import Collectives, DistInfo
 from dsbench.worker.engines import build_engine
-from dsbench.worker.engines.base import EngineOptions, local_shard
+from dsbench.worker.engines.base import EngineOptions
 from dsbench.worker.engines.loss_scale import LossScale
 from dsbench.worker.model import build_model
 from dsbench.worker.replicas import replica_record
+from dsbench.worker.state_bytes import local_shard
 
 WORLD = 4
 LAYOUTS = {"ddp": {}, "fsdp": {}, "torch_tp": {"tp": 2}, "torch_pp": {"pp": 2}, "torch_3d": {"tp": 2, "pp": 2}}

@@ -90,12 +90,6 @@ def accumulate(engine: Any, batches: list[Any]) -> Any:
     return torch.stack(losses).mean()
 
 
-def local_shard(tensor: Any) -> Any:
-    """A DTensor's local shard (a plain tensor as is): what this rank holds and updates."""
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) else tensor
-
-
 class TorchAdamWEngine:
     """What the engines that step torch AdamW share (DDP/FSDP/single, torch_tp, torch_pp): a step accumulates its
     micro-batches (:func:`accumulate`; torch_pp's schedule does it itself), fp16 scales its loss (engines/

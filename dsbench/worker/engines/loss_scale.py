@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dsbench.worker.engines.base import local_shard
+from dsbench.worker.state_bytes import local_shard
 
 INIT_SCALE = 2.0**16
 GROWTH_FACTOR = 2.0

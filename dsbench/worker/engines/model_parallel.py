@@ -21,11 +21,12 @@ from torch import nn
 from dsbench.parallel import ParallelDims
 from dsbench.trainspec import INTERLEAVED
 from dsbench.worker.dist import Collectives
-from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine, local_shard
+from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine
 from dsbench.worker.engines.busy import BusyClock
 from dsbench.worker.engines.loss_scale import LossScale
 from dsbench.worker.engines.native import adamw, autocast
 from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, tied_head
+from dsbench.worker.state_bytes import local_shard
 
 
 def clip_(*, parts: list[Any], whole: list[Any], scale: list[Any], max_norm: float, comm: Collectives,

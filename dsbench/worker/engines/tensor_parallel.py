@@ -25,10 +25,11 @@ import torch
 from dsbench.model_checks import check_loss_parallel, check_megatron_tp
 from dsbench.parallel import ParallelDims
 from dsbench.worker.dist import Collectives
-from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine, local_shard
+from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine
 from dsbench.worker.engines.loss_scale import LossScale
 from dsbench.worker.engines.model_parallel import average_over_data_parallel, clip_
 from dsbench.worker.engines.native import adamw, autocast
+from dsbench.worker.state_bytes import local_shard
 
 MEGATRON_LAYER = {"self_attn.q_proj": "column", "self_attn.k_proj": "column", "self_attn.v_proj": "column",
                   "self_attn.o_proj": "row", "mlp.gate_proj": "column", "mlp.up_proj": "column",

@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from dsbench.worker.engines.base import local_shard
 from dsbench.worker.engines.model_parallel import TorchPipelineEngine, scale_to_norm_
 from dsbench.worker.engines.tensor_parallel import megatron_layer_plan
+from dsbench.worker.state_bytes import local_shard
 
 
 class Torch3DEngine(TorchPipelineEngine):
