@@ -69,6 +69,10 @@ def compare_grid(rows: list[Row], wide: bool = False) -> Grid:
     grid.notes.append("vs best: tokens/s over the fastest's among cells of the same model, device and ranks. "
                       "MiB/rank: model states per rank on CPU (params+grads+optimizer states+fp32 master, from rank "
                       "0's tensors), peak device memory on GPU (torch.cuda.max_memory_allocated).")
+    skipped = [f"{row.strategy} {row.skipped_steps}" for row in rows if row.skipped_steps]
+    if skipped:  # in every view: a step that did not update the model still counts in its throughput
+        grid.notes.append(f"fp16's loss scale skipped optimizer steps (an overflow; their tokens count in tokens/s, "
+                          f"their updates did not happen): {', '.join(skipped)}.")
     grid.notes += how[1:] + predicted_note(rows)[1:] if wide else ["report.md explains every column."]
     return grid
 

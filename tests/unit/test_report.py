@@ -194,6 +194,20 @@ def test_a_column_names_the_steps_fp16_s_loss_scale_skipped_when_some_row_skippe
     assert "fp16 steps skipped" not in [header for _, header, _ in columns_for([clean])]
 
 
+def test_the_terminal_table_names_the_cells_whose_steps_fp16_s_loss_scale_skipped():
+    """In every view, wide or not (the column itself is shown wide only): a skipped step counts in tokens/s."""
+    from dsbench.report.terminal import compare_grid
+
+    clean = Row(strategy="ddp", skipped_steps=0, status="ok", **_options_of("ddp"))
+    skipping = Row(strategy="fsdp", skipped_steps=2, status="ok", **_options_of("fsdp"))
+    for wide in (False, True):
+        notes = compare_grid([clean, skipping], wide=wide).notes
+        assert [n for n in notes if "fp16's loss scale skipped" in n] == [
+            "fp16's loss scale skipped optimizer steps (an overflow; their tokens count in tokens/s, their updates did "
+            "not happen): fsdp 2."]
+    assert not [n for n in compare_grid([clean]).notes if "fp16" in n]
+
+
 def _options_of(label: str) -> dict:
     """The typed fields a report row carries beside its printed label (this test writes rows by their labels), and
     the cell fields these tests do not vary."""
