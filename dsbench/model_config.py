@@ -67,6 +67,9 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | N
     # GPT-2's heads are always hidden / heads; Qwen3Config's head_dim defaults to 128 and GemmaConfig's to 256
     # (transformers), not to that
     stated = cfg.get("head_dim", HEAD_DIM_DEFAULT.get(shape.arch)) if shape.arch != "gpt2" else None
+    if stated is None and shape.arch in HEAD_DIM_DEFAULT:  # null: Qwen3Config and GemmaConfig refuse it too
+        raise UserError(f"{name}: config.json: head_dim null must be a positive integer (remove it for "
+                        f"{shape.arch}'s default, {HEAD_DIM_DEFAULT[shape.arch]})")
     problem = heads_problem(shape.hidden, shape.heads, shape.kv_heads, stated, shape.arch)
     if problem:
         raise UserError(f"{name}: config.json: {problem}")

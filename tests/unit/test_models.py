@@ -92,6 +92,10 @@ REFUSED = {
     "qwen2-kv-not-dividing": ({"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
                                "num_attention_heads": 4, "num_key_value_heads": 3, "intermediate_size": 96},
                               "the 3 key/value heads do not divide the 4 heads"),
+    # Qwen3Config and GemmaConfig have a head_dim of their own and refuse a null one (transformers 5's strict
+    # config fields), where Llama's and Qwen2's fall back to hidden / heads
+    "gemma-head-dim-null": ({**_config("gemma", 64, 4, 2, 96), "head_dim": None}, "head_dim null must be a positive"),
+    "qwen3-head-dim-null": ({**_config("qwen3", 64, 4, 2, 96), "head_dim": None}, "head_dim null must be a positive"),
     "mixtral": ({"model_type": "mixtral", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
                  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
                  "num_local_experts": 4, "num_experts_per_tok": 2}, "model_type 'mixtral'"),
@@ -139,6 +143,9 @@ def test_a_config_json_the_shape_would_miscount_is_refused_by_name(tmp_path, nam
         resolve_model(str(tmp_path))
     if name == "llama-narrow-heads":  # transformers refuses it too
         with pytest.raises(Exception, match="not a multiple of the number of attention heads"):
+            _transformers_count(config)
+    elif name.endswith("-head-dim-null"):  # transformers refuses it too
+        with pytest.raises(Exception, match="head_dim"):
             _transformers_count(config)
     elif name == "qwen2-kv-not-dividing":  # transformers builds it, and its first forward fails
         import torch
