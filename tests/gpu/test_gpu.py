@@ -11,6 +11,7 @@ their figures; docs/benchmarks.md records them with the command.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -175,8 +176,11 @@ DeepSpeed's own; FSDP2's CPU offload keeps the gradients on the host while the o
 
 @pytest.mark.parametrize("name", list(FP16))
 def test_fp16_follows_fp32_with_its_loss_scale(tier_dir, name):
-    """fp16 with a dynamic loss scale follows the fp32 single-GPU losses within 1% at every step (an unscaled fp16
-    backward loses the gradients under 2**-24), and the summary counts the steps the scale skipped."""
+    """fp16 with a dynamic loss scale trains: every loss finite, and over the 8 steps the loss falls at least half as
+    far as the fp32 single-GPU run's (8 skipped steps, or gradients flushed to zero, would leave it where it
+    started); the summary's skipped_steps is the count of its steps marked skipped, and most steps stepped. The
+    worst relative difference from fp32 is printed for docs/benchmarks.md (not bounded: nothing here has measured
+    fp16's own spread on this model)."""
     folder = tier_dir / f"{name}-fp16"
     strategy, worker_flags = FP16[name]
     result = _dsbench("launch", *TIER[strategy], "--num-gpus", "1", "--model", "gpt2-tiny", "--precision", "fp16",
@@ -185,10 +189,14 @@ def test_fp16_follows_fp32_with_its_loss_scale(tier_dir, name):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     reference_result, reference = _tier_run("single", tier_dir)
     assert reference_result.returncode == 0
-    worst = max(abs(a - b) / abs(b) for a, b in zip(_losses(folder), _losses(reference), strict=True))
+    losses, fp32 = _losses(folder), _losses(reference)
+    worst = max(abs(a - b) / abs(b) for a, b in zip(losses, fp32, strict=True))
     summary = json.loads((folder / "summary.json").read_text())
+    marked = sum(bool(r.get("skipped")) for r in _records(folder) if r["type"] == "step")
     print(name, f"fp16 worst relative loss difference {worst:.2e}, skipped steps {summary['skipped_steps']}")
-    assert worst < 1e-2 and summary["skipped_steps"] <= 1, (name, worst, summary["skipped_steps"])
+    assert all(math.isfinite(loss) for loss in losses) and losses[0] - losses[-1] >= (fp32[0] - fp32[-1]) / 2, (
+        name, losses, fp32)
+    assert summary["skipped_steps"] == marked < 4, (name, summary["skipped_steps"], marked)
 
 
 COLLECTIVE_PROBE = """
