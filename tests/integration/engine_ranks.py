@@ -4,10 +4,10 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
 - The fp16 loss scale: each torch engine trains llama-tiny three steps with the scale off, then on (fp32: the scale,
   a power of two, changes no bit), then on with an inf put into one gradient of the last rank at step 1.
 - The families a launch test does not train: one process (single) against torch_tp (tp 2 x dp 2) and torch_3d
-  (tp 2 x pp 2) on qwen2-tiny (its q/k/v biases split with their matrices), and against torch_pp (pp 2 x dp 2) too on
-  gemma-tiny (its scaled embedding, tied to the head across the first and last stage); every rank is given the
-  same batches, so that each replica's gradient is the one process's (the averaged gradient of equal batches is
-  theirs).
+  (tp 2 x pp 2) on qwen2-tiny (its q/k/v biases split with their matrices), and against torch_pp (pp 2 x dp 2) and
+  DeepSpeed's AutoTP (tp 2 x dp 2, ZeRO-1) too on gemma-tiny (its scaled embedding, tied to the head across the
+  first and last stage); every rank is given the same batches, so that each replica's gradient is the one
+  process's (the averaged gradient of equal batches is theirs).
 
 - The replica check (worker/replicas.py) on real copies: after the unscaled run, every engine's verdict; then
   again with one weight of the last rank nudged by 1e-3, a copy that differs.
@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from dsbench.models import PRESETS
 from dsbench.parallel import ParallelDims
-from dsbench.worker.dist import Collectives, DistInfo
+from dsbench.worker.dist import Collectives, DistInfo, init
 from dsbench.worker.engines import build_engine
 from dsbench.worker.engines.base import EngineOptions
 from dsbench.worker.engines.loss_scale import LossScale
@@ -78,26 +78,37 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
 
 
 FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d"),
-            "gemma-tiny": ("single", "torch_tp", "torch_pp", "torch_3d")}
+            "gemma-tiny": ("single", "torch_tp", "torch_pp", "torch_3d", "autotp")}
+AUTOTP = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+          # DeepSpeed asserts the batch over every rank, tensor-parallel ones included (docs/parallelism.md)
+          "train_batch_size": 2 * 2 * WORLD, "zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2},
+          "gradient_clipping": 0.5, "optimizer": {"type": "AdamW", "params": {
+              "lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01, "torch_adam": True}}}
+"""DeepSpeed AutoTP (tp 2 x dp 2) at ZeRO-1, stepping torch's AdamW as the torch engines do (no JIT op)."""
 
 
 def _family(model: str, strategy: str, info: DistInfo) -> dict:
     """Three steps of ``model``, the same batches on every rank; single runs on one rank's world of its own."""
-    dims = ParallelDims(world=1) if strategy == "single" else ParallelDims(world=WORLD, **LAYOUTS[strategy])
-    engine = _engine(strategy, model, info, dims)
+    if strategy == "autotp":
+        options = EngineOptions(lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95), eps=1e-8, grad_clip=0.5,
+                                warmup_steps=0, grad_accum=2, precision="fp32",
+                                dims=ParallelDims(world=WORLD, tp=2), ds_config=AUTOTP)
+        engine = build_engine("deepspeed", build_model(PRESETS[model], seed=0), options, info)
+    else:
+        dims = ParallelDims(world=1) if strategy == "single" else ParallelDims(world=WORLD, **LAYOUTS[strategy])
+        engine = _engine(strategy, model, info, dims)
     generator = torch.Generator().manual_seed(7)
     losses, norms = [], []
     for _ in range(3):
         losses.append(float(engine.train_step([torch.randint(0, 4096, (2, 16), generator=generator)
                                                for _ in range(2)])))
-        norms.append(float(engine.grad_norm))
+        norms.append(float(engine.grad_norm) if strategy != "autotp" else None)  # DeepSpeed clips inside
     return {"losses": losses, "grad_norms": norms}
 
 
 def main() -> None:
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    info = DistInfo(rank=rank, world_size=WORLD, local_rank=rank, device="cpu", backend="gloo", process_group=True)
+    info = init("deepspeed")  # the worker's own start: gloo through DeepSpeed, its CPU workspace released
+    rank = info.rank
     out = {s: {mode: _train(s, info, mode) for mode in ("off", "on", "spoiled")} for s in LAYOUTS}
     out["families"] = {model: {s: _family(model, s, info) for s in strategies}
                        for model, strategies in FAMILIES.items()}

@@ -56,7 +56,7 @@ def test_an_overflow_on_one_rank_skips_the_step_on_every_rank(ranks, strategy):
 
 @pytest.mark.parametrize(("model", "strategy"), [("qwen2-tiny", "torch_tp"), ("qwen2-tiny", "torch_3d"),
                                                  ("gemma-tiny", "torch_tp"), ("gemma-tiny", "torch_pp"),
-                                                 ("gemma-tiny", "torch_3d")])
+                                                 ("gemma-tiny", "torch_3d"), ("gemma-tiny", "autotp")])
 def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(ranks, model, strategy):
     """The losses and the gradient norms before clipping (clip 0.5: every step clips) within 1e-4 of one process's,
     the parity bound of tests/integration/test_model_parallel.py, on every rank. Measured 2026-11-30: the losses
@@ -66,7 +66,7 @@ def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(
     1.6e-8."""
     for rank in ranks:
         one, split = rank["families"][model]["single"], rank["families"][model][strategy]
-        for key in ("losses", "grad_norms"):
+        for key in ("losses", "grad_norms") if strategy != "autotp" else ("losses",):  # DeepSpeed clips inside
             worst = max(abs(a - b) / abs(b) for a, b in zip(split[key], one[key], strict=True))
             assert worst < 1e-4, (strategy, key, split[key], one[key])
         assert one["grad_norms"][0] > 0.5  # clipped, so the norm's parity is the update's
