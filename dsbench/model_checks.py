@@ -6,7 +6,7 @@ matrix and the tensor-parallel engine."""
 from __future__ import annotations
 
 from dsbench.errors import UserError
-from dsbench.models import LLAMA_LIKE
+from dsbench.models import DECODERS, FUSED, LLAMA_LIKE
 
 
 def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
@@ -14,7 +14,21 @@ def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
     others."""
     if family not in LLAMA_LIKE:
         raise UserError(f"--strategy {strategy} splits Llama-family models ({', '.join(LLAMA_LIKE)}), not {family!r}: "
-                        "GPT-2's fused c_attn (Conv1D q|k|v) does not split into whole heads by columns")
+                        f"{_FUSED_WHY[family in FUSED]} does not split into whole heads by columns")
+
+
+_FUSED_WHY = {False: "GPT-2's fused c_attn (Conv1D q|k|v)",
+              True: "Phi-3's fused qkv_proj (q|k|v in one matrix, and gate|up in gate_up_proj)"}
+"""Why a family's projections do not split by columns, by whether it is one of :data:`dsbench.models.FUSED`."""
+
+
+def splitting_families(tp: int, ulysses: int) -> tuple[str, ...]:
+    """The families a layout of ``tp`` tensor-parallel and ``ulysses`` sequence-parallel ranks can split: Megatron-style
+    TP and AutoTP the Llama family's separate projections, Ulysses every rotary decoder (it reads the config's
+    key/value heads; Phi-3's fused projections stay whole), anything else every family."""
+    if tp > 1:
+        return LLAMA_LIKE
+    return DECODERS if ulysses > 1 else ("gpt2", *DECODERS)
 
 
 def check_loss_parallel(loss_parallel: bool, tied: bool, name: str) -> None:
@@ -25,9 +39,15 @@ def check_loss_parallel(loss_parallel: bool, tied: bool, name: str) -> None:
 
 
 def check_autotp(family: str) -> None:
-    """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits Llama-family linears; GPT-2's Conv1D it leaves whole.
+    """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits Llama-family linears; GPT-2's Conv1D it leaves whole, and
+    Phi-3's fused projections it refuses ("HuggingFace tp_plan contains unsupported partition style(s):
+    ['rowwise_split_input']", deepspeed 0.19.8, unless the config gives a ``partition_config``).
     Qwen3's q_norm/k_norm stay whole on every rank and DeepSpeed sums their gradients over the TP ranks itself
     (deepspeed/module_inject/auto_tp.py ``register_replicated_grad_hooks``)."""
+    if family in FUSED:  # measured 2026-11-30 with phi3-tiny: every rank stops in deepspeed.initialize
+        raise UserError(f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) with DeepSpeed's AutoTP, not "
+                        f"{family!r}: DeepSpeed 0.19.8 refuses the tensor-parallel plan transformers gives "
+                        f"{_FUSED_WHY[True]} (train it with ZeRO, FSDP, Ulysses or a pipeline)")
     if family not in LLAMA_LIKE:
         raise UserError(f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) with DeepSpeed's AutoTP, not "
                         f"{family!r}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")
@@ -42,8 +62,8 @@ def check_ulysses(family: str, sp: int, seq_len: int, window: int | None = None)
     32-token window on 128 tokens trained 9.6e-4 off one process; on 32 tokens, 1.2e-7)."""
     if sp <= 1:
         return
-    if family not in LLAMA_LIKE:
-        raise UserError(f"--ulysses runs Llama-family models ({', '.join(LLAMA_LIKE)}), not {family!r}: DeepSpeed's "
+    if family not in DECODERS:
+        raise UserError(f"--ulysses runs Llama-family models ({', '.join(DECODERS)}), not {family!r}: DeepSpeed's "
                         "Ulysses reads the config's num_key_value_heads (choose a Llama-family --model)")
     if seq_len % sp or seq_len < 2 * sp:
         raise UserError(f"--seq-len {seq_len} must split into --ulysses {sp} equal shards of at least 2 tokens (a "

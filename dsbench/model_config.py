@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.models import HEAD_DIM_DEFAULT, LLAMA_LIKE, PRESETS, TIED_DEFAULT, ModelShape
+from dsbench.models import DECODERS, HEAD_DIM_DEFAULT, PRESETS, TIED_DEFAULT, ModelShape
 
 _KEPT_EXTRA = ("rope_theta", "rms_norm_eps", "layer_norm_epsilon", "hidden_act", "activation_function",
                "attention_bias", "mlp_bias", "bos_token_id", "eos_token_id", "pad_token_id",
@@ -19,7 +19,9 @@ _KEPT_EXTRA = ("rope_theta", "rms_norm_eps", "layer_norm_epsilon", "hidden_act",
                # config class defaults to 4096), Qwen's per-layer windows (kept since 2026-11-30; before, a model
                # built from a config.json alone attended and rotated as the class defaults, not as the config says)
                "rope_scaling", "rope_parameters", "sliding_window", "use_sliding_window", "max_window_layers",
-               "layer_types")
+               "layer_types",
+               # Phi-3's: RoPE on part of each head (Phi-4-mini's 0.75), LongRoPE's original context
+               "partial_rotary_factor", "original_max_position_embeddings")
 """config.json fields the worker's model keeps (:meth:`ModelShape.hf_config`): it is built from them when the folder
 has no weights; with weights, transformers reads the whole config.json."""
 
@@ -42,7 +44,7 @@ def heads_problem(hidden: int, heads: int, kv_heads: int, head_dim: Any = None, 
     return None
 
 
-_FAMILIES = ("gpt2", *LLAMA_LIKE)
+_FAMILIES = ("gpt2", *DECODERS)
 
 
 def _check_family(cfg: dict[str, Any], name: str) -> None:
@@ -70,16 +72,28 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | N
     if stated is None and shape.arch in HEAD_DIM_DEFAULT:  # null: Qwen3Config and GemmaConfig refuse it too
         raise UserError(f"{name}: config.json: head_dim null must be a positive integer (remove it for "
                         f"{shape.arch}'s default, {HEAD_DIM_DEFAULT[shape.arch]})")
-    problem = heads_problem(shape.hidden, shape.heads, shape.kv_heads, stated, shape.arch)
+    problem = heads_problem(shape.hidden, shape.heads, shape.kv_heads, stated, shape.arch) or _pad_problem(cfg, shape)
     if problem:
         raise UserError(f"{name}: config.json: {problem}")
     # kept only where it is not hidden / heads, so that a shape that states the default equals one that does not
     return replace(shape, head_dim=stated) if stated and shape.hidden != stated * shape.heads else shape
 
 
-_DEFAULT_POSITIONS = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768, "gemma": 8192}
+def _pad_problem(cfg: dict[str, Any], shape: ModelShape) -> str | None:
+    """A rotary decoder's embedding takes ``pad_token_id`` as its padding row (``nn.Embedding(padding_idx=...)`` in
+    transformers' Llama-family models), which torch refuses outside the vocabulary (GPT-2's has none)."""
+    pad = cfg.get("pad_token_id")
+    if shape.arch == "gpt2" or not isinstance(pad, int) or isinstance(pad, bool) or -shape.vocab_size <= pad < (
+            shape.vocab_size):
+        return None
+    return (f"pad_token_id {pad} is outside the {shape.vocab_size}-token vocabulary (the embedding's padding row "
+            "must be one of its rows); set it below vocab_size, or null")
+
+
+_DEFAULT_POSITIONS = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768, "gemma": 8192,
+                      "phi3": 4096}
 """A config.json without ``max_position_embeddings`` gets its config class's default (transformers 5's
-Llama/Mistral/Qwen2/Qwen3/GemmaConfig), as transformers builds it."""
+Llama/Mistral/Qwen2/Qwen3/Gemma/Phi3Config), as transformers builds it."""
 
 
 def _shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | None) -> ModelShape:
@@ -95,7 +109,7 @@ def _shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | 
                 extra={k: cfg[k] for k in _KEPT_EXTRA if k in cfg})
         heads = int(cfg["num_attention_heads"])
         return ModelShape(
-            name=name, arch=model_type if model_type in LLAMA_LIKE else "llama", vocab_size=int(cfg["vocab_size"]),
+            name=name, arch=model_type if model_type in DECODERS else "llama", vocab_size=int(cfg["vocab_size"]),
             hidden=int(cfg["hidden_size"]),
             layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
             intermediate=int(cfg["intermediate_size"]),

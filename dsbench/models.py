@@ -11,12 +11,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-Arch = Literal["gpt2", "llama", "qwen2", "mistral", "qwen3", "gemma"]
+Arch = Literal["gpt2", "llama", "qwen2", "mistral", "qwen3", "gemma", "phi3"]
 LLAMA_LIKE = ("llama", "qwen2", "mistral", "qwen3", "gemma")
 """Rotary decoder families with Llama's layout (RMSNorm, gated MLP, q/k/v/o): Qwen2 adds q/k/v biases, Qwen3 an
 RMSNorm over each query and key head (``q_norm``, ``k_norm``: transformers' Qwen3Attention); Gemma (the first, as
 transformers' GemmaForCausalLM builds it) has the same tensors, with a tanh-GELU gate, RMSNorms that scale by
 1 + weight, and its embedding scaled by sqrt(hidden) inside the embedding module (GemmaTextScaledWordEmbedding)."""
+FUSED = ("phi3",)
+"""Families with Llama's layers but two fused projections per block (transformers' Phi3Attention and Phi3MLP, as
+in Phi-3 and Phi-4): one ``qkv_proj`` whose outputs are q, then k, then v, and one ``gate_up_proj``, gate then up. The
+same parameters as Llama's, in fewer tensors. A column split of a fused weight would hand a rank parts of two
+projections, so dsbench splits them with no tensor parallelism (Megatron-style or AutoTP); pipelines, ZeRO, FSDP,
+DDP and Ulysses take them whole."""
+DECODERS = (*LLAMA_LIKE, *FUSED)
+"""Every rotary decoder family: Llama's layout of blocks (``model.embed_tokens``, ``model.layers``, ``model.norm``),
+separate or fused projections."""
 QK_NORM = ("qwen3",)
 """Families whose attention normalises each query and key head before RoPE (one head_dim-wide RMSNorm weight each,
 shared by the heads)."""
@@ -36,7 +45,7 @@ class ModelShape:
     """Preset name, local path or hub id the shape came from."""
     arch: Arch
     """Model family: ``gpt2`` (learned positions, LayerNorm, GELU MLP) or a Llama-like one (``llama``,
-    ``qwen2``, ``mistral``, ``qwen3``, ``gemma``: RoPE, RMSNorm, a gated MLP)."""
+    ``qwen2``, ``mistral``, ``qwen3``, ``gemma``, and ``phi3`` with fused projections: RoPE, RMSNorm, a gated MLP)."""
     vocab_size: int
     hidden: int
     """Hidden size (``n_embd`` / ``hidden_size``)."""
@@ -75,15 +84,23 @@ class ModelShape:
         """The width of the keys (and of the values): key/value heads x head width."""
         return self.kv_heads * self.head_width
 
+    @property
+    def block_matrices(self) -> int:
+        """Weight matrices in one decoder block (the modules ZeRO-3 gathers one by one): GPT-2's c_attn, c_proj, c_fc
+        and c_proj, Phi-3's o_proj, qkv_proj, gate_up_proj and down_proj: 4; the other Llama-layout families' q, k, v,
+        o, gate, up and down: 7."""
+        return 4 if self.arch == "gpt2" or self.arch in FUSED else 7
+
     def sliding_window(self) -> int | None:
         """The tokens some layer's attention is limited to, as transformers' config of this shape sets it (None:
         every layer attends to the whole causal prefix). Mistral windows every layer (MistralConfig's default
         4096; None in v0.3); Qwen2/Qwen3 the layers ``layer_types`` names, or with ``use_sliding_window`` those from
-        ``max_window_layers`` on (their configs' defaults: 4096 tokens, from layer 28)."""
-        if self.arch not in ("mistral", "qwen2", "qwen3"):
-            return None  # Llama's and GPT-2's configs have no window
-        window = self.extra.get("sliding_window", 4096)
-        if self.arch == "mistral" or window is None:
+        ``max_window_layers`` on (their configs' defaults: 4096 tokens, from layer 28); Phi-3 every layer where
+        config.json states one (Phi3Config's default: none; Phi-3-mini-4k's 2047)."""
+        if self.arch not in ("mistral", "qwen2", "qwen3", "phi3"):
+            return None  # Llama's, Gemma's and GPT-2's configs have no window
+        window = self.extra.get("sliding_window", None if self.arch == "phi3" else 4096)
+        if self.arch in ("mistral", "phi3") or window is None:
             return window
         types = self.extra.get("layer_types")
         if types is not None:
@@ -117,12 +134,14 @@ class ModelShape:
     def block_tensors(self) -> list[int]:
         """Element counts of one decoder block's parameter tensors, in the HF module's registration order (GPT-2:
         ln_1, c_attn, attn c_proj, ln_2, c_fc, mlp c_proj, each weight then bias; Llama: q, k, v, o, gate, up, down,
-        the two RMSNorms; Qwen2 adds q/k/v biases, Qwen3 q_norm and k_norm after o). They sum to the block's share of
-        :meth:`parts`."""
+        the two RMSNorms; Qwen2 adds q/k/v biases, Qwen3 q_norm and k_norm after o; Phi-3: o, the fused q|k|v,
+        the fused gate|up, down, the two RMSNorms). They sum to the block's share of :meth:`parts`."""
         h, ff = self.hidden, self.intermediate
         if self.arch == "gpt2":
             return [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * ff, ff, ff * h, h]
         q, kv = self.q_width, self.kv_width
+        if self.arch in FUSED:  # Phi3Attention registers o_proj before qkv_proj
+            return [h * q, (q + 2 * kv) * h, 2 * ff * h, h * ff, h, h]
         bias = self.arch == "qwen2"
         attention = [q * h, *([q] if bias else []), kv * h, *([kv] if bias else []), kv * h, *([kv] if bias else []),
                      h * q, *([self.head_width] * 2 if self.arch in QK_NORM else [])]
@@ -156,7 +175,10 @@ class ModelShape:
                        max_position_embeddings=self.max_positions, tie_word_embeddings=self.tied_embeddings,
                        bos_token_id=0, eos_token_id=0, attention_dropout=0.0,
                        # Qwen3Config's and GemmaConfig's own defaults are not hidden / heads: always stated for them
-                       **({"head_dim": self.head_width} if self.head_dim or self.arch in HEAD_DIM_DEFAULT else {}))
+                       **({"head_dim": self.head_width} if self.head_dim or self.arch in HEAD_DIM_DEFAULT else {}),
+                       # Phi3Config's padding id defaults to 32000, outside a smaller vocabulary (its embedding
+                       # would refuse it); the tokenizer's own pads nothing here, and a config.json's is kept below
+                       **({"pad_token_id": None} if self.arch in FUSED else {}))
         cfg.update(self.extra)
         return cfg
 
@@ -191,6 +213,7 @@ PRESETS: dict[str, ModelShape] = {
         _llama("llama-tiny", 4096, 64, 2, 4, 2, 176, 256),
         replace(_llama("qwen2-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="qwen2"),
         replace(_llama("gemma-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="gemma", tied_embeddings=True),
+        replace(_llama("phi3-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="phi3"),
         _llama("llama-1b", 32000, 2048, 22, 32, 4, 5632, 2048),
         _llama("llama-7b", 32000, 4096, 32, 32, 32, 11008, 4096),
         _llama("llama-13b", 32000, 5120, 40, 40, 40, 13824, 4096),

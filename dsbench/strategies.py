@@ -129,12 +129,6 @@ class Strategy:
         return self.engine != "deepspeed"
 
     @property
-    def splits_heads(self) -> bool:
-        """Tensor parallel (AutoTP and DTensor split q/k/v/o and the MLP by heads) and Ulysses (its all-to-all reads
-        the config's key/value heads): Llama-family models."""
-        return self.tp > 1 or self.ulysses > 1
-
-    @property
     def family(self) -> str:
         """The engine family ``calibrate --check`` scales as one (plan/selfcheck.py; each family's code path is in
         docs/planner.md, "calibrate --check"): one per form of parallelism and per ZeRO optimizer (ZeRO-1 reduces

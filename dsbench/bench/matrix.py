@@ -15,9 +15,8 @@ from typing import Any
 from dsbench import strategies as registry
 from dsbench.errors import UserError
 from dsbench.layout_check import check_chunks
-from dsbench.model_checks import check_ulysses
+from dsbench.model_checks import check_ulysses, splitting_families
 from dsbench.model_config import resolve_model
-from dsbench.models import LLAMA_LIKE
 from dsbench.spec import DEFAULT_MICRO_BATCH
 
 DEFAULTS: dict[str, Any] = {
@@ -168,12 +167,12 @@ def check_models(names: list[str], models: list[str], seq_len: int) -> None:
         if seq_len > shape.max_positions:
             raise UserError(f"--seq-len {seq_len} exceeds {shape.name}'s {shape.max_positions} positions")
         arch = shape.arch
-        split = [s for s in names if registry.known(s) and registry.get(s).splits_heads]
-        if split and arch not in LLAMA_LIKE:
-            raise UserError(f"--strategies {split[0]} splits Llama-family models ({', '.join(LLAMA_LIKE)}); the model "
-                            f"{model} is {arch!r}: run it on llama-tiny, qwen2-tiny or another Llama-family model")
         for name in names:
             how = registry.lookup(name)
+            families = splitting_families(how.tp, how.ulysses) if how is not None else (arch,)
+            if arch not in families:  # Phi-3's fused projections: Ulysses, not TP
+                raise UserError(f"--strategies {name} splits Llama-family models ({', '.join(families)}); the model "
+                                f"{model} is {arch!r}: run it on llama-tiny, qwen2-tiny or another Llama-family model")
             if how is not None and how.model_parallel > 1:
                 try:  # the split the launch checks, made for every cell of the strategy at once
                     dims = how.dims(how.model_parallel)

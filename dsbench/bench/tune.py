@@ -26,8 +26,8 @@ from dsbench.bench.matrix import Cell, cell_launch_args, check_models, fused_by_
 from dsbench.bench.tune_request import TuneRequest
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json
+from dsbench.model_checks import splitting_families
 from dsbench.model_config import resolve_model
-from dsbench.models import LLAMA_LIKE
 from dsbench.plan import search
 from dsbench.plan.profile import Profile
 from dsbench.plan.request import PlanRequest
@@ -42,7 +42,7 @@ def default_strategies(model: str, world: int) -> list[str]:
         how = registry.get(name)
         if (name == "single") != (world == 1) or not how.planned:
             continue  # single is the 1-rank layout; the planner has no model of fsdp_no_reshard or NVMe offload
-        if how.splits_heads and shape.arch not in LLAMA_LIKE:
+        if shape.arch not in splitting_families(how.tp, how.ulysses):
             continue  # Megatron-style TP and AutoTP split Llama-family linears only (GPT-2's Conv1D is not split)
         if world % how.model_parallel:
             continue

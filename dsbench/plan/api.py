@@ -19,7 +19,7 @@ from dsbench.plan.gpu_profiles import ALIASES, CUSTOM, KINDS, GpuProfile, custom
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, Link, link
 from dsbench.plan.inputs import Cluster, Workload
 from dsbench.plan.machine_profile import with_profile
-from dsbench.plan.recommend import Ranked, launch_command, rank
+from dsbench.plan.recommend import Ranked, family_notes, launch_command, rank
 from dsbench.plan.request import DEFAULTS, PlanRequest
 from dsbench.plan.training import check_cost_flags, training_cost
 from dsbench.strategies import lookup
@@ -221,7 +221,8 @@ def plan(req: PlanRequest) -> dict[str, Any]:
     shape = wl.shape
     return {
         "model": {"name": shape.name, "params": shape.num_params(), "layers": shape.layers, "hidden": shape.hidden,
-                  "heads": shape.heads, "vocab": shape.vocab_size, "source": shape.source},
+                  "heads": shape.heads, "vocab": shape.vocab_size, "source": shape.source,
+                  "notes": family_notes(shape)},
         "cluster": {"nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node, "gpu_mem_gb": cl.gpu_mem_gb,
                     "peak_tflops": cl.peak_tflops, "efficiency": cl.efficiency, "intra": cl.intra.note,
                     "inter": cl.inter.note if cl.nodes > 1 else None, "compute_tflops": cl.compute_tflops,

@@ -27,9 +27,6 @@ DDP_BUCKET = 25 * 2**20
 """torch DDP's bucket_cap_mb default, 25 MiB."""
 DEEPSPEED_ALLGATHER_BUCKET = 5e8
 """DeepSpeed's allgather_bucket_size default, elements (runtime/zero/config.py)."""
-MATRICES_PER_BLOCK = {"gpt2": 4, "llama": 7, "qwen2": 7}
-"""Weight matrices per transformer block: GPT-2 c_attn, c_proj, c_fc, c_proj; Llama/Qwen2 q, k, v, o, gate, up,
-down. Norms stay whole under ZeRO-3: HF "auto" sets stage3_param_persistence_threshold = 10·h, above a norm's h."""
 
 
 def ready_order(shape: ModelShape, cand: Split) -> list[float]:
@@ -68,7 +65,9 @@ def collective_calls(cand: Split, shape: ModelShape, held: float, reduce_bucket:
                      updated_params=math.ceil(held / DEEPSPEED_ALLGATHER_BUCKET))
     if cand.strategy == "zero3":
         embeddings = (1 if shape.tied_embeddings else 2) + (1 if shape.arch == "gpt2" else 0)  # + GPT-2's wpe
-        modules = round(layers * MATRICES_PER_BLOCK.get(shape.arch, 4)) + embeddings
+        # the block's weight matrices (ModelShape.block_matrices); norms stay whole under ZeRO-3: HF "auto" sets
+        # stage3_param_persistence_threshold = 10·h, above a norm's h (Qwen3's q/k norms are a head wide)
+        modules = round(layers * shape.block_matrices) + embeddings
         return Calls(grads=bucket_calls(ready_order(shape, cand), reduce_bucket), gather_forward=modules,
                      gather_backward=modules)
     units = round(layers) + 1

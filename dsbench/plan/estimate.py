@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dsbench.models import LLAMA_LIKE
+from dsbench.models import DECODERS
 from dsbench.plan import gpu_estimate, interval
 from dsbench.plan.calls import NO_LATENCY, collective_calls
 from dsbench.plan.candidate import Candidate
@@ -195,7 +195,7 @@ def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> f
     scales by heads·s²/sp either way). Full recompute adds the set of the block being recomputed."""
     shape, seq = wl.shape, wl.seq_len // cand.ulysses
     schedule = schedule_of(cand)
-    if shape.arch in LLAMA_LIKE:
+    if shape.arch in DECODERS:
         def kept(layers: int) -> SavedActivations:
             return saved_activation_bytes(replace(shape, layers=layers), seq, wl.micro_batch, tp=cand.tp,
                                           sequence_parallel=cand.sequence_parallel,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsbench.errors import UserError
-from dsbench.models import QK_NORM, ModelShape
+from dsbench.models import FUSED, QK_NORM, ModelShape
 from dsbench.strategies import FIXED, GPU_DATA_PARALLEL
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "interleaved-zb")
@@ -54,6 +54,9 @@ class Shape:
     qk_norm: bool = False
     """Each query and key head is normalised before RoPE (Qwen3's q_norm and k_norm): two more RMSNorms per block,
     over q and k, inside the TP region."""
+    fused: bool = False
+    """q|k|v in one matrix and gate|up in another (Phi-3: :data:`dsbench.models.FUSED`): the same weights and FLOPs,
+    in fewer tensors."""
 
     @property
     def head_width(self) -> int:
@@ -80,9 +83,9 @@ class Shape:
 
     def layer_tensors(self) -> int:
         """Parameter tensors of one block as the HF modules hold them: GPT-2's two LayerNorms and four linears,
-        each a weight and a bias (12); Llama's two RMSNorm weights and seven bias-free linears (9). A ZeRO engine's
-        hooks and gradient copies run per tensor."""
-        return 12 if self.arch == "gpt" else 9
+        each a weight and a bias (12); Llama's two RMSNorm weights and seven bias-free linears (9), four when fused
+        (6). A ZeRO engine's hooks and gradient copies run per tensor."""
+        return 12 if self.arch == "gpt" else 6 if self.fused else 9
 
     def params(self) -> int:
         """Blocks plus the input embedding and an untied output layer (GPT-3/Megatron tie them: counted once
@@ -95,7 +98,7 @@ def shape_of_model(s: ModelShape) -> Shape:
     """A model's shape as the GPU model reads it: GPT-2 as ``gpt``, the Llama-layout families as ``llama`` (Qwen3's
     q_norm/k_norm as ``qk_norm``), the head width where the model states one."""
     return Shape("gpt" if s.arch == "gpt2" else "llama", s.layers, s.hidden, s.heads, s.kv_heads, s.intermediate,
-                 s.vocab_size, s.head_dim or 0, qk_norm=s.arch in QK_NORM)
+                 s.vocab_size, s.head_dim or 0, qk_norm=s.arch in QK_NORM, fused=s.arch in FUSED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from dsbench.errors import UserError
 from dsbench.model_checks import drops_window
-from dsbench.models import LLAMA_LIKE, ModelShape
+from dsbench.models import DECODERS, FUSED, LLAMA_LIKE, ModelShape
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.estimate import Estimate, estimate
 from dsbench.plan.inputs import Cluster, Workload
@@ -29,15 +29,27 @@ def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candida
     if shape.arch in LLAMA_LIKE:  # both TP implementations split Llama-family projections
         base += [Candidate(strategy="zero1", tp=t) for t in degrees]
         base += [Candidate(strategy="ddp", tp=t, engine="torch") for t in degrees]
-        # DeepSpeed Ulysses (its ALST modules read the key/value heads): the sequence split within a node
-        if not drops_window(shape.sliding_window(), seq_len):
-            base += [Candidate(strategy=s, ulysses=n) for s in ULYSSES_SHARDINGS for n in degrees]
+    # DeepSpeed Ulysses (its ALST modules read the key/value heads): the sequence split within a node
+    if shape.arch in DECODERS and not drops_window(shape.sliding_window(), seq_len):
+        base += [Candidate(strategy=s, ulysses=n) for s in ULYSSES_SHARDINGS for n in degrees]
     base += [Candidate(strategy="zero1", pp=p) for p in degrees]
     base += [Candidate(strategy="ddp", pp=p, engine="torch") for p in degrees]
     if cl.nodes > 1 and degrees and shape.arch in LLAMA_LIKE:
         base.append(Candidate(strategy="zero1", tp=degrees[-1], pp=cl.nodes))
     base = [c for c in base if _splits(c, cl, shape)]
     return [variant for cand in base for variant in (cand, replace(cand, checkpointing=True))]
+
+
+def family_notes(shape: ModelShape) -> list[str]:
+    """Why the ranking has no tensor-parallel (or Ulysses) candidate for this model's family, a line each (the
+    refusals of model_checks.py, which a launch of one would meet)."""
+    if shape.arch in LLAMA_LIKE:
+        return []
+    if shape.arch in FUSED:
+        return [f"no tensor-parallel candidates for {shape.arch}: neither torch's TP plan nor DeepSpeed 0.19.8's "
+                "AutoTP splits its fused qkv_proj and gate_up_proj (docs/parallelism.md)"]
+    return [f"no tensor-parallel or Ulysses candidates for {shape.arch}: its fused c_attn (Conv1D q|k|v) does not "
+            "split into whole heads, and DeepSpeed's Ulysses reads num_key_value_heads, which its config lacks"]
 
 
 @dataclass(frozen=True, slots=True)

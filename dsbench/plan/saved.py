@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsbench.models import LLAMA_LIKE, QK_NORM, ModelShape
+from dsbench.models import DECODERS, FUSED, QK_NORM, ModelShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ def saved_activation_bytes(shape: ModelShape, seq: int, micro: int, *, tp: int =
                            loss_parallel: bool = False, recompute: str = "none", element: int = 4) -> SavedActivations:
     """What one micro-batch's forward keeps for its backward on one rank of a torch_tp (or single-process) run of a
     Llama-family model; ``element`` is the bytes of an activation (4 in fp32, 2 under bf16/fp16 autocast)."""
-    if shape.arch not in LLAMA_LIKE:
+    if shape.arch not in DECODERS:
         raise ValueError(f"the saved-activation inventory is for Llama-family models, not {shape.arch}")
     tokens = seq * micro
     sbh = tokens * shape.hidden
@@ -87,7 +87,12 @@ def saved_activation_bytes(shape: ModelShape, seq: int, micro: int, *, tp: int =
     rows = shape.heads + shape.kv_heads
     qk_norm = ((4 + element) * (shape.q_width + shape.kv_width) + 4 * rows) * tokens / tp if (
         shape.arch in QK_NORM) else 0.0
-    layer = 2 * norm + inputs + attention + core + mlp + qk_norm
+    # Phi-3's fused projections (measured in-process, tests/unit/test_saved_activations.py): q, k and v are views of
+    # one qkv_proj output, so SDPA's saved value keeps that whole output alive (q + 2·kv wide, where Llama keeps a v
+    # of kv), and SDPA's output, laid out after the strided query, is copied by the reshape before o_proj (q wide,
+    # kept beside it). The gate|up output is the gate's and up's two outputs in one tensor: no change there.
+    fused = (2 * shape.q_width + shape.kv_width) * tokens * element / tp if shape.arch in FUSED else 0.0
+    layer = 2 * norm + inputs + attention + core + mlp + qk_norm + fused
     rotary = 2 * seq * shape.head_width * element  # cos and sin, computed once per forward
     loss = tokens * shape.vocab_size * 4 / (tp if loss_parallel else 1)
     head = norm + sbh * element + loss

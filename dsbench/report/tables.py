@@ -66,7 +66,7 @@ def print_plan(result: dict[str, Any], top_n: int, wide: bool = False) -> None:
 
     console = table_console()
     console.print(_header(result), highlight=False)
-    for note in result["cluster"].get("notes", ()):
+    for note in (*result["model"].get("notes", ()), *result["cluster"].get("notes", ())):
         console.print(f"note: {note}", highlight=False)
     plan_grid(result, top_n).print(console, wide)
     rec = result["recommendation"]

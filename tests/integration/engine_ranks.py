@@ -6,8 +6,9 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
 - The families a launch test does not train: one process (single) against torch_tp (tp 2 x dp 2) and torch_3d
   (tp 2 x pp 2) on qwen2-tiny (its q/k/v biases split with their matrices), and against torch_pp (pp 2 x dp 2) and
   DeepSpeed's AutoTP (tp 2 x dp 2, ZeRO-1) too on gemma-tiny (its scaled embedding, tied to the head across the
-  first and last stage); every rank is given the same batches, so that each replica's gradient is the one
-  process's (the averaged gradient of equal batches is theirs).
+  first and last stage); and phi3-tiny's fused q|k|v and gate|up under ddp, fsdp, torch_pp (pp 2 x dp 2) and
+  DeepSpeed's ZeRO-3 (its tensor parallelism refused: model_checks.py); every rank is given the same batches, so
+  that each replica's gradient is the one process's (the averaged gradient of equal batches is theirs).
 
 - The replica check (worker/replicas.py) on real copies: after the unscaled run, every engine's verdict; then
   again with one weight of the last rank nudged by 1e-3, a copy that differs.
@@ -78,6 +79,9 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
 
 
 FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d"),
+            # before AutoTP: DeepSpeed keeps its model-parallel groups for the process (deepspeed.utils.groups), so
+            # a ZeRO-3 engine built after an AutoTP one would read its tensor-parallel degree of 2
+            "phi3-tiny": ("single", "ddp", "fsdp", "torch_pp", "zero3"),
             "gemma-tiny": ("single", "torch_tp", "torch_pp", "torch_3d", "autotp")}
 AUTOTP = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
           # DeepSpeed asserts the batch over every rank, tensor-parallel ones included (docs/parallelism.md)
@@ -85,14 +89,19 @@ AUTOTP = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
           "gradient_clipping": 0.5, "optimizer": {"type": "AdamW", "params": {
               "lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01, "torch_adam": True}}}
 """DeepSpeed AutoTP (tp 2 x dp 2) at ZeRO-1, stepping torch's AdamW as the torch engines do (no JIT op)."""
+ZERO3 = {**{k: v for k, v in AUTOTP.items() if k != "tensor_parallel"}, "zero_optimization": {"stage": 3}}
+"""DeepSpeed ZeRO-3 over the 4 ranks, the same optimizer: each rank gathers Phi-3's fused matrices whole."""
+DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1)}
+"""The DeepSpeed engines of :data:`FAMILIES`: their config and tensor-parallel degree."""
 
 
 def _family(model: str, strategy: str, info: DistInfo) -> dict:
     """Three steps of ``model``, the same batches on every rank; single runs on one rank's world of its own."""
-    if strategy == "autotp":
+    if strategy in DEEPSPEED:
+        config, tp = DEEPSPEED[strategy]
         options = EngineOptions(lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95), eps=1e-8, grad_clip=0.5,
                                 warmup_steps=0, grad_accum=2, precision="fp32",
-                                dims=ParallelDims(world=WORLD, tp=2), ds_config=AUTOTP)
+                                dims=ParallelDims(world=WORLD, tp=tp), ds_config=config)
         engine = build_engine("deepspeed", build_model(PRESETS[model], seed=0), options, info)
     else:
         dims = ParallelDims(world=1) if strategy == "single" else ParallelDims(world=WORLD, **LAYOUTS[strategy])
@@ -102,7 +111,7 @@ def _family(model: str, strategy: str, info: DistInfo) -> dict:
     for _ in range(3):
         losses.append(float(engine.train_step([torch.randint(0, 4096, (2, 16), generator=generator)
                                                for _ in range(2)])))
-        norms.append(float(engine.grad_norm) if strategy != "autotp" else None)  # DeepSpeed clips inside
+        norms.append(float(engine.grad_norm) if strategy not in DEEPSPEED else None)  # DeepSpeed clips inside
     return {"losses": losses, "grad_norms": norms}
 
 

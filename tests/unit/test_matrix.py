@@ -96,7 +96,7 @@ def test_every_strategy_cell_is_a_valid_launch(cli_run, tmp_path, strategy):
     # tensor parallelism and Ulysses split Llama-family models (llama-1b's 4 KV heads split 4 ways); 4 stages need
     # 4 layers
     llama = "llama-tiny" if how.tp < 4 else "llama-1b"
-    model = llama if how.splits_heads else "gpt2-mini" if how.pp > 2 else "gpt2-tiny"
+    model = llama if how.tp > 1 or how.ulysses > 1 else "gpt2-mini" if how.pp > 2 else "gpt2-tiny"
     world = 1 if strategy == "single" else max(2, how.model_parallel)
     cell = Cell(strategy=strategy, world_size=world, micro_batch=2, model=model)
     args = cell_launch_args(cell, tmp_path / "cell")

@@ -79,6 +79,12 @@ ACCEPTED = {
     # key/value head); stated narrower and untied
     "gemma-default-head-dim-tied": _config("gemma", 64, 2, 1, 96),
     "gemma-head-dim-stated-untied": _config("gemma", 64, 4, 2, 96, head_dim=16, tie_word_embeddings=False),
+    # Phi-3: q|k|v fused in one qkv_proj and gate|up in one gate_up_proj (o_proj registered first); its config
+    # states a padding id inside the vocabulary (Phi3Config's default, 32000, is outside this one), grouped-query
+    # as Phi-4's, partial RoPE as Phi-4-mini's, a window as Phi-3-mini-4k's
+    "phi3-gqa-window": _config("phi3", 64, 4, 2, 176, pad_token_id=999, sliding_window=31),
+    "phi3-partial-rope": _config("phi3", 64, 4, 4, 96, pad_token_id=0, partial_rotary_factor=0.75,
+                                 tie_word_embeddings=True),
     "gpt2": {"model_type": "gpt2", "vocab_size": 1000, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 REFUSED = {
@@ -96,6 +102,10 @@ REFUSED = {
     # config fields), where Llama's and Qwen2's fall back to hidden / heads
     "gemma-head-dim-null": ({**_config("gemma", 64, 4, 2, 96), "head_dim": None}, "head_dim null must be a positive"),
     "qwen3-head-dim-null": ({**_config("qwen3", 64, 4, 2, 96), "head_dim": None}, "head_dim null must be a positive"),
+    # transformers' embedding refuses a padding row outside the vocabulary (Phi3Config's default pad id, 32000,
+    # stated beside a smaller vocabulary; a Llama's likewise)
+    "phi3-pad-outside": (_config("phi3", 64, 4, 2, 96, pad_token_id=32000), "pad_token_id 32000 is outside the 1000"),
+    "llama-pad-outside": (_config("llama", 64, 4, 2, 96, pad_token_id=1000), "pad_token_id 1000 is outside the 1000"),
     "mixtral": ({"model_type": "mixtral", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
                  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
                  "num_local_experts": 4, "num_experts_per_tok": 2}, "model_type 'mixtral'"),
@@ -146,6 +156,9 @@ def test_a_config_json_the_shape_would_miscount_is_refused_by_name(tmp_path, nam
             _transformers_count(config)
     elif name.endswith("-head-dim-null"):  # transformers refuses it too
         with pytest.raises(Exception, match="head_dim"):
+            _transformers_count(config)
+    elif name.endswith("-pad-outside"):  # transformers refuses it too
+        with pytest.raises(AssertionError, match="Padding_idx must be within num_embeddings"):
             _transformers_count(config)
     elif name == "qwen2-kv-not-dividing":  # transformers builds it, and its first forward fails
         import torch
@@ -223,6 +236,41 @@ def test_gemma_counts_its_report_s_table(name):
     assert shape.num_params() - parts["embedding"] == non_embedding
 
 
+# The Phi-3 and Phi-4 models' pages (huggingface.co/microsoft/Phi-3-mini-4k-instruct and microsoft/phi-4: "3.82B
+# params", "14.7B params"; the Phi-3 report, arXiv:2404.14219, "3.8 billion") and their published config.json fields
+# (tests/data/models/README.md)
+PHI_PAGES = {"phi-3-mini-4k": (3.82e9, 2), "phi-4": (14.7e9, 1)}
+
+
+@pytest.mark.parametrize("name", PHI_PAGES)
+def test_phi_counts_its_model_page_and_what_transformers_builds(name):
+    """Fused q|k|v and gate|up hold Llama's parameters in fewer tensors (4 matrices a block, not 7)."""
+    folder = DATA / "models" / name
+    shape = resolve_model(str(folder))
+    total, digits = PHI_PAGES[name]
+    assert (shape.arch, shape.block_matrices, len(shape.block_tensors())) == ("phi3", 4, 6)
+    assert round(shape.num_params() / 1e9, digits) == total / 1e9
+    config = json.loads((folder / "config.json").read_text())
+    assert shape.tensors() == _transformers_tensors(config)
+    assert shape.sliding_window() == config["sliding_window"]
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen3-wide-heads", "phi3-gqa-window", "gpt2"])
+def test_the_block_matrices_are_the_linear_layers_transformers_builds(name):
+    """ModelShape.block_matrices (the modules ZeRO-3 gathers one by one: plan/calls.py) against the linear layers
+    (GPT-2's Conv1D too) in one block of transformers' own model."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.pytorch_utils import Conv1D
+
+    config = dict(ACCEPTED[name])
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    block = (model.transformer.h if name == "gpt2" else model.model.layers)[0]
+    linear = [m for m in block.modules() if isinstance(m, (torch.nn.Linear, Conv1D))]
+    assert len(linear) == shape_from_config(ACCEPTED[name], name, "local", None).block_matrices
+
+
 # config.json fields that decide what attention and positions compute (published values of the families' configs)
 MISTRAL_V03 = {"model_type": "mistral", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
                "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "sliding_window": None,
@@ -269,6 +317,8 @@ WINDOWED = {
     "qwen3-layer-types": ({"model_type": "qwen3", "use_sliding_window": True, "sliding_window": 32,
                            "layer_types": ["full_attention", "sliding_attention"] * 2}, 32),
     "llama": ({"model_type": "llama"}, None),
+    "phi3-window": ({"model_type": "phi3", "sliding_window": 2047, "pad_token_id": 0}, 2047),  # Phi-3-mini-4k's
+    "phi3-default": ({"model_type": "phi3", "pad_token_id": 0}, None),  # Phi3Config's own default: none
 }
 
 
@@ -284,7 +334,9 @@ def test_the_sliding_window_is_the_one_transformers_applies(name):
               "num_key_value_heads": 2, "intermediate_size": 128, **fields}
     built = AutoConfig.for_model(**config)
     types = getattr(built, "layer_types", None)
-    applied = built.sliding_window if (config["model_type"] == "mistral" or types and "sliding_attention" in types
-                                       ) else None
+    # Mistral and Phi-3 window every layer with the config's window (Phi3Model picks the sliding-window mask
+    # whenever it is set); Qwen2 and Qwen3 the layers their layer_types name
+    applied = built.sliding_window if (config["model_type"] in ("mistral", "phi3") or types and "sliding_attention"
+                                       in types) else None
     assert applied == expected
     assert shape_from_config(config, name, "local", None).sliding_window() == expected

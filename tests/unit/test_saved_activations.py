@@ -10,6 +10,7 @@ step, parameters excluded. The model was written from transformers' Llama code, 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -64,8 +65,6 @@ def test_full_recompute_keeps_each_block_input_and_the_recomputed_block_apart():
 def test_heads_wider_than_hidden_over_heads_are_counted_at_their_width(name):
     """q, k, v and the attention's output are heads x head_dim wide: read as the hidden size (the inventory before
     2026-11-30) the prediction misses these runs by 6.8-9.6%; at their width it lands within 0.1%."""
-    from dataclasses import replace
-
     row = ROWS[name]
     measured = max(row["measured_bytes_per_rank"])
     assert row["model"]["head_dim"] == 128 and row["model"]["hidden"] // row["model"]["heads"] == 64
@@ -80,8 +79,6 @@ def test_heads_wider_than_hidden_over_heads_are_counted_at_their_width(name):
 def test_qwen3s_query_and_key_norms_keep_their_own_tensors(name):
     """The q_norm/k_norm term (written from transformers' Qwen3RMSNorm before these runs) lands within 0.1%; the
     same heads without it (the model read as a Mistral) miss by 11-16%."""
-    from dataclasses import replace
-
     row = ROWS[name]
     measured = max(row["measured_bytes_per_rank"])
     assert row["model"]["arch"] == "qwen3"
@@ -93,12 +90,13 @@ def test_qwen3s_query_and_key_norms_keep_their_own_tensors(name):
 
 
 
-@pytest.mark.parametrize("name", ["llama-tiny", "qwen2-tiny", "gemma-tiny"])
+@pytest.mark.parametrize("name", ["llama-tiny", "qwen2-tiny", "gemma-tiny", "phi3-tiny"])
 def test_the_inventory_holds_for_each_llama_layout_family_measured_in_process(name):
     """One fp32 forward and backward of transformers' own model, its saved tensors counted by the worker's hooks
     (state_bytes.SavedActivations: unique storages, parameters excluded), against the inventory: Gemma's norms
     scale by 1 + weight (a hidden-wide tensor each, which the inventory leaves out) and its embedding scales
-    itself, within 0.1% on 2026-11-30, as Llama's and Qwen2's."""
+    itself, within 0.1% on 2026-11-30, as Llama's and Qwen2's; Phi-3's fused q|k|v keeps 2·q + kv more per token
+    than Llama's (4.7% more on phi3-tiny, which the Llama inventory would have missed)."""
     import torch
 
     from dsbench.models import PRESETS
@@ -110,3 +108,6 @@ def test_the_inventory_holds_for_each_llama_layout_family_measured_in_process(na
     with SavedActivations(model) as saved:
         model(input_ids=ids, labels=ids).loss.backward()
     assert saved_activation_bytes(PRESETS[name], 128, 2).hooked == pytest.approx(saved.bytes, rel=0.002)
+    if name == "phi3-tiny":  # the fused term is what closes the gap: as Llama's layers, the count falls short
+        llama = replace(PRESETS[name], arch="llama")
+        assert saved_activation_bytes(llama, 128, 2).hooked < 0.96 * saved.bytes

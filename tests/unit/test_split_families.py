@@ -1,0 +1,87 @@
+"""Which families each way of splitting takes, said once (model_checks.splitting_families) and asked the same way
+by the launch's layout check, compare's matrix, tune's strategy list and the planner's candidates.
+
+Oracle: the launch's own layout check (layout_check.check_run_layout, which each rank makes again): what the
+matrix, tune and the planner offer for a model is what a launch of it would accept. Phi-3's fused projections
+(dsbench.models.FUSED) take Ulysses and pipelines, not tensor parallelism (measured on 2026-11-30: DeepSpeed
+0.19.8's AutoTP stops every rank on transformers' plan for them; Ulysses, ZeRO-2/3, FSDP and both pipelines trained
+phi3-tiny within 1.2e-7 of one process)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dsbench import strategies as registry
+from dsbench.bench.matrix import check_models
+from dsbench.bench.tune import default_strategies
+from dsbench.errors import UserError
+from dsbench.layout_check import check_run_layout
+from dsbench.models import PRESETS
+from dsbench.trainspec import TrainSpec
+from tests.conftest import DATA
+
+WORLD = 4
+MODELS = ("llama-tiny", "phi3-tiny", "gpt2-tiny")
+
+
+def _launch_accepts(name: str, model: str) -> bool:
+    """Whether a launch of compare's strategy ``name`` on ``model`` passes the layout check every rank makes."""
+    how = registry.get(name)
+    engine, torch_split = how.engine, how.engine in registry.SPLIT_ENGINES
+    train = TrainSpec(strategy=engine, seq_len=32, virtual_stages=how.virtual_stages, grad_accum=8,
+                      pipeline_stages=how.pp if torch_split else 1, tp=how.tp if torch_split else 1,
+                      loss_parallel=how.loss_parallel, sequence_parallel=how.sequence_parallel,
+                      pipeline_schedule="interleaved" if how.virtual_stages > 1 else "1f1b")
+    try:
+        check_run_layout(train, engine, PRESETS[model], how.dims(WORLD))
+    except UserError:
+        return False
+    return True
+
+
+SPLITTING = [name for name in registry.LISTED if name != "single" and registry.get(name).planned
+             and WORLD % registry.get(name).model_parallel == 0 and _launch_accepts(name, "llama-tiny")]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_tune_offers_what_a_launch_accepts(model):
+    offered = set(default_strategies(model, WORLD))
+    accepted = {name for name in SPLITTING if _launch_accepts(name, model)}
+    assert offered & set(SPLITTING) == accepted
+    if model == "phi3-tiny":  # Ulysses and the pipelines, no tensor parallelism
+        assert any(registry.get(n).ulysses > 1 for n in accepted) and any(registry.get(n).pp > 1 for n in accepted)
+        assert not any(registry.get(n).tp > 1 for n in accepted)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("name", SPLITTING)
+def test_compare_refuses_before_any_cell_what_a_launch_would(model, name):
+    if _launch_accepts(name, model):
+        check_models([name], [model], 32)
+    else:
+        with pytest.raises(UserError, match=f"--strategies {name}"):
+            check_models([name], [model], 32)
+
+
+PLANNED = {  # model -> (a tensor-parallel candidate, a Ulysses candidate, a note saying why not)
+    "llama-7b": (True, True, False),
+    str(DATA / "models" / "phi-4"): (False, True, True),
+    str(DATA / "models" / "phi-3-mini-4k"): (False, False, True),  # its 2047-token window, shorter than 4096
+    "gpt2-xl": (False, False, True),
+}
+
+
+@pytest.mark.parametrize("model", PLANNED)
+def test_the_planner_offers_the_splits_a_launch_accepts_and_says_why_not_the_others(cli_run, model):
+    seq = "1024" if model.startswith("gpt2") else "4096"  # GPT-2 XL's positions
+    result = cli_run("plan", "--model", model, "--gpus", "8", "--seq-len", seq, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    offered = (any(c["tp"] > 1 for c in data["candidates"]), any(c.get("ulysses", 1) > 1 for c in data["candidates"]),
+               bool(data["model"]["notes"]))
+    assert offered == PLANNED[model]
+    if "phi" in model:
+        assert "qkv_proj" in data["model"]["notes"][0] and "AutoTP" in data["model"]["notes"][0]
+        assert "note: no tensor-parallel candidates" in cli_run("plan", "--model", model, "--gpus", "8").output
