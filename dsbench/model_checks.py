@@ -6,7 +6,7 @@ matrix and the tensor-parallel engine."""
 from __future__ import annotations
 
 from dsbench.errors import UserError
-from dsbench.models import DECODERS, FUSED, LLAMA_LIKE
+from dsbench.models import DECODERS, FUSED, LLAMA_LIKE, PROJECTION_NORM
 
 
 def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
@@ -14,12 +14,19 @@ def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
     others."""
     if family not in LLAMA_LIKE:
         raise UserError(f"--strategy {strategy} splits Llama-family models ({', '.join(LLAMA_LIKE)}), not {family!r}: "
-                        f"{_FUSED_WHY[family in FUSED]} does not split into whole heads by columns")
+                        f"{unsplit_why(family)}")
 
 
-_FUSED_WHY = {False: "GPT-2's fused c_attn (Conv1D q|k|v)",
-              True: "Phi-3's fused qkv_proj (q|k|v in one matrix, and gate|up in gate_up_proj)"}
-"""Why a family's projections do not split by columns, by whether it is one of :data:`dsbench.models.FUSED`."""
+def unsplit_why(family: str) -> str:
+    """Why Megatron-style tensor parallelism does not split a family outside the Llama family's separate
+    projections (a clause, for the refusals here and the planner's note)."""
+    if family in FUSED:
+        return ("Phi-3's fused qkv_proj (q|k|v in one matrix, and gate|up in gate_up_proj) does not split into whole "
+                "heads by columns")
+    if family in PROJECTION_NORM:
+        return ("OLMo-2's q_norm and k_norm take one mean square over every head of the projection, which a split "
+                "by heads would leave to each rank's own")
+    return "GPT-2's fused c_attn (Conv1D q|k|v) does not split into whole heads by columns"
 
 
 def splitting_families(tp: int, ulysses: int) -> tuple[str, ...]:
@@ -40,14 +47,17 @@ def check_loss_parallel(loss_parallel: bool, tied: bool, name: str) -> None:
 
 def check_autotp(family: str) -> None:
     """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits Llama-family linears; GPT-2's Conv1D it leaves whole, and
-    Phi-3's fused projections it refuses ("HuggingFace tp_plan contains unsupported partition style(s):
-    ['rowwise_split_input']", deepspeed 0.19.8, unless the config gives a ``partition_config``).
+    Phi-3's fused projections and OLMo-2's projection-wide q_norm/k_norm it refuses ("HuggingFace tp_plan contains
+    unsupported partition style(s): ['rowwise_split_input']", deepspeed 0.19.8, unless the config gives a
+    ``partition_config``).
     Qwen3's q_norm/k_norm stay whole on every rank and DeepSpeed sums their gradients over the TP ranks itself
     (deepspeed/module_inject/auto_tp.py ``register_replicated_grad_hooks``)."""
-    if family in FUSED:  # measured 2026-11-30 with phi3-tiny: every rank stops in deepspeed.initialize
+    if family in (*FUSED, *PROJECTION_NORM):
+        # measured 2026-11-30 with phi3-tiny and olmo2-tiny: every rank stopped in deepspeed.initialize on the plan
+        # transformers gives ("HuggingFace tp_plan contains unsupported partition style(s): ['rowwise_split_input']")
         raise UserError(f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) with DeepSpeed's AutoTP, not "
-                        f"{family!r}: DeepSpeed 0.19.8 refuses the tensor-parallel plan transformers gives "
-                        f"{_FUSED_WHY[True]} (train it with ZeRO, FSDP, Ulysses or a pipeline)")
+                        f"{family!r}: DeepSpeed 0.19.8 refuses the tensor-parallel plan transformers gives it "
+                        f"({unsplit_why(family)}); train it with ZeRO, FSDP, Ulysses or a pipeline")
     if family not in LLAMA_LIKE:
         raise UserError(f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) with DeepSpeed's AutoTP, not "
                         f"{family!r}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")

@@ -91,9 +91,9 @@ def _pad_problem(cfg: dict[str, Any], shape: ModelShape) -> str | None:
 
 
 _DEFAULT_POSITIONS = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768, "gemma": 8192,
-                      "phi3": 4096}
+                      "phi3": 4096, "olmo2": 2048}
 """A config.json without ``max_position_embeddings`` gets its config class's default (transformers 5's
-Llama/Mistral/Qwen2/Qwen3/Gemma/Phi3Config), as transformers builds it."""
+Llama/Mistral/Qwen2/Qwen3/Gemma/Phi3/Olmo2Config), as transformers builds it."""
 
 
 def _shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | None) -> ModelShape:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-Arch = Literal["gpt2", "llama", "qwen2", "mistral", "qwen3", "gemma", "phi3"]
+Arch = Literal["gpt2", "llama", "qwen2", "mistral", "qwen3", "gemma", "phi3", "olmo2"]
 LLAMA_LIKE = ("llama", "qwen2", "mistral", "qwen3", "gemma")
 """Rotary decoder families with Llama's layout (RMSNorm, gated MLP, q/k/v/o): Qwen2 adds q/k/v biases, Qwen3 an
 RMSNorm over each query and key head (``q_norm``, ``k_norm``: transformers' Qwen3Attention); Gemma (the first, as
@@ -23,7 +23,13 @@ in Phi-3 and Phi-4): one ``qkv_proj`` whose outputs are q, then k, then v, and o
 same parameters as Llama's, in fewer tensors. A column split of a fused weight would hand a rank parts of two
 projections, so dsbench splits them with no tensor parallelism (Megatron-style or AutoTP); pipelines, ZeRO, FSDP,
 DDP and Ulysses take them whole."""
-DECODERS = (*LLAMA_LIKE, *FUSED)
+PROJECTION_NORM = ("olmo2",)
+"""Families whose attention normalises the whole query and key projections before RoPE (transformers'
+Olmo2Attention: ``q_norm`` over heads x head width, ``k_norm`` over key/value heads x head width, each mean square over
+every head at once), and whose blocks normalise their outputs (``post_attention_layernorm``,
+``post_feedforward_layernorm``) where Llama's normalise their inputs. A column split of q_proj would leave each rank
+the mean square of its own heads, so dsbench splits them with no tensor parallelism (as :data:`FUSED`)."""
+DECODERS = (*LLAMA_LIKE, *FUSED, *PROJECTION_NORM)
 """Every rotary decoder family: Llama's layout of blocks (``model.embed_tokens``, ``model.layers``, ``model.norm``),
 separate or fused projections."""
 QK_NORM = ("qwen3",)
@@ -45,7 +51,8 @@ class ModelShape:
     """Preset name, local path or hub id the shape came from."""
     arch: Arch
     """Model family: ``gpt2`` (learned positions, LayerNorm, GELU MLP) or a Llama-like one (``llama``,
-    ``qwen2``, ``mistral``, ``qwen3``, ``gemma``, and ``phi3`` with fused projections: RoPE, RMSNorm, a gated MLP)."""
+    ``qwen2``, ``mistral``, ``qwen3``, ``gemma``, ``phi3`` with fused projections, ``olmo2`` with normalised
+    projections and outputs: RoPE, RMSNorm, a gated MLP)."""
     vocab_size: int
     hidden: int
     """Hidden size (``n_embd`` / ``hidden_size``)."""
@@ -126,16 +133,17 @@ class ModelShape:
         split = h * q + 2 * h * kv + q * h + 3 * h * ff  # q, k, v, o (transformers' LlamaAttention); gate, up, down
         if self.arch == "qwen2":
             split += q + 2 * kv  # Qwen2's q/k/v biases
-        # two RMSNorms; Qwen3's q_norm and k_norm, one head wide each (every TP rank keeps them whole)
-        whole = 2 * h + (2 * self.head_width if self.arch in QK_NORM else 0)
+        # two RMSNorms; Qwen3's q_norm and k_norm, one head wide each (every TP rank keeps them whole), OLMo-2's over
+        # the whole projections
+        whole = 2 * h + sum(self.qk_norm_widths())
         return {"embedding": v * h, "positions": 0, "block_split": split, "block_whole": whole,
                 "final_norm": h, "head": 0 if self.tied_embeddings else v * h}
 
     def block_tensors(self) -> list[int]:
         """Element counts of one decoder block's parameter tensors, in the HF module's registration order (GPT-2:
         ln_1, c_attn, attn c_proj, ln_2, c_fc, mlp c_proj, each weight then bias; Llama: q, k, v, o, gate, up, down,
-        the two RMSNorms; Qwen2 adds q/k/v biases, Qwen3 q_norm and k_norm after o; Phi-3: o, the fused q|k|v,
-        the fused gate|up, down, the two RMSNorms). They sum to the block's share of :meth:`parts`."""
+        the two RMSNorms; Qwen2 adds q/k/v biases, Qwen3 and OLMo-2 q_norm and k_norm after o; Phi-3: o, the fused
+        q|k|v, the fused gate|up, down, the two RMSNorms). They sum to the block's share of :meth:`parts`."""
         h, ff = self.hidden, self.intermediate
         if self.arch == "gpt2":
             return [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * ff, ff, ff * h, h]
@@ -144,8 +152,15 @@ class ModelShape:
             return [h * q, (q + 2 * kv) * h, 2 * ff * h, h * ff, h, h]
         bias = self.arch == "qwen2"
         attention = [q * h, *([q] if bias else []), kv * h, *([kv] if bias else []), kv * h, *([kv] if bias else []),
-                     h * q, *([self.head_width] * 2 if self.arch in QK_NORM else [])]
-        return [*attention, ff * h, ff * h, h * ff, h, h]
+                     h * q, *self.qk_norm_widths()]
+        return [*attention, ff * h, ff * h, h * ff, h, h]  # OLMo-2's two norms are its outputs', the others' inputs'
+
+    def qk_norm_widths(self) -> tuple[int, ...]:
+        """The widths of the query and key norms' weights: Qwen3's one head wide each (shared by the heads), OLMo-2's
+        the whole projections (q, then k); none for the other families."""
+        if self.arch in QK_NORM:
+            return (self.head_width, self.head_width)
+        return (self.q_width, self.kv_width) if self.arch in PROJECTION_NORM else ()
 
     def tensors(self) -> list[int]:
         """Element counts of every parameter tensor, in ``model.parameters()`` order (a tied head is the embedding,
@@ -214,6 +229,7 @@ PRESETS: dict[str, ModelShape] = {
         replace(_llama("qwen2-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="qwen2"),
         replace(_llama("gemma-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="gemma", tied_embeddings=True),
         replace(_llama("phi3-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="phi3"),
+        replace(_llama("olmo2-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="olmo2"),
         _llama("llama-1b", 32000, 2048, 22, 32, 4, 5632, 2048),
         _llama("llama-7b", 32000, 4096, 32, 32, 32, 11008, 4096),
         _llama("llama-13b", 32000, 5120, 40, 40, 40, 13824, 4096),

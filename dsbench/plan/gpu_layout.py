@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsbench.errors import UserError
-from dsbench.models import FUSED, QK_NORM, ModelShape
+from dsbench.models import FUSED, PROJECTION_NORM, QK_NORM, ModelShape
 from dsbench.strategies import FIXED, GPU_DATA_PARALLEL
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "interleaved-zb")
@@ -96,9 +96,11 @@ class Shape:
 
 def shape_of_model(s: ModelShape) -> Shape:
     """A model's shape as the GPU model reads it: GPT-2 as ``gpt``, the Llama-layout families as ``llama`` (Qwen3's
-    q_norm/k_norm as ``qk_norm``), the head width where the model states one."""
+    q_norm/k_norm, and OLMo-2's over the whole projections, as ``qk_norm``: the same elements normalised), the
+    head width where the model states one."""
     return Shape("gpt" if s.arch == "gpt2" else "llama", s.layers, s.hidden, s.heads, s.kv_heads, s.intermediate,
-                 s.vocab_size, s.head_dim or 0, qk_norm=s.arch in QK_NORM, fused=s.arch in FUSED)
+                 s.vocab_size, s.head_dim or 0, qk_norm=s.arch in (*QK_NORM, *PROJECTION_NORM),
+                 fused=s.arch in FUSED)
 
 
 @dataclass(frozen=True, slots=True)

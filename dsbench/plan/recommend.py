@@ -6,8 +6,8 @@ import shlex
 from dataclasses import dataclass, replace
 
 from dsbench.errors import UserError
-from dsbench.model_checks import drops_window
-from dsbench.models import DECODERS, FUSED, LLAMA_LIKE, ModelShape
+from dsbench.model_checks import drops_window, unsplit_why
+from dsbench.models import DECODERS, LLAMA_LIKE, ModelShape
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.estimate import Estimate, estimate
 from dsbench.plan.inputs import Cluster, Workload
@@ -45,9 +45,9 @@ def family_notes(shape: ModelShape) -> list[str]:
     refusals of model_checks.py, which a launch of one would meet)."""
     if shape.arch in LLAMA_LIKE:
         return []
-    if shape.arch in FUSED:
-        return [f"no tensor-parallel candidates for {shape.arch}: neither torch's TP plan nor DeepSpeed 0.19.8's "
-                "AutoTP splits its fused qkv_proj and gate_up_proj (docs/parallelism.md)"]
+    if shape.arch in DECODERS:  # Phi-3's fused projections, OLMo-2's projection-wide norms
+        return [f"no tensor-parallel candidates for {shape.arch}: {unsplit_why(shape.arch)}, and DeepSpeed 0.19.8's "
+                "AutoTP refuses the plan transformers gives it (docs/parallelism.md)"]
     return [f"no tensor-parallel or Ulysses candidates for {shape.arch}: its fused c_attn (Conv1D q|k|v) does not "
             "split into whole heads, and DeepSpeed's Ulysses reads num_key_value_heads, which its config lacks"]
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsbench.models import DECODERS, FUSED, QK_NORM, ModelShape
+from dsbench.models import DECODERS, FUSED, PROJECTION_NORM, QK_NORM, ModelShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,27 @@ class SavedActivations:
         return self.layers + self.head
 
 
+def _family_extra(shape: ModelShape, tokens: int, tp: int, element: int) -> float:
+    """What a layer of a family keeps beyond Llama's, on one rank (tp: its share of the heads)."""
+    q, kv = shape.q_width, shape.kv_width
+    if shape.arch in (*QK_NORM, *PROJECTION_NORM):
+        # Qwen3's q_norm and k_norm (an RMSNorm over each head, before RoPE): each keeps its input in fp32 (the cast
+        # of the projection's output; the output itself in fp32 training), the rsqrt of each head's mean square, and
+        # the normalised tensor the weight multiplies (in the activations' precision); on this rank's heads.
+        # OLMo-2's keep the same over the whole projections, with one rsqrt per token each (its output norms keep
+        # what Llama's input norms keep: the 2·norm term)
+        rows = shape.heads + shape.kv_heads if shape.arch in QK_NORM else 2
+        return ((4 + element) * (q + kv) + 4 * rows) * tokens / tp
+    if shape.arch in FUSED:
+        # Phi-3's fused projections (measured in-process, tests/unit/test_saved_activations.py): q, k and v are
+        # views of one qkv_proj output, so SDPA's saved value keeps that whole output alive (q + 2·kv wide, where
+        # Llama keeps a v of kv), and SDPA's output, laid out after the strided query, is copied by the reshape
+        # before o_proj (q wide, kept beside it). The gate|up output is the gate's and up's two outputs in one
+        # tensor: no change there.
+        return (2 * q + kv) * tokens * element / tp
+    return 0.0
+
+
 def saved_activation_bytes(shape: ModelShape, seq: int, micro: int, *, tp: int = 1, sequence_parallel: bool = False,
                            loss_parallel: bool = False, recompute: str = "none", element: int = 4) -> SavedActivations:
     """What one micro-batch's forward keeps for its backward on one rank of a torch_tp (or single-process) run of a
@@ -81,18 +102,7 @@ def saved_activation_bytes(shape: ModelShape, seq: int, micro: int, *, tp: int =
     mlp = 4 * tokens * shape.intermediate * element / tp
     if recompute == "selective":
         core = 0.0
-    # Qwen3's q_norm and k_norm (an RMSNorm over each head, before RoPE): each keeps its input in fp32 (the cast of
-    # the projection's output; the output itself in fp32 training), the rsqrt of each head's mean square, and the
-    # normalised tensor the weight multiplies (in the activations' precision); on this rank's heads
-    rows = shape.heads + shape.kv_heads
-    qk_norm = ((4 + element) * (shape.q_width + shape.kv_width) + 4 * rows) * tokens / tp if (
-        shape.arch in QK_NORM) else 0.0
-    # Phi-3's fused projections (measured in-process, tests/unit/test_saved_activations.py): q, k and v are views of
-    # one qkv_proj output, so SDPA's saved value keeps that whole output alive (q + 2·kv wide, where Llama keeps a v
-    # of kv), and SDPA's output, laid out after the strided query, is copied by the reshape before o_proj (q wide,
-    # kept beside it). The gate|up output is the gate's and up's two outputs in one tensor: no change there.
-    fused = (2 * shape.q_width + shape.kv_width) * tokens * element / tp if shape.arch in FUSED else 0.0
-    layer = 2 * norm + inputs + attention + core + mlp + qk_norm + fused
+    layer = 2 * norm + inputs + attention + core + mlp + _family_extra(shape, tokens, tp, element)
     rotary = 2 * seq * shape.head_width * element  # cos and sin, computed once per forward
     loss = tokens * shape.vocab_size * 4 / (tp if loss_parallel else 1)
     head = norm + sbh * element + loss

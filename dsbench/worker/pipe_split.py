@@ -49,6 +49,7 @@ FAMILIES: dict[str, Family] = {
     "qwen3": _LLAMA_LIKE,  # its q_norm/k_norm live inside each block's attention
     "gemma": _LLAMA_LIKE,  # its embedding module scales by sqrt(hidden) itself; the tied head reads the weight
     "phi3": _LLAMA_LIKE,  # its fused qkv_proj and gate_up_proj live inside each block
+    "olmo2": _LLAMA_LIKE,  # its q/k norms and output norms live inside each block
 }
 
 

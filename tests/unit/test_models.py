@@ -85,6 +85,9 @@ ACCEPTED = {
     "phi3-gqa-window": _config("phi3", 64, 4, 2, 176, pad_token_id=999, sliding_window=31),
     "phi3-partial-rope": _config("phi3", 64, 4, 4, 96, pad_token_id=0, partial_rotary_factor=0.75,
                                  tie_word_embeddings=True),
+    # OLMo-2: q_norm and k_norm over the whole projections (q, k wide), norms after attention and the MLP
+    "olmo2-gqa": _config("olmo2", 64, 4, 2, 176),
+    "olmo2-wide-heads-tied": _config("olmo2", 64, 4, 4, 96, head_dim=32, tie_word_embeddings=True),
     "gpt2": {"model_type": "gpt2", "vocab_size": 1000, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 REFUSED = {
@@ -255,7 +258,22 @@ def test_phi_counts_its_model_page_and_what_transformers_builds(name):
     assert shape.sliding_window() == config["sliding_window"]
 
 
-@pytest.mark.parametrize("name", ["llama-gqa", "qwen3-wide-heads", "phi3-gqa-window", "gpt2"])
+# The OLMo 2 models' pages (huggingface.co/allenai/OLMo-2-1124-7B and -13B: "7.3B params", "13.7B params") and their
+# published config.json fields (tests/data/models/README.md)
+OLMO2_PAGES = {"olmo-2-7b": 7.3e9, "olmo-2-13b": 13.7e9}
+
+
+@pytest.mark.parametrize("name", OLMO2_PAGES)
+def test_olmo2_counts_its_model_page_and_what_transformers_builds(name):
+    """q_norm and k_norm as wide as the projections they normalise, two norms a block after its attention and MLP."""
+    folder = DATA / "models" / name
+    shape = resolve_model(str(folder))
+    assert (shape.arch, shape.qk_norm_widths()) == ("olmo2", (shape.hidden, shape.hidden))  # no GQA in 7B and 13B
+    assert round(shape.num_params() / 1e9, 1) == OLMO2_PAGES[name] / 1e9
+    assert shape.tensors() == _transformers_tensors(json.loads((folder / "config.json").read_text()))
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen3-wide-heads", "phi3-gqa-window", "olmo2-gqa", "gpt2"])
 def test_the_block_matrices_are_the_linear_layers_transformers_builds(name):
     """ModelShape.block_matrices (the modules ZeRO-3 gathers one by one: plan/calls.py) against the linear layers
     (GPT-2's Conv1D too) in one block of transformers' own model."""

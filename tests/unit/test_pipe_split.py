@@ -14,7 +14,7 @@ from dsbench.worker.model import build_model
 from dsbench.worker.pipe_split import BlockPipe, causal_lm_loss, split_model
 
 
-@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "qwen2-tiny", "gemma-tiny", "phi3-tiny"])
+@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "qwen2-tiny", "gemma-tiny", "phi3-tiny", "olmo2-tiny"])
 def test_split_model_computes_the_models_logits_and_loss(name):
     """The oracle is the unsplit HF model: same logits bit for bit, same loss as its ForCausalLMLoss."""
     model = build_model(PRESETS[name], seed=0)

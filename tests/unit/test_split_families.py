@@ -3,9 +3,10 @@ by the launch's layout check, compare's matrix, tune's strategy list and the pla
 
 Oracle: the launch's own layout check (layout_check.check_run_layout, which each rank makes again): what the
 matrix, tune and the planner offer for a model is what a launch of it would accept. Phi-3's fused projections
-(dsbench.models.FUSED) take Ulysses and pipelines, not tensor parallelism (measured on 2026-11-30: DeepSpeed
-0.19.8's AutoTP stops every rank on transformers' plan for them; Ulysses, ZeRO-2/3, FSDP and both pipelines trained
-phi3-tiny within 1.2e-7 of one process)."""
+(dsbench.models.FUSED) and OLMo-2's projection-wide q/k norms (PROJECTION_NORM) take Ulysses and pipelines, not
+tensor parallelism (measured on 2026-11-30: DeepSpeed 0.19.8's AutoTP stops every rank on transformers' plan for
+both; Ulysses, ZeRO-2/3, FSDP and both pipelines trained phi3-tiny within 1.2e-7 of one process, olmo2-tiny within
+5.8e-8)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from dsbench.trainspec import TrainSpec
 from tests.conftest import DATA
 
 WORLD = 4
-MODELS = ("llama-tiny", "phi3-tiny", "gpt2-tiny")
+MODELS = ("llama-tiny", "phi3-tiny", "olmo2-tiny", "gpt2-tiny")
 
 
 def _launch_accepts(name: str, model: str) -> bool:
@@ -50,7 +51,7 @@ def test_tune_offers_what_a_launch_accepts(model):
     offered = set(default_strategies(model, WORLD))
     accepted = {name for name in SPLITTING if _launch_accepts(name, model)}
     assert offered & set(SPLITTING) == accepted
-    if model == "phi3-tiny":  # Ulysses and the pipelines, no tensor parallelism
+    if model in ("phi3-tiny", "olmo2-tiny"):  # Ulysses and the pipelines, no tensor parallelism
         assert any(registry.get(n).ulysses > 1 for n in accepted) and any(registry.get(n).pp > 1 for n in accepted)
         assert not any(registry.get(n).tp > 1 for n in accepted)
 
@@ -69,6 +70,7 @@ PLANNED = {  # model -> (a tensor-parallel candidate, a Ulysses candidate, a not
     "llama-7b": (True, True, False),
     str(DATA / "models" / "phi-4"): (False, True, True),
     str(DATA / "models" / "phi-3-mini-4k"): (False, False, True),  # its 2047-token window, shorter than 4096
+    str(DATA / "models" / "olmo-2-7b"): (False, True, True),
     "gpt2-xl": (False, False, True),
 }
 
@@ -82,6 +84,7 @@ def test_the_planner_offers_the_splits_a_launch_accepts_and_says_why_not_the_oth
     offered = (any(c["tp"] > 1 for c in data["candidates"]), any(c.get("ulysses", 1) > 1 for c in data["candidates"]),
                bool(data["model"]["notes"]))
     assert offered == PLANNED[model]
-    if "phi" in model:
-        assert "qkv_proj" in data["model"]["notes"][0] and "AutoTP" in data["model"]["notes"][0]
+    if "phi" in model or "olmo" in model:
+        assert ("qkv_proj" if "phi" in model else "q_norm") in data["model"]["notes"][0]
+        assert "AutoTP" in data["model"]["notes"][0]
         assert "note: no tensor-parallel candidates" in cli_run("plan", "--model", model, "--gpus", "8").output
