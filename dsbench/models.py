@@ -31,7 +31,7 @@ every head at once), and whose blocks normalise their outputs (``post_attention_
 the mean square of its own heads, so dsbench splits them with no tensor parallelism (as :data:`FUSED`)."""
 DECODERS = (*LLAMA_LIKE, *FUSED, *PROJECTION_NORM)
 """Every rotary decoder family: Llama's layout of blocks (``model.embed_tokens``, ``model.layers``, ``model.norm``),
-separate or fused projections."""
+separate or fused projections, norms before or after (what pipelines, ZeRO, FSDP and Ulysses split)."""
 QK_NORM = ("qwen3",)
 """Families whose attention normalises each query and key head before RoPE (one head_dim-wide RMSNorm weight each,
 shared by the heads)."""

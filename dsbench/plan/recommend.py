@@ -6,8 +6,8 @@ import shlex
 from dataclasses import dataclass, replace
 
 from dsbench.errors import UserError
-from dsbench.model_checks import drops_window, unsplit_why
-from dsbench.models import DECODERS, LLAMA_LIKE, ModelShape
+from dsbench.model_checks import drops_window, splitting_families, unsplit_why
+from dsbench.models import ModelShape
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.estimate import Estimate, estimate
 from dsbench.plan.inputs import Cluster, Workload
@@ -26,15 +26,16 @@ def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candida
                                                                    offload_param="cpu"),
              Candidate(strategy="zero3", offload="nvme", offload_param="nvme")]
     degrees = [d for d in (2, 4, 8) if d <= cl.gpus_per_node and cl.gpus_per_node % d == 0]
-    if shape.arch in LLAMA_LIKE:  # both TP implementations split Llama-family projections
+    tensor_parallel = shape.arch in splitting_families(tp=2, ulysses=1)  # the rule launch, compare and tune ask
+    if tensor_parallel:  # both TP implementations split Llama-family projections
         base += [Candidate(strategy="zero1", tp=t) for t in degrees]
         base += [Candidate(strategy="ddp", tp=t, engine="torch") for t in degrees]
     # DeepSpeed Ulysses (its ALST modules read the key/value heads): the sequence split within a node
-    if shape.arch in DECODERS and not drops_window(shape.sliding_window(), seq_len):
+    if shape.arch in splitting_families(tp=1, ulysses=2) and not drops_window(shape.sliding_window(), seq_len):
         base += [Candidate(strategy=s, ulysses=n) for s in ULYSSES_SHARDINGS for n in degrees]
     base += [Candidate(strategy="zero1", pp=p) for p in degrees]
     base += [Candidate(strategy="ddp", pp=p, engine="torch") for p in degrees]
-    if cl.nodes > 1 and degrees and shape.arch in LLAMA_LIKE:
+    if cl.nodes > 1 and degrees and tensor_parallel:
         base.append(Candidate(strategy="zero1", tp=degrees[-1], pp=cl.nodes))
     base = [c for c in base if _splits(c, cl, shape)]
     return [variant for cand in base for variant in (cand, replace(cand, checkpointing=True))]
@@ -43,9 +44,9 @@ def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candida
 def family_notes(shape: ModelShape) -> list[str]:
     """Why the ranking has no tensor-parallel (or Ulysses) candidate for this model's family, a line each (the
     refusals of model_checks.py, which a launch of one would meet)."""
-    if shape.arch in LLAMA_LIKE:
+    if shape.arch in splitting_families(tp=2, ulysses=1):
         return []
-    if shape.arch in DECODERS:  # Phi-3's fused projections, OLMo-2's projection-wide norms
+    if shape.arch in splitting_families(tp=1, ulysses=2):  # Phi-3's fused projections, OLMo-2's projection norms
         return [f"no tensor-parallel candidates for {shape.arch}: {unsplit_why(shape.arch)}, and DeepSpeed 0.19.8's "
                 "AutoTP refuses the plan transformers gives it (docs/parallelism.md)"]
     return [f"no tensor-parallel or Ulysses candidates for {shape.arch}: its fused c_attn (Conv1D q|k|v) does not "
