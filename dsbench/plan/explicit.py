@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from dsbench.errors import UserError
+from dsbench.model_checks import splitting_families, unsplit_why
 from dsbench.model_config import heads_problem, resolve_model
 from dsbench.models import ModelShape
 from dsbench.parallel import interleaved_accepts
@@ -167,8 +168,9 @@ def _model_parallel_runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     how = lookup(name)
     if how is not None and how.engine == "deepspeed" and lay.pp > 1 and lay.schedule != "1f1b":
         return None, "DeepSpeed's pipeline engine runs its own 1F1B schedule only (use --pipeline-schedule 1f1b)"
-    if how is not None and how.tp > 1 and lay.shape.arch != "llama":
-        return None, "tensor parallelism splits Llama-family models (GPT-2 is refused by name)"
+    family = lay.shape.launch_family
+    if how is not None and how.tp > 1 and family not in splitting_families(how.tp, 1):  # the launch's own rule
+        return None, f"tensor parallelism splits Llama-family models, not {family}: {unsplit_why(family)}"
     return how, None
 
 
@@ -177,7 +179,7 @@ def _ulysses_runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     how = lookup(name_for(lay.strategy, ulysses=lay.cp) or "")
     if lay.tp * lay.pp > 1 or how is None:
         return None, "dsbench runs Ulysses under --layout zero1 or zero3 without --tp or --pipeline-stages"
-    if lay.shape.arch != "llama":
+    if lay.shape.launch_family not in splitting_families(1, lay.cp):
         return None, "Ulysses runs Llama-family models (its all-to-all reads the key/value heads)"
     return how, None
 

@@ -57,6 +57,14 @@ class Shape:
     fused: bool = False
     """q|k|v in one matrix and gate|up in another (Phi-3: :data:`dsbench.models.FUSED`): the same weights and FLOPs,
     in fewer tensors."""
+    family: str = ""
+    """The model's family (:data:`dsbench.models.Arch`) where the shape is a model's, for what dsbench can launch of
+    it; "": a shape given by flags, read as ``gpt2`` for ``gpt`` and ``llama`` for ``llama``."""
+
+    @property
+    def launch_family(self) -> str:
+        """The family whose splits a launch of this shape would be checked against (model_checks.py)."""
+        return self.family or ("gpt2" if self.arch == "gpt" else "llama")
 
     @property
     def head_width(self) -> int:
@@ -100,7 +108,7 @@ def shape_of_model(s: ModelShape) -> Shape:
     head width where the model states one."""
     return Shape("gpt" if s.arch == "gpt2" else "llama", s.layers, s.hidden, s.heads, s.kv_heads, s.intermediate,
                  s.vocab_size, s.head_dim or 0, qk_norm=s.arch in (*QK_NORM, *PROJECTION_NORM),
-                 fused=s.arch in FUSED)
+                 fused=s.arch in FUSED, family=s.arch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,3 +88,22 @@ def test_the_planner_offers_the_splits_a_launch_accepts_and_says_why_not_the_oth
         assert ("qkv_proj" if "phi" in model else "q_norm") in data["model"]["notes"][0]
         assert "AutoTP" in data["model"]["notes"][0]
         assert "note: no tensor-parallel candidates" in cli_run("plan", "--model", model, "--gpus", "8").output
+
+
+@pytest.mark.parametrize(("model", "flags", "runs"), [
+    ("llama-7b", ("--tp", "2"), True),
+    (str(DATA / "models" / "phi-4"), ("--tp", "2"), False),
+    (str(DATA / "models" / "olmo-2-7b"), ("--tp", "2"), False),
+    (str(DATA / "models" / "olmo-2-7b"), ("--ulysses", "2"), True),
+    (str(DATA / "models" / "phi-4"), ("--ulysses", "2"), True),
+])
+def test_an_explicit_layout_gives_a_command_only_where_the_launch_accepts_it(cli_run, model, flags, runs):
+    """plan --layout prices any layout on GPUs (a Phi-4 under Megatron's own TP, say), and gives dsbench's launch
+    command only where that launch would pass its layout check: until 2026-11-30 it read a Phi-3 or OLMo-2 as a Llama
+    and printed `dsbench launch --zero 1 --tp 2` for them, which the launch refuses."""
+    result = cli_run("plan", "--model", model, "--gpus", "8", "--layout", "zero1", *flags, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert (data["launchable"], data["command"] is not None) == (runs, runs), data["why_not"]
+    if not runs:
+        assert "tensor parallelism splits Llama-family models" in data["why_not"]
