@@ -147,7 +147,8 @@ def _mask_kind(config: Any, index: int) -> str:
     layer_types = getattr(config, "layer_types", None)
     if layer_types:
         return layer_types[index]
-    if getattr(config, "model_type", "") == "mistral" and getattr(config, "sliding_window", None):
+    # Mistral's and Phi-3's models window every layer whenever the config has a window (MistralModel, Phi3Model)
+    if getattr(config, "model_type", "") in ("mistral", "phi3") and getattr(config, "sliding_window", None):
         return "sliding_attention"
     return "full_attention"
 

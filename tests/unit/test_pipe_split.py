@@ -31,6 +31,32 @@ def test_split_model_computes_the_models_logits_and_loss(name):
     assert len(split.blocks) == PRESETS[name].layers and all(isinstance(b, BlockPipe) for b in split.blocks)
 
 
+WINDOWED = {  # config.json fields of a family that windows its attention, a window of 16 on 48 tokens
+    "mistral": {"sliding_window": 16},
+    "qwen2": {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1},  # layer 1 on
+    "phi3": {"sliding_window": 16, "pad_token_id": 0},
+}
+
+
+@pytest.mark.parametrize("family", WINDOWED)
+def test_a_windowed_models_split_masks_each_block_as_the_model_does(family):
+    """Each block of the split makes the mask its model's forward makes (a sliding window where the family's model
+    picks one); the oracle is the unsplit model's logits, on a sequence three windows long. Until 2026-11-30 a Phi-3's
+    blocks attended causally in full (the mask rule named Mistral only)."""
+    from dsbench.model_config import shape_from_config
+
+    config = {"model_type": family, "vocab_size": 4096, "hidden_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, **WINDOWED[family]}
+    shape = shape_from_config(config, family, "local", None)
+    assert shape.sliding_window() == 16
+    model = build_model(shape, seed=0)
+    ids = torch.randint(0, 4096, (2, 48), generator=torch.Generator().manual_seed(1))
+    hidden = ids
+    for layer in split_model(model).layers():
+        hidden = layer(hidden)
+    assert torch.equal(split_model(model).logits(hidden), model(input_ids=ids).logits)
+
+
 def test_stages_get_equal_shares_of_the_blocks():
     split = split_model(build_model(PRESETS["llama-tiny"], seed=0))  # 2 decoder blocks
     first, last = stage_layers(split, 0, 2), stage_layers(split, 1, 2)
