@@ -239,38 +239,28 @@ def test_gemma_counts_its_report_s_table(name):
     assert shape.num_params() - parts["embedding"] == non_embedding
 
 
-# The Phi-3 and Phi-4 models' pages (huggingface.co/microsoft/Phi-3-mini-4k-instruct and microsoft/phi-4: "3.82B
-# params", "14.7B params"; the Phi-3 report, arXiv:2404.14219, "3.8 billion") and their published config.json fields
-# (tests/data/models/README.md)
-PHI_PAGES = {"phi-3-mini-4k": (3.82e9, 2), "phi-4": (14.7e9, 1)}
+# Model pages (huggingface.co): microsoft/Phi-3-mini-4k-instruct "3.82B params" (the Phi-3 report, arXiv:2404.14219,
+# "3.8 billion"), microsoft/phi-4 "14.7B params", allenai/OLMo-2-1124-7B and -13B "7.3B params", "13.7B params"; their
+# published config.json fields are in tests/data/models (tests/data/models/README.md)
+PAGES = {"phi-3-mini-4k": ("phi3", 3.82e9, 2), "phi-4": ("phi3", 14.7e9, 1), "olmo-2-7b": ("olmo2", 7.3e9, 1),
+         "olmo-2-13b": ("olmo2", 13.7e9, 1)}
 
 
-@pytest.mark.parametrize("name", PHI_PAGES)
-def test_phi_counts_its_model_page_and_what_transformers_builds(name):
-    """Fused q|k|v and gate|up hold Llama's parameters in fewer tensors (4 matrices a block, not 7)."""
+@pytest.mark.parametrize("name", PAGES)
+def test_a_published_model_counts_its_page_and_what_transformers_builds(name):
+    """Phi-3's fused q|k|v and gate|up hold Llama's parameters in fewer tensors (4 matrices a block, not 7); OLMo-2's
+    q_norm and k_norm are as wide as the projections they normalise."""
     folder = DATA / "models" / name
-    shape = resolve_model(str(folder))
-    total, digits = PHI_PAGES[name]
-    assert (shape.arch, shape.block_matrices, len(shape.block_tensors())) == ("phi3", 4, 6)
-    assert round(shape.num_params() / 1e9, digits) == total / 1e9
     config = json.loads((folder / "config.json").read_text())
-    assert shape.tensors() == _transformers_tensors(config)
-    assert shape.sliding_window() == config["sliding_window"]
-
-
-# The OLMo 2 models' pages (huggingface.co/allenai/OLMo-2-1124-7B and -13B: "7.3B params", "13.7B params") and their
-# published config.json fields (tests/data/models/README.md)
-OLMO2_PAGES = {"olmo-2-7b": 7.3e9, "olmo-2-13b": 13.7e9}
-
-
-@pytest.mark.parametrize("name", OLMO2_PAGES)
-def test_olmo2_counts_its_model_page_and_what_transformers_builds(name):
-    """q_norm and k_norm as wide as the projections they normalise, two norms a block after its attention and MLP."""
-    folder = DATA / "models" / name
     shape = resolve_model(str(folder))
-    assert (shape.arch, shape.qk_norm_widths()) == ("olmo2", (shape.hidden, shape.hidden))  # no GQA in 7B and 13B
-    assert round(shape.num_params() / 1e9, 1) == OLMO2_PAGES[name] / 1e9
-    assert shape.tensors() == _transformers_tensors(json.loads((folder / "config.json").read_text()))
+    arch, total, digits = PAGES[name]
+    assert round(shape.num_params() / 1e9, digits) == total / 1e9
+    assert shape.tensors() == _transformers_tensors(config)
+    if arch == "phi3":
+        assert (shape.arch, shape.block_matrices, len(shape.block_tensors())) == ("phi3", 4, 6)
+        assert shape.sliding_window() == config["sliding_window"]
+    else:
+        assert (shape.arch, shape.qk_norm_widths()) == ("olmo2", (shape.q_width, shape.kv_width))
 
 
 @pytest.mark.parametrize("name", ["llama-gqa", "qwen3-wide-heads", "phi3-gqa-window", "olmo2-gqa", "gpt2"])
