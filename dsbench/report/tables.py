@@ -185,8 +185,10 @@ def print_tune(result: dict[str, Any], top: int = 12, wide: bool = False) -> Non
         best = measured[0] if measured else None
         if best is not None:  # why: the wall clock decided, and what the planner had said of it
             predicted = best["predicted_tokens_per_s"]
+            # without --profile the planner prices a GPU's datasheet (--gpu): say so beside its figure
+            source = "" if result.get("profile") else " (from a GPU's datasheet, not this machine)"
             console.print(f"  why: the fastest of the {len(measured)} layout(s) measured by the wall clock"
-                          + (f"; the planner predicted {predicted:,.0f} tokens/s for it" if predicted else ""),
+                          + (f"; the planner predicted {predicted:,.0f} tokens/s for it{source}" if predicted else ""),
                           highlight=False)
         if len(measured) > 1:
             second = measured[1]
