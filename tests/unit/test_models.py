@@ -85,6 +85,11 @@ ACCEPTED = {
     "phi3-gqa-window": _config("phi3", 64, 4, 2, 176, pad_token_id=999, sliding_window=31),
     "phi3-partial-rope": _config("phi3", 64, 4, 4, 96, pad_token_id=0, partial_rotary_factor=0.75,
                                  tie_word_embeddings=True),
+    # Phi-3-mini-128k's LongRoPE: a factor per rotary frequency (head width 16: 8 each) over a 4096-token original
+    "phi3-longrope": _config("phi3", 64, 4, 4, 96, pad_token_id=0, max_position_embeddings=131072,
+                             original_max_position_embeddings=4096,
+                             rope_scaling={"type": "longrope", "short_factor": [1.0] * 8,
+                                           "long_factor": [1.0 + i / 4 for i in range(8)]}),
     # OLMo-2: q_norm and k_norm over the whole projections (q, k wide), norms after attention and the MLP
     "olmo2-gqa": _config("olmo2", 64, 4, 2, 176),
     "olmo2-wide-heads-tied": _config("olmo2", 64, 4, 4, 96, head_dim=32, tie_word_embeddings=True),
