@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dsbench import trainspec
 from dsbench.errors import UserError
-from dsbench.model_checks import check_autotp, check_loss_parallel, check_megatron_tp, check_ulysses
+from dsbench.model_checks import check_loss_parallel, check_tensor_parallel, check_ulysses
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
 
@@ -25,11 +25,10 @@ def check_run_layout(train: trainspec.TrainSpec, strategy: str, shape: ModelShap
                 if dims.tp > 1 else "Ulysses (sequence_parallel_size)")
         raise UserError(f"--compile is not supported with DeepSpeed's {what}: dsbench compiles the ZeRO engine "
                         "only; drop --compile")
-    if strategy in trainspec.TENSOR_SPLIT and dims.tp > 1:
-        check_megatron_tp(shape.arch, strategy)
+    megatron = strategy if strategy in trainspec.TENSOR_SPLIT else None
+    check_tensor_parallel(shape.arch, dims.tp, megatron)
+    if megatron and dims.tp > 1:
         check_loss_parallel(train.loss_parallel, shape.tied_embeddings, shape.name)
-    elif dims.tp > 1:
-        check_autotp(shape.arch)
     check_ulysses(shape.arch, dims.sp, train.seq_len, shape.sliding_window())
     if train.pipeline_schedule in trainspec.INTERLEAVED:
         check_chunks(shape, dims.pp, train.virtual_stages)

@@ -12,7 +12,7 @@ from dsbench.models import DECODERS, FUSED, LLAMA_LIKE, PROJECTION_NORM
 def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
     """Megatron-style tensor parallelism (--strategy torch_tp, torch_3d) splits Llama-family projections; say so for
     others."""
-    if family not in LLAMA_LIKE:
+    if family not in splitting_families(tp=2, ulysses=1):
         raise UserError(f"--strategy {strategy} splits Llama-family models ({', '.join(LLAMA_LIKE)}), not {family!r}: "
                         f"{unsplit_why(family)}")
 
@@ -32,10 +32,18 @@ def unsplit_why(family: str) -> str:
 def splitting_families(tp: int, ulysses: int) -> tuple[str, ...]:
     """The families a layout of ``tp`` tensor-parallel and ``ulysses`` sequence-parallel ranks can split: Megatron-style
     TP and AutoTP the Llama family's separate projections, Ulysses every rotary decoder (it reads the config's
-    key/value heads; Phi-3's fused projections stay whole), anything else every family."""
+    key/value heads; Phi-3's fused projections stay whole), anything else every family. The one table: the checks
+    below refuse what it leaves out, and tune and the planner offer what it keeps."""
     if tp > 1:
         return LLAMA_LIKE
     return DECODERS if ulysses > 1 else ("gpt2", *DECODERS)
+
+
+def check_tensor_parallel(family: str, tp: int, megatron: str | None) -> None:
+    """A layout of ``tp`` tensor-parallel ranks splits this family: Megatron-style (``megatron``, the torch engine
+    that runs it: torch_tp, torch_3d) or DeepSpeed's AutoTP (None). The launch's, the ranks' and compare's check."""
+    if tp > 1:
+        check_megatron_tp(family, megatron) if megatron else check_autotp(family)
 
 
 def check_loss_parallel(loss_parallel: bool, tied: bool, name: str) -> None:
@@ -58,7 +66,7 @@ def check_autotp(family: str) -> None:
         raise UserError(f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) with DeepSpeed's AutoTP, not "
                         f"{family!r}: DeepSpeed 0.19.8 refuses the tensor-parallel plan transformers gives it "
                         f"({unsplit_why(family)}); train it with ZeRO, FSDP, Ulysses or a pipeline")
-    if family not in LLAMA_LIKE:
+    if family not in splitting_families(tp=2, ulysses=1):
         raise UserError(f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) with DeepSpeed's AutoTP, not "
                         f"{family!r}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")
 
@@ -72,7 +80,7 @@ def check_ulysses(family: str, sp: int, seq_len: int, window: int | None = None)
     32-token window on 128 tokens trained 9.6e-4 off one process; on 32 tokens, 1.2e-7)."""
     if sp <= 1:
         return
-    if family not in DECODERS:
+    if family not in splitting_families(tp=1, ulysses=sp):
         raise UserError(f"--ulysses runs Llama-family models ({', '.join(DECODERS)}), not {family!r}: DeepSpeed's "
                         "Ulysses reads the config's num_key_value_heads (choose a Llama-family --model)")
     if seq_len % sp or seq_len < 2 * sp:

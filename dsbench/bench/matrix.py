@@ -15,7 +15,7 @@ from typing import Any
 from dsbench import strategies as registry
 from dsbench.errors import UserError
 from dsbench.layout_check import check_chunks
-from dsbench.model_checks import check_ulysses, splitting_families
+from dsbench.model_checks import check_tensor_parallel, check_ulysses
 from dsbench.model_config import resolve_model
 from dsbench.spec import DEFAULT_MICRO_BATCH
 
@@ -159,9 +159,9 @@ def _check_mode(strategies: list[str], option: str, mode: str) -> None:
 
 
 def check_models(names: list[str], models: list[str], seq_len: int) -> None:
-    """Every model resolves and has positions for ``seq_len``, and the tensor-parallel strategies get models they
-    can split (Llama-family: AutoTP and DTensor TP split q/k/v/o and the MLP by heads; GPT-2's fused Conv1D does
-    not), by their degree (heads and key/value heads divisible by tp, a layer per stage), before any cell runs."""
+    """Every model resolves and has positions for ``seq_len``, and the model-parallel strategies get models they
+    can split, as the launch checks them (model_checks.py: the family each split takes, heads and key/value heads
+    divisible by tp, a layer per stage), before any cell runs."""
     for model in models:
         shape = resolve_model(model)
         if seq_len > shape.max_positions:
@@ -169,14 +169,11 @@ def check_models(names: list[str], models: list[str], seq_len: int) -> None:
         arch = shape.arch
         for name in names:
             how = registry.lookup(name)
-            families = splitting_families(how.tp, how.ulysses) if how is not None else (arch,)
-            if arch not in families:  # Phi-3's fused projections: Ulysses, not TP
-                raise UserError(f"--strategies {name} splits Llama-family models ({', '.join(families)}); the model "
-                                f"{model} is {arch!r}: run it on llama-tiny, qwen2-tiny or another Llama-family model")
             if how is not None and how.model_parallel > 1:
-                try:  # the split the launch checks, made for every cell of the strategy at once
+                try:  # the split the launch checks (layout_check.py), in its words, for every cell of the strategy
                     dims = how.dims(how.model_parallel)
                     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
+                    check_tensor_parallel(arch, how.tp, how.engine if how.engine in registry.SPLIT_ENGINES else None)
                     check_ulysses(arch, how.ulysses, seq_len, shape.sliding_window())
                     check_chunks(shape, dims.pp, how.virtual_stages)
                 except UserError as exc:
