@@ -57,6 +57,9 @@ class Shape:
     fused: bool = False
     """q|k|v in one matrix and gate|up in another (Phi-3: :data:`dsbench.models.FUSED`): the same weights and FLOPs,
     in fewer tensors."""
+    tied: bool | None = None
+    """The output layer is the token embedding (one matrix for both). None: the arch's habit, GPT-3's and Megatron's
+    tied (``gpt``), Llama's untied (``llama``); a model's shape says its own (Gemma and Qwen3-0.6B tie theirs)."""
     family: str = ""
     """The model's family (:data:`dsbench.models.Arch`) where the shape is a model's, for what dsbench can launch of
     it; "": a shape given by flags, read as ``gpt2`` for ``gpt`` and ``llama`` for ``llama``."""
@@ -95,11 +98,23 @@ class Shape:
         (6). A ZeRO engine's hooks and gradient copies run per tensor."""
         return 12 if self.arch == "gpt" else 6 if self.fused else 9
 
+    @property
+    def head_tied(self) -> bool:
+        """Whether the output layer is the embedding: :attr:`tied` where given, else the arch's habit."""
+        return self.arch == "gpt" if self.tied is None else self.tied
+
     def params(self) -> int:
-        """Blocks plus the input embedding and an untied output layer (GPT-3/Megatron tie them: counted once
-        for ``gpt``)."""
-        embeddings = self.vocab * self.hidden * (1 if self.arch == "gpt" else 2)
+        """Blocks plus the input embedding and an untied output layer (a tied one counted once, as transformers
+        counts it; until 2026-11-30 every ``llama`` shape counted two, so a Gemma-2B read 3.03B parameters for
+        its 2.51B)."""
+        embeddings = self.vocab * self.hidden * (1 if self.head_tied else 2)
         return self.layers * self.layer_params() + embeddings
+
+    def end_tensors(self) -> int:
+        """Parameter tensors outside the blocks: the token embedding, GPT's learned positions, the final norm (GPT's
+        LayerNorm a weight and a bias) and an untied output layer (GPT 4, Llama 3, a tied Llama 2)."""
+        gpt = self.arch == "gpt"
+        return 1 + int(gpt) + (2 if gpt else 1) + (0 if self.head_tied else 1)
 
 
 def shape_of_model(s: ModelShape) -> Shape:
@@ -108,7 +123,7 @@ def shape_of_model(s: ModelShape) -> Shape:
     head width where the model states one."""
     return Shape("gpt" if s.arch == "gpt2" else "llama", s.layers, s.hidden, s.heads, s.kv_heads, s.intermediate,
                  s.vocab_size, s.head_dim or 0, qk_norm=s.arch in (*QK_NORM, *PROJECTION_NORM),
-                 fused=s.arch in FUSED, family=s.arch)
+                 fused=s.arch in FUSED, tied=s.tied_embeddings, family=s.arch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,11 +154,11 @@ def _block_activation_bytes(lay: Layout) -> float:
 
 def peak_memory(lay: Layout) -> PeakMemory:
     """Peak GiB on the busiest GPU: the model states of the first pipeline stage (its blocks and the embedding; without
-    a pipeline a Llama's untied output layer too), and
+    a pipeline an untied output layer too), and
     the activations and logits of the rank that holds the most of them under the schedule's order (the first stage
     its micro-batches in flight, the last one the logits: plan/pipeline_peak.py)."""
     s = lay.shape
-    heads = 2 if s.arch == "llama" and lay.pp == 1 else 1  # an untied output layer beside the embedding
+    heads = 1 if s.head_tied or lay.pp > 1 else 2  # an untied output layer beside the embedding
     params = lay.stage_layers * s.layer_params() / lay.tp + heads * s.vocab * s.hidden / lay.tp
     states = _state_bytes(lay, params)
     tokens = lay.micro_batch * lay.seq_len / lay.cp

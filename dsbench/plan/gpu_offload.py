@@ -59,7 +59,7 @@ def partition_tensors(lay: Layout) -> float:
     """Parameter tensors in the rank's partition: the stage's tensors (and the embeddings, final norm and head),
     spread over the data-parallel ranks, at least one."""
     s = lay.shape
-    tensors = lay.stage_layers * s.layer_tensors() + (4 if s.arch == "gpt" else 3)
+    tensors = lay.stage_layers * s.layer_tensors() + s.end_tensors()
     return max(1.0, tensors / (lay.dp * lay.cp))
 
 

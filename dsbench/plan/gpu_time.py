@@ -269,7 +269,7 @@ def engine_host_seconds(lay: Layout, hw: GpuProfile) -> float:
     if not per_tensor:
         return 0.0
     s = lay.shape
-    tensors = lay.stage_layers * s.layer_tensors() + (4 if s.arch == "gpt" else 3)  # + embeddings and final norm
+    tensors = lay.stage_layers * s.layer_tensors() + s.end_tensors()  # + embeddings, final norm and head
     return per_tensor * 1e-6 * tensors * (1 if stage == 1 else lay.micro_batches)
 
 
