@@ -6,7 +6,7 @@ matrix and the tensor-parallel engine."""
 from __future__ import annotations
 
 from dsbench.errors import UserError
-from dsbench.models import DECODERS, FUSED, LLAMA_LIKE, PROJECTION_NORM
+from dsbench.models import DECODERS, FUSED, LAYER_NORM, LLAMA_LIKE, PROJECTION_NORM
 
 
 def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
@@ -26,17 +26,26 @@ def unsplit_why(family: str) -> str:
     if family in PROJECTION_NORM:
         return ("OLMo-2's q_norm and k_norm take one mean square over every head of the projection, which a split "
                 "by heads would leave to each rank's own")
+    if family in AUTOTP_ONLY:
+        return ("GPT-NeoX's query_key_value (each head's q, k and v together) is not in dsbench's Megatron-style "
+                "plans, which split Llama's projections (DeepSpeed's AutoTP splits it: --tp under DeepSpeed)")
     return "GPT-2's fused c_attn (Conv1D q|k|v) does not split into whole heads by columns"
 
 
-def splitting_families(tp: int, ulysses: int) -> tuple[str, ...]:
+AUTOTP_ONLY = ("gpt_neox",)
+"""Families DeepSpeed's AutoTP splits (measured: GPT-NeoX on tp 2 within 1.2e-7 of one process, 2026-11-30) and
+dsbench's Megatron-style plans (torch_tp, torch_3d) do not."""
+
+
+def splitting_families(tp: int, ulysses: int, autotp: bool = False) -> tuple[str, ...]:
     """The families a layout of ``tp`` tensor-parallel and ``ulysses`` sequence-parallel ranks can split: Megatron-style
     TP and AutoTP the Llama family's separate projections, Ulysses every rotary decoder (it reads the config's
-    key/value heads; Phi-3's fused projections stay whole), anything else every family. The one table: the checks
-    below refuse what it leaves out, and tune and the planner offer what it keeps."""
+    key/value heads; Phi-3's fused projections stay whole), anything else every family; ``autotp``: the tensor
+    parallelism is DeepSpeed's AutoTP, which splits GPT-NeoX too. The one table: the checks below refuse what it
+    leaves out, and tune and the planner offer what it keeps."""
     if tp > 1:
-        return LLAMA_LIKE
-    return DECODERS if ulysses > 1 else ("gpt2", *DECODERS)
+        return (*LLAMA_LIKE, *AUTOTP_ONLY) if autotp else LLAMA_LIKE
+    return DECODERS if ulysses > 1 else (*LAYER_NORM, *DECODERS)
 
 
 def check_tensor_parallel(family: str, tp: int, megatron: str | None) -> None:
@@ -54,21 +63,22 @@ def check_loss_parallel(loss_parallel: bool, tied: bool, name: str) -> None:
 
 
 def check_autotp(family: str) -> None:
-    """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits Llama-family linears; GPT-2's Conv1D it leaves whole, and
+    """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits Llama-family linears and GPT-NeoX's (each head's q, k and
+    v together in query_key_value: measured within 1.2e-7 of one process); GPT-2's Conv1D it leaves whole, and
     Phi-3's fused projections and OLMo-2's projection-wide q_norm/k_norm it refuses ("HuggingFace tp_plan contains
     unsupported partition style(s): ['rowwise_split_input']", deepspeed 0.19.8, unless the config gives a
     ``partition_config``).
     Qwen3's q_norm/k_norm stay whole on every rank and DeepSpeed sums their gradients over the TP ranks itself
     (deepspeed/module_inject/auto_tp.py ``register_replicated_grad_hooks``)."""
+    splits = (f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) and GPT-NeoX with DeepSpeed's AutoTP, "
+              f"not {family!r}")
     if family in (*FUSED, *PROJECTION_NORM):
         # measured 2026-11-30 with phi3-tiny and olmo2-tiny: every rank stopped in deepspeed.initialize on the plan
         # transformers gives ("HuggingFace tp_plan contains unsupported partition style(s): ['rowwise_split_input']")
-        raise UserError(f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) with DeepSpeed's AutoTP, not "
-                        f"{family!r}: DeepSpeed 0.19.8 refuses the tensor-parallel plan transformers gives it "
+        raise UserError(f"{splits}: DeepSpeed 0.19.8 refuses the tensor-parallel plan transformers gives it "
                         f"({unsplit_why(family)}); train it with ZeRO, FSDP, Ulysses or a pipeline")
-    if family not in splitting_families(tp=2, ulysses=1):
-        raise UserError(f"--tp splits Llama-family models ({', '.join(LLAMA_LIKE)}) with DeepSpeed's AutoTP, not "
-                        f"{family!r}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")
+    if family not in splitting_families(tp=2, ulysses=1, autotp=True):
+        raise UserError(f"{splits}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")
 
 
 def check_ulysses(family: str, sp: int, seq_len: int, window: int | None = None) -> None:

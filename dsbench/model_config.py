@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.models import DECODERS, HEAD_DIM_DEFAULT, PRESETS, TIED_DEFAULT, ModelShape
+from dsbench.models import DECODERS, HEAD_DIM_DEFAULT, LAYER_NORM, PRESETS, TIED_DEFAULT, ModelShape
 
 _KEPT_EXTRA = ("rope_theta", "rms_norm_eps", "layer_norm_epsilon", "hidden_act", "activation_function",
                "attention_bias", "mlp_bias", "bos_token_id", "eos_token_id", "pad_token_id",
@@ -21,7 +21,9 @@ _KEPT_EXTRA = ("rope_theta", "rms_norm_eps", "layer_norm_epsilon", "hidden_act",
                "rope_scaling", "rope_parameters", "sliding_window", "use_sliding_window", "max_window_layers",
                "layer_types",
                # Phi-3's: RoPE on part of each head (Phi-4-mini's 0.75), LongRoPE's original context
-               "partial_rotary_factor", "original_max_position_embeddings")
+               "partial_rotary_factor", "original_max_position_embeddings",
+               # GPT-NeoX's: its rotary share and base, its residual, its LayerNorm's epsilon
+               "rotary_pct", "rotary_emb_base", "use_parallel_residual", "layer_norm_eps")
 """config.json fields the worker's model keeps (:meth:`ModelShape.hf_config`): it is built from them when the folder
 has no weights; with weights, transformers reads the whole config.json."""
 
@@ -44,7 +46,7 @@ def heads_problem(hidden: int, heads: int, kv_heads: int, head_dim: Any = None, 
     return None
 
 
-_FAMILIES = ("gpt2", *DECODERS)
+_FAMILIES = (*LAYER_NORM, *DECODERS)
 
 
 def _check_family(cfg: dict[str, Any], name: str) -> None:
@@ -53,9 +55,9 @@ def _check_family(cfg: dict[str, Any], name: str) -> None:
     read as Llama."""
     model_type = cfg.get("model_type")
     if model_type not in (None, *_FAMILIES):  # GPT-2's field names too (gpt_bigcode's are, with one KV head)
-        raise UserError(f"{name}: model_type {str(model_type)[:40]!r}: dsbench builds and prices dense GPT-2 and "
+        raise UserError(f"{name}: model_type {str(model_type)[:40]!r}: dsbench builds and prices dense GPT-style and "
                         f"Llama-layout decoders ({', '.join(_FAMILIES)}), and would train this as another model")
-    biased = [key for key in ("attention_bias", "mlp_bias") if cfg.get(key) is True and model_type != "gpt2"]
+    biased = [key for key in ("attention_bias", "mlp_bias") if cfg.get(key) is True and model_type not in LAYER_NORM]
     if biased:
         raise UserError(f"{name}: {biased[0]} true: dsbench counts Llama-layout layers without those biases (Qwen2's "
                         "q/k/v biases are its own); use a config without it")
@@ -68,7 +70,7 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | N
     shape = _shape_from_config(cfg, name, source, path)
     # GPT-2's heads are always hidden / heads; Qwen3Config's head_dim defaults to 128 and GemmaConfig's to 256
     # (transformers), not to that
-    stated = cfg.get("head_dim", HEAD_DIM_DEFAULT.get(shape.arch)) if shape.arch != "gpt2" else None
+    stated = cfg.get("head_dim", HEAD_DIM_DEFAULT.get(shape.arch)) if shape.arch not in LAYER_NORM else None
     if stated is None and shape.arch in HEAD_DIM_DEFAULT:  # null: Qwen3Config and GemmaConfig refuse it too
         raise UserError(f"{name}: config.json: head_dim null must be a positive integer (remove it for "
                         f"{shape.arch}'s default, {HEAD_DIM_DEFAULT[shape.arch]})")
@@ -81,9 +83,10 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | N
 
 def _pad_problem(cfg: dict[str, Any], shape: ModelShape) -> str | None:
     """A rotary decoder's embedding takes ``pad_token_id`` as its padding row (``nn.Embedding(padding_idx=...)`` in
-    transformers' Llama-family models), which torch refuses outside the vocabulary (GPT-2's has none)."""
+    transformers' Llama-family models), which torch refuses outside the vocabulary (GPT-2's and GPT-NeoX's have
+    none)."""
     pad = cfg.get("pad_token_id")
-    if shape.arch == "gpt2" or not isinstance(pad, int) or isinstance(pad, bool) or -shape.vocab_size <= pad < (
+    if shape.arch in LAYER_NORM or not isinstance(pad, int) or isinstance(pad, bool) or -shape.vocab_size <= pad < (
             shape.vocab_size):
         return None
     return (f"pad_token_id {pad} is outside the {shape.vocab_size}-token vocabulary (the embedding's padding row "
@@ -91,9 +94,9 @@ def _pad_problem(cfg: dict[str, Any], shape: ModelShape) -> str | None:
 
 
 _DEFAULT_POSITIONS = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768, "gemma": 8192,
-                      "phi3": 4096, "olmo2": 2048}
+                      "phi3": 4096, "olmo2": 2048, "gpt_neox": 2048}
 """A config.json without ``max_position_embeddings`` gets its config class's default (transformers 5's
-Llama/Mistral/Qwen2/Qwen3/Gemma/Phi3/Olmo2Config), as transformers builds it."""
+Llama/Mistral/Qwen2/Qwen3/Gemma/Phi3/Olmo2/GPTNeoXConfig), as transformers builds it."""
 
 
 def _shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | None) -> ModelShape:
@@ -109,7 +112,8 @@ def _shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | 
                 extra={k: cfg[k] for k in _KEPT_EXTRA if k in cfg})
         heads = int(cfg["num_attention_heads"])
         return ModelShape(
-            name=name, arch=model_type if model_type in DECODERS else "llama", vocab_size=int(cfg["vocab_size"]),
+            name=name, arch=model_type if model_type in (*DECODERS, "gpt_neox") else "llama",
+            vocab_size=int(cfg["vocab_size"]),
             hidden=int(cfg["hidden_size"]),
             layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
             intermediate=int(cfg["intermediate_size"]),

@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-Arch = Literal["gpt2", "llama", "qwen2", "mistral", "qwen3", "gemma", "phi3", "olmo2"]
+Arch = Literal["gpt2", "gpt_neox", "llama", "qwen2", "mistral", "qwen3", "gemma", "phi3", "olmo2"]
+LAYER_NORM = ("gpt2", "gpt_neox")
+"""GPT-style families: LayerNorms with a weight and a bias, a GELU MLP of two biased matrices, q|k|v in one biased
+matrix. GPT-2 learns its positions; GPT-NeoX (Pythia, GPT-NeoX-20B; transformers' GPTNeoXLayer) rotates part of each
+head (``rotary_pct``, a quarter by default), keeps the q, k and v of each head together in ``query_key_value``, and
+by default adds the attention and the MLP to the same residual (``use_parallel_residual``)."""
 LLAMA_LIKE = ("llama", "qwen2", "mistral", "qwen3", "gemma")
 """Rotary decoder families with Llama's layout (RMSNorm, gated MLP, q/k/v/o): Qwen2 adds q/k/v biases, Qwen3 an
 RMSNorm over each query and key head (``q_norm``, ``k_norm``: transformers' Qwen3Attention); Gemma (the first, as
@@ -94,9 +99,9 @@ class ModelShape:
     @property
     def block_matrices(self) -> int:
         """Weight matrices in one decoder block (the modules ZeRO-3 gathers one by one): GPT-2's c_attn, c_proj, c_fc
-        and c_proj, Phi-3's o_proj, qkv_proj, gate_up_proj and down_proj: 4; the other Llama-layout families' q, k, v,
-        o, gate, up and down: 7."""
-        return 4 if self.arch == "gpt2" or self.arch in FUSED else 7
+        and c_proj, GPT-NeoX's query_key_value, dense and the MLP's two, Phi-3's o_proj, qkv_proj, gate_up_proj and
+        down_proj: 4; the other Llama-layout families' q, k, v, o, gate, up and down: 7."""
+        return 4 if self.arch in LAYER_NORM or self.arch in FUSED else 7
 
     def sliding_window(self) -> int | None:
         """The tokens some layer's attention is limited to, as transformers' config of this shape sets it (None:
@@ -129,6 +134,13 @@ class ModelShape:
             whole = 2 * h + 4 * h  # the two row-parallel biases, two LayerNorms (weight + bias)
             return {"embedding": v * h, "positions": self.max_positions * h, "block_split": split,
                     "block_whole": whole, "final_norm": 2 * h, "head": 0 if self.tied_embeddings else v * h}
+        if self.arch == "gpt_neox":
+            bias = self.extra.get("attention_bias", True)  # GPTNeoXConfig's default; the MLP's are always there
+            # query_key_value (+ bias), dense, dense_h_to_4h (+ bias), dense_4h_to_h
+            split = h * 3 * h + (3 * h if bias else 0) + h * h + h * ff + ff + ff * h
+            whole = (h if bias else 0) + h + 4 * h  # the two row-parallel biases, two LayerNorms (weight + bias)
+            return {"embedding": v * h, "positions": 0, "block_split": split, "block_whole": whole, "final_norm": 2 * h,
+                    "head": 0 if self.tied_embeddings else v * h}
         q, kv = self.q_width, self.kv_width
         split = h * q + 2 * h * kv + q * h + 3 * h * ff  # q, k, v, o (transformers' LlamaAttention); gate, up, down
         if self.arch == "qwen2":
@@ -141,12 +153,17 @@ class ModelShape:
 
     def block_tensors(self) -> list[int]:
         """Element counts of one decoder block's parameter tensors, in the HF module's registration order (GPT-2:
-        ln_1, c_attn, attn c_proj, ln_2, c_fc, mlp c_proj, each weight then bias; Llama: q, k, v, o, gate, up, down,
+        ln_1, c_attn, attn c_proj, ln_2, c_fc, mlp c_proj, each weight then bias; GPT-NeoX: its two LayerNorms,
+        query_key_value, dense, dense_h_to_4h, dense_4h_to_h; Llama: q, k, v, o, gate, up, down,
         the two RMSNorms; Qwen2 adds q/k/v biases, Qwen3 and OLMo-2 q_norm and k_norm after o; Phi-3: o, the fused
         q|k|v, the fused gate|up, down, the two RMSNorms). They sum to the block's share of :meth:`parts`."""
         h, ff = self.hidden, self.intermediate
         if self.arch == "gpt2":
             return [h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * ff, ff, ff * h, h]
+        if self.arch == "gpt_neox":  # the two LayerNorms first (GPTNeoXLayer registers them before its modules)
+            bias = self.extra.get("attention_bias", True)
+            return [h, h, h, h, h * 3 * h, *([3 * h] if bias else []), h * h, *([h] if bias else []), ff * h, ff,
+                    h * ff, h]
         q, kv = self.q_width, self.kv_width
         if self.arch in FUSED:  # Phi3Attention registers o_proj before qkv_proj
             return [h * q, (q + 2 * kv) * h, 2 * ff * h, h * ff, h, h]
@@ -167,7 +184,7 @@ class ModelShape:
         counted once). They sum to :meth:`num_params`."""
         p = self.parts()
         ends = [p["embedding"], *([p["positions"]] if p["positions"] else [])]
-        final = [self.hidden, self.hidden] if self.arch == "gpt2" else [self.hidden]
+        final = [self.hidden, self.hidden] if self.arch in LAYER_NORM else [self.hidden]
         return [*ends, *self.block_tensors() * self.layers, *final, *([p["head"]] if p["head"] else [])]
 
     def num_params(self) -> int:
@@ -183,6 +200,12 @@ class ModelShape:
                        n_head=self.heads, n_inner=self.intermediate, n_positions=self.max_positions,
                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=self.tied_embeddings,
                        bos_token_id=0, eos_token_id=0)
+        elif self.arch == "gpt_neox":
+            cfg = dict(model_type="gpt_neox", vocab_size=self.vocab_size, hidden_size=self.hidden,
+                       num_hidden_layers=self.layers, num_attention_heads=self.heads,
+                       intermediate_size=self.intermediate, max_position_embeddings=self.max_positions,
+                       tie_word_embeddings=self.tied_embeddings, bos_token_id=0, eos_token_id=0, attention_dropout=0.0,
+                       hidden_dropout=0.0)
         else:
             cfg = dict(model_type=self.arch, vocab_size=self.vocab_size, hidden_size=self.hidden,
                        num_hidden_layers=self.layers, num_attention_heads=self.heads,
@@ -230,6 +253,7 @@ PRESETS: dict[str, ModelShape] = {
         replace(_llama("gemma-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="gemma", tied_embeddings=True),
         replace(_llama("phi3-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="phi3"),
         replace(_llama("olmo2-tiny", 4096, 64, 2, 4, 2, 176, 256), arch="olmo2"),
+        replace(_gpt2("neox-tiny", 4096, 64, 2, 4, 256), arch="gpt_neox", tied_embeddings=False),
         _llama("llama-1b", 32000, 2048, 22, 32, 4, 5632, 2048),
         _llama("llama-7b", 32000, 4096, 32, 32, 32, 11008, 4096),
         _llama("llama-13b", 32000, 5120, 40, 40, 40, 13824, 4096),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from dsbench.models import ModelShape
+from dsbench.models import LAYER_NORM, ModelShape
 from dsbench.plan.comm import Calls, bucket_calls
 from dsbench.plan.memory import Accounting
 
@@ -35,7 +35,7 @@ def ready_order(shape: ModelShape, cand: Split) -> list[float]:
     one, the embeddings; tensor parallelism splits every tensor tp ways (norms too, which overcounts no call)."""
     parts = shape.parts()
     front = [parts["embedding"], *([parts["positions"]] if parts["positions"] else [])]
-    back = [shape.hidden] * (2 if shape.arch == "gpt2" else 1) + ([parts["head"]] if parts["head"] else [])
+    back = [shape.hidden] * (2 if shape.arch in LAYER_NORM else 1) + ([parts["head"]] if parts["head"] else [])
     tensors = [*front, *shape.block_tensors() * round(shape.layers / cand.pp), *back]
     return [size / cand.tp for size in reversed(tensors)]
 

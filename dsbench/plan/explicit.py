@@ -169,7 +169,7 @@ def _model_parallel_runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     if how is not None and how.engine == "deepspeed" and lay.pp > 1 and lay.schedule != "1f1b":
         return None, "DeepSpeed's pipeline engine runs its own 1F1B schedule only (use --pipeline-schedule 1f1b)"
     family = lay.shape.launch_family
-    if how is not None and how.tp > 1 and family not in splitting_families(how.tp, 1):  # the launch's own rule
+    if how is not None and how.tp > 1 and family not in splitting_families(how.tp, 1, how.engine == "deepspeed"):
         return None, f"tensor parallelism splits Llama-family models, not {family}: {unsplit_why(family)}"
     return how, None
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsbench.errors import UserError
-from dsbench.models import FUSED, PROJECTION_NORM, QK_NORM, ModelShape
+from dsbench.models import FUSED, LAYER_NORM, PROJECTION_NORM, QK_NORM, ModelShape
 from dsbench.strategies import FIXED, GPU_DATA_PARALLEL
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "interleaved-zb")
@@ -111,17 +111,20 @@ class Shape:
         return self.layers * self.layer_params() + embeddings
 
     def end_tensors(self) -> int:
-        """Parameter tensors outside the blocks: the token embedding, GPT's learned positions, the final norm (GPT's
-        LayerNorm a weight and a bias) and an untied output layer (GPT 4, Llama 3, a tied Llama 2)."""
+        """Parameter tensors outside the blocks: the token embedding, GPT's learned positions (not GPT-NeoX's: it
+        rotates), the final norm (GPT's LayerNorm a weight and a bias) and an untied output layer (GPT 4, GPT-NeoX 4,
+        Llama 3, a tied Llama 2)."""
         gpt = self.arch == "gpt"
-        return 1 + int(gpt) + (2 if gpt else 1) + (0 if self.head_tied else 1)
+        positions = gpt and self.family in ("", "gpt2")
+        return 1 + int(positions) + (2 if gpt else 1) + (0 if self.head_tied else 1)
 
 
 def shape_of_model(s: ModelShape) -> Shape:
-    """A model's shape as the GPU model reads it: GPT-2 as ``gpt``, the Llama-layout families as ``llama`` (Qwen3's
+    """A model's shape as the GPU model reads it: GPT-2 and GPT-NeoX as ``gpt`` (GPT-NeoX's rotary part of each head
+    priced as GPT's positions, a few element-wise passes), the Llama-layout families as ``llama`` (Qwen3's
     q_norm/k_norm, and OLMo-2's over the whole projections, as ``qk_norm``: the same elements normalised), the
     head width where the model states one."""
-    return Shape("gpt" if s.arch == "gpt2" else "llama", s.layers, s.hidden, s.heads, s.kv_heads, s.intermediate,
+    return Shape("gpt" if s.arch in LAYER_NORM else "llama", s.layers, s.hidden, s.heads, s.kv_heads, s.intermediate,
                  s.vocab_size, s.head_dim or 0, qk_norm=s.arch in (*QK_NORM, *PROJECTION_NORM),
                  fused=s.arch in FUSED, tied=s.tied_embeddings, family=s.arch)
 

@@ -43,6 +43,9 @@ _LLAMA_LIKE = Family(embed="model.embed_tokens", blocks="model.layers", norm="mo
 FAMILIES: dict[str, Family] = {
     "gpt2": Family(embed="transformer.wte", blocks="transformer.h", norm="transformer.ln_f",
                    positions="transformer.wpe", dropout="transformer.drop"),
+    # its embedding dropout is 0 in dsbench's models (hidden_dropout); its rotary module turns part of each head
+    "gpt_neox": Family(embed="gpt_neox.embed_in", blocks="gpt_neox.layers", norm="gpt_neox.final_layer_norm",
+                       rotary="gpt_neox.rotary_emb"),
     "llama": _LLAMA_LIKE,
     "qwen2": _LLAMA_LIKE,
     "mistral": _LLAMA_LIKE,

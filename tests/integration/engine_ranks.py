@@ -7,9 +7,11 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
   (tp 2 x pp 2) on qwen2-tiny (its q/k/v biases split with their matrices), and against torch_pp (pp 2 x dp 2) and
   DeepSpeed's AutoTP (tp 2 x dp 2, ZeRO-1) too on gemma-tiny (its scaled embedding, tied to the head across the
   first and last stage); and phi3-tiny's fused q|k|v and gate|up under ddp, fsdp, torch_pp (pp 2 x dp 2) and
-  DeepSpeed's ZeRO-3 (its tensor parallelism refused: model_checks.py), and olmo2-tiny's projection-wide q/k norms
-  under fsdp, torch_pp and ZeRO-3; every rank is given the same batches, so that each replica's gradient is the one
-  process's (the averaged gradient of equal batches is theirs).
+  DeepSpeed's ZeRO-3 (its tensor parallelism refused: model_checks.py), olmo2-tiny's projection-wide q/k norms
+  under fsdp, torch_pp and ZeRO-3, and neox-tiny (GPT-NeoX: biased LayerNorms, each head's q, k and v together, a
+  quarter of each head rotated, the parallel residual) under fsdp, torch_pp, ZeRO-3 and AutoTP; every rank is given
+  the same batches, so that each replica's gradient is the one process's (the averaged gradient of equal batches is
+  theirs).
 
 - The replica check (worker/replicas.py) on real copies: after the unscaled run, every engine's verdict; then
   again with one weight of the last rank nudged by 1e-3, a copy that differs.
@@ -84,6 +86,7 @@ FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d"),
             # a ZeRO-3 engine built after an AutoTP one would read its tensor-parallel degree of 2
             "phi3-tiny": ("single", "ddp", "fsdp", "torch_pp", "zero3"),
             "olmo2-tiny": ("single", "fsdp", "torch_pp", "zero3"),
+            "neox-tiny": ("single", "fsdp", "torch_pp", "zero3", "autotp"),  # its ZeRO-3 before its AutoTP
             "gemma-tiny": ("single", "torch_tp", "torch_pp", "torch_3d", "autotp")}
 AUTOTP = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
           # DeepSpeed asserts the batch over every rank, tensor-parallel ones included (docs/parallelism.md)

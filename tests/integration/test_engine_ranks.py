@@ -11,8 +11,9 @@ the last rank nudged is found, named by its rank, in its own replica group.
 
 Qwen2's q/k/v biases under tensor parallelism (column-parallel: each TP rank holds its heads' slice of each bias),
 Gemma under tensor and pipeline parallelism (its embedding scales itself and is tied to the head), Phi-3's fused
-projections under DDP, FSDP, torch's pipeline and DeepSpeed's ZeRO-3, and OLMo-2's projection-wide q/k norms under
-FSDP, torch's pipeline and ZeRO-3, against one process on the same batches."""
+projections under DDP, FSDP, torch's pipeline and DeepSpeed's ZeRO-3, OLMo-2's projection-wide q/k norms under
+FSDP, torch's pipeline and ZeRO-3, and GPT-NeoX under FSDP, torch's pipeline, ZeRO-3 and DeepSpeed's AutoTP, against
+one process on the same batches."""
 
 from __future__ import annotations
 
@@ -62,7 +63,9 @@ def test_an_overflow_on_one_rank_skips_the_step_on_every_rank(ranks, strategy):
                                                  ("gemma-tiny", "torch_3d"), ("gemma-tiny", "autotp"),
                                                  ("phi3-tiny", "ddp"), ("phi3-tiny", "fsdp"), ("phi3-tiny", "torch_pp"),
                                                  ("phi3-tiny", "zero3"), ("olmo2-tiny", "fsdp"),
-                                                 ("olmo2-tiny", "torch_pp"), ("olmo2-tiny", "zero3")])
+                                                 ("olmo2-tiny", "torch_pp"), ("olmo2-tiny", "zero3"),
+                                                 ("neox-tiny", "fsdp"), ("neox-tiny", "torch_pp"),
+                                                 ("neox-tiny", "zero3"), ("neox-tiny", "autotp")])
 def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(ranks, model, strategy):
     """The losses and the gradient norms before clipping (clip 0.5: every step clips) within 1e-4 of one process's,
     the parity bound of tests/integration/test_model_parallel.py, on every rank. Measured 2026-11-30: the losses

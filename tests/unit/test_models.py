@@ -93,6 +93,14 @@ ACCEPTED = {
     # OLMo-2: q_norm and k_norm over the whole projections (q, k wide), norms after attention and the MLP
     "olmo2-gqa": _config("olmo2", 64, 4, 2, 176),
     "olmo2-wide-heads-tied": _config("olmo2", 64, 4, 4, 96, head_dim=32, tie_word_embeddings=True),
+    # GPT-NeoX (Pythia's layout): biased LayerNorms and matrices, each head's q, k and v together, a quarter of each
+    # head rotated, the parallel residual; with the attention's biases off, tied, and sequential residuals
+    "gpt_neox": {"model_type": "gpt_neox", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+                 "num_attention_heads": 4, "intermediate_size": 256, "rotary_pct": 0.25, "use_parallel_residual": True},
+    "gpt_neox-unbiased-tied-sequential": {"model_type": "gpt_neox", "vocab_size": 1000, "hidden_size": 64,
+                                          "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+                                          "attention_bias": False, "tie_word_embeddings": True,
+                                          "use_parallel_residual": False, "rotary_pct": 0.5},
     "gpt2": {"model_type": "gpt2", "vocab_size": 1000, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128},
 }
 REFUSED = {

@@ -14,7 +14,8 @@ from dsbench.worker.model import build_model
 from dsbench.worker.pipe_split import BlockPipe, causal_lm_loss, split_model
 
 
-@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "qwen2-tiny", "gemma-tiny", "phi3-tiny", "olmo2-tiny"])
+@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "qwen2-tiny", "gemma-tiny", "phi3-tiny", "olmo2-tiny",
+                                  "neox-tiny"])
 def test_split_model_computes_the_models_logits_and_loss(name):
     """The oracle is the unsplit HF model: same logits bit for bit, same loss as its ForCausalLMLoss."""
     model = build_model(PRESETS[name], seed=0)
@@ -69,9 +70,9 @@ def test_stages_get_equal_shares_of_the_blocks():
 def test_an_unknown_family_names_those_it_knows():
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model("gpt_neox", vocab_size=64, hidden_size=32, num_hidden_layers=1,
-                                  num_attention_heads=2, intermediate_size=64)
-    with pytest.raises(UserError, match="does not know the model family 'gpt_neox'; it splits gpt2, llama, qwen2"):
+    config = AutoConfig.for_model("falcon", vocab_size=64, hidden_size=32, num_hidden_layers=1,
+                                  num_attention_heads=2)
+    with pytest.raises(UserError, match="does not know the model family 'falcon'; it splits gpt2, gpt_neox, llama"):
         split_model(AutoModelForCausalLM.from_config(config))
 
 

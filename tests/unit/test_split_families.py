@@ -24,7 +24,7 @@ from dsbench.trainspec import TrainSpec
 from tests.conftest import DATA
 
 WORLD = 4
-MODELS = ("llama-tiny", "phi3-tiny", "olmo2-tiny", "gpt2-tiny")
+MODELS = ("llama-tiny", "phi3-tiny", "olmo2-tiny", "neox-tiny", "gpt2-tiny")
 
 
 def _launch_accepts(name: str, model: str) -> bool:
@@ -54,6 +54,9 @@ def test_tune_offers_what_a_launch_accepts(model):
     if model in ("phi3-tiny", "olmo2-tiny"):  # Ulysses and the pipelines, no tensor parallelism
         assert any(registry.get(n).ulysses > 1 for n in accepted) and any(registry.get(n).pp > 1 for n in accepted)
         assert not any(registry.get(n).tp > 1 for n in accepted)
+    if model == "neox-tiny":  # DeepSpeed's AutoTP and the pipelines, neither torch_tp nor Ulysses
+        tensor = {registry.get(n).engine for n in accepted if registry.get(n).tp > 1}
+        assert tensor == {"deepspeed"} and not any(registry.get(n).ulysses > 1 for n in accepted)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -71,19 +74,23 @@ PLANNED = {  # model -> (a tensor-parallel candidate, a Ulysses candidate, a not
     str(DATA / "models" / "phi-4"): (False, True, True),
     str(DATA / "models" / "phi-3-mini-4k"): (False, False, True),  # its 2047-token window, shorter than 4096
     str(DATA / "models" / "olmo-2-7b"): (False, True, True),
+    str(DATA / "models" / "pythia-1b"): (True, False, True),  # AutoTP's (zero1_tp) only
     "gpt2-xl": (False, False, True),
 }
 
 
 @pytest.mark.parametrize("model", PLANNED)
 def test_the_planner_offers_the_splits_a_launch_accepts_and_says_why_not_the_others(cli_run, model):
-    seq = "1024" if model.startswith("gpt2") else "4096"  # GPT-2 XL's positions
+    seq = "1024" if model.startswith("gpt2") else "2048" if "pythia" in model else "4096"  # their positions
     result = cli_run("plan", "--model", model, "--gpus", "8", "--seq-len", seq, "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     offered = (any(c["tp"] > 1 for c in data["candidates"]), any(c.get("ulysses", 1) > 1 for c in data["candidates"]),
                bool(data["model"]["notes"]))
     assert offered == PLANNED[model]
+    if "pythia" in model:
+        assert {c["engine"] for c in data["candidates"] if c["tp"] > 1} == {"deepspeed"}
+        assert "no torch_tp or Ulysses candidates for gpt_neox" in data["model"]["notes"][0]
     if "phi" in model or "olmo" in model:
         assert ("qkv_proj" if "phi" in model else "q_norm") in data["model"]["notes"][0]
         assert "AutoTP" in data["model"]["notes"][0]
@@ -96,6 +103,7 @@ def test_the_planner_offers_the_splits_a_launch_accepts_and_says_why_not_the_oth
     (str(DATA / "models" / "olmo-2-7b"), ("--tp", "2"), False),
     (str(DATA / "models" / "olmo-2-7b"), ("--ulysses", "2"), True),
     (str(DATA / "models" / "phi-4"), ("--ulysses", "2"), True),
+    (str(DATA / "models" / "pythia-1b"), ("--tp", "2"), True),  # zero1: DeepSpeed's AutoTP
 ])
 def test_an_explicit_layout_gives_a_command_only_where_the_launch_accepts_it(cli_run, model, flags, runs):
     """plan --layout prices any layout on GPUs (a Phi-4 under Megatron's own TP, say), and gives dsbench's launch
