@@ -112,7 +112,7 @@ def _shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | 
                 extra={k: cfg[k] for k in _KEPT_EXTRA if k in cfg})
         heads = int(cfg["num_attention_heads"])
         return ModelShape(
-            name=name, arch=model_type if model_type in (*DECODERS, "gpt_neox") else "llama",
+            name=name, arch=model_type if model_type in (*LAYER_NORM, *DECODERS) else "llama",
             vocab_size=int(cfg["vocab_size"]),
             hidden=int(cfg["hidden_size"]),
             layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
