@@ -74,7 +74,8 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | N
     if stated is None and shape.arch in HEAD_DIM_DEFAULT:  # null: Qwen3Config and GemmaConfig refuse it too
         raise UserError(f"{name}: config.json: head_dim null must be a positive integer (remove it for "
                         f"{shape.arch}'s default, {HEAD_DIM_DEFAULT[shape.arch]})")
-    problem = heads_problem(shape.hidden, shape.heads, shape.kv_heads, stated, shape.arch) or _pad_problem(cfg, shape)
+    problem = (heads_problem(shape.hidden, shape.heads, shape.kv_heads, stated, shape.arch) or _pad_problem(cfg, shape)
+               or _field_problem(cfg))
     if problem:
         raise UserError(f"{name}: config.json: {problem}")
     # kept only where it is not hidden / heads, so that a shape that states the default equals one that does not
@@ -84,13 +85,31 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | N
 def _pad_problem(cfg: dict[str, Any], shape: ModelShape) -> str | None:
     """A rotary decoder's embedding takes ``pad_token_id`` as its padding row (``nn.Embedding(padding_idx=...)`` in
     transformers' Llama-family models), which torch refuses outside the vocabulary (GPT-2's and GPT-NeoX's have
-    none)."""
+    none); every config class takes an integer or null."""
     pad = cfg.get("pad_token_id")
-    if shape.arch in LAYER_NORM or not isinstance(pad, int) or isinstance(pad, bool) or -shape.vocab_size <= pad < (
-            shape.vocab_size):
+    if pad is not None and (not isinstance(pad, int) or isinstance(pad, bool)):
+        return f"pad_token_id {json.dumps(pad)[:20]} must be an integer or null"  # as config.json spells it
+    if shape.arch in LAYER_NORM or pad is None or -shape.vocab_size <= pad < shape.vocab_size:
         return None
     return (f"pad_token_id {pad} is outside the {shape.vocab_size}-token vocabulary (the embedding's padding row "
             "must be one of its rows); set it below vocab_size, or null")
+
+
+_FRACTIONS = ("partial_rotary_factor", "rotary_pct")
+"""Kept fields that say what share of each head RoPE turns (Phi-3's and GPT-NeoX's): a number in (0, 1]. Outside
+it the ranks stop in transformers' rotary module (measured 2026-11-30: 5 gave a shape mismatch, -1 an arange error,
+a string an int() error), so the launch refuses it first."""
+
+
+def _field_problem(cfg: dict[str, Any]) -> str | None:
+    """A rotary share outside (0, 1] (:data:`_FRACTIONS`), or ``use_parallel_residual`` that is not a boolean."""
+    for key in _FRACTIONS:
+        value = cfg.get(key)
+        if key in cfg and (not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1):
+            return f"{key} {json.dumps(value)[:20]} must be a number above 0 and at most 1"
+    if "use_parallel_residual" in cfg and not isinstance(cfg["use_parallel_residual"], bool):
+        return f"use_parallel_residual {json.dumps(cfg['use_parallel_residual'])[:20]} must be true or false"
+    return None
 
 
 _DEFAULT_POSITIONS = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768, "gemma": 8192,

@@ -132,6 +132,35 @@ REFUSED = {
 }
 
 
+BAD_FIELDS = {  # kept config.json fields the ranks' transformers would stop on, refused before any launch
+    "pad-string": ({"pad_token_id": "x"}, 'pad_token_id "x" must be an integer or null'),
+    "pad-float": ({"pad_token_id": 5.0}, "pad_token_id 5.0 must be an integer or null"),
+    "rotary-share-above-one": ({"partial_rotary_factor": 5}, "partial_rotary_factor 5 must be a number above 0"),
+    "rotary-share-negative": ({"partial_rotary_factor": -1}, "partial_rotary_factor -1 must be a number above 0"),
+    "neox-rotary-string": ({"model_type": "gpt_neox", "rotary_pct": "x"}, 'rotary_pct "x" must be a number above 0'),
+    "neox-residual-string": ({"model_type": "gpt_neox", "use_parallel_residual": "yes"},
+                             'use_parallel_residual "yes" must be true or false'),
+}
+
+
+@pytest.mark.parametrize("name", BAD_FIELDS)
+def test_a_kept_field_transformers_would_stop_on_is_refused_by_name(name):
+    """Oracle: transformers itself, which refuses the config or fails its first forward (until 2026-11-30 each
+    stopped every rank: a strict field's validation error, an int() of a string, a shape mismatch, an arange error)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields, message = BAD_FIELDS[name]
+    config = {**_config("phi3", 64, 4, 4, 96, pad_token_id=0), **fields}
+    if config["model_type"] == "gpt_neox":
+        config = {k: v for k, v in config.items() if k not in ("num_key_value_heads", "pad_token_id")}
+    with pytest.raises(UserError, match=re.escape(message)):
+        shape_from_config(config, name, "local", None)
+    with pytest.raises(Exception):  # noqa: B017 (transformers raises its own kinds: a config error, a runtime one)
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+        model(torch.zeros(1, 8, dtype=torch.long))
+
+
 def _transformers_tensors(config: dict) -> list[int]:
     """The element counts of the parameters transformers' own model of this config.json holds, in order (built on
     the meta device: no memory)."""
