@@ -208,8 +208,13 @@ def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> f
         def korthikanti(layers: int, vocab: int, checkpointing: bool) -> float:
             return activation_bytes(seq, wl.micro_batch, shape.hidden, shape.heads * cand.ulysses, layers, vocab,
                                     cand.tp, 1, checkpointing, True, act_bytes)
-        recomputing = korthikanti(0, 0, True) if cand.checkpointing else 0.0  # one block's whole set
-        layer, extra = korthikanti(1, 0, cand.checkpointing) - recomputing, 0.0
+        # GPT-2's tanh GELU (gelu_new, eager ops) keeps its tanh, 0.5·x and 1 + tanh, three ff-wide tensors the
+        # count leaves out (measured in-process: docs/planner.md)
+        tanh = 3 * seq * wl.micro_batch * shape.intermediate / cand.tp * act_bytes if (
+            shape.arch == "gpt2" and shape.extra.get("activation_function", "gelu_new") == "gelu_new") else 0.0
+        whole = korthikanti(0, 0, True) if cand.checkpointing else 0.0  # one block's whole set, being recomputed
+        recomputing = whole + tanh if cand.checkpointing else 0.0
+        layer, extra = korthikanti(1, 0, cand.checkpointing) - whole + (0.0 if cand.checkpointing else tanh), 0.0
         head = loss = korthikanti(0, shape.vocab_size, False)  # the logits and their fp32 copy: the loss's
     peak = busiest(cand.pp, accum, layer, head, loss, shape.layers, cand.virtual_stages, schedule, extra)
     return peak.total + recomputing

@@ -113,3 +113,39 @@ def test_the_inventory_holds_for_each_llama_layout_family_measured_in_process(na
     if name == "phi3-tiny":  # the fused term is what closes the gap: as Llama's layers, the count falls short
         llama = replace(PRESETS[name], arch="llama")
         assert saved_activation_bytes(llama, 128, 2).hooked < 0.96 * saved.bytes
+
+
+@pytest.mark.parametrize(("activation", "bound"), [("gelu_new", 0.05), ("gelu", 0.07)])
+def test_the_planners_gpt2_block_is_what_transformers_keeps(activation, bound):
+    """The CPU planner's bytes per GPT-2 block (Korthikanti et al.'s count, fp32, plus the tanh GELU's three ff-wide
+    tensors: tanh, 0.5·x and 1 + tanh) against one fp32 forward and backward of transformers' own GPT-2, a block's share
+    measured as 4 blocks less 2 (the worker's hooks). Measured 2026-12-01: without the tanh term the count was 39%
+    short of the gelu_new block (3.68 MB against 2.23); with it 3.3% over; the exact GELU's block, which has no such
+    tensors, 5.8% over."""
+    import torch
+
+    from dsbench.models import PRESETS
+    from dsbench.plan.api import build
+    from dsbench.plan.candidate import Candidate
+    from dsbench.plan.estimate import estimate
+    from dsbench.plan.request import PlanRequest
+    from dsbench.worker.model import build_model
+    from dsbench.worker.state_bytes import SavedActivations
+
+    shape = replace(PRESETS["gpt2-tiny"], hidden=128, intermediate=512, extra={"activation_function": activation})
+
+    def measured(layers: int) -> int:
+        model = build_model(replace(shape, layers=layers), seed=0)
+        ids = torch.randint(0, 4096, (2, 128), generator=torch.Generator().manual_seed(0))
+        with SavedActivations(model) as saved:
+            model(input_ids=ids, labels=ids).loss.backward()
+        return saved.bytes
+
+    def planned(layers: int) -> float:
+        workload, cluster, _ = build(PlanRequest(model="gpt2-tiny", gpus=1, seq_len=128, micro_batch=2, grad_accum=1,
+                                                 precision="fp32"))
+        workload = replace(workload, shape=replace(shape, layers=layers))
+        return estimate(Candidate(strategy="ddp"), workload, cluster).activations
+
+    block = (measured(4) - measured(2)) / 2
+    assert (planned(4) - planned(2)) / 2 == pytest.approx(block, rel=bound)
