@@ -196,13 +196,13 @@ FIXED = {strategy.name: strategy for strategy in (
 
 # Parameterised families: the name's digits are the degree (>= 2).
 FAMILIES: dict[str, tuple[str, Strategy]] = {
-    # DeepSpeed AutoTP with ZeRO-1 (Llama-family models; GPT-2's Conv1D is not split)
+    # DeepSpeed AutoTP with ZeRO-1 (Llama-family and GPT-NeoX models; GPT-2's Conv1D is not split)
     "zero1_tp": ("tp", Strategy("zero1_tp{N}", "deepspeed", "deepspeed", zero=1)),
     # DeepSpeed's pipeline engine with ZeRO-1
     "pipe": ("pp", Strategy("pipe{P}", "deepspeed", "deepspeed", zero=1)),
     # torch.distributed.pipelining, 1F1B
     "torch_pipe": ("pp", Strategy("torch_pipe{P}", "torch_pp", "torchrun")),
-    # DTensor Megatron-style tensor parallel (Llama-family models)
+    # DTensor Megatron-style tensor parallel (Llama-family and GPT-NeoX models)
     "torch_tp": ("tp", Strategy("torch_tp{N}", "torch_tp", "torchrun")),
     # DeepSpeed Ulysses sequence parallelism (its ALST integration for HF attention) with ZeRO-1 and ZeRO-3
     "ulysses": ("ulysses", Strategy("ulysses{N}", "deepspeed", "deepspeed", zero=1)),
@@ -219,7 +219,8 @@ DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_of
 CHECKED = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "torch_tp2", "zero1_tp2", "torch_pipe2", "pipe2",
            "ulysses2")
 """``calibrate --check``'s cell for each engine family (:attr:`Strategy.family`), in this order, where the model and
-the ranks allow it (on one rank the single loop alone; tensor parallelism and Ulysses on Llama-family models)."""
+the ranks allow it (on one rank the single loop alone; tensor parallelism and Ulysses where the model's family
+splits: model_checks.splitting_families)."""
 GPU_ONE_RANK = ("single", "zero1", "zero2", "zero3")
 """``calibrate --check``'s cells on one CUDA GPU: the plain loop and ZeRO-1/2/3 (gpu_fit.py fits zero_host_us)."""
 WHATIF_DEFAULT = ("ddp", "zero2", "zero3", "fsdp", "pipe2")

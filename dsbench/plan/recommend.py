@@ -6,7 +6,7 @@ import shlex
 from dataclasses import dataclass, replace
 
 from dsbench.errors import UserError
-from dsbench.model_checks import drops_window, splitting_families, unsplit_why
+from dsbench.model_checks import drops_window, splitting_families, ulysses_why, unsplit_why
 from dsbench.models import ModelShape
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.estimate import Estimate, estimate
@@ -26,17 +26,16 @@ def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candida
                                                                    offload_param="cpu"),
              Candidate(strategy="zero3", offload="nvme", offload_param="nvme")]
     degrees = [d for d in (2, 4, 8) if d <= cl.gpus_per_node and cl.gpus_per_node % d == 0]
-    autotp = shape.arch in splitting_families(tp=2, ulysses=1, autotp=True)  # the rule launch, compare and tune ask
-    if autotp:  # DeepSpeed's AutoTP: Llama-family projections and GPT-NeoX's
+    splits = shape.arch in splitting_families(tp=2, ulysses=1)  # the rule launch, compare and tune ask
+    if splits:  # DeepSpeed's AutoTP and torch_tp: Llama-family projections and GPT-NeoX's
         base += [Candidate(strategy="zero1", tp=t) for t in degrees]
-    if shape.arch in splitting_families(tp=2, ulysses=1):  # torch_tp: Llama-family projections
         base += [Candidate(strategy="ddp", tp=t, engine="torch") for t in degrees]
     # DeepSpeed Ulysses (its ALST modules read the key/value heads): the sequence split within a node
     if shape.arch in splitting_families(tp=1, ulysses=2) and not drops_window(shape.sliding_window(), seq_len):
         base += [Candidate(strategy=s, ulysses=n) for s in ULYSSES_SHARDINGS for n in degrees]
     base += [Candidate(strategy="zero1", pp=p) for p in degrees]
     base += [Candidate(strategy="ddp", pp=p, engine="torch") for p in degrees]
-    if cl.nodes > 1 and degrees and autotp:
+    if cl.nodes > 1 and degrees and splits:
         base.append(Candidate(strategy="zero1", tp=degrees[-1], pp=cl.nodes))
     base = [c for c in base if _splits(c, cl, shape)]
     return [variant for cand in base for variant in (cand, replace(cand, checkpointing=True))]
@@ -44,17 +43,13 @@ def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candida
 
 def family_notes(shape: ModelShape) -> list[str]:
     """Why the ranking has no tensor-parallel (or Ulysses) candidate for this model's family, a line each (the
-    refusals of model_checks.py, which a launch of one would meet)."""
-    if shape.arch in splitting_families(tp=2, ulysses=1):
-        return []
-    if shape.arch in splitting_families(tp=2, ulysses=1, autotp=True):  # GPT-NeoX
-        return [f"no torch_tp or Ulysses candidates for {shape.arch}: {unsplit_why(shape.arch)}, and DeepSpeed's "
-                "Ulysses reads num_key_value_heads, which its config lacks"]
-    if shape.arch in splitting_families(tp=1, ulysses=2):  # Phi-3's fused projections, OLMo-2's projection norms
-        return [f"no tensor-parallel candidates for {shape.arch}: {unsplit_why(shape.arch)}, and DeepSpeed 0.19.8's "
-                "AutoTP refuses the plan transformers gives it (docs/parallelism.md)"]
-    return [f"no tensor-parallel or Ulysses candidates for {shape.arch}: its fused c_attn (Conv1D q|k|v) does not "
-            "split into whole heads, and DeepSpeed's Ulysses reads num_key_value_heads, which its config lacks"]
+    refusals of model_checks.py, in their words, which a launch of one would meet)."""
+    notes = []
+    if shape.arch not in splitting_families(tp=2, ulysses=1):
+        notes.append(f"no tensor-parallel candidates for {shape.arch}: {unsplit_why(shape.arch)}")
+    if shape.arch not in splitting_families(tp=1, ulysses=2):
+        notes.append(f"no Ulysses candidates for {shape.arch}: {ulysses_why(shape.arch)}")
+    return notes
 
 
 @dataclass(frozen=True, slots=True)

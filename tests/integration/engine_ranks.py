@@ -9,7 +9,8 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
   first and last stage); and phi3-tiny's fused q|k|v and gate|up under ddp, fsdp, torch_pp (pp 2 x dp 2) and
   DeepSpeed's ZeRO-3 (its tensor parallelism refused: model_checks.py), olmo2-tiny's projection-wide q/k norms
   under fsdp, torch_pp and ZeRO-3, and neox-tiny (GPT-NeoX: biased LayerNorms, each head's q, k and v together, a
-  quarter of each head rotated, the parallel residual) under fsdp, torch_pp, ZeRO-3 and AutoTP; every rank is given
+  quarter of each head rotated, the parallel residual) under fsdp, torch_pp, ZeRO-3, AutoTP, torch_tp (also with
+  sequence parallelism and the vocabulary-parallel loss) and torch_3d; every rank is given
   the same batches, so that each replica's gradient is the one process's (the averaged gradient of equal batches is
   theirs).
 
@@ -45,9 +46,9 @@ LAYOUTS = {"ddp": {}, "fsdp": {}, "torch_tp": {"tp": 2}, "torch_pp": {"pp": 2}, 
 SPOILED_STEP = 1
 
 
-def _engine(strategy: str, model: str, info: DistInfo, dims: ParallelDims) -> Any:
+def _engine(strategy: str, model: str, info: DistInfo, dims: ParallelDims, **extra: Any) -> Any:
     options = EngineOptions(lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95), eps=1e-8, grad_clip=0.5, warmup_steps=0,
-                            grad_accum=2, precision="fp32", dims=dims)
+                            grad_accum=2, precision="fp32", dims=dims, **extra)
     return build_engine(strategy, build_model(PRESETS[model], seed=0), options, info)
 
 
@@ -86,7 +87,9 @@ FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d"),
             # a ZeRO-3 engine built after an AutoTP one would read its tensor-parallel degree of 2
             "phi3-tiny": ("single", "ddp", "fsdp", "torch_pp", "zero3"),
             "olmo2-tiny": ("single", "fsdp", "torch_pp", "zero3"),
-            "neox-tiny": ("single", "fsdp", "torch_pp", "zero3", "autotp"),  # its ZeRO-3 before its AutoTP
+            # its ZeRO-3 before its AutoTP; torch_tp and torch_3d since 2026-12-01, torch_tp with sequence parallelism
+            # and the vocabulary-parallel loss too (GPTNeoXLayer hands its attention the hidden states by position)
+            "neox-tiny": ("single", "fsdp", "torch_pp", "torch_tp", "torch_tp_sp_lp", "torch_3d", "zero3", "autotp"),
             "gemma-tiny": ("single", "torch_tp", "torch_pp", "torch_3d", "autotp")}
 AUTOTP = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
           # DeepSpeed asserts the batch over every rank, tensor-parallel ones included (docs/parallelism.md)
@@ -98,6 +101,8 @@ ZERO3 = {**{k: v for k, v in AUTOTP.items() if k != "tensor_parallel"}, "zero_op
 """DeepSpeed ZeRO-3 over the 4 ranks, the same optimizer: each rank gathers Phi-3's fused matrices whole."""
 DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1)}
 """The DeepSpeed engines of :data:`FAMILIES`: their config and tensor-parallel degree."""
+TP_OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True}}
+"""torch_tp (tp 2 x dp 2) with its options, as ``--sequence-parallel --loss-parallel`` give them."""
 
 
 def _family(model: str, strategy: str, info: DistInfo) -> dict:
@@ -109,8 +114,9 @@ def _family(model: str, strategy: str, info: DistInfo) -> dict:
                                 dims=ParallelDims(world=WORLD, tp=tp), ds_config=config)
         engine = build_engine("deepspeed", build_model(PRESETS[model], seed=0), options, info)
     else:
-        dims = ParallelDims(world=1) if strategy == "single" else ParallelDims(world=WORLD, **LAYOUTS[strategy])
-        engine = _engine(strategy, model, info, dims)
+        engine_name = "torch_tp" if strategy in TP_OPTIONS else strategy
+        dims = ParallelDims(world=1) if strategy == "single" else ParallelDims(world=WORLD, **LAYOUTS[engine_name])
+        engine = _engine(engine_name, model, info, dims, **TP_OPTIONS.get(strategy, {}))
     generator = torch.Generator().manual_seed(7)
     losses, norms = [], []
     for _ in range(3):

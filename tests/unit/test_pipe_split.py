@@ -103,3 +103,35 @@ def test_megatron_plan_covers_every_projection_and_refuses_gpt2():
     assert type(plan["model.layers.0.mlp.up_proj"]).__name__ == "ColwiseParallel"
     with pytest.raises(UserError, match="torch_tp splits Llama-family models"):
         megatron_plan(build_model(PRESETS["gpt2-tiny"], seed=0))
+
+
+@pytest.mark.parametrize("name", ["llama-tiny", "qwen2-tiny", "gemma-tiny", "neox-tiny"])
+def test_megatron_plan_is_the_tp_plan_transformers_gives_each_family(name):
+    """The oracle is transformers' own ``base_model_tp_plan`` for the family (colwise/rowwise by module pattern):
+    dsbench's plan splits the same linears the same way, every one of them a module the model has, and no other."""
+    model = build_model(PRESETS[name], seed=0)
+    plan = megatron_plan(model)
+    theirs = type(model.config).base_model_tp_plan
+    base = model.base_model_prefix  # "model" or "gpt_neox": transformers' patterns are relative to it
+    kinds = {"ColwiseParallel": "colwise", "RowwiseParallel": "rowwise"}
+    ours = {name.removeprefix(f"{base}."): kinds[type(style).__name__] for name, style in plan.items()}
+    expected = {pattern.replace("*", str(i)): kind for pattern, kind in theirs.items() if pattern.startswith("layers.")
+                for i in range(model.config.num_hidden_layers) if kind in ("colwise", "rowwise")}
+    assert ours == expected
+    modules = dict(model.named_modules())
+    assert all(isinstance(modules[name], torch.nn.Linear) for name in plan)
+
+
+def test_megatron_plan_places_neox_sequence_parallel_regions_by_position():
+    """GPTNeoXLayer hands its attention the hidden states positionally (Llama's decoder layer by keyword): the
+    gather before each region reads the argument the layer passes, and the norms, head and first block are
+    the GPT-NeoX model's own."""
+    plan = megatron_plan(build_model(PRESETS["neox-tiny"], seed=0), sequence_parallel=True, loss_parallel=True)
+    attention = plan["gpt_neox.layers.1.attention"]
+    assert str(attention.input_layouts) == "(Shard(dim=1),)" and attention.input_kwarg_layouts == {}
+    assert type(plan["gpt_neox.layers.0.input_layernorm"]).__name__ == "SequenceParallel"
+    assert type(plan["gpt_neox.final_layer_norm"]).__name__ == "SequenceParallel"
+    assert type(plan["lm_head"]).__name__ == "ColwiseParallel"
+    llama = megatron_plan(build_model(PRESETS["llama-tiny"], seed=0), sequence_parallel=True)
+    gather = llama["model.layers.1.self_attn"]
+    assert gather.input_layouts is None and str(gather.input_kwarg_layouts) == "{'hidden_states': Shard(dim=1)}"

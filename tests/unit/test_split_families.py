@@ -54,9 +54,10 @@ def test_tune_offers_what_a_launch_accepts(model):
     if model in ("phi3-tiny", "olmo2-tiny"):  # Ulysses and the pipelines, no tensor parallelism
         assert any(registry.get(n).ulysses > 1 for n in accepted) and any(registry.get(n).pp > 1 for n in accepted)
         assert not any(registry.get(n).tp > 1 for n in accepted)
-    if model == "neox-tiny":  # DeepSpeed's AutoTP and the pipelines, neither torch_tp nor Ulysses
+    if model == "neox-tiny":  # AutoTP, torch_tp, torch_3d and the pipelines (since 2026-12-01), no Ulysses
         tensor = {registry.get(n).engine for n in accepted if registry.get(n).tp > 1}
-        assert tensor == {"deepspeed"} and not any(registry.get(n).ulysses > 1 for n in accepted)
+        assert tensor == {"deepspeed", "torch_tp", "torch_3d"}
+        assert not any(registry.get(n).ulysses > 1 for n in accepted)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -74,7 +75,7 @@ PLANNED = {  # model -> (a tensor-parallel candidate, a Ulysses candidate, a not
     str(DATA / "models" / "phi-4"): (False, True, True),
     str(DATA / "models" / "phi-3-mini-4k"): (False, False, True),  # its 2047-token window, shorter than 4096
     str(DATA / "models" / "olmo-2-7b"): (False, True, True),
-    str(DATA / "models" / "pythia-1b"): (True, False, True),  # AutoTP's (zero1_tp) only
+    str(DATA / "models" / "pythia-1b"): (True, False, True),  # AutoTP's and torch_tp's, no Ulysses
     "gpt2-xl": (False, False, True),
 }
 
@@ -89,8 +90,9 @@ def test_the_planner_offers_the_splits_a_launch_accepts_and_says_why_not_the_oth
                bool(data["model"]["notes"]))
     assert offered == PLANNED[model]
     if "pythia" in model:
-        assert {c["engine"] for c in data["candidates"] if c["tp"] > 1} == {"deepspeed"}
-        assert "no torch_tp or Ulysses candidates for gpt_neox" in data["model"]["notes"][0]
+        assert {c["engine"] for c in data["candidates"] if c["tp"] > 1} == {"deepspeed", "torch"}
+        assert data["model"]["notes"] == ["no Ulysses candidates for gpt_neox: DeepSpeed's Ulysses reads the "
+                                          "config's num_key_value_heads, which a gpt_neox config lacks"]
     if "phi" in model or "olmo" in model:
         assert ("qkv_proj" if "phi" in model else "q_norm") in data["model"]["notes"][0]
         assert "AutoTP" in data["model"]["notes"][0]

@@ -1,7 +1,8 @@
 """Native PyTorch tensor parallelism (``torch_tp``): DTensor with Megatron-LM's layout, and its options.
 
 ``parallelize_module`` with Megatron-LM's layout on Llama-family models: q/k/v and gate/up column-parallel, o_proj
-and down_proj row-parallel, so each rank holds whole heads and one all-reduce per pair runs in forward (after the
+and down_proj row-parallel (on GPT-NeoX: query_key_value and dense_h_to_4h, dense and dense_4h_to_h), so each rank
+holds whole heads and one all-reduce per pair runs in forward (after the
 row-parallel matmul) and one in backward (before the column-parallel one). Embeddings, norms and the LM head stay
 replicated, unless:
 
@@ -18,10 +19,12 @@ Data-parallel replicas on top average their gradients; the clipping norm counts 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from dsbench.errors import UserError
 from dsbench.model_checks import check_loss_parallel, check_megatron_tp
 from dsbench.parallel import ParallelDims
 from dsbench.worker.dist import Collectives
@@ -29,6 +32,7 @@ from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine
 from dsbench.worker.engines.loss_scale import LossScale
 from dsbench.worker.engines.model_parallel import average_over_data_parallel, clip_
 from dsbench.worker.engines.native import adamw, autocast
+from dsbench.worker.pipe_split import family_of
 from dsbench.worker.state_bytes import local_shard
 
 MEGATRON_LAYER = {"self_attn.q_proj": "column", "self_attn.k_proj": "column", "self_attn.v_proj": "column",
@@ -37,11 +41,46 @@ MEGATRON_LAYER = {"self_attn.q_proj": "column", "self_attn.k_proj": "column", "s
 """Megatron-LM's layout of one Llama-family decoder layer (Shoeybi et al. 2019, section 3): column-parallel q/k/v
 and gate/up (each rank computes whole heads / its slice of the MLP), row-parallel o_proj and down_proj (their
 partial outputs summed by one all-reduce)."""
+NEOX_LAYER = {"attention.query_key_value": "column", "attention.dense": "row", "mlp.dense_h_to_4h": "column",
+              "mlp.dense_4h_to_h": "row"}
+"""The same layout on a GPT-NeoX layer (transformers' GPTNeoXLayer): ``query_key_value``'s outputs are each head's
+q, k and v together (viewed as (heads, 3 x head_dim), GPTNeoXAttention), so a column split by contiguous rows hands a
+rank whole heads, and the attention infers its head count from the width it gets; ``dense`` and the MLP's second
+matrix are row-parallel, their biases added once after the all-reduce (DTensor adds a replicated bias to the summed
+output). transformers' own ``GPTNeoXConfig.base_model_tp_plan`` names the same four (tests/unit check it)."""
+
+
+@dataclass(frozen=True)
+class LayerLayout:
+    """Where one decoder layer keeps what Megatron's layout splits, by module name within the layer."""
+
+    projections: dict[str, str]
+    """module -> "column" or "row"."""
+    attention: str
+    """The attention module (under sequence parallelism its input is all-gathered first)."""
+    hidden_by_keyword: bool
+    """Whether the layer hands its attention the hidden states as ``hidden_states=`` (Llama's decoder layer) or as
+    the first positional argument (GPTNeoXLayer)."""
+
+
+LAYOUTS = (LayerLayout(MEGATRON_LAYER, "self_attn", True), LayerLayout(NEOX_LAYER, "attention", False))
+"""Every decoder layer Megatron's layout splits (model_checks.TENSOR_PARALLEL's families): Llama's, GPT-NeoX's."""
+
+
+def layer_layout(layer: Any) -> LayerLayout:
+    """The layout whose projections ``layer`` has (a family outside them was refused by model_checks first)."""
+    names = {name for name, _ in layer.named_modules()}
+    for layout in LAYOUTS:
+        if set(layout.projections) <= names:
+            return layout
+    sets = " or ".join(", ".join(layout.projections) for layout in LAYOUTS)
+    raise UserError(f"Megatron-style tensor parallelism splits decoder layers with {sets}; "
+                    f"{type(layer).__name__} has neither")
 
 
 def megatron_layer_plan(layer: Any, row_output: Any = None) -> dict[str, Any]:
-    """:data:`MEGATRON_LAYER` for one decoder layer as DTensor parallel styles (names relative to the layer); the
-    row-parallel outputs in ``row_output``'s layout when given (sequence parallelism's Shard(1)).
+    """:func:`layer_layout`'s projections for one decoder layer as DTensor parallel styles (names relative to the
+    layer); the row-parallel outputs in ``row_output``'s layout when given (sequence parallelism's Shard(1)).
 
     A layer that normalises each query and key head (Qwen3's ``q_norm``/``k_norm``) runs those norms on its own
     heads: their input, the column-parallel projection viewed as (batch, sequence, heads, head_dim), is split along
@@ -53,7 +92,7 @@ def megatron_layer_plan(layer: Any, row_output: Any = None) -> dict[str, Any]:
 
     row = {"output_layouts": row_output} if row_output is not None else {}
     plan = {name: ColwiseParallel() if kind == "column" else RowwiseParallel(**row)
-            for name, kind in MEGATRON_LAYER.items()}
+            for name, kind in layer_layout(layer).projections.items()}
     if has_qk_norm(layer):
         plan.update({name: SequenceParallel(sequence_dim=2, use_local_output=True)
                      for name in ("self_attn.q_norm", "self_attn.k_norm")})
@@ -67,49 +106,53 @@ def has_qk_norm(layer: Any) -> bool:
 
 
 def megatron_block_plan(layer: Any, sequence_parallel: bool = False) -> dict[str, Any]:
-    """One Llama-family decoder layer's DTensor styles, by module name within the layer: Megatron's layout, and with
-    sequence parallelism the norms on sequence shards, each parallel region all-gathering its input first and its
-    row-parallel output reduce-scattered along the sequence instead of all-reduced (Korthikanti et al. 2022)."""
+    """One decoder layer's DTensor styles, by module name within the layer: Megatron's layout, and with sequence
+    parallelism the norms on sequence shards, each parallel region all-gathering its input first and its
+    row-parallel output reduce-scattered along the sequence instead of all-reduced (Korthikanti et al. 2022). Both
+    layouts name their norms ``input_layernorm`` and ``post_attention_layernorm`` and their MLP ``mlp``."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import PrepareModuleInput, SequenceParallel
 
     seq, full = Shard(1), Replicate()  # activations are (batch, sequence, hidden)
     plan = megatron_layer_plan(layer, seq if sequence_parallel else None)
     if sequence_parallel:
+        layout = layer_layout(layer)
+        gather = ({"input_kwarg_layouts": {"hidden_states": seq},
+                   "desired_input_kwarg_layouts": {"hidden_states": full}} if layout.hidden_by_keyword
+                  else {"input_layouts": (seq,), "desired_input_layouts": (full,)})
         plan.update({"input_layernorm": SequenceParallel(), "post_attention_layernorm": SequenceParallel(),
-                     "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": seq},
-                                                     desired_input_kwarg_layouts={"hidden_states": full},
-                                                     use_local_output=True),
+                     layout.attention: PrepareModuleInput(**gather, use_local_output=True),
                      "mlp": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(full,),
                                                use_local_output=True)})
     return plan
 
 
 def megatron_plan(model: Any, sequence_parallel: bool = False, loss_parallel: bool = False) -> dict[str, Any]:
-    """:data:`MEGATRON_LAYER` for every decoder layer of a Llama-family model, as DTensor parallel styles, with
-    sequence parallelism and the vocabulary-parallel head when asked."""
+    """Megatron's layout for every decoder layer of a Llama-family or GPT-NeoX model, as DTensor parallel styles,
+    with sequence parallelism and the vocabulary-parallel head when asked (module paths: pipe_split.FAMILIES)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import PrepareModuleInput, SequenceParallel
 
     check_megatron_tp(getattr(model.config, "model_type", "?"))
     check_loss_parallel(loss_parallel, bool(getattr(model.config, "tie_word_embeddings", False)),
                         getattr(model.config, "name_or_path", "") or "the model")
+    _, family = family_of(model)
     seq, full = Shard(1), Replicate()  # activations are (batch, sequence, hidden)
     plan: dict[str, Any] = {}
-    for i, layer in enumerate(model.model.layers):
+    for i, layer in enumerate(model.get_submodule(family.blocks)):
         block = megatron_block_plan(layer, sequence_parallel)
-        plan.update({f"model.layers.{i}.{name}": style for name, style in block.items()})
+        plan.update({f"{family.blocks}.{i}.{name}": style for name, style in block.items()})
     if sequence_parallel:
         # the embedding stays replicated (HF derives positions and the causal mask from its full output); the
         # first block takes its own sequence shard (no communication), the final norm runs on the shard
-        plan["model.layers.0"] = PrepareModuleInput(input_layouts=(full,), desired_input_layouts=(seq,),
-                                                    use_local_output=True)
-        plan["model.norm"] = SequenceParallel()
+        plan[f"{family.blocks}.0"] = PrepareModuleInput(input_layouts=(full,), desired_input_layouts=(seq,),
+                                                        use_local_output=True)
+        plan[family.norm] = SequenceParallel()
     if loss_parallel:
-        plan["lm_head"] = vocabulary_parallel_head(sequence_parallel)
+        plan[family.head] = vocabulary_parallel_head(sequence_parallel)
     elif sequence_parallel:  # the replicated head needs the whole sequence: all-gather the final norm's output
-        plan["lm_head"] = PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(full,),
-                                             use_local_output=True)
+        plan[family.head] = PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(full,),
+                                               use_local_output=True)
     return plan
 
 
