@@ -1,37 +1,42 @@
 """What each way of splitting a model asks of its family and shape (pure): Megatron-style and AutoTP tensor
-parallelism split Llama-family and GPT-NeoX projections, the vocabulary-parallel loss an untied head, DeepSpeed
-Ulysses a config that names its key/value heads. Asked by the launch's and the rank's layout check
-(layout_check.py), render, the matrix and the tensor-parallel engine."""
+parallelism split Llama-family and GPT-NeoX projections (Megatron-style OLMo-2's too), the vocabulary-parallel loss an
+untied head, DeepSpeed Ulysses a config that names its key/value heads. Asked by the launch's and the rank's layout
+check (layout_check.py), render, the matrix and the tensor-parallel engine."""
 
 from __future__ import annotations
 
 from dsbench.errors import UserError
 from dsbench.models import DECODERS, FUSED, LAYER_NORM, LLAMA_LIKE, PROJECTION_NORM
 
-TENSOR_PARALLEL = (*LLAMA_LIKE, "gpt_neox")
-"""Families whose projections split into whole heads by columns, under Megatron-style TP (torch_tp, torch_3d) and
-DeepSpeed's AutoTP alike: Llama's separate q/k/v, and GPT-NeoX's query_key_value, which keeps each head's q, k and v
-together (measured within 2.3e-7 of one process on tp 2 under both, tests/integration/engine_ranks.py)."""
-TP_TEXT = f"Llama-family models ({', '.join(LLAMA_LIKE)}) and GPT-NeoX"
+AUTOTP = (*LLAMA_LIKE, "gpt_neox")
+"""Families DeepSpeed's AutoTP splits: Llama's separate q/k/v, and GPT-NeoX's query_key_value, which keeps each
+head's q, k and v together (measured within 1.2e-7 of one process on tp 2, tests/integration/engine_ranks.py)."""
+MEGATRON_TP = (*AUTOTP, *PROJECTION_NORM)
+"""Families Megatron-style TP (torch_tp, torch_3d) splits: AutoTP's, and OLMo-2, whose projection-wide q_norm and
+k_norm each rank runs on its columns with the mean square reduced over the TP ranks
+(worker/engines/tensor_parallel.ProjectionNorm). GPT-NeoX and OLMo-2 measured within 2.3e-7 of one process on tp 2."""
+_LLAMA = f"Llama-family models ({', '.join(LLAMA_LIKE)})"
+TP_TEXT = f"{_LLAMA}, GPT-NeoX and OLMo-2"
+AUTOTP_TEXT = f"{_LLAMA} and GPT-NeoX"
 
 
 def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
-    """Megatron-style tensor parallelism (--strategy torch_tp, torch_3d) splits :data:`TENSOR_PARALLEL`; say so for
+    """Megatron-style tensor parallelism (--strategy torch_tp, torch_3d) splits :data:`MEGATRON_TP`; say so for
     others."""
     if family not in splitting_families(tp=2, ulysses=1):
         raise UserError(f"--strategy {strategy} splits {TP_TEXT}, not {family!r}: {unsplit_why(family)}")
 
 
 def unsplit_why(family: str) -> str:
-    """Why tensor parallelism (Megatron-style or AutoTP) does not split a family outside :data:`TENSOR_PARALLEL` (a
-    clause, for the refusals here and the planner's note)."""
-    autotp = "; DeepSpeed 0.19.8's AutoTP refuses the tensor-parallel plan transformers gives it"
+    """Why tensor parallelism does not split a family outside :data:`AUTOTP` (a clause, for the refusals here and
+    the planner's note): Phi-3 and GPT-2 under both kinds, OLMo-2 under DeepSpeed's AutoTP only."""
+    autotp = "DeepSpeed 0.19.8's AutoTP refuses the tensor-parallel plan transformers gives it"
     if family in FUSED:
         return ("Phi-3's fused qkv_proj (q|k|v in one matrix, and gate|up in gate_up_proj) does not split into whole "
-                f"heads by columns{autotp}")
+                f"heads by columns; {autotp}")
     if family in PROJECTION_NORM:
-        return ("OLMo-2's q_norm and k_norm take one mean square over every head of the projection, which a split "
-                f"by heads would leave to each rank's own{autotp}")
+        return (f"{autotp} (OLMo-2's q_norm and k_norm span every head of the projection; --strategy torch_tp "
+                "splits it)")
     return "GPT-2's fused c_attn (Conv1D q|k|v) does not split into whole heads by columns"
 
 
@@ -40,14 +45,14 @@ def ulysses_why(family: str) -> str:
     return f"DeepSpeed's Ulysses reads the config's num_key_value_heads, which a {family} config lacks"
 
 
-def splitting_families(tp: int, ulysses: int) -> tuple[str, ...]:
+def splitting_families(tp: int, ulysses: int, autotp: bool = False) -> tuple[str, ...]:
     """The families a layout of ``tp`` tensor-parallel and ``ulysses`` sequence-parallel ranks can split: tensor
-    parallelism (Megatron-style or AutoTP) :data:`TENSOR_PARALLEL`, Ulysses every rotary decoder with Llama's config
-    fields (it reads the config's key/value heads; Phi-3's fused projections stay whole), anything else every
-    family. The one table: the checks below refuse what it leaves out, and tune and the planner offer what it
-    keeps."""
+    parallelism :data:`MEGATRON_TP`, or :data:`AUTOTP` when it is DeepSpeed's (``autotp``); Ulysses every rotary
+    decoder with Llama's config fields (it reads the config's key/value heads; Phi-3's fused projections stay whole);
+    anything else every family. The one table: the checks below refuse what it leaves out, and tune and the planner
+    offer what it keeps."""
     if tp > 1:
-        return TENSOR_PARALLEL
+        return AUTOTP if autotp else MEGATRON_TP
     return DECODERS if ulysses > 1 else (*LAYER_NORM, *DECODERS)
 
 
@@ -66,19 +71,19 @@ def check_loss_parallel(loss_parallel: bool, tied: bool, name: str) -> None:
 
 
 def check_autotp(family: str) -> None:
-    """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits :data:`TENSOR_PARALLEL`'s linears (GPT-NeoX's each head's
-    q, k and v together in query_key_value: measured within 1.2e-7 of one process); GPT-2's Conv1D it leaves whole,
-    and Phi-3's fused projections and OLMo-2's projection-wide q_norm/k_norm it refuses ("HuggingFace tp_plan
-    contains unsupported partition style(s): ['rowwise_split_input']", deepspeed 0.19.8, unless the config gives a
+    """DeepSpeed's AutoTP (``--tp`` under DeepSpeed) splits :data:`AUTOTP`'s linears (GPT-NeoX's each head's q, k and
+    v together in query_key_value: measured within 1.2e-7 of one process); GPT-2's Conv1D it leaves whole, and
+    Phi-3's fused projections and OLMo-2's projection-wide q_norm/k_norm it refuses ("HuggingFace tp_plan contains
+    unsupported partition style(s): ['rowwise_split_input']", deepspeed 0.19.8, unless the config gives a
     ``partition_config``).
     Qwen3's q_norm/k_norm stay whole on every rank and DeepSpeed sums their gradients over the TP ranks itself
     (deepspeed/module_inject/auto_tp.py ``register_replicated_grad_hooks``)."""
-    splits = f"--tp splits {TP_TEXT} with DeepSpeed's AutoTP, not {family!r}"
+    splits = f"--tp splits {AUTOTP_TEXT} with DeepSpeed's AutoTP, not {family!r}"
     if family in (*FUSED, *PROJECTION_NORM):
         # measured 2026-11-30 with phi3-tiny and olmo2-tiny: every rank stopped in deepspeed.initialize on the plan
         # transformers gives ("HuggingFace tp_plan contains unsupported partition style(s): ['rowwise_split_input']")
         raise UserError(f"{splits}: {unsplit_why(family)}; train it with ZeRO, FSDP, Ulysses or a pipeline")
-    if family not in splitting_families(tp=2, ulysses=1):
+    if family not in splitting_families(tp=2, ulysses=1, autotp=True):
         raise UserError(f"{splits}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")
 
 

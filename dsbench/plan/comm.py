@@ -102,6 +102,20 @@ def tensor_parallel_comm(layers: float, seq: int, micro: int, hidden: int, tp: i
     return [_coll("activations (TP, 4 per layer)", "all-reduce", size, tp, link, int(4 * layers * micro_steps))]
 
 
+def projection_norm_comm(layers: float, seq: int, micro: int, tp: int, link: Link,
+                         micro_steps: int) -> list[Collective]:
+    """OLMo-2's q_norm and k_norm under Megatron-style TP (dsbench.worker.engines.tensor_parallel.ProjectionNorm):
+    each norm's mean square spans every TP rank's columns, so per layer and micro-step its s·b fp32 sums of squares
+    are all-reduced twice in the forward (q and k) and reduce-scattered twice in the backward (counted with torch's
+    CommDebugMode on 2 ranks, 2026-12-01: one all-reduce forward, one reduce-scatter backward per norm). Latency,
+    not bytes: s·b·4 each."""
+    size = seq * micro * 4
+    return [_coll("projection norms (OLMo-2 TP, 2 per layer)", "all-reduce", size, tp, link,
+                  int(2 * layers * micro_steps)),
+            _coll("projection norms' gradients (2 per layer)", "reduce-scatter", size, tp, link,
+                  int(2 * layers * micro_steps))]
+
+
 def sequence_parallel_comm(layers: float, seq: int, micro: int, hidden: int, tp: int, link: Link,
                            act_bytes: float, micro_steps: int) -> list[Collective]:
     """Megatron TP with sequence parallelism (Korthikanti et al. 2022 sec. 4.2.2; dsbench's plan is torch's

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dsbench.models import DECODERS
+from dsbench.models import DECODERS, PROJECTION_NORM
 from dsbench.plan import gpu_estimate, interval
 from dsbench.plan.calls import NO_LATENCY, collective_calls
 from dsbench.plan.candidate import Candidate
@@ -15,6 +15,7 @@ from dsbench.plan.comm import (
     data_parallel_comm,
     loss_parallel_comm,
     pipeline_comm,
+    projection_norm_comm,
     sequence_parallel_comm,
     tensor_parallel_comm,
     tied_embedding_comm,
@@ -272,6 +273,9 @@ def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: 
         split = sequence_parallel_comm if cand.sequence_parallel else tensor_parallel_comm
         critical += split(shape.layers / cand.pp, wl.seq_len, wl.micro_batch, shape.hidden, cand.tp, cl.intra,
                           act_bytes, accum)
+        if shape.arch in PROJECTION_NORM:
+            critical += projection_norm_comm(shape.layers / cand.pp, wl.seq_len, wl.micro_batch, cand.tp, cl.intra,
+                                             accum)
         if cand.loss_parallel:
             critical += loss_parallel_comm(wl.seq_len, wl.micro_batch, shape.hidden, cand.tp, cl.intra, act_bytes,
                                            accum, cand.sequence_parallel)

@@ -12,6 +12,7 @@ and layer on one GPU unless said (gpu_time.step_time sums them):
 
 from __future__ import annotations
 
+from dsbench.models import PROJECTION_NORM
 from dsbench.plan.gpu_layout import Layout
 from dsbench.plan.gpu_profiles import GpuProfile
 
@@ -47,10 +48,14 @@ def tp_comm_seconds(lay: Layout, hw: GpuProfile) -> float:
         return 0.0
     nbytes = tp_buffer_bytes(lay)
     gbs = group_gbs(lay.tp, lay, hw)
+    # OLMo-2's projection-wide q_norm and k_norm: 2 all-reduces of the b·s fp32 sums of squares (plan/comm.py's
+    # projection_norm_comm; their backward's reduce-scatters are priced as these, by the caller's doubling)
+    norms = (2 * ring_seconds("all_reduce", 4 * lay.micro_batch * lay.seq_len / lay.cp, lay.tp, gbs, hw)
+             if lay.shape.family in PROJECTION_NORM else 0.0)
     if lay.sequence_parallel:
-        return 2 * (ring_seconds("reduce_scatter", nbytes, lay.tp, gbs, hw)
-                    + ring_seconds("all_gather", nbytes, lay.tp, gbs, hw))
-    return 2 * ring_seconds("all_reduce", nbytes, lay.tp, gbs, hw)
+        return norms + 2 * (ring_seconds("reduce_scatter", nbytes, lay.tp, gbs, hw)
+                            + ring_seconds("all_gather", nbytes, lay.tp, gbs, hw))
+    return norms + 2 * ring_seconds("all_reduce", nbytes, lay.tp, gbs, hw)
 
 
 def sp_regather_seconds(lay: Layout, hw: GpuProfile) -> float:

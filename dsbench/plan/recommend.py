@@ -26,16 +26,17 @@ def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candida
                                                                    offload_param="cpu"),
              Candidate(strategy="zero3", offload="nvme", offload_param="nvme")]
     degrees = [d for d in (2, 4, 8) if d <= cl.gpus_per_node and cl.gpus_per_node % d == 0]
-    splits = shape.arch in splitting_families(tp=2, ulysses=1)  # the rule launch, compare and tune ask
-    if splits:  # DeepSpeed's AutoTP and torch_tp: Llama-family projections and GPT-NeoX's
+    autotp = shape.arch in splitting_families(tp=2, ulysses=1, autotp=True)  # the rule launch, compare and tune ask
+    if autotp:  # DeepSpeed's AutoTP: Llama-family projections and GPT-NeoX's
         base += [Candidate(strategy="zero1", tp=t) for t in degrees]
+    if shape.arch in splitting_families(tp=2, ulysses=1):  # torch_tp: those and OLMo-2's
         base += [Candidate(strategy="ddp", tp=t, engine="torch") for t in degrees]
     # DeepSpeed Ulysses (its ALST modules read the key/value heads): the sequence split within a node
     if shape.arch in splitting_families(tp=1, ulysses=2) and not drops_window(shape.sliding_window(), seq_len):
         base += [Candidate(strategy=s, ulysses=n) for s in ULYSSES_SHARDINGS for n in degrees]
     base += [Candidate(strategy="zero1", pp=p) for p in degrees]
     base += [Candidate(strategy="ddp", pp=p, engine="torch") for p in degrees]
-    if cl.nodes > 1 and degrees and splits:
+    if cl.nodes > 1 and degrees and autotp:
         base.append(Candidate(strategy="zero1", tp=degrees[-1], pp=cl.nodes))
     base = [c for c in base if _splits(c, cl, shape)]
     return [variant for cand in base for variant in (cand, replace(cand, checkpointing=True))]
@@ -47,6 +48,8 @@ def family_notes(shape: ModelShape) -> list[str]:
     notes = []
     if shape.arch not in splitting_families(tp=2, ulysses=1):
         notes.append(f"no tensor-parallel candidates for {shape.arch}: {unsplit_why(shape.arch)}")
+    elif shape.arch not in splitting_families(tp=2, ulysses=1, autotp=True):
+        notes.append(f"no AutoTP candidates for {shape.arch}: {unsplit_why(shape.arch)}")
     if shape.arch not in splitting_families(tp=1, ulysses=2):
         notes.append(f"no Ulysses candidates for {shape.arch}: {ulysses_why(shape.arch)}")
     return notes

@@ -145,8 +145,9 @@ class SavedActivations:
 
     def __init__(self, model: Any) -> None:
         import torch
+        from torch.distributed._functional_collectives import AsyncCollectiveTensor
 
-        self._graph, self._parameter = torch.autograd.graph, torch.nn.Parameter
+        self._graph, self._parameter, self._async = torch.autograd.graph, torch.nn.Parameter, AsyncCollectiveTensor
         self._params = {local_shard(p).untyped_storage().data_ptr() for p in model.parameters()}
         self._seen: dict[int, int] = {}
         self._live: dict[int, list[int]] = {}  # storage address -> [holders alive, bytes]
@@ -157,7 +158,7 @@ class SavedActivations:
     def _pack(self, tensor: Any) -> Any:
         # a weight saved by its matmul is a parameter (or a view of one): ZeRO-3 gathers it into a fresh buffer
         weight = isinstance(tensor, self._parameter) or isinstance(getattr(tensor, "_base", None), self._parameter)
-        storage = local_shard(tensor).untyped_storage()
+        storage = self._held(local_shard(tensor)).untyped_storage()
         address = storage.data_ptr()
         if weight or address in self._params:
             return tensor
@@ -173,6 +174,12 @@ class SavedActivations:
         holder = _Saved(tensor.detach())
         weakref.finalize(holder, self._release, address)
         return holder
+
+    def _held(self, tensor: Any) -> Any:
+        """The tensor whose storage holds ``tensor``'s bytes: a collective's output that torch has not waited on yet
+        (``AsyncCollectiveTensor``, e.g. a row-parallel all-reduce's that OLMo-2's norm after attention saves) is a
+        wrapper without storage around its buffer (``elem``); reading the buffer's address waits on nothing."""
+        return tensor.elem if isinstance(tensor, self._async) else tensor
 
     def _release(self, address: int) -> None:
         live = self._live[address]

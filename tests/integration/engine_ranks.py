@@ -8,11 +8,11 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
   DeepSpeed's AutoTP (tp 2 x dp 2, ZeRO-1) too on gemma-tiny (its scaled embedding, tied to the head across the
   first and last stage); and phi3-tiny's fused q|k|v and gate|up under ddp, fsdp, torch_pp (pp 2 x dp 2) and
   DeepSpeed's ZeRO-3 (its tensor parallelism refused: model_checks.py), olmo2-tiny's projection-wide q/k norms
-  under fsdp, torch_pp and ZeRO-3, and neox-tiny (GPT-NeoX: biased LayerNorms, each head's q, k and v together, a
-  quarter of each head rotated, the parallel residual) under fsdp, torch_pp, ZeRO-3, AutoTP, torch_tp (also with
-  sequence parallelism and the vocabulary-parallel loss) and torch_3d; every rank is given
-  the same batches, so that each replica's gradient is the one process's (the averaged gradient of equal batches is
-  theirs).
+  under fsdp, torch_pp, ZeRO-3, torch_tp (also with sequence parallelism) and torch_3d, and neox-tiny (GPT-NeoX:
+  biased LayerNorms, each head's q, k and v together, a quarter of each head rotated, the parallel residual) under
+  fsdp, torch_pp, ZeRO-3, AutoTP, torch_tp (also with sequence parallelism and the vocabulary-parallel loss) and
+  torch_3d; every rank is given the same batches, so that each replica's gradient is the one process's (the averaged
+  gradient of equal batches is theirs).
 
 - The replica check (worker/replicas.py) on real copies: after the unscaled run, every engine's verdict; then
   again with one weight of the last rank nudged by 1e-3, a copy that differs.
@@ -86,7 +86,9 @@ FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d"),
             # before AutoTP: DeepSpeed keeps its model-parallel groups for the process (deepspeed.utils.groups), so
             # a ZeRO-3 engine built after an AutoTP one would read its tensor-parallel degree of 2
             "phi3-tiny": ("single", "ddp", "fsdp", "torch_pp", "zero3"),
-            "olmo2-tiny": ("single", "fsdp", "torch_pp", "zero3"),
+            # torch_tp (also with sequence parallelism: its norms after attention and the MLP on sequence shards) and
+            # torch_3d since 2026-12-01: q_norm and k_norm on each rank's columns, the mean square over every head
+            "olmo2-tiny": ("single", "fsdp", "torch_pp", "zero3", "torch_tp", "torch_tp_sp", "torch_3d"),
             # its ZeRO-3 before its AutoTP; torch_tp and torch_3d since 2026-12-01, torch_tp with sequence parallelism
             # and the vocabulary-parallel loss too (GPTNeoXLayer hands its attention the hidden states by position)
             "neox-tiny": ("single", "fsdp", "torch_pp", "torch_tp", "torch_tp_sp_lp", "torch_3d", "zero3", "autotp"),
@@ -101,8 +103,10 @@ ZERO3 = {**{k: v for k, v in AUTOTP.items() if k != "tensor_parallel"}, "zero_op
 """DeepSpeed ZeRO-3 over the 4 ranks, the same optimizer: each rank gathers Phi-3's fused matrices whole."""
 DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1)}
 """The DeepSpeed engines of :data:`FAMILIES`: their config and tensor-parallel degree."""
-TP_OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True}}
-"""torch_tp (tp 2 x dp 2) with its options, as ``--sequence-parallel --loss-parallel`` give them."""
+TP_OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True},
+              "torch_tp_sp": {"sequence_parallel": True}}
+"""torch_tp (tp 2 x dp 2) with its options, as ``--sequence-parallel`` and ``--loss-parallel`` give them
+(olmo2-tiny ties its head to its embedding, which the vocabulary-parallel loss refuses)."""
 
 
 def _family(model: str, strategy: str, info: DistInfo) -> dict:

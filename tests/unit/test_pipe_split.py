@@ -135,3 +135,17 @@ def test_megatron_plan_places_neox_sequence_parallel_regions_by_position():
     llama = megatron_plan(build_model(PRESETS["llama-tiny"], seed=0), sequence_parallel=True)
     gather = llama["model.layers.1.self_attn"]
     assert gather.input_layouts is None and str(gather.input_kwarg_layouts) == "{'hidden_states': Shard(dim=1)}"
+
+
+def test_megatron_plan_splits_olmo2s_projection_norms_with_their_columns():
+    """OLMo-2's q_norm and k_norm are as wide as their projections: each is a ProjectionNorm (its weight split as
+    the projection's outputs, the mean square reduced over the TP ranks), not Qwen3's per-head SequenceParallel;
+    under sequence parallelism its norms after attention and the MLP run on sequence shards and hand the residual
+    stream local tensors (they are added to it, where Llama's feed a parallel region)."""
+    plan = megatron_plan(build_model(PRESETS["olmo2-tiny"], seed=0), sequence_parallel=True)
+    assert {type(plan[f"model.layers.1.self_attn.{n}"]).__name__ for n in ("q_norm", "k_norm")} == {"ProjectionNorm"}
+    assert "model.layers.1.input_layernorm" not in plan
+    norms = [plan[f"model.layers.1.{n}"] for n in ("post_attention_layernorm", "post_feedforward_layernorm")]
+    assert [(type(n).__name__, n.use_local_output) for n in norms] == [("SequenceParallel", True)] * 2
+    qwen3 = megatron_plan(build_model(PRESETS["llama-tiny"], seed=0), sequence_parallel=True)
+    assert qwen3["model.layers.1.input_layernorm"].use_local_output is False

@@ -3,10 +3,10 @@ by the launch's layout check, compare's matrix, tune's strategy list and the pla
 
 Oracle: the launch's own layout check (layout_check.check_run_layout, which each rank makes again): what the
 matrix, tune and the planner offer for a model is what a launch of it would accept. Phi-3's fused projections
-(dsbench.models.FUSED) and OLMo-2's projection-wide q/k norms (PROJECTION_NORM) take Ulysses and pipelines, not
-tensor parallelism (measured on 2026-11-30: DeepSpeed 0.19.8's AutoTP stops every rank on transformers' plan for
-both; Ulysses, ZeRO-2/3, FSDP and both pipelines trained phi3-tiny within 1.2e-7 of one process, olmo2-tiny within
-5.8e-8)."""
+(dsbench.models.FUSED) take Ulysses and pipelines, not tensor parallelism, and OLMo-2's projection-wide q/k norms
+(PROJECTION_NORM) Megatron-style tensor parallelism (torch_tp, torch_3d, since 2026-12-01) but not AutoTP
+(measured on 2026-11-30: DeepSpeed 0.19.8's AutoTP stops every rank on transformers' plan for both; Ulysses,
+ZeRO-2/3, FSDP and both pipelines trained phi3-tiny within 1.2e-7 of one process, olmo2-tiny within 5.8e-8)."""
 
 from __future__ import annotations
 
@@ -51,9 +51,10 @@ def test_tune_offers_what_a_launch_accepts(model):
     offered = set(default_strategies(model, WORLD))
     accepted = {name for name in SPLITTING if _launch_accepts(name, model)}
     assert offered & set(SPLITTING) == accepted
-    if model in ("phi3-tiny", "olmo2-tiny"):  # Ulysses and the pipelines, no tensor parallelism
+    if model in ("phi3-tiny", "olmo2-tiny"):  # Ulysses and the pipelines; OLMo-2 Megatron-style TP, not AutoTP
         assert any(registry.get(n).ulysses > 1 for n in accepted) and any(registry.get(n).pp > 1 for n in accepted)
-        assert not any(registry.get(n).tp > 1 for n in accepted)
+        tensor = {registry.get(n).engine for n in accepted if registry.get(n).tp > 1}
+        assert tensor == (set() if model == "phi3-tiny" else {"torch_tp", "torch_3d"})
     if model == "neox-tiny":  # AutoTP, torch_tp, torch_3d and the pipelines (since 2026-12-01), no Ulysses
         tensor = {registry.get(n).engine for n in accepted if registry.get(n).tp > 1}
         assert tensor == {"deepspeed", "torch_tp", "torch_3d"}
@@ -74,7 +75,7 @@ PLANNED = {  # model -> (a tensor-parallel candidate, a Ulysses candidate, a not
     "llama-7b": (True, True, False),
     str(DATA / "models" / "phi-4"): (False, True, True),
     str(DATA / "models" / "phi-3-mini-4k"): (False, False, True),  # its 2047-token window, shorter than 4096
-    str(DATA / "models" / "olmo-2-7b"): (False, True, True),
+    str(DATA / "models" / "olmo-2-7b"): (True, True, True),  # torch_tp's, not AutoTP's
     str(DATA / "models" / "pythia-1b"): (True, False, True),  # AutoTP's and torch_tp's, no Ulysses
     "gpt2-xl": (False, False, True),
 }
@@ -96,13 +97,17 @@ def test_the_planner_offers_the_splits_a_launch_accepts_and_says_why_not_the_oth
     if "phi" in model or "olmo" in model:
         assert ("qkv_proj" if "phi" in model else "q_norm") in data["model"]["notes"][0]
         assert "AutoTP" in data["model"]["notes"][0]
-        assert "note: no tensor-parallel candidates" in cli_run("plan", "--model", model, "--gpus", "8").output
+        note = "note: no tensor-parallel candidates" if "phi" in model else "note: no AutoTP candidates"
+        assert note in cli_run("plan", "--model", model, "--gpus", "8").output
+    if "olmo" in model:
+        assert {c["engine"] for c in data["candidates"] if c["tp"] > 1} == {"torch"}
 
 
 @pytest.mark.parametrize(("model", "flags", "runs"), [
     ("llama-7b", ("--tp", "2"), True),
     (str(DATA / "models" / "phi-4"), ("--tp", "2"), False),
-    (str(DATA / "models" / "olmo-2-7b"), ("--tp", "2"), False),
+    (str(DATA / "models" / "olmo-2-7b"), ("--tp", "2"), False),  # zero1: AutoTP (torch_tp below)
+    (str(DATA / "models" / "olmo-2-7b"), ("--tp", "2", "--layout", "ddp"), True),  # torch_tp
     (str(DATA / "models" / "olmo-2-7b"), ("--ulysses", "2"), True),
     (str(DATA / "models" / "phi-4"), ("--ulysses", "2"), True),
     (str(DATA / "models" / "pythia-1b"), ("--tp", "2"), True),  # zero1: DeepSpeed's AutoTP

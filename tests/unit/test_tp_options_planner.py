@@ -176,3 +176,34 @@ def test_the_planner_charges_the_split_backward_to_the_zero_bubble_schedule_only
 
     assert framework(measured, True) - framework(CLUSTER, True) == pytest.approx(LAYERS / 2 * 2 * 2e-3)
     assert framework(measured, False) == framework(CLUSTER, False)
+
+
+def test_olmo2s_projection_norms_add_their_statistics_collectives():
+    """OLMo-2's q_norm and k_norm span every TP rank's columns: per layer and micro-step 2 all-reduces forward and
+    2 reduce-scatters backward of the s·b fp32 sums of squares (counted with torch's CommDebugMode on the
+    ProjectionNorm of a 2-rank mesh, 2026-12-01), on top of Llama's collectives; a Llama-family model has none."""
+    micro_steps, stats = 2, SEQ * MICRO * 4
+    workload = Workload(shape=resolve_model("olmo2-tiny"), seq_len=SEQ, micro_batch=MICRO, grad_accum=1,
+                        precision="fp32")
+    olmo = _collectives(estimate(Candidate(strategy="ddp", tp=2, engine="torch"), workload, CLUSTER))
+    calls = 2 * LAYERS * micro_steps
+    assert {k: v for k, v in olmo.items() if "projection norms" in k} == {
+        "projection norms (OLMo-2 TP, 2 per layer)": ("all-reduce", calls * stats, calls),  # 2 x B x 1/2 per call
+        "projection norms' gradients (2 per layer)": ("reduce-scatter", calls * stats / 2, calls)}
+    assert not [k for k in _collectives(_estimate()) if "projection norms" in k]
+
+
+def test_the_gpu_model_prices_olmo2s_projection_norms_beside_its_tp_all_reduces():
+    """The GPU model's TP collectives of an OLMo-2 block are Llama's and 2 all-reduces of b·s fp32 statistics."""
+    from dsbench.plan.gpu_comm import group_gbs, ring_seconds, tp_comm_seconds
+    from dsbench.plan.gpu_layout import Layout, shape_of_model
+    from dsbench.plan.gpu_profiles import profile_for
+    from tests.conftest import DATA
+
+    olmo = shape_of_model(resolve_model(str(DATA / "models" / "olmo-2-7b")))
+    hw = profile_for("h100-sxm")
+    layouts = [Layout(shape, 4096, "h100-sxm", 8, 8, tp=4, micro_batch=2, global_batch=4)
+               for shape in (olmo, replace(olmo, family="llama"))]
+    added = tp_comm_seconds(layouts[0], hw) - tp_comm_seconds(layouts[1], hw)
+    expected = 2 * ring_seconds("all_reduce", 4 * 2 * 4096, 4, group_gbs(4, layouts[0], hw), hw)
+    assert added == pytest.approx(expected) and added > 0

@@ -85,6 +85,21 @@ def test_saved_activations_count_what_the_backward_keeps_and_no_weights():
     assert saved.bytes == x.untyped_storage().nbytes()  # the input, 8 x 64 fp32; the 64 x 64 weight excluded
 
 
+def test_a_saved_collective_output_counts_its_buffer():
+    """A row-parallel layer's all-reduced output reaches the next op as torch's AsyncCollectiveTensor, a wrapper with no
+    storage of its own; OLMo-2's norm after attention saves it (the launch of `--strategy torch_tp --model olmo2-tiny`
+    stopped on it, "Attempted to access the data pointer on an invalid python storage"). Its bytes are its buffer's."""
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
+    from dsbench.worker.state_bytes import SavedActivations
+
+    x = torch.randn(4, 8, requires_grad=True)
+    with SavedActivations(torch.nn.Linear(8, 8)) as saved:
+        buffer = x * 2
+        AsyncCollectiveTensor(buffer).pow(2).sum().backward()
+    assert saved.bytes == saved.peak == buffer.untyped_storage().nbytes() == 4 * 8 * 4
+
+
 def test_the_peak_of_saved_activations_is_what_the_graph_holds_at_once():
     """Two micro-batches through one llama-tiny: both forwards before either backward (GPipe's order) hold twice
     what one holds; a backward between them (1F1B's order) holds one at a time. The one-micro-batch run's bytes are
