@@ -16,7 +16,7 @@ MEGATRON_TP = (*AUTOTP, *PROJECTION_NORM)
 k_norm each rank runs on its columns with the mean square reduced over the TP ranks
 (worker/engines/tensor_parallel.ProjectionNorm). GPT-NeoX and OLMo-2 measured within 2.3e-7 of one process on tp 2."""
 _LLAMA = f"Llama-family models ({', '.join(LLAMA_LIKE)})"
-TP_TEXT = f"{_LLAMA}, GPT-NeoX and OLMo-2"
+MEGATRON_TEXT = f"{_LLAMA}, GPT-NeoX and OLMo-2"
 AUTOTP_TEXT = f"{_LLAMA} and GPT-NeoX"
 
 
@@ -24,7 +24,7 @@ def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
     """Megatron-style tensor parallelism (--strategy torch_tp, torch_3d) splits :data:`MEGATRON_TP`; say so for
     others."""
     if family not in splitting_families(tp=2, ulysses=1):
-        raise UserError(f"--strategy {strategy} splits {TP_TEXT}, not {family!r}: {unsplit_why(family)}")
+        raise UserError(f"--strategy {strategy} splits {MEGATRON_TEXT}, not {family!r}: {unsplit_why(family)}")
 
 
 def unsplit_why(family: str) -> str:

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.model_checks import AUTOTP_TEXT, TP_TEXT, splitting_families, ulysses_why, unsplit_why
+from dsbench.model_checks import AUTOTP_TEXT, MEGATRON_TEXT, splitting_families, ulysses_why, unsplit_why
 from dsbench.model_config import heads_problem, resolve_model
 from dsbench.models import ModelShape
 from dsbench.parallel import interleaved_accepts
@@ -171,7 +171,7 @@ def _model_parallel_runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     family = lay.shape.launch_family
     autotp = how is not None and how.engine == "deepspeed"
     if how is not None and how.tp > 1 and family not in splitting_families(how.tp, 1, autotp):
-        return None, (f"tensor parallelism splits {AUTOTP_TEXT if autotp else TP_TEXT}, not {family}: "
+        return None, (f"tensor parallelism splits {AUTOTP_TEXT if autotp else MEGATRON_TEXT}, not {family}: "
                       f"{unsplit_why(family)}")
     return how, None
 
