@@ -7,6 +7,7 @@ import os
 import re
 import resource
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -80,28 +81,48 @@ class JsonlWriter:
             raise write_failed(path, exc) from None
         self.path = path
         self._lock = threading.Lock()
+        self.written: list[dict[str, Any]] = []
+        """Every record on disk so far, in order (read under the lock by :meth:`close_with`)."""
 
     def write_many(self, records: list[dict[str, Any]]) -> None:
         with self._lock:
-            if self._handle.closed:
-                return
-            try:
-                self._handle.write("".join(json.dumps(record) + "\n" for record in records))
-                self._handle.flush()
-            except OSError as exc:
-                raise write_failed(self.path, exc) from None
+            self._write(records)
+
+    def _write(self, records: list[dict[str, Any]]) -> None:
+        if self._handle.closed:
+            return
+        try:
+            self._handle.write("".join(json.dumps(record) + "\n" for record in records))
+            self._handle.flush()
+        except OSError as exc:
+            raise write_failed(self.path, exc) from None
+        self.written.extend(records)
+
+    def close_with(self, last: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Write ``last(records on disk)`` and close, in one hold of the lock: the stop watcher's end record names the
+        last step written, even when the training thread is writing a gather meanwhile (it waits, then finds the
+        file closed). Returns the records on disk before the closing ones."""
+        with self._lock:
+            before = list(self.written)
+            self._write(last(before))
+            self._close()
+        return before
 
     def close(self) -> None:
         with self._lock:
-            if self._handle.closed:
-                return
+            self._close()
+
+    def _close(self) -> None:
+        """Flush, fsync and close (the caller holds the lock)."""
+        if self._handle.closed:
+            return
+        try:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except OSError as exc:
+            raise write_failed(self.path, exc) from None
+        finally:
             try:
-                self._handle.flush()
-                os.fsync(self._handle.fileno())
-            except OSError as exc:
-                raise write_failed(self.path, exc) from None
-            finally:
-                try:
-                    self._handle.close()
-                except OSError:
-                    pass
+                self._handle.close()
+            except OSError:
+                pass

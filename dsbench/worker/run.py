@@ -217,16 +217,20 @@ def _saver(spec: TrainSpec, run: Prepared) -> Any:
     return save
 
 
-def _interrupted(writer: Any, records: list[dict[str, Any]], folder: Path, signal_name: str) -> None:
-    """Rank 0, told to stop: an end record and a summary saying the run was interrupted, after the last step
-    written; every line already in metrics.jsonl stays."""
-    end = EndRecord(status="interrupted", signal=signal_name,
-                    last_step=max((r["step"] for r in records if r.get("type") == "step"), default=0))
-    writer.write_many([end.to_dict()])
-    writer.close()
-    summary = summarize(records)
-    atomic_write_json(folder / SUMMARY, {**summary, "status": "interrupted",
-                                         "reason": f"stopped by {signal_name} after step {end.last_step}"})
+def _interrupted(writer: Any, folder: Path, signal_name: str) -> None:
+    """Rank 0, told to stop (the stop watcher's thread): an end record naming the last step written and a summary
+    saying the run was interrupted; every line already in metrics.jsonl stays. The end record is written under the
+    writer's lock (:meth:`JsonlWriter.close_with`): a gather the training thread writes at the same moment is either
+    on disk before it and counted, or not written (until 2026-12-01 the end record could name the step before the
+    last one on disk: the training thread had written a gather but not yet listed it)."""
+    def end(written: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        last = max((r["step"] for r in written if r.get("type") == "step"), default=0)
+        return [EndRecord(status="interrupted", signal=signal_name, last_step=last).to_dict()]
+
+    written = writer.close_with(end)
+    last_step = end(written)[0]["last_step"]
+    atomic_write_json(folder / SUMMARY, {**summarize(written), "status": "interrupted",
+                                         "reason": f"stopped by {signal_name} after step {last_step}"})
 
 
 def _check_replicas(run: Prepared, emit: Any) -> None:
@@ -249,27 +253,25 @@ def record(spec: TrainSpec, run: Prepared) -> None:
 
     folder = run.folder
     writer = JsonlWriter(folder / METRICS) if folder else None
-    records: list[dict[str, Any]] = []
     progress = Progress(spec.steps, spec.quiet or not run.info.is_main)
 
     def emit(batch: list[dict[str, Any]]) -> None:
         if writer:
-            writer.write_many(batch)  # one flush per gather
-            records.extend(batch)
+            writer.write_many(batch)  # one flush per gather; the writer keeps what it wrote (writer.written)
         for item in batch:
             if item["type"] == "step":
                 progress.update(item)
 
     if folder:
         emit([header_record(spec, run, folder)])
-        stop.on_stop(lambda name: _interrupted(writer, records, folder, name))
+        stop.on_stop(lambda name: _interrupted(writer, folder, name))
     stop.watch(spec.dist_timeout)
     train_loop(run.engine, run.plan, run.info, run.settings, emit, _saver(spec, run))
     progress.close()
     _check_replicas(run, emit if writer else None)
     if writer and folder:
         writer.close()
-        summary = summarize(records)
+        summary = summarize(writer.written)
         atomic_write_json(folder / SUMMARY, summary)
         if not spec.quiet:
             print(f"run: {folder}  loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}  "
