@@ -14,7 +14,8 @@ parameters excluded, dsbench/worker/state_bytes.py), one micro-batch per step, f
 
 The ``heads`` model (since 2026-11-30) is a Mistral whose 4 heads are 128 wide on a hidden size of 256 (Mistral-Nemo's
 layout: 32 heads of 128 on 5120), so q, k, v and the attention's output are not the hidden size wide; ``qk`` is the
-same as a Qwen3, which also normalises each query and key head (``--only qk_single,qk_tp2,qk_tp2_sp``).
+same as a Qwen3, which also normalises each query and key head (``--only qk_single,qk_tp2,qk_tp2_sp``); ``olmo``
+(since 2026-12-01) the wide model as an OLMo-2, split by torch_tp (``--only olmo_single,olmo_tp2,olmo_tp2_sp``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,13 @@ HEADS = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "voca
 """WIDE's Mistral twin with heads of 128 (q_proj 256 -> 512, k_proj and v_proj 256 -> 256)."""
 QK = {**HEADS, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "use_sliding_window": False}
 """HEADS as a Qwen3: the same heads, each query and key head normalised (q_norm, k_norm) before RoPE."""
-MODELS = {"wide": (WIDE, "llama-wide-256"), "heads": (HEADS, "mistral-heads-128"), "qk": (QK, "qwen3-heads-128")}
+OLMO = {"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "vocab_size": 4096, "hidden_size": 256,
+        "intermediate_size": 688, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 512, "tie_word_embeddings": False, "rms_norm_eps": 1e-6}
+"""WIDE as an OLMo-2: q_norm and k_norm over the whole projections, its norms after attention and the MLP (since
+2026-12-01, when torch_tp began to split it: each rank's norms reduce their mean square over the TP ranks)."""
+MODELS = {"wide": (WIDE, "llama-wide-256"), "heads": (HEADS, "mistral-heads-128"), "qk": (QK, "qwen3-heads-128"),
+          "olmo": (OLMO, "olmo2-wide-256")}
 TP2 = ["--strategy", "torch_tp", "--tp", "2", "--num-gpus", "2"]
 SINGLE = ["--strategy", "single", "--num-gpus", "1"]
 RUNS = {  # name -> (model: "tiny" or "wide", launch flags)
@@ -60,6 +67,7 @@ RUNS = {  # name -> (model: "tiny" or "wide", launch flags)
     "heads_single": ("heads", SINGLE), "heads_tp2": ("heads", TP2),
     "heads_tp2_sp": ("heads", [*TP2, "--sequence-parallel"]),
     "qk_single": ("qk", SINGLE), "qk_tp2": ("qk", TP2), "qk_tp2_sp": ("qk", [*TP2, "--sequence-parallel"]),
+    "olmo_single": ("olmo", SINGLE), "olmo_tp2": ("olmo", TP2), "olmo_tp2_sp": ("olmo", [*TP2, "--sequence-parallel"]),
 }
 
 
@@ -84,7 +92,7 @@ def measure(out: Path, only: list[str] | None = None) -> list[dict[str, Any]]:
         records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
         header = records[0]
         states = next(r for r in records if r["type"] == "model_states")["per_rank"]
-        shown = {"wide": "WIDE_LLAMA_DIR", "heads": "HEADS_MISTRAL_DIR", "qk": "QK_QWEN3_DIR"}
+        shown = {"wide": "WIDE_LLAMA_DIR", "heads": "HEADS_MISTRAL_DIR", "qk": "QK_QWEN3_DIR", "olmo": "OLMO2_DIR"}
         command = " ".join(argv[3:])
         for key, folder_of in folders.items():
             command = command.replace(str(folder_of), shown[key])

@@ -18,12 +18,15 @@ from dsbench.models import ModelShape
 from dsbench.plan.saved import saved_activation_bytes
 from tests.conftest import DATA
 
-ROWS = {row["name"]: row for name in ("measured.json", "measured_head_dim.json", "measured_qk_norm.json")
+ROWS = {row["name"]: row for name in ("measured.json", "measured_head_dim.json", "measured_qk_norm.json",
+                                      "measured_olmo2.json")
         for row in json.loads((DATA / "activations" / name).read_text())["rows"]}
 """measured_head_dim.json (2026-11-30, 3 launches: ``--only heads_single,heads_tp2,heads_tp2_sp``): a Mistral whose 4
 heads are 128 wide on a hidden size of 256 (Mistral-Nemo's layout), single-process and torch_tp on 2 ranks.
 measured_qk_norm.json (the same day, ``--only qk_single,qk_tp2,qk_tp2_sp``): the same model as a Qwen3, whose
-q_norm and k_norm keep their own tensors."""
+q_norm and k_norm keep their own tensors. measured_olmo2.json (2026-12-01, ``--only
+olmo_single,olmo_tp2,olmo_tp2_sp``): the wider model as an OLMo-2, split by torch_tp since that day (its q_norm and
+k_norm on each rank's columns, their mean square reduced over the ranks)."""
 
 
 def _predicted(row: dict, **change) -> float:
