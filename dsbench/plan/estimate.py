@@ -40,7 +40,7 @@ from dsbench.plan.memory import (
 )
 from dsbench.plan.pipeline_peak import busiest
 from dsbench.plan.pipeline_time import pipeline_seconds, schedule_of, schedule_seconds
-from dsbench.plan.saved import SavedActivations, saved_activation_bytes
+from dsbench.plan.saved import SavedActivations, layer_norm_head_bytes, saved_activation_bytes
 from dsbench.records import flops_per_token
 
 GIB = 2**30
@@ -216,7 +216,8 @@ def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> f
         whole = korthikanti(0, 0, True) if cand.checkpointing else 0.0  # one block's whole set, being recomputed
         recomputing = whole + tanh if cand.checkpointing else 0.0
         layer, extra = korthikanti(1, 0, cand.checkpointing) - whole + (0.0 if cand.checkpointing else tanh), 0.0
-        head = loss = korthikanti(0, shape.vocab_size, False)  # the logits and their fp32 copy: the loss's
+        head = loss = layer_norm_head_bytes(shape, seq * wl.micro_batch, act_bytes,
+                                            cand.tp if cand.loss_parallel else 1)
     peak = busiest(cand.pp, accum, layer, head, loss, shape.layers, cand.virtual_stages, schedule, extra)
     return peak.total + recomputing
 

@@ -110,3 +110,15 @@ def saved_activation_bytes(shape: ModelShape, seq: int, micro: int, *, tp: int =
         return SavedActivations(layers=shape.layers * sbh * element / shard + rotary, head=head, recomputing=layer,
                                 loss=loss)
     return SavedActivations(layers=shape.layers * layer + rotary, head=head, loss=loss)
+
+
+def layer_norm_head_bytes(shape: ModelShape, tokens: int, element: int, vocab_split: int = 1) -> float:
+    """What a GPT-2 or GPT-NeoX head keeps for the backward, as transformers computes it: the final LayerNorm's
+    input and its per-token mean and 1/std (fp32), the head's input, and the loss's fp32 log-softmax of the logits,
+    split ``vocab_split`` ways only under the vocabulary-parallel loss (the head is whole on every torch_tp rank
+    otherwise). Measured in-process on 2026-12-01 (2 x 128 tokens, hidden 128, vocabulary 4096, fp32): 4.464 MB for
+    GPT-2, 4.471 for GPT-NeoX, this 4.458; Korthikanti et al.'s count (16-bit logits and their fp32 copy, doubled in
+    fp32: memory.activation_bytes), which the CPU planner used before, said 8.389, as if the loss kept two
+    vocabulary-wide tensors."""
+    stats = 2 * tokens * 4
+    return 2 * tokens * shape.hidden * element + stats + tokens * shape.vocab_size * 4 / vocab_split

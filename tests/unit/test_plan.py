@@ -280,17 +280,20 @@ def test_the_planner_prices_interleaved_1f1b_with_its_smaller_bubble_and_more_se
     plain_sends, chunk_sends = (next(c for c in e.comm if c.kind == "p2p") for e in (plain, chunks))
     assert chunk_sends.bytes_per_rank == pytest.approx(2 * plain_sends.bytes_per_rank)
     # What each rank holds, by hand from torch's order (tests/unit/test_pipeline_in_flight.py checks the order and the
-    # measured peaks), in Korthikanti et al.'s bytes (memory.activation_bytes): L a block's, H the logits' (gpt2-mini's
-    # head is heavier than its two blocks, so the last stage is the busiest rank)
-    shape = workload.shape
-    tanh = 3 * 128 * 2 * shape.intermediate * 4  # GPT-2's tanh GELU: three more ff-wide fp32 tensors a block
+    # measured peaks): L a block's in Korthikanti et al.'s bytes (memory.activation_bytes), H the head's as
+    # transformers keeps it (the final LayerNorm's input and its mean and 1/std, the head's input, the loss's fp32
+    # log-softmax; tests/unit/test_saved_activations.py measures it)
+    shape, tokens = workload.shape, 128 * 2
+    tanh = 3 * tokens * shape.intermediate * 4  # GPT-2's tanh GELU: three more ff-wide fp32 tensors a block
     layer = activation_bytes(128, 2, shape.hidden, shape.heads, 1, 0, act_bytes=4) + tanh
-    logits = activation_bytes(128, 2, shape.hidden, shape.heads, 0, shape.vocab_size, act_bytes=4)
-    assert logits > 2 * layer
+    logits = 2 * tokens * shape.hidden * 4 + 2 * tokens * 4 + tokens * shape.vocab_size * 4
     # 1F1B: the first stage 2 micro-batches of 2 blocks, the last one micro-batch of its 2 blocks and the head
     assert plain.activations == pytest.approx(max(2 * 2 * layer, 2 * layer + logits))
-    # interleaved, 1-block chunks: the last rank's warm-up is chunk 0 twice, then chunk 1 (with the head) once
-    assert chunks.activations == pytest.approx(3 * layer + logits) and chunks.activations > plain.activations
+    # interleaved, 1-block chunks: torch's interleaved 1F1B runs (pp - rank - 1)·2 + (v - 1)·pp warm-up forwards
+    # and one more before a rank's first backward (torch/distributed/pipelining/schedules.py), 5 chunk forwards on
+    # rank 0 and 3 on rank 1, whose last chunk holds the head
+    assert chunks.activations == pytest.approx(max(5 * layer, 3 * layer + logits))
+    assert chunks.activations > plain.activations
     # zero bubble: the last rank's input-gradient pass frees the logits, but its weight gradient waits behind one
     # more input gradient (torch defers rank r's first r), so the next forward of chunk 1 comes on top of that block
     zero_bubble = estimate(Candidate(strategy="ddp", pp=2, engine="torch", virtual_stages=2, zero_bubble=True),
