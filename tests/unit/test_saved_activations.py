@@ -118,6 +118,21 @@ def test_the_inventory_holds_for_each_llama_layout_family_measured_in_process(na
         assert saved_activation_bytes(llama, 128, 2).hooked < 0.96 * saved.bytes
 
 
+def _hooked_bytes(shape: ModelShape) -> int:
+    """What one fp32 forward and backward of transformers' own model for ``shape`` saves for the backward (2 x 128
+    tokens), as the worker's saved-tensor hooks count it."""
+    import torch
+
+    from dsbench.worker.model import build_model
+    from dsbench.worker.state_bytes import SavedActivations
+
+    model = build_model(shape, seed=0)
+    ids = torch.randint(0, 4096, (2, 128), generator=torch.Generator().manual_seed(0))
+    with SavedActivations(model) as saved:
+        model(input_ids=ids, labels=ids).loss.backward()
+    return saved.bytes
+
+
 @pytest.mark.parametrize(("activation", "bound"), [("gelu_new", 0.05), ("gelu", 0.07)])
 def test_the_planners_gpt2_block_is_what_transformers_keeps(activation, bound):
     """The CPU planner's bytes per GPT-2 block (Korthikanti et al.'s count, fp32, plus the tanh GELU's three ff-wide
@@ -125,24 +140,16 @@ def test_the_planners_gpt2_block_is_what_transformers_keeps(activation, bound):
     measured as 4 blocks less 2 (the worker's hooks). Measured 2026-12-01: without the tanh term the count was 39%
     short of the gelu_new block (3.68 MB against 2.23); with it 3.3% over; the exact GELU's block, which has no such
     tensors, 5.8% over."""
-    import torch
-
     from dsbench.models import PRESETS
     from dsbench.plan.api import build
     from dsbench.plan.candidate import Candidate
     from dsbench.plan.estimate import estimate
     from dsbench.plan.request import PlanRequest
-    from dsbench.worker.model import build_model
-    from dsbench.worker.state_bytes import SavedActivations
 
     shape = replace(PRESETS["gpt2-tiny"], hidden=128, intermediate=512, extra={"activation_function": activation})
 
     def measured(layers: int) -> int:
-        model = build_model(replace(shape, layers=layers), seed=0)
-        ids = torch.randint(0, 4096, (2, 128), generator=torch.Generator().manual_seed(0))
-        with SavedActivations(model) as saved:
-            model(input_ids=ids, labels=ids).loss.backward()
-        return saved.bytes
+        return _hooked_bytes(replace(shape, layers=layers))
 
     def planned(layers: int) -> float:
         workload, cluster, _ = build(PlanRequest(model="gpt2-tiny", gpus=1, seq_len=128, micro_batch=2, grad_accum=1,
@@ -161,22 +168,10 @@ def test_the_planners_layer_norm_head_is_what_transformers_keeps(name):
     Measured 2026-12-01: 4.464 MB (GPT-2) and 4.471 (GPT-NeoX), predicted 4.458; until that day the planner used
     Korthikanti et al.'s logits term, 16-bit logits and their fp32 copy doubled in fp32 (8.389 MB), which put the
     whole 2-block run 35-40% over what the hooks saw."""
-    import torch
-
     from dsbench.models import PRESETS
     from dsbench.plan.saved import layer_norm_head_bytes
-    from dsbench.worker.model import build_model
-    from dsbench.worker.state_bytes import SavedActivations
 
     shape = replace(PRESETS[name], hidden=128, intermediate=512)
-
-    def measured(layers: int) -> int:
-        model = build_model(replace(shape, layers=layers), seed=0)
-        ids = torch.randint(0, 4096, (2, 128), generator=torch.Generator().manual_seed(0))
-        with SavedActivations(model) as saved:
-            model(input_ids=ids, labels=ids).loss.backward()
-        return saved.bytes
-
-    two, four = measured(2), measured(4)
+    two, four = (_hooked_bytes(replace(shape, layers=layers)) for layers in (2, 4))
     head = two - (four - two)
     assert layer_norm_head_bytes(shape, 2 * 128, 4) == pytest.approx(head, rel=0.01)
