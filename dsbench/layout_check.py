@@ -29,7 +29,7 @@ def check_run_layout(train: trainspec.TrainSpec, strategy: str, shape: ModelShap
     check_tensor_parallel(shape.arch, dims.tp, megatron)
     if megatron and dims.tp > 1:
         check_loss_parallel(train.loss_parallel, shape.tied_embeddings, shape.name)
-    check_ulysses(shape.arch, dims.sp, train.seq_len, shape.sliding_window())
+    check_ulysses(dims.sp, train.seq_len, shape.sliding_window())
     if train.pipeline_schedule in trainspec.INTERLEAVED:
         check_chunks(shape, dims.pp, train.virtual_stages)
 

@@ -1,7 +1,8 @@
 """What each way of splitting a model asks of its family and shape (pure): Megatron-style and AutoTP tensor
 parallelism split Llama-family and GPT-NeoX projections (Megatron-style OLMo-2's too), the vocabulary-parallel loss an
-untied head, DeepSpeed Ulysses a config that names its key/value heads. Asked by the launch's and the rank's layout
-check (layout_check.py), render, the matrix and the tensor-parallel engine."""
+untied head, DeepSpeed Ulysses a sequence that splits (every family: since 2026-12-01 GPT-2's and GPT-NeoX's
+multi-head attention too). Asked by the launch's and the rank's layout check (layout_check.py), render, the matrix
+and the tensor-parallel engine."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ AUTOTP_TEXT = f"{_LLAMA} and GPT-NeoX"
 def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
     """Megatron-style tensor parallelism (--strategy torch_tp, torch_3d) splits :data:`MEGATRON_TP`; say so for
     others."""
-    if family not in splitting_families(tp=2, ulysses=1):
+    if family not in splitting_families(tp=2):
         raise UserError(f"--strategy {strategy} splits {MEGATRON_TEXT}, not {family!r}: {unsplit_why(family)}")
 
 
@@ -40,20 +41,14 @@ def unsplit_why(family: str) -> str:
     return "GPT-2's fused c_attn (Conv1D q|k|v) does not split into whole heads by columns"
 
 
-def ulysses_why(family: str) -> str:
-    """Why DeepSpeed's Ulysses does not split a family outside :data:`~dsbench.models.DECODERS` (a clause)."""
-    return f"DeepSpeed's Ulysses reads the config's num_key_value_heads, which a {family} config lacks"
-
-
-def splitting_families(tp: int, ulysses: int, autotp: bool = False) -> tuple[str, ...]:
-    """The families a layout of ``tp`` tensor-parallel and ``ulysses`` sequence-parallel ranks can split: tensor
-    parallelism :data:`MEGATRON_TP`, or :data:`AUTOTP` when it is DeepSpeed's (``autotp``); Ulysses every rotary
-    decoder with Llama's config fields (it reads the config's key/value heads; Phi-3's fused projections stay whole);
-    anything else every family. The one table: the checks below refuse what it leaves out, and tune and the planner
-    offer what it keeps."""
-    if tp > 1:
-        return AUTOTP if autotp else MEGATRON_TP
-    return DECODERS if ulysses > 1 else (*LAYER_NORM, *DECODERS)
+def splitting_families(tp: int, autotp: bool = False) -> tuple[str, ...]:
+    """The families a layout of ``tp`` tensor-parallel ranks can split: :data:`MEGATRON_TP`, or :data:`AUTOTP` when
+    it is DeepSpeed's (``autotp``); without tensor parallelism every family. DeepSpeed's Ulysses, which splits the
+    sequence and exchanges whole heads, splits every family too (GPT-2 and GPT-NeoX since 2026-12-01: their configs
+    name no key/value heads, which the worker states for DeepSpeed, worker/engines/deepspeed.stated_kv_heads;
+    measured within 1.2e-7 of one process on sp 2, tests/integration/engine_ranks.py). The one table: the checks
+    below refuse what it leaves out, and tune and the planner offer what it keeps."""
+    return (AUTOTP if autotp else MEGATRON_TP) if tp > 1 else (*LAYER_NORM, *DECODERS)
 
 
 def check_tensor_parallel(family: str, tp: int, megatron: str | None) -> None:
@@ -83,22 +78,18 @@ def check_autotp(family: str) -> None:
         # measured 2026-11-30 with phi3-tiny and olmo2-tiny: every rank stopped in deepspeed.initialize on the plan
         # transformers gives ("HuggingFace tp_plan contains unsupported partition style(s): ['rowwise_split_input']")
         raise UserError(f"{splits}: {unsplit_why(family)}; train it with ZeRO, FSDP, Ulysses or a pipeline")
-    if family not in splitting_families(tp=2, ulysses=1, autotp=True):
+    if family not in splitting_families(tp=2, autotp=True):
         raise UserError(f"{splits}: GPT-2's Conv1D layers are not split (choose a Llama-family --model)")
 
 
-def check_ulysses(family: str, sp: int, seq_len: int, window: int | None = None) -> None:
-    """DeepSpeed Ulysses (``--ulysses``) needs a model whose config names its key/value heads (UlyssesSPAttentionHF
-    reads ``num_key_value_heads``: the Llama family; GPT-2's config has none), a sequence that splits into ``sp``
-    equal shards of at least 2 tokens (each shard's loss needs a next token inside the sequence), and no sliding
-    ``window`` shorter than the sequence: its attention masks causally only (deepspeed 0.19.8
+def check_ulysses(sp: int, seq_len: int, window: int | None = None) -> None:
+    """DeepSpeed Ulysses (``--ulysses``) needs a sequence that splits into ``sp`` equal shards of at least 2 tokens
+    (each shard's loss needs a next token inside the sequence; the heads it divides are ParallelDims' check), and no
+    sliding ``window`` shorter than the sequence: its attention masks causally only (deepspeed 0.19.8
     runtime/sequence_parallel/ulysses_sp.py), so the window would be dropped (measured 2026-11-30: a Qwen2 with a
     32-token window on 128 tokens trained 9.6e-4 off one process; on 32 tokens, 1.2e-7)."""
     if sp <= 1:
         return
-    if family not in splitting_families(tp=1, ulysses=sp):
-        raise UserError(f"--ulysses runs Llama-family models ({', '.join(DECODERS)}), not {family!r}: "
-                        f"{ulysses_why(family)} (choose a Llama-family --model)")
     if seq_len % sp or seq_len < 2 * sp:
         raise UserError(f"--seq-len {seq_len} must split into --ulysses {sp} equal shards of at least 2 tokens (a "
                         f"multiple of {sp}, at least {2 * sp})")

@@ -174,7 +174,7 @@ def check_models(names: list[str], models: list[str], seq_len: int) -> None:
                     dims = how.dims(how.model_parallel)
                     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
                     check_tensor_parallel(arch, how.tp, how.engine if how.engine in registry.SPLIT_ENGINES else None)
-                    check_ulysses(arch, how.ulysses, seq_len, shape.sliding_window())
+                    check_ulysses(how.ulysses, seq_len, shape.sliding_window())
                     check_chunks(shape, dims.pp, how.virtual_stages)
                 except UserError as exc:
                     raise UserError(f"--strategies {name}: {exc}") from None

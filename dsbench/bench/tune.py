@@ -42,7 +42,7 @@ def default_strategies(model: str, world: int) -> list[str]:
         how = registry.get(name)
         if (name == "single") != (world == 1) or not how.planned:
             continue  # single is the 1-rank layout; the planner has no model of fsdp_no_reshard or NVMe offload
-        if shape.arch not in splitting_families(how.tp, how.ulysses, autotp=how.engine == "deepspeed"):
+        if shape.arch not in splitting_families(how.tp, autotp=how.engine == "deepspeed"):
             continue  # the family does not split this way (model_checks: GPT-2's Conv1D is not split, for one)
         if world % how.model_parallel:
             continue

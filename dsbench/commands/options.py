@@ -72,7 +72,7 @@ def render_options(func: Any) -> Any:
         click.option("--pipeline-stages", type=int, help="Pipeline-parallel stages (DeepSpeed PipelineModule)."),
         click.option("--tp", type=int, help="Tensor-parallel degree (DeepSpeed AutoTP)."),
         click.option("--ulysses", type=int, help="DeepSpeed Ulysses sequence-parallel degree (sequence_parallel_size; "
-                     "Llama-family models, ZeRO 1-3)."),
+                     "ZeRO 1-3)."),
         click.option("--grad-clip", type=float, help="Gradient-norm clipping [1.0]."),
         click.option("--lr", type=float, help="Peak learning rate [3e-4]."),
         click.option("--warmup-steps", type=int, help="Scheduler warm-up steps [0]."),

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.model_checks import AUTOTP_TEXT, MEGATRON_TEXT, splitting_families, ulysses_why, unsplit_why
+from dsbench.model_checks import AUTOTP_TEXT, MEGATRON_TEXT, splitting_families, unsplit_why
 from dsbench.model_config import heads_problem, resolve_model
 from dsbench.models import ModelShape
 from dsbench.parallel import interleaved_accepts
@@ -170,19 +170,17 @@ def _model_parallel_runner(lay: Layout) -> tuple[Strategy | None, str | None]:
         return None, "DeepSpeed's pipeline engine runs its own 1F1B schedule only (use --pipeline-schedule 1f1b)"
     family = lay.shape.launch_family
     autotp = how is not None and how.engine == "deepspeed"
-    if how is not None and how.tp > 1 and family not in splitting_families(how.tp, 1, autotp):
+    if how is not None and how.tp > 1 and family not in splitting_families(how.tp, autotp):
         return None, (f"tensor parallelism splits {AUTOTP_TEXT if autotp else MEGATRON_TEXT}, not {family}: "
                       f"{unsplit_why(family)}")
     return how, None
 
 
 def _ulysses_runner(lay: Layout) -> tuple[Strategy | None, str | None]:
-    """DeepSpeed Ulysses: ZeRO-1 or ZeRO-3 with data parallelism only, on a Llama-family model."""
+    """DeepSpeed Ulysses: ZeRO-1 or ZeRO-3 with data parallelism only (any family: model_checks.splitting_families)."""
     how = lookup(name_for(lay.strategy, ulysses=lay.cp) or "")
     if lay.tp * lay.pp > 1 or how is None:
         return None, "dsbench runs Ulysses under --layout zero1 or zero3 without --tp or --pipeline-stages"
-    if lay.shape.launch_family not in splitting_families(1, lay.cp):
-        return None, f"Ulysses runs Llama-family models: {ulysses_why(lay.shape.launch_family)}"
     return how, None
 
 

@@ -6,7 +6,7 @@ import shlex
 from dataclasses import dataclass, replace
 
 from dsbench.errors import UserError
-from dsbench.model_checks import drops_window, splitting_families, ulysses_why, unsplit_why
+from dsbench.model_checks import drops_window, splitting_families, unsplit_why
 from dsbench.models import ModelShape
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.estimate import Estimate, estimate
@@ -26,13 +26,13 @@ def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candida
                                                                    offload_param="cpu"),
              Candidate(strategy="zero3", offload="nvme", offload_param="nvme")]
     degrees = [d for d in (2, 4, 8) if d <= cl.gpus_per_node and cl.gpus_per_node % d == 0]
-    autotp = shape.arch in splitting_families(tp=2, ulysses=1, autotp=True)  # the rule launch, compare and tune ask
+    autotp = shape.arch in splitting_families(tp=2, autotp=True)  # the rule launch, compare and tune ask
     if autotp:  # DeepSpeed's AutoTP: Llama-family projections and GPT-NeoX's
         base += [Candidate(strategy="zero1", tp=t) for t in degrees]
-    if shape.arch in splitting_families(tp=2, ulysses=1):  # torch_tp: those and OLMo-2's
+    if shape.arch in splitting_families(tp=2):  # torch_tp: those and OLMo-2's
         base += [Candidate(strategy="ddp", tp=t, engine="torch") for t in degrees]
-    # DeepSpeed Ulysses (its ALST modules read the key/value heads): the sequence split within a node
-    if shape.arch in splitting_families(tp=1, ulysses=2) and not drops_window(shape.sliding_window(), seq_len):
+    # DeepSpeed Ulysses, every family: the sequence split within a node
+    if not drops_window(shape.sliding_window(), seq_len):
         base += [Candidate(strategy=s, ulysses=n) for s in ULYSSES_SHARDINGS for n in degrees]
     base += [Candidate(strategy="zero1", pp=p) for p in degrees]
     base += [Candidate(strategy="ddp", pp=p, engine="torch") for p in degrees]
@@ -43,15 +43,13 @@ def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candida
 
 
 def family_notes(shape: ModelShape) -> list[str]:
-    """Why the ranking has no tensor-parallel (or Ulysses) candidate for this model's family, a line each (the
+    """Why the ranking has no tensor-parallel (or AutoTP) candidate for this model's family, a line each (the
     refusals of model_checks.py, in their words, which a launch of one would meet)."""
     notes = []
-    if shape.arch not in splitting_families(tp=2, ulysses=1):
+    if shape.arch not in splitting_families(tp=2):
         notes.append(f"no tensor-parallel candidates for {shape.arch}: {unsplit_why(shape.arch)}")
-    elif shape.arch not in splitting_families(tp=2, ulysses=1, autotp=True):
+    elif shape.arch not in splitting_families(tp=2, autotp=True):
         notes.append(f"no AutoTP candidates for {shape.arch}: {unsplit_why(shape.arch)}")
-    if shape.arch not in splitting_families(tp=1, ulysses=2):
-        notes.append(f"no Ulysses candidates for {shape.arch}: {ulysses_why(shape.arch)}")
     return notes
 
 

@@ -11,8 +11,9 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
   under fsdp, torch_pp, ZeRO-3, torch_tp (also with sequence parallelism) and torch_3d, and neox-tiny (GPT-NeoX:
   biased LayerNorms, each head's q, k and v together, a quarter of each head rotated, the parallel residual) under
   fsdp, torch_pp, ZeRO-3, AutoTP, torch_tp (also with sequence parallelism and the vocabulary-parallel loss) and
-  torch_3d; every rank is given the same batches, so that each replica's gradient is the one process's (the averaged
-  gradient of equal batches is theirs).
+  torch_3d; and gpt2-tiny and neox-tiny under DeepSpeed's Ulysses (sp 2 x dp 2, ZeRO-1; last, since it takes over
+  the process's SDPA); every rank is given the same batches, so that each replica's gradient is the one process's
+  (the averaged gradient of equal batches is theirs).
 
 - The replica check (worker/replicas.py) on real copies: after the unscaled run, every engine's verdict; then
   again with one weight of the last rank nudged by 1e-3, a copy that differs.
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -92,21 +95,46 @@ FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d"),
             # its ZeRO-3 before its AutoTP; torch_tp and torch_3d since 2026-12-01, torch_tp with sequence parallelism
             # and the vocabulary-parallel loss too (GPTNeoXLayer hands its attention the hidden states by position)
             "neox-tiny": ("single", "fsdp", "torch_pp", "torch_tp", "torch_tp_sp_lp", "torch_3d", "zero3", "autotp"),
-            "gemma-tiny": ("single", "torch_tp", "torch_pp", "torch_3d", "autotp")}
+            "gemma-tiny": ("single", "torch_tp", "torch_pp", "torch_3d", "autotp"),
+            "gpt2-tiny": ("single",)}  # against its Ulysses run (ULYSSES_FAMILIES)
 AUTOTP = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
           # DeepSpeed asserts the batch over every rank, tensor-parallel ones included (docs/parallelism.md)
           "train_batch_size": 2 * 2 * WORLD, "zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2},
           "gradient_clipping": 0.5, "optimizer": {"type": "AdamW", "params": {
               "lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01, "torch_adam": True}}}
 """DeepSpeed AutoTP (tp 2 x dp 2) at ZeRO-1, stepping torch's AdamW as the torch engines do (no JIT op)."""
+ZERO1 = {**{k: v for k, v in AUTOTP.items() if k != "tensor_parallel"}, "train_batch_size": 2 * 2 * WORLD // 2}
 ZERO3 = {**{k: v for k, v in AUTOTP.items() if k != "tensor_parallel"}, "zero_optimization": {"stage": 3}}
 """DeepSpeed ZeRO-3 over the 4 ranks, the same optimizer: each rank gathers Phi-3's fused matrices whole."""
-DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1)}
+ULYSSES = {**ZERO1, "sequence_parallel_size": 2}
+"""DeepSpeed Ulysses (sp 2 x dp 2) at ZeRO-1: DeepSpeed asserts the batch over the data-parallel ranks only."""
+DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1), "ulysses": (ULYSSES, 1)}
 """The DeepSpeed engines of :data:`FAMILIES`: their config and tensor-parallel degree."""
 TP_OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True},
               "torch_tp_sp": {"sequence_parallel": True}}
 """torch_tp (tp 2 x dp 2) with its options, as ``--sequence-parallel`` and ``--loss-parallel`` give them
 (olmo2-tiny ties its head to its embedding, which the vocabulary-parallel loss refuses)."""
+
+
+ULYSSES_FAMILIES = ("gpt2-tiny", "neox-tiny")
+"""The multi-head families DeepSpeed's Ulysses splits since 2026-12-01 (their configs name no key/value heads:
+worker/engines/deepspeed.stated_kv_heads), sp 2 x dp 2 at ZeRO-1; gpt2-tiny's one-process run is in FAMILIES."""
+
+
+@contextmanager
+def ulysses_of_its_own() -> Iterator[None]:
+    """One Ulysses engine's worth of DeepSpeed's process-wide state: ``register_with_transformers`` puts its wrapper
+    in transformers' attention table as "sdpa" and builds the sequence-parallel groups once a process (it asserts
+    they are new: parallel_state_sp.initialize_sequence_parallel); both are put back after, for the next model."""
+    import deepspeed.runtime.sequence_parallel.parallel_state_sp as groups
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    try:
+        yield
+    finally:
+        ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa
+        groups._SEQUENCE_PARALLEL_GROUP = groups._SEQUENCE_DATA_PARALLEL_GROUP = None
 
 
 def _family(model: str, strategy: str, info: DistInfo) -> dict:
@@ -115,7 +143,8 @@ def _family(model: str, strategy: str, info: DistInfo) -> dict:
         config, tp = DEEPSPEED[strategy]
         options = EngineOptions(lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95), eps=1e-8, grad_clip=0.5,
                                 warmup_steps=0, grad_accum=2, precision="fp32",
-                                dims=ParallelDims(world=WORLD, tp=tp), ds_config=config)
+                                dims=ParallelDims(world=WORLD, tp=tp, sp=config.get("sequence_parallel_size", 1)),
+                                ds_config=config, seq_len=16)
         engine = build_engine("deepspeed", build_model(PRESETS[model], seed=0), options, info)
     else:
         engine_name = "torch_tp" if strategy in TP_OPTIONS else strategy
@@ -136,6 +165,9 @@ def main() -> None:
     out = {s: {mode: _train(s, info, mode) for mode in ("off", "on", "spoiled")} for s in LAYOUTS}
     out["families"] = {model: {s: _family(model, s, info) for s in strategies}
                        for model, strategies in FAMILIES.items()}
+    for model in ULYSSES_FAMILIES:  # last: DeepSpeed's Ulysses takes over the process's SDPA and groups
+        with ulysses_of_its_own():
+            out["families"].setdefault(model, {})["ulysses"] = _family(model, "ulysses", info)
     Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
 

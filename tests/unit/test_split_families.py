@@ -55,10 +55,10 @@ def test_tune_offers_what_a_launch_accepts(model):
         assert any(registry.get(n).ulysses > 1 for n in accepted) and any(registry.get(n).pp > 1 for n in accepted)
         tensor = {registry.get(n).engine for n in accepted if registry.get(n).tp > 1}
         assert tensor == (set() if model == "phi3-tiny" else {"torch_tp", "torch_3d"})
-    if model == "neox-tiny":  # AutoTP, torch_tp, torch_3d and the pipelines (since 2026-12-01), no Ulysses
+    if model in ("neox-tiny", "gpt2-tiny"):  # Ulysses since 2026-12-01; NeoX AutoTP, torch_tp and torch_3d too
         tensor = {registry.get(n).engine for n in accepted if registry.get(n).tp > 1}
-        assert tensor == {"deepspeed", "torch_tp", "torch_3d"}
-        assert not any(registry.get(n).ulysses > 1 for n in accepted)
+        assert tensor == ({"deepspeed", "torch_tp", "torch_3d"} if model == "neox-tiny" else set())
+        assert any(registry.get(n).ulysses > 1 for n in accepted)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -76,8 +76,8 @@ PLANNED = {  # model -> (a tensor-parallel candidate, a Ulysses candidate, a not
     str(DATA / "models" / "phi-4"): (False, True, True),
     str(DATA / "models" / "phi-3-mini-4k"): (False, False, True),  # its 2047-token window, shorter than 4096
     str(DATA / "models" / "olmo-2-7b"): (True, True, True),  # torch_tp's, not AutoTP's
-    str(DATA / "models" / "pythia-1b"): (True, False, True),  # AutoTP's and torch_tp's, no Ulysses
-    "gpt2-xl": (False, False, True),
+    str(DATA / "models" / "pythia-1b"): (True, True, False),  # AutoTP's, torch_tp's and Ulysses (2026-12-01)
+    "gpt2-xl": (False, False, True),  # Ulysses since 2026-12-01, but no degree of 2, 4 or 8 divides its 25 heads
 }
 
 
@@ -92,8 +92,6 @@ def test_the_planner_offers_the_splits_a_launch_accepts_and_says_why_not_the_oth
     assert offered == PLANNED[model]
     if "pythia" in model:
         assert {c["engine"] for c in data["candidates"] if c["tp"] > 1} == {"deepspeed", "torch"}
-        assert data["model"]["notes"] == ["no Ulysses candidates for gpt_neox: DeepSpeed's Ulysses reads the "
-                                          "config's num_key_value_heads, which a gpt_neox config lacks"]
     if "phi" in model or "olmo" in model:
         assert ("qkv_proj" if "phi" in model else "q_norm") in data["model"]["notes"][0]
         assert "AutoTP" in data["model"]["notes"][0]

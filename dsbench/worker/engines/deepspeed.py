@@ -3,6 +3,8 @@ sequence parallelism through its ALST integration for Hugging Face attention."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from dsbench.errors import UserError
@@ -85,10 +87,12 @@ class UlyssesEngine(DeepSpeedEngine):
         assert options.ds_config is not None and options.seq_len % self.sp == 0
         # swaps the model's SDPA for the all-to-all wrapper around it and builds the sequence-parallel groups
         # (sp consecutive ranks each; parallel_state_sp.initialize_sequence_parallel): a collective, all ranks
-        mpu = UlyssesSPAttentionHF.register_with_transformers(
-            model_name_or_path=model, core_attn_implementation="sdpa", sequence_parallel_size=self.sp,
-            micro_batch_size=options.ds_config["train_micro_batch_size_per_gpu"], seq_length=options.seq_len,
-            seq_length_is_variable=False)
+        with stated_kv_heads(model.config):
+            mpu = UlyssesSPAttentionHF.register_with_transformers(
+                model_name_or_path=model, core_attn_implementation="sdpa", sequence_parallel_size=self.sp,
+                micro_batch_size=options.ds_config["train_micro_batch_size_per_gpu"], seq_length=options.seq_len,
+                seq_length_is_variable=False)
+        heads_apart()
         super().__init__(model, options, dist_info, mpu=mpu)
         # DeepSpeed 0.19.8 reduces a Ulysses run's gradients differently by stage: ZeRO-3 averages them over all
         # dp x sp ranks of the sequence-data-parallel group, ZeRO-1/2 sum the sp ranks' and average over dp only
@@ -119,3 +123,40 @@ class UlyssesEngine(DeepSpeedEngine):
         self.engine.step()
         # the loop averages every rank's value: times sp, over a group of sp ranks that is the sequence's mean loss
         return (weighted * self.sp).detach()
+
+
+@contextmanager
+def stated_kv_heads(config: Any) -> Iterator[None]:
+    """The config as DeepSpeed's Ulysses reads it: ``register_with_transformers`` sizes its all-to-all by the text
+    config's ``num_key_value_heads`` (deepspeed 0.19.8 runtime/sequence_parallel/ulysses_sp.py), which a GPT-2 or
+    GPT-NeoX config does not have: their attention is multi-head, each head its own key and value, so there are as
+    many key/value heads as heads. Stated only while DeepSpeed reads it; the model's config (saved with its
+    checkpoints and exports) is left as it was."""
+    text = config.get_text_config()
+    missing = not hasattr(text, "num_key_value_heads")
+    if missing:
+        text.num_key_value_heads = text.num_attention_heads
+    try:
+        yield
+    finally:
+        if missing:
+            del text.num_key_value_heads
+
+
+def heads_apart() -> None:
+    """Give transformers' attention table the output shape its models expect from DeepSpeed's Ulysses wrapper (just
+    registered as the process's "sdpa"). Transformers' attention functions return (batch, sequence, heads, head
+    width) (integrations/sdpa_attention.py); DeepSpeed 0.19.8's wrapper returns (batch, local sequence, heads x head
+    width). Llama's and GPT-NeoX's attention reshape either to (batch, sequence, hidden) by the input's shape;
+    GPT-2's merges the output's last two dimensions (GPT2Attention: ``reshape(*shape[:-2], -1)``), which on the
+    wrapper's output folds the sequence into the hidden size. Splitting the last dimension back into heads fits
+    both."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    ulysses = ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+    def attention(module: Any, query: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        out, weights = ulysses(module, query, *args, **kwargs)
+        return out.unflatten(-1, (-1, query.shape[-1])), weights
+
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = attention
