@@ -147,14 +147,12 @@ def tensor_parallel_costs(tp: dict[str, Any], link: dict[str, Any], element_byte
     activations (Korthikanti et al. 2022 sec. 4.2.2; plan/comm.sequence_parallel_comm), and its own work adds the
     norms' DTensor dispatch and the regions' redistributions. And per micro-step the LM head and loss split by
     vocabulary under torch's ``loss_parallel`` (``torch_tp_lp_head_s``, profiles from 2026-11-26 23:00 on):
-    beyond 1/tp of the whole head and loss, the DTensor work of the sharded logits and loss. Kept at zero when noise
-    makes one negative."""
+    beyond 1/tp of the whole head and loss, the DTensor work of the sharded logits and loss. OLMo-2's layers
+    (profiles from 2026-12-01 on) also pay their projection norms' collectives, taken off too. Kept at zero when
+    noise makes one negative."""
     n, layers = tp["tp"], tp["layers"]
     activations = tp["micro_batch"] * tp["seq_len"] * tp["hidden"] * element_bytes
-    collectives = {"torch": 4 * call_seconds(link, "all-reduce", activations, n),
-                   "sp": 4 * (call_seconds(link, "all-gather", activations, n) +
-                              call_seconds(link, "reduce-scatter", activations, n))}
-    collectives["autotp"] = collectives["torch"]
+    collectives = _layer_collectives(tp, link, activations)
     ideal = tp["plain_forward_backward"]["seconds"] / n
     costs = {f"{name}_layer_s": max(0.0, (tp[f"{engine}_forward_backward"]["seconds"] - ideal) / layers -
                                     collectives[engine])
@@ -171,6 +169,22 @@ def tensor_parallel_costs(tp: dict[str, Any], link: dict[str, Any], element_byte
     if ulysses is not None:
         costs["ulysses_layer_s"] = ulysses
     return costs
+
+
+def _layer_collectives(tp: dict[str, Any], link: dict[str, Any], activations: float) -> dict[str, float]:
+    """A split layer's collectives per micro-step as the planner prices them, by how it was split: 4 all-reduces of
+    the ``activations`` (DTensor, AutoTP), 4 all-gathers and 4 reduce-scatters under sequence parallelism; with
+    OLMo-2's q_norm and k_norm over the split projections, 2 all-reduces and 2 reduce-scatters of s·b fp32 sums of
+    squares more (plan/comm.projection_norm_comm)."""
+    n = tp["tp"]
+    torch = 4 * call_seconds(link, "all-reduce", activations, n)
+    out = {"torch": torch, "autotp": torch, "sp": 4 * (call_seconds(link, "all-gather", activations, n) +
+                                                       call_seconds(link, "reduce-scatter", activations, n))}
+    if tp.get("projection_norms"):
+        norms = tp["micro_batch"] * tp["seq_len"] * 4
+        norm_s = 2 * (call_seconds(link, "all-reduce", norms, n) + call_seconds(link, "reduce-scatter", norms, n))
+        out = {engine: seconds + norm_s for engine, seconds in out.items()}
+    return out
 
 
 def split_backward_cost(split: dict[str, Any]) -> float:

@@ -32,6 +32,11 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
     return lines + _collective_lines(profile)
 
 
+TP_NAMES = {"torch_tp_layer_s": "DTensor", "autotp_layer_s": "DeepSpeed AutoTP",
+            "torch_tp_sp_layer_s": "DTensor with sequence parallelism"}
+"""The tensor-parallel rates a profile may carry, as its summary names them."""
+
+
 def _engine_lines(profile: dict[str, Any], rates: dict[str, float]) -> list[str]:
     """The engines' own costs the profile measured: FSDP2's, DeepSpeed's, tensor parallelism's, the pipelines'."""
     lines: list[str] = []
@@ -51,12 +56,11 @@ def _engine_lines(profile: dict[str, Any], rates: dict[str, float]) -> list[str]
         per_million = rates["zero_offload_param_s"] * 1e9  # ms per million parameters
         lines.append(f"the optimizer offloaded to the host (ZeRO-2, DeepSpeedCPUAdam), against ZeRO-2 on the device: "
                      f"{per_million:+,.2f} ms per step per million parameters a rank updates")
-    if "torch_tp_layer_s" in rates:
+    # the splits the family's layers were timed under (calibrate_layers.split_kinds: OLMo-2 has no AutoTP figure)
+    splits = [f"{rates[rate] * 1e3:,.2f} ms ({name})" for rate, name in TP_NAMES.items() if rate in rates]
+    if splits:
         lines.append(f"tensor parallelism over {profile['tensor_parallel']['tp']} ranks, beyond 1/tp of the compute "
-                     "and the activation all-reduces, per layer per micro-step: "
-                     f"{rates['torch_tp_layer_s'] * 1e3:,.2f} ms (DTensor), {rates['autotp_layer_s'] * 1e3:,.2f} ms "
-                     "(DeepSpeed AutoTP)" + (f", {rates['torch_tp_sp_layer_s'] * 1e3:,.2f} ms (DTensor with sequence "
-                                              "parallelism)" if "torch_tp_sp_layer_s" in rates else "") +
+                     "and the activation all-reduces, per layer per micro-step: " + ", ".join(splits) +
                      (f"; the loss-parallel head {rates['torch_tp_lp_head_s'] * 1e3:,.2f} ms per micro-step"
                       if "torch_tp_lp_head_s" in rates else ""))
     if "ulysses_layer_s" in rates:

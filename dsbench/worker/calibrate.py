@@ -22,8 +22,9 @@ planner's fit, :mod:`dsbench.plan.profile`, turns them into the machine profile)
   FSDP2's hooks, DTensor dispatch and copy-in/copy-out add per unit in each micro-step, and in each optimizer step;
 - DeepSpeed's own cost per parameter tensor: a training step of the same stack under ZeRO-1, 2 and 3 against the
   plain one (the fit: what each stage adds per reduction and per tensor, its small collectives included);
-- tensor parallelism's own cost per layer (Llama-family models): a forward+backward of the model's own decoder
-  layers, plain and split over a node's ranks by DTensor (torch_tp) and by DeepSpeed AutoTP's layers;
+- tensor parallelism's own cost per layer: a forward+backward of the model's own decoder layers, plain and split
+  over a node's ranks by DTensor (torch_tp) and by DeepSpeed AutoTP's layers where the family splits that way, and
+  under DeepSpeed Ulysses (every family; calibrate_layers.py);
 - on a CUDA rank, what the GPU time model needs of the GPU itself: 16-bit GEMMs by size, HBM bandwidth and the
   flash attention kernel (calibrate_gpu.py).
 """

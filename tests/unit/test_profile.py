@@ -378,6 +378,29 @@ def test_tensor_parallel_costs_per_layer_are_what_splitting_adds_beyond_its_all_
     assert tensor_parallel_costs(_tp_measurement(torch=0.004), link, 4)["torch_tp_layer_s"] == 0.0
 
 
+def test_olmo2_s_split_layers_pay_their_projection_norms_collectives_apart():
+    """OLMo-2's q_norm and k_norm (ProjectionNorm) add per layer 2 all-reduces and 2 reduce-scatters of s·b fp32
+    sums of squares, which the planner prices beside the layer's cost (plan/comm.projection_norm_comm)."""
+    from dsbench.plan.engine_costs import tensor_parallel_costs
+
+    link = {kind: {"alpha_us": 1000.0, "bandwidth_gbs": 1.0} for kind in ("all-reduce", "reduce-scatter")}
+    llama = tensor_parallel_costs(_tp_measurement(), link, element_bytes=4)
+    olmo2 = tensor_parallel_costs({**_tp_measurement(), "projection_norms": True}, link, element_bytes=4)
+    # by hand: 2 x 128 x 4 = 1,024 bytes each; a 2-rank all-reduce sends 2 x 1,024 / 2, a reduce-scatter 1,024 / 2
+    norms = 2 * (1e-3 + 1_024e-9) + 2 * (1e-3 + 512e-9)
+    assert olmo2["torch_tp_layer_s"] == pytest.approx(llama["torch_tp_layer_s"] - norms, rel=1e-9)
+
+
+def test_a_profile_of_a_family_autotp_refuses_is_summarised_with_dtensor_s_figure_only():
+    """OLMo-2's layers are timed under DTensor, not AutoTP (calibrate_layers.split_kinds); until 2026-12-01 the
+    summary read an AutoTP figure whenever a DTensor one was there (a KeyError ended calibrate)."""
+    tp = {key: value for key, value in _tp_measurement().items() if key != "autotp_forward_backward"}
+    profile = fit_profile({**_measured([0.05, 0.04]), "tensor_parallel": {**tp, "projection_norms": True}})
+    assert "torch_tp_layer_s" in profile["rates"] and "autotp_layer_s" not in profile["rates"]
+    line = next(line for line in summary_lines(profile) if line.startswith("tensor parallelism over 2 ranks"))
+    assert "(DTensor)" in line and "AutoTP" not in line
+
+
 def test_a_profile_with_split_layers_carries_their_cost_to_the_planner():
     from dsbench.plan.machine_profile import with_profile
 
@@ -408,12 +431,25 @@ def test_the_planner_adds_tensor_parallelism_s_own_work_per_layer_and_micro_step
     assert estimate(Candidate(strategy="ddp"), wl, measured).framework_s == 0.0
 
 
-def test_calibrate_says_which_models_it_splits():
-    from dsbench.worker.calibrate_layers import measure_tensor_parallel
+@pytest.mark.parametrize(("model", "kinds"), [
+    ("llama-tiny", {"torch_tp2", "torch_tp2_sp", "zero1_tp2"}),
+    ("neox-tiny", {"torch_tp2", "torch_tp2_sp", "zero1_tp2"}),
+    ("olmo2-tiny", {"torch_tp2", "torch_tp2_sp"}), ("phi3-tiny", set()), ("gpt2-tiny", set())])
+def test_calibrate_times_the_splits_a_launch_of_the_family_runs(model, kinds):
+    """Oracle: the compare cells the family's launches accept (compare refuses the rest, as a launch would)."""
+    from dsbench.bench.matrix import check_models
+    from dsbench.worker.calibrate_layers import split_kinds
 
-    gpt2 = measure_tensor_parallel(resolve_model("gpt2-tiny"), 2, 128, comm=None, info=None, dtype=None, repeats=1,
-                                   tp=2)
-    assert "Llama-family" in gpt2["unsupported"] and gpt2["tp"] == 2
+    accepted = set()
+    for name in ("torch_tp2", "torch_tp2_sp", "zero1_tp2"):
+        try:
+            check_models([name], [model], 32)
+            accepted.add(name)
+        except UserError:
+            pass
+    assert accepted == kinds
+    names = {"torch": "torch_tp2", "sp": "torch_tp2_sp", "autotp": "zero1_tp2"}
+    assert {names[kind] for kind in split_kinds(resolve_model(model).arch)} == kinds
 
 
 def test_calibrate_measures_each_distinct_group_once():
