@@ -94,7 +94,11 @@ def test_a_saved_collective_output_counts_its_buffer():
     from dsbench.worker.state_bytes import SavedActivations
 
     x = torch.randn(4, 8, requires_grad=True)
-    with SavedActivations(torch.nn.Linear(8, 8)) as saved:
+    # the model is kept alive, as a run's is: a module freed after the count read its parameters' addresses gave
+    # them back to the allocator, and a buffer at one of them was taken for a parameter (saved 0 in a clean clone,
+    # 2026-12-01)
+    model = torch.nn.Linear(8, 8)
+    with SavedActivations(model) as saved:
         buffer = x * 2
         AsyncCollectiveTensor(buffer).pow(2).sum().backward()
     assert saved.bytes == saved.peak == buffer.untyped_storage().nbytes() == 4 * 8 * 4
