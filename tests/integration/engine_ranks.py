@@ -116,28 +116,35 @@ TP_OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": Tru
 (olmo2-tiny ties its head to its embedding, which the vocabulary-parallel loss refuses)."""
 
 
-ULYSSES_FAMILIES = ("gpt2-tiny", "neox-tiny")
+ULYSSES_FAMILIES = {"gpt2-tiny": "none", "neox-tiny": "selective"}
 """The multi-head families DeepSpeed's Ulysses splits since 2026-12-01 (their configs name no key/value heads:
-worker/engines/deepspeed.stated_kv_heads), sp 2 x dp 2 at ZeRO-1; gpt2-tiny's one-process run is in FAMILIES."""
+worker/engines/deepspeed.stated_kv_heads), sp 2 x dp 2 at ZeRO-1, with what each recomputes: GPT-NeoX's attention
+core under --recompute selective (DeepSpeed wraps dsbench's checkpointed SDPA; refused on the ranks until
+2026-12-01); gpt2-tiny's one-process run is in FAMILIES."""
 
 
 @contextmanager
 def ulysses_of_its_own() -> Iterator[None]:
     """One Ulysses engine's worth of DeepSpeed's process-wide state: ``register_with_transformers`` puts its wrapper
-    in transformers' attention table as "sdpa" and builds the sequence-parallel groups once a process (it asserts
-    they are new: parallel_state_sp.initialize_sequence_parallel); both are put back after, for the next model."""
+    in transformers' attention table under the model's attention ("sdpa", or dsbench's checkpointed SDPA) and
+    builds the sequence-parallel groups once a process (it asserts they are new:
+    parallel_state_sp.initialize_sequence_parallel); both are put back after, for the next model."""
     import deepspeed.runtime.sequence_parallel.parallel_state_sp as groups
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    from dsbench.worker.model import RECOMPUTED_SDPA
+
+    keys = [key for key in ("sdpa", RECOMPUTED_SDPA) if key in ALL_ATTENTION_FUNCTIONS]
+    saved = {key: ALL_ATTENTION_FUNCTIONS[key] for key in keys}
     try:
         yield
     finally:
-        ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa
+        for key, function in saved.items():
+            ALL_ATTENTION_FUNCTIONS[key] = function
         groups._SEQUENCE_PARALLEL_GROUP = groups._SEQUENCE_DATA_PARALLEL_GROUP = None
 
 
-def _family(model: str, strategy: str, info: DistInfo) -> dict:
+def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") -> dict:
     """Three steps of ``model``, the same batches on every rank; single runs on one rank's world of its own."""
     if strategy in DEEPSPEED:
         config, tp = DEEPSPEED[strategy]
@@ -145,7 +152,7 @@ def _family(model: str, strategy: str, info: DistInfo) -> dict:
                                 warmup_steps=0, grad_accum=2, precision="fp32",
                                 dims=ParallelDims(world=WORLD, tp=tp, sp=config.get("sequence_parallel_size", 1)),
                                 ds_config=config, seq_len=16)
-        engine = build_engine("deepspeed", build_model(PRESETS[model], seed=0), options, info)
+        engine = build_engine("deepspeed", build_model(PRESETS[model], seed=0, recompute=recompute), options, info)
     else:
         engine_name = "torch_tp" if strategy in TP_OPTIONS else strategy
         dims = ParallelDims(world=1) if strategy == "single" else ParallelDims(world=WORLD, **LAYOUTS[engine_name])
@@ -165,9 +172,9 @@ def main() -> None:
     out = {s: {mode: _train(s, info, mode) for mode in ("off", "on", "spoiled")} for s in LAYOUTS}
     out["families"] = {model: {s: _family(model, s, info) for s in strategies}
                        for model, strategies in FAMILIES.items()}
-    for model in ULYSSES_FAMILIES:  # last: DeepSpeed's Ulysses takes over the process's SDPA and groups
+    for model, recompute in ULYSSES_FAMILIES.items():  # last: DeepSpeed's Ulysses takes over the process's SDPA
         with ulysses_of_its_own():
-            out["families"].setdefault(model, {})["ulysses"] = _family(model, "ulysses", info)
+            out["families"].setdefault(model, {})["ulysses"] = _family(model, "ulysses", info, recompute)
     Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
 

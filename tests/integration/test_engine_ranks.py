@@ -13,7 +13,8 @@ Qwen2's q/k/v biases under tensor parallelism (column-parallel: each TP rank hol
 Gemma under tensor and pipeline parallelism (its embedding scales itself and is tied to the head), Phi-3's fused
 projections under DDP, FSDP, torch's pipeline and DeepSpeed's ZeRO-3, OLMo-2's projection-wide q/k norms under
 FSDP, torch's pipeline and ZeRO-3, GPT-NeoX under FSDP, torch's pipeline, ZeRO-3 and DeepSpeed's AutoTP, and GPT-2
-and GPT-NeoX under DeepSpeed's Ulysses, against one process on the same batches."""
+and GPT-NeoX under DeepSpeed's Ulysses (GPT-NeoX's attention core recomputed, --recompute selective), against one
+process on the same batches."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.worker.engines.base import EngineOptions, accumulate
+from dsbench.worker.model import ATTENTION, RECOMPUTED_SDPA
 from dsbench.worker.state_bytes import count_deepspeed, with_optimizer_states
 from dsbench.zero_section import zero_settings
 
@@ -80,19 +81,22 @@ class UlyssesEngine(DeepSpeedEngine):
 
         dims = options.dims
         self.sp, self.sp_rank = dims.sp, dims.sp_rank(dist_info.rank)
+        # DeepSpeed wraps the attention function the model calls: SDPA, or under --recompute selective dsbench's
+        # checkpointed SDPA (worker/model.py; until 2026-12-01 refused on the ranks as "no SDPA path"); eager
+        # attention needs a 4D mask it cannot shard
         attention = model.config._attn_implementation
-        if attention != "sdpa":  # DeepSpeed wraps the SDPA path; eager attention needs a 4D mask it cannot shard
+        if attention not in (ATTENTION, RECOMPUTED_SDPA):
             raise UserError(f"--ulysses needs the model's SDPA attention; this model runs {attention!r} attention "
                             "(its class has no SDPA path): choose a model with one")
         assert options.ds_config is not None and options.seq_len % self.sp == 0
-        # swaps the model's SDPA for the all-to-all wrapper around it and builds the sequence-parallel groups
+        # swaps that function for the all-to-all wrapper around it and builds the sequence-parallel groups
         # (sp consecutive ranks each; parallel_state_sp.initialize_sequence_parallel): a collective, all ranks
         with stated_kv_heads(model.config):
             mpu = UlyssesSPAttentionHF.register_with_transformers(
-                model_name_or_path=model, core_attn_implementation="sdpa", sequence_parallel_size=self.sp,
+                model_name_or_path=model, core_attn_implementation=attention, sequence_parallel_size=self.sp,
                 micro_batch_size=options.ds_config["train_micro_batch_size_per_gpu"], seq_length=options.seq_len,
                 seq_length_is_variable=False)
-        heads_apart()
+        heads_apart(attention)
         super().__init__(model, options, dist_info, mpu=mpu)
         # DeepSpeed 0.19.8 reduces a Ulysses run's gradients differently by stage: ZeRO-3 averages them over all
         # dp x sp ranks of the sequence-data-parallel group, ZeRO-1/2 sum the sp ranks' and average over dp only
@@ -143,20 +147,20 @@ def stated_kv_heads(config: Any) -> Iterator[None]:
             del text.num_key_value_heads
 
 
-def heads_apart() -> None:
+def heads_apart(attention: str = "sdpa") -> None:
     """Give transformers' attention table the output shape its models expect from DeepSpeed's Ulysses wrapper (just
-    registered as the process's "sdpa"). Transformers' attention functions return (batch, sequence, heads, head
-    width) (integrations/sdpa_attention.py); DeepSpeed 0.19.8's wrapper returns (batch, local sequence, heads x head
-    width). Llama's and GPT-NeoX's attention reshape either to (batch, sequence, hidden) by the input's shape;
-    GPT-2's merges the output's last two dimensions (GPT2Attention: ``reshape(*shape[:-2], -1)``), which on the
-    wrapper's output folds the sequence into the hidden size. Splitting the last dimension back into heads fits
-    both."""
+    registered under the ``attention`` the model calls). Transformers' attention functions return (batch, sequence,
+    heads, head width) (integrations/sdpa_attention.py); DeepSpeed 0.19.8's wrapper returns (batch, local sequence,
+    heads x head width). Llama's and GPT-NeoX's attention reshape either to (batch, sequence, hidden) by the
+    input's shape; GPT-2's merges the output's last two dimensions (GPT2Attention: ``reshape(*shape[:-2], -1)``),
+    which on the wrapper's output folds the sequence into the hidden size. Splitting the last dimension back into
+    heads fits both."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    ulysses = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    ulysses = ALL_ATTENTION_FUNCTIONS[attention]
 
-    def attention(module: Any, query: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    def split(module: Any, query: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         out, weights = ulysses(module, query, *args, **kwargs)
         return out.unflatten(-1, (-1, query.shape[-1])), weights
 
-    ALL_ATTENTION_FUNCTIONS["sdpa"] = attention
+    ALL_ATTENTION_FUNCTIONS[attention] = split
