@@ -40,7 +40,7 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
     rank = mesh["tp"].get_local_rank()
     shard = hidden.chunk(tp, dim=1)[rank].contiguous()  # this rank's tokens under SP and Ulysses
     works = {**split_layer_trainers(model, shape.arch, hidden, shard, mesh),
-             "ulysses_forward_backward": ulysses_trainer(model, shard, rank, tp),
+             "ulysses_forward_backward": ulysses_trainer(model, shape.arch, shard, rank, tp),
              **head_trainers(model.get_output_embeddings(), hidden, mesh["tp"], shape.vocab_size)}
     return {**facts, **interleaved(works, comm, device, MODEL_ROUNDS * repeats, STACK_CALLS)}
 
@@ -82,33 +82,26 @@ def rotary_inputs(model: Any, arch: str, x: Any, positions: Any) -> dict[str, An
     return {"position_embeddings": model.get_submodule(rotary)(x, positions)}
 
 
-def ulysses_trainer(model: Any, shard: Any, rank: int, sp: int) -> Any:
+def ulysses_trainer(model: Any, arch: str, shard: Any, rank: int, sp: int) -> Any:
     """A forward+backward of a copy of the model's decoder layers under DeepSpeed Ulysses, as the worker's ulysses
     strategies run them (dsbench.worker.engines.deepspeed.UlyssesEngine): DeepSpeed's ``register_with_transformers``
     builds the sequence-parallel groups (``sp`` consecutive ranks, as the tp mesh's) and the all-to-all wrapper of
-    SDPA (with the worker's bridges for multi-head configs: ``stated_kv_heads``, ``heads_apart``), and each rank
+    SDPA (the engine's own ``register_ulysses``, with its bridges for multi-head configs), and each rank
     feeds its contiguous ``shard`` of the sequence with its positions. DeepSpeed installs its wrapper as the
     process's SDPA; here it is installed only while these layers run, so the plain and split layers timed beside
     them keep torch's."""
     import copy
 
     import torch
-    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    from dsbench.worker.engines.deepspeed import heads_apart, stated_kv_heads
+    from dsbench.worker.engines.deepspeed import register_ulysses
 
     micro, chunk = shard.shape[:2]
     sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    # a collective: every rank builds the groups (deepspeed parallel_state_sp.initialize_sequence_parallel)
-    with stated_kv_heads(model.config):
-        UlyssesSPAttentionHF.register_with_transformers(
-            model_name_or_path=model, core_attn_implementation="sdpa", sequence_parallel_size=sp,
-            micro_batch_size=micro, seq_length=chunk * sp, seq_length_is_variable=False)
-    heads_apart()
+    register_ulysses(model, "sdpa", sp, micro, chunk * sp)  # a collective: every rank builds the groups
     wrapper, ALL_ATTENTION_FUNCTIONS["sdpa"] = ALL_ATTENTION_FUNCTIONS["sdpa"], sdpa
     positions = torch.arange(rank * chunk, (rank + 1) * chunk, device=shard.device).unsqueeze(0).expand(micro, -1)
-    arch = model.config.model_type
     run = layers_step(copy.deepcopy(model.get_submodule(FAMILIES[arch].blocks)), shard, position_ids=positions,
                       **rotary_inputs(model, arch, shard, positions))
 

@@ -77,8 +77,6 @@ class UlyssesEngine(DeepSpeedEngine):
     name = "deepspeed"
 
     def __init__(self, model: Any, options: EngineOptions, dist_info: Any) -> None:
-        from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
-
         dims = options.dims
         self.sp, self.sp_rank = dims.sp, dims.sp_rank(dist_info.rank)
         # DeepSpeed wraps the attention function the model calls: SDPA, or under --recompute selective dsbench's
@@ -91,12 +89,8 @@ class UlyssesEngine(DeepSpeedEngine):
         assert options.ds_config is not None and options.seq_len % self.sp == 0
         # swaps that function for the all-to-all wrapper around it and builds the sequence-parallel groups
         # (sp consecutive ranks each; parallel_state_sp.initialize_sequence_parallel): a collective, all ranks
-        with stated_kv_heads(model.config):
-            mpu = UlyssesSPAttentionHF.register_with_transformers(
-                model_name_or_path=model, core_attn_implementation=attention, sequence_parallel_size=self.sp,
-                micro_batch_size=options.ds_config["train_micro_batch_size_per_gpu"], seq_length=options.seq_len,
-                seq_length_is_variable=False)
-        heads_apart(attention)
+        mpu = register_ulysses(model, attention, self.sp, options.ds_config["train_micro_batch_size_per_gpu"],
+                               options.seq_len)
         super().__init__(model, options, dist_info, mpu=mpu)
         # DeepSpeed 0.19.8 reduces a Ulysses run's gradients differently by stage: ZeRO-3 averages them over all
         # dp x sp ranks of the sequence-data-parallel group, ZeRO-1/2 sum the sp ranks' and average over dp only
@@ -127,6 +121,21 @@ class UlyssesEngine(DeepSpeedEngine):
         self.engine.step()
         # the loop averages every rank's value: times sp, over a group of sp ranks that is the sequence's mean loss
         return (weighted * self.sp).detach()
+
+
+def register_ulysses(model: Any, attention: str, sp: int, micro: int, seq_len: int) -> Any:
+    """DeepSpeed's Ulysses wrapper put around the model's ``attention`` in transformers' table, with the two bridges
+    every family needs (:func:`stated_kv_heads`, :func:`heads_apart`), and the sequence-parallel groups built (``sp``
+    consecutive ranks; parallel_state_sp.initialize_sequence_parallel, a collective: every rank calls it). Returns
+    DeepSpeed's mpu. The engine's and calibrate's one way in."""
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+
+    with stated_kv_heads(model.config):
+        mpu = UlyssesSPAttentionHF.register_with_transformers(
+            model_name_or_path=model, core_attn_implementation=attention, sequence_parallel_size=sp,
+            micro_batch_size=micro, seq_length=seq_len, seq_length_is_variable=False)
+    heads_apart(attention)
+    return mpu
 
 
 @contextmanager
