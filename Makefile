@@ -22,13 +22,13 @@ venv: $(STAMP)
 demo: venv
 	$(BIN)/dsbench compare
 
-# The unit tests run on both cores (pytest-xdist); the real launches one after another. Two at a time
-# (INTEGRATION="-n 2 --dist loadgroup") was tried on 2026-11-26: 38:55, not faster, and a SLURM job timed out
-# (docs/testing.md).
+# The unit tests run on both cores (pytest-xdist), and so do the real launches: two files at a time, each file
+# (and the test bed's three) on one worker, a launch filling the core the other's leaves idle (docs/testing.md).
+# INTEGRATION= runs them one after another.
 # DeepSpeed's JIT ops build in the background from the start, beside the system packages, the unit tests and the
 # first (torch-only) launches (scripts/prebuild_ops.py). async_io needs libaio-dev from the system packages: the
 # integration conftest builds it after the others and waits for all of them.
-INTEGRATION :=
+INTEGRATION ?= -n 2 --dist loadgroup
 test: venv
 	$(BIN)/python scripts/prebuild_ops.py --detach --no-async-io
 	scripts/ensure_system_deps.sh

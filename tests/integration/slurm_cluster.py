@@ -5,6 +5,13 @@ netns exec`` remounts /sys) with the node's hostname, /etc/hosts and resolv.conf
 
 Recipe from ../shared/FINDINGS.md (SLURM 22.05 on this machine): munged with its own key and socket
 (slurm.conf AuthInfo=socket=...), proctrack/linuxproc and task/none (no cgroups needed), free ports.
+
+The sockets (munged's, and the job steps' that slurmstepd makes in the spool folder) live in a short folder of
+their own under /tmp (:func:`socket_folder`): a Unix socket's path holds at most 107 bytes, and under pytest-xdist
+a test's folder (``/tmp/pytest-of-root/pytest-N/popen-gw1/test_two_node_job_on_the_test_0/cluster``) left the
+step's socket 114 long. slurmstepd then failed, SLURM held the job ("launch failed requeued held") and ``sbatch
+--wait`` waited until the test's 600 s ran out (found 2026-12-01; the "SLURM job stalls under load" of
+docs/testing.md's run of 2026-11-26 was this, not the load).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,16 +43,26 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def slurm_conf(root: Path, host: str, cpus: int, ctld_port: int, slurmd_port: int,
+SOCKET_PATH_MAX = 107
+"""The longest path a Unix socket can bind (sockaddr_un's sun_path is 108 bytes, with the terminating zero)."""
+
+
+def socket_folder() -> Path:
+    """A new folder under /tmp for the cluster's sockets, short whatever folder the test runs in."""
+    return Path(tempfile.mkdtemp(prefix="dsb-slurm-", dir="/tmp"))
+
+
+def slurm_conf(root: Path, sockets: Path, host: str, cpus: int, ctld_port: int, slurmd_port: int,
                nodes: dict[str, str] | None = None, controller: str = "127.0.0.1") -> str:
-    """``nodes``: name -> address of the compute nodes (default: this host); ``controller``: the address the
-    nodes reach slurmctld at."""
+    """``sockets``: the folder of munged's socket and the nodes' spool folders (:func:`socket_folder`);
+    ``nodes``: name -> address of the compute nodes (default: this host); ``controller``: the address the nodes
+    reach slurmctld at."""
     nodes = nodes or {host: "127.0.0.1"}
     return "\n".join([
         "ClusterName=dsbench", f"SlurmctldHost={host}({controller})", "AuthType=auth/munge",
-        f"AuthInfo=socket={root / 'munge.sock'}", "CredType=cred/munge", "SlurmUser=root", "SlurmdUser=root",
+        f"AuthInfo=socket={sockets / 'munge.sock'}", "CredType=cred/munge", "SlurmUser=root", "SlurmdUser=root",
         f"SlurmctldPort={ctld_port}", f"SlurmdPort={slurmd_port}", f"StateSaveLocation={root / 'state'}",
-        f"SlurmdSpoolDir={root / 'spool' / '%n'}", f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+        f"SlurmdSpoolDir={sockets / 'spool' / '%n'}", f"SlurmctldPidFile={root / 'slurmctld.pid'}",
         f"SlurmdPidFile={root / 'slurmd-%n.pid'}", f"SlurmctldLogFile={root / 'slurmctld.log'}",
         f"SlurmdLogFile={root / 'slurmd-%n.log'}", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
         "SwitchType=switch/none", "MpiDefault=none", "ReturnToService=2", "SchedulerType=sched/builtin",
@@ -63,12 +81,13 @@ class Cluster:
         self.root = root
         self.testbed = testbed
         self.conf = root / "slurm.conf"
+        self.sockets = socket_folder()
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def start(self) -> None:
         root = self.root
-        for sub in ("state", "spool"):
-            (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / "state").mkdir(parents=True, exist_ok=True)
+        (self.sockets / "spool").mkdir()
         root.chmod(0o700)  # munged refuses a key in a folder others can write
         key = root / "munge.key"
         key.write_bytes(os.urandom(1024))
@@ -76,9 +95,13 @@ class Cluster:
         (root / "plugstack.conf").write_text("")
         nodes = self.testbed["addresses"] if self.testbed else None
         controller = "10.213.0.254" if self.testbed else "127.0.0.1"  # the test bed's bridge (layout.HOST_ADDRESS)
-        self.conf.write_text(slurm_conf(root, socket.gethostname(), os.cpu_count() or 2, _free_port(), _free_port(),
-                                        nodes, controller))
-        subprocess.run(["/usr/sbin/munged", f"--key-file={key}", f"--socket={root / 'munge.sock'}",
+        names = self.testbed["names"] if self.testbed else [socket.gethostname()]
+        # a job step's socket: SPOOL/NODE/NODE_JOB.STEP, the step id up to 10 digits (the batch step's 4294967291)
+        longest = max(len(str(self.sockets / "spool" / name / f"{name}_{'9' * 9}.4294967291")) for name in names)
+        assert longest <= SOCKET_PATH_MAX, f"a job step's socket path would be {longest} bytes long"
+        self.conf.write_text(slurm_conf(root, self.sockets, socket.gethostname(), os.cpu_count() or 2, _free_port(),
+                                        _free_port(), nodes, controller))
+        subprocess.run(["/usr/sbin/munged", f"--key-file={key}", f"--socket={self.sockets / 'munge.sock'}",
                         f"--pid-file={root / 'munged.pid'}", f"--log-file={root / 'munged.log'}",
                         f"--seed-file={root / 'munged.seed'}", "--force"], check=True, timeout=30)
         subprocess.run(["/usr/sbin/slurmctld", "-f", str(self.conf)], env=self.env, check=True, timeout=30)
@@ -125,4 +148,4 @@ class Cluster:
         for pid in pids:
             if Path(f"/proc/{pid}").exists():
                 os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(self.root / "spool", ignore_errors=True)
+        shutil.rmtree(self.sockets, ignore_errors=True)
