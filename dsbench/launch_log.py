@@ -27,6 +27,21 @@ def slurm_failure(log_path: Path, output_template: str, lines: int = 3) -> str |
             f"{' | '.join(tail)}")
 
 
+def slurm_never_trained(log_path: Path, folder: Path) -> str | None:
+    """For an ``sbatch --wait`` that returned 0: why the job did not train when no rank wrote the run's summary
+    (SLURM cancelled a job whose start failed on its node, and ``sbatch --wait`` returns its exit code, 0), or
+    None when it did."""
+    if (folder / "summary.json").exists():
+        return None
+    try:
+        found = re.search(r"Submitted batch job (\d+)", log_path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        found = None
+    job = f"SLURM job {found.group(1)}" if found else "the SLURM job"
+    return (f"{job} ended without training (no rank wrote {folder / 'summary.json'}): SLURM did not start it on "
+            f"its node; `scontrol show job` says how it ended, the node's slurmd log why")
+
+
 _RANK_LINE = re.compile(r"\[rank (\d+) on ([^\]]+)\] dsbench\.train: (started|finished|error|stopped by)")
 
 

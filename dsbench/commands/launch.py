@@ -44,7 +44,7 @@ def _slurm_job(launcher: str, folder: Path, flags: dict[str, Any]) -> tuple[Any,
 
 def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) -> int:
     """Run a prepared launch (node and SLURM checks first) and say in one line how it ended; its exit code."""
-    from dsbench.launch_log import first_error, slurm_failure
+    from dsbench.launch_log import first_error, slurm_failure, slurm_never_trained
     from dsbench.runner import Interrupted, preflight_nodes, preflight_slurm, run
 
     if prepared.spec.multinode():
@@ -59,6 +59,9 @@ def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) ->
         return exc.exit_code
     if job and code == 0 and not job.wait:
         click.echo(f"dsbench: submitted; the job writes {job.output} and {folder}/metrics.jsonl")
+    elif job and code == 0 and (never := slurm_never_trained(folder / "launch.log", folder)):
+        click.echo(f"dsbench: error: {never} (log: {folder}/launch.log)", err=True)
+        return 1
     if code == 124 and timeout:
         click.echo(f"dsbench: error: the launch ran past --timeout {timeout:g} s and was stopped; what it wrote "
                    f"is kept in {folder} (log: {folder}/launch.log)", err=True)

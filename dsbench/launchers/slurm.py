@@ -4,7 +4,9 @@ The script asks for ``nodes`` x ``ranks per node`` tasks (one GPU each on GPU no
 rank needs, points torch's env:// rendezvous at the job's first node, and runs ``srun`` once: each task is a
 rank, and the worker reads its rank, world size and local rank from SLURM_PROCID / SLURM_NTASKS /
 SLURM_LOCALID (dsbench/worker/dist.py), whatever the strategy (DeepSpeed, DDP, FSDP2, pipelines). Output goes
-to ``slurm-<job id>.out`` in the run folder. ``sbatch --wait`` returns the job's exit code.
+to ``slurm-<job id>.out`` in the run folder. ``sbatch --wait`` returns the job's exit code. The job is not
+requeued (``--no-requeue``): a run folder holds one run, and a job whose start failed on a node ends (SLURM 22.05
+cancels it, and ``sbatch --wait`` returns 0: the launch checks for the run's summary) instead of waiting, held.
 
 The output file and the working folder go to sbatch as arguments, not ``#SBATCH`` lines: sbatch splits an
 ``#SBATCH`` line at spaces, and reads ``%`` in ``--output`` as a pattern (``%u``, ``%j``), so a run folder named
@@ -28,7 +30,10 @@ def sbatch_script(spec: LaunchSpec, job: SlurmJob) -> str:
              "# rank come from SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID. The output file and working folder are",
              "# sbatch arguments (see the command dsbench printed).",
              f"#SBATCH --job-name=dsbench-{spec.strategy}", f"#SBATCH --nodes={job.nodes}",
-             f"#SBATCH --ntasks-per-node={per_node}"]
+             f"#SBATCH --ntasks-per-node={per_node}",
+             # a job SLURM cannot start on a node fails instead of being requeued and held (where `sbatch --wait`
+             # would wait for good), and a job is never run again into the same run folder, over its metrics
+             "#SBATCH --no-requeue"]
     if not spec.cpu:
         lines.append(f"#SBATCH --gpus-per-node={per_node}")
     lines += [f"#SBATCH --{flag}={value}" for flag, value in

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.integration.conftest import LR_WARMUP, WORKER, ZERO2, dsbench, load_run
-from tests.integration.slurm_cluster import Cluster, why_not
+from tests.integration.slurm_cluster import SOCKET_PATH_MAX, Cluster, why_not
 
 REASON = why_not()
 pytestmark = [pytest.mark.dist, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
@@ -69,6 +69,28 @@ def test_failed_job_is_named_with_its_log(cluster, tmp_path):
     assert re.search(r"SLURM job \d+ failed: \d+: \[rank 1 on [\w.-]+\] dsbench.train: error: RuntimeError: "
                      r"injected fault "
                      r"at step 3 \(DSBENCH_FAULT\); last lines of .*slurm-\d+\.out: ", result.stderr), result.stderr
+
+
+def test_a_job_slurm_could_not_start_ends_the_wait_in_one_line(tmp_path):
+    """A node whose slurmstepd cannot make the job step's socket (its spool path past the 107 bytes a Unix socket
+    may have: the test cluster's own failure under pytest-xdist until 2026-12-01): SLURM cannot start the job. Under
+    --no-requeue (the script's) it is cancelled rather than requeued and held, where `sbatch --wait` would wait
+    for good; sbatch then returns 0, and dsbench, finding no summary.json, says the job never trained."""
+    # as long as munged's socket (and its lock file beside it) may be: every step's socket is longer
+    long = tmp_path / ("s" * (SOCKET_PATH_MAX - len(str(tmp_path)) - len("//munge.sock.lock")))
+    long.mkdir()
+    broken = Cluster(tmp_path / "cluster", sockets=long)
+    try:
+        broken.start()
+        result = slurm(broken, "--gpus-per-node", "2", *ZERO2, "--wait", "--run-dir", str(tmp_path / "job"), *AFTER,
+                       timeout=120)
+    finally:
+        broken.stop()
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert re.search(r"^dsbench: error: SLURM job \d+ ended without training \(no rank wrote .*summary\.json\): "
+                     r"SLURM did not start it on its node", result.stderr, re.M), result.stderr
+    assert "Traceback" not in result.stderr
+    assert "step" in next(tmp_path.glob("cluster/slurmd-*.log")).read_text()  # the node's log names the socket
 
 
 def test_two_node_job_on_the_test_bed(runs, tmp_path):

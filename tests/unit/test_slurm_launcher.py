@@ -26,7 +26,7 @@ def test_script_asks_for_nodes_times_ranks_and_runs_one_srun():
                             "/runs/a b/job.sbatch"]  # arguments, not #SBATCH lines: sbatch splits those at spaces
     text = command.files["/runs/a b/job.sbatch"]
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --partition=gpu",
-                 "#SBATCH --time=02:00:00", "#SBATCH --account=ml",
+                 "#SBATCH --time=02:00:00", "#SBATCH --account=ml", "#SBATCH --no-requeue",
                  "export DS_ACCELERATOR=cpu", "export MASTER_ADDR MASTER_PORT=29511",
                  "srun --kill-on-bad-exit=1 --label /venv/bin/python -m dsbench.train --run-json '/runs/a b/run.json'"):
         assert line in text.splitlines(), line
@@ -81,3 +81,17 @@ def test_failed_job_line_names_the_rank_and_the_log_tail(tmp_path):
     assert line.endswith("srun: error: vm: task 1: Exited with exit code 1") and "\n" not in line
     (tmp_path / "launch.log").write_text("sbatch: error: Batch job submission failed: Invalid partition name\n")
     assert slurm_failure(tmp_path / "launch.log", str(tmp_path / "slurm-%j.out")) is None  # never submitted
+
+
+def test_a_waited_job_that_wrote_no_summary_did_not_train(tmp_path):
+    """``sbatch --wait`` returns 0 for a job SLURM cancelled when its start failed on the node (SLURM 22.05, with
+    --no-requeue; tests/integration/test_slurm.py makes one): the run's summary.json is what says it trained."""
+    from dsbench.launch_log import slurm_never_trained
+
+    log = tmp_path / "launch.log"
+    log.write_text("sbatch --wait ...\nSubmitted batch job 42\n")
+    said = slurm_never_trained(log, tmp_path)
+    assert said is not None and said.startswith("SLURM job 42 ended without training (no rank wrote ")
+    (tmp_path / "summary.json").write_text("{}")
+    assert slurm_never_trained(log, tmp_path) is None
+    assert slurm_never_trained(tmp_path / "missing.log", tmp_path / "nowhere").startswith("the SLURM job ended")
