@@ -33,7 +33,11 @@ ZERO2, ZERO3 = ["--zero", "2", *MB], ["--zero", "3", *MB]
 DDP, FSDP = ["--strategy", "ddp", "--launcher", "torchrun", *MB], ["--strategy", "fsdp", "--launcher", "torchrun", *MB]
 # DeepSpeed's pipeline engine: 2 stages x 2 micro-batches, the same global batch (4) as the 2-rank cells above
 PIPE = ["--zero", "0", "--pipeline-stages", "2", "--grad-accum", "2", *MB]
-SAVED = (ZERO2, ZERO3, DDP, FSDP, PIPE)
+# DTensor tensor parallelism (tp 2 x dp 2, with sequence parallelism and the vocabulary-parallel loss) on
+# llama-tiny: test_model_parallel.py's torch_tp2_dp2_llama (its parity with one process), launched once
+TORCH_TP = ["--strategy", "torch_tp", "--tp", "2", "--launcher", "torchrun", "--model", "llama-tiny", "--micro-batch",
+            "2", "--num-gpus", "4", "--sequence-parallel", "--loss-parallel"]
+SAVED = (ZERO2, ZERO3, DDP, FSDP, PIPE, [*TORCH_TP, *LLAMA])
 """Cells whose session run also saves a checkpoint at SAVE_AT and at the end, into RUN/checkpoints: the straight
 runs test_checkpoint.py resumes and exports. Saving changes nothing in the run (it reads the state), which their
 parity with one process checks too."""

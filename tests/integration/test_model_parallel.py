@@ -11,7 +11,7 @@ import json
 import pytest
 
 from tests.conftest import DATA
-from tests.integration.conftest import LLAMA, STEPS, dsbench, load_run
+from tests.integration.conftest import LLAMA, STEPS, TORCH_TP, dsbench, load_run
 
 pytestmark = pytest.mark.dist
 
@@ -54,8 +54,8 @@ COMMANDS = {
     "pipe2_dp2_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 4",
     "torch_pipe2_dp2_llama": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model llama-tiny "
                              "--micro-batch 1 --grad-accum 2 --num-gpus 4",
-    "torch_tp2_dp2_llama": "--strategy torch_tp --tp 2 --launcher torchrun --model llama-tiny --micro-batch 2 "
-                           "--num-gpus 4 --sequence-parallel --loss-parallel",
+    # the session's TORCH_TP cell, which also saves the checkpoints test_checkpoint.py resumes and exports
+    "torch_tp2_dp2_llama": " ".join(TORCH_TP),
     # DeepSpeed Ulysses (issue 28): the sequence split over 2 ranks, attention heads exchanged by all-to-all, as
     # typed (ZeRO-1, AdamW; its gradients under SGD with ZeRO-1 and ZeRO-3: test_ulysses.py)
     "ulysses2_llama": "--zero 1 --ulysses 2 --model llama-tiny --micro-batch 4 --num-gpus 2",
