@@ -7,23 +7,29 @@ import re
 from pathlib import Path
 
 
-def slurm_failure(log_path: Path, output_template: str, lines: int = 3) -> str | None:
-    """For a failed ``sbatch --wait``: the job id (from sbatch's "Submitted batch job N" in the launch log) and
-    the last lines of the job's output, on one line."""
+def submitted_job(log_path: Path) -> str | None:
+    """The SLURM job id sbatch printed into the launch log ("Submitted batch job N"), if any."""
     try:
         found = re.search(r"Submitted batch job (\d+)", log_path.read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return None
-    if not found:
+    return found.group(1) if found else None
+
+
+def slurm_failure(log_path: Path, output_template: str, lines: int = 3) -> str | None:
+    """For a failed ``sbatch --wait``: the job id (:func:`submitted_job`) and the last lines of the job's output,
+    on one line."""
+    job = submitted_job(log_path)
+    if job is None:
         return None
-    output = Path(output_template.replace("%j", found.group(1)))
+    output = Path(output_template.replace("%j", job))
     try:
         tail = [line.strip() for line in output.read_text(encoding="utf-8", errors="replace").splitlines()
                 if line.strip()][-lines:]
     except OSError:
         tail = ["(no output file)"]
     cause = first_error(output)
-    return (f"SLURM job {found.group(1)} failed{': ' + cause if cause else ''}; last lines of {output}: "
+    return (f"SLURM job {job} failed{': ' + cause if cause else ''}; last lines of {output}: "
             f"{' | '.join(tail)}")
 
 
@@ -33,12 +39,9 @@ def slurm_never_trained(log_path: Path, folder: Path) -> str | None:
     None when it did."""
     if (folder / "summary.json").exists():
         return None
-    try:
-        found = re.search(r"Submitted batch job (\d+)", log_path.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        found = None
-    job = f"SLURM job {found.group(1)}" if found else "the SLURM job"
-    return (f"{job} ended without training (no rank wrote {folder / 'summary.json'}): SLURM did not start it on "
+    job = submitted_job(log_path)
+    named = f"SLURM job {job}" if job else "the SLURM job"
+    return (f"{named} ended without training (no rank wrote {folder / 'summary.json'}): SLURM did not start it on "
             f"its node; `scontrol show job` says how it ended, the node's slurmd log why")
 
 
