@@ -49,7 +49,7 @@ def test_the_wrapped_attention_returns_the_heads_apart_as_transformers_does():
 
     ALL_ATTENTION_FUNCTIONS["sdpa"] = merged
     try:
-        heads_apart()
+        heads_apart("sdpa")
         out, _ = ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, None)
     finally:
         ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa

@@ -156,7 +156,7 @@ def stated_kv_heads(config: Any) -> Iterator[None]:
             del text.num_key_value_heads
 
 
-def heads_apart(attention: str = "sdpa") -> None:
+def heads_apart(attention: str) -> None:
     """Give transformers' attention table the output shape its models expect from DeepSpeed's Ulysses wrapper (just
     registered under the ``attention`` the model calls). Transformers' attention functions return (batch, sequence,
     heads, head width) (integrations/sdpa_attention.py); DeepSpeed 0.19.8's wrapper returns (batch, local sequence,
