@@ -21,15 +21,15 @@ from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.io import check_creatable_folder, read_json, read_text
-from dsbench.strategies import CHECKPOINTED_ENGINES
+from dsbench.strategies import ENGINES
 
 MANIFEST = "dsbench_checkpoint.json"
 LATEST = "latest"
 FORMAT = 1
-# Strategies whose checkpoints dsbench writes, and how: DeepSpeed's engine (ZeRO 0-3, offload, its pipeline)
-# or torch.distributed.checkpoint (DCP) for the native ones. torch_pp/torch_tp are not covered yet.
-# DeepSpeed saves its own layout; the torch engines save torch.distributed.checkpoint (DCP)
-FORMATS = {engine: "deepspeed" if engine == "deepspeed" else "dcp" for engine in CHECKPOINTED_ENGINES}
+# How each engine writes its checkpoints: DeepSpeed's engine (ZeRO 0-3, offload, its pipeline) its own files, the
+# torch engines torch.distributed.checkpoint (DCP) under the model's own parameter names (worker/dcp_state.py; the
+# pipeline stages' since 2026-12-01), so any torch engine resumes another's.
+FORMATS = {engine: "deepspeed" if engine == "deepspeed" else "dcp" for engine in ENGINES}
 # What must match for a resumed run to continue the same training: the data order depends on the seed, the
 # sequence length and the global batch (data.BatchPlan), the weights on the model.
 MUST_MATCH = ("model", "seq_len", "seed", "global_batch", "precision")

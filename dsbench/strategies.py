@@ -24,10 +24,6 @@ from dsbench.parallel import ParallelDims
 ENGINES = ("deepspeed", "ddp", "fsdp", "single", "torch_pp", "torch_tp", "torch_3d")
 """``dsbench launch --strategy``: the engine each rank trains with (``auto`` picks ddp or single by world size)."""
 LAUNCH_STRATEGIES = ("auto", *ENGINES)
-CHECKPOINTED_ENGINES = ("deepspeed", "ddp", "fsdp", "single", "torch_tp")
-"""Engines that save and resume checkpoints. torch_tp's DTensor shards go through DCP as FSDP2's do, under the
-model's own parameter names (since 2026-12-01); torch_pp and torch_3d hold their stages under other names (an
-interleaved rank's chunks in a list), so they cannot save yet."""
 RENDERED_ENGINES = ("deepspeed", "ddp", "fsdp")
 """Engines ``dsbench render`` writes a config for, and the kinds of accelerate YAML dsbench launches."""
 ACCELERATE_TYPES = {"DEEPSPEED": "deepspeed", "FSDP": "fsdp", "MULTI_GPU": "ddp", "NO": "single"}

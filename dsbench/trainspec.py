@@ -18,11 +18,9 @@ from typing import Any, Literal
 from dsbench.errors import UserError
 from dsbench.parallel import interleaved_accepts
 from dsbench.spec import DEFAULT_MICRO_BATCH
-from dsbench.strategies import CHECKPOINTED_ENGINES, LAUNCH_STRATEGIES, SPLIT_ENGINES
+from dsbench.strategies import LAUNCH_STRATEGIES, SPLIT_ENGINES
 
 STRATEGIES = LAUNCH_STRATEGIES
-CHECKPOINTED = CHECKPOINTED_ENGINES
-"""Strategies whose checkpoints dsbench writes and resumes (dsbench.checkpoints.FORMATS)."""
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "interleaved-zb")
 INTERLEAVED = ("interleaved", "interleaved-zb")
 """torch_pp's schedules over ``--virtual-stages`` chunks per rank: interleaved 1F1B, and its zero-bubble form."""
@@ -172,10 +170,6 @@ class TrainSpec:
                             ("--out", self.out)):
             if value is not None and not value.strip():
                 raise UserError(f"{flag} is empty: give a path, or leave the flag out")
-        if (self.checkpoint_dir or self.resume) and self.strategy not in (*CHECKPOINTED, "auto"):
-            flag = "--checkpoint-dir" if self.checkpoint_dir else "--resume"
-            raise UserError(f"{flag}: checkpoints of --strategy {self.strategy} are not supported yet (supported: "
-                            f"{', '.join(CHECKPOINTED)})")
         if self.save_every < 0:
             raise UserError(f"--save-every must be >= 0 (0: save after the last step only), got {self.save_every}")
         if self.save_every and not self.checkpoint_dir:

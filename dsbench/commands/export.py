@@ -16,7 +16,7 @@ from dsbench.errors import UserError
 @click.option("--max-shard-size", default="2GB", show_default=True,
               help="Largest safetensors shard (as save_pretrained's max_shard_size).")
 def export(checkpoint: str, out: str, max_shard_size: str) -> None:
-    """Write a checkpoint (DeepSpeed ZeRO 0-3, or DCP of ddp/fsdp/single) as a new Hugging Face folder:
+    """Write a checkpoint (DeepSpeed ZeRO 0-3 or its pipeline, or DCP of a torch engine) as a new Hugging Face folder:
     config, tokenizer and safetensors weights that from_pretrained loads. CHECKPOINT is a --checkpoint-dir
     (its latest) or one global_stepN folder in it. Exit 2 for a bad checkpoint or OUT, 1 for an I/O error."""
     from dsbench.io import parse_size

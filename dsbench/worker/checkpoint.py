@@ -5,7 +5,7 @@ Layout of ``--checkpoint-dir D`` (DeepSpeed's own layout, so its tools read it t
     D/latest                        the tag of the newest *complete* checkpoint (text, as DeepSpeed writes it)
     D/global_step10/                one checkpoint (DeepSpeed's tag naming)
         mp_rank_00_model_states.pt  ...  DeepSpeed's engine files (deepspeed strategy), or
-        __0_0.distcp .metadata           torch.distributed.checkpoint shards (ddp, fsdp, single)
+        __0_0.distcp .metadata           torch.distributed.checkpoint shards (the torch engines)
         dsbench_rank0.pt ...             per rank: RNG states (and the LR schedule of native strategies)
         hf/config.json, tokenizer        what ``dsbench export`` needs to make a Hugging Face folder
         dsbench_checkpoint.json          the manifest, written last: step, strategy, layout, definition
@@ -40,7 +40,7 @@ from dsbench.io import (
     atomic_write_text,
     write_failed,
 )
-from dsbench.worker import safe_load
+from dsbench.worker import dcp_state, safe_load
 
 UNIVERSAL_SUFFIX = "_universal"
 UNIVERSAL_DONE = "dsbench_universal.json"
@@ -172,10 +172,7 @@ def save(engine: Any, strategy: str, folder: Path, step: int, info: Any, manifes
         folder.mkdir(parents=True, exist_ok=True)
         move_aside(target)
     comm.barrier()  # sync point: the tag folder is fresh before any rank writes into it
-    storage = FORMATS.get(strategy)
-    if storage is None:
-        raise UserError(f"--checkpoint-dir: checkpoints of --strategy {strategy} are not supported yet "
-                        f"(supported: {', '.join(FORMATS)})")
+    storage = FORMATS[strategy]
     with _refused_writes(target):
         _write_parts(engine, strategy, storage, folder, target, tag, info, hf_files)
     comm.barrier()  # sync point: every rank's files are on disk before the checkpoint is declared complete
@@ -234,10 +231,8 @@ def _write_parts(engine: Any, strategy: str, storage: str, folder: Path, target:
         engine.engine.save_checkpoint(str(folder), tag=tag, save_latest=False)
     else:
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        model_state, optim_state = get_state_dict(engine.model, engine.optimizer)
-        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(target))  # collective
+        dcp.save(dcp_state.states(engine), checkpoint_id=str(target))  # collective
         extras["scheduler"] = engine.scheduler.state_dict()
         extras["loss_scale"] = engine.loss_scale.state_dict()  # fp16's scale (the identity's in fp32 and bf16)
     _save_rank_file(target, info.rank, extras)
@@ -268,13 +263,11 @@ def _load_states(engine: Any, target: Path, manifest: Manifest, extras: dict[str
             raise UserError(f"{source}: DeepSpeed found no checkpoint to load there")
     else:
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-        model_state, optim_state = get_state_dict(engine.model, engine.optimizer)
-        state = {"model": model_state, "optim": optim_state}
+        flat = dcp_state.is_flat(target)
+        state = dcp_state.states(engine, flat)
         dcp.load(state, storage_reader=safe_load.safe_reader(target))  # collective; reshards to this run's layout
-        set_state_dict(engine.model, engine.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
+        dcp_state.restore(engine, state, flat)
         engine.scheduler.load_state_dict(extras["scheduler"])
         if isinstance(extras.get("loss_scale"), dict):  # checkpoints before 2026-11-30 have none: 2**16 again
             engine.loss_scale.load_state_dict(extras["loss_scale"])

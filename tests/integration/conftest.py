@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import DATA, ROOT
 
 STEPS = 12
 LR_WARMUP = ["--warmup-steps", "8"]
@@ -37,7 +37,17 @@ PIPE = ["--zero", "0", "--pipeline-stages", "2", "--grad-accum", "2", *MB]
 # llama-tiny: test_model_parallel.py's torch_tp2_dp2_llama (its parity with one process), launched once
 TORCH_TP = ["--strategy", "torch_tp", "--tp", "2", "--launcher", "torchrun", "--model", "llama-tiny", "--micro-batch",
             "2", "--num-gpus", "4", "--sequence-parallel", "--loss-parallel"]
-SAVED = (ZERO2, ZERO3, DDP, FSDP, PIPE, [*TORCH_TP, *LLAMA])
+# torch's pipelining (since 2026-12-01 they save too): GPipe over 2 stages of gpt2-tiny, whose tied embedding the first
+# and last stage both hold; torch_3d on 8 ranks (tp 2 x pp 2 x FSDP over 2 replicas) on a Qwen3 with a tied head,
+# under the interleaved schedule (each rank's two chunks in a list). test_model_parallel.py's torch_pipe2_gpt2 and
+# torch_3d_tp2_pp2_dp2_interleaved2_qwen3_tied (their parity with one process), launched once
+TORCH_PP = ["--strategy", "torch_pp", "--pipeline-stages", "2", "--launcher", "torchrun", "--model", "gpt2-tiny",
+            "--micro-batch", "1", "--grad-accum", "4", "--num-gpus", "2", "--pipeline-schedule", "gpipe"]
+QWEN3_TIED = DATA / "models" / "qwen3-tied-tiny"  # tied embeddings, q/k norms, wide heads (tests/data/models/README.md)
+TORCH_3D = ["--strategy", "torch_3d", "--tp", "2", "--pipeline-stages", "2", "--launcher", "torchrun", "--model",
+            str(QWEN3_TIED), "--micro-batch", "1", "--grad-accum", "2", "--num-gpus", "8", "--pipeline-schedule",
+            "interleaved", "--virtual-stages", "2"]
+SAVED = (ZERO2, ZERO3, DDP, FSDP, PIPE, [*TORCH_TP, *LLAMA], TORCH_PP, [*TORCH_3D, *LLAMA])
 """Cells whose session run also saves a checkpoint at SAVE_AT and at the end, into RUN/checkpoints: the straight
 runs test_checkpoint.py resumes and exports. Saving changes nothing in the run (it reads the state), which their
 parity with one process checks too."""

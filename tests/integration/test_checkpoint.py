@@ -1,7 +1,7 @@
 """Checkpoints on 2 CPU ranks: 12 steps straight vs 6 + resume 6 give the same losses and learning rates
-(ZeRO-2, ZeRO-3, DDP, FSDP2, DeepSpeed's pipeline engine; DTensor TP on 4 ranks); a resume on another world size
-(DCP resharding, DeepSpeed's universal checkpoint); `dsbench export` against DeepSpeed's and torch's own
-consolidation, and against the training run's own loss.
+(ZeRO-2, ZeRO-3, DDP, FSDP2, DeepSpeed's pipeline engine, torch's pipelining; DTensor TP on 4 ranks, torch_3d on 8);
+a resume on another world size (DCP resharding, across engines too; DeepSpeed's universal checkpoint);
+`dsbench export` against DeepSpeed's and torch's own consolidation, and against the training run's own loss.
 
 The straight runs are the session's cells (conftest SAVED: the runs test_launch_strategies.py, the accelerate YAMLs,
 SLURM and the test bed are checked against), which save at step 6 and at the end; their LR still ramps at step 6
@@ -29,7 +29,11 @@ pytestmark = pytest.mark.dist
 STRATEGIES = {"zero2": session.ZERO2, "zero3": session.ZERO3, "ddp": session.DDP, "fsdp": session.FSDP,
               "pipe": session.PIPE,  # the pipeline engine writes one file per layer
               # DTensor TP since 2026-12-01: tp 2 x dp 2 on llama-tiny, its DCP files hold each rank's shards
-              "torch_tp": [*session.TORCH_TP, *session.LLAMA]}
+              "torch_tp": [*session.TORCH_TP, *session.LLAMA],
+              # torch's pipelining since 2026-12-01: each rank's stages under the model's names (worker/dcp_state.py);
+              # GPipe on gpt2-tiny (the tied embedding on both stages), and tp 2 x pp 2 x FSDP over 2 replicas on a
+              # tied Qwen3, interleaved (8 ranks)
+              "torch_pp": session.TORCH_PP, "torch_3d": [*session.TORCH_3D, *session.LLAMA]}
 SAVED = f"global_step{SAVE_AT}"
 
 
@@ -81,12 +85,15 @@ def test_resume_reproduces_the_uninterrupted_run(trained, name):
     assert (checkpoints / "latest").read_text() == f"global_step{STEPS}"
 
 
-def test_fsdp_checkpoint_resumes_on_one_rank(trained, tmp_path):
-    """DCP reshards: the 2-rank FSDP2 checkpoint continues on 1 rank with the same global batch (2 x 2)."""
-    checkpoints, straight, _ = trained.get("fsdp")
+def test_a_torch_3d_checkpoint_resumes_on_one_rank_under_fsdp(trained, tmp_path):
+    """DCP reshards, across engines: the checkpoint of 8 torch_3d ranks (TP slices, FSDP2 shards, 2 pipeline stages in
+    4 chunks) continues under FSDP2 on 1 rank with the same global batch (micro 2 x 2). Until 2026-12-01 this test
+    resumed the 2-rank FSDP2 checkpoint, whose shards these include."""
+    checkpoints, straight, _ = trained.get("torch_3d")
     folder = tmp_path / "one-rank"
-    result = launch([*STRATEGIES["fsdp"], "--num-gpus", "1"], folder, "--grad-accum", "2", "--resume",
-                    str(checkpoints / SAVED))
+    result = launch(["--strategy", "fsdp", "--launcher", "torchrun", "--num-gpus", "1", "--model",
+                     str(session.QWEN3_TIED), "--micro-batch", "2", *session.LLAMA], folder, "--grad-accum", "2",
+                    "--resume", str(checkpoints / SAVED))
     assert result.returncode == 0, result.stderr[-3000:]
     again = [s["loss"] for s in load_run(folder)["steps"]]
     after = [s["loss"] for s in straight["steps"] if s["step"] >= SAVE_AT]
@@ -163,7 +170,7 @@ def _loss_at(export: Path, header: dict, step: int) -> float:
     return sum(losses) / len(losses)
 
 
-@pytest.mark.parametrize("name", ["zero2", "zero3", "fsdp", "pipe", "torch_tp"])
+@pytest.mark.parametrize("name", ["zero2", "zero3", "fsdp", "pipe", "torch_tp", "torch_pp", "torch_3d"])
 def test_export_gives_the_training_models_weights_and_logits(trained, tmp_path, name):
     import torch
     from safetensors.torch import load_file
@@ -187,7 +194,7 @@ def test_export_gives_the_training_models_weights_and_logits(trained, tmp_path, 
         # check is the loss below
         worst = max(float((exported[k] - oracle[k]).norm() / oracle[k].norm()) for k in exported)
         assert worst < 0.05, worst
-    elif name in ("fsdp", "torch_tp"):  # DCP: FSDP2's shards, TP's column and row slices, consolidated by torch
+    elif name.startswith(("fsdp", "torch_")):  # DCP: FSDP2's shards, TP's slices, the stages, consolidated by torch
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
         dcp_to_torch_save(checkpoints / SAVED, tmp_path / "oracle.pt")

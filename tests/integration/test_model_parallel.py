@@ -10,8 +10,7 @@ import json
 
 import pytest
 
-from tests.conftest import DATA
-from tests.integration.conftest import LLAMA, STEPS, TORCH_TP, dsbench, load_run
+from tests.integration.conftest import LLAMA, QWEN3_TIED, STEPS, TORCH_3D, TORCH_PP, TORCH_TP, dsbench, load_run
 
 pytestmark = pytest.mark.dist
 
@@ -19,7 +18,6 @@ pytestmark = pytest.mark.dist
 # conftest's LLAMA flags (`--lr 1e-3 --grad-clip 0.3`: every layout clips), as test_launch_strategies.py's
 # single_llama and AutoTP do: two of the references below are that file's runs, the same commands, launched once
 # per session through the run cache.
-QWEN3_TIED = DATA / "models" / "qwen3-tied-tiny"  # tied embeddings, q/k norms, wide heads (tests/data/models/README.md)
 # The 2-rank Llama layouts run with their options (recompute, the fused optimizer), which change neither the losses
 # nor the states each rank holds: those runs carry the layouts' assertions too, and the plain layouts train in
 # test_issue_compare_matrix_trains_every_strategy (pipe2, torch_pipe2, torch_tp2 on llama-tiny, at DDP's losses).
@@ -38,8 +36,8 @@ COMMANDS = {
                               "--fused-optimizer",
     "torch_tp2_ckpt_llama": "--strategy torch_tp --tp 2 --launcher torchrun --model llama-tiny --num-gpus 2 "
                             "--micro-batch 4 --recompute selective-op -- --fused-optimizer",
-    "torch_pipe2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-tiny "
-                        "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --pipeline-schedule gpipe",
+    # the session's TORCH_PP cell (GPipe), which also saves the checkpoints test_checkpoint.py resumes and exports
+    "torch_pipe2_gpt2": " ".join(TORCH_PP),
     # interleaved 1F1B, 2 chunks per rank of gpt2-mini's 4 blocks (tied embeddings: rank 0's first chunk and rank
     # 1's last hold the matrix), with the attention core recomputed (--recompute selective)
     "torch_pipe2_interleaved2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-mini "
@@ -66,9 +64,8 @@ COMMANDS = {
     # 2 shards)
     "torch_3d_tp2_pp2_llama": "--strategy torch_3d --tp 2 --pipeline-stages 2 --launcher torchrun --model llama-tiny "
                               "--micro-batch 2 --grad-accum 2 --num-gpus 4",
-    "torch_3d_tp2_pp2_dp2_interleaved2_qwen3_tied": (
-        f"--strategy torch_3d --tp 2 --pipeline-stages 2 --launcher torchrun --model {QWEN3_TIED} --micro-batch 1 "
-        "--grad-accum 2 --num-gpus 8 -- --pipeline-schedule interleaved --virtual-stages 2"),
+    # (the session's TORCH_3D cell, which saves the checkpoints test_checkpoint.py resumes and exports)
+    "torch_3d_tp2_pp2_dp2_interleaved2_qwen3_tied": " ".join(TORCH_3D),
     "torch_3d_pp2_hsdp_llama": "--strategy torch_3d --pipeline-stages 2 --dp-shard 2 --launcher torchrun "
                                "--model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 8",  # batch 8
     # references: one process, the same global batch

@@ -20,6 +20,7 @@ from torch import nn
 
 from dsbench.parallel import ParallelDims
 from dsbench.trainspec import INTERLEAVED
+from dsbench.worker.dcp_state import StageNames
 from dsbench.worker.dist import Collectives
 from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine
 from dsbench.worker.engines.busy import BusyClock
@@ -106,6 +107,11 @@ def stage_layers(split: Split, stage: int, stages: int) -> list[nn.Module]:
     return layers
 
 
+def _as_one(parts: list[Any]) -> Any:
+    """A rank's stage modules as one module: the stage itself, or an interleaved rank's chunks in a list."""
+    return parts[0] if len(parts) == 1 else nn.ModuleList(parts)
+
+
 def schedule_class(schedule: str) -> Any:
     """torch's schedule class for a ``--pipeline-schedule`` value (the engine's, and calibrate's timing of them)."""
     from torch.distributed import pipelining
@@ -140,14 +146,14 @@ class TorchPipelineEngine(TorchAdamWEngine):
         split = split_model(model)
         chunks = options.virtual_stages if schedule in INTERLEAVED else 1  # they divide the layers: layout_check.py
         indices = [self.stage + k * dims.pp for k in range(chunks)]  # this rank's chunks, non-adjacent
-        parts = self.parallelize([Stage(stage_layers(split, i, dims.pp * chunks),
-                                        autocast(options, dist_info.device)).to(device) for i in indices])
-        self.module = parts[0] if chunks == 1 else nn.ModuleList(parts)
-        self.tied: tuple[Any, Any] | None = None
-        if split.tied and dims.pp > 1:  # the first and last stage of each column hold the embedding matrix
-            groups = [dist.new_group([int(columns[0, c]), int(columns[-1, c])]) for c in range(columns.shape[1])]
-            if self.stage in (0, dims.pp - 1):
-                self.tied = (split.embed.embedding.weight, groups[column])
+        parts = [Stage(stage_layers(split, i, dims.pp * chunks), autocast(options, dist_info.device)).to(device)
+                 for i in indices]
+        # the checkpoint names each tensor as the model does (worker/dcp_state.py): matched before parallelize
+        # swaps the parameters for DTensors (the stages' own keys stay)
+        self.stage_names = StageNames.of(model, _as_one(parts))
+        parts = self.parallelize(parts)
+        self.module = _as_one(parts)
+        self.tied = self._tied_copies(split, columns, column)
         kind = schedule_class(schedule)
         stages = [PipelineStage(part, i, dims.pp * chunks, device, group=self.pp_group)
                   for part, i in zip(parts, indices, strict=True)]
@@ -163,6 +169,16 @@ class TorchPipelineEngine(TorchAdamWEngine):
         self.schedule.step = self.busy.wrap(self.schedule.step, "span")
         self.optimizer, self.scheduler = adamw(self.module.parameters(), options)
         self.model, self.measure_states = self.module, False
+
+    def _tied_copies(self, split: Split, columns: Any, column: int) -> tuple[Any, Any] | None:
+        """The tied embedding matrix and the group of its two copies, on the first and last stage of each column
+        (None elsewhere, and for an untied model or one stage). Collective: every rank makes every group."""
+        import torch.distributed as dist
+
+        if not split.tied or self.dims.pp == 1:
+            return None
+        groups = [dist.new_group([int(columns[0, c]), int(columns[-1, c])]) for c in range(columns.shape[1])]
+        return (split.embed.embedding.weight, groups[column]) if self.stage in (0, self.dims.pp - 1) else None
 
     def _scaled_loss(self, output: Any, target: Any) -> Any:
         """The last stage's loss as its backward starts from it: times the fp16 loss scale (train_step divides the
