@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dsbench.configs.layout import data_parallel_size, int_or_none
+from dsbench.configs.layout import data_parallel_size, int_or_none, parallel_degrees
 from dsbench.configs.overrides import get_path
 from dsbench.parallel import ParallelDims
+from dsbench.zero_section import zero_settings
 
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
@@ -55,3 +56,25 @@ def config_batch(config: dict[str, Any], world_size: int, dims: ParallelDims | N
             value is not None and known is None for value, known in zip(values, (tb, mb, ga), strict=True)):
         return None
     return derive_batch(tb, mb, ga, dp)
+
+
+def checked_twice(config: dict[str, Any]) -> bool:
+    """Whether DeepSpeed 0.19.8 checks this config's ``train_batch_size`` against two rank counts that differ, so
+    that no value passes both: AutoTP (``tensor_parallel.autotp_size`` > 1) with ZeRO-3.
+
+    ``deepspeed.initialize`` builds its ``DeepSpeedConfig`` without an mpu and counts every rank (AutoTP's ranks too:
+    :meth:`ParallelDims.deepspeed_batch_ranks`); then ZeRO-3 partitions the parameters through ``zero.Init``
+    (runtime/zero/parameter_offload.py ``_convert_to_zero_parameters``), which builds a second ``DeepSpeedConfig``
+    with the engine's mpu, the TP groups AutoTP has just made, and counts the data-parallel ranks only,
+    world / autotp_size (runtime/config.py ``_batch_assertion``; seen on 2 ranks: "4 != 2 * 1 * 1"). Without
+    ``train_batch_size`` each derives its own from the micro-batch and the accumulation, and both pass."""
+    return parallel_degrees(config)[1] > 1 and zero_settings(config).stage == 3
+
+
+def for_deepspeed(config: dict[str, Any]) -> dict[str, Any]:
+    """The config as ``deepspeed.initialize`` can start it: without ``train_batch_size`` where DeepSpeed checks it
+    twice (:func:`checked_twice`) and the micro-batch is given, so DeepSpeed derives it (the same samples: the
+    micro-batch and the accumulation say how many each rank trains); unchanged otherwise."""
+    if checked_twice(config) and "train_batch_size" in config and "train_micro_batch_size_per_gpu" in config:
+        return {key: value for key, value in config.items() if key != "train_batch_size"}
+    return config

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench.configs.autofill import DEEPSPEED_DEFAULTS, AutoInputs, fill_auto
+from dsbench.configs.batch import for_deepspeed
 from dsbench.configs.overrides import apply_overrides, deep_merge, get_path, set_path
 from dsbench.configs.templates import load_template
 from dsbench.parallel import bubble_fraction
@@ -107,7 +108,8 @@ def render(spec: RenderSpec) -> tuple[dict[str, Any], list[str]]:
         values = ", ".join(f"{path.split('.')[1]} {DEEPSPEED_DEFAULTS[path]:,}" for path in defaulted)
         notes.append(f"no --model given, so DeepSpeed's defaults apply to {values} (pass --model to size them as the "
                      "HF Trainer does)")
-    return _sorted(config), notes
+    # under AutoTP with ZeRO-3 DeepSpeed checks train_batch_size against two rank counts: left out, it derives it
+    return _sorted(for_deepspeed(config)), notes
 
 
 def _sorted(data: Any) -> Any:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
-from dsbench.configs.batch import BATCH_KEYS, derive_batch
+from dsbench.configs.batch import BATCH_KEYS, checked_twice, derive_batch
 from dsbench.configs.findings import Finding
 from dsbench.configs.inert_check import check_inert
 from dsbench.configs.layout import int_or_none, layout_of, parallel_degrees, ulysses_degree
@@ -154,6 +154,13 @@ def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Fin
                            "DeepSpeed raises warmup_num_steps 1 to 2 (runtime/lr_schedules.py), so step 1 runs at "
                            "warmup_min_lr and makes no update",
                            fix="delete the scheduler for a constant LR, or use warmup_num_steps >= 2"))
+    if checked_twice(config) and "train_batch_size" in config:
+        out.append(Finding(severity="warning", code="autotp-zero3-train-batch", path="train_batch_size",
+                           message=f"AutoTP (autotp_size {parallel_degrees(config)[1]}) with ZeRO-3: DeepSpeed 0.19.8 "
+                                   "checks train_batch_size against every rank at start-up, then against the "
+                                   "data-parallel ranks (world / autotp_size) when ZeRO-3 partitions the parameters, "
+                                   "so no value passes both (dsbench's worker leaves it out)",
+                           fix="delete train_batch_size and set train_micro_batch_size_per_gpu: DeepSpeed derives it"))
     out += _pipeline_combinations(config, stage, opt_dev)
     return out
 

@@ -27,8 +27,10 @@ CELLS = {
     "fsdp": FSDP,
     "accelerate_zero2": ["--launcher", "accelerate", "--zero", "2", "--micro-batch", "2"],
     "accelerate_fsdp": ["--launcher", "accelerate", "--strategy", "fsdp", "--micro-batch", "2"],
-    # DeepSpeed AutoTP (ZeRO-1, tensor parallel 2) on Llama: both ranks share one batch of 4
-    "autotp": ["--preset", "tp", "--model", "llama-tiny", "--micro-batch", "4", *LLAMA],
+    # DeepSpeed AutoTP (tensor parallel 2) on Llama under ZeRO-3: both ranks share one batch of 4. Since 2026-12-01
+    # (ZeRO-1 before, which issue 10's zero1_tp2 in test_model_parallel.py trains): DeepSpeed refused every
+    # train_batch_size of AutoTP with ZeRO-3, which the config now leaves out (configs/batch.checked_twice)
+    "autotp": ["--preset", "tp", "--zero", "3", "--model", "llama-tiny", "--micro-batch", "4", *LLAMA],
     # the Llama reference: test_model_parallel.py's single_llama_4, the same command (one launch for both files)
     "single_llama": ["--strategy", "single", "--launcher", "torchrun", "--num-gpus", "1", "--model", "llama-tiny",
                      "--micro-batch", "4", *LLAMA],

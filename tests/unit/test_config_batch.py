@@ -51,3 +51,56 @@ def test_explain_and_plan_say_the_batch_deepspeed_runs(cli_run, tmp_path, monkey
         assert planned.exit_code == 0, planned.output
         workload = json.loads(planned.output)["workload"]
         assert (workload["micro_batch"], workload["grad_accum"], workload["global_batch"]) == (micro, accum, train)
+
+
+class _TensorParallelGroups:
+    """What ZeRO-3's zero.Init hands DeepSpeedConfig once AutoTP has made its groups (deepspeed.utils.groups): the
+    data-parallel ranks, world / autotp_size."""
+
+    def __init__(self, data_parallel: int) -> None:
+        self.data_parallel = data_parallel
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.data_parallel
+
+
+def _both_checks(config, world, tp, monkeypatch):
+    """DeepSpeed's two DeepSpeedConfig checks of an AutoTP + ZeRO-3 config: deepspeed.initialize's (no mpu, every
+    rank counted) and zero.Init's (the TP groups' data-parallel size)."""
+    from deepspeed.runtime import config as ds_config
+
+    monkeypatch.setattr(ds_config.dist, "get_world_size", lambda *a, **k: world)
+    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
+    first = ds_config.DeepSpeedConfig(dict(config))
+    second = ds_config.DeepSpeedConfig(dict(config), _TensorParallelGroups(world // tp))
+    return first, second
+
+
+@pytest.mark.parametrize("world, tp", [(2, 2), (4, 2), (8, 4)])
+def test_autotp_under_zero3_renders_a_batch_both_of_deepspeeds_checks_accept(monkeypatch, world, tp):
+    """Oracle: DeepSpeed's own DeepSpeedConfig, built as deepspeed.initialize and ZeRO-3's zero.Init build it. With
+    the train_batch_size dsbench rendered until 2026-12-01 the second refuses it (`dsbench launch --zero 3 --tp 2`
+    stopped on every rank); rendered now, each derives it, over the micro-batch and accumulation dsbench gave."""
+    from dsbench.configs.batch import checked_twice
+    from dsbench.configs.render import render
+    from dsbench.spec import RenderSpec
+
+    config, _ = render(RenderSpec(zero=3, tp=tp, world_size=world, micro_batch=2, grad_accum=2))
+    assert checked_twice(config) and "train_batch_size" not in config
+    first, second = _both_checks(config, world, tp, monkeypatch)
+    assert (first.train_micro_batch_size_per_gpu, first.gradient_accumulation_steps) == (2, 2)
+    assert (second.train_micro_batch_size_per_gpu, second.gradient_accumulation_steps) == (2, 2)
+    assert config_batch(config, world).train == first.train_batch_size  # what dsbench's rank completes it to
+    with pytest.raises(AssertionError, match="train_batch_size is not equal"):
+        _both_checks({**config, "train_batch_size": first.train_batch_size}, world, tp, monkeypatch)
+
+
+@pytest.mark.parametrize("stage, tp", [(2, 2), (3, 1), (1, 2)])
+def test_only_autotp_under_zero3_loses_its_train_batch_size(stage, tp):
+    from dsbench.configs.batch import for_deepspeed
+    from dsbench.configs.render import render
+    from dsbench.spec import RenderSpec
+
+    config, _ = render(RenderSpec(zero=stage, tp=tp, world_size=2, micro_batch=2))
+    assert config["train_batch_size"] == 4  # micro 2 x 2 ranks: DeepSpeed counts AutoTP's ranks (no mpu)
+    assert for_deepspeed(config) is config

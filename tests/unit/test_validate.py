@@ -80,10 +80,20 @@ def test_batch_missing_and_bad_types():
     ({"zero_optimization": {"stage": 1, "zero_hpz_partition_size": 8}}, "zeropp-below-zero3", "warning"),
     ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, "fp16-and-bf16", "error"),
     ({"pipeline": {"stages": 2}, "zero_optimization": {"stage": 2}}, "pipeline-zero2", "error"),
+    # DeepSpeed checks it against two rank counts (configs/batch.checked_twice; its own DeepSpeedConfig as the
+    # oracle: tests/unit/test_config_batch.py)
+    ({"tensor_parallel": {"autotp_size": 2}, "zero_optimization": {"stage": 3}, "train_batch_size": 4},
+     "autotp-zero3-train-batch", "warning"),
 ])
 def test_combinations(extra, code, severity):
     findings = run({**BASE, **extra})
     assert (severity, code) in [(f.severity, f.code) for f in findings]
+
+
+def test_autotp_under_zero3_without_train_batch_size_warns_nothing():
+    config = {**BASE, "tensor_parallel": {"autotp_size": 2}, "zero_optimization": {"stage": 3}}
+    config.pop("train_batch_size", None)
+    assert "autotp-zero3-train-batch" not in [f.code for f in run(config)]
 
 
 PIPE_ZERO0 = {**BASE, "gradient_accumulation_steps": 2, "pipeline": {"stages": 2}, "zero_optimization": {"stage": 0},

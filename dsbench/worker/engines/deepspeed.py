@@ -22,9 +22,13 @@ class DeepSpeedEngine:
     def __init__(self, model: Any, options: EngineOptions, dist_info: Any, mpu: Any = None) -> None:
         import deepspeed
 
+        from dsbench.configs.batch import for_deepspeed
+
         assert options.ds_config is not None
+        # the completed config, less a train_batch_size DeepSpeed would check against two rank counts (AutoTP with
+        # ZeRO-3: configs/batch.checked_twice); the batch keys the loop reads stay in options.ds_config
         self.engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                                    config=options.ds_config, mpu=mpu)
+                                                    config=for_deepspeed(options.ds_config), mpu=mpu)
         if options.compile:
             self.engine.compile()  # DeepSpeed's own torch.compile of its module, aware of its ZeRO hooks
         self.model = self.engine
