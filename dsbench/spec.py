@@ -69,7 +69,17 @@ class RenderSpec:
     """The layout of :meth:`dims`, built once by ``__post_init__`` (which refuses degrees that do not divide)."""
 
     def __post_init__(self) -> None:
-        checks = [
+        for ok, message in (*self._ranges(), *self._combinations()):
+            if not ok:
+                raise UserError(message)
+        # raises when tp x pp x sp does not divide the world (frozen: set once, here)
+        object.__setattr__(self, "_dims", ParallelDims(world=self.world_size, tp=self.tp, pp=self.pipeline_stages,
+                                                       sp=self.ulysses))
+        self.grad_accum_steps()  # raises on a global batch that does not divide
+
+    def _ranges(self) -> list[tuple[bool, str]]:
+        """Each flag within its range: (holds, the line that names it)."""
+        return [
             (self.zero in (0, 1, 2, 3), f"--zero must be 0, 1, 2 or 3, got {self.zero}"),
             (self.micro_batch >= 1, f"--micro-batch must be >= 1, got {self.micro_batch}"),
             (self.grad_accum is None or self.grad_accum >= 1, f"--grad-accum must be >= 1, got {self.grad_accum}"),
@@ -79,12 +89,17 @@ class RenderSpec:
             (self.pipeline_stages >= 1, f"--pipeline-stages must be >= 1, got {self.pipeline_stages}"),
             (self.tp >= 1, f"--tp must be >= 1, got {self.tp}"),
             (self.ulysses >= 1, f"--ulysses must be >= 1, got {self.ulysses}"),
-            (self.ulysses == 1 or self.zero >= 1, f"--ulysses {self.ulysses} needs --zero 1, 2 or 3 (DeepSpeed's "
-             "Ulysses averages gradients over the sequence-data-parallel group through ZeRO's reduction)"),
             (self.lr > 0, f"--lr must be > 0, got {self.lr}"),
             (self.grad_clip >= 0, f"--grad-clip must be >= 0, got {self.grad_clip}"),
             (self.warmup_steps >= 0, f"--warmup-steps must be >= 0, got {self.warmup_steps}"),
             (self.train_steps >= 1, f"--train-steps must be >= 1, got {self.train_steps}"),
+        ]
+
+    def _combinations(self) -> list[tuple[bool, str]]:
+        """Flags that DeepSpeed ignores or refuses together: (holds, the line that names them)."""
+        return [
+            (self.ulysses == 1 or self.zero >= 1, f"--ulysses {self.ulysses} needs --zero 1, 2 or 3 (DeepSpeed's "
+             "Ulysses averages gradients over the sequence-data-parallel group through ZeRO's reduction)"),
             (self.train_steps >= self.warmup_steps, f"--train-steps {self.train_steps} is shorter than "
              f"--warmup-steps {self.warmup_steps}: the schedule would end before its warm-up"),
             (self.offload_param == "none" or self.zero == 3,
@@ -97,17 +112,14 @@ class RenderSpec:
              "NVMe offload needs --nvme-path DIR (a folder on a fast local disk)"),
             (self.pipeline_stages == 1 or self.zero <= 1, f"--pipeline-stages {self.pipeline_stages} needs --zero 0 "
              "or 1 (DeepSpeed's pipeline engine rejects ZeRO-2/3)"),
+            (self.pipeline_stages == 1 or self.tp == 1,
+             f"--tp {self.tp} with --pipeline-stages {self.pipeline_stages}: DeepSpeed's AutoTP cannot split its "
+             "pipeline engine's layers; for tensor x pipeline parallelism use "
+             f"--strategy torch_3d --tp {self.tp} --pipeline-stages {self.pipeline_stages} --launcher torchrun"),
             (self.pipeline_stages == 1 or self.offload == "none" or self.precision != "bf16",
              "--offload with --pipeline-stages and --precision bf16: DeepSpeed's pipeline engine fails in the bf16 "
              "optimizer with offload (DeepSpeed#3866); use fp16/fp32 or no offload"),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise UserError(message)
-        # raises when tp x pp x sp does not divide the world (frozen: set once, here)
-        object.__setattr__(self, "_dims", ParallelDims(world=self.world_size, tp=self.tp, pp=self.pipeline_stages,
-                                                       sp=self.ulysses))
-        self.grad_accum_steps()  # raises on a global batch that does not divide
 
     def dims(self) -> ParallelDims:
         """The parallel layout of the world these flags describe."""

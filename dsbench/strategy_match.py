@@ -54,7 +54,7 @@ def name_for(strategy: str, **options: Any) -> str | None:
 
 def for_candidate(strategy: str, **options: Any) -> Strategy:
     """The strategy that runs a planner candidate: compare's where it has one, else one named by its parts
-    (``zero1 + tp8 + pp2``, ``fsdp_hybrid``) with the same fields, so that its launch flags are derived alike."""
+    (``fsdp_hybrid``) with the same fields, so that its launch flags are derived alike."""
     name = name_for(strategy, **options)
     if name is not None:
         return get(name)

@@ -198,13 +198,21 @@ def _pipeline_combinations(config: dict[str, Any], stage: int, opt_dev: Any) -> 
     """What DeepSpeed's pipeline engine rejects or wastes: ZeRO-2/3, a bad section, too few micro-batches,
     bf16 with optimizer offload."""
     out: list[Finding] = []
-    pp, _ = parallel_degrees(config)
+    pp, tp = parallel_degrees(config)
     if pp > 1 and stage >= 2:
         out.append(Finding(severity="error", code="pipeline-zero2", path="zero_optimization.stage",
                            message=f"pipeline parallelism ({pp} stages) with ZeRO stage {stage}: DeepSpeed's "
                                    "PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
                                    "parallelism' at initialisation",
                            fix="use zero_optimization.stage 0 or 1 with a pipeline"))
+    if pp > 1 and tp > 1:
+        # deepspeed 0.19.8: the pipeline engine runs AutoTP on its PipelineModule, where module_inject/auto_tp.py
+        # finds no model policy ("Not able to determine model policy automatically"; seen on 4 CPU ranks)
+        out.append(Finding(severity="error", code="pipeline-autotp", path="tensor_parallel.autotp_size",
+                           message=f"pipeline parallelism ({pp} stages) with AutoTP (autotp_size {tp}): DeepSpeed's "
+                                   "AutoTP finds no model policy in the pipeline engine's layers and stops every rank",
+                           fix="drop tensor_parallel or pipeline; dsbench's torch_3d strategy runs tensor x pipeline "
+                               "parallelism"))
     if pp > 1:
         try:
             pipeline_settings(config)

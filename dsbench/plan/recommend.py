@@ -17,9 +17,9 @@ from dsbench.strategies import PLANNER, SIMPLICITY, ULYSSES_SHARDINGS, Strategy
 def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candidate]:
     """Strategies worth estimating on this cluster, each with and without activation checkpointing: data
     parallelism (DDP, ZeRO, FSDP, offload), tensor and pipeline parallelism by DeepSpeed (AutoTP, the pipeline
-    engine, both with ZeRO-1) and by torch (torch_tp, torch_pp), and DeepSpeed Ulysses under ZeRO-1 and ZeRO-3,
-    where the model splits that way (Ulysses not over a sliding window shorter than ``seq_len``, which it would
-    drop: model_checks.check_ulysses)."""
+    engine, both with ZeRO-1) and by torch (torch_tp, torch_pp; torch_3d across nodes), and DeepSpeed Ulysses under
+    ZeRO-1 and ZeRO-3, where the model splits that way (Ulysses not over a sliding window shorter than ``seq_len``,
+    which it would drop: model_checks.check_ulysses)."""
     # every data-parallel strategy but ZeRO-0 (DDP's memory and traffic under DeepSpeed); hybrid FSDP across nodes
     base = [Candidate(strategy=s) for s, how in PLANNER.items() if s != "zero0" and (cl.nodes > 1 or not how.hybrid)]
     base += [Candidate(strategy="zero2", offload="cpu"), Candidate(strategy="zero3", offload="cpu",
@@ -36,8 +36,11 @@ def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candida
         base += [Candidate(strategy=s, ulysses=n) for s in ULYSSES_SHARDINGS for n in degrees]
     base += [Candidate(strategy="zero1", pp=p) for p in degrees]
     base += [Candidate(strategy="ddp", pp=p, engine="torch") for p in degrees]
-    if cl.nodes > 1 and degrees and autotp:
-        base.append(Candidate(strategy="zero1", tp=degrees[-1], pp=cl.nodes))
+    if cl.nodes > 1 and degrees and shape.arch in splitting_families(tp=2):
+        # tensor parallelism within a node, a pipeline stage per node: torch_3d (FSDP2 over any replicas). Until
+        # 2026-12-01 DeepSpeed's AutoTP inside its pipeline engine (zero1 + tp + pp), which stops every rank: AutoTP
+        # finds no model policy in a PipelineModule (configs/validate.py, pipeline-autotp)
+        base.append(Candidate(strategy="fsdp", tp=degrees[-1], pp=cl.nodes, engine="torch"))
     base = [c for c in base if _splits(c, cl, shape)]
     return [variant for cand in base for variant in (cand, replace(cand, checkpointing=True))]
 

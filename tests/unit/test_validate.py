@@ -80,6 +80,8 @@ def test_batch_missing_and_bad_types():
     ({"zero_optimization": {"stage": 1, "zero_hpz_partition_size": 8}}, "zeropp-below-zero3", "warning"),
     ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, "fp16-and-bf16", "error"),
     ({"pipeline": {"stages": 2}, "zero_optimization": {"stage": 2}}, "pipeline-zero2", "error"),
+    ({"pipeline": {"stages": 2}, "tensor_parallel": {"autotp_size": 2}, "zero_optimization": {"stage": 1}},
+     "pipeline-autotp", "error"),  # DeepSpeed's AutoTP finds no policy in a PipelineModule (seen on 4 ranks)
     # DeepSpeed checks it against two rank counts (configs/batch.checked_twice; its own DeepSpeedConfig as the
     # oracle: tests/unit/test_config_batch.py)
     ({"tensor_parallel": {"autotp_size": 2}, "zero_optimization": {"stage": 3}, "train_batch_size": 4},
