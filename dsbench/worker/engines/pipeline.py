@@ -36,6 +36,15 @@ def deepspeed_layers(split: Split) -> list[Any]:
     return [tied(), *layers[1:-1], tied(forward_fn=tied_head)]
 
 
+def _quiet_tied_broadcast(module: Any) -> None:
+    """DeepSpeed broadcasts a tied embedding in place (PipelineModule._synchronize_tied_weights), which torch 2.13
+    records in the graph and warns of at each rank's first backward ("c10d::broadcast_: an autograd kernel was not
+    registered ... may lead to silently incorrect behavior"). The gradients are right: tied gpt2-tiny over 2 stages
+    trains one process's losses (tests/integration/test_model_parallel.py), so the warning is silenced."""
+    if module.tied_comms:
+        warnings.filterwarnings("ignore", message=r"c10d::broadcast_: an autograd kernel", category=UserWarning)
+
+
 class DeepSpeedPipelineEngine:
     """``PipelineEngine.train_batch`` runs all micro-batches (1F1B-style schedule) and the optimizer step."""
 
@@ -55,12 +64,7 @@ class DeepSpeedPipelineEngine:
                                 activation_checkpoint_interval=interval, checkpointable_layers=["BlockPipe"])
         self.engine, _, _, _ = deepspeed.initialize(model=module, model_parameters=module.parameters(),
                                                     config=options.ds_config)
-        if module.tied_comms:
-            # DeepSpeed broadcasts the tied embedding in place (PipelineModule._synchronize_tied_weights), which torch
-            # 2.13 records in the graph and warns of at each rank's first backward ("c10d::broadcast_: an autograd
-            # kernel was not registered ... may lead to silently incorrect behavior"). The gradients are right:
-            # tied gpt2-tiny over 2 stages trains one process's losses (tests/integration/test_model_parallel.py)
-            warnings.filterwarnings("ignore", message=r"c10d::broadcast_: an autograd kernel", category=UserWarning)
+        _quiet_tied_broadcast(module)
         self.model = self.engine
         if first_stage_norm(self.engine):  # DeepSpeed would clip by the first stage's gradients (pipe_clip.py)
             comm = Collectives(dist_info)
