@@ -196,6 +196,8 @@ FIXED = {strategy.name: strategy for strategy in (
 FAMILIES: dict[str, tuple[str, Strategy]] = {
     # DeepSpeed AutoTP with ZeRO-1 (Llama-family and GPT-NeoX models; GPT-2's Conv1D is not split)
     "zero1_tp": ("tp", Strategy("zero1_tp{N}", "deepspeed", "deepspeed", zero=1)),
+    # and with ZeRO-3 (since 2026-12-01: the config leaves train_batch_size to DeepSpeed, configs/batch.checked_twice)
+    "zero3_tp": ("tp", Strategy("zero3_tp{N}", "deepspeed", "deepspeed", zero=3)),
     # DeepSpeed's pipeline engine with ZeRO-1
     "pipe": ("pp", Strategy("pipe{P}", "deepspeed", "deepspeed", zero=1)),
     # torch.distributed.pipelining, 1F1B
@@ -281,7 +283,7 @@ def get(name: str) -> Strategy:
 
 def choices() -> str:
     """The names a user may give, for error messages."""
-    return ", ".join((*FIXED, "zero1_tp{N}", "pipe{P}", "torch_pipe{P}[_interleaved{V}|_zb{V}]",
+    return ", ".join((*FIXED, "zero1_tp{N}", "zero3_tp{N}", "pipe{P}", "torch_pipe{P}[_interleaved{V}|_zb{V}]",
                       "torch_tp{N}[_sp][_lp]", "ulysses{N}", "zero3_ulysses{N}",
                       "torch_3d_tp{T}_pp{P}[_interleaved{V}|_zb{V}][_shard{S}]"))
 

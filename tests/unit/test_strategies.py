@@ -60,7 +60,8 @@ def test_the_scan_finds_a_planted_table():
 
 @pytest.mark.parametrize(("name", "fields"), [
     ("torch_tp4", ("torch_tp", "torchrun", None, 4, 1)), ("pipe3", ("deepspeed", "deepspeed", 1, 1, 3)),
-    ("zero1_tp8", ("deepspeed", "deepspeed", 1, 8, 1)), ("torch_pipe2", ("torch_pp", "torchrun", None, 1, 2)),
+    ("zero1_tp8", ("deepspeed", "deepspeed", 1, 8, 1)), ("zero3_tp2", ("deepspeed", "deepspeed", 3, 2, 1)),
+    ("torch_pipe2", ("torch_pp", "torchrun", None, 1, 2)),
     ("zero3_offload", ("deepspeed", "deepspeed", 3, 1, 1))])
 def test_a_parameterised_name_carries_its_degree(name, fields):
     how = registry.get(name)
@@ -104,7 +105,8 @@ def test_every_planned_strategy_and_its_planner_candidate_name_each_other():
     from dsbench.plan.candidate import Candidate
     from dsbench.plan.verify import candidate_for, compare_strategy
 
-    for name in [*registry.LISTED, "torch_tp4", "pipe4", "zero1_tp8", "torch_pipe8", "torch_tp2_sp", "torch_tp2_lp",
+    for name in [*registry.LISTED, "torch_tp4", "pipe4", "zero1_tp8", "zero3_tp4", "torch_pipe8", "torch_tp2_sp",
+                 "torch_tp2_lp",
                  "torch_tp4_sp_lp", "torch_pipe2_zb2"]:
         how = registry.get(name)
         candidate = candidate_for(name)
