@@ -268,7 +268,8 @@ def _load_states(engine: Any, target: Path, manifest: Manifest, extras: dict[str
         state = dcp_state.states(engine, flat)
         dcp.load(state, storage_reader=safe_load.safe_reader(target))  # collective; reshards to this run's layout
         dcp_state.restore(engine, state, flat)
-        engine.scheduler.load_state_dict(extras["scheduler"])
+        groups = len(engine.optimizer.param_groups)
+        engine.scheduler.load_state_dict(dcp_state.schedule_for(extras["scheduler"], groups))
         if isinstance(extras.get("loss_scale"), dict):  # checkpoints before 2026-11-30 have none: 2**16 again
             engine.loss_scale.load_state_dict(extras["loss_scale"])
 

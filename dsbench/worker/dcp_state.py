@@ -79,16 +79,25 @@ def states(engine: Any, flat: bool = True) -> dict[str, Any]:
     return {"model": model_state, "optim": optim_state}
 
 
+IMPLEMENTATION = ("fused", "foreach", "capturable", "differentiable")
+"""AdamW's parameter-group settings that choose its kernel, not the training: the resuming run keeps its own (a
+checkpoint of a ``--fused-optimizer`` run resumed without it would otherwise step torch_tp's mixed DTensor and plain
+group with the fused kernel, which refuses it)."""
+
+
 def restore(engine: Any, state: dict[str, Any], flat: bool) -> None:
     """Put what DCP loaded into ``state`` (from :func:`states`) into the engine's model and optimizer."""
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict, set_state_dict
 
+    kernels = [{key: group[key] for key in IMPLEMENTATION if key in group} for group in engine.optimizer.param_groups]
     staged: StageNames | None = getattr(engine, "stage_names", None)
     if staged is None:
         set_state_dict(engine.model, engine.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"], options=_options(flat))
     else:  # the model's tensors were loaded in place (StageNames.model_state shares their storage)
         set_optimizer_state_dict(staged.model, engine.optimizer, state["optim"], options=_options(flat))
+    for group, kernel in zip(engine.optimizer.param_groups, kernels, strict=True):
+        group.update(kernel)
 
 
 def is_flat(target: Path) -> bool:
@@ -97,3 +106,18 @@ def is_flat(target: Path) -> bool:
     keys = load_dcp_metadata(target / ".metadata").state_dict_metadata
     # DCP spells a nested group's list of names ``optim.param_groups.<group>.params``; flat, no key is named "params"
     return not any(key.startswith("optim.param_groups.") and key.endswith(".params") for key in keys)
+
+
+def schedule_for(saved: dict[str, Any], groups: int) -> dict[str, Any]:
+    """The LR schedule's saved state for an optimizer of ``groups`` parameter groups. ``--fused-optimizer`` splits
+    torch_tp's and torch_3d's parameters into two groups of one kind each (engines/native.py ``_by_tensor_kind``),
+    which share every setting, so a checkpoint of one form resumes in the other: the per-group lists of torch's
+    ``LambdaLR`` state (``base_lrs``, ``_last_lr``, ``lr_lambdas``) take the resuming optimizer's count of groups."""
+    lists = {key: value for key, value in saved.items() if isinstance(value, list)}
+    if all(len(value) == groups for value in lists.values()):
+        return saved
+    if any(len(set(map(repr, value))) > 1 for value in lists.values()):
+        saved_groups = len(next(iter(lists.values())))
+        raise UserError(f"the checkpoint's LR schedule holds {saved_groups} parameter groups with different "
+                        f"settings; this run's optimizer has {groups}: resume with the same --fused-optimizer setting")
+    return {**saved, **{key: value[:1] * groups for key, value in lists.items()}}

@@ -106,3 +106,53 @@ def test_a_nested_checkpoint_is_read_by_whole_model_engines_and_refused_by_a_sta
     dcp_state.restore(whole, state, flat=False)
     with pytest.raises(UserError, match="written before 2026-12-01.*resume it with --strategy ddp, fsdp"):
         dcp_state.states(saved, flat=False)
+
+
+def test_a_fused_runs_checkpoint_resumes_without_it_and_keeps_the_resuming_kernel(tmp_path):
+    """--fused-optimizer splits the parameters into groups of one tensor kind and steps the fused kernel; a resume
+    without it keeps its one group and its own kernel choice (the fused kernel refuses torch_tp's mixed group)."""
+    import torch.distributed.checkpoint as dcp
+
+    saved = engine_for(seed=1)
+    params = list(saved.model.parameters())
+    saved.optimizer = torch.optim.AdamW([{"params": params[:2]}, {"params": params[2:]}], lr=1e-3, fused=True)
+    for param in params:
+        param.grad = torch.ones_like(param)
+    saved.optimizer.step()
+    dcp.save(dcp_state.states(saved), checkpoint_id=str(tmp_path / "ck"), no_dist=True)
+
+    fresh = engine_for(seed=2)  # torch AdamW's default kernel, one group
+    state = dcp_state.states(fresh)
+    dcp.load(state, storage_reader=safe_load.safe_reader(tmp_path / "ck"), no_dist=True)
+    dcp_state.restore(fresh, state, flat=True)
+    [group] = fresh.optimizer.param_groups
+    assert not group["fused"] and len(group["params"]) == len(params)
+    for mine, theirs in zip(fresh.model.parameters(), params, strict=True):
+        assert torch.equal(fresh.optimizer.state[mine]["exp_avg"], saved.optimizer.state[theirs]["exp_avg"])
+
+
+def _scheduler(groups: int, lrs: tuple[float, ...] = (), steps: int = 3) -> tuple:
+    """torch AdamW over ``groups`` groups and the native engines' LambdaLR warm-up, stepped ``steps`` times."""
+    from dsbench.worker.engines.base import warmup_factor
+
+    params = [torch.nn.Parameter(torch.zeros(2)) for _ in range(groups)]
+    lrs = lrs or (1e-3,) * groups
+    optimizer = torch.optim.AdamW([{"params": [p], "lr": lr} for p, lr in zip(params, lrs, strict=True)])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_factor(step, 8))
+    for _ in range(steps):
+        optimizer.step()
+        scheduler.step()
+    return optimizer, scheduler
+
+
+def test_the_lr_schedule_of_two_like_groups_resumes_on_one_and_back():
+    """Oracle: the same schedule built on the resuming optimizer's group count and stepped as often."""
+    _, two = _scheduler(2)
+    for groups in (1, 2, 3):
+        _, expected = _scheduler(groups)
+        _, resumed = _scheduler(groups, steps=0)  # a fresh run's, before the checkpoint's state
+        resumed.load_state_dict(dcp_state.schedule_for(two.state_dict(), groups))
+        assert resumed.state_dict() == expected.state_dict()
+    _, unlike = _scheduler(2, lrs=(1e-3, 1e-4))
+    with pytest.raises(UserError, match="resume with the same --fused-optimizer setting"):
+        dcp_state.schedule_for(unlike.state_dict(), 1)
