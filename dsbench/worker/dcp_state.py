@@ -12,8 +12,8 @@ on the first and last stage, a data-parallel replica) are written once: DCP keep
 The optimizer's state is flat, one key per parameter (``state.<name>.exp_avg``, ``param_groups.<name>.lr``;
 torch's ``flatten_optimizer_state_dict``, as torchtitan saves pipeline stages): a nested state lists each group's
 parameter names in one object (``optim.param_groups.0.params``), which DCP keeps from one rank only, so it would name
-only that rank's stage. Checkpoints written
-before 2026-12-01 hold the nested form (:func:`is_flat`), which the engines that hold the whole model still read.
+only that rank's stage. Checkpoints written before 2026-12-01 hold the nested form (:func:`is_flat`), which the
+engines that hold the whole model still read.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def states(engine: Any, flat: bool = True) -> dict[str, Any]:
     """This rank's ``{"model": ..., "optim": ...}`` for DCP to save, or to load into (then :func:`restore`)."""
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, get_state_dict
 
-    staged: StageNames | None = getattr(engine, "stage_names", None)
+    staged: StageNames | None = engine.stage_names
     if staged is None:
         model_state, optim_state = get_state_dict(engine.model, engine.optimizer, options=_options(flat))
     else:
@@ -90,7 +90,7 @@ def restore(engine: Any, state: dict[str, Any], flat: bool) -> None:
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict, set_state_dict
 
     kernels = [{key: group[key] for key in IMPLEMENTATION if key in group} for group in engine.optimizer.param_groups]
-    staged: StageNames | None = getattr(engine, "stage_names", None)
+    staged: StageNames | None = engine.stage_names
     if staged is None:
         set_state_dict(engine.model, engine.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"], options=_options(flat))

@@ -188,7 +188,7 @@ def test_a_crash_mid_save_leaves_latest_on_the_previous_checkpoint(tmp_path, mon
     optimizer = torch.optim.AdamW(model.parameters())
     from dsbench.worker.engines.loss_scale import LossScale
 
-    engine = SimpleNamespace(model=model, optimizer=optimizer, loss_scale=LossScale("fp32", None),
+    engine = SimpleNamespace(model=model, optimizer=optimizer, loss_scale=LossScale("fp32", None), stage_names=None,
                              scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0))
     info = SimpleNamespace(rank=0, world_size=1, is_main=True)
     fields = {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "zero_stage": None, "definition": DEFINITION}

@@ -97,7 +97,7 @@ def test_a_nested_checkpoint_is_read_by_whole_model_engines_and_refused_by_a_sta
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     saved = engine_for(seed=1)
-    whole = SimpleNamespace(model=saved.whole, optimizer=torch.optim.AdamW(saved.whole.parameters()))
+    whole = SimpleNamespace(model=saved.whole, optimizer=torch.optim.AdamW(saved.whole.parameters()), stage_names=None)
     model_state, optim_state = get_state_dict(whole.model, whole.optimizer)  # as dsbench saved until then
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp_path / "old"), no_dist=True)
     assert not dcp_state.is_flat(tmp_path / "old")

@@ -103,6 +103,9 @@ class TorchAdamWEngine:
     """engines/loss_scale.LossScale: enabled under fp16, the identity otherwise."""
     grad_norm: Any = None
     """The last step's gradient norm before clipping (0-d tensor; None without --grad-clip)."""
+    stage_names: Any = None
+    """A pipeline rank's :class:`~dsbench.worker.dcp_state.StageNames` (torch_pp, torch_3d): its checkpoint names
+    each tensor as the model does; None where the engine holds the model under the model's own names."""
 
     def train_step(self, batches: list[Any]) -> Any:
         return accumulate(self, batches)
