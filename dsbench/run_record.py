@@ -231,7 +231,7 @@ class RunHeader:
     ulysses: int = 1
     """DeepSpeed Ulysses' sequence-parallel degree (1: none)."""
     dp_shard: int | None = None
-    """torch_3d's FSDP2 shard group size (``None`` for other engines)."""
+    """FSDP2's shard group size: torch_3d's, and FSDP's under HSDP (``None`` otherwise)."""
     pipeline_schedule: str | None = None
     sequence_parallel: bool = False
     loss_parallel: bool = False

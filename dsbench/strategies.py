@@ -30,6 +30,8 @@ ACCELERATE_TYPES = {"DEEPSPEED": "deepspeed", "FSDP": "fsdp", "MULTI_GPU": "ddp"
 """accelerate's ``distributed_type`` -> the engine that trains it on each rank."""
 SPLIT_ENGINES = {"torch_pp": ("pp",), "torch_tp": ("tp",), "torch_3d": ("tp", "pp")}
 """The torch engines that split the model, and the degrees each splits it by (their ``dsbench launch`` flags)."""
+SHARD_GROUPED = ("fsdp", "torch_3d")
+"""The engines whose FSDP2 shard group ``--dp-shard`` sizes (fewer ranks than data parallelism: HSDP)."""
 TORCH_TP_ONLY = {"sequence_parallel": "--sequence-parallel", "loss_parallel": "--loss-parallel"}
 """dsbench launch's flags of DTensor tensor parallelism (torch_tp), by run-description field."""
 
@@ -64,8 +66,8 @@ GPU_DATA_PARALLEL = (*(name for name in PLANNER if name != "zero0"), "fsdp_no_re
 """The data-parallel strategies the GPU time model prices (the oracle schema's ``strategy``): the planner's, and
 FSDP2 without resharding after the forward (torchtitan's choice under pipeline parallelism)."""
 THREE_D_SHARDING = {0: "fsdp", 1: "ddp"}
-"""torch_3d's ``dp_shard`` -> the planner's strategy for it (every data-parallel rank in one FSDP2 group, or 1: DDP);
-a group in between is ``fsdp_hybrid``."""
+"""An FSDP2 engine's ``dp_shard`` (torch_3d's, fsdp's) -> the planner's strategy: every data-parallel rank in one
+group (0) is FSDP, 1 (replicas only) DDP, a group in between ``fsdp_hybrid``."""
 SIMPLICITY = ("ddp", "zero1", "zero2", "fsdp", "zero3", "fsdp_hybrid")
 """On a near tie the planner ranks the simpler strategy higher, in this order."""
 
@@ -100,8 +102,8 @@ class Strategy:
     ulysses: int = 1
     """DeepSpeed Ulysses' sequence-parallel degree (``--ulysses``; ``ulysses{N}``, ``zero3_ulysses{N}``)."""
     dp_shard: int = 0
-    """torch_3d's FSDP2 shard group (``--dp-shard``; names ending ``_shard{S}``): 0 all data-parallel ranks (FSDP),
-    1 DDP, between HSDP."""
+    """FSDP2's shard group (``--dp-shard``): 0 all data-parallel ranks (FSDP), between HSDP; torch_3d's names end
+    ``_shard{S}`` (1 is DDP there), FSDP's is ``fsdp_shard{S}``."""
     planned: bool = True
     """The planner has a model of it (``plan --verify``, ``tune`` and report predictions use it)."""
 
@@ -111,6 +113,11 @@ class Strategy:
         every strategy trains the global batch of pure data parallelism (micro-batch x world size) and the same
         losses."""
         return self.tp * self.pp * self.ulysses
+
+    @property
+    def rank_multiple(self) -> int:
+        """Its world sizes are multiples of this: model-parallel ranks x FSDP2's shard group (whole groups)."""
+        return self.model_parallel * (self.dp_shard or 1)
 
     def dims(self, world: int) -> ParallelDims:
         """Its layout on ``world`` ranks."""
@@ -171,10 +178,11 @@ class Strategy:
     def planner_fields(self) -> dict[str, object]:
         """The planner's candidate that models it (strategy, offloads, tp, pp, and who implements tp/pp); ``single``
         is DDP on one rank. Whether the planner's model is used for it is :attr:`planned`."""
-        sharding = (f"zero{self.zero}" if self.zero is not None else "fsdp" if self.engine == "fsdp" else
-                    THREE_D_SHARDING.get(self.dp_shard, "fsdp_hybrid") if self.engine == "torch_3d" else "ddp")
-        return {"strategy": sharding, "offload": self.offload, "offload_param": self.offload_param, "tp": self.tp,
-                "pp": self.pp, "engine": "torch" if self.engine in SPLIT_ENGINES else "deepspeed",
+        sharding = (f"zero{self.zero}" if self.zero is not None else
+                    THREE_D_SHARDING.get(self.dp_shard, "fsdp_hybrid") if self.engine in SHARD_GROUPED else "ddp")
+        return {"strategy": sharding, "dp_shard": self.dp_shard if sharding == "fsdp_hybrid" else 0,
+                "offload": self.offload, "offload_param": self.offload_param, "tp": self.tp, "pp": self.pp,
+                "engine": "torch" if self.engine in SPLIT_ENGINES else "deepspeed",
                 "virtual_stages": self.virtual_stages, "ulysses": self.ulysses,
                 "sequence_parallel": self.sequence_parallel, "loss_parallel": self.loss_parallel,
                 "zero_bubble": self.zero_bubble}
@@ -204,6 +212,8 @@ FAMILIES: dict[str, tuple[str, Strategy]] = {
     "torch_pipe": ("pp", Strategy("torch_pipe{P}", "torch_pp", "torchrun")),
     # DTensor Megatron-style tensor parallel (Llama-family and GPT-NeoX models)
     "torch_tp": ("tp", Strategy("torch_tp{N}", "torch_tp", "torchrun")),
+    # FSDP2 as HSDP: shard groups of S ranks (a node's, as the planner's fsdp_hybrid), replicated across them
+    "fsdp_shard": ("dp_shard", Strategy("fsdp_shard{S}", "fsdp", "torchrun")),
     # DeepSpeed Ulysses sequence parallelism (its ALST integration for HF attention) with ZeRO-1 and ZeRO-3
     "ulysses": ("ulysses", Strategy("ulysses{N}", "deepspeed", "deepspeed", zero=1)),
     "zero3_ulysses": ("ulysses", Strategy("zero3_ulysses{N}", "deepspeed", "deepspeed", zero=3)),
@@ -219,19 +229,16 @@ DEFAULT_COMPARE = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "zero2_of
 CHECKED = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3", "torch_tp2", "zero1_tp2", "torch_pipe2", "pipe2",
            "ulysses2")
 """``calibrate --check``'s cell for each engine family (:attr:`Strategy.family`), in this order, where the model and
-the ranks allow it (on one rank the single loop alone; tensor parallelism and Ulysses where the model's family
-splits: model_checks.splitting_families)."""
+ranks allow (one rank: single alone; TP and Ulysses where the family splits: model_checks.splitting_families)."""
 GPU_ONE_RANK = ("single", "zero1", "zero2", "zero3")
 """``calibrate --check``'s cells on one CUDA GPU: the plain loop and ZeRO-1/2/3 (gpu_fit.py fits zero_host_us)."""
 WHATIF_DEFAULT = ("ddp", "zero2", "zero3", "fsdp", "pipe2")
 """Named in whatif's error when --strategies is empty."""
 
-
 _THREE_D_NAME = re.compile(r"torch_3d_tp([1-9][0-9]{0,3})_pp([1-9][0-9]{0,3})(?:_(interleaved|zb)([1-9][0-9]?))?"
                            r"(?:_shard([1-9][0-9]{0,3}))?")
-"""torch_3d's names: ``torch_3d_tp{T}_pp{P}`` (FSDP2 over every data-parallel rank), ``..._interleaved{V}`` or
-``..._zb{V}`` (V chunks per stage under interleaved 1F1B or its zero-bubble form, as torch_pipe's), ``..._shard{S}``
-(S ranks per shard group: 1 is DDP, between is HSDP). P >= 2 (without a pipeline it is torch_tp), V >= 2."""
+"""torch_3d's names: ``torch_3d_tp{T}_pp{P}`` (FSDP2 over every dp rank), ``..._interleaved{V}`` or ``..._zb{V}`` (V
+chunks per stage, as torch_pipe's), ``..._shard{S}`` (1 is DDP, between HSDP). P >= 2 (else torch_tp), V >= 2."""
 
 
 def _chunks(virtual_stages: int, zero_bubble: bool) -> str:
@@ -256,8 +263,7 @@ def lookup(name: str) -> Strategy | None:
         return three_d(int(three[1]), int(three[2]), int(three[5] or 0), chunks, three[3] == "zb") if valid else None
     if (match := _FAMILY_NAME.fullmatch(name)) is None or int(match[2]) < 2 or match[2].startswith("0"):
         return None
-    suffix = match[3]
-    options: dict[str, Any] = {field: True for part, field in TP_OPTIONS.items() if part in suffix}
+    options: dict[str, Any] = {field: True for part, field in TP_OPTIONS.items() if part in (suffix := match[3])}
     if suffix.startswith(("_interleaved", "_zb")):
         zero_bubble = suffix.startswith("_zb")
         options = {"virtual_stages": int(suffix.removeprefix("_zb" if zero_bubble else "_interleaved")),
@@ -283,9 +289,9 @@ def get(name: str) -> Strategy:
 
 def choices() -> str:
     """The names a user may give, for error messages."""
-    return ", ".join((*FIXED, "zero1_tp{N}", "zero3_tp{N}", "pipe{P}", "torch_pipe{P}[_interleaved{V}|_zb{V}]",
-                      "torch_tp{N}[_sp][_lp]", "ulysses{N}", "zero3_ulysses{N}",
-                      "torch_3d_tp{T}_pp{P}[_interleaved{V}|_zb{V}][_shard{S}]"))
+    return ", ".join((*FIXED, "fsdp_shard{S}", "zero1_tp{N}", "zero3_tp{N}", "pipe{P}",
+                      "torch_pipe{P}[_interleaved{V}|_zb{V}]", "torch_tp{N}[_sp][_lp]", "ulysses{N}",
+                      "zero3_ulysses{N}", "torch_3d_tp{T}_pp{P}[_interleaved{V}|_zb{V}][_shard{S}]"))
 
 
 def with_options(name: str, sequence_parallel: bool = False, loss_parallel: bool = False,

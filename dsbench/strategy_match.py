@@ -39,7 +39,8 @@ def name_for(strategy: str, **options: Any) -> str | None:
         if how.name != "single" and how.reshard and how.planner_fields == fields:
             return how.name
     if fields["engine"] == "torch" and tp > 1 and pp > 1:  # DTensor TP inside torch's pipeline stages: torch_3d
-        shard = {name: dp_shard for dp_shard, name in THREE_D_SHARDING.items()}.get(strategy, -1)
+        shard = fields["dp_shard"] if strategy == "fsdp_hybrid" else {
+            name: dp_shard for dp_shard, name in THREE_D_SHARDING.items()}.get(strategy, -1)
         how = three_d(tp, pp, shard, virtual_stages, zero_bubble)
         return how.name if how.dp_shard >= 0 and how.planner_fields == fields else None
     for family, (degree_of, _) in FAMILIES.items():
@@ -66,10 +67,12 @@ def for_candidate(strategy: str, **options: Any) -> Strategy:
     if f["engine"] == "torch":
         engine_name = "torch_3d" if tp > 1 and pp > 1 else "torch_tp" if tp > 1 else "torch_pp"
         return Strategy(label, engine_name, "torchrun", tp=tp, pp=pp, sequence_parallel=f["sequence_parallel"],
-                        loss_parallel=f["loss_parallel"], planned=True)
+                        loss_parallel=f["loss_parallel"], dp_shard=f["dp_shard"] if engine_name == "torch_3d" else 0,
+                        planned=True)
     zero = PLANNER[strategy].zero
     if zero is None:  # DDP and FSDP (hybrid sharding included) under torchrun
-        return Strategy(label, "fsdp" if strategy.startswith("fsdp") else "ddp", "torchrun", tp=tp, pp=pp)
+        return Strategy(label, "fsdp" if strategy.startswith("fsdp") else "ddp", "torchrun", tp=tp, pp=pp,
+                        dp_shard=f["dp_shard"])
     return Strategy(label, "deepspeed", "deepspeed", zero=zero, offload=offload, offload_param=f["offload_param"],
                     tp=tp, pp=pp, ulysses=f["ulysses"])
 
@@ -85,6 +88,8 @@ def name_of_run(engine: str, zero: int | None = None, offload: str = "none", off
         return f"ulysses{ulysses}" if zero == 1 else f"zero{zero}_ulysses{ulysses}"
     if engine == "torch_3d":
         return three_d(tp, pp, dp_shard, virtual_stages, zero_bubble).name
+    if engine == "fsdp" and dp_shard:  # HSDP
+        return f"fsdp_shard{dp_shard}"
     fields = (engine, zero, offload, offload_param, tp, pp, reshard)
     for s in FIXED.values():
         if (s.engine, s.zero, s.offload, s.offload_param, s.tp, s.pp, s.reshard) == fields:

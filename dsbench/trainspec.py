@@ -18,7 +18,7 @@ from typing import Any, Literal
 from dsbench.errors import UserError
 from dsbench.parallel import interleaved_accepts
 from dsbench.spec import DEFAULT_MICRO_BATCH
-from dsbench.strategies import LAUNCH_STRATEGIES, SPLIT_ENGINES
+from dsbench.strategies import LAUNCH_STRATEGIES, SHARD_GROUPED, SPLIT_ENGINES
 
 STRATEGIES = LAUNCH_STRATEGIES
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "interleaved-zb")
@@ -91,7 +91,8 @@ class TrainSpec:
     tp: int = 1
     """Tensor-parallel degree of --strategy torch_tp or torch_3d (DeepSpeed's AutoTP takes it from its config)."""
     dp_shard: int = 0
-    """torch_3d: the data-parallel ranks FSDP2 shards one copy of the model over (0: all; 1: DDP; between: HSDP)."""
+    """fsdp and torch_3d: the data-parallel ranks FSDP2 shards one copy of the model over (0: all; between: HSDP;
+    1: DDP under torch_3d, replicas only under fsdp)."""
     sequence_parallel: bool = False
     """torch_tp: the norms run on a sequence shard and TP's all-reduces become reduce-scatter + all-gather
     (Korthikanti et al. 2022 sec. 4.2.2)."""
@@ -196,8 +197,8 @@ class TrainSpec:
         if self.strategy == "torch_3d" and self.pipeline_stages < 2:
             raise UserError("--strategy torch_3d pipelines the model: give --pipeline-stages 2 or more (tensor "
                             "parallelism alone is --strategy torch_tp)")
-        if self.dp_shard and self.strategy != "torch_3d":
-            raise UserError(f"--dp-shard {self.dp_shard} sizes torch_3d's FSDP2 shard groups: it needs --strategy "
+        if self.dp_shard and self.strategy not in SHARD_GROUPED:
+            raise UserError(f"--dp-shard {self.dp_shard} sizes FSDP2's shard groups: it needs --strategy fsdp or "
                             f"torch_3d (--strategy {self.strategy} would ignore it)")
         interleaved = self.pipeline_schedule in INTERLEAVED
         if self.virtual_stages > 1 and not interleaved:

@@ -40,8 +40,9 @@ def label_of(strategy: str) -> str:
     return f"{ACCEL}{Path(path).name}" if path is not None else strategy
 
 
-def _model_parallel(strategy: str) -> int:
-    return 1 if accelerate_yaml_of(strategy) is not None else registry.get(strategy).model_parallel
+def _rank_multiple(strategy: str) -> int:
+    """The world sizes a strategy runs on are multiples of this (:attr:`Strategy.rank_multiple`; a YAML's, 1)."""
+    return 1 if accelerate_yaml_of(strategy) is not None else registry.get(strategy).rank_multiple
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,7 +172,7 @@ def check_models(names: list[str], models: list[str], seq_len: int) -> None:
             how = registry.lookup(name)
             if how is not None and how.model_parallel > 1:
                 try:  # the split the launch checks (layout_check.py), in its words, for every cell of the strategy
-                    dims = how.dims(how.model_parallel)
+                    dims = how.dims(how.rank_multiple)
                     dims.check_model(name=shape.name, heads=shape.heads, kv_heads=shape.kv_heads, layers=shape.layers)
                     check_tensor_parallel(arch, how.tp, how.engine if how.engine in registry.SPLIT_ENGINES else None)
                     check_ulysses(how.ulysses, seq_len, shape.sliding_window())
@@ -225,15 +226,16 @@ def _placed(strategies: list[str], world_sizes: list[int], hostfile: str | None,
             ) -> list[tuple[str, int]]:
     """Each strategy at each world size it can run at; one it cannot place at any is refused."""
     placed = [(strategy, world) for strategy in strategies for world in sorted(set(world_sizes))
-              # single runs at 1 rank; model-parallel strategies need a multiple of their degree
-              if not (strategy == "single" and world != 1 or world % _model_parallel(strategy))]
+              # single runs at 1 rank; model-parallel strategies need a multiple of their degree (and of the shard
+              # group: HSDP's replicas each a whole number of groups)
+              if not (strategy == "single" and world != 1 or world % _rank_multiple(strategy))]
     if "single" in strategies and 1 not in world_sizes:
         placed.append(("single", 1))  # the baseline of scaling efficiency
     unplaced = [s for s in strategies if s not in {strategy for strategy, _ in placed}]
     if unplaced:
         given = ",".join(map(str, world_sizes))
         source = ranks_from or (f"--hostfile {hostfile} ({given} slots)" if hostfile else f"--world-sizes {given}")
-        raise UserError(f"--strategies {unplaced[0]} runs on a multiple of {_model_parallel(unplaced[0])} ranks; "
+        raise UserError(f"--strategies {unplaced[0]} runs on a multiple of {_rank_multiple(unplaced[0])} ranks; "
                         f"{source} gives it no cell")
     return placed
 

@@ -95,7 +95,8 @@ def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) ->
 @click.option("--virtual-stages", type=click.IntRange(min=1),
               help="torch_pp/torch_3d, interleaved schedules: model chunks per rank [1].")
 @click.option("--dp-shard", type=click.IntRange(min=1),
-              help="torch_3d: data-parallel ranks in one FSDP2 shard group [all: FSDP]; 1 is DDP, between is HSDP.")
+              help="fsdp, torch_3d: data-parallel ranks in one FSDP2 shard group [all: FSDP]; fewer is HSDP (a "
+                   "node's ranks, replicated across nodes); torch_3d's 1 is DDP.")
 @click.option("--accelerate-config", type=click.Path(dir_okay=False), metavar="YAML",
               help="Run your own accelerate YAML through `accelerate launch` (it picks the engine and its settings).")
 @click.option("--num-processes", type=click.IntRange(min=1),

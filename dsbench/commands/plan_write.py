@@ -55,7 +55,8 @@ def write_recommendation(directory: str, result: dict[str, Any], model: str | No
         yaml_path = str(folder / "accelerate.yaml")
         yaml = accelerate_yaml(how.engine, processes=world, machines=cluster["nodes"],
                                main_ip="127.0.0.1" if cluster["nodes"] == 1 else "MAIN_NODE_IP", port=29500,
-                               ds_config=ds_config, mixed_precision=ACCELERATE_PRECISION[work["precision"]])
+                               ds_config=ds_config, mixed_precision=ACCELERATE_PRECISION[work["precision"]],
+                               dp_shard=how.dp_shard)
         atomic_write_text(yaml_path, yaml_text(yaml, yaml_path, by="dsbench plan --write"))
         written.append(yaml_path)
     return written

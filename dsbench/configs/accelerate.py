@@ -98,3 +98,23 @@ def require_valid(findings: list[Finding], source: str) -> None:
     for finding in findings:
         if finding.severity == "error":
             raise UserError(f"{source}: {finding.path or '(file)'}: {finding.message} (fix: {finding.fix})")
+
+
+def size_of(sizes: dict[str, int | None], suffix: str) -> int:
+    """A parallelism_config size by its key's ending (the YAML's ``parallelism_config_dp_shard_size`` or the
+    environment's ``dp_shard_size``), 1 when absent."""
+    return next((size or 1 for key, size in sizes.items() if key.endswith(suffix)), 1)
+
+
+def hsdp_mismatch(sizes: dict[str, int | None], processes: int) -> str | None:
+    """Why an HSDP parallelism_config does not fit ``processes`` (said without the section's name), or None:
+    accelerate's ``ParallelismConfig`` needs dp_replicate_size x dp_shard_size to be every process and a shard group
+    of 2 or more ("dp_replicate_size > 1 and dp_shard_size == 1 is an invalid configuration", accelerate 1.15
+    parallelism_config.py)."""
+    replicate, shard = size_of(sizes, "dp_replicate_size"), size_of(sizes, "dp_shard_size")
+    if shard < 2:
+        return f"dp_replicate_size {replicate} needs dp_shard_size 2 or more (HSDP); for replicas alone use MULTI_GPU"
+    if replicate * shard != processes:
+        return (f"dp_replicate_size {replicate} x dp_shard_size {shard} = {replicate * shard}, but the launch starts "
+                f"{processes} processes; make their product the process count")
+    return None

@@ -14,7 +14,7 @@ import math
 import re
 from typing import Any
 
-from dsbench.configs.accelerate import as_int, schema, section_keys
+from dsbench.configs.accelerate import as_int, hsdp_mismatch, schema, section_keys, size_of
 from dsbench.configs.findings import Finding
 from dsbench.hostfile import is_valid_hostname
 
@@ -53,7 +53,8 @@ def _warning(code: str, path: str, message: str, fix: str) -> Finding:
 
 def check(config: dict[str, Any]) -> list[Finding]:
     """Every finding for an accelerate config (the referenced DeepSpeed file is checked by the caller)."""
-    return [*_top_level(config), *_sections(config), *_processes(config), *_deepspeed(config), *_fsdp(config)]
+    return [*_top_level(config), *_sections(config), *_processes(config), *_deepspeed(config), *_fsdp(config),
+            *_hsdp(config)]
 
 
 def _top_level(config: dict[str, Any]) -> list[Finding]:
@@ -279,3 +280,16 @@ def _fsdp(config: dict[str, Any]) -> list[Finding]:
                             "offloading them saves nothing FSDP is built for (use DDP)",
                             "use FULL_SHARD, or drop the offload"))
     return out
+
+
+def _hsdp(config: dict[str, Any]) -> list[Finding]:
+    """FSDP2's replicas (``parallelism_config_dp_replicate_size``): accelerate's ``ParallelismConfig`` takes them with
+    a shard group of 2 or more and sizes whose product is every process, and refuses them otherwise when the script
+    builds its ``Accelerator``, after the launch."""
+    sizes = {key: as_int(value) for key, value in section_keys(config, "parallelism_config").items()}
+    processes = as_int(config.get("num_processes"))
+    if config.get("distributed_type") != "FSDP" or size_of(sizes, "dp_replicate_size") <= 1 or not processes:
+        return []
+    why = hsdp_mismatch(sizes, processes)
+    fix = "make dp_replicate_size x dp_shard_size the process count, with dp_shard_size 2 or more"
+    return [_error("hsdp-sizes", "parallelism_config", why, fix)] if why else []

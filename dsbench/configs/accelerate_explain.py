@@ -107,6 +107,13 @@ def _explain_fsdp(config: dict[str, Any]) -> list[str]:
                  "NO_SHARD": "nothing sharded (like DDP)",
                  "HYBRID_SHARD": "sharded within a machine, replicated across machines"}.get(strategy, strategy)
     lines = [f"engine: FSDP{version} (torch fully_shard): {shard}"]
+    sizes = {key: as_int(value) or 1 for key, value in section_keys(config, "parallelism_config").items()
+             if key.endswith(("dp_replicate_size", "dp_shard_size"))}
+    replicas = max((size for key, size in sizes.items() if key.endswith("dp_replicate_size")), default=1)
+    if replicas > 1:  # accelerate's ParallelismConfig: HSDP (dsbench launch --strategy fsdp --dp-shard S)
+        group = max((size for key, size in sizes.items() if key.endswith("dp_shard_size")), default=1)
+        lines.append(f"HSDP (parallelism_config): each group of {group} processes shards one copy, {replicas} "
+                     "groups keep copies; gradients reduce-scattered within a group, then all-reduced across them")
     policy = fsdp.get("fsdp_auto_wrap_policy", "NO_WRAP")
     unit = {"TRANSFORMER_BASED_WRAP": f"each {fsdp.get('fsdp_transformer_layer_cls_to_wrap') or 'decoder layer'} "
             "is one shard unit", "SIZE_BASED_WRAP": f"modules over {fsdp.get('fsdp_min_num_params')} parameters "

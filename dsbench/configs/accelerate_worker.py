@@ -9,8 +9,10 @@ from dsbench.configs.accelerate import (
     DEFAULT_ZERO_STAGE,
     as_int,
     dynamo_backend,
+    hsdp_mismatch,
     schema,
     section_keys,
+    size_of,
     starts_one_process,
 )
 from dsbench.configs.templates import load_template
@@ -82,12 +84,17 @@ def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
                 "one process)")
     sizes = {key: as_int(value) for key, value in section_keys(config, "parallelism_config").items()
              if key.endswith("_size")}
-    # dp_shard alone is FSDP/ZeRO sharding, which the engines do; the other sizes split or replicate otherwise
+    # dp_shard alone is FSDP/ZeRO sharding, which the engines do, and with dp_replicate under FSDP2 it is HSDP, which
+    # the FSDP engine runs (--dp-shard); the other sizes split the model or the sequence otherwise
+    hsdp = kind == "FSDP" and size_of(sizes, "dp_replicate_size") > 1
     parallel = [f"parallelism_config.{key} {size}" for key, size in sizes.items()
-                if (size or 1) > 1 and not key.endswith("dp_shard_size")]
+                if (size or 1) > 1 and not key.endswith("dp_shard_size")
+                and not (hsdp and key.endswith("dp_replicate_size"))]
     if parallel:
-        return (f"{parallel[0]}: accelerate's sequence/context/tensor/replica parallelism is not run by dsbench's "
-                "worker; delete parallelism_config to train plain data parallelism")
+        return (f"{parallel[0]}: accelerate's sequence/context/tensor parallelism (and replicas outside FSDP) is not "
+                "run by dsbench's worker; delete parallelism_config to train plain data parallelism")
+    if hsdp and processes and (why := hsdp_mismatch(sizes, processes)):
+        return f"parallelism_config: {why}"
     if str(config.get("mixed_precision") or "no") == "fp8":
         return "mixed_precision fp8: dsbench's worker trains in fp32, bf16 or fp16; use --precision"
     fsdp = section_keys(config, "fsdp_config")
@@ -141,3 +148,4 @@ def with_script_optimizer(config: dict[str, Any], warmup_steps: int) -> tuple[di
         out.update(load_template("scheduler_warmup"))
         added.append("scheduler")
     return out, added
+

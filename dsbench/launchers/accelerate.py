@@ -18,9 +18,10 @@ from dsbench.strategies import RENDERED_ENGINES
 
 
 def accelerate_yaml(kind: str, *, processes: int, machines: int, main_ip: str, port: int,
-                   ds_config: str | None = None, mixed_precision: str = "no") -> dict[str, Any]:
+                   ds_config: str | None = None, mixed_precision: str = "no", dp_shard: int = 0) -> dict[str, Any]:
     """An accelerate config dict (written as YAML) that runs ``kind``: deepspeed (its plugin pointing at the
-    DeepSpeed JSON ``ds_config``), fsdp (FSDP2, every transformer block a shard unit) or ddp."""
+    DeepSpeed JSON ``ds_config``), fsdp (FSDP2, every transformer block a shard unit; HSDP over shard groups of
+    ``dp_shard`` processes, as accelerate's ``parallelism_config`` spells it) or ddp."""
     common: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "num_machines": machines,
@@ -41,10 +42,13 @@ def accelerate_yaml(kind: str, *, processes: int, machines: int, main_ip: str, p
                 "deepspeed_config": {"deepspeed_config_file": ds_config, "zero3_init_flag": False,
                                      "deepspeed_multinode_launcher": "standard"}}
     if kind == "fsdp":
+        hsdp = ({"parallelism_config": {"parallelism_config_dp_replicate_size": processes // dp_shard,
+                                        "parallelism_config_dp_shard_size": dp_shard}}
+                if dp_shard and processes > dp_shard else {})
         return {**common, "distributed_type": "FSDP", "mixed_precision": mixed_precision,
                 "fsdp_config": {"fsdp_version": 2, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
                                 "fsdp_reshard_after_forward": True, "fsdp_cpu_ram_efficient_loading": False,
-                                "fsdp_state_dict_type": "SHARDED_STATE_DICT", "fsdp_offload_params": False}}
+                                "fsdp_state_dict_type": "SHARDED_STATE_DICT", "fsdp_offload_params": False}, **hsdp}
     return {**common, "distributed_type": "MULTI_GPU", "mixed_precision": mixed_precision}
 
 

@@ -17,6 +17,9 @@ _ALWAYS_WRITTEN = ("strategy", "offload", "offload_param", "tp", "pp")
 class Candidate:
     strategy: str
     """ddp, zero0-3, fsdp, fsdp_hybrid."""
+    dp_shard: int = 0
+    """fsdp_hybrid's shard group: the data-parallel ranks that split one copy (a node's: :func:`hybrid`); 0 for
+    every other strategy. A plan row written before 2026-12-01 has none: its launch command is not rebuilt."""
     offload: str = "none"
     offload_param: str = "none"
     tp: int = 1
@@ -45,7 +48,7 @@ class Candidate:
 
     def dims(self, world: int) -> ParallelDims:
         """Its layout on ``world`` ranks (the one place a candidate's degrees become dims)."""
-        return ParallelDims(world=world, tp=self.tp, pp=self.pp, sp=self.ulysses)
+        return ParallelDims(world=world, tp=self.tp, pp=self.pp, sp=self.ulysses, dp_shard=self.dp_shard)
 
     @property
     def vocab_parallel_head(self) -> bool:
@@ -75,3 +78,9 @@ class Candidate:
     @property
     def name(self) -> str:
         return self.runs_as.name + (" + ckpt" if self.checkpointing else "")
+
+
+def hybrid(gpus_per_node: int, model_parallel: int = 1) -> Candidate:
+    """HSDP as the planner offers it: each node's data-parallel ranks shard one copy, the nodes replicate it (FSDP's
+    HYBRID_SHARD; ``dsbench launch --strategy fsdp --dp-shard S``)."""
+    return Candidate(strategy="fsdp_hybrid", dp_shard=gpus_per_node // model_parallel)

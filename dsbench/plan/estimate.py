@@ -108,7 +108,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     model_parallel, dp = dims.model_parallel, dims.dp
     # ZeRO shards over (and reduces gradients across) the sequence-data-parallel group under Ulysses: dp x sp ranks
     # (DeepSpeed's engine takes its data-parallel group from the Ulysses mpu's get_sequence_data_parallel_group)
-    shards = cl.gpus_per_node // model_parallel if cand.strategy == "fsdp_hybrid" else dp * dims.sp
+    shards = dims.shard if cand.strategy == "fsdp_hybrid" else dp * dims.sp  # HSDP: its shard group
     held = held_params(shape, cand.tp, cand.pp, vocab_parallel_head=cand.vocab_parallel_head)
     # The global batch is fixed across candidates: with TP/PP the data-parallel degree shrinks, so each
     # replica accumulates tp x pp times more micro-batches per step.
@@ -268,8 +268,9 @@ def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: 
     overlap = compute if cand.strategy in ("zero3", "fsdp", "fsdp_hybrid") else compute * 2 / 3
     exposed = max(0.0, sum(c.seconds for c in comm) - (overlap if cl.overlap_comm else 0.0))
     critical = []
-    if cand.strategy == "fsdp_hybrid" and cl.nodes > 1:  # replicas all-reduce gradient shards across nodes
-        critical += data_parallel_comm("ddp", held / shards, cl.nodes, cl.inter, acc.params, acc.grads)
+    if cand.strategy == "fsdp_hybrid" and dp > shards:  # the replicas all-reduce their gradient shards (across nodes)
+        critical += data_parallel_comm("ddp", held / shards, dp // shards, cl.inter if cl.nodes > 1 else cl.intra,
+                                       acc.params, acc.grads)
     if cand.tp > 1:
         split = sequence_parallel_comm if cand.sequence_parallel else tensor_parallel_comm
         critical += split(shape.layers / cand.pp, wl.seq_len, wl.micro_batch, shape.hidden, cand.tp, cl.intra,

@@ -126,9 +126,15 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     if why is not None:
         return None, why
     if lay.tp == lay.pp == 1:
-        how = lookup(lay.strategy)
-        return (how, None) if how else (None, f"{lay.strategy}: the worker's FSDP2 builds no replicated dimension")
+        how = lookup(lay.strategy) or lookup(name_for(lay.strategy, **_hybrid(lay)) or "")
+        return (how, None) if how else (None, f"{lay.strategy} on {lay.gpus_per_node} GPU(s) per node: no "
+                                                "strategy of dsbench's runs it")
     return _model_parallel_runner(lay)
+
+
+def _hybrid(lay: Layout) -> dict[str, int]:
+    """HSDP's shard group as the candidate's field (``--dp-shard``), for fsdp_hybrid; nothing for the others."""
+    return {"dp_shard": lay.hybrid_shard} if lay.strategy == "fsdp_hybrid" else {}
 
 
 def _not_run(lay: Layout) -> str | None:
@@ -142,14 +148,14 @@ def _not_run(lay: Layout) -> str | None:
     if lay.sequence_parallel and not (lay.tp > 1 and lay.pp == 1 and lay.strategy == "ddp"):
         return "dsbench runs sequence parallelism with torch_tp (--layout ddp --tp N, no pipeline)"
     interleaved = lay.pp > 1 and lay.schedule.startswith("interleaved")
-    if interleaved and not (lay.strategy == "ddp" or (lay.tp > 1 and lay.strategy == "fsdp")):
+    if interleaved and not (lay.strategy == "ddp" or (lay.tp > 1 and lay.strategy in ("fsdp", "fsdp_hybrid"))):
         return ("dsbench runs the interleaved schedule with torch_pp (--layout ddp --pipeline-stages P) or torch_3d "
                 "(--layout fsdp|ddp --tp T --pipeline-stages P)")
     if interleaved and not interleaved_accepts(lay.micro_batches, lay.pp):
         return f"torch's interleaved 1F1B cannot split {lay.micro_batches} micro-batches into rounds of {lay.pp}"
-    if lay.tp > 1 and lay.pp > 1 and lay.strategy not in ("fsdp", "ddp"):
-        return (f"{lay.strategy} with tp and pp: dsbench runs 3D as torch_3d (--layout fsdp, or ddp for --dp-shard "
-                "1)")
+    if lay.tp > 1 and lay.pp > 1 and lay.strategy not in ("fsdp", "ddp", "fsdp_hybrid"):
+        return (f"{lay.strategy} with tp and pp: dsbench runs 3D as torch_3d (--layout fsdp, fsdp_hybrid for a "
+                "node's shard group, or ddp for --dp-shard 1)")
     return None
 
 
@@ -158,7 +164,7 @@ def _model_parallel_runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     ZeRO-1, torch_tp or torch_pp under DDP, torch_3d under FSDP (or DDP)."""
     engine = "deepspeed" if lay.strategy.startswith("zero") else "torch"
     name = name_for(lay.strategy, tp=lay.tp, pp=lay.pp, engine=engine, virtual_stages=lay.chunks,
-                    zero_bubble=lay.schedule == "interleaved-zb")
+                    zero_bubble=lay.schedule == "interleaved-zb", **_hybrid(lay))
     if name is not None and lay.sequence_parallel:  # torch_tp's option is in its name
         name = with_options(name, sequence_parallel=True)
     if name is None:

@@ -132,8 +132,16 @@ def dp_seconds(lay: Layout, hw: GpuProfile, compute: float) -> float:
     gathers = 2 if lay.strategy in ("zero3", "fsdp", "fsdp_hybrid") else 1  # forward, and again for the backward
     if lay.recompute == "full" and lay.strategy == "zero3":
         gathers += 1  # DeepSpeed's checkpointed forward gathers again
-    micro = lay.micro_batches if lay.strategy in ("zero3", "fsdp") else 1  # re-gathered every micro-batch
+    # re-gathered every micro-batch (FSDP2 and HSDP reshard after each forward)
+    micro = lay.micro_batches if lay.strategy in ("zero3", "fsdp", "fsdp_hybrid") else 1
     reduce_bytes = (4 if lay.strategy.startswith("fsdp") else 2) * params
-    comm = micro * (gathers * ring_seconds("all_gather", grads16, d, gbs, hw)
-                    + ring_seconds("reduce_scatter", reduce_bytes, d, gbs, hw))
+    shard, replicas = d, 1
+    if lay.strategy == "fsdp_hybrid":  # HSDP: gathers and reduce-scatters within a node's shard group
+        shard = lay.hybrid_shard
+        replicas, gbs = d // shard, group_gbs(lay.tp * shard, lay, hw)
+    comm = micro * (gathers * ring_seconds("all_gather", grads16, shard, gbs, hw)
+                    + ring_seconds("reduce_scatter", reduce_bytes, shard, gbs, hw))
+    # ...then each shard's fp32 gradient all-reduced across the replicas, once per step, in the reduce stream
+    # (torch FSDP2 on a 2-D mesh: reduce-scatter over dp_shard, all-reduce over dp_replicate)
+    comm += ring_seconds("all_reduce", reduce_bytes / shard, replicas, group_gbs(lay.tp * d, lay, hw), hw)
     return max(0.0, comm - compute) + comm / lay.stage_layers

@@ -176,6 +176,12 @@ class Layout:
         return self.gpus // (self.tp * self.pp * self.cp)
 
     @property
+    def hybrid_shard(self) -> int:
+        """HSDP's (fsdp_hybrid's) shard group: the data-parallel ranks of one node (its GPUs over tp x cp, the
+        ranks beside them holding other slices), at most every data-parallel rank; the nodes replicate it."""
+        return max(1, min(self.gpus_per_node // (self.tp * self.cp), self.dp))
+
+    @property
     def chunks(self) -> int:
         """Model chunks per pipeline stage: the virtual stages under an interleaved schedule, else 1."""
         return self.virtual_stages if self.schedule.startswith("interleaved") else 1

@@ -52,7 +52,7 @@ def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
     strategy = lay.strategy
     shard = lay.dp * lay.cp  # FSDP and ZeRO shard over every data-parallel rank, CP ranks included
     if strategy == "fsdp_hybrid":  # HSDP: over the node's data-parallel ranks, replicated across nodes
-        shard = lay.gpus_per_node // (lay.tp * lay.cp) or 1
+        shard = lay.hybrid_shard
     layer = lay.shape.layer_params() / lay.tp
     grad = 2 if lay.kernels == "hf" else 4  # DeepSpeed's bf16 engine keeps 16-bit gradients; Megatron accumulates
     # in fp32 buffers (main_grad)

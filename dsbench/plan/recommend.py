@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from dsbench.errors import UserError
 from dsbench.model_checks import drops_window, splitting_families, unsplit_why
 from dsbench.models import ModelShape
-from dsbench.plan.candidate import Candidate
+from dsbench.plan.candidate import Candidate, hybrid
 from dsbench.plan.estimate import Estimate, estimate
 from dsbench.plan.inputs import Cluster, Workload
 from dsbench.strategies import PLANNER, SIMPLICITY, ULYSSES_SHARDINGS, Strategy
@@ -21,7 +21,8 @@ def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candida
     ZeRO-1 and ZeRO-3, where the model splits that way (Ulysses not over a sliding window shorter than ``seq_len``,
     which it would drop: model_checks.check_ulysses)."""
     # every data-parallel strategy but ZeRO-0 (DDP's memory and traffic under DeepSpeed); hybrid FSDP across nodes
-    base = [Candidate(strategy=s) for s, how in PLANNER.items() if s != "zero0" and (cl.nodes > 1 or not how.hybrid)]
+    base = [Candidate(strategy=s) for s, how in PLANNER.items() if s != "zero0" and not how.hybrid]
+    base += [hybrid(cl.gpus_per_node)] if cl.nodes > 1 else []
     base += [Candidate(strategy="zero2", offload="cpu"), Candidate(strategy="zero3", offload="cpu",
                                                                    offload_param="cpu"),
              Candidate(strategy="zero3", offload="nvme", offload_param="nvme")]

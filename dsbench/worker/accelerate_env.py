@@ -2,9 +2,9 @@
 
 accelerate passes a YAML's settings to the training process as environment variables (accelerate 1.15
 utils/launch.py: ``ACCELERATE_USE_DEEPSPEED``, ``ACCELERATE_DEEPSPEED_*``, ``ACCELERATE_GRADIENT_*``,
-``ACCELERATE_USE_FSDP``, ``FSDP_*``, ``ACCELERATE_MIXED_PRECISION``), and its plugins read them back. The worker
-builds those same plugins (``DeepSpeedPlugin``, ``FullyShardedDataParallelPlugin``) from the environment and
-takes their settings, never ``Accelerator()``'s state: on a machine without a GPU that state is wrong
+``ACCELERATE_USE_FSDP``, ``FSDP_*``, ``ACCELERATE_MIXED_PRECISION``, ``PARALLELISM_CONFIG_*``), and its plugins read
+them back. The worker builds those same plugins (``DeepSpeedPlugin``, ``FullyShardedDataParallelPlugin``) from the
+environment and takes their settings, never ``Accelerator()``'s state: on a machine without a GPU that state is wrong
 (../shared/FINDINGS.md: one process and rank 0 everywhere under DEEPSPEED, distributed type NO under FSDP).
 Rank and world size come from ``torch.distributed``'s variables, as for every launcher.
 """
@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from dsbench.configs.accelerate import hsdp_mismatch
 from dsbench.configs.accelerate_worker import FSDP1_RESHARD, with_script_optimizer
 from dsbench.errors import UserError
 
@@ -31,7 +32,30 @@ def launcher_env(env: Mapping[str, str]) -> dict[str, str] | None:
     """The variables accelerate set for this run (recorded in the metrics header), or None without accelerate."""
     if not launched_by_accelerate(env):
         return None
-    return {key: env[key] for key in sorted(env) if key.startswith(("ACCELERATE_", "FSDP_"))}
+    return {key: env[key] for key in sorted(env) if key.startswith(("ACCELERATE_", "FSDP_", "PARALLELISM_CONFIG_"))}
+
+
+def hybrid_shard(env: Mapping[str, str], world: int) -> int:
+    """The FSDP2 shard group accelerate's ``parallelism_config`` asks for when it replicates (HSDP:
+    dp_replicate_size x dp_shard_size, as ``ParallelismConfig`` reads ``PARALLELISM_CONFIG_*``), else 0 (plain FSDP or
+    no accelerate). A product other than the world is refused, as accelerate's ``Accelerator`` refuses it."""
+    if env.get("ACCELERATE_USE_PARALLELISM_CONFIG") != "true":
+        return 0
+    sizes = {key: _size(env, f"PARALLELISM_CONFIG_{key.upper()}") for key in ("dp_replicate_size", "dp_shard_size")}
+    if sizes["dp_replicate_size"] == 1:
+        return 0
+    why = hsdp_mismatch(sizes, world)
+    if why:
+        raise UserError(f"accelerate's parallelism_config: {why}")
+    return sizes["dp_shard_size"]
+
+
+def _size(env: Mapping[str, str], name: str) -> int:
+    """One ``PARALLELISM_CONFIG_*_SIZE`` variable (1 when unset), or a one-line error naming it."""
+    try:
+        return int(env.get(name, "1"))
+    except ValueError:
+        raise UserError(f"{name}={env[name]!r}: accelerate sets a whole number there") from None
 
 
 def inline_deepspeed(env: Mapping[str, str]) -> bool:

@@ -27,8 +27,9 @@ def header_record(spec: TrainSpec, run: Prepared, folder: Path) -> dict[str, Any
                   "tp": run.dims.tp, "pp": run.dims.pp,
                   # Ulysses' degree where it runs (absent otherwise: earlier runs' definitions hash as before)
                   **({"ulysses": run.dims.sp} if run.dims.sp > 1 else {}),
-                  # torch_3d's FSDP2 shard group (absent for the other strategies, as Ulysses' degree)
-                  **({"dp_shard": run.dims.shard} if run.strategy == "torch_3d" else {}),
+                  # FSDP2's shard group: torch_3d's, and FSDP's under HSDP (absent otherwise, as Ulysses' degree)
+                  **({"dp_shard": run.dims.shard} if run.strategy == "torch_3d" or run.dims.replicate > 1
+                     and run.strategy == "fsdp" else {}),
                   "fsdp": run.fsdp,
                   "activation_checkpointing": run.fsdp["activation_checkpointing"] if run.fsdp
                   else spec.activation_checkpointing}

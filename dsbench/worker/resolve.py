@@ -56,7 +56,7 @@ def resolve(spec: TrainSpec, world: int, environ: Mapping[str, str],
         micro, accum = ds_config["train_micro_batch_size_per_gpu"], ds_config.get("gradient_accumulation_steps", 1)
     else:  # torch_tp groups share a batch; torch_pp stages pass one along (torch_3d: both)
         ds_config = None
-        dims = ParallelDims(world=world, tp=spec.tp, pp=spec.pipeline_stages, dp_shard=spec.dp_shard)
+        dims = ParallelDims(world=world, tp=spec.tp, pp=spec.pipeline_stages, dp_shard=_dp_shard(spec, world, environ))
         micro, accum = spec.micro_batch, spec.grad_accum
     check_run_layout(spec, strategy, shape, dims)  # the launch's own check (layout_check.py), made again here
     return Resolved(strategy=strategy, shape=shape, dims=dims, micro_batch=micro, grad_accum=accum,
@@ -84,3 +84,13 @@ def _deepspeed_config(spec: TrainSpec, shape: ModelShape, world: int,
     else:
         raise UserError("the deepspeed strategy needs --deepspeed_config FILE (e.g. ds_configs/zero2.json)")
     return setup.complete_ds_config(raw, source, inputs, world)
+
+
+def _dp_shard(spec: TrainSpec, world: int, environ: Mapping[str, str]) -> int:
+    """FSDP2's shard group: ``--dp-shard``, or the HSDP an accelerate YAML's ``parallelism_config`` asks for (the same
+    when both are given: ``dsbench launch --launcher accelerate --dp-shard S`` writes it into its YAML)."""
+    given, accelerate = spec.dp_shard, accelerate_env.hybrid_shard(environ, world)
+    if given and accelerate and given != accelerate:
+        raise UserError(f"--dp-shard {given} but accelerate's parallelism_config.dp_shard_size is {accelerate}: give "
+                        "one of them")
+    return given or accelerate

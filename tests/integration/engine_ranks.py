@@ -1,13 +1,15 @@
 """One rank of tests/integration/test_engine_ranks.py, started by torchrun on 4 CPU ranks (gloo): the torch engines
 built directly, for what a launch adds nothing to (one torchrun instead of a launch per engine).
 
-- The fp16 loss scale: each torch engine trains llama-tiny three steps with the scale off, then on (fp32: the scale,
-  a power of two, changes no bit), then on with an inf put into one gradient of the last rank at step 1.
-- The families a launch test does not train: one process (single) against torch_tp (tp 2 x dp 2) and torch_3d
-  (tp 2 x pp 2) on qwen2-tiny (its q/k/v biases split with their matrices), and against torch_pp (pp 2 x dp 2) and
-  DeepSpeed's AutoTP (tp 2 x dp 2, ZeRO-1) too on gemma-tiny (its scaled embedding, tied to the head across the
-  first and last stage); and phi3-tiny's fused q|k|v and gate|up under ddp, fsdp, torch_pp (pp 2 x dp 2) and
-  DeepSpeed's ZeRO-3 (its tensor parallelism refused: model_checks.py), olmo2-tiny's projection-wide q/k norms
+- The fp16 loss scale: each torch engine (and FSDP as HSDP: 2 shard groups of 2) trains llama-tiny three steps
+  with the scale off, then on (fp32: the scale, a power of two, changes no bit), then on with an inf put into one
+  gradient of the last rank at step 1.
+- The families a launch test does not train: one process (single) against torch_tp (tp 2 x dp 2), torch_3d
+  (tp 2 x pp 2) and FSDP's HSDP (dp_shard 2) on qwen2-tiny (its q/k/v biases split with their matrices), and
+  against torch_pp (pp 2 x dp 2) and DeepSpeed's AutoTP (tp 2 x dp 2, ZeRO-1) too on gemma-tiny (its scaled
+  embedding, tied to the head across the first and last stage); and phi3-tiny's fused q|k|v and gate|up under
+  ddp, fsdp, torch_pp (pp 2 x dp 2) and DeepSpeed's ZeRO-3 (its tensor parallelism refused: model_checks.py),
+  olmo2-tiny's projection-wide q/k norms
   under fsdp, torch_pp, ZeRO-3, torch_tp (also with sequence parallelism) and torch_3d, and neox-tiny (GPT-NeoX:
   biased LayerNorms, each head's q, k and v together, a quarter of each head rotated, the parallel residual) under
   fsdp, torch_pp, ZeRO-3, AutoTP, torch_tp (also with sequence parallelism and the vocabulary-parallel loss) and
@@ -45,14 +47,17 @@ from dsbench.worker.replicas import replica_record
 from dsbench.worker.state_bytes import local_shard
 
 WORLD = 4
-LAYOUTS = {"ddp": {}, "fsdp": {}, "torch_tp": {"tp": 2}, "torch_pp": {"pp": 2}, "torch_3d": {"tp": 2, "pp": 2}}
+LAYOUTS = {"ddp": {}, "fsdp": {}, "torch_tp": {"tp": 2}, "torch_pp": {"pp": 2}, "torch_3d": {"tp": 2, "pp": 2},
+           "hsdp": {"dp_shard": 2}}
+ENGINE = {"hsdp": "fsdp", "torch_tp_sp_lp": "torch_tp", "torch_tp_sp": "torch_tp"}
+"""The engine of a layout or option set named apart: HSDP is the FSDP engine on 2 shard groups of 2 (--dp-shard 2)."""
 SPOILED_STEP = 1
 
 
 def _engine(strategy: str, model: str, info: DistInfo, dims: ParallelDims, **extra: Any) -> Any:
     options = EngineOptions(lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95), eps=1e-8, grad_clip=0.5, warmup_steps=0,
                             grad_accum=2, precision="fp32", dims=dims, **extra)
-    return build_engine(strategy, build_model(PRESETS[model], seed=0), options, info)
+    return build_engine(ENGINE.get(strategy, strategy), build_model(PRESETS[model], seed=0), options, info)
 
 
 def _train(strategy: str, info: DistInfo, mode: str) -> dict:
@@ -85,7 +90,7 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
     return out
 
 
-FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d"),
+FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp"),  # HSDP since 2026-12-01
             # before AutoTP: DeepSpeed keeps its model-parallel groups for the process (deepspeed.utils.groups), so
             # a ZeRO-3 engine built after an AutoTP one would read its tensor-parallel degree of 2
             "phi3-tiny": ("single", "ddp", "fsdp", "torch_pp", "zero3"),
@@ -154,9 +159,9 @@ def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") 
                                 ds_config=config, seq_len=16)
         engine = build_engine("deepspeed", build_model(PRESETS[model], seed=0, recompute=recompute), options, info)
     else:
-        engine_name = "torch_tp" if strategy in TP_OPTIONS else strategy
-        dims = ParallelDims(world=1) if strategy == "single" else ParallelDims(world=WORLD, **LAYOUTS[engine_name])
-        engine = _engine(engine_name, model, info, dims, **TP_OPTIONS.get(strategy, {}))
+        layout = LAYOUTS["torch_tp" if strategy in TP_OPTIONS else strategy] if strategy != "single" else None
+        dims = ParallelDims(world=1) if layout is None else ParallelDims(world=WORLD, **layout)
+        engine = _engine(strategy, model, info, dims, **TP_OPTIONS.get(strategy, {}))
     generator = torch.Generator().manual_seed(7)
     losses, norms = [], []
     for _ in range(3):

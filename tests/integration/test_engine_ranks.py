@@ -9,6 +9,9 @@ switched on in fp32; the rule itself is checked against torch's GradScaler in te
 The replica check (worker/replicas.py) on real copies: the engines' copies agree after training, and one weight of
 the last rank nudged is found, named by its rank, in its own replica group.
 
+FSDP as HSDP (``--dp-shard 2``: 2 shard groups of 2, the replicas all-reducing their shards) in each of these and
+against one process on Qwen2 (since 2026-12-01).
+
 Qwen2's q/k/v biases under tensor parallelism (column-parallel: each TP rank holds its heads' slice of each bias),
 Gemma under tensor and pipeline parallelism (its embedding scales itself and is tied to the head), Phi-3's fused
 projections under DDP, FSDP, torch's pipeline and DeepSpeed's ZeRO-3, OLMo-2's projection-wide q/k norms under
@@ -26,7 +29,8 @@ import pytest
 from tests.conftest import ROOT
 from tests.integration.conftest import bin_path, run_command
 
-STRATEGIES = ("ddp", "fsdp", "torch_tp", "torch_pp", "torch_3d")
+STRATEGIES = ("ddp", "fsdp", "torch_tp", "torch_pp", "torch_3d", "hsdp")
+"""engine_ranks.py's torch layouts: hsdp is the FSDP engine with --dp-shard 2 (2 shard groups of 2 ranks)."""
 DEEPSPEED = ("autotp", "zero3", "ulysses")
 """engine_ranks.py's DeepSpeed engines, which clip inside (no norm before clipping to compare)."""
 
@@ -60,6 +64,7 @@ def test_an_overflow_on_one_rank_skips_the_step_on_every_rank(ranks, strategy):
 
 
 @pytest.mark.parametrize(("model", "strategy"), [("qwen2-tiny", "torch_tp"), ("qwen2-tiny", "torch_3d"),
+                                                 ("qwen2-tiny", "hsdp"),
                                                  ("gemma-tiny", "torch_tp"), ("gemma-tiny", "torch_pp"),
                                                  ("gemma-tiny", "torch_3d"), ("gemma-tiny", "autotp"),
                                                  ("phi3-tiny", "ddp"), ("phi3-tiny", "fsdp"), ("phi3-tiny", "torch_pp"),
@@ -95,9 +100,11 @@ def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(
         assert one["grad_norms"][0] > 0.5  # clipped, so the norm's parity is the update's
 
 
-REPLICA_GROUPS = {"ddp": (1, 4), "fsdp": None, "torch_tp": (2, 2), "torch_pp": (2, 2), "torch_3d": None}
+REPLICA_GROUPS = {"ddp": (1, 4), "fsdp": None, "torch_tp": (2, 2), "torch_pp": (2, 2), "torch_3d": None,
+                  "hsdp": (2, 2)}
 """(groups, ranks per group) of each engine's copies on 4 ranks: DDP one group of all; torch_tp's and torch_pp's dp
-replicas two pairs (tp 2 x dp 2, pp 2 x dp 2); FSDP shards and torch_3d's tp 2 x pp 2 keeps no copies."""
+replicas two pairs (tp 2 x dp 2, pp 2 x dp 2); HSDP's two replicas of each shard (ranks 0 and 2, 1 and 3); FSDP
+shards and torch_3d's tp 2 x pp 2 keeps no copies."""
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

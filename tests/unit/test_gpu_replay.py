@@ -333,7 +333,8 @@ def test_the_ranking_prices_gpu_candidates_with_the_gpu_model(cli_run):
     assert plain["zero3"]["exposed_comm_s"] > plain["zero1"]["exposed_comm_s"] > 0
     for c in data["candidates"]:
         assert c["launchable"] == (c["command"] is not None)
-    assert not next(c for c in data["candidates"] if c["name"] == "fsdp_hybrid")["launchable"]
+    hybrid = next(c for c in data["candidates"] if c["strategy"] == "fsdp_hybrid")  # HSDP, a node per shard group
+    assert hybrid["name"] == "fsdp_shard8" and hybrid["dp_shard"] == 8 and "--dp-shard 8" in hybrid["command"]
     older = json.loads(cli_run("plan", "--model", "llama-7b", "--gpus", "64", "--nodes", "8", "--gpu", "a100",
                                "--efficiency", "0.5", "--peak-tflops", "312", "--json").output)
     zero1 = next(c for c in older["candidates"] if c["name"] == "zero1")  # peak x efficiency, as before

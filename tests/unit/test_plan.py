@@ -367,15 +367,27 @@ def test_plan_write_gives_files_the_tools_accept(cli_run, tmp_path):
     assert data["recommendation"]["name"] == "fsdp" and data["written"] == [str(one_node / "accelerate.yaml")]
     yaml = ClusterConfig.from_yaml_file(str(one_node / "accelerate.yaml"))
     assert yaml.distributed_type == "FSDP" and yaml.num_processes == 8 and yaml.mixed_precision == "bf16"
-    two_nodes = tmp_path / "pipe"
-    data = json.loads(cli_run("plan", "--model", "llama-7b", "--gpus", "16", "--nodes", "2", "--interconnect",
-                              "infiniband", "--write", str(two_nodes), "--json").output)  # HDR: pipe2 wins
-    assert data["recommendation"]["name"] == "pipe2" and data["written"] == [str(two_nodes / "ds_config.json")]
-    config = json.loads((two_nodes / "ds_config.json").read_text())
-    assert config["pipeline"]["stages"] == 2 and config["zero_optimization"]["stage"] == 1
-    assert config["gradient_accumulation_steps"] == 16 and config["train_micro_batch_size_per_gpu"] == 1
-    checked = cli_run("validate", str(two_nodes / "ds_config.json"), "--world-size", "16")
+    zero1 = tmp_path / "zero1"  # Llama-7B on 8 GPUs: ZeRO-1, a DeepSpeed config and the YAML that points at it
+    data = json.loads(cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--write", str(zero1), "--json").output)
+    assert data["recommendation"]["name"] == "zero1"
+    assert data["written"] == [str(zero1 / "ds_config.json"), str(zero1 / "accelerate.yaml")]
+    config = json.loads((zero1 / "ds_config.json").read_text())
+    assert config["zero_optimization"]["stage"] == 1 and config["train_micro_batch_size_per_gpu"] == 1
+    checked = cli_run("validate", str(zero1 / "ds_config.json"), "--world-size", "8")
     assert checked.exit_code == 0, checked.output
+    yaml = ClusterConfig.from_yaml_file(str(zero1 / "accelerate.yaml"))
+    assert yaml.distributed_type == "DEEPSPEED" and yaml.deepspeed_config["deepspeed_config_file"] == str(
+        zero1 / "ds_config.json")
+    # two nodes on HDR: HSDP (a node's 8 GPUs shard one copy) since 2026-12-01, the DeepSpeed pipeline (pipe2)
+    # before, when the planner priced HSDP's shard traffic across nodes and dsbench could not launch it
+    two_nodes = tmp_path / "hsdp"
+    data = json.loads(cli_run("plan", "--model", "llama-7b", "--gpus", "16", "--nodes", "2", "--interconnect",
+                              "infiniband", "--write", str(two_nodes), "--json").output)
+    assert data["recommendation"]["name"] == "fsdp_shard8" and data["written"] == [str(two_nodes / "accelerate.yaml")]
+    yaml = ClusterConfig.from_yaml_file(str(two_nodes / "accelerate.yaml"))
+    assert (yaml.distributed_type, yaml.num_processes, yaml.num_machines) == ("FSDP", 16, 2)
+    assert yaml.parallelism_config == {"parallelism_config_dp_replicate_size": 2,
+                                       "parallelism_config_dp_shard_size": 8}
     again = cli_run("plan", "--model", "gpt2-xl", "--gpus", "8", "--write", str(one_node))
     assert again.exit_code == 2 and "exists; plan writes a new folder and never replaces one" in again.output
 

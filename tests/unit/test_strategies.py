@@ -153,9 +153,11 @@ def test_the_recommended_command_launches_the_candidate(cli_run, tmp_path):
             assert (config.get("pipeline") or {}).get("stages", 1) in (how.pp, "auto"), cand.name
         else:
             assert (run["tp"], run["pipeline_stages"] or 1) == (how.tp, how.pp), cand.name
+            assert run["dp_shard"] == cand.dp_shard, cand.name  # HSDP: the node's 8 ranks split one copy
         seen.add(cand.name)
-    assert {"ddp", "zero1", "zero3_offload", "zero1_tp8", "pipe8", "torch_tp8", "torch_pipe8", "fsdp_hybrid",
-            "torch_3d_tp8_pp2"} <= seen, seen  # zero1 + tp8 + pp2 until 2026-12-01: AutoTP in DeepSpeed's pipeline
+    # zero1 + tp8 + pp2 until 2026-12-01: AutoTP in DeepSpeed's pipeline; and HSDP (fsdp_hybrid) had no command
+    assert {"ddp", "zero1", "zero3_offload", "zero1_tp8", "pipe8", "torch_tp8", "torch_pipe8", "fsdp_shard8",
+            "torch_3d_tp8_pp2"} <= seen, seen
 
 
 @pytest.mark.parametrize("offload, offload_param, run_name, candidate", [

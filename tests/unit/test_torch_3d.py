@@ -87,7 +87,7 @@ def test_the_engine_mesh_puts_each_rank_where_the_data_plan_reads(world, tp, pp,
 
 @pytest.mark.parametrize("fields,message", [
     ({"strategy": "torch_3d", "tp": 2}, "--strategy torch_3d pipelines the model: give --pipeline-stages 2 or more"),
-    ({"strategy": "fsdp", "dp_shard": 2}, "--dp-shard 2 sizes torch_3d's FSDP2 shard groups: it needs --strategy "
+    ({"strategy": "ddp", "dp_shard": 2}, "--dp-shard 2 sizes FSDP2's shard groups: it needs --strategy fsdp or "
                                           "torch_3d"),
     ({"strategy": "torch_3d", "tp": 2, "pipeline_stages": 2, "grad_accum": 2, "sequence_parallel": True},
      "--sequence-parallel shards what tensor parallelism splits: it needs --strategy torch_tp"),

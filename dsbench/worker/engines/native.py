@@ -1,4 +1,5 @@
-"""Native PyTorch strategies: one process, DDP, and FSDP2 (``fully_shard`` per block, then the root)."""
+"""Native PyTorch strategies: one process, DDP, and FSDP2 (``fully_shard`` per block, then the root), over every
+data-parallel rank or, with ``--dp-shard S``, as HSDP (S-rank shard groups, replicated across them)."""
 
 from __future__ import annotations
 
@@ -19,16 +20,19 @@ def wrap_ddp(model: Any, device: str) -> Any:
     return DistributedDataParallel(model, device_ids=None if device == "cpu" else [device])
 
 
-def wrap_fsdp2(model: Any, options: EngineOptions, device: str) -> Any:
+def wrap_fsdp2(model: Any, options: EngineOptions, device: str, mesh: Any = None) -> Any:
     """FSDP2: shard every transformer block, then the root (embeddings, final norm, head).
 
     Each block's parameters are all-gathered before its forward/backward and (with
-    reshard-after-forward) freed after; gradients are reduce-scattered per block.
+    reshard-after-forward) freed after; gradients are reduce-scattered per block. On a 2-D ``mesh``
+    (dp_replicate, dp_shard) that is HSDP: the gathers and reduce-scatters run within a shard group, and the
+    reduced shards are all-reduced across the replicas (torch's ``fully_shard`` on a 2-D mesh, as torchtitan's
+    ``apply_fsdp`` builds it for dp_replicate x dp_shard).
     """
     import torch
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    kwargs: dict[str, Any] = {"reshard_after_forward": options.fsdp_reshard,
+    kwargs: dict[str, Any] = {"reshard_after_forward": options.fsdp_reshard, "mesh": mesh,
                               "offload_policy": CPUOffloadPolicy() if options.fsdp_cpu_offload else OffloadPolicy()}
     if options.precision in ("bf16", "fp16"):
         check_precision(options.precision, cpu=device == "cpu")  # a rank started by hand: the launch checked it
@@ -85,8 +89,24 @@ def autocast(options: EngineOptions, device: str) -> Any:
     return lambda: torch.autocast(device, dtype=dtype)
 
 
+def hybrid_mesh(dims: Any, device: str) -> Any:
+    """HSDP's (dp_replicate, dp_shard) DeviceMesh when ``--dp-shard`` leaves more than one replica, else None (FSDP2
+    over every rank, its default 1-D mesh). Replicas outermost, a shard group's ranks consecutive (so it stays inside
+    a node), as ParallelDims orders them and torchtitan builds its mesh."""
+    if dims is None or dims.replicate == 1:
+        return None
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(torch.device(device).type, (dims.replicate, dims.shard),
+                            mesh_dim_names=("dp_replicate", "dp_shard"))
+
+
 class NativeEngine(TorchAdamWEngine):
-    """single / ddp / fsdp with torch.optim.AdamW, gradient accumulation and clipping."""
+    """single / ddp / fsdp (HSDP with ``--dp-shard``) with torch.optim.AdamW, gradient accumulation and clipping."""
+
+    mesh: Any = None
+    """HSDP's 2-D mesh (None: no replicated dimension)."""
 
     def __init__(self, strategy: str, model: Any, options: EngineOptions, dist_info: Any) -> None:
 
@@ -98,7 +118,8 @@ class NativeEngine(TorchAdamWEngine):
         if strategy == "ddp":
             model = wrap_ddp(model, dist_info.device)
         elif strategy == "fsdp":
-            model = wrap_fsdp2(model, options, dist_info.device)
+            self.mesh = hybrid_mesh(options.dims, dist_info.device)
+            model = wrap_fsdp2(model, options, dist_info.device, self.mesh)
         self.model = model
         self.optimizer, self.scheduler = adamw(model.parameters(), options)
         self._autocast = autocast(options, dist_info.device) if strategy != "fsdp" else contextlib.nullcontext
@@ -132,6 +153,11 @@ class NativeEngine(TorchAdamWEngine):
         self.optimizer.zero_grad(set_to_none=True)
 
     def replicas(self) -> tuple[Any, Any] | None:
-        """DDP keeps a whole copy on every rank; FSDP2 shards it (no copies)."""
-        return (None, list(self.model.parameters())) if self.name == "ddp" else None
+        """DDP keeps a whole copy on every rank; FSDP2 shards it (no copies) but under HSDP, whose replicas (the
+        ``dp_replicate`` ranks) hold the same shard."""
+        if self.name == "ddp":
+            return None, list(self.model.parameters())
+        if self.mesh is not None:
+            return self.mesh.get_group("dp_replicate"), list(self.model.parameters())
+        return None
 
