@@ -59,6 +59,8 @@ def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) ->
         return exc.exit_code
     if job and code == 0 and not job.wait:
         click.echo(f"dsbench: submitted; the job writes {job.output} and {folder}/metrics.jsonl")
+    elif code == 0 and (said := finished_line(folder)):
+        click.echo(said)  # the last line: the launcher's own log lines end after the rank's
     elif job and code == 0 and (never := slurm_never_trained(folder / "launch.log", folder)):
         click.echo(f"dsbench: error: {never} (log: {folder}/launch.log)", err=True)
         return 1
@@ -71,6 +73,20 @@ def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) ->
         click.echo(f"dsbench: error: launch failed with exit code {code}: {reason} (log: {folder}/launch.log)",
                    err=True)
     return code
+
+
+def finished_line(folder: Path) -> str | None:
+    """What the run measured, in one line, read back from its summary.json (None where it is not on this machine:
+    rank 0 on another node writes it there)."""
+    from dsbench.run_record import read_summary
+
+    summary = read_summary(folder)
+    if summary is None or not summary.ok or summary.throughput is None:
+        return None
+    wall = summary.throughput
+    return (f"dsbench: finished {folder}: {wall.tokens_per_s:,.0f} tokens/s by the wall clock over "
+            f"{summary.measured_steps} steps after {summary.warmup_steps} warm-up, final loss "
+            f"{summary.final_loss:.4f}; tables and plots: dsbench report {folder}")
 
 
 @click.command(cls=Command)

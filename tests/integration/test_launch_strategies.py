@@ -73,6 +73,12 @@ def test_trains_and_records_complete_metrics(runs, name):
     # the throughput figure is the wall clock over the window; the timed region is reported beside it
     assert summary["throughput"]["tokens_per_s"] == pytest.approx(window["tokens"] / window["seconds"])
     assert 0 <= summary["outside_timed_fraction"] < 1
+    # the launch's last line says it, after the launcher's own log lines (since 2026-12-01)
+    result, folder = runs.get(name, CELLS[name])
+    assert result.stdout.strip().splitlines()[-1] == (
+        f"dsbench: finished {folder}: {summary['throughput']['tokens_per_s']:,.0f} tokens/s by the wall clock over "
+        f"{STEPS - 2} steps after 2 warm-up, final loss {summary['final_loss']:.4f}; tables and plots: dsbench report "
+        f"{folder}")
     [states] = run["states"]
     assert len(states["per_rank"]) == world and all(r["total"] > 0 for r in states["per_rank"])
 

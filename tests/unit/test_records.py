@@ -112,3 +112,22 @@ def test_the_typed_header_reads_a_header_record_and_defaults_an_absent_one():
     assert header.shape == {"name": "gpt2-tiny", "layers": 2} and header.fsdp_reshard is False
     empty = RunHeader.from_record({})
     assert (empty.engine, empty.device, empty.tp, empty.model, empty.command) == ("?", "?", 1, None, ())
+
+
+def test_a_launch_ends_with_what_its_summary_says(tmp_path):
+    """``dsbench launch``'s last line, after the launcher's own log lines: the summary's wall-clock figure, read back
+    through the typed reader; nothing where rank 0 wrote no summary here (another node's folder) or the run failed."""
+    import json
+
+    from dsbench.commands.launch import finished_line
+
+    window = {"type": "window", "first_step": 1, "last_step": 2, "seconds": 4.0, "tokens": 800, "samples": 8,
+              "rank_tokens": 400}
+    assert finished_line(tmp_path) is None
+    (tmp_path / "summary.json").write_text(json.dumps(summarize([HEADER, _step(0, True, 9.0), window])))
+    assert finished_line(tmp_path) is None  # no measured step
+    (tmp_path / "summary.json").write_text(json.dumps(
+        summarize([HEADER, _step(0, True, 9.0), _step(1, False, 1.0), _step(2, False, 3.0), window])))
+    assert finished_line(tmp_path) == (f"dsbench: finished {tmp_path}: 200 tokens/s by the wall clock over 2 steps "
+                                       f"after 1 warm-up, final loss 8.0000; tables and plots: dsbench report "
+                                       f"{tmp_path}")
