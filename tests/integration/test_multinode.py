@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.conftest import DDP, LLAMA, MB, STEPS, ZERO2, ZERO3, dsbench, load_run, note_launch
+from tests.integration.conftest import FSDP, LLAMA, MB, STEPS, ZERO2, ZERO3, dsbench, load_run, note_launch
 
 pytestmark = [pytest.mark.dist, pytest.mark.multinode]
 
@@ -99,7 +99,11 @@ MULTI = {  # name -> (multi-node launch args, single-node reference (a session r
     "zero3_ssh_2x1": ([*ZERO3, "--launcher-backend", "ssh", *ONE_PER_NODE], ("zero3", ZERO3), ["dsb-n1", "dsb-n2"]),
     "zero2_openmpi_2x2": ([*ZERO2_EVERY_SLOT, "--launcher-backend", "openmpi"], ("zero2", ZERO2),
                           ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
-    "torchrun_ddp_2x1": ([*DDP, *ONE_PER_NODE], ("ddp", DDP), ["dsb-n1", "dsb-n2"]),
+    # HSDP (since 2026-12-01 in place of DDP on one slot a node, which the torchrun fault below still trains across
+    # the nodes): each node's 2 ranks shard one copy, the copies all-reduce across the nodes; every slot at
+    # micro-batch 1 against the session's 2-rank FSDP run at 2
+    "torchrun_hsdp_2x2": ([*FSDP, "--dp-shard", "2", "--micro-batch", "1"], ("fsdp", FSDP),
+                          ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
     # tp 2 x pp 2 over 2 nodes: each TP group (ranks 0-1, 2-3) inside a node, the pipeline's sends across them
     "torch_3d_2x2": ([*TORCH_3D, *LLAMA], ("torch_3d_tp2_pp2_llama", [*TORCH_3D, "--num-gpus", "4", *LLAMA]),
                      ["dsb-n1", "dsb-n1", "dsb-n2", "dsb-n2"]),
@@ -123,6 +127,10 @@ def test_two_nodes_train_like_one(hostfile, runs, name):
     assert header["hostnames"] == hosts and header["world_size"] == len(hosts)
     worst = max(abs(a - b) / abs(b) for a, b in zip(losses(run), losses(load_run(folder)), strict=True))
     assert worst < 1e-4, (name, worst)
+    if name == "torchrun_hsdp_2x2":  # a shard group is 2 consecutive ranks (one node), a replica group 2 nodes
+        assert header["dp_shard"] == 2
+        assert run["summary"]["replicas"] == {"groups": 2, "ranks_per_group": 2, "agree": True,
+                                              "differing_ranks": []}
     if name.startswith("torch_3d"):  # a TP group is 2 consecutive ranks: both on one node by the hosts above
         assert (header["tp"], header["pp"]) == (2, 2)
         norms = [[s["grad_norm"] for s in r["steps"]] for r in (run, load_run(folder))]
