@@ -139,6 +139,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
                       launch_script=str(req.run_dir / "launch_nodes.sh"), python=req.python, cwd=req.cwd,
                       launcher_backend=req.launcher_backend, slurm=req.slurm, as_root=req.as_root,
                       mixed_precision=ACCELERATE_PRECISION.get(req.render_flags.get("precision") or "fp32", "no"),
+                      dp_shard=req.render_flags.get("dp_shard") or 0,
                       deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
     base = with_inherited_env(base, req)
     world = base.world_size()

@@ -56,7 +56,7 @@ def accelerate_config(spec: LaunchSpec) -> dict[str, Any]:
     """The accelerate config dict for ``spec``."""
     return accelerate_yaml(spec.strategy, processes=spec.world_size(), machines=spec.nodes(),
                            main_ip=spec.first_host(), port=spec.master_port, ds_config=spec.ds_config,
-                           mixed_precision=spec.mixed_precision)
+                           mixed_precision=spec.mixed_precision, dp_shard=spec.dp_shard)
 
 
 KINDS = RENDERED_ENGINES

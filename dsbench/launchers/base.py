@@ -93,6 +93,8 @@ class LaunchSpec:
     """``--env KEY=VALUE`` pairs for every rank (also remote ones)."""
     mixed_precision: str = "no"
     """accelerate's mixed_precision for the native strategies (no, fp16, bf16)."""
+    dp_shard: int = 0
+    """FSDP's shard group (``--dp-shard``), which accelerate's YAML spells as its ``parallelism_config`` (HSDP)."""
     python: str = "python3"
     """The Python other nodes run (the launching one's path: the project is at the same path everywhere)."""
     cwd: str = "."

@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,9 @@ def dcp_weights(target: Path, max_bytes: int) -> Iterator[tuple[str, Callable[[]
     def load(keys: list[str]) -> None:
         state = {k: torch.empty(tuple(metadata.state_dict_metadata[k].size),
                                 dtype=metadata.state_dict_metadata[k].properties.dtype) for k in keys}
-        dcp.load(state, storage_reader=safe_load.safe_reader(target), no_dist=True)
+        with warnings.catch_warnings():  # torch says it loads in one process, as no_dist asks: not news to a user
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+            dcp.load(state, storage_reader=safe_load.safe_reader(target), no_dist=True)
         loaded.clear()
         loaded.update(state)
 

@@ -179,3 +179,15 @@ def test_hsdp_sends_only_its_shards_gradient_across_nodes():
     extra = sent / 1e9 * (1 / 10 - 1 / 100) / efficiency
     # dp_seconds adds a layer's share of the traffic (comm / layers) to what the compute cannot hide
     assert hsdp_slow - hsdp_fast == pytest.approx(extra * (1 + 1 / lay.stage_layers), rel=1e-9)
+
+
+def test_dsbench_launch_writes_its_shard_group_into_the_accelerate_yaml_it_runs(cli_run, tmp_path):
+    """``--launcher accelerate --dp-shard 2``: the YAML dsbench writes (and a user may reuse) asks accelerate for the
+    same HSDP as run.json asks the ranks, so a rank reads one shard group from both (worker/resolve._dp_shard)."""
+    result = cli_run("launch", "--strategy", "fsdp", "--launcher", "accelerate", "--num-gpus", "4", "--dp-shard", "2",
+                     "--run-dir", str(tmp_path / "run"), "--dry-run")
+    assert result.exit_code == 0, result.output
+    written = yaml.safe_load((tmp_path / "run" / "accelerate_config.yaml").read_text())
+    assert written["parallelism_config"] == {"parallelism_config_dp_replicate_size": 2,
+                                             "parallelism_config_dp_shard_size": 2}
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["dp_shard"] == 2
