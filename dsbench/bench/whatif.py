@@ -68,6 +68,8 @@ def predicted_comm_s(strategy: str, model: str, world: int, micro: int, seq: int
     how = registry.get(strategy)
     if how.model_parallel > 1:  # pipe2: activations between the stages, one data-parallel replica
         parts = pipeline_comm(seq, micro, shape.hidden, how.model_parallel, wire, 4, how.model_parallel)
+    elif how.dp_shard:  # HSDP: a node's shard group talks on the node; the replicas all-reduce their fp32 shards
+        parts = data_parallel_comm("ddp", shape.num_params() / how.dp_shard, world // how.dp_shard, wire, 4, 4)
     else:  # the planner's sharding: FSDP's traffic is ZeRO-3's
         sharding = str(how.planner_fields["strategy"])
         parts = data_parallel_comm("zero3" if sharding == "fsdp" else sharding, shape.num_params(), world, wire, 4, 4)
