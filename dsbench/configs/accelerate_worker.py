@@ -58,8 +58,13 @@ def to_deepspeed(config: dict[str, Any]) -> dict[str, Any]:
 
 # How dsbench's worker runs an FSDP1 sharding strategy with FSDP2's fully_shard (torch's FSDP1 -> FSDP2 migration
 # notes, and accelerate 1.15's fsdp_sharding_strategy help: FULL_SHARD is reshard_after_forward=True,
-# SHARD_GRAD_OP is False). NO_SHARD and HYBRID_SHARD need a replicated mesh dimension the worker does not build.
-FSDP1_RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
+# SHARD_GRAD_OP is False). Since 2026-12-01 the others too, on FSDP2's 2-D mesh (--dp-shard): NO_SHARD keeps whole
+# replicas (shard groups of 1), HYBRID_SHARD and _HYBRID_SHARD_ZERO2 shard within a machine and replicate across
+# (FSDP1 builds its intra-node group of the node's devices: torch.distributed.fsdp._init_utils).
+FSDP1_RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False, "NO_SHARD": True, "HYBRID_SHARD": True,
+                 "_HYBRID_SHARD_ZERO2": False}
+FSDP1_MACHINE_SHARDED = ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
+"""FSDP1 strategies whose shard group is a machine's processes."""
 
 
 
@@ -101,8 +106,7 @@ def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
     if kind == "FSDP" and fsdp.get("fsdp_version", 1) == 1:
         strategy = fsdp1_strategy(fsdp.get("fsdp_sharding_strategy", "FULL_SHARD"))
         if strategy not in FSDP1_RESHARD:
-            return (f"fsdp_sharding_strategy {strategy}: dsbench's worker runs FSDP2 (fully_shard), which has "
-                    f"{' and '.join(FSDP1_RESHARD)} only; use MULTI_GPU for NO_SHARD")
+            return f"fsdp_sharding_strategy {strategy}: FSDP1 has {', '.join(FSDP1_RESHARD)}"
     return None
 
 

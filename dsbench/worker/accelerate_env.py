@@ -17,7 +17,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from dsbench.configs.accelerate import hsdp_mismatch
-from dsbench.configs.accelerate_worker import FSDP1_RESHARD, with_script_optimizer
+from dsbench.configs.accelerate_worker import (
+    FSDP1_MACHINE_SHARDED,
+    FSDP1_RESHARD,
+    fsdp1_strategy,
+    with_script_optimizer,
+)
 from dsbench.errors import UserError
 
 PLUGIN_SOURCE = "accelerate's DeepSpeed plugin (the YAML's inline deepspeed_config)"
@@ -35,27 +40,36 @@ def launcher_env(env: Mapping[str, str]) -> dict[str, str] | None:
     return {key: env[key] for key in sorted(env) if key.startswith(("ACCELERATE_", "FSDP_", "PARALLELISM_CONFIG_"))}
 
 
-def hybrid_shard(env: Mapping[str, str], world: int) -> int:
-    """The FSDP2 shard group accelerate's ``parallelism_config`` asks for when it replicates (HSDP:
-    dp_replicate_size x dp_shard_size, as ``ParallelismConfig`` reads ``PARALLELISM_CONFIG_*``), else 0 (plain FSDP or
-    no accelerate). A product other than the world is refused, as accelerate's ``Accelerator`` refuses it."""
-    if env.get("ACCELERATE_USE_PARALLELISM_CONFIG") != "true":
+def shard_group(env: Mapping[str, str], world: int) -> int:
+    """The FSDP2 shard group accelerate's settings ask for, else 0 (every rank: plain FSDP, or no accelerate):
+    ``parallelism_config``'s when it replicates (HSDP: dp_replicate_size x dp_shard_size, as ``ParallelismConfig``
+    reads ``PARALLELISM_CONFIG_*``; a product other than the world is refused, as ``Accelerator`` refuses it), or an
+    FSDP1 sharding strategy's: NO_SHARD 1 (whole replicas), HYBRID_SHARD and _HYBRID_SHARD_ZERO2 the machine's
+    processes (torchrun's ``LOCAL_WORLD_SIZE``)."""
+    if env.get("ACCELERATE_USE_PARALLELISM_CONFIG") == "true":
+        sizes = {key: _size(env, f"PARALLELISM_CONFIG_{key.upper()}") for key in ("dp_replicate_size",
+                                                                                  "dp_shard_size")}
+        if sizes["dp_replicate_size"] == 1:
+            return 0
+        if why := hsdp_mismatch(sizes, world):
+            raise UserError(f"accelerate's parallelism_config: {why}")
+        return sizes["dp_shard_size"]
+    if env.get("ACCELERATE_USE_FSDP") != "true" or env.get("FSDP_VERSION", "1") != "1":
         return 0
-    sizes = {key: _size(env, f"PARALLELISM_CONFIG_{key.upper()}") for key in ("dp_replicate_size", "dp_shard_size")}
-    if sizes["dp_replicate_size"] == 1:
-        return 0
-    why = hsdp_mismatch(sizes, world)
-    if why:
-        raise UserError(f"accelerate's parallelism_config: {why}")
-    return sizes["dp_shard_size"]
+    strategy = fsdp1_strategy(env.get("FSDP_SHARDING_STRATEGY", "FULL_SHARD"))
+    machine = _size(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world
+    if strategy == "NO_SHARD":
+        return 1
+    return machine if strategy in FSDP1_MACHINE_SHARDED and machine < world else 0
 
 
 def _size(env: Mapping[str, str], name: str) -> int:
-    """One ``PARALLELISM_CONFIG_*_SIZE`` variable (1 when unset), or a one-line error naming it."""
+    """One size variable (``PARALLELISM_CONFIG_*_SIZE``, ``LOCAL_WORLD_SIZE``; 1 when unset), or a one-line error
+    naming it."""
     try:
         return int(env.get(name, "1"))
     except ValueError:
-        raise UserError(f"{name}={env[name]!r}: accelerate sets a whole number there") from None
+        raise UserError(f"{name}={env[name]!r}: the launcher sets a whole number there") from None
 
 
 def inline_deepspeed(env: Mapping[str, str]) -> bool:
@@ -83,7 +97,7 @@ def deepspeed_config(warmup_steps: int) -> tuple[dict[str, Any], list[str]]:
 def fsdp_settings(reshard: bool, cpu_offload: bool, activation_checkpointing: bool) -> dict[str, Any]:
     """FSDP as accelerate's ``FullyShardedDataParallelPlugin()`` reads it from the environment, mapped onto the
     worker's FSDP2 (``fully_shard``): FSDP1's sharding strategy becomes ``reshard_after_forward``
-    (:data:`FSDP1_RESHARD`). Without accelerate, the worker's own flags."""
+    (:data:`FSDP1_RESHARD`) and a shard group (:func:`shard_group`). Without accelerate, the worker's own flags."""
     if os.environ.get("ACCELERATE_USE_FSDP") != "true":
         return {"reshard": reshard, "cpu_offload": cpu_offload, "activation_checkpointing": activation_checkpointing}
     from accelerate.utils import FullyShardedDataParallelPlugin
@@ -101,10 +115,7 @@ def fsdp_settings(reshard: bool, cpu_offload: bool, activation_checkpointing: bo
     strategy = None
     if version == 1:
         strategy = plugin.sharding_strategy.name
-        if strategy not in FSDP1_RESHARD:
-            raise UserError(f"FSDP sharding strategy {strategy}: dsbench's worker runs FSDP2 (fully_shard), which has "
-                            f"{' and '.join(FSDP1_RESHARD)} only")
-        reshard = FSDP1_RESHARD[strategy]
+        reshard = FSDP1_RESHARD[strategy]  # every ShardingStrategy torch has (its shard group: shard_group)
         cpu_offload = bool(plugin.cpu_offload.offload_params)
     else:
         from torch.distributed.fsdp import CPUOffloadPolicy

@@ -87,10 +87,11 @@ def _deepspeed_config(spec: TrainSpec, shape: ModelShape, world: int,
 
 
 def _dp_shard(spec: TrainSpec, world: int, environ: Mapping[str, str]) -> int:
-    """FSDP2's shard group: ``--dp-shard``, or the HSDP an accelerate YAML's ``parallelism_config`` asks for (the same
-    when both are given: ``dsbench launch --launcher accelerate --dp-shard S`` writes it into its YAML)."""
-    given, accelerate = spec.dp_shard, accelerate_env.hybrid_shard(environ, world)
+    """FSDP2's shard group: ``--dp-shard``, or the one an accelerate YAML asks for (its ``parallelism_config``, or an
+    FSDP1 sharding strategy's; the same when both are given: ``dsbench launch --launcher accelerate --dp-shard S``
+    writes it into its YAML)."""
+    given, accelerate = spec.dp_shard, accelerate_env.shard_group(environ, world)
     if given and accelerate and given != accelerate:
-        raise UserError(f"--dp-shard {given} but accelerate's parallelism_config.dp_shard_size is {accelerate}: give "
-                        "one of them")
+        raise UserError(f"--dp-shard {given} but accelerate's YAML asks for shard groups of {accelerate}: give one "
+                        "of them")
     return given or accelerate

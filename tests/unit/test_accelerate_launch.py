@@ -160,7 +160,6 @@ def test_launch_misuse_is_one_line(cli_run, args, message):
 
 
 @pytest.mark.parametrize("name, key", [("sequence_parallel.yaml", "parallelism_config.parallelism_config_sp_size"),
-                                       ("fsdp_no_shard.yaml", "fsdp_sharding_strategy NO_SHARD"),
                                        ("multi_cpu.yaml", "distributed_type MULTI_CPU")])
 def test_what_the_worker_cannot_honour_is_named(name, key):
     config = yaml.safe_load((BAD / name).read_text())

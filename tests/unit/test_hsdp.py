@@ -25,6 +25,7 @@ from dsbench.plan.gpu_profiles import profile_for
 from dsbench.strategy_match import for_candidate, name_for, name_of_run
 from dsbench.trainspec import TrainSpec
 from tests.accelerate_oracle import accelerate_env as launched_env
+from tests.conftest import DATA
 
 
 def test_a_shard_group_is_named_launched_and_planned_alike():
@@ -87,13 +88,13 @@ def test_the_rank_reads_hsdp_as_accelerates_parallelism_config_does(replicate, s
     if replicate > 1 and shard == 1:  # accelerate's own ParallelismConfig refuses it; so does the launch
         assert "needs dp_shard_size 2 or more" in accelerate_worker.worker_refusal(config, 4)
         with pytest.raises(UserError, match="needs dp_shard_size 2 or more"):
-            accelerate_env.hybrid_shard(env, 4)
+            accelerate_env.shard_group(env, 4)
         return
     assert accelerate_worker.worker_refusal(config, 4) is None
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     oracle = ParallelismConfig()  # reads the PARALLELISM_CONFIG_* variables accelerate launch set
-    got = accelerate_env.hybrid_shard(os.environ, 4)
+    got = accelerate_env.shard_group(os.environ, 4)
     assert got == (oracle.dp_shard_size if oracle.dp_replicate_enabled else 0)
     assert accelerate_env.launcher_env(os.environ)["PARALLELISM_CONFIG_DP_REPLICATE_SIZE"] == str(replicate)
 
@@ -117,7 +118,7 @@ def test_the_rank_refuses_a_shard_group_the_yaml_contradicts():
            "PARALLELISM_CONFIG_DP_SHARD_SIZE": "2"}
     assert _dp_shard(TrainSpec(strategy="fsdp"), 4, env) == 2
     assert _dp_shard(TrainSpec(strategy="fsdp", dp_shard=2), 4, env) == 2
-    with pytest.raises(UserError, match="--dp-shard 4 but accelerate's parallelism_config.dp_shard_size is 2"):
+    with pytest.raises(UserError, match="--dp-shard 4 but accelerate's YAML asks for shard groups of 2"):
         _dp_shard(TrainSpec(strategy="fsdp", dp_shard=4), 4, env)
 
 
@@ -204,3 +205,34 @@ def test_whatif_prices_hsdp_by_its_replicas_all_reduce_alone():
     expected = 2 * (2 - 1) / 2 * 4 * params / 2 / (20e6 / 8)
     assert predicted_comm_s("fsdp_shard2", "gpt2-tiny", 4, 2, 128, "20mbit") == pytest.approx(expected)
     assert predicted_comm_s("fsdp", "gpt2-tiny", 4, 2, 128, "20mbit") > 3 * expected  # every collective on the wire
+
+
+FSDP1 = DATA / "bad" / "accelerate" / "fsdp_no_shard.yaml"
+
+
+@pytest.mark.parametrize("strategy, local, expected", [
+    ("FULL_SHARD", 2, 0), ("SHARD_GRAD_OP", 2, 0), ("NO_SHARD", 2, 1), ("HYBRID_SHARD", 2, 2),
+    ("_HYBRID_SHARD_ZERO2", 2, 2), ("HYBRID_SHARD", 4, 0),  # one machine: its shard group is every rank
+])
+def test_every_fsdp1_sharding_strategy_runs_on_fsdp2s_mesh(strategy, local, expected, monkeypatch, tmp_path):
+    """An FSDP1 YAML's sharding strategy, as accelerate's own plugin reads it from the environment accelerate
+    launch sets: reshard_after_forward as torch's FSDP1 -> FSDP2 notes map it (SHARD_GRAD_OP and _HYBRID_SHARD_ZERO2
+    keep the gathered weights), and the shard group: whole replicas for NO_SHARD, a machine's processes for the
+    hybrid ones (4 ranks here, ``local`` per machine). Until 2026-12-01 NO_SHARD and HYBRID_SHARD were refused."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    from dsbench.worker import accelerate_env
+
+    config = {**yaml.safe_load(FSDP1.read_text()), "num_processes": 4}
+    config["fsdp_config"]["fsdp_sharding_strategy"] = strategy
+    path = tmp_path / "fsdp1.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert accelerate_worker.worker_refusal(config, 4) is None
+    env = launched_env(["--config_file", str(path), "-m", "dsbench.train"])
+    for key, value in {**env, "LOCAL_WORLD_SIZE": str(local)}.items():
+        monkeypatch.setenv(key, value)
+    oracle = FullyShardedDataParallelPlugin(sync_module_states=False, cpu_ram_efficient_loading=False)
+    assert oracle.sharding_strategy.name == strategy
+    settings = accelerate_env.fsdp_settings(reshard=True, cpu_offload=False, activation_checkpointing=False)
+    assert settings["reshard"] is (strategy not in ("SHARD_GRAD_OP", "_HYBRID_SHARD_ZERO2"))
+    assert accelerate_env.shard_group(os.environ, 4) == expected
