@@ -44,7 +44,7 @@ def default_strategies(model: str, world: int) -> list[str]:
             continue  # single is the 1-rank layout; the planner has no model of fsdp_no_reshard or NVMe offload
         if shape.arch not in splitting_families(how.tp, autotp=how.engine == "deepspeed"):
             continue  # the family does not split this way (model_checks: GPT-2's Conv1D is not split, for one)
-        if world % how.model_parallel:
+        if world % how.rank_multiple:
             continue
         out.append(name)
     return out
@@ -102,6 +102,10 @@ def checked_strategies(req: TuneRequest) -> list[str]:
     unknown = [s for s in strategies if not registry.known(s)]
     if unknown:
         raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {registry.choices()}")
+    unplaced = next((s for s in strategies if req.world % registry.get(s).rank_multiple), None)
+    if unplaced:
+        raise UserError(f"--strategies {unplaced} runs on a multiple of {registry.get(unplaced).rank_multiple} ranks, "
+                        f"not the {req.world} tune runs on")
     check_models(strategies, [req.model], req.seq_len)
     return strategies
 
