@@ -76,6 +76,7 @@ def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
     lines = [_STAGES[zero.stage]]
     lines += [line for line in (_offload_line(config, "offload_optimizer", "optimizer states", zero.offload),
                                 _offload_line(config, "offload_param", "parameters", zero.offload_param)) if line]
+    lines += _zero_plus_plus(config) if zero.stage == 3 else []
     pp, tp = parallel_degrees(config)
     if pp > 1:
         _, method, interval = pipeline_settings(config)
@@ -100,3 +101,18 @@ def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
         lines.append("activation_checkpointing: no effect under DeepSpeed's engine, the HF Trainer or accelerate "
                      "(only a script's own deepspeed.checkpointing.configure reads it)")
     return lines
+
+
+def _zero_plus_plus(config: dict[str, Any]) -> list[str]:
+    """ZeRO++'s three switches, as its paper names them (Wang et al. 2023, "ZeRO++", sections 3.1-3.3)."""
+    section = config.get("zero_optimization") or {}
+    hpz = section.get("zero_hpz_partition_size", 1)
+    parts = ["qwZ: the weights all-gathered in int8, quantized block by block (zero_quantized_weights)"
+             if section.get("zero_quantized_weights") is True else "",
+             f"hpZ: a second copy of the parameters partitioned over groups of {hpz} ranks, so that the backward's "
+             "all-gathers stay inside such a group, a node (zero_hpz_partition_size)"
+             if isinstance(hpz, int) and not isinstance(hpz, bool) and hpz > 1 else "",
+             "qgZ: the gradients reduce-scattered in int4 by all-to-all, within then across nodes "
+             "(zero_quantized_gradients)" if section.get("zero_quantized_gradients") is True else ""]
+    said = [part for part in parts if part]
+    return [f"ZeRO++: {'; '.join(said)}"] if said else []

@@ -70,6 +70,25 @@ def test_explain_says_what_is_sharded_and_offloaded(cli_run):
     assert "parameters offloaded to CPU RAM" in text and "batch: 'auto', the HF Trainer's" in text
 
 
+def test_explain_names_zero_plus_plus_in_its_papers_words(cli_run, tmp_path):
+    """The ZeRO++ tutorial's three switches (deepspeed.ai/tutorials/zeropp), keys DeepSpeed's own config classes
+    accept (validate runs them), said as the paper's qwZ, hpZ and qgZ; none of them, no line."""
+    config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+              "zero_optimization": {"stage": 3, "zero_quantized_weights": True, "zero_hpz_partition_size": 8,
+                                    "zero_quantized_gradients": True}}
+    path = tmp_path / "zeropp.json"
+    path.write_text(json.dumps(config))
+    assert cli_run("validate", str(path), "--world-size", "16").exit_code == 0
+    text = " ".join(cli_run("explain", str(path)).output.split())
+    assert ("ZeRO++: qwZ: the weights all-gathered in int8, quantized block by block (zero_quantized_weights); hpZ: a "
+            "second copy of the parameters partitioned over groups of 8 ranks") in text
+    assert "qgZ: the gradients reduce-scattered in int4 by all-to-all" in text
+    config["zero_optimization"] = {"stage": 3, "zero_hpz_partition_size": 1}
+    path.write_text(json.dumps(config))
+    assert "ZeRO++" not in cli_run("explain", str(path)).output
+
+
 def test_launch_dry_run_prints_a_runnable_command(cli_run, tmp_path):
     result = cli_run("launch", "--zero", "3", "--offload", "cpu", "--dry-run", "--run-dir", "r")
     assert result.exit_code == 0, result.output
