@@ -283,10 +283,14 @@ def _fsdp(config: dict[str, Any]) -> list[Finding]:
 
 
 def _hsdp(config: dict[str, Any]) -> list[Finding]:
-    """FSDP2's replicas (``parallelism_config_dp_replicate_size``): accelerate's ``ParallelismConfig`` takes them with
-    a shard group of 2 or more and sizes whose product is every process, and refuses them otherwise when the script
-    builds its ``Accelerator``, after the launch."""
+    """``parallelism_config``'s sizes: whole numbers from 1 (accelerate's ``ParallelismConfig`` reads them with
+    ``int()`` when the script builds its ``Accelerator``, after the launch); FSDP2's replicas
+    (``dp_replicate_size``) with a shard group of 2 or more and sizes whose product is every process."""
     sizes = {key: as_int(value) for key, value in section_keys(config, "parallelism_config").items()}
+    for key, value in section_keys(config, "parallelism_config").items():
+        if key.endswith("_size") and value is not None and (sizes[key] is None or not 1 <= sizes[key] <= MAX_COUNT):
+            return [_error("bad-value", f"parallelism_config.{key}", f"{str(value)[:40]!r} is not a whole number "
+                           f"in 1..{MAX_COUNT:,}", f"set {key} to a process count")]
     processes = as_int(config.get("num_processes"))
     if config.get("distributed_type") != "FSDP" or size_of(sizes, "dp_replicate_size") <= 1 or not processes:
         return []

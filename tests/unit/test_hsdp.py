@@ -236,3 +236,14 @@ def test_every_fsdp1_sharding_strategy_runs_on_fsdp2s_mesh(strategy, local, expe
     settings = accelerate_env.fsdp_settings(reshard=True, cpu_offload=False, activation_checkpointing=False)
     assert settings["reshard"] is (strategy not in ("SHARD_GRAD_OP", "_HYBRID_SHARD_ZERO2"))
     assert accelerate_env.shard_group(os.environ, 4) == expected
+
+
+@pytest.mark.parametrize("value", ["abc", -2, 0, True, 1e30, [2], 10**20])
+def test_a_parallelism_config_size_that_is_no_process_count_is_one_line(value):
+    """accelerate reads the sizes with int() only when the script builds its Accelerator, after the launch; validate
+    (and so the launch) names the key first. An empty value is left to accelerate's default (1)."""
+    config = {**HSDP, "parallelism_config": {"parallelism_config_dp_replicate_size": value,
+                                             "parallelism_config_dp_shard_size": 2}}
+    [finding] = [f for f in accelerate_check.check(config) if f.severity == "error"]
+    assert finding.path == "parallelism_config.parallelism_config_dp_replicate_size"
+    assert finding.message.endswith("is not a whole number in 1..1,000,000")
