@@ -286,8 +286,9 @@ def _hsdp(config: dict[str, Any]) -> list[Finding]:
     """``parallelism_config``'s sizes: whole numbers from 1 (accelerate's ``ParallelismConfig`` reads them with
     ``int()`` when the script builds its ``Accelerator``, after the launch); FSDP2's replicas
     (``dp_replicate_size``) with a shard group of 2 or more and sizes whose product is every process."""
-    sizes = {key: as_int(value) for key, value in section_keys(config, "parallelism_config").items()}
-    for key, value in section_keys(config, "parallelism_config").items():
+    given = section_keys(config, "parallelism_config")
+    sizes = {key: as_int(value) for key, value in given.items()}
+    for key, value in given.items():
         if key.endswith("_size") and value is not None and (sizes[key] is None or not 1 <= sizes[key] <= MAX_COUNT):
             return [_error("bad-value", f"parallelism_config.{key}", f"{str(value)[:40]!r} is not a whole number "
                            f"in 1..{MAX_COUNT:,}", f"set {key} to a process count")]

@@ -10,6 +10,7 @@ from dsbench.configs.accelerate import (
     ds_config_file,
     dynamo_backend,
     section_keys,
+    size_of,
     starts_one_process,
     world_size,
 )
@@ -107,11 +108,10 @@ def _explain_fsdp(config: dict[str, Any]) -> list[str]:
                  "NO_SHARD": "nothing sharded (like DDP)",
                  "HYBRID_SHARD": "sharded within a machine, replicated across machines"}.get(strategy, strategy)
     lines = [f"engine: FSDP{version} (torch fully_shard): {shard}"]
-    sizes = {key: as_int(value) or 1 for key, value in section_keys(config, "parallelism_config").items()
-             if key.endswith(("dp_replicate_size", "dp_shard_size"))}
-    replicas = max((size for key, size in sizes.items() if key.endswith("dp_replicate_size")), default=1)
+    sizes = {key: as_int(value) for key, value in section_keys(config, "parallelism_config").items()}
+    replicas = size_of(sizes, "dp_replicate_size")
     if replicas > 1:  # accelerate's ParallelismConfig: HSDP (dsbench launch --strategy fsdp --dp-shard S)
-        group = max((size for key, size in sizes.items() if key.endswith("dp_shard_size")), default=1)
+        group = size_of(sizes, "dp_shard_size")
         lines.append(f"HSDP (parallelism_config): each group of {group} processes shards one copy, {replicas} "
                      "groups keep copies; gradients reduce-scattered within a group, then all-reduced across them")
     policy = fsdp.get("fsdp_auto_wrap_policy", "NO_WRAP")

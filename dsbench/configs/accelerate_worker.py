@@ -152,4 +152,3 @@ def with_script_optimizer(config: dict[str, Any], warmup_steps: int) -> tuple[di
         out.update(load_template("scheduler_warmup"))
         added.append("scheduler")
     return out, added
-

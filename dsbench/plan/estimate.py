@@ -73,8 +73,7 @@ class Estimate:
     dominant: str
     notes: list[str] = field(default_factory=list)
     check_s: float = 0.0
-    """What ``calibrate --check`` found the family's real steps pay beyond the named terms (its step scale - 1, times
-    them); included in ``step_s``."""
+    """What ``calibrate --check`` found the family's steps pay beyond the named terms (scale - 1, x them); in step_s."""
     step_range_s: tuple[float, float] | None = None
     """The step's low and high seconds that the profile's timing spreads allow (dsbench/plan/interval.py); None
     without a profile that stores spreads."""
@@ -253,24 +252,32 @@ def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:
             for share in stages]
 
 
+def _data_parallel(cand: Candidate, cl: Cluster, held: float, dp: int, shards: int, acc: Accounting, accum: int,
+                   counted: Calls) -> list[Collective]:
+    """The data-parallel collectives of a step, on the link their group spans (HSDP's: its shard group)."""
+    group = shards if cand.strategy == "fsdp_hybrid" else dp
+    dp_link = cl.inter if (cl.nodes > 1 and group > cl.gpus_per_node // (cand.tp * cand.pp)) else cl.intra
+    # a measured DeepSpeed cost per reduction holds its collectives' latency: then only their bytes count here
+    comm = data_parallel_comm(cand.strategy, held, group, dp_link,
+                              acc.params, acc.grads, accum, NO_LATENCY if deepspeed_measured(cand, cl) else counted)
+    if cand.strategy == "fsdp_hybrid" and dp > shards:  # the replicas all-reduce their gradient shards, in FSDP2's
+        # reduce stream beside the backward (fully_shard on a 2-D mesh: foreach_reduce's all-reduce over dp_replicate)
+        comm += data_parallel_comm("ddp", held / shards, dp // shards, cl.inter if cl.nodes > 1 else cl.intra,
+                                   acc.params, acc.grads)
+    return comm
+
+
 def _communication(cand: Candidate, wl: Workload, cl: Cluster, held: float, dp: int, shards: int, acc: Accounting,
                    accum: int, compute: float, counted: Calls) -> tuple[list[Collective], float]:
     """Every collective of a step and the seconds of it left exposed: data-parallel collectives overlap the
-    backward (≈ 2/3 of compute; ZeRO-3/FSDP gathers the whole step) where the backend overlaps at all, hybrid
-    FSDP's cross-node all-reduce, TP's and PP's traffic are on the critical path."""
+    backward (≈ 2/3 of compute; ZeRO-3/FSDP gathers the whole step, HSDP's cross-node all-reduce with them) where
+    the backend overlaps at all; TP's and PP's traffic are on the critical path."""
     shape = wl.shape
     act_bytes = 2 if wl.precision in ("bf16", "fp16") else 4
-    model_parallel = cand.tp * cand.pp
-    dp_link = cl.inter if (cl.nodes > 1 and dp > cl.gpus_per_node // model_parallel) else cl.intra
-    # a measured DeepSpeed cost per reduction holds its collectives' latency: then only their bytes count here
-    comm = data_parallel_comm(cand.strategy, held, dp if cand.strategy != "fsdp_hybrid" else shards, dp_link,
-                              acc.params, acc.grads, accum, NO_LATENCY if deepspeed_measured(cand, cl) else counted)
+    comm = _data_parallel(cand, cl, held, dp, shards, acc, accum, counted)
     overlap = compute if cand.strategy in ("zero3", "fsdp", "fsdp_hybrid") else compute * 2 / 3
     exposed = max(0.0, sum(c.seconds for c in comm) - (overlap if cl.overlap_comm else 0.0))
     critical = []
-    if cand.strategy == "fsdp_hybrid" and dp > shards:  # the replicas all-reduce their gradient shards (across nodes)
-        critical += data_parallel_comm("ddp", held / shards, dp // shards, cl.inter if cl.nodes > 1 else cl.intra,
-                                       acc.params, acc.grads)
     if cand.tp > 1:
         split = sequence_parallel_comm if cand.sequence_parallel else tensor_parallel_comm
         critical += split(shape.layers / cand.pp, wl.seq_len, wl.micro_batch, shape.hidden, cand.tp, cl.intra,
