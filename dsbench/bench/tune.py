@@ -50,16 +50,29 @@ def default_strategies(model: str, world: int) -> list[str]:
     return out
 
 
-def plan_request(req: TuneRequest) -> PlanRequest:
-    """The planner's description of the job: one node of ``world`` ranks, or a hostfile's nodes x slots (so the
-    planner uses the profile's link across nodes where data parallelism crosses them)."""
-    nodes, per_node = 1, None
+def _nodes(req: TuneRequest) -> tuple[int, int | None]:
+    """(nodes, ranks per node) of the job: one node of ``world`` ranks, or a hostfile's nodes x slots (uneven slots
+    are planned as one node: the planner's cluster is uniform)."""
     if req.hostfile:
         from dsbench.hostfile import read_hostfile
 
         slots = {host.slots for host in read_hostfile(req.hostfile)}
-        if len(slots) == 1:  # the planner's cluster is uniform; uneven slots are planned as one node
-            nodes, per_node = req.world // next(iter(slots)), next(iter(slots))
+        if len(slots) == 1:
+            return req.world // next(iter(slots)), next(iter(slots))
+    return 1, None
+
+
+def hybrid_strategies(req: TuneRequest) -> list[str]:
+    """HSDP with a node per shard group, where the job spans nodes of 2 or more ranks each (the planner's
+    fsdp_hybrid candidate)."""
+    nodes, per_node = _nodes(req)
+    return [f"fsdp_shard{per_node}"] if nodes > 1 and per_node and per_node > 1 else []
+
+
+def plan_request(req: TuneRequest) -> PlanRequest:
+    """The planner's description of the job (:func:`_nodes`: the planner uses the profile's link across nodes where
+    data parallelism crosses them)."""
+    nodes, per_node = _nodes(req)
     return PlanRequest(model=req.model, gpus=req.world, nodes=nodes, gpus_per_node=per_node, gpu=req.gpu,
                        gpu_mem=req.gpu_mem, seq_len=req.seq_len, micro_batch=1, grad_accum=1, precision=req.precision)
 
@@ -98,7 +111,7 @@ def measured_tokens_per_s(folder: Path) -> float | None:
 
 def checked_strategies(req: TuneRequest) -> list[str]:
     """The strategies to search, each known and able to run the model (as compare checks), before any run."""
-    strategies = req.strategies or default_strategies(req.model, req.world)
+    strategies = req.strategies or [*default_strategies(req.model, req.world), *hybrid_strategies(req)]
     unknown = [s for s in strategies if not registry.known(s)]
     if unknown:
         raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {registry.choices()}")

@@ -247,3 +247,22 @@ def test_a_parallelism_config_size_that_is_no_process_count_is_one_line(value):
     [finding] = [f for f in accelerate_check.check(config) if f.severity == "error"]
     assert finding.path == "parallelism_config.parallelism_config_dp_replicate_size"
     assert finding.message.endswith("is not a whole number in 1..1,000,000")
+
+
+@pytest.mark.parametrize("hosts, expected", [("a slots=2\nb slots=2\n", ["fsdp_shard2"]),
+                                             ("a slots=8\nb slots=8\nc slots=8\n", ["fsdp_shard8"]),
+                                             ("a slots=1\nb slots=1\n", []),  # a node of one rank shards nothing
+                                             ("a slots=2\nb slots=4\n", []),  # uneven: planned as one node
+                                             (None, [])])
+def test_tune_searches_hsdp_with_a_node_per_shard_group_across_nodes(hosts, expected, tmp_path):
+    from dsbench.bench.tune import hybrid_strategies
+    from dsbench.bench.tune_request import TuneRequest
+
+    hostfile = None
+    if hosts:
+        hostfile = tmp_path / "hosts"
+        hostfile.write_text(hosts)
+    world = sum(int(line.split("=")[1]) for line in hosts.splitlines()) if hosts else 2
+    req = TuneRequest(model="gpt2-tiny", world=world, global_batch=4 * world,
+                      hostfile=str(hostfile) if hostfile else None)
+    assert hybrid_strategies(req) == expected
