@@ -79,7 +79,7 @@ HELP = {
     "recompute": "what the backward recomputes: none, full (every block), selective (the attention core), "
                  "selective-op (torch's selective checkpointing: matmul outputs saved)",
     "tp": "tensor-parallel degree of --strategy torch_tp or torch_3d",
-    "dp_shard": "torch_3d: data-parallel ranks in one FSDP2 shard group (0: all; 1: DDP; between: HSDP)",
+    "dp_shard": "fsdp, torch_3d: data-parallel ranks in one FSDP2 shard group (0: all; between: HSDP; 1: replicas)",
     "sequence_parallel": "torch_tp: norms on a sequence shard; TP's all-reduces become reduce-scatter + all-gather",
     "loss_parallel": "torch_tp: logits split by vocabulary into the loss (untied output layer)",
     "save_every": "save a checkpoint every N steps into --checkpoint-dir (0: only after the last step)",

@@ -49,7 +49,7 @@ from dsbench.worker.state_bytes import local_shard
 WORLD = 4
 LAYOUTS = {"ddp": {}, "fsdp": {}, "torch_tp": {"tp": 2}, "torch_pp": {"pp": 2}, "torch_3d": {"tp": 2, "pp": 2},
            "hsdp": {"dp_shard": 2}}
-ENGINE = {"hsdp": "fsdp", "torch_tp_sp_lp": "torch_tp", "torch_tp_sp": "torch_tp"}
+ENGINE = {"hsdp": "fsdp", "torch_tp_sp_lp": "torch_tp", "torch_tp_sp": "torch_tp", "fsdp_offload": "fsdp"}
 """The engine of a layout or option set named apart: HSDP is the FSDP engine on 2 shard groups of 2 (--dp-shard 2)."""
 SPOILED_STEP = 1
 
@@ -90,7 +90,7 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
     return out
 
 
-FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp"),  # HSDP since 2026-12-01
+FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp", "fsdp_offload"),  # the last two since 2026-12-01
             # before AutoTP: DeepSpeed keeps its model-parallel groups for the process (deepspeed.utils.groups), so
             # a ZeRO-3 engine built after an AutoTP one would read its tensor-parallel degree of 2
             "phi3-tiny": ("single", "ddp", "fsdp", "torch_pp", "zero3"),
@@ -115,10 +115,11 @@ ULYSSES = {**ZERO1, "sequence_parallel_size": 2}
 """DeepSpeed Ulysses (sp 2 x dp 2) at ZeRO-1: DeepSpeed asserts the batch over the data-parallel ranks only."""
 DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1), "ulysses": (ULYSSES, 1)}
 """The DeepSpeed engines of :data:`FAMILIES`: their config and tensor-parallel degree."""
-TP_OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True},
-              "torch_tp_sp": {"sequence_parallel": True}}
+OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True},
+           "torch_tp_sp": {"sequence_parallel": True}, "fsdp_offload": {"fsdp_cpu_offload": True}}
 """torch_tp (tp 2 x dp 2) with its options, as ``--sequence-parallel`` and ``--loss-parallel`` give them
-(olmo2-tiny ties its head to its embedding, which the vocabulary-parallel loss refuses)."""
+(olmo2-tiny ties its head to its embedding, which the vocabulary-parallel loss refuses), and FSDP2 over the 4 ranks
+with ``--fsdp-cpu-offload`` (on CPU ranks its shards unpinned: run since 2026-12-01)."""
 
 
 ULYSSES_FAMILIES = {"gpt2-tiny": "none", "neox-tiny": "selective"}
@@ -159,9 +160,9 @@ def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") 
                                 ds_config=config, seq_len=16)
         engine = build_engine("deepspeed", build_model(PRESETS[model], seed=0, recompute=recompute), options, info)
     else:
-        layout = LAYOUTS["torch_tp" if strategy in TP_OPTIONS else strategy] if strategy != "single" else None
+        layout = LAYOUTS.get(strategy, LAYOUTS.get(ENGINE.get(strategy, ""))) if strategy != "single" else None
         dims = ParallelDims(world=1) if layout is None else ParallelDims(world=WORLD, **layout)
-        engine = _engine(strategy, model, info, dims, **TP_OPTIONS.get(strategy, {}))
+        engine = _engine(strategy, model, info, dims, **OPTIONS.get(strategy, {}))
     generator = torch.Generator().manual_seed(7)
     losses, norms = [], []
     for _ in range(3):

@@ -64,7 +64,7 @@ def test_an_overflow_on_one_rank_skips_the_step_on_every_rank(ranks, strategy):
 
 
 @pytest.mark.parametrize(("model", "strategy"), [("qwen2-tiny", "torch_tp"), ("qwen2-tiny", "torch_3d"),
-                                                 ("qwen2-tiny", "hsdp"),
+                                                 ("qwen2-tiny", "hsdp"), ("qwen2-tiny", "fsdp_offload"),
                                                  ("gemma-tiny", "torch_tp"), ("gemma-tiny", "torch_pp"),
                                                  ("gemma-tiny", "torch_3d"), ("gemma-tiny", "autotp"),
                                                  ("phi3-tiny", "ddp"), ("phi3-tiny", "fsdp"), ("phi3-tiny", "torch_pp"),

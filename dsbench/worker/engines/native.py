@@ -32,8 +32,10 @@ def wrap_fsdp2(model: Any, options: EngineOptions, device: str, mesh: Any = None
     import torch
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    kwargs: dict[str, Any] = {"reshard_after_forward": options.fsdp_reshard, "mesh": mesh,
-                              "offload_policy": CPUOffloadPolicy() if options.fsdp_cpu_offload else OffloadPolicy()}
+    # pinned host memory needs an accelerator (torch pins through it: "Cannot access accelerator device when none is
+    # available" on CPU ranks, whose offload keeps the shards where they are and steps them there)
+    offload = CPUOffloadPolicy(pin_memory=device != "cpu") if options.fsdp_cpu_offload else OffloadPolicy()
+    kwargs: dict[str, Any] = {"reshard_after_forward": options.fsdp_reshard, "mesh": mesh, "offload_policy": offload}
     if options.precision in ("bf16", "fp16"):
         check_precision(options.precision, cpu=device == "cpu")  # a rank started by hand: the launch checked it
         dtype = torch.bfloat16 if options.precision == "bf16" else torch.float16
