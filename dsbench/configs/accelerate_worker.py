@@ -9,7 +9,6 @@ from dsbench.configs.accelerate import (
     DEFAULT_ZERO_STAGE,
     as_int,
     dynamo_backend,
-    hsdp_mismatch,
     schema,
     section_keys,
     size_of,
@@ -90,7 +89,8 @@ def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
     sizes = {key: as_int(value) for key, value in section_keys(config, "parallelism_config").items()
              if key.endswith("_size")}
     # dp_shard alone is FSDP/ZeRO sharding, which the engines do, and with dp_replicate under FSDP2 it is HSDP, which
-    # the FSDP engine runs (--dp-shard); the other sizes split the model or the sequence otherwise
+    # the FSDP engine runs (--dp-shard; its sizes are validate's: accelerate_check._hsdp); the other sizes split the
+    # model or the sequence otherwise
     hsdp = kind == "FSDP" and size_of(sizes, "dp_replicate_size") > 1
     parallel = [f"parallelism_config.{key} {size}" for key, size in sizes.items()
                 if (size or 1) > 1 and not key.endswith("dp_shard_size")
@@ -98,8 +98,6 @@ def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
     if parallel:
         return (f"{parallel[0]}: accelerate's sequence/context/tensor parallelism (and replicas outside FSDP) is not "
                 "run by dsbench's worker; delete parallelism_config to train plain data parallelism")
-    if hsdp and processes and (why := hsdp_mismatch(sizes, processes)):
-        return f"parallelism_config: {why}"
     if str(config.get("mixed_precision") or "no") == "fp8":
         return "mixed_precision fp8: dsbench's worker trains in fp32, bf16 or fp16; use --precision"
     fsdp = section_keys(config, "fsdp_config")

@@ -85,8 +85,8 @@ def test_the_rank_reads_hsdp_as_accelerates_parallelism_config_does(replicate, s
     path.write_text(yaml.safe_dump(config))
     env = launched_env(["--config_file", str(path), "-m", "dsbench.train"])
     assert env["ACCELERATE_USE_PARALLELISM_CONFIG"] == "true"
-    if replicate > 1 and shard == 1:  # accelerate's own ParallelismConfig refuses it; so does the launch
-        assert "needs dp_shard_size 2 or more" in accelerate_worker.worker_refusal(config, 4)
+    if replicate > 1 and shard == 1:  # accelerate's own ParallelismConfig refuses it; so does validate (the launch's)
+        assert "needs dp_shard_size 2 or more" in accelerate_check.check(config)[0].message
         with pytest.raises(UserError, match="needs dp_shard_size 2 or more"):
             accelerate_env.shard_group(env, 4)
         return
@@ -102,10 +102,9 @@ def test_the_rank_reads_hsdp_as_accelerates_parallelism_config_does(replicate, s
 def test_an_hsdp_yaml_that_does_not_cover_the_processes_is_refused_before_a_rank_starts():
     config = {**HSDP, "parallelism_config": {"parallelism_config_dp_replicate_size": 2,
                                              "parallelism_config_dp_shard_size": 4}}
-    assert accelerate_worker.worker_refusal(config, 4) == (
-        "parallelism_config: dp_replicate_size 2 x dp_shard_size 4 = 8, but the launch starts 4 processes; make "
-        "their product the process count")
-    assert "dp_replicate_size 2 x dp_shard_size 4 = 8" in accelerate_check.check(config)[0].message  # validate
+    [finding] = accelerate_check.check(config)  # validate's, which the launch and compare run on the YAML first
+    assert (finding.path, finding.message) == ("parallelism_config", "dp_replicate_size 2 x dp_shard_size 4 = 8, but "
+                                               "the launch starts 4 processes; make their product the process count")
     replicas_alone = {**HSDP, "distributed_type": "MULTI_GPU"}  # accelerate needs FSDP2 for a parallelism_config
     assert "parallelism_config.parallelism_config_dp_replicate_size 2" in accelerate_worker.worker_refusal(
         replicas_alone, 4)
