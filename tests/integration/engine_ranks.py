@@ -16,6 +16,8 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
   torch_3d; and gpt2-tiny and neox-tiny under DeepSpeed's Ulysses (sp 2 x dp 2, ZeRO-1; last, since it takes over
   the process's SDPA); every rank is given the same batches, so that each replica's gradient is the one process's
   (the averaged gradient of equal batches is theirs).
+- DeepSpeed Ulysses' gradients, not only its losses: llama-tiny under plain SGD at ZeRO-1 and ZeRO-3 (sp 2 x dp 2)
+  against plain torch's SGD on one rank (since 2026-12-01; test_ulysses.py launched 3 runs for it before).
 
 - The replica check (worker/replicas.py) on real copies: after the unscaled run, every engine's verdict; then
   again with one weight of the last rank nudged by 1e-3, a copy that differs.
@@ -113,7 +115,16 @@ ZERO3 = {**{k: v for k, v in AUTOTP.items() if k != "tensor_parallel"}, "zero_op
 """DeepSpeed ZeRO-3 over the 4 ranks, the same optimizer: each rank gathers Phi-3's fused matrices whole."""
 ULYSSES = {**ZERO1, "sequence_parallel_size": 2}
 """DeepSpeed Ulysses (sp 2 x dp 2) at ZeRO-1: DeepSpeed asserts the batch over the data-parallel ranks only."""
-DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1), "ulysses": (ULYSSES, 1)}
+SGD = {"optimizer": {"type": "SGD", "params": {"lr": 0.5}}, "gradient_clipping": 0.0,
+       "zero_allow_untested_optimizer": True}
+"""Plain SGD (torch.optim.SGD through DeepSpeed) at lr 0.5, no clipping: Adam's m/sqrt(v) hides a constant gradient
+scale, SGD's first update shows it (until 2026-12-01 test_ulysses.py launched these)."""
+ULYSSES_SGD = {f"ulysses_sgd_z{stage}": {**ULYSSES, **SGD, "zero_optimization": {"stage": stage}}
+               for stage in (1, 3)}
+"""DeepSpeed Ulysses (sp 2 x dp 2) under :data:`SGD` at ZeRO-1 and ZeRO-3, which reduce its gradients differently
+(engines/deepspeed.UlyssesEngine.gradient_scale)."""
+DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1), "ulysses": (ULYSSES, 1),
+             **{name: (config, 1) for name, config in ULYSSES_SGD.items()}}
 """The DeepSpeed engines of :data:`FAMILIES`: their config and tensor-parallel degree."""
 OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True},
            "torch_tp_sp": {"sequence_parallel": True}, "fsdp_offload": {"fsdp_cpu_offload": True}}
@@ -172,6 +183,26 @@ def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") 
     return {"losses": losses, "grad_norms": norms}
 
 
+def _sgd_one_process(model: str, scale: float = 1.0) -> dict:
+    """The oracle of :data:`ULYSSES_SGD`: plain torch on this rank alone, the same model, batches and SGD; the loss
+    of each micro-batch over the accumulation count, as DeepSpeed's backward scales it. ``scale``: the gradient
+    scaled so (as the learning rate), the run a wrongly scaled reduction would give."""
+    module = build_model(PRESETS[model], seed=0)
+    optimizer = torch.optim.SGD(module.parameters(), lr=SGD["optimizer"]["params"]["lr"] * scale)
+    generator = torch.Generator().manual_seed(7)
+    losses = []
+    for _ in range(3):
+        total = 0.0
+        for batch in [torch.randint(0, 4096, (2, 16), generator=generator) for _ in range(2)]:
+            loss = module(input_ids=batch, labels=batch).loss / 2
+            loss.backward()
+            total += float(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(total)
+    return {"losses": losses, "grad_norms": [None] * 3}
+
+
 def main() -> None:
     info = init("deepspeed")  # the worker's own start: gloo through DeepSpeed, its CPU workspace released
     rank = info.rank
@@ -181,6 +212,12 @@ def main() -> None:
     for model, recompute in ULYSSES_FAMILIES.items():  # last: DeepSpeed's Ulysses takes over the process's SDPA
         with ulysses_of_its_own():
             out["families"].setdefault(model, {})["ulysses"] = _family(model, "ulysses", info, recompute)
+    sgd = out["families"].setdefault("llama-tiny", {})
+    sgd["sgd_single"] = _sgd_one_process("llama-tiny")
+    sgd["sgd_single_x2"] = _sgd_one_process("llama-tiny", scale=2.0)
+    for name in ULYSSES_SGD:
+        with ulysses_of_its_own():
+            sgd[name] = _family("llama-tiny", name, info)
     Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
 

@@ -252,10 +252,13 @@ def _plant(tag: Path, name: str, marker: Path) -> Path:
 
 PLANTED = [("zero2", "zero_pp_rank_0_mp_rank_00_optim_states.pt"), ("zero2", "mp_rank_00_model_states.pt"),
            ("zero2", "dsbench_rank1.pt"), ("pipe", "layer_01-model_states.pt"), ("ddp", ".metadata")]
-RESUMED = {PLANTED[0], PLANTED[3], PLANTED[4]}
-"""Planted files resumed by a real launch: one per way a rank loads a checkpoint (DeepSpeed's ZeRO files, its pipeline
-engine's layer files, DCP). A rank checks every pickle of the folder (``checkpoint_manifest.resolve``) before it loads
-any, so the other files' resumes are that same call, made here in this process."""
+RESUMED = {PLANTED[0]}
+"""The planted file resumed by a real launch (DeepSpeed's ZeRO optimizer states, under DeepSpeed's launcher). A rank
+checks every pickle of the folder (``checkpoint_manifest.resolve``, in ``worker/run._resumed_checkpoint``) before it
+joins the process group or builds an engine, whatever the strategy, so every other file's resume is that same call,
+made here in this process for each format (DeepSpeed's ZeRO and model files, its pipeline engine's layer files,
+dsbench's rank file, DCP's metadata). Until 2026-12-01 the pipeline layer and DCP files were resumed by launches of
+their own too, which ran that same call first (2 launches)."""
 
 
 @pytest.mark.parametrize("name, file", PLANTED)

@@ -17,7 +17,10 @@ Gemma under tensor and pipeline parallelism (its embedding scales itself and is 
 projections under DDP, FSDP, torch's pipeline and DeepSpeed's ZeRO-3, OLMo-2's projection-wide q/k norms under
 FSDP, torch's pipeline and ZeRO-3, GPT-NeoX under FSDP, torch's pipeline, ZeRO-3 and DeepSpeed's AutoTP, and GPT-2
 and GPT-NeoX under DeepSpeed's Ulysses (GPT-NeoX's attention core recomputed, --recompute selective), against one
-process on the same batches."""
+process on the same batches.
+
+DeepSpeed Ulysses' gradients under plain SGD at ZeRO-1 and ZeRO-3, against plain torch's SGD on one process (since
+2026-12-01; before, tests/integration/test_ulysses.py launched two Ulysses runs and a one-rank DeepSpeed reference)."""
 
 from __future__ import annotations
 
@@ -118,3 +121,34 @@ def test_the_replica_check_finds_a_copy_that_drifted(ranks, strategy):
     assert off["replicas"] == {"type": "replicas", "groups": groups, "ranks_per_group": size, "agree": True,
                                "differing_ranks": []}
     assert off["replicas_nudged"]["agree"] is False and off["replicas_nudged"]["differing_ranks"] == [3]
+
+
+def _group_mean(ranks: list[dict], model: str, name: str) -> list[float]:
+    """A Ulysses run's loss per step: each rank's is its share of the sequence's, weighted so that the ranks' mean is
+    the sequence's (engines/deepspeed.UlyssesEngine; the worker's loop averages them)."""
+    steps = zip(*(rank["families"][model][name]["losses"] for rank in ranks), strict=True)
+    return [sum(step) / len(ranks) for step in steps]
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_ulysses_gradients_equal_one_process_s(ranks, stage):
+    """Adam hides a constant gradient scale (its step is m/sqrt(v)), so a Ulysses run whose gradients were sp times too
+    large kept Adam's losses to 1e-7. Plain SGD (lr 0.5, no clipping) shows a scale in the first update: DeepSpeed
+    0.19.8 reduces Ulysses' gradients differently by stage (ZeRO-3 averages over dp x sp, ZeRO-1/2 sum sp and
+    average dp), and the worker scales each (engines/deepspeed.py). sp 2 x dp 2; the oracle is plain torch's SGD on
+    one process, the same model and batches (micro-batch 2, 2 micro-steps). Until 2026-12-01 launched by
+    test_ulysses.py (ZeRO-1 on 2 ranks, ZeRO-3 on 4, a one-rank DeepSpeed reference): there ZeRO-1 came 5.7e-8 from
+    one process, ZeRO-3 6.2e-8."""
+    expected = ranks[0]["families"]["llama-tiny"]["sgd_single"]["losses"]
+    assert all(rank["families"]["llama-tiny"]["sgd_single"]["losses"] == expected for rank in ranks)
+    got = _group_mean(ranks, "llama-tiny", f"ulysses_sgd_z{stage}")
+    twice = ranks[0]["families"]["llama-tiny"]["sgd_single_x2"]["losses"]
+
+    def gap(a: list[float], b: list[float]) -> float:
+        return max(abs(x - y) / y for x, y in zip(a, b, strict=True))
+
+    # the bound must tell a scale of 2 apart: gradients twice as large (the learning rate doubled) move a later
+    # step's loss by far more than it
+    assert gap(twice, expected) > 10 * 1e-5, (twice, expected)
+    assert gap(got, expected) < 1e-5, (got, expected)
+    print(f"stage {stage}: {gap(got, expected):.2e} from one process; twice the gradient {gap(twice, expected):.2e}")

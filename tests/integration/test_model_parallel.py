@@ -55,7 +55,7 @@ COMMANDS = {
     # the session's TORCH_TP cell, which also saves the checkpoints test_checkpoint.py resumes and exports
     "torch_tp2_dp2_llama": " ".join(TORCH_TP),
     # DeepSpeed Ulysses (issue 28): the sequence split over 2 ranks, attention heads exchanged by all-to-all, as
-    # typed (ZeRO-1, AdamW; its gradients under SGD with ZeRO-1 and ZeRO-3: test_ulysses.py)
+    # typed (ZeRO-1, AdamW; its gradients under SGD with ZeRO-1 and ZeRO-3: test_engine_ranks.py)
     "ulysses2_llama": "--zero 1 --ulysses 2 --model llama-tiny --micro-batch 4 --num-gpus 2",
     # torch_3d (issue 28): DTensor TP inside torch's pipeline stages, FSDP2 across replicas; 4 ranks (tp 2 x pp 2),
     # 8 ranks (x dp 2, FSDP over both replicas) on a Qwen3 whose head is tied to its embedding (the first and last

@@ -215,3 +215,24 @@ def test_openmpi_backend_refuses_what_deepspeeds_openmpi_runner_refuses(selectio
     args = parse_args(["--hostfile", "hf", "--launcher", "openmpi", *flags[next(iter(selection))], "m.py"])
     with pytest.raises(ValueError, match="does not support"):
         OpenMPIRunner(args, "e30=", {}).validate_args()
+
+
+@pytest.mark.parametrize("user_yaml", [None, "configs/zero2.yaml"])
+def test_accelerate_across_nodes_one_command_a_node_with_its_machine_rank(user_yaml):
+    """dsbench's own YAML (--launcher accelerate) and a user's (--accelerate-config) fan out alike: on each node
+    `accelerate launch` with that node's --machine_rank and the hostfile's processes, machines and first host, as
+    accelerate's own parser reads them (the user's YAML reached 2 test-bed nodes in test_multinode.py; until
+    2026-12-01 dsbench's YAML did too, in a launch of its own)."""
+    from accelerate.commands.launch import launch_command_parser
+
+    extra = {"user_accelerate_config": user_yaml} if user_yaml else {}
+    command = build(spec(launcher="accelerate", strategy="deepspeed", hostfile="hf", hosts=TWO_NODES,
+                         python="/venv/python", launch_script="run/launch_nodes.sh", **extra))
+    assert sorted(command.remote) == ["node1", "node2"]
+    for rank, host in enumerate(("node1", "node2")):
+        node = command.remote[host]
+        assert node[:3] == ["/venv/python", "-m", "accelerate.commands.launch"]
+        args = launch_command_parser().parse_args(node[3:])
+        assert (args.machine_rank, args.num_machines, args.num_processes) == (rank, 2, 16)
+        assert (args.main_process_ip, args.main_process_port) == ("node1", 29501)
+        assert args.config_file == (user_yaml or spec().accelerate_config) and args.module

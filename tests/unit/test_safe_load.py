@@ -134,3 +134,39 @@ def test_a_rank_file_that_is_a_list_is_one_line(tmp_path):
     (tmp_path / "dsbench_rank0.pt").write_bytes(b"garbage")
     with pytest.raises(UserError, match="dsbench_rank0.pt: the checkpoint cannot be read"):
         checkpoint._load_rank_file(tmp_path, 0)
+
+
+@pytest.mark.parametrize("strategy", ["deepspeed", "ddp", "fsdp", "torch_tp", "torch_pp", "torch_3d", "single"])
+def test_a_rank_scans_the_checkpoint_before_it_joins_or_builds_anything(tmp_path, marker, monkeypatch, strategy):
+    """What lets one real launch (tests/integration/test_checkpoint.py) stand for every format: a rank's ``prepare``
+    refuses a planted file of ``--resume`` before it joins the process group, builds a model or an engine, or reads
+    a format's own files, under any strategy."""
+    import json
+    from types import SimpleNamespace
+
+    from dsbench import checkpoints
+    from dsbench.worker import dist
+    from dsbench.worker import run as worker_run
+
+    tag = tmp_path / "ck" / "global_step4"
+    tag.mkdir(parents=True)
+    written = checkpoints.Manifest(format=1, step=4, tag=tag.name, strategy="ddp", storage="dcp", world_size=2,
+                                   dp=2, tp=1, pp=1, zero_stage=None, written_at="now", definition={
+                                       "model": {"name": "gpt2-tiny"}, "seq_len": 128, "seed": 1, "global_batch": 4,
+                                       "precision": "fp32"})
+    (tag / checkpoints.MANIFEST).write_text(json.dumps(written.to_dict()))
+    (tag / ".metadata").write_bytes(pickle.dumps(Payload(marker)))
+    resolved = SimpleNamespace(strategy=strategy, shape=None, dims=None, ds_config=None, micro_batch=1, grad_accum=1,
+                               precision="fp32")
+    monkeypatch.setattr(worker_run, "resolve", lambda *args: resolved)
+    monkeypatch.setattr(worker_run.safe_load, "install", lambda **kw: None)
+    monkeypatch.setattr(dist, "env_rank", lambda: (0, 2, 0))
+
+    def too_soon(*args, **kw):
+        raise AssertionError("reached before the checkpoint was scanned")
+
+    for name in ("_join", "_run_dir", "_engine_options", "_loop_settings", "_check_resume"):
+        monkeypatch.setattr(worker_run, name, too_soon)
+    spec = SimpleNamespace(resume=str(tag), checkpoint_dir=None, steps=8, warmup=1)
+    with pytest.raises(UserError, match=r"\.metadata: holds posix.system"):
+        worker_run.prepare(spec)

@@ -98,7 +98,7 @@ class UlyssesEngine(DeepSpeedEngine):
         super().__init__(model, options, dist_info, mpu=mpu)
         # DeepSpeed 0.19.8 reduces a Ulysses run's gradients differently by stage: ZeRO-3 averages them over all
         # dp x sp ranks of the sequence-data-parallel group, ZeRO-1/2 sum the sp ranks' and average over dp only
-        # (measured with plain SGD, where a scale shows in the first step: tests/integration/test_ulysses.py). The
+        # (measured with plain SGD, where a scale shows in the first step: tests/integration/test_engine_ranks.py). The
         # backward's loss is scaled so that both give the gradient of the group's mean loss.
         self.gradient_scale = self.sp if zero_settings(options.ds_config).stage == 3 else 1
 
