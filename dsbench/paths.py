@@ -6,6 +6,7 @@ install puts them under ``<prefix>/share/dsbench`` (setup.cfg ``data_files``).
 
 from __future__ import annotations
 
+import os
 import sys
 import sysconfig
 from pathlib import Path
@@ -35,3 +36,17 @@ def shipped_dir(name: str) -> Path:
 def data_file(name: str) -> Path:
     """A file shipped inside the package (``dsbench/data``)."""
     return _PACKAGE / "data" / name
+
+
+def without_working_folder(path: list[str], cwd: str) -> list[str]:
+    """``path`` (``sys.path``) without the entry ``python -m`` puts first, the folder the process was started in."""
+    return [entry for entry in path if entry not in ("", cwd)]
+
+
+def leave_working_folder_off_path() -> None:
+    """For the modules dsbench starts with ``python -m`` (each rank's worker, calibrate's, export's and doctor's
+    probe): a folder of the working directory named like an optional module would be imported in its place (a run
+    folder ``z3`` beside the command, and ``--compile``'s check for the z3 solver imported it: "module 'z3' has no
+    attribute 'ExprRef'"), as Python's ``-P`` (PYTHONSAFEPATH) prevents. dsbench itself is imported by then, and
+    finds its own modules by its package's path."""
+    sys.path[:] = without_working_folder(sys.path, os.getcwd())

@@ -59,4 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from dsbench.paths import leave_working_folder_off_path
+
+    leave_working_folder_off_path()
     sys.exit(main())

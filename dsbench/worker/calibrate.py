@@ -249,4 +249,7 @@ def guarded() -> None:
 
 
 if __name__ == "__main__":
+    from dsbench.paths import leave_working_folder_off_path
+
+    leave_working_folder_off_path()
     guarded()

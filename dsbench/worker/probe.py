@@ -112,4 +112,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from dsbench.paths import leave_working_folder_off_path
+
+    leave_working_folder_off_path()
     main()
