@@ -126,15 +126,19 @@ def runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     if why is not None:
         return None, why
     if lay.tp == lay.pp == 1:
-        how = lookup(lay.strategy) or lookup(name_for(lay.strategy, **_hybrid(lay)) or "")
+        strategy, hybrid = _as_run(lay)
+        how = lookup(strategy) or lookup(name_for(strategy, **hybrid) or "")
         return (how, None) if how else (None, f"{lay.strategy} on {lay.gpus_per_node} GPU(s) per node: no "
                                                 "strategy of dsbench's runs it")
     return _model_parallel_runner(lay)
 
 
-def _hybrid(lay: Layout) -> dict[str, int]:
-    """HSDP's shard group as the candidate's field (``--dp-shard``), for fsdp_hybrid; nothing for the others."""
-    return {"dp_shard": lay.hybrid_shard} if lay.strategy == "fsdp_hybrid" else {}
+def _as_run(lay: Layout) -> tuple[str, dict[str, int]]:
+    """The planner strategy dsbench runs for the layout, with HSDP's shard group (``--dp-shard``) for fsdp_hybrid;
+    a shard group of every data-parallel rank (one node) is plain FSDP, run and named as ``fsdp``."""
+    if lay.strategy != "fsdp_hybrid":
+        return lay.strategy, {}
+    return ("fsdp", {}) if lay.hybrid_shard >= lay.dp else ("fsdp_hybrid", {"dp_shard": lay.hybrid_shard})
 
 
 def _not_run(lay: Layout) -> str | None:
@@ -163,8 +167,9 @@ def _model_parallel_runner(lay: Layout) -> tuple[Strategy | None, str | None]:
     """The strategy of a layout with tensor or pipeline parallelism: AutoTP or DeepSpeed's pipeline engine under
     ZeRO-1, torch_tp or torch_pp under DDP, torch_3d under FSDP (or DDP)."""
     engine = "deepspeed" if lay.strategy.startswith("zero") else "torch"
-    name = name_for(lay.strategy, tp=lay.tp, pp=lay.pp, engine=engine, virtual_stages=lay.chunks,
-                    zero_bubble=lay.schedule == "interleaved-zb", **_hybrid(lay))
+    strategy, hybrid = _as_run(lay)
+    name = name_for(strategy, tp=lay.tp, pp=lay.pp, engine=engine, virtual_stages=lay.chunks,
+                    zero_bubble=lay.schedule == "interleaved-zb", **hybrid)
     if name is not None and lay.sequence_parallel:  # torch_tp's option is in its name
         name = with_options(name, sequence_parallel=True)
     if name is None:

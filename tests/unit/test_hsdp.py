@@ -154,6 +154,14 @@ def test_plan_prints_the_hsdp_launch(cli_run):
                                  "--json").output)
     # tp 2 x pp 2 on 64 GPUs: a node's 8 GPUs hold 4 data-parallel ranks of one stage, HSDP's shard group
     assert three_d["strategy"] == "torch_3d_tp2_pp2_shard4" and "--dp-shard 4" in three_d["command"]
+    # one node: the shard group is every data-parallel rank, so HSDP is plain FSDP, run and named as such (until
+    # 2026-12-01 printed as fsdp_shard8 with --dp-shard 8 on 8 GPUs)
+    one = json.loads(cli_run("plan", "--layout", "fsdp_hybrid", "--model", "llama-7b", "--gpus", "8",
+                             "--json").output)
+    assert one["strategy"] == "fsdp" and "--dp-shard" not in one["command"]
+    one_3d = json.loads(cli_run("plan", "--layout", "fsdp_hybrid", "--model", "llama-7b", "--gpus", "8", "--tp", "2",
+                                "--pipeline-stages", "2", "--json").output)
+    assert one_3d["strategy"] == "torch_3d_tp2_pp2" and "--dp-shard" not in one_3d["command"]
 
 
 LLAMA_7B = Shape("llama", 32, 4096, 32, 32, 11008, 32000)
