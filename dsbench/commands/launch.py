@@ -89,6 +89,20 @@ def finished_line(folder: Path) -> str | None:
             f"{summary.final_loss:.4f}; tables and plots: dsbench report {folder}")
 
 
+def run_label(launcher: str, strategy: str, flags: dict[str, Any], elsewhere: bool) -> str:
+    """The default run folder's label: the launcher and what it trains, by compare's name where the flags say it
+    (``deepspeed-zero3_offload`` for ``--zero 3 --offload cpu``); a DeepSpeed run without ``--zero``, or whose
+    config a file, a preset or a ``--set`` may shape (``elsewhere``), is ``deepspeed-deepspeed``."""
+    from dsbench.strategy_match import name_of_run
+
+    if strategy != "deepspeed" or flags.get("zero") is None or elsewhere:
+        return f"{launcher}-{strategy}"
+    name = name_of_run("deepspeed", zero=flags["zero"], offload=flags.get("offload") or "none",
+                       offload_param=flags.get("offload_param") or "none", tp=flags.get("tp") or 1,
+                       pp=flags.get("pipeline_stages") or 1, ulysses=flags.get("ulysses") or 1)
+    return f"{launcher}-{name}"
+
+
 @click.command(cls=Command)
 @render_options
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Use this DeepSpeed config as is.")
@@ -153,7 +167,8 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
     _refuse_context_parallel(cp, cpu=local_gpu_count() == 0)
     strategy, launcher = strategy_and_launcher(strategy, launcher, accelerate_config)
     _refuse_rank_flags_of_another_launcher(accelerate_config, num_processes, num_machines, num_gpus)
-    label = f"accelerate-{Path(accelerate_config).stem}" if accelerate_config else f"{launcher}-{strategy}"
+    label = f"accelerate-{Path(accelerate_config).stem}" if accelerate_config else run_label(
+        launcher, strategy, flags, elsewhere=bool(config_file or preset or sets))
     folder = Path(run_dir or f"runs/launch-{label}-{time.strftime('%Y%m%d-%H%M%S')}")
     job, per_node = _slurm_job(launcher, folder, flags)
     _refuse_two_sources_of_nodes(job is not None, hostfile, num_gpus)
