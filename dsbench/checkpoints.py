@@ -179,6 +179,7 @@ def check_resumable(manifest: Manifest, strategy: str, definition: dict[str, Any
             raise UserError(f"the checkpoint has {key} {json.dumps(manifest.definition.get(key))}, this run "
                             f"{json.dumps(definition.get(key))}: resume with the same {key}")
     if manifest.storage != "deepspeed":
+        _check_qkv_apart(manifest, tp)
         return False
     if (manifest.tp, manifest.pp) != (tp, pp):
         # ds_to_universal merges TP slices of Megatron-style models only (its UNIVERSAL_CHECKPOINT_INFO patterns);
@@ -193,6 +194,19 @@ def check_resumable(manifest: Manifest, strategy: str, definition: dict[str, Any
     # (deepspeed/checkpoint/ds_to_universal.py, "Universal Checkpointing", arXiv:2406.18820). Without ZeRO the
     # engine's files hold whole tensors, which any world size loads.
     return bool(manifest.zero_stage)
+
+
+def _check_qkv_apart(manifest: Manifest, tp: int) -> None:
+    """GPT-2's c_attn is held as its q, k and v blocks apart under Megatron-style tensor parallelism ((in, 3, out / 3):
+    worker/engines/conv1d_parallel.py) and whole without it, and DCP loads a tensor into one of its saved shape: a
+    GPT-2 checkpoint resumes on the same side of that line (any tensor-parallel degree on its side)."""
+    if (manifest.definition.get("model") or {}).get("arch") != "gpt2" or (manifest.tp > 1) == (tp > 1):
+        return
+    held, this, resume = (("apart", "whole", "--tp 2 or more (torch_tp, torch_3d)") if manifest.tp > 1
+                          else ("whole", "apart", "tp 1"))
+    raise UserError(f"the checkpoint holds GPT-2's c_attn with q, k and v {held} (written with tp {manifest.tp}), "
+                    f"this run holds them {this} (tp {tp}): resume it with {resume}, or `dsbench export` it to a "
+                    "Hugging Face folder and start from that")
 
 
 def prepare_dir(folder: Path, resumed: Manifest | None) -> None:

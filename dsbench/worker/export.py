@@ -153,7 +153,18 @@ def dcp_weights(target: Path, max_bytes: int) -> Iterator[tuple[str, Callable[[]
             i += 1
         load(group)
         for key in group:
-            yield key.removeprefix("model."), lambda key=key: loaded[key]
+            yield key.removeprefix("model."), lambda key=key: as_transformers_holds(key, loaded[key])
+
+
+def as_transformers_holds(name: str, tensor: Any) -> Any:
+    """A weight in the shape transformers gives it: GPT-2's c_attn, which Megatron-style tensor parallelism holds as
+    its q, k and v blocks apart ((in, 3, out / 3) and (3, out / 3): worker/engines/conv1d_parallel.py), flattened
+    back to (in, out) and (out,), a view of the same numbers in the same order."""
+    if name.endswith("attn.c_attn.weight") and tensor.dim() == 3:
+        return tensor.flatten(1)
+    if name.endswith("attn.c_attn.bias") and tensor.dim() == 2:
+        return tensor.flatten()
+    return tensor
 
 
 def write_shards(weights: Iterator[tuple[str, Callable[[], Any]]], skip: set[str], out: Path,

@@ -13,7 +13,8 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
   under fsdp, torch_pp, ZeRO-3, torch_tp (also with sequence parallelism) and torch_3d, and neox-tiny (GPT-NeoX:
   biased LayerNorms, each head's q, k and v together, a quarter of each head rotated, the parallel residual) under
   fsdp, torch_pp, ZeRO-3, AutoTP, torch_tp (also with sequence parallelism and the vocabulary-parallel loss) and
-  torch_3d; and gpt2-tiny and neox-tiny under DeepSpeed's Ulysses (sp 2 x dp 2, ZeRO-1; last, since it takes over
+  torch_3d; gpt2-tiny's Conv1D layers under torch_tp (also with sequence parallelism) and torch_3d; and gpt2-tiny and
+  neox-tiny under DeepSpeed's Ulysses (sp 2 x dp 2, ZeRO-1; last, since it takes over
   the process's SDPA); every rank is given the same batches, so that each replica's gradient is the one process's
   (the averaged gradient of equal batches is theirs).
 - DeepSpeed Ulysses' gradients, not only its losses: llama-tiny under plain SGD at ZeRO-1 and ZeRO-3 (sp 2 x dp 2)
@@ -103,7 +104,9 @@ FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp", "fsdp_offlo
             # and the vocabulary-parallel loss too (GPTNeoXLayer hands its attention the hidden states by position)
             "neox-tiny": ("single", "fsdp", "torch_pp", "torch_tp", "torch_tp_sp_lp", "torch_3d", "zero3", "autotp"),
             "gemma-tiny": ("single", "torch_tp", "torch_pp", "torch_3d", "autotp"),
-            "gpt2-tiny": ("single",)}  # against its Ulysses run (ULYSSES_FAMILIES)
+            # against its Ulysses run (ULYSSES_FAMILIES); since 2026-12-01 torch_tp (also with sequence parallelism)
+            # and torch_3d split its Conv1D layers, c_attn's q, k and v apart (engines/conv1d_parallel.py)
+            "gpt2-tiny": ("single", "torch_tp", "torch_tp_sp", "torch_3d")}
 AUTOTP = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
           # DeepSpeed asserts the batch over every rank, tensor-parallel ones included (docs/parallelism.md)
           "train_batch_size": 2 * 2 * WORLD, "zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2},

@@ -78,7 +78,9 @@ def test_an_overflow_on_one_rank_skips_the_step_on_every_rank(ranks, strategy):
                                                  ("neox-tiny", "torch_tp"), ("neox-tiny", "torch_tp_sp_lp"),
                                                  ("neox-tiny", "torch_3d"), ("olmo2-tiny", "torch_tp"),
                                                  ("olmo2-tiny", "torch_tp_sp"), ("olmo2-tiny", "torch_3d"),
-                                                 ("gpt2-tiny", "ulysses"), ("neox-tiny", "ulysses")])
+                                                 ("gpt2-tiny", "ulysses"), ("neox-tiny", "ulysses"),
+                                                 ("gpt2-tiny", "torch_tp"), ("gpt2-tiny", "torch_tp_sp"),
+                                                 ("gpt2-tiny", "torch_3d")])
 def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(ranks, model, strategy):
     """The losses and the gradient norms before clipping (clip 0.5: every step clips) within 1e-4 of one process's,
     the parity bound of tests/integration/test_model_parallel.py, on every rank. Measured 2026-11-30: the losses

@@ -274,3 +274,41 @@ def test_a_resume_path_too_long_for_the_system_is_one_line_with_its_reason(cli_r
     line = result.output.strip()
     assert result.exit_code == 2 and "\n" not in line and line.endswith("File name too long"), line[-200:]
     assert len(line) < 400 and "Traceback" not in line
+
+
+GPT2 = {**DEFINITION, "model": {"name": "gpt2-tiny", "arch": "gpt2"}}
+
+
+@pytest.mark.parametrize("saved_tp, tp, refused", [(2, 1, "apart"), (1, 2, "whole"), (2, 4, None), (1, 1, None)])
+def test_a_gpt2_checkpoint_resumes_on_its_side_of_tensor_parallelism(saved_tp, tp, refused):
+    """Megatron-style TP holds GPT-2's c_attn as q, k and v apart ((in, 3, out / 3)), every other engine whole; DCP
+    loads a tensor into one of its saved shape, so a resume across that line is refused in one line, before any
+    rank starts (measured 2026-12-01: unrefused, FSDP's ranks stopped with "the checkpoint cannot be read")."""
+    saved = manifest(strategy="torch_tp", storage="dcp", tp=saved_tp, dp=2 // saved_tp, zero_stage=None,
+                     definition=GPT2)
+    strategy = "torch_tp" if tp > 1 else "fsdp"
+    if refused is None:
+        assert manifests.check_resumable(saved, strategy, GPT2, 4, tp=tp) is False
+        return
+    with pytest.raises(UserError, match=f"holds GPT-2's c_attn with q, k and v {refused} .*`dsbench export`"):
+        manifests.check_resumable(saved, strategy, GPT2, 2, tp=tp)
+    llama = {**DEFINITION, "model": {"name": "llama-tiny", "arch": "llama"}}  # any other family reshards freely
+    other = manifest(strategy="torch_tp", storage="dcp", tp=saved_tp, dp=2 // saved_tp, zero_stage=None,
+                     definition=llama)
+    assert manifests.check_resumable(other, strategy, llama, 2, tp=tp) is False
+
+
+def test_export_gives_gpt2_s_c_attn_the_shape_transformers_holds():
+    """The blocks apart, flattened back: the same numbers in the same order (q's columns, then k's, then v's)."""
+    torch = pytest.importorskip("torch")
+    from dsbench.worker.export import as_transformers_holds
+
+    whole = torch.arange(4 * 12.0).view(4, 12)  # (in, out): q = columns 0-3, k 4-7, v 8-11
+    apart = whole.view(4, 3, 4)
+    assert torch.equal(apart[:, 1, :], whole[:, 4:8])  # the k block
+    assert torch.equal(as_transformers_holds("transformer.h.0.attn.c_attn.weight", apart), whole)
+    assert torch.equal(as_transformers_holds("transformer.h.0.attn.c_attn.bias", torch.arange(12.0).view(3, 4)),
+                       torch.arange(12.0))
+    kept = torch.zeros(4, 1, 12)  # any other name, or c_attn already whole: untouched
+    assert as_transformers_holds("transformer.h.0.mlp.c_fc.weight", kept) is kept
+    assert as_transformers_holds("transformer.h.0.attn.c_attn.weight", whole) is whole

@@ -206,10 +206,12 @@ def test_one_explicit_layout_predicts_a_published_run(cli_run):
     assert data["layout"]["dp"] == 1 and data["layout"]["micro_batches"] == 1
     assert data["tokens_per_s_per_gpu"] == pytest.approx(4 * 2048 / data["step_s"] / 8)
     assert 0 < data["mfu"] < 1 and data["fits"] and set(data["terms_s"]) >= {"matmul", "tp_comm", "recompute"}
-    assert data["launchable"] is False and "tensor parallelism splits Llama-family" in data["why_not"]
+    # a GPT: torch_tp splits its Conv1D layers since 2026-12-01 (before: "tensor parallelism splits Llama-family")
+    assert data["launchable"] is True and data["strategy"] == "torch_tp8"
+    assert "--strategy torch_tp --launcher torchrun --tp 8 " in data["command"]
     faster = json.loads(cli_run("plan", *KORTHIKANTI_22B, "--recompute", "selective", "--sequence-parallel",
                                 "--json").output)
-    assert faster["step_s"] < data["step_s"] and "Llama-family" in faster["why_not"]  # GPT: not torch_tp
+    assert faster["step_s"] < data["step_s"] and faster["strategy"] == "torch_tp8_sp"
     text = cli_run("plan", *KORTHIKANTI_22B, "--recompute", "full")
     assert text.exit_code == 0 and "MFU" in text.output and "time per step: matmul" in text.output
 

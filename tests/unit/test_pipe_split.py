@@ -96,13 +96,30 @@ def test_bad_pipeline_sections_are_named(pipeline, needle):
         pipeline_settings({"pipeline": pipeline})
 
 
-def test_megatron_plan_covers_every_projection_and_refuses_gpt2():
+def test_megatron_plan_covers_every_projection_and_refuses_phi3():
     plan = megatron_plan(build_model(PRESETS["llama-tiny"], seed=0))
     assert len(plan) == 2 * 7  # q, k, v, o, gate, up, down per layer
     assert type(plan["model.layers.1.self_attn.o_proj"]).__name__ == "RowwiseParallel"
     assert type(plan["model.layers.0.mlp.up_proj"]).__name__ == "ColwiseParallel"
     with pytest.raises(UserError, match="torch_tp splits Llama-family models"):
-        megatron_plan(build_model(PRESETS["gpt2-tiny"], seed=0))
+        megatron_plan(build_model(PRESETS["phi3-tiny"], seed=0))
+
+
+def test_megatron_plan_splits_gpt2_s_conv1d_layers_with_q_k_and_v_apart():
+    """GPT-2 (no tensor-parallel plan in transformers 5: GPT2Config.base_model_tp_plan is None): its four Conv1D
+    layers per block, c_attn as three column blocks (q|k|v), the MLP's first column-parallel, both outputs
+    row-parallel; under sequence parallelism the first block takes its sequence shard from the 4 positional
+    arguments GPT2Model hands it (the first DTensor-laid, the rest left)."""
+    model = build_model(PRESETS["gpt2-tiny"], seed=0)
+    plan = megatron_plan(model)
+    styles = {name: (type(style).__name__, getattr(style, "parts", None)) for name, style in plan.items()}
+    assert styles == {f"transformer.h.{i}.{name}": style for i in range(2) for name, style in (
+        ("attn.c_attn", ("Conv1DColumns", 3)), ("attn.c_proj", ("Conv1DRows", None)),
+        ("mlp.c_fc", ("Conv1DColumns", 1)), ("mlp.c_proj", ("Conv1DRows", None)))}
+    modules = dict(model.named_modules())
+    assert all(type(modules[name]).__name__ == "Conv1D" for name in plan)
+    first = megatron_plan(model, sequence_parallel=True)["transformer.h.0"]
+    assert len(first.input_layouts) == len(first.desired_input_layouts) == 4 and first.input_layouts[1:] == (None,) * 3
 
 
 @pytest.mark.parametrize("name", ["llama-tiny", "qwen2-tiny", "gemma-tiny", "neox-tiny"])

@@ -23,10 +23,10 @@ def test_one_cell_per_engine_family_where_the_model_allows():
     assert check_strategies(default_strategies("llama-tiny", 2)) == ["ddp", "fsdp", "zero1", "zero2", "zero3",
                                                                    "torch_tp2", "zero1_tp2", "torch_pipe2",
                                                                    "pipe2", "ulysses2"]
-    # GPT-2's fused Conv1D is not split by heads: no tensor-parallel cell; Ulysses splits its sequence (since
-    # 2026-12-01: its attention exchanges whole heads like Llama's)
+    # GPT-2's Conv1D layers: torch_tp splits them (since 2026-12-01), DeepSpeed's AutoTP does not (no zero1_tp2);
+    # Ulysses splits its sequence (since 2026-12-01: its attention exchanges whole heads like Llama's)
     assert check_strategies(default_strategies("gpt2-mini", 2)) == ["ddp", "fsdp", "zero1", "zero2", "zero3",
-                                                                   "torch_pipe2", "pipe2", "ulysses2"]
+                                                                   "torch_tp2", "torch_pipe2", "pipe2", "ulysses2"]
     assert check_strategies(default_strategies("gpt2-mini", 1)) == ["single"]  # one rank (one GPU): the plain loop
 
 

@@ -50,6 +50,10 @@ rank whole heads, and the attention infers its head count from the width it gets
 matrix are row-parallel, their biases added once after the all-reduce (DTensor adds a replicated bias to the summed
 output). transformers' own ``GPTNeoXConfig.base_model_tp_plan`` names the same four (tests/unit check it)."""
 
+GPT2_LAYER = {"attn.c_attn": "qkv", "attn.c_proj": "row", "mlp.c_fc": "column", "mlp.c_proj": "row"}
+"""The same layout on a GPT-2 block (transformers' GPT2Block): Conv1D layers (engines/conv1d_parallel.py), c_attn's
+q, k and v each split by columns (since 2026-12-01; before, GPT-2 was refused)."""
+
 
 @dataclass(frozen=True)
 class LayerLayout:
@@ -66,13 +70,17 @@ class LayerLayout:
     """The layer's two norms outside the parallel regions (on sequence shards under sequence parallelism)."""
     projection_norms: bool = False
     """Whether q_norm and k_norm normalise the whole q and k projections (OLMo-2), not each head (Qwen3)."""
+    block_inputs: int = 1
+    """The positional arguments the model hands each layer, the hidden states first (GPT2Model: the hidden states,
+    the cache, the mask and the encoder's states)."""
 
 
 LAYOUTS = (LayerLayout(MEGATRON_LAYER, "self_attn", True), LayerLayout(NEOX_LAYER, "attention", False),
            LayerLayout(MEGATRON_LAYER, "self_attn", True, ("post_attention_layernorm", "post_feedforward_layernorm"),
-                       projection_norms=True))
-"""Every decoder layer Megatron's layout splits (model_checks.MEGATRON_TP's families): Llama's, GPT-NeoX's and
-OLMo-2's (Llama's projections, its norms after attention and the MLP, transformers' Olmo2DecoderLayer)."""
+                       projection_norms=True),
+           LayerLayout(GPT2_LAYER, "attn", False, ("ln_1", "ln_2"), block_inputs=4))
+"""Every decoder layer Megatron's layout splits (model_checks.MEGATRON_TP's families): Llama's, GPT-NeoX's,
+OLMo-2's (Llama's projections, its norms after attention and the MLP, transformers' Olmo2DecoderLayer) and GPT-2's."""
 
 
 def layer_layout(layer: Any) -> LayerLayout:
@@ -121,9 +129,13 @@ def megatron_layer_plan(layer: Any, row_output: Any = None) -> dict[str, Any]:
     :class:`ProjectionNorm`s: each rank holds and steps its columns' slice of the weight."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
 
+    from dsbench.worker.engines.conv1d_parallel import conv1d_style
+
     layout = layer_layout(layer)
     row = {"output_layouts": row_output} if row_output is not None else {}
-    plan = {name: ColwiseParallel() if kind == "column" else RowwiseParallel(**row)
+    plan = {name: (conv1d_style(kind, layer.get_submodule(layout.attention), row_output)
+                   if type(layer.get_submodule(name)).__name__ == "Conv1D"  # GPT-2's
+                   else ColwiseParallel() if kind == "column" else RowwiseParallel(**row))
             for name, kind in layout.projections.items()}
     norms = ("self_attn.q_norm", "self_attn.k_norm")
     if layout.projection_norms:
@@ -182,8 +194,9 @@ def megatron_plan(model: Any, sequence_parallel: bool = False, loss_parallel: bo
     if sequence_parallel:
         # the embedding stays replicated (HF derives positions and the causal mask from its full output); the
         # first block takes its own sequence shard (no communication), the final norm runs on the shard
-        plan[f"{family.blocks}.0"] = PrepareModuleInput(input_layouts=(full,), desired_input_layouts=(seq,),
-                                                        use_local_output=True)
+        others = (None,) * (layer_layout(model.get_submodule(family.blocks)[0]).block_inputs - 1)  # left as given
+        plan[f"{family.blocks}.0"] = PrepareModuleInput(input_layouts=(full, *others),
+                                                        desired_input_layouts=(seq, *others), use_local_output=True)
         plan[family.norm] = SequenceParallel()
     if loss_parallel:
         plan[family.head] = vocabulary_parallel_head(sequence_parallel)
