@@ -48,7 +48,8 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
 def split_kinds(arch: str) -> tuple[str, ...]:
     """The splits calibrate times on a family's layers: the ones its launches run (model_checks): DTensor's Megatron
     layout (``torch``) and with sequence parallelism (``sp``) where Megatron-style TP splits the family, AutoTP's
-    layers (``autotp``) where DeepSpeed's does; none for GPT-2 and Phi-3 (until 2026-12-01: Llama-family only)."""
+    layers (``autotp``) where DeepSpeed's does; none for Phi-3, DTensor's alone for GPT-2 and OLMo-2 (until
+    2026-12-01: Llama-family only; GPT-2 since its Conv1D layers split, engines/conv1d_parallel.py)."""
     megatron = arch in splitting_families(tp=2)
     autotp = arch in splitting_families(tp=2, autotp=True)
     return (*(("torch",) if megatron else ()), *(("autotp",) if autotp else ()), *(("sp",) if megatron else ()))

@@ -196,10 +196,12 @@ def test_calibrate_measures_within_and_across_nodes(hostfile, tmp_path):
         assert groups[group]["all-reduce"]["bandwidth_gbs"] > 0, group
     assert "zero3_tensor_s" in profile["rates"] and "fsdp_unit_s_per_micro_step" in profile["rates"]
     assert profile["deepspeed"]["zero3_step"]["samples"] == profile["fsdp"]["sharded_step"]["samples"] == 3
-    # the sequence split within a node's ranks: GPT-2's layers under Ulysses (since 2026-12-01), not by tensor
-    # parallelism, which does not split GPT-2 (calibrate_layers.split_kinds)
+    # the sequence split within a node's ranks: GPT-2's layers under Ulysses (since 2026-12-01), and split by
+    # DTensor's Megatron layout, with and without sequence parallelism (since 2026-12-01 too: its Conv1D layers,
+    # engines/conv1d_parallel.py), not by AutoTP (calibrate_layers.split_kinds)
     assert profile["tensor_parallel"]["tp"] == 2 and "ulysses_layer_s" in profile["rates"]
-    assert "torch_forward_backward" not in profile["tensor_parallel"]
+    assert {"torch_forward_backward", "sp_forward_backward"} <= set(profile["tensor_parallel"])
+    assert "autotp_forward_backward" not in profile["tensor_parallel"] and "torch_tp_layer_s" in profile["rates"]
     # the pipeline engines over every rank, one stage a rank, their sends crossing the link between the nodes
     pipeline = profile["pipeline"]
     assert pipeline["stages"] == 4 and set(pipeline["schedules"]) == {"1f1b", "interleaved", "interleaved-zb",
