@@ -164,6 +164,12 @@ def ulysses_of_its_own() -> Iterator[None]:
         groups._SEQUENCE_PARALLEL_GROUP = groups._SEQUENCE_DATA_PARALLEL_GROUP = None
 
 
+def _step_batches(generator: torch.Generator) -> list:
+    """One step's 2 micro-batches of 2 sequences of 16 tokens (the families' vocabulary: 4096), the same on every
+    rank for the same generator."""
+    return [torch.randint(0, 4096, (2, 16), generator=generator) for _ in range(2)]
+
+
 def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") -> dict:
     """Three steps of ``model``, the same batches on every rank; single runs on one rank's world of its own."""
     if strategy in DEEPSPEED:
@@ -180,8 +186,7 @@ def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") 
     generator = torch.Generator().manual_seed(7)
     losses, norms = [], []
     for _ in range(3):
-        losses.append(float(engine.train_step([torch.randint(0, 4096, (2, 16), generator=generator)
-                                               for _ in range(2)])))
+        losses.append(float(engine.train_step(_step_batches(generator))))
         norms.append(float(engine.grad_norm) if strategy not in DEEPSPEED else None)  # DeepSpeed clips inside
     return {"losses": losses, "grad_norms": norms}
 
@@ -196,7 +201,7 @@ def _sgd_one_process(model: str, scale: float = 1.0) -> dict:
     losses = []
     for _ in range(3):
         total = 0.0
-        for batch in [torch.randint(0, 4096, (2, 16), generator=generator) for _ in range(2)]:
+        for batch in _step_batches(generator):
             loss = module(input_ids=batch, labels=batch).loss / 2
             loss.backward()
             total += float(loss)

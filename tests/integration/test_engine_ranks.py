@@ -66,6 +66,13 @@ def test_an_overflow_on_one_rank_skips_the_step_on_every_rank(ranks, strategy):
         assert sums[0] == off["weight_sums"][0] and sums[1] == sums[0] and sums[2] != sums[1]
 
 
+def _group_mean(ranks: list[dict], model: str, name: str) -> list[float]:
+    """A Ulysses run's loss per step: each rank's is its share of the sequence's, weighted so that the ranks' mean is
+    the sequence's (engines/deepspeed.UlyssesEngine; the worker's loop averages them)."""
+    steps = zip(*(rank["families"][model][name]["losses"] for rank in ranks), strict=True)
+    return [sum(step) / len(ranks) for step in steps]
+
+
 @pytest.mark.parametrize(("model", "strategy"), [("qwen2-tiny", "torch_tp"), ("qwen2-tiny", "torch_3d"),
                                                  ("qwen2-tiny", "hsdp"), ("qwen2-tiny", "fsdp_offload"),
                                                  ("gemma-tiny", "torch_tp"), ("gemma-tiny", "torch_pp"),
@@ -93,8 +100,7 @@ def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(
     ranks' mean is the sequence's (engines/deepspeed.UlyssesEngine; the worker's loop averages them): the mean is
     compared, on every rank. Measured 2026-12-01: gpt2-tiny 5.7e-8 from one process, neox-tiny 1.1e-7."""
     if strategy == "ulysses":
-        steps = zip(*(rank["families"][model][strategy]["losses"] for rank in ranks), strict=True)
-        mean = [sum(step) / len(ranks) for step in steps]
+        mean = _group_mean(ranks, model, strategy)
         ranks = [{"families": {model: {"single": r["families"][model]["single"], strategy: {"losses": mean}}}}
                  for r in ranks]
     for rank in ranks:
@@ -123,13 +129,6 @@ def test_the_replica_check_finds_a_copy_that_drifted(ranks, strategy):
     assert off["replicas"] == {"type": "replicas", "groups": groups, "ranks_per_group": size, "agree": True,
                                "differing_ranks": []}
     assert off["replicas_nudged"]["agree"] is False and off["replicas_nudged"]["differing_ranks"] == [3]
-
-
-def _group_mean(ranks: list[dict], model: str, name: str) -> list[float]:
-    """A Ulysses run's loss per step: each rank's is its share of the sequence's, weighted so that the ranks' mean is
-    the sequence's (engines/deepspeed.UlyssesEngine; the worker's loop averages them)."""
-    steps = zip(*(rank["families"][model][name]["losses"] for rank in ranks), strict=True)
-    return [sum(step) / len(ranks) for step in steps]
 
 
 @pytest.mark.parametrize("stage", [1, 3])
