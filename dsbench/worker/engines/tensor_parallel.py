@@ -1,9 +1,9 @@
 """Native PyTorch tensor parallelism (``torch_tp``): DTensor with Megatron-LM's layout, and its options.
 
 ``parallelize_module`` with Megatron-LM's layout on Llama-family models: q/k/v and gate/up column-parallel, o_proj
-and down_proj row-parallel (on GPT-NeoX: query_key_value and dense_h_to_4h, dense and dense_4h_to_h), so each rank
-holds whole heads and one all-reduce per pair runs in forward (after the
-row-parallel matmul) and one in backward (before the column-parallel one). Embeddings, norms and the LM head stay
+and down_proj row-parallel (on GPT-NeoX: query_key_value and dense_h_to_4h, dense and dense_4h_to_h; on GPT-2 its
+Conv1D layers, conv1d_parallel.py), so each rank holds whole heads and one all-reduce per pair runs in forward (after
+the row-parallel matmul) and one in backward (before the column-parallel one). Embeddings, norms and the LM head stay
 replicated, unless:
 
 - ``--sequence-parallel`` (Korthikanti et al. 2022 sec. 4.2.2, as torchtitan applies it): between the blocks'
