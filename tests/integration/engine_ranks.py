@@ -52,15 +52,18 @@ from dsbench.worker.state_bytes import local_shard
 WORLD = 4
 LAYOUTS = {"ddp": {}, "fsdp": {}, "torch_tp": {"tp": 2}, "torch_pp": {"pp": 2}, "torch_3d": {"tp": 2, "pp": 2},
            "hsdp": {"dp_shard": 2}}
-ENGINE = {"hsdp": "fsdp", "torch_tp_sp_lp": "torch_tp", "torch_tp_sp": "torch_tp", "fsdp_offload": "fsdp"}
+ENGINE = {"hsdp": "fsdp", "torch_tp_sp_lp": "torch_tp", "torch_tp_sp": "torch_tp", "fsdp_offload": "fsdp",
+          "torch_pp_interleaved": "torch_pp", "torch_pp_zb": "torch_pp"}
 """The engine of a layout or option set named apart: HSDP is the FSDP engine on 2 shard groups of 2 (--dp-shard 2)."""
 SPOILED_STEP = 1
 
 
-def _engine(strategy: str, model: str, info: DistInfo, dims: ParallelDims, **extra: Any) -> Any:
+def _engine(strategy: str, model: str, info: DistInfo, dims: ParallelDims, recompute: str = "none",
+            **extra: Any) -> Any:
     options = EngineOptions(lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95), eps=1e-8, grad_clip=0.5, warmup_steps=0,
                             grad_accum=2, precision="fp32", dims=dims, **extra)
-    return build_engine(ENGINE.get(strategy, strategy), build_model(PRESETS[model], seed=0), options, info)
+    module = build_model(PRESETS[model], seed=0, recompute=recompute)
+    return build_engine(ENGINE.get(strategy, strategy), module, options, info)
 
 
 def _train(strategy: str, info: DistInfo, mode: str) -> dict:
@@ -106,7 +109,12 @@ FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp", "fsdp_offlo
             "gemma-tiny": ("single", "torch_tp", "torch_pp", "torch_3d", "autotp"),
             # against its Ulysses run (ULYSSES_FAMILIES); since 2026-12-01 torch_tp (also with sequence parallelism)
             # and torch_3d split its Conv1D layers, c_attn's q, k and v apart (engines/conv1d_parallel.py)
-            "gpt2-tiny": ("single", "torch_tp", "torch_tp_sp", "torch_3d")}
+            "gpt2-tiny": ("single", "torch_tp", "torch_tp_sp", "torch_3d"),
+            # torch's interleaved schedules (pp 2 x dp 2, 2 chunks per rank of its 4 blocks: the tied embedding on
+            # rank 0's first chunk and rank 1's last), 1F1B with the attention core recomputed, and zero bubble
+            # (each backward split into input- and weight-gradient halves); since 2026-12-01 (launched by
+            # test_model_parallel.py before, with a one-process launch of their own)
+            "gpt2-mini": ("single", "torch_pp_interleaved", "torch_pp_zb")}
 AUTOTP = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
           # DeepSpeed asserts the batch over every rank, tensor-parallel ones included (docs/parallelism.md)
           "train_batch_size": 2 * 2 * WORLD, "zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2},
@@ -130,10 +138,14 @@ DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1), "ulysses": (ULYSSES, 1)
              **{name: (config, 1) for name, config in ULYSSES_SGD.items()}}
 """The DeepSpeed engines of :data:`FAMILIES`: their config and tensor-parallel degree."""
 OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True},
-           "torch_tp_sp": {"sequence_parallel": True}, "fsdp_offload": {"fsdp_cpu_offload": True}}
+           "torch_tp_sp": {"sequence_parallel": True}, "fsdp_offload": {"fsdp_cpu_offload": True},
+           "torch_pp_interleaved": {"pipeline_schedule": "interleaved", "virtual_stages": 2, "recompute": "selective"},
+           "torch_pp_zb": {"pipeline_schedule": "interleaved-zb", "virtual_stages": 2}}
 """torch_tp (tp 2 x dp 2) with its options, as ``--sequence-parallel`` and ``--loss-parallel`` give them
-(olmo2-tiny ties its head to its embedding, which the vocabulary-parallel loss refuses), and FSDP2 over the 4 ranks
-with ``--fsdp-cpu-offload`` (on CPU ranks its shards unpinned: run since 2026-12-01)."""
+(olmo2-tiny ties its head to its embedding, which the vocabulary-parallel loss refuses), FSDP2 over the 4 ranks
+with ``--fsdp-cpu-offload`` (on CPU ranks its shards unpinned: run since 2026-12-01), and torch_pp (pp 2 x dp 2)
+under ``--pipeline-schedule interleaved`` (with ``--recompute selective``) and ``interleaved-zb``, ``--virtual-stages
+2``."""
 
 
 ULYSSES_FAMILIES = {"gpt2-tiny": "none", "neox-tiny": "selective"}

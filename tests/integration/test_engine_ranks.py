@@ -16,8 +16,10 @@ Qwen2's q/k/v biases under tensor parallelism (column-parallel: each TP rank hol
 Gemma under tensor and pipeline parallelism (its embedding scales itself and is tied to the head), Phi-3's fused
 projections under DDP, FSDP, torch's pipeline and DeepSpeed's ZeRO-3, OLMo-2's projection-wide q/k norms under
 FSDP, torch's pipeline and ZeRO-3, GPT-NeoX under FSDP, torch's pipeline, ZeRO-3 and DeepSpeed's AutoTP, and GPT-2
-and GPT-NeoX under DeepSpeed's Ulysses (GPT-NeoX's attention core recomputed, --recompute selective), against one
-process on the same batches.
+and GPT-NeoX under DeepSpeed's Ulysses (GPT-NeoX's attention core recomputed, --recompute selective), and GPT-2
+(gpt2-mini, tied) under torch's interleaved schedules (1F1B with its attention core recomputed, and zero bubble; pp 2
+x dp 2, 2 chunks per rank; launched by test_model_parallel.py until 2026-12-01), against one process on the same
+batches.
 
 DeepSpeed Ulysses' gradients under plain SGD at ZeRO-1 and ZeRO-3, against plain torch's SGD on one process (since
 2026-12-01; before, tests/integration/test_ulysses.py launched two Ulysses runs and a one-rank DeepSpeed reference)."""
@@ -87,7 +89,8 @@ def _group_mean(ranks: list[dict], model: str, name: str) -> list[float]:
                                                  ("olmo2-tiny", "torch_tp_sp"), ("olmo2-tiny", "torch_3d"),
                                                  ("gpt2-tiny", "ulysses"), ("neox-tiny", "ulysses"),
                                                  ("gpt2-tiny", "torch_tp"), ("gpt2-tiny", "torch_tp_sp"),
-                                                 ("gpt2-tiny", "torch_3d")])
+                                                 ("gpt2-tiny", "torch_3d"), ("gpt2-mini", "torch_pp_interleaved"),
+                                                 ("gpt2-mini", "torch_pp_zb")])
 def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(ranks, model, strategy):
     """The losses and the gradient norms before clipping (clip 0.5: every step clips) within 1e-4 of one process's,
     the parity bound of tests/integration/test_model_parallel.py, on every rank. Measured 2026-11-30: the losses

@@ -38,20 +38,16 @@ COMMANDS = {
                             "--micro-batch 4 --recompute selective-op -- --fused-optimizer",
     # the session's TORCH_PP cell (GPipe), which also saves the checkpoints test_checkpoint.py resumes and exports
     "torch_pipe2_gpt2": " ".join(TORCH_PP),
-    # interleaved 1F1B, 2 chunks per rank of gpt2-mini's 4 blocks (tied embeddings: rank 0's first chunk and rank
-    # 1's last hold the matrix), with the attention core recomputed (--recompute selective)
-    "torch_pipe2_interleaved2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-mini "
-                                     "--micro-batch 1 --grad-accum 4 --num-gpus 2 --recompute selective -- "
-                                     "--pipeline-schedule interleaved --virtual-stages 2",
-    # the same chunks under torch's zero-bubble schedule (each backward split into input- and weight-gradient halves)
-    "torch_pipe2_zb2_gpt2": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model gpt2-mini "
-                            "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --pipeline-schedule interleaved-zb "
-                            "--virtual-stages 2",
+    # torch's interleaved schedules (interleaved 1F1B with the attention core recomputed, interleaved zero bubble) on
+    # gpt2-mini, 2 chunks per rank: built directly against one process in test_engine_ranks.py since 2026-12-01 (two
+    # launches and their one-process launch before); launched here: interleaved 1F1B by the 8-rank torch_3d run below
     # 4 ranks: data parallelism on top (pp 2 x dp 2, dp 2 x tp 2); the TP run with sequence parallelism and the
-    # vocabulary-parallel loss (issue 28: their parity is this run's, beside torch_tp2_ckpt_llama's TP without them)
+    # vocabulary-parallel loss (issue 28: their parity is this run's, beside torch_tp2_ckpt_llama's TP without them);
+    # torch_pp's with the attention core recomputed (--recompute selective, since 2026-12-01: the launched
+    # interleaved run's option before)
     "pipe2_dp2_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 4",
     "torch_pipe2_dp2_llama": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model llama-tiny "
-                             "--micro-batch 1 --grad-accum 2 --num-gpus 4",
+                             "--micro-batch 1 --grad-accum 2 --num-gpus 4 --recompute selective",
     # the session's TORCH_TP cell, which also saves the checkpoints test_checkpoint.py resumes and exports
     "torch_tp2_dp2_llama": " ".join(TORCH_TP),
     # DeepSpeed Ulysses (issue 28): the sequence split over 2 ranks, attention heads exchanged by all-to-all, as
@@ -73,14 +69,12 @@ COMMANDS = {
     "single_qwen3_tied_4": f"--strategy single --launcher torchrun --num-gpus 1 --model {QWEN3_TIED} --micro-batch 4",
     "single_llama_8": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 8",
     "single_gpt2_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4",  # gpt2-tiny: the default
-    "single_gpt2_mini_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4 --model gpt2-mini",
 }
 REFERENCE = {"pipe2_ckpt_llama": "single_llama_4",
              "torch_pipe2_ckpt_llama": "single_llama_4", "torch_tp2_ckpt_llama": "single_llama_4",
              "pipe2_zero0_gpt2": "single_gpt2_4", "torch_pipe2_gpt2": "single_gpt2_4",
              "pipe2_dp2_llama": "single_llama_4", "torch_pipe2_dp2_llama": "single_llama_4",
-             "torch_tp2_dp2_llama": "single_llama_4", "torch_pipe2_interleaved2_gpt2": "single_gpt2_mini_4",
-             "torch_pipe2_zb2_gpt2": "single_gpt2_mini_4", "ulysses2_llama": "single_llama_4",
+             "torch_tp2_dp2_llama": "single_llama_4", "ulysses2_llama": "single_llama_4",
              "torch_3d_tp2_pp2_llama": "single_llama_4",
              "torch_3d_tp2_pp2_dp2_interleaved2_qwen3_tied": "single_qwen3_tied_4",
              "torch_3d_pp2_hsdp_llama": "single_llama_8"}
@@ -123,16 +117,15 @@ def test_losses_match_the_single_process_run(runs, name):
     header = run["header"][0]
     assert header["activation_checkpointing"] is name.startswith("torch_pipe2_ckpt")
     recompute = {"torch_pipe2_ckpt_llama": "full", "torch_tp2_ckpt_llama": "selective-op",
-                 "torch_pipe2_interleaved2_gpt2": "selective"}
+                 "torch_pipe2_dp2_llama": "selective"}
     assert header["recompute"] == recompute.get(name, "none")
     assert header["speed"]["attention"] == ("sdpa_recompute" if recompute.get(name) == "selective" else "sdpa")
     if name.startswith(("torch_pipe2_ckpt", "torch_tp2_ckpt")):
         assert header["speed"]["optimizer"] == "AdamW (fused)"
     assert header["global_batch"] == reference["header"][0]["global_batch"]
     assert header["sequence_parallel"] is header["loss_parallel"] is (name == "torch_tp2_dp2_llama")
-    if "interleaved" in name or "zb" in name:
-        schedule = "interleaved-zb" if "zb" in name else "interleaved"
-        assert (header["pipeline_schedule"], header["virtual_stages"]) == (schedule, 2)
+    if "interleaved" in name:
+        assert (header["pipeline_schedule"], header["virtual_stages"]) == ("interleaved", 2)
     ulysses = 2 if "ulysses" in name else 1
     assert header.get("ulysses", 1) == ulysses
     assert (header["ds_config"] or {}).get("sequence_parallel_size", 1) == ulysses
