@@ -25,9 +25,6 @@ COMMANDS = {
     # gpt2-tiny's tied embeddings across 2 stages under ZeRO-0: the session's PIPE cell (conftest), the same command,
     # which test_checkpoint.py resumes and exports (the Llama runs below take the stage the engine picks, ZeRO-1)
     "pipe2_zero0_gpt2": "--zero 0 --pipeline-stages 2 --grad-accum 2 --micro-batch 2",
-    # activation checkpointing every block (DeepSpeed recomputes each block's forward in the backward)
-    "pipe2_ckpt_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 4 --num-gpus 2 "
-                        "--set pipeline.activation_checkpoint_interval=1",
     # recompute under both, with torch AdamW's fused kernel (under torch_tp it steps the DTensor and the plain
     # parameters as separate groups): torch_pp every HF decoder block (--activation-checkpointing, = --recompute
     # full), torch_tp torch's selective activation checkpointing (--recompute selective-op, issue 28)
@@ -44,8 +41,10 @@ COMMANDS = {
     # 4 ranks: data parallelism on top (pp 2 x dp 2, dp 2 x tp 2); the TP run with sequence parallelism and the
     # vocabulary-parallel loss (issue 28: their parity is this run's, beside torch_tp2_ckpt_llama's TP without them);
     # torch_pp's with the attention core recomputed (--recompute selective, since 2026-12-01: the launched
-    # interleaved run's option before)
-    "pipe2_dp2_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 4",
+    # interleaved run's option before); DeepSpeed's pipeline engine with activation checkpointing every block
+    # (DeepSpeed recomputes each block's forward in the backward; since 2026-12-01, a 2-rank run of its own before)
+    "pipe2_dp2_ckpt_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 4 "
+                            "--set pipeline.activation_checkpoint_interval=1",
     "torch_pipe2_dp2_llama": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model llama-tiny "
                              "--micro-batch 1 --grad-accum 2 --num-gpus 4 --recompute selective",
     # the session's TORCH_TP cell, which also saves the checkpoints test_checkpoint.py resumes and exports
@@ -70,10 +69,9 @@ COMMANDS = {
     "single_llama_8": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 8",
     "single_gpt2_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4",  # gpt2-tiny: the default
 }
-REFERENCE = {"pipe2_ckpt_llama": "single_llama_4",
-             "torch_pipe2_ckpt_llama": "single_llama_4", "torch_tp2_ckpt_llama": "single_llama_4",
+REFERENCE = {             "torch_pipe2_ckpt_llama": "single_llama_4", "torch_tp2_ckpt_llama": "single_llama_4",
              "pipe2_zero0_gpt2": "single_gpt2_4", "torch_pipe2_gpt2": "single_gpt2_4",
-             "pipe2_dp2_llama": "single_llama_4", "torch_pipe2_dp2_llama": "single_llama_4",
+             "pipe2_dp2_ckpt_llama": "single_llama_4", "torch_pipe2_dp2_llama": "single_llama_4",
              "torch_tp2_dp2_llama": "single_llama_4", "ulysses2_llama": "single_llama_4",
              "torch_3d_tp2_pp2_llama": "single_llama_4",
              "torch_3d_tp2_pp2_dp2_interleaved2_qwen3_tied": "single_qwen3_tied_4",
@@ -135,7 +133,7 @@ def test_losses_match_the_single_process_run(runs, name):
     # the data-parallel copies were bit-identical after the last step (worker/replicas.py): the layouts that keep
     # copies, as (groups, ranks per group): pp 2 x dp 2 and dp 2 x tp 2 two pairs, Ulysses' 2 ranks one pair (its
     # parameters are whole on both), HSDP's 2 replicas of each of 2 stages x 2 shards; FSDP and one copy: none
-    copies = {"pipe2_dp2_llama": (2, 2), "torch_pipe2_dp2_llama": (2, 2), "torch_tp2_dp2_llama": (2, 2),
+    copies = {"pipe2_dp2_ckpt_llama": (2, 2), "torch_pipe2_dp2_llama": (2, 2), "torch_tp2_dp2_llama": (2, 2),
               "ulysses2_llama": (1, 2), "torch_3d_pp2_hsdp_llama": (4, 2)}
     replicas = run["summary"]["replicas"]
     assert (replicas and (replicas["groups"], replicas["ranks_per_group"], replicas["agree"])) == (
@@ -152,8 +150,11 @@ def test_model_states_shrink_per_stage_and_shard(runs):
     assert stages[0]["params"] + stages[1]["params"] == whole and max(s["params"] for s in stages) < whole
     shards = launched(runs, "torch_tp2_ckpt_llama")["states"][0]["per_rank"]
     assert shards[0]["params"] == shards[1]["params"] < whole
-    deepspeed = launched(runs, "pipe2_ckpt_llama")["states"][0]["per_rank"]
-    assert sum(s["params"] for s in deepspeed) == whole
+    # DeepSpeed's pipe x data ranks (PipeDataParallelTopology: rank = stage x dp + replica): each replica's two
+    # stages hold the model once
+    deepspeed = launched(runs, "pipe2_dp2_ckpt_llama")["states"][0]["per_rank"]
+    assert deepspeed[0]["params"] == deepspeed[1]["params"] and deepspeed[2]["params"] == deepspeed[3]["params"]
+    assert deepspeed[0]["params"] + deepspeed[2]["params"] == whole
 
 
 def test_issue_compare_matrix_trains_every_strategy(tmp_path):
@@ -177,9 +178,9 @@ def test_issue_compare_matrix_trains_every_strategy(tmp_path):
 
 
 # run -> the planner's candidate for it (strategy, tp, pp, engine)
-PLANNED = {"pipe2_ckpt_llama": ("zero1", 1, 2, "deepspeed"), "pipe2_zero0_gpt2": ("zero0", 1, 2, "deepspeed"),
+PLANNED = {"pipe2_zero0_gpt2": ("zero0", 1, 2, "deepspeed"),
            "torch_pipe2_ckpt_llama": ("ddp", 1, 2, "torch"), "torch_pipe2_gpt2": ("ddp", 1, 2, "torch"),
-           "torch_tp2_ckpt_llama": ("ddp", 2, 1, "torch"), "pipe2_dp2_llama": ("zero1", 1, 2, "deepspeed"),
+           "torch_tp2_ckpt_llama": ("ddp", 2, 1, "torch"), "pipe2_dp2_ckpt_llama": ("zero1", 1, 2, "deepspeed"),
            "torch_pipe2_dp2_llama": ("ddp", 1, 2, "torch"), "torch_tp2_dp2_llama": ("ddp", 2, 1, "torch")}
 
 
@@ -200,12 +201,13 @@ def test_planner_model_states_per_rank_within_5_percent(runs, name):
     assert measured == pytest.approx(expected, rel=0.05)
 
 
-@pytest.mark.parametrize("name", ["pipe2_ckpt_llama", "torch_pipe2_ckpt_llama"])
+@pytest.mark.parametrize("name", ["pipe2_dp2_ckpt_llama", "torch_pipe2_ckpt_llama"])
 def test_pipeline_stages_record_compute_inside_their_schedule(runs, name):
     """What scripts/bench_pipeline_bubble.py reads: per rank, compute seconds within the schedule's span."""
-    for step in launched(runs, name)["steps"]:
+    run = launched(runs, name)
+    for step in run["steps"]:
         compute, span = step["pipeline_compute_s_per_rank"], step["pipeline_span_s_per_rank"]
-        assert len(compute) == len(span) == 2
+        assert len(compute) == len(span) == run["header"][0]["world_size"]
         assert all(0 < c <= s for c, s in zip(compute, span, strict=True)), step
         assert max(span) <= step["step_time_s"]  # the schedule runs inside the timed region
     assert "pipeline_compute_s_per_rank" not in launched(runs, "single_llama_4")["steps"][0] or \
