@@ -25,28 +25,27 @@ COMMANDS = {
     # gpt2-tiny's tied embeddings across 2 stages under ZeRO-0: the session's PIPE cell (conftest), the same command,
     # which test_checkpoint.py resumes and exports (the Llama runs below take the stage the engine picks, ZeRO-1)
     "pipe2_zero0_gpt2": "--zero 0 --pipeline-stages 2 --grad-accum 2 --micro-batch 2",
-    # recompute under both, with torch AdamW's fused kernel (under torch_tp it steps the DTensor and the plain
-    # parameters as separate groups): torch_pp every HF decoder block (--activation-checkpointing, = --recompute
-    # full), torch_tp torch's selective activation checkpointing (--recompute selective-op, issue 28)
-    "torch_pipe2_ckpt_llama": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model llama-tiny "
-                              "--micro-batch 1 --grad-accum 4 --num-gpus 2 -- --activation-checkpointing "
-                              "--fused-optimizer",
+    # recompute, with torch AdamW's fused kernel (under torch_tp it steps the DTensor and the plain parameters as
+    # separate groups): torch_tp torch's selective activation checkpointing (--recompute selective-op, issue 28); on 4
+    # ranks below, torch_pp every HF decoder block (--activation-checkpointing, = --recompute full) and torch_3d the
+    # attention core (--recompute selective)
     "torch_tp2_ckpt_llama": "--strategy torch_tp --tp 2 --launcher torchrun --model llama-tiny --num-gpus 2 "
                             "--micro-batch 4 --recompute selective-op -- --fused-optimizer",
     # the session's TORCH_PP cell (GPipe), which also saves the checkpoints test_checkpoint.py resumes and exports
     "torch_pipe2_gpt2": " ".join(TORCH_PP),
-    # torch's interleaved schedules (interleaved 1F1B with the attention core recomputed, interleaved zero bubble) on
-    # gpt2-mini, 2 chunks per rank: built directly against one process in test_engine_ranks.py since 2026-12-01 (two
-    # launches and their one-process launch before); launched here: interleaved 1F1B by the 8-rank torch_3d run below
+    # (torch's interleaved schedules, interleaved 1F1B with the attention core recomputed and interleaved zero
+    # bubble, on gpt2-mini, 2 chunks per rank: built directly against one process in test_engine_ranks.py since
+    # 2026-12-01, two launches and their one-process launch before; interleaved 1F1B is launched by the 8-rank
+    # torch_3d run below)
     # 4 ranks: data parallelism on top (pp 2 x dp 2, dp 2 x tp 2); the TP run with sequence parallelism and the
     # vocabulary-parallel loss (issue 28: their parity is this run's, beside torch_tp2_ckpt_llama's TP without them);
-    # torch_pp's with the attention core recomputed (--recompute selective, since 2026-12-01: the launched
-    # interleaved run's option before); DeepSpeed's pipeline engine with activation checkpointing every block
-    # (DeepSpeed recomputes each block's forward in the backward; since 2026-12-01, a 2-rank run of its own before)
+    # both pipeline engines checkpoint every block's activations (since 2026-12-01: each had a 2-rank run for it):
+    # DeepSpeed's recomputes each block's forward in the backward, torch_pp's with torch AdamW's fused kernel
     "pipe2_dp2_ckpt_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 4 "
                             "--set pipeline.activation_checkpoint_interval=1",
-    "torch_pipe2_dp2_llama": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model llama-tiny "
-                             "--micro-batch 1 --grad-accum 2 --num-gpus 4 --recompute selective",
+    "torch_pipe2_dp2_ckpt_llama": "--strategy torch_pp --pipeline-stages 2 --launcher torchrun --model llama-tiny "
+                                  "--micro-batch 1 --grad-accum 2 --num-gpus 4 -- --activation-checkpointing "
+                                  "--fused-optimizer",
     # the session's TORCH_TP cell, which also saves the checkpoints test_checkpoint.py resumes and exports
     "torch_tp2_dp2_llama": " ".join(TORCH_TP),
     # DeepSpeed Ulysses (issue 28): the sequence split over 2 ranks, attention heads exchanged by all-to-all, as
@@ -58,7 +57,7 @@ COMMANDS = {
     # k_norm), as Qwen3-0.6B's, under the interleaved schedule, and 8 ranks of pipeline x HSDP (pp 2 x 2 replicas x
     # 2 shards)
     "torch_3d_tp2_pp2_llama": "--strategy torch_3d --tp 2 --pipeline-stages 2 --launcher torchrun --model llama-tiny "
-                              "--micro-batch 2 --grad-accum 2 --num-gpus 4",
+                              "--micro-batch 2 --grad-accum 2 --recompute selective --num-gpus 4",
     # (the session's TORCH_3D cell, which saves the checkpoints test_checkpoint.py resumes and exports)
     "torch_3d_tp2_pp2_dp2_interleaved2_qwen3_tied": " ".join(TORCH_3D),
     "torch_3d_pp2_hsdp_llama": "--strategy torch_3d --pipeline-stages 2 --dp-shard 2 --launcher torchrun "
@@ -69,9 +68,9 @@ COMMANDS = {
     "single_llama_8": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 8",
     "single_gpt2_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4",  # gpt2-tiny: the default
 }
-REFERENCE = {             "torch_pipe2_ckpt_llama": "single_llama_4", "torch_tp2_ckpt_llama": "single_llama_4",
-             "pipe2_zero0_gpt2": "single_gpt2_4", "torch_pipe2_gpt2": "single_gpt2_4",
-             "pipe2_dp2_ckpt_llama": "single_llama_4", "torch_pipe2_dp2_llama": "single_llama_4",
+REFERENCE = {"torch_tp2_ckpt_llama": "single_llama_4", "pipe2_zero0_gpt2": "single_gpt2_4",
+             "torch_pipe2_gpt2": "single_gpt2_4",
+             "pipe2_dp2_ckpt_llama": "single_llama_4", "torch_pipe2_dp2_ckpt_llama": "single_llama_4",
              "torch_tp2_dp2_llama": "single_llama_4", "ulysses2_llama": "single_llama_4",
              "torch_3d_tp2_pp2_llama": "single_llama_4",
              "torch_3d_tp2_pp2_dp2_interleaved2_qwen3_tied": "single_qwen3_tied_4",
@@ -113,12 +112,12 @@ def test_losses_match_the_single_process_run(runs, name):
     # the first step's peak of saved tensors, on every rank of every engine (docs/benchmarks.md)
     assert all(rank["saved_activations_peak"] > 0 for rank in run["states"][0]["per_rank"]), name
     header = run["header"][0]
-    assert header["activation_checkpointing"] is name.startswith("torch_pipe2_ckpt")
-    recompute = {"torch_pipe2_ckpt_llama": "full", "torch_tp2_ckpt_llama": "selective-op",
-                 "torch_pipe2_dp2_llama": "selective"}
+    assert header["activation_checkpointing"] is (name == "torch_pipe2_dp2_ckpt_llama")
+    recompute = {"torch_pipe2_dp2_ckpt_llama": "full", "torch_tp2_ckpt_llama": "selective-op",
+                 "torch_3d_tp2_pp2_llama": "selective"}
     assert header["recompute"] == recompute.get(name, "none")
     assert header["speed"]["attention"] == ("sdpa_recompute" if recompute.get(name) == "selective" else "sdpa")
-    if name.startswith(("torch_pipe2_ckpt", "torch_tp2_ckpt")):
+    if name in ("torch_pipe2_dp2_ckpt_llama", "torch_tp2_ckpt_llama"):
         assert header["speed"]["optimizer"] == "AdamW (fused)"
     assert header["global_batch"] == reference["header"][0]["global_batch"]
     assert header["sequence_parallel"] is header["loss_parallel"] is (name == "torch_tp2_dp2_llama")
@@ -133,7 +132,7 @@ def test_losses_match_the_single_process_run(runs, name):
     # the data-parallel copies were bit-identical after the last step (worker/replicas.py): the layouts that keep
     # copies, as (groups, ranks per group): pp 2 x dp 2 and dp 2 x tp 2 two pairs, Ulysses' 2 ranks one pair (its
     # parameters are whole on both), HSDP's 2 replicas of each of 2 stages x 2 shards; FSDP and one copy: none
-    copies = {"pipe2_dp2_ckpt_llama": (2, 2), "torch_pipe2_dp2_llama": (2, 2), "torch_tp2_dp2_llama": (2, 2),
+    copies = {"pipe2_dp2_ckpt_llama": (2, 2), "torch_pipe2_dp2_ckpt_llama": (2, 2), "torch_tp2_dp2_llama": (2, 2),
               "ulysses2_llama": (1, 2), "torch_3d_pp2_hsdp_llama": (4, 2)}
     replicas = run["summary"]["replicas"]
     assert (replicas and (replicas["groups"], replicas["ranks_per_group"], replicas["agree"])) == (
@@ -146,12 +145,13 @@ def test_losses_match_the_single_process_run(runs, name):
 def test_model_states_shrink_per_stage_and_shard(runs):
     """Each pipeline stage holds part of the layers; each TP rank a shard of every block's matrices."""
     whole = launched(runs, "single_llama_4")["states"][0]["per_rank"][0]["params"]
-    stages = launched(runs, "torch_pipe2_ckpt_llama")["states"][0]["per_rank"]
-    assert stages[0]["params"] + stages[1]["params"] == whole and max(s["params"] for s in stages) < whole
+    # the pipelines' ranks as (stage, replica): rank = stage x dp + replica (torch_pp's mesh, DeepSpeed's
+    # PipeDataParallelTopology), so each replica's two stages are ranks 0 and 2; they hold the model once
+    stages = launched(runs, "torch_pipe2_dp2_ckpt_llama")["states"][0]["per_rank"]
+    assert stages[0]["params"] == stages[1]["params"] and stages[2]["params"] == stages[3]["params"]
+    assert stages[0]["params"] + stages[2]["params"] == whole and max(s["params"] for s in stages) < whole
     shards = launched(runs, "torch_tp2_ckpt_llama")["states"][0]["per_rank"]
     assert shards[0]["params"] == shards[1]["params"] < whole
-    # DeepSpeed's pipe x data ranks (PipeDataParallelTopology: rank = stage x dp + replica): each replica's two
-    # stages hold the model once
     deepspeed = launched(runs, "pipe2_dp2_ckpt_llama")["states"][0]["per_rank"]
     assert deepspeed[0]["params"] == deepspeed[1]["params"] and deepspeed[2]["params"] == deepspeed[3]["params"]
     assert deepspeed[0]["params"] + deepspeed[2]["params"] == whole
@@ -179,9 +179,9 @@ def test_issue_compare_matrix_trains_every_strategy(tmp_path):
 
 # run -> the planner's candidate for it (strategy, tp, pp, engine)
 PLANNED = {"pipe2_zero0_gpt2": ("zero0", 1, 2, "deepspeed"),
-           "torch_pipe2_ckpt_llama": ("ddp", 1, 2, "torch"), "torch_pipe2_gpt2": ("ddp", 1, 2, "torch"),
+           "torch_pipe2_gpt2": ("ddp", 1, 2, "torch"),
            "torch_tp2_ckpt_llama": ("ddp", 2, 1, "torch"), "pipe2_dp2_ckpt_llama": ("zero1", 1, 2, "deepspeed"),
-           "torch_pipe2_dp2_llama": ("ddp", 1, 2, "torch"), "torch_tp2_dp2_llama": ("ddp", 2, 1, "torch")}
+           "torch_pipe2_dp2_ckpt_llama": ("ddp", 1, 2, "torch"), "torch_tp2_dp2_llama": ("ddp", 2, 1, "torch")}
 
 
 @pytest.mark.parametrize("name", list(PLANNED))
@@ -201,7 +201,7 @@ def test_planner_model_states_per_rank_within_5_percent(runs, name):
     assert measured == pytest.approx(expected, rel=0.05)
 
 
-@pytest.mark.parametrize("name", ["pipe2_dp2_ckpt_llama", "torch_pipe2_ckpt_llama"])
+@pytest.mark.parametrize("name", ["pipe2_dp2_ckpt_llama", "torch_pipe2_dp2_ckpt_llama"])
 def test_pipeline_stages_record_compute_inside_their_schedule(runs, name):
     """What scripts/bench_pipeline_bubble.py reads: per rank, compute seconds within the schedule's span."""
     run = launched(runs, name)

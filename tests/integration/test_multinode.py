@@ -87,9 +87,10 @@ def losses(run: dict) -> list[float]:
 ONE_PER_NODE = ["--include", "dsb-n1:0@dsb-n2:0"]
 # the same slots left by --exclude, with an --env every rank gets (test_include_and_exclude_... reads this run)
 ONE_PER_NODE_EXCLUDED = ["--exclude", "dsb-n1:1@dsb-n2:1", "--env", "DSBENCH_TAG=checked"]
-# torch_3d as test_model_parallel.py launches it on one node (its run shared through the session's cache)
+# torch_3d as test_model_parallel.py launches it on one node (its run shared through the session's cache), the
+# attention core recomputed (since 2026-12-01: that run carries the launched check of --recompute selective)
 TORCH_3D = ["--strategy", "torch_3d", "--tp", "2", "--pipeline-stages", "2", "--launcher", "torchrun", "--model",
-            "llama-tiny", *MB, "--grad-accum", "2"]
+            "llama-tiny", *MB, "--grad-accum", "2", "--recompute", "selective"]
 # every slot of both nodes at micro-batch 1: the global batch of the session's 2-rank ZeRO-2 run (4), its reference
 ZERO2_EVERY_SLOT = ["--zero", "2", "--micro-batch", "1"]
 MULTI = {  # name -> (multi-node launch args, single-node reference (a session run's name and args), hostnames)
