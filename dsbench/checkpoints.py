@@ -196,17 +196,23 @@ def check_resumable(manifest: Manifest, strategy: str, definition: dict[str, Any
     return bool(manifest.zero_stage)
 
 
+FUSED_BLOCKS = {"gpt2": "GPT-2's c_attn (q, k and v)", "phi3": "Phi-3's qkv_proj and gate_up_proj"}
+"""The families whose fused projections Megatron-style tensor parallelism holds in another shape, and what they are."""
+
+
 def _check_qkv_apart(manifest: Manifest, tp: int) -> None:
-    """GPT-2's c_attn is held as its q, k and v blocks apart under Megatron-style tensor parallelism ((in, 3, out / 3):
-    worker/engines/conv1d_parallel.py) and whole without it, and DCP loads a tensor into one of its saved shape: a
-    GPT-2 checkpoint resumes on the same side of that line (any tensor-parallel degree on its side)."""
-    if (manifest.definition.get("model") or {}).get("arch") != "gpt2" or (manifest.tp > 1) == (tp > 1):
+    """GPT-2's c_attn and Phi-3's qkv_proj and gate_up_proj are held with their blocks apart under Megatron-style
+    tensor parallelism (worker/engines/conv1d_parallel.py, fused_parallel.py) and whole without it, and DCP loads a
+    tensor into one of its saved shape: such a checkpoint resumes on the same side of that line (any
+    tensor-parallel degree on its side)."""
+    arch = (manifest.definition.get("model") or {}).get("arch")
+    if arch not in FUSED_BLOCKS or (manifest.tp > 1) == (tp > 1):
         return
     held, this, resume = (("apart", "whole", "--tp 2 or more (torch_tp, torch_3d)") if manifest.tp > 1
                           else ("whole", "apart", "tp 1"))
-    raise UserError(f"the checkpoint holds GPT-2's c_attn with q, k and v {held} (written with tp {manifest.tp}), "
-                    f"this run holds them {this} (tp {tp}): resume it with {resume}, or `dsbench export` it to a "
-                    "Hugging Face folder and start from that")
+    raise UserError(f"the checkpoint holds {FUSED_BLOCKS[arch]} with their blocks {held} (written with tp "
+                    f"{manifest.tp}), this run holds them {this} (tp {tp}): resume it with {resume}, or `dsbench "
+                    "export` it to a Hugging Face folder and start from that")
 
 
 def prepare_dir(folder: Path, resumed: Manifest | None) -> None:

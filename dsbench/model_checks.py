@@ -12,14 +12,14 @@ from dsbench.models import DECODERS, FUSED, LAYER_NORM, LLAMA_LIKE, PROJECTION_N
 AUTOTP = (*LLAMA_LIKE, "gpt_neox")
 """Families DeepSpeed's AutoTP splits: Llama's separate q/k/v, and GPT-NeoX's query_key_value, which keeps each
 head's q, k and v together (measured within 1.2e-7 of one process on tp 2, tests/integration/engine_ranks.py)."""
-MEGATRON_TP = (*AUTOTP, *PROJECTION_NORM, "gpt2")
+MEGATRON_TP = (*AUTOTP, *PROJECTION_NORM, "gpt2", *FUSED)
 """Families Megatron-style TP (torch_tp, torch_3d) splits: AutoTP's, OLMo-2, whose projection-wide q_norm and
 k_norm each rank runs on its columns with the mean square reduced over the TP ranks
 (worker/engines/tensor_parallel.ProjectionNorm), and since 2026-12-01 GPT-2, whose Conv1D layers and fused q|k|v
-``c_attn`` are split by worker/engines/conv1d_parallel.py. GPT-NeoX and OLMo-2 measured within 2.3e-7 of one process
-on tp 2."""
+``c_attn`` are split by worker/engines/conv1d_parallel.py, and Phi-3, whose fused q|k|v and gate|up are split block
+by block (worker/engines/fused_parallel.py). GPT-NeoX and OLMo-2 measured within 2.3e-7 of one process on tp 2."""
 _LLAMA = f"Llama-family models ({', '.join(LLAMA_LIKE)})"
-MEGATRON_TEXT = f"{_LLAMA}, GPT-NeoX, OLMo-2 and GPT-2"
+MEGATRON_TEXT = f"{_LLAMA}, GPT-NeoX, OLMo-2, GPT-2 and Phi-3"
 AUTOTP_TEXT = f"{_LLAMA} and GPT-NeoX"
 
 
@@ -32,16 +32,19 @@ def check_megatron_tp(family: str, strategy: str = "torch_tp") -> None:
 
 def unsplit_why(family: str) -> str:
     """Why tensor parallelism does not split a family outside :data:`AUTOTP` (a clause, for the refusals here and
-    the planner's note): Phi-3 under both kinds, OLMo-2 and GPT-2 under DeepSpeed's AutoTP only."""
+    the planner's note): Phi-3 (until 2026-12-01 under both kinds), OLMo-2 and GPT-2 under DeepSpeed's AutoTP only,
+    and a family dsbench has no layer layout for under either."""
     autotp = "DeepSpeed 0.19.8's AutoTP refuses the tensor-parallel plan transformers gives it"
     if family in FUSED:
-        return ("Phi-3's fused qkv_proj (q|k|v in one matrix, and gate|up in gate_up_proj) does not split into whole "
-                f"heads by columns; {autotp}")
+        return (f"{autotp} (Phi-3's fused qkv_proj and gate_up_proj; --strategy torch_tp splits them block by "
+                "block)")
     if family in PROJECTION_NORM:
         return (f"{autotp} (OLMo-2's q_norm and k_norm span every head of the projection; --strategy torch_tp "
                 "splits it)")
-    return ("DeepSpeed 0.19.8's AutoTP leaves GPT-2's Conv1D layers whole (--strategy torch_tp and torch_3d split "
-            "them)")
+    if family == "gpt2":
+        return ("DeepSpeed 0.19.8's AutoTP leaves GPT-2's Conv1D layers whole (--strategy torch_tp and torch_3d "
+                "split them)")
+    return "dsbench knows no tensor-parallel layout of its layers"
 
 
 def splitting_families(tp: int, autotp: bool = False) -> tuple[str, ...]:

@@ -48,8 +48,9 @@ def measure_tensor_parallel(shape: Any, micro: int, seq: int, comm: Any, info: A
 def split_kinds(arch: str) -> tuple[str, ...]:
     """The splits calibrate times on a family's layers: the ones its launches run (model_checks): DTensor's Megatron
     layout (``torch``) and with sequence parallelism (``sp``) where Megatron-style TP splits the family, AutoTP's
-    layers (``autotp``) where DeepSpeed's does; none for Phi-3, DTensor's alone for GPT-2 and OLMo-2 (until
-    2026-12-01: Llama-family only; GPT-2 since its Conv1D layers split, engines/conv1d_parallel.py)."""
+    layers (``autotp``) where DeepSpeed's does; DTensor's alone for GPT-2, OLMo-2 and Phi-3 (until 2026-12-01:
+    Llama-family only; GPT-2 since its Conv1D layers split, engines/conv1d_parallel.py, Phi-3 since its fused
+    projections do, engines/fused_parallel.py)."""
     megatron = arch in splitting_families(tp=2)
     autotp = arch in splitting_families(tp=2, autotp=True)
     return (*(("torch",) if megatron else ()), *(("autotp",) if autotp else ()), *(("sp",) if megatron else ()))
@@ -170,7 +171,7 @@ def head_trainers(head: Any, hidden: Any, tp_mesh: Any, vocab: int) -> dict[str,
     import torch
     from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
 
-    from dsbench.worker.engines.tensor_parallel import vocabulary_parallel_head, vocabulary_parallel_loss
+    from dsbench.worker.engines.loss_parallel import vocabulary_parallel_head, vocabulary_parallel_loss
 
     x = hidden.detach().requires_grad_()
     tokens = torch.randint(0, vocab, hidden.shape[:2], generator=torch.Generator().manual_seed(0)).to(hidden.device)

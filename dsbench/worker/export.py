@@ -159,11 +159,19 @@ def dcp_weights(target: Path, max_bytes: int) -> Iterator[tuple[str, Callable[[]
 def as_transformers_holds(name: str, tensor: Any) -> Any:
     """A weight in the shape transformers gives it: GPT-2's c_attn, which Megatron-style tensor parallelism holds as
     its q, k and v blocks apart ((in, 3, out / 3) and (3, out / 3): worker/engines/conv1d_parallel.py), flattened
-    back to (in, out) and (out,), a view of the same numbers in the same order."""
+    back to (in, out) and (out,), a view of the same numbers in the same order; Phi-3's qkv_proj, held by key/value
+    head ((kv_heads, G + 2, head_dim, in)), with its rows put back as q, k, v, and its gate_up_proj ((2, ff, in))
+    flattened (worker/engines/fused_parallel.py)."""
     if name.endswith("attn.c_attn.weight") and tensor.dim() == 3:
         return tensor.flatten(1)
     if name.endswith("attn.c_attn.bias") and tensor.dim() == 2:
         return tensor.flatten()
+    if name.endswith("self_attn.qkv_proj.weight") and tensor.dim() == 4:
+        from dsbench.worker.engines.fused_parallel import transformers_qkv
+
+        return transformers_qkv(tensor)
+    if name.endswith("mlp.gate_up_proj.weight") and tensor.dim() == 3:
+        return tensor.flatten(0, 1)
     return tensor
 
 

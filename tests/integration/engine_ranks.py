@@ -8,7 +8,8 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
   (tp 2 x pp 2) and FSDP's HSDP (dp_shard 2) on qwen2-tiny (its q/k/v biases split with their matrices), and
   against torch_pp (pp 2 x dp 2) and DeepSpeed's AutoTP (tp 2 x dp 2, ZeRO-1) too on gemma-tiny (its scaled
   embedding, tied to the head across the first and last stage); and phi3-tiny's fused q|k|v and gate|up under
-  ddp, fsdp, torch_pp (pp 2 x dp 2) and DeepSpeed's ZeRO-3 (its tensor parallelism refused: model_checks.py),
+  ddp, fsdp, torch_pp (pp 2 x dp 2), DeepSpeed's ZeRO-3, torch_tp (also with sequence parallelism) and torch_3d
+  (engines/fused_parallel.py; DeepSpeed's AutoTP refuses it: model_checks.py),
   olmo2-tiny's projection-wide q/k norms
   under fsdp, torch_pp, ZeRO-3, torch_tp (also with sequence parallelism) and torch_3d, and neox-tiny (GPT-NeoX:
   biased LayerNorms, each head's q, k and v together, a quarter of each head rotated, the parallel residual) under
@@ -99,7 +100,9 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
 FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp", "fsdp_offload"),  # the last two since 2026-12-01
             # before AutoTP: DeepSpeed keeps its model-parallel groups for the process (deepspeed.utils.groups), so
             # a ZeRO-3 engine built after an AutoTP one would read its tensor-parallel degree of 2
-            "phi3-tiny": ("single", "ddp", "fsdp", "torch_pp", "zero3"),
+            # torch_tp (also with sequence parallelism) and torch_3d since 2026-12-01: its fused q|k|v split by
+            # key/value head (2 query heads each: grouped-query attention) and gate|up block by block
+            "phi3-tiny": ("single", "ddp", "fsdp", "torch_pp", "torch_tp", "torch_tp_sp", "torch_3d", "zero3"),
             # torch_tp (also with sequence parallelism: its norms after attention and the MLP on sequence shards) and
             # torch_3d since 2026-12-01: q_norm and k_norm on each rank's columns, the mean square over every head
             "olmo2-tiny": ("single", "fsdp", "torch_pp", "zero3", "torch_tp", "torch_tp_sp", "torch_3d"),

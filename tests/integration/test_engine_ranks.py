@@ -14,7 +14,8 @@ against one process on Qwen2 (since 2026-12-01).
 
 Qwen2's q/k/v biases under tensor parallelism (column-parallel: each TP rank holds its heads' slice of each bias),
 Gemma under tensor and pipeline parallelism (its embedding scales itself and is tied to the head), Phi-3's fused
-projections under DDP, FSDP, torch's pipeline and DeepSpeed's ZeRO-3, OLMo-2's projection-wide q/k norms under
+projections under DDP, FSDP, torch's pipeline, DeepSpeed's ZeRO-3 and (since 2026-12-01) Megatron-style TP, with
+sequence parallelism too, and torch_3d, OLMo-2's projection-wide q/k norms under
 FSDP, torch's pipeline and ZeRO-3, GPT-NeoX under FSDP, torch's pipeline, ZeRO-3 and DeepSpeed's AutoTP, and GPT-2
 and GPT-NeoX under DeepSpeed's Ulysses (GPT-NeoX's attention core recomputed, --recompute selective), and GPT-2
 (gpt2-mini, tied) under torch's interleaved schedules (1F1B with its attention core recomputed, and zero bubble; pp 2
@@ -90,7 +91,8 @@ def _group_mean(ranks: list[dict], model: str, name: str) -> list[float]:
                                                  ("gpt2-tiny", "ulysses"), ("neox-tiny", "ulysses"),
                                                  ("gpt2-tiny", "torch_tp"), ("gpt2-tiny", "torch_tp_sp"),
                                                  ("gpt2-tiny", "torch_3d"), ("gpt2-mini", "torch_pp_interleaved"),
-                                                 ("gpt2-mini", "torch_pp_zb")])
+                                                 ("gpt2-mini", "torch_pp_zb"), ("phi3-tiny", "torch_tp"),
+                                                 ("phi3-tiny", "torch_tp_sp"), ("phi3-tiny", "torch_3d")])
 def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(ranks, model, strategy):
     """The losses and the gradient norms before clipping (clip 0.5: every step clips) within 1e-4 of one process's,
     the parity bound of tests/integration/test_model_parallel.py, on every rank. Measured 2026-11-30: the losses

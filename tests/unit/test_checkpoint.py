@@ -279,19 +279,23 @@ def test_a_resume_path_too_long_for_the_system_is_one_line_with_its_reason(cli_r
 GPT2 = {**DEFINITION, "model": {"name": "gpt2-tiny", "arch": "gpt2"}}
 
 
+@pytest.mark.parametrize("arch, held", [("gpt2", "GPT-2's c_attn (q, k and v)"),
+                                        ("phi3", "Phi-3's qkv_proj and gate_up_proj")])
 @pytest.mark.parametrize("saved_tp, tp, refused", [(2, 1, "apart"), (1, 2, "whole"), (2, 4, None), (1, 1, None)])
-def test_a_gpt2_checkpoint_resumes_on_its_side_of_tensor_parallelism(saved_tp, tp, refused):
-    """Megatron-style TP holds GPT-2's c_attn as q, k and v apart ((in, 3, out / 3)), every other engine whole; DCP
-    loads a tensor into one of its saved shape, so a resume across that line is refused in one line, before any
-    rank starts (measured 2026-12-01: unrefused, FSDP's ranks stopped with "the checkpoint cannot be read")."""
+def test_a_fused_checkpoint_resumes_on_its_side_of_tensor_parallelism(arch, held, saved_tp, tp, refused):
+    """Megatron-style TP holds GPT-2's c_attn as q, k and v apart ((in, 3, out / 3)) and Phi-3's qkv_proj by
+    key/value head and gate_up_proj as (2, ff, in), every other engine whole; DCP loads a tensor into one of its saved
+    shape, so a resume across that line is refused in one line, before any rank starts (measured 2026-12-01:
+    unrefused, FSDP's ranks stopped with "the checkpoint cannot be read")."""
+    definition = {**GPT2, "model": {**GPT2["model"], "arch": arch}}
     saved = manifest(strategy="torch_tp", storage="dcp", tp=saved_tp, dp=2 // saved_tp, zero_stage=None,
-                     definition=GPT2)
+                     definition=definition)
     strategy = "torch_tp" if tp > 1 else "fsdp"
     if refused is None:
-        assert manifests.check_resumable(saved, strategy, GPT2, 4, tp=tp) is False
+        assert manifests.check_resumable(saved, strategy, definition, 4, tp=tp) is False
         return
-    with pytest.raises(UserError, match=f"holds GPT-2's c_attn with q, k and v {refused} .*`dsbench export`"):
-        manifests.check_resumable(saved, strategy, GPT2, 2, tp=tp)
+    with pytest.raises(UserError, match=rf"holds {re.escape(held)} with their blocks {refused} .*`dsbench export`"):
+        manifests.check_resumable(saved, strategy, definition, 2, tp=tp)
     llama = {**DEFINITION, "model": {"name": "llama-tiny", "arch": "llama"}}  # any other family reshards freely
     other = manifest(strategy="torch_tp", storage="dcp", tp=saved_tp, dp=2 // saved_tp, zero_stage=None,
                      definition=llama)
@@ -312,3 +316,31 @@ def test_export_gives_gpt2_s_c_attn_the_shape_transformers_holds():
     kept = torch.zeros(4, 1, 12)  # any other name, or c_attn already whole: untouched
     assert as_transformers_holds("transformer.h.0.mlp.c_fc.weight", kept) is kept
     assert as_transformers_holds("transformer.h.0.attn.c_attn.weight", whole) is whole
+
+
+def test_phi3_s_fused_projections_are_held_by_key_value_head_and_exported_as_transformers_holds_them():
+    """qkv_proj held as (kv_heads, G + 2, head_dim, in) (worker/engines/fused_parallel.py): each key/value head with
+    the query heads that read it (oracle: transformers' own repeat_kv, which gives query head h its key/value head),
+    so a split over the first dimension hands a rank whole groups; export puts the rows back, gate_up_proj too."""
+    torch = pytest.importorskip("torch")
+    from transformers.models.llama.modeling_llama import repeat_kv
+
+    from dsbench.worker.engines.fused_parallel import held_qkv
+    from dsbench.worker.export import as_transformers_holds
+
+    heads, kv, head_dim, inputs = 8, 2, 3, 5
+    rows = [*(h for h in range(heads) for _ in range(head_dim)), *(100 + g for g in range(kv) for _ in range(head_dim)),
+            *(200 + g for g in range(kv) for _ in range(head_dim))]  # each row labelled by its head
+    whole = torch.tensor(rows, dtype=torch.float32)[:, None].expand(-1, inputs).contiguous()
+    held = held_qkv(whole, kv, head_dim)
+    assert held.shape == (kv, heads // kv + 2, head_dim, inputs)
+    reads = repeat_kv(torch.arange(kv, dtype=torch.float32).view(1, kv, 1, 1), heads // kv).flatten()  # h -> its kv
+    for group in range(kv):
+        assert sorted({int(x) for x in held[group, :-2, :, 0].flatten()}) == [
+            h for h in range(heads) if reads[h] == group]
+        assert {int(x) for x in held[group, -2].flatten()} == {100 + group}
+        assert {int(x) for x in held[group, -1].flatten()} == {200 + group}
+    assert torch.equal(as_transformers_holds("model.layers.0.self_attn.qkv_proj.weight", held), whole)
+    gate_up = torch.arange(2 * 6 * 5.0).view(12, 5)
+    assert torch.equal(as_transformers_holds("model.layers.0.mlp.gate_up_proj.weight", gate_up.view(2, 6, 5)), gate_up)
+    assert as_transformers_holds("model.layers.0.self_attn.qkv_proj.weight", whole) is whole  # whole: untouched

@@ -96,13 +96,26 @@ def test_bad_pipeline_sections_are_named(pipeline, needle):
         pipeline_settings({"pipeline": pipeline})
 
 
-def test_megatron_plan_covers_every_projection_and_refuses_phi3():
+def test_megatron_plan_covers_every_projection():
     plan = megatron_plan(build_model(PRESETS["llama-tiny"], seed=0))
     assert len(plan) == 2 * 7  # q, k, v, o, gate, up, down per layer
     assert type(plan["model.layers.1.self_attn.o_proj"]).__name__ == "RowwiseParallel"
     assert type(plan["model.layers.0.mlp.up_proj"]).__name__ == "ColwiseParallel"
-    with pytest.raises(UserError, match="torch_tp splits Llama-family models"):
-        megatron_plan(build_model(PRESETS["phi3-tiny"], seed=0))
+
+
+def test_megatron_plan_splits_phi3_s_fused_projections_where_transformers_plan_does():
+    """Oracle: Phi3Config.base_model_tp_plan, whose column-wise modules (qkv_proj, gate_up_proj: it gathers their
+    outputs whole) dsbench splits block by block (FusedColumns: each rank whole query groups, its gate and up
+    columns alike) and whose row-wise ones it splits as Megatron does (refused before 2026-12-01)."""
+    from transformers import Phi3Config
+
+    model = build_model(PRESETS["phi3-tiny"], seed=0)
+    plan = megatron_plan(model)
+    expected = {f"model.{pattern.replace('*', str(i))}": ("FusedColumns" if kind.startswith("colwise")
+                                                          else "RowwiseParallel")
+                for pattern, kind in Phi3Config.base_model_tp_plan.items() for i in range(2)}
+    assert {name: type(style).__name__ for name, style in plan.items()} == expected
+    assert {plan[name].kind for name in expected if "qkv" in name or "gate_up" in name} == {"qkv", "gate_up"}
 
 
 def test_megatron_plan_splits_gpt2_s_conv1d_layers_with_q_k_and_v_apart():

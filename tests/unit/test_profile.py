@@ -434,8 +434,8 @@ def test_the_planner_adds_tensor_parallelism_s_own_work_per_layer_and_micro_step
 @pytest.mark.parametrize(("model", "kinds"), [
     ("llama-tiny", {"torch_tp2", "torch_tp2_sp", "zero1_tp2"}),
     ("neox-tiny", {"torch_tp2", "torch_tp2_sp", "zero1_tp2"}),
-    ("olmo2-tiny", {"torch_tp2", "torch_tp2_sp"}), ("phi3-tiny", set()),
-    ("gpt2-tiny", {"torch_tp2", "torch_tp2_sp"})])  # GPT-2 under DTensor since 2026-12-01, not AutoTP
+    ("olmo2-tiny", {"torch_tp2", "torch_tp2_sp"}), ("phi3-tiny", {"torch_tp2", "torch_tp2_sp"}),
+    ("gpt2-tiny", {"torch_tp2", "torch_tp2_sp"})])  # GPT-2 and Phi-3 under DTensor since 2026-12-01, not AutoTP
 def test_calibrate_times_the_splits_a_launch_of_the_family_runs(model, kinds):
     """Oracle: the compare cells the family's launches accept (compare refuses the rest, as a launch would)."""
     from dsbench.bench.matrix import check_models

@@ -51,10 +51,11 @@ def test_tune_offers_what_a_launch_accepts(model):
     offered = set(default_strategies(model, WORLD))
     accepted = {name for name in SPLITTING if _launch_accepts(name, model)}
     assert offered & set(SPLITTING) == accepted
-    if model in ("phi3-tiny", "olmo2-tiny"):  # Ulysses and the pipelines; OLMo-2 Megatron-style TP, not AutoTP
+    if model in ("phi3-tiny", "olmo2-tiny"):  # Ulysses, the pipelines and Megatron-style TP (Phi-3's since
+        # 2026-12-01), not AutoTP
         assert any(registry.get(n).ulysses > 1 for n in accepted) and any(registry.get(n).pp > 1 for n in accepted)
         tensor = {registry.get(n).engine for n in accepted if registry.get(n).tp > 1}
-        assert tensor == (set() if model == "phi3-tiny" else {"torch_tp", "torch_3d"})
+        assert tensor == {"torch_tp", "torch_3d"}
     if model in ("neox-tiny", "gpt2-tiny"):  # Ulysses since 2026-12-01; NeoX AutoTP, torch_tp and torch_3d too,
         # GPT-2 torch_tp and torch_3d (its Conv1D layers, since 2026-12-01), not AutoTP
         tensor = {registry.get(n).engine for n in accepted if registry.get(n).tp > 1}
@@ -74,8 +75,8 @@ def test_compare_refuses_before_any_cell_what_a_launch_would(model, name):
 
 PLANNED = {  # model -> (a tensor-parallel candidate, a Ulysses candidate, a note saying why not)
     "llama-7b": (True, True, False),
-    str(DATA / "models" / "phi-4"): (False, True, True),
-    str(DATA / "models" / "phi-3-mini-4k"): (False, False, True),  # its 2047-token window, shorter than 4096
+    str(DATA / "models" / "phi-4"): (True, True, True),  # torch_tp's (since 2026-12-01), not AutoTP's
+    str(DATA / "models" / "phi-3-mini-4k"): (True, False, True),  # no Ulysses: its 2047-token window, under 4096
     str(DATA / "models" / "olmo-2-7b"): (True, True, True),  # torch_tp's, not AutoTP's
     str(DATA / "models" / "pythia-1b"): (True, True, False),  # AutoTP's, torch_tp's and Ulysses (2026-12-01)
     "gpt2-xl": (False, False, True),  # Ulysses since 2026-12-01, but no degree of 2, 4 or 8 divides its 25 heads
@@ -96,15 +97,14 @@ def test_the_planner_offers_the_splits_a_launch_accepts_and_says_why_not_the_oth
     if "phi" in model or "olmo" in model:
         assert ("qkv_proj" if "phi" in model else "q_norm") in data["model"]["notes"][0]
         assert "AutoTP" in data["model"]["notes"][0]
-        note = "note: no tensor-parallel candidates" if "phi" in model else "note: no AutoTP candidates"
-        assert note in cli_run("plan", "--model", model, "--gpus", "8").output
-    if "olmo" in model:
+        assert "note: no AutoTP candidates" in cli_run("plan", "--model", model, "--gpus", "8").output
         assert {c["engine"] for c in data["candidates"] if c["tp"] > 1} == {"torch"}
 
 
 @pytest.mark.parametrize(("model", "flags", "runs"), [
     ("llama-7b", ("--tp", "2"), True),
-    (str(DATA / "models" / "phi-4"), ("--tp", "2"), False),
+    (str(DATA / "models" / "phi-4"), ("--tp", "2"), False),  # zero1: AutoTP refuses its fused projections
+    (str(DATA / "models" / "phi-4"), ("--tp", "2", "--layout", "ddp"), True),  # torch_tp, since 2026-12-01
     (str(DATA / "models" / "olmo-2-7b"), ("--tp", "2"), False),  # zero1: AutoTP (torch_tp below)
     (str(DATA / "models" / "olmo-2-7b"), ("--tp", "2", "--layout", "ddp"), True),  # torch_tp
     (str(DATA / "models" / "olmo-2-7b"), ("--ulysses", "2"), True),

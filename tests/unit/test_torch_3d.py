@@ -146,7 +146,9 @@ def test_launch_refuses_a_schedule_its_strategy_cannot_run(cli_run, args, messag
 
 @pytest.mark.parametrize("args,message", [
     (["--dp-shard", "3"], "--dp-shard 3 must divide the 2 data-parallel ranks"),
-    (["--model", "phi3-tiny"], "--strategy torch_3d splits Llama-family models"),  # gpt2-tiny until 2026-12-01
+    # (a family it did not split until 2026-12-01: Phi-3, GPT-2 before; the heads a degree does not divide since)
+    (["--model", "phi3-tiny", "--tp", "4"],
+     "--tp 4 must divide phi3-tiny's 4 attention heads and 2 key/value heads"),
 ])
 def test_launch_refuses_a_layout_the_ranks_or_model_cannot_take(cli_run, args, message):
     base = ["launch", "--strategy", "torch_3d", "--tp", "2", "--pipeline-stages", "2", "--num-gpus", "8",

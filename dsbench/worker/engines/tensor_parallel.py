@@ -1,10 +1,9 @@
 """Native PyTorch tensor parallelism (``torch_tp``): DTensor with Megatron-LM's layout, and its options.
 
-``parallelize_module`` with Megatron-LM's layout on Llama-family models: q/k/v and gate/up column-parallel, o_proj
-and down_proj row-parallel (on GPT-NeoX: query_key_value and dense_h_to_4h, dense and dense_4h_to_h; on GPT-2 its
-Conv1D layers, conv1d_parallel.py), so each rank holds whole heads and one all-reduce per pair runs in forward (after
-the row-parallel matmul) and one in backward (before the column-parallel one). Embeddings, norms and the LM head stay
-replicated, unless:
+``parallelize_module`` with Megatron-LM's layout: q/k/v and gate/up column-parallel, o_proj and down_proj
+row-parallel (GPT-NeoX's, GPT-2's and Phi-3's equivalents below), so each rank holds whole heads and one all-reduce
+per pair runs in forward (after the row-parallel matmul) and one in backward (before the column-parallel one).
+Embeddings, norms and the LM head stay replicated, unless:
 
 - ``--sequence-parallel`` (Korthikanti et al. 2022 sec. 4.2.2, as torchtitan applies it): between the blocks'
   parallel regions the residual stream is split along the sequence, the norms run on their shard
@@ -30,6 +29,7 @@ from dsbench.model_checks import check_loss_parallel, check_megatron_tp
 from dsbench.parallel import ParallelDims
 from dsbench.worker.dist import Collectives
 from dsbench.worker.engines.base import EngineOptions, TorchAdamWEngine
+from dsbench.worker.engines.loss_parallel import vocabulary_parallel_head, vocabulary_parallel_loss
 from dsbench.worker.engines.loss_scale import LossScale
 from dsbench.worker.engines.model_parallel import average_over_data_parallel, clip_
 from dsbench.worker.engines.native import adamw, autocast
@@ -49,10 +49,12 @@ q, k and v together (viewed as (heads, 3 x head_dim), GPTNeoXAttention), so a co
 rank whole heads, and the attention infers its head count from the width it gets; ``dense`` and the MLP's second
 matrix are row-parallel, their biases added once after the all-reduce (DTensor adds a replicated bias to the summed
 output). transformers' own ``GPTNeoXConfig.base_model_tp_plan`` names the same four (tests/unit check it)."""
-
 GPT2_LAYER = {"attn.c_attn": "qkv", "attn.c_proj": "row", "mlp.c_fc": "column", "mlp.c_proj": "row"}
-"""The same layout on a GPT-2 block (transformers' GPT2Block): Conv1D layers (engines/conv1d_parallel.py), c_attn's
-q, k and v each split by columns (since 2026-12-01; before, GPT-2 was refused)."""
+PHI3_LAYER = {"self_attn.qkv_proj": "qkv", "self_attn.o_proj": "row", "mlp.gate_up_proj": "gate_up",
+              "mlp.down_proj": "row"}
+"""The same layout on GPT-2's blocks (Conv1D layers, c_attn's q, k and v each split by columns:
+engines/conv1d_parallel.py) and Phi-3's (its fused q|k|v and gate|up split block by block: engines/fused_parallel.py);
+both refused before 2026-12-01."""
 
 
 @dataclass(frozen=True)
@@ -78,9 +80,11 @@ class LayerLayout:
 LAYOUTS = (LayerLayout(MEGATRON_LAYER, "self_attn", True), LayerLayout(NEOX_LAYER, "attention", False),
            LayerLayout(MEGATRON_LAYER, "self_attn", True, ("post_attention_layernorm", "post_feedforward_layernorm"),
                        projection_norms=True),
-           LayerLayout(GPT2_LAYER, "attn", False, ("ln_1", "ln_2"), block_inputs=4))
+           LayerLayout(GPT2_LAYER, "attn", False, ("ln_1", "ln_2"), block_inputs=4),
+           LayerLayout(PHI3_LAYER, "self_attn", True))
 """Every decoder layer Megatron's layout splits (model_checks.MEGATRON_TP's families): Llama's, GPT-NeoX's,
-OLMo-2's (Llama's projections, its norms after attention and the MLP, transformers' Olmo2DecoderLayer) and GPT-2's."""
+OLMo-2's (Llama's projections, its norms after attention and the MLP, transformers' Olmo2DecoderLayer), GPT-2's and
+Phi-3's."""
 
 
 def layer_layout(layer: Any) -> LayerLayout:
@@ -130,12 +134,14 @@ def megatron_layer_plan(layer: Any, row_output: Any = None) -> dict[str, Any]:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
 
     from dsbench.worker.engines.conv1d_parallel import conv1d_style
+    from dsbench.worker.engines.fused_parallel import FusedColumns
 
     layout = layer_layout(layer)
     row = {"output_layouts": row_output} if row_output is not None else {}
-    plan = {name: (conv1d_style(kind, layer.get_submodule(layout.attention), row_output)
-                   if type(layer.get_submodule(name)).__name__ == "Conv1D"  # GPT-2's
-                   else ColwiseParallel() if kind == "column" else RowwiseParallel(**row))
+    owner = layer.get_submodule(layout.attention)
+    plan = {name: (conv1d_style(kind, owner, row_output) if type(layer.get_submodule(name)).__name__ == "Conv1D"
+                   else ColwiseParallel() if kind == "column" else RowwiseParallel(**row) if kind == "row"
+                   else FusedColumns(kind, owner))  # GPT-2's Conv1D layers; Phi-3's fused q|k|v and gate|up
             for name, kind in layout.projections.items()}
     norms = ("self_attn.q_norm", "self_attn.k_norm")
     if layout.projection_norms:
@@ -177,7 +183,7 @@ def megatron_block_plan(layer: Any, sequence_parallel: bool = False) -> dict[str
 
 
 def megatron_plan(model: Any, sequence_parallel: bool = False, loss_parallel: bool = False) -> dict[str, Any]:
-    """Megatron's layout for every decoder layer of a Llama-family or GPT-NeoX model, as DTensor parallel styles,
+    """Megatron's layout for every decoder layer of a model of a family it splits, as DTensor parallel styles,
     with sequence parallelism and the vocabulary-parallel head when asked (module paths: pipe_split.FAMILIES)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import PrepareModuleInput, SequenceParallel
@@ -204,23 +210,6 @@ def megatron_plan(model: Any, sequence_parallel: bool = False, loss_parallel: bo
         plan[family.head] = PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(full,),
                                                use_local_output=True)
     return plan
-
-
-def vocabulary_parallel_head(sequence_parallel: bool = False) -> Any:
-    """The LM head split by vocabulary: its logits (batch, sequence, vocabulary / tp) stay DTensor shards into the
-    loss (torch's ``loss_parallel``); its input is the final norm's sequence shard under SP, else replicated."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel
-
-    return ColwiseParallel(input_layouts=Shard(1) if sequence_parallel else Replicate(), output_layouts=Shard(-1),
-                           use_local_output=False)
-
-
-def vocabulary_parallel_loss(logits: Any, input_ids: Any) -> Any:
-    """HF's causal-LM loss on logits split by vocabulary (DTensor shards, inside torch's ``loss_parallel``):
-    next-token targets, the mean over every predicted token, in fp32 (pipe_split.causal_lm_loss's, written with
-    the slicing that the sharded logits take)."""
-    return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten())
 
 
 class TorchTensorParallelEngine(TorchAdamWEngine):
