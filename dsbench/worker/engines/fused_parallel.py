@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
+from dsbench.errors import UserError
+
 
 def held_qkv(weight: Any, kv_heads: int, head_dim: int) -> Any:
     """qkv_proj's (q + 2·kv, in) weight as (kv_heads, G + 2, head_dim, in): each key/value head's query heads, then
@@ -56,6 +58,9 @@ class FusedColumns(ParallelStyle):
         kv, head_dim = (self.owner.num_key_value_heads, self.owner.head_dim) if qkv else (0, 0)
 
         def split(_name: str, linear: Any, mesh: Any) -> None:
+            if linear.bias is not None:  # transformers' Phi-3 has none; the forward below would leave it out
+                raise UserError(f"--strategy torch_tp splits Phi-3's fused {self.kind} projection without a bias; "
+                                "this model's has one")
             weight = linear.weight.detach()
             held, dim = ((held_qkv(weight, kv, head_dim), 0) if qkv
                          else (weight.view(2, weight.shape[0] // 2, weight.shape[1]), 1))
