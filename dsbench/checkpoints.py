@@ -179,7 +179,7 @@ def check_resumable(manifest: Manifest, strategy: str, definition: dict[str, Any
             raise UserError(f"the checkpoint has {key} {json.dumps(manifest.definition.get(key))}, this run "
                             f"{json.dumps(definition.get(key))}: resume with the same {key}")
     if manifest.storage != "deepspeed":
-        _check_qkv_apart(manifest, tp)
+        _check_blocks_apart(manifest, tp)
         return False
     if (manifest.tp, manifest.pp) != (tp, pp):
         # ds_to_universal merges TP slices of Megatron-style models only (its UNIVERSAL_CHECKPOINT_INFO patterns);
@@ -200,7 +200,7 @@ FUSED_BLOCKS = {"gpt2": "GPT-2's c_attn (q, k and v)", "phi3": "Phi-3's qkv_proj
 """The families whose fused projections Megatron-style tensor parallelism holds in another shape, and what they are."""
 
 
-def _check_qkv_apart(manifest: Manifest, tp: int) -> None:
+def _check_blocks_apart(manifest: Manifest, tp: int) -> None:
     """GPT-2's c_attn and Phi-3's qkv_proj and gate_up_proj are held with their blocks apart under Megatron-style
     tensor parallelism (worker/engines/conv1d_parallel.py, fused_parallel.py) and whole without it, and DCP loads a
     tensor into one of its saved shape: such a checkpoint resumes on the same side of that line (any

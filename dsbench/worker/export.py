@@ -166,7 +166,7 @@ def as_transformers_holds(name: str, tensor: Any) -> Any:
         return tensor.flatten(1)
     if name.endswith("attn.c_attn.bias") and tensor.dim() == 2:
         return tensor.flatten()
-    if name.endswith("self_attn.qkv_proj.weight") and tensor.dim() == 4:
+    if name.endswith("self_attn.qkv_proj.weight") and tensor.dim() == 4 and tensor.shape[1] >= 3:  # G + 2
         from dsbench.worker.engines.fused_parallel import transformers_qkv
 
         return transformers_qkv(tensor)

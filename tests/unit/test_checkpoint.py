@@ -344,3 +344,5 @@ def test_phi3_s_fused_projections_are_held_by_key_value_head_and_exported_as_tra
     gate_up = torch.arange(2 * 6 * 5.0).view(12, 5)
     assert torch.equal(as_transformers_holds("model.layers.0.mlp.gate_up_proj.weight", gate_up.view(2, 6, 5)), gate_up)
     assert as_transformers_holds("model.layers.0.self_attn.qkv_proj.weight", whole) is whole  # whole: untouched
+    odd = torch.zeros(2, 2, 3, 5)  # no room for a query group beside k and v (a planted file): left as it is
+    assert as_transformers_holds("model.layers.0.self_attn.qkv_proj.weight", odd) is odd
