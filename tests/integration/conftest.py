@@ -33,10 +33,11 @@ ZERO2, ZERO3 = ["--zero", "2", *MB], ["--zero", "3", *MB]
 DDP, FSDP = ["--strategy", "ddp", "--launcher", "torchrun", *MB], ["--strategy", "fsdp", "--launcher", "torchrun", *MB]
 # DeepSpeed's pipeline engine: 2 stages x 2 micro-batches, the same global batch (4) as the 2-rank cells above
 PIPE = ["--zero", "0", "--pipeline-stages", "2", "--grad-accum", "2", *MB]
-# DTensor tensor parallelism (tp 2 x dp 2, with sequence parallelism and the vocabulary-parallel loss) on
-# llama-tiny: test_model_parallel.py's torch_tp2_dp2_llama (its parity with one process), launched once
+# DTensor tensor parallelism (tp 2 x dp 2, with sequence parallelism, the vocabulary-parallel loss and, since
+# 2026-12-01, torch's selective activation checkpointing) on llama-tiny: test_model_parallel.py's torch_tp2_dp2_llama
+# (its parity with one process), launched once
 TORCH_TP = ["--strategy", "torch_tp", "--tp", "2", "--launcher", "torchrun", "--model", "llama-tiny", "--micro-batch",
-            "2", "--num-gpus", "4", "--sequence-parallel", "--loss-parallel"]
+            "2", "--num-gpus", "4", "--sequence-parallel", "--loss-parallel", "--recompute", "selective-op"]
 # torch's pipelining (since 2026-12-01 they save too): GPipe over 2 stages of gpt2-tiny, whose tied embedding the first
 # and last stage both hold; torch_3d on 8 ranks (tp 2 x pp 2 x FSDP over 2 replicas) on a Qwen3 with a tied head,
 # under the interleaved schedule (each rank's two chunks in a list). test_model_parallel.py's torch_pipe2_gpt2 and

@@ -54,7 +54,7 @@ WORLD = 4
 LAYOUTS = {"ddp": {}, "fsdp": {}, "torch_tp": {"tp": 2}, "torch_pp": {"pp": 2}, "torch_3d": {"tp": 2, "pp": 2},
            "hsdp": {"dp_shard": 2}}
 ENGINE = {"hsdp": "fsdp", "torch_tp_sp_lp": "torch_tp", "torch_tp_sp": "torch_tp", "fsdp_offload": "fsdp",
-          "torch_pp_interleaved": "torch_pp", "torch_pp_zb": "torch_pp"}
+          "torch_pp_interleaved": "torch_pp", "torch_pp_zb": "torch_pp", "torch_tp_fused": "torch_tp"}
 """The engine of a layout or option set named apart: HSDP is the FSDP engine on 2 shard groups of 2 (--dp-shard 2)."""
 SPOILED_STEP = 1
 
@@ -97,7 +97,8 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
     return out
 
 
-FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp", "fsdp_offload"),  # the last two since 2026-12-01
+FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp", "fsdp_offload",  # the last two since 2026-12-01
+                           "torch_tp_fused"),  # since 2026-12-01 (18:40): a 2-rank launch of test_model_parallel before
             # before AutoTP: DeepSpeed keeps its model-parallel groups for the process (deepspeed.utils.groups), so
             # a ZeRO-3 engine built after an AutoTP one would read its tensor-parallel degree of 2
             # torch_tp (also with sequence parallelism) and torch_3d since 2026-12-01: its fused q|k|v split by
@@ -143,12 +144,14 @@ DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1), "ulysses": (ULYSSES, 1)
 OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True},
            "torch_tp_sp": {"sequence_parallel": True}, "fsdp_offload": {"fsdp_cpu_offload": True},
            "torch_pp_interleaved": {"pipeline_schedule": "interleaved", "virtual_stages": 2, "recompute": "selective"},
-           "torch_pp_zb": {"pipeline_schedule": "interleaved-zb", "virtual_stages": 2}}
+           "torch_pp_zb": {"pipeline_schedule": "interleaved-zb", "virtual_stages": 2},
+           "torch_tp_fused": {"fused_optimizer": True}}
 """torch_tp (tp 2 x dp 2) with its options, as ``--sequence-parallel`` and ``--loss-parallel`` give them
 (olmo2-tiny ties its head to its embedding, which the vocabulary-parallel loss refuses), FSDP2 over the 4 ranks
 with ``--fsdp-cpu-offload`` (on CPU ranks its shards unpinned: run since 2026-12-01), and torch_pp (pp 2 x dp 2)
 under ``--pipeline-schedule interleaved`` (with ``--recompute selective``) and ``interleaved-zb``, ``--virtual-stages
-2``."""
+2``; and torch_tp stepping torch AdamW's fused kernel (``--fused-optimizer``: the DTensor and the plain parameters as
+separate groups)."""
 
 
 ULYSSES_FAMILIES = {"gpt2-tiny": "none", "neox-tiny": "selective"}
@@ -203,7 +206,8 @@ def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") 
     for _ in range(3):
         losses.append(float(engine.train_step(_step_batches(generator))))
         norms.append(float(engine.grad_norm) if strategy not in DEEPSPEED else None)  # DeepSpeed clips inside
-    return {"losses": losses, "grad_norms": norms}
+    fused = bool(getattr(getattr(engine, "optimizer", None), "defaults", {}).get("fused"))  # torch AdamW's kernel
+    return {"losses": losses, "grad_norms": norms, "fused": fused}
 
 
 def _sgd_one_process(model: str, scale: float = 1.0) -> dict:

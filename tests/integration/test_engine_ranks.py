@@ -77,6 +77,7 @@ def _group_mean(ranks: list[dict], model: str, name: str) -> list[float]:
 
 
 @pytest.mark.parametrize(("model", "strategy"), [("qwen2-tiny", "torch_tp"), ("qwen2-tiny", "torch_3d"),
+                                                 ("qwen2-tiny", "torch_tp_fused"),
                                                  ("qwen2-tiny", "hsdp"), ("qwen2-tiny", "fsdp_offload"),
                                                  ("gemma-tiny", "torch_tp"), ("gemma-tiny", "torch_pp"),
                                                  ("gemma-tiny", "torch_3d"), ("gemma-tiny", "autotp"),
@@ -114,6 +115,8 @@ def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(
             worst = max(abs(a - b) / abs(b) for a, b in zip(split[key], one[key], strict=True))
             assert worst < 1e-4, (strategy, key, split[key], one[key])
         assert one["grad_norms"][0] > 0.5  # clipped, so the norm's parity is the update's
+        if strategy not in DEEPSPEED:  # torch AdamW's fused kernel where asked (--fused-optimizer), else its for-loop
+            assert split["fused"] is (strategy == "torch_tp_fused"), (strategy, split["fused"])
 
 
 REPLICA_GROUPS = {"ddp": (1, 4), "fsdp": None, "torch_tp": (2, 2), "torch_pp": (2, 2), "torch_3d": None,

@@ -25,12 +25,10 @@ COMMANDS = {
     # gpt2-tiny's tied embeddings across 2 stages under ZeRO-0: the session's PIPE cell (conftest), the same command,
     # which test_checkpoint.py resumes and exports (the Llama runs below take the stage the engine picks, ZeRO-1)
     "pipe2_zero0_gpt2": "--zero 0 --pipeline-stages 2 --grad-accum 2 --micro-batch 2",
-    # recompute, with torch AdamW's fused kernel (under torch_tp it steps the DTensor and the plain parameters as
-    # separate groups): torch_tp torch's selective activation checkpointing (--recompute selective-op, issue 28); on 4
-    # ranks below, torch_pp every HF decoder block (--activation-checkpointing, = --recompute full) and torch_3d the
-    # attention core (--recompute selective)
-    "torch_tp2_ckpt_llama": "--strategy torch_tp --tp 2 --launcher torchrun --model llama-tiny --num-gpus 2 "
-                            "--micro-batch 4 --recompute selective-op -- --fused-optimizer",
+    # (recompute: torch_tp's selective activation checkpointing, --recompute selective-op, issue 28, on its
+    # session cell below since 2026-12-01, where a 2-rank run of its own with the fused AdamW launched it before: the
+    # fused AdamW under torch_tp, stepping the DTensor and the plain parameters as separate groups, is an engine of
+    # test_engine_ranks.py against one process; torch_pp's full recompute and torch_3d's selective one below)
     # the session's TORCH_PP cell (GPipe), which also saves the checkpoints test_checkpoint.py resumes and exports
     "torch_pipe2_gpt2": " ".join(TORCH_PP),
     # (torch's interleaved schedules, interleaved 1F1B with the attention core recomputed and interleaved zero
@@ -38,7 +36,8 @@ COMMANDS = {
     # 2026-12-01, two launches and their one-process launch before; interleaved 1F1B is launched by the 8-rank
     # torch_3d run below)
     # 4 ranks: data parallelism on top (pp 2 x dp 2, dp 2 x tp 2); the TP run with sequence parallelism and the
-    # vocabulary-parallel loss (issue 28: their parity is this run's, beside torch_tp2_ckpt_llama's TP without them);
+    # vocabulary-parallel loss (issue 28: their parity is this run's, beside the plain torch_tp2 of the issue's
+    # compare below) and torch's selective activation checkpointing;
     # both pipeline engines checkpoint every block's activations (since 2026-12-01: each had a 2-rank run for it):
     # DeepSpeed's recomputes each block's forward in the backward, torch_pp's with torch AdamW's fused kernel
     "pipe2_dp2_ckpt_llama": "--pipeline-stages 2 --model llama-tiny --micro-batch 1 --grad-accum 2 --num-gpus 4 "
@@ -68,7 +67,7 @@ COMMANDS = {
     "single_llama_8": "--strategy single --launcher torchrun --num-gpus 1 --model llama-tiny --micro-batch 8",
     "single_gpt2_4": "--strategy single --launcher torchrun --num-gpus 1 --micro-batch 4",  # gpt2-tiny: the default
 }
-REFERENCE = {"torch_tp2_ckpt_llama": "single_llama_4", "pipe2_zero0_gpt2": "single_gpt2_4",
+REFERENCE = {"pipe2_zero0_gpt2": "single_gpt2_4",
              "torch_pipe2_gpt2": "single_gpt2_4",
              "pipe2_dp2_ckpt_llama": "single_llama_4", "torch_pipe2_dp2_ckpt_llama": "single_llama_4",
              "torch_tp2_dp2_llama": "single_llama_4", "ulysses2_llama": "single_llama_4",
@@ -113,11 +112,11 @@ def test_losses_match_the_single_process_run(runs, name):
     assert all(rank["saved_activations_peak"] > 0 for rank in run["states"][0]["per_rank"]), name
     header = run["header"][0]
     assert header["activation_checkpointing"] is (name == "torch_pipe2_dp2_ckpt_llama")
-    recompute = {"torch_pipe2_dp2_ckpt_llama": "full", "torch_tp2_ckpt_llama": "selective-op",
+    recompute = {"torch_pipe2_dp2_ckpt_llama": "full", "torch_tp2_dp2_llama": "selective-op",
                  "torch_3d_tp2_pp2_llama": "selective"}
     assert header["recompute"] == recompute.get(name, "none")
     assert header["speed"]["attention"] == ("sdpa_recompute" if recompute.get(name) == "selective" else "sdpa")
-    if name in ("torch_pipe2_dp2_ckpt_llama", "torch_tp2_ckpt_llama"):
+    if name == "torch_pipe2_dp2_ckpt_llama":
         assert header["speed"]["optimizer"] == "AdamW (fused)"
     assert header["global_batch"] == reference["header"][0]["global_batch"]
     assert header["sequence_parallel"] is header["loss_parallel"] is (name == "torch_tp2_dp2_llama")
@@ -150,7 +149,7 @@ def test_model_states_shrink_per_stage_and_shard(runs):
     stages = launched(runs, "torch_pipe2_dp2_ckpt_llama")["states"][0]["per_rank"]
     assert stages[0]["params"] == stages[1]["params"] and stages[2]["params"] == stages[3]["params"]
     assert stages[0]["params"] + stages[2]["params"] == whole and max(s["params"] for s in stages) < whole
-    shards = launched(runs, "torch_tp2_ckpt_llama")["states"][0]["per_rank"]
+    shards = launched(runs, "torch_tp2_dp2_llama")["states"][0]["per_rank"]  # (dp, tp): ranks 0 and 1 one TP pair
     assert shards[0]["params"] == shards[1]["params"] < whole
     deepspeed = launched(runs, "pipe2_dp2_ckpt_llama")["states"][0]["per_rank"]
     assert deepspeed[0]["params"] == deepspeed[1]["params"] and deepspeed[2]["params"] == deepspeed[3]["params"]
@@ -180,7 +179,7 @@ def test_issue_compare_matrix_trains_every_strategy(tmp_path):
 # run -> the planner's candidate for it (strategy, tp, pp, engine)
 PLANNED = {"pipe2_zero0_gpt2": ("zero0", 1, 2, "deepspeed"),
            "torch_pipe2_gpt2": ("ddp", 1, 2, "torch"),
-           "torch_tp2_ckpt_llama": ("ddp", 2, 1, "torch"), "pipe2_dp2_ckpt_llama": ("zero1", 1, 2, "deepspeed"),
+           "pipe2_dp2_ckpt_llama": ("zero1", 1, 2, "deepspeed"),
            "torch_pipe2_dp2_ckpt_llama": ("ddp", 1, 2, "torch"), "torch_tp2_dp2_llama": ("ddp", 2, 1, "torch")}
 
 
