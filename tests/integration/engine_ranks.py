@@ -46,6 +46,7 @@ from dsbench.worker.dist import Collectives, DistInfo, init
 from dsbench.worker.engines import build_engine
 from dsbench.worker.engines.base import EngineOptions
 from dsbench.worker.engines.loss_scale import LossScale
+from dsbench.worker.header import optimizer_kind
 from dsbench.worker.model import build_model
 from dsbench.worker.replicas import replica_record
 from dsbench.worker.state_bytes import local_shard
@@ -206,8 +207,8 @@ def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") 
     for _ in range(3):
         losses.append(float(engine.train_step(_step_batches(generator))))
         norms.append(float(engine.grad_norm) if strategy not in DEEPSPEED else None)  # DeepSpeed clips inside
-    fused = bool(getattr(getattr(engine, "optimizer", None), "defaults", {}).get("fused"))  # torch AdamW's kernel
-    return {"losses": losses, "grad_norms": norms, "fused": fused}
+    # the optimizer's implementation as the run header names it (worker/header.optimizer_kind)
+    return {"losses": losses, "grad_norms": norms, "optimizer": optimizer_kind(engine, info.device)}
 
 
 def _sgd_one_process(model: str, scale: float = 1.0) -> dict:

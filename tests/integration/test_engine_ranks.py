@@ -116,7 +116,8 @@ def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(
             assert worst < 1e-4, (strategy, key, split[key], one[key])
         assert one["grad_norms"][0] > 0.5  # clipped, so the norm's parity is the update's
         if strategy not in DEEPSPEED:  # torch AdamW's fused kernel where asked (--fused-optimizer), else its for-loop
-            assert split["fused"] is (strategy == "torch_tp_fused"), (strategy, split["fused"])
+            kernel = "fused" if strategy == "torch_tp_fused" else "for-loop"
+            assert split["optimizer"] == f"AdamW ({kernel})", (strategy, split["optimizer"])
 
 
 REPLICA_GROUPS = {"ddp": (1, 4), "fsdp": None, "torch_tp": (2, 2), "torch_pp": (2, 2), "torch_3d": None,
