@@ -27,8 +27,7 @@ demo: venv
 # INTEGRATION= runs them one after another.
 # DeepSpeed's JIT ops build in the background from the start, beside the system packages, the unit tests and the
 # first (torch-only) launches (scripts/prebuild_ops.py). async_io needs libaio-dev from the system packages: the
-# integration conftest builds it after the others, its scheduling group at nice 10 (the cores' spare time), and
-# waits for all of them.
+# integration conftest builds it after the others and waits for all of them.
 INTEGRATION ?= -n 2 --dist loadgroup
 test: venv
 	$(BIN)/python scripts/prebuild_ops.py --detach --no-async-io

@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from dsbench.errors import UserError
+
 OPS = ("ShareMemCommBuilder", "FusedAdamBuilder", "CPUAdamBuilder", "AsyncIOBuilder")
 """In the order the suite first needs them: every DeepSpeed launch, then the first non-offload one, the first
 offload one, and the NVMe test (scheduled last by the integration conftest)."""
@@ -36,15 +38,8 @@ NICE = 5
 """Below the tests' processes where the kernel schedules by process. Not 19: starved, one compile could leave its
 folder unchanged for the 10 minutes after which dsbench calls a build lock stale (dsbench/jitlocks.py STALE_S).
 Where the kernel groups processes by session (autogroup, on on this machine), the builder's own session is a
-group of its own and takes about an equal share of the cores while it builds: nice orders it only within it."""
-LATE_OPS = {"AsyncIOBuilder": 10}
-"""Ops that only the suite's last test loads (the NVMe test, scheduled last), built with the cores' spare time: the
-builder's scheduling group at this nice before it starts them (:func:`leave_the_cores_to_the_tests`). The kernel
-weighs a group at nice 10 as 110 against 1024 for each launch's (sched_prio_to_weight), so beside two launches that
-keep both cores busy it gets about 5% of them, and all of what they leave idle. Not 19 (weight 15): one of async_io's
-12 files, about 21 s of one core (252 s of user time for the op alone, 2026-12-01), two at once, then takes 420 s at
-the worst, and at 19 about 2,900 s, past the 10 idle minutes after which a build lock reads as stale
-(dsbench/jitlocks.py STALE_S). Measured beside launches: docs/testing.md, "async_io with the cores' spare time"."""
+group of its own and takes about an equal share of the cores while it builds: nice orders it only within it. A
+smaller share for async_io's build (the group at nice 10) was tried and undone on 2026-12-01: docs/testing.md."""
 
 
 def extensions_dir() -> Path:
@@ -65,10 +60,9 @@ def launch_env() -> dict[str, str]:
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-def build(ops: tuple[str, ...], late_nice: int | None = None) -> None:
+def build(ops: tuple[str, ...]) -> None:
     """Load each op through the accelerator, as DeepSpeed does: built when missing, waited for when another
-    process holds its build lock, read from the folder otherwise. Prints each op's wall-clock seconds. The
-    :data:`LATE_OPS` at their nice (or ``late_nice``), when this process leads a session of its own."""
+    process holds its build lock, read from the folder otherwise. Prints each op's wall-clock seconds."""
     os.environ.update(launch_env())  # before DeepSpeed picks its accelerator
     import signal
 
@@ -84,24 +78,9 @@ def build(ops: tuple[str, ...], late_nice: int | None = None) -> None:
 
     ask_the_cpu_once()  # one py-cpuinfo process for every op's flags, stored for the launches' ranks to read
     for name in ops:
-        if name in LATE_OPS:
-            leave_the_cores_to_the_tests(LATE_OPS[name] if late_nice is None else late_nice)
         began = time.monotonic()
         get_accelerator().create_op_builder(name).load(verbose=False)
         print(f"prebuild_ops: {name} ready after {time.monotonic() - began:.0f} s", flush=True)
-
-
-def leave_the_cores_to_the_tests(nice: int) -> None:
-    """This builder's scheduling group at ``nice`` (and the builder, for a kernel that schedules process by
-    process), so that the tests' launches go first. Only in a session of its own (:func:`start`): in a user's
-    shell session the group is the whole terminal's."""
-    if os.getsid(0) != os.getpid():
-        return
-    try:  # the kernel's autogroup (sched(7)): a session's processes are weighed together, by this value
-        Path("/proc/self/autogroup").write_text(f"{nice}\n")
-    except OSError:
-        pass  # a kernel built without autogroup: the process's own nice below orders it
-    os.nice(max(0, nice - os.nice(0)))
 
 
 def log_path() -> Path:
@@ -109,14 +88,13 @@ def log_path() -> Path:
     return extensions_dir() / "prebuild.log"
 
 
-def start(ops: tuple[str, ...], late_nice: int | None = None) -> subprocess.Popen:
+def start(ops: tuple[str, ...]) -> subprocess.Popen:
     """This script in a process of its own at nice 5, in its own session (a Ctrl-C to `make` does not stop the build
     the launches will need; stopped by a signal, it removes its build lock, killed outright it cannot), its output
     appended to :func:`log_path`."""
     log_path().parent.mkdir(parents=True, exist_ok=True)
     with open(log_path(), "ab") as out:
-        late = [] if late_nice is None else ["--late-nice", str(late_nice)]
-        return subprocess.Popen([sys.executable, __file__, "--ops", ",".join(ops), *late], env=launch_env(),
+        return subprocess.Popen([sys.executable, __file__, "--ops", ",".join(ops)], env=launch_env(),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=lambda: os.nice(NICE))
 
@@ -126,14 +104,17 @@ def main() -> int:
     parser.add_argument("--detach", action="store_true", help="start the build in the background and return")
     parser.add_argument("--no-async-io", action="store_true", help="leave out async_io (NVMe offload)")
     parser.add_argument("--ops", help=argparse.SUPPRESS)
-    parser.add_argument("--late-nice", type=int, help=argparse.SUPPRESS)  # scripts/bench_prebuild_share.py's
     args = parser.parse_args()
     ops = tuple(args.ops.split(",")) if args.ops else OPS[:-1] if args.no_async_io else OPS
     if args.detach:
-        proc = start(ops, args.late_nice)
+        proc = start(ops)
         print(f"prebuild_ops: building {', '.join(ops)} in the background (pid {proc.pid}, log {log_path()})")
         return 0
-    build(ops, args.late_nice)
+    try:
+        build(ops)
+    except UserError as exc:  # a lock left over (dsbench.worker.jitbaton): one line in the log, as a rank says it
+        print(f"prebuild_ops: {exc}", flush=True)
+        return 2
     return 0
 
 
