@@ -35,6 +35,14 @@ CELLS = {
     "single_llama": ["--strategy", "single", "--launcher", "torchrun", "--num-gpus", "1", "--model", "llama-tiny",
                      "--micro-batch", "4", *LLAMA],
 }
+# The worker's speed options riding on two cells (flags after --), since 2026-12-01 each in place of a launch of its
+# own (FSDP2 under torchrun; ZeRO-3 with its optimizer on the ranks): FSDP2 launched by accelerate with its blocks
+# compiled, every block checkpointed inside its compiled graph and torch AdamW's fused kernel; DeepSpeed's
+# engine.compile() under ZeRO-3 with the parameters and the optimizer on the host, its parameter gathers from the
+# host around the graphs. Eager FSDP2 trains in the session's fsdp cell and under the corpus' accelerate YAMLs, eager
+# ZeRO-3 offload in the user's Trainer config below (test_compiled_and_fused_runs_keep_the_single_process_losses).
+SPEED = {"accelerate_fsdp": ["--compile", "--fused-optimizer", "--activation-checkpointing"],
+         "zero3_offload": ["--compile"]}
 GLOBAL_BATCH = 4
 PARITY = ["ddp", "fsdp", "zero0", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload", "accelerate_zero2",
           "accelerate_fsdp"]
@@ -42,8 +50,13 @@ PARITY = ["ddp", "fsdp", "zero0", "zero1", "zero2", "zero3", "zero2_offload", "z
 on 2026-11-30); the NVMe cell is checked in its own test."""
 
 
+def launched(runs, name):
+    """The cell's run (the session's own where another file launches the same command) and its folder."""
+    return runs.get(name, CELLS[name], SPEED.get(name))
+
+
 def finished(runs, name):
-    result, folder = runs.get(name, CELLS[name])
+    result, folder = launched(runs, name)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return load_run(folder)
 
@@ -74,7 +87,7 @@ def test_trains_and_records_complete_metrics(runs, name):
     assert summary["throughput"]["tokens_per_s"] == pytest.approx(window["tokens"] / window["seconds"])
     assert 0 <= summary["outside_timed_fraction"] < 1
     # the launch's last line says it, after the launcher's own log lines (since 2026-12-01)
-    result, folder = runs.get(name, CELLS[name])
+    result, folder = launched(runs, name)
     assert result.stdout.strip().splitlines()[-1] == (
         f"dsbench: finished {folder}: {summary['throughput']['tokens_per_s']:,.0f} tokens/s by the wall clock over "
         f"{STEPS - 2} steps after 2 warm-up, final loss {summary['final_loss']:.4f}; tables and plots: dsbench report "
@@ -186,7 +199,7 @@ def test_deepspeed_shared_memory_is_released(runs):
     import re
 
     for name in ("zero1", "autotp"):  # AutoTP's all-reduces go through the workspace after its name is gone
-        result, _ = runs.get(name, CELLS[name])
+        result, _ = launched(runs, name)
         assert result.returncode == 0, result.stderr[-2000:]
         port = re.search(r"--master_port (\d+)", result.stdout).group(1)
         left = [p.name for p in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*")]
@@ -235,29 +248,32 @@ def test_a_jit_build_lock_is_never_left_behind_nor_waited_on_forever(tmp_path):
     assert f"{lock}: a JIT build lock left by an interrupted build" in result.stderr + result.stdout
 
 
-COMPILED = {"ddp": ["--compile", "--fused-optimizer", "--activation-checkpointing"],
-            "fsdp": ["--compile", "--fused-optimizer", "--activation-checkpointing"], "zero3": ["--compile"]}
+COMPILED = {"ddp": ["--compile", "--fused-optimizer", "--activation-checkpointing"]}
 """The worker's speed options on 2 ranks: blocks compiled (DeepSpeed: engine.compile(), under ZeRO-3 with its
-parameter gathers around the graphs; ZeRO-1/2 and offload compile too, checked by hand) and, for the native
-strategies, torch AdamW's fused kernel and every block checkpointed inside its compiled graph (single runs the
-same code as ddp without the wrapper)."""
+parameter gathers around the graphs; ZeRO-1/2 compile too, checked by hand) and, for the native strategies, torch
+AdamW's fused kernel and every block checkpointed inside its compiled graph (single runs the same code as ddp without
+the wrapper). DDP's run here; FSDP2's (under accelerate) and ZeRO-3's (offloaded) are cells (:data:`SPEED`)."""
+OPTIMIZER = {"ddp": "AdamW (fused)", "accelerate_fsdp": "AdamW (fused)", "zero3_offload": "DeepSpeedCPUAdam"}
 
 
-@pytest.mark.parametrize("name", list(COMPILED))
+@pytest.mark.parametrize("name", [*COMPILED, *SPEED])
 def test_compiled_and_fused_runs_keep_the_single_process_losses(runs, tmp_path, name):
-    """Launched as a user names a run: ``--run-dir z3`` beside the command. A folder of the working directory named
-    like an optional module was imported in its place on the ranks (--compile's check for the z3 solver: "module
-    'z3' has no attribute 'ExprRef'", until 2026-12-01; dsbench/paths.leave_working_folder_off_path)."""
-    result = dsbench("launch", *CELLS[name], *LR_WARMUP, "--run-dir", "z3", "--", *WORKER, *COMPILED[name],
-                     cwd=tmp_path, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    run = load_run(tmp_path / "z3")
+    """DDP's launched as a user names a run: ``--run-dir z3`` beside the command. A folder of the working directory
+    named like an optional module was imported in its place on the ranks (--compile's check for the z3 solver:
+    "module 'z3' has no attribute 'ExprRef'", until 2026-12-01; dsbench/paths.leave_working_folder_off_path)."""
+    if name in SPEED:
+        run = finished(runs, name)
+    else:
+        result = dsbench("launch", *CELLS[name], *LR_WARMUP, "--run-dir", "z3", "--", *WORKER, *COMPILED[name],
+                         cwd=tmp_path, timeout=900)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        run = load_run(tmp_path / "z3")
     reference = [s["loss"] for s in finished(runs, "single")["steps"]]  # eager, for-loop AdamW, 1 process
     losses = [s["loss"] for s in run["steps"]]
     assert max(abs(a - b) / abs(b) for a, b in zip(losses, reference, strict=True)) < 1e-4
     speed = run["header"][0]["speed"]  # what the report shows of how the run was made fast
     assert speed["compile"] is True and speed["attention"] == "sdpa"
-    assert speed["optimizer"] == ("FusedAdam" if name == "zero3" else "AdamW (fused)")
+    assert speed["optimizer"] == OPTIMIZER[name]
     # compilation happened in the warm-up steps: the first is the slow one, and the window excludes it
     steps = run["steps"]
     assert steps[0]["step_time_s"] > 2 * max(s["step_time_s"] for s in steps[2:])
