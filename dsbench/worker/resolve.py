@@ -1,6 +1,6 @@
 """The run as it will execute on this rank: one resolution of the spec, its DeepSpeed config and the launcher's
-environment (strategy, layout, batch, precision), made once before anything is built, so that every later step
-reads the same answer."""
+environment (strategy, layout, batch, precision, FSDP's settings, the engine's options), made once before anything
+is built, so that every later step reads the same answer."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
 from dsbench.trainspec import TrainSpec
 from dsbench.worker import accelerate_env, setup
+from dsbench.worker.engines.base import EngineOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,10 @@ class Resolved:
     ds_config: dict[str, Any] | None
     """The DeepSpeed config with "auto" filled and validated (deepspeed strategy only)."""
     precision: str
+    fsdp: dict[str, Any] | None
+    """FSDP2's settings: accelerate's plugin's from the launcher's environment, else the flags (fsdp only)."""
+    options: EngineOptions
+    """What the engine is built with, from all of the above and the spec."""
 
 
 def resolve(spec: TrainSpec, world: int, environ: Mapping[str, str],
@@ -59,8 +64,25 @@ def resolve(spec: TrainSpec, world: int, environ: Mapping[str, str],
         dims = ParallelDims(world=world, tp=spec.tp, pp=spec.pipeline_stages, dp_shard=_dp_shard(spec, world, environ))
         micro, accum = spec.micro_batch, spec.grad_accum
     check_run_layout(spec, strategy, shape, dims)  # the launch's own check (layout_check.py), made again here
+    precision = setup.precision_of(ds_config, spec.precision)
+    fsdp = (accelerate_env.fsdp_settings(spec.fsdp_reshard, spec.fsdp_cpu_offload, spec.activation_checkpointing)
+        if strategy == "fsdp" else None)
     return Resolved(strategy=strategy, shape=shape, dims=dims, micro_batch=micro, grad_accum=accum,
-                    ds_config=ds_config, precision=setup.precision_of(ds_config, spec.precision))
+                    ds_config=ds_config, precision=precision, fsdp=fsdp,
+                    options=_engine_options(spec, accum, precision, fsdp, ds_config, dims))
+
+
+def _engine_options(spec: TrainSpec, accum: int, precision: str, fsdp: dict[str, Any] | None,
+                    ds_config: dict[str, Any] | None, dims: ParallelDims) -> EngineOptions:
+    """The training settings every engine takes, from the spec and what this resolution decided."""
+    return EngineOptions(lr=spec.lr, weight_decay=spec.weight_decay, betas=(0.9, 0.999), eps=1e-8,
+                         grad_clip=spec.grad_clip, warmup_steps=spec.lr_warmup_steps, grad_accum=accum,
+                         precision=precision, fsdp_reshard=bool(fsdp and fsdp["reshard"]),
+                         fsdp_cpu_offload=bool(fsdp and fsdp["cpu_offload"]), ds_config=ds_config, dims=dims,
+                         pipeline_schedule=spec.pipeline_schedule, virtual_stages=spec.virtual_stages,
+                         compile=spec.compile, fused_optimizer=spec.fused_optimizer,
+                         sequence_parallel=spec.sequence_parallel, loss_parallel=spec.loss_parallel,
+                         seq_len=spec.seq_len)
 
 
 def _deepspeed_config(spec: TrainSpec, shape: ModelShape, world: int,

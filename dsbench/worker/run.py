@@ -18,7 +18,7 @@ from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
 from dsbench.records import METRICS, SUMMARY, CheckpointRecord, EndRecord, summarize
 from dsbench.trainspec import TrainSpec
-from dsbench.worker import accelerate_env, checkpoint, checkpoint_manifest, safe_load, setup, stop
+from dsbench.worker import checkpoint, checkpoint_manifest, safe_load, setup, stop
 from dsbench.worker.cpuanswer import ask_the_cpu_once
 from dsbench.worker.header import header_record
 from dsbench.worker.prepared import Prepared, Resumed
@@ -77,7 +77,7 @@ def prepare(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> Prepared
     # checkpoint classes are imported for DeepSpeed's runs only (importing DeepSpeed costs each rank seconds)
     safe_load.install(deepspeed=run.strategy == "deepspeed")
     strategy, shape, dims, ds_config = run.strategy, run.shape, run.dims, run.ds_config
-    micro, accum, precision = run.micro_batch, run.grad_accum, run.precision
+    micro, accum, precision, fsdp = run.micro_batch, run.grad_accum, run.precision, run.fsdp
     resumed = _resumed_checkpoint(spec)
     info = _join(strategy, spec.dist_timeout)
     folder = _run_dir(spec, strategy) if info.is_main else None
@@ -85,14 +85,11 @@ def prepare(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> Prepared
     tokenizer = load_tokenizer(shape.path if shape.source != "preset" else None)
     plan = build_plan(token_ids(tokenizer, spec.dataset, spec.text_field), spec.seq_len, spec.seed, micro, accum,
                       dims.dp)
-    fsdp = (accelerate_env.fsdp_settings(spec.fsdp_reshard, spec.fsdp_cpu_offload, spec.activation_checkpointing)
-        if strategy == "fsdp" else None)
     checkpointing = fsdp["activation_checkpointing"] if fsdp else spec.activation_checkpointing
     model = build_model(shape, spec.seed, spec.trust_remote_code, checkpointing, spec.recompute)
-    options = _engine_options(spec, accum, precision, fsdp, ds_config, dims)
     settings = _loop_settings(spec, dims, resumed)
     universal, options = _check_resume(resumed, strategy, _definition(shape, spec, plan, precision), dims, info,
-                                       options)
+                                       run.options)
     engine = build_engine(strategy, model, options, info)
     if resumed:
         checkpoint.load(engine, strategy, *resumed, info, universal=universal)
@@ -138,21 +135,6 @@ def _loop_settings(spec: TrainSpec, dims: ParallelDims, resumed: Resumed | None)
         checkpoints.check_free(Path(spec.checkpoint_dir), [s + 1 for s in range(settings.start, settings.steps)
                                                           if saves_after(s, settings)])
     return settings
-
-
-def _engine_options(spec: TrainSpec, accum: int, precision: str, fsdp: dict[str, bool] | None,
-                    ds_config: dict[str, Any] | None, dims: ParallelDims) -> EngineOptions:
-    """The training settings every engine takes, from the spec and what set-up resolved."""
-    from dsbench.worker.engines import EngineOptions
-
-    return EngineOptions(lr=spec.lr, weight_decay=spec.weight_decay, betas=(0.9, 0.999), eps=1e-8,
-                         grad_clip=spec.grad_clip, warmup_steps=spec.lr_warmup_steps, grad_accum=accum,
-                         precision=precision, fsdp_reshard=bool(fsdp and fsdp["reshard"]),
-                         fsdp_cpu_offload=bool(fsdp and fsdp["cpu_offload"]), ds_config=ds_config, dims=dims,
-                         pipeline_schedule=spec.pipeline_schedule, virtual_stages=spec.virtual_stages,
-                         compile=spec.compile,
-                         fused_optimizer=spec.fused_optimizer, sequence_parallel=spec.sequence_parallel,
-                         loss_parallel=spec.loss_parallel, seq_len=spec.seq_len)
 
 
 def _check_resume(resumed: Resumed | None, strategy: str, definition: dict[str, Any], dims: ParallelDims,

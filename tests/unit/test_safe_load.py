@@ -157,7 +157,7 @@ def test_a_rank_scans_the_checkpoint_before_it_joins_or_builds_anything(tmp_path
     (tag / checkpoints.MANIFEST).write_text(json.dumps(written.to_dict()))
     (tag / ".metadata").write_bytes(pickle.dumps(Payload(marker)))
     resolved = SimpleNamespace(strategy=strategy, shape=None, dims=None, ds_config=None, micro_batch=1, grad_accum=1,
-                               precision="fp32")
+                               precision="fp32", fsdp=None, options=None)
     monkeypatch.setattr(worker_run, "resolve", lambda *args: resolved)
     monkeypatch.setattr(worker_run.safe_load, "install", lambda **kw: None)
     monkeypatch.setattr(dist, "env_rank", lambda: (0, 2, 0))
@@ -165,7 +165,7 @@ def test_a_rank_scans_the_checkpoint_before_it_joins_or_builds_anything(tmp_path
     def too_soon(*args, **kw):
         raise AssertionError("reached before the checkpoint was scanned")
 
-    for name in ("_join", "_run_dir", "_engine_options", "_loop_settings", "_check_resume"):
+    for name in ("_join", "_run_dir", "_loop_settings", "_check_resume"):
         monkeypatch.setattr(worker_run, name, too_soon)
     spec = SimpleNamespace(resume=str(tag), checkpoint_dir=None, steps=8, warmup=1)
     with pytest.raises(UserError, match=r"\.metadata: holds posix.system"):
