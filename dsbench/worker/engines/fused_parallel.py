@@ -59,8 +59,8 @@ class FusedColumns(ParallelStyle):
 
         def split(_name: str, linear: Any, mesh: Any) -> None:
             if linear.bias is not None:  # transformers' Phi-3 has none; the forward below would leave it out
-                raise UserError(f"--strategy torch_tp splits Phi-3's fused {self.kind} projection without a bias; "
-                                "this model's has one")
+                raise UserError(f"--tp (torch_tp, torch_3d) splits Phi-3's fused {self.kind} projection without a "
+                                "bias; this model's has one: drop --tp")
             weight = linear.weight.detach()
             held, dim = ((held_qkv(weight, kv, head_dim), 0) if qkv
                          else (weight.view(2, weight.shape[0] // 2, weight.shape[1]), 1))
