@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +20,7 @@ from dsbench.plan.gpu_profiles import ALIASES, CUSTOM, KINDS, GpuProfile, custom
 from dsbench.plan.hardware import GPUS, INTERCONNECTS, Link, link
 from dsbench.plan.inputs import Cluster, Workload
 from dsbench.plan.machine_profile import with_profile
-from dsbench.plan.recommend import Ranked, family_notes, launch_command, rank
+from dsbench.plan.recommend import Ranked, config_launch_argv, family_notes, launch_command, rank, reason
 from dsbench.plan.request import DEFAULTS, PlanRequest
 from dsbench.plan.training import check_cost_flags, training_cost
 from dsbench.strategies import lookup
@@ -37,7 +38,10 @@ def synthetic_shape(num_params: float) -> ModelShape:
 
     Depth and width follow the usual ratio hidden ≈ 128·layers with 12·L·h² ≈ N (7B: 32 layers x 4096);
     the vocabulary is 32,000, or smaller where the embeddings would exceed an eighth of the model; the MLP
-    width is then solved so the exact count (:meth:`ModelShape.num_params`) matches N.
+    width is then solved so the exact count (:meth:`ModelShape.num_params`) matches N, rounded up to a multiple of
+    8 as published models' are: a 16-bit GEMM with a dimension that is not one runs without tensor cores (NVIDIA's
+    Matrix Multiplication Background guide, "Tensor Core Requirements"), which the GPU time model prices at an
+    eighth of their rate (until 2026-12-01 the exact width made every ``--params`` plan on a GPU 3-4x slow).
     """
     if not num_params >= 1e6:  # also refuses NaN
         raise UserError(f"--params {num_params:g} is too small to plan for (give a parameter count like 7e9)")
@@ -49,7 +53,7 @@ def synthetic_shape(num_params: float) -> ModelShape:
     while True:
         vocab = 32000 if 2 * 32000 * hidden <= num_params / 8 else max(64, int(num_params / 16 / hidden) // 64 * 64)
         fixed = _llama_params(vocab, hidden, layers, 0)
-        ff = round((num_params - fixed) / (3 * hidden * layers))
+        ff = 8 * math.ceil((num_params - fixed) / (3 * hidden * layers) / 8)
         if ff >= hidden or hidden <= 64:
             break
         hidden -= 64  # attention alone would exceed the budget: narrower
@@ -213,10 +217,11 @@ def plan(req: PlanRequest) -> dict[str, Any]:
     """Everything ``dsbench plan`` prints, as a JSON-ready dict."""
     wl, cl, config = build(req)
     ranked: list[Ranked] = rank(wl, cl)
-    if config is not None:
-        e = _config_estimate(config, wl, cl, req.config)
-        ranked = [Ranked(e, 1 if e.fits else None, "the given --config")] + ranked
     top = next((r for r in ranked if r.rank), None)
+    if config is not None:  # beside the ranking, compared with its top choice (until 2026-12-01 it took rank 1)
+        e = _config_estimate(config, wl, cl, req.config)
+        ranked = [Ranked(e, None, f"the given --config: {reason(e, cl, top and top.estimate)}", given=True),
+                  *ranked]
     check_cost_flags(req.tokens, req.price_per_gpu_hour)  # also when nothing is ranked
     shape = wl.shape
     return {
@@ -235,8 +240,10 @@ def plan(req: PlanRequest) -> dict[str, Any]:
                      # fixed across candidates: --grad-accum is per rank of pure data parallelism
                      "global_batch": ParallelDims(world=cl.world).samples_per_step(wl.micro_batch, wl.grad_accum),
                      "precision": wl.precision},
-        "candidates": [{**r.estimate.to_dict(), "rank": r.rank, "reason": r.reason,
-                        **_launch(r.estimate, shape, wl, cl), **_training(r, cl.world, req)} for r in ranked],
+        "candidates": [{**r.estimate.to_dict(), "rank": r.rank, "reason": r.reason, "given": r.given,
+                        **(_config_launch(req.config, shape, wl, cl) if r.given
+                           else _launch(r.estimate, shape, wl, cl)),
+                        **_training(r, cl.world, req)} for r in ranked],
         "recommendation": None if top is None else {"name": top.estimate.candidate.name,
                                                     **_launch(top.estimate, shape, wl, cl)},
     }
@@ -249,6 +256,14 @@ def _training(r: Ranked, gpus: int, req: PlanRequest) -> dict[str, Any]:
         return {}
     cost = training_cost(r.estimate.tokens_per_s, gpus, req.tokens, req.price_per_gpu_hour)
     return {"training": cost} if cost else {}
+
+
+def _config_launch(path: str | None, shape: ModelShape, wl: Workload, cl: Cluster) -> dict[str, Any]:
+    """The given config's row: ``dsbench launch --config`` runs any config plan prices (its layout passed the
+    launch's own check in :func:`_config_estimate`)."""
+    return {"launchable": True, "command": config_launch_argv(
+        str(path), shape.name if shape.source != "synthetic" else "PATH_TO_MODEL", cl.nodes, cl.gpus_per_node,
+        wl.seq_len)}
 
 
 def _launch(e: Estimate, shape: ModelShape, wl: Workload, cl: Cluster) -> dict[str, Any]:

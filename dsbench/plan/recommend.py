@@ -62,9 +62,11 @@ class Ranked:
     estimate: Estimate
     rank: int | None
     reason: str
+    given: bool = False
+    """The layout of ``plan --config``'s file: shown first beside the ranking, never ranked or recommended."""
 
 
-def _reason(e: Estimate, cl: Cluster, best: Estimate | None) -> str:
+def reason(e: Estimate, cl: Cluster, best: Estimate | None) -> str:
     need, have = e.device_total / 1e9, cl.gpu_mem_gb
     if not e.fits:
         host = e.host_per_node / 1e9
@@ -99,9 +101,12 @@ NEAR_TIE = 0.05
 
 
 def simplicity(e: Estimate) -> tuple[bool, int, bool, int]:
-    """The simpler layout first: no model parallelism, then the SIMPLICITY order, no recompute, fewer splits."""
+    """The simpler layout first: no model parallelism (tensor, pipeline, or Ulysses' sequence split: until
+    2026-12-01 Ulysses counted as none, and a Ulysses layout on ZeRO-1 won near ties against plain ZeRO-2 and
+    ZeRO-3), then the SIMPLICITY order, no recompute, fewer splits."""
     c = e.candidate
-    return (c.tp * c.pp > 1, SIMPLICITY.index(c.strategy), c.checkpointing, c.tp * c.pp)
+    splits = c.tp * c.pp * c.ulysses
+    return (splits > 1, SIMPLICITY.index(c.strategy), c.checkpointing, splits)
 
 
 def near_tie_order(fitting: list[Estimate]) -> list[Estimate]:
@@ -121,9 +126,9 @@ def rank(wl: Workload, cl: Cluster) -> list[Ranked]:
     estimates = [estimate(c, wl, cl) for c in candidates(cl, wl.shape, wl.seq_len)]
     fitting = near_tie_order([e for e in estimates if e.fits])
     best = fitting[0] if fitting else None
-    ranked = [Ranked(e, i + 1, _reason(e, cl, best)) for i, e in enumerate(fitting)]
+    ranked = [Ranked(e, i + 1, reason(e, cl, best)) for i, e in enumerate(fitting)]
     rest = sorted((e for e in estimates if not e.fits), key=lambda e: e.device_total)
-    return ranked + [Ranked(e, None, _reason(e, cl, best)) for e in rest]
+    return ranked + [Ranked(e, None, reason(e, cl, best)) for e in rest]
 
 
 def launch_command(e: Estimate, shape: ModelShape, wl: Workload, cl: Cluster) -> str:
@@ -145,7 +150,18 @@ def launch_argv(how: Strategy, model: str, precision: str, micro_batch: int, gra
         args += ["--nvme-path", "/local_nvme"]
     args += ["--model", model, "--precision", precision, "--micro-batch", str(micro_batch), "--grad-accum",
              str(grad_accum)]
-    args += ["--hostfile", "hostfiles/YOUR_HOSTS"] if nodes > 1 else ["--num-gpus", str(gpus_per_node)]
+    args += _hosts(nodes, gpus_per_node)
     worker = ["--", "--seq-len", str(seq_len), *how.worker_flags, *worker_extra] + (
         ["--activation-checkpointing"] if checkpointing else [])
     return shlex.join(args + worker)
+
+
+def config_launch_argv(path: str, model: str, nodes: int, gpus_per_node: int, seq_len: int) -> str:
+    """``dsbench launch --config PATH``: the file's own strategy, batch and precision, on the plan's cluster."""
+    return shlex.join(["dsbench", "launch", "--config", path, "--model", model, *_hosts(nodes, gpus_per_node), "--",
+                       "--seq-len", str(seq_len)])
+
+
+def _hosts(nodes: int, gpus_per_node: int) -> list[str]:
+    """Every node through a hostfile, or one node's GPUs."""
+    return ["--hostfile", "hostfiles/YOUR_HOSTS"] if nodes > 1 else ["--num-gpus", str(gpus_per_node)]

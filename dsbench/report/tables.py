@@ -45,7 +45,8 @@ def plan_grid(result: dict[str, Any], top_n: int) -> Grid:
     gpus = result["cluster"]["nodes"] * result["cluster"]["gpus_per_node"]
     for row in result["candidates"][:top_n]:
         mem = row["memory_gib"]
-        grid.add(str(row["rank"] or "-"), row["name"], layout_text(row, result["workload"]["micro_batch"]),
+        place = "cfg" if row.get("given") else str(row["rank"] or "-")  # plan --config's file: beside the ranking
+        grid.add(place, row["name"], layout_text(row, result["workload"]["micro_batch"]),
                  "yes" if row["fits"] else "no", gib(mem["device_total"]), step_text(row),
                  f"{row['tokens_per_s'] / gpus:,.0f}", f"{row['mfu']:.0%}", row["dominant"], grid.note(row["reason"]),
                  gib(mem["params"]), gib(mem["grads"]), gib(mem["optimizer_states"] + mem["master_weights"]),

@@ -9,8 +9,10 @@ from dsbench.plan.recommend import NEAR_TIE, near_tie_order, simplicity
 from dsbench.strategies import SIMPLICITY
 
 
-def _est(strategy: str, step_s: float, tp: int = 1, pp: int = 1, ckpt: bool = False) -> SimpleNamespace:
-    return SimpleNamespace(candidate=Candidate(strategy=strategy, tp=tp, pp=pp, checkpointing=ckpt), step_s=step_s)
+def _est(strategy: str, step_s: float, tp: int = 1, pp: int = 1, ckpt: bool = False,
+         ulysses: int = 1) -> SimpleNamespace:
+    return SimpleNamespace(candidate=Candidate(strategy=strategy, tp=tp, pp=pp, checkpointing=ckpt, ulysses=ulysses),
+                           step_s=step_s)
 
 
 def test_a_tie_across_what_were_fixed_bucket_edges_goes_to_the_simpler():
@@ -18,6 +20,17 @@ def test_a_tie_across_what_were_fixed_bucket_edges_goes_to_the_simpler():
     placed above ZeRO-1, 0.02 % slower; measured from the fastest they tie and ZeRO-1, the simpler, wins."""
     order = near_tie_order([_est("fsdp", 1.0499), _est("zero1", 1.0501)])
     assert [e.candidate.strategy for e in order] == ["zero1", "fsdp"]
+
+
+def test_ulysses_is_a_split_that_loses_a_tie_to_plain_data_parallelism():
+    """DeepSpeed Ulysses splits every layer's attention over its ranks (an all-to-all each way), as tensor and
+    pipeline parallelism split the model: on a tie plain ZeRO-2 and ZeRO-3 win. Until 2026-12-01 Ulysses counted as
+    no split and, run on ZeRO-1, ranked above both: `plan --params 13e9 --gpus 16 --nodes 2 --gpu a100` recommended
+    ulysses4 over zero2, zero3 and pipe2, each faster."""
+    order = near_tie_order([_est("zero1", 1.0, ulysses=4), _est("zero2", 0.99), _est("zero3", 0.985)])
+    assert [(e.candidate.strategy, e.candidate.ulysses) for e in order] == [("zero2", 1), ("zero3", 1), ("zero1", 4)]
+    # among splits, fewer first, as for tp and pp
+    assert simplicity(_est("zero1", 1.0, ulysses=2)) < simplicity(_est("zero1", 1.0, ulysses=4))
 
 
 def test_beyond_the_tie_the_faster_wins_however_simple_the_other():
@@ -28,8 +41,8 @@ def test_beyond_the_tie_the_faster_wins_however_simple_the_other():
 def test_random_sets_keep_the_two_promises():
     rng = random.Random(20261130)
     for _ in range(300):
-        items = [_est(rng.choice(SIMPLICITY), rng.uniform(1.0, 1.3), tp=rng.choice((1, 2)), ckpt=rng.random() < .5)
-                 for _ in range(rng.randint(1, 12))]
+        items = [_est(rng.choice(SIMPLICITY), rng.uniform(1.0, 1.3), tp=rng.choice((1, 2)), ckpt=rng.random() < .5,
+                      ulysses=rng.choice((1, 1, 2))) for _ in range(rng.randint(1, 12))]
         order = near_tie_order(items)
         assert sorted(map(id, order)) == sorted(map(id, items))  # each placed once
         for i, above in enumerate(order):  # never above one more than 5 % faster
