@@ -8,6 +8,7 @@ from typing import Any
 
 from dsbench.configs.layout import in_config_keys, parallel_degrees, ulysses_degree
 from dsbench.errors import UserError
+from dsbench.gpus import BY_KEY
 from dsbench.layout_check import check_run_layout
 from dsbench.model_config import resolve_model
 from dsbench.models import ModelShape
@@ -17,7 +18,7 @@ from dsbench.plan.caveats import node_note
 from dsbench.plan.estimate import Estimate, estimate
 from dsbench.plan.gpu_calibration import calibrated_gpu
 from dsbench.plan.gpu_profiles import ALIASES, CUSTOM, KINDS, GpuProfile, custom_profile, with_host
-from dsbench.plan.hardware import GPUS, INTERCONNECTS, Link, link
+from dsbench.plan.hardware import INTERCONNECTS, Link, link
 from dsbench.plan.inputs import Cluster, Workload
 from dsbench.plan.machine_profile import with_profile
 from dsbench.plan.recommend import Ranked, config_launch_argv, family_notes, launch_command, rank, reason
@@ -71,11 +72,11 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
         raise UserError("give exactly one of --model NAME and --params N")
     shape = resolve_model(req.model) if req.model else synthetic_shape(float(req.params or 0))
     calibrated = calibrated_profile(req)
-    peak, mem = _peak_and_memory(req, calibrated)
     gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
     if req.gpus and req.gpus != gpn * req.nodes:
         raise UserError(f"--gpus {req.gpus} != --nodes {req.nodes} x --gpus-per-node {gpn}")
     micro, accum, precision, config = _batch_and_precision(req, gpn * req.nodes)
+    peak, mem = _peak_and_memory(req, calibrated, precision)
     if min(micro, accum, gpn, req.nodes) < 1 or req.efficiency <= 0 or req.efficiency > 1:
         raise UserError("--micro-batch, --grad-accum, --nodes, --gpus-per-node must be >= 1; --efficiency in (0, 1]")
     intra = req.intra or ("nvlink4" if req.gpu in ("h100", "h200") else "nvlink")
@@ -129,17 +130,21 @@ def _time_model(cl: Cluster, req: PlanRequest, calibrated: GpuProfile | None, pr
     return _usual_network(replace(cl, gpu_model=gpu_model(req, precision)), req)
 
 
-def _peak_and_memory(req: PlanRequest, calibrated: GpuProfile | None) -> tuple[float, float]:
-    """The GPU's dense 16-bit peak and memory: measured by calibrate, a custom GPU's flags, or --gpu's datasheet."""
+def _peak_and_memory(req: PlanRequest, calibrated: GpuProfile | None, precision: str) -> tuple[float, float]:
+    """The GPU's dense peak and memory: measured by calibrate, a custom GPU's flags, or --gpu's datasheet, whose
+    peak is the precision's: the 16-bit tensor cores', or for fp32 the plain FP32 units' (PyTorch leaves TF32 off
+    for matmuls, ``torch.backends.cuda.matmul.allow_tf32``, and dsbench's worker does not turn it on; until
+    2026-12-01 an fp32 plan was priced at the 16-bit peak, 15x the H100's 67 TFLOP/s)."""
     if calibrated is not None:  # measured on this GPU by calibrate: its kind, peak and memory
         return calibrated.peak_tflops.get("bf16") or max(calibrated.peak_tflops.values()), calibrated.memory_gib
     if req.gpu == CUSTOM:  # its figures from the flags
         custom = custom_profile(req)
         return custom.peak_tflops["bf16"], custom.memory_gib
-    if req.gpu not in GPUS:
-        raise UserError(f"--gpu {req.gpu!r} is unknown; choose one of {', '.join(GPUS)}, or custom with its figures "
+    if req.gpu not in BY_KEY:
+        raise UserError(f"--gpu {req.gpu!r} is unknown; choose one of {', '.join(BY_KEY)}, or custom with its figures "
                         "(--peak-tflops, --gpu-mem, --hbm-tbs)")
-    return GPUS[req.gpu]
+    gpu = BY_KEY[req.gpu]
+    return gpu.peak_tflops(precision), gpu.memory_gb
 
 
 def _usual_network(cl: Cluster, req: PlanRequest) -> Cluster:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsbench.errors import UserError
-from dsbench.gpus import TABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +38,6 @@ INTERCONNECTS = {
 
 # Dense bf16 peak TFLOPS (datasheets).
 # --gpu: the 16-bit tensor-core dense peak and the memory of each GPU dsbench knows (dsbench/gpus.py)
-GPUS = {gpu.key: (gpu.bf16_tflops, gpu.memory_gb) for gpu in TABLE}
-
-
 def link(name: str | None, bandwidth: float | None = None, latency: float | None = None,
          flag: str = "--interconnect") -> Link:
     """A named link, or a custom one from ``--bandwidth`` (GB/s) and ``--latency`` (µs); an unknown name is one

@@ -248,6 +248,16 @@ def test_an_assumed_13b_prices_like_llama_2_13b_on_gpus(cli_run):
     assert matmul("--params", "13e9") == pytest.approx(matmul("--model", "llama-13b"), rel=0.05)
 
 
+@pytest.mark.parametrize("gpu, sheet", [("h100", 67.0), ("a100", 19.5), ("v100", 15.7)])
+def test_an_fp32_plan_is_priced_at_the_fp32_units_peak(cli_run, gpu, sheet):
+    """NVIDIA's datasheets: FP32 (not TF32, which PyTorch leaves off for matmuls) 67 TFLOP/s on H100 SXM, 19.5 on
+    A100, 15.7 on V100; the plan's peak, and the peak the worker's MFU divides by on that device. Until 2026-12-01
+    an fp32 plan used the 16-bit tensor-core peak (989 on H100)."""
+    result = cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--gpu", gpu, "--precision", "fp32", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["cluster"]["peak_tflops"] == sheet
+
+
 def test_zero_paper_table_1_through_the_cli(cli_run):
     """Psi = 7.5B on N_d = 64 (Table 1, K = 12): 120 / 31.4 / 16.6 / 1.88 GB, typed as a user would."""
     result = cli_run("plan", "--params", "7.5e9", "--gpus", "64", "--accounting", "mixed16", "--json")
