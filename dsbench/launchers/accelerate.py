@@ -81,9 +81,15 @@ def check_to_accelerate(kind: str, given: list[str], output: str | None) -> None
 
 def yaml_text(config: dict[str, Any], path: str, by: str = "dsbench render --to-accelerate") -> str:
     """The YAML file ``render --to-accelerate`` (or ``plan --write``) writes: how to run it, then the config."""
-    return (f"# written by {by}; run it with:\n"
-            f"#   accelerate launch --config_file {path} -m dsbench.train\n"
-            "# (a relative deepspeed_config_file is read from the folder accelerate is launched in)\n"
+    machines = int(config.get("num_machines", 1))
+    run = (f"#   accelerate launch --config_file {path} -m dsbench.train\n" if machines == 1 else
+           # accelerate's multi-node launch: the same command on every node, each with its own --machine_rank, all
+           # pointing at node 0 (accelerate's launch docs); the YAML's placeholder refuses to start until it is set
+           f"# on each of the {machines} nodes, R = 0 (the main node) .. {machines - 1}, once main_process_ip below is "
+           "node 0's address:\n"
+           f"#   accelerate launch --config_file {path} --machine_rank R -m dsbench.train\n")
+    return (f"# written by {by}; run it with:\n" + run
+            + "# (a relative deepspeed_config_file is read from the folder accelerate is launched in)\n"
             + to_yaml(config))
 
 

@@ -434,6 +434,15 @@ def test_plan_write_gives_files_the_tools_accept(cli_run, tmp_path):
     assert (yaml.distributed_type, yaml.num_processes, yaml.num_machines) == ("FSDP", 16, 2)
     assert yaml.parallelism_config == {"parallelism_config_dp_replicate_size": 2,
                                        "parallelism_config_dp_shard_size": 8}
+    # the header's command for each node, as accelerate's own launch parser reads it: node 1 of 2
+    from accelerate.commands.launch import launch_command_parser
+
+    header = (two_nodes / "accelerate.yaml").read_text().split("\ncompute_environment")[0]
+    typed = next(line for line in header.splitlines() if "accelerate launch" in line).split("accelerate launch ")[1]
+    args = launch_command_parser().parse_args(typed.replace(" R ", " 1 ").split())
+    assert (args.config_file, args.machine_rank, args.module, args.training_script) == (
+        str(two_nodes / "accelerate.yaml"), 1, True, "dsbench.train")
+    assert "main_process_ip below" in header
     again = cli_run("plan", "--model", "gpt2-xl", "--gpus", "8", "--write", str(one_node))
     assert again.exit_code == 2 and "exists; plan writes a new folder and never replaces one" in again.output
 
