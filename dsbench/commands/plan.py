@@ -137,6 +137,23 @@ def _refuse_conflicts(opts: dict[str, Any], write_dir: str | None, config_file: 
                         "layout on GPUs; --verify runs the ranking's candidates here)")
 
 
+CONFIG_SETS = {"micro_batch": ("--micro-batch", "micro-batch", "train_micro_batch_size_per_gpu"),
+               "grad_accum": ("--grad-accum", "accumulation", "its batch keys"),
+               "precision": ("--precision", "precision", "its fp16/bf16 sections")}
+"""The flags a --config's own batch and precision replace: the flag, what it sets, and where the config sets it."""
+
+
+def _config_wins(config_file: str, opts: dict[str, Any], workload: dict[str, Any]) -> None:
+    """A batch or precision flag typed beside a --config that sets another value is refused, as ``dsbench launch``
+    refuses it: the plan prices the config's (until 2026-12-01 it ignored the flag without a word)."""
+    ctx = click.get_current_context()
+    for name, (flag, what, where) in CONFIG_SETS.items():
+        typed = ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+        if typed and opts[name] != workload[name]:
+            raise UserError(f"--config {config_file} gives {what} {workload[name]} ({where}), so {flag} {opts[name]} "
+                            f"would be ignored: drop {flag}, or change the config")
+
+
 def _rank(opts: dict[str, Any], config_file: str | None, verify: bool, write_dir: str | None, top: int,
           as_json: bool, wide: bool) -> None:
     """The ranking: every candidate priced, the best recommended; with --verify the top ones run here, with
@@ -147,6 +164,8 @@ def _rank(opts: dict[str, Any], config_file: str | None, verify: bool, write_dir
 
     make_request = PlanRequest(config=config_file, **opts)
     result = make_plan(make_request)
+    if config_file:
+        _config_wins(config_file, opts, result["workload"])
     if verify:
         from dsbench.bench.verify import verify as run_verify
 

@@ -165,6 +165,24 @@ def test_plan_explains_a_config(cli_run, tmp_path):
     assert re.search(rf"^ *cfg +{re.escape(first['name'])} ", table, re.M), table
 
 
+@pytest.mark.parametrize("flag, value", [("--micro-batch", "4"), ("--grad-accum", "2"), ("--precision", "fp16")])
+def test_a_flag_the_config_overrides_is_refused_as_the_launch_refuses_it(cli_run, tmp_path, flag, value):
+    """Beside --config, a batch or precision flag with another value than the config's would be ignored: `launch`
+    refuses it, and so does `plan` (until 2026-12-01 it priced the config's without a word); the config's own
+    values typed again are accepted."""
+    cli_run("render", "--zero", "2", "--micro-batch", "2", "--grad-accum", "4", "--world-size", "8", "-o", "ds.json")
+    base = ("--model", "llama-7b", "--config", "ds.json")
+    planned = cli_run("plan", *base, "--gpus", "8", flag, value)
+    assert planned.exit_code == 2 and f"so {flag} {value} would be ignored" in planned.output, planned.output
+    launched = cli_run("launch", *base, "--num-gpus", "8", flag, value, "--dry-run", "--run-dir", "r")
+    assert launched.exit_code == 2 and "would be ignored" in launched.output, launched.output
+    same = cli_run("plan", *base, "--gpus", "8", "--micro-batch", "2", "--grad-accum", "4", "--precision", "fp32",
+                   "--json")
+    assert same.exit_code == 0, same.output
+    assert json.loads(same.output)["workload"] | {"global_batch": 0} == {
+        "seq_len": 2048, "micro_batch": 2, "grad_accum": 4, "global_batch": 0, "precision": "fp32"}
+
+
 def test_plan_prices_a_configs_ulysses_layout_as_the_launch_runs_it(cli_run, tmp_path):
     """A config's ``sequence_parallel_size`` is its layout: priced as the Ulysses cell the launch runs (the oracle:
     the run.json and layout `dsbench launch --config` writes for it), not as plain ZeRO-3 over every rank (until

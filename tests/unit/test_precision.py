@@ -40,8 +40,12 @@ def test_bfloat16_spelling_reaches_mfu_peak_explain_and_plan(cli_run, tmp_path):
     assert "precision: bf16 weights and activations, fp32 master weights and optimizer states" in explain(config)
     path = tmp_path / "ds.json"
     path.write_text(json.dumps(config))
-    result = cli_run("plan", "--model", "gpt2", "--gpus", "8", "--precision", "fp32", "--config", str(path), "--json")
+    # read as bf16 (misread, the plan would price fp32), and a --precision fp32 typed beside it is refused naming
+    # the config's bf16 (since 2026-12-01; the plan ignored the flag before)
+    result = cli_run("plan", "--model", "gpt2", "--gpus", "8", "--config", str(path), "--json")
     assert result.exit_code == 0 and json.loads(result.output)["workload"]["precision"] == "bf16"
+    typed = cli_run("plan", "--model", "gpt2", "--gpus", "8", "--precision", "fp32", "--config", str(path))
+    assert typed.exit_code == 2 and "gives precision bf16" in typed.output, typed.output
 
 
 def test_worker_precision_falls_back_to_accelerates_mixed_precision(monkeypatch):
