@@ -36,7 +36,7 @@ class Finding:
     def text(self) -> str:
         """Where, what and the fix, without the severity: a launch's note says a warning so."""
         fix = f" Fix: {self.fix}" if self.fix else ""
-        return f"{self.path or '(file)'}: {self.message}.{fix}"
+        return f"{self.path or '(file)'}: {self.message.rstrip('.')}.{fix}"  # DeepSpeed's own messages end in one
 
     def line(self) -> str:
         """One-line human rendering."""

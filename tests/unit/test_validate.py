@@ -40,6 +40,13 @@ def test_unknown_keys_at_every_level_with_suggestions():
 def test_removed_keys_quote_deepspeed():
     [finding] = run({**BASE, "elasticity": {"enabled": True}})
     assert finding.code == "removed-key" and "Elastic training has been removed" in finding.message
+    # DeepSpeed's sentence keeps its one full stop before the fix (until 2026-12-01 a second one was added)
+    import deepspeed
+    from deepspeed.runtime.config import _REMOVED_ZERO_CONFIG_KEYS
+
+    [mics] = run({**BASE, "zero_optimization": {"stage": 3, "mics_shard_size": -1}})
+    assert mics.text() == (f"zero_optimization.mics_shard_size: removed in DeepSpeed {deepspeed.__version__}: "
+                           f"{_REMOVED_ZERO_CONFIG_KEYS['mics_shard_size']} Fix: {mics.fix}")
 
 
 @pytest.mark.parametrize("batch, world, message", [
