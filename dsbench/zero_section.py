@@ -41,6 +41,10 @@ class ZeroSettings:
     """``reduce_bucket_size`` in elements, None when unset or "auto"."""
     prefetch_bucket: int | None
     """``stage3_prefetch_bucket_size`` in elements, None when unset or "auto"."""
+    offload_ratio: float = 1.0
+    """``offload_optimizer.ratio``: the share of the optimizer's sub-groups ZeRO-3 puts on the host, the last ones
+    (runtime/zero/stage3.py, ``subgroup_to_device``: "Percentage of offloaded optimizer states to CPU Adam. Only
+    valid with ZeRO Stage 3"); 1 under the other stages, which never read it."""
 
 
 def _section(config: Any, key: str) -> dict[str, Any]:
@@ -71,7 +75,14 @@ def zero_settings(config: Any) -> ZeroSettings:
     return ZeroSettings(stage=stage if stage in (0, 1, 2, 3) else 0, offload=_device(zero, "offload_optimizer"),
                         offload_param=_device(zero, "offload_param"),
                         reduce_bucket=whole(zero.get("reduce_bucket_size")),
-                        prefetch_bucket=whole(zero.get("stage3_prefetch_bucket_size")))
+                        prefetch_bucket=whole(zero.get("stage3_prefetch_bucket_size")),
+                        offload_ratio=_ratio(zero) if stage == 3 else 1.0)
+
+
+def _ratio(zero: dict[str, Any]) -> float:
+    """``offload_optimizer.ratio`` as pydantic reads it (a number in [0, 1]; validation refuses anything else)."""
+    ratio = _section(zero, "offload_optimizer").get("ratio", 1.0)
+    return float(ratio) if isinstance(ratio, int | float) and not isinstance(ratio, bool) and 0 <= ratio <= 1 else 1.0
 
 
 def stage_as_read(config: Any) -> bool:

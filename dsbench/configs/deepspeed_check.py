@@ -143,8 +143,12 @@ def _from_exception(exc: Exception) -> list[Finding]:
         for err in errors():
             loc = ".".join(str(p) for p in err.get("loc", ()))
             path = ".".join(p for p in (section, loc) if p)
+            # a field's error quotes its value; a model validator's (no loc: an assertion across fields, such as
+            # "Partial offloading only supported for ZeRO Stage 3") has the whole section as its input, which says
+            # nothing the message does not (until 2026-12-01 its repr filled the line and the message was cut off)
+            what = f"{err.get('input')!r}" if loc else "the section"
             out.append(Finding(severity="error", code="deepspeed-rejects", path=path,
-                               message=f"DeepSpeed's {exc.title} rejects {err.get('input')!r}: {err.get('msg')}",
+                               message=f"DeepSpeed's {exc.title} rejects {what}: {err.get('msg')}",
                                fix=f"correct {path or 'the value'} (see DeepSpeed's config docs)"))
         return out
     text = " ".join(str(exc).split()) or type(exc).__name__

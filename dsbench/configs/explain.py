@@ -24,13 +24,16 @@ _STAGES = {
 }
 
 
-def _offload_line(config: dict[str, Any], section: str, what: str, device: str) -> str | None:
+def _offload_line(config: dict[str, Any], section: str, what: str, device: str, ratio: float = 1.0) -> str | None:
     if device == "none":
         return None
     nvme_path = get_path(config, f"zero_optimization.{section}.nvme_path")
     where = "CPU RAM" if device == "cpu" else f"NVMe files under {nvme_path}"
     pinned = " (pinned host memory)" if get_path(config, f"zero_optimization.{section}.pin_memory") else ""
     extra = "; the optimizer step runs on the CPU (DeepSpeedCPUAdam)" if section == "offload_optimizer" else ""
+    if ratio < 1:  # ZeRO-3's partial offload: the last sub-groups on the host, the others on the device
+        extra = (f"; only {ratio:.0%} of them (offload_optimizer.ratio {ratio:g}): those sub-groups step on the CPU "
+                 "(DeepSpeedCPUAdam), the rest stay and step on the device")
     return f"{what} offloaded to {where}{pinned}{extra}"
 
 
@@ -74,7 +77,8 @@ def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
     """Plain-language lines describing the config."""
     zero = zero_settings(config)  # explain's callers refuse an invalid config first (load_valid_config)
     lines = [_STAGES[zero.stage]]
-    lines += [line for line in (_offload_line(config, "offload_optimizer", "optimizer states", zero.offload),
+    lines += [line for line in (_offload_line(config, "offload_optimizer", "optimizer states", zero.offload,
+                                              zero.offload_ratio),
                                 _offload_line(config, "offload_param", "parameters", zero.offload_param)) if line]
     lines += _zero_plus_plus(config) if zero.stage == 3 else []
     pp, tp = parallel_degrees(config)

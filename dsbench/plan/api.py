@@ -196,13 +196,26 @@ def _host_flags(req: PlanRequest) -> tuple[str, str] | None:
 
 def config_candidate(config: dict[str, Any]) -> Candidate:
     """The strategy an existing DeepSpeed config describes (its Ulysses degree included: until 2026-11-30 a config
-    with ``sequence_parallel_size`` was priced as plain data parallelism)."""
+    with ``sequence_parallel_size`` was priced as plain data parallelism). No recompute: the config's
+    ``activation_checkpointing`` section changes nothing under DeepSpeed's engine (configs/inert_check.py, as
+    validate and explain say); until 2026-12-01 ``partition_activations`` priced it as recomputing."""
     zero = zero_settings(config)
     pp, tp = parallel_degrees(config)  # the degrees as validation read them (the config was refused otherwise)
     return Candidate(strategy=f"zero{zero.stage}", offload=zero.offload if zero.stage else "none",
                      offload_param=zero.offload_param if zero.stage == 3 else "none", tp=tp, pp=pp,
-                     ulysses=ulysses_degree(config),
-                     checkpointing=bool(config.get("activation_checkpointing", {}).get("partition_activations")))
+                     ulysses=ulysses_degree(config))
+
+
+def unpriced(config: dict[str, Any]) -> list[str]:
+    """What the config asks for that the plan prices as if it did not: ZeRO++'s switches and ZeRO-3's partial
+    optimizer offload (its whole optimizer is priced on the host)."""
+    section = config.get("zero_optimization") or {}
+    zero = zero_settings(config)
+    asked = [key for key in ("zero_quantized_weights", "zero_quantized_gradients") if section.get(key) is True]
+    hpz = section.get("zero_hpz_partition_size", 1)
+    asked += ["zero_hpz_partition_size"] if isinstance(hpz, int) and not isinstance(hpz, bool) and hpz > 1 else []
+    partial = zero.offload != "none" and zero.offload_ratio < 1
+    return asked + ([f"offload_optimizer.ratio {zero.offload_ratio:g}"] if partial else [])
 
 
 def _config_estimate(config: dict[str, Any], wl: Workload, cl: Cluster, path: str | None) -> Estimate:
@@ -225,7 +238,9 @@ def plan(req: PlanRequest) -> dict[str, Any]:
     top = next((r for r in ranked if r.rank), None)
     if config is not None:  # beside the ranking, compared with its top choice (until 2026-12-01 it took rank 1)
         e = _config_estimate(config, wl, cl, req.config)
-        ranked = [Ranked(e, None, f"the given --config: {reason(e, cl, top and top.estimate)}", given=True),
+        missing = unpriced(config)
+        said = f"; priced without {', '.join(missing)}" if missing else ""
+        ranked = [Ranked(e, None, f"the given --config: {reason(e, cl, top and top.estimate)}{said}", given=True),
                   *ranked]
     check_cost_flags(req.tokens, req.price_per_gpu_hour)  # also when nothing is ranked
     shape = wl.shape

@@ -183,6 +183,30 @@ def test_a_flag_the_config_overrides_is_refused_as_the_launch_refuses_it(cli_run
         "seq_len": 2048, "micro_batch": 2, "grad_accum": 4, "global_batch": 0, "precision": "fp32"}
 
 
+def test_a_configs_row_prices_what_the_engine_runs_and_names_what_it_leaves_out(cli_run, tmp_path):
+    """The config's ``activation_checkpointing`` changes nothing under DeepSpeed's engine (validate warns so): its
+    row is priced without recompute, as the same config without the section (until 2026-12-01 partition_activations
+    priced it recomputing). ZeRO++ and ZeRO-3's partial offload, which the plan does not model, are named."""
+    def row(config: dict) -> dict:
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps(config))
+        result = cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--config", str(path), "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)["candidates"][0]
+
+    base = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
+            "zero_optimization": {"stage": 3}}
+    inert = row({**base, "activation_checkpointing": {"partition_activations": True}})
+    plain = row(base)
+    assert not inert["activation_checkpointing"] and inert["step_s"] == plain["step_s"]
+    assert inert["memory_gib"] == plain["memory_gib"] and "priced without" not in plain["reason"]
+    zeropp = row({**base, "zero_optimization": {"stage": 3, "zero_quantized_weights": True,
+                                                 "zero_hpz_partition_size": 8,
+                                                 "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})
+    assert zeropp["reason"].endswith("; priced without zero_quantized_weights, zero_hpz_partition_size, "
+                                     "offload_optimizer.ratio 0.3"), zeropp["reason"]
+
+
 def test_plan_prices_a_configs_ulysses_layout_as_the_launch_runs_it(cli_run, tmp_path):
     """A config's ``sequence_parallel_size`` is its layout: priced as the Ulysses cell the launch runs (the oracle:
     the run.json and layout `dsbench launch --config` writes for it), not as plain ZeRO-3 over every rank (until

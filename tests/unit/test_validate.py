@@ -157,6 +157,27 @@ def test_deepspeed_own_classes_catch_bad_values():
     assert [(f.code, f.path) for f in findings] == [("value-type", "zero_optimization.offload_param.device")]
 
 
+def test_an_assertion_across_fields_is_said_in_deepspeeds_words_and_explained_under_zero3():
+    """ZeRO-3's partial optimizer offload (offload_optimizer.ratio): DeepSpeed's own section class asserts it below
+    stage 3, and its message is the finding's, whole (until 2026-12-01 the section's repr filled the line and cut
+    it off); under ZeRO-3, explain says which share goes to the host (stage3.py splits the sub-groups so)."""
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from pydantic import ValidationError
+
+    from dsbench.configs.explain import explain
+
+    section = {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}
+    with pytest.raises(ValidationError) as raised:
+        DeepSpeedZeroConfig(**section)
+    [ds] = [f for f in run({**BASE, "zero_optimization": section}, ds=True) if f.code == "deepspeed-rejects"]
+    assert ds.path == "zero_optimization" and raised.value.errors()[0]["msg"] in ds.message
+    assert len(ds.line()) < 240 and "DeepSpeedZeroConfig(" not in ds.message
+    lines = explain({**BASE, "zero_optimization": {**section, "stage": 3}})
+    assert any("only 30% of them (offload_optimizer.ratio 0.3)" in line for line in lines), lines
+    assert not any("ratio" in line for line in explain({**BASE, "zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "cpu"}}}))
+
+
 def test_deepspeed_check_runs_at_the_given_world_size():
     config = {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2}
     assert run(config, world=4, ds=True) == []
