@@ -107,7 +107,11 @@ def _explain_fsdp(config: dict[str, Any]) -> list[str]:
                  "SHARD_GRAD_OP": "gradients and optimizer states sharded, parameters gathered (like ZeRO-2)",
                  "NO_SHARD": "nothing sharded (like DDP)",
                  "HYBRID_SHARD": "sharded within a machine, replicated across machines"}.get(strategy, strategy)
-    lines = [f"engine: FSDP{version} (torch fully_shard): {shard}"]
+    # accelerate runs FSDP1 with torch's FullyShardedDataParallel wrapper and FSDP2 with fully_shard; dsbench's worker
+    # runs both with fully_shard (configs/accelerate_worker.py: FSDP1's strategy as torch's migration notes map it)
+    engine = ("FSDP2 (torch fully_shard)" if version == 2 else "FSDP1 (torch FullyShardedDataParallel under "
+              "accelerate; dsbench's worker runs its settings with FSDP2's fully_shard)")
+    lines = [f"engine: {engine}: {shard}"]
     sizes = {key: as_int(value) for key, value in section_keys(config, "parallelism_config").items()}
     replicas = size_of(sizes, "dp_replicate_size")
     if replicas > 1:  # accelerate's ParallelismConfig: HSDP (dsbench launch --strategy fsdp --dp-shard S)

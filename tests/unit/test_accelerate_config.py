@@ -128,6 +128,9 @@ def test_explain_says_engine_sharding_processes_and_precision():
                        "10.0.0.1:29500"
     assert "FSDP2" in lines[1] and "like ZeRO-2" in lines[1]  # reshard_after_forward false (prefix added)
     assert lines[-1].startswith("precision: bf16 autocast")
+    # FSDP1: accelerate wraps with torch's FullyShardedDataParallel (until 2026-12-01 explain said fully_shard)
+    v1 = accelerate_explain.explain({**fsdp, "fsdp_config": {"fsdp_sharding_strategy": "FULL_SHARD"}})[1]
+    assert v1.startswith("engine: FSDP1 (torch FullyShardedDataParallel under accelerate") and "ZeRO-3" in v1
     ds = {"distributed_type": "DEEPSPEED", "num_processes": 2,
           "deepspeed_config": {"zero3_init_flag": True, "offload_optimizer_device": "cpu"}}
     text = " ".join(accelerate_explain.explain(ds))
