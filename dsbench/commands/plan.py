@@ -28,7 +28,7 @@ from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Explain this DeepSpeed config too.")
 @click.option("--gpus", type=COUNT, help="Total GPUs (one node unless --nodes).")
 @click.option("--nodes", type=COUNT, default=DEFAULTS.nodes, show_default=True)
-@click.option("--gpus-per-node", type=COUNT, help="[--gpus on one node, else 8]")
+@click.option("--gpus-per-node", type=COUNT, help="[--gpus over --nodes, else 8]")
 @click.option("--gpu", default=DEFAULTS.gpu, show_default=True, help="GPU kind (sets peak TFLOPS and memory), or "
               "custom with --peak-tflops, --gpu-mem and --hbm-tbs.")
 @click.option("--gpu-mem", type=POSITIVE, help="GB per GPU [from --gpu].")

@@ -72,9 +72,7 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
         raise UserError("give exactly one of --model NAME and --params N")
     shape = resolve_model(req.model) if req.model else synthetic_shape(float(req.params or 0))
     calibrated = calibrated_profile(req)
-    gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
-    if req.gpus and req.gpus != gpn * req.nodes:
-        raise UserError(f"--gpus {req.gpus} != --nodes {req.nodes} x --gpus-per-node {gpn}")
+    gpn = req.per_node()
     micro, accum, precision, config = _batch_and_precision(req, gpn * req.nodes)
     peak, mem = _peak_and_memory(req, calibrated, precision)
     if min(micro, accum, gpn, req.nodes) < 1 or req.efficiency <= 0 or req.efficiency > 1:

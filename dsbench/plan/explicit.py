@@ -77,10 +77,8 @@ def layout_of(req: LayoutRequest) -> tuple[Layout, GpuProfile, str]:
     else:  # a custom profile carries the link flags already
         hw = custom_profile(req) if req.gpu == CUSTOM else with_links(profile_for(req.gpu), req)
     hw = with_host(hw, req.zero_host_us, req.cpu_adam_rate)
-    gpn = req.gpus_per_node or (req.gpus if req.nodes == 1 and req.gpus else 8)
-    gpus = req.gpus or req.nodes * gpn
-    if gpus != req.nodes * gpn:
-        raise UserError(f"--gpus {gpus} != --nodes {req.nodes} x --gpus-per-node {gpn}")
+    gpn = req.per_node()
+    gpus = req.nodes * gpn
     seq = req.seq_len or min(longest, 2048)
     if seq > longest:
         raise UserError(f"--seq-len {seq} is longer than the model's {longest} positions")

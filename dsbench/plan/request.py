@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dsbench.errors import UserError
+
 if TYPE_CHECKING:
     from dsbench.plan.profile import Profile
 
@@ -52,6 +54,21 @@ class MachineRequest:
     profile: Profile | None = None
     """A machine profile from ``dsbench calibrate``: measured compute rate and links replace datasheet figures
     (``--layout`` takes one written on a CUDA GPU: plan/gpu_calibration.py)."""
+
+    def per_node(self) -> int:
+        """GPUs per node: ``--gpus-per-node``, else ``--gpus`` spread evenly over ``--nodes`` (the total, as torchrun
+        and SLURM count ``--gpus``; until 2026-12-01 ``--gpus 8 --nodes 2`` was refused as 8 per node), else 8. A
+        total that does not divide over the nodes, or that contradicts ``--gpus-per-node``, is one line."""
+        if self.gpus is None:
+            return self.gpus_per_node or 8
+        if self.gpus_per_node is None and self.gpus % self.nodes == 0:
+            return self.gpus // self.nodes
+        if self.gpus_per_node is None:
+            raise UserError(f"--gpus {self.gpus} do not divide evenly over --nodes {self.nodes}: give "
+                            "--gpus-per-node, or a total that divides")
+        if self.gpus != self.nodes * self.gpus_per_node:
+            raise UserError(f"--gpus {self.gpus} != --nodes {self.nodes} x --gpus-per-node {self.gpus_per_node}")
+        return self.gpus_per_node
 
 
 @dataclass(frozen=True, kw_only=True)

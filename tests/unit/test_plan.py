@@ -300,6 +300,21 @@ def test_an_fp32_plan_is_priced_at_the_fp32_units_peak(cli_run, gpu, sheet):
     assert json.loads(result.output)["cluster"]["peak_tflops"] == sheet
 
 
+@pytest.mark.parametrize("layout", [(), ("--layout", "fsdp")])
+def test_gpus_are_the_total_spread_over_the_nodes(cli_run, layout):
+    """--gpus counts every GPU, as torchrun and SLURM users count them: --gpus 8 --nodes 2 is 2 nodes of 4, the plan
+    of --nodes 2 --gpus-per-node 4 (until 2026-12-01 refused as 8 per node); a total that does not divide is one
+    line."""
+    def planned(*flags: str) -> dict:
+        result = cli_run("plan", "--model", "llama-7b", *flags, *layout, "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    assert planned("--gpus", "8", "--nodes", "2") == planned("--nodes", "2", "--gpus-per-node", "4")
+    uneven = cli_run("plan", "--model", "llama-7b", "--gpus", "9", "--nodes", "2", *layout)
+    assert uneven.exit_code == 2 and "--gpus 9 do not divide evenly over --nodes 2" in uneven.output
+
+
 def test_zero_paper_table_1_through_the_cli(cli_run):
     """Psi = 7.5B on N_d = 64 (Table 1, K = 12): 120 / 31.4 / 16.6 / 1.88 GB, typed as a user would."""
     result = cli_run("plan", "--params", "7.5e9", "--gpus", "64", "--accounting", "mixed16", "--json")
