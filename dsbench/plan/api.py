@@ -238,8 +238,8 @@ def plan(req: PlanRequest) -> dict[str, Any]:
         e = _config_estimate(config, wl, cl, req.config)
         missing = unpriced(config)
         said = f"; priced without {', '.join(missing)}" if missing else ""
-        ranked = [Ranked(e, None, f"the given --config: {reason(e, cl, top and top.estimate)}{said}", given=True),
-                  *ranked]
+        why = reason(e, cl, top and top.estimate, ranked=False)
+        ranked = [Ranked(e, None, f"the given --config: {why}{said}", given=True), *ranked]
     check_cost_flags(req.tokens, req.price_per_gpu_hour)  # also when nothing is ranked
     shape = wl.shape
     return {

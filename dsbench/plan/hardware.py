@@ -36,8 +36,7 @@ INTERCONNECTS = {
     "pcie5": Link("pcie5", 50.0, 10.0, "PCIe 5.0 x16, ~50 GB/s achievable each way"),
 }
 
-# Dense bf16 peak TFLOPS (datasheets).
-# --gpu: the 16-bit tensor-core dense peak and the memory of each GPU dsbench knows (dsbench/gpus.py)
+
 def link(name: str | None, bandwidth: float | None = None, latency: float | None = None,
          flag: str = "--interconnect") -> Link:
     """A named link, or a custom one from ``--bandwidth`` (GB/s) and ``--latency`` (µs); an unknown name is one

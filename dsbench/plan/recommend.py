@@ -66,7 +66,9 @@ class Ranked:
     """The layout of ``plan --config``'s file: shown first beside the ranking, never ranked or recommended."""
 
 
-def reason(e: Estimate, cl: Cluster, best: Estimate | None) -> str:
+def reason(e: Estimate, cl: Cluster, best: Estimate | None, ranked: bool = True) -> str:
+    """Why a candidate stands where it does: its memory, its step, and its step against the top choice's (a ranked
+    one faster than it lost a near tie; ``ranked=False``, plan --config's row, is only compared)."""
     need, have = e.device_total / 1e9, cl.gpu_mem_gb
     if not e.fits:
         host = e.host_per_node / 1e9
@@ -77,8 +79,8 @@ def reason(e: Estimate, cl: Cluster, best: Estimate | None) -> str:
     if best is not None and e is not best:
         ratio = e.step_s / best.step_s
         parts.append(f"{ratio:.2f}x the top choice's step time" + (  # faster than it: the tie it lost
-            f", placed below it as a near tie (within {NEAR_TIE:.0%}) that the simpler layout wins" if ratio < 1
-            else ""))
+            f", placed below it as a near tie (within {NEAR_TIE:.0%}) that the simpler layout wins"
+            if ratio < 1 and ranked else ""))
     if e.bubble:
         parts.append(f"pipeline bubble {e.bubble:.0%}")
     if e.offload_s:

@@ -50,3 +50,17 @@ def test_random_sets_keep_the_two_promises():
         fastest = min(e.step_s for e in items)
         tied = [e for e in items if e.step_s <= fastest * (1 + NEAR_TIE)]
         assert simplicity(order[0]) == min(map(simplicity, tied))  # the first is the simplest of the tie
+
+
+def test_only_a_ranked_candidate_faster_than_the_top_is_said_to_have_lost_a_tie():
+    """plan --config's row is compared with the top choice, never placed against it: faster, it says only so."""
+    from dsbench.plan.recommend import reason
+
+    def est(step_s: float) -> SimpleNamespace:
+        return SimpleNamespace(device_total=40e9, fits=True, step_s=step_s, dominant="compute", bubble=0,
+                               offload_s=0)
+
+    cluster, top, faster = SimpleNamespace(gpu_mem_gb=80), est(1.0), est(0.97)
+    assert reason(faster, cluster, top).endswith("0.97x the top choice's step time, placed below it as a near tie "
+                                                 f"(within {NEAR_TIE:.0%}) that the simpler layout wins")
+    assert reason(faster, cluster, top, ranked=False).endswith("; 0.97x the top choice's step time")
