@@ -142,7 +142,8 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
                       dp_shard=req.render_flags.get("dp_shard") or 0,
                       deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
     base = with_inherited_env(base, req)
-    world = base.world_size()
+    # torchrun and accelerate run the same ranks on every node: uneven slots are refused before anything is written
+    world = base.ranks_per_node() * base.nodes() if req.launcher in ("torchrun", "accelerate") else base.world_size()
     config_path, config, layout, notes = (_written_config(req, world) if req.strategy == "deepspeed"
                                           else (None, None, None, []))
     spec = replace(base, ds_config=str(config_path) if config_path else None)

@@ -31,7 +31,7 @@ def write_recommendation(directory: str, result: dict[str, Any], model: str | No
     """The recommendation's DeepSpeed config (DeepSpeed strategies) and the accelerate YAML that runs it, in a new
     folder; the command to launch it is the recommendation's."""
     from dsbench.io import atomic_write_text
-    from dsbench.launchers.accelerate import ACCELERATE_PRECISION, accelerate_yaml, yaml_text
+    from dsbench.launchers.accelerate import ACCELERATE_PRECISION, MAIN_NODE_IP, accelerate_yaml, yaml_text
     from dsbench.plan.candidate import Candidate
     from dsbench.strategies import RENDERED_ENGINES
 
@@ -54,7 +54,7 @@ def write_recommendation(directory: str, result: dict[str, Any], model: str | No
     if how.engine in RENDERED_ENGINES and how.tp == how.pp == 1:  # accelerate runs no AutoTP or pipeline engine
         yaml_path = str(folder / "accelerate.yaml")
         yaml = accelerate_yaml(how.engine, processes=world, machines=cluster["nodes"],
-                               main_ip="127.0.0.1" if cluster["nodes"] == 1 else "MAIN_NODE_IP", port=29500,
+                               main_ip="127.0.0.1" if cluster["nodes"] == 1 else MAIN_NODE_IP, port=29500,
                                ds_config=ds_config, mixed_precision=ACCELERATE_PRECISION[work["precision"]],
                                dp_shard=how.dp_shard)
         atomic_write_text(yaml_path, yaml_text(yaml, yaml_path, by="dsbench plan --write"))

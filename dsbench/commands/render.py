@@ -69,7 +69,13 @@ def _render_to_accelerate(path: str, kind: str, output: str | None, preset: str 
     from dsbench.hostfile import read_hostfile
     from dsbench.io import atomic_write_text, dumps_json
     from dsbench.launchers import LaunchSpec
-    from dsbench.launchers.accelerate import ACCELERATE_PRECISION, accelerate_yaml, check_to_accelerate, yaml_text
+    from dsbench.launchers.accelerate import (
+        ACCELERATE_PRECISION,
+        accelerate_yaml,
+        check_to_accelerate,
+        processes,
+        yaml_text,
+    )
 
     world_size, hostfile, include, exclude = world_options_given
     given = [f"--{name.replace('_', '-')}" for name, value in flags.items() if value is not None]
@@ -80,6 +86,7 @@ def _render_to_accelerate(path: str, kind: str, output: str | None, preset: str 
         raise UserError("--to-accelerate needs --world-size N or --hostfile: the YAML's num_processes")
     spec = (LaunchSpec(hosts=tuple(read_hostfile(hostfile)), hostfile=hostfile, include=include, exclude=exclude)
         if hostfile else LaunchSpec(nproc_per_node=world))
+    world = processes(spec)  # the same ranks on every node, checked before anything is written
     if kind == "deepspeed":
         assert output
         config, notes = render_config(dict(flags, world_size=world), preset, model, keep_auto, sets)
@@ -90,7 +97,9 @@ def _render_to_accelerate(path: str, kind: str, output: str | None, preset: str 
     yaml = accelerate_yaml(kind, processes=world, machines=spec.nodes(), main_ip=spec.first_host(), port=29500,
                            ds_config=output, mixed_precision=ACCELERATE_PRECISION[flags.get("precision") or "fp32"])
     atomic_write_text(path, yaml_text(yaml, path))
-    click.echo(f"wrote {path}: accelerate launch --config_file {path} -m dsbench.train", err=True)
+    click.echo(f"wrote {path}: " + (f"accelerate launch --config_file {path} -m dsbench.train" if spec.nodes() == 1
+                                     else f"its header gives the command for each of its {spec.nodes()} nodes"),
+               err=True)
 
 
 COMMAND = render

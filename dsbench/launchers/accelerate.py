@@ -52,9 +52,21 @@ def accelerate_yaml(kind: str, *, processes: int, machines: int, main_ip: str, p
     return {**common, "distributed_type": "MULTI_GPU", "mixed_precision": mixed_precision}
 
 
+MAIN_NODE_IP = "MAIN_NODE_IP"
+"""The address a YAML written without hosts gives machine 0 (plan --write): validate refuses it until it is set."""
+
+
+def processes(spec: LaunchSpec) -> int:
+    """``num_processes``: accelerate starts num_processes // num_machines on every machine (accelerate/utils/
+    launch.py, ``nproc_per_node``), so every node must run as many; a hostfile whose slots differ is refused (until
+    2026-12-01 the accelerate launcher and render --to-accelerate wrote its total, 20 over slots 8, 8, 4, and
+    accelerate would have started 6 a node)."""
+    return spec.ranks_per_node() * spec.nodes()
+
+
 def accelerate_config(spec: LaunchSpec) -> dict[str, Any]:
     """The accelerate config dict for ``spec``."""
-    return accelerate_yaml(spec.strategy, processes=spec.world_size(), machines=spec.nodes(),
+    return accelerate_yaml(spec.strategy, processes=processes(spec), machines=spec.nodes(),
                            main_ip=spec.first_host(), port=spec.master_port, ds_config=spec.ds_config,
                            mixed_precision=spec.mixed_precision, dp_shard=spec.dp_shard)
 
@@ -82,11 +94,11 @@ def check_to_accelerate(kind: str, given: list[str], output: str | None) -> None
 def yaml_text(config: dict[str, Any], path: str, by: str = "dsbench render --to-accelerate") -> str:
     """The YAML file ``render --to-accelerate`` (or ``plan --write``) writes: how to run it, then the config."""
     machines = int(config.get("num_machines", 1))
+    # accelerate's multi-node launch: the same command on every node, each with its own --machine_rank, all pointing
+    # at node 0 (accelerate's launch docs); plan --write's placeholder address refuses to start until it is set
+    unset = ", once main_process_ip below is node 0's address" if config.get("main_process_ip") == MAIN_NODE_IP else ""
     run = (f"#   accelerate launch --config_file {path} -m dsbench.train\n" if machines == 1 else
-           # accelerate's multi-node launch: the same command on every node, each with its own --machine_rank, all
-           # pointing at node 0 (accelerate's launch docs); the YAML's placeholder refuses to start until it is set
-           f"# on each of the {machines} nodes, R = 0 (the main node) .. {machines - 1}, once main_process_ip below is "
-           "node 0's address:\n"
+           f"# on each of the {machines} nodes, R = 0 (the main node) .. {machines - 1}{unset}:\n"
            f"#   accelerate launch --config_file {path} --machine_rank R -m dsbench.train\n")
     return (f"# written by {by}; run it with:\n" + run
             + "# (a relative deepspeed_config_file is read from the folder accelerate is launched in)\n"
@@ -116,7 +128,7 @@ def build(spec: LaunchSpec) -> LaunchCommand:
     if not spec.multinode():
         return LaunchCommand(argv=["accelerate", "launch", *options, *tail], env=cpu_env(spec), files=files)
     if spec.user_accelerate_config:  # the hostfile says where each machine is and how many ranks it runs
-        options += ["--num_processes", str(spec.world_size()), "--num_machines", str(spec.nodes()),
+        options += ["--num_processes", str(processes(spec)), "--num_machines", str(spec.nodes()),
                     "--main_process_ip", spec.first_host(), "--main_process_port", str(spec.master_port)]
     command = fan_out(spec, {host: [spec.python, "-m", "accelerate.commands.launch", *options, "--machine_rank",
                                     str(rank), *tail] for rank, host in enumerate(spec.selection())})

@@ -299,6 +299,30 @@ def test_to_accelerate_with_a_hostfile_names_its_machines(cli_run, tmp_path):
     assert result.exit_code == 0, result.output
     config = yaml.safe_load((tmp_path / "ddp.yaml").read_text())
     assert (config["num_machines"], config["num_processes"], config["main_process_ip"]) == (2, 4, "node1")
+    header = (tmp_path / "ddp.yaml").read_text().split("\ncompute_environment")[0]
+    assert "--machine_rank R" in header and "main_process_ip below" not in header  # node1 is set, no placeholder
+
+
+@pytest.mark.parametrize("how", ["render", "launch"])
+def test_a_hostfile_with_uneven_slots_is_refused_for_accelerate_before_anything_is_written(cli_run, tmp_path, how):
+    """accelerate starts num_processes // num_machines on every machine (its own launch code, below): slots 2, 2, 1
+    would start 1 a node, not 5. Refused in one line, and no file is written (until 2026-12-01 both wrote 5)."""
+    from accelerate.commands.launch import launch_command_parser
+    from accelerate.utils.launch import prepare_multi_gpu_env
+
+    args = launch_command_parser().parse_args(shlex.split(
+        "--num_processes 5 --num_machines 3 --machine_rank 0 --main_process_ip node1 --main_process_port 29500 "
+        "--mixed_precision no --dynamo_backend no -m dsbench.train"))
+    prepare_multi_gpu_env(args)
+    assert (args.nproc_per_node, args.nnodes) == ("1", "3")  # 5 // 3 a machine: the oracle
+    (tmp_path / "hosts").write_text("node1 slots=2\nnode2 slots=2\nnode3 slots=1\n")
+    if how == "render":
+        result = cli_run("render", "--zero", "2", "--hostfile", "hosts", "-o", "ds.json", "--to-accelerate", "a.yaml")
+    else:
+        result = cli_run("launch", "--launcher", "accelerate", "--zero", "2", "--hostfile", "hosts", "--dry-run",
+                         "--run-dir", "run")
+    assert result.exit_code == 2 and "different slot counts [1, 2]" in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hosts"]
 
 
 @pytest.mark.parametrize("kind, given, output, message", [
