@@ -54,8 +54,7 @@ class PreparedLaunch:
     notes: list[str]
 
 
-# Render flags that the native strategies take as worker flags (deepspeed reads them from its config): render flag
-# -> TrainSpec field.
+# Render flags that the native strategies take as worker flags (deepspeed reads them from its config) -> TrainSpec.
 _NATIVE_FIELDS = {"micro_batch": "micro_batch", "grad_accum": "grad_accum", "lr": "lr", "grad_clip": "grad_clip",
                   "precision": "precision", "warmup_steps": "lr_warmup_steps"}
 
@@ -240,7 +239,8 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
     if hosts:
         selected = LaunchSpec(hosts=hosts, hostfile=req.hostfile, include=req.include, exclude=req.exclude,
                               num_nodes=req.num_nodes)
-        overrides = check_hostfile_overrides(overrides, selected.world_size(), selected.nodes(), req.hostfile)
+        world = selected.ranks_per_node() * selected.nodes()  # accelerate: the same ranks a node, or refused here
+        overrides = check_hostfile_overrides(overrides, world, selected.nodes(), req.hostfile)
         # what the per-node commands pass (launchers/accelerate.py build): machine 0 is the first host
         overrides |= {"main_process_ip": selected.first_host(), "machine_rank": 0}
     given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once

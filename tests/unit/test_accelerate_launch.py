@@ -303,7 +303,7 @@ def test_to_accelerate_with_a_hostfile_names_its_machines(cli_run, tmp_path):
     assert "--machine_rank R" in header and "main_process_ip below" not in header  # node1 is set, no placeholder
 
 
-@pytest.mark.parametrize("how", ["render", "launch"])
+@pytest.mark.parametrize("how", ["render", "launch", "user_yaml"])
 def test_a_hostfile_with_uneven_slots_is_refused_for_accelerate_before_anything_is_written(cli_run, tmp_path, how):
     """accelerate starts num_processes // num_machines on every machine (its own launch code, below): slots 2, 2, 1
     would start 1 a node, not 5. Refused in one line, and no file is written (until 2026-12-01 both wrote 5)."""
@@ -318,11 +318,18 @@ def test_a_hostfile_with_uneven_slots_is_refused_for_accelerate_before_anything_
     (tmp_path / "hosts").write_text("node1 slots=2\nnode2 slots=2\nnode3 slots=1\n")
     if how == "render":
         result = cli_run("render", "--zero", "2", "--hostfile", "hosts", "-o", "ds.json", "--to-accelerate", "a.yaml")
-    else:
+    elif how == "launch":
         result = cli_run("launch", "--launcher", "accelerate", "--zero", "2", "--hostfile", "hosts", "--dry-run",
                          "--run-dir", "run")
+    else:  # the user's own YAML, its machines given by the hostfile
+        (tmp_path / "u.yaml").write_text(yaml.safe_dump({
+            "compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU", "num_machines": 3,
+            "num_processes": 5, "main_process_ip": "node1", "machine_rank": 0, "mixed_precision": "no",
+            "use_cpu": True}))
+        result = cli_run("launch", "--accelerate-config", "u.yaml", "--hostfile", "hosts", "--dry-run", "--run-dir",
+                         "run")
     assert result.exit_code == 2 and "different slot counts [1, 2]" in result.output, result.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hosts"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["hosts", *["u.yaml"] * (how == "user_yaml")])
 
 
 @pytest.mark.parametrize("kind, given, output, message", [
