@@ -239,8 +239,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
     if hosts:
         selected = LaunchSpec(hosts=hosts, hostfile=req.hostfile, include=req.include, exclude=req.exclude,
                               num_nodes=req.num_nodes)
-        world = selected.ranks_per_node() * selected.nodes()  # accelerate: the same ranks a node, or refused here
-        overrides = check_hostfile_overrides(overrides, world, selected.nodes(), req.hostfile)
+        overrides = check_hostfile_overrides(overrides, selected.ranks_per_node(), selected.nodes(), req.hostfile)
         # what the per-node commands pass (launchers/accelerate.py build): machine 0 is the first host
         overrides |= {"main_process_ip": selected.first_host(), "machine_rank": 0}
     given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once
