@@ -41,10 +41,26 @@ class ZeroSettings:
     """``reduce_bucket_size`` in elements, None when unset or "auto"."""
     prefetch_bucket: int | None
     """``stage3_prefetch_bucket_size`` in elements, None when unset or "auto"."""
+    quantized_weights: bool = False
+    """ZeRO++'s qwZ: ``zero_quantized_weights`` true (Wang et al. 2023, "ZeRO++", section 3.1)."""
+    hpz: int = 1
+    """ZeRO++'s hpZ: ``zero_hpz_partition_size``, the ranks a secondary copy of the parameters is partitioned over
+    (1: none; section 3.2)."""
+    quantized_gradients: bool = False
+    """ZeRO++'s qgZ: ``zero_quantized_gradients`` true (section 3.3)."""
     offload_ratio: float = 1.0
     """``offload_optimizer.ratio``: the share of the optimizer's sub-groups ZeRO-3 puts on the host, the last ones
     (runtime/zero/stage3.py, ``subgroup_to_device``: "Percentage of offloaded optimizer states to CPU Adam. Only
     valid with ZeRO Stage 3"); 1 under the other stages, which never read it."""
+
+
+    @property
+    def zeropp(self) -> tuple[str, ...]:
+        """The ZeRO++ keys the section turns on, in its paper's order (qwZ, hpZ, qgZ); DeepSpeed acts on them at
+        stage 3 only."""
+        on = (("zero_quantized_weights", self.quantized_weights), ("zero_hpz_partition_size", self.hpz > 1),
+              ("zero_quantized_gradients", self.quantized_gradients))
+        return tuple(key for key, set_ in on if set_)
 
 
 def _section(config: Any, key: str) -> dict[str, Any]:
@@ -76,6 +92,9 @@ def zero_settings(config: Any) -> ZeroSettings:
                         offload_param=_device(zero, "offload_param"),
                         reduce_bucket=whole(zero.get("reduce_bucket_size")),
                         prefetch_bucket=whole(zero.get("stage3_prefetch_bucket_size")),
+                        quantized_weights=zero.get("zero_quantized_weights") is True,
+                        hpz=whole(zero.get("zero_hpz_partition_size")) or 1,
+                        quantized_gradients=zero.get("zero_quantized_gradients") is True,
                         offload_ratio=_ratio(zero) if stage == 3 else 1.0)
 
 

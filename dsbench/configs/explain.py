@@ -109,14 +109,12 @@ def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
 
 def _zero_plus_plus(config: dict[str, Any]) -> list[str]:
     """ZeRO++'s three switches, as its paper names them (Wang et al. 2023, "ZeRO++", sections 3.1-3.3)."""
-    section = config.get("zero_optimization") or {}
-    hpz = section.get("zero_hpz_partition_size", 1)
-    parts = ["qwZ: the weights all-gathered in int8, quantized block by block (zero_quantized_weights)"
-             if section.get("zero_quantized_weights") is True else "",
-             f"hpZ: a second copy of the parameters partitioned over groups of {hpz} ranks, so that the backward's "
-             "all-gathers stay inside such a group, a node (zero_hpz_partition_size)"
-             if isinstance(hpz, int) and not isinstance(hpz, bool) and hpz > 1 else "",
-             "qgZ: the gradients reduce-scattered in int4 by all-to-all, within then across nodes "
-             "(zero_quantized_gradients)" if section.get("zero_quantized_gradients") is True else ""]
-    said = [part for part in parts if part]
-    return [f"ZeRO++: {'; '.join(said)}"] if said else []
+    zero = zero_settings(config)
+    said = {"zero_quantized_weights": "qwZ: the weights all-gathered in int8, quantized block by block "
+                                      "(zero_quantized_weights)",
+            "zero_hpz_partition_size": f"hpZ: a second copy of the parameters partitioned over groups of {zero.hpz} "
+                                       "ranks, so that the backward's all-gathers stay inside such a group, a node "
+                                       "(zero_hpz_partition_size)",
+            "zero_quantized_gradients": "qgZ: the gradients reduce-scattered in int4 by all-to-all, within then "
+                                        "across nodes (zero_quantized_gradients)"}
+    return [f"ZeRO++: {'; '.join(said[key] for key in zero.zeropp)}"] if zero.zeropp else []

@@ -132,10 +132,7 @@ def check_combinations(config: dict[str, Any], ctx: ValidateContext) -> list[Fin
     stage, opt_dev, par_dev = zero.stage, zero.offload, zero.offload_param
     if stage_as_read(config):  # a stage DeepSpeed would not run as written is check_types' error, not a combination
         out += _offload_combinations(config, stage, opt_dev, par_dev)
-    hpz = get_path(config, "zero_optimization.zero_hpz_partition_size")
-    zeropp = ((["zero_hpz_partition_size"] if isinstance(hpz, int) and not isinstance(hpz, bool) and hpz > 1 else [])
-              + [k for k in ("zero_quantized_weights", "zero_quantized_gradients")
-                 if get_path(config, f"zero_optimization.{k}") is True])
+    zeropp = zero.zeropp
     if zeropp and stage < 3:
         out.append(Finding(severity="warning", code="zeropp-below-zero3", path=f"zero_optimization.{zeropp[0]}",
                            message=f"ZeRO++ settings ({', '.join(zeropp)}) only act at ZeRO stage 3; at stage "

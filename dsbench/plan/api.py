@@ -207,13 +207,9 @@ def config_candidate(config: dict[str, Any]) -> Candidate:
 def unpriced(config: dict[str, Any]) -> list[str]:
     """What the config asks for that the plan prices as if it did not: ZeRO++'s switches and ZeRO-3's partial
     optimizer offload (its whole optimizer is priced on the host)."""
-    section = config.get("zero_optimization") or {}
     zero = zero_settings(config)
-    asked = [key for key in ("zero_quantized_weights", "zero_quantized_gradients") if section.get(key) is True]
-    hpz = section.get("zero_hpz_partition_size", 1)
-    asked += ["zero_hpz_partition_size"] if isinstance(hpz, int) and not isinstance(hpz, bool) and hpz > 1 else []
     partial = zero.offload != "none" and zero.offload_ratio < 1
-    return asked + ([f"offload_optimizer.ratio {zero.offload_ratio:g}"] if partial else [])
+    return [*zero.zeropp, *([f"offload_optimizer.ratio {zero.offload_ratio:g}"] if partial else [])]
 
 
 def _config_estimate(config: dict[str, Any], wl: Workload, cl: Cluster, path: str | None) -> Estimate:

@@ -19,6 +19,10 @@ SECTIONS = [
     {"stage": 3, "cpu_offload": True, "cpu_offload_param": True, "cpu_offload_use_pin_memory": True},
     {"stage": 2, "cpu_offload": False},
     {"stage": 3, "cpu_offload_param": True, "offload_optimizer": {"device": "nvme", "nvme_path": "/local"}},
+    # ZeRO++ (its hpZ group a whole float too) and ZeRO-3's partial optimizer offload
+    {"stage": 3, "zero_quantized_weights": True, "zero_hpz_partition_size": 8.0, "zero_quantized_gradients": True,
+     "offload_optimizer": {"device": "cpu", "ratio": 0.3}},
+    {"stage": 3, "zero_hpz_partition_size": 1, "zero_quantized_weights": False},
 ]
 
 
@@ -41,6 +45,11 @@ def test_the_section_reads_as_deepspeeds_pydantic_reads_it(section):
         assert ours.reduce_bucket == theirs.reduce_bucket_size and isinstance(ours.reduce_bucket, int)
     if "stage3_prefetch_bucket_size" in section:
         assert ours.prefetch_bucket == theirs.prefetch_bucket_size
+    # ZeRO++'s switches and the share of the optimizer ZeRO-3 offloads, as DeepSpeed's fields hold them
+    assert (ours.quantized_weights, ours.hpz, ours.quantized_gradients) == (
+        theirs.zero_quantized_weights, theirs.zero_hpz_partition_size, theirs.zero_quantized_gradients)
+    if theirs.offload_optimizer is not None:
+        assert ours.offload_ratio == theirs.offload_optimizer.ratio
 
 
 @pytest.mark.parametrize("config", [{"zero_optimization": None}, {"zero_optimization": "3"}, [], None,
