@@ -142,7 +142,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
                       deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
     base = with_inherited_env(base, req)
     # torchrun and accelerate run the same ranks on every node: uneven slots are refused before anything is written
-    world = base.ranks_per_node() * base.nodes() if req.launcher in ("torchrun", "accelerate") else base.world_size()
+    world = base.even_world() if req.launcher in ("torchrun", "accelerate") else base.world_size()
     config_path, config, layout, notes = (_written_config(req, world) if req.strategy == "deepspeed"
                                           else (None, None, None, []))
     spec = replace(base, ds_config=str(config_path) if config_path else None)
@@ -239,7 +239,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
     if hosts:
         selected = LaunchSpec(hosts=hosts, hostfile=req.hostfile, include=req.include, exclude=req.exclude,
                               num_nodes=req.num_nodes)
-        overrides = check_hostfile_overrides(overrides, selected.ranks_per_node(), selected.nodes(), req.hostfile)
+        overrides = check_hostfile_overrides(overrides, selected.even_world(), selected.nodes(), req.hostfile)
         # what the per-node commands pass (launchers/accelerate.py build): machine 0 is the first host
         overrides |= {"main_process_ip": selected.first_host(), "machine_rank": 0}
     given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once

@@ -57,10 +57,8 @@ def _definition(train: trainspec.TrainSpec, shape: ModelShape, dims: ParallelDim
     return {key: value for key, value in run.items() if value not in (None, "auto")}
 
 
-def check_hostfile_overrides(overrides: dict[str, int], per_node: int, nodes: int, hostfile: str) -> dict[str, int]:
-    """With --hostfile, the hostfile's hosts and slots are the machines and processes; typed counts must agree.
-    ``per_node``: accelerate starts the same ranks on every machine (LaunchSpec.ranks_per_node refuses others)."""
-    world = per_node * nodes
+def check_hostfile_overrides(overrides: dict[str, int], world: int, nodes: int, hostfile: str) -> dict[str, int]:
+    """With --hostfile, the hostfile's hosts and slots are the machines and processes; typed counts must agree."""
     for key, value in (("num_processes", world), ("num_machines", nodes)):
         if key in overrides and overrides[key] != value:
             raise UserError(f"--{key.replace('_', '-')} {overrides[key]} disagrees with {hostfile} ({value}): drop it "

@@ -73,7 +73,6 @@ def _render_to_accelerate(path: str, kind: str, output: str | None, preset: str 
         ACCELERATE_PRECISION,
         accelerate_yaml,
         check_to_accelerate,
-        processes,
         yaml_text,
     )
 
@@ -86,7 +85,7 @@ def _render_to_accelerate(path: str, kind: str, output: str | None, preset: str 
         raise UserError("--to-accelerate needs --world-size N or --hostfile: the YAML's num_processes")
     spec = (LaunchSpec(hosts=tuple(read_hostfile(hostfile)), hostfile=hostfile, include=include, exclude=exclude)
         if hostfile else LaunchSpec(nproc_per_node=world))
-    world = processes(spec)  # the same ranks on every node, checked before anything is written
+    world = spec.even_world()  # the same ranks on every node, checked before anything is written
     if kind == "deepspeed":
         assert output
         config, notes = render_config(dict(flags, world_size=world), preset, model, keep_auto, sets)

@@ -56,17 +56,10 @@ MAIN_NODE_IP = "MAIN_NODE_IP"
 """The address a YAML written without hosts gives machine 0 (plan --write): validate refuses it until it is set."""
 
 
-def processes(spec: LaunchSpec) -> int:
-    """``num_processes``: accelerate starts num_processes // num_machines on every machine (accelerate/utils/
-    launch.py, ``nproc_per_node``), so every node must run as many; a hostfile whose slots differ is refused (until
-    2026-12-01 the accelerate launcher and render --to-accelerate wrote its total, 20 over slots 8, 8, 4, and
-    accelerate would have started 6 a node)."""
-    return spec.ranks_per_node() * spec.nodes()
-
-
 def accelerate_config(spec: LaunchSpec) -> dict[str, Any]:
     """The accelerate config dict for ``spec``."""
-    return accelerate_yaml(spec.strategy, processes=processes(spec), machines=spec.nodes(),
+    # the same ranks on every node (until 2026-12-01 slots 8, 8, 4 wrote num_processes 20, started as 6 a node)
+    return accelerate_yaml(spec.strategy, processes=spec.even_world(), machines=spec.nodes(),
                            main_ip=spec.first_host(), port=spec.master_port, ds_config=spec.ds_config,
                            mixed_precision=spec.mixed_precision, dp_shard=spec.dp_shard)
 
@@ -128,7 +121,7 @@ def build(spec: LaunchSpec) -> LaunchCommand:
     if not spec.multinode():
         return LaunchCommand(argv=["accelerate", "launch", *options, *tail], env=cpu_env(spec), files=files)
     if spec.user_accelerate_config:  # the hostfile says where each machine is and how many ranks it runs
-        options += ["--num_processes", str(processes(spec)), "--num_machines", str(spec.nodes()),
+        options += ["--num_processes", str(spec.even_world()), "--num_machines", str(spec.nodes()),
                     "--main_process_ip", spec.first_host(), "--main_process_port", str(spec.master_port)]
     command = fan_out(spec, {host: [spec.python, "-m", "accelerate.commands.launch", *options, "--machine_rank",
                                     str(rank), *tail] for rank, host in enumerate(spec.selection())})

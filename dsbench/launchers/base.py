@@ -158,6 +158,11 @@ class LaunchSpec:
                             "number of ranks on every node (use --include or the deepspeed launcher)")
         return counts.pop()
 
+    def even_world(self) -> int:
+        """Every rank of a launcher that starts the same count on each node (torchrun's --nproc-per-node; accelerate
+        starts num_processes // num_machines a machine, accelerate/utils/launch.py): slots that differ are refused."""
+        return self.ranks_per_node() * self.nodes()
+
     def multinode(self) -> bool:
         """True when ranks run on other machines (a selected host that is not this one)."""
         hosts = list(self.selection())
