@@ -19,25 +19,30 @@ class Gpu:
     bf16_tflops: float
     fp32_tflops: float
     memory_gb: float
+    intra: str = "nvlink"
+    """The link between a node's GPUs (dsbench.plan.hardware.INTERCONNECTS): NVLink on SXM parts, PCIe on the
+    cards that have none or pair them only by bridge (a ring over 8 then runs at PCIe's rate)."""
 
     def peak_tflops(self, precision: str) -> float:
         return self.bf16_tflops if precision in ("bf16", "fp16") else self.fp32_tflops
 
 
-# NVIDIA datasheets: H100/H200 (SXM5), A100, L40S, L4, A10, V100 (SXM2), T4, GeForce RTX 4090.
+# NVIDIA datasheets: H100/H200 (SXM5), A100, L40S, L4, A10, V100 (SXM2), T4, GeForce RTX 4090. The link within a
+# node: NVLink 4 on H100/H200 SXM, NVLink 3 on A100 SXM, NVLink 2 on V100 SXM2; H100 NVL and PCIe pair by NVLink
+# bridge only (PCIe 5.0 between pairs); L40S, L4, A10 and RTX 4090 have no NVLink (PCIe 4.0), T4 neither (PCIe 3.0).
 TABLE = (
-    Gpu("h200", "H200", 989.0, 67.0, 141),
-    Gpu("h100-nvl", "H100 NVL", 835.0, 60.0, 94),
-    Gpu("h100-pcie", "H100 PCIe", 756.0, 51.0, 80),
-    Gpu("h100", "H100", 989.0, 67.0, 80),
-    Gpu("a100", "A100", 312.0, 19.5, 80),
-    Gpu("a100-40g", "A100", 312.0, 19.5, 40),
-    Gpu("l40s", "L40S", 362.0, 91.6, 48),
-    Gpu("l4", "L4", 121.0, 30.3, 24),
-    Gpu("a10", "A10", 125.0, 31.2, 24),
-    Gpu("v100", "V100", 125.0, 15.7, 32),
-    Gpu("rtx4090", "RTX 4090", 165.0, 82.6, 24),
-    Gpu("t4", "T4", 65.0, 8.1, 16),
+    Gpu("h200", "H200", 989.0, 67.0, 141, "nvlink4"),
+    Gpu("h100-nvl", "H100 NVL", 835.0, 60.0, 94, "pcie5"),
+    Gpu("h100-pcie", "H100 PCIe", 756.0, 51.0, 80, "pcie5"),
+    Gpu("h100", "H100", 989.0, 67.0, 80, "nvlink4"),
+    Gpu("a100", "A100", 312.0, 19.5, 80, "nvlink"),
+    Gpu("a100-40g", "A100", 312.0, 19.5, 40, "nvlink"),
+    Gpu("l40s", "L40S", 362.0, 91.6, 48, "pcie4"),
+    Gpu("l4", "L4", 121.0, 30.3, 24, "pcie4"),
+    Gpu("a10", "A10", 125.0, 31.2, 24, "pcie4"),
+    Gpu("v100", "V100", 125.0, 15.7, 32, "nvlink2"),
+    Gpu("rtx4090", "RTX 4090", 165.0, 82.6, 24, "pcie4"),
+    Gpu("t4", "T4", 65.0, 8.1, 16, "pcie3"),
 )
 BY_KEY = {gpu.key: gpu for gpu in TABLE}
 

@@ -39,7 +39,7 @@ from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
               help="Achievable fraction of peak.")
 @click.option("--interconnect", help="Between nodes [the GPU profile's usual network: InfiniBand NDR, 50 GB/s per "
               "GPU, for h100/h200, HDR, 25, for a100; else infiniband].")
-@click.option("--intra", help="Within a node [nvlink4 for h100/h200, else nvlink].")
+@click.option("--intra", help="Within a node [the --gpu's: nvlink4 for h100/h200 SXM, pcie4 for l4/l40s, ...].")
 @click.option("--bandwidth", type=POSITIVE, help="Custom inter-node bandwidth, GB/s per GPU.")
 @click.option("--latency", type=Finite(0), help="Custom latency, µs (with --layout: per collective ring step).")
 @click.option("--zero-host-us", type=PerZeroStage(), help="Your host's DeepSpeed ZeRO-1,2,3 host time per parameter "

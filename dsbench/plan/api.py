@@ -77,7 +77,9 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
     peak, mem = _peak_and_memory(req, calibrated, precision)
     if min(micro, accum, gpn, req.nodes) < 1 or req.efficiency <= 0 or req.efficiency > 1:
         raise UserError("--micro-batch, --grad-accum, --nodes, --gpus-per-node must be >= 1; --efficiency in (0, 1]")
-    intra = req.intra or ("nvlink4" if req.gpu in ("h100", "h200") else "nvlink")
+    # the GPU's own link within a node (dsbench/gpus.py: PCIe on the cards without NVLink; until 2026-12-02 every
+    # kind but h100/h200 was priced over NVLink 3)
+    intra = req.intra or (BY_KEY[req.gpu].intra if req.gpu in BY_KEY else "nvlink")
     zero = zero_settings(config or {})
     if req.model and req.seq_len and req.seq_len > shape.max_positions:  # as calibrate and tune refuse it
         raise UserError(f"--seq-len {req.seq_len} exceeds {shape.name}'s {shape.max_positions} positions")

@@ -27,11 +27,13 @@ class Link:
 
 
 INTERCONNECTS = {
+    "nvlink2": Link("nvlink2", 150.0, 3.0, "NVLink 2 (V100 SXM2): 300 GB/s bidirectional per GPU, 150 GB/s each way"),
     "nvlink": Link("nvlink", 300.0, 3.0, "NVLink 3 (A100): 600 GB/s bidirectional per GPU, 300 GB/s each way"),
     "nvlink4": Link("nvlink4", 450.0, 3.0, "NVLink 4 (H100 SXM): 900 GB/s bidirectional, 450 GB/s each way"),
     "infiniband": Link("infiniband", 25.0, 5.0, "InfiniBand HDR 200 Gb/s, one NIC per GPU (seeds/001)"),
     "infiniband-ndr": Link("infiniband-ndr", 50.0, 5.0, "InfiniBand NDR 400 Gb/s, one NIC per GPU"),
     "ethernet-100g": Link("ethernet-100g", 12.5, 20.0, "100 Gb/s Ethernet (seeds/003)"),
+    "pcie3": Link("pcie3", 12.5, 10.0, "PCIe 3.0 x16, ~12.5 GB/s achievable each way"),
     "pcie4": Link("pcie4", 25.0, 10.0, "PCIe 4.0 x16, ~25 GB/s achievable each way"),
     "pcie5": Link("pcie5", 50.0, 10.0, "PCIe 5.0 x16, ~50 GB/s achievable each way"),
 }

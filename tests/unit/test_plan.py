@@ -315,6 +315,20 @@ def test_gpus_are_the_total_spread_over_the_nodes(cli_run, layout):
     assert uneven.exit_code == 2 and "--gpus 9 do not divide evenly over --nodes 2" in uneven.output
 
 
+@pytest.mark.parametrize("gpu, link", [("h100", "NVLink 4"), ("a100", "NVLink 3"), ("v100", "NVLink 2"),
+                                       ("l4", "PCIe 4.0"), ("l40s", "PCIe 4.0"), ("rtx4090", "PCIe 4.0"),
+                                       ("h100-pcie", "PCIe 5.0"), ("t4", "PCIe 3.0")])
+def test_a_node_s_gpus_talk_over_their_own_link(cli_run, gpu, link):
+    """The datasheets: NVLink 4/3/2 on H100/A100/V100 SXM; L4, L40S and RTX 4090 have no NVLink (PCIe 4.0 x16),
+    T4 neither (PCIe 3.0), H100 PCIe pairs by bridge only. Until 2026-12-02 every kind but h100/h200 was priced over
+    NVLink 3 within a node; --intra still overrides it."""
+    result = cli_run("plan", "--model", "llama-1b", "--gpus", "8", "--gpu", gpu, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["cluster"]["intra"].startswith(link)
+    typed = cli_run("plan", "--model", "llama-1b", "--gpus", "8", "--gpu", gpu, "--intra", "nvlink", "--json")
+    assert json.loads(typed.output)["cluster"]["intra"].startswith("NVLink 3")
+
+
 def test_zero_paper_table_1_through_the_cli(cli_run):
     """Psi = 7.5B on N_d = 64 (Table 1, K = 12): 120 / 31.4 / 16.6 / 1.88 GB, typed as a user would."""
     result = cli_run("plan", "--params", "7.5e9", "--gpus", "64", "--accounting", "mixed16", "--json")
