@@ -19,7 +19,7 @@ from dsbench.configs.api import (
 )
 from dsbench.configs.autofill import RULES as AUTO_RULES
 from dsbench.configs.autofill import auto_paths
-from dsbench.configs.findings import has_errors
+from dsbench.configs.findings import has_errors, launch_notes
 from dsbench.configs.layout import in_config_keys, layout_of
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.render import render
@@ -104,7 +104,7 @@ def _written_config(req: LaunchRequest, world: int) -> tuple[Path, dict[str, Any
                                                     cpu_ranks=req.cpu), deepspeed_check=False)
         if has_errors(findings):
             raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
-        notes = [f"{req.config}: {f.text()}" for f in findings]  # its warnings, said as validate says them
+        notes = launch_notes(req.config, findings)
         unfilled = [path for path in auto_paths(config) if path not in AUTO_RULES]
         if unfilled:  # a rank would stop at "cannot resolve 'auto'"
             raise UserError(f"{req.config}: {unfilled[0]} is \"auto\", which neither the HF Trainer nor dsbench's "

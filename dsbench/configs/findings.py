@@ -50,3 +50,13 @@ class Finding:
 def has_errors(findings: list[Finding]) -> bool:
     """True when any finding is an error."""
     return any(f.severity == "error" for f in findings)
+
+
+def launch_notes(source: str, findings: list[Finding]) -> list[str]:
+    """A launched config's warnings as notes, said as validate says them, but its "auto" values in one line: the
+    launch fills them (until 2026-12-02 a Trainer config's 15 "auto" keys were 15 notes, each telling the user to
+    fill it)."""
+    auto = [f.path for f in findings if f.code == "unresolved-auto"]
+    filled = ([f"{source}: {len(auto)} 'auto' value{'s' * (len(auto) > 1)} filled on the ranks from the worker's "
+               f"flags, as the HF Trainer fills them: {', '.join(auto)}"] if auto else [])
+    return [f"{source}: {f.text()}" for f in findings if f.code != "unresolved-auto"] + filled

@@ -104,3 +104,42 @@ def test_only_autotp_under_zero3_loses_its_train_batch_size(stage, tp):
     config, _ = render(RenderSpec(zero=stage, tp=tp, world_size=2, micro_batch=2))
     assert config["train_batch_size"] == 4  # micro 2 x 2 ranks: DeepSpeed counts AutoTP's ranks (no mpu)
     assert for_deepspeed(config) is config
+
+
+def _accepted(config, world, monkeypatch):
+    """Whether DeepSpeed's own DeepSpeedConfig takes the config's batch on ``world`` ranks."""
+    try:
+        _deepspeed(config, world, monkeypatch)
+    except AssertionError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("train, micro, accum, world", [
+    (2048, 1, None, 384), (256, 4, None, 24), (256, 4, None, 48), (10, 3, None, 2), (3, 4, None, 2),
+    (32, 4, 2, 2), (50, None, 3, 4), (7, None, None, 4), (2, None, 4, 4),
+])
+def test_a_batch_fix_names_values_deepspeed_accepts(monkeypatch, train, micro, accum, world):
+    """Every train_batch_size the fix names is one DeepSpeed's DeepSpeedConfig takes with the other keys as written,
+    and validation then finds nothing (2048 with micro 1 on 384 ranks was told 384: a valid value, but 1 accumulation
+    step where DeepSpeed had derived 5; 256 with micro 4 on 24 ranks was told 96 beside a product of 192)."""
+    import re
+
+    from dsbench.configs.validate import ValidateContext, validate
+
+    given = {"train_batch_size": train, "train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": accum}
+    config = {"zero_optimization": {"stage": 1}, **{k: v for k, v in given.items() if v is not None}}
+    assert not _accepted(config, world, monkeypatch)
+    [finding] = validate(config, ValidateContext(world_size=world), deepspeed_check=False)
+    assert finding.code == "batch-mismatch"
+    named = [int(n) for n in re.findall(r"\d+", finding.fix.split(", or drop it")[0])]
+    values = named[1:] if "multiple of" in finding.fix else named
+    assert values and all(value % (micro or 1) == 0 for value in values), finding.fix
+    derived = (micro or 1) * (accum or 1) * world
+    assert named[0] == derived if "multiple of" in finding.fix else len(values) == 1
+    for value in values:
+        fixed = {**config, "train_batch_size": value}
+        assert _accepted(fixed, world, monkeypatch), (finding.fix, value)
+        assert validate(fixed, ValidateContext(world_size=world), deepspeed_check=False) == [], value
+    if "multiple of" in finding.fix:  # the two nearest: one at or below the user's value (or the first), one above
+        assert values[1] - values[0] == derived and values[0] <= max(train, derived) < values[1] + derived

@@ -200,3 +200,17 @@ def test_a_launch_takes_a_trainer_config_whose_auto_values_the_ranks_fill(cli_ru
     result = cli_run("launch", "--config", str(config), "--run-dir", str(tmp_path / "run"), "--dry-run")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "run" / "ds_config.json").read_text()) == json.loads(config.read_text())
+    # its "auto" values in one note that names each (a walk of the JSON here), not one note apiece telling the user to
+    # set it (until 2026-12-02: 9 notes for this file)
+
+    def autos(node, path=""):
+        if node == "auto":
+            return [path]
+        items = node.items() if isinstance(node, dict) else ()
+        return [found for key, value in items for found in autos(value, f"{path}.{key}".lstrip("."))]
+
+    expected = autos(json.loads(config.read_text()))
+    notes = [line for line in result.output.splitlines() if line.startswith("note: ") and "'auto'" in line]
+    assert len(expected) > 1 and notes == [
+        f"note: {config}: {len(expected)} 'auto' values filled on the ranks from the worker's flags, as the HF "
+        f"Trainer fills them: {', '.join(expected)}"]

@@ -136,7 +136,10 @@ def test_auto_is_an_error_naming_the_value_unless_allowed():
     assert {f.path for f in findings} == {"train_micro_batch_size_per_gpu", "optimizer.params.lr"}
     assert all(f.severity == "error" and f.code == "unresolved-auto" for f in findings)
     assert "becomes 8" in findings[0].message and "becomes 5e-05" in findings[1].message
-    assert not has_errors(run(config, allow_auto=True))
+    allowed = run(config, allow_auto=True)
+    assert not has_errors(allowed) and {f.path for f in allowed} == {f.path for f in findings}
+    # allowed, the warning no longer tells the user to pass the flag they passed (until 2026-12-02 it did)
+    assert all("--allow-auto" not in f.text() and "becomes" in f.message for f in allowed)
 
 
 def test_all_problems_are_listed_not_only_the_first():
