@@ -13,10 +13,11 @@ PREFIXES = ("ACCELERATE_", "FSDP_", "PARALLELISM_CONFIG_")
 """accelerate's variables for the training process: its own, its FSDP plugin's, its ParallelismConfig's."""
 
 
-def accelerate_env(argv: list[str]) -> dict[str, str]:
+def accelerate_env(argv: list[str], prefixes: tuple[str, ...] = PREFIXES) -> dict[str, str]:
     """The ACCELERATE_*/FSDP_*/PARALLELISM_CONFIG_* variables ``accelerate launch ARGV`` gives the training
-    processes. Run in the checkout (a relative deepspeed_config_file is read from the folder accelerate is launched
-    in) with no such variable inherited; the environment and the folder are restored after."""
+    processes (``prefixes``: the names kept; MEGATRON_LM_ for the Megatron-LM plugin). Run in the checkout (a
+    relative deepspeed_config_file is read from the folder accelerate is launched in) with no such variable
+    inherited; the environment and the folder are restored after."""
     from accelerate.commands import launch
     from accelerate.utils.launch import (
         prepare_deepspeed_cmd_env,
@@ -25,7 +26,7 @@ def accelerate_env(argv: list[str]) -> dict[str, str]:
     )
 
     seen: dict[str, str] = {}
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(PREFIXES)}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     cwd = os.getcwd()
     with (mock.patch.dict(os.environ, clean, clear=True),
           mock.patch.object(launch, "deepspeed_launcher", lambda a: seen.update(prepare_deepspeed_cmd_env(a)[1])),
@@ -36,4 +37,4 @@ def accelerate_env(argv: list[str]) -> dict[str, str]:
             launch.launch_command(launch.launch_command_parser().parse_args(argv))
         finally:
             os.chdir(cwd)
-    return {k: v for k, v in seen.items() if k.startswith(PREFIXES)}
+    return {k: v for k, v in seen.items() if k.startswith(prefixes)}

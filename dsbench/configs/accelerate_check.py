@@ -1,9 +1,7 @@
-"""Check a user's accelerate config YAML (pure: a parsed mapping in, findings out).
-
-What accelerate itself accepts comes from ``dsbench/data/accelerate_schema.json`` (:func:`accelerate.schema`). The
-checks here are the ones accelerate makes late (at launch, or inside the training process) or never (keys it copies
-and never reads, settings it silently ignores). Findings use the DeepSpeed validator's format: severity, code, dotted
-path, message, fix.
+"""Check a user's accelerate config YAML (pure: a parsed mapping in, findings out). What accelerate itself
+accepts comes from ``dsbench/data/accelerate_schema.json`` (:func:`accelerate.schema`). The checks here are the ones
+accelerate makes late (at launch, or inside the training process) or never (keys it copies and never reads, settings
+it silently ignores). Findings use the DeepSpeed validator's format: severity, code, dotted path, message, fix.
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ import re
 from typing import Any
 
 from dsbench.configs.accelerate import as_int, hsdp_mismatch, schema, section_keys, size_of
+from dsbench.configs.accelerate_megatron import check as megatron_check
 from dsbench.configs.findings import Finding
 from dsbench.hostfile import is_valid_hostname
 
@@ -54,7 +53,7 @@ def _warning(code: str, path: str, message: str, fix: str) -> Finding:
 def check(config: dict[str, Any]) -> list[Finding]:
     """Every finding for an accelerate config (the referenced DeepSpeed file is checked by the caller)."""
     return [*_top_level(config), *_sections(config), *_processes(config), *_deepspeed(config), *_fsdp(config),
-            *_hsdp(config)]
+            *_hsdp(config), *megatron_check(config)]
 
 
 def _top_level(config: dict[str, Any]) -> list[Finding]:

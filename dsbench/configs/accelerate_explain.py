@@ -14,6 +14,7 @@ from dsbench.configs.accelerate import (
     starts_one_process,
     world_size,
 )
+from dsbench.configs.accelerate_megatron import explain as megatron_explain
 
 _ENGINES = {
     "MULTI_GPU": "plain data parallelism (torch DDP): every process holds the whole model, optimizer and "
@@ -35,6 +36,8 @@ def explain(config: dict[str, Any], ds_lines: list[str] | None = None) -> list[s
         lines += _explain_deepspeed(config, ds_lines)
     elif kind == "FSDP":
         lines += _explain_fsdp(config)
+    elif kind == "MEGATRON_LM":
+        lines += megatron_explain(config)
     else:
         lines.append(_ENGINES.get(str(kind), f"distributed_type {kind}"))
     precision = str(config.get("mixed_precision") or "no")
@@ -43,6 +46,10 @@ def explain(config: dict[str, Any], ds_lines: list[str] | None = None) -> list[s
                       "gradients; fp32 master weights in the optimizer)", "fp16": "precision: fp16 with DeepSpeed's "
                       "dynamic loss scaling; fp32 master weights"}.get(precision, f"precision: {precision}"
                                                                       if precision != "no" else "precision: fp32"))
+    elif kind == "MEGATRON_LM":  # Megatron's --bf16/--fp16: 16-bit model, fp32 main weights in its optimizer
+        lines.append(f"precision: {precision} weights, activations and gradients, fp32 main weights in Megatron's "
+                     f"optimizer{' with dynamic loss scaling' * (precision == 'fp16')}" if precision in ("bf16", "fp16")
+                     else f"precision: {'fp32' if precision == 'no' else precision}")
     elif kind != "DEEPSPEED":
         lines.append({"bf16": "precision: bf16 autocast around the forward; fp32 weights and optimizer",
                       "fp16": "precision: fp16 autocast with a gradient scaler; fp32 weights and optimizer",
