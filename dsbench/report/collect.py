@@ -130,6 +130,9 @@ def _corrupt(folder: Path, why: str) -> Run:
 def _load_run(folder: Path) -> Run:
     cell = _json_object(folder / "cell.json")
     records = read_records(folder / METRICS) if (folder / METRICS).exists() else []
+    if (folder / METRICS).exists() and not header_of(records) and not cell:
+        raise UserError(f"{folder / METRICS}: no complete header record (the run stopped before its first line was "
+                        "written)")
     header = RunHeader.from_record(header_of(records))
     # the one reader of summary.json (it upgrades old schemas and checks the figures); a run killed before writing
     # one is summarised from its records

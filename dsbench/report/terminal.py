@@ -57,7 +57,7 @@ def compare_grid(rows: list[Row], wide: bool = False) -> Grid:
     for row in rows:
         top = best.get(group_of(row))
         memory = memory_of(row)[0]
-        grid.add(row.strategy, str(row.world_size), _tokens(row, low, high),
+        grid.add(row.strategy, str(row.world_size or "-"), _tokens(row, low, high),
                  f"{row.tokens_per_s / top:.2f}x" if top and row.tokens_per_s else "-",
                  "-" if memory is None else f"{memory:,.1f}", cell_text(row, "mfu", ""),
                  cell_text(row, "final_loss", "{:.4f}"), row.status,

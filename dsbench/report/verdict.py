@@ -99,6 +99,13 @@ def verdict(rows: list[Row], max_slowdown: float = MAX_SLOWDOWN) -> list[str]:
     # a lone cell (compare's 1-rank baseline beside the strategies it scales) says nothing when others compare
     compared = [group for group in groups.values() if len(group) > 1] or list(groups.values())
     lines = [line for group in compared for line in _group_lines(group, max_slowdown)]
-    lines += [f"Failed: {row.strategy} x{row.world_size} ({row.model}): {row.status}: {row.reason}"
-              for row in rows if row.status != "ok"]
+    lines += [f"Failed: {_named(row)}: {row.status}: {row.reason}" for row in rows if row.status != "ok"]
     return lines + _prediction_line(rows)
+
+
+def _named(row: Row) -> str:
+    """A failed cell by its strategy, ranks and model; by its folder where its files never said them (a run stopped
+    before its header, a corrupt folder: until 2026-12-02 printed as "? xNone (None)")."""
+    if row.strategy == "?" and row.runs:
+        return row.runs[0].folder
+    return f"{row.strategy} x{row.world_size} ({row.model})"

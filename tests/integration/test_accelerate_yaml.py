@@ -5,12 +5,14 @@ ranks through ``accelerate launch`` and must give the losses of the strategy dsb
 usual way. The equivalents below are read by hand from each YAML (the oracle is not dsbench's own conversion):
 fp32 (``--precision fp32``, i.e. ``--mixed_precision no``), the same global batch, the same seed.
 
-YAMLs that ask the ranks for the same run share one launch. What a rank receives from ``accelerate launch`` is
-its environment, computed here with accelerate's own launcher functions (``_validate_launch_command`` and the
-``prepare_*_env`` that ``launch_command`` calls) from the command dsbench prints; the worker turns that environment
-into its engine settings. YAMLs whose environments give the same settings run the same thing, so the first of
-them is launched and every one of them is checked against that run: its own hand-read settings and equivalent,
-the settings its environment resolves to, and the launched header against accelerate's environment.
+YAMLs that ask the ranks for the same run share one launch (since 2026-12-02 also where they differ only in what
+a saved checkpoint reads, or write the value the worker fills an "auto" with: :func:`_as_run`). What a rank
+receives from ``accelerate launch`` is its environment, computed here with accelerate's own launcher functions
+(``_validate_launch_command`` and the ``prepare_*_env`` that ``launch_command`` calls) from the command dsbench
+prints; the worker turns that environment into its engine settings. YAMLs whose environments give the same settings
+run the same thing, so the first of them is launched and every one of them is checked against that run: its own
+hand-read settings and equivalent, the settings its environment resolves to, and the launched header against
+accelerate's environment.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ EQUIVALENT = {
     # 6 steps (STEPS_OF), as its 16 micro-steps a step make each one as long as 8 of the others'
     "HKUST-LongGroup__DyME__default_config.yaml": (["--zero", "2", "--offload", "cpu", "--grad-accum", "16", *MB],
                                                    {"stage": 2, "offload": "cpu", "accum": 16}),
-    # gradient_clipping 1.0 is dsbench's default too
-    "OpenLMLab__MOSS-RLHF__accelerate_config.yaml": (ZERO2, {"stage": 2, "clip": 1.0}),
+    # gradient_clipping 1.0 is dsbench's default too, which the others' "auto" becomes (every DeepSpeed run clips at 1)
+    "OpenLMLab__MOSS-RLHF__accelerate_config.yaml": (ZERO2, {"stage": 2}),
     "OptimalScale__LMFlow__configs_accelerate_dsz3_config.yaml": (ZERO3, {"stage": 3}),
     # FSDP1 FULL_SHARD: the worker's FSDP2 with reshard_after_forward
     "OptimalScale__LMFlow__configs_accelerate_fsdp_config.yaml": (FSDP, {"reshard": True}),
@@ -101,6 +103,23 @@ def _settings(env: dict[str, str]) -> dict:
         return {"fsdp": accelerate_env.fsdp_settings(False, False, False)}
 
 
+RUN_FILLS = {"gradient_accumulation_steps": 1, "gradient_clipping": 1.0}
+"""What the worker's flags fill a YAML's "auto" with in these runs (no --grad-accum, no --grad-clip: TrainSpec's
+defaults, which the equivalents train with too), so that a YAML writing those values runs what one writing "auto"
+runs."""
+SAVE_ONLY = ("stage3_gather_16bit_weights_on_model_save", "state_dict_type")
+"""Settings read only when a checkpoint is saved (DeepSpeed's ZeRO-3 16-bit gather on save; accelerate's FSDP state
+dict type): these runs save none, so YAMLs that differ only there run the same steps."""
+
+
+def _as_run(settings: dict) -> dict:
+    """The settings as these runs use them: the save-only keys dropped, the worker's fills of "auto" made."""
+    if isinstance(settings, dict):
+        return {key: RUN_FILLS[key] if value == "auto" and key in RUN_FILLS else _as_run(value)
+                for key, value in settings.items() if key not in SAVE_ONLY}
+    return settings
+
+
 _SETTINGS: dict[str, tuple[dict[str, str], str]] = {}
 
 
@@ -108,7 +127,7 @@ def _resolved(name: str, tmp_path_factory) -> tuple[dict[str, str], str]:
     """A YAML's accelerate environment and its settings (as canonical JSON), once per session."""
     if name not in _SETTINGS:
         env = _accelerate_env(name, tmp_path_factory.mktemp("dry"))
-        _SETTINGS[name] = env, json.dumps(_settings(env), sort_keys=True)
+        _SETTINGS[name] = env, json.dumps(_as_run(_settings(env)), sort_keys=True)
     return _SETTINGS[name]
 
 
@@ -140,7 +159,7 @@ def test_a_users_yaml_trains_like_its_dsbench_equivalent(runs, tmp_path_factory,
         assert offload == expect.get("offload", "none")
         assert ds["gradient_accumulation_steps"] == expect.get("accum", 1)
         assert ds["bf16"]["enabled"] is False and ds["optimizer"]["type"] == "AdamW"
-        assert ds.get("gradient_clipping") == expect.get("clip", ds.get("gradient_clipping"))
+        assert ds["gradient_clipping"] == 1.0
     elif "reshard" in expect:
         assert header["strategy"] == "fsdp" and header["fsdp"]["reshard"] is expect["reshard"]
         assert header["fsdp"]["accelerate"]["fsdp_version"] == 1

@@ -309,3 +309,27 @@ def test_a_row_counts_the_steps_fp16_s_loss_scale_skipped(tmp_path):
     assert rows["bad"].status == "corrupt" and "skipped_steps is 'two', not a number" in rows["bad"].reason
     assert rows["negative"].status == rows["half"].status == "corrupt"
     assert "skipped_steps is -1, not a count" in rows["negative"].reason
+
+
+def test_a_run_stopped_before_its_header_is_named_by_its_folder(cli_run, tmp_path):
+    """A metrics file whose only line is a torn header (the run killed while writing it): the run is corrupt, said
+    so, and the verdict and table name its folder; until 2026-12-02 it was "Failed: ? xNone (None): incomplete"
+    with ranks "None". Beside a sound run, that run's row stays as it was."""
+    import shutil
+
+    from dsbench.report.verdict import verdict
+
+    torn = tmp_path / "torn"
+    torn.mkdir()
+    (torn / "metrics.jsonl").write_text('{"type": "header", "world_si')
+    [row] = collect([torn])
+    assert row.status == "corrupt" and "no complete header record" in row.reason
+    [line] = [line for line in verdict([row]) if line.startswith("Failed")]
+    assert line.startswith(f"Failed: {torn}: corrupt: ") and "None" not in line
+    result = cli_run("report", str(torn), "--out", str(tmp_path / "report"))
+    # exit 1 as for any folder report cannot read (commands/report.py), with the one-line warning naming it
+    assert result.exit_code == 1 and "None" not in result.output and f"Failed: {torn}" in result.output
+    assert f"dsbench: warning: {torn}: unreadable run folder" in result.output
+    shutil.copytree(COMPARE / "cells" / "ddp-w2-mb2-gpt2-mini-r0", tmp_path / "sound")
+    rows = {row.status: row for row in collect([torn, tmp_path / "sound"])}
+    assert set(rows) == {"corrupt", "ok"} and rows["ok"].strategy == "ddp"
