@@ -49,6 +49,14 @@ def _switch(value: Any) -> bool | None:
     return True if text in _TRUE else False if text in _FALSE else None
 
 
+def _clip(value: Any) -> float | None:
+    """The clipping norm as the plugin's ``float(os.environ[...])`` reads it, or None."""
+    try:
+        return float(str(value))
+    except ValueError:
+        return None
+
+
 def megatron_layout(config: dict[str, Any]) -> MegatronLayout:
     """The plugin's reading of the section (an unreadable value as its default: :func:`check` names it)."""
     keys = section_keys(config, SECTION)
@@ -60,17 +68,14 @@ def megatron_layout(config: dict[str, Any]) -> MegatronLayout:
     def on(key: str) -> bool:
         return bool(_switch(keys.get(key, False)))
 
-    try:
-        clip = float(keys.get("megatron_lm_gradient_clipping", 1.0))
-    except (TypeError, ValueError):
-        clip = 1.0
+    clip = _clip(keys.get("megatron_lm_gradient_clipping", 1.0))
     return MegatronLayout(
         tp=number("megatron_lm_tp_degree", 1), pp=number("megatron_lm_pp_degree", 1),
         micro_batches=number("megatron_lm_num_micro_batches", 1),
         sequence_parallel=on("megatron_lm_sequence_parallelism"),
         recompute=(str(keys.get("megatron_lm_recompute_granularity", "full"))
                    if on("megatron_lm_recompute_activations") else None),
-        distributed_optimizer=on("megatron_lm_use_distributed_optimizer"), clip=clip)
+        distributed_optimizer=on("megatron_lm_use_distributed_optimizer"), clip=1.0 if clip is None else clip)
 
 
 def check(config: dict[str, Any]) -> list[Finding]:
@@ -80,18 +85,7 @@ def check(config: dict[str, Any]) -> list[Finding]:
     ``validate_args`` turns it off)."""
     if config.get("distributed_type") != "MEGATRON_LM":
         return []
-    keys, out = section_keys(config, SECTION), []
-    for key in _INTEGERS:
-        if key in keys and (_integer(keys[key]) or 0) < 1:
-            out.append(Finding(severity="error", code="bad-value", path=f"{SECTION}.{key}",
-                               message=f"{keys[key]!r} is not a whole number of at least 1 (the plugin reads it "
-                                       "with int() in every process)", fix=f"set {key} to 1 or more"))
-    for key, value in keys.items():
-        if key not in _INTEGERS and key.endswith(("_parallelism", "_activations", "_optimizer")) and (
-                _switch(value) is None):
-            out.append(Finding(severity="error", code="bad-value", path=f"{SECTION}.{key}",
-                               message=f"{value!r} is not true or false (accelerate's str_to_bool raises on it)",
-                               fix=f"set {key} to true or false"))
+    out = _unreadable(section_keys(config, SECTION))
     layout, processes = megatron_layout(config), world_size(config)
     if processes and processes % (layout.tp * layout.pp):
         out.append(Finding(severity="error", code="degree-not-dividing", path=f"{SECTION}.megatron_lm_tp_degree",
@@ -104,6 +98,27 @@ def check(config: dict[str, Any]) -> list[Finding]:
                            message="ignored: Megatron-LM turns sequence parallelism off without tensor parallelism "
                                    "(it splits what the tensor-parallel ranks would otherwise each hold whole)",
                            fix="set megatron_lm_tp_degree to 2 or more, or delete it"))
+    return out
+
+
+def _unreadable(keys: dict[str, Any]) -> list[Finding]:
+    """The section's degrees, switches and clipping norm that the plugin cannot read (it raises in every process)."""
+    out = []
+    for key in _INTEGERS:
+        if key in keys and (_integer(keys[key]) or 0) < 1:
+            out.append(Finding(severity="error", code="bad-value", path=f"{SECTION}.{key}",
+                               message=f"{keys[key]!r} is not a whole number of at least 1 (the plugin reads it "
+                                       "with int() in every process)", fix=f"set {key} to 1 or more"))
+    for key, value in keys.items():
+        if key not in _INTEGERS and key.endswith(("_parallelism", "_activations", "_optimizer")) and (
+                _switch(value) is None):
+            out.append(Finding(severity="error", code="bad-value", path=f"{SECTION}.{key}",
+                               message=f"{value!r} is not true or false (accelerate's str_to_bool raises on it)",
+                               fix=f"set {key} to true or false"))
+    if _clip(keys.get("megatron_lm_gradient_clipping", 1.0)) is None:
+        out.append(Finding(severity="error", code="bad-value", path=f"{SECTION}.megatron_lm_gradient_clipping",
+                           message=f"{keys['megatron_lm_gradient_clipping']!r} is not a number (the plugin reads it "
+                                   "with float() in every process)", fix="set a norm such as 1.0"))
     return out
 
 

@@ -110,16 +110,14 @@ def check_batch(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
 
 
 def _batch_fix(tb: int | None, mb: int | None, ga: int | None, dp: int) -> str:
-    """The train_batch_size values DeepSpeed accepts beside the keys given. All three given: the one product.
-    Otherwise a multiple of the given factors x the data-parallel ranks (the missing one is derived from it by
-    integer division, ``derive_batch``), the two nearest the user's value named."""
+    """The train_batch_size values DeepSpeed takes beside the keys given: all three, their product; else a multiple
+    of the given factors x the data-parallel ranks (``derive_batch`` derives the rest), the two nearest named."""
     if mb is not None and ga is not None:
         return f"set train_batch_size to {mb * ga * dp}, or drop it and let DeepSpeed derive it"
     step = (mb or 1) * (ga or 1) * dp
     below = max(step, (tb or 0) // step * step)
-    named = f"{below} or {below + step}"
-    return (f"set train_batch_size to a multiple of {step} ({named}), or drop it and let DeepSpeed derive it"
-            if mb is not None else f"make train_batch_size a multiple of {step} ({named})")
+    named = f"a multiple of {step} ({below} or {below + step})"
+    return f"set train_batch_size to {named}, or drop it and let DeepSpeed derive it" if mb else f"make it {named}"
 
 
 def _batch_without_world(tb: int | None, mb: int | None, ga: int | None) -> list[Finding]:
@@ -265,13 +263,13 @@ def check_auto(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
     for path in auto_paths(config):
         value = resolve_value(path, inputs)
         would = f"; with TrainingArguments defaults it becomes {json.dumps(value)}" if value is not None else ""
-        out.append(Finding(severity="warning", code="unresolved-auto", path=path,
-                           message=f"'auto', left for the HF Trainer, accelerate or `dsbench launch --config` to "
-                                   f"fill{would}",
-                           fix="set a value to run it under plain `deepspeed`") if ctx.allow_auto else Finding(
-            severity="error", code="unresolved-auto", path=path,
-            message=f"'auto' is filled only by the HF Trainer/accelerate, plain DeepSpeed fails late on it{would}",
-            fix="set a value, render with `dsbench render --model NAME`, or --allow-auto if the Trainer fills it"))
+        message, fix = ((f"'auto', left for the HF Trainer, accelerate or `dsbench launch --config` to fill{would}",
+                         "set a value to run it under plain `deepspeed`") if ctx.allow_auto else
+                        (f"'auto' is filled only by the HF Trainer/accelerate, plain DeepSpeed fails late on it{would}",
+                         "set a value, render with `dsbench render --model NAME`, or --allow-auto if the Trainer "
+                         "fills it"))
+        out.append(Finding(severity="warning" if ctx.allow_auto else "error", code="unresolved-auto", path=path,
+                           message=message, fix=fix))
     return out
 
 

@@ -60,11 +60,12 @@ def test_degrees_that_do_not_lay_out_the_processes_are_an_error():
 
 @pytest.mark.parametrize("key, value", [("megatron_lm_tp_degree", 0), ("megatron_lm_pp_degree", "two"),
                                         ("megatron_lm_num_micro_batches", -1),
-                                        ("megatron_lm_sequence_parallelism", "maybe")])
+                                        ("megatron_lm_sequence_parallelism", "maybe"),
+                                        ("megatron_lm_gradient_clipping", "one")])
 def test_a_value_the_plugin_cannot_read_is_named(tmp_path, key, value):
     config = {**BASE, "megatron_lm_config": {"megatron_lm_tp_degree": 2, key: value}}
     assert [(f.code, f.path) for f in check(config)] == [("bad-value", f"megatron_lm_config.{key}")]
-    if value in ("two", "maybe"):  # accelerate's plugin stops on them in the training process
+    if value in ("two", "maybe", "one"):  # accelerate's plugin stops on them in the training process
         with pytest.raises(ValueError):
             _plugin(config, tmp_path)
 
