@@ -70,6 +70,10 @@ def _parse_line(text: str) -> tuple[str, int] | str:
     """Parse one non-comment line into ``(host, slots)`` or return the problem as a string."""
     match = _LINE.match(text)
     if not match:
+        extra = re.match(r"^(\S+\s+slots=\d+)\s+(.+)$", text)
+        if extra:  # DeepSpeed's _parse_hostfile matches HOST slots=N at the start and drops the rest unread
+            return (f"expected 'HOST slots=N', got {text!r}: DeepSpeed reads {extra.group(1)!r} and ignores "
+                    f"{extra.group(2)!r}; delete it (choose a host's GPUs with --include HOST:0,1)")
         if "," in text:
             return f"expected 'HOST slots=N', got {text!r} (CSV is not a DeepSpeed hostfile)"
         parts = text.split()

@@ -191,3 +191,17 @@ def test_a_byte_order_mark_is_named_as_deepspeed_would_keep_it_in_the_hosts_name
     with pytest.raises(HostfileError) as err:
         parse_hostfile(path.read_text(encoding="utf-8").splitlines())
     assert err.value.problems[0][0] == 1 and "byte-order mark" in err.value.problems[0][1]
+
+
+@pytest.mark.parametrize("line, ignored", [("node-1 slots=8 gpus=0,1", "gpus=0,1"),
+                                           ("node-1 slots=8 max_slots=8", "max_slots=8")])
+def test_words_after_the_slots_are_named_as_what_deepspeed_ignores(line, ignored):
+    """DeepSpeed's own parser reads such a line as HOST slots=N and drops the rest (an Open MPI max_slots, a GPU list
+    meant for --include); dsbench refuses it naming what would be ignored (until 2026-12-02: "CSV is not a DeepSpeed
+    hostfile" for the GPU list)."""
+    from deepspeed.launcher.runner import _parse_hostfile
+
+    assert dict(_parse_hostfile([line])) == {"node-1": 8}
+    with pytest.raises(HostfileError) as caught:
+        parse_hostfile([line])
+    assert f"DeepSpeed reads 'node-1 slots=8' and ignores '{ignored}'" in str(caught.value)
