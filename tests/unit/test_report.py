@@ -311,7 +311,7 @@ def test_a_row_counts_the_steps_fp16_s_loss_scale_skipped(tmp_path):
     assert "skipped_steps is -1, not a count" in rows["negative"].reason
 
 
-def test_a_run_stopped_before_its_header_is_named_by_its_folder(cli_run, tmp_path):
+def test_a_run_stopped_before_its_header_is_named_by_its_folder(cli_run, tmp_path, monkeypatch):
     """A metrics file whose only line is a torn header (the run killed while writing it): the run is corrupt, said
     so, and the verdict and table name its folder; until 2026-12-02 it was "Failed: ? xNone (None): incomplete"
     with ranks "None". Beside a sound run, that run's row stays as it was."""
@@ -326,6 +326,7 @@ def test_a_run_stopped_before_its_header_is_named_by_its_folder(cli_run, tmp_pat
     assert row.status == "corrupt" and "no complete header record" in row.reason
     [line] = [line for line in verdict([row]) if line.startswith("Failed")]
     assert line.startswith(f"Failed: {torn}: corrupt: ") and "None" not in line
+    monkeypatch.setenv("COLUMNS", "400")  # the verdict's line unwrapped, whatever the path's length
     result = cli_run("report", str(torn), "--out", str(tmp_path / "report"))
     # exit 1 as for any folder report cannot read (commands/report.py), with the one-line warning naming it
     assert result.exit_code == 1 and "None" not in result.output and f"Failed: {torn}" in result.output
