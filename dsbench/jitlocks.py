@@ -5,12 +5,15 @@ torch builds DeepSpeed's ops (shm comm, CPU Adam, FusedAdam, async_io) on first 
 holds a ``lock`` file there (torch.utils.file_baton.FileBaton); every other process waits for it to go, with
 no timeout. A build killed part-way leaves the file behind, and every later DeepSpeed run then waits forever
 without a word. A rank told to stop removes the lock it holds (dsbench.worker.jitbaton); a builder killed outright
-cannot. While a build runs, ninja keeps writing into the folder, so a lock in a folder where nothing changed for
-``stale_s`` seconds is left over.
+cannot. A lock is live while a process works in its folder: torch runs ninja there (``cwd=build_directory``,
+torch/utils/cpp_extension.py ``_run_ninja_build``) and the compilers inherit it. Where no process on this machine
+does (a build on another node of a shared home folder), ninja keeps writing into the folder while it runs, so a
+lock in a folder where nothing changed for ``stale_s`` seconds is left over.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 STALE_S = 600.0
@@ -33,7 +36,22 @@ def is_stale(lock: Path, now: float, stale_s: float = STALE_S) -> bool:
         newest = max([created, *(path.stat().st_mtime for path in lock.parent.iterdir())])
     except OSError:
         return False  # the build finished (or the folder went) while we looked
-    return now - newest > stale_s and lock.exists()
+    # a compile can write nothing for longer than stale_s on a loaded machine (2026-12-02: async_io's first object
+    # took 11.5 minutes beside two files' launches, and a rank refused the live lock), so a builder at work wins
+    return now - newest > stale_s and lock.exists() and not building_in(lock.parent)
+
+
+def building_in(folder: Path, proc: Path = Path("/proc")) -> bool:
+    """Whether a process on this machine works in ``folder`` (its current directory is there), as ninja and the
+    compilers of a torch JIT build do."""
+    target = os.path.realpath(folder)
+    for entry in proc.glob("[0-9]*"):
+        try:
+            if os.readlink(entry / "cwd") == target:
+                return True
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return False
 
 
 def stale_lock_message(locks: list[Path]) -> str:

@@ -35,6 +35,24 @@ def test_lock_of_a_build_still_writing_is_not_stale(tmp_path):
     assert stale_locks(tmp_path, time.time()) == []
 
 
+def test_lock_of_a_build_compiling_without_writing_is_not_stale(tmp_path):
+    """A compiler at work in the folder for longer than STALE_S without writing a file (on 2026-12-02 async_io's
+    first object took 11.5 minutes on a loaded machine, and a rank refused the live lock): a process whose current
+    directory is the folder, as torch's ninja and its compilers have, keeps the lock live; once it has gone, the
+    idle folder's lock is left over again."""
+    import subprocess
+    import sys
+
+    lock = _interrupted_build(tmp_path / "py311_cpu" / "async_io", STALE_S + 60)
+    compiler = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=lock.parent)
+    try:
+        assert stale_locks(tmp_path, time.time()) == []
+    finally:
+        compiler.kill()
+        compiler.wait()
+    assert stale_locks(tmp_path, time.time()) == [lock]
+
+
 def test_lock_released_while_looked_at_is_not_stale(tmp_path, monkeypatch):
     """Ranks loading an op together take and release the lock in turn: one released between the glob and the
     folder listing left only old files to read, and a live build was called interrupted (CI, 2026-11-26)."""
