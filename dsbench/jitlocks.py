@@ -1,4 +1,4 @@
-"""Stale build locks in torch's JIT extension cache (pure: paths and times in, paths out).
+"""Stale build locks in torch's JIT extension cache: the files' times and the processes at work in their folders.
 
 torch builds DeepSpeed's ops (shm comm, CPU Adam, FusedAdam, async_io) on first use under
 ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions/<pyXY>_<cpu|cuXYZ>/<op>``. The process that builds
