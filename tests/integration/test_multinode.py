@@ -152,7 +152,7 @@ FAULTS = {  # launch args -> the rank to fail (on dsb-n2 in each layout)
 def test_a_failing_rank_ends_the_launch_and_names_its_node(hostfile, tmp_path, name):
     args, rank = FAULTS[name]
     result = dsbench("launch", *args, "--hostfile", str(hostfile), "--env", f"DSBENCH_FAULT={rank}:3",
-                     "--run-dir", str(tmp_path / "fault"), *WORKER, cwd=ROOT, timeout=300)
+                     "--run-dir", str(tmp_path / "fault"), *WORKER, cwd=ROOT)
     assert result.returncode != 0
     assert f"[rank {rank} on dsb-n2] dsbench.train: error: RuntimeError: injected fault at step 3" in result.stderr
 
@@ -186,7 +186,7 @@ def test_calibrate_measures_within_and_across_nodes(hostfile, tmp_path):
     # --repeats 3: this test asserts what is measured and where, not how steadily (a quarter of the calibration's
     # time; the 2-rank calibration in test_calibrate.py keeps the default)
     result = dsbench("calibrate", "--hostfile", str(hostfile), "--model", "gpt2-tiny", "--repeats", "3", "--run-dir",
-                     str(tmp_path / "cal"), "-o", str(profile_path), cwd=ROOT, timeout=300)
+                     str(tmp_path / "cal"), "-o", str(profile_path), cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     profile = json.loads(profile_path.read_text())
     assert profile["nodes"] == 2 and profile["world_size"] == 4 and profile["repeats"] == 3

@@ -36,7 +36,7 @@ def test_tune_runs_within_its_budget_and_resumes(tmp_path):
     assert ("--compile" in winner["command"]) is fastest["compile"]
     assert json.loads((out / "tune.json").read_text())["winner"]["cell"] == winner["cell"]
     cells = sorted(p.name for p in (out / "cells").iterdir())
-    again = dsbench(*TUNE, "--out", str(out), "--resume", cwd=ROOT, timeout=300)
+    again = dsbench(*TUNE, "--out", str(out), "--resume", cwd=ROOT)
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted(p.name for p in (out / "cells").iterdir()) == cells  # nothing ran again
     assert json.loads(again.stdout)["winner"]["cell"] == winner["cell"]

@@ -51,7 +51,7 @@ def test_accelerate_launch_with_shipped_config(tmp_path, yaml_name, strategy):
 def test_a_failing_rank_fails_the_launch_with_its_error(tmp_path, launcher):
     strategy = ["--strategy", "ddp"] if launcher == "torchrun" else []
     result = dsbench("launch", "--launcher", launcher, *strategy, "--run-dir", str(tmp_path / "r"), "--",
-                     "--steps", "6", "--quiet", cwd=ROOT, env={"DSBENCH_FAULT": "1:2"}, timeout=300)
+                     "--steps", "6", "--quiet", cwd=ROOT, env={"DSBENCH_FAULT": "1:2"})
     assert result.returncode != 0
     assert "launch failed with exit code" in result.stderr
     expected = f"[rank 1 on {socket.gethostname()}] dsbench.train: error: RuntimeError: injected fault at step 2"
