@@ -125,11 +125,18 @@ def checked_profile(ctx: click.Context, param: click.Parameter, value: str | Non
 
 
 def csv_list(kind: Any) -> Any:
+    """A click callback: ``a,b`` as ``[kind(a), kind(b)]``, spaces around an item ignored. An empty item among
+    others (``ddp,,zero2``, a trailing comma) is refused: it is a name the user meant to type."""
     def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> list[Any] | None:
         if value is None:
             return None
+        items = [item.strip() for item in str(value).split(",")]
+        if not any(items):
+            return []  # refused by Command.parse_args as empty, as any other empty value
+        if "" in items:
+            raise click.BadParameter(f"{value!r} has an empty item: remove the extra comma")
         try:
-            return [kind(item.strip()) for item in value.split(",") if item.strip()]
+            return [kind(item) for item in items]
         except ValueError:
             raise click.BadParameter(f"expected a comma-separated list, got {value!r}") from None
     return parse

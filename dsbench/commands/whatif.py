@@ -12,13 +12,14 @@ from dsbench.commands.base import Command
 from dsbench.commands.options import (
     COUNT,
     POSITIVE,
+    csv_list,
 )
 
 
 @click.command(cls=Command)
-@click.option("--links", default="unshaped,1gbit,100mbit", show_default=True,
+@click.option("--links", default="unshaped,1gbit,100mbit", show_default=True, callback=csv_list(str),
               help="Link rates between the nodes, comma-separated tc rates (unshaped = the bare bridge).")
-@click.option("--strategies", default="ddp,zero2,zero3,fsdp,pipe2", show_default=True,
+@click.option("--strategies", default="ddp,zero2,zero3,fsdp,pipe2", show_default=True, callback=csv_list(str),
               help="Compare strategies to run on every link.")
 @click.option("--nodes", type=int, default=2, show_default=True, help="Test-bed nodes.")
 @click.option("--slots", type=int, default=1, show_default=True, help="Ranks per node.")
@@ -30,7 +31,7 @@ from dsbench.commands.options import (
 @click.option("--out", type=click.Path(file_okay=False), help="Results folder [runs/whatif-<time>].")
 @click.option("--timeout", type=POSITIVE, default=900, show_default=True, help="Seconds per cell.")
 @click.option("--quiet", is_flag=True, help="No live progress.")
-def whatif(links: str, strategies: str, nodes: int, slots: int, model: str, micro_batch: int, steps: int,
+def whatif(links: list[str], strategies: list[str], nodes: int, slots: int, model: str, micro_batch: int, steps: int,
            warmup: int, seq_len: int, out: str | None, timeout: float, quiet: bool) -> None:
     """Run strategies across test-bed nodes at several link rates, beside the planner's communication time
     (needs root: it brings `dsbench testbed` up and down once per link). Exit 1 when a cell failed."""
@@ -41,8 +42,7 @@ def whatif(links: str, strategies: str, nodes: int, slots: int, model: str, micr
     from dsbench.report.tables import whatif_grid
 
     folder = Path(out or f"runs/whatif-{time.strftime('%Y%m%d-%H%M%S')}")
-    link_list = [x.strip() for x in links.split(",") if x.strip()]
-    rows = whatif_main(link_list, [x.strip() for x in strategies.split(",") if x.strip()], nodes, slots, model,
+    rows = whatif_main(links, strategies, nodes, slots, model,
                        micro_batch, steps, warmup, seq_len, folder, timeout, RichReporter(quiet))
     files = write(rows, folder)
     files["plot"] = by_link(rows, list(dict.fromkeys(r.link for r in rows)), folder / "whatif.png")
