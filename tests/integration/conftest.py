@@ -190,7 +190,7 @@ def run_command(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
     (dsbench forwards it to the launcher's process group, which stops every rank), then SIGKILL.
 
     A timeout guards against a hang; it is not a speed check. A command that trains keeps the default: machines here
-    differ up to 3x per launch (the 4-rank test-bed calibration took 280 s on 2026-12-01's machine and passed 300 s
+    differ up to 3x per launch (the 4-rank test-bed calibration took 280 s on 2026-12-02 at 01:23 and ran past 300 s
     in CI on 2026-12-02). A shorter one only for what trains nothing (the test bed's up/down, doctor, a dry run)."""
     before = _launch_logs()
     try:
