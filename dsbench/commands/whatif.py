@@ -42,8 +42,8 @@ def whatif(links: list[str], strategies: list[str], nodes: int, slots: int, mode
     from dsbench.report.tables import whatif_grid
 
     folder = Path(out or f"runs/whatif-{time.strftime('%Y%m%d-%H%M%S')}")
-    rows = whatif_main(links, strategies, nodes, slots, model,
-                       micro_batch, steps, warmup, seq_len, folder, timeout, RichReporter(quiet))
+    rows = whatif_main(links, strategies, nodes, slots, model, micro_batch, steps, warmup, seq_len, folder, timeout,
+                       RichReporter(quiet))
     files = write(rows, folder)
     files["plot"] = by_link(rows, list(dict.fromkeys(r.link for r in rows)), folder / "whatif.png")
     whatif_grid(rows).print(table_console())
