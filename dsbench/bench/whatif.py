@@ -45,8 +45,6 @@ def check_links(links: list[str]) -> list[str]:
     """Links in order, the unshaped baseline first; each a tc rate or ``unshaped``."""
     from dsbench.testbed.layout import rate_bits
 
-    if not links:
-        raise UserError("--links is empty: give tc rates such as unshaped,1gbit,100mbit")
     for link in links:
         if link != UNSHAPED:
             rate_bits(link, "--links")  # a one-line error for a bad rate
@@ -153,8 +151,6 @@ def whatif_cells(strategies: list[str], world: int, model: str, micro: int, step
     checks of the matrix and of the model's layers against each layout, and the fused optimizer wherever it
     applies); the test bed's hostfile is set per link. ``single`` and NVMe offload are refused: a what-if runs
     across the nodes, whose namespaces share one disk."""
-    if not strategies:
-        raise UserError(f"--strategies is empty: name some, e.g. {','.join(registry.WHATIF_DEFAULT)}")
     unknown = [s for s in strategies if not registry.known(s) or s == "single" or "nvme" in registry.get(s).offload]
     if unknown:
         raise UserError(f"--strategies {unknown[0]!r}: choose among {', '.join(registry.WHATIF_DEFAULT)} and the other "
