@@ -41,11 +41,11 @@ def is_stale(lock: Path, now: float, stale_s: float = STALE_S) -> bool:
     return now - newest > stale_s and lock.exists() and not building_in(lock.parent)
 
 
-def building_in(folder: Path, proc: Path = Path("/proc")) -> bool:
+def building_in(folder: Path) -> bool:
     """Whether a process on this machine works in ``folder`` (its current directory is there), as ninja and the
     compilers of a torch JIT build do."""
     target = os.path.realpath(folder)
-    for entry in proc.glob("[0-9]*"):
+    for entry in Path("/proc").glob("[0-9]*"):
         try:
             if os.readlink(entry / "cwd") == target:
                 return True
