@@ -21,6 +21,9 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
 - DeepSpeed Ulysses' gradients, not only its losses: llama-tiny under plain SGD at ZeRO-1 and ZeRO-3 (sp 2 x dp 2)
   against plain torch's SGD on one rank (since 2026-12-01; test_ulysses.py launched 3 runs for it before).
 
+- The torch engines' checkpoints (tests/integration/engine_resume.py): 12 steps straight against 6, a save, and
+  6 more in a second engine that loaded it (since 2026-12-02: test_checkpoint.py launched these resumes before).
+
 - The replica check (worker/replicas.py) on real copies: after the unscaled run, every engine's verdict; then
   again with one weight of the last rank nudged by 1e-3, a copy that differs.
 
@@ -39,6 +42,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from engine_resume import RESUMES, resume  # beside this script (torchrun puts its folder on sys.path)
 
 from dsbench.models import PRESETS
 from dsbench.parallel import ParallelDims
@@ -235,6 +239,7 @@ def main() -> None:
     info = init("deepspeed")  # the worker's own start: gloo through DeepSpeed, its CPU workspace released
     rank = info.rank
     out = {s: {mode: _train(s, info, mode) for mode in ("off", "on", "spoiled")} for s in LAYOUTS}
+    out["resume"] = {name: resume(name, info, Path(sys.argv[1], "checkpoints", name)) for name in RESUMES}
     out["families"] = {model: {s: _family(model, s, info) for s in strategies}
                        for model, strategies in FAMILIES.items()}
     for model, recompute in ULYSSES_FAMILIES.items():  # last: DeepSpeed's Ulysses takes over the process's SDPA

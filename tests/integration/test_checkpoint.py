@@ -1,6 +1,8 @@
 """Checkpoints on 2 CPU ranks: 12 steps straight vs 6 + resume 6 give the same losses and learning rates
-(ZeRO-2, ZeRO-3, DDP, FSDP2, DeepSpeed's pipeline engine, torch's pipelining; DTensor TP on 4 ranks, torch_3d on 8);
-a resume on another world size (DCP resharding, across engines too; DeepSpeed's universal checkpoint);
+(ZeRO-2, ZeRO-3, DeepSpeed's pipeline engine; the torch engines' since 2026-12-02 on the engines' own ranks,
+tests/integration/engine_resume.py); the checkpoints of DDP, FSDP2, torch's pipelining, DTensor TP on 4 ranks and
+torch_3d on 8 refused, resumed elsewhere and exported; a resume on another world size (DCP resharding, across
+engines too; DeepSpeed's universal checkpoint);
 `dsbench export` against DeepSpeed's and torch's own consolidation, and against the training run's own loss.
 
 The straight runs are the session's cells (conftest SAVED: the runs test_launch_strategies.py, the accelerate YAMLs,
@@ -45,22 +47,26 @@ def launch(args: list[str], folder: Path, *worker: str):
 
 class Trained:
     """Per strategy: the session's run (saving at SAVE_AT and STEPS) and, once per module, a run resumed from
-    SAVE_AT."""
+    SAVE_AT (:data:`RESUMED_BY_LAUNCH`)."""
 
     def __init__(self, runs, base: Path) -> None:
         self.runs, self.base = runs, base
-        self.cache: dict[str, tuple[Path, dict, dict]] = {}
+        self.cache: dict[str, Path] = {}
 
-    def get(self, name: str) -> tuple[Path, dict, dict]:
+    def get(self, name: str) -> tuple[Path, dict]:
+        """The session run's checkpoint folder and its metrics."""
+        result, folder = self.runs.get(name, STRATEGIES[name])
+        assert result.returncode == 0, result.stderr[-3000:]
+        return folder / "checkpoints", load_run(folder)
+
+    def resumed(self, name: str) -> dict:
+        """The metrics of ``name``'s run resumed from the session run's SAVE_AT checkpoint."""
+        checkpoints, _ = self.get(name)
         if name not in self.cache:
-            result, folder = self.runs.get(name, STRATEGIES[name])
+            self.cache[name] = self.base / f"{name}-resumed"
+            result = launch(STRATEGIES[name], self.cache[name], "--resume", str(checkpoints / SAVED))
             assert result.returncode == 0, result.stderr[-3000:]
-            checkpoints = folder / "checkpoints"
-            resumed = self.base / f"{name}-resumed"
-            result = launch(STRATEGIES[name], resumed, "--resume", str(checkpoints / SAVED))
-            assert result.returncode == 0, result.stderr[-3000:]
-            self.cache[name] = (checkpoints, load_run(folder), load_run(resumed))
-        return self.cache[name]
+        return load_run(self.cache[name])
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +74,18 @@ def trained(runs, tmp_path_factory) -> Trained:
     return Trained(runs, tmp_path_factory.mktemp("ckpt"))
 
 
-@pytest.mark.parametrize("name", list(STRATEGIES))
+RESUMED_BY_LAUNCH = ("zero2", "zero3", "pipe")
+"""The strategies whose resume is launched: DeepSpeed's checkpoints (ZeRO-2, ZeRO-3 and the pipeline engine's layer
+files). The torch engines' (DCP) resumes are checked on the engines' own ranks since 2026-12-02
+(tests/integration/engine_resume.py: DDP, FSDP2, HSDP, DTensor TP, GPipe and torch_3d two ways, on 4 ranks, exactly
+but for DDP's 1 ulp), which launched 5 runs here before (DDP, FSDP2, GPipe on 2 ranks, DTensor TP on 4, torch_3d on
+8); the worker's own ``--resume`` of a DCP checkpoint stays launched below (torch_3d's, under FSDP2 on one rank)."""
+
+
+@pytest.mark.parametrize("name", RESUMED_BY_LAUNCH)
 def test_resume_reproduces_the_uninterrupted_run(trained, name):
-    checkpoints, straight, resumed = trained.get(name)
+    checkpoints, straight = trained.get(name)
+    resumed = trained.resumed(name)
     after = [(s["step"], s["loss"], s["lr"]) for s in straight["steps"] if s["step"] >= SAVE_AT]
     again = [(s["step"], s["loss"], s["lr"]) for s in resumed["steps"]]
     assert [s for s, _, _ in again] == list(range(SAVE_AT, STEPS))
@@ -89,7 +104,7 @@ def test_a_torch_3d_checkpoint_resumes_on_one_rank_under_fsdp(trained, tmp_path)
     """DCP reshards, across engines: the checkpoint of 8 torch_3d ranks (TP slices, FSDP2 shards, 2 pipeline stages in
     4 chunks) continues under FSDP2 on 1 rank with the same global batch (micro 2 x 2). Until 2026-12-01 this test
     resumed the 2-rank FSDP2 checkpoint, whose shards these include."""
-    checkpoints, straight, _ = trained.get("torch_3d")
+    checkpoints, straight = trained.get("torch_3d")
     folder = tmp_path / "one-rank"
     result = launch(["--strategy", "fsdp", "--launcher", "torchrun", "--num-gpus", "1", "--model",
                      str(session.QWEN3_TIED), "--micro-batch", "2", *session.LLAMA], folder, "--grad-accum", "2",
@@ -105,7 +120,7 @@ def test_a_torch_3d_checkpoint_resumes_on_one_rank_under_fsdp(trained, tmp_path)
 def test_zero_checkpoint_resumes_on_one_rank_through_a_universal_checkpoint(trained, tmp_path, name):
     """DeepSpeed's ZeRO partitions of 2 ranks, converted by its ds_to_universal, continue on 1 rank with the
     same global batch (micro 2 x accumulation 2): the losses of the uninterrupted 2-rank run."""
-    checkpoints, straight, _ = trained.get(name)
+    checkpoints, straight = trained.get(name)
     folder = tmp_path / "one-rank"
     result = launch([*STRATEGIES[name], "--grad-accum", "2", "--num-gpus", "1"], folder, "--resume",
                     str(checkpoints / SAVED))
@@ -126,7 +141,7 @@ def test_zero_checkpoint_on_another_model_parallel_layout_is_refused(trained, tm
     """A ZeRO-2 checkpoint of 2 data-parallel ranks resumed as 2 pipeline stages (the same global batch): refused in
     one line before any rank starts (the launch reads the manifest: checkpoints.check_before_launch; each rank would
     refuse it too). (--tp on this GPT-2 model is refused as early: AutoTP cannot split it.)"""
-    checkpoints, _, _ = trained.get("zero2")
+    checkpoints, _ = trained.get("zero2")
     result = launch(["--zero", "1", "--pipeline-stages", "2", "--grad-accum", "2"], tmp_path / "r", "--resume",
                     str(checkpoints / SAVED))
     assert result.returncode == 2, result.stderr[-2000:]  # the launch refuses it: no rank starts
@@ -135,7 +150,7 @@ def test_zero_checkpoint_on_another_model_parallel_layout_is_refused(trained, tm
 
 
 def test_resuming_past_the_last_step_is_refused(trained, tmp_path):
-    checkpoints, _, _ = trained.get("zero2")  # latest: the last step's
+    checkpoints, _ = trained.get("zero2")  # latest: the last step's
     result = launch(STRATEGIES["zero2"], tmp_path / "r", "--resume", str(checkpoints))
     assert result.returncode == 2
     assert (f"was saved after {STEPS} steps: --steps {STEPS} with --warmup 2 leaves no step to measure"
@@ -143,7 +158,7 @@ def test_resuming_past_the_last_step_is_refused(trained, tmp_path):
 
 
 def test_a_resume_with_another_global_batch_is_refused(trained, tmp_path):
-    checkpoints, _, _ = trained.get("ddp")
+    checkpoints, _ = trained.get("ddp")
     result = launch(["--strategy", "ddp", "--launcher", "torchrun", "--micro-batch", "4"], tmp_path / "r",
                     "--resume", str(checkpoints / SAVED))
     assert result.returncode == 2  # refused by the launch, before torchrun starts a rank
@@ -175,7 +190,7 @@ def test_export_gives_the_training_models_weights_and_logits(trained, tmp_path, 
     import torch
     from safetensors.torch import load_file
 
-    checkpoints, straight, _ = trained.get(name)
+    checkpoints, straight = trained.get(name)
     out = tmp_path / "hf"
     result = dsbench("export", str(checkpoints / SAVED), str(out), "--max-shard-size", "400kB",
                      cwd=ROOT, timeout=300)
@@ -213,7 +228,7 @@ def test_export_gives_the_training_models_weights_and_logits(trained, tmp_path, 
 
 
 def test_export_never_replaces_a_folder(trained, tmp_path):
-    checkpoints, _, _ = trained.get("zero2")
+    checkpoints, _ = trained.get("zero2")
     (tmp_path / "taken").mkdir()
     result = dsbench("export", str(checkpoints), str(tmp_path / "taken"), cwd=ROOT, timeout=300)
     assert result.returncode == 2
@@ -266,7 +281,7 @@ def test_a_planted_checkpoint_file_runs_nothing_in_export_or_resume(trained, tmp
     from dsbench.errors import UserError
     from dsbench.worker import checkpoint_manifest
 
-    checkpoints, _, _ = trained.get(name)
+    checkpoints, _ = trained.get(name)
     marker = tmp_path / "pwned"
     planted = _plant(checkpoints / SAVED, file, marker)
     result = dsbench("export", str(planted), str(tmp_path / "hf"), cwd=ROOT, timeout=300)

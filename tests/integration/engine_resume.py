@@ -1,0 +1,101 @@
+"""The torch engines' checkpoints on the ranks of tests/integration/engine_ranks.py: each engine trains 12 steps and
+saves after 6 through the worker's own ``checkpoint.save`` (DCP, the rank files with the LR schedule and RNG, the
+manifest); a second engine, built from other initial weights, loads it through the worker's own
+``checkpoint_manifest.resolve`` and ``checkpoint.load`` and trains steps 6-11 on the same batches. The oracle is the
+uninterrupted run: the same losses and learning rates, exactly (CPU fp32: the same data, weights, optimizer moments
+and LR step).
+
+Until 2026-12-02 test_checkpoint.py launched a resume of each engine's session run (DDP and FSDP2 on 2 ranks, DTensor
+TP on 4, torch's GPipe on 2, torch_3d on 8); the worker's own ``--resume`` of a DCP checkpoint stays launched there
+(the torch_3d checkpoint continued under FSDP2 on one rank), as do DeepSpeed's resumes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dsbench.checkpoints import definition, new_run_id
+from dsbench.models import PRESETS
+from dsbench.parallel import ParallelDims
+from dsbench.worker import checkpoint
+from dsbench.worker.checkpoint_manifest import resolve
+from dsbench.worker.dist import Collectives, DistInfo
+from dsbench.worker.engines import build_engine
+from dsbench.worker.engines.base import EngineOptions
+from dsbench.worker.model import build_model
+
+WORLD = 4
+STEPS, SAVE_AT, LR_WARMUP = 12, 6, 8
+"""As the session's launched runs (tests/integration/conftest.py): the LR still ramps at the save, so the schedule
+must resume too."""
+RESUMES: dict[str, tuple[str, str, dict[str, int], dict[str, Any]]] = {
+    # name: (engine, model, degrees on 4 ranks, engine options); the session's layouts on 4 ranks
+    "ddp": ("ddp", "llama-tiny", {}, {}),
+    "fsdp": ("fsdp", "llama-tiny", {}, {}),
+    "hsdp": ("fsdp", "llama-tiny", {"dp_shard": 2}, {}),
+    "torch_tp": ("torch_tp", "llama-tiny", {"tp": 2}, {"sequence_parallel": True, "loss_parallel": True}),
+    # GPipe on gpt2-tiny: its tied embedding on the first stage and the head on the last
+    "torch_pp": ("torch_pp", "gpt2-tiny", {"pp": 2}, {"pipeline_schedule": "gpipe"}),
+    # tp 2 x pp 2, interleaved: each rank's two chunks of gpt2-mini's 4 blocks, their Conv1D layers split
+    "torch_3d": ("torch_3d", "gpt2-mini", {"tp": 2, "pp": 2}, {"pipeline_schedule": "interleaved",
+                                                                "virtual_stages": 2}),
+    # pp 2 x FSDP2 over 2 ranks
+    "torch_3d_fsdp": ("torch_3d", "llama-tiny", {"pp": 2, "dp_shard": 2}, {}),
+}
+
+
+def _build(name: str, info: DistInfo, seed: int) -> tuple[Any, ParallelDims]:
+    engine, model, degrees, extra = RESUMES[name]
+    dims = ParallelDims(world=WORLD, **degrees)
+    options = EngineOptions(lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95), eps=1e-8, grad_clip=0.3,
+                            warmup_steps=LR_WARMUP, grad_accum=2, precision="fp32", dims=dims, **extra)
+    return build_engine(engine, build_model(PRESETS[model], seed=seed), options, info), dims
+
+
+def _batches(dims: ParallelDims, rank: int) -> list[list[Any]]:
+    """Every step's 2 micro-batches of 2 sequences of 16 tokens: each data-parallel replica its own, the ranks of one
+    replica (its tensor- and pipeline-parallel ranks) the same."""
+    generator = torch.Generator().manual_seed(dims.dp_rank(rank))
+    return [[torch.randint(0, 4096, (2, 16), generator=generator) for _ in range(2)] for _ in range(STEPS)]
+
+
+def _steps(engine: Any, batches: list[list[Any]], steps: range) -> list[list[float]]:
+    """[loss, lr] of each step, the lr the step ran with."""
+    done = []
+    for step in steps:
+        lr = engine.lr()
+        done.append([float(engine.train_step(batches[step])), lr])
+    return done
+
+
+def _weights(engine: Any) -> float:
+    from dsbench.worker.state_bytes import local_shard
+
+    return sum(float(local_shard(p.detach()).double().sum()) for p in engine.model.parameters())
+
+
+def resume(name: str, info: DistInfo, folder: Path) -> dict[str, Any]:
+    """The straight run (saving after SAVE_AT) and the resumed one, for the test to compare."""
+    comm = Collectives(info)
+    engine, dims = _build(name, info, seed=0)
+    batches = _batches(dims, info.rank)
+    _steps(engine, batches, range(SAVE_AT))
+    # the manifest as the worker writes it (worker/run.py): seq 16, seed 0, micro-batch 2 x 2 micro-steps per replica
+    fields = {"world_size": WORLD, "dp": dims.dp, "tp": dims.tp, "pp": dims.pp, "zero_stage": None,
+              "definition": definition({"name": RESUMES[name][1]}, 16, 0, 2 * 2 * dims.dp, "fp32"),
+              "run_id": new_run_id() if info.is_main else None}
+    target = checkpoint.save(engine, RESUMES[name][0], folder, SAVE_AT, info, fields, comm, lambda hf: None)
+    saved_rng, saved_weights = torch.get_rng_state(), _weights(engine)
+    straight = _steps(engine, batches, range(SAVE_AT, STEPS))
+    again, _ = _build(name, info, seed=1)  # other initial weights: a load that missed a tensor shows
+    fresh = _weights(again)
+    torch.manual_seed(12345)  # and another RNG state, which the rank file restores
+    located, manifest = resolve(target)
+    checkpoint.load(again, RESUMES[name][0], located, manifest, info)
+    rng_restored, loaded = torch.equal(torch.get_rng_state(), saved_rng), _weights(again)
+    return {"straight": straight, "resumed": _steps(again, batches, range(SAVE_AT, STEPS)),
+            "rng_restored": rng_restored, "weights": {"fresh": fresh, "saved": saved_weights, "loaded": loaded},
+            "storage": manifest.storage, "strategy": manifest.strategy}
