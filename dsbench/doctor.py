@@ -96,8 +96,9 @@ def _gpu_stack(host: str, facts: dict[str, Any], here: dict[str, Any], multinode
 
 def _jit(host: str, facts: dict[str, Any]) -> list[Row]:
     jit = facts["jit"]
-    rows = [Row(host, "jit build lock", "FAIL", f"{lock}: left by an interrupted build; DeepSpeed would wait on "
-                "it forever", f"rm {lock} (if no build is running)") for lock in jit["stale_locks"]]
+    rows = [Row(host, "jit build lock", "FAIL", f"{lock}: left by an interrupted build; a DeepSpeed run that "
+                "loads this op would wait on it forever", f"rm {lock} (if no build is running)")
+            for lock in jit["stale_locks"]]
     if jit["unbuilt"]:
         rows.append(Row(host, "jit ops", "note", f"will build on first use: {', '.join(jit['unbuilt'])} "
                         f"(in {jit['root']}; ~40 s to ~5 min each on 2 cores)"))

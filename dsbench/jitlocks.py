@@ -57,5 +57,5 @@ def building_in(folder: Path) -> bool:
 def stale_lock_message(locks: list[Path]) -> str:
     """One line naming the first stale lock and what to do."""
     more = f" (and {len(locks) - 1} more)" if len(locks) > 1 else ""
-    return (f"{locks[0]}{more}: a JIT build lock left by an interrupted build; every DeepSpeed run would wait "
-            f"on it forever. Remove it (rm {locks[0]}) if no build is running")
+    return (f"{locks[0]}{more}: a JIT build lock left by an interrupted build; every DeepSpeed run that "
+            f"loads this op would wait on it forever. Remove it (rm {locks[0]}) if no build is running")

@@ -20,9 +20,7 @@ from dsbench.configs.precision import config_precision, fp16_enabled
 from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validate
 from dsbench.envinfo import machine, versions
 from dsbench.errors import UserError
-from dsbench.jitlocks import stale_lock_message, stale_locks
 from dsbench.parallel import ParallelDims
-from dsbench.worker.cpuanswer import jit_folder
 from dsbench.zero_section import zero_settings
 
 
@@ -53,14 +51,13 @@ def check_cuda_arch_list() -> None:
 
 
 def guard_jit_builds() -> None:
-    """Before DeepSpeed builds or loads its first op: refuse a stale build lock now (dsbench.jitlocks), and make this
-    process's own builds and waits safe: a lock it holds goes when it is told to stop, and a wait on a lock left
-    over ends in one line (dsbench.worker.jitbaton)."""
+    """Before DeepSpeed builds or loads its first op, make this process's builds and waits safe: a lock it holds goes
+    when it is told to stop, and a wait on a lock left over ends in one line (dsbench.worker.jitbaton), at once for
+    a lock already stale. Only the ops the run loads are waited on, so a lock left in another op's folder (async_io's,
+    from an NVMe run stopped mid-build) stops no run that does not load it; until 2026-12-02 every op's folder was
+    checked here first, and such a lock refused every DeepSpeed run. ``dsbench doctor`` lists every stale lock."""
     from dsbench.worker import jitbaton, stop
 
-    locks = stale_locks(jit_folder(), time.time())
-    if locks:
-        raise UserError(stale_lock_message(locks))
     jitbaton.guard(stop.say)
     stop.on_stop(jitbaton.drop_held)
 

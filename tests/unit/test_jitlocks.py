@@ -151,3 +151,27 @@ def test_a_wait_on_a_lock_left_over_ends_in_one_line(tmp_path):
     jitbaton.wait_for(fresh, 0.1, said.append, clock=lambda: base + next(readings),
                       sleep=build_ends)
     assert len(said) == 1 and str(fresh) in said[0] and "10 minutes" in said[0]
+
+
+def test_a_lock_left_in_another_op_s_folder_stops_no_run_that_does_not_load_it(tmp_path, monkeypatch):
+    """async_io's lock left by an NVMe run stopped mid-build: a ZeRO-2 rank, which never loads async_io, starts
+    (until 2026-12-02 the rank checked every op's folder first and refused it); the op it does load, with a lock left
+    in its folder too, is refused at its first wait, in the line ``dsbench doctor`` and the wait give."""
+    from dsbench.errors import UserError
+    from dsbench.worker import jitbaton, setup, stop
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    guarded, wrap = [], jitbaton.guard
+
+    def guard(say, baton=None):  # torch's own FileBaton left alone in this process; a subclass wrapped below
+        return guarded.append(say) if baton is None else wrap(say, baton)
+
+    monkeypatch.setattr(jitbaton, "guard", guard)
+    monkeypatch.setattr(stop, "on_stop", lambda hook: None)
+    left = _interrupted_build(tmp_path / "async_io", STALE_S + 60)
+    setup.guard_jit_builds()
+    assert guarded == [stop.say] and stale_locks(tmp_path, time.time()) == [left]  # doctor still lists it
+    loaded = _interrupted_build(tmp_path / "deepspeed_shm_comm", STALE_S + 60)
+    with pytest.raises(UserError) as refused:
+        _guarded_baton()(str(loaded)).wait()  # torch's FileBaton.wait on the op the run loads, as jitbaton wraps it
+    assert str(refused.value) == stale_lock_message([loaded])
