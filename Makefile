@@ -38,7 +38,7 @@ test: venv
 test-unit: venv
 	$(BIN)/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
 
-# While working: lint and the unit suite (2-3 minutes on 2 cores; README.md).
+# While working: lint and the unit suite (about 2 minutes on 2 cores; README.md).
 check: lint test-unit
 
 test-dist: venv
