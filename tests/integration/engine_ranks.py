@@ -42,13 +42,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from engine_common import engine_options, step_batches, weight_sum
 from engine_resume import RESUMES, resume  # beside this script (torchrun puts its folder on sys.path)
 
 from dsbench.models import PRESETS
 from dsbench.parallel import ParallelDims
 from dsbench.worker.dist import Collectives, DistInfo, init
 from dsbench.worker.engines import build_engine
-from dsbench.worker.engines.base import EngineOptions
 from dsbench.worker.engines.loss_scale import LossScale
 from dsbench.worker.header import optimizer_kind
 from dsbench.worker.model import build_model
@@ -66,8 +66,7 @@ SPOILED_STEP = 1
 
 def _engine(strategy: str, model: str, info: DistInfo, dims: ParallelDims, recompute: str = "none",
             **extra: Any) -> Any:
-    options = EngineOptions(lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95), eps=1e-8, grad_clip=0.5, warmup_steps=0,
-                            grad_accum=2, precision="fp32", dims=dims, **extra)
+    options = engine_options(dims, **extra)
     module = build_model(PRESETS[model], seed=0, recompute=recompute)
     return build_engine(ENGINE.get(strategy, strategy), module, options, info)
 
@@ -90,7 +89,7 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
         step["n"] = n
         batches = [torch.randint(0, 256, (2, 16), generator=generator) for _ in range(2)]
         losses.append(float(engine.train_step(batches)))
-        sums.append(sum(float(local_shard(p.detach()).double().sum()) for p in engine.model.parameters()))
+        sums.append(weight_sum(engine))
     scale = engine.loss_scale
     out = {"losses": losses, "weight_sums": sums, "scale": scale.scale, "skipped": scale.skipped_steps}
     if mode == "off":
@@ -187,20 +186,12 @@ def ulysses_of_its_own() -> Iterator[None]:
         groups._SEQUENCE_PARALLEL_GROUP = groups._SEQUENCE_DATA_PARALLEL_GROUP = None
 
 
-def _step_batches(generator: torch.Generator) -> list:
-    """One step's 2 micro-batches of 2 sequences of 16 tokens (the families' vocabulary: 4096), the same on every
-    rank for the same generator."""
-    return [torch.randint(0, 4096, (2, 16), generator=generator) for _ in range(2)]
-
-
 def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") -> dict:
     """Three steps of ``model``, the same batches on every rank; single runs on one rank's world of its own."""
     if strategy in DEEPSPEED:
         config, tp = DEEPSPEED[strategy]
-        options = EngineOptions(lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95), eps=1e-8, grad_clip=0.5,
-                                warmup_steps=0, grad_accum=2, precision="fp32",
-                                dims=ParallelDims(world=WORLD, tp=tp, sp=config.get("sequence_parallel_size", 1)),
-                                ds_config=config, seq_len=16)
+        options = engine_options(ParallelDims(world=WORLD, tp=tp, sp=config.get("sequence_parallel_size", 1)),
+                                 ds_config=config, seq_len=16)
         engine = build_engine("deepspeed", build_model(PRESETS[model], seed=0, recompute=recompute), options, info)
     else:
         layout = LAYOUTS.get(strategy, LAYOUTS.get(ENGINE.get(strategy, ""))) if strategy != "single" else None
@@ -209,7 +200,7 @@ def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") 
     generator = torch.Generator().manual_seed(7)
     losses, norms = [], []
     for _ in range(3):
-        losses.append(float(engine.train_step(_step_batches(generator))))
+        losses.append(float(engine.train_step(step_batches(generator))))
         norms.append(float(engine.grad_norm) if strategy not in DEEPSPEED else None)  # DeepSpeed clips inside
     # the optimizer's implementation as the run header names it (worker/header.optimizer_kind)
     return {"losses": losses, "grad_norms": norms, "optimizer": optimizer_kind(engine, info.device)}
@@ -225,7 +216,7 @@ def _sgd_one_process(model: str, scale: float = 1.0) -> dict:
     losses = []
     for _ in range(3):
         total = 0.0
-        for batch in _step_batches(generator):
+        for batch in step_batches(generator):
             loss = module(input_ids=batch, labels=batch).loss / 2
             loss.backward()
             total += float(loss)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from engine_common import engine_options, step_batches, weight_sum  # beside this script
 
 from dsbench.checkpoints import definition, new_run_id
 from dsbench.models import PRESETS
@@ -24,7 +25,6 @@ from dsbench.worker import checkpoint
 from dsbench.worker.checkpoint_manifest import resolve
 from dsbench.worker.dist import Collectives, DistInfo
 from dsbench.worker.engines import build_engine
-from dsbench.worker.engines.base import EngineOptions
 from dsbench.worker.model import build_model
 
 WORLD = 4
@@ -50,8 +50,7 @@ RESUMES: dict[str, tuple[str, str, dict[str, int], dict[str, Any]]] = {
 def _build(name: str, info: DistInfo, seed: int) -> tuple[Any, ParallelDims]:
     engine, model, degrees, extra = RESUMES[name]
     dims = ParallelDims(world=WORLD, **degrees)
-    options = EngineOptions(lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95), eps=1e-8, grad_clip=0.3,
-                            warmup_steps=LR_WARMUP, grad_accum=2, precision="fp32", dims=dims, **extra)
+    options = engine_options(dims, grad_clip=0.3, warmup_steps=LR_WARMUP, **extra)
     return build_engine(engine, build_model(PRESETS[model], seed=seed), options, info), dims
 
 
@@ -59,7 +58,7 @@ def _batches(dims: ParallelDims, rank: int) -> list[list[Any]]:
     """Every step's 2 micro-batches of 2 sequences of 16 tokens: each data-parallel replica its own, the ranks of one
     replica (its tensor- and pipeline-parallel ranks) the same."""
     generator = torch.Generator().manual_seed(dims.dp_rank(rank))
-    return [[torch.randint(0, 4096, (2, 16), generator=generator) for _ in range(2)] for _ in range(STEPS)]
+    return [step_batches(generator) for _ in range(STEPS)]
 
 
 def _steps(engine: Any, batches: list[list[Any]], steps: range) -> list[list[float]]:
@@ -69,12 +68,6 @@ def _steps(engine: Any, batches: list[list[Any]], steps: range) -> list[list[flo
         lr = engine.lr()
         done.append([float(engine.train_step(batches[step])), lr])
     return done
-
-
-def _weights(engine: Any) -> float:
-    from dsbench.worker.state_bytes import local_shard
-
-    return sum(float(local_shard(p.detach()).double().sum()) for p in engine.model.parameters())
 
 
 def resume(name: str, info: DistInfo, folder: Path) -> dict[str, Any]:
@@ -88,14 +81,14 @@ def resume(name: str, info: DistInfo, folder: Path) -> dict[str, Any]:
               "definition": definition({"name": RESUMES[name][1]}, 16, 0, 2 * 2 * dims.dp, "fp32"),
               "run_id": new_run_id() if info.is_main else None}
     target = checkpoint.save(engine, RESUMES[name][0], folder, SAVE_AT, info, fields, comm, lambda hf: None)
-    saved_rng, saved_weights = torch.get_rng_state(), _weights(engine)
+    saved_rng, saved_weights = torch.get_rng_state(), weight_sum(engine)
     straight = _steps(engine, batches, range(SAVE_AT, STEPS))
     again, _ = _build(name, info, seed=1)  # other initial weights: a load that missed a tensor shows
-    fresh = _weights(again)
+    fresh = weight_sum(again)
     torch.manual_seed(12345)  # and another RNG state, which the rank file restores
     located, manifest = resolve(target)
     checkpoint.load(again, RESUMES[name][0], located, manifest, info)
-    rng_restored, loaded = torch.equal(torch.get_rng_state(), saved_rng), _weights(again)
+    rng_restored, loaded = torch.equal(torch.get_rng_state(), saved_rng), weight_sum(again)
     return {"straight": straight, "resumed": _steps(again, batches, range(SAVE_AT, STEPS)),
             "rng_restored": rng_restored, "weights": {"fresh": fresh, "saved": saved_weights, "loaded": loaded},
             "storage": manifest.storage, "strategy": manifest.strategy}

@@ -1,0 +1,30 @@
+"""What tests/integration/engine_ranks.py and engine_resume.py build and feed their engines alike: the optimizer's
+settings, one step's batches, and a rank's checksum of its weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from dsbench.worker.engines.base import EngineOptions
+from dsbench.worker.state_bytes import local_shard
+
+
+def engine_options(dims: Any, **overrides: Any) -> EngineOptions:
+    """AdamW at lr 1e-3 (betas 0.9/0.95, weight decay 0.01), clipped at 0.5, 2 micro-batches a step, fp32, no LR
+    warm-up; ``overrides`` change any of them or add an engine's own options."""
+    settings = {"lr": 1e-3, "weight_decay": 0.01, "betas": (0.9, 0.95), "eps": 1e-8, "grad_clip": 0.5,
+                "warmup_steps": 0, "grad_accum": 2, "precision": "fp32", **overrides}
+    return EngineOptions(dims=dims, **settings)
+
+
+def step_batches(generator: torch.Generator) -> list:
+    """One step's 2 micro-batches of 2 sequences of 16 tokens (the tiny models' vocabulary: 4096), the same on every
+    rank for the same generator."""
+    return [torch.randint(0, 4096, (2, 16), generator=generator) for _ in range(2)]
+
+
+def weight_sum(engine: Any) -> float:
+    """The sum of this rank's part of every weight, in float64: equal sums on the same layout, equal weights."""
+    return sum(float(local_shard(p.detach()).double().sum()) for p in engine.model.parameters())
