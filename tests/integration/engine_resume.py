@@ -91,4 +91,4 @@ def resume(name: str, info: DistInfo, folder: Path) -> dict[str, Any]:
     rng_restored, loaded = torch.equal(torch.get_rng_state(), saved_rng), weight_sum(again)
     return {"straight": straight, "resumed": _steps(again, batches, range(SAVE_AT, STEPS)),
             "rng_restored": rng_restored, "weights": {"fresh": fresh, "saved": saved_weights, "loaded": loaded},
-            "storage": manifest.storage, "strategy": manifest.strategy}
+            "storage": manifest.storage, "strategy": manifest.strategy, "engine": RESUMES[name][0]}

@@ -61,11 +61,12 @@ class Trained:
 
     def resumed(self, name: str) -> dict:
         """The metrics of ``name``'s run resumed from the session run's SAVE_AT checkpoint."""
-        checkpoints, _ = self.get(name)
         if name not in self.cache:
-            self.cache[name] = self.base / f"{name}-resumed"
-            result = launch(STRATEGIES[name], self.cache[name], "--resume", str(checkpoints / SAVED))
+            checkpoints, _ = self.get(name)
+            folder = self.base / f"{name}-resumed"
+            result = launch(STRATEGIES[name], folder, "--resume", str(checkpoints / SAVED))
             assert result.returncode == 0, result.stderr[-3000:]
+            self.cache[name] = folder  # only a resume that ran
         return load_run(self.cache[name])
 
 

@@ -184,8 +184,7 @@ def test_a_torch_engine_resumed_from_its_checkpoint_continues_the_run(ranks, lay
     assert all(set(rank["resume"]) == set(RESUMES) for rank in ranks)
     for rank in ranks:
         run = rank["resume"][layout]
-        assert (run["storage"], run["strategy"]) == ("dcp", {"hsdp": "fsdp", "torch_3d_fsdp": "torch_3d"}.get(
-            layout, layout))
+        assert (run["storage"], run["strategy"]) == ("dcp", run["engine"])  # the manifest names the engine
         weights = run["weights"]
         assert weights["loaded"] == weights["saved"] != weights["fresh"] and run["rng_restored"]
         straight, resumed = run["straight"], run["resumed"]
