@@ -72,13 +72,15 @@ def prepare(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> Prepared
     from dsbench.worker.model import build_model
 
     _, world, _ = dist.env_rank()
+    # the checkpoint paths first: read from disk alone (no torch), so a mistyped --resume is refused in a fraction of
+    # a second rather than after the seconds of importing torch that the steps below take
+    resumed = _resumed_checkpoint(spec)
     run = resolve(spec, world, os.environ, typed)  # the run as it will execute on this rank, checked once
     # every torch.load of this rank (DeepSpeed's resume, ds_to_universal) loads data only; DeepSpeed's own
     # checkpoint classes are imported for DeepSpeed's runs only (importing DeepSpeed costs each rank seconds)
     safe_load.install(deepspeed=run.strategy == "deepspeed")
     strategy, shape, dims, ds_config = run.strategy, run.shape, run.dims, run.ds_config
     micro, accum, precision, fsdp = run.micro_batch, run.grad_accum, run.precision, run.fsdp
-    resumed = _resumed_checkpoint(spec)
     info = _join(strategy, spec.dist_timeout)
     folder = _run_dir(spec, strategy) if info.is_main else None
     hostnames = dist.Collectives(info).all_gather_object(socket.gethostname())  # sync point: where each rank runs

@@ -346,3 +346,21 @@ def test_phi3_s_fused_projections_are_held_by_key_value_head_and_exported_as_tra
     assert as_transformers_holds("model.layers.0.self_attn.qkv_proj.weight", whole) is whole  # whole: untouched
     odd = torch.zeros(2, 2, 3, 5)  # no room for a query group beside k and v (a planted file): left as it is
     assert as_transformers_holds("model.layers.0.self_attn.qkv_proj.weight", odd) is odd
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--resume", "good.json"], "good.json: not a folder"),
+    (["--checkpoint-dir", "good.json"], "--checkpoint-dir good.json: exists and is not a folder"),
+])
+def test_a_rank_refuses_a_bad_checkpoint_path_before_it_imports_torch(tmp_path, flags, needle):
+    """The checkpoint paths are read from disk alone: a rank started by hand with a mistyped path says so in a
+    fraction of a second, not after importing torch (seconds), and the refusal is the same one line."""
+    import subprocess
+    import sys
+
+    (tmp_path / "good.json").write_text("{}")
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dsbench.train", *flags, "--steps", "2"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and needle in done.stderr, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
+    assert "dsbench.worker.run" in imported and "torch" not in imported
