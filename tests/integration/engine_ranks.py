@@ -14,7 +14,8 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
   under fsdp, torch_pp, ZeRO-3, torch_tp (also with sequence parallelism) and torch_3d, and neox-tiny (GPT-NeoX:
   biased LayerNorms, each head's q, k and v together, a quarter of each head rotated, the parallel residual) under
   fsdp, torch_pp, ZeRO-3, AutoTP, torch_tp (also with sequence parallelism and the vocabulary-parallel loss) and
-  torch_3d; gpt2-tiny's Conv1D layers under torch_tp (also with sequence parallelism) and torch_3d; and gpt2-tiny and
+  torch_3d; gpt2-tiny's Conv1D layers under torch_tp (also with sequence parallelism) and torch_3d, and under
+  DeepSpeed's ZeRO-0 and ZeRO-1 (dp 4), with the model states each rank holds; and gpt2-tiny and
   neox-tiny under DeepSpeed's Ulysses (sp 2 x dp 2, ZeRO-1; last, since it takes over
   the process's SDPA); every rank is given the same batches, so that each replica's gradient is the one process's
   (the averaged gradient of equal batches is theirs).
@@ -101,7 +102,13 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
     return out
 
 
-FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp", "fsdp_offload",  # the last two since 2026-12-01
+FAMILIES = {
+            # first: no DeepSpeed engine has run yet, so no model-parallel group of AutoTP's is left in the process
+            # (below) for ZeRO-0 and ZeRO-1 to partition by. Against its Ulysses run too (ULYSSES_FAMILIES); since
+            # 2026-12-01 torch_tp (also with sequence parallelism) and torch_3d split its Conv1D layers, c_attn's q,
+            # k and v apart (engines/conv1d_parallel.py)
+            "gpt2-tiny": ("single", "zero0", "zero1", "torch_tp", "torch_tp_sp", "torch_3d"),
+            "qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp", "fsdp_offload",  # the last two since 2026-12-01
                            "torch_tp_fused"),  # since 2026-12-01 (18:40): a 2-rank launch of test_model_parallel before
             # before AutoTP: DeepSpeed keeps its model-parallel groups for the process (deepspeed.utils.groups), so
             # a ZeRO-3 engine built after an AutoTP one would read its tensor-parallel degree of 2
@@ -115,9 +122,6 @@ FAMILIES = {"qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp", "fsdp_offlo
             # and the vocabulary-parallel loss too (GPTNeoXLayer hands its attention the hidden states by position)
             "neox-tiny": ("single", "fsdp", "torch_pp", "torch_tp", "torch_tp_sp_lp", "torch_3d", "zero3", "autotp"),
             "gemma-tiny": ("single", "torch_tp", "torch_pp", "torch_3d", "autotp"),
-            # against its Ulysses run (ULYSSES_FAMILIES); since 2026-12-01 torch_tp (also with sequence parallelism)
-            # and torch_3d split its Conv1D layers, c_attn's q, k and v apart (engines/conv1d_parallel.py)
-            "gpt2-tiny": ("single", "torch_tp", "torch_tp_sp", "torch_3d"),
             # torch's interleaved schedules (pp 2 x dp 2, 2 chunks per rank of its 4 blocks: the tied embedding on
             # rank 0's first chunk and rank 1's last), 1F1B with the attention core recomputed, and zero bubble
             # (each backward split into input- and weight-gradient halves); since 2026-12-01 (launched by
@@ -142,8 +146,11 @@ ULYSSES_SGD = {f"ulysses_sgd_z{stage}": {**ULYSSES, **SGD, "zero_optimization": 
                for stage in (1, 3)}
 """DeepSpeed Ulysses (sp 2 x dp 2) under :data:`SGD` at ZeRO-1 and ZeRO-3, which reduce its gradients differently
 (engines/deepspeed.UlyssesEngine.gradient_scale)."""
+ZERO_STAGES = {f"zero{stage}": {**ZERO3, "zero_optimization": {"stage": stage}} for stage in (0, 1)}
+"""DeepSpeed ZeRO-0 and ZeRO-1 over the 4 ranks (dp 4), the same optimizer: their losses against one process, and the
+model states each rank holds (since 2026-12-02; test_launch_strategies.py launched a 2-rank run of each before)."""
 DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1), "ulysses": (ULYSSES, 1),
-             **{name: (config, 1) for name, config in ULYSSES_SGD.items()}}
+             **{name: (config, 1) for name, config in {**ULYSSES_SGD, **ZERO_STAGES}.items()}}
 """The DeepSpeed engines of :data:`FAMILIES`: their config and tensor-parallel degree."""
 OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True},
            "torch_tp_sp": {"sequence_parallel": True}, "fsdp_offload": {"fsdp_cpu_offload": True},
@@ -198,12 +205,26 @@ def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") 
         dims = ParallelDims(world=1) if layout is None else ParallelDims(world=WORLD, **layout)
         engine = _engine(strategy, model, info, dims, **OPTIONS.get(strategy, {}))
     generator = torch.Generator().manual_seed(7)
-    losses, norms = [], []
-    for _ in range(3):
+    losses, norms, states = [], [], None
+    for n in range(3):
+        engine.measure_states = strategy in ZERO_STAGES and n == 0  # the first step's, as the worker's loop counts
         losses.append(float(engine.train_step(step_batches(generator))))
         norms.append(float(engine.grad_norm) if strategy not in DEEPSPEED else None)  # DeepSpeed clips inside
+        if engine.measure_states:  # this rank's model states (worker/state_bytes.py), as a run records them
+            states = engine.model_state_bytes()
     # the optimizer's implementation as the run header names it (worker/header.optimizer_kind)
-    return {"losses": losses, "grad_norms": norms, "optimizer": optimizer_kind(engine, info.device)}
+    return {"losses": losses, "grad_norms": norms, "optimizer": optimizer_kind(engine, info.device),
+            "states": states, "num_params": PRESETS[model].num_params() if states else None,  # the header's count
+            "step_counter_bytes": _step_counter_bytes(engine) if states else None}
+
+
+def _step_counter_bytes(engine: Any) -> int:
+    """The bytes of torch AdamW's step counters (a float32 scalar tensor per tensor it steps), which the worker counts
+    among the optimizer states; DeepSpeed's FusedAdam, which a launch steps, keeps its count as an int."""
+    optimizer = engine.engine.optimizer
+    inner = getattr(optimizer, "optimizer", optimizer)  # ZeRO-1's wrapper steps torch's AdamW on its partitions
+    return sum(t.numel() * t.element_size() for state in inner.state.values() for key, t in state.items()
+               if key == "step" and torch.is_tensor(t))
 
 
 def _sgd_one_process(model: str, scale: float = 1.0) -> dict:

@@ -23,7 +23,10 @@ x dp 2, 2 chunks per rank; launched by test_model_parallel.py until 2026-12-01),
 batches.
 
 DeepSpeed Ulysses' gradients under plain SGD at ZeRO-1 and ZeRO-3, against plain torch's SGD on one process (since
-2026-12-01; before, tests/integration/test_ulysses.py launched two Ulysses runs and a one-rank DeepSpeed reference)."""
+2026-12-01; before, tests/integration/test_ulysses.py launched two Ulysses runs and a one-rank DeepSpeed reference).
+
+DeepSpeed's ZeRO-0 and ZeRO-1 on gpt2-tiny (dp 4) against one process, and the model states each rank holds (since
+2026-12-02; before, test_launch_strategies.py launched each on 2 ranks)."""
 
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ from tests.integration.conftest import bin_path, run_command
 
 STRATEGIES = ("ddp", "fsdp", "torch_tp", "torch_pp", "torch_3d", "hsdp")
 """engine_ranks.py's torch layouts: hsdp is the FSDP engine with --dp-shard 2 (2 shard groups of 2 ranks)."""
-DEEPSPEED = ("autotp", "zero3", "ulysses")
+DEEPSPEED = ("autotp", "zero0", "zero1", "zero3", "ulysses")
 """engine_ranks.py's DeepSpeed engines, which clip inside (no norm before clipping to compare)."""
 
 
@@ -90,6 +93,7 @@ def _group_mean(ranks: list[dict], model: str, name: str) -> list[float]:
                                                  ("neox-tiny", "torch_3d"), ("olmo2-tiny", "torch_tp"),
                                                  ("olmo2-tiny", "torch_tp_sp"), ("olmo2-tiny", "torch_3d"),
                                                  ("gpt2-tiny", "ulysses"), ("neox-tiny", "ulysses"),
+                                                 ("gpt2-tiny", "zero0"), ("gpt2-tiny", "zero1"),
                                                  ("gpt2-tiny", "torch_tp"), ("gpt2-tiny", "torch_tp_sp"),
                                                  ("gpt2-tiny", "torch_3d"), ("gpt2-mini", "torch_pp_interleaved"),
                                                  ("gpt2-mini", "torch_pp_zb"), ("phi3-tiny", "torch_tp"),
@@ -118,6 +122,33 @@ def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(
         if strategy not in DEEPSPEED:  # torch AdamW's fused kernel where asked (--fused-optimizer), else its for-loop
             kernel = "fused" if strategy == "torch_tp_fused" else "for-loop"
             assert split["optimizer"] == f"AdamW ({kernel})", (strategy, split["optimizer"])
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_zero_0_and_1_hold_the_model_states_of_the_zero_paper(ranks, stage):
+    """Model states per rank (Rajbhandari et al. 2020, sec. 5.1: P_os partitions the optimizer states over the N_d
+    data-parallel ranks; ZeRO-0 partitions nothing), as the worker counts them from its tensors (fp32: 4 bytes a
+    parameter, Adam's two moments 8): ZeRO-0 holds the parameters, the gradients and both moments whole on every
+    rank, ZeRO-1 a quarter of the moments on each of 4 (N_d = 4), with the planner's bytes within 5% of either.
+    Measured 2026-12-02 (gpt2-tiny, 378,624 parameters): ZeRO-0 6,058,096 bytes a rank, ZeRO-1 3,028,996, the losses
+    those of one process to the last digit.
+    Until 2026-12-02 two launches of test_launch_strategies.py (on 2 ranks) measured these."""
+    from dsbench.plan.memory import accounting_for, model_states
+    from dsbench.plan.verify import comparable_bytes
+
+    name = f"zero{stage}"
+    for rank in ranks:
+        run = rank["families"]["gpt2-tiny"][name]
+        states, n_bytes = run["states"], run["num_params"] * 4
+        assert states["params"] == n_bytes
+        # what DeepSpeed's stage-1/2 optimizer keeps at the boundary (stage_1_and_2.py): the reduced gradients of its
+        # partition and the fp32 partition it steps; ZeRO-0 the whole gradients and no copy
+        assert (states["grads"], states["master_weights"]) == ((n_bytes // 4,) * 2 if stage == 1 else (n_bytes, 0))
+        moments = states["optimizer_states"] - run["step_counter_bytes"]  # torch AdamW's steps: 4 bytes a tensor
+        assert moments == 2 * n_bytes // (4 if stage == 1 else 1), (name, states, run["step_counter_bytes"])
+        predicted = model_states(run["num_params"], name, 4, accounting_for("fp32", name))
+        measured, expected = comparable_bytes(name, states, predicted)
+        assert measured == pytest.approx(expected, rel=0.05), name
 
 
 REPLICA_GROUPS = {"ddp": (1, 4), "fsdp": None, "torch_tp": (2, 2), "torch_pp": (2, 2), "torch_3d": None,
