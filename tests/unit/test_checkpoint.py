@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -355,9 +357,6 @@ def test_phi3_s_fused_projections_are_held_by_key_value_head_and_exported_as_tra
 def test_a_rank_refuses_a_bad_checkpoint_path_before_it_imports_torch(tmp_path, flags, needle):
     """The checkpoint paths are read from disk alone: a rank started by hand with a mistyped path says so in a
     fraction of a second, not after importing torch (seconds), and the refusal is the same one line."""
-    import subprocess
-    import sys
-
     (tmp_path / "good.json").write_text("{}")
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dsbench.train", *flags, "--steps", "2"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
