@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import platform
+import random
 import socket
 from importlib import metadata
 
@@ -35,8 +36,42 @@ def memory_available(meminfo_path: str = "/proc/meminfo") -> int | None:
     return None
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now (the kernel picks it)."""
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+LINUX_EPHEMERAL = (32768, 60999)
+"""Linux's default range of local ports for outgoing connections (Documentation/networking/ip-sysctl.rst)."""
+LOWEST_PORT = 20000
+"""The lowest port :func:`free_port` offers: below it lie the registered services' ports."""
+
+
+def ephemeral_range(path: str = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's range of local ports for outgoing connections (``net.ipv4.ip_local_port_range``), or Linux's
+    default where the file cannot be read."""
+    try:
+        with open(path, encoding="ascii") as text:
+            low, high = (int(field) for field in text.read().split())
+    except (OSError, ValueError):
+        return LINUX_EPHEMERAL
+    return low, high
+
+
+def free_port(host: str = "127.0.0.1", ephemeral: tuple[int, int] | None = None, tries: int = 64) -> int:
+    """A TCP port free on ``host`` right now, for a rendezvous that rank 0 binds seconds later.
+
+    Chosen at random outside the kernel's ephemeral range: a port the kernel picked for a bind to port 0 is one it
+    also hands to outgoing connections as their local port, so in the seconds before rank 0 listens on it another
+    process's connection (the gloo links of another job's ranks) could take it, and rank 0 would stop with
+    EADDRINUSE (a ZeRO-2 launch of the clean clone of 2026-12-02 12:00 did, beside the test bed's launches).
+    DeepSpeed's and torchrun's default port, 29500, lies outside the range too. Where no such port binds after
+    ``tries``, the kernel's pick."""
+    low, high = ephemeral or ephemeral_range()
+    outside = [port for port in range(LOWEST_PORT, 65536) if not low <= port <= high]
+    for port in random.sample(outside, min(tries, len(outside))):  # at random: two launches at once seldom meet
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:  # in use (a listener, or a connection's local port): another
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
