@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dsbench.envinfo import free_port  # the daemons' ports, outside the range outgoing connections take
+
 DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch")
 
 
@@ -35,12 +37,6 @@ def why_not() -> str | None:
         if not Path(path).exists():
             return f"{path} is not installed (scripts/ensure_system_deps.sh installs slurmctld, slurmd, munge)"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 SOCKET_PATH_MAX = 107
@@ -102,8 +98,8 @@ class Cluster:
         # a job step's socket: SPOOL/NODE/NODE_JOB.STEP, the step id up to 10 digits (the batch step's 4294967291)
         longest = max(len(str(self.sockets / "spool" / name / f"{name}_{'9' * 9}.4294967291")) for name in names)
         assert longest <= SOCKET_PATH_MAX or not self.check_sockets, f"a job step's socket would be {longest} long"
-        self.conf.write_text(slurm_conf(root, self.sockets, socket.gethostname(), os.cpu_count() or 2, _free_port(),
-                                        _free_port(), nodes, controller))
+        self.conf.write_text(slurm_conf(root, self.sockets, socket.gethostname(), os.cpu_count() or 2, free_port(),
+                                        free_port(), nodes, controller))
         subprocess.run(["/usr/sbin/munged", f"--key-file={key}", f"--socket={self.sockets / 'munge.sock'}",
                         f"--pid-file={root / 'munged.pid'}", f"--log-file={root / 'munged.log'}",
                         f"--seed-file={root / 'munged.seed'}", "--force"], check=True, timeout=30)
