@@ -54,6 +54,17 @@ def ephemeral_range(path: str = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
     return low, high
 
 
+def binds(port: int, host: str = "") -> bool:
+    """Whether a TCP socket can bind ``port`` on ``host`` now ("": every address, as a rendezvous listens); the
+    socket is closed again."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:  # in use (a listener, or a connection's local port)
+            return False
+    return True
+
+
 def free_port(host: str = "127.0.0.1", ephemeral: tuple[int, int] | None = None, tries: int = 64) -> int:
     """A TCP port free on ``host`` right now, for a rendezvous that rank 0 binds seconds later.
 
@@ -66,11 +77,7 @@ def free_port(host: str = "127.0.0.1", ephemeral: tuple[int, int] | None = None,
     low, high = ephemeral or ephemeral_range()
     outside = [port for port in range(LOWEST_PORT, 65536) if not low <= port <= high]
     for port in random.sample(outside, min(tries, len(outside))):  # at random: two launches at once seldom meet
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:  # in use (a listener, or a connection's local port): another
-                continue
+        if binds(port, host):
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))

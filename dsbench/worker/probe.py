@@ -15,22 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from dsbench.envinfo import local_gpu_count, versions
+from dsbench.envinfo import binds, local_gpu_count, versions
 from dsbench.jitlocks import stale_locks
 
 # DeepSpeed ops a run may build on first use (their JIT folder names): the CPU accelerator's shared-memory
 # comm op (every DeepSpeed CPU run), CPU Adam (optimizer offload), FusedAdam, async_io (NVMe offload).
 JIT_OPS = ("deepspeed_shm_comm", "cpu_adam", "fused_adam", "async_io")
-
-
-def port_free(port: int) -> bool:
-    """True when ``port`` can be bound on every address (the rendezvous listens on it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
 
 
 def interface() -> dict[str, object]:
@@ -99,7 +89,7 @@ def gpu_stack() -> dict[str, object]:
 
 def facts(port: int | None) -> dict[str, object]:
     return {"hostname": socket.gethostname(), "executable": sys.executable, "versions": versions(),
-            "gpus": local_gpu_count(), "port_free": port_free(port) if port else None, "interface": interface(),
+            "gpus": local_gpu_count(), "port_free": binds(port) if port else None, "interface": interface(),
             "jit": jit_state(), "gpu_stack": gpu_stack()}
 
 

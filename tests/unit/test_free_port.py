@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from dsbench.envinfo import LINUX_EPHEMERAL, LOWEST_PORT, ephemeral_range, free_port
+from dsbench.envinfo import LINUX_EPHEMERAL, LOWEST_PORT, binds, ephemeral_range, free_port
 
 
 def test_the_port_lies_outside_the_kernel_s_ephemeral_range_and_binds():
@@ -21,20 +21,11 @@ def test_the_port_lies_outside_the_kernel_s_ephemeral_range_and_binds():
             sock.bind(("127.0.0.1", port))  # free: rank 0 can listen on it
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def test_a_port_in_use_is_passed_over():
     """A range that leaves one port outside it (the lowest offered, or 65535): while a listener holds that port, the
     kernel's pick is returned; once free, that port."""
     ranges = {LOWEST_PORT: (LOWEST_PORT + 1, 65535), 65535: (LOWEST_PORT, 65534)}
-    free = [port for port in ranges if _bindable(port)]
+    free = [port for port in ranges if binds(port, "127.0.0.1")]  # the precondition
     if not free:
         pytest.skip(f"ports {LOWEST_PORT} and 65535 are both in use on this machine")
     only, ephemeral = free[0], ranges[free[0]]
