@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsbench import checkpoints
+from dsbench.dataset_files import dataset_files
 from dsbench.errors import DsbenchError, UserError
 from dsbench.io import atomic_write_json
 from dsbench.models import ModelShape
@@ -72,9 +73,12 @@ def prepare(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> Prepared
     from dsbench.worker.model import build_model
 
     _, world, _ = dist.env_rank()
-    # the checkpoint paths first: read from disk alone (no torch), so a mistyped --resume is refused in a fraction of
-    # a second rather than after the seconds of importing torch that the steps below take
+    # the checkpoint paths and the dataset's files first: read from disk alone (no torch), so a mistyped --resume or
+    # an empty --dataset is refused in a fraction of a second rather than after the seconds of importing torch that
+    # the steps below take (the data plan reads the files again, through `datasets`)
     resumed = _resumed_checkpoint(spec)
+    if spec.dataset:
+        dataset_files(spec.dataset)
     run = resolve(spec, world, os.environ, typed)  # the run as it will execute on this rank, checked once
     # every torch.load of this rank (DeepSpeed's resume, ds_to_universal) loads data only; DeepSpeed's own
     # checkpoint classes are imported for DeepSpeed's runs only (importing DeepSpeed costs each rank seconds)

@@ -353,11 +353,15 @@ def test_phi3_s_fused_projections_are_held_by_key_value_head_and_exported_as_tra
 @pytest.mark.parametrize("flags, needle", [
     (["--resume", "good.json"], "good.json: not a folder"),
     (["--checkpoint-dir", "good.json"], "--checkpoint-dir good.json: exists and is not a folder"),
+    (["--dataset", "empty.json"], "--dataset empty.json: empty (no text to train on)"),
+    (["--dataset", "nowhere.txt"], "--dataset nowhere.txt: no .txt/.json/.jsonl/.parquet/.csv files found"),
 ])
-def test_a_rank_refuses_a_bad_checkpoint_path_before_it_imports_torch(tmp_path, flags, needle):
-    """The checkpoint paths are read from disk alone: a rank started by hand with a mistyped path says so in a
-    fraction of a second, not after importing torch (seconds), and the refusal is the same one line."""
+def test_a_rank_refuses_a_bad_checkpoint_or_dataset_path_before_it_imports_torch(tmp_path, flags, needle):
+    """The checkpoint paths and the dataset's files are read from disk alone: a rank started by hand with a mistyped
+    path says so in a fraction of a second, not after importing torch (seconds), and the refusal is the same one
+    line."""
     (tmp_path / "good.json").write_text("{}")
+    (tmp_path / "empty.json").write_text("")
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dsbench.train", *flags, "--steps", "2"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and needle in done.stderr, done.stderr[-2000:]
