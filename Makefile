@@ -25,14 +25,19 @@ demo: venv
 # The unit tests run on both cores (pytest-xdist), and so do the real launches: two files at a time, each file
 # (and the test bed's three) on one worker, a launch filling the core the other's leaves idle (docs/testing.md).
 # INTEGRATION= runs them one after another.
-# DeepSpeed's JIT ops build in the background from the start, beside the system packages, the unit tests and the
-# first (torch-only) launches (scripts/prebuild_ops.py). async_io needs libaio-dev from the system packages: the
+# The system packages (apt) install in the background from the first second, beside the venv's install and the
+# unit tests, which do not need them; the integration tests wait for them (scripts/ensure_system_deps.sh).
+# DeepSpeed's JIT ops build in the background once the venv is there, beside the unit tests and the first
+# (torch-only) launches (scripts/prebuild_ops.py). async_io needs libaio-dev from the system packages: the
 # integration conftest builds it after the others and waits for all of them.
 INTEGRATION ?= -n 2 --dist loadgroup
-test: venv
+SYSTEM_DEPS := build/system-deps
+test:
+	scripts/ensure_system_deps.sh --start $(SYSTEM_DEPS)
+	$(MAKE) --no-print-directory venv
 	$(BIN)/python scripts/prebuild_ops.py --detach --no-async-io
-	scripts/ensure_system_deps.sh
 	$(BIN)/python -m pytest tests/unit -n 2 $(PYTEST_ARGS)
+	scripts/ensure_system_deps.sh --wait $(SYSTEM_DEPS)
 	$(BIN)/python -m pytest tests/integration tests/gpu $(INTEGRATION) $(PYTEST_ARGS)
 
 test-unit: venv
