@@ -45,10 +45,11 @@ case "${1:-}" in
     [ -z "$(missing_packages)" ] && exit 0
     # sync point: the lock is taken here, before returning, so a --wait that comes at once still waits; the
     # background subshell inherits it and holds it until the install ends. Its commands run with the lock's fd
-    # closed, so a daemon a package's script starts cannot hold it for good.
+    # closed, so a daemon a package's script starts cannot hold it for good; the subshell's own output goes to the
+    # log too, so a pipe that `make test` writes into (CI's tee) does not wait on it.
     exec 9>"$state.lock"
     flock 9
-    (install 9>&- >>"$state.log" 2>&1) &
+    (install 9>&-) >>"$state.log" 2>&1 </dev/null &
     ;;
   --wait)
     state=${2:?--wait needs a STATE path}
