@@ -67,8 +67,8 @@ def test_corpus_verdict_matches_the_reviewed_one(path):
     expected = json.loads((CORPUS / "expected" / "accelerate" / f"{path.name}.json").read_text())
     _, findings = validate_file(str(path), None, allow_auto=False, deepspeed_check=False)
     got = sorted([list(t) for t in {(f.severity, f.code, f.path) for f in findings}])
-    assert {"valid": not any(f.severity == "error" for f in findings), "findings": got} == \
-        {k: expected[k] for k in ("valid", "findings")}
+    assert {"valid": not any(f.severity == "error" for f in findings), "findings": got} == {
+        k: expected[k] for k in ("valid", "findings")}
     assert expected["review"]  # the hand-written reason for the verdict
 
 
@@ -124,8 +124,8 @@ def test_explain_says_engine_sharding_processes_and_precision():
             "mixed_precision": "bf16", "fsdp_config": {"fsdp_version": 2, "reshard_after_forward": False,
                                                         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}}
     lines = accelerate_explain.explain(fsdp)
-    assert lines[0] == "`accelerate launch` starts 8 process(es) on 2 machine(s) (4 per machine); machine 0 at " \
-                       "10.0.0.1:29500"
+    assert lines[0] == ("`accelerate launch` starts 8 process(es) on 2 machine(s) (4 per machine); machine 0 at "
+                        "10.0.0.1:29500")
     assert "FSDP2" in lines[1] and "like ZeRO-2" in lines[1]  # reshard_after_forward false (prefix added)
     assert lines[-1].startswith("precision: bf16 autocast")
     # FSDP1: accelerate wraps with torch's FullyShardedDataParallel (until 2026-12-01 explain said fully_shard)

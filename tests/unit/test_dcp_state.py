@@ -75,8 +75,8 @@ def test_a_stage_saved_flat_loads_back_into_a_fresh_stage_exactly(tmp_path):
     state = dcp_state.states(saved)
     owned = {id(p) for p in saved.model.parameters()}
     names = {name for name, p in saved.whole.named_parameters() if id(p) in owned}  # tied: the first name only
-    assert {k.removeprefix("state.").removesuffix(".exp_avg") for k in state["optim"] if k.endswith(".exp_avg")} \
-        == names
+    assert ({k.removeprefix("state.").removesuffix(".exp_avg") for k in state["optim"] if k.endswith(".exp_avg")}
+            == names)
     dcp.save(state, checkpoint_id=str(tmp_path / "ck"), no_dist=True)
     assert dcp_state.is_flat(tmp_path / "ck")
 

@@ -167,8 +167,8 @@ def test_a_compiled_cell_is_its_own_row_in_the_report():
     assert _label(header, {"cell": {"strategy": "ddp", "compile": True}}) == "ddp+compile"
     assert _label(header, {"cell": {"strategy": "ddp"}}) == "ddp"  # a cell from before --compile existed
     assert _label({"strategy": "fsdp", "speed": {"compile": True}}, None) == "fsdp+compile"  # a plain launch
-    assert _label(header, {"cell": {"strategy": "ddp", "compile": True, "fused_optimizer": True}}) \
-        == "ddp+compile+fused"
+    assert (_label(header, {"cell": {"strategy": "ddp", "compile": True, "fused_optimizer": True}})
+            == "ddp+compile+fused")
     assert _label({"strategy": "ddp", "speed": {"fused_optimizer": True}}, None) == "ddp+fused"
 
 

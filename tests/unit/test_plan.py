@@ -256,8 +256,8 @@ def _states_gb(result_json: str) -> dict[str, float]:
     for c in json.loads(result_json)["candidates"]:
         if c["tp"] == c["pp"] == 1 and c["offload"] == "none" and not c["activation_checkpointing"]:
             mem = c["memory_gib"]
-            out[c["strategy"]] = sum(mem[k] for k in ("params", "grads", "optimizer_states", "master_weights")) \
-                * 2**30 / 1e9
+            out[c["strategy"]] = (sum(mem[k] for k in ("params", "grads", "optimizer_states", "master_weights"))
+                                  * 2**30 / 1e9)
     return out
 
 

@@ -27,8 +27,8 @@ CONFIGS = [
 def test_precision_is_read_as_deepspeed_reads_it(config):
     from deepspeed.runtime.precision_config import get_bfloat16_config, get_float16_config
 
-    expected = "bf16" if get_bfloat16_config(config).enabled else "fp16" if get_float16_config(config).enabled \
-        else "fp32"
+    expected = ("bf16" if get_bfloat16_config(config).enabled else "fp16" if get_float16_config(config).enabled
+                else "fp32")
     assert config_precision(config) == expected
     assert precision_of(config, "fp32") == expected  # the worker: the config wins over the flag
 

@@ -116,8 +116,8 @@ def test_a_truncated_dcp_shard_or_metadata_is_one_line(tmp_path):
     dcp.save({"model": {"w": torch.arange(1000.0)}}, checkpoint_id=str(tmp_path), no_dist=True)
     shard = next(tmp_path.glob("*.distcp"))
     shard.write_bytes(shard.read_bytes()[:100])
-    with pytest.raises(UserError, match="the checkpoint cannot be read .*damaged, truncated or incomplete"), \
-            damaged(tmp_path):
+    with (pytest.raises(UserError, match="the checkpoint cannot be read .*damaged, truncated or incomplete"),
+          damaged(tmp_path)):
         dcp.load({"model": {"w": torch.zeros(1000)}}, storage_reader=safe_load.safe_reader(tmp_path), no_dist=True)
     metadata = tmp_path / ".metadata"
     metadata.write_bytes(metadata.read_bytes()[:40])

@@ -176,5 +176,5 @@ def test_plan_prices_a_3d_layout_and_prints_the_command_that_runs_it(cli_run, tm
     launch = cli_run("launch", *argv[:argv.index("--")], "--run-dir", "r", "--dry-run", *argv[argv.index("--"):])
     assert launch.exit_code == 0, launch.output
     run = json.loads((tmp_path / "r" / "run.json").read_text())
-    assert (run["strategy"], run["dp_shard"], run["pipeline_schedule"], run["virtual_stages"]) == \
-        ("torch_3d", 1, "interleaved", 2)
+    assert (run["strategy"], run["dp_shard"], run["pipeline_schedule"], run["virtual_stages"]) == (
+        "torch_3d", 1, "interleaved", 2)

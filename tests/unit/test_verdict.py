@@ -38,8 +38,8 @@ def test_one_repeat_uses_the_timed_spread_and_says_so():
     rows = [_row("ddp", 1000, ok=1, timed_tokens_per_s_p10=900.0, timed_tokens_per_s_p90=1100.0),
             _row("fsdp", 800, ok=1, timed_tokens_per_s_p10=700.0, timed_tokens_per_s_p90=880.0)]
     lines = verdict(rows)
-    assert "No other strategy is within noise of it (their timed p10-p90 tokens/s over steps would overlap (one " \
-           "repeat" in lines[1]
+    assert ("No other strategy is within noise of it (their timed p10-p90 tokens/s over steps would overlap (one "
+            "repeat") in lines[1]
 
 
 def test_gpu_rows_are_judged_by_peak_memory_and_failures_and_predictions_are_named():
