@@ -20,7 +20,8 @@ PACKAGES=(libaio-dev chromium chromium-driver openssh-server openssh-client pdsh
 missing_packages() {
   local pkg
   for pkg in "${PACKAGES[@]}"; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || echo "$pkg"
+    # installed, not merely known: `dpkg -s` also succeeds for a package removed with its config files kept
+    [ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" = "install ok installed" ] || echo "$pkg"
   done
 }
 
