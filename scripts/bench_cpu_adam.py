@@ -55,7 +55,7 @@ def _rank(params: int, steps: int, warmup: int, threads: int | None, barrier: An
 
     from dsbench.worker.cpuanswer import ask_the_cpu_once
 
-    ask_the_cpu_once()  # py-cpuinfo's answer read from beside the JIT builds, as a dsbench rank reads it (4 s a rank)
+    ask_the_cpu_once()  # py-cpuinfo's answer read from beside the JIT builds, as a dsbench rank reads it (2 s a rank)
 
     weight = torch.nn.Parameter(torch.zeros(params))
     weight.grad = torch.full((params,), 1e-3)
