@@ -107,6 +107,10 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid)
 
+    # the groups in the order pytest_collection_modifyitems gives them: the scope scheduler's default reorders them
+    # by their number of tests, which ran test_engine_ranks.py first and test_calibrate.py (one test, 3 minutes)
+    # among the last, one worker idle for 1-2 minutes at the end (the clean clones of 2026-12-02)
+    config.option.loadscopereorder = False
     return ByGroup(config, log)
 
 
@@ -116,8 +120,17 @@ op, so the ops' background build (:func:`_prebuild_ops`) runs beside them before
 it."""
 
 
+GROUP_SECONDS = {"testbed": 730, "test_launch_strategies.py": 560, "test_checkpoint.py": 250, "test_calibrate.py": 183,
+                 "test_accelerate_yaml.py": 147, "test_failures.py": 134}
+"""The longest groups' seconds in the clean clone of 4449cb3 (2026-12-02 16:21, `--durations=0` summed per file),
+for their order only: the longest start first (after :data:`FIRST_FILES`), so that the last to finish is a short
+one and the two workers end together (a greedy schedule of that clone's groups: 1,281 s for the busier worker,
+against 1,313 s in the order by number of tests). A group not listed (0 s) keeps its collection order after them."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """:data:`FIRST_FILES` run first and the NVMe test last; the other tests keep their order. The NVMe test's
+    """:data:`FIRST_FILES` run first, then the longest groups (:data:`GROUP_SECONDS`), and the NVMe test last; the
+    other tests keep their order. The NVMe test's
     async_io op is the background build's last (about 8 minutes after the others); run where it falls
     alphabetically, the test waited about 3 minutes for what was left of the build (203 s at f30bc8b), at the end
     it finds the op built.
@@ -127,8 +140,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     waiting in collectives, ssh and SLURM start-up), and the other worker's launch uses it. Each file is one group
     (:func:`group_of`, :func:`pytest_xdist_make_scheduler`), so its module fixtures and shared runs stay on one
     worker; the test-bed files share one group; the NVMe test is a group of its own, scheduled last."""
-    def rank(item: pytest.Item) -> int:
-        return 2 if item.name == NVME_TEST else 0 if item.path.name in FIRST_FILES else 1
+    def rank(item: pytest.Item) -> tuple[bool, bool, float]:
+        group = group_of(item.nodeid)
+        return group == "nvme", item.path.name not in FIRST_FILES, -GROUP_SECONDS.get(Path(group).name, 0)
 
     items.sort(key=rank)  # stable: within a rank, collection order
 
