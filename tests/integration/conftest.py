@@ -130,10 +130,9 @@ against 1,313 s in the order by number of tests). A group not listed (0 s) keeps
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """:data:`FIRST_FILES` run first, then the longest groups (:data:`GROUP_SECONDS`), and the NVMe test last; the
-    other tests keep their order. The NVMe test's
-    async_io op is the background build's last (about 8 minutes after the others); run where it falls
-    alphabetically, the test waited about 3 minutes for what was left of the build (203 s at f30bc8b), at the end
-    it finds the op built.
+    other tests keep their order. The NVMe test's async_io op is the background build's last (about 8 minutes after
+    the others); run where it falls alphabetically, the test waited about 3 minutes for what was left of the build
+    (203 s at f30bc8b), at the end it finds the op built.
 
     Under ``make test`` two pytest-xdist workers run the files side by side (``--dist loadgroup``): a launch spends
     much of its wall clock with a core idle (interpreters importing one after another, the launcher chain, ranks
