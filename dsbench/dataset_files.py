@@ -30,7 +30,11 @@ def _walk(folder: Path, given: str) -> list[Path]:
     return sorted(found)
 
 
-def dataset_files(path: str, cwd: str = "") -> tuple[list[Path], str]:
+DatasetFiles = tuple[list[Path], str]
+"""A dataset's files and the ``datasets`` builder that reads them."""
+
+
+def dataset_files(path: str, cwd: str = "") -> DatasetFiles:
     """The regular, non-empty files of one format that ``path`` (a file, or a folder searched below; relative to
     ``cwd`` where given) names, and that format's ``datasets`` builder; each way it cannot be a corpus is one line
     naming the path as given."""

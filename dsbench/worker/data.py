@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsbench.dataset_files import FORMATS, dataset_files
+from dsbench.dataset_files import FORMATS, DatasetFiles, dataset_files
 from dsbench.errors import UserError
 from dsbench.paths import data_file
 
@@ -50,11 +50,12 @@ class ShippedTokenizer:
         return PreTrainedTokenizerFast(tokenizer_file=self.path, eos_token=self.EOS).save_pretrained(folder)
 
 
-def _dataset_texts(path: str, text_field: str) -> list[str]:
-    """Texts of a local file or folder through the ``datasets`` library (no hub access)."""
+def _dataset_texts(path: str, text_field: str, found: DatasetFiles | None) -> list[str]:
+    """Texts of a local file or folder through the ``datasets`` library (no hub access): the files ``found`` when
+    the rank has already listed them (:func:`dataset_files`), else listed here."""
     import datasets
 
-    files, kind = dataset_files(path)
+    files, kind = found or dataset_files(path)
     try:
         table = datasets.load_dataset(kind, data_files=[str(f) for f in files], split="train")
     except Exception as exc:  # datasets wraps a parse failure in DatasetGenerationError: name the file instead
@@ -66,11 +67,13 @@ def _dataset_texts(path: str, text_field: str) -> list[str]:
     return [t for t in table[text_field] if t]
 
 
-def token_ids(tokenizer: Any, dataset: str | None, text_field: str = "text") -> list[int]:
-    """All token ids of the corpus, documents separated by the end-of-text token."""
+def token_ids(tokenizer: Any, dataset: str | None, text_field: str = "text",
+              found: DatasetFiles | None = None) -> list[int]:
+    """All token ids of the corpus, documents separated by the end-of-text token; ``found``: the dataset's files as
+    the rank listed them before importing torch (one walk of its folder, and the files read are the files checked)."""
     from dsbench.worker.corpus import embedded_text
 
-    texts = _dataset_texts(dataset, text_field) if dataset else [embedded_text()]
+    texts = _dataset_texts(dataset, text_field, found) if dataset else [embedded_text()]
     eos = tokenizer.eos_token_id
     ids: list[int] = []
     for text in texts:

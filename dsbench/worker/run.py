@@ -75,10 +75,9 @@ def prepare(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> Prepared
     _, world, _ = dist.env_rank()
     # the checkpoint paths and the dataset's files first: read from disk alone (no torch), so a mistyped --resume or
     # an empty --dataset is refused in a fraction of a second rather than after the seconds of importing torch that
-    # the steps below take (the data plan reads the files again, through `datasets`)
+    # the steps below take (the data plan reads these files, through `datasets`)
     resumed = _resumed_checkpoint(spec)
-    if spec.dataset:
-        dataset_files(spec.dataset)
+    found = dataset_files(spec.dataset) if spec.dataset else None
     run = resolve(spec, world, os.environ, typed)  # the run as it will execute on this rank, checked once
     # every torch.load of this rank (DeepSpeed's resume, ds_to_universal) loads data only; DeepSpeed's own
     # checkpoint classes are imported for DeepSpeed's runs only (importing DeepSpeed costs each rank seconds)
@@ -89,8 +88,8 @@ def prepare(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> Prepared
     folder = _run_dir(spec, strategy) if info.is_main else None
     hostnames = dist.Collectives(info).all_gather_object(socket.gethostname())  # sync point: where each rank runs
     tokenizer = load_tokenizer(shape.path if shape.source != "preset" else None)
-    plan = build_plan(token_ids(tokenizer, spec.dataset, spec.text_field), spec.seq_len, spec.seed, micro, accum,
-                      dims.dp)
+    plan = build_plan(token_ids(tokenizer, spec.dataset, spec.text_field, found), spec.seq_len, spec.seed, micro,
+                      accum, dims.dp)
     checkpointing = fsdp["activation_checkpointing"] if fsdp else spec.activation_checkpointing
     model = build_model(shape, spec.seed, spec.trust_remote_code, checkpointing, spec.recompute)
     settings = _loop_settings(spec, dims, resumed)

@@ -44,3 +44,22 @@ def test_a_walk_past_the_bound_stops(tmp_path, monkeypatch):
         (tmp_path / f"{i}.{'txt' if i == 0 else 'md'}").write_text("x")
     with pytest.raises(UserError, match="over 3 files below it"):
         df.dataset_files(str(tmp_path))
+
+
+def test_a_rank_reads_the_files_it_checked_without_walking_the_folder_again(tmp_path, monkeypatch):
+    """The rank lists the dataset's files before it imports torch (worker/run.prepare) and the data plan reads that
+    list: one walk of the folder, and a file added in between is not read. The oracle for the tokens is the same
+    folder read without the list."""
+    from dsbench.worker import data
+
+    (tmp_path / "a.txt").write_text("hello world\n")
+    tokenizer = data.load_tokenizer(None)
+    expected = data.token_ids(tokenizer, str(tmp_path))
+    found = df.dataset_files(str(tmp_path))
+    (tmp_path / "b.txt").write_text("added after the check\n")
+
+    def walked_again(*_args):
+        raise AssertionError("the dataset's folder was walked twice")
+
+    monkeypatch.setattr(data, "dataset_files", walked_again)
+    assert data.token_ids(tokenizer, str(tmp_path), found=found) == expected
