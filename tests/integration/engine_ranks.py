@@ -15,7 +15,8 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
   biased LayerNorms, each head's q, k and v together, a quarter of each head rotated, the parallel residual) under
   fsdp, torch_pp, ZeRO-3, AutoTP, torch_tp (also with sequence parallelism and the vocabulary-parallel loss) and
   torch_3d; gpt2-tiny's Conv1D layers under torch_tp (also with sequence parallelism) and torch_3d, and under
-  DeepSpeed's ZeRO-0 and ZeRO-1 (dp 4), with the model states each rank holds; and gpt2-tiny and
+  DeepSpeed's ZeRO-0 and ZeRO-1 (dp 4), with the model states each rank holds, and ZeRO-2 with DeepSpeed's CPU
+  Adam stepping the optimizer on the host (``--offload cpu``); and gpt2-tiny and
   neox-tiny under DeepSpeed's Ulysses (sp 2 x dp 2, ZeRO-1; last, since it takes over
   the process's SDPA); every rank is given the same batches, so that each replica's gradient is the one process's
   (the averaged gradient of equal batches is theirs).
@@ -104,10 +105,10 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
 
 FAMILIES = {
             # first: no DeepSpeed engine has run yet, so no model-parallel group of AutoTP's is left in the process
-            # (below) for ZeRO-0 and ZeRO-1 to partition by. Against its Ulysses run too (ULYSSES_FAMILIES); since
-            # 2026-12-01 torch_tp (also with sequence parallelism) and torch_3d split its Conv1D layers, c_attn's q,
-            # k and v apart (engines/conv1d_parallel.py)
-            "gpt2-tiny": ("single", "zero0", "zero1", "torch_tp", "torch_tp_sp", "torch_3d"),
+            # (below) for ZeRO-0, ZeRO-1 and ZeRO-2 offloaded to partition by. Against its Ulysses run too
+            # (ULYSSES_FAMILIES); since 2026-12-01 torch_tp (also with sequence parallelism) and torch_3d split its
+            # Conv1D layers, c_attn's q, k and v apart (engines/conv1d_parallel.py)
+            "gpt2-tiny": ("single", "zero0", "zero1", "zero2_offload", "torch_tp", "torch_tp_sp", "torch_3d"),
             "qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp", "fsdp_offload",  # the last two since 2026-12-01
                            "torch_tp_fused"),  # since 2026-12-01 (18:40): a 2-rank launch of test_model_parallel before
             # before AutoTP: DeepSpeed keeps its model-parallel groups for the process (deepspeed.utils.groups), so
@@ -149,7 +150,14 @@ ULYSSES_SGD = {f"ulysses_sgd_z{stage}": {**ULYSSES, **SGD, "zero_optimization": 
 ZERO_STAGES = {f"zero{stage}": {**ZERO3, "zero_optimization": {"stage": stage}} for stage in (0, 1)}
 """DeepSpeed ZeRO-0 and ZeRO-1 over the 4 ranks (dp 4), the same optimizer: their losses against one process, and the
 model states each rank holds (since 2026-12-02; test_launch_strategies.py launched a 2-rank run of each before)."""
-DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1), "ulysses": (ULYSSES, 1),
+ZERO2_OFFLOAD = {**ZERO3, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+                 "optimizer": {**ZERO3["optimizer"], "params": {
+                     key: value for key, value in ZERO3["optimizer"]["params"].items() if key != "torch_adam"}}}
+"""DeepSpeed ZeRO-2 over the 4 ranks with the optimizer on the host, as ``--offload cpu`` renders it: the config's
+AdamW, which DeepSpeed builds as DeepSpeedCPUAdam (its JIT op) on the offloaded partitions (since 2026-12-02;
+test_launch_strategies.py launched a 2-rank run of it before, and test_accelerate_yaml.py launches ZeRO-2 offloaded
+through `dsbench launch --offload cpu` and through accelerate)."""
+DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1), "ulysses": (ULYSSES, 1), "zero2_offload": (ZERO2_OFFLOAD, 1),
              **{name: (config, 1) for name, config in {**ULYSSES_SGD, **ZERO_STAGES}.items()}}
 """The DeepSpeed engines of :data:`FAMILIES`: their config and tensor-parallel degree."""
 OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True},

@@ -18,10 +18,12 @@ NVME = shutil.which("gcc") is not None and Path("/usr/include/libaio.h").exists(
 CELLS = {
     "single": ["--strategy", "single", "--launcher", "torchrun", "--num-gpus", "1", "--micro-batch", "4"],
     # (ZeRO-0 and ZeRO-1: engines of test_engine_ranks.py since 2026-12-02, on 4 ranks against one process, with the
-    # model states each rank holds; DeepSpeed's launcher path is the one the zero2 and zero3 cells take)
+    # model states each rank holds; DeepSpeed's launcher path is the one the zero2 and zero3 cells take). ZeRO-2
+    # offloaded: an engine there too since 2026-12-02 (night), DeepSpeed's CPU Adam on the host against one process;
+    # launched through `dsbench launch --offload cpu` and through accelerate by test_accelerate_yaml.py (DyME's YAML
+    # and its equivalent, which train alike), and its preset rendered in tests/unit/test_render.py)
     "zero2": ZERO2,  # these four (conftest) also save checkpoints: test_checkpoint.py resumes them
     "zero3": ZERO3,
-    "zero2_offload": ["--preset", "zero2_offload", "--micro-batch", "2"],
     "zero3_offload": ["--preset", "zero3_offload", "--micro-batch", "2"],
     "ddp": DDP,
     "fsdp": FSDP,
@@ -44,7 +46,7 @@ CELLS = {
 SPEED = {"accelerate_fsdp": ["--compile", "--fused-optimizer", "--activation-checkpointing"],
          "zero3_offload": ["--compile"]}
 GLOBAL_BATCH = 4
-PARITY = ["ddp", "fsdp", "zero2", "zero3", "zero2_offload", "zero3_offload", "accelerate_zero2", "accelerate_fsdp"]
+PARITY = ["ddp", "fsdp", "zero2", "zero3", "zero3_offload", "accelerate_zero2", "accelerate_fsdp"]
 """Every gpt2-tiny cell at global batch 4 (DeepSpeed's CPU Adam on the host included: within 1.7e-7 of torch AdamW
 on 2026-11-30); the NVMe cell is checked in its own test."""
 
