@@ -26,5 +26,7 @@ def step_batches(generator: torch.Generator) -> list:
 
 
 def weight_sum(engine: Any) -> float:
-    """The sum of this rank's part of every weight, in float64: equal sums on the same layout, equal weights."""
-    return sum(float(local_shard(p.detach()).double().sum()) for p in engine.model.parameters())
+    """The sum of this rank's part of every weight, in float64: equal sums on the same layout, equal weights (under
+    DeepSpeed's ZeRO-3 a parameter's own tensor is empty outside a gather: its partition, ``ds_tensor``)."""
+    return sum(float(local_shard(getattr(p, "ds_tensor", p).detach()).double().sum())
+               for p in engine.model.parameters())

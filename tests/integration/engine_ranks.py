@@ -49,6 +49,7 @@ from engine_resume import RESUMES, resume  # beside this script (torchrun puts i
 
 from dsbench.models import PRESETS
 from dsbench.parallel import ParallelDims
+from dsbench.worker import safe_load
 from dsbench.worker.dist import Collectives, DistInfo, init
 from dsbench.worker.engines import build_engine
 from dsbench.worker.engines.loss_scale import LossScale
@@ -258,6 +259,7 @@ def _sgd_one_process(model: str, scale: float = 1.0) -> dict:
 def main() -> None:
     info = init("deepspeed")  # the worker's own start: gloo through DeepSpeed, its CPU workspace released
     rank = info.rank
+    safe_load.install(deepspeed=True)  # every torch.load weights-only, as on a DeepSpeed rank (the resumes load)
     out = {s: {mode: _train(s, info, mode) for mode in ("off", "on", "spoiled")} for s in LAYOUTS}
     out["resume"] = {name: resume(name, info, Path(sys.argv[1], "checkpoints", name)) for name in RESUMES}
     out["families"] = {model: {s: _family(model, s, info) for s in strategies}

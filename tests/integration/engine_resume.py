@@ -7,11 +7,17 @@ and LR step).
 
 Until 2026-12-02 test_checkpoint.py launched a resume of each engine's session run (DDP and FSDP2 on 2 ranks, DTensor
 TP on 4, torch's GPipe on 2, torch_3d on 8); the worker's own ``--resume`` of a DCP checkpoint stays launched there
-(the torch_3d checkpoint continued under FSDP2 on one rank), as do DeepSpeed's resumes.
+(the torch_3d checkpoint continued under FSDP2 on one rank). DeepSpeed's engines too since 2026-12-02 (night): ZeRO-2
+and ZeRO-3 (dp 4) and its pipeline engine (pp 2 x dp 2, ZeRO-0, gpt2-tiny's tied embedding on both stages), saved
+and loaded by DeepSpeed's own ``save_checkpoint``/``load_checkpoint`` through the same two functions, with the
+worker's weights-only ``torch.load`` installed as on a DeepSpeed rank; the worker's ``--resume`` of a ZeRO checkpoint
+stays launched there (ZeRO-2's and ZeRO-3's continued on one rank through DeepSpeed's universal checkpoint).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +50,37 @@ RESUMES: dict[str, tuple[str, str, dict[str, int], dict[str, Any]]] = {
                                                                 "virtual_stages": 2}),
     # pp 2 x FSDP2 over 2 ranks
     "torch_3d_fsdp": ("torch_3d", "llama-tiny", {"pp": 2, "dp_shard": 2}, {}),
+    # DeepSpeed's engines, as the session's zero2, zero3 and pipe cells on gpt2-tiny (tests/integration/conftest.py)
+    "zero2": ("deepspeed", "gpt2-tiny", {}, {}),
+    "zero3": ("deepspeed", "gpt2-tiny", {}, {}),
+    "pipe": ("deepspeed", "gpt2-tiny", {"pp": 2}, {}),
 }
+ZERO_STAGE = {"zero2": 2, "zero3": 3, "pipe": 0}
+"""The ZeRO stage of each DeepSpeed resume (the pipeline engine runs at ZeRO-0 or 1; the session's pipe cell at 0)."""
+
+
+def ds_config(name: str, dims: ParallelDims) -> dict[str, Any]:
+    """The DeepSpeed config of a DeepSpeed resume, as dsbench renders one (`dsbench render --zero N
+    --warmup-steps 8`, its "auto" filled): AdamW (torch's, no JIT op) clipped at 0.3 as the other engines here,
+    DeepSpeed's WarmupLR over LR_WARMUP steps, 2 micro-batches of 2 a step; the pipeline's stages by block."""
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "train_batch_size": 2 * 2 * dims.dp,
+        "gradient_clipping": 0.3, "zero_optimization": {"stage": ZERO_STAGE[name]},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                  "weight_decay": 0.01, "torch_adam": True}},
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3,
+                                                     "warmup_num_steps": LR_WARMUP}}}
+    if dims.pp > 1:
+        config["pipeline"] = {"stages": dims.pp, "partition_method": "type:BlockPipe", "seed_layers": False,
+                              "activation_checkpoint_interval": 0}
+    return config
 
 
 def _build(name: str, info: DistInfo, seed: int) -> tuple[Any, ParallelDims]:
     engine, model, degrees, extra = RESUMES[name]
     dims = ParallelDims(world=WORLD, **degrees)
+    if engine == "deepspeed":
+        extra = {"ds_config": ds_config(name, dims), "seq_len": 16}
     options = engine_options(dims, grad_clip=0.3, warmup_steps=LR_WARMUP, **extra)
     return build_engine(engine, build_model(PRESETS[model], seed=seed), options, info), dims
 
@@ -72,12 +103,33 @@ def _steps(engine: Any, batches: list[list[Any]], steps: range) -> list[list[flo
 
 def resume(name: str, info: DistInfo, folder: Path) -> dict[str, Any]:
     """The straight run (saving after SAVE_AT) and the resumed one, for the test to compare."""
+    if RESUMES[name][0] == "deepspeed":
+        with _deepspeed_groups_put_back():
+            return _resume(name, info, folder)
+    return _resume(name, info, folder)
+
+
+@contextmanager
+def _deepspeed_groups_put_back() -> Iterator[None]:
+    """DeepSpeed's pipeline engine hands its grid to ``deepspeed.utils.groups`` for the process (engine.py: "Pass
+    the mpu from here to groups"), whose data-parallel group a later ZeRO engine would then partition by (2 ranks,
+    not 4): put back after, as a rank builds one engine."""
+    from deepspeed.utils import groups
+
+    saved = groups.mpu
+    try:
+        yield
+    finally:
+        groups.mpu = saved
+
+
+def _resume(name: str, info: DistInfo, folder: Path) -> dict[str, Any]:
     comm = Collectives(info)
     engine, dims = _build(name, info, seed=0)
     batches = _batches(dims, info.rank)
     _steps(engine, batches, range(SAVE_AT))
     # the manifest as the worker writes it (worker/run.py): seq 16, seed 0, micro-batch 2 x 2 micro-steps per replica
-    fields = {"world_size": WORLD, "dp": dims.dp, "tp": dims.tp, "pp": dims.pp, "zero_stage": None,
+    fields = {"world_size": WORLD, "dp": dims.dp, "tp": dims.tp, "pp": dims.pp, "zero_stage": ZERO_STAGE.get(name),
               "definition": definition({"name": RESUMES[name][1]}, 16, 0, 2 * 2 * dims.dp, "fp32"),
               "run_id": new_run_id() if info.is_main else None}
     target = checkpoint.save(engine, RESUMES[name][0], folder, SAVE_AT, info, fields, comm, lambda hf: None)

@@ -200,18 +200,20 @@ def test_ulysses_gradients_equal_one_process_s(ranks, stage):
     print(f"stage {stage}: {gap(got, expected):.2e} from one process; twice the gradient {gap(twice, expected):.2e}")
 
 
-RESUMES = ("ddp", "fsdp", "hsdp", "torch_tp", "torch_pp", "torch_3d", "torch_3d_fsdp")
+RESUMES = ("ddp", "fsdp", "hsdp", "torch_tp", "torch_pp", "torch_3d", "torch_3d_fsdp", "zero2", "zero3", "pipe")
 """engine_resume.py's layouts on 4 ranks: DDP, FSDP2, HSDP, DTensor TP (tp 2 x dp 2, sequence parallel, the
 vocabulary-parallel loss), torch's GPipe (pp 2 x dp 2), torch_3d interleaved (tp 2 x pp 2, 2 chunks a rank) and
-torch_3d's pp 2 x FSDP2 2."""
+torch_3d's pp 2 x FSDP2 2; and since 2026-12-02 (night) DeepSpeed's ZeRO-2 and ZeRO-3 (dp 4) and its pipeline
+engine (pp 2 x dp 2 at ZeRO-0), which test_checkpoint.py launched a resume of each of before."""
 
 
 @pytest.mark.parametrize("layout", RESUMES)
-def test_a_torch_engine_resumed_from_its_checkpoint_continues_the_run(ranks, layout):
+def test_an_engine_resumed_from_its_checkpoint_continues_the_run(ranks, layout):
     """Steps 6-11 of a second engine that loaded the checkpoint saved after step 6 (worker/checkpoint.py: DCP, the rank
-    files' LR schedule and RNG) against the same steps of the run that saved it: the same losses and learning rates,
-    exactly (CPU fp32); the LR still ramps (8 warm-up steps), so the schedule came back too. The second engine starts
-    from other weights and another RNG state, which the load replaces.
+    files' LR schedule and RNG; DeepSpeed's own save_checkpoint and load_checkpoint for its engines) against the
+    same steps of the run that saved it: the same losses and learning rates, exactly (CPU fp32); the LR still ramps
+    (8 warm-up steps), so the schedule came back too. The second engine starts from other weights and another RNG
+    state, which the load replaces.
 
     DDP alone is 1 ulp off on 4 ranks (measured 2026-12-02: 9.5e-7 on a loss of 8.3, at 5 of the 4 ranks x 6
     steps): DDP rebuilds its gradient buckets in the order the gradients became ready after its first step, so a new
@@ -220,7 +222,9 @@ def test_a_torch_engine_resumed_from_its_checkpoint_continues_the_run(ranks, lay
     assert all(set(rank["resume"]) == set(RESUMES) for rank in ranks)
     for rank in ranks:
         run = rank["resume"][layout]
-        assert (run["storage"], run["strategy"]) == ("dcp", run["engine"])  # the manifest names the engine
+        # the manifest names the engine, and its files are DeepSpeed's own or torch's DCP
+        assert (run["storage"], run["strategy"]) == ("deepspeed" if run["engine"] == "deepspeed" else "dcp",
+                                                     run["engine"])
         weights = run["weights"]
         assert weights["loaded"] == weights["saved"] != weights["fresh"] and run["rng_restored"]
         straight, resumed = run["straight"], run["resumed"]
