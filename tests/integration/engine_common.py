@@ -19,6 +19,14 @@ def engine_options(dims: Any, **overrides: Any) -> EngineOptions:
     return EngineOptions(dims=dims, **settings)
 
 
+def ds_adamw(torch_adam: bool = True) -> dict[str, Any]:
+    """The DeepSpeed config's optimizer section for :func:`engine_options`' AdamW: torch's AdamW stepped by DeepSpeed
+    (``torch_adam``: no JIT op, the torch engines' optimizer), or, without it, the optimizer DeepSpeed builds itself
+    (DeepSpeedCPUAdam where the optimizer is offloaded)."""
+    params = {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01}
+    return {"type": "AdamW", "params": {**params, "torch_adam": True} if torch_adam else params}
+
+
 def step_batches(generator: torch.Generator) -> list:
     """One step's 2 micro-batches of 2 sequences of 16 tokens (the tiny models' vocabulary: 4096), the same on every
     rank for the same generator."""

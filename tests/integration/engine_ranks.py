@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from engine_common import engine_options, step_batches, weight_sum
+from engine_common import ds_adamw, engine_options, step_batches, weight_sum
 from engine_resume import RESUMES, resume  # beside this script (torchrun puts its folder on sys.path)
 
 from dsbench.models import PRESETS
@@ -132,8 +132,7 @@ FAMILIES = {
 AUTOTP = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
           # DeepSpeed asserts the batch over every rank, tensor-parallel ones included (docs/parallelism.md)
           "train_batch_size": 2 * 2 * WORLD, "zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2},
-          "gradient_clipping": 0.5, "optimizer": {"type": "AdamW", "params": {
-              "lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01, "torch_adam": True}}}
+          "gradient_clipping": 0.5, "optimizer": ds_adamw()}
 """DeepSpeed AutoTP (tp 2 x dp 2) at ZeRO-1, stepping torch's AdamW as the torch engines do (no JIT op)."""
 ZERO1 = {**{k: v for k, v in AUTOTP.items() if k != "tensor_parallel"}, "train_batch_size": 2 * 2 * WORLD // 2}
 ZERO3 = {**{k: v for k, v in AUTOTP.items() if k != "tensor_parallel"}, "zero_optimization": {"stage": 3}}
@@ -152,8 +151,7 @@ ZERO_STAGES = {f"zero{stage}": {**ZERO3, "zero_optimization": {"stage": stage}} 
 """DeepSpeed ZeRO-0 and ZeRO-1 over the 4 ranks (dp 4), the same optimizer: their losses against one process, and the
 model states each rank holds (since 2026-12-02; test_launch_strategies.py launched a 2-rank run of each before)."""
 ZERO2_OFFLOAD = {**ZERO3, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}},
-                 "optimizer": {**ZERO3["optimizer"], "params": {
-                     key: value for key, value in ZERO3["optimizer"]["params"].items() if key != "torch_adam"}}}
+                 "optimizer": ds_adamw(torch_adam=False)}
 """DeepSpeed ZeRO-2 over the 4 ranks with the optimizer on the host, as ``--offload cpu`` renders it: the config's
 AdamW, which DeepSpeed builds as DeepSpeedCPUAdam (its JIT op) on the offloaded partitions (since 2026-12-02;
 test_launch_strategies.py launched a 2-rank run of it before, and test_accelerate_yaml.py launches ZeRO-2 offloaded

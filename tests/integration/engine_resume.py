@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from engine_common import engine_options, step_batches, weight_sum  # beside this script
+from engine_common import ds_adamw, engine_options, step_batches, weight_sum  # beside this script
 
 from dsbench.checkpoints import definition, new_run_id
 from dsbench.models import PRESETS
@@ -66,8 +66,7 @@ def ds_config(name: str, dims: ParallelDims) -> dict[str, Any]:
     config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "train_batch_size": 2 * 2 * dims.dp,
         "gradient_clipping": 0.3, "zero_optimization": {"stage": ZERO_STAGE[name]},
-        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8,
-                                                  "weight_decay": 0.01, "torch_adam": True}},
+        "optimizer": ds_adamw(),
         "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3,
                                                      "warmup_num_steps": LR_WARMUP}}}
     if dims.pp > 1:
@@ -103,10 +102,8 @@ def _steps(engine: Any, batches: list[list[Any]], steps: range) -> list[list[flo
 
 def resume(name: str, info: DistInfo, folder: Path) -> dict[str, Any]:
     """The straight run (saving after SAVE_AT) and the resumed one, for the test to compare."""
-    if RESUMES[name][0] == "deepspeed":
-        with _deepspeed_groups_put_back():
-            return _resume(name, info, folder)
-    return _resume(name, info, folder)
+    with _deepspeed_groups_put_back():
+        return _resume(name, info, folder)
 
 
 @contextmanager
