@@ -14,7 +14,25 @@ from dsbench.worker.state_bytes import count_deepspeed, with_optimizer_states
 from dsbench.zero_section import zero_settings
 
 
-class DeepSpeedEngine:
+class DeepSpeedReadings:
+    """What the loop reads of a DeepSpeed engine (``self.engine``), ZeRO's or the pipeline's alike. The model states
+    are counted while the gradients exist (``_pending_states``, set before DeepSpeed's step frees them) and the
+    optimizer's after it."""
+
+    engine: Any
+    _pending_states: dict[str, Any] | None
+
+    def model_state_bytes(self) -> dict[str, Any]:
+        return with_optimizer_states(self._pending_states, count_deepspeed(self.engine))
+
+    def lr(self) -> float:
+        return float(self.engine.get_lr()[0])
+
+    def skipped_steps(self) -> int:
+        return int(self.engine.skipped_steps)  # DeepSpeed's count of fp16 overflow steps (its engine's attribute)
+
+
+class DeepSpeedEngine(DeepSpeedReadings):
     """The DeepSpeed engine owns optimizer, scheduler, accumulation, clipping and loss scaling."""
 
     name = "deepspeed"
@@ -52,15 +70,6 @@ class DeepSpeedEngine:
 
     def train_step(self, batches: list[Any]) -> Any:
         return accumulate(self, batches)
-
-    def model_state_bytes(self) -> dict[str, Any]:
-        return with_optimizer_states(self._pending_states, count_deepspeed(self.engine))
-
-    def lr(self) -> float:
-        return float(self.engine.get_lr()[0])
-
-    def skipped_steps(self) -> int:
-        return int(self.engine.skipped_steps)  # DeepSpeed's count of fp16 overflow steps (its engine's attribute)
 
     def replicas(self) -> tuple[Any, Any] | None:
         """ZeRO-0/1/2 keep the whole module (under AutoTP this rank's shard) on each rank of the data-parallel

@@ -16,9 +16,10 @@ from dsbench.configs.pipeline import pipeline_settings
 from dsbench.worker.dist import Collectives
 from dsbench.worker.engines.base import EngineOptions
 from dsbench.worker.engines.busy import BusyClock
+from dsbench.worker.engines.deepspeed import DeepSpeedReadings
 from dsbench.worker.engines.pipe_clip import clip_whole_model, first_stage_norm
 from dsbench.worker.pipe_split import Split, TokenEmbedding, causal_lm_loss, split_model, stage_layers, tied_head
-from dsbench.worker.state_bytes import count_deepspeed, with_optimizer_states
+from dsbench.worker.state_bytes import count_deepspeed
 
 
 def deepspeed_layers(split: Split) -> list[Any]:
@@ -45,7 +46,7 @@ def _quiet_tied_broadcast(module: Any) -> None:
         warnings.filterwarnings("ignore", message=r"c10d::broadcast_: an autograd kernel", category=UserWarning)
 
 
-class DeepSpeedPipelineEngine:
+class DeepSpeedPipelineEngine(DeepSpeedReadings):
     """``PipelineEngine.train_batch`` runs all micro-batches (1F1B-style schedule) and the optimizer step."""
 
     name = "deepspeed"
@@ -98,15 +99,6 @@ class DeepSpeedPipelineEngine:
     def busy_seconds(self) -> tuple[float, float] | None:
         """This stage's (compute, schedule span) seconds in the last step (CPU), for the measured bubble."""
         return self.busy.take()
-
-    def model_state_bytes(self) -> dict[str, Any]:
-        return with_optimizer_states(self._pending_states, count_deepspeed(self.engine))
-
-    def lr(self) -> float:
-        return float(self.engine.get_lr()[0])
-
-    def skipped_steps(self) -> int:
-        return int(self.engine.skipped_steps)  # DeepSpeed's count of fp16 overflow steps (its engine's attribute)
 
     def replicas(self) -> tuple[Any, Any] | None:
         """The data-parallel ranks of a stage hold the same layers (ZeRO 0-1: DeepSpeed's pipeline refuses 2-3)."""
