@@ -109,7 +109,8 @@ FAMILIES = {
             # (below) for ZeRO-0, ZeRO-1 and ZeRO-2 offloaded to partition by. Against its Ulysses run too
             # (ULYSSES_FAMILIES); since 2026-12-01 torch_tp (also with sequence parallelism) and torch_3d split its
             # Conv1D layers, c_attn's q, k and v apart (engines/conv1d_parallel.py)
-            "gpt2-tiny": ("single", "zero0", "zero1", "zero2_offload", "torch_tp", "torch_tp_sp", "torch_3d"),
+            "gpt2-tiny": ("single", "zero0", "zero1", "zero2_offload", "zero3_offload_optimizer", "torch_tp",
+                          "torch_tp_sp", "torch_3d"),
             "qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp", "fsdp_offload",  # the last two since 2026-12-01
                            "torch_tp_fused"),  # since 2026-12-01 (18:40): a 2-rank launch of test_model_parallel before
             # before AutoTP: DeepSpeed keeps its model-parallel groups for the process (deepspeed.utils.groups), so
@@ -150,14 +151,18 @@ ULYSSES_SGD = {f"ulysses_sgd_z{stage}": {**ULYSSES, **SGD, "zero_optimization": 
 ZERO_STAGES = {f"zero{stage}": {**ZERO3, "zero_optimization": {"stage": stage}} for stage in (0, 1)}
 """DeepSpeed ZeRO-0 and ZeRO-1 over the 4 ranks (dp 4), the same optimizer: their losses against one process, and the
 model states each rank holds (since 2026-12-02; test_launch_strategies.py launched a 2-rank run of each before)."""
-ZERO2_OFFLOAD = {**ZERO3, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}},
-                 "optimizer": ds_adamw(torch_adam=False)}
-"""DeepSpeed ZeRO-2 over the 4 ranks with the optimizer on the host, as ``--offload cpu`` renders it: the config's
-AdamW, which DeepSpeed builds as DeepSpeedCPUAdam (its JIT op) on the offloaded partitions (since 2026-12-02;
-test_launch_strategies.py launched a 2-rank run of it before, and test_accelerate_yaml.py launches ZeRO-2 offloaded
-through `dsbench launch --offload cpu` and through accelerate)."""
-DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1), "ulysses": (ULYSSES, 1), "zero2_offload": (ZERO2_OFFLOAD, 1),
-             **{name: (config, 1) for name, config in {**ULYSSES_SGD, **ZERO_STAGES}.items()}}
+OFFLOADED = {name: {**ZERO3, "zero_optimization": {"stage": stage, "offload_optimizer": {"device": "cpu",
+                                                                                    "pin_memory": True}},
+                    "optimizer": ds_adamw(torch_adam=False)}
+             for name, stage in (("zero2_offload", 2), ("zero3_offload_optimizer", 3))}
+"""DeepSpeed ZeRO-2 and ZeRO-3 over the 4 ranks with the optimizer on the host, as ``--zero 2 --offload cpu`` and
+``--zero 3 --offload cpu`` render it (the parameters stay on the ranks: ``--offload-param`` is another flag): the
+config's AdamW, which DeepSpeed builds as DeepSpeedCPUAdam (its JIT op) on the offloaded partitions. ZeRO-2's since
+2026-12-02 (test_launch_strategies.py launched a 2-rank run of it before; test_accelerate_yaml.py launches ZeRO-2
+offloaded through `dsbench launch --offload cpu` and through accelerate), ZeRO-3's since 2026-12-03 (the launched
+ZeRO-3 cells offload the parameters too: the zero3_offload preset, a user's Trainer config)."""
+DEEPSPEED = {"autotp": (AUTOTP, 2), "zero3": (ZERO3, 1), "ulysses": (ULYSSES, 1),
+             **{name: (config, 1) for name, config in {**ULYSSES_SGD, **ZERO_STAGES, **OFFLOADED}.items()}}
 """The DeepSpeed engines of :data:`FAMILIES`: their config and tensor-parallel degree."""
 OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True},
            "torch_tp_sp": {"sequence_parallel": True}, "fsdp_offload": {"fsdp_cpu_offload": True},

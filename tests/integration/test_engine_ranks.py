@@ -28,7 +28,9 @@ DeepSpeed Ulysses' gradients under plain SGD at ZeRO-1 and ZeRO-3, against plain
 DeepSpeed's ZeRO-0 and ZeRO-1 on gpt2-tiny (dp 4) against one process, and the model states each rank holds (since
 2026-12-02; before, test_launch_strategies.py launched each on 2 ranks); and ZeRO-2 with the optimizer on the host
 (``--offload cpu``: DeepSpeed's CPU Adam on the host partitions), against one process (since 2026-12-02 (night);
-launched by test_launch_strategies.py before)."""
+launched by test_launch_strategies.py before), and ZeRO-3 so (``dsbench launch --zero 3 --offload cpu``: the
+optimizer on the host, the parameters partitioned on the ranks; since 2026-12-03, launched nowhere before: the
+launched ZeRO-3 cells offload the parameters too)."""
 
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ from tests.integration.conftest import bin_path, run_command
 
 STRATEGIES = ("ddp", "fsdp", "torch_tp", "torch_pp", "torch_3d", "hsdp")
 """engine_ranks.py's torch layouts: hsdp is the FSDP engine with --dp-shard 2 (2 shard groups of 2 ranks)."""
-DEEPSPEED = ("autotp", "zero0", "zero1", "zero2_offload", "zero3", "ulysses")
+DEEPSPEED = ("autotp", "zero0", "zero1", "zero2_offload", "zero3_offload_optimizer", "zero3", "ulysses")
 """engine_ranks.py's DeepSpeed engines, which clip inside (no norm before clipping to compare)."""
 
 
@@ -97,6 +99,7 @@ def _group_mean(ranks: list[dict], model: str, name: str) -> list[float]:
                                                  ("gpt2-tiny", "ulysses"), ("neox-tiny", "ulysses"),
                                                  ("gpt2-tiny", "zero0"), ("gpt2-tiny", "zero1"),
                                                  ("gpt2-tiny", "zero2_offload"),
+                                                 ("gpt2-tiny", "zero3_offload_optimizer"),
                                                  ("gpt2-tiny", "torch_tp"), ("gpt2-tiny", "torch_tp_sp"),
                                                  ("gpt2-tiny", "torch_3d"), ("gpt2-mini", "torch_pp_interleaved"),
                                                  ("gpt2-mini", "torch_pp_zb"), ("phi3-tiny", "torch_tp"),
@@ -125,7 +128,7 @@ def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(
         if strategy not in DEEPSPEED:  # torch AdamW's fused kernel where asked (--fused-optimizer), else its for-loop
             kernel = "fused" if strategy == "torch_tp_fused" else "for-loop"
             assert split["optimizer"] == f"AdamW ({kernel})", (strategy, split["optimizer"])
-        elif strategy == "zero2_offload":  # the optimizer on the host: DeepSpeed's CPU Adam, not torch's AdamW
+        elif "offload" in strategy:  # the optimizer on the host: DeepSpeed's CPU Adam, not torch's AdamW
             assert split["optimizer"] == "DeepSpeedCPUAdam", split["optimizer"]
 
 

@@ -96,7 +96,11 @@ def test_launch_dry_run_prints_a_runnable_command(cli_run, tmp_path):
     assert lines[-1].startswith("DSBENCH_DEVICE=cpu DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 deepspeed --num_gpus 2")
     assert lines[-1].endswith(f"--module dsbench.train --run-json {tmp_path}/r/run.json")
     config = json.loads((tmp_path / "r" / "ds_config.json").read_text())
-    assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    # the optimizer on the host, the parameters on the ranks (--offload-param is another flag): the ZeRO-3 engine
+    # tests/integration/engine_ranks.py trains against one process (OFFLOADED)
+    zero = config["zero_optimization"]
+    assert zero["offload_optimizer"] == {"device": "cpu", "pin_memory": True} and "offload_param" not in zero
+    assert config["optimizer"]["type"] == "AdamW"  # built by DeepSpeed as DeepSpeedCPUAdam on offloaded states
     run = json.loads((tmp_path / "r" / "run.json").read_text())  # the worker's typed input
     assert (run["strategy"], run["deepspeed_config"], run["out"]) == ("deepspeed", "r/ds_config.json", "r")
 
