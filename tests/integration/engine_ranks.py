@@ -106,8 +106,8 @@ def _train(strategy: str, info: DistInfo, mode: str) -> dict:
 
 FAMILIES = {
             # first: no DeepSpeed engine has run yet, so no model-parallel group of AutoTP's is left in the process
-            # (below) for ZeRO-0, ZeRO-1 and ZeRO-2 offloaded to partition by. Against its Ulysses run too
-            # (ULYSSES_FAMILIES); since 2026-12-01 torch_tp (also with sequence parallelism) and torch_3d split its
+            # (below) for ZeRO-0, ZeRO-1 and the offloaded ZeRO-2 and ZeRO-3 to partition by. Against its Ulysses run
+            # too (ULYSSES_FAMILIES); since 2026-12-01 torch_tp (also with sequence parallelism) and torch_3d split its
             # Conv1D layers, c_attn's q, k and v apart (engines/conv1d_parallel.py)
             "gpt2-tiny": ("single", "zero0", "zero1", "zero2_offload", "zero3_offload_optimizer", "torch_tp",
                           "torch_tp_sp", "torch_3d"),
