@@ -38,3 +38,17 @@ def weight_sum(engine: Any) -> float:
     DeepSpeed's ZeRO-3 a parameter's own tensor is empty outside a gather: its partition, ``ds_tensor``)."""
     return sum(float(local_shard(getattr(p, "ds_tensor", p).detach()).double().sum())
                for p in engine.model.parameters())
+
+
+def gathered_after_forward(engine: Any, batch: torch.Tensor) -> bool:
+    """Whether FSDP2 keeps the first block's parameters gathered after its forward: without resharding after the
+    forward (``--no-fsdp-reshard``, torch's ``reshard_after_forward=False``) they stay whole tensors until the backward;
+    with it they are back to their shards (DTensors). One forward and its backward, which reshards (every rank)."""
+    from torch.distributed.tensor import DTensor
+
+    from dsbench.worker.model import transformer_blocks
+
+    loss = engine.model(input_ids=batch, labels=batch).loss
+    gathered = not isinstance(next(transformer_blocks(engine.model)[0].parameters()), DTensor)
+    loss.backward()  # a collective: FSDP2 reduce-scatters the gradients on every rank of the group
+    return gathered

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from engine_common import ds_adamw, engine_options, step_batches, weight_sum
+from engine_common import ds_adamw, engine_options, gathered_after_forward, step_batches, weight_sum
 from engine_resume import RESUMES, resume  # beside this script (torchrun puts its folder on sys.path)
 
 from dsbench.models import PRESETS
@@ -62,7 +62,8 @@ WORLD = 4
 LAYOUTS = {"ddp": {}, "fsdp": {}, "torch_tp": {"tp": 2}, "torch_pp": {"pp": 2}, "torch_3d": {"tp": 2, "pp": 2},
            "hsdp": {"dp_shard": 2}}
 ENGINE = {"hsdp": "fsdp", "torch_tp_sp_lp": "torch_tp", "torch_tp_sp": "torch_tp", "fsdp_offload": "fsdp",
-          "torch_pp_interleaved": "torch_pp", "torch_pp_zb": "torch_pp", "torch_tp_fused": "torch_tp"}
+          "fsdp_no_reshard": "fsdp", "torch_pp_interleaved": "torch_pp", "torch_pp_zb": "torch_pp",
+          "torch_tp_fused": "torch_tp"}
 """The engine of a layout or option set named apart: HSDP is the FSDP engine on 2 shard groups of 2 (--dp-shard 2)."""
 SPOILED_STEP = 1
 
@@ -112,7 +113,8 @@ FAMILIES = {
             "gpt2-tiny": ("single", "zero0", "zero1", "zero2_offload", "zero3_offload_optimizer", "torch_tp",
                           "torch_tp_sp", "torch_3d"),
             "qwen2-tiny": ("single", "torch_tp", "torch_3d", "hsdp", "fsdp_offload",  # the last two since 2026-12-01
-                           "torch_tp_fused"),  # since 2026-12-01 (18:40): a 2-rank launch of test_model_parallel before
+                           "torch_tp_fused",  # since 2026-12-01 (18:40): a 2-rank launch of test_model_parallel before
+                           "fsdp_no_reshard"),  # since 2026-12-03: compare's strategy, trained nowhere before
             # before AutoTP: DeepSpeed keeps its model-parallel groups for the process (deepspeed.utils.groups), so
             # a ZeRO-3 engine built after an AutoTP one would read its tensor-parallel degree of 2
             # torch_tp (also with sequence parallelism) and torch_3d since 2026-12-01: its fused q|k|v split by
@@ -168,10 +170,12 @@ OPTIONS = {"torch_tp_sp_lp": {"sequence_parallel": True, "loss_parallel": True},
            "torch_tp_sp": {"sequence_parallel": True}, "fsdp_offload": {"fsdp_cpu_offload": True},
            "torch_pp_interleaved": {"pipeline_schedule": "interleaved", "virtual_stages": 2, "recompute": "selective"},
            "torch_pp_zb": {"pipeline_schedule": "interleaved-zb", "virtual_stages": 2},
-           "torch_tp_fused": {"fused_optimizer": True}}
+           "torch_tp_fused": {"fused_optimizer": True}, "fsdp_no_reshard": {"fsdp_reshard": False}}
 """torch_tp (tp 2 x dp 2) with its options, as ``--sequence-parallel`` and ``--loss-parallel`` give them
 (olmo2-tiny ties its head to its embedding, which the vocabulary-parallel loss refuses), FSDP2 over the 4 ranks
-with ``--fsdp-cpu-offload`` (on CPU ranks its shards unpinned: run since 2026-12-01), and torch_pp (pp 2 x dp 2)
+with ``--fsdp-cpu-offload`` (on CPU ranks its shards unpinned: run since 2026-12-01) and with ``--no-fsdp-reshard``
+(compare's fsdp_no_reshard: the gathered parameters kept from the forward to the backward; since 2026-12-03), and
+torch_pp (pp 2 x dp 2)
 under ``--pipeline-schedule interleaved`` (with ``--recompute selective``) and ``interleaved-zb``, ``--virtual-stages
 2``; and torch_tp stepping torch AdamW's fused kernel (``--fused-optimizer``: the DTensor and the plain parameters as
 separate groups)."""
@@ -224,8 +228,11 @@ def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") 
         norms.append(float(engine.grad_norm) if strategy not in DEEPSPEED else None)  # DeepSpeed clips inside
         if engine.measure_states:  # this rank's model states (worker/state_bytes.py), as a run records them
             states = engine.model_state_bytes()
+    gathered = (gathered_after_forward(engine, step_batches(generator)[0])
+                if ENGINE.get(strategy, strategy) == "fsdp" else None)  # after the steps: the losses are recorded
     # the optimizer's implementation as the run header names it (worker/header.optimizer_kind)
     return {"losses": losses, "grad_norms": norms, "optimizer": optimizer_kind(engine, info.device),
+            "gathered_after_forward": gathered,
             "states": states, "num_params": PRESETS[model].num_params() if states else None,  # the header's count
             "step_counter_bytes": _step_counter_bytes(engine) if states else None}
 

@@ -44,6 +44,8 @@ from tests.integration.conftest import bin_path, run_command
 
 STRATEGIES = ("ddp", "fsdp", "torch_tp", "torch_pp", "torch_3d", "hsdp")
 """engine_ranks.py's torch layouts: hsdp is the FSDP engine with --dp-shard 2 (2 shard groups of 2 ranks)."""
+FSDP = ("fsdp", "hsdp", "fsdp_offload", "fsdp_no_reshard")
+"""engine_ranks.py's layouts of the FSDP engine."""
 DEEPSPEED = ("autotp", "zero0", "zero1", "zero2_offload", "zero3_offload_optimizer", "zero3", "ulysses")
 """engine_ranks.py's DeepSpeed engines, which clip inside (no norm before clipping to compare)."""
 
@@ -86,6 +88,7 @@ def _group_mean(ranks: list[dict], model: str, name: str) -> list[float]:
 @pytest.mark.parametrize(("model", "strategy"), [("qwen2-tiny", "torch_tp"), ("qwen2-tiny", "torch_3d"),
                                                  ("qwen2-tiny", "torch_tp_fused"),
                                                  ("qwen2-tiny", "hsdp"), ("qwen2-tiny", "fsdp_offload"),
+                                                 ("qwen2-tiny", "fsdp_no_reshard"),
                                                  ("gemma-tiny", "torch_tp"), ("gemma-tiny", "torch_pp"),
                                                  ("gemma-tiny", "torch_3d"), ("gemma-tiny", "autotp"),
                                                  ("phi3-tiny", "ddp"), ("phi3-tiny", "fsdp"), ("phi3-tiny", "torch_pp"),
@@ -130,6 +133,8 @@ def test_families_split_by_tensor_and_pipeline_parallelism_train_as_one_process(
             assert split["optimizer"] == f"AdamW ({kernel})", (strategy, split["optimizer"])
         elif "offload" in strategy:  # the optimizer on the host: DeepSpeed's CPU Adam, not torch's AdamW
             assert split["optimizer"] == "DeepSpeedCPUAdam", split["optimizer"]
+        # FSDP2's blocks are gathered for their forward and, unless --no-fsdp-reshard, back to shards after it
+        assert split.get("gathered_after_forward") is ((strategy == "fsdp_no_reshard") if strategy in FSDP else None)
 
 
 @pytest.mark.parametrize("stage", [0, 1])
