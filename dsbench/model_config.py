@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
+from dsbench.model_fields import kept_field_problem
 from dsbench.models import DECODERS, HEAD_DIM_DEFAULT, LAYER_NORM, PRESETS, TIED_DEFAULT, ModelShape
 
 _KEPT_EXTRA = ("rope_theta", "rms_norm_eps", "layer_norm_epsilon", "hidden_act", "activation_function",
@@ -75,7 +76,7 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | N
         raise UserError(f"{name}: config.json: head_dim null must be a positive integer (remove it for "
                         f"{shape.arch}'s default, {HEAD_DIM_DEFAULT[shape.arch]})")
     problem = (heads_problem(shape.hidden, shape.heads, shape.kv_heads, stated, shape.arch) or _pad_problem(cfg, shape)
-               or _field_problem(cfg))
+               or kept_field_problem(cfg, shape.layers))
     if problem:
         raise UserError(f"{name}: config.json: {problem}")
     # kept only where it is not hidden / heads, so that a shape that states the default equals one that does not
@@ -95,52 +96,68 @@ def _pad_problem(cfg: dict[str, Any], shape: ModelShape) -> str | None:
             "must be one of its rows); set it below vocab_size, or null")
 
 
-_FRACTIONS = ("partial_rotary_factor", "rotary_pct")
-"""Kept fields that say what share of each head RoPE turns (Phi-3's and GPT-NeoX's): a number in (0, 1]. Outside
-it the ranks stop in transformers' rotary module (measured 2026-11-30: 5 gave a shape mismatch, -1 an arange error,
-a string an int() error), so the launch refuses it first."""
-
-
-def _field_problem(cfg: dict[str, Any]) -> str | None:
-    """A rotary share outside (0, 1] (:data:`_FRACTIONS`), or ``use_parallel_residual`` that is not a boolean."""
-    for key in _FRACTIONS:
-        value = cfg.get(key)
-        if key in cfg and (not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1):
-            return f"{key} {json.dumps(value)[:20]} must be a number above 0 and at most 1"
-    if "use_parallel_residual" in cfg and not isinstance(cfg["use_parallel_residual"], bool):
-        return f"use_parallel_residual {json.dumps(cfg['use_parallel_residual'])[:20]} must be true or false"
-    return None
-
-
 _DEFAULT_POSITIONS = {"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768, "gemma": 8192,
                       "phi3": 4096, "olmo2": 2048, "gpt_neox": 2048}
 """A config.json without ``max_position_embeddings`` gets its config class's default (transformers 5's
 Llama/Mistral/Qwen2/Qwen3/Gemma/Phi3/Olmo2/GPTNeoXConfig), as transformers builds it."""
 
 
+_CEILINGS = {"layers": 10_000, "positions": 2**31 - 1, "vocab": 2**24, "heads": 2**16, "width": 2**22}
+"""The largest value dsbench takes for each kind of shape field. Real models sit far below (Llama 3.1 405B: 126 layers,
+hidden 16384, MLP 53248, 128 heads; Gemma 3: a 262144-token vocabulary; Llama 4 Scout: 10M positions); the planner
+prices a pipeline layer by layer, so a billion layers would take it minutes and gigabytes (1M layers: 26 s, 2026-12-03)
+before it said nothing fits."""
+
+
+def _whole(cfg: dict[str, Any], key: str, kind: str, name: str, default: int | None = None) -> int:
+    """config.json's ``key`` as transformers 5's strict config fields take it: a JSON integer, never ``true``, ``64.0``
+    or ``"64"`` (its ``StrictDataclassFieldValidationError``); and at least 1, which transformers does not ask of every
+    field (a negative width stops the model's constructor, a 0-token vocabulary its first forward, 0 layers or positions
+    build a model with no block or no position), and at most :data:`_CEILINGS`. ``default`` when the key is absent
+    (or null, for the fields whose config class fills a null: ``n_inner``, ``num_key_value_heads``); without one, an
+    absent key is a KeyError, which the caller names."""
+    value = cfg.get(key) if default is not None else cfg[key]
+    if value is None and default is not None:
+        return default
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= _CEILINGS[kind]:
+        return value
+    raise UserError(f"{name}: config.json: {key} {json.dumps(value)[:20]} must be a whole number from 1 to "
+                    f"{_CEILINGS[kind]:,}")
+
+
+def _flag(cfg: dict[str, Any], key: str, name: str, default: bool) -> bool:
+    """A boolean field (``tie_word_embeddings``): true or false, as transformers' strict field takes it (a string
+    ``"false"`` would be truthy)."""
+    value = cfg.get(key, default)
+    if not isinstance(value, bool):
+        raise UserError(f"{name}: config.json: {key} {json.dumps(value)[:20]} must be true or false")
+    return value
+
+
 def _shape_from_config(cfg: dict[str, Any], name: str, source: str, path: str | None) -> ModelShape:
     model_type = cfg.get("model_type", "")
     try:
         if model_type == "gpt2" or "n_embd" in cfg:
-            hidden = int(cfg["n_embd"])
+            hidden, heads = _whole(cfg, "n_embd", "width", name), _whole(cfg, "n_head", "heads", name)
             return ModelShape(
-                name=name, arch="gpt2", vocab_size=int(cfg["vocab_size"]), hidden=hidden, layers=int(cfg["n_layer"]),
-                heads=int(cfg["n_head"]), kv_heads=int(cfg["n_head"]),
-                intermediate=int(cfg.get("n_inner") or 4 * hidden), max_positions=int(cfg.get("n_positions", 1024)),
-                tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), source=source, path=path,
+                name=name, arch="gpt2", vocab_size=_whole(cfg, "vocab_size", "vocab", name), hidden=hidden,
+                layers=_whole(cfg, "n_layer", "layers", name), heads=heads, kv_heads=heads,
+                intermediate=_whole(cfg, "n_inner", "width", name, 4 * hidden),  # GPT2Config: null is 4 x n_embd
+                max_positions=_whole(cfg, "n_positions", "positions", name, 1024),
+                tied_embeddings=_flag(cfg, "tie_word_embeddings", name, True), source=source, path=path,
                 extra={k: cfg[k] for k in _KEPT_EXTRA if k in cfg})
-        heads = int(cfg["num_attention_heads"])
+        heads = _whole(cfg, "num_attention_heads", "heads", name)
         return ModelShape(
             name=name, arch=model_type if model_type in (*LAYER_NORM, *DECODERS) else "llama",
-            vocab_size=int(cfg["vocab_size"]),
-            hidden=int(cfg["hidden_size"]),
-            layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            intermediate=int(cfg["intermediate_size"]),
-            max_positions=int(cfg.get("max_position_embeddings", _DEFAULT_POSITIONS.get(model_type, 2048))),
-            tied_embeddings=bool(cfg.get("tie_word_embeddings", TIED_DEFAULT.get(model_type, False))), source=source,
-            path=path,
-            extra={k: cfg[k] for k in _KEPT_EXTRA if k in cfg})
-    except (KeyError, TypeError, ValueError) as exc:
+            vocab_size=_whole(cfg, "vocab_size", "vocab", name), hidden=_whole(cfg, "hidden_size", "width", name),
+            layers=_whole(cfg, "num_hidden_layers", "layers", name),
+            heads=heads, kv_heads=_whole(cfg, "num_key_value_heads", "heads", name, heads),  # null: one per head
+            intermediate=_whole(cfg, "intermediate_size", "width", name),
+            max_positions=_whole(cfg, "max_position_embeddings", "positions", name,
+                                 _DEFAULT_POSITIONS.get(model_type, 2048)),
+            tied_embeddings=_flag(cfg, "tie_word_embeddings", name, TIED_DEFAULT.get(model_type, False)),
+            source=source, path=path, extra={k: cfg[k] for k in _KEPT_EXTRA if k in cfg})
+    except KeyError as exc:
         raise UserError(f"{name}: config.json lacks a usable {exc} (need GPT-2 or Llama-style fields)") from None
 
 

@@ -140,6 +140,30 @@ BAD_FIELDS = {  # kept config.json fields the ranks' transformers would stop on,
     "neox-rotary-string": ({"model_type": "gpt_neox", "rotary_pct": "x"}, 'rotary_pct "x" must be a number above 0'),
     "neox-residual-string": ({"model_type": "gpt_neox", "use_parallel_residual": "yes"},
                              'use_parallel_residual "yes" must be true or false'),
+    # since 2026-12-03 every kept field (model_fields.RULES): until then each of these passed, and every rank stopped
+    "rope-theta-string": ({"rope_theta": "x"}, 'rope_theta "x" must be a number above 0'),
+    "neox-rotary-base-string": ({"model_type": "gpt_neox", "rotary_emb_base": "x"}, 'rotary_emb_base "x" must be a'),
+    "epsilon-string": ({"rms_norm_eps": "x"}, 'rms_norm_eps "x" must be a decimal number of at least 0'),
+    "epsilon-integer": ({"rms_norm_eps": 0}, "rms_norm_eps 0 must be a decimal number"),
+    "activation-unknown": ({"hidden_act": "nosuch"}, 'hidden_act "nosuch" must be one of transformers\' activations'),
+    "gpt2-activation-unknown": ({"model_type": "gpt2", "vocab_size": 100, "n_embd": 16, "n_layer": 1, "n_head": 2,
+                                 "activation_function": "nosuch"}, 'activation_function "nosuch" must be one of'),
+    "bos-string": ({"bos_token_id": "x"}, 'bos_token_id "x" must be a token id, a list of them, or null'),
+    "eos-strings": ({"eos_token_id": ["a"]}, 'eos_token_id ["a"] must be a token id'),
+    "rope-type-unknown": ({"rope_scaling": {"rope_type": "nosuch", "factor": 2.0}},
+                          'rope_scaling {"rope_type": "nosuch", "factor": 2.0} must be null or an object whose '
+                          "rope_type is one of default, dynamic, linear, llama3, longrope, proportional, yarn"),
+    "rope-scaling-list": ({"rope_scaling": [1]}, "rope_scaling [1] must be null or an object"),
+    "window-negative": ({"model_type": "qwen2", "sliding_window": -5, "use_sliding_window": True,
+                         "max_window_layers": 0}, "sliding_window -5 must be a whole number of at least 1, or null"),
+    "window-layers-string": ({"model_type": "qwen2", "sliding_window": 4, "use_sliding_window": True,
+                              "max_window_layers": "x"}, 'max_window_layers "x" must be a whole number of at least 0'),
+    "use-window-string": ({"model_type": "qwen2", "use_sliding_window": "yes"}, 'use_sliding_window "yes" must be'),
+    "layer-types-short": ({"model_type": "qwen2", "layer_types": ["full_attention"]},
+                          'layer_types ["full_attention"] must list 2 entries (one a layer)'),
+    "layer-types-chunked": ({"model_type": "qwen2", "layer_types": ["chunked_attention", "full_attention"]},
+                            "each full_attention or sliding_attention, or be null"),
+    "layer-types-string": ({"model_type": "qwen2", "layer_types": "full_attention"}, 'layer_types "full_attention"'),
 }
 
 
@@ -151,7 +175,7 @@ def test_a_kept_field_transformers_would_stop_on_is_refused_by_name(name):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     fields, message = BAD_FIELDS[name]
-    config = {**_config("phi3", 64, 4, 4, 96, pad_token_id=0), **fields}
+    config = fields if "n_embd" in fields else {**_config("phi3", 64, 4, 4, 96, pad_token_id=0), **fields}
     if config["model_type"] == "gpt_neox":
         config = {k: v for k, v in config.items() if k not in ("num_key_value_heads", "pad_token_id")}
     with pytest.raises(UserError, match=re.escape(message)):
@@ -159,6 +183,84 @@ def test_a_kept_field_transformers_would_stop_on_is_refused_by_name(name):
     with pytest.raises(Exception):  # noqa: B017 (transformers raises its own kinds: a config error, a runtime one)
         model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
         model(torch.zeros(1, 8, dtype=torch.long))
+
+
+def test_the_activations_and_rope_types_are_transformers_own():
+    """What model_fields takes is what the installed transformers knows: a new transformers fails this, not a user."""
+    from transformers.activations import ACT2FN
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from dsbench.model_fields import ACTIVATIONS, ROPE_TYPES
+
+    assert ACTIVATIONS == set(ACT2FN)
+    assert ROPE_TYPES == {"default", *ROPE_INIT_FUNCTIONS}
+
+
+GPT2 = {"model_type": "gpt2", "vocab_size": 1000, "n_embd": 64, "n_layer": 2, "n_head": 4}
+BAD_SIZES = {  # shape fields that transformers refuses (its strict int fields) or stops on, refused before any launch
+    "hidden-float": ({"hidden_size": 64.0}, "hidden_size 64.0 must be a whole number from 1 to 4,194,304"),
+    "hidden-half": ({"hidden_size": 64.5}, "hidden_size 64.5 must be a whole number"),
+    "hidden-string": ({"hidden_size": "64"}, 'hidden_size "64" must be a whole number'),
+    "hidden-bool": ({"hidden_size": True, "num_attention_heads": 1, "num_key_value_heads": 1},
+                    "hidden_size true must be a whole number"),
+    "hidden-negative": ({"hidden_size": -64}, "hidden_size -64 must be a whole number"),
+    "hidden-zero": ({"hidden_size": 0}, "hidden_size 0 must be a whole number"),
+    "layers-negative": ({"num_hidden_layers": -1}, "num_hidden_layers -1 must be a whole number from 1 to 10,000"),
+    "layers-null": ({"num_hidden_layers": None}, "num_hidden_layers null must be a whole number"),
+    "vocab-zero": ({"vocab_size": 0, "pad_token_id": None}, "vocab_size 0 must be a whole number from 1 to 16,777,216"),
+    "vocab-negative": ({"vocab_size": -5, "pad_token_id": None}, "vocab_size -5 must be a whole number"),
+    "mlp-negative": ({"intermediate_size": -3}, "intermediate_size -3 must be a whole number"),
+    "heads-float": ({"num_attention_heads": 4.0}, "num_attention_heads 4.0 must be a whole number from 1 to 65,536"),
+    "kv-heads-string": ({"num_key_value_heads": "4"}, 'num_key_value_heads "4" must be a whole number'),
+    "positions-float": ({"max_position_embeddings": 4096.0}, "max_position_embeddings 4096.0 must be a whole number"),
+    "tie-string": ({"tie_word_embeddings": "false"}, 'tie_word_embeddings "false" must be true or false'),
+    "gpt2-mlp-negative": ({**GPT2, "n_inner": -3}, "n_inner -3 must be a whole number"),
+    "gpt2-mlp-float": ({**GPT2, "n_inner": 256.0}, "n_inner 256.0 must be a whole number"),
+    "gpt2-positions-zero": ({**GPT2, "n_positions": 0}, "n_positions 0 must be a whole number from 1 to 2,147,483,647"),
+    "gpt2-positions-float": ({**GPT2, "n_positions": 1024.0}, "n_positions 1024.0 must be a whole number"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_SIZES)
+def test_a_shape_field_transformers_refuses_is_refused_by_name(name):
+    """Oracle: transformers 5 itself, which refuses the config (its strict int and bool fields) or fails to build or
+    run the model. Until 2026-12-03 dsbench took int() of each: 64.5 and "64" trained and priced as 64, true as 1, and
+    a negative or zero width, an infinite one or a 0-token vocabulary stopped `plan` with an internal error."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields, message = BAD_SIZES[name]
+    config = fields if "n_embd" in fields else {**_config("phi3", 64, 4, 4, 96, pad_token_id=0), **fields}
+    with pytest.raises(UserError, match=re.escape(message)):
+        shape_from_config(config, name, "local", None)
+    with pytest.raises(Exception):  # noqa: B017 (transformers raises its own kinds: a config error, a runtime one)
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+        model(torch.zeros(1, 8, dtype=torch.long))
+
+
+# dsbench's own floor and ceilings (model_config._CEILINGS), where transformers would build something: a decoder with
+# no layer or no MLP, or one the planner would price layer by layer for minutes
+OUT_OF_RANGE = [("num_hidden_layers", 0), ("num_hidden_layers", 10_001), ("intermediate_size", 0),
+                ("intermediate_size", 2**22 + 1), ("max_position_embeddings", 0), ("max_position_embeddings", 2**31),
+                ("hidden_size", 2**22 + 1), ("vocab_size", 2**24 + 1), ("num_attention_heads", 2**16 + 1)]
+AT_THE_CEILING = {"num_hidden_layers": 10_000, "intermediate_size": 2**22, "max_position_embeddings": 2**31 - 1,
+                  "hidden_size": 2**22, "vocab_size": 2**24, "num_attention_heads": 2**16}
+
+
+@pytest.mark.parametrize("key, value", OUT_OF_RANGE)
+def test_a_shape_field_out_of_range_is_refused_by_name(key, value):
+    with pytest.raises(UserError, match=f"{key} {value} must be a whole number from 1 to "):
+        shape_from_config({**_config("llama", 64, 4, 4, 96), key: value}, "m", "local", None)
+
+
+@pytest.mark.parametrize("key", AT_THE_CEILING)
+def test_a_shape_field_at_its_ceiling_is_taken(key):
+    config = {**_config("llama", 64, 4, 4, 96), key: AT_THE_CEILING[key]}
+    if key == "num_attention_heads":  # heads that divide the hidden size, one key/value head for all
+        config.update(hidden_size=2**16, num_key_value_heads=1)
+    shape = shape_from_config(config, "m", "local", None)
+    assert AT_THE_CEILING[key] in (shape.layers, shape.intermediate, shape.max_positions, shape.hidden,
+                                   shape.vocab_size, shape.heads)
 
 
 def _transformers_tensors(config: dict) -> list[int]:
