@@ -126,14 +126,19 @@ def row_layouts(v: dict[str, Any]) -> list[Layout]:
         virtuals = [v["virtual_stages"]]
     else:
         virtuals = [n for n in range(1, 9) if per_stage and per_stage % n == 0]
-    layouts = []
+    layouts, refusals = [], {}
     for mb in batches:
         for virtual in virtuals:
             try:
                 layouts.append(_layout(v, mb, virtual).check())
-            except UserError:
+            except UserError as exc:
                 if len(batches) == len(virtuals) == 1:
                     raise
+                refusals.setdefault(str(exc), (mb, virtual))
+    if not layouts and refusals:  # every choice refused: the reason itself, once when the shape's (the same for all)
+        (first, (mb, virtual)), *others = refusals.items()
+        raise UserError(first if not others else f"no micro-batch or interleaving the layout allows (micro-batch "
+                                                 f"{mb}, {virtual} virtual stages: {first})")
     return layouts
 
 

@@ -155,6 +155,11 @@ def test_another_schema_is_refused(tmp_path):
     ({"kv_heads": "3"}, "the 3 key/value heads do not divide the 32 heads"),
     ({"kv_heads": "64"}, "the 64 key/value heads do not divide the 32 heads"),
     ({"hidden": "4097"}, "the 32 heads do not divide the hidden size 4097"),
+    # the micro-batch not given: each one the model would try refused, for the shape's reason (until 2026-12-03 only
+    # "no micro-batch or interleaving the layout allows"), or for each its own (the first named)
+    ({"hidden": "4097", "micro_batch": ""}, "the 32 heads do not divide the hidden size 4097"),
+    ({"global_batch": "12", "micro_batch": ""}, "no micro-batch or interleaving the layout allows (micro-batch 1, 1 "
+                                                "virtual stages: global batch 12 is not a multiple of data parallel 8"),
 ])
 def test_a_row_the_model_cannot_price_is_skipped_with_its_reason(tmp_path, change, reason):
     [row] = read_rows([_csv(tmp_path, [{**GOOD, **change}])])
