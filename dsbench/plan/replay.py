@@ -125,7 +125,7 @@ def row_layouts(v: dict[str, Any]) -> list[Layout]:
     elif v["virtual_stages"]:
         virtuals = [v["virtual_stages"]]
     else:
-        virtuals = [n for n in range(1, 9) if per_stage and per_stage % n == 0]
+        virtuals = [n for n in range(1, 9) if per_stage and per_stage % n == 0] or [1]  # [1]: the check says why
     layouts, refusals = [], {}
     for mb in batches:
         for virtual in virtuals:

@@ -158,6 +158,7 @@ def test_another_schema_is_refused(tmp_path):
     # the micro-batch not given: each one the model would try refused, for the shape's reason (until 2026-12-03 only
     # "no micro-batch or interleaving the layout allows"), or for each its own (the first named)
     ({"hidden": "4097", "micro_batch": ""}, "the 32 heads do not divide the hidden size 4097"),
+    ({"layers": "4", "pp": "8", "schedule": "interleaved"}, "4 layers do not fill pp 8 x 1 virtual stages"),
     ({"global_batch": "12", "micro_batch": ""}, "no micro-batch or interleaving the layout allows (micro-batch 1, 1 "
                                                 "virtual stages: global batch 12 is not a multiple of data parallel 8"),
 ])
