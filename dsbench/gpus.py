@@ -18,7 +18,10 @@ class Gpu:
     """What its CUDA device name contains (matched case-insensitively, most specific first)."""
     bf16_tflops: float
     fp32_tflops: float
-    memory_gb: float
+    memory_gib: float
+    """The datasheet's memory ("80GB"), which is binary: the lent H200 (141 GB on its datasheet) reported
+    150,109,880,320 bytes, 139.8 GiB (``torch.cuda.get_device_properties().total_memory``, 2026-11-27:
+    tests/data/runs/gpu-h200-calibrated-20261127/b/measured.json), where 141e9 bytes would be 6% short."""
     intra: str = "nvlink"
     """The link between a node's GPUs (dsbench.plan.hardware.INTERCONNECTS): NVLink on SXM parts, PCIe on the
     cards that have none or pair them only by bridge (a ring over 8 then runs at PCIe's rate)."""

@@ -31,7 +31,8 @@ from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
 @click.option("--gpus-per-node", type=COUNT, help="[--gpus over --nodes, else 8]")
 @click.option("--gpu", default=DEFAULTS.gpu, show_default=True, help="GPU kind (sets peak TFLOPS and memory), or "
               "custom with --peak-tflops, --gpu-mem and --hbm-tbs.")
-@click.option("--gpu-mem", type=POSITIVE, help="GB per GPU [from --gpu].")
+@click.option("--gpu-mem", type=POSITIVE, help="Memory per GPU, GiB, as datasheets give it (80 for an 80GB H100) "
+              "[from --gpu].")
 @click.option("--hbm-tbs", type=POSITIVE, help="With --gpu custom: HBM bandwidth, TB/s (and --peak-tflops, --gpu-mem "
               "as its datasheet gives them; --intra names the link within a node [pcie4]).")
 @click.option("--peak-tflops", type=POSITIVE, help="Dense peak per GPU [from --gpu].")

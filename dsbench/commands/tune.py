@@ -43,7 +43,7 @@ def _tune(name: str) -> object:
 @click.option("--speed-options", is_flag=True, help="Then race the winning layout compiled (--compile, where it "
               "applies) against itself uncompiled, and keep the faster.")
 @click.option("--gpu", default=_tune("gpu"), show_default=True, help="GPU kind for memory when --gpu-mem is not given.")
-@click.option("--gpu-mem", type=POSITIVE, help="GB per rank the layouts must fit in [from --gpu].")
+@click.option("--gpu-mem", type=POSITIVE, help="GiB per rank the layouts must fit in [from --gpu].")
 @click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default=_tune("precision"),
               show_default=True)
 @click.option("--seq-len", type=COUNT, default=_tune("seq_len"), show_default=True)

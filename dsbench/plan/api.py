@@ -86,7 +86,7 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
     wl = Workload(shape=shape, seq_len=req.seq_len or min(shape.max_positions, 2048), micro_batch=micro,
                   grad_accum=accum, precision=precision, accounting=req.accounting,
                   reduce_bucket=zero.reduce_bucket, prefetch_bucket=zero.prefetch_bucket)
-    cl = Cluster(nodes=req.nodes, gpus_per_node=gpn, gpu_mem_gb=req.gpu_mem or mem,
+    cl = Cluster(nodes=req.nodes, gpus_per_node=gpn, gpu_mem_gib=req.gpu_mem or mem,
                  peak_tflops=req.peak_tflops or peak, efficiency=req.efficiency, intra=link(intra, flag="--intra"),
                  inter=link(req.interconnect or "infiniband", req.bandwidth, req.latency),
                  host_link=INTERCONNECTS["pcie5"],
@@ -144,7 +144,7 @@ def _peak_and_memory(req: PlanRequest, calibrated: GpuProfile | None, precision:
         raise UserError(f"--gpu {req.gpu!r} is unknown; choose one of {', '.join(BY_KEY)}, or custom with its figures "
                         "(--peak-tflops, --gpu-mem, --hbm-tbs)")
     gpu = BY_KEY[req.gpu]
-    return gpu.peak_tflops(precision), gpu.memory_gb
+    return gpu.peak_tflops(precision), gpu.memory_gib
 
 
 def _usual_network(cl: Cluster, req: PlanRequest) -> Cluster:
@@ -244,7 +244,7 @@ def plan(req: PlanRequest) -> dict[str, Any]:
         "model": {"name": shape.name, "params": shape.num_params(), "layers": shape.layers, "hidden": shape.hidden,
                   "heads": shape.heads, "vocab": shape.vocab_size, "source": shape.source,
                   "notes": family_notes(shape)},
-        "cluster": {"nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node, "gpu_mem_gb": cl.gpu_mem_gb,
+        "cluster": {"nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node, "gpu_mem_gib": cl.gpu_mem_gib,
                     "peak_tflops": cl.peak_tflops, "efficiency": cl.efficiency, "intra": cl.intra.note,
                     "inter": cl.inter.note if cl.nodes > 1 else None, "compute_tflops": cl.compute_tflops,
                     "profile": req.profile.path if req.profile else None, "step_scale": dict(cl.step_scale),

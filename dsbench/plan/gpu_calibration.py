@@ -63,7 +63,7 @@ def datasheet(kind: str, hbm_tbs: float) -> GpuProfile:
     if kind in KINDS:
         return KINDS[kind]
     gpu = BY_KEY[kind]
-    return GpuProfile(kind, {"bf16": gpu.bf16_tflops, "fp16": gpu.bf16_tflops}, hbm_tbs, gpu.memory_gb, 25.0, 25.0)
+    return GpuProfile(kind, {"bf16": gpu.bf16_tflops, "fp16": gpu.bf16_tflops}, hbm_tbs, gpu.memory_gib, 25.0, 25.0)
 
 
 def _tflops(flops: float, seconds: float) -> float:

@@ -15,8 +15,9 @@ from dsbench.plan.profile import rate_at
 class Cluster:
     nodes: int
     gpus_per_node: int
-    gpu_mem_gb: float
-    """Usable accelerator memory per GPU, GB (1e9 bytes), as on datasheets."""
+    gpu_mem_gib: float
+    """Accelerator memory per GPU, GiB: the datasheet's "80GB" is binary (dsbench.gpus.Gpu.memory_gib), as the GPU
+    time model (plan.gpu_profiles.GpuProfile.memory_gib) and a GPU profile's measured figure read it."""
     peak_tflops: float
     efficiency: float = 0.5
     """Fraction of peak that matmul-heavy training achieves (0.4-0.6 is typical for dense LLMs)."""

@@ -69,13 +69,13 @@ class Ranked:
 def reason(e: Estimate, cl: Cluster, best: Estimate | None, ranked: bool = True) -> str:
     """Why a candidate stands where it does: its memory, its step, and its step against the top choice's (a ranked
     one faster than it lost a near tie; ``ranked=False``, plan --config's row, is only compared)."""
-    need, have = e.device_total / 1e9, cl.gpu_mem_gb
+    need, have = e.device_total / 2**30, cl.gpu_mem_gib  # GiB, as the table's GiB/GPU column
     if not e.fits:
         host = e.host_per_node / 1e9
         if host > cl.host_mem_gb:
             return f"needs {host:,.0f} GB of host RAM per node > {cl.host_mem_gb:,.0f} GB"
-        return f"needs {need:,.1f} GB per GPU > 90% of {have:g} GB"
-    parts = [f"{need:,.1f} of {have:g} GB per GPU", f"step ≈ {e.step_s * 1e3:,.0f} ms ({e.dominant}-bound)"]
+        return f"needs {need:,.1f} GiB per GPU > 90% of {have:g} GiB"
+    parts = [f"{need:,.1f} of {have:g} GiB per GPU", f"step ≈ {e.step_s * 1e3:,.0f} ms ({e.dominant}-bound)"]
     if best is not None and e is not best:
         ratio = e.step_s / best.step_s
         parts.append(f"{ratio:.2f}x the top choice's step time" + (  # faster than it: the tie it lost

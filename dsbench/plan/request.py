@@ -25,8 +25,8 @@ class MachineRequest:
     gpus_per_node: int | None = None
     gpu: str = "h100"
     gpu_mem: float | None = None
-    """GB per GPU [the GPU kind's]; with ``--gpu custom`` (and the next two) the figures of a GPU no profile
-    describes."""
+    """GiB per GPU (a datasheet's "80GB" is 80) [the GPU kind's]; with ``--gpu custom`` (and the next two) the
+    figures of a GPU no profile describes."""
     peak_tflops: float | None = None
     hbm_tbs: float | None = None
     """With ``--gpu custom``: HBM bandwidth, TB/s (gpu_profiles.custom_profile)."""

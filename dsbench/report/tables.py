@@ -22,7 +22,7 @@ def _header(result: dict[str, Any]) -> str:
     else:
         rate = f"{c['peak_tflops']:g} TFLOPS peak x {c['efficiency']:.0%} achievable;"
     return (f"model {m['name']}: {m['params'] / 1e9:,.2f}B params, {m['layers']} layers x {m['hidden']} hidden "
-            f"({m['source']}); cluster {c['nodes']} node(s) x {c['gpus_per_node']} GPUs, {c['gpu_mem_gb']:g} GB "
+            f"({m['source']}); cluster {c['nodes']} node(s) x {c['gpus_per_node']} GPUs, {c['gpu_mem_gib']:g} GiB "
             f"each, {rate} seq {w['seq_len']}, micro-batch {w['micro_batch']} x {w['grad_accum']} accumulation, "
             f"{w['precision']}")
 

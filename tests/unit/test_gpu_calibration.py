@@ -153,7 +153,7 @@ def test_plan_prices_a_layout_and_the_ranking_with_the_measured_constants(cli_ru
     # the host term is the tensors' visits times the constant: the ratio of the two hosts' ZeRO-3 figures
     assert measured["terms_s"]["engine_host"] / shipped["terms_s"]["engine_host"] == pytest.approx(1454 / 660)
     ranking = json.loads(cli_run("plan", "--profile", "gpu.json", "--grad-accum", "1", *args).output)
-    assert ranking["cluster"]["gpu_model"] == "h100-sxm" and ranking["cluster"]["gpu_mem_gb"] == pytest.approx(79.6,
+    assert ranking["cluster"]["gpu_model"] == "h100-sxm" and ranking["cluster"]["gpu_mem_gib"] == pytest.approx(79.6,
                                                                                                                abs=0.1)
 
 

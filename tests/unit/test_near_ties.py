@@ -60,7 +60,7 @@ def test_only_a_ranked_candidate_faster_than_the_top_is_said_to_have_lost_a_tie(
         return SimpleNamespace(device_total=40e9, fits=True, step_s=step_s, dominant="compute", bubble=0,
                                offload_s=0)
 
-    cluster, top, faster = SimpleNamespace(gpu_mem_gb=80), est(1.0), est(0.97)
+    cluster, top, faster = SimpleNamespace(gpu_mem_gib=80), est(1.0), est(0.97)
     assert reason(faster, cluster, top).endswith("0.97x the top choice's step time, placed below it as a near tie "
                                                  f"(within {NEAR_TIE:.0%}) that the simpler layout wins")
     assert reason(faster, cluster, top, ranked=False).endswith("; 0.97x the top choice's step time")

@@ -88,7 +88,7 @@ def test_the_step_adds_the_runtime_and_prices_the_sends_by_their_bytes_alone():
     shape = PRESETS["gpt2-mini"]
     wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=2, precision="fp32")
     link = Link("x", 4.5, 128.0, "test")  # 128 µs per point-to-point call
-    plain = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link,
+    plain = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=link, inter=link,
                     host_link=link, compute_tflops=0.02, overlap_comm=False)
     measured = replace(plain, pipe_runtime=(("interleaved", 0.0, 0.7e-3),))
     cand = Candidate(strategy="ddp", pp=2, engine="torch", virtual_stages=2)
@@ -109,7 +109,7 @@ def test_calibrate_s_pipeline_section_becomes_the_profile_s_rates():
     profile = fit_profile(measured)
     assert profile["rates"][PASS_RATE["interleaved"]] == pytest.approx(0.01177 / 16)
     link = Link("x", 4.5, 128.0, "test")
-    cl = with_profile(Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link,
+    cl = with_profile(Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=link, inter=link,
                               host_link=link), profile)
     # a profile from before the sweep: all of the one step per pass, nothing per step
     old = {"1f1b": 0.00327 / 8, "interleaved": 0.01177 / 16, "interleaved-zb": 0.01528 / 24, "deepspeed": 0.00886 / 8}

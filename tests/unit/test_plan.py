@@ -441,7 +441,7 @@ def test_a_stage_s_time_is_its_share_of_the_model_s_matrix_work_and_lookups_are_
     shape = PRESETS["llama-tiny"]  # h 64, ff 176, 4 heads of 16, 2 KV heads, vocab 4096, 2 layers, untied head
     wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=1, precision="fp32")
     link = Link("x", 10.0, 1.0, "test")
-    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link, host_link=link,
+    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=link, inter=link, host_link=link,
                  compute_tflops=0.04)
     # by hand: a block multiplies by q 64x64, k and v 64x32, o 64x64, gate/up/down 64x176 (46,080) and holds two
     # norms (128); attention adds 12 x 64 x 128 FLOPs per token per layer. First stage: 1 block and the embedding
@@ -460,7 +460,7 @@ def test_a_pipeline_with_a_tied_embedding_sums_its_two_gradients_once_per_step()
     from dsbench.plan.inputs import Cluster, Workload
 
     link = Link("x", 10.0, 0.0, "test")
-    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link, host_link=link)
+    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=link, inter=link, host_link=link)
     tied = [c for c in estimate(Candidate(strategy="ddp", pp=2), Workload(
         shape=PRESETS["gpt2-tiny"], seq_len=128, micro_batch=2, grad_accum=1, precision="fp32"), cl).comm
         if c.what.startswith("tied embedding")]
@@ -622,7 +622,7 @@ def test_parameters_alone_offloaded_cost_their_fetches_not_a_cpu_optimizer_step(
     from dsbench.plan.memory import ModelStates
 
     link = Link("x", 10.0, 1.0, "test")
-    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link, host_link=link)
+    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=link, inter=link, host_link=link)
     partition = 4e9
     alone = Candidate(strategy="zero3", offload_param="cpu")
     for optimizer in (8e9, 80e9):
@@ -633,3 +633,25 @@ def test_parameters_alone_offloaded_cost_their_fetches_not_a_cpu_optimizer_step(
     both = Candidate(strategy="zero3", offload="cpu", offload_param="cpu")  # the CPU Adam step is still priced there
     heavy = ModelStates(params=partition, grads=partition, optimizer=80e9, master=partition, host=partition)
     assert offload_seconds(both, heavy, 1e9, cl) > 80e9 / 10e9
+
+
+def test_a_gpus_memory_is_the_gib_the_device_reports_in_every_model(cli_run):
+    """Oracle: the lent H200's ``total_memory`` (torch, 2026-11-27). Its datasheet's 141 "GB" read as GiB is within 1%
+    of it; read as 1e9 bytes, as the ranking did until 2026-12-03 (the GPU time model, a GPU profile and ``--gpu
+    custom`` read GiB), it is 6% short, and a layout needing between the two was ranked as not fitting."""
+    from tests.conftest import DATA
+
+    measured = json.loads((DATA / "runs" / "gpu-h200-calibrated-20261127" / "b" / "measured.json").read_text())
+    args = ("--model", "llama-1b", "--gpus", "1", "--gpu", "h200", "--json")
+    ranking = json.loads(cli_run("plan", *args).output)
+    assert ranking["cluster"]["gpu_mem_gib"] * 2**30 == pytest.approx(measured["gpu"]["memory_bytes"], rel=0.01)
+    layout = json.loads(cli_run("plan", "--layout", "zero1", *args).output)
+    assert layout["gpu"]["memory_gib"] == ranking["cluster"]["gpu_mem_gib"]
+    # the fit line is 90% of that memory in GiB: 1% above a candidate's need it fits, 1% below it does not
+    first = ranking["candidates"][0]
+    need = first["memory_gib"]["device_total"] / 0.9
+    for scale, fits in ((1.01, True), (0.99, False)):
+        again = json.loads(cli_run("plan", *args, "--gpu-mem", f"{need * scale:.4f}").output)
+        row = next(c for c in again["candidates"] if c["name"] == first["name"])
+        assert row["fits"] is fits, (scale, row["memory_gib"], row["reason"])
+        assert ("needs" in row["reason"]) is not fits and "GiB per GPU" in row["reason"]

@@ -103,7 +103,7 @@ def test_the_slowest_rank_sets_the_rate_and_each_collective_keeps_its_own_figure
 def test_the_planner_computes_at_the_measured_rate():
     shape = resolve_model("gpt2-mini")
     wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=1, precision="fp32")
-    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
                    inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04)
     e = estimate(Candidate(strategy="ddp"), wl, base)
     expected = flops_per_token(shape.num_params(), shape.layers, shape.hidden, 128) * 2 * 128 / 0.04e12
@@ -175,7 +175,7 @@ def test_noise_never_makes_fsdp_cheaper_than_the_plain_model():
 def test_the_planner_adds_fsdp_s_own_work_per_unit_and_micro_step():
     shape = resolve_model("gpt2-mini")  # 4 blocks + the root: 5 fully_shard units (worker.engines.native)
     wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=3, precision="fp32")
-    plain = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+    plain = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
                     inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04)
     measured = replace(plain, fsdp_unit_s=(2e-3, 5e-3))
     fsdp, ddp = Candidate(strategy="fsdp"), Candidate(strategy="ddp")
@@ -192,7 +192,7 @@ def test_a_profile_with_the_fsdp_stack_carries_its_costs_to_the_planner():
     profile = fit_profile(measured)
     assert profile["rates"]["fsdp_unit_s_per_micro_step"] > 0 and profile["rates"]["fsdp_unit_s_per_step"] > 0
     assert any(line.startswith("FSDP2 beyond compute") for line in summary_lines(profile))
-    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
                    inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"])
     assert with_profile(base, profile).fsdp_unit_s == (profile["rates"]["fsdp_unit_s_per_micro_step"],
                                                        profile["rates"]["fsdp_unit_s_per_step"])
@@ -269,7 +269,7 @@ def _gpt2_mini_on_two_ranks() -> tuple[Workload, Cluster]:
     """gpt2-mini, micro-batch 2 x 2 micro-steps of 128 tokens, on 2 ranks whose DeepSpeed stack costs 1 and 2 ms per
     ZeRO-1 and ZeRO-2 reduction and 5 ms per ZeRO-3 tensor."""
     wl = Workload(shape=resolve_model("gpt2-mini"), seq_len=128, micro_batch=2, grad_accum=2, precision="fp32")
-    return wl, Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+    return wl, Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
                        inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04,
                        deepspeed_s=(1e-3, 2e-3, 5e-3))
 
@@ -408,7 +408,7 @@ def test_a_profile_with_split_layers_carries_their_cost_to_the_planner():
     rates = profile["rates"]
     assert rates["torch_tp_layer_s"] > rates["autotp_layer_s"] > 0
     assert any(line.startswith("tensor parallelism over 2 ranks") for line in summary_lines(profile))
-    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
                    inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"])
     # a profile without the sequence-parallel stack (written before 2026-11-26 16:00) has no SP cost
     assert with_profile(base, profile).tp_layer_s == (("dtensor", rates["torch_tp_layer_s"]),
@@ -420,7 +420,7 @@ def test_a_profile_with_split_layers_carries_their_cost_to_the_planner():
 def test_the_planner_adds_tensor_parallelism_s_own_work_per_layer_and_micro_step():
     shape = resolve_model("llama-tiny")  # 2 decoder layers
     wl = Workload(shape=shape, seq_len=128, micro_batch=2, grad_accum=1, precision="fp32")
-    plain = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+    plain = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
                     inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04)
     measured = replace(plain, tp_layer_s=(("dtensor", 7e-3), ("autotp", 3e-3)))
     # tp 2 on 2 ranks: 1 replica accumulating 2 micro-steps to keep the global batch; 2 layers each
@@ -525,7 +525,7 @@ def test_a_profile_with_the_split_backward_carries_the_slowest_rank_s_cost_to_th
     profile = fit_profile(measured)
     assert profile["rates"]["zb_split_layer_s"] == pytest.approx(0.002, rel=1e-12)  # (38 - 30) ms / 4, by hand
     assert any(line.startswith("torch's zero-bubble schedules") for line in summary_lines(profile))
-    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
                    inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"])
     assert with_profile(base, profile).zb_split_layer_s == profile["rates"]["zb_split_layer_s"]
     older = fit_profile(_measured([0.05, 0.04]))  # measured before 2026-11-27 05:00: no cost, none charged
@@ -554,7 +554,7 @@ def test_ranks_beyond_the_cores_share_them():
     assert core_share({**profile, "world_size": 8, "nodes": 4}, 4) == 0.5  # 2 ranks per node when calibrated
     assert core_share({**profile, "device": "cuda:0"}, 8) == core_share({"device": "cpu"}, 8) == 1.0
     fitted = {**fit_profile(_measured([0.05, 0.04])), "machine": {"cpus": 2}}
-    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
+    base = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=INTERCONNECTS["pcie4"],
                    inter=INTERCONNECTS["pcie4"], host_link=INTERCONNECTS["pcie5"])
     two, four = with_profile(base, fitted), with_profile(replace(base, gpus_per_node=4), fitted)
     assert four.compute_tflops == two.compute_tflops / 2

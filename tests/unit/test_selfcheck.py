@@ -70,7 +70,7 @@ def test_a_pipeline_s_check_is_added_to_each_step_not_multiplied():
     assert step_residual({"check": record}) == {"pipeline": 0.012} and step_residual({}) == {}
     assert [row[-1] for row in check_grid(record).rows] == ["x1.250", "+12.0 ms", "x0.921"]
     link = Link("x", 4.5, 128.0, "test")
-    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link, host_link=link,
+    cl = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=link, inter=link, host_link=link,
                  compute_tflops=0.02, overlap_comm=False)
     checked = replace(cl, step_scale=tuple(record["step_scale"].items()), step_residual=(("pipeline", 0.012),))
     for accum in (1, 4):  # the same 12 ms at every accumulation; ddp's 25% of whatever its step is

@@ -23,7 +23,7 @@ from dsbench.plan.interval import framework_timings
 LAYERS, HIDDEN, VOCAB, SEQ, MICRO = 2, 64, 4096, 128, 2
 ACTIVATIONS = SEQ * MICRO * HIDDEN * 4  # one s·b·h fp32 tensor: 65,536 bytes
 LINK = Link("by hand", bandwidth_gbs=1.0, latency_us=100.0, note="")
-CLUSTER = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gb=12, peak_tflops=1.0, intra=LINK, inter=LINK,
+CLUSTER = Cluster(nodes=1, gpus_per_node=2, gpu_mem_gib=12, peak_tflops=1.0, intra=LINK, inter=LINK,
                   host_link=INTERCONNECTS["pcie5"], compute_tflops=0.04)
 
 

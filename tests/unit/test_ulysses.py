@@ -123,7 +123,7 @@ def _planned(strategy: str, ulysses: int = 1, world: int = 2, ulysses_layer_s: f
     from dsbench.plan.inputs import Cluster, Workload
 
     link = Link("x", 10.0, 2.0, "test")  # 10 GB/s, 2 us
-    cl = Cluster(nodes=1, gpus_per_node=world, gpu_mem_gb=12, peak_tflops=1.0, intra=link, inter=link,
+    cl = Cluster(nodes=1, gpus_per_node=world, gpu_mem_gib=12, peak_tflops=1.0, intra=link, inter=link,
                  host_link=link, compute_tflops=0.04, ulysses_layer_s=ulysses_layer_s)
     wl = Workload(shape=PRESETS["llama-tiny"], seq_len=128, micro_batch=2, grad_accum=1, precision="fp32")
     return estimate(Candidate(strategy=strategy, ulysses=ulysses), wl, cl)
