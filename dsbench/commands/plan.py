@@ -56,7 +56,8 @@ from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
               "has an fp8 peak.")
 @click.option("--accounting", type=click.Choice(["mixed16", "mixed12", "fp32", "fp32_deepspeed"]),
               help="Bytes/param accounting [mixed16 = ZeRO paper's 16; mixed12 = seeds' 12].")
-@click.option("--host-mem", type=POSITIVE, default=DEFAULTS.host_mem, show_default=True, help="CPU RAM per node, GB.")
+@click.option("--host-mem", type=POSITIVE, default=DEFAULTS.host_mem, show_default=True,
+              help="CPU RAM per node, GiB (as `free -g` shows it).")
 @click.option("--top", type=COUNT, default=12, show_default=True, help="Rows to show.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @wide_option

@@ -90,7 +90,7 @@ def build(req: PlanRequest) -> tuple[Workload, Cluster, dict[str, Any] | None]:
                  peak_tflops=req.peak_tflops or peak, efficiency=req.efficiency, intra=link(intra, flag="--intra"),
                  inter=link(req.interconnect or "infiniband", req.bandwidth, req.latency),
                  host_link=INTERCONNECTS["pcie5"],
-                 host_mem_gb=req.host_mem)
+                 host_mem_gib=req.host_mem)
     return wl, _time_model(cl, req, calibrated, precision), config
 
 

@@ -132,7 +132,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     mfu = model_flops / model_parallel / (step * cl.peak_tflops * 1e12)
     terms = {"compute": compute, "communication": exposed, "offload": offload,
              "pipeline bubble": compute_with_bubble - compute, "optimizer": optimizer, "framework": framework}
-    fits = device_total <= cl.gpu_mem_gib * GIB * 0.9 and states.host * cl.gpus_per_node <= cl.host_mem_gb * 1e9
+    fits = device_total <= cl.gpu_mem_gib * GIB * 0.9 and states.host * cl.gpus_per_node <= cl.host_mem_gib * GIB
     return Estimate(candidate=cand, accounting=acc, dp=dp, states=states, activations=activations, buffers=buffers,
                     device_total=device_total, fits=fits, host_per_node=states.host * cl.gpus_per_node,
                     nvme_per_node=states.nvme * cl.gpus_per_node, compute_s=compute, comm=comm,

@@ -25,7 +25,7 @@ class Cluster:
     inter: Link
     host_link: Link
     """GPU <-> CPU link (offload traffic)."""
-    host_mem_gb: float = 1000.0
+    host_mem_gib: float = 1000.0
     compute_tflops: float | None = None
     """Achieved TFLOPS per rank of a forward+backward, measured by ``dsbench calibrate`` (a profile): replaces
     peak x efficiency for the compute term. Peak still defines MFU."""

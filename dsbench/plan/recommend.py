@@ -71,9 +71,9 @@ def reason(e: Estimate, cl: Cluster, best: Estimate | None, ranked: bool = True)
     one faster than it lost a near tie; ``ranked=False``, plan --config's row, is only compared)."""
     need, have = e.device_total / 2**30, cl.gpu_mem_gib  # GiB, as the table's GiB/GPU column
     if not e.fits:
-        host = e.host_per_node / 1e9
-        if host > cl.host_mem_gb:
-            return f"needs {host:,.0f} GB of host RAM per node > {cl.host_mem_gb:,.0f} GB"
+        host = e.host_per_node / 2**30
+        if host > cl.host_mem_gib:
+            return f"needs {host:,.0f} GiB of host RAM per node > {cl.host_mem_gib:,.0f} GiB"
         return f"needs {need:,.1f} GiB per GPU > 90% of {have:g} GiB"
     parts = [f"{need:,.1f} of {have:g} GiB per GPU", f"step ≈ {e.step_s * 1e3:,.0f} ms ({e.dominant}-bound)"]
     if best is not None and e is not best:

@@ -82,7 +82,7 @@ class PlanRequest(MachineRequest):
     grad_accum: int = 8
     accounting: str | None = None
     host_mem: float = 1000
-    """CPU RAM per node, GB."""
+    """CPU RAM per node, GiB."""
 
 
 DEFAULTS = PlanRequest()

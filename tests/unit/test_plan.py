@@ -655,3 +655,15 @@ def test_a_gpus_memory_is_the_gib_the_device_reports_in_every_model(cli_run):
         row = next(c for c in again["candidates"] if c["name"] == first["name"])
         assert row["fits"] is fits, (scale, row["memory_gib"], row["reason"])
         assert ("needs" in row["reason"]) is not fits and "GiB per GPU" in row["reason"]
+
+
+@pytest.mark.parametrize("scale, fits", [(1.01, True), (0.99, False)])
+def test_host_memory_is_in_gib_as_the_table_shows_it(cli_run, scale, fits):
+    """--host-mem and the "needs ... host RAM" note in GiB, the unit of the host GiB column beside them (until
+    2026-12-03 the flag and the note were in 1e9 bytes)."""
+    args = ("plan", "--model", "llama-7b", "--gpus", "1", "--json")
+    first = json.loads(cli_run(*args).output)["candidates"][0]
+    assert first["offload"] and first["fits"]  # zero2_offload: the optimizer's states on the host
+    again = json.loads(cli_run(*args, "--host-mem", f"{first['host_gib_per_node'] * scale:.4f}").output)
+    row = next(c for c in again["candidates"] if c["name"] == first["name"])
+    assert row["fits"] is fits and ("GiB of host RAM per node >" in row["reason"]) is not fits, row["reason"]
