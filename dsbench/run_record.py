@@ -123,6 +123,19 @@ class RunSummary:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    def measured(self) -> str:
+        """What an ok run measured, with its window and spread: the wall clock's figure over the measured steps, then
+        the timed region's per-step range and median (a separate, labelled figure)."""
+        assert self.timed is not None
+        per_step = self.timed.tokens_per_s
+        ranged = per_step.min is not None and per_step.max is not None
+        spread = (f"{per_step.min:,.0f}-{per_step.max:,.0f} tokens/s, median {per_step.median:,.0f}" if ranged else
+                  f"median {per_step.median:,.0f} tokens/s")
+        wall = (f"{self.throughput.tokens_per_s:,.0f} tokens/s by the wall clock" if self.throughput else
+                "no wall-clock figure (a schema-1 summary)")
+        return (f"{wall} over {self.measured_steps} steps after {self.warmup_steps} warm-up (each step's timed region: "
+                f"{spread})")
+
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> RunSummary:
         """The summary of a parsed ``summary.json`` (or :func:`dsbench.records.summarize`'s result); an ok one must

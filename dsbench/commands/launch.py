@@ -83,10 +83,8 @@ def finished_line(folder: Path) -> str | None:
     summary = read_summary(folder)
     if summary is None or not summary.ok or summary.throughput is None:
         return None
-    wall = summary.throughput
-    return (f"dsbench: finished {folder}: {wall.tokens_per_s:,.0f} tokens/s by the wall clock over "
-            f"{summary.measured_steps} steps after {summary.warmup_steps} warm-up, final loss "
-            f"{summary.final_loss:.4f}; tables and plots: dsbench report {folder}")
+    return (f"dsbench: finished {folder}: {summary.measured()}, final loss {summary.final_loss:.4f}; tables and "
+            f"plots: dsbench report {folder}")
 
 
 def run_label(launcher: str, strategy: str, flags: dict[str, Any], elsewhere: bool) -> str:

@@ -18,6 +18,7 @@ from dsbench.io import atomic_write_json
 from dsbench.models import ModelShape
 from dsbench.parallel import ParallelDims
 from dsbench.records import METRICS, SUMMARY, CheckpointRecord, EndRecord, summarize
+from dsbench.run_record import RunSummary
 from dsbench.trainspec import TrainSpec
 from dsbench.worker import checkpoint, checkpoint_manifest, safe_load, setup, stop
 from dsbench.worker.cpuanswer import ask_the_cpu_once
@@ -261,12 +262,10 @@ def record(spec: TrainSpec, run: Prepared) -> None:
         summary = summarize(writer.written)
         atomic_write_json(folder / SUMMARY, summary)
         if not spec.quiet:
-            print(f"run: {folder}  loss {summary['first_loss']:.4f} -> {summary['final_loss']:.4f}  "
-                  f"{summary['throughput']['tokens_per_s']:,.0f} tokens/s by the wall clock over "
-                  f"{summary['measured_steps']} steps after {summary['warmup_steps']} warm-up (timed region: median "
-                  f"{summary['timed_region']['tokens_per_s']['median']:,.0f})"
-                  + (f"; {summary['skipped_steps']} optimizer steps skipped by fp16's loss scale"
-                     if summary["skipped_steps"] else ""), file=sys.stderr, flush=True)
+            record = RunSummary.from_dict(summary, str(folder / SUMMARY))
+            print(f"run: {folder}  loss {summary['first_loss']:.4f} -> {record.final_loss:.4f}  {record.measured()}"
+                  + (f"; {record.skipped_steps} optimizer steps skipped by fp16's loss scale"
+                     if record.skipped_steps else ""), file=sys.stderr, flush=True)
 
 
 def run(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> int:

@@ -89,10 +89,12 @@ def test_trains_and_records_complete_metrics(runs, name):
     assert 0 <= summary["outside_timed_fraction"] < 1
     # the launch's last line says it, after the launcher's own log lines (since 2026-12-01)
     result, folder = launched(runs, name)
+    per_step = summary["timed_region"]["tokens_per_s"]  # with its spread over the steps (since 2026-12-03)
     assert result.stdout.strip().splitlines()[-1] == (
         f"dsbench: finished {folder}: {summary['throughput']['tokens_per_s']:,.0f} tokens/s by the wall clock over "
-        f"{STEPS - 2} steps after 2 warm-up, final loss {summary['final_loss']:.4f}; tables and plots: dsbench report "
-        f"{folder}")
+        f"{STEPS - 2} steps after 2 warm-up (each step's timed region: {per_step['min']:,.0f}-{per_step['max']:,.0f} "
+        f"tokens/s, median {per_step['median']:,.0f}), final loss {summary['final_loss']:.4f}; tables and plots: "
+        f"dsbench report {folder}")
     [states] = run["states"]
     assert len(states["per_rank"]) == world and all(r["total"] > 0 for r in states["per_rank"])
 

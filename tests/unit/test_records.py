@@ -128,6 +128,7 @@ def test_a_launch_ends_with_what_its_summary_says(tmp_path):
     assert finished_line(tmp_path) is None  # no measured step
     (tmp_path / "summary.json").write_text(json.dumps(
         summarize([HEADER, _step(0, True, 9.0), _step(1, False, 1.0), _step(2, False, 3.0), window])))
+    # the timed region's spread beside the wall clock's figure: 400 tokens in 1 s and in 3 s, by hand
     assert finished_line(tmp_path) == (f"dsbench: finished {tmp_path}: 200 tokens/s by the wall clock over 2 steps "
-                                       f"after 1 warm-up, final loss 8.0000; tables and plots: dsbench report "
-                                       f"{tmp_path}")
+                                       f"after 1 warm-up (each step's timed region: 133-400 tokens/s, median 267), "
+                                       f"final loss 8.0000; tables and plots: dsbench report {tmp_path}")
