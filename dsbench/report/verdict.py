@@ -24,13 +24,13 @@ def group_of(row: Row) -> tuple[Any, ...]:
     return row.model, row.device, row.world_size
 
 
-def noise_rule(rows: list[Row]) -> tuple[str, str, str]:
-    """(low field, high field, the rule in words) that decides "within noise": the min-max of the wall-clock tokens/s
-    over repeats where every row ran 2 or more, else each run's timed p10-p90 over its steps."""
+def noise_rule(rows: list[Row]) -> tuple[str, str, str, str]:
+    """(low field, high field, the range in words, its caveat or "") that decides "within noise": the min-max of the
+    wall-clock tokens/s over repeats where every row ran 2 or more, else each run's timed p10-p90 over its steps."""
     if all(row.ok >= 2 for row in rows):
-        return "tokens_per_s_min", "tokens_per_s_max", "their min-max tokens/s over repeats overlap"
-    return ("timed_tokens_per_s_p10", "timed_tokens_per_s_p90",
-            "their timed p10-p90 tokens/s over steps overlap (one repeat: no spread across runs)")
+        return "tokens_per_s_min", "tokens_per_s_max", "min-max tokens/s over repeats", ""
+    return ("timed_tokens_per_s_p10", "timed_tokens_per_s_p90", "timed p10-p90 tokens/s over the steps",
+            "one repeat, so no spread across runs")
 
 
 def memory_of(row: Row) -> tuple[float | None, str]:
@@ -53,12 +53,13 @@ def _group_lines(rows: list[Row], max_slowdown: float) -> list[str]:
     runs = f"{head.ok} run{'s' if head.ok != 1 else ''}"
     lines = [f"{where}: {head.strategy} is fastest at {head.tokens_per_s:,.0f} tokens/s (wall clock, median "
              f"of {runs}), {head.tokens_per_s / second.tokens_per_s:.2f}x the next, {second.strategy}."]
-    low, high, rule = noise_rule(ok)
+    low, high, what, caveat = noise_rule(ok)
     if head.figure(low) is not None:
         tied = [row.strategy for row in ok[1:]
                 if row.figure(high) is not None and row.figure(high) >= head.figure(low)]
-        lines.append(f"  Within noise of it ({rule}): {', '.join(tied)}." if tied else
-                     f"  No other strategy is within noise of it ({rule.replace('overlap', 'would overlap')}).")
+        but = f"; {caveat}" if caveat else ""
+        lines.append(f"  Within noise of it (their {what} overlap{but}): {', '.join(tied)}." if tied else
+                     f"  No other strategy is within noise of it (their {what} would overlap{but}).")
     lines += _frugal_line(ok, max_slowdown)
     return lines
 

@@ -133,8 +133,8 @@ def test_wide_shows_every_column_uncut(name):
 def test_compare_shows_the_columns_that_decide():
     grid = grids()["compare"]
     headers = lambda width: [grid.columns[i].header for i in grid.shown(width)]  # noqa: E731
-    assert headers(80) == ["strategy", "tokens/s ±", "vs best", "MiB/rank", "status"]
-    assert headers(100) == ["strategy", "ranks", "tokens/s ±", "vs best", "MiB/rank", "MFU %", "loss", "status"]
+    assert headers(80) == ["strategy", "tokens/s (range)", "vs best", "MiB/rank", "status"]
+    assert headers(100) == ["strategy", "ranks", "tokens/s (range)", "vs best", "MiB/rank", "MFU %", "loss", "status"]
     assert "more columns with --wide" in render(grid, 100)
 
 

@@ -38,8 +38,8 @@ def test_one_repeat_uses_the_timed_spread_and_says_so():
     rows = [_row("ddp", 1000, ok=1, timed_tokens_per_s_p10=900.0, timed_tokens_per_s_p90=1100.0),
             _row("fsdp", 800, ok=1, timed_tokens_per_s_p10=700.0, timed_tokens_per_s_p90=880.0)]
     lines = verdict(rows)
-    assert ("No other strategy is within noise of it (their timed p10-p90 tokens/s over steps would overlap (one "
-            "repeat") in lines[1]
+    assert lines[1] == ("  No other strategy is within noise of it (their timed p10-p90 tokens/s over the steps would "
+                        "overlap; one repeat, so no spread across runs).")
 
 
 def test_gpu_rows_are_judged_by_peak_memory_and_failures_and_predictions_are_named():
@@ -95,3 +95,20 @@ def test_the_markdown_html_and_terminal_open_with_the_verdict(tmp_path, capsys):
     print_report(built)
     printed = capsys.readouterr().out
     assert printed.index(built.verdict[0][:40]) < printed.index("dsbench compare")
+
+
+
+def test_the_table_shows_the_range_the_verdict_compares():
+    """In brackets beside the wall clock's figure, the range itself: one repeat's timed p10-p90 over the steps (which
+    need not surround the figure), or the min-max over repeats."""
+    from dsbench.report.terminal import compare_grid
+
+    timed = [_row("ddp", 1000, ok=1, timed_tokens_per_s_p10=1010.0, timed_tokens_per_s_p90=1300.0),
+             _row("fsdp", 800, ok=1, timed_tokens_per_s_p10=700.0, timed_tokens_per_s_p90=1020.0)]
+    repeats = [_row("ddp", 1000, 950, 1050), _row("fsdp", 800, 700, 960)]
+    for rows, shown in ((timed, ["1,000 (1,010-1,300)", "800 (700-1,020)"]),
+                        (repeats, ["1,000 (950-1,050)", "800 (700-960)"])):
+        grid = compare_grid(rows)
+        column = [c.header for c in grid.columns].index("tokens/s (range)")
+        assert [row[column] for row in grid.rows] == shown
+        assert verdict(rows)[1].endswith(": fsdp.")  # the brackets overlap, and the verdict says so
