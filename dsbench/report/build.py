@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_text
 from dsbench.report.collect import collect
+from dsbench.report.files import REPORT_FILES
 from dsbench.report.render import to_csv, to_json, to_markdown
 from dsbench.report.verdict import MAX_SLOWDOWN, verdict
 from dsbench.rows import Row
@@ -32,6 +34,22 @@ def environment(rows: list[Row]) -> dict[str, Any]:
             "git_revisions": sorted({str(h.git_rev) for h in headers})}
 
 
+def refuse_to_overwrite(out: Path) -> None:
+    """Nothing a user wrote is lost: a file of the report's names in ``out`` is written over only where the folder
+    holds an earlier dsbench report (its report.json: method, env and cells). Until 2026-12-03 ``-o`` wrote over a
+    user's own report.md."""
+    present = [name for name in REPORT_FILES if (out / name).exists()]
+    if not present:
+        return
+    try:
+        earlier = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # absent, unreadable, or not JSON: not a report dsbench wrote
+        earlier = None
+    if not (isinstance(earlier, dict) and {"method", "env", "cells"} <= set(earlier)):
+        raise UserError(f"{out / present[0]} is not from a dsbench report (no report.json of one beside it), and the "
+                        "report would write over it: give the report a new or empty folder (-o)")
+
+
 Predict = Callable[[Row], dict[str, Any]]
 """Figures to add to one report row, by field name (the planner's predictions beside the measurement:
 ``dsbench.plan.verify.predicted_figures``)."""
@@ -41,6 +59,7 @@ def build_report(roots: list[Path], out: Path, plots: bool = True, predict: Pred
                  max_slowdown: float = MAX_SLOWDOWN) -> Report:
     """Collect ``roots`` (merged) and write all artefacts into ``out``; ``predict`` adds predicted columns;
     ``max_slowdown`` bounds the verdict's memory-frugal choice."""
+    refuse_to_overwrite(out)
     rows = collect(roots)
     if not rows:
         raise UserError(f"no runs found under {', '.join(map(str, roots))} (looked for cell.json / metrics.jsonl)")
@@ -48,11 +67,9 @@ def build_report(roots: list[Path], out: Path, plots: bool = True, predict: Pred
         rows = [replace(row, **predict(row)) for row in rows]
     env = environment(rows)
     answer = verdict(rows, max_slowdown)
-    files = {
-        "markdown": atomic_write_text(out / "report.md", to_markdown(rows, answer)),
-        "csv": atomic_write_text(out / "report.csv", to_csv(rows)),
-        "json": atomic_write_text(out / "report.json", to_json(rows, env)),
-    }
+    written = atomic_write_text(out / "report.json", to_json(rows, env))  # first: it marks the folder a report's
+    files = {"markdown": atomic_write_text(out / "report.md", to_markdown(rows, answer)),
+             "csv": atomic_write_text(out / "report.csv", to_csv(rows)), "json": written}
     if plots:
         from dsbench.report.html import write_html
         from dsbench.report.plots import all_plots

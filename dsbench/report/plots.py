@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dsbench.report.files import PLOT_NAMES
 from dsbench.rows import Row
 
 STATE_PARTS = [("params", "parameters"), ("grads", "gradients"), ("optimizer_states", "optimizer states"),
@@ -127,8 +128,7 @@ def step_times(rows: list[Row], path: Path) -> Path:
 def all_plots(rows: list[Row], folder: Path) -> dict[str, Path]:
     """Write every plot into ``folder``; returns name -> path."""
     folder.mkdir(parents=True, exist_ok=True)
-    makers = {"throughput": throughput, "memory": memory, "scaling": scaling, "loss": losses,
-              "step_time": step_times}
+    makers = dict(zip(PLOT_NAMES, (throughput, memory, scaling, losses, step_times), strict=True))
     return {name: make(rows, folder / f"{name}.png") for name, make in makers.items()}
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dsbench.errors import UserError
 from dsbench.report.build import build_report
 from dsbench.report.collect import collect
 from dsbench.report.render import to_csv, to_markdown
@@ -334,3 +335,20 @@ def test_a_run_stopped_before_its_header_is_named_by_its_folder(cli_run, tmp_pat
     shutil.copytree(COMPARE / "cells" / "ddp-w2-mb2-gpt2-mini-r0", tmp_path / "sound")
     rows = {row.status: row for row in collect([torn, tmp_path / "sound"])}
     assert set(rows) == {"corrupt", "ok"} and rows["ok"].strategy == "ddp"
+
+
+@pytest.mark.parametrize("name", ["report.md", "throughput.png", "report.json"])
+def test_a_report_never_writes_over_a_file_it_did_not_write(tmp_path, name):
+    """A user's own file of a report's name stays, and the report is refused in one line (until 2026-12-03 `-o`
+    wrote over it); an earlier dsbench report in the folder is rewritten."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / name).write_text("my notes")
+    with pytest.raises(UserError, match=f"{name} is not from a dsbench report .* give the report a new or empty "):
+        build_report([COMPARE / "cells"], mine, plots=False)
+    assert (mine / name).read_text() == "my notes" and len(list(mine.iterdir())) == 1
+    ours = tmp_path / "ours"
+    build_report([COMPARE / "cells"], ours, plots=False)
+    (ours / "report.md").write_text("stale")
+    build_report([COMPARE / "cells"], ours, plots=False)
+    assert (ours / "report.md").read_text().startswith("# dsbench report")
