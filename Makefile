@@ -62,7 +62,7 @@ format: venv
 # Re-render the shipped preset configs (ds_configs/*.json, "auto" kept for the HF Trainer).
 configs: venv
 	for p in $$($(BIN)/python -c "import json;print(' '.join(json.load(open('ds_configs/presets.json'))))"); do \
-		$(BIN)/dsbench render --preset $$p --keep-auto -o ds_configs/$$p.json; done
+		rm -f ds_configs/$$p.json && $(BIN)/dsbench render --preset $$p --keep-auto -o ds_configs/$$p.json; done
 
 # Regenerate dsbench/data/ds_schema.json from the installed DeepSpeed.
 schema: venv

@@ -83,6 +83,21 @@ def write_failed(path: str | os.PathLike[str], exc: OSError) -> DsbenchError:
     return UserError(message + ": choose a folder you can write to")
 
 
+def refuse_other_file(path: str | os.PathLike[str], text: str, flag: str) -> None:
+    """Nothing a user wrote is written over: a file at ``path`` must be absent or already hold ``text`` (the same
+    render again writes nothing new), else a one-line error naming ``flag``."""
+    target = check_output_path(path)
+    try:
+        same = target.stat().st_size == len(text.encode()) and target.read_text(encoding="utf-8") == text
+    except FileNotFoundError:
+        return
+    except (OSError, UnicodeDecodeError):
+        same = False
+    if not same:
+        raise UserError(f"{path} exists and holds something else: give {flag} a new file, or move it away first "
+                        "(dsbench writes over no file; the same render again changes nothing)")
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``; the old
     content stays whole until the new one is complete. Refuses a path that is not a regular file."""

@@ -32,7 +32,7 @@ def render(preset: str | None, model: str | None, sets: tuple[str, ...], world_s
     """Render a DeepSpeed config from templates, a preset, flags and --set overrides (or from an accelerate
     YAML's inline DeepSpeed settings); with --to-accelerate, also the accelerate YAML that runs it."""
     from dsbench.configs.api import from_accelerate_yaml, render_config, world_size_from
-    from dsbench.io import atomic_write_text, dumps_json
+    from dsbench.io import dumps_json
 
     if strategy and not to_accelerate:
         raise UserError("--strategy goes with --to-accelerate (render writes a DeepSpeed config otherwise)")
@@ -54,10 +54,18 @@ def render(preset: str | None, model: str | None, sets: tuple[str, ...], world_s
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if output:
-        atomic_write_text(output, dumps_json(config))
-        click.echo(f"wrote {output}", err=True)
+        _write_config(output, config)
     else:
         click.echo(dumps_json(config), nl=False)
+
+
+def _write_config(output: str, config: dict[str, Any]) -> None:
+    """The rendered JSON at ``-o``: a new file, or one holding this render already (nothing a user wrote is lost)."""
+    from dsbench.io import atomic_write_text, dumps_json, refuse_other_file
+
+    refuse_other_file(output, dumps_json(config), "-o")
+    atomic_write_text(output, dumps_json(config))
+    click.echo(f"wrote {output}", err=True)
 
 
 def _render_to_accelerate(path: str, kind: str, output: str | None, preset: str | None, model: str | None,
@@ -67,7 +75,7 @@ def _render_to_accelerate(path: str, kind: str, output: str | None, preset: str 
     it on the given ranks (``--world-size``, or a hostfile's machines and slots)."""
     from dsbench.configs.api import render_config, world_size_from
     from dsbench.hostfile import read_hostfile
-    from dsbench.io import atomic_write_text, dumps_json
+    from dsbench.io import atomic_write_text, refuse_other_file
     from dsbench.launchers import LaunchSpec
     from dsbench.launchers.accelerate import (
         ACCELERATE_PRECISION,
@@ -86,16 +94,17 @@ def _render_to_accelerate(path: str, kind: str, output: str | None, preset: str 
     spec = (LaunchSpec(hosts=tuple(read_hostfile(hostfile)), hostfile=hostfile, include=include, exclude=exclude)
         if hostfile else LaunchSpec(nproc_per_node=world))
     world = spec.even_world()  # the same ranks on every node, checked before anything is written
+    yaml = yaml_text(accelerate_yaml(kind, processes=world, machines=spec.nodes(), main_ip=spec.first_host(),
+                                     port=29500, ds_config=output,
+                                     mixed_precision=ACCELERATE_PRECISION[flags.get("precision") or "fp32"]), path)
+    refuse_other_file(path, yaml, "--to-accelerate")  # both checked before either is written
     if kind == "deepspeed":
         assert output
         config, notes = render_config(dict(flags, world_size=world), preset, model, keep_auto, sets)
         for note in notes:
             click.echo(f"note: {note}", err=True)
-        atomic_write_text(output, dumps_json(config))
-        click.echo(f"wrote {output}", err=True)
-    yaml = accelerate_yaml(kind, processes=world, machines=spec.nodes(), main_ip=spec.first_host(), port=29500,
-                           ds_config=output, mixed_precision=ACCELERATE_PRECISION[flags.get("precision") or "fp32"])
-    atomic_write_text(path, yaml_text(yaml, path))
+        _write_config(output, config)
+    atomic_write_text(path, yaml)
     click.echo(f"wrote {path}: " + (f"accelerate launch --config_file {path} -m dsbench.train" if spec.nodes() == 1
                                      else f"its header gives the command for each of its {spec.nodes()} nodes"),
                err=True)

@@ -45,6 +45,23 @@ def test_render_to_file_is_atomic_and_valid(cli_run, tmp_path):
     assert cli_run("validate", "out/ds.json", "--world-size", "2").exit_code == 0
 
 
+def test_render_never_writes_over_a_file_that_holds_something_else(cli_run, tmp_path):
+    """A user's own file at -o or --to-accelerate stays as it was (until 2026-12-03 render replaced it); the same
+    render again is taken (it changes nothing), another one is refused in one line."""
+    (tmp_path / "mine.json").write_text('{"train_batch_size": 8}')
+    refused = cli_run("render", "--zero", "2", "-o", "mine.json")
+    assert refused.exit_code == 2 and "mine.json exists and holds something else: give -o a new file" in refused.output
+    assert (tmp_path / "mine.json").read_text() == '{"train_batch_size": 8}'
+    assert cli_run("render", "--zero", "2", "-o", "ds.json").exit_code == 0
+    assert cli_run("render", "--zero", "2", "-o", "ds.json").exit_code == 0
+    assert cli_run("render", "--zero", "3", "-o", "ds.json").exit_code == 2
+    (tmp_path / "mine.yaml").write_text("compute_environment: LOCAL_MACHINE\n")
+    refused = cli_run("render", "--zero", "2", "-o", "new.json", "--to-accelerate", "mine.yaml", "--world-size", "2")
+    assert refused.exit_code == 2 and "give --to-accelerate a new file" in refused.output
+    assert not (tmp_path / "new.json").exists()  # checked before either file is written
+    assert (tmp_path / "mine.yaml").read_text() == "compute_environment: LOCAL_MACHINE\n"
+
+
 def test_render_with_hostfile_counts_slots(cli_run):
     result = cli_run("render", "--hostfile", str(ROOT / "hostfiles" / "a100"), "--micro-batch", "2",
                      "--exclude", "node2")
