@@ -72,6 +72,10 @@ def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
         raise UserError(f"--out {out}: exists and is not a folder")
     if existing.exists() and not resume:
         raise UserError(f"{out} already holds results: pass --resume to continue it, or choose a new --out")
+    others = sorted(p.name for p in out.iterdir()) if out.is_dir() and not existing.exists() else []
+    if others:  # a folder of the user's: its files stay theirs (until 2026-12-03 tune wrote its tune.json over one)
+        raise UserError(f"--out {out}: holds files that are not dsbench results ({others[0]}"
+                        f"{f' and {len(others) - 1} more' if len(others) > 1 else ''}): choose a new or empty --out")
     if existing.exists():
         recorded = read_json(existing, "results folder's matrix.json")  # a regular, bounded UTF-8 JSON file
         before = recorded.get("matrix") if isinstance(recorded, dict) else None

@@ -186,6 +186,25 @@ def test_a_matrix_written_before_compile_existed_resumes_as_eager(tmp_path):
         prepare_out(tmp_path, {**old, "fused_optimizer": "auto"}, resume=True)  # compare's default since issue 15
 
 
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_results_folder_of_the_users_files_is_refused_and_an_empty_one_taken(tmp_path, resume):
+    """compare, tune and whatif write only into a new or empty --out, or their own results (until 2026-12-03 tune
+    wrote its tune.json over a user's file of that name)."""
+    from dsbench.bench.compare import prepare_out
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "tune.json").write_text("mine")
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match=r"--out .*mine: holds files that are not dsbench results \(notes.txt and 1 "
+                                        r"more\): choose a new or empty --out"):
+        prepare_out(mine, {"strategies": ["ddp"]}, resume=resume)
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt", "tune.json"]
+    (tmp_path / "empty").mkdir()
+    prepare_out(tmp_path / "empty", {"strategies": ["ddp"]}, resume=resume)
+    assert (tmp_path / "empty" / "matrix.json").exists()
+
+
 @pytest.mark.parametrize(("strategy", "model", "message"), [
     ("zero1_tp4", "llama-tiny", "--strategies zero1_tp4: --tp 4 must divide llama-tiny's 4 attention heads and 2 "
                                 "key/value heads"),
