@@ -40,7 +40,7 @@ from dsbench.launch_request import (
 from dsbench.launchers import LaunchCommand, LaunchSpec, build
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
 from dsbench.parallel import ParallelDims
-from dsbench.records import check_run_dir
+from dsbench.run_dir import check_run_dir
 from dsbench.strategies import SPLIT_ENGINES, TORCH_TP_ONLY
 
 
@@ -127,7 +127,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     if req.accelerate_config:
         return _prepare_user_yaml(req)
     check_request(req)
-    check_run_dir(req.run_dir)
+    check_run_dir(req.run_dir, req.config)
     _refuse_ignored_degrees(req)
     hosts = tuple(read_hostfile(req.hostfile)) if req.hostfile else ()
     base = LaunchSpec(launcher=req.launcher, strategy=req.strategy, nproc_per_node=req.num_gpus,

@@ -37,17 +37,6 @@ MEASURED = (METRICS, SUMMARY)
 """Files that mean a run folder holds a run's results (the worker writes them)."""
 
 
-def check_run_dir(folder: Path) -> None:
-    """A launch writes its config, run.json and log into ``folder``: never into a folder that already holds a
-    run's measurements (a second launch, even a dry run, would replace the config those figures came from)."""
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"--run-dir {folder}: exists and is not a folder")
-    held = [name for name in MEASURED if (folder / name).exists()]
-    if held:
-        raise UserError(f"--run-dir {folder} already holds a run's measurements ({held[0]}): give a new --run-dir "
-                        "(dsbench never overwrites results)")
-
-
 def flops_per_token(num_params: int, layers: int, attention_width: int, seq_len: int) -> int:
     """Training FLOPs per token: 6N (forward + backward matmuls) + 12·L·H·Q·s (attention scores and values), where
     H·Q is heads x head width (``ModelShape.q_width``: the hidden size unless a config states another head_dim).

@@ -62,6 +62,23 @@ def test_render_never_writes_over_a_file_that_holds_something_else(cli_run, tmp_
     assert (tmp_path / "mine.yaml").read_text() == "compute_environment: LOCAL_MACHINE\n"
 
 
+def test_a_launch_never_writes_over_a_users_file_in_its_run_folder(cli_run, tmp_path):
+    """--run-dir holding a user's ds_config.json, or --config naming the file the launch writes its checked copy to,
+    is refused and the file stays as it was (until 2026-12-03 both were rewritten); a dry run's folder is launched
+    into again."""
+    mine = '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}}  // my notes\n'
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "ds_config.json").write_text(mine)
+    refused = cli_run("launch", "--run-dir", "own", "--dry-run")
+    assert refused.exit_code == 2
+    assert "--run-dir own holds ds_config.json, which no dsbench launch wrote" in refused.output
+    refused = cli_run("launch", "--config", "own/ds_config.json", "--run-dir", "own", "--dry-run")
+    assert refused.exit_code == 2 and "--config own/ds_config.json is the file the launch writes" in refused.output
+    assert (tmp_path / "own" / "ds_config.json").read_text() == mine
+    assert cli_run("launch", "--run-dir", "dry", "--dry-run").exit_code == 0
+    assert cli_run("launch", "--run-dir", "dry", "--dry-run").exit_code == 0  # its own run.json: a launch's folder
+
+
 def test_render_with_hostfile_counts_slots(cli_run):
     result = cli_run("render", "--hostfile", str(ROOT / "hostfiles" / "a100"), "--micro-batch", "2",
                      "--exclude", "node2")
