@@ -83,6 +83,16 @@ def write_failed(path: str | os.PathLike[str], exc: OSError) -> DsbenchError:
     return UserError(message + ": choose a folder you can write to")
 
 
+def json_object_with(path: str | os.PathLike[str], keys: set[str]) -> bool:
+    """Whether ``path`` holds a JSON object with every one of ``keys`` (False where it is absent, unreadable or not
+    JSON): how dsbench knows a file it wrote (a report's report.json, a launch's run.json) before writing beside it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and keys <= set(data)
+
+
 def refuse_other_file(path: str | os.PathLike[str], text: str, flag: str) -> None:
     """Nothing a user wrote is written over: a file at ``path`` must be absent or already hold ``text`` (the same
     render again writes nothing new), else a one-line error naming ``flag``."""

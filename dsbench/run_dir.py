@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from dsbench.errors import UserError
+from dsbench.io import json_object_with
 from dsbench.records import MEASURED
 
 LAUNCH_WRITES = ("ds_config.json", "run.json", "accelerate_config.yaml", "launch_nodes.sh", ".deepspeed_env",
@@ -29,16 +29,8 @@ def check_run_dir(folder: Path, config: str | None = None) -> None:
         raise UserError(f"--config {config} is the file the launch writes its checked copy to: give another "
                         "--run-dir (dsbench never writes over a file of yours)")
     present = [name for name in LAUNCH_WRITES if (folder / name).exists()]
-    if present and not _launched_here(folder / "run.json"):
+    # a launch's run.json: the worker's strategy, output folder and config
+    if present and not json_object_with(folder / "run.json", {"strategy", "out", "deepspeed_config"}):
         raise UserError(f"--run-dir {folder} holds {present[0]}, which no dsbench launch wrote there: give a new "
                         "--run-dir (dsbench never writes over a file of yours)")
 
-
-def _launched_here(run_json: Path) -> bool:
-    """Whether ``run_json`` is a run description a launch wrote (a JSON object with the worker's strategy and
-    output folder)."""
-    try:
-        data = json.loads(run_json.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and {"strategy", "out", "deepspeed_config"} <= set(data)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.io import atomic_write_text
+from dsbench.io import atomic_write_text, json_object_with
 from dsbench.report.collect import collect
 from dsbench.report.files import REPORT_FILES
 from dsbench.report.render import to_csv, to_json, to_markdown
@@ -39,13 +38,7 @@ def refuse_to_overwrite(out: Path) -> None:
     holds an earlier dsbench report (its report.json: method, env and cells). Until 2026-12-03 ``-o`` wrote over a
     user's own report.md."""
     present = [name for name in REPORT_FILES if (out / name).exists()]
-    if not present:
-        return
-    try:
-        earlier = json.loads((out / "report.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # absent, unreadable, or not JSON: not a report dsbench wrote
-        earlier = None
-    if not (isinstance(earlier, dict) and {"method", "env", "cells"} <= set(earlier)):
+    if present and not json_object_with(out / "report.json", {"method", "env", "cells"}):
         raise UserError(f"{out / present[0]} is not from a dsbench report (no report.json of one beside it), and the "
                         "report would write over it: give the report a new or empty folder (-o)")
 
