@@ -114,8 +114,9 @@ def _whole(cfg: dict[str, Any], key: str, kind: str, name: str, default: int | N
     or ``"64"`` (its ``StrictDataclassFieldValidationError``); and at least 1, which transformers does not ask of every
     field (a negative width stops the model's constructor, a 0-token vocabulary its first forward, 0 layers or positions
     build a model with no block or no position), and at most :data:`_CEILINGS`. ``default`` when the key is absent
-    (or null, for the fields whose config class fills a null: ``n_inner``, ``num_key_value_heads``); without one, an
-    absent key is a KeyError, which the caller names."""
+    or null (a null ``n_inner`` or ``num_key_value_heads`` is its config class's own default; for the others the
+    model is built with the default stated, which the shape passes on); without one, an absent key is a KeyError,
+    which the caller names."""
     value = cfg.get(key) if default is not None else cfg[key]
     if value is None and default is not None:
         return default
