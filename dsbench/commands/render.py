@@ -63,8 +63,9 @@ def _write_config(output: str, config: dict[str, Any]) -> None:
     """The rendered JSON at ``-o``: a new file, or one holding this render already (nothing a user wrote is lost)."""
     from dsbench.io import atomic_write_text, dumps_json, refuse_other_file
 
-    refuse_other_file(output, dumps_json(config), "-o")
-    atomic_write_text(output, dumps_json(config))
+    text = dumps_json(config)
+    refuse_other_file(output, text, "-o")
+    atomic_write_text(output, text)
     click.echo(f"wrote {output}", err=True)
 
 
