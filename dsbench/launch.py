@@ -46,12 +46,12 @@ from dsbench.strategies import SPLIT_ENGINES, TORCH_TP_ONLY
 
 @dataclass(frozen=True, slots=True)
 class PreparedLaunch:
-    """The command to run and what was written for it."""
+    """The command to run and what was written for it (the DeepSpeed config: ``spec.ds_config``)."""
 
     spec: LaunchSpec
     command: LaunchCommand
-    config_path: Path | None
     notes: list[str]
+    train: trainspec.TrainSpec  # what every rank reads from run.json
 
 
 # Render flags that the native strategies take as worker flags (deepspeed reads them from its config) -> TrainSpec.
@@ -61,11 +61,13 @@ _NATIVE_FIELDS = {"micro_batch": "micro_batch", "grad_accum": "grad_accum", "lr"
 # --pipeline-stages / --tp: each degree's render flag and its spelling. They are the torch engines' own worker flags
 # (DeepSpeed reads them from its config).
 _DEGREE_FLAGS = {"pp": ("pipeline_stages", "--pipeline-stages"), "tp": ("tp", "--tp")}
-def launch_fields(req: LaunchRequest, strategy: str, ds_config: Path | None) -> dict[str, Any]:
-    """What the launch decides of the worker's run, as TrainSpec fields: the run folder, the model, the strategy and
-    its DeepSpeed config, and the render flags the native engines take as their own (a DeepSpeed config's values
-    win over them on its ranks). The user's flags after ``--`` win over these (:func:`trainflags.for_launch`)."""
-    fields: dict[str, Any] = {"out": str(req.run_dir), "strategy": strategy}
+
+
+def launch_fields(req: LaunchRequest, strategy: str, ds_config: Path | None, summary_line: bool) -> dict[str, Any]:
+    """The launch's part of the worker's run, as TrainSpec fields: run folder, model, strategy, DeepSpeed config,
+    whether rank 0 prints its figures (``LaunchSpec.rank_prints_summary``), and the render flags the native engines
+    take (a DeepSpeed config wins over them on its ranks). The user's flags after ``--`` win over these."""
+    fields: dict[str, Any] = {"out": str(req.run_dir), "strategy": strategy, "summary_line": summary_line}
     if req.model:
         fields["model"] = req.model
     if ds_config is not None:
@@ -149,7 +151,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     # The worker's whole input as one typed description, built here from the launch's own values and the user's
     # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.
     given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once
-    train = trainflags.for_launch(given, launch_fields(req, req.strategy, config_path))
+    train = trainflags.for_launch(given, launch_fields(req, req.strategy, config_path, base.rank_prints_summary()))
     if config is not None:  # each flag's value checked above; whether the config would ignore it, here
         check_worker_flags(given, config, req.config)
     check_dataset_here(train.dataset, req.cwd, local=not req.hostfile and req.slurm is None)
@@ -161,7 +163,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     # absolute: the per-node ssh script stops a failed job by this path (pkill -f), and nodes cd elsewhere
     run_file = trainspec.write(train, (Path(req.cwd) / req.run_dir / "run.json").resolve())
     spec = replace(spec, run_file=str(run_file))
-    return PreparedLaunch(spec=spec, command=build(spec), config_path=config_path, notes=notes)
+    return PreparedLaunch(spec=spec, command=build(spec), notes=notes, train=train)
 
 
 def _refuse_ignored_degrees(req: LaunchRequest) -> None:
@@ -173,8 +175,7 @@ def _refuse_ignored_degrees(req: LaunchRequest) -> None:
                             "ignore it")
 
 
-def strategy_and_launcher(strategy: str | None, launcher: str | None, accelerate_config: str | None
-                          ) -> tuple[str, str]:
+def strategy_and_launcher(strategy: str | None, launcher: str | None, accelerate_config: str | None) -> tuple[str, str]:
     """The worker strategy and the launcher as typed, or their defaults. ``--accelerate-config``: the YAML picks the
     engine and ``accelerate launch`` runs it, so a typed --strategy or another --launcher is refused."""
     if not accelerate_config:
@@ -257,7 +258,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
                       cwd=req.cwd, launch_script=str(req.run_dir / "launch_nodes.sh"), as_root=req.as_root,
                       user_accelerate_config=path, accelerate_args=tuple(args))
     base = with_inherited_env(base, req)
-    train = trainflags.for_launch(given, launch_fields(req, "auto", None))
+    train = trainflags.for_launch(given, launch_fields(req, "auto", None, base.rank_prints_summary()))
     check_dataset_here(train.dataset, req.cwd, local=not req.hostfile)
     notes = check_layout(train, None, processes) + accelerate_worker.worker_notes(config, compiled=train.compile)
     req.run_dir.mkdir(parents=True, exist_ok=True)
@@ -266,7 +267,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
         atomic_write_text(copy, read_text(path, "accelerate config"))  # the YAML as it was, beside its results
     run_file = trainspec.write(train, (Path(req.cwd) / req.run_dir / "run.json").resolve())
     spec = replace(base, run_file=str(run_file))
-    return PreparedLaunch(spec=spec, command=build(spec), config_path=None, notes=notes)
+    return PreparedLaunch(spec=spec, command=build(spec), notes=notes, train=train)
 
 
 def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any], given: dict[str, Any]

@@ -136,6 +136,10 @@ class RunSummary:
         return (f"{wall} over {self.measured_steps} steps after {self.warmup_steps} warm-up (each step's timed region: "
                 f"{spread})")
 
+    def skipped_note(self) -> str:
+        """The optimizer steps fp16's loss scale skipped, as a clause after the run's figures ('' for none)."""
+        return f"; {self.skipped_steps} optimizer steps skipped by fp16's loss scale" if self.skipped_steps else ""
+
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> RunSummary:
         """The summary of a parsed ``summary.json`` (or :func:`dsbench.records.summarize`'s result); an ok one must

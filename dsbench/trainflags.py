@@ -48,6 +48,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-dir", help=_doc("checkpoint_dir"))
     p.add_argument("--resume", metavar="CHECKPOINT", help=_doc("resume"))
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--summary-line", action=argparse.BooleanOptionalAction, help=_doc("summary_line"))
     p.add_argument("--version", action="version", version=f"dsbench {__version__}")
     return p
 
@@ -70,6 +71,7 @@ HELP = {
     "precision": "native strategies, and 'auto' in a DeepSpeed config (default: accelerate's mixed_precision, else "
                  "fp32)",
     "fsdp_reshard": "FSDP2 reshard_after_forward",
+    "summary_line": "rank 0 prints the run's figures in one line at its end",
     "peak_tflops": "per-rank peak for MFU (default: detected)",
     "out": "run directory for metrics.jsonl and summary.json",
     "gather_every": "steps between gathers of per-step metrics across ranks (each is one host-device sync)",

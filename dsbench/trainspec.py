@@ -116,6 +116,9 @@ class TrainSpec:
     resume: str | None = None
     """Continue from a checkpoint: its folder (its ``latest``) or one ``global_stepN`` folder in it."""
     quiet: bool = False
+    summary_line: bool = True
+    """Rank 0 prints the run's figures in one line at its end. ``dsbench launch`` turns it off where it prints them
+    itself, as its last line (``launch.rank_prints_summary``), so that a launch says them once."""
 
     def __post_init__(self) -> None:
         self._check_numbers()
@@ -235,6 +238,11 @@ class TrainSpec:
         if self.strategy not in TENSOR_SPLIT and self.tp != 1:
             raise UserError(f"--tp {self.tp} is for --strategy torch_tp or torch_3d (DeepSpeed's AutoTP takes its "
                             "degree from the config: tensor_parallel.autotp_size)")
+
+    @property
+    def prints_summary(self) -> bool:
+        """Whether rank 0 prints the run's figures at its end (``--quiet`` drops that line with the progress lines)."""
+        return self.summary_line and not self.quiet
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

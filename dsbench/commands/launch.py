@@ -59,7 +59,7 @@ def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) ->
         return exc.exit_code
     if job and code == 0 and not job.wait:
         click.echo(f"dsbench: submitted; the job writes {job.output} and {folder}/metrics.jsonl")
-    elif code == 0 and (said := finished_line(folder)):
+    elif code == 0 and (said := finished_line(folder, figures=not prepared.train.prints_summary)):
         click.echo(said)  # the last line: the launcher's own log lines end after the rank's
     elif job and code == 0 and (never := slurm_never_trained(folder / "launch.log", folder)):
         click.echo(f"dsbench: error: {never} (log: {folder}/launch.log)", err=True)
@@ -75,16 +75,18 @@ def _run_launch(prepared: Any, folder: Path, job: Any, timeout: float | None) ->
     return code
 
 
-def finished_line(folder: Path) -> str | None:
+def finished_line(folder: Path, figures: bool = True) -> str | None:
     """What the run measured, in one line, read back from its summary.json (None where it is not on this machine:
-    rank 0 on another node writes it there)."""
+    rank 0 on another node writes it there). Without ``figures`` where rank 0 printed them (its ``run:`` line), so
+    that a launch says them once."""
     from dsbench.run_record import read_summary
 
     summary = read_summary(folder)
     if summary is None or not summary.ok or summary.throughput is None:
         return None
-    return (f"dsbench: finished {folder}: {summary.measured()}, final loss {summary.final_loss:.4f}; tables and "
-            f"plots: dsbench report {folder}")
+    said = (f": {summary.measured()}, final loss {summary.final_loss:.4f}{summary.skipped_note()}" if figures
+            else " (its figures: rank 0's run: line above)")
+    return f"dsbench: finished {folder}{said}; tables and plots: dsbench report {folder}"
 
 
 def run_label(launcher: str, strategy: str, flags: dict[str, Any], elsewhere: bool) -> str:
@@ -215,8 +217,8 @@ def _print_prepared(prepared: Any) -> None:
     """The launch's notes (stderr), then its config, the files it wrote and the exact command (stdout)."""
     for note in prepared.notes:
         click.echo(f"note: {note}", err=True)
-    if prepared.config_path:
-        click.echo(f"# DeepSpeed config: {prepared.config_path}")
+    if prepared.spec.ds_config:
+        click.echo(f"# DeepSpeed config: {prepared.spec.ds_config}")
     for path, text in prepared.command.files.items():
         click.echo(f"# {path}:\n" + "".join(f"#   {line}\n" for line in text.splitlines()), nl=False)
     click.echo(prepared.command.shell_line())

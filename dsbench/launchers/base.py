@@ -168,6 +168,13 @@ class LaunchSpec:
         hosts = list(self.selection())
         return bool(self.hosts) and (len(hosts) > 1 or hosts[0] not in LOCAL_HOSTS)
 
+    def rank_prints_summary(self) -> bool:
+        """Whether rank 0 prints the run's figures itself (``TrainSpec.summary_line``): where its lines reach this
+        terminal but its summary.json may be on another machine (ranks on other nodes), or where nothing here waits
+        for it (a SLURM job not waited on). Otherwise ``dsbench launch`` prints them as its last line, after the
+        launcher's own log lines, and the rank does not, so that they are said once."""
+        return self.multinode() or (self.slurm is not None and not self.slurm.wait)
+
     def first_host(self) -> str:
         """Rendezvous host: the first selected host, or ``master_addr`` on one node."""
         return next(iter(self.selection())) if self.hosts else self.master_addr

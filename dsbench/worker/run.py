@@ -47,11 +47,12 @@ class Progress:
 
     def update(self, record: dict[str, Any]) -> None:
         text = f"loss {record['loss']:.4f}  {record['timed_tokens_per_s']:,.0f} tok/s (timed region)"
+        warm = "  (warm-up: not in the run's figures)" if record["warmup"] else ""
         if self.bar is not None:
-            self.bar.set_postfix_str(text, refresh=False)
+            self.bar.set_postfix_str(text + warm, refresh=False)
             self.bar.update(1)
         elif not self.quiet and (record["step"] % max(1, self.total // 10) == 0 or record["step"] == self.total - 1):
-            print(f"step {record['step'] + 1}/{self.total}  {text}  {record['step_time_s'] * 1e3:.1f} ms/step",
+            print(f"step {record['step'] + 1}/{self.total}  {text}  {record['step_time_s'] * 1e3:.1f} ms/step{warm}",
                   file=sys.stderr, flush=True)
 
     def close(self) -> None:
@@ -261,11 +262,10 @@ def record(spec: TrainSpec, run: Prepared) -> None:
         writer.close()
         summary = summarize(writer.written)
         atomic_write_json(folder / SUMMARY, summary)
-        if not spec.quiet:
+        if spec.prints_summary:  # not under a launch that prints them itself (LaunchSpec.rank_prints_summary)
             record = RunSummary.from_dict(summary, str(folder / SUMMARY))
             print(f"run: {folder}  loss {summary['first_loss']:.4f} -> {record.final_loss:.4f}  {record.measured()}"
-                  + (f"; {record.skipped_steps} optimizer steps skipped by fp16's loss scale"
-                     if record.skipped_steps else ""), file=sys.stderr, flush=True)
+                  f"{record.skipped_note()}", file=sys.stderr, flush=True)
 
 
 def run(spec: TrainSpec, typed: Mapping[str, Any] | None = None) -> int:

@@ -95,6 +95,9 @@ def test_trains_and_records_complete_metrics(runs, name):
         f"{STEPS - 2} steps after 2 warm-up (each step's timed region: {per_step['min']:,.0f}-{per_step['max']:,.0f} "
         f"tokens/s, median {per_step['median']:,.0f}), final loss {summary['final_loss']:.4f}; tables and plots: "
         f"dsbench report {folder}")
+    # and only it: rank 0 printed the same figures as its own last line until 2026-12-03 (run.json's summary_line)
+    assert [line for line in (result.stdout + result.stderr).splitlines() if "by the wall clock" in line] == [
+        result.stdout.strip().splitlines()[-1]]
     [states] = run["states"]
     assert len(states["per_rank"]) == world and all(r["total"] > 0 for r in states["per_rank"])
 

@@ -124,6 +124,11 @@ MULTI = {  # name -> (multi-node launch args, single-node reference (a session r
 def test_two_nodes_train_like_one(hostfile, runs, name):
     args, (reference, reference_args), hosts = MULTI[name]
     run, _ = launched(runs, name, ["--hostfile", str(hostfile), *args])
+    # the figures once, as the launch's last line: the session's ranks are --quiet (rank 0's own line, which a launch
+    # across nodes leaves on: test_multinode_flow.py)
+    said, _ = runs.get(name, ["--hostfile", str(hostfile), *args])  # the launch above, its output
+    assert [line for line in (said.stdout + said.stderr).splitlines() if "by the wall clock" in line] == [
+        said.stdout.strip().splitlines()[-1]]
     result, folder = runs.get(reference, reference_args)  # the single-node run (shared with other modules)
     assert result.returncode == 0, result.stderr[-2000:]
     header = run["header"][0]

@@ -42,6 +42,11 @@ def test_the_issue_flow_as_typed(tmp_path):
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         header = json.loads((tmp_path / "D" / "metrics.jsonl").read_text().splitlines()[0])
         assert sorted(set(header["hostnames"])) == ["dsb-n1", "dsb-n2"]
+        # the figures once: rank 0's run: line, forwarded from its node (whose disk need not be this one); the
+        # launch's last line points to it (LaunchSpec.rank_prints_summary; the test bed's nodes share this disk)
+        assert len([line for line in (result.stdout + result.stderr).splitlines() if "by the wall clock" in line]) == 1
+        assert result.stdout.strip().splitlines()[-1] == ("dsbench: finished D (its figures: rank 0's run: line "
+                                                          "above); tables and plots: dsbench report D")
         # a node that cannot be reached is refused before anything starts, naming it
         os.kill(int(Path("/run/dsbench-testbed/dsb-n2/sshd.pid").read_text()), 9)
         refused = dsbench("launch", "--hostfile", printed, "--zero", "2", "--run-dir", "E", "--", "--steps", "3",

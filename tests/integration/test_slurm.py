@@ -110,6 +110,8 @@ def test_two_node_job_on_the_test_bed(runs, tmp_path):
         result = slurm(two, "--nodes", "2", "--gpus-per-node", "1", *ZERO2, *LR_WARMUP, "--wait",
                        "--run-dir", str(tmp_path / "job"), *AFTER)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        # waited on: the launch says the figures (the job's ranks write to its slurm-<id>.out, not this terminal)
+        assert result.stdout.strip().splitlines()[-1].startswith(f"dsbench: finished {tmp_path / 'job'}: ")
     finally:
         if two:
             two.stop()

@@ -155,6 +155,28 @@ def test_launch_hostfile_dry_run_quotes_paths(cli_run, tmp_path):
     assert f"--hostfile '{hostfile}'" in result.output and f"'{tmp_path}/r d/run.json'" in result.output
 
 
+@pytest.mark.parametrize("flags, rank_says", [
+    ((), False),  # every rank here: the launch prints the figures as its last line, after the launcher's log lines
+    (("--launcher", "torchrun", "--strategy", "ddp"), False),
+    (("--hostfile", "{tmp}/hosts"), True),  # rank 0 on node1: its line reaches this terminal, its summary.json may not
+    (("--launcher", "slurm"), True),  # submitted, not waited on: nothing here prints the figures
+    (("--launcher", "slurm", "--wait"), False),  # the job's output is a file; the launch prints them when it ends
+    (("--hostfile", "{tmp}/hosts", "--", "--quiet"), True),  # but a --quiet rank prints none: the launch does
+])
+def test_a_launch_says_its_figures_once(cli_run, tmp_path, flags, rank_says):
+    """Rank 0's ``run:`` line and the launch's ``dsbench: finished`` line carried the same figures one after the
+    other (until 2026-12-03): run.json's summary_line says which of the two prints them (the launch's line:
+    tests/unit/test_records.py)."""
+    (tmp_path / "hosts").write_text("node1 slots=2\nnode2 slots=2\n")
+    from dsbench.trainspec import from_dict
+
+    result = cli_run("launch", "--dry-run", "--run-dir", "r", *(flag.format(tmp=tmp_path) for flag in flags))
+    assert result.exit_code == 0, result.output
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert run["summary_line"] is rank_says
+    assert from_dict(run, "run.json").prints_summary is (rank_says and "--quiet" not in flags)
+
+
 def test_corpus_hostfile_check_exit_codes(cli_run):
     good = cli_run("hostfile", "check", str(CORPUS / "hostfiles" / "Gezy777__distributed_train__hostfile"))
     assert good.exit_code == 0 and "2 hosts, 2 slots" in good.output

@@ -132,3 +132,23 @@ def test_a_launch_ends_with_what_its_summary_says(tmp_path):
     assert finished_line(tmp_path) == (f"dsbench: finished {tmp_path}: 200 tokens/s by the wall clock over 2 steps "
                                        f"after 1 warm-up (each step's timed region: 133-400 tokens/s, median 267), "
                                        f"final loss 8.0000; tables and plots: dsbench report {tmp_path}")
+    # where rank 0 printed them (a launch across nodes: LaunchSpec.rank_prints_summary), the launch does not again
+    assert finished_line(tmp_path, figures=False) == (f"dsbench: finished {tmp_path} (its figures: rank 0's run: line "
+                                                      f"above); tables and plots: dsbench report {tmp_path}")
+    summary = json.loads((tmp_path / "summary.json").read_text()) | {"skipped_steps": 3}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))  # fp16's loss scale skipped 3 optimizer steps
+    assert "final loss 8.0000; 3 optimizer steps skipped by fp16's loss scale; tables" in finished_line(tmp_path)
+
+
+def test_a_ranks_progress_lines_mark_the_warm_up_steps(capsys):
+    """Rank 0's progress lines off a terminal: the warm-up steps, slow while caches and JIT warm, say that the run's
+    figures leave them out (until 2026-12-03 nothing told them from the measured steps)."""
+    from dsbench.worker.run import Progress
+
+    progress = Progress(total=3, quiet=False)
+    for step, warmup in ((0, True), (1, False), (2, False)):
+        progress.update({"step": step, "warmup": warmup, "loss": 8.0, "timed_tokens_per_s": 1000.0 * (step + 1),
+                         "step_time_s": 0.5})
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"step {n}/3  loss 8.0000  {n},000 tok/s (timed region)  500.0 ms/step" +
+                     ("  (warm-up: not in the run's figures)" if n == 1 else "") for n in (1, 2, 3)]
