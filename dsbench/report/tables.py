@@ -28,8 +28,10 @@ def _header(result: dict[str, Any]) -> str:
 
 
 def layout_text(row: dict[str, Any], micro_batch: int) -> str:
-    """tp/pp/dp, micro-batch and pipeline schedule: ``1/2/8 mb1 1F1B``."""
-    text = f"{row['tp']}/{row['pp']}/{row['dp']} mb{micro_batch}"
+    """tp/pp/dp, Ulysses' sequence-parallel degree, micro-batch and pipeline schedule: ``1/2/8 mb1 1F1B``,
+    ``1/1/4 sp2 mb1`` (8 GPUs: dp 4 x sp 2)."""
+    text = f"{row['tp']}/{row['pp']}/{row['dp']}" + (f" sp{row['ulysses']}" if row.get("ulysses", 1) > 1 else "")
+    text += f" mb{micro_batch}"
     if row["pp"] > 1:
         text += f" int{row['virtual_stages']}" if row.get("virtual_stages", 1) > 1 else " 1F1B"
     return text
@@ -52,12 +54,15 @@ def plan_grid(result: dict[str, Any], top_n: int) -> Grid:
                  gib(mem["params"]), gib(mem["grads"]), gib(mem["optimizer_states"] + mem["master_weights"]),
                  gib(mem["activations"]), gib(mem["buffers"]), gib(row["host_gib_per_node"]),
                  f"{row['exposed_comm_s'] * 1e3:,.1f}", style=None if row["fits"] else "dim")
-    grid.notes.append("GiB per GPU (2^30 bytes); tp/pp/dp: tensor x pipeline x data parallel, mb the micro-batch, "
+    grid.notes.append("GiB per GPU (2^30 bytes); tp/pp/dp: tensor x pipeline x data parallel, sp Ulysses' sequence "
+                      "parallel (its ranks x tp x pp x dp = the GPUs), mb the micro-batch, "
                       "1F1B or int(erleaved) V the pipeline schedule; step time = compute (at the measured rate with "
                       "--profile; by the GPU time model's terms on a GPU it profiles; else peak x efficiency) / "
                       "(1 - bubble) + exposed communication + offload + the optimizer and the engines' own work "
-                      "measured by a profile (formulas and sources: docs/planner.md); ± is the half-width the "
-                      "profile's timing spreads allow (dsbench/plan/interval.py)")
+                      "measured by a profile (formulas and sources: docs/planner.md)"
+                      # the ± only where a row shows one: a profile that stores its timing spreads
+                      + ("; ± is the half-width the profile's timing spreads allow (dsbench/plan/interval.py)"
+                         if any(row.get("step_range_s") for row in result["candidates"][:top_n]) else ""))
     return grid
 
 

@@ -1,6 +1,7 @@
 """The planner against published tables, DeepSpeed's own estimators, and the seeds' formulas."""
 
 import json
+import math
 import re
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -142,6 +143,25 @@ def test_plan_cli_tables_and_json(cli_run):
     assert fsdp["dominant"] == "communication" and fsdp["step_s"] > 2 * top["step_s"]
     ddp = next(c for c in data["candidates"] if c["name"] == "ddp")
     assert not ddp["fits"] and "needs" in ddp["reason"]
+
+
+def test_the_plan_table_shows_every_degree_and_explains_only_what_it_shows(cli_run):
+    """Each row's degrees multiply to the GPUs: Ulysses' sequence-parallel ranks are shown beside tp/pp/dp (until
+    2026-12-03 ulysses2 on 8 GPUs read ``1/1/4``); the legend names a ± only where a row shows one (a profile that
+    stores its timing spreads, tests/unit/test_interval.py)."""
+    from dsbench.report.tables import plan_grid
+    from tests.conftest import DATA
+
+    data = json.loads(cli_run("plan", "--model", "llama-7b", "--gpus", "8", "--gpu", "a100", "--json").output)
+    grid = plan_grid(data, len(data["candidates"]))
+    for row, cells in zip(data["candidates"], grid.rows, strict=True):
+        degrees = [int(d) for d in re.findall(r"\d+", cells[2].split(" mb")[0])]
+        assert math.prod(degrees) == 8 and (" sp" in cells[2]) is (row["ulysses"] > 1), cells
+    assert any(" sp2 " in cells[2] for cells in grid.rows) and "±" not in grid.notes[-1]
+    profile = DATA / "runs" / "cpu-calibrated" / "oos-20261126-0432-gpt2-mini" / "profile.json"
+    result = cli_run("plan", "--model", "gpt2-mini", "--gpus", "2", "--profile", str(profile), "--json")
+    grid = plan_grid(json.loads(result.output), 5)
+    assert all("±" in cells[5] for cells in grid.rows) and "; ± is the half-width" in grid.notes[-1]
 
 
 def test_plan_explains_a_config(cli_run, tmp_path):
