@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
+from dsbench.header_fields import header_problem
 from dsbench.records import SUMMARY
 
 
@@ -267,8 +268,11 @@ class RunHeader:
     started_at: str | None = None
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> RunHeader:
-        """The header of a ``header`` record (:func:`dsbench.records.header_of`), or the defaults for ``{}``."""
+    def from_record(cls, record: dict[str, Any], where: str = "metrics.jsonl") -> RunHeader:
+        """The header of a ``header`` record (:func:`dsbench.records.header_of`), or the defaults for ``{}``; a field
+        of the wrong kind is one line naming it (:mod:`dsbench.header_fields`)."""
+        if problem := header_problem(record):
+            raise UserError(f"{where}: {problem}")
         speed = record.get("speed") or {}
         return cls(engine=record.get("strategy", "?"), world_size=record.get("world_size"),
                    model=(record.get("model") or {}).get("name"), shape=record.get("model"),

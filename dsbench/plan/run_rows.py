@@ -27,7 +27,7 @@ REPLAYED_RECOMPUTE = ("none", "full", "selective")
 
 def run_row(folder: Path, gpu_name: str, index: int, kind: str | None = None) -> dict[str, object] | str:
     """The oracle row of one run folder, or why it has none."""
-    header = RunHeader.from_record(header_of(read_records(folder / "metrics.jsonl")))
+    header = RunHeader.from_record(header_of(read_records(folder / "metrics.jsonl")), str(folder / "metrics.jsonl"))
     summary = read_summary(folder)
     if summary is None or not summary.ok or summary.throughput is None or header.shape is None:
         return "not a finished run"

@@ -133,7 +133,7 @@ def _load_run(folder: Path) -> Run:
     if (folder / METRICS).exists() and not header_of(records) and not cell:
         raise UserError(f"{folder / METRICS}: no complete header record (the run stopped before its first line was "
                         "written)")
-    header = RunHeader.from_record(header_of(records))
+    header = RunHeader.from_record(header_of(records), str(folder / METRICS))
     # the one reader of summary.json (it upgrades old schemas and checks the figures); a run killed before writing
     # one is summarised from its records
     summary = read_summary(folder) or RunSummary.from_dict(summarize(records), str(folder / METRICS))

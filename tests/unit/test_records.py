@@ -152,3 +152,46 @@ def test_a_ranks_progress_lines_mark_the_warm_up_steps(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert lines == [f"step {n}/3  loss 8.0000  {n},000 tok/s (timed region)  500.0 ms/step" +
                      ("  (warm-up: not in the run's figures)" if n == 1 else "") for n in (1, 2, 3)]
+
+
+def test_every_stored_runs_header_is_of_the_kinds_its_reader_checks():
+    """The oracle for the kinds: every header the worker wrote into tests/data (CPU, H100 and H200 runs, 2026-11-24
+    on), each read back without a complaint."""
+    import glob
+    import json
+
+    from dsbench.header_fields import header_problem
+    from tests.conftest import DATA
+
+    headers = []
+    for path in glob.glob(f"{DATA}/runs/**/metrics.jsonl", recursive=True):
+        with open(path) as lines:
+            headers.append((path, json.loads(lines.readline())))
+    assert len(headers) > 1000 and [(path, header_problem(h)) for path, h in headers if header_problem(h)] == []
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("tp", "x", 'tp is "x", not a whole number >= 1'),  # was: ValueError: invalid literal for int()
+    ("micro_batch", -1, "micro_batch is -1, not a whole number >= 1"),  # was: reported as a run on -1 ranks
+    ("world_size", True, "world_size is true, not a whole number >= 1"),
+    ("model", "gpt2", 'model is "gpt2", not an object'),  # was: AttributeError: 'str' object has no attribute 'get'
+    ("model", {"name": 5}, "model.name is 5, not text"),
+    ("hostnames", 5, "hostnames is 5, not a list of text"),  # was: TypeError: 'int' object is not iterable
+    ("strategy", 7, "strategy is 7, not text"),
+    ("sequence_parallel", "yes", 'sequence_parallel is "yes", not true or false'),
+    ("peak_tflops", float("inf"), "peak_tflops is Infinity, not a number > 0"),
+])
+def test_a_damaged_header_is_named_by_its_field_in_the_report(cli_run, tmp_path, field, value, named):
+    """A run folder edited by hand: `dsbench report` marks it corrupt in one line that names the field (exit 1, as
+    for any unreadable folder), where it named the Python error the value raised, or reported it as it was."""
+    import json
+    import shutil
+
+    from tests.conftest import DATA
+
+    run = shutil.copytree(DATA / "runs" / "launch-zero3", tmp_path / "run")
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), field: value})
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    result = cli_run("report", str(run), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 1 and f"{run}/metrics.jsonl: its header's {named}); reported as corrupt" in result.output
