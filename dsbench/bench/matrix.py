@@ -98,6 +98,9 @@ def check_matrix(names: list[str], world_sizes: list[int], micro_batches: list[i
                         ("--models", models)):
         if not given:  # a comma alone, or an empty list in the matrix file: no cell at all
             raise UserError(f"{flag} is empty: give at least one")
+        twice = next((value for value in given if given.count(value) > 1), None)
+        if twice is not None and flag != "--strategies":  # a strategy twice: by its label, below
+            raise UserError(f"{flag} names {twice} twice: name it once (--repeats runs each cell again)")
     if seq_len < 1:
         raise UserError(f"--seq-len must be >= 1, got {seq_len}")
     if precision not in PRECISIONS:

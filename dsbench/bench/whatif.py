@@ -45,9 +45,12 @@ def check_links(links: list[str]) -> list[str]:
     """Links in order, the unshaped baseline first; each a tc rate or ``unshaped``."""
     from dsbench.testbed.layout import rate_bits
 
+    rates: dict[int | None, str] = {}
     for link in links:
-        if link != UNSHAPED:
-            rate_bits(link, "--links")  # a one-line error for a bad rate
+        rate = None if link == UNSHAPED else rate_bits(link, "--links")  # a one-line error for a bad rate
+        if rate in rates:  # 1gbit and 1000mbit: the same runs twice
+            raise UserError(f"--links names one rate twice ({rates[rate]} and {link}): name it once")
+        rates[rate] = link
     return [UNSHAPED, *[link for link in links if link != UNSHAPED]]
 
 

@@ -126,7 +126,9 @@ def checked_profile(ctx: click.Context, param: click.Parameter, value: str | Non
 
 def csv_list(kind: Any) -> Any:
     """A click callback: ``a,b`` as ``[kind(a), kind(b)]``, spaces around an item ignored. An empty item among
-    others (``ddp,,zero2``, a trailing comma) is refused: it is a name the user meant to type."""
+    others (``ddp,,zero2``, a trailing comma) is refused: it is a name the user meant to type; so is an item named
+    twice (every list is a set of cells, strategies or links: until 2026-12-03 ``--models gpt2-tiny,gpt2-tiny`` ran
+    every cell twice)."""
     def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> list[Any] | None:
         if value is None:
             return None
@@ -136,9 +138,13 @@ def csv_list(kind: Any) -> Any:
         if "" in items:
             raise click.BadParameter(f"{value!r} has an empty item: remove the extra comma")
         try:
-            return [kind(item) for item in items]
+            parsed = [kind(item) for item in items]
         except ValueError:
             raise click.BadParameter(f"expected a comma-separated list, got {value!r}") from None
+        twice = next((item for item in parsed if parsed.count(item) > 1), None)
+        if twice is not None:
+            raise click.BadParameter(f"names {twice} twice: name it once")
+        return parsed
     return parse
 
 

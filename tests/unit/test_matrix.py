@@ -232,6 +232,10 @@ def test_a_layout_no_world_size_places_names_where_the_ranks_came_from(hostfile,
     ({"seq_len": 0}, "--seq-len must be >= 1, got 0"), ({"precision": "fp8"}, "--precision must be one of"),
     ({"repeats": 10**8}, "the matrix has 100,000,000 cells: at most 10,000"),
     ({"world_sizes": [1, 2, 3, 4], "repeats": 2501, "strategies": ["ddp"]}, "the matrix has 10,004 cells"),
+    # a value twice: until 2026-12-03 each of its cells ran twice (the flags: test_a_list_flag_names_each_value_once)
+    ({"models": ["gpt2-tiny", "gpt2-tiny"]}, "--models names gpt2-tiny twice: name it once"),
+    ({"world_sizes": [2, 2]}, "--world-sizes names 2 twice"), ({"micro_batches": [1, 2, 1]}, "--micro-batches names 1"),
+    ({"strategies": ["ddp", "zero2", "ddp"]}, "--strategies names ddp twice: name it once"),
 ])
 def test_a_matrix_file_value_the_flags_would_refuse_is_refused_before_any_cell(given, message):
     """What click's types refuse in the flags (a choice, a range, a count) the matrix file can hold: expand refuses
@@ -239,3 +243,21 @@ def test_a_matrix_file_value_the_flags_would_refuse_is_refused_before_any_cell(g
     matrix = {"strategies": ["ddp"], "world_sizes": [2], "micro_batches": [2], "models": ["gpt2-tiny"], **given}
     with pytest.raises(UserError, match=re.escape(message)):
         expand(**matrix)
+
+
+@pytest.mark.parametrize("args, named", [
+    (["compare", "--models", "gpt2-tiny,gpt2-tiny"], "'--models': names gpt2-tiny twice: name it once"),
+    (["compare", "--world-sizes", "2, 2"], "'--world-sizes': names 2 twice"),
+    (["compare", "--micro-batches", "1,2,1"], "'--micro-batches': names 1 twice"),
+    (["compare", "--strategies", "ddp,zero2,ddp"], "'--strategies': names ddp twice"),
+    (["tune", "--strategies", "zero2,zero2"], "'--strategies': names zero2 twice"),  # until 2026-12-03 raced twice
+    (["whatif", "--strategies", "ddp,ddp"], "'--strategies': names ddp twice"),
+    (["whatif", "--links", "unshaped,unshaped"], "'--links': names unshaped twice"),
+    (["whatif", "--links", "1gbit,1000mbit"], "--links names one rate twice (1gbit and 1000mbit): name it once"),
+])
+def test_a_list_flag_names_each_value_once(cli_run, args, named):
+    """A value named twice in a comma list ran its cells twice (compare: 14 launches for --models a,a), raced a
+    layout twice (tune) or shaped the same link twice (whatif, 1gbit and 1000mbit alike); each is one line, exit 2,
+    before anything runs."""
+    result = cli_run(*args, "--out", "o")
+    assert result.exit_code == 2 and named in result.output, result.output
