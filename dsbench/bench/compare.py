@@ -65,6 +65,19 @@ def _eager_by_default(matrix: dict[str, Any]) -> dict[str, Any]:
     return {"compile": "off", "fused_optimizer": "off", **matrix}
 
 
+def _first_difference(before: dict[str, Any], now: dict[str, Any], prefix: str = "") -> tuple[str, Any, Any] | None:
+    """The first key (by name; a dotted path into nested objects, as tune's ``tune.strategies``) whose value
+    differs, with its two values; None where none does."""
+    for key in sorted(set(before) | set(now)):
+        there, here = before.get(key), now.get(key)
+        if isinstance(there, dict) and isinstance(here, dict):
+            if found := _first_difference(there, here, f"{prefix}{key}."):
+                return found
+        elif there != here:
+            return f"{prefix}{key}", there, here
+    return None
+
+
 def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
     """Create the results folder; refuse to mix with earlier results unless resuming the same matrix."""
     existing = out / "matrix.json"
@@ -81,12 +94,12 @@ def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
         before = recorded.get("matrix") if isinstance(recorded, dict) else None
         if not isinstance(before, dict):
             raise UserError(f"{out} holds a different matrix; --resume needs the same flags (or a new --out)")
-        before, now = _eager_by_default(before), _eager_by_default(matrix)
-        differ = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
-        if differ:  # e.g. a folder from before --fused-optimizer auto became compare's default: it ran "off"
-            key = differ[0]
-            raise UserError(f"{out} holds a different matrix ({key}: {json.dumps(before.get(key))} there, "
-                            f"{json.dumps(now.get(key))} now); --resume needs the same flags (or a new --out)")
+        # e.g. a folder from before --fused-optimizer auto became compare's default: it ran "off"
+        differ = _first_difference(_eager_by_default(before), _eager_by_default(matrix))
+        if differ:
+            key, there, now = differ
+            raise UserError(f"{out} holds a different matrix ({key}: {json.dumps(there)} there, {json.dumps(now)} "
+                            "now); --resume needs the same flags (or a new --out)")
     atomic_write_json(existing, {"matrix": matrix, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
 

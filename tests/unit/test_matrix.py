@@ -186,6 +186,23 @@ def test_a_matrix_written_before_compile_existed_resumes_as_eager(tmp_path):
         prepare_out(tmp_path, {**old, "fused_optimizer": "auto"}, resume=True)  # compare's default since issue 15
 
 
+
+def test_a_tune_resumed_with_other_flags_names_the_one_that_differs(tmp_path):
+    """tune's matrix is one object, ``{"tune": {...}}``: until 2026-12-03 the refusal printed both whole (two JSON
+    objects of 15 keys, for one flag); it names the flag's key inside it."""
+    from dsbench.bench.compare import prepare_out
+
+    tune = {"model": "gpt2-mini", "strategies": ["zero2", "ddp"], "budget": 3, "gpu_mem": None}
+    (tmp_path / "matrix.json").write_text(json.dumps({"matrix": {"tune": tune}}))
+    prepare_out(tmp_path, {"tune": dict(tune)}, resume=True)
+    with pytest.raises(UserError) as refused:
+        prepare_out(tmp_path, {"tune": {**tune, "strategies": ["zero2"]}}, resume=True)
+    assert str(refused.value) == (f'{tmp_path} holds a different matrix (tune.strategies: ["zero2", "ddp"] there, '
+                                  '["zero2"] now); --resume needs the same flags (or a new --out)')
+    with pytest.raises(UserError, match=r"\(tune.budget: 3 there, null now\)"):
+        prepare_out(tmp_path, {"tune": {key: value for key, value in tune.items() if key != "budget"}}, resume=True)
+
+
 @pytest.mark.parametrize("resume", [False, True])
 def test_a_results_folder_of_the_users_files_is_refused_and_an_empty_one_taken(tmp_path, resume):
     """compare, tune and whatif write only into a new or empty --out, or their own results (until 2026-12-03 tune
