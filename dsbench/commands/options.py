@@ -69,8 +69,10 @@ def render_options(func: Any) -> Any:
         click.option("--micro-batch", type=int, help="Samples per rank per micro-step."),
         click.option("--grad-accum", type=int, help="Gradient-accumulation steps."),
         click.option("--global-batch", type=int, help="Samples per optimizer step (derives --grad-accum)."),
-        click.option("--pipeline-stages", type=int, help="Pipeline-parallel stages (DeepSpeed PipelineModule)."),
-        click.option("--tp", type=int, help="Tensor-parallel degree (DeepSpeed AutoTP)."),
+        click.option("--pipeline-stages", type=int, help="Pipeline-parallel stages (DeepSpeed's PipelineModule; "
+                     "launch --strategy torch_pp or torch_3d: torch's pipelining)."),
+        click.option("--tp", type=int, help="Tensor-parallel degree (DeepSpeed AutoTP; launch --strategy torch_tp or "
+                     "torch_3d: DTensor TP)."),
         click.option("--ulysses", type=int, help="DeepSpeed Ulysses sequence-parallel degree (sequence_parallel_size; "
                      "ZeRO 1-3)."),
         click.option("--grad-clip", type=float, help="Gradient-norm clipping [1.0]."),
