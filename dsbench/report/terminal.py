@@ -23,11 +23,14 @@ def _tokens(row: Row, low: str, high: str) -> str:
     """The wall clock's tokens/s, and in brackets the range the verdict compares (:func:`noise_rule`), as it is: two
     cells are within noise where their brackets overlap. Until 2026-12-03 a ± of half that range stood around the
     figure, which the range need not surround (one repeat's is the timed region's, over the steps): 7,533 ±10.7%
-    beside 6,589 ±14.2% read as overlapping where the ranges, 7,557-9,342 and 5,498-7,445, do not."""
+    beside 6,589 ±14.2% read as overlapping where the ranges, 7,557-9,342 and 5,498-7,445, do not. A timed range is
+    marked so (``5,920 (timed 5,924-6,134)``): the timed region leaves out what the wall clock counts, so the figure
+    can sit below it."""
     if not row.tokens_per_s:
         return "-"
     lo, hi = row.figure(low), row.figure(high)
-    return f"{row.tokens_per_s:,.0f}" + ("" if lo is None or hi is None else f" ({lo:,.0f}-{hi:,.0f})")
+    timed = "timed " if low.startswith("timed") else ""
+    return f"{row.tokens_per_s:,.0f}" + ("" if lo is None or hi is None else f" ({timed}{lo:,.0f}-{hi:,.0f})")
 
 
 def _best(rows: list[Row]) -> dict[tuple[Any, ...], float]:

@@ -100,13 +100,13 @@ def test_the_markdown_html_and_terminal_open_with_the_verdict(tmp_path, capsys):
 
 def test_the_table_shows_the_range_the_verdict_compares():
     """In brackets beside the wall clock's figure, the range itself: one repeat's timed p10-p90 over the steps (which
-    need not surround the figure), or the min-max over repeats."""
+    need not surround the figure, and says it is timed: since 2026-12-03), or the min-max over repeats."""
     from dsbench.report.terminal import compare_grid
 
     timed = [_row("ddp", 1000, ok=1, timed_tokens_per_s_p10=1010.0, timed_tokens_per_s_p90=1300.0),
              _row("fsdp", 800, ok=1, timed_tokens_per_s_p10=700.0, timed_tokens_per_s_p90=1020.0)]
     repeats = [_row("ddp", 1000, 950, 1050), _row("fsdp", 800, 700, 960)]
-    for rows, shown in ((timed, ["1,000 (1,010-1,300)", "800 (700-1,020)"]),
+    for rows, shown in ((timed, ["1,000 (timed 1,010-1,300)", "800 (timed 700-1,020)"]),
                         (repeats, ["1,000 (950-1,050)", "800 (700-960)"])):
         grid = compare_grid(rows)
         column = [c.header for c in grid.columns].index("tokens/s (range)")
