@@ -76,6 +76,20 @@ def test_a_lone_baseline_is_silent_beside_a_compared_group():
     assert verdict([rows[0]]) == ["m on 1 cpu rank: only single ran (500 tokens/s); nothing to compare."]
 
 
+def test_one_strategy_beside_the_baseline_says_how_it_scales():
+    """`compare --strategies single,ddp`: each rank count has one cell, and until 2026-12-03 the verdict said
+    "nothing to compare" twice. The strategy's line now gives its scaling against the 1-rank baseline, as the table's
+    scaling efficiency (by hand: 800 / (2 x 500) = 80%, 1.60x), and the baseline's own line goes."""
+    rows = [_row("single", 500, world=1, ok=1),
+            _row("ddp", 800, ok=1, scaling_efficiency=0.8, scaling_baseline="single")]
+    assert verdict(rows) == ["m on 2 cpu ranks: only ddp ran (800 tokens/s), 1.60x single on 1 rank: a scaling "
+                             "efficiency of 80%."]
+    unscaled = [rows[0], _row("ddp", 800, ok=1)]  # no efficiency derived: each line its own
+    assert [line.split(": ")[1] for line in verdict(unscaled)] == ["only single ran (500 tokens/s); nothing to "
+                                                                   "compare.", "only ddp ran (800 tokens/s); nothing "
+                                                                   "to compare."]
+
+
 def test_the_markdown_html_and_terminal_open_with_the_verdict(tmp_path, capsys):
     import shutil
 
