@@ -26,7 +26,7 @@ def validate(config: str, world_size: int | None, hostfile: str | None, include:
     """Check CONFIG for what DeepSpeed accepts silently or rejects late. Exit 0 valid, 1 invalid (or, with
     --strict, any warning), 2 usage."""
     from dsbench.configs.api import validate_file, world_size_from
-    from dsbench.configs.findings import has_errors
+    from dsbench.configs.findings import finding_lines, has_errors
 
     world = world_size_from(world_size, hostfile, include, exclude)
     _, findings = validate_file(config, world, allow_auto, deepspeed_check)
@@ -35,8 +35,8 @@ def validate(config: str, world_size: int | None, hostfile: str | None, include:
         click.echo(json.dumps({"config": config, "world_size": world, "valid": not errors,
                                "findings": [f.to_dict() for f in findings]}, indent=2))
     else:
-        for finding in findings:
-            click.echo(finding.line())
+        for line in finding_lines(findings):
+            click.echo(line)
         n_err = sum(f.severity == "error" for f in findings)
         verdict = "invalid" if has_errors(findings) else "fails --strict" if errors else "valid"
         click.echo(f"{config}: {verdict} ({n_err} errors, {len(findings) - n_err} warnings"

@@ -24,6 +24,8 @@ class Finding:
     """What is wrong, with the numbers involved."""
     fix: str = ""
     """How to fix it."""
+    becomes: str = ""
+    """An ``unresolved-auto``'s value under the HF TrainingArguments' defaults, as JSON ("" where none is known)."""
 
     def __post_init__(self) -> None:
         # a value quoted from the file (a 1 MB string, a key of 10,000 characters) never makes a finding longer than
@@ -43,8 +45,8 @@ class Finding:
         return f"{self.severity.upper():7} {self.text()}"
 
     def to_dict(self) -> dict[str, str]:
-        """JSON-ready form for ``--json``."""
-        return asdict(self)
+        """JSON-ready form for ``--json`` (``becomes`` only where known)."""
+        return {key: value for key, value in asdict(self).items() if key != "becomes" or value}
 
 
 def has_errors(findings: list[Finding]) -> bool:
@@ -60,3 +62,19 @@ def launch_notes(source: str, findings: list[Finding]) -> list[str]:
     filled = ([f"{source}: {len(auto)} 'auto' value{'s' * (len(auto) > 1)} filled on the ranks from the worker's "
                f"flags, as the HF Trainer fills them: {', '.join(auto)}"] if auto else [])
     return [f"{source}: {f.text()}" for f in findings if f.code != "unresolved-auto"] + filled
+
+
+def finding_lines(findings: list[Finding]) -> list[str]:
+    """validate's lines: one a finding, but two or more "auto" values in one line where the first stood, each with
+    what the Trainer's defaults make it (until 2026-12-03 a Trainer config's 15 "auto" keys were 15 ERROR lines
+    repeating one explanation and one fix)."""
+    auto = [f for f in findings if f.code == "unresolved-auto"]
+    if len(auto) < 2:
+        return [f.line() for f in findings]
+    keys = ", ".join(f.path + (f" ({f.becomes})" if f.becomes else "") for f in auto)
+    head = auto[0]
+    said = (f"{head.severity.upper():7} {len(auto)} values are 'auto': {keys}; "
+            + ("the HF Trainer, accelerate or `dsbench launch --config` fills them" if head.severity == "warning" else
+               "only the HF Trainer and accelerate fill them, plain DeepSpeed fails late on them")
+            + f"; in brackets what TrainingArguments' defaults make them. Fix: {head.fix}")
+    return [said if f is head else f.line() for f in findings if f is head or f.code != "unresolved-auto"]

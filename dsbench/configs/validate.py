@@ -269,7 +269,7 @@ def check_auto(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
                          "set a value, render with `dsbench render --model NAME`, or --allow-auto if the Trainer "
                          "fills it"))
         out.append(Finding(severity="warning" if ctx.allow_auto else "error", code="unresolved-auto", path=path,
-                           message=message, fix=fix))
+                           message=message, fix=fix, becomes="" if value is None else json.dumps(value)))
     return out
 
 

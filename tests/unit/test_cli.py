@@ -96,6 +96,28 @@ def test_validate_json_output(cli_run, tmp_path):
                                       "fix": "delete it or check the DeepSpeed config docs"}
 
 
+def test_validate_says_a_trainer_configs_auto_values_in_one_line(cli_run, tmp_path):
+    """A Trainer config (the corpus' LLaVA ZeRO-3 offload: 16 "auto" values) gave 16 ERROR lines, each repeating one
+    explanation and one fix (until 2026-12-03): they are one line now, each key with what TrainingArguments'
+    defaults make it (the oracle: transformers' own TrainingArguments), as --json gives each finding."""
+    from transformers import TrainingArguments
+
+    trainer = TrainingArguments(output_dir=str(tmp_path / "unused"))
+    path = ROOT / "tests" / "data" / "corpus" / "ds_configs" / "haotian-liu__LLaVA__scripts_zero3_offload.json"
+    for flags, severity in (((), "ERROR  "), (("--allow-auto",), "WARNING")):
+        lines = cli_run("validate", str(path), *flags).stdout.splitlines()
+        assert len(lines) == 2 and lines[0].startswith(f"{severity} 16 values are 'auto': fp16.enabled, bf16.enabled, "
+                                                       f"optimizer.params.lr ({trainer.learning_rate}), ")
+        for key, default in (("optimizer.params.eps", trainer.adam_epsilon),
+                             ("gradient_clipping", trainer.max_grad_norm),
+                             ("train_micro_batch_size_per_gpu", trainer.per_device_train_batch_size),
+                             ("optimizer.params.betas", [trainer.adam_beta1, trainer.adam_beta2])):
+            assert f"{key} ({json.dumps(default)})" in lines[0], key
+        assert lines[1].endswith(" 16 warnings)" if flags else " 0 warnings)")
+    findings = json.loads(cli_run("validate", str(path), "--json").stdout)["findings"]
+    assert len(findings) == 16 and {f["path"]: f.get("becomes") for f in findings}["optimizer.params.lr"] == "5e-05"
+
+
 def test_explain_says_what_is_sharded_and_offloaded(cli_run):
     result = cli_run("explain", str(ROOT / "ds_configs" / "zero3_offload.json"), "--world-size", "8")
     text = result.output
