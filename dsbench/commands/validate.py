@@ -39,7 +39,8 @@ def validate(config: str, world_size: int | None, hostfile: str | None, include:
             click.echo(line)
         n_err = sum(f.severity == "error" for f in findings)
         verdict = "invalid" if has_errors(findings) else "fails --strict" if errors else "valid"
-        click.echo(f"{config}: {verdict} ({n_err} errors, {len(findings) - n_err} warnings"
+        n_warn = len(findings) - n_err
+        click.echo(f"{config}: {verdict} ({n_err} error{'s' * (n_err != 1)}, {n_warn} warning{'s' * (n_warn != 1)}"
                    f"{f', world size {world}' if world else ''})")
     sys.exit(1 if errors else 0)
 
