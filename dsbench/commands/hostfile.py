@@ -28,7 +28,8 @@ def hostfile_check(path: str) -> None:
         sys.exit(1)
     for host in hosts:
         click.echo(f"{host.name:30} slots={host.slots}")
-    click.echo(f"{path}: valid ({len(hosts)} hosts, {sum(h.slots for h in hosts)} slots)")
+    slots = sum(h.slots for h in hosts)
+    click.echo(f"{path}: valid ({len(hosts)} host{'s' * (len(hosts) != 1)}, {slots} slot{'s' * (slots != 1)})")
 
 
 COMMAND = hostfile

@@ -97,7 +97,7 @@ def method_notes(rows: list[Row]) -> list[str]:
     kinds = sorted({r.memory_kind for r in ok if r.memory_kind})
     memory = {"rss": "peak resident set size (CPU)", "cuda_max_allocated": "torch.cuda.max_memory_allocated"}
     return [f"{'/'.join(map(str, steps))} measured steps after {'/'.join(map(str, warm))} warm-up steps, "
-            f"{'/'.join(map(str, reps))} repeat(s).",
+            f"{'/'.join(map(str, reps))} repeat{'s' * (reps != [1])}.",
             "tokens/s (wall) is global (all ranks), by the wall clock over the measured window, everything included "
             "(median over repeats); MFU uses it.",
             "timed tokens/s and timed step ms cover only zero_grad + forward/backward + optimizer step of the "
