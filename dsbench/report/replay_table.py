@@ -27,7 +27,7 @@ def _layout(row: dict[str, Any]) -> str:
     text = f"{row['tp']}/{row['pp']}/{row['cp']}/{dp} mb{mb}"
     if row.get("schedule") == "interleaved":
         virtual = row.get("virtual_stages") or row.get("chosen_virtual_stages", "?")
-        text += f" v{_starred(str(virtual), 'virtual_stages' in assumed)}"
+        text += f" int{_starred(str(virtual), 'virtual_stages' in assumed)}"  # as plan's table writes it
     return text
 
 
@@ -52,9 +52,10 @@ def replay_grids(result: dict[str, Any]) -> list[Grid]:
                  f"{row['predicted_peak_mem_gib']:,.1f}", f"{measured_mem:,.1f}" if measured_mem else "-",
                  _pct(row["mem_error"]))
     rows.notes.append("step s: seconds per optimizer step, predicted then measured; error = predicted / measured - "
-                      "1; layout tp/pp/cp/dp; * = filled by a rule (see `assumed` in --json; a starred row number: the "
-                      "interconnect); GiB: memory per GPU, "
-                      "reserved for torchtitan rows, allocated otherwise")
+                      "1; layout tp/pp/cp/dp (tensor x pipeline x context x data parallel), mb the micro-batch, int V "
+                      "the interleaved schedule over V chunks per rank; * = filled by a rule (see `assumed` in --json; "
+                      "a starred row number: the interconnect); GiB: memory per GPU, reserved for torchtitan rows, "
+                      "allocated otherwise")
     stats = Grid([Col("source", 80, left=True), Col("rows", 100), Col("skipped", 100), Col("rows used", 80, left=True),
                   Col("median", 80), Col("mean", 100), Col("max", 80), Col("spearman step", 100),
                   Col("spearman efficiency", 100)],

@@ -725,6 +725,18 @@ def test_the_replay_table_stars_only_the_inputs_a_rule_filled():
     assert h100["13"][3].endswith("mb4*") and h100["13"][5] == "full (SP)"  # only its micro-batch filled
 
 
+
+def test_the_replay_table_writes_an_interleaved_layout_as_the_plan_table_does():
+    """Korthikanti et al.'s GPT-3 and MT-NLG rows run the interleaved schedule over 3 chunks (their Table 5):
+    ``int3``, as `dsbench plan` writes it (until 2026-12-03 the replay wrote ``v3``), and the legend says so."""
+    from dsbench.plan.replay import as_json
+    from dsbench.report.replay_table import replay_grids
+
+    grid, _ = replay_grids(as_json(replay([str(ORACLES / "korthikanti2022-table5.csv")])))
+    assert [row[3] for row in grid.rows][2:6] == ["8/8/1/1 mb1 int3"] * 2 + ["8/35/1/1 mb1 int3"] * 2
+    assert "int V the interleaved schedule over V chunks per rank" in grid.notes[0]
+
+
 def test_a_flash_backward_costs_two_and_a_half_forwards():
     """FlashAttention's backward recomputes QK^T and runs dV, dP, dQ and dK: 5 GEMMs to the forward's 2 (Dao 2023,
     arXiv:2307.08691 sec. 3.1.2), the count FlashAttention's benchmarks and papers report TFLOP/s with. Megatron's
