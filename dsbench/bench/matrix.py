@@ -243,18 +243,21 @@ def _placed(strategies: list[str], world_sizes: list[int], hostfile: str | None,
     return placed
 
 
-def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None) -> list[str]:
-    """``dsbench launch`` arguments for a cell (the same command a user would type)."""
-    worker = ["--steps", str(cell.steps), "--warmup", str(cell.warmup), "--seq-len", str(cell.seq_len), "--quiet"]
+def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None, for_user: bool = False) -> list[str]:
+    """``dsbench launch`` arguments for a cell (the same command a user would type). ``for_user``: the command a
+    user is shown to run it again (tune's winner), with the launch's own run folder and its progress lines (until
+    2026-12-03 it carried the cell's ``--run-dir`` and ``--quiet``)."""
+    worker = ["--steps", str(cell.steps), "--warmup", str(cell.warmup), "--seq-len", str(cell.seq_len),
+              *([] if for_user else ["--quiet"])]
+    folder = [] if for_user else ["--run-dir", str(run_dir)]
     if cell.accelerate_config:  # the YAML on this machine's ranks, in the matrix's precision like every cell
         return ["--accelerate-config", cell.accelerate_config, "--num-processes", str(cell.world_size),
                 "--num-machines", "1", "--micro-batch", str(cell.micro_batch), "--model", cell.model,
-                "--precision", cell.precision, "--run-dir", str(run_dir), "--", *worker]
+                "--precision", cell.precision, *folder, "--", *worker]
     how = registry.get(cell.strategy)
     ranks = ["--hostfile", cell.hostfile] if cell.hostfile else ["--num-gpus", str(cell.world_size)]
     args = ["--strategy", how.engine, "--launcher", cell.launcher or how.launcher, *ranks,
-            "--micro-batch", str(cell.micro_batch), "--model", cell.model, "--run-dir", str(run_dir),
-            *how.launch_flags]
+            "--micro-batch", str(cell.micro_batch), "--model", cell.model, *folder, *how.launch_flags]
     if how.model_parallel * cell.grad_accum > 1:
         args += ["--grad-accum", str(how.model_parallel * cell.grad_accum)]
     if cell.checkpointing:

@@ -197,7 +197,7 @@ def _winner(req: TuneRequest, winner: search.Scored, run: Callable[[Cell, str], 
         best = max((r for r in out["speed"] if r["tokens_per_s"]), key=lambda r: r["tokens_per_s"], default=None)
         if best:
             cell, measured = cell_of(req, winner.layout, best["compile"], repeat=1), best["tokens_per_s"]
-    command = ["dsbench", "launch", *cell_launch_args(cell, Path(f"runs/{cell.id}"))]
+    command = ["dsbench", "launch", *cell_launch_args(cell, Path(f"runs/{cell.id}"), for_user=True)]
     out["winner"] = {**winner.to_dict(), "cell": cell.id, "command": shlex.join(command), "compile": cell.compile,
                      "fused_optimizer": cell.fused_optimizer, "tokens_per_s": measured,
                      "throughput": "wall clock over the measured window, every rank (never a sum of phases)"}

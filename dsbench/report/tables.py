@@ -181,7 +181,8 @@ def print_tune(result: dict[str, Any], top: int = 12, wide: bool = False) -> Non
         grid.print(console, wide)
     winner = result["winner"]
     if winner:
-        console.print(f"winner after {result['runs_used']} run(s): {winner['layout']}"
+        runs = result["runs_used"]
+        console.print(f"winner after {runs} run{'s' * (runs != 1)}: {winner['layout']}"
                       + "".join(f" {label}" for name, label in (("compile", "+compile"), ("fused_optimizer", "+fused"))
                               if winner.get(name)) + ", "
                       f"{winner['tokens_per_s']:,.0f} tokens/s measured", highlight=False)
@@ -193,7 +194,8 @@ def print_tune(result: dict[str, Any], top: int = 12, wide: bool = False) -> Non
             predicted = best["predicted_tokens_per_s"]
             # without --profile the planner prices a GPU's datasheet (--gpu): say so beside its figure
             source = "" if result.get("profile") else " (from a GPU's datasheet, not this machine)"
-            console.print(f"  why: the fastest of the {len(measured)} layout(s) measured by the wall clock"
+            console.print(f"  why: the fastest of the {len(measured)} layout{'s' * (len(measured) != 1)} measured by "
+                          "the wall clock"
                           + (f"; the planner predicted {predicted:,.0f} tokens/s for it{source}" if predicted else ""),
                           highlight=False)
         if len(measured) > 1:

@@ -54,6 +54,24 @@ def test_a_hostfile_runs_every_cell_but_single_across_its_hosts(tmp_path):
         expand(["ddp", "accel:x.yaml"], [2], [2], ["gpt2-tiny"], hostfile="hosts")
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "zero3_nvme", "torch_pipe2", "zero1_tp2", "ulysses2"])
+def test_the_command_tune_shows_for_its_winner_runs_as_typed(cli_run, tmp_path, strategy):
+    """tune's winner is shown as a `dsbench launch` to run again: the launch's own folder and progress lines
+    (until 2026-12-03 the cell's --run-dir and --quiet), and a command the launch takes as typed (a dry run)."""
+    import shlex
+    from dataclasses import replace
+
+    [cell] = expand([strategy], [2], [1], ["llama-tiny"])
+    cell = replace(cell, checkpointing=True)
+    shown = shlex.join(["dsbench", "launch", *cell_launch_args(cell, Path("runs") / cell.id, for_user=True)])
+    args = shlex.split(shown)[2:]  # as the user pastes it
+    assert "--quiet" not in args and "--run-dir" not in args and "--activation-checkpointing" in args
+    cut = args.index("--")
+    result = cli_run("launch", *args[:cut], "--dry-run", "--run-dir", "r", *args[cut:])
+    assert result.exit_code == 0, result.output
+    assert "--quiet" in cell_launch_args(cell, tmp_path) and "--run-dir" in cell_launch_args(cell, tmp_path)
+
+
 def test_compare_takes_its_world_size_from_the_hostfile(cli_run, tmp_path):
     (tmp_path / "hosts").write_text("n1 slots=2\nn2 slots=2\n")
     result = cli_run("compare", "--hostfile", str(tmp_path / "hosts"), "--world-sizes", "2", "--out", "c")

@@ -563,8 +563,8 @@ def test_tune_ends_with_the_winner_why_and_the_runner_up(capsys):
               "winner": {"layout": "zero1 mb2 x2", "tokens_per_s": 8400, "command": "dsbench launch --zero 1"}}
     print_tune(result)
     text = " ".join(capsys.readouterr().out.split())
-    assert "winner after 2 run(s): zero1 mb2 x2, 8,400 tokens/s measured" in text
-    assert "why: the fastest of the 2 layout(s) measured by the wall clock; the planner predicted 8,800" in text
+    assert "winner after 2 runs: zero1 mb2 x2, 8,400 tokens/s measured" in text
+    assert "why: the fastest of the 2 layouts measured by the wall clock; the planner predicted 8,800" in text
     assert "runner-up: ddp mb2 x2, 8,000 tokens/s measured (0.95x the fastest's)" in text
     assert "8,800 tokens/s for it (from a GPU's datasheet, not this machine)" in text  # no --profile
     print_tune({**result, "profile": "machine.json"})
