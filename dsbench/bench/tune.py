@@ -184,7 +184,7 @@ def _resumed(req: TuneRequest, found: search.Search, say: Callable[[str], None])
     """The search with the runs an interrupted tune finished already counted (their folders are read, not rerun)."""
     folders = {s.layout.name: req.out / "cells" / cell_of(req, s.layout).id for s in found.scored}
     done = {name: measured_tokens_per_s(folder) for name, folder in folders.items() if finished(folder)}
-    say(f"resumed: {len(done)} run(s) already made")
+    say(f"resumed: {len(done)} run{'s' * (len(done) != 1)} already made")
     return search.resumed(found, done)
 
 
