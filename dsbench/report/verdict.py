@@ -105,8 +105,8 @@ def verdict(rows: list[Row], max_slowdown: float = MAX_SLOWDOWN) -> list[str]:
     # when the lone cells it scales say their scaling against it
     scaled = {(row.model, row.device) for row in rows if row.scaling_efficiency is not None}
     compared = ([group for group in groups.values() if len(group) > 1]
-                or [group for group in groups.values() if group[0].world_size != 1 or len(group) > 1
-                    or (group[0].model, group[0].device) not in scaled]
+                or [group for group in groups.values()  # every group a lone cell here
+                    if group[0].world_size != 1 or (group[0].model, group[0].device) not in scaled]
                 or list(groups.values()))
     lines = [line for group in compared for line in _group_lines(group, max_slowdown)]
     lines += [f"Failed: {_named(row)}: {row.status}: {row.reason}" for row in rows if row.status != "ok"]
