@@ -183,9 +183,16 @@ def _run(req: TuneRequest, cell: Cell, what: str, *, say: Callable[[str], None])
 def _resumed(req: TuneRequest, found: search.Search, say: Callable[[str], None]) -> search.Search:
     """The search with the runs an interrupted tune finished already counted (their folders are read, not rerun)."""
     folders = {s.layout.name: req.out / "cells" / cell_of(req, s.layout).id for s in found.scored}
-    done = {name: measured_tokens_per_s(folder) for name, folder in folders.items() if finished(folder)}
+    ran = sorted((_started(folder), name) for name, folder in folders.items() if finished(folder))
+    done = {name: measured_tokens_per_s(folders[name]) for _, name in ran}  # in the order they ran
     say(f"resumed: {len(done)} run{'s' * (len(done) != 1)} already made")
     return search.resumed(found, done)
+
+
+def _started(folder: Path) -> float:
+    """When a cell started (its cell.json's wall clock), 0 where a hand-edited status holds no time."""
+    started = (read_status(folder) or {}).get("started")
+    return float(started) if isinstance(started, (int, float)) else 0.0
 
 
 def _winner(req: TuneRequest, winner: search.Scored, run: Callable[[Cell, str], float | None]) -> dict[str, Any]:

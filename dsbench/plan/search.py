@@ -160,13 +160,15 @@ def start(candidates: list[tuple[Layout, float, bool]], budget: int, exhaustive:
 
 
 def resumed(search: Search, done: dict[str, float | None]) -> Search:
-    """The search with the runs of an earlier tune (layout name -> measured tokens/s) already made."""
-    for s in search.scored:
-        if s.layout.name in done:
-            s.measured = done[s.layout.name]
-            s.status = "ok" if s.measured else "failed"
-            search.runs.append(s.layout.name)
-    correct(search.scored)
+    """The search with the runs of an earlier tune (layout name -> measured tokens/s, in the order they ran)
+    already made. Each is taken as :meth:`Search.step` took it, correcting the others after it, so a run keeps
+    the corrected prediction that chose it, as the tune that made it printed it."""
+    by_name = {s.layout.name: s for s in search.scored}
+    for name, value in done.items():
+        s = by_name[name]
+        s.measured, s.status = value, "ok" if value else "failed"
+        search.runs.append(name)
+        correct(search.scored)
     return replace(search)
 
 

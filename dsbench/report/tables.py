@@ -157,8 +157,9 @@ def tune_grids(result: dict[str, Any], top: int = 12) -> list[Grid]:
     ranking.notes.append("tokens/s, global. predicted: the planner" + (
         f" from the machine profile {result['profile']}" if result.get("profile") else
         " from a GPU's datasheet (--gpu), not this machine: pass --profile from dsbench calibrate") +
-        "; corrected: after the runs (measured/predicted of the same strategy, else the median ratio); measured: the "
-        "wall clock over the run's measured window")
+        "; corrected: scaled by the runs (measured/predicted of the same strategy, else the median ratio), a measured "
+        "layout's by the runs before it, the figure that chose it; measured: the wall clock over the run's measured "
+        "window")
     grids = [ranking]
     if result.get("speed"):
         speed = Grid([Col("layout", 80, left=True), Col("measured", 80), Col("vs without", 80)],

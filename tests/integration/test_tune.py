@@ -39,6 +39,10 @@ def test_tune_runs_within_its_budget_and_resumes(tmp_path):
     again = dsbench(*TUNE, "--out", str(out), "--resume", cwd=ROOT)
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted(p.name for p in (out / "cells").iterdir()) == cells  # nothing ran again
-    assert json.loads(again.stdout)["winner"]["cell"] == winner["cell"]
+    resumed = json.loads(again.stdout)
+    assert resumed["winner"]["cell"] == winner["cell"]
+    # the runs replayed in the order they started: every layout's figures as the tune printed them, a measured
+    # layout's corrected prediction (the one that chose it) included
+    assert resumed["layouts"] == found["layouts"] and resumed["runs"] == found["runs"]
     report = dsbench("report", str(out / "cells"), "-o", str(tmp_path / "report"), "--no-plots", cwd=ROOT)
     assert report.returncode == 0, report.stderr[-2000:]

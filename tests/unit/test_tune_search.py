@@ -69,6 +69,26 @@ def test_a_measurement_corrects_the_predictions_of_its_strategy_first():
     assert found.step(lambda layout: 1.0) is None and len(found.runs) == 2
 
 
+def test_a_resumed_search_is_the_search_that_ran():
+    """--resume replays the runs in the order they ran, each correcting the others as it did live: every layout
+    keeps the figures the tune printed, a measured one the corrected prediction that chose it (until 2026-12-03 a
+    resumed tune showed none for a measured layout). In another order the figures differ, so the order matters."""
+    a1, a2, b = (search.Layout(strategy=s, micro_batch=m, grad_accum=1) for s, m in (("a", 1), ("a", 2), ("b", 1)))
+    candidates = [(a1, 100.0, True), (a2, 90.0, True), (b, 95.0, True)]
+    live = search.start(candidates, budget=3)
+    stored = {a1: 50.0, a2: 60.0, b: 45.0}
+    while live.step(lambda layout: stored[layout]) is not None:
+        pass
+    assert live.runs == [a1.name, b.name, a2.name]  # b at 95 x 0.5 = 47.5 corrected, above a2's 45
+    figures = lambda found: [s.to_dict() for s in found.scored]  # noqa: E731
+    done = {name: stored[next(layout for layout in stored if layout.name == name)] for name in live.runs}
+    again = search.resumed(search.start(candidates, budget=3), done)
+    assert figures(again) == figures(live) and again.runs == live.runs
+    assert {s.layout.name: s.corrected for s in again.scored} == {a1.name: None, b.name: 47.5, a2.name: 45.0}
+    reordered = search.resumed(search.start(candidates, budget=3), dict(reversed(done.items())))
+    assert figures(reordered) != figures(live)
+
+
 def test_one_run_spends_no_more_when_nothing_else_comes_near():
     a, b = (search.Layout(strategy=s, micro_batch=1, grad_accum=1) for s in "ab")
     found = search.start([(a, 100.0, True), (b, 70.0, True)], budget=3)
