@@ -80,6 +80,12 @@ def _first_difference(before: dict[str, Any], now: dict[str, Any], prefix: str =
 
 def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
     """Create the results folder; refuse to mix with earlier results unless resuming the same matrix."""
+    check_out(out, matrix, resume)
+    atomic_write_json(out / "matrix.json", {"matrix": matrix, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+
+
+def check_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
+    """What :func:`prepare_out` refuses, writing nothing (a dry run's check)."""
     existing = out / "matrix.json"
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a folder")
@@ -100,7 +106,6 @@ def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
             key, there, now = differ
             raise UserError(f"{out} holds a different matrix ({key}: {json.dumps(there)} there, {json.dumps(now)} "
                             "now); --resume needs the same flags (or a new --out)")
-    atomic_write_json(existing, {"matrix": matrix, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
 
 def _watch(metrics: Path, stop: threading.Event, on_step: Callable[[dict[str, Any]], None]) -> None:
@@ -156,6 +161,26 @@ def run_cell(cell: Cell, folder: Path, timeout: float, nvme_path: str | None,
     return CellResult(cell=cell, status=outcome, folder=folder, reason=reason)
 
 
+def skips(folder: Path, resume: bool, retry_failed: bool) -> dict[str, Any] | None:
+    """The finished cell's status when --resume keeps it (not run again), else None."""
+    previous = read_status(folder)
+    done = previous is not None and previous.get("status") in FINISHED
+    return previous if resume and done and not (retry_failed and previous["status"] != "ok") else None
+
+
+def dry_run_lines(cells: list[Cell], out: Path, resume: bool, retry_failed: bool, nvme_path: str | None) -> list[str]:
+    """What ``compare --dry-run`` prints: each cell, in the order it would run, with the command that runs it, or
+    the finished status that ``--resume`` keeps."""
+    lines = []
+    for index, cell in enumerate(cells, start=1):
+        folder = out / "cells" / cell.id
+        kept = skips(folder, resume, retry_failed)
+        what = (f"finished ({kept['status']}): --resume keeps it" if kept else
+                shlex.join(["dsbench", "launch", *cell_launch_args(cell, folder, nvme_path)]))
+        lines.append(f"{index}/{len(cells)} {cell.id}: {what}")
+    return lines
+
+
 def run_matrix(cells: list[Cell], out: Path, resume: bool, retry_failed: bool, timeout: float,
                nvme_path: str | None, reporter: Any) -> list[CellResult]:
     """Run every cell not already finished; ``reporter`` shows progress (see :mod:`dsbench.bench.progress`)."""
@@ -163,9 +188,8 @@ def run_matrix(cells: list[Cell], out: Path, resume: bool, retry_failed: bool, t
     reporter.start(len(cells))
     for cell in cells:
         folder = out / "cells" / cell.id
-        previous = read_status(folder)
-        done = previous is not None and previous.get("status") in FINISHED
-        if resume and done and not (retry_failed and previous["status"] != "ok"):
+        previous = skips(folder, resume, retry_failed)
+        if previous is not None:
             results.append(CellResult(cell=cell, status=previous["status"], folder=folder,
                                       reason=previous.get("reason"), skipped=True))
             reporter.skipped(cell, previous["status"])

@@ -54,6 +54,16 @@ class CompareRun:
 def run_compare(matrix_file: str | None, flags: dict[str, Any], out: str | None, resume: bool,
                 retry_failed: bool, timeout: float, nvme_path: str | None, quiet: bool) -> CompareRun:
     """Expand and check the matrix, then run its cells (results kept whatever happens)."""
+    matrix, cells, folder = checked_matrix(matrix_file, flags, out)
+    prepare_out(folder, matrix, resume)
+    results = run_matrix(cells, folder, resume, retry_failed, timeout, nvme_path, RichReporter(quiet))
+    return CompareRun(folder, cells, results)
+
+
+def checked_matrix(matrix_file: str | None, flags: dict[str, Any],
+                   out: str | None) -> tuple[dict[str, Any], list[Cell], Path]:
+    """The matrix, its cells and its folder, checked as a run checks them before its first cell starts (a dry run
+    stops here)."""
     matrix = matrix_from(matrix_file, flags)
     cells = expand(**matrix)
     here = [cell.world_size for cell in cells if not cell.hostfile]
@@ -61,7 +71,4 @@ def run_compare(matrix_file: str | None, flags: dict[str, Any], out: str | None,
         check_ranks_here(max(here), "--world-sizes")
     check_precision(matrix["precision"], cpu=local_gpu_count() == 0)  # as each cell's launch would
     check_accelerate_yamls(cells)
-    folder = Path(out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
-    prepare_out(folder, matrix, resume)
-    results = run_matrix(cells, folder, resume, retry_failed, timeout, nvme_path, RichReporter(quiet))
-    return CompareRun(folder, cells, results)
+    return matrix, cells, Path(out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")

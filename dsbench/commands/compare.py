@@ -58,9 +58,10 @@ def _default(key: str) -> str:
               help="Machine profile (dsbench calibrate): the report shows predicted beside measured step time.")
 @max_slowdown_option
 @wide_option
+@click.option("--dry-run", is_flag=True, help="Check the matrix and print each cell's launch command; run nothing.")
 def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed: bool, timeout: float,
             nvme_path: str | None, no_report: bool, quiet: bool, profile: Any, max_slowdown: float, wide: bool,
-            **flags: Any) -> None:
+            dry_run: bool, **flags: Any) -> None:
     """Run a matrix of strategies side by side (real launches) and build the report."""
     from dsbench.bench.session import run_compare
     from dsbench.plan.verify import core_notes, predictor
@@ -75,6 +76,9 @@ def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed
         if flags["world_sizes"]:
             raise UserError("--world-sizes is the ranks on this machine; with --hostfile its slots say it: drop one")
         flags["world_sizes"] = [ranks_of(flags["hostfile"])]
+    if dry_run:
+        _dry_run(matrix_file, flags, out, resume, retry_failed, nvme_path)
+        return
     run = run_compare(matrix_file, flags, out, resume, retry_failed, timeout, nvme_path, quiet)
     if not no_report:
         built = build_report([run.folder / "cells"], run.folder / "report", predict=predict, max_slowdown=max_slowdown)
@@ -90,6 +94,20 @@ def compare(matrix_file: str | None, out: str | None, resume: bool, retry_failed
                    f"--out {run.folder}` runs them and {interrupted.cell.id} again", err=True)
         sys.exit(130)
     sys.exit(1 if failed else 0)
+
+
+def _dry_run(matrix_file: str | None, flags: dict[str, Any], out: str | None, resume: bool, retry_failed: bool,
+             nvme_path: str | None) -> None:
+    """The matrix checked as a run checks it, its folder included, and each cell's command; nothing written."""
+    from dsbench.bench.compare import check_out, dry_run_lines
+    from dsbench.bench.session import checked_matrix
+
+    matrix, cells, folder = checked_matrix(matrix_file, flags, out)
+    check_out(folder, matrix, resume)
+    click.echo(f"{len(cells)} cell{'s' * (len(cells) != 1)}, one after another, into {folder} (--dry-run: nothing "
+               "runs)")
+    for line in dry_run_lines(cells, folder, resume, retry_failed, nvme_path):
+        click.echo(line)
 
 
 COMMAND = compare

@@ -37,6 +37,14 @@ TP_NAMES = {"torch_tp_layer_s": "DTensor", "autotp_layer_s": "DeepSpeed AutoTP",
 """The tensor-parallel rates a profile may carry, as its summary names them."""
 
 
+def _offload_line(per_million: float) -> str:
+    """The offload's measured cost; on CPU ranks the host's Adam (vectorised) can beat the ranks' own torch AdamW,
+    and the figure is then a saving."""
+    verb = "costs" if per_million >= 0 else "saves"
+    return (f"the optimizer offloaded to the host (ZeRO-2, DeepSpeedCPUAdam) {verb} {abs(per_million):,.2f} ms per "
+            "step per million parameters a rank updates, against ZeRO-2 on the device")
+
+
 def _engine_lines(profile: dict[str, Any], rates: dict[str, float]) -> list[str]:
     """The engines' own costs the profile measured: FSDP2's, DeepSpeed's, tensor parallelism's, the pipelines'."""
     lines: list[str] = []
@@ -53,12 +61,7 @@ def _engine_lines(profile: dict[str, Any], rates: dict[str, float]) -> list[str]
         lines.append(f"DeepSpeed on {profile['model']['name']} itself, per gradient reduction: {zero1:,.2f} ms "
                      f"(ZeRO-1) and {zero2:,.2f} ms (ZeRO-2), its collectives' bytes apart")
     if "zero_offload_param_s" in rates:
-        per_million = rates["zero_offload_param_s"] * 1e9  # ms per million parameters
-        # on CPU ranks the host's Adam (vectorised) can beat the ranks' own torch AdamW: the figure is then a saving
-        verb = "costs" if per_million >= 0 else "saves"
-        lines.append(f"the optimizer offloaded to the host (ZeRO-2, DeepSpeedCPUAdam) {verb} "
-                     f"{abs(per_million):,.2f} ms per step per million parameters a rank updates, against ZeRO-2 on "
-                     "the device")
+        lines.append(_offload_line(rates["zero_offload_param_s"] * 1e9))  # ms per million parameters
     # the splits the family's layers were timed under (calibrate_layers.split_kinds: OLMo-2 has no AutoTP figure)
     splits = [f"{rates[rate] * 1e3:,.2f} ms ({name})" for rate, name in TP_NAMES.items() if rate in rates]
     if splits:

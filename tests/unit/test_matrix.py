@@ -296,3 +296,56 @@ def test_a_list_flag_names_each_value_once(cli_run, args, named):
     before anything runs."""
     result = cli_run(*args, "--out", "o")
     assert result.exit_code == 2 and named in result.output, result.output
+
+
+def test_compare_dry_run_checks_the_matrix_prints_each_cells_command_and_runs_nothing(cli_run, tmp_path):
+    """``compare --dry-run``: the matrix refused or accepted as a run would, its folder included; one line per cell
+    in the order they would run, each the exact launch compare makes (its own cell_command), which the launch takes
+    as typed (a dry run of each); nothing written. With --resume, a finished cell is named as kept."""
+    import json
+    import shlex
+
+    from dsbench.bench.compare import cell_command
+    from dsbench.bench.matrix import expand
+
+    flags = ["--strategies", "single,ddp,zero3_nvme,torch_pipe2", "--models", "gpt2-tiny", "--world-sizes", "2",
+             "--steps", "6", "--warmup", "2"]
+    result = cli_run("compare", *flags, "--out", "c", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "c").exists()  # nothing written
+    lines = result.output.splitlines()
+    assert lines[0] == "4 cells, one after another, into c (--dry-run: nothing runs)"
+    cells = expand(**_matrix_of(flags))
+    assert [cell.strategy for cell in cells] == ["single", "ddp", "zero3_nvme", "torch_pipe2"]
+    for index, (line, cell) in enumerate(zip(lines[1:], cells, strict=True), start=1):
+        head, _, command = line.partition(": ")
+        assert head == f"{index}/4 {cell.id}"
+        args = shlex.split(command)
+        assert args[2:] == cell_command(cell, Path("c") / "cells" / cell.id, None)[4:]  # what compare runs
+        cut = args.index("--")
+        launched = cli_run(*args[1:cut], "--dry-run", *args[cut:])
+        assert launched.exit_code == 0, (line, launched.output)
+    # a folder of this matrix with one cell finished ok and one failed: --resume keeps both, --retry-failed runs
+    # the failed one again; another matrix in it is refused, as the run refuses it
+    out = tmp_path / "r"
+    (out / "cells").mkdir(parents=True)
+    (out / "matrix.json").write_text(json.dumps({"matrix": _matrix_of(flags)}))
+    for cell, status in zip(cells[:2], ("ok", "failed"), strict=True):
+        (out / "cells" / cell.id).mkdir()
+        (out / "cells" / cell.id / "cell.json").write_text(json.dumps({"status": status}))
+    kept = cli_run("compare", *flags, "--out", "r", "--resume", "--dry-run").output.splitlines()
+    assert kept[1].endswith(": finished (ok): --resume keeps it") and kept[2].endswith(": finished (failed): "
+                                                                                      "--resume keeps it")
+    retried = cli_run("compare", *flags, "--out", "r", "--resume", "--retry-failed", "--dry-run").output.splitlines()
+    assert retried[1] == kept[1] and "dsbench launch --strategy ddp" in retried[2]
+    other = cli_run("compare", *flags[:-4], "--out", "r", "--resume", "--dry-run")
+    assert other.exit_code == 2 and "holds a different matrix (steps: 6 there, 20 now)" in other.output
+    assert sorted(p.name for p in out.iterdir()) == ["cells", "matrix.json"]
+
+
+def _matrix_of(flags: list[str]) -> dict:
+    """The matrix compare records for these flags (its own reading of them)."""
+    from dsbench.bench.session import matrix_from
+
+    return matrix_from(None, {"strategies": flags[1].split(","), "models": [flags[3]], "world_sizes": [2],
+                              "steps": 6, "warmup": 2})
