@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import strategies as registry
-from dsbench.bench.compare import FINISHED, prepare_out, read_status, run_cell, set_aside
+from dsbench.bench.compare import FINISHED, check_out, prepare_out, read_status, run_cell, set_aside
 from dsbench.bench.matrix import Cell, cell_launch_args, check_models, fused_by_default, takes
 from dsbench.bench.tune_request import TuneRequest
 from dsbench.errors import UserError
@@ -133,15 +133,45 @@ def definition_of(req: TuneRequest) -> dict[str, Any]:
                      if k not in ("out", "resume", "timeout") and (k != "speed_options" or v)}}
 
 
+def _scored(req: TuneRequest) -> search.Search:
+    """Every layout of the request, predicted by the planner; nothing run yet."""
+    layouts = search.layouts(checked_strategies(req), req.world, req.global_batch,
+                             lambda s: registry.get(s).model_parallel, req.checkpointing)
+    base = plan_request(req)
+    return search.start([(layout, *search.predict(layout, base, req.profile)) for layout in layouts], req.budget,
+                        req.exhaustive)
+
+
+def _result(req: TuneRequest, found: search.Search) -> dict[str, Any]:
+    """What tune.json holds of the search, its winner not yet added."""
+    return {"model": req.model, "world_size": req.world, "global_batch": req.global_batch,
+            "profile": req.profile.path if req.profile else None, "budget": req.budget, "exhaustive": req.exhaustive,
+            "runs_used": len(found.runs), "runs": found.runs,
+            "layouts": [s.to_dict() for s in search.ranked(found.scored)], "winner": None}
+
+
+def dry_run(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
+    """``tune --dry-run``: the request and its --out checked as a tune checks them, every layout ranked (with
+    --resume, the runs already made counted), and the run it would start first, with its launch; nothing written
+    or run. Only the first run is known: the next ones follow from what it measures."""
+    say = reporter or (lambda text: print(text, file=sys.stderr, flush=True))
+    found = _scored(req)
+    check_out(req.out, definition_of(req), req.resume)
+    if req.resume:
+        found = _resumed(req, found, say)
+    first = search.next_layout(found.scored, found.runs_allowed() - len(found.runs), found.exhaustive)
+    nxt = None
+    if first is not None:
+        cell = cell_of(req, first.layout)
+        nxt = {"layout": first.layout.name, "cell": cell.id, "command": shlex.join(
+            ["dsbench", "launch", *cell_launch_args(cell, req.out / "cells" / cell.id)])}
+    return {**_result(req, found), "dry_run": True, "next": nxt, "speed_options": req.speed_options}
+
+
 def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
     """Rank, run, correct, repeat; returns what ``tune.json`` holds."""
     say = reporter or (lambda text: print(text, file=sys.stderr, flush=True))
-    strategies = checked_strategies(req)
-    layouts = search.layouts(strategies, req.world, req.global_batch, lambda s: registry.get(s).model_parallel,
-                             req.checkpointing)
-    base = plan_request(req)
-    found = search.start([(layout, *search.predict(layout, base, req.profile)) for layout in layouts], req.budget,
-                         req.exhaustive)
+    found = _scored(req)
     prepare_out(req.out, definition_of(req), req.resume)
     if req.resume:
         found = _resumed(req, found, say)
@@ -156,10 +186,7 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
     while found.step(measure) is not None:
         pass
     winner = found.winner()
-    result = {"model": req.model, "world_size": req.world, "global_batch": req.global_batch,
-              "profile": req.profile.path if req.profile else None, "budget": req.budget, "exhaustive": req.exhaustive,
-              "runs_used": len(found.runs), "runs": found.runs,
-              "layouts": [s.to_dict() for s in search.ranked(found.scored)], "winner": None}
+    result = _result(req, found)
     if winner:
         result.update(_winner(req, winner, run))
     atomic_write_json(req.out / "tune.json", result)

@@ -55,15 +55,17 @@ def _tune(name: str) -> object:
 @click.option("--timeout", type=POSITIVE, default=_tune("timeout"), show_default=True,
               help="Seconds per run before it is stopped.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--dry-run", is_flag=True, help="Rank the layouts and print the first run's launch; run nothing.")
 @wide_option
 def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: int | None, budget: int,
          exhaustive: bool, profile: Any, strategies: list[str] | None, no_checkpointing: bool,
          speed_options: bool, gpu: str,
          gpu_mem: float | None, precision: str, seq_len: int, steps: int, warmup: int, out: str | None, resume: bool,
-         timeout: float, as_json: bool, wide: bool) -> None:
+         timeout: float, as_json: bool, dry_run: bool, wide: bool) -> None:
     """Find the fastest layout (strategy x micro-batch x accumulation x checkpointing) at a fixed global batch:
     the planner ranks them all, then at most --budget real runs decide (--speed-options: then the winner compiled and
     uncompiled, side by side). Every layout steps with a fused Adam, as compare's cells do by default."""
+    from dsbench.bench.tune import dry_run as tune_dry_run
     from dsbench.bench.tune import tune as run_tune
     from dsbench.configs.precision import check_precision
     from dsbench.envinfo import default_ranks, local_gpu_count
@@ -86,12 +88,12 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
                       gpu_mem=gpu_mem, precision=precision, seq_len=seq_len, steps=steps, warmup=warmup,
                       hostfile=hostfile, out=Path(out or f"runs/tune-{time.strftime('%Y%m%d-%H%M%S')}"),
                       resume=resume, timeout=timeout)
-    result = run_tune(req)
+    result = (tune_dry_run if dry_run else run_tune)(req)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
         print_tune(result, wide=wide)
-    sys.exit(0 if result["winner"] else 1)
+    sys.exit(0 if result["winner"] or dry_run else 1)
 
 
 COMMAND = tune

@@ -180,6 +180,9 @@ def print_tune(result: dict[str, Any], top: int = 12, wide: bool = False) -> Non
     console = table_console()
     for grid in tune_grids(result, top):
         grid.print(console, wide)
+    if result.get("dry_run"):
+        _print_tune_dry_run(result, console)
+        return
     winner = result["winner"]
     if winner:
         runs = result["runs_used"]
@@ -206,6 +209,22 @@ def print_tune(result: dict[str, Any], top: int = 12, wide: bool = False) -> Non
                           highlight=False)
     else:
         console.print(f"no run succeeded in {result['runs_used']} attempt(s): see the cells' compare.log")
+
+
+def _print_tune_dry_run(result: dict[str, Any], console: Any) -> None:
+    """What ``tune --dry-run`` adds under the ranking: the run it would start first, and how many may follow."""
+    nxt, left = result["next"], (len(result["layouts"]) if result["exhaustive"] else result["budget"]) - len(
+        result["runs"])
+    if nxt is None:
+        console.print("would run nothing: " + ("the budget is spent" if left <= 0 else
+                      "no layout left to run might beat the best measured one"), highlight=False)
+        return
+    then = ("every other layout that fits, best predicted first" if result["exhaustive"] else
+            f"up to {left - 1} more, each chosen by what the runs before it measured" if left > 1 else "no more")
+    race = "; then the winner again, compiled and not (--speed-options)" if result.get("speed_options") else ""
+    console.print(f"would run first: {nxt['layout']} ({nxt['cell']}); then {then}{race} (--dry-run: nothing runs)",
+                  highlight=False)
+    console.print(f"  {nxt['command']}", highlight=False, soft_wrap=True)
 
 
 def doctor_grid(rows: list[Any]) -> Grid:

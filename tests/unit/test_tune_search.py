@@ -265,3 +265,39 @@ def test_tune_records_its_profile_by_path(tmp_path):
     req = TuneRequest(model="llama-tiny", world=4, global_batch=8, gpu_mem=12, profile=read_profile(str(path)))
     written = json.loads(json.dumps(definition_of(req)))
     assert written["tune"]["profile"] == str(path) and written["tune"]["world"] == 4
+
+
+def test_tune_dry_run_ranks_the_layouts_names_its_first_run_and_runs_nothing(cli_run, tmp_path):
+    """``tune --dry-run``: every layout ranked as the tune ranks them, the run it would start first (the best
+    predicted that fits) with the launch it makes, which `dsbench launch` takes as typed; nothing written. With
+    --resume of a tune whose budget is spent, it says it would run nothing."""
+    import shlex
+
+    from dsbench.bench.compare import prepare_out
+    from dsbench.bench.tune import cell_of, definition_of
+
+    flags = ["--model", "gpt2-tiny", "--num-gpus", "2", "--strategies", "ddp,zero2", "--no-checkpointing",
+             "--budget", "2", "--steps", "4", "--warmup", "1", "--gpu-mem", "12"]
+    result = cli_run("tune", *flags, "--out", "t", "--dry-run", "--json")
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "t").exists()
+    found = json.loads(result.output)
+    assert found["dry_run"] and found["runs"] == [] and len(found["layouts"]) == 6  # 2 strategies x mb 1, 2, 4
+    best = max((row for row in found["layouts"] if row["fits"]), key=lambda row: row["predicted_tokens_per_s"])
+    assert found["next"]["layout"] == found["layouts"][0]["layout"]
+    assert found["layouts"][0]["predicted_tokens_per_s"] == best["predicted_tokens_per_s"]
+    printed = " ".join(cli_run("tune", *flags, "--out", "t", "--dry-run").output.split())  # as the terminal folds it
+    assert f"would run first: {found['next']['layout']} ({found['next']['cell']}); then up to 1 more" in printed
+    args = shlex.split(found["next"]["command"])
+    cut = args.index("--")
+    assert cli_run(*args[1:cut], "--dry-run", *args[cut:]).exit_code == 0  # (a launch's dry run writes its config)
+    # a tune that made its two runs (both failed): the budget is spent
+    req = TuneRequest(model="gpt2-tiny", world=2, global_batch=8, budget=2, strategies=["ddp", "zero2"],
+                      checkpointing=False, gpu_mem=12, steps=4, warmup=1, out=tmp_path / "r")
+    prepare_out(req.out, definition_of(req), resume=False)
+    for started, layout in enumerate(search.layouts(["ddp"], 2, 8, lambda s: 1, checkpointing=False)[:2]):
+        folder = req.out / "cells" / cell_of(req, layout).id
+        folder.mkdir(parents=True)
+        (folder / "cell.json").write_text(json.dumps({"status": "failed", "started": started}))
+    spent = cli_run("tune", *flags, "--out", "r", "--resume", "--dry-run")
+    assert spent.exit_code == 0 and "would run nothing: the budget is spent" in spent.output, spent.output
