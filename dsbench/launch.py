@@ -28,7 +28,7 @@ from dsbench.configs.worker_flags import check_worker_flags
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import read_hostfile
 from dsbench.io import atomic_write_json, atomic_write_text, read_text
-from dsbench.launch_checks import check_hostfile_overrides, check_layout
+from dsbench.launch_checks import check_hostfile_overrides, check_layout, check_yaml_layout
 from dsbench.launch_request import (
     DEEPSPEED_ONLY,
     WORKER_ONLY,
@@ -245,7 +245,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
         overrides |= {"main_process_ip": selected.first_host(), "machine_rank": 0}
     given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once
     config, processes = _checked_user_yaml(req, path, overrides, given)
-    machines = _int_or(config.get("num_machines"), 1)
+    machines = accelerate.machine_count(config)
     args = [item for key, value in overrides.items() if not hosts for item in (f"--{key}", str(value))]
     if req.render_flags.get("precision"):
         args += ["--mixed_precision", ACCELERATE_PRECISION[req.render_flags["precision"]]]
@@ -260,7 +260,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
     base = with_inherited_env(base, req)
     train = trainflags.for_launch(given, launch_fields(req, "auto", None, base.rank_prints_summary()))
     check_dataset_here(train.dataset, req.cwd, local=not req.hostfile)
-    notes = check_layout(train, None, processes) + accelerate_worker.worker_notes(config, compiled=train.compile)
+    notes = check_yaml_layout(train, config, processes, path)
     req.run_dir.mkdir(parents=True, exist_ok=True)
     copy = req.run_dir / "accelerate_config.yaml"
     if not (copy.exists() and copy.resolve() == Path(path).resolve()):
@@ -284,14 +284,10 @@ def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any],
     refusal = accelerate_worker.worker_refusal(config, processes)
     if refusal:
         raise UserError(f"{path}: {refusal}")
-    check_yaml_here(req, config, processes, machines=_int_or(config.get("num_machines"), 1))
+    check_yaml_here(req, config, processes, machines=accelerate.machine_count(config))
     ds_path, _ = ds_file_of(config, path)
     check_user_yaml_request(req, config, load_config_strict(ds_path) if ds_path else None, given)
     return config, processes
-
-
-def _int_or(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
 def materialize(prepared: PreparedLaunch) -> None:

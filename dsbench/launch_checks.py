@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import checkpoints, trainspec
+from dsbench.configs import accelerate, accelerate_worker
 from dsbench.configs.batch import config_batch
-from dsbench.configs.layout import config_dims
+from dsbench.configs.layout import config_dims, in_config_keys
 from dsbench.configs.precision import config_precision
 from dsbench.errors import UserError
 from dsbench.io import check_creatable_folder
@@ -39,6 +40,20 @@ def check_layout(train: trainspec.TrainSpec, config: dict[str, Any] | None, worl
                                         _definition(train, shape, dims, config), dims.world, dims.tp, dims.pp)
     pipelined = train.strategy in trainspec.PIPELINED
     return pipeline_notes(dims.pp, train.grad_accum) if pipelined else []
+
+
+def check_yaml_layout(train: trainspec.TrainSpec, yaml_config: dict[str, Any], processes: int,
+                      path: str) -> list[str]:
+    """:func:`check_layout` for a user's accelerate YAML: its Ulysses groups (``parallelism_config`` sp_size under
+    DeepSpeed) and its processes, a refusal naming the YAML's setting where the check names ``--ulysses``. Returns
+    the notes of what the worker does differently from a script under the YAML."""
+    sp = accelerate.ulysses_degree(yaml_config)
+    try:
+        check_layout(train, None, processes, dims=ParallelDims(world=processes, sp=sp) if sp > 1 else None)
+    except UserError as error:
+        raise UserError(f"{path}: " + in_config_keys(str(error), {"--ulysses": "parallelism_config sp_size"})
+                        if sp > 1 else str(error)) from None
+    return accelerate_worker.worker_notes(yaml_config, compiled=train.compile)
 
 
 def _definition(train: trainspec.TrainSpec, shape: ModelShape, dims: ParallelDims,

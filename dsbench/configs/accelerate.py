@@ -8,6 +8,7 @@ its own DeepSpeed-file check), so a new accelerate release is one regeneration a
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from functools import lru_cache
@@ -60,6 +61,11 @@ def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def machine_count(config: dict[str, Any]) -> int:
+    """``num_machines`` (checked a whole number >= 1 by validation, before a launch reads it), 1 when absent."""
+    return as_int(config.get("num_machines")) or 1
+
+
 def section_keys(config: dict[str, Any], section: str) -> dict[str, Any]:
     """A nested section's keys as accelerate applies them (``fsdp_config`` keys gain ``fsdp_`` ...)."""
     prefix = schema()["sections"][section]["prefix"]
@@ -106,6 +112,16 @@ def size_of(sizes: dict[str, int | None], suffix: str) -> int:
     return next((size or 1 for key, size in sizes.items() if key.endswith(suffix)), 1)
 
 
+def ulysses_degree(config: dict[str, Any]) -> int:
+    """DeepSpeed Ulysses' degree a YAML asks for: ``parallelism_config``'s sp_size under DEEPSPEED (accelerate 1.15's
+    one sequence-parallel backend, ``sp_backend: deepspeed``: ``Accelerator._prepare_deepspeed`` registers
+    DeepSpeed's UlyssesSPAttentionHF over sp_size consecutive ranks), else 1."""
+    if config.get("distributed_type") != "DEEPSPEED":
+        return 1
+    sizes = {key: as_int(value) for key, value in section_keys(config, "parallelism_config").items()}
+    return size_of(sizes, "sp_size")
+
+
 def hsdp_mismatch(sizes: dict[str, int | None], processes: int) -> str | None:
     """Why an HSDP parallelism_config does not fit ``processes`` (said without the section's name), or None:
     accelerate's ``ParallelismConfig`` needs dp_replicate_size x dp_shard_size to be every process and a shard group
@@ -118,3 +134,23 @@ def hsdp_mismatch(sizes: dict[str, int | None], processes: int) -> str | None:
         return (f"dp_replicate_size {replicate} x dp_shard_size {shard} = {replicate * shard}, but the launch starts "
                 f"{processes} processes; make their product the process count")
     return None
+
+
+def did_you_mean(key: str, known: list[str]) -> str:
+    """The fix for a name accelerate does not know: the known one it resembles, else deleting it."""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'? rename it" if close else "delete it"
+
+
+def unknown_setting_fix(section: str, key: str, applied: str, known: list[str]) -> str:
+    """A misspelt setting's likely name; a key of DeepSpeed's own JSON (TRL's ALST YAML sets
+    ``seq_parallel_communication_data_type`` inline) goes into a DeepSpeed file, which the inline settings
+    cannot carry."""
+    from dsbench.configs.schema import load_schema
+
+    fix = did_you_mean(applied, known)
+    if section == "deepspeed_config" and fix == "delete it" and key in load_schema().keys[""]:
+        return ("delete it here: it is a key of DeepSpeed's JSON config, which the inline settings cannot carry; "
+                "`dsbench render --from-accelerate YAML -o ds.json` writes them as that file, to add it to and name "
+                "by deepspeed_config_file in their place")
+    return fix

@@ -6,13 +6,20 @@ it silently ignores). Findings use the DeepSpeed validator's format: severity, c
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
 from typing import Any
 
-from dsbench.configs.accelerate import as_int, hsdp_mismatch, schema, section_keys, size_of
+from dsbench.configs.accelerate import (
+    as_int,
+    did_you_mean,
+    hsdp_mismatch,
+    schema,
+    section_keys,
+    size_of,
+    unknown_setting_fix,
+)
 from dsbench.configs.accelerate_megatron import check as megatron_check
 from dsbench.configs.findings import Finding
 from dsbench.hostfile import is_valid_hostname
@@ -27,7 +34,6 @@ FSDP1_ONLY = {
     "fsdp_use_orig_params": "delete it (FSDP2 always uses the original parameters)",
     "fsdp_sync_module_states": "delete it (FSDP2 does not need it)",
 }
-OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 # An address left as in a template: xxx.xxx.xxx.xxx, <MASTER_IP>, ${IP}, "your-ip" ...
 _PLACEHOLDER_ADDRESS = re.compile(r"^(x+\.){1,3}x+$|[<>{}$]|your|changeme|placeholder|master_?ip|ip_?addr",
                                   re.IGNORECASE)
@@ -35,11 +41,6 @@ _PLACEHOLDER_ADDRESS = re.compile(r"^(x+\.){1,3}x+$|[<>{}$]|your|changeme|placeh
 _QUOTE_NO = "quote it, {key}: '{value}' (YAML reads a bare {value} as false)"
 MAX_COUNT = 1_000_000
 """Largest process or machine count taken as meant (beyond any cluster)."""
-
-
-def _did_you_mean(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'? rename it" if close else "delete it"
 
 
 def _error(code: str, path: str, message: str, fix: str) -> Finding:
@@ -63,7 +64,7 @@ def _top_level(config: dict[str, Any]) -> list[Finding]:
     for key in config:
         if key not in s["top"]:
             out.append(_error("unknown-key", key, f"accelerate {version} refuses the file at launch: no top-level "
-                              f"key '{key}'", _did_you_mean(key, s["top"])))
+                              f"key '{key}'", did_you_mean(key, s["top"])))
     kind = config.get("distributed_type")
     if kind is None:
         out.append(_error("missing-key", "distributed_type", "accelerate needs distributed_type (it raises "
@@ -71,7 +72,7 @@ def _top_level(config: dict[str, Any]) -> list[Finding]:
     elif kind not in s["distributed_types"]:
         out.append(_error("bad-value", "distributed_type", f"{kind!r} is not one of accelerate's types "
                           f"({', '.join(s['distributed_types'])})", _QUOTE_NO.format(key="distributed_type", value="NO")
-                          if kind is False else _did_you_mean(str(kind), s["distributed_types"])))
+                          if kind is False else did_you_mean(str(kind), s["distributed_types"])))
     precision = config.get("mixed_precision")
     if precision is not None and precision not in s["precisions"]:
         out.append(_error("bad-value", "mixed_precision", f"{precision!r} is not one of {s['precisions']}",
@@ -106,7 +107,7 @@ def _sections(config: dict[str, Any]) -> list[Finding]:
             if applied not in known:
                 out.append(_error("unknown-key", f"{section}.{key}", f"accelerate {s['accelerate_version']} has no "
                                   f"{section} setting '{key}': it is copied and never read",
-                                  _did_you_mean(applied, known)))
+                                  unknown_setting_fix(section, key, applied, known)))
     return out
 
 
@@ -161,7 +162,7 @@ def _deepspeed(config: dict[str, Any]) -> list[Finding]:
     launchers = schema()["deepspeed_multinode_launchers"]
     if launcher is not None and launcher not in launchers:
         out.append(_error("bad-value", "deepspeed_config.deepspeed_multinode_launcher", f"{launcher!r} is not one "
-                          f"of {', '.join(launchers)}", _did_you_mean(str(launcher), launchers)))
+                          f"of {', '.join(launchers)}", did_you_mean(str(launcher), launchers)))
     stage = ds.get("zero_stage")
     zero3_only = [k for k in ("zero3_init_flag", "zero3_save_16bit_model") if ds.get(k) is True]
     if zero3_only and stage != 3 and not ds.get("deepspeed_config_file"):
@@ -190,7 +191,7 @@ def _offloads(ds: dict[str, Any], stage: Any) -> list[Finding]:
     out = []
     for what in ("optimizer", "param"):
         device = ds.get(f"offload_{what}_device")
-        if device is not None and device not in OFFLOAD_DEVICES:
+        if device is not None and device not in ("none", "cpu", "nvme"):  # accelerate's offload devices
             out.append(_error("bad-value", f"deepspeed_config.offload_{what}_device", f"{device!r} is not an "
                               "offload device", "use none, cpu or nvme"))
         if device == "nvme" and not ds.get(f"offload_{what}_nvme_path"):
@@ -244,7 +245,7 @@ def _fsdp_choices(fsdp: dict[str, Any], version: int) -> list[Finding]:
                 key == "fsdp_sharding_strategy" and as_int(value) in range(1, len(allowed) + 1)):
             out.append(_error("bad-value", f"fsdp_config.{key}", f"{value!r} is not one of "
                               f"{', '.join(allowed)}{' under fsdp_version 2' if version == 2 else ''}",
-                              _did_you_mean(str(value).upper(), allowed)))
+                              did_you_mean(str(value).upper(), allowed)))
     return out
 
 

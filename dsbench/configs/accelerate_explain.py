@@ -9,9 +9,11 @@ from dsbench.configs.accelerate import (
     as_int,
     ds_config_file,
     dynamo_backend,
+    machine_count,
     section_keys,
     size_of,
     starts_one_process,
+    ulysses_degree,
     world_size,
 )
 from dsbench.configs.accelerate_megatron import explain as megatron_explain
@@ -74,7 +76,14 @@ def _explain_deepspeed(config: dict[str, Any], ds_lines: list[str] | None) -> li
     ds = section_keys(config, "deepspeed_config")
     launcher = ds.get("deepspeed_multinode_launcher")
     lines = ["engine: DeepSpeed" + (f" (nodes started with its {launcher} launcher)" if launcher and
-                                    (as_int(config.get("num_machines")) or 1) > 1 else "")]
+                                    machine_count(config) > 1 else "")]
+    sp = ulysses_degree(config)
+    if sp > 1:  # accelerate 1.15 Accelerator._prepare_deepspeed: UlyssesSPAttentionHF over sp consecutive ranks
+        processes = world_size(config)
+        groups = f"; {processes // sp} such groups train on different data" if processes else ""
+        lines.append(f"sequence parallelism (parallelism_config sp_size {sp}): DeepSpeed Ulysses (ALST) over {sp} "
+                     f"consecutive processes: each holds 1/{sp} of every sequence, and an all-to-all around attention "
+                     f"gives it the whole sequence for 1/{sp} of the heads{groups}")
     if ds.get("deepspeed_config_file"):
         lines.append(f"every DeepSpeed setting comes from {ds['deepspeed_config_file']} (accelerate fills its "
                      "\"auto\" values from the training script)")
@@ -139,7 +148,7 @@ def _explain_fsdp(config: dict[str, Any]) -> list[str]:
 
 
 def _processes_line(config: dict[str, Any], kind: Any, processes: int | None) -> str:
-    machines = as_int(config.get("num_machines")) or 1
+    machines = machine_count(config)
     if starts_one_process(config):
         return (f"`accelerate launch` starts one process, not {processes}: MULTI_CPU runs several only through "
                 "mpirun (mpirun_config.mpirun_hostfile); `dsbench launch` refuses it (MULTI_GPU runs as CPU ranks "

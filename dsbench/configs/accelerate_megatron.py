@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dsbench.configs.accelerate import as_int, section_keys, world_size
+from dsbench.configs.accelerate import as_int, machine_count, section_keys, world_size
 from dsbench.configs.findings import Finding
 
 SECTION = "megatron_lm_config"
@@ -150,7 +150,7 @@ def explain(config: dict[str, Any]) -> list[str]:
 
 def plan_command(config: dict[str, Any], layout: MegatronLayout, processes: int) -> str:
     """``dsbench plan --layout`` for the YAML's layout (a model is the user's to name)."""
-    machines = as_int(config.get("num_machines")) or 1
+    machines = machine_count(config)
     precision = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}.get(str(config.get("mixed_precision")), "fp32")
     words = ["dsbench plan --model MODEL", f"--gpus {processes}", *([f"--nodes {machines}"] * (machines > 1)),
              f"--layout {'zero1' if layout.distributed_optimizer else 'ddp'}", f"--tp {layout.tp}",

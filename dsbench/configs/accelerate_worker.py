@@ -13,6 +13,7 @@ from dsbench.configs.accelerate import (
     section_keys,
     size_of,
     starts_one_process,
+    ulysses_degree,
 )
 from dsbench.configs.templates import load_template
 from dsbench.errors import UserError
@@ -92,12 +93,20 @@ def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
     # the FSDP engine runs (--dp-shard; its sizes are validate's: accelerate_check._hsdp); the other sizes split the
     # model or the sequence otherwise
     hsdp = kind == "FSDP" and size_of(sizes, "dp_replicate_size") > 1
+    # under DeepSpeed, sp_size is DeepSpeed Ulysses (ALST), which the worker's DeepSpeed engine runs
+    # (worker/accelerate_env.with_ulysses); its dp sizes are informational there (ParallelismConfig skips its size
+    # check for DeepSpeed's sequence parallelism: DeepSpeed's own groups are sp consecutive ranks x world / sp)
+    ulysses = kind == "DEEPSPEED" and size_of(sizes, "sp_size") > 1
     parallel = [f"parallelism_config.{key} {size}" for key, size in sizes.items()
                 if (size or 1) > 1 and not key.endswith("dp_shard_size")
-                and not (hsdp and key.endswith("dp_replicate_size"))]
+                and not (hsdp and key.endswith("dp_replicate_size")) and not (ulysses and key.endswith("sp_size"))]
     if parallel:
-        return (f"{parallel[0]}: accelerate's sequence/context/tensor parallelism (and replicas outside FSDP) is not "
-                "run by dsbench's worker; delete parallelism_config to train plain data parallelism")
+        return (f"{parallel[0]}: accelerate's context/tensor parallelism, sequence parallelism outside DeepSpeed (and "
+                "replicas outside FSDP) are not run by dsbench's worker; delete parallelism_config to train plain "
+                "data parallelism")
+    if ulysses and (processes or 0) % size_of(sizes, "sp_size"):
+        return (f"parallelism_config.parallelism_config_sp_size {size_of(sizes, 'sp_size')} does not divide the "
+                f"{processes} processes (DeepSpeed's Ulysses groups take sp_size consecutive ranks each)")
     if str(config.get("mixed_precision") or "no") == "fp8":
         return "mixed_precision fp8: dsbench's worker trains in fp32, bf16 or fp16; use --precision"
     fsdp = section_keys(config, "fsdp_config")
@@ -120,6 +129,11 @@ def worker_notes(config: dict[str, Any], compiled: bool = False) -> list[str]:
     if section_keys(config, "deepspeed_config").get("zero3_init_flag") is True:
         notes.append("zero3_init_flag: dsbench builds the model from its config on every rank, then DeepSpeed "
                      "partitions it (no deepspeed.zero.Init while building)")
+    attention = section_keys(config, "parallelism_config").get("parallelism_config_sp_attn_implementation")
+    if ulysses_degree(config) > 1 and attention not in (None, "sdpa"):
+        notes.append(f"parallelism_config_sp_attn_implementation {attention}: dsbench's worker runs the model's SDPA "
+                     "attention inside DeepSpeed's Ulysses wrapper (the same math; a CUDA kernel such as "
+                     "flash-attn is a GPU script's choice)")
     dynamo = dynamo_backend(config)
     if dynamo and not compiled:
         notes.append(f"dynamo_backend {dynamo}: dsbench's worker does not torch.compile the model from the YAML; "

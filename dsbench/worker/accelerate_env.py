@@ -72,6 +72,24 @@ def _size(env: Mapping[str, str], name: str) -> int:
         raise UserError(f"{name}={env[name]!r}: the launcher sets a whole number there") from None
 
 
+def with_ulysses(raw: Any, source: str, env: Mapping[str, str]) -> Any:
+    """The DeepSpeed config with the Ulysses degree an accelerate YAML asks for (``parallelism_config``'s sp_size,
+    which ``accelerate launch`` exports as ``PARALLELISM_CONFIG_SP_SIZE`` and ``Accelerator._prepare_deepspeed``
+    registers DeepSpeed's UlyssesSPAttentionHF with: accelerate 1.15's one backend, ``sp_backend: deepspeed``), as
+    ``sequence_parallel_size``, the key the worker's DeepSpeed engine and DeepSpeed's own batch arithmetic read; a
+    config that states another degree is refused. Unchanged without accelerate's sequence parallelism."""
+    if env.get("ACCELERATE_USE_PARALLELISM_CONFIG") != "true" or env.get("ACCELERATE_USE_DEEPSPEED") != "true":
+        return raw
+    sp = _size(env, "PARALLELISM_CONFIG_SP_SIZE")
+    if sp == 1 or not isinstance(raw, dict):
+        return raw
+    stated = raw.get("sequence_parallel_size")
+    if stated not in (None, sp):
+        raise UserError(f"{source}: sequence_parallel_size {stated}, but accelerate's parallelism_config asks for "
+                        f"sp_size {sp}: make them one")
+    return {**raw, "sequence_parallel_size": sp}
+
+
 def inline_deepspeed(env: Mapping[str, str]) -> bool:
     """accelerate runs DeepSpeed from inline YAML settings (no ``deepspeed_config_file``)."""
     return env.get("ACCELERATE_USE_DEEPSPEED") == "true" and not env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")

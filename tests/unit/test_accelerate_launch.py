@@ -159,8 +159,11 @@ def test_launch_misuse_is_one_line(cli_run, args, message):
     assert result.exit_code == 2 and message in result.output
 
 
-@pytest.mark.parametrize("name, key", [("sequence_parallel.yaml", "parallelism_config.parallelism_config_sp_size"),
-                                       ("multi_cpu.yaml", "distributed_type MULTI_CPU")])
+@pytest.mark.parametrize("name, key", [
+    ("sequence_parallel_fsdp.yaml", "parallelism_config.parallelism_config_sp_size 2: accelerate's context/tensor "
+                                    "parallelism, sequence parallelism outside DeepSpeed"),
+    ("sequence_parallel_uneven.yaml", "parallelism_config_sp_size 2 does not divide the 3 processes"),
+    ("multi_cpu.yaml", "distributed_type MULTI_CPU")])
 def test_what_the_worker_cannot_honour_is_named(name, key):
     config = yaml.safe_load((BAD / name).read_text())
     assert key in accelerate_worker.worker_refusal(config, config["num_processes"])
@@ -357,3 +360,54 @@ def test_explain_says_multi_cpu_starts_one_process_without_mpirun_as_the_launch_
     assert first.startswith("`accelerate launch` starts 2 process(es)") is bool(mpirun)
     assert ("starts one process for it without mpirun" in refused) is (not mpirun)
     assert ("mpirun launches (mpirun_config)" in refused) is bool(mpirun)  # the worker still does not start those
+
+
+TRL_ALST = CORPUS / "huggingface__trl__examples_accelerate_configs_alst_ulysses_4gpu.yaml"
+
+
+def _alst_as_fixed(tmp_path) -> str:
+    """TRL's ALST YAML with the one line validation refuses deleted, as its fix says (the key is a DeepSpeed JSON
+    key that accelerate's inline settings never read)."""
+    fixed = tmp_path / "alst.yaml"
+    fixed.write_text("".join(line for line in TRL_ALST.read_text().splitlines(keepends=True)
+                             if "seq_parallel_communication_data_type" not in line))
+    return str(fixed)
+
+
+def test_trls_alst_yaml_runs_as_deepspeed_ulysses_once_its_dead_key_is_deleted(cli_run, tmp_path):
+    """TRL's ALST/Ulysses example (ZeRO-3, parallelism_config sp_size 2 with sp_backend deepspeed, 4 processes) was
+    refused until 2026-12-03 as "sequence parallelism"; it is DeepSpeed Ulysses, which the worker runs. As typed, one
+    key stops it: a DeepSpeed JSON key set inline, where accelerate never reads it (the fix says where it goes).
+    The oracle for what reaches the ranks: accelerate's own launch_command, whose environment the worker turns into
+    the DeepSpeed config's sequence_parallel_size (worker/accelerate_env.with_ulysses)."""
+    from unittest import mock
+
+    from dsbench.worker import accelerate_env
+
+    typed = cli_run("validate", str(TRL_ALST))
+    assert typed.exit_code == 1 and "seq_parallel_communication_data_type" in typed.output
+    assert "key of DeepSpeed's JSON config" in typed.output and "deepspeed_config_file" in typed.output
+    fixed = _alst_as_fixed(tmp_path)
+    config = yaml.safe_load(open(fixed).read())
+    assert accelerate_worker.worker_refusal(config, 4) is None
+    assert any("DeepSpeed Ulysses (ALST) over 2 consecutive processes" in line and "2 such groups" in line
+               for line in accelerate_explain.explain(config))
+    result = cli_run("launch", "--accelerate-config", fixed, "--precision", "fp32", "--model", "llama-tiny",
+                     "--run-dir", "r", "--dry-run")
+    assert result.exit_code == 0, result.output
+    words = _command(result.output)
+    env = launched_env(words[words.index("accelerate") + 2:])
+    assert (env["PARALLELISM_CONFIG_SP_SIZE"], env["PARALLELISM_CONFIG_SP_BACKEND"]) == ("2", "deepspeed")
+    with mock.patch.dict(os.environ, env):
+        inline = accelerate_env.deepspeed_config(0)[0]
+    assert "sequence_parallel_size" not in inline  # accelerate hands its degree to DeepSpeed's mpu, not the config
+    assert accelerate_env.with_ulysses(inline, "plugin", env)["sequence_parallel_size"] == 2
+    assert accelerate_env.with_ulysses(inline, "plugin", {**env, "PARALLELISM_CONFIG_SP_SIZE": "1"}) == inline
+    with pytest.raises(UserError, match="ds.json: sequence_parallel_size 4, but accelerate's parallelism_config asks "
+                                        "for sp_size 2"):
+        accelerate_env.with_ulysses({**inline, "sequence_parallel_size": 4}, "ds.json", env)
+    # the model and sequence are checked against the Ulysses groups before anything starts
+    short = cli_run("launch", "--accelerate-config", fixed, "--precision", "fp32", "--model", "llama-tiny",
+                    "--run-dir", "r2", "--dry-run", "--", "--seq-len", "127")
+    named = f"{fixed}: --seq-len 127 must split into parallelism_config sp_size 2 equal shards"  # the YAML's setting
+    assert short.exit_code == 2 and named in short.output
