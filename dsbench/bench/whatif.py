@@ -11,13 +11,14 @@ at that rate (dsbench/plan/comm.py). Written as whatif.json, whatif.md, whatif.c
 from __future__ import annotations
 
 import csv
+import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dsbench import strategies as registry
-from dsbench.bench.compare import prepare_out, run_matrix
-from dsbench.bench.matrix import Cell, expand
+from dsbench.bench.compare import check_out, prepare_out, run_matrix
+from dsbench.bench.matrix import Cell, cell_launch_args, expand
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json, atomic_write_text
 from dsbench.run_record import RunSummary, read_summary
@@ -128,12 +129,8 @@ def whatif_main(links: list[str], strategies: list[str], nodes: int, slots: int,
     from dsbench.testbed.layout import Testbed
     from dsbench.testbed.manage import down, testbed_dir, up
 
-    # every check the inputs allow, before a test bed goes up
-    links = check_links(links)
-    Testbed(nodes=nodes, slots=slots, root=testbed_dir())  # --nodes/--slots checked before anything is written
-    cells = whatif_cells(strategies, nodes * slots, model, micro, steps, warmup, seq_len)
-    prepare_out(out, {"links": links, "strategies": strategies, "nodes": nodes, "slots": slots, "model": model,
-                      "micro_batch": micro, "steps": steps, "warmup": warmup, "seq_len": seq_len}, resume=False)
+    links, cells, matrix = _checked(links, strategies, nodes, slots, model, micro, steps, warmup, seq_len)
+    prepare_out(out, matrix, resume=False)
     results: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {}
     for link in links:
         bed = up(Testbed(nodes=nodes, slots=slots, bandwidth=None if link == UNSHAPED else link,
@@ -146,6 +143,42 @@ def whatif_main(links: list[str], strategies: list[str], nodes: int, slots: int,
             down(quiet=True)
         results[link] = {r.cell.strategy: (r.status, _summary(r.folder)) for r in done}
     return rows_from(results, model, nodes * slots, micro, seq_len)
+
+
+def _checked(links: list[str], strategies: list[str], nodes: int, slots: int, model: str, micro: int, steps: int,
+             warmup: int, seq_len: int) -> tuple[list[str], list[Cell], dict[str, Any]]:
+    """Every check the inputs allow, before a test bed goes up: the links, the test bed's layout, the cells; with
+    the matrix that ``OUT/matrix.json`` records."""
+    from dsbench.testbed.layout import Testbed
+    from dsbench.testbed.manage import testbed_dir
+
+    links = check_links(links)
+    Testbed(nodes=nodes, slots=slots, root=testbed_dir())  # --nodes/--slots checked before anything is written
+    cells = whatif_cells(strategies, nodes * slots, model, micro, steps, warmup, seq_len)
+    return links, cells, {"links": links, "strategies": strategies, "nodes": nodes, "slots": slots, "model": model,
+                          "micro_batch": micro, "steps": steps, "warmup": warmup, "seq_len": seq_len}
+
+
+def dry_run_lines(links: list[str], strategies: list[str], nodes: int, slots: int, model: str, micro: int,
+                  steps: int, warmup: int, seq_len: int, out: Path) -> list[str]:
+    """``whatif --dry-run``: the checks a run makes before its first test bed goes up, its --out included, then per
+    link the test bed it would bring up and each cell's launch; nothing written, no test bed brought up."""
+    from dsbench.testbed.layout import Testbed
+    from dsbench.testbed.manage import testbed_dir
+
+    links, cells, matrix = _checked(links, strategies, nodes, slots, model, micro, steps, warmup, seq_len)
+    check_out(out, matrix, resume=False)
+    hostfile = str(Testbed(nodes=nodes, slots=slots, root=testbed_dir()).hostfile)
+    lines = [f"{len(links)} link{'s' * (len(links) != 1)} x {len(cells)} cell{'s' * (len(cells) != 1)}, one test "
+             f"bed of {nodes} nodes x {slots} slot{'s' * (slots != 1)} at a time, into {out} (--dry-run: nothing "
+             "runs, no test bed goes up)"]
+    for link in links:
+        lines.append(f"{link}: the test bed up " + ("unshaped (the bare bridge)" if link == UNSHAPED else
+                                                    f"with each node's link shaped to {link} (tc)"))
+        for cell in cells:
+            args = cell_launch_args(replace(cell, hostfile=hostfile), out / link / "cells" / cell.id)
+            lines.append("  " + shlex.join(["dsbench", "launch", *args]))
+    return lines
 
 
 def whatif_cells(strategies: list[str], world: int, model: str, micro: int, steps: int, warmup: int,

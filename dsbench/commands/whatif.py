@@ -31,8 +31,9 @@ from dsbench.commands.options import (
 @click.option("--out", type=click.Path(file_okay=False), help="Results folder [runs/whatif-<time>].")
 @click.option("--timeout", type=POSITIVE, default=900, show_default=True, help="Seconds per cell.")
 @click.option("--quiet", is_flag=True, help="No live progress.")
+@click.option("--dry-run", is_flag=True, help="Check the inputs and print each link's cells; bring nothing up.")
 def whatif(links: list[str], strategies: list[str], nodes: int, slots: int, model: str, micro_batch: int, steps: int,
-           warmup: int, seq_len: int, out: str | None, timeout: float, quiet: bool) -> None:
+           warmup: int, seq_len: int, out: str | None, timeout: float, quiet: bool, dry_run: bool) -> None:
     """Run strategies across test-bed nodes at several link rates, beside the planner's communication time
     (needs root: it brings `dsbench testbed` up and down once per link). Exit 1 when a cell failed."""
     from dsbench.bench.progress import RichReporter
@@ -42,6 +43,12 @@ def whatif(links: list[str], strategies: list[str], nodes: int, slots: int, mode
     from dsbench.report.tables import whatif_grid
 
     folder = Path(out or f"runs/whatif-{time.strftime('%Y%m%d-%H%M%S')}")
+    if dry_run:
+        from dsbench.bench.whatif import dry_run_lines
+
+        for line in dry_run_lines(links, strategies, nodes, slots, model, micro_batch, steps, warmup, seq_len, folder):
+            click.echo(line)
+        return
     rows = whatif_main(links, strategies, nodes, slots, model, micro_batch, steps, warmup, seq_len, folder, timeout,
                        RichReporter(quiet))
     files = write(rows, folder)

@@ -71,3 +71,30 @@ def test_rows_rank_strategies_per_link_and_subtract_the_unshaped_step():
     assert rows["20mbit", "zero2"].rank is None and rows["20mbit", "zero2"].step_s is None
     table = markdown(list(rows.values()))
     assert "| 20mbit | zero2 | - | - | - |" in table and table.count("\n") == 6
+
+
+def test_whatif_dry_run_checks_everything_a_run_checks_and_brings_nothing_up(cli_run, tmp_path):
+    """``whatif --dry-run`` (no root needed): per link, the test bed it would bring up and each cell's launch across
+    its hostfile, which `dsbench launch` takes as typed (a dry run); nothing written. Bad inputs are refused as a run
+    refuses them, before any test bed."""
+    import shlex
+
+    result = cli_run("whatif", "--links", "unshaped,100mbit", "--strategies", "ddp,zero2", "--out", "w", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "w").exists()
+    lines = result.output.splitlines()
+    assert lines[0].startswith("2 links x 2 cells, one test bed of 2 nodes x 1 slot at a time, into w")
+    assert lines[1] == "unshaped: the test bed up unshaped (the bare bridge)"
+    assert lines[4] == "100mbit: the test bed up with each node's link shaped to 100mbit (tc)"
+    commands = [shlex.split(line) for line in lines if line.startswith("  dsbench launch")]
+    assert len(commands) == 4 and all("--hostfile" in args for args in commands)
+    assert [args[args.index("--run-dir") + 1] for args in commands][2:] == [
+        f"w/100mbit/cells/{name}" for name in ("ddp-w2-mb2-fused-gpt2-tiny-r0", "zero2-w2-mb2-gpt2-tiny-r0")]
+    (tmp_path / "hosts").write_text("n1 slots=1\nn2 slots=1\n")  # the test bed's hostfile stands in for a dry run
+    for args in commands[:2]:
+        args[args.index("--hostfile") + 1] = "hosts"
+        cut = args.index("--")
+        launched = cli_run(*args[1:cut], "--dry-run", *args[cut:])
+        assert launched.exit_code == 0, launched.output
+    refused = cli_run("whatif", "--links", "100mbit,0.1gbit", "--out", "w2", "--dry-run")
+    assert refused.exit_code == 2 and "names one rate twice" in refused.output and not (tmp_path / "w2").exists()
