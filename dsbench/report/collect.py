@@ -201,10 +201,46 @@ def _figures(ok: list[Run]) -> dict[str, Any]:
         **_speed(ok[0].header))
 
 
-def group_rows(runs: list[Run]) -> list[Row]:
-    """One row per cell (repeats merged) with medians, spreads and derived figures."""
-    groups: dict[tuple, list[Run]] = {}
+LAYOUT_WORDS = {"micro_batch": "mb{}", "grad_accum": "x{}", "recompute": "{}", "seq_len": "seq {}",
+                "precision": "{}"}
+"""What else makes a run of one strategy another cell (its layout and workload), as a label names it where two
+runs of one strategy, model, device and ranks differ in it: ``ddp+fused mb1 x4``, tune's spelling of a layout."""
+
+
+def _layout(run: Run) -> dict[str, Any]:
+    recompute = run.header.recompute
+    return {"micro_batch": run.micro_batch, "grad_accum": run.header.grad_accum, "seq_len": run.header.seq_len,
+            "recompute": "ckpt" if recompute == "full" else "" if recompute == "none" else f"recompute {recompute}",
+            "precision": run.header.precision}
+
+
+def told_apart(runs: list[Run]) -> list[Run]:
+    """Runs of one strategy on one model, device and ranks that differ in their layout or workload (a tune's cells,
+    a compare over several micro-batches, merged folders of two sequence lengths) labelled with what differs, so
+    that each is its own row and reads as such. Until 2026-12-03 they printed as one label twice, and layouts that
+    differed in accumulation or activation checkpointing alone merged into one row as if repeats."""
+    def cell(run: Run) -> tuple[Any, ...]:
+        return run.model, run.device, run.world_size, run.strategy
+
+    seen: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for run in runs:
+        seen.setdefault(cell(run), []).append(_layout(run))
+    out = []
+    for run in runs:
+        differ = {key for key in LAYOUT_WORDS if len({str(layout[key]) for layout in seen[cell(run)]}) > 1}
+        if differ & {"micro_batch", "grad_accum"}:
+            differ |= {"micro_batch", "grad_accum"}  # a batch split reads whole: mb1 x4
+        layout = _layout(run)
+        words = [LAYOUT_WORDS[key].format(layout[key]) for key in LAYOUT_WORDS if key in differ and layout[key]]
+        out.append(replace(run, strategy=" ".join([run.strategy, *words])) if words and run.strategy != "?" else run)
+    return out
+
+
+def group_rows(runs: list[Run]) -> list[Row]:
+    """One row per cell (repeats merged) with medians, spreads and derived figures; runs of one strategy in other
+    layouts are other cells (:func:`told_apart`)."""
+    groups: dict[tuple, list[Run]] = {}
+    for run in told_apart(runs):
         groups.setdefault(tuple(getattr(run, k) for k in KEY), []).append(run)
     rows = []
     for key, members in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
