@@ -96,7 +96,7 @@ def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
     # under DeepSpeed, sp_size is DeepSpeed Ulysses (ALST), which the worker's DeepSpeed engine runs
     # (worker/accelerate_env.with_ulysses); its dp sizes are informational there (ParallelismConfig skips its size
     # check for DeepSpeed's sequence parallelism: DeepSpeed's own groups are sp consecutive ranks x world / sp)
-    ulysses = kind == "DEEPSPEED" and size_of(sizes, "sp_size") > 1
+    ulysses = (sp := ulysses_degree(config)) > 1
     parallel = [f"parallelism_config.{key} {size}" for key, size in sizes.items()
                 if (size or 1) > 1 and not key.endswith("dp_shard_size")
                 and not (hsdp and key.endswith("dp_replicate_size")) and not (ulysses and key.endswith("sp_size"))]
@@ -104,8 +104,8 @@ def worker_refusal(config: dict[str, Any], processes: int | None) -> str | None:
         return (f"{parallel[0]}: accelerate's context/tensor parallelism, sequence parallelism outside DeepSpeed (and "
                 "replicas outside FSDP) are not run by dsbench's worker; delete parallelism_config to train plain "
                 "data parallelism")
-    if ulysses and (processes or 0) % size_of(sizes, "sp_size"):
-        return (f"parallelism_config.parallelism_config_sp_size {size_of(sizes, 'sp_size')} does not divide the "
+    if ulysses and (processes or 0) % sp:
+        return (f"parallelism_config.parallelism_config_sp_size {sp} does not divide the "
                 f"{processes} processes (DeepSpeed's Ulysses groups take sp_size consecutive ranks each)")
     if str(config.get("mixed_precision") or "no") == "fp8":
         return "mixed_precision fp8: dsbench's worker trains in fp32, bf16 or fp16; use --precision"
