@@ -277,9 +277,14 @@ def explain_accelerate(path: str) -> list[str]:
 
 def from_accelerate_yaml(path: str) -> dict[str, Any]:
     """``render --from-accelerate``: the DeepSpeed config an accelerate YAML's inline settings make, checked by the
-    DeepSpeed validator (its "auto" batch sizes are accelerate's to fill)."""
+    DeepSpeed validator (its "auto" batch sizes are accelerate's to fill). A ``parallelism_config`` sp_size under
+    DEEPSPEED is written as ``sequence_parallel_size``: accelerate hands DeepSpeed the degree through its mpu, but a
+    ``deepspeed`` launch of the file, and transformers' ZeRO-3 ``zero.Init`` (which builds its config without the
+    mpu), divide the world by that key alone (deepspeed 0.19 runtime/config.py, "HF zero.init case")."""
     config = load_accelerate_strict(path)
     out = accelerate_worker.to_deepspeed(config)
+    if (sp := accelerate.ulysses_degree(config)) > 1:
+        out["sequence_parallel_size"] = sp
     errors = [f for f in validate(out, ValidateContext(world_size=accelerate.world_size(config), allow_auto=True))
               if f.severity == "error"]
     if errors:

@@ -411,3 +411,33 @@ def test_trls_alst_yaml_runs_as_deepspeed_ulysses_once_its_dead_key_is_deleted(c
                     "--run-dir", "r2", "--dry-run", "--", "--seq-len", "127")
     named = f"{fixed}: --seq-len 127 must split into parallelism_config sp_size 2 equal shards"  # the YAML's setting
     assert short.exit_code == 2 and named in short.output
+
+
+def test_render_from_an_alst_yaml_writes_the_ulysses_degree_deepspeed_divides_by(cli_run, tmp_path):
+    """`render --from-accelerate` on an ALST YAML writes sp_size as sequence_parallel_size: a `deepspeed` launch of
+    the file and transformers' ZeRO-3 zero.Init build DeepSpeed's config with no mpu and divide the world by that key
+    (deepspeed runtime/config.py). Oracle for the degree: accelerate's own launch_command environment. The file,
+    named by the YAML in place of its inline settings, reaches the ranks unchanged and launches."""
+    from dsbench.worker import accelerate_env
+
+    fixed = _alst_as_fixed(tmp_path)
+    result = cli_run("render", "--from-accelerate", fixed, "-o", str(tmp_path / "alst.json"))
+    assert result.exit_code == 0, result.output
+    rendered = json.loads((tmp_path / "alst.json").read_text())
+    typed = cli_run("launch", "--accelerate-config", fixed, "--precision", "fp32", "--model", "llama-tiny",
+                    "--run-dir", "r", "--dry-run")
+    words = _command(typed.output)
+    env = launched_env(words[words.index("accelerate") + 2:])
+    assert rendered["sequence_parallel_size"] == int(env["PARALLELISM_CONFIG_SP_SIZE"]) == 2
+    assert accelerate_env.with_ulysses(rendered, "alst.json", env) == rendered
+    config = yaml.safe_load(open(fixed).read())
+    config["deepspeed_config"] = {"deepspeed_config_file": "alst.json"}
+    del config["mixed_precision"]  # accelerate refuses it beside a file (which says bf16: --precision fp32 below)
+    (tmp_path / "named.yaml").write_text(yaml.safe_dump(config))
+    named = cli_run("launch", "--accelerate-config", str(tmp_path / "named.yaml"), "--precision", "fp32",
+                    "--model", "llama-tiny", "--run-dir", str(tmp_path / "r2"), "--dry-run")
+    assert named.exit_code == 0, named.output
+    # a YAML without sequence parallelism renders no such key
+    plain = cli_run("render", "--from-accelerate", str(CORPUS / "huggingface__trl__examples_accelerate_configs_"
+                                                                 "deepspeed_zero3.yaml"))
+    assert plain.exit_code == 0 and "sequence_parallel_size" not in plain.output
