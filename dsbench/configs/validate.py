@@ -25,6 +25,7 @@ from dsbench.configs.reduction_check import check_reduction
 from dsbench.configs.scheduler_check import check_scheduler
 from dsbench.configs.schema import unknown_keys
 from dsbench.configs.types import check_types
+from dsbench.configs.zeropp_check import check_hpz
 from dsbench.errors import UserError
 from dsbench.parallel import ParallelDims, bubble_fraction
 from dsbench.zero_section import stage_as_read, zero_settings
@@ -284,15 +285,14 @@ def check_structure(config: Any) -> list[Finding]:
 
 def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) -> list[Finding]:
     """All findings for ``config``: dsbench's checks, then DeepSpeed's parser when importable."""
-    structural = check_structure(config)
-    if structural:
+    if structural := check_structure(config):
         return structural
     if ctx.world_size is not None and ctx.layout is None:
         ctx = replace(ctx, layout=layout_of(config, ctx.world_size))  # the one layout every check reads
     findings = [*unknown_keys(config), *check_types(config, skip=BATCH_KEYS), *check_parallel_degrees(config, ctx),
                 *check_batch(config, ctx), *check_combinations(config, ctx), *check_auto(config, ctx),
                 *check_optimizer(config), *check_scheduler(config), *check_reduction(config), *check_inert(config),
-                *device_findings(config, ctx.cpu_ranks)]
+                *device_findings(config, ctx.cpu_ranks), *check_hpz(config, ctx.world_size)]
     if deepspeed_check:
         from dsbench.configs.deepspeed_check import deepspeed_findings
 
