@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import click
@@ -187,6 +188,8 @@ def _rank(opts: dict[str, Any], config_file: str | None, verify: bool, write_dir
             from dsbench.report.tables import print_verify
 
             print_verify(verified, result["cluster"]["profile"], wide)
+    if result["recommendation"] is None:  # an answer, but not one to launch: exit 1, as a script's `plan && ...` reads
+        sys.exit(1)
 
 
 def _one_gpu_source(profile: Any) -> None:
