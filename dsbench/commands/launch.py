@@ -12,6 +12,7 @@ import click
 
 from dsbench.commands.base import Command
 from dsbench.commands.options import (
+    LAUNCHER,
     POSITIVE,
     SLURM_FLAGS,
     render_options,
@@ -108,7 +109,7 @@ def run_label(launcher: str, strategy: str, flags: dict[str, Any], elsewhere: bo
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Use this DeepSpeed config as is.")
 @click.option("--strategy", type=click.Choice(ENGINES),
               help="What the worker trains with [deepspeed].")
-@click.option("--launcher", type=click.Choice(["deepspeed", "torchrun", "accelerate", "slurm"]),
+@click.option("--launcher", type=LAUNCHER,
               help="How ranks start [deepspeed]; slurm: submit an sbatch script (one srun task per rank).")
 @click.option("--recompute", type=click.Choice(RECOMPUTE),
               help="What the backward recomputes: none, full (every block; = -- --activation-checkpointing), "

@@ -34,6 +34,32 @@ class Finite(click.ParamType):
         return number
 
 
+class Hinted(click.Choice):
+    """A choice whose refusal of a value another tool spells differently says how dsbench spells it."""
+
+    def __init__(self, choices: list[str], hints: dict[str, str]) -> None:
+        super().__init__(choices)
+        self.hints = hints
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            if str(value).lower() not in self.hints:
+                raise
+            self.fail(f"{value!r} is not one of {', '.join(map(repr, self.choices))}: "
+                      f"{self.hints[str(value).lower()]}", param, ctx)
+
+
+# DeepSpeed's runner spells its multi-node backends as `deepspeed --launcher NAME` (deepspeed 0.19 launcher/
+# runner.py: pdsh, openmpi, mpich, impi, mvapich, slurm); dsbench's --launcher names the program that starts the ranks
+_BACKEND = "{0} is a backend of DeepSpeed's runner here: --launcher deepspeed --launcher-backend {0}"
+_UNSUPPORTED = ("dsbench starts DeepSpeed's runner through pdsh, ssh or openmpi (--launcher deepspeed "
+                "--launcher-backend ...), not {0}")
+LAUNCHER = Hinted(["deepspeed", "torchrun", "accelerate", "slurm"],
+                  {**{name: _BACKEND.format(name) for name in ("pdsh", "openmpi", "ssh")},
+                   **{name: _UNSUPPORTED.format(name) for name in ("mpich", "impi", "mvapich")},
+                   "torch": "torch's launcher is --launcher torchrun"})
 POSITIVE = Finite(0, low_open=True)
 COUNT = click.IntRange(min=1)
 _OFFLOAD = click.Choice(["none", "cpu", "nvme"])

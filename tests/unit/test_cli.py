@@ -409,3 +409,17 @@ def test_a_launch_of_a_config_says_its_warnings(cli_run, tmp_path):
     assert f"note: {config}: activation_checkpointing: read only by deepspeed.checkpointing.configure" in result.output
     # and its fix, as validate gives it
     assert "Fix: write zero_optimization.offload_optimizer instead" in result.output
+
+
+@pytest.mark.parametrize(("typed", "said"), [
+    ("openmpi", "--launcher deepspeed --launcher-backend openmpi"),
+    ("PDSH", "--launcher deepspeed --launcher-backend pdsh"),
+    ("mpich", "through pdsh, ssh or openmpi (--launcher deepspeed --launcher-backend ...), not mpich"),
+    ("torch", "torch's launcher is --launcher torchrun"),
+    ("bogus", "'bogus' is not one of 'deepspeed', 'torchrun', 'accelerate', 'slurm'."),
+])
+def test_deepspeeds_spelling_of_a_launcher_is_answered_with_dsbenchs(cli_run, typed, said):
+    """`deepspeed --launcher openmpi` is DeepSpeed's runner flag; dsbench's --launcher names the program that starts
+    the ranks, so the refusal says how dsbench spells it (anything else keeps click's own message)."""
+    result = cli_run("launch", "--launcher", typed, "--dry-run")
+    assert result.exit_code == 2 and said in " ".join(result.output.split())
