@@ -96,7 +96,8 @@ def method_notes(rows: list[Row]) -> list[str]:
     reps = sorted({r.repeats for r in ok})
     kinds = sorted({r.memory_kind for r in ok if r.memory_kind})
     memory = {"rss": "peak resident set size (CPU)", "cuda_max_allocated": "torch.cuda.max_memory_allocated"}
-    return [f"{'/'.join(map(str, steps))} measured steps after {'/'.join(map(str, warm))} warm-up steps, "
+    return [f"{'/'.join(map(str, steps))} measured step{'s' * (steps != [1])} after {'/'.join(map(str, warm))} "
+            f"warm-up step{'s' * (warm != [1])}, "
             f"{'/'.join(map(str, reps))} repeat{'s' * (reps != [1])}.",
             "tokens/s (wall) is global (all ranks), by the wall clock over the measured window, everything included "
             "(median over repeats); MFU uses it.",

@@ -94,6 +94,10 @@ def test_markdown_names_units_and_method():
     assert "tokens/s" in text and "peak mem MiB/rank" in text
     assert "15 measured steps after 5 warm-up steps" in text and "tokens/s (wall)" in text
     assert "zero3_nvme x2 (gpt2-mini): failed" in text
+    from dsbench.report.render import method_notes
+
+    one = [replace(row, measured_steps=1, warmup_steps=1, repeats=1) for row in collect([COMPARE])]
+    assert method_notes(one)[0] == "1 measured step after 1 warm-up step, 1 repeat."
 
 
 def test_merging_a_compare_and_a_plain_launch_folder():
