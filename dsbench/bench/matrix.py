@@ -253,7 +253,8 @@ def cell_launch_args(cell: Cell, run_dir: Path, nvme_path: str | None = None, fo
     if cell.accelerate_config:  # the YAML on this machine's ranks, in the matrix's precision like every cell
         return ["--accelerate-config", cell.accelerate_config, "--num-processes", str(cell.world_size),
                 "--num-machines", "1", "--micro-batch", str(cell.micro_batch), "--model", cell.model,
-                "--precision", cell.precision, *folder, "--", *worker]
+                "--precision", cell.precision, *(["--grad-accum", str(cell.grad_accum)] if cell.grad_accum > 1 else []),
+                *folder, "--", *worker]
     how = registry.get(cell.strategy)
     ranks = ["--hostfile", cell.hostfile] if cell.hostfile else ["--num-gpus", str(cell.world_size)]
     args = ["--strategy", how.engine, "--launcher", cell.launcher or how.launcher, *ranks,

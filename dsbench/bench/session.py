@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,14 @@ def matrix_from(matrix_file: str | None, flags: dict[str, Any]) -> dict[str, Any
     return matrix
 
 
-def check_accelerate_yamls(cells: list[Cell]) -> None:
+def check_accelerate_yamls(cells: list[Cell]) -> list[Cell]:
     """Each ``accel:`` YAML checked for every rank count it will run at, before the first cell starts: a bad YAML
-    is one line now, not a failed cell after the others have run."""
+    is one line now, not a failed cell after the others have run. Returns the cells, an ALST YAML's at the
+    accumulation that keeps compare's global batch (:func:`_batch_multiple`)."""
     from dsbench.configs import accelerate_worker
     from dsbench.configs.api import validate_accelerate
 
+    multiple = {}
     for path, world in sorted({(c.accelerate_config, c.world_size) for c in cells if c.accelerate_config}):
         config, findings = validate_accelerate(path, None, overrides={"num_processes": world, "num_machines": 1})
         errors = [f for f in findings if f.severity == "error"]
@@ -40,6 +42,30 @@ def check_accelerate_yamls(cells: list[Cell]) -> None:
         refusal = accelerate_worker.worker_refusal(config, world)
         if refusal:
             raise UserError(f"{ACCEL}{path}: {refusal}")
+        multiple[path] = _batch_multiple(config, path)
+    return [replace(c, grad_accum=c.grad_accum * multiple[c.accelerate_config]) if c.accelerate_config else c
+            for c in cells]
+
+
+def _batch_multiple(config: dict[str, Any], path: str) -> int:
+    """The accumulation an ``accel:`` cell takes so that its global batch is every cell's, micro-batch x world
+    samples: an ALST YAML's Ulysses groups of sp ranks share each sample (accelerate: ``train_batch_size = micro x
+    accumulation x processes // sp_size``), so sp micro-steps, as a native ``ulyssesN`` cell accumulates N
+    (strategies.model_parallel). A YAML that settles its own accumulation (inline, or in the DeepSpeed file it
+    names) keeps it: its settings stand, as in its own launch."""
+    import json
+
+    from dsbench.configs import accelerate
+    from dsbench.configs.api import ds_file_of
+
+    sp = accelerate.ulysses_degree(config)
+    if sp == 1:
+        return 1
+    settled = accelerate.section_keys(config, "deepspeed_config").get("gradient_accumulation_steps")
+    ds_path = ds_file_of(config, path)[0]
+    if ds_path:  # checked above as the launch checks it
+        settled = json.loads(Path(ds_path).read_text()).get("gradient_accumulation_steps")
+    return 1 if settled not in (None, "auto") else sp
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,5 +96,5 @@ def checked_matrix(matrix_file: str | None, flags: dict[str, Any],
     if here:  # the cells that run on this machine's ranks, refused now rather than each failing in turn
         check_ranks_here(max(here), "--world-sizes")
     check_precision(matrix["precision"], cpu=local_gpu_count() == 0)  # as each cell's launch would
-    check_accelerate_yamls(cells)
+    cells = check_accelerate_yamls(cells)
     return matrix, cells, Path(out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -349,3 +349,33 @@ def _matrix_of(flags: list[str]) -> dict:
 
     return matrix_from(None, {"strategies": flags[1].split(","), "models": [flags[3]], "world_sizes": [2],
                               "steps": 6, "warmup": 2})
+
+
+def test_an_alst_yaml_cell_trains_the_global_batch_of_every_other_cell(cli_run, tmp_path):
+    """An ``accel:`` ALST YAML (sp_size 2) in a compare accumulates 2 micro-steps, as the native ulysses2 cell does,
+    so that all cells train micro-batch x world samples a step (until 2026-12-03 it trained half). Oracle for its
+    global batch: accelerate's own arithmetic, ``train_batch_size = micro x accumulation x processes // sp_size``
+    (accelerate 1.15 Accelerator._prepare_deepspeed); DeepSpeed's for ulysses2, world / sequence_parallel_size data-
+    parallel ranks (runtime/config.py). A YAML that sets its own accumulation keeps it."""
+    import shlex
+
+    alst = ("distributed_type: DEEPSPEED\nnum_processes: 2\nmixed_precision: 'no'\ndeepspeed_config:\n"
+            "  zero_stage: 1\n{}parallelism_config:\n  parallelism_config_sp_size: 2\n"
+            "  parallelism_config_sp_backend: deepspeed\n")
+    (tmp_path / "alst.yaml").write_text(alst.format(""))
+    (tmp_path / "own.yaml").write_text(alst.format("  gradient_accumulation_steps: 3\n"))
+    result = cli_run("compare", "--strategies", "ddp,ulysses2,accel:alst.yaml,accel:own.yaml", "--models",
+                     "llama-tiny", "--world-sizes", "2", "--micro-batches", "2", "--out", "c", "--dry-run")
+    assert result.exit_code == 0, result.output
+    batches = {}
+    for line in result.output.splitlines()[1:]:
+        args = shlex.split(line.partition(": ")[2])
+        cut = args.index("--")
+        launched = cli_run(*args[1:cut], "--dry-run", *args[cut:])
+        assert launched.exit_code == 0, (line, launched.output)
+        run = json.loads((tmp_path / args[args.index("--run-dir") + 1] / "run.json").read_text())
+        sp = 2 if "ulysses" in line or "alst" in line or "own" in line else 1
+        own = "own.yaml" in line  # the YAML's 3 is what its ranks accumulate; no --grad-accum is passed
+        assert own is ("--grad-accum" not in args) or "ddp" in line
+        batches[line.split()[1].split("-w2")[0]] = run["micro_batch"] * (3 if own else run["grad_accum"]) * 2 // sp
+    assert batches == {"ddp": 4, "ulysses2": 4, "accel-alst.yaml": 4, "accel-own.yaml": 6}, batches
