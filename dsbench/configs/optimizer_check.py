@@ -1,13 +1,14 @@
-"""Which optimizer class DeepSpeed's engine builds for a config, and the two start-up checks it makes of it.
+"""Which optimizer class DeepSpeed's engine builds for a config, and the start-up checks it makes of it.
 
 ``DeepSpeedConfig`` accepts any ``optimizer.type``; the engine then builds the class (runtime/engine.py
 ``_configure_basic_optimizer`` and ``get_optimizer_configuration``) and, before the first step, asserts two things
-of it (``_configure_optimizer`` and ``_do_optimizer_sanity_check``):
+of it (``_configure_optimizer`` and ``_do_optimizer_sanity_check``), and ``_do_sanity_check`` one of Lamb:
 
 - under ZeRO (stage 1-3), the class is one it has tested with ZeRO (``runtime/zero/utils.py``
   ``ZERO_SUPPORTED_OPTIMIZERS``), unless ``zero_allow_untested_optimizer`` is true;
 - with the optimizer offloaded (cpu or nvme), it is ``DeepSpeedCPUAdam`` or ``DeepSpeedCPULion``, unless
-  ``zero_force_ds_cpu_optimizer`` is false.
+  ``zero_force_ds_cpu_optimizer`` is false;
+- Lamb runs with a dynamic loss scale (``fp16.loss_scale`` 0).
 
 Measured on 2 CPU ranks (`dsbench launch --config`, 2026-11-30): Adafactor at ZeRO-2 and SGD at ZeRO-2 with the
 optimizer offloaded stopped at start-up with "You are using an untested ZeRO Optimizer"; RMSprop with
@@ -79,7 +80,21 @@ def check_optimizer(config: dict[str, Any]) -> list[Finding]:
             message=f"the offloaded optimizer steps on the CPU with {' or '.join(CPU_OPTIMIZERS)}; DeepSpeed builds "
                     f"{cls} for {name!r} and stops at start-up",
             fix='use AdamW, Adam or Lion (without torch_adam), or set "zero_force_ds_cpu_optimizer": false'))
-    return out
+    return out + _lamb_loss_scale(config, kept)
+
+
+def _lamb_loss_scale(config: dict[str, Any], kept: str) -> list[Finding]:
+    """Lamb needs a dynamic loss scale: engine.py ``_do_sanity_check`` asserts ``dynamic_loss_scale()``, which is
+    ``fp16.loss_scale == 0`` as ``precision_config.get_float16_config`` reads it (0 when absent, and read even when
+    fp16 is off: a static scale left in a disabled section stops the run too)."""
+    fp16 = config.get("fp16")
+    scale = fp16.get("loss_scale", 0) if isinstance(fp16, dict) else 0
+    if kept != "lamb" or isinstance(scale, bool) or not isinstance(scale, int | float) or scale == 0:
+        return []
+    return [Finding(severity="error", code="deepspeed-rejects", path="fp16.loss_scale",
+                    message=f"a static loss scale ({scale:g}) with the Lamb optimizer: DeepSpeed asserts at start-up "
+                            "that Lamb has a dynamic one, whether fp16 is on or not",
+                    fix="set fp16.loss_scale to 0 (dynamic), or delete it")]
 
 
 def _handled(kept: str, params: dict[str, Any], cls: str) -> tuple[set[str], set[str]]:

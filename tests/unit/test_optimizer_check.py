@@ -183,3 +183,18 @@ def test_the_switches_are_read_as_deepspeed_tests_them_and_typed_by_validation(k
     errors = [f for f in validate(config, ValidateContext(), deepspeed_check=False) if f.severity == "error"]
     expected = [key] + (["optimizer.type"] if key == "zero_force_ds_cpu_optimizer" else [])  # "yes": still forced
     assert sorted(f.path for f in errors) == sorted(expected), errors
+
+
+@pytest.mark.parametrize("fp16", [None, {"enabled": True}, {"enabled": True, "loss_scale": 128},
+                                  {"enabled": False, "loss_scale": 512}, {"enabled": True, "loss_scale": 0},
+                                  {"enabled": True, "loss_scale": 0.5}, {"enabled": "auto", "loss_scale": 65536}])
+@pytest.mark.parametrize("optimizer", ["Lamb", "AdamW"])
+def test_lamb_is_refused_exactly_where_deepspeeds_engine_finds_no_dynamic_loss_scale(fp16, optimizer):
+    """Oracle: DeepSpeed's own reading, ``get_float16_config(config).loss_scale == 0`` (engine.dynamic_loss_scale),
+    which ``_do_sanity_check`` asserts for Lamb."""
+    from deepspeed.runtime.precision_config import get_float16_config
+
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": optimizer, "params": {"lr": 1e-3}},
+              **({"fp16": fp16} if fp16 is not None else {})}
+    refused = [f for f in check_optimizer(config) if f.path == "fp16.loss_scale"]
+    assert bool(refused) is (optimizer == "Lamb" and get_float16_config(config).loss_scale != 0)
