@@ -14,6 +14,7 @@ from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
 from dsbench.configs.batch import BATCH_KEYS, checked_twice, derive_batch
+from dsbench.configs.engine_checks import check_engine
 from dsbench.configs.findings import Finding
 from dsbench.configs.inert_check import check_inert
 from dsbench.configs.layout import int_or_none, layout_of, parallel_degrees, ulysses_degree
@@ -25,7 +26,6 @@ from dsbench.configs.reduction_check import check_reduction
 from dsbench.configs.scheduler_check import check_scheduler
 from dsbench.configs.schema import unknown_keys
 from dsbench.configs.types import check_types
-from dsbench.configs.zeropp_check import check_hpz
 from dsbench.errors import UserError
 from dsbench.parallel import ParallelDims, bubble_fraction
 from dsbench.zero_section import stage_as_read, zero_settings
@@ -276,11 +276,9 @@ def check_auto(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
 
 def check_structure(config: Any) -> list[Finding]:
     """The top level must be a JSON object."""
-    if isinstance(config, dict):
-        return []
-    return [Finding(severity="error", code="not-an-object", path="",
-                    message=f"a DeepSpeed config is a JSON object, got {type(config).__name__}",
-                    fix="wrap the settings in { ... }")]
+    return [] if isinstance(config, dict) else [Finding(
+        severity="error", code="not-an-object", path="", fix="wrap the settings in { ... }",
+        message=f"a DeepSpeed config is a JSON object, got {type(config).__name__}")]
 
 
 def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) -> list[Finding]:
@@ -292,7 +290,7 @@ def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) ->
     findings = [*unknown_keys(config), *check_types(config, skip=BATCH_KEYS), *check_parallel_degrees(config, ctx),
                 *check_batch(config, ctx), *check_combinations(config, ctx), *check_auto(config, ctx),
                 *check_optimizer(config), *check_scheduler(config), *check_reduction(config), *check_inert(config),
-                *device_findings(config, ctx.cpu_ranks), *check_hpz(config, ctx.world_size)]
+                *device_findings(config, ctx.cpu_ranks), *check_engine(config, ctx.world_size)]
     if deepspeed_check:
         from dsbench.configs.deepspeed_check import deepspeed_findings
 

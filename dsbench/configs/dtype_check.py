@@ -1,0 +1,54 @@
+"""The gradient-accumulation dtype against the model's, as DeepSpeed's engine checks them when it wraps the optimizer.
+
+deepspeed 0.19.8 runtime/engine.py ``_do_optimizer_sanity_check``, before the first step: the model dtype is fp16
+when fp16 is on, else bf16 when bf16 is on, else fp32 (``get_data_types``), and ``data_types.grad_accum_dtype``,
+unset, is the model's.
+
+- Without ZeRO (stage 0) the two must be equal: any other mix stops every rank with NotImplementedError
+  ("unsupported mix of model_dtype ... and grad_accum_dtype ..."), bf16 weights with fp32 accumulation included,
+  which ZeRO-1 runs.
+- At ZeRO-1, bf16 weights with fp32 accumulation (and the optimizer not offloaded to the CPU) step with
+  BF16_Optimizer, which needs the gradient norm: ``compute_grad_norm: false`` is a ValueError.
+
+DeepSpeed's ``DeepSpeedConfig`` accepts both, so its parser (configs/deepspeed_check.py) does not see them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsbench.configs.findings import Finding
+from dsbench.configs.precision import config_precision
+from dsbench.zero_section import zero_settings
+
+# DeepSpeed's DtypeEnum (runtime/config.py): every spelling it accepts for each dtype
+_DTYPES = {**dict.fromkeys(("torch.float16", "fp16", "float16", "half"), "fp16"),
+           **dict.fromkeys(("torch.float32", "fp32", "float32", "float"), "fp32"),
+           **dict.fromkeys(("torch.bfloat16", "bf16", "bfloat16"), "bf16"),
+           **dict.fromkeys(("torch.int8", "int8"), "int8")}
+PATH = "data_types.grad_accum_dtype"
+
+
+def check_grad_accum_dtype(config: dict[str, Any]) -> list[Finding]:
+    """An error for a gradient-accumulation dtype the engine refuses beside the model's (none where the precision
+    is left "auto", or the dtype is not one DeepSpeed names)."""
+    model = config_precision(config)
+    section = config.get("data_types")
+    given = section.get("grad_accum_dtype") if isinstance(section, dict) else None
+    accum = _DTYPES.get(given) if isinstance(given, str) else None
+    if model == "auto" or accum is None:
+        return []
+    zero = zero_settings(config)
+    if zero.stage == 0 and accum != model:
+        return [Finding(severity="error", code="deepspeed-rejects", path=PATH,
+                        message=f"{given} accumulation beside {model} weights without ZeRO: DeepSpeed's engine stops "
+                                f"at start-up (unsupported mix of model_dtype and grad_accum_dtype)",
+                        fix=f"delete it (accumulate in {model}), or use zero_optimization.stage 1 or more")]
+    zero_section = config.get("zero_optimization")
+    grad_norm = zero_section.get("compute_grad_norm", True) if isinstance(zero_section, dict) else True
+    if zero.stage == 1 and (model, accum) == ("bf16", "fp32") and zero.offload != "cpu" and grad_norm is False:
+        return [Finding(severity="error", code="deepspeed-rejects", path="zero_optimization.compute_grad_norm",
+                        message="false, but ZeRO-1 with bf16 weights and fp32 accumulation steps with DeepSpeed's "
+                                "BF16_Optimizer, which needs the norm: the engine stops at start-up",
+                        fix="delete it, or accumulate in bf16 (data_types.grad_accum_dtype)")]
+    return []
