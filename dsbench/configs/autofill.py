@@ -94,6 +94,9 @@ DEEPSPEED_DEFAULTS: dict[str, int] = {
     "zero_optimization.stage3_prefetch_bucket_size": 50_000_000,
     "zero_optimization.stage3_param_persistence_threshold": 100_000,
 }
+CLIP_DEFAULT = 1.0
+"""What DeepSpeed clips the gradients' global norm at where a config leaves ``gradient_clipping`` out: deepspeed 0.19.8
+runtime/constants.py ``GRADIENT_CLIPPING_DEFAULT = 1.0`` (earlier releases: 0, no clipping)."""
 
 
 def auto_paths(config: dict[str, Any]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsbench.configs.autofill import CLIP_DEFAULT
 from dsbench.configs.batch import BATCH_KEYS, config_batch
 from dsbench.configs.inert_check import check_inert
 from dsbench.configs.layout import data_parallel_size, parallel_degrees
@@ -99,7 +100,10 @@ def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
     if sched:
         lines.append(f"scheduler: {sched}")
     clip = get_path(config, "gradient_clipping")
-    if clip:
+    if clip is None:
+        lines.append(f"gradient clipping: global norm {CLIP_DEFAULT:g}, DeepSpeed's default where the config leaves "
+                     "gradient_clipping out")
+    elif clip:
         lines.append(f"gradient clipping: global norm {_value(clip)}")
     if check_inert(config):
         lines.append("activation_checkpointing: no effect under DeepSpeed's engine, the HF Trainer or accelerate "

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dsbench.configs.accelerate_worker import script_completes
+from dsbench.configs.autofill import CLIP_DEFAULT
 from dsbench.configs.precision import config_precision
 from dsbench.errors import UserError
 
@@ -32,6 +33,15 @@ _CONFIG_DECIDES = {
 }
 
 
+def _decided(field: str, read: Any, config: dict[str, Any], inline: bool) -> tuple[Any, str]:
+    """The value the config decides for a worker flag's field on the ranks, and how to say so: a clipping it leaves
+    out is DeepSpeed's default, except in accelerate's inline settings, which the worker completes with "auto"."""
+    value = read(config)
+    if value is None and field == "grad_clip" and not inline:
+        return CLIP_DEFAULT, f"leaves gradient_clipping out, so DeepSpeed clips at its default, {CLIP_DEFAULT}"
+    return value, ""
+
+
 def check_worker_flags(given: Mapping[str, Any], config: dict[str, Any], config_file: str | None,
                        accelerate: bool = False, after: str | None = "-- ", inline: bool = False) -> None:
     """A worker flag (``given``: as typed, trainflags.given_flags; ``after``: how the message shows where it was
@@ -50,14 +60,16 @@ def check_worker_flags(given: Mapping[str, Any], config: dict[str, Any], config_
     for field, (flag, key, read) in _CONFIG_DECIDES.items():
         if field not in given or accelerate and field == "precision" or field == "lr_warmup_steps" and script_scheduler:
             continue
-        value = read(config)
+        value, said = _decided(field, read, config, inline)
         if value is None or value == "auto" or value == given[field]:
             continue
         typed = f"{flag} {given[field]}" if after is None else f"{after}--{field.replace('_', '-')} {given[field]}"
         if not config_file:
             fix = f"give {flag} {given[field]} before -- instead, so that dsbench launch renders it into the config"
         elif config_file.endswith(".json"):
-            fix = f"change {key} in {config_file}, or set it to \"auto\""
+            fix = (f"add \"{key}\": {given[field]} (or \"auto\") to {config_file}" if said else
+                   f"change {key} in {config_file}, or set it to \"auto\"")
         else:  # an accelerate YAML's own deepspeed_config section
             fix = f"change deepspeed_config.{key} in {config_file}"
-        raise UserError(f"{typed}: the DeepSpeed config sets {key} to {value}, which the ranks would use; {fix}")
+        raise UserError(f"{typed}: the DeepSpeed config {said or f'sets {key} to {value}'}, which the ranks would "
+                        f"use; {fix}")

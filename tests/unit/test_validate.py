@@ -254,3 +254,19 @@ def test_an_optimizer_the_engine_would_not_build_is_an_error(name):
     findings = run({**BASE, "zero_optimization": {"stage": 0}, "optimizer": {"type": name, "params": {"lr": 1e-3}}},
                    ds=True)
     assert (not [f for f in findings if f.path == "optimizer.type"]) is builds, findings
+
+
+def test_explain_names_the_clipping_deepspeed_applies_where_the_config_leaves_it_out():
+    """Oracle: DeepSpeed's parsed config, whose gradient_clipping is what its engine clips at."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    from dsbench.configs.explain import explain
+
+    for clip in (None, 0.0, 0.3):
+        config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                  **({"gradient_clipping": clip} if clip is not None else {})}
+        said = [line for line in explain(config) if line.startswith("gradient clipping")]
+        applied = DeepSpeedConfig(config).gradient_clipping
+        assert said == ([f"gradient clipping: global norm {applied:g}"
+                         + (", DeepSpeed's default where the config leaves gradient_clipping out" if clip is None
+                            else "")] if applied else []), clip

@@ -54,6 +54,24 @@ def test_what_the_config_leaves_auto_is_the_workers_to_fill():
     check_worker_flags(["--grad-accum", "4"], {"zero_optimization": {"stage": 1}}, None)
 
 
+def test_a_clipping_the_config_leaves_out_is_deepspeeds_default_not_the_flags():
+    """DeepSpeed clips at its own default where a file leaves gradient_clipping out (oracle: its
+    GRADIENT_CLIPPING_DEFAULT, 1.0 in 0.19.8), so --grad-clip 0.5 beside such a file would be ignored; accelerate's
+    inline settings are another matter: the worker completes them with "auto", which the flag fills."""
+    from deepspeed.runtime.constants import GRADIENT_CLIPPING_DEFAULT
+
+    from dsbench.configs.autofill import CLIP_DEFAULT
+
+    assert CLIP_DEFAULT == GRADIENT_CLIPPING_DEFAULT
+    bare = {key: value for key, value in CONFIG.items() if key != "gradient_clipping"}
+    with pytest.raises(UserError, match=r"-- --grad-clip 0\.5: the DeepSpeed config leaves gradient_clipping out, so "
+                                        r"DeepSpeed clips at its default, 1\.0, which the ranks would use; add "
+                                        r"\"gradient_clipping\": 0\.5 \(or \"auto\"\) to my\.json"):
+        check_worker_flags(["--grad-clip", "0.5"], bare, "my.json")
+    check_worker_flags(["--grad-clip", str(GRADIENT_CLIPPING_DEFAULT)], bare, "my.json")
+    check_worker_flags(["--grad-clip", "0.5"], {}, "my.yaml", accelerate=True, inline=True)
+
+
 def test_a_scheduler_with_the_same_warmup_passes():
     warm = {**CONFIG, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 8}}}
     check_worker_flags(["--lr-warmup-steps", "8"], warm, None)
