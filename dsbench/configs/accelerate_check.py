@@ -6,8 +6,6 @@ it silently ignores). Findings use the DeepSpeed validator's format: severity, c
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from typing import Any
 
@@ -21,6 +19,7 @@ from dsbench.configs.accelerate import (
     unknown_setting_fix,
 )
 from dsbench.configs.accelerate_megatron import check as megatron_check
+from dsbench.configs.accelerate_values import MAX_COUNT, inline_values
 from dsbench.configs.findings import Finding
 from dsbench.hostfile import is_valid_hostname
 
@@ -39,8 +38,6 @@ _PLACEHOLDER_ADDRESS = re.compile(r"^(x+\.){1,3}x+$|[<>{}$]|your|changeme|placeh
                                   re.IGNORECASE)
 # YAML 1.1 (PyYAML, which accelerate uses) reads a bare no/NO as the boolean false
 _QUOTE_NO = "quote it, {key}: '{value}' (YAML reads a bare {value} as false)"
-MAX_COUNT = 1_000_000
-"""Largest process or machine count taken as meant (beyond any cluster)."""
 
 
 def _error(code: str, path: str, message: str, fix: str) -> Finding:
@@ -169,7 +166,7 @@ def _deepspeed(config: dict[str, Any]) -> list[Finding]:
         said = f"zero_stage is {stage}" if stage is not None else "no zero_stage: accelerate's default is 2"
         out.append(_warning("ignored", f"deepspeed_config.{zero3_only[0]}", f"a ZeRO-3 setting, and {said}: it "
                             "does nothing", "set zero_stage: 3 if ZeRO-3 was meant, else delete it"))
-    return out + _typed_deepspeed_values(ds) + _offloads(ds, stage)
+    return out + inline_values(ds) + _offloads(ds, stage)
 
 
 def _beside_a_ds_file(config: dict[str, Any], ds: dict[str, Any]) -> list[Finding]:
@@ -201,32 +198,6 @@ def _offloads(ds: dict[str, Any], stage: Any) -> list[Finding]:
                 ds.get("deepspeed_config_file")):
             out.append(_warning("ignored", "deepspeed_config.offload_param_device", f"parameter offload needs "
                                 f"ZeRO-3; with zero_stage {stage} DeepSpeed ignores it", "set zero_stage: 3"))
-    return out
-
-
-# accelerate copies these inline values into the DeepSpeed config it builds (DeepSpeedPlugin.__post_init__), where
-# DeepSpeed's JSON path would type them: (kind, lowest, highest or None, the fix)
-_DS_VALUES = {"zero_stage": ("int", 0, 3, "use 0, 1, 2 or 3"),
-              "gradient_accumulation_steps": ("int", 1, MAX_COUNT, "use a whole number >= 1"),
-              "gradient_clipping": ("float", 0.0, None, "use a number >= 0 (0 turns clipping off)")}
-
-
-def _typed_deepspeed_values(ds: dict[str, Any]) -> list[Finding]:
-    """The inline DeepSpeed numbers typed and ranged as the JSON validator types them: ``zero_stage: true``,
-    ``gradient_accumulation_steps: 0`` and ``gradient_clipping: -1`` fail in accelerate at start-up, or silently."""
-    out = []
-    for key, (kind, low, high, fix) in _DS_VALUES.items():
-        value = ds.get(key)
-        if value is None:
-            continue
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        ok = number and (kind == "float" or isinstance(value, int)) and math.isfinite(value) and low <= value and (
-            high is None or value <= high)
-        if not ok:
-            shown = (json.dumps(value)[:40] if isinstance(value, str | bool | int | float | type(None)) else
-                type(value).__name__)
-            out.append(_error("bad-value", f"deepspeed_config.{key}", f"{shown} is not "
-                              f"{'a ZeRO stage' if key == 'zero_stage' else 'a valid ' + key}", fix))
     return out
 
 

@@ -17,6 +17,7 @@ from dsbench.configs.accelerate import (
     world_size,
 )
 from dsbench.configs.accelerate_megatron import explain as megatron_explain
+from dsbench.configs.autofill import CLIP_DEFAULT
 
 _ENGINES = {
     "MULTI_GPU": "plain data parallelism (torch DDP): every process holds the whole model, optimizer and "
@@ -103,6 +104,9 @@ def _explain_deepspeed(config: dict[str, Any], ds_lines: list[str] | None) -> li
                  " per optimizer step")
     if ds.get("gradient_clipping"):
         lines.append(f"gradients clipped to global norm {ds['gradient_clipping']}")
+    elif ds.get("gradient_clipping") == 0 and ds.get("gradient_clipping") is not False:
+        lines.append(f"gradients clipped to global norm {CLIP_DEFAULT}: accelerate drops a gradient_clipping of 0, and "
+                     "DeepSpeed clips at its default")  # accelerate_values._clipping_off
     if stage == 3 and ds.get("zero3_init_flag"):
         lines.append("zero3_init_flag: the model is built already partitioned (deepspeed.zero.Init), so no "
                      "process ever holds it whole")

@@ -201,3 +201,30 @@ def test_a_bare_no_is_yamls_false_and_the_fix_says_to_quote_it(tmp_path):
     assert fixes["mixed_precision"] == "quote it, mixed_precision: 'no' (YAML reads a bare no as false)"
     path.write_text("distributed_type: 'NO'\nmixed_precision: 'no'\n")
     assert validate_file(str(path), None, allow_auto=False)[1] == []
+
+
+@pytest.mark.parametrize("clip", [0, 0.0, 0.5, 1.0, None])
+def test_a_clipping_of_zero_is_said_to_stay_on_where_accelerate_and_deepspeed_keep_it_on(clip, monkeypatch):
+    """Oracle: accelerate's DeepSpeedPlugin builds the config (a 0 is dropped: ``if self.gradient_clipping``), and
+    DeepSpeed's DeepSpeedConfig parses it to the norm its engine clips at (its default where the key is missing);
+    validate warns, and explain says the norm, exactly where that norm is not what the YAML wrote."""
+    from accelerate.utils.dataclasses import DeepSpeedPlugin
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    for name in list(os.environ):
+        if name.startswith("ACCELERATE_"):
+            monkeypatch.delenv(name)
+    inline = {"zero_stage": 2, **({"gradient_clipping": clip} if clip is not None else {})}
+    built = dict(DeepSpeedPlugin(**inline).deepspeed_config)
+    # its clipping as the script completes it ("auto": the Trainer's max_grad_norm, the worker's --grad-clip)
+    kept = {"gradient_clipping": 0.7 if built["gradient_clipping"] == "auto" else built["gradient_clipping"]} if (
+        "gradient_clipping" in built) else {}
+    applied = DeepSpeedConfig({"train_batch_size": 1, "train_micro_batch_size_per_gpu": 1, **kept}).gradient_clipping
+    config = {"distributed_type": "DEEPSPEED", "num_processes": 2, "deepspeed_config": inline}
+    from dsbench.configs.accelerate_check import check
+
+    warned = [f for f in check(config) if f.path == "deepspeed_config.gradient_clipping"]
+    assert bool(warned) is (clip is not None and applied != clip)
+    said = [line for line in accelerate_explain.explain(config) if line.startswith("gradients clipped")]
+    assert said == ([f"gradients clipped to global norm {applied}" + (": accelerate drops a gradient_clipping of 0, "
+                     "and DeepSpeed clips at its default" if warned else "")] if clip is not None else [])
