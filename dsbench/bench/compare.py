@@ -65,26 +65,28 @@ def _eager_by_default(matrix: dict[str, Any]) -> dict[str, Any]:
     return {"compile": "off", "fused_optimizer": "off", **matrix}
 
 
-def _first_difference(before: dict[str, Any], now: dict[str, Any], prefix: str = "") -> tuple[str, Any, Any] | None:
+def _first_difference(before: dict[str, Any], now: dict[str, Any], prefix: str = "",
+                      free: tuple[str, ...] = ()) -> tuple[str, Any, Any] | None:
     """The first key (by name; a dotted path into nested objects, as tune's ``tune.strategies``) whose value
-    differs, with its two values; None where none does."""
+    differs, with its two values; None where none does. ``free``: dotted paths a resume may change."""
     for key in sorted(set(before) | set(now)):
         there, here = before.get(key), now.get(key)
         if isinstance(there, dict) and isinstance(here, dict):
-            if found := _first_difference(there, here, f"{prefix}{key}."):
+            if found := _first_difference(there, here, f"{prefix}{key}.", free):
                 return found
-        elif there != here:
+        elif there != here and f"{prefix}{key}" not in free:
             return f"{prefix}{key}", there, here
     return None
 
 
-def prepare_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
-    """Create the results folder; refuse to mix with earlier results unless resuming the same matrix."""
-    check_out(out, matrix, resume)
+def prepare_out(out: Path, matrix: dict[str, Any], resume: bool, free: tuple[str, ...] = ()) -> None:
+    """Create the results folder; refuse to mix with earlier results unless resuming the same matrix (``free``:
+    the dotted paths of settings a resume may change, which shape no run: tune's ``tune.budget``)."""
+    check_out(out, matrix, resume, free)
     atomic_write_json(out / "matrix.json", {"matrix": matrix, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
 
-def check_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
+def check_out(out: Path, matrix: dict[str, Any], resume: bool, free: tuple[str, ...] = ()) -> None:
     """What :func:`prepare_out` refuses, writing nothing (a dry run's check)."""
     existing = out / "matrix.json"
     if out.exists() and not out.is_dir():
@@ -101,7 +103,7 @@ def check_out(out: Path, matrix: dict[str, Any], resume: bool) -> None:
         if not isinstance(before, dict):
             raise UserError(f"{out} holds a different matrix; --resume needs the same flags (or a new --out)")
         # e.g. a folder from before --fused-optimizer auto became compare's default: it ran "off"
-        differ = _first_difference(_eager_by_default(before), _eager_by_default(matrix))
+        differ = _first_difference(_eager_by_default(before), _eager_by_default(matrix), free=free)
         if differ:
             key, there, now = differ
             raise UserError(f"{out} holds a different matrix ({key}: {json.dumps(there)} there, {json.dumps(now)} "

@@ -123,6 +123,11 @@ def checked_strategies(req: TuneRequest) -> list[str]:
     return strategies
 
 
+RESUME_MAY_CHANGE = ("tune.budget",)
+"""What ``--resume`` takes changed: the budget counts runs and shapes none, so a larger one continues a search that
+spent its runs (until 2026-12-03 it was refused as another tune); the runs made stay counted against it."""
+
+
 def definition_of(req: TuneRequest) -> dict[str, Any]:
     """What tune.json records of the request, and ``--resume`` checks: every setting that shapes the runs, the
     profile by its path (the file it was read from)."""
@@ -156,7 +161,7 @@ def dry_run(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
     or run. Only the first run is known: the next ones follow from what it measures."""
     say = reporter or (lambda text: print(text, file=sys.stderr, flush=True))
     found = _scored(req)
-    check_out(req.out, definition_of(req), req.resume)
+    check_out(req.out, definition_of(req), req.resume, RESUME_MAY_CHANGE)
     if req.resume:
         found = _resumed(req, found, say)
     first = search.next_layout(found.scored, found.runs_allowed() - len(found.runs), found.exhaustive)
@@ -172,7 +177,7 @@ def tune(req: TuneRequest, reporter: Any = None) -> dict[str, Any]:
     """Rank, run, correct, repeat; returns what ``tune.json`` holds."""
     say = reporter or (lambda text: print(text, file=sys.stderr, flush=True))
     found = _scored(req)
-    prepare_out(req.out, definition_of(req), req.resume)
+    prepare_out(req.out, definition_of(req), req.resume, RESUME_MAY_CHANGE)
     if req.resume:
         found = _resumed(req, found, say)
     say(f"{len(found.scored)} layouts, {sum(s.fits for s in found.scored)} fit; predicted best: "

@@ -219,6 +219,8 @@ def test_a_tune_resumed_with_other_flags_names_the_one_that_differs(tmp_path):
                                   '["zero2"] now); --resume needs the same flags (or a new --out)')
     with pytest.raises(UserError, match=r"\(tune.budget: 3 there, null now\)"):
         prepare_out(tmp_path, {"tune": {key: value for key, value in tune.items() if key != "budget"}}, resume=True)
+    prepare_out(tmp_path, {"tune": {**tune, "budget": 5}}, resume=True, free=("tune.budget",))  # tune's own free key
+    assert json.loads((tmp_path / "matrix.json").read_text())["matrix"]["tune"]["budget"] == 5
 
 
 @pytest.mark.parametrize("resume", [False, True])

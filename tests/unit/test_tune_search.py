@@ -301,3 +301,12 @@ def test_tune_dry_run_ranks_the_layouts_names_its_first_run_and_runs_nothing(cli
         (folder / "cell.json").write_text(json.dumps({"status": "failed", "started": started}))
     spent = cli_run("tune", *flags, "--out", "r", "--resume", "--dry-run")
     assert spent.exit_code == 0 and "would run nothing: the budget is spent" in spent.output, spent.output
+    # a larger --budget continues it (until 2026-12-03 refused as another tune): the two runs stay counted
+    more = flags[:flags.index("--budget") + 1] + ["3"] + flags[flags.index("--budget") + 2:]
+    continued = cli_run("tune", *more, "--out", "r", "--resume", "--dry-run", "--json")
+    assert continued.exit_code == 0, continued.output
+    found = json.loads(continued.output[continued.output.index("{"):])  # after the "resumed: 2 runs" line
+    assert found["budget"] == 3 and found["runs_used"] == 2 and found["next"] is not None
+    other = cli_run("tune", *more[:-4], "--steps", "5", "--warmup", "1", "--gpu-mem", "12", "--out", "r", "--resume",
+                    "--dry-run")
+    assert other.exit_code == 2 and "(tune.steps: 4 there, 5 now)" in other.output
