@@ -107,6 +107,22 @@ def _jit(host: str, facts: dict[str, Any]) -> list[Row]:
     return rows
 
 
+# ssh's own words for why it could not log in (OpenSSH's client messages), and the fix each calls for
+_SSH_FIXES = (
+    ("Could not resolve hostname", "make {host} resolvable: /etc/hosts, DNS, or a Host entry in ~/.ssh/config"),
+    ("Connection refused", "start sshd on {host} (or give its port in ~/.ssh/config)"),
+    ("Connection timed out", "check the network path and firewall to {host}"),
+    ("No route to host", "check the network path and firewall to {host}"),
+    ("Host key verification failed", "accept {host}'s host key once: ssh-keyscan {host} >> ~/.ssh/known_hosts"),
+)
+
+
+def ssh_fix(host: str, why: str) -> str:
+    """The fix for an ssh failure, by ssh's message; a login refused (or anything else): key-only login."""
+    fix = next((fix for said, fix in _SSH_FIXES if said.lower() in why.lower()), None)
+    return (fix or "key-only login: ssh-copy-id {host} (test: ssh -o BatchMode=yes {host} true)").format(host=host)
+
+
 def judge(facts: dict[str, dict[str, Any] | str], here: dict[str, Any], slots: dict[str, int], master: str,
           port: int, pdsh_needed: bool, pdsh_found: bool) -> list[Row]:
     """Rows for every host: ``facts`` maps a host to its probe's facts, or to why none came back."""
@@ -120,8 +136,7 @@ def judge(facts: dict[str, dict[str, Any] | str], here: dict[str, Any], slots: d
         remote = host not in LOCAL_HOSTS
         if isinstance(found, str):
             if found.startswith("ssh:"):
-                rows.append(Row(host, "ssh", "FAIL", found.removeprefix("ssh:").strip(),
-                                f"key-only login: ssh-copy-id {host} (test: ssh -o BatchMode=yes {host} true)"))
+                rows.append(Row(host, "ssh", "FAIL", found.removeprefix("ssh:").strip(), ssh_fix(host, found)))
             else:
                 rows.append(Row(host, "probe", "FAIL", found, f"install the project at the same path on {host}, "
                                 f"with the same Python ({here['executable']})"))

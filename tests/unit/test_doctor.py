@@ -63,7 +63,7 @@ def test_each_problem_is_a_failure_with_a_fix(facts, check, words):
 def test_unreachable_host_and_missing_pdsh_are_named():
     rows = rows_for({"n1": node(), "n2": "ssh: connect to host n2 port 22: No route to host"}, pdsh=False)
     assert status(rows, "n2", "ssh").detail == "connect to host n2 port 22: No route to host"
-    assert "ssh-copy-id n2" in status(rows, "n2", "ssh").fix
+    assert status(rows, "n2", "ssh").fix == "check the network path and firewall to n2"
     assert status(rows, "(this host)", "pdsh").fix == "apt-get install pdsh, or --launcher-backend ssh"
     probe_failed = rows_for({"n1": node(), "n2": "python -m dsbench.worker.probe failed: No module named dsbench"})
     assert status(probe_failed, "n2", "probe").status == "FAIL"
@@ -143,3 +143,17 @@ def test_a_probe_without_the_gpu_checks_is_named():
     rows = judge({"n1": node(**GPU_NODE), "n2": old}, node(**GPU_NODE), {"n1": 8, "n2": 8}, master="n1",
                  port=29500, pdsh_needed=True, pdsh_found=True)
     assert "not checked" in status(rows, "n2", "cuda/nccl").detail
+
+
+# what OpenSSH 9.2's client prints (taken from `ssh -o BatchMode=yes HOST true` on this machine), and the fix's start
+@pytest.mark.parametrize(("said", "fix"), [
+    ("ssh: Could not resolve hostname n2: Name or service not known", "make n2 resolvable: /etc/hosts, DNS"),
+    ("ssh: connect to host n2 port 22: Connection refused", "start sshd on n2"),
+    ("ssh: connect to host n2 port 22: Connection timed out", "check the network path and firewall to n2"),
+    ("Host key verification failed.", "accept n2's host key once: ssh-keyscan n2 >> ~/.ssh/known_hosts"),
+    ("root@n2: Permission denied (publickey,password).", "key-only login: ssh-copy-id n2"),
+])
+def test_an_ssh_failure_gets_the_fix_its_message_calls_for(said, fix):
+    """A host that does not resolve or runs no sshd used to get `ssh-copy-id`, which cannot help it."""
+    rows = rows_for({"n1": node(), "n2": f"ssh: {said}" if not said.startswith("ssh:") else said}, pdsh=False)
+    assert status(rows, "n2", "ssh").fix.startswith(fix)
