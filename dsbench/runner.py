@@ -183,7 +183,9 @@ def preflight_nodes(spec: LaunchSpec) -> None:
     problems = ssh_problems(list(spec.selection()))
     if problems:
         host, why = next(iter(problems.items()))
-        raise UserError(f"host {host} is not reachable by ssh without a password ({why}); "
+        from dsbench.doctor import ssh_fix
+
+        raise UserError(f"host {host} is not reachable by ssh ({why}): {ssh_fix(host, why)}; "
                         f"`dsbench doctor --hostfile {spec.hostfile}` checks every host")
     from dsbench.envinfo import version_differences, versions
 

@@ -51,11 +51,13 @@ def test_the_issue_flow_as_typed(tmp_path):
         os.kill(int(Path("/run/dsbench-testbed/dsb-n2/sshd.pid").read_text()), 9)
         refused = dsbench("launch", "--hostfile", printed, "--zero", "2", "--run-dir", "E", "--", "--steps", "3",
                           cwd=tmp_path, timeout=120)
-        assert refused.returncode == 2 and "host dsb-n2 is not reachable by ssh without a password" in refused.stderr
+        # sshd is gone: ssh's "Connection refused" calls for sshd, not a key (until 2026-12-03: ssh-copy-id)
+        assert refused.returncode == 2 and "host dsb-n2 is not reachable by ssh (" in refused.stderr
+        assert "start sshd on dsb-n2" in refused.stderr, refused.stderr
         doctor = dsbench("doctor", "--hostfile", printed, "--json", cwd=tmp_path, timeout=120)
         assert doctor.returncode == 1, doctor.stdout
         [ssh] = [r for r in json.loads(doctor.stdout) if r["host"] == "dsb-n2" and r["check"] == "ssh"]
-        assert ssh["status"] == "FAIL" and "ssh-copy-id dsb-n2" in ssh["fix"]
+        assert ssh["status"] == "FAIL" and ssh["fix"].startswith("start sshd on dsb-n2"), ssh
     finally:
         down = dsbench("testbed", "down", cwd=tmp_path, timeout=120)
     assert down.returncode == 0, down.stderr
