@@ -13,6 +13,7 @@ from typing import Any
 
 from dsbench.envinfo import MATCHED, version_differences
 from dsbench.launchers import LOCAL_HOSTS
+from dsbench.ssh_fix import ssh_fix
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,22 +106,6 @@ def _jit(host: str, facts: dict[str, Any]) -> list[Row]:
     else:
         rows.append(Row(host, "jit ops", "ok", f"built ({jit['root']})"))
     return rows
-
-
-# ssh's own words for why it could not log in (OpenSSH's client messages), and the fix each calls for
-_SSH_FIXES = (
-    ("Could not resolve hostname", "make {host} resolvable: /etc/hosts, DNS, or a Host entry in ~/.ssh/config"),
-    ("Connection refused", "start sshd on {host} (or give its port in ~/.ssh/config)"),
-    ("Connection timed out", "check the network path and firewall to {host}"),
-    ("No route to host", "check the network path and firewall to {host}"),
-    ("Host key verification failed", "accept {host}'s host key once: ssh-keyscan {host} >> ~/.ssh/known_hosts"),
-)
-
-
-def ssh_fix(host: str, why: str) -> str:
-    """The fix for an ssh failure, by ssh's message; a login refused (or anything else): key-only login."""
-    fix = next((fix for said, fix in _SSH_FIXES if said.lower() in why.lower()), None)
-    return (fix or "key-only login: ssh-copy-id {host} (test: ssh -o BatchMode=yes {host} true)").format(host=host)
 
 
 def judge(facts: dict[str, dict[str, Any] | str], here: dict[str, Any], slots: dict[str, int], master: str,

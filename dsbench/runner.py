@@ -183,7 +183,7 @@ def preflight_nodes(spec: LaunchSpec) -> None:
     problems = ssh_problems(list(spec.selection()))
     if problems:
         host, why = next(iter(problems.items()))
-        from dsbench.doctor import ssh_fix
+        from dsbench.ssh_fix import ssh_fix
 
         raise UserError(f"host {host} is not reachable by ssh ({why}): {ssh_fix(host, why)}; "
                         f"`dsbench doctor --hostfile {spec.hostfile}` checks every host")
