@@ -21,11 +21,12 @@ from dsbench.configs.findings import Finding
 from dsbench.configs.precision import config_precision
 from dsbench.zero_section import zero_settings
 
-# DeepSpeed's DtypeEnum (runtime/config.py): every spelling it accepts for each dtype
-_DTYPES = {**dict.fromkeys(("torch.float16", "fp16", "float16", "half"), "fp16"),
-           **dict.fromkeys(("torch.float32", "fp32", "float32", "float"), "fp32"),
-           **dict.fromkeys(("torch.bfloat16", "bf16", "bfloat16"), "bf16"),
-           **dict.fromkeys(("torch.int8", "int8"), "int8")}
+# DeepSpeed's DtypeEnum (runtime/config.py): every spelling it accepts for each dtype, exactly so written (any other
+# value stops the engine: ``DtypeEnum(value)`` raises ValueError; configs/types.py refuses it by these spellings)
+DTYPES = {**dict.fromkeys(("fp32", "float32", "float", "torch.float32"), "fp32"),
+          **dict.fromkeys(("bf16", "bfloat16", "torch.bfloat16"), "bf16"),
+          **dict.fromkeys(("fp16", "float16", "half", "torch.float16"), "fp16"),
+          **dict.fromkeys(("int8", "torch.int8"), "int8")}
 PATH = "data_types.grad_accum_dtype"
 
 
@@ -35,7 +36,7 @@ def check_grad_accum_dtype(config: dict[str, Any]) -> list[Finding]:
     model = config_precision(config)
     section = config.get("data_types")
     given = section.get("grad_accum_dtype") if isinstance(section, dict) else None
-    accum = _DTYPES.get(given) if isinstance(given, str) else None
+    accum = DTYPES.get(given) if isinstance(given, str) else None
     if model == "auto" or accum is None:
         return []
     zero = zero_settings(config)

@@ -13,6 +13,7 @@ import json
 import math
 from typing import Any
 
+from dsbench.configs.dtype_check import DTYPES
 from dsbench.configs.findings import Finding
 from dsbench.configs.overrides import get_path, iter_leaves
 from dsbench.zero_section import DEVICES, whole
@@ -69,6 +70,8 @@ RULES: dict[str, tuple[str, float | None, bool]] = {
     "pipeline.stages": ("count", 1, True),
     "tensor_parallel.autotp_size": ("count", 0, True),
     "sequence_parallel_size": ("count", 1, True),
+    # ZeRO++'s hpZ group size (configs/zeropp_check.py divides the world by it): a whole number, 0 or 1 for off
+    "zero_optimization.zero_hpz_partition_size": ("count", 0, True),
 }
 
 # path -> the values DeepSpeed accepts, each exactly so spelled (pydantic enums: ZeroStageEnum, OffloadDeviceEnum).
@@ -79,6 +82,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "zero_optimization.stage": (0, 1, 2, 3),
     "zero_optimization.offload_optimizer.device": DEVICES,
     "zero_optimization.offload_param.device": DEVICES,
+    "data_types.grad_accum_dtype": tuple(DTYPES),
 }
 
 _UNSET = object()

@@ -58,3 +58,19 @@ def test_every_mix_is_refused_exactly_where_deepspeeds_engine_stops(stage, monke
 def test_a_precision_left_auto_is_not_judged():
     config = {"bf16": {"enabled": "auto"}, "data_types": {"grad_accum_dtype": "fp32"}, "zero_optimization": {}}
     assert check_grad_accum_dtype(config) == []
+
+
+def test_the_dtype_spellings_are_deepspeeds_and_any_other_is_refused():
+    """Oracle: DeepSpeed's DtypeEnum, which the engine calls on the value (a ValueError for any other spelling)."""
+    from deepspeed.runtime.config import DtypeEnum
+
+    from dsbench.configs.dtype_check import DTYPES
+    from dsbench.configs.types import check_types
+
+    spelled = {key: DtypeEnum(key).name for key in DtypeEnum._value2member_map_ if isinstance(key, str)}
+    assert DTYPES == spelled
+    for value in ("BF16", "fp64", 3, ["bf16"], True):
+        with pytest.raises(ValueError):
+            DtypeEnum(value)
+        assert [f.path for f in check_types({"data_types": {"grad_accum_dtype": value}})] == [
+            "data_types.grad_accum_dtype"], value

@@ -44,3 +44,11 @@ def test_only_zero3_and_a_known_world_are_checked():
     paths = [f.path for f in validate(_config(3, 3), ValidateContext(world_size=4), deepspeed_check=False)
              if f.severity == "error"]
     assert paths == ["zero_optimization.zero_hpz_partition_size"]
+
+
+@pytest.mark.parametrize("value", ["3", True, 2.5, -1])
+def test_a_group_size_that_is_no_whole_number_is_refused_by_name(value):
+    """``"3"`` would be read as 3 by DeepSpeed's pydantic and then assert on 4 ranks; a group size is a JSON whole
+    number, as the parallel degrees are (configs/types.py)."""
+    findings = validate(_config(3, value), ValidateContext(world_size=4), deepspeed_check=False)
+    assert [f.path for f in findings if f.severity == "error"] == ["zero_optimization.zero_hpz_partition_size"]
