@@ -53,18 +53,17 @@ def _batch_multiple(config: dict[str, Any], path: str) -> int:
     accumulation x processes // sp_size``), so sp micro-steps, as a native ``ulyssesN`` cell accumulates N
     (strategies.model_parallel). A YAML that settles its own accumulation (inline, or in the DeepSpeed file it
     names) keeps it: its settings stand, as in its own launch."""
-    import json
-
     from dsbench.configs import accelerate
     from dsbench.configs.api import ds_file_of
+    from dsbench.configs.loader import load_config_strict
 
     sp = accelerate.ulysses_degree(config)
     if sp == 1:
         return 1
     settled = accelerate.section_keys(config, "deepspeed_config").get("gradient_accumulation_steps")
     ds_path = ds_file_of(config, path)[0]
-    if ds_path:  # checked above as the launch checks it
-        settled = json.loads(Path(ds_path).read_text()).get("gradient_accumulation_steps")
+    if ds_path:  # checked above as the launch checks it (an object, or validation refused it)
+        settled = load_config_strict(ds_path).get("gradient_accumulation_steps")
     return 1 if settled not in (None, "auto") else sp
 
 
