@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench.configs.findings import Finding
+from dsbench.configs.overrides import get_path
 from dsbench.configs.precision import config_precision
 from dsbench.zero_section import zero_settings
 
@@ -34,8 +35,7 @@ def check_grad_accum_dtype(config: dict[str, Any]) -> list[Finding]:
     """An error for a gradient-accumulation dtype the engine refuses beside the model's (none where the precision
     is left "auto", or the dtype is not one DeepSpeed names)."""
     model = config_precision(config)
-    section = config.get("data_types")
-    given = section.get("grad_accum_dtype") if isinstance(section, dict) else None
+    given = get_path(config, "data_types.grad_accum_dtype")
     accum = DTYPES.get(given) if isinstance(given, str) else None
     if model == "auto" or accum is None:
         return []
@@ -45,8 +45,7 @@ def check_grad_accum_dtype(config: dict[str, Any]) -> list[Finding]:
                         message=f"{given} accumulation beside {model} weights without ZeRO: DeepSpeed's engine stops "
                                 f"at start-up (unsupported mix of model_dtype and grad_accum_dtype)",
                         fix=f"delete it (accumulate in {model}), or use zero_optimization.stage 1 or more")]
-    zero_section = config.get("zero_optimization")
-    grad_norm = zero_section.get("compute_grad_norm", True) if isinstance(zero_section, dict) else True
+    grad_norm = get_path(config, "zero_optimization.compute_grad_norm", True)
     if zero.stage == 1 and (model, accum) == ("bf16", "fp32") and zero.offload != "cpu" and grad_norm is False:
         return [Finding(severity="error", code="deepspeed-rejects", path="zero_optimization.compute_grad_norm",
                         message="false, but ZeRO-1 with bf16 weights and fp32 accumulation steps with DeepSpeed's "

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsbench.configs.findings import Finding
+from dsbench.configs.overrides import get_path
 from dsbench.zero_section import zero_settings
 
 PATH = "zero_optimization.compute_grad_norm"
@@ -19,9 +20,8 @@ PATH = "zero_optimization.compute_grad_norm"
 
 def check_compute_grad_norm(config: dict[str, Any]) -> list[Finding]:
     """An error for each thing that needs the norm the config turns off (ZeRO-1/2)."""
-    section = config.get("zero_optimization")
     zero = zero_settings(config)
-    if not isinstance(section, dict) or section.get("compute_grad_norm") is not False or zero.stage not in (1, 2):
+    if get_path(config, PATH) is not False or zero.stage not in (1, 2):
         return []
     out = []
     clip = config.get("gradient_clipping", 1.0)  # DeepSpeed 0.19.8 clips at 1.0 when unset (GRADIENT_CLIPPING_DEFAULT)
