@@ -92,11 +92,11 @@ def _as_typed(message: str, req: LaunchRequest, world_size: int) -> str:
                                                                               _render_flags(req, world_size)))
 
 
-def _written_config(req: LaunchRequest, world: int) -> tuple[Path, dict[str, Any], Any, list[str]]:
-    """The DeepSpeed config as given (--config) or rendered from the flags, valid for this launch's world, written
-    into the run folder; its layout (worked out once: validation and the launch's layout check read it, and that
-    check, :func:`check_layout`, the one each rank makes again, is where the model is checked) and the render's
-    notes."""
+def _written_config(req: LaunchRequest, world: int, model: str) -> tuple[Path, dict[str, Any], Any, list[str]]:
+    """The DeepSpeed config as given (--config) or rendered from the flags for the ``model`` the ranks train, valid
+    for this launch's world, written into the run folder; its layout (worked out once: validation and the launch's
+    layout check read it, and that check, :func:`check_layout`, the one each rank makes again, is where the model
+    is checked) and the render's notes."""
     if req.config:
         config = load_config_strict(req.config)
         layout = layout_of(config, world) if isinstance(config, dict) else None
@@ -112,7 +112,7 @@ def _written_config(req: LaunchRequest, world: int) -> tuple[Path, dict[str, Any
             raise UserError(f"{req.config}: {unfilled[0]} is \"auto\", which neither the HF Trainer nor dsbench's "
                             "worker fills: set a value")
     else:  # the render's layout is the config's: make_render_spec takes the degrees a --set writes
-        spec, _ = make_render_spec(_render_flags(req, world), req.preset, req.model, False, req.sets,
+        spec, _ = make_render_spec(_render_flags(req, world), req.preset, model, False, req.sets,
                                    check_model=False)
         (config, notes), layout = render(spec), spec.dims()
         check_rendered(config, spec, world)  # refused as `dsbench render` refuses it: the --set that broke it
@@ -145,12 +145,16 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     base = with_inherited_env(base, req)
     # torchrun and accelerate run the same ranks on every node: uneven slots are refused before anything is written
     world = base.even_world() if req.launcher in ("torchrun", "accelerate") else base.world_size()
-    config_path, config, layout, notes = (_written_config(req, world) if req.strategy == "deepspeed"
+    given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once
+    # the model the ranks train (one after -- wins, as in run.json): ZeRO's buckets are sized by it, as the HF Trainer does
+    model = given.get("model") or req.model or trainspec.DEFAULT_MODEL
+    config_path, config, layout, notes = (_written_config(req, world, model) if req.strategy == "deepspeed"
                                           else (None, None, None, []))
+    if not (req.model or given.get("model")):
+        notes.append(f"no --model given: the ranks train {model}, the worker's default (--model picks another)")
     spec = replace(base, ds_config=str(config_path) if config_path else None)
     # The worker's whole input as one typed description, built here from the launch's own values and the user's
     # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.
-    given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once
     train = trainflags.for_launch(given, launch_fields(req, req.strategy, config_path, base.rank_prints_summary()))
     if config is not None:  # each flag's value checked above; whether the config would ignore it, here
         check_worker_flags(given, config, req.config)

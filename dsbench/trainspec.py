@@ -33,6 +33,8 @@ TENSOR_SPLIT = tuple(engine for engine, degrees in SPLIT_ENGINES.items() if "tp"
 
 MAX_COUNT = 2**31 - 1
 """Largest step, batch, length or degree accepted: beyond it a value is a typo (and overflows int32 tensors)."""
+DEFAULT_MODEL = "gpt2-tiny"
+"""The model a run trains when no --model is given (dsbench/models.py)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -43,7 +45,7 @@ class TrainSpec:
     """auto: deepspeed when a DeepSpeed config is given (or by accelerate), else ddp/single."""
     deepspeed_config: str | None = None
     """DeepSpeed JSON config (the deepspeed strategy); its batch, optimizer and precision win."""
-    model: str = "gpt2-tiny"
+    model: str = DEFAULT_MODEL
     """Preset, local folder with config.json, or a hub id already in the local cache."""
     trust_remote_code: bool = False
     dataset: str | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +32,30 @@ def test_a_launch_names_its_folder_so(cli_run, tmp_path, monkeypatch):
     result = cli_run("launch", "--zero", "3", "--offload", "cpu", "--dry-run")
     assert result.exit_code == 0, result.output
     assert re.search(r"runs/launch-deepspeed-zero3_offload-\d{8}-\d{6}/ds_config\.json", result.output)
+
+
+@pytest.mark.parametrize("typed, trained", [((), "gpt2-tiny"), (("--model", "llama-tiny"), "llama-tiny"),
+                                            (("--", "--model", "gpt2-mini"), "gpt2-mini")])
+def test_a_launch_sizes_zero_buckets_by_the_model_its_ranks_train(cli_run, typed, trained):
+    """No --model: the ranks train the worker's default model, and ZeRO's buckets are sized by it as the HF Trainer
+    sizes "auto" ones by the model it trains (oracle: transformers' HfTrainerDeepSpeedConfig), as is a model named
+    after -- only; the launch says which model it trains when none was named."""
+    import json
+    from types import SimpleNamespace
+
+    import transformers
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    from dsbench.model_config import resolve_model
+
+    result = cli_run("launch", "--zero", "3", "--offload", "cpu", "--run-dir", "r", "--dry-run", *typed)
+    assert result.exit_code == 0, result.output
+    written = json.loads((Path("r") / "ds_config.json").read_text())["zero_optimization"]
+    assert json.loads((Path("r") / "run.json").read_text())["model"] == trained
+    keys = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
+    hf = HfTrainerDeepSpeedConfig({"zero_optimization": {"stage": 3, **dict.fromkeys(keys, "auto")}})
+    model = SimpleNamespace(config=transformers.AutoConfig.for_model(**resolve_model(trained).hf_config()))
+    hf.trainer_config_finalize(SimpleNamespace(get_warmup_steps=lambda steps: 0), model, 10)
+    assert {key: written[key] for key in keys} == {key: hf.config["zero_optimization"][key] for key in keys}
+    named = "no --model given: the ranks train gpt2-tiny" in " ".join(result.output.split())
+    assert named is (not typed)
