@@ -146,7 +146,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     # torchrun and accelerate run the same ranks on every node: uneven slots are refused before anything is written
     world = base.even_world() if req.launcher in ("torchrun", "accelerate") else base.world_size()
     given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once
-    # the model the ranks train (one after -- wins, as in run.json): ZeRO's buckets are sized by it, as the HF Trainer does
+    # the model the ranks train (one after -- wins, as in run.json) sizes ZeRO's buckets, as the HF Trainer does
     model = given.get("model") or req.model or trainspec.DEFAULT_MODEL
     config_path, config, layout, notes = (_written_config(req, world, model) if req.strategy == "deepspeed"
                                           else (None, None, None, []))

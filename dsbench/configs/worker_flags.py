@@ -39,6 +39,9 @@ def _decided(field: str, read: Any, config: dict[str, Any], inline: bool) -> tup
     value = read(config)
     if value is None and field == "grad_clip" and not inline:
         return CLIP_DEFAULT, f"leaves gradient_clipping out, so DeepSpeed clips at its default, {CLIP_DEFAULT}"
+    if value == 0 and field == "grad_clip" and inline and not isinstance(value, bool):
+        # accelerate writes the inline key only when it is truthy (DeepSpeedPlugin: `if self.gradient_clipping:`)
+        return CLIP_DEFAULT, f"sets gradient_clipping to 0, which accelerate drops: DeepSpeed clips at {CLIP_DEFAULT}"
     return value, ""
 
 
@@ -69,6 +72,8 @@ def check_worker_flags(given: Mapping[str, Any], config: dict[str, Any], config_
         elif config_file.endswith(".json"):
             fix = (f"add \"{key}\": {given[field]} (or \"auto\") to {config_file}" if said else
                    f"change {key} in {config_file}, or set it to \"auto\"")
+        elif field == "grad_clip" and inline and not given[field]:  # no inline value turns clipping off
+            fix = f'name a DeepSpeed JSON with "{key}": 0 in deepspeed_config.deepspeed_config_file of {config_file}'
         else:  # an accelerate YAML's own deepspeed_config section
             fix = f"change deepspeed_config.{key} in {config_file}"
         raise UserError(f"{typed}: the DeepSpeed config {said or f'sets {key} to {value}'}, which the ranks would "

@@ -72,6 +72,37 @@ def test_a_clipping_the_config_leaves_out_is_deepspeeds_default_not_the_flags():
     check_worker_flags(["--grad-clip", "0.5"], {}, "my.yaml", accelerate=True, inline=True)
 
 
+@pytest.mark.parametrize("clip", [0, 0.0, 0.5, 1.0, None])
+def test_a_grad_clip_flag_beside_a_yamls_inline_clipping_passes_only_where_the_ranks_clip_at_it(clip, monkeypatch):
+    """``dsbench launch --accelerate-config Y -- --grad-clip X`` with Y's inline ``gradient_clipping``. Oracle:
+    accelerate's DeepSpeedPlugin builds the config (it drops a 0: ``if self.gradient_clipping``, and leaves "auto"
+    for the script where the YAML has no key), DeepSpeed's DeepSpeedConfig gives the norm its engine clips at.
+    Until 2026-12-03 a YAML's 0 passed ``-- --grad-clip 0``, and the ranks clipped at 1.0."""
+    import os
+
+    from accelerate.utils.dataclasses import DeepSpeedPlugin
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    for name in list(os.environ):
+        if name.startswith("ACCELERATE_"):
+            monkeypatch.delenv(name)
+    inline = {"gradient_clipping": clip} if clip is not None else {}
+    built = dict(DeepSpeedPlugin(zero_stage=2, **inline).deepspeed_config)
+    for typed in ("0", "0.5", "1.0"):
+        kept = {} if "gradient_clipping" not in built else {
+            "gradient_clipping": float(typed) if built["gradient_clipping"] == "auto" else built["gradient_clipping"]}
+        applied = DeepSpeedConfig({"train_batch_size": 1, "train_micro_batch_size_per_gpu": 1, **kept})
+        try:
+            check_worker_flags(["--grad-clip", typed], inline, "acc.yaml", accelerate=True, inline=True)
+        except UserError as refused:
+            assert applied.gradient_clipping != float(typed), refused
+            fix = ('name a DeepSpeed JSON with "gradient_clipping": 0 in deepspeed_config.deepspeed_config_file of '
+                   "acc.yaml" if typed == "0" else "change deepspeed_config.gradient_clipping in acc.yaml")
+            assert str(refused).endswith(fix), refused
+        else:
+            assert applied.gradient_clipping == float(typed), (clip, typed)
+
+
 def test_a_scheduler_with_the_same_warmup_passes():
     warm = {**CONFIG, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 8}}}
     check_worker_flags(["--lr-warmup-steps", "8"], warm, None)
