@@ -98,16 +98,9 @@ def test_a_rank_killed_with_sigkill_ends_the_launch_and_is_named(tmp_path, launc
     print(f"{launcher}: launch exited {took:.1f} s after SIGKILL of rank 1")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_sigterm_or_ctrl_c_to_launch_records_the_run_as_interrupted(tmp_path, sig):
-    folder = tmp_path / "run"
-    proc = start_dsbench(["launch", "--zero", "2", *TINY, "--run-dir", str(folder), *FOREVER], ROOT)
-    _wait_for_steps(proc, folder / "launch.log", ranks=2)
-    tree = _descendants(proc.pid)
-    proc.send_signal(sig)  # dsbench alone, as a terminal's Ctrl-C or `kill` would reach it
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + sig, err[-2000:]
-    assert f"interrupted by {sig.name}" in err and str(folder) in err
+def _assert_recorded_as_interrupted(folder: Path, sig: signal.Signals) -> None:
+    """The run's own records after dsbench passed ``sig`` on: rank 0 wrote its end record and summary, and the
+    report reads the run as interrupted."""
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r["type"] == "step"]
     # the rank records the signal it got first: dsbench's own (sent to the launcher's process group, ranks
@@ -117,31 +110,67 @@ def test_sigterm_or_ctrl_c_to_launch_records_the_run_as_interrupted(tmp_path, si
     assert records[-1]["signal"] in (sig.name, "SIGTERM")
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["steps"] == len(steps)
-    assert not _alive(tree)
     from dsbench.report.collect import load_run
 
     assert load_run(folder).status == "interrupted"
 
 
-def test_ctrl_c_to_compare_keeps_finished_cells_and_marks_the_running_one(tmp_path):
-    out = tmp_path / "cmp"
-    proc = start_dsbench(["compare", "--strategies", "single,ddp", "--models", "gpt2-tiny", "--steps", "100000",
+def test_sigterm_to_launch_records_the_run_as_interrupted(tmp_path):
+    """`kill` to dsbench launch (DeepSpeed's launcher, 2 ranks). Ctrl-C takes the same path (runner.run forwards
+    either signal to the launcher's process group): it reaches a launch through compare below, each cell being a
+    `dsbench launch` (since 2026-12-03 not a launch of its own here, 106 -> 105)."""
+    sig = signal.SIGTERM
+    folder = tmp_path / "run"
+    proc = start_dsbench(["launch", "--zero", "2", *TINY, "--run-dir", str(folder), *FOREVER], ROOT)
+    _wait_for_steps(proc, folder / "launch.log", ranks=2)
+    tree = _descendants(proc.pid)
+    proc.send_signal(sig)  # dsbench alone, as `kill` would reach it
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err[-2000:]
+    assert f"interrupted by {sig.name}" in err and str(folder) in err
+    _assert_recorded_as_interrupted(folder, sig)
+    assert not _alive(tree)
+
+
+@pytest.fixture(scope="module")
+def ctrl_c_to_compare(tmp_path_factory) -> tuple[Path, subprocess.Popen, str, set[int], Path]:
+    """dsbench compare of ddp then zero2 on 2 ranks, Ctrl-C once the first cell trains: the compare's folder, its
+    process, its stderr, the processes below it just before, and the running cell's folder."""
+    out = tmp_path_factory.mktemp("ctrl_c") / "cmp"
+    proc = start_dsbench(["compare", "--strategies", "ddp,zero2", "--models", "gpt2-tiny", "--steps", "100000",
                           "--warmup", "1", "--seq-len", "32", "--out", str(out), "--no-report", "--quiet"], ROOT)
     deadline = time.monotonic() + 240
     cell = None
-    while time.monotonic() < deadline and cell is None:
+    while time.monotonic() < deadline and cell is None and proc.poll() is None:
         running = [p.parent for p in out.glob("cells/*/metrics.jsonl") if '"type": "step"' in p.read_text()]
         cell = running[0] if running else None
         time.sleep(0.5)
-    assert cell is not None, "no cell started training"
+    tree = _descendants(proc.pid)
+    if cell is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert cell is not None, f"no cell started training: {proc.communicate()}"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
+    return out, proc, err, tree, cell
+
+
+def test_ctrl_c_to_compare_keeps_finished_cells_and_marks_the_running_one(ctrl_c_to_compare):
+    out, proc, err, _, cell = ctrl_c_to_compare
     assert proc.returncode == 130, err[-2000:]
     status = json.loads((cell / "cell.json").read_text())
-    assert status["status"] == "interrupted"
+    assert status["status"] == "interrupted" and status["cell"]["strategy"] == "ddp"
     assert json.loads((cell / "summary.json").read_text())["status"] == "interrupted"
     assert len(list(out.glob("cells/*/cell.json"))) == 1  # the second cell never started
     assert "--resume" in err
+
+
+def test_ctrl_c_reaches_the_running_launchs_ranks_which_record_it_and_stop(ctrl_c_to_compare):
+    """What Ctrl-C to `dsbench launch` did (its own launch until 2026-12-03): compare's SIGINT passes through the
+    cell's `dsbench launch` and torchrun to both ranks, which record the run as interrupted; nothing stays."""
+    _, proc, err, tree, cell = ctrl_c_to_compare
+    assert proc.returncode == 130, err[-2000:]
+    _assert_recorded_as_interrupted(cell, signal.SIGINT)
+    assert not _alive(tree)
 
 
 @pytest.mark.parametrize("fault, says", [
