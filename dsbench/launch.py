@@ -124,13 +124,8 @@ def _render_flags(req: LaunchRequest, world_size: int) -> dict[str, Any]:
     return {**flags, "world_size": world_size}
 
 
-def prepare(req: LaunchRequest) -> PreparedLaunch:
-    """Render/validate the config, write it into the run folder, and build the command."""
-    if req.accelerate_config:
-        return _prepare_user_yaml(req)
-    check_request(req)
-    check_run_dir(req.run_dir, req.config)
-    _refuse_ignored_degrees(req)
+def _base_spec(req: LaunchRequest) -> LaunchSpec:
+    """The launch's processes as the request describes them, before any config is written."""
     hosts = tuple(read_hostfile(req.hostfile)) if req.hostfile else ()
     base = LaunchSpec(launcher=req.launcher, strategy=req.strategy, nproc_per_node=req.num_gpus,
                       hostfile=req.hostfile, hosts=hosts, include=req.include, exclude=req.exclude,
@@ -142,7 +137,17 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
                       mixed_precision=ACCELERATE_PRECISION.get(req.render_flags.get("precision") or "fp32", "no"),
                       dp_shard=req.render_flags.get("dp_shard") or 0,
                       deepspeed_env_file=str((req.run_dir / ".deepspeed_env").absolute()))
-    base = with_inherited_env(base, req)
+    return with_inherited_env(base, req)
+
+
+def prepare(req: LaunchRequest) -> PreparedLaunch:
+    """Render/validate the config, write it into the run folder, and build the command."""
+    if req.accelerate_config:
+        return _prepare_user_yaml(req)
+    check_request(req)
+    check_run_dir(req.run_dir, req.config)
+    _refuse_ignored_degrees(req)
+    base = _base_spec(req)
     # torchrun and accelerate run the same ranks on every node: uneven slots are refused before anything is written
     world = base.even_world() if req.launcher in ("torchrun", "accelerate") else base.world_size()
     given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once
@@ -177,19 +182,6 @@ def _refuse_ignored_degrees(req: LaunchRequest) -> None:
         if (req.render_flags.get(name) or 1) > 1 and req.strategy not in takers:
             raise UserError(f"{flag} needs --strategy {' or '.join(takers)}; --strategy {req.strategy} would "
                             "ignore it")
-
-
-def strategy_and_launcher(strategy: str | None, launcher: str | None, accelerate_config: str | None) -> tuple[str, str]:
-    """The worker strategy and the launcher as typed, or their defaults. ``--accelerate-config``: the YAML picks the
-    engine and ``accelerate launch`` runs it, so a typed --strategy or another --launcher is refused."""
-    if not accelerate_config:
-        return strategy or "deepspeed", launcher or "deepspeed"
-    if strategy:
-        raise UserError(f"--accelerate-config: the YAML's distributed_type picks the engine, so --strategy {strategy} "
-                        "would be ignored: drop it")
-    if launcher not in (None, "accelerate"):
-        raise UserError(f"--accelerate-config runs `accelerate launch`; drop --launcher {launcher}")
-    return "auto", "accelerate"
 
 
 # Flags that would be ignored beside a user's accelerate YAML, with what decides instead.

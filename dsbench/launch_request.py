@@ -185,3 +185,16 @@ def check_yaml_here(req: LaunchRequest, config: Mapping[str, Any], processes: in
     if not req.hostfile and machines == 1:  # every process on this machine
         check_local_ranks(processes, "--num-processes" if req.num_processes else f"{req.accelerate_config}: "
                           "num_processes", gpus=req.local_gpus, memory_available=req.memory_available)
+
+
+def strategy_and_launcher(strategy: str | None, launcher: str | None, accelerate_config: str | None) -> tuple[str, str]:
+    """The worker strategy and the launcher as typed, or their defaults. ``--accelerate-config``: the YAML picks the
+    engine and ``accelerate launch`` runs it, so a typed --strategy or another --launcher is refused."""
+    if not accelerate_config:
+        return strategy or "deepspeed", launcher or "deepspeed"
+    if strategy:
+        raise UserError(f"--accelerate-config: the YAML's distributed_type picks the engine, so --strategy {strategy} "
+                        "would be ignored: drop it")
+    if launcher not in (None, "accelerate"):
+        raise UserError(f"--accelerate-config runs `accelerate launch`; drop --launcher {launcher}")
+    return "auto", "accelerate"

@@ -162,8 +162,8 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
     """Launch the training worker through deepspeed, torchrun or accelerate (args after -- go to the worker);
     with --accelerate-config, your own accelerate YAML through `accelerate launch`."""
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count, memory_available
-    from dsbench.launch import materialize, prepare, strategy_and_launcher
-    from dsbench.launch_request import LaunchRequest, inherited_env, parse_env
+    from dsbench.launch import materialize, prepare
+    from dsbench.launch_request import LaunchRequest, inherited_env, parse_env, strategy_and_launcher
 
     _refuse_context_parallel(cp, cpu=local_gpu_count() == 0)
     strategy, launcher = strategy_and_launcher(strategy, launcher, accelerate_config)

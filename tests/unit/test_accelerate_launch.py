@@ -17,7 +17,7 @@ import yaml
 from dsbench.bench.matrix import cell_launch_args, expand
 from dsbench.configs import accelerate_check, accelerate_explain, accelerate_worker
 from dsbench.errors import UserError
-from dsbench.launch import strategy_and_launcher
+from dsbench.launch_request import strategy_and_launcher
 from dsbench.launchers.accelerate import check_to_accelerate
 from tests.accelerate_oracle import accelerate_env as launched_env
 from tests.conftest import DATA, ROOT
