@@ -34,12 +34,13 @@ def _tokens(row: Row, low: str, high: str) -> str:
 
 
 def _best(rows: list[Row]) -> dict[tuple[Any, ...], float]:
-    """The fastest tokens/s among cells of the same model, device and ranks (the verdict's groups)."""
-    best: dict[tuple[Any, ...], float] = {}
+    """The fastest tokens/s among cells of the same model, device and ranks (the verdict's groups), for groups of
+    two cells or more: a cell alone in its group (``single``, the one 1-rank cell) has nothing to be compared with."""
+    timed: dict[tuple[Any, ...], list[float]] = {}
     for row in rows:
         if row.status == "ok" and row.tokens_per_s:
-            best[group_of(row)] = max(best.get(group_of(row), 0.0), row.tokens_per_s)
-    return best
+            timed.setdefault(group_of(row), []).append(row.tokens_per_s)
+    return {group: max(figures) for group, figures in timed.items() if len(figures) > 1}
 
 
 def compare_grid(rows: list[Row], wide: bool = False) -> Grid:
@@ -65,7 +66,8 @@ def compare_grid(rows: list[Row], wide: bool = False) -> Grid:
     grid.notes.append(how[0] + (f" tokens/s: global, by the wall clock over the measured window; in brackets the "
                                 f"range the verdict compares, {what}" + (f" ({caveat})" if caveat else "")
                                 + ": cells are within noise where their ranges overlap." if what else ""))
-    grid.notes.append("vs best: tokens/s over the fastest's among cells of the same model, device and ranks. "
+    grid.notes.append("vs best: tokens/s over the fastest's among cells of the same model, device and ranks (- for "
+                      "a cell alone in its group). "
                       "MiB/rank: model states per rank on CPU (params+grads+optimizer states+fp32 master, from rank "
                       "0's tensors), peak device memory on GPU (torch.cuda.max_memory_allocated).")
     skipped = [f"{row.strategy} {row.skipped_steps}" for row in rows if row.skipped_steps]

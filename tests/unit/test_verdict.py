@@ -126,3 +126,15 @@ def test_the_table_shows_the_range_the_verdict_compares():
         column = [c.header for c in grid.columns].index("tokens/s (range)")
         assert [row[column] for row in grid.rows] == shown
         assert verdict(rows)[1].endswith(": fsdp.")  # the brackets overlap, and the verdict says so
+
+
+def test_vs_best_is_a_dash_for_a_cell_with_nothing_beside_it():
+    """single is the one 1-rank cell of a compare: "1.00x" beside ddp's 1.00x read as a tie for first (until
+    2026-12-03); the ratio stands only among cells of the same model, device and ranks."""
+    from dsbench.report.terminal import compare_grid
+
+    rows = [_row("single", 500, ok=1, world=1), _row("ddp", 1000, ok=1), _row("fsdp", 800, ok=1)]
+    grid = compare_grid(rows)
+    column = [c.header for c in grid.columns].index("vs best")
+    assert [row[column] for row in grid.rows] == ["-", "1.00x", "0.80x"]
+    assert "(- for a cell alone in its group)" in grid.notes[1]
