@@ -152,10 +152,11 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     world = base.even_world() if req.launcher in ("torchrun", "accelerate") else base.world_size()
     given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once
     # the model the ranks train (one after -- wins, as in run.json) sizes ZeRO's buckets, as the HF Trainer does
-    model = given.get("model") or req.model or trainspec.DEFAULT_MODEL
+    typed_model = given.get("model") or req.model
+    model = typed_model or trainspec.DEFAULT_MODEL
     config_path, config, layout, notes = (_written_config(req, world, model) if req.strategy == "deepspeed"
                                           else (None, None, None, []))
-    if not (req.model or given.get("model")):
+    if not typed_model:
         notes.append(f"no --model given: the ranks train {model}, the worker's default (--model picks another)")
     spec = replace(base, ds_config=str(config_path) if config_path else None)
     # The worker's whole input as one typed description, built here from the launch's own values and the user's

@@ -36,11 +36,11 @@ def _tokens(row: Row, low: str, high: str) -> str:
 def _best(rows: list[Row]) -> dict[tuple[Any, ...], float]:
     """The fastest tokens/s among cells of the same model, device and ranks (the verdict's groups), for groups of
     two cells or more: a cell alone in its group (``single``, the one 1-rank cell) has nothing to be compared with."""
-    timed: dict[tuple[Any, ...], list[float]] = {}
+    by_group: dict[tuple[Any, ...], list[float]] = {}
     for row in rows:
         if row.status == "ok" and row.tokens_per_s:
-            timed.setdefault(group_of(row), []).append(row.tokens_per_s)
-    return {group: max(figures) for group, figures in timed.items() if len(figures) > 1}
+            by_group.setdefault(group_of(row), []).append(row.tokens_per_s)
+    return {group: max(figures) for group, figures in by_group.items() if len(figures) > 1}
 
 
 def compare_grid(rows: list[Row], wide: bool = False) -> Grid:
