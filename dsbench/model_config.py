@@ -177,6 +177,8 @@ def resolve_model(name: str) -> ModelShape:
     """Resolve ``--model``: a preset name, a local directory with config.json, or a cached hub id."""
     if name in PRESETS:
         return PRESETS[name]
+    if not name.strip():  # Path("") is the working folder, which would be read as the model's
+        raise UserError(f"--model {name!r}: empty; give a preset ({', '.join(PRESETS)}) or a folder with config.json")
     local = Path(name)
     if local.is_dir():
         cfg_path = local / "config.json"

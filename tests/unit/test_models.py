@@ -54,6 +54,16 @@ def test_unknown_model_lists_presets(tmp_path):
         resolve_model(str(tmp_path / "empty"))
 
 
+@pytest.mark.parametrize("name", ["", " "])
+def test_an_empty_model_is_named_empty_not_read_as_the_working_folder(tmp_path, monkeypatch, name):
+    """``-- --model ''``: Path('') is the working folder; until 2026-12-04 a folder with a config.json there was
+    read as the model, and one without said '--model : directory has no config.json'."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    with pytest.raises(UserError, match=r"--model '\s*': empty; give a preset \(gpt2-tiny"):
+        resolve_model(name)
+
+
 # config.json files as users' models write them (small dimensions, each family's own keys), and what transformers
 # builds from them is the oracle: dsbench's shape must count exactly its parameters, or refuse the config by name.
 def _config(model_type: str, hidden: int, heads: int, kv: int, ffn: int, **more: object) -> dict:
