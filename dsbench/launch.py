@@ -156,8 +156,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     model = typed_model or trainspec.DEFAULT_MODEL
     config_path, config, layout, notes = (_written_config(req, world, model) if req.strategy == "deepspeed"
                                           else (None, None, None, []))
-    if not typed_model:
-        notes.append(f"no --model given: the ranks train {model}, the worker's default (--model picks another)")
+    notes += _default_model_note(typed_model)
     spec = replace(base, ds_config=str(config_path) if config_path else None)
     # The worker's whole input as one typed description, built here from the launch's own values and the user's
     # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.
@@ -174,6 +173,12 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     run_file = trainspec.write(train, (Path(req.cwd) / req.run_dir / "run.json").resolve())
     spec = replace(spec, run_file=str(run_file))
     return PreparedLaunch(spec=spec, command=build(spec), notes=notes, train=train)
+
+
+def _default_model_note(typed: str | None) -> list[str]:
+    """A launch that names no model trains the worker's default: said, as nothing else on the command line says it."""
+    return [] if typed else [f"no --model given: the ranks train {trainspec.DEFAULT_MODEL}, the worker's default "
+                             "(--model picks another)"]
 
 
 def _refuse_ignored_degrees(req: LaunchRequest) -> None:
@@ -257,7 +262,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
     base = with_inherited_env(base, req)
     train = trainflags.for_launch(given, launch_fields(req, "auto", None, base.rank_prints_summary()))
     check_dataset_here(train.dataset, req.cwd, local=not req.hostfile)
-    notes = check_yaml_layout(train, config, processes, path)
+    notes = check_yaml_layout(train, config, processes, path) + _default_model_note(given.get("model") or req.model)
     req.run_dir.mkdir(parents=True, exist_ok=True)
     copy = req.run_dir / "accelerate_config.yaml"
     if not (copy.exists() and copy.resolve() == Path(path).resolve()):

@@ -59,3 +59,18 @@ def test_a_launch_sizes_zero_buckets_by_the_model_its_ranks_train(cli_run, typed
     assert {key: written[key] for key in keys} == {key: hf.config["zero_optimization"][key] for key in keys}
     named = "no --model given: the ranks train gpt2-tiny" in " ".join(result.output.split())
     assert named is (not typed)
+
+
+@pytest.mark.parametrize("typed", [(), ("--model", "llama-tiny"), ("--", "--model", "llama-tiny")])
+def test_a_users_accelerate_yaml_launch_names_the_model_it_trains_when_none_was_named(cli_run, typed):
+    import json
+
+    from tests.conftest import ROOT
+
+    yaml = ROOT / "ds_configs" / "accelerate" / "multi_gpu.yaml"
+    result = cli_run("launch", "--accelerate-config", str(yaml), "--run-dir", "r", "--dry-run", *typed)
+    assert result.exit_code == 0, result.output
+    trained = json.loads((Path("r") / "run.json").read_text())["model"]
+    assert trained == ("llama-tiny" if typed else "gpt2-tiny")
+    said = "no --model given: the ranks train gpt2-tiny" in " ".join(result.output.split())
+    assert said is (not typed)
