@@ -18,7 +18,7 @@ from dsbench.header_fields import header_problem
 from dsbench.records import SUMMARY
 
 
-def _number(value: Any, where: str, name: str, optional: bool = False) -> Any:
+def number_field(value: Any, where: str, name: str, optional: bool = False) -> Any:
     """A figure that must be a finite number (or None where ``optional``): one line naming it otherwise."""
     if value is None and optional:
         return None
@@ -27,9 +27,9 @@ def _number(value: Any, where: str, name: str, optional: bool = False) -> Any:
     return value
 
 
-def _count(value: Any, where: str, name: str) -> int:
+def count_field(value: Any, where: str, name: str) -> int:
     """A count that must be a whole number >= 0 (JSON's 3 or 3.0): one line naming it otherwise."""
-    number = _number(value, where, name)
+    number = number_field(value, where, name)
     if number < 0 or number != int(number):
         raise UserError(f"{where}: {name} is {value!r}, not a count")
     return int(number)
@@ -49,8 +49,8 @@ class Spread:
     def from_dict(cls, data: Any, where: str, name: str) -> Spread:
         if not isinstance(data, dict):
             raise UserError(f"{where}: {name} is {data!r}, not a spread of numbers")
-        return cls(median=_number(data.get("median"), where, f"{name}.median"),
-                   **{key: _number(data.get(key), where, f"{name}.{key}", optional=True)
+        return cls(median=number_field(data.get("median"), where, f"{name}.median"),
+                   **{key: number_field(data.get(key), where, f"{name}.{key}", optional=True)
                       for key in ("min", "max", "p10", "p90")})
 
 
@@ -71,12 +71,12 @@ class Throughput:
 
     @classmethod
     def from_dict(cls, wall: dict[str, Any], where: str) -> Throughput:
-        return cls(window_s=_number(wall.get("window_s"), where, "throughput.window_s"),
-                   steps=_number(wall.get("steps"), where, "throughput.steps"),
-                   tokens_per_s=_number(wall.get("tokens_per_s"), where, "throughput.tokens_per_s"),
-                   tokens_per_s_per_rank=_number(wall.get("tokens_per_s_per_rank"), where,
+        return cls(window_s=number_field(wall.get("window_s"), where, "throughput.window_s"),
+                   steps=number_field(wall.get("steps"), where, "throughput.steps"),
+                   tokens_per_s=number_field(wall.get("tokens_per_s"), where, "throughput.tokens_per_s"),
+                   tokens_per_s_per_rank=number_field(wall.get("tokens_per_s_per_rank"), where,
                                                  "throughput.tokens_per_s_per_rank", optional=True),
-                   mfu=_number(wall.get("mfu"), where, "throughput.mfu", optional=True))
+                   mfu=number_field(wall.get("mfu"), where, "throughput.mfu", optional=True))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,19 +164,20 @@ class RunSummary:
         warmup = data.get("warmup")
         return cls(
             status=status, reason=data.get("reason"),
-            measured_steps=_number(data.get("measured_steps"), where, "measured_steps"),
-            warmup_steps=_number(data.get("warmup_steps"), where, "warmup_steps"),
+            measured_steps=number_field(data.get("measured_steps"), where, "measured_steps"),
+            warmup_steps=number_field(data.get("warmup_steps"), where, "warmup_steps"),
             throughput=None if wall is None else Throughput.from_dict(wall, where),
             timed=TimedRegion.from_dict(timed, where),
-            outside_timed_fraction=_number(data.get("outside_timed_fraction"), where, "outside_timed_fraction",
+            outside_timed_fraction=number_field(data.get("outside_timed_fraction"), where, "outside_timed_fraction",
                                            optional=True),
-            warmup_s=_number(warmup.get("timed_s"), where, "warmup.timed_s", True) if isinstance(warmup, dict)
+            warmup_s=number_field(warmup.get("timed_s"), where, "warmup.timed_s", True) if isinstance(warmup, dict)
             else None,
-            final_loss=_number(data.get("final_loss"), where, "final_loss"),
-            peak_memory_bytes_per_rank=tuple(_number(peak, where, "peak_memory_bytes_per_rank[]") for peak in peaks),
+            final_loss=number_field(data.get("final_loss"), where, "final_loss"),
+            peak_memory_bytes_per_rank=tuple(number_field(peak, where, "peak_memory_bytes_per_rank[]")
+                                             for peak in peaks),
             memory_kind=data.get("memory_kind"),
             model_state_bytes_per_rank=tuple(states),
-            skipped_steps=_count(data.get("skipped_steps", 0), where, "skipped_steps"),
+            skipped_steps=count_field(data.get("skipped_steps", 0), where, "skipped_steps"),
             replicas=_replicas(data.get("replicas"), where))
 
 

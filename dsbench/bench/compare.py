@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.bench.matrix import Cell, cell_launch_args
+from dsbench.cell_record import CELL_FILE, CellRecord, read_cell
 from dsbench.errors import UserError
 from dsbench.io import atomic_write_json, read_json
 from dsbench.launchers import LaunchCommand
 from dsbench.records import METRICS
-
-FINISHED = ("ok", "failed", "timeout")
 
 
 @dataclass(frozen=True)
@@ -42,16 +41,13 @@ def cell_command(cell: Cell, folder: Path, nvme_path: str | None) -> list[str]:
     return [sys.executable, "-m", "dsbench", "launch", *cell_launch_args(cell, folder, nvme_path)]
 
 
-def read_status(folder: Path) -> dict[str, Any] | None:
-    """A cell's recorded status, or None when there is none to trust (missing, damaged, a FIFO: the cell runs again)."""
-    path = folder / "cell.json"
-    if not path.exists():
-        return None
+def read_status(folder: Path) -> CellRecord | None:
+    """A cell's recorded status, or None when there is none to trust (missing, damaged, a FIFO, a field of another
+    type: the cell runs again)."""
     try:
-        status = read_json(path, "cell status")
+        return read_cell(folder)
     except UserError:
         return None
-    return status if isinstance(status, dict) else None
 
 
 def set_aside(folder: Path) -> None:
@@ -139,7 +135,7 @@ def run_cell(cell: Cell, folder: Path, timeout: float, nvme_path: str | None,
     status: dict[str, Any] = {"cell": cell.to_dict(), "id": cell.id, "command": shlex.join(argv),
                               "status": "running", "started": started}
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(folder / "cell.json", status)
+    atomic_write_json(folder / CELL_FILE, status)
     stop = threading.Event()
     watcher = threading.Thread(target=_watch, args=(folder / METRICS, stop, on_step), daemon=True)
     watcher.start()
@@ -148,7 +144,7 @@ def run_cell(cell: Cell, folder: Path, timeout: float, nvme_path: str | None,
     except Interrupted as exc:  # Ctrl-C/SIGTERM: the cell's processes are stopped; record it, keep its files
         status.update(status="interrupted", exit_code=exc.exit_code, reason=str(exc), finished=time.time(),
                       duration_s=round(time.time() - started, 1))
-        atomic_write_json(folder / "cell.json", status)
+        atomic_write_json(folder / CELL_FILE, status)
         return CellResult(cell=cell, status="interrupted", folder=folder, reason=str(exc))
     finally:
         stop.set()
@@ -159,15 +155,15 @@ def run_cell(cell: Cell, folder: Path, timeout: float, nvme_path: str | None,
                               f"exit code {code}: {first_error(folder / 'compare.log') or 'no error line in the log'}")
     status.update(status=outcome, exit_code=code, reason=reason, finished=time.time(),
                   duration_s=round(time.time() - started, 1))
-    atomic_write_json(folder / "cell.json", status)
+    atomic_write_json(folder / CELL_FILE, status)
     return CellResult(cell=cell, status=outcome, folder=folder, reason=reason)
 
 
-def skips(folder: Path, resume: bool, retry_failed: bool) -> dict[str, Any] | None:
+def skips(folder: Path, resume: bool, retry_failed: bool) -> CellRecord | None:
     """The finished cell's status when --resume keeps it (not run again), else None."""
     previous = read_status(folder)
-    done = previous is not None and previous.get("status") in FINISHED
-    return previous if resume and done and not (retry_failed and previous["status"] != "ok") else None
+    done = previous is not None and previous.finished
+    return previous if resume and done and not (retry_failed and previous.status != "ok") else None
 
 
 def dry_run_lines(cells: list[Cell], out: Path, resume: bool, retry_failed: bool, nvme_path: str | None) -> list[str]:
@@ -177,7 +173,7 @@ def dry_run_lines(cells: list[Cell], out: Path, resume: bool, retry_failed: bool
     for index, cell in enumerate(cells, start=1):
         folder = out / "cells" / cell.id
         kept = skips(folder, resume, retry_failed)
-        what = (f"finished ({kept['status']}): --resume keeps it" if kept else
+        what = (f"finished ({kept.status}): --resume keeps it" if kept else
                 shlex.join(["dsbench", "launch", *cell_launch_args(cell, folder, nvme_path)]))
         lines.append(f"{index}/{len(cells)} {cell.id}: {what}")
     return lines
@@ -192,9 +188,9 @@ def run_matrix(cells: list[Cell], out: Path, resume: bool, retry_failed: bool, t
         folder = out / "cells" / cell.id
         previous = skips(folder, resume, retry_failed)
         if previous is not None:
-            results.append(CellResult(cell=cell, status=previous["status"], folder=folder,
-                                      reason=previous.get("reason"), skipped=True))
-            reporter.skipped(cell, previous["status"])
+            results.append(CellResult(cell=cell, status=previous.status, folder=folder, reason=previous.reason,
+                                      skipped=True))
+            reporter.skipped(cell, previous.status)
             continue
         if folder.exists():
             set_aside(folder)

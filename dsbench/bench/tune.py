@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import strategies as registry
-from dsbench.bench.compare import FINISHED, check_out, prepare_out, read_status, run_cell, set_aside
+from dsbench.bench.compare import check_out, prepare_out, read_status, run_cell, set_aside
 from dsbench.bench.matrix import Cell, cell_launch_args, check_models, fused_by_default, takes
 from dsbench.bench.tune_request import TuneRequest
 from dsbench.errors import UserError
@@ -94,13 +94,13 @@ def speed_variants(strategy: str, warmup: int) -> list[bool]:
 def finished(folder: Path) -> bool:
     """A cell that ran to its end (ok, failed or timed out); an interrupted one runs again on --resume."""
     status = read_status(folder)
-    return bool(status) and status.get("status") in FINISHED
+    return status is not None and status.finished
 
 
 def measured_tokens_per_s(folder: Path) -> float | None:
     """A finished cell's wall-clock tokens/s (None when it failed)."""
     status = read_status(folder)
-    if not status or status.get("status") != "ok":
+    if status is None or status.status != "ok":
         return None
     try:
         summary = read_summary(folder)
@@ -223,8 +223,8 @@ def _resumed(req: TuneRequest, found: search.Search, say: Callable[[str], None])
 
 def _started(folder: Path) -> float:
     """When a cell started (its cell.json's wall clock), 0 where a hand-edited status holds no time."""
-    started = (read_status(folder) or {}).get("started")
-    return float(started) if isinstance(started, (int, float)) else 0.0
+    status = read_status(folder)
+    return status.started if status is not None and status.started is not None else 0.0
 
 
 def _winner(req: TuneRequest, winner: search.Scored, run: Callable[[Cell, str], float | None]) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from dsbench.cell_record import CELL_FILE, CellRecord, read_cell
 from dsbench.errors import UserError
-from dsbench.io import read_json
 from dsbench.records import METRICS, header_of, read_records, scaling_efficiency, summarize
 from dsbench.rows import Row, Run
 from dsbench.run_record import RunHeader, RunSummary, read_summary
@@ -33,7 +33,7 @@ def find_runs(roots: list[Path]) -> list[Path]:
     for root in roots:
         if not root.exists():
             continue
-        for marker in ("cell.json", METRICS):
+        for marker in (CELL_FILE, METRICS):
             for path in root.rglob(marker):
                 if ".interrupted-" not in str(path.parent):
                     found.add(path.parent)
@@ -52,23 +52,23 @@ def label_for(strategy: str, compile: bool = False, fused_optimizer: bool = Fals
     return strategy + "".join(suffix for key, suffix in SPEED_SUFFIXES.items() if options[key])
 
 
-def _options(header: RunHeader, cell: dict[str, Any] | None) -> tuple[bool, bool]:
+def _options(header: RunHeader, cell: CellRecord | None) -> tuple[bool, bool]:
     """(compile, fused optimizer) as requested: from the cell, else the run header."""
     if cell:
-        return bool(cell["cell"].get("compile")), bool(cell["cell"].get("fused_optimizer"))
+        return cell.compile, cell.fused_optimizer
     return bool(header.speed.compile), bool(header.speed.fused_optimizer)
 
 
-def run_label(header: RunHeader, cell: dict[str, Any] | None) -> str:
+def run_label(header: RunHeader, cell: CellRecord | None) -> str:
     """A run's printed label (:func:`label_for` of its strategy and speed options)."""
     return label_for(_strategy_name(header, cell), *_options(header, cell))
 
 
-def _strategy_name(header: RunHeader, cell: dict[str, Any] | None) -> str:
+def _strategy_name(header: RunHeader, cell: CellRecord | None) -> str:
     """The run's strategy as compare names it: the cell's, else from what the header records
     (dsbench/strategy_match.py ``name_of_run``)."""
     if cell:
-        return cell["cell"]["strategy"]
+        return cell.strategy
     engine = header.engine
     zero = zero_settings(header.ds_config or {})
 
@@ -80,21 +80,11 @@ def _strategy_name(header: RunHeader, cell: dict[str, Any] | None) -> str:
                        chunks, header.pipeline_schedule == "interleaved-zb", header.ulysses, shard)
 
 
-def _json_object(path: Path) -> dict[str, Any] | None:
-    """A JSON object file of a run folder (None when absent); a corrupt one raises ValueError naming it."""
-    if not path.exists():
-        return None
-    data = read_json(path, path.name)
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
-def run_status(cell: dict[str, Any] | None, summary: RunSummary, losses: list[Any]) -> tuple[str, str | None]:
+def run_status(cell: CellRecord | None, summary: RunSummary, losses: list[Any]) -> tuple[str, str | None]:
     """A run is ok only when its cell says so (if it has one), its summary is complete, and every loss is a
     finite number; otherwise the status and reason say what is missing."""
-    status = cell["status"] if cell else "ok"
-    reason = cell.get("reason") if cell else None
+    status = cell.status if cell else "ok"
+    reason = cell.reason if cell else None
     if status != "ok":
         return status, reason
     if not summary.ok:
@@ -128,7 +118,7 @@ def _corrupt(folder: Path, why: str) -> Run:
 
 
 def _load_run(folder: Path) -> Run:
-    cell = _json_object(folder / "cell.json")
+    cell = read_cell(folder)
     records = read_records(folder / METRICS) if (folder / METRICS).exists() else []
     if (folder / METRICS).exists() and not header_of(records) and not cell:
         raise UserError(f"{folder / METRICS}: no complete header record (the run stopped before its first line was "
@@ -138,17 +128,16 @@ def _load_run(folder: Path) -> Run:
     # one is summarised from its records
     summary = read_summary(folder) or RunSummary.from_dict(summarize(records), str(folder / METRICS))
     steps = [r for r in records if r.get("type") == "step"]
-    definition = cell["cell"] if cell else {}
     status, reason = run_status(cell, summary, [s.get("loss") for s in steps])
     base = _strategy_name(header, cell)
     compiled, fused = _options(header, cell)
-    return Run(folder=str(folder), id=cell["id"] if cell else folder.name, strategy=label_for(base, compiled, fused),
+    return Run(folder=str(folder), id=cell.id if cell else folder.name, strategy=label_for(base, compiled, fused),
                base_strategy=base, with_compile=compiled, with_fused=fused, status=status, reason=reason,
-               model=definition.get("model") or header.model,
-               world_size=definition.get("world_size") or header.world_size,
-               micro_batch=definition.get("micro_batch") or header.micro_batch,
-               repeat=definition.get("repeat", 0), device=header.device.split(":")[0],
-               command=cell["command"] if cell else " ".join(header.command),
+               model=cell.model if cell else header.model,
+               world_size=cell.world_size if cell else header.world_size,
+               micro_batch=cell.micro_batch if cell else header.micro_batch,
+               repeat=cell.repeat if cell else 0, device=header.device.split(":")[0],
+               command=cell.command if cell else " ".join(header.command),
                launch_command=header.launch_command, ds_config=header.ds_config, header=header, summary=summary,
                losses=[s["loss"] for s in steps],
                step_times=[float(s["step_time_s"]) for s in steps if not s["warmup"]])

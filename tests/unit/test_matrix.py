@@ -175,11 +175,16 @@ def test_fused_optimizer_both_puts_the_native_strategies_both_ways_beside_compil
 
 
 def test_a_compiled_cell_is_its_own_row_in_the_report():
+    from dsbench.cell_record import CellRecord
     from dsbench.report.collect import run_label
     from dsbench.run_record import RunHeader
 
     def _label(record, cell):
-        return run_label(RunHeader.from_record(record), cell)
+        """The label of a run whose cell.json holds ``cell`` as its definition (the rest as compare writes it)."""
+        status = cell and CellRecord.from_dict({"cell": {"world_size": 2, "micro_batch": 2, "model": "gpt2-tiny",
+                                                         **cell["cell"]},
+                                                "id": "c", "command": "dsbench launch", "status": "ok"}, "cell.json")
+        return run_label(RunHeader.from_record(record), status)
 
     header = {"strategy": "ddp"}
     assert _label(header, {"cell": {"strategy": "ddp", "compile": True}}) == "ddp+compile"
@@ -334,7 +339,8 @@ def test_compare_dry_run_checks_the_matrix_prints_each_cells_command_and_runs_no
     (out / "matrix.json").write_text(json.dumps({"matrix": _matrix_of(flags)}))
     for cell, status in zip(cells[:2], ("ok", "failed"), strict=True):
         (out / "cells" / cell.id).mkdir()
-        (out / "cells" / cell.id / "cell.json").write_text(json.dumps({"status": status}))
+        (out / "cells" / cell.id / "cell.json").write_text(json.dumps({"cell": cell.to_dict(), "id": cell.id,
+                                                                       "command": "dsbench launch", "status": status}))
     kept = cli_run("compare", *flags, "--out", "r", "--resume", "--dry-run").output.splitlines()
     assert kept[1].endswith(": finished (ok): --resume keeps it") and kept[2].endswith(": finished (failed): "
                                                                                       "--resume keeps it")

@@ -296,9 +296,11 @@ def test_tune_dry_run_ranks_the_layouts_names_its_first_run_and_runs_nothing(cli
                       checkpointing=False, gpu_mem=12, steps=4, warmup=1, out=tmp_path / "r")
     prepare_out(req.out, definition_of(req), resume=False)
     for started, layout in enumerate(search.layouts(["ddp"], 2, 8, lambda s: 1, checkpointing=False)[:2]):
-        folder = req.out / "cells" / cell_of(req, layout).id
+        cell = cell_of(req, layout)
+        folder = req.out / "cells" / cell.id
         folder.mkdir(parents=True)
-        (folder / "cell.json").write_text(json.dumps({"status": "failed", "started": started}))
+        (folder / "cell.json").write_text(json.dumps({"cell": cell.to_dict(), "id": cell.id, "status": "failed",
+                                                      "command": "dsbench launch", "started": started}))
     spent = cli_run("tune", *flags, "--out", "r", "--resume", "--dry-run")
     assert spent.exit_code == 0 and "would run nothing: the budget is spent" in spent.output, spent.output
     # a larger --budget continues it (until 2026-12-03 refused as another tune): the two runs stay counted
