@@ -19,7 +19,7 @@ from dsbench.cell_record import CELL_FILE, CellRecord, read_cell
 from dsbench.errors import UserError
 from dsbench.records import METRICS, header_of, read_records, scaling_efficiency, summarize
 from dsbench.rows import Row, Run
-from dsbench.run_record import RunHeader, RunSummary, read_summary
+from dsbench.run_record import RunHeader, RunSummary, number_field, read_summary
 from dsbench.strategy_match import name_of_run
 from dsbench.trainspec import INTERLEAVED
 from dsbench.zero_section import zero_settings
@@ -140,7 +140,23 @@ def _load_run(folder: Path) -> Run:
                command=cell.command if cell else " ".join(header.command),
                launch_command=header.launch_command, ds_config=header.ds_config, header=header, summary=summary,
                losses=[s["loss"] for s in steps],
-               step_times=[float(s["step_time_s"]) for s in steps if not s["warmup"]])
+               step_times=_step_times(steps, str(folder / METRICS)))
+
+
+def _step_times(steps: list[dict[str, Any]], where: str) -> list[float]:
+    """The measured (not warm-up) steps' times in seconds; a step whose warmup is not true or false, or whose time
+    is not a number >= 0, is one line naming the step."""
+    times = []
+    for index, step in enumerate(steps, 1):
+        name = f"step {step.get('step', index)}"
+        if not isinstance(step.get("warmup"), bool):
+            raise UserError(f"{where}: {name}'s warmup is {step.get('warmup')!r}, not true or false")
+        if not step["warmup"]:
+            seconds = number_field(step.get("step_time_s"), where, f"{name}'s step_time_s")
+            if seconds < 0:
+                raise UserError(f"{where}: {name}'s step_time_s is {seconds!r}, not a time (>= 0 s)")
+            times.append(float(seconds))
+    return times
 
 
 def _median(values: list[float]) -> float | None:

@@ -84,3 +84,26 @@ def test_the_catalogue_fixtures_are_corrupt_for_the_field_edited():
                                      "not a number",
                        "status_number": f"{DATA / 'bad/report_cell/status_number/cell.json'}: status is 5, not one "
                                         "of running, ok, failed, timeout, interrupted"}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"step_time_s": "x"}, "step_time_s is 'x', not a number"),
+    ({"step_time_s": None}, "step_time_s is None, not a number"),
+    ({"step_time_s": -1}, "step_time_s is -1, not a time (>= 0 s)"),
+    ({"warmup": "no"}, "warmup is 'no', not true or false"),
+])
+def test_a_step_record_edited_into_another_shape_is_one_line_naming_the_step(tmp_path, change, message):
+    """The per-step series report plots (metrics.jsonl's step records): until 2026-12-04 a time of another type was
+    the Python error's words, and a negative one was plotted."""
+    import shutil
+
+    folder = tmp_path / "cell"
+    shutil.copytree(DATA / "runs" / "compare-cpu" / "cells" / "zero2-w2-mb2-gpt2-mini-r0", folder)
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    last = max(i for i, line in enumerate(lines) if json.loads(line)["type"] == "step")
+    record = json.loads(lines[last])
+    lines[last] = json.dumps({**record, **change})
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    run = load_run(folder)
+    assert (run.status, run.reason) == ("corrupt", f"{folder / 'metrics.jsonl'}: step {record['step']}'s {message}")
+    assert load_run(DATA / "runs" / "compare-cpu" / "cells" / "zero2-w2-mb2-gpt2-mini-r0").status == "ok"
