@@ -100,8 +100,6 @@ class RenderSpec:
         return [
             (self.ulysses == 1 or self.zero >= 1, f"--ulysses {self.ulysses} needs --zero 1, 2 or 3 (DeepSpeed's "
              "Ulysses averages gradients over the sequence-data-parallel group through ZeRO's reduction)"),
-            (self.train_steps >= self.warmup_steps, f"--train-steps {self.train_steps} is shorter than "
-             f"--warmup-steps {self.warmup_steps}: the schedule would end before its warm-up"),
             (self.offload_param == "none" or self.zero == 3,
              f"--offload-param {self.offload_param} needs --zero 3 (DeepSpeed ignores offload_param below stage 3)"),
             (self.offload == "none" or self.zero >= 1, "--offload needs --zero 1, 2 or 3 (stage 0 has no optimizer "

@@ -126,7 +126,8 @@ def scheduler_arguments() -> dict[str, dict[str, list[str]]]:
     with the keyword arguments it takes after the one the optimizer fills, those it needs (no default), those
     that must be Python objects a JSON file cannot hold (a Callable or a scheduler, by annotation, or a first argument
     other than the optimizer, which the optimizer would fill), and what its ``step()`` needs that the engine's
-    ``lr_scheduler.step()`` does not pass (ReduceLROnPlateau's metric)."""
+    ``lr_scheduler.step()`` does not pass (ReduceLROnPlateau's metric), and the defaults a JSON value can state
+    (WarmupDecayLR's ``warmup_max_lr`` 0.001 where WarmupLR's is None, the optimizer's lr)."""
     import inspect
 
     import torch
@@ -149,7 +150,9 @@ def scheduler_arguments() -> dict[str, dict[str, list[str]]]:
                          "objects": [p.name for p in wrong + params if "Callable" in str(p.annotation)
                                      or "LRScheduler" in str(p.annotation)],
                          "step_needs": [p.name for p in step if p.default is p.empty
-                                        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]}
+                                        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)],
+                         "defaults": {p.name: p.default for p in params
+                                      if p.default is None or type(p.default) in (bool, int, float, str)}}
     return dict(sorted(out.items()))
 
 

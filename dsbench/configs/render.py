@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsbench.configs.autofill import DEEPSPEED_DEFAULTS, AutoInputs, fill_auto
+from dsbench.configs.autofill import AUTO, DEEPSPEED_DEFAULTS, AutoInputs, fill_auto
 from dsbench.configs.batch import for_deepspeed
 from dsbench.configs.overrides import apply_overrides, deep_merge, get_path, set_path
+from dsbench.configs.schema import load_schema
 from dsbench.configs.templates import load_template
+from dsbench.errors import UserError
 from dsbench.parallel import bubble_fraction
 from dsbench.spec import RenderSpec
 
@@ -70,12 +72,16 @@ def auto_inputs(spec: RenderSpec, config: dict[str, Any] | None = None) -> AutoI
     config = config or {}
     micro = get_path(config, "train_micro_batch_size_per_gpu")
     accum = get_path(config, "gradient_accumulation_steps")
+    # a --set optimizer.params.lr is the LR the optimizer steps at, so the scheduler's "auto" peak is it too: a
+    # warm-up writes its LR into every parameter group (DeepSpeed's lr_schedules.update_lr), and peaking at --lr's
+    # default instead trained at 3e-4 whatever the --set said (until 2026-12-04)
+    lr = get_path(config, "optimizer.params.lr")
     return AutoInputs(
         micro_batch=micro if isinstance(micro, int) else pick("micro_batch", spec.micro_batch),
         grad_accum=accum if isinstance(accum, int) else pick("grad_accum", spec.grad_accum_steps()),
         data_parallel_size=pick("world_size", spec.data_parallel_size()),
         grad_clip=pick("grad_clip", spec.grad_clip),
-        lr=pick("lr", spec.lr),
+        lr=lr if isinstance(lr, int | float) and not isinstance(lr, bool) else pick("lr", spec.lr),
         betas=pick("lr", (0.9, 0.999)),
         eps=pick("lr", 1e-8),
         weight_decay=pick("lr", 0.0),
@@ -84,6 +90,36 @@ def auto_inputs(spec: RenderSpec, config: dict[str, Any] | None = None) -> AutoI
         precision=pick("precision", spec.precision),
         hidden_size=spec.hidden_size,
     )
+
+
+SCHEDULE_FLAGS = ("warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps")
+"""A scheduler's parameters the flags fill, as "auto" and then as the HF Trainer fills them (autofill.RULES: 0,
+--lr, --warmup-steps, --train-steps), where the scheduler a ``--set`` names takes them and leaves them out."""
+
+
+def schedule_from_flags(config: dict[str, Any], spec: RenderSpec) -> dict[str, Any]:
+    """The config with its scheduler's warm-up and length taken from the flags where a ``--set scheduler.type``
+    left them out (DeepSpeed's own defaults, a 1000-step warm-up and WarmupDecayLR's peak of 0.001, are nobody's
+    choice). An explicit ``--train-steps`` that no scheduler takes is refused, as every flag a run would ignore."""
+    scheduler = config.get("scheduler")
+    name = scheduler.get("type") if isinstance(scheduler, dict) else None
+    how = load_schema().optimizers["schedulers"].get(name) if isinstance(name, str) else None
+    takes = how["takes"] if how else []
+    if "train_steps" in spec.explicit and "total_num_steps" not in takes:
+        which = f"{name}, which holds its peak after the warm-up" if name else "none: a constant LR"
+        raise UserError(f"--train-steps {spec.train_steps} sets a decaying scheduler's total_num_steps, and the "
+                        f"rendered config's scheduler has none ({which}): drop it, or name one with "
+                        "--set scheduler.type='\"WarmupDecayLR\"' (or WarmupCosineLR)")
+    params = scheduler.get("params", {}) if how else None
+    if not isinstance(params, dict):
+        return config
+    # a warm-up of 0 steps is what DeepSpeed refuses (validate's warmup check): then it stays DeepSpeed's default
+    fill = [key for key in SCHEDULE_FLAGS if key in takes and key not in params
+            and (key != "warmup_num_steps" or spec.warmup_steps >= 1 or spec.keep_auto)]
+    # the warm-up template's "auto" values that a scheduler named by --set does not take (WarmupCosineLR has
+    # ratios, not warmup_min_lr/warmup_max_lr); a value the user wrote stays, for validate to name
+    kept = {key: value for key, value in params.items() if key in takes or value != AUTO}
+    return {**config, "scheduler": {**scheduler, "params": {**kept, **dict.fromkeys(fill, AUTO)}}}
 
 
 def render(spec: RenderSpec) -> tuple[dict[str, Any], list[str]]:
@@ -98,7 +134,7 @@ def render(spec: RenderSpec) -> tuple[dict[str, Any], list[str]]:
         notes.append(f"warning: {micro_batches} micro-batch(es) for {spec.pipeline_stages} pipeline stages: each stage "
                      f"idles (P-1)/(M+P-1) = {idle:.0%} of a step; raise --grad-accum to at least "
                      f"{spec.pipeline_stages} (the micro-batches per step)")
-    config = apply_overrides(compose(spec), spec.sets)
+    config = schedule_from_flags(apply_overrides(compose(spec), spec.sets), spec)
     config, unresolved = fill_auto(config, auto_inputs(spec, config))
     defaulted = [path for path in unresolved if path in DEEPSPEED_DEFAULTS and not spec.keep_auto]
     for path in defaulted:

@@ -53,3 +53,60 @@ def check_scheduler(config: dict[str, Any]) -> list[Finding]:
                                    "lr_scheduler.step() does not pass: the first step stops",
                            fix="use WarmupLR, WarmupDecayLR or WarmupCosineLR"))
     return out
+
+
+def check_schedule(config: dict[str, Any]) -> list[Finding]:
+    """What a schedule the engine builds and steps would do that its config does not say: a warm-up longer than
+    the schedule, a peak that is not the optimizer's lr (none without a scheduler DeepSpeed knows, or with "auto"
+    values, which the HF Trainer and the worker fill)."""
+    scheduler = config.get("scheduler")
+    name = scheduler.get("type") if isinstance(scheduler, dict) else None
+    how = load_schema().optimizers["schedulers"].get(name) if isinstance(name, str) else None
+    params = scheduler.get("params", {}) if how else None
+    if not isinstance(params, dict):  # no scheduler DeepSpeed knows, or params of another type: check_types' line
+        return []
+    return _warmup_outlasts_schedule(name, how, params) + _peak_not_the_optimizers(name, how, params, config)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _warmup_outlasts_schedule(name: str, how: dict[str, Any], params: dict[str, Any]) -> list[Finding]:
+    """A decaying schedule whose warm-up is longer than the schedule itself. DeepSpeed 0.19.8 only logs "total_num_steps
+    is less than warmup_num_steps" (runtime/lr_schedules.py, WarmupDecayLR and WarmupCosineLR): the LR is still
+    rising at total_num_steps and never decays. An unset warmup_num_steps is the class's default (1000)."""
+    if "total_num_steps" not in how["takes"] or "warmup_num_steps" not in how["takes"]:
+        return []
+    stated = "warmup_num_steps" in params
+    total = params.get("total_num_steps")
+    warmup = params.get("warmup_num_steps", how["defaults"].get("warmup_num_steps"))
+    if not (_whole(total) and _whole(warmup) and total < warmup):
+        return []
+    source = "" if stated else ", DeepSpeed's default where warmup_num_steps is unset"
+    return [Finding(severity="error", code="warmup-outlasts-schedule", path="scheduler.params.total_num_steps",
+                    message=f"{name}'s warm-up ({warmup} steps{source}) outlasts its total_num_steps {total}: the LR "
+                            "is still rising when the schedule ends and never decays (DeepSpeed only logs it)",
+                    fix=f"set scheduler.params.warmup_num_steps below {total}, or total_num_steps to the steps "
+                        "you train")]
+
+
+def _peak_not_the_optimizers(name: str, how: dict[str, Any], params: dict[str, Any],
+                             config: dict[str, Any]) -> list[Finding]:
+    """A warm-up whose peak LR, left unset, is the class's own default rather than the optimizer's lr: DeepSpeed
+    0.19.8's WarmupDecayLR defaults warmup_max_lr to 0.001 where WarmupLR takes the optimizer's lr (None), and the
+    schedule writes its LR into every parameter group at each step (lr_schedules.py ``update_lr``). The HF Trainer
+    fills the key only where it says "auto"."""
+    default = how["defaults"].get("warmup_max_lr")
+    if "warmup_max_lr" not in how["takes"] or "warmup_max_lr" in params or default is None:
+        return []
+    optimizer = config.get("optimizer")
+    lr = (optimizer.get("params") or {}).get("lr") if isinstance(optimizer, dict) else None
+    if isinstance(lr, int | float) and not isinstance(lr, bool) and lr == default:
+        return []
+    theirs = f"optimizer.params.lr {lr}" if isinstance(lr, int | float) else "the optimizer's lr"
+    return [Finding(severity="warning", code="warmup-peak-default", path="scheduler.params.warmup_max_lr",
+                    message=f"{name} without warmup_max_lr peaks at DeepSpeed's default {default}, not {theirs}: "
+                            "the schedule sets every parameter group's LR (WarmupLR, without it, peaks at the "
+                            "optimizer's lr)",
+                    fix=f"set scheduler.params.warmup_max_lr to {lr if isinstance(lr, int | float) else 'your lr'}")]

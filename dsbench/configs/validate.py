@@ -23,7 +23,7 @@ from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import bf16_enabled, device_findings, fp16_enabled
 from dsbench.configs.reduction_check import check_reduction
-from dsbench.configs.scheduler_check import check_scheduler
+from dsbench.configs.scheduler_check import check_schedule, check_scheduler
 from dsbench.configs.schema import unknown_keys
 from dsbench.configs.types import check_types
 from dsbench.errors import UserError
@@ -289,8 +289,8 @@ def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) ->
         ctx = replace(ctx, layout=layout_of(config, ctx.world_size))  # the one layout every check reads
     findings = [*unknown_keys(config), *check_types(config, skip=BATCH_KEYS), *check_parallel_degrees(config, ctx),
                 *check_batch(config, ctx), *check_combinations(config, ctx), *check_auto(config, ctx),
-                *check_optimizer(config), *check_scheduler(config), *check_reduction(config), *check_inert(config),
-                *device_findings(config, ctx.cpu_ranks), *check_engine(config, ctx.world_size)]
+                *check_optimizer(config), *check_scheduler(config), *check_schedule(config), *check_reduction(config),
+                *check_inert(config), *device_findings(config, ctx.cpu_ranks), *check_engine(config, ctx.world_size)]
     if deepspeed_check:
         from dsbench.configs.deepspeed_check import deepspeed_findings
 

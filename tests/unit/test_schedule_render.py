@@ -1,0 +1,116 @@
+"""The LR schedule a rendered config makes DeepSpeed step, and validate's two checks of a schedule: oracle, DeepSpeed
+0.19.8's own scheduler classes (runtime/lr_schedules.py) built from the rendered params on a torch optimizer, and
+stepped as the engine steps them (once per optimizer step)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dsbench.configs.validate import ValidateContext, validate
+
+
+def _rendered(cli_run, *flags):
+    result = cli_run("render", *flags)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _deepspeeds_lrs(config, steps):
+    """The LR DeepSpeed's own scheduler of ``config`` sets before each of ``steps`` optimizer steps, on a torch
+    AdamW at the config's lr (the engine builds the class by name with the params, then steps it once a step)."""
+    import torch
+    from deepspeed.runtime import lr_schedules
+
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=config["optimizer"]["params"]["lr"])
+    scheduler = getattr(lr_schedules, config["scheduler"]["type"])(optimizer, **config["scheduler"]["params"])
+    lrs = []
+    for _ in range(steps):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        scheduler.step()
+    return lrs
+
+
+def test_a_set_optimizer_lr_is_the_warmups_peak(cli_run):
+    """Until 2026-12-04 the warm-up's "auto" peak was --lr's default, 3e-4, whatever `--set optimizer.params.lr`
+    said: the schedule writes its LR into the optimizer at every step, so the run trained at 3e-4."""
+    config = _rendered(cli_run, "--warmup-steps", "10", "--set", "optimizer.params.lr=1e-5")
+    lrs = _deepspeeds_lrs(config, 30)
+    assert max(lrs) == pytest.approx(1e-5) and lrs[-1] == pytest.approx(1e-5) and lrs[0] == 0
+
+
+@pytest.mark.parametrize("kind", ["WarmupDecayLR", "WarmupCosineLR"])
+def test_a_decaying_scheduler_named_by_set_takes_the_flags_warmup_length_and_lr(cli_run, kind):
+    """`--set scheduler.type` names the schedule; --warmup-steps, --train-steps and --lr fill what it leaves out
+    (until 2026-12-04 WarmupDecayLR was refused for its total_num_steps whatever --train-steps said, and with that
+    set by hand it warmed up over DeepSpeed's default 1000 steps to its default peak 0.001)."""
+    config = _rendered(cli_run, "--warmup-steps", "10", "--train-steps", "50", "--lr", "2e-4",
+                       "--set", f'scheduler.type="{kind}"')
+    lrs = _deepspeeds_lrs(config, 60)
+    peak = lrs.index(max(lrs))
+    # the peak (--lr) after the 10 warm-up steps (the list starts with the LR before the first step)
+    assert max(lrs) == pytest.approx(2e-4) and peak in (10, 11), lrs[:12]
+    assert all(a <= b for a, b in zip(lrs[:peak], lrs[1:peak + 1], strict=True))  # rising to it
+    assert all(a >= b for a, b in zip(lrs[peak:51], lrs[peak + 1:52], strict=True))  # then falling
+    floor = 0.0 if kind == "WarmupDecayLR" else 2e-4 * 1e-4  # WarmupCosineLR ends at cos_min_ratio x lr
+    assert lrs[51:] == pytest.approx([floor] * len(lrs[51:]), abs=1e-12)  # at its end by --train-steps 50
+
+
+def test_a_warmup_without_train_steps_is_accepted_and_an_unused_train_steps_refused(cli_run):
+    """--train-steps is the length of a decaying schedule only: until 2026-12-04 `--warmup-steps 200` alone was
+    refused against --train-steps' default (100), which the rendered WarmupLR never reads, and an explicit
+    --train-steps beside it went nowhere."""
+    config = _rendered(cli_run, "--warmup-steps", "200")
+    assert config["scheduler"]["type"] == "WarmupLR" and "total_num_steps" not in config["scheduler"]["params"]
+    for flags, which in ((["--train-steps", "500"], "none: a constant LR"),
+                         (["--warmup-steps", "10", "--train-steps", "500"], "WarmupLR, which holds its peak")):
+        result = cli_run("render", *flags)
+        expected = (f"--train-steps 500 sets a decaying scheduler's total_num_steps, and the rendered config's "
+                    f"scheduler has none ({which}")
+        assert result.exit_code == 2 and expected in " ".join(result.output.split()), result.output
+
+
+def _findings(scheduler, lr=1e-5):
+    config = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "scheduler": scheduler,
+              "optimizer": {"type": "AdamW", "params": {"lr": lr}}}
+    return {f.code: f for f in validate(config, ValidateContext(world_size=1), deepspeed_check=False)}
+
+
+@pytest.mark.parametrize("kind", ["WarmupDecayLR", "WarmupCosineLR"])
+@pytest.mark.parametrize("params", [{"total_num_steps": 500}, {"total_num_steps": 5000},
+                                    {"total_num_steps": 50, "warmup_num_steps": 100},
+                                    {"total_num_steps": 100, "warmup_num_steps": 100},
+                                    {"total_num_steps": 100, "warmup_num_steps": 10}])
+def test_a_warmup_longer_than_the_schedule_is_named_where_deepspeeds_lr_is_still_rising_at_its_end(kind, params):
+    """The error fires exactly where DeepSpeed's own schedule never reaches its peak within total_num_steps steps
+    (DeepSpeed only logs "total_num_steps is less than warmup_num_steps")."""
+    scheduler = {"type": kind, "params": {**params, **({"warmup_max_lr": 1e-5} if kind == "WarmupDecayLR" else {})}}
+    lrs = _deepspeeds_lrs({"optimizer": {"params": {"lr": 1e-5}}, "scheduler": scheduler},
+                          params["total_num_steps"] + 1)
+    rising = max(lrs) < 1e-5 * (1 - 1e-9)  # within total_num_steps steps it never reaches its peak
+    finding = _findings(scheduler).get("warmup-outlasts-schedule")
+    assert (finding is not None) is rising, (params, lrs[-3:])
+    if finding:
+        assert finding.severity == "error" and finding.path == "scheduler.params.total_num_steps"
+        default = "" if "warmup_num_steps" in params else ", DeepSpeed's default where warmup_num_steps is unset"
+        assert f"warm-up ({params.get('warmup_num_steps', 1000)} steps{default}) outlasts" in finding.message
+
+
+@pytest.mark.parametrize(("kind", "params", "lr"), [
+    ("WarmupDecayLR", {"total_num_steps": 500, "warmup_num_steps": 10}, 1e-5),
+    ("WarmupDecayLR", {"total_num_steps": 500, "warmup_num_steps": 10}, 1e-3),
+    ("WarmupDecayLR", {"total_num_steps": 500, "warmup_num_steps": 10, "warmup_max_lr": 1e-5}, 1e-5),
+    ("WarmupLR", {"warmup_num_steps": 10}, 1e-5),
+    ("WarmupCosineLR", {"total_num_steps": 500, "warmup_num_steps": 10}, 1e-5),
+])
+def test_a_peak_that_is_not_the_optimizers_lr_is_named_where_deepspeeds_peak_differs(kind, params, lr):
+    """WarmupDecayLR without warmup_max_lr peaks at DeepSpeed's default 0.001; WarmupLR takes the optimizer's lr,
+    WarmupCosineLR scales it: the warning fires exactly where DeepSpeed's peak is not the optimizer's lr."""
+    scheduler = {"type": kind, "params": params}
+    peak = max(_deepspeeds_lrs({"optimizer": {"params": {"lr": lr}}, "scheduler": scheduler}, 20))
+    finding = _findings(scheduler, lr).get("warmup-peak-default")
+    assert (finding is not None) is (peak != pytest.approx(lr)), (kind, params, lr, peak)
+    if finding:
+        assert finding.severity == "warning" and f"not optimizer.params.lr {lr}" in finding.message
+        assert finding.fix == f"set scheduler.params.warmup_max_lr to {lr}"
