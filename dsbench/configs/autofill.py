@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dsbench.configs.overrides import get_path, iter_leaves, set_path
@@ -111,7 +111,14 @@ def resolve_value(path: str, inputs: AutoInputs) -> Any:
 
 
 def fill_auto(config: dict[str, Any], inputs: AutoInputs) -> tuple[dict[str, Any], list[str]]:
-    """Return a copy with every resolvable "auto" filled, and the paths left unresolved."""
+    """Return a copy with every resolvable "auto" filled, and the paths left unresolved. Where the config states the
+    optimizer's lr, an "auto" warm-up peaks at it: the schedule writes its LR into every parameter group at each
+    step (DeepSpeed's lr_schedules ``update_lr``), so a peak from another source would replace the lr the config
+    states (until 2026-12-04 --lr's default 3e-4 did, in `dsbench render --set optimizer.params.lr=...` and in a
+    rank's completion of a config with ``warmup_max_lr: "auto"``; the HF Trainer refuses such a mismatch)."""
+    lr = get_path(config, "optimizer.params.lr")
+    if isinstance(lr, int | float) and not isinstance(lr, bool):
+        inputs = replace(inputs, lr=lr)
     out = copy.deepcopy(config)
     unresolved: list[str] = []
     for path in auto_paths(out):

@@ -72,16 +72,12 @@ def auto_inputs(spec: RenderSpec, config: dict[str, Any] | None = None) -> AutoI
     config = config or {}
     micro = get_path(config, "train_micro_batch_size_per_gpu")
     accum = get_path(config, "gradient_accumulation_steps")
-    # a --set optimizer.params.lr is the LR the optimizer steps at, so the scheduler's "auto" peak is it too: a
-    # warm-up writes its LR into every parameter group (DeepSpeed's lr_schedules.update_lr), and peaking at --lr's
-    # default instead trained at 3e-4 whatever the --set said (until 2026-12-04)
-    lr = get_path(config, "optimizer.params.lr")
     return AutoInputs(
         micro_batch=micro if isinstance(micro, int) else pick("micro_batch", spec.micro_batch),
         grad_accum=accum if isinstance(accum, int) else pick("grad_accum", spec.grad_accum_steps()),
         data_parallel_size=pick("world_size", spec.data_parallel_size()),
         grad_clip=pick("grad_clip", spec.grad_clip),
-        lr=lr if isinstance(lr, int | float) and not isinstance(lr, bool) else pick("lr", spec.lr),
+        lr=pick("lr", spec.lr),  # a --set optimizer.params.lr is the warm-up's peak (fill_auto)
         betas=pick("lr", (0.9, 0.999)),
         eps=pick("lr", 1e-8),
         weight_decay=pick("lr", 0.0),

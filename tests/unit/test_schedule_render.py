@@ -114,3 +114,21 @@ def test_a_peak_that_is_not_the_optimizers_lr_is_named_where_deepspeeds_peak_dif
     if finding:
         assert finding.severity == "warning" and f"not optimizer.params.lr {lr}" in finding.message
         assert finding.fix == f"set scheduler.params.warmup_max_lr to {lr}"
+
+
+def test_a_rank_completing_a_config_peaks_its_auto_warmup_at_the_lr_the_config_states():
+    """A user's config with its optimizer's lr written and the warm-up's peak "auto" (as LLaMA-Factory-style configs
+    leave it): the rank fills the peak with that lr, not the worker's --lr default (until 2026-12-04 3e-4, which the
+    schedule then wrote into the optimizer). Oracle: DeepSpeed's WarmupLR built from the completed params."""
+    from dsbench.configs.autofill import AutoInputs
+    from dsbench.worker.setup import complete_ds_config
+
+    raw = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 1},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}},
+           "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                        "warmup_num_steps": "auto"}}}
+    inputs = AutoInputs(micro_batch=2, grad_accum=1, data_parallel_size=2, lr=3e-4, warmup_steps=5, train_steps=20,
+                        precision="fp32", hidden_size=64)
+    config, _ = complete_ds_config(raw, "user.json", inputs, world_size=2)
+    lrs = _deepspeeds_lrs(config, 12)
+    assert max(lrs) == pytest.approx(1e-5) and config["scheduler"]["params"]["warmup_num_steps"] == 5
