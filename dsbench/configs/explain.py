@@ -11,6 +11,7 @@ from dsbench.configs.layout import data_parallel_size, parallel_degrees
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import config_precision
+from dsbench.configs.schema import load_schema
 from dsbench.zero_section import zero_settings
 
 _STAGES = {
@@ -96,9 +97,9 @@ def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
     lines.append(f"optimizer: {opt}, lr {_value(get_path(config, 'optimizer.params.lr', '(default)'))}" if opt else
                  "optimizer: none named, so the training script brings its own (the HF Trainer its AdamW, dsbench's "
                  "worker the AdamW it renders)")
-    sched = get_path(config, "scheduler.type")
-    if sched:
-        lines.append(f"scheduler: {sched}")
+    schedule = _schedule_line(config)
+    if schedule:
+        lines.append(schedule)
     clip = get_path(config, "gradient_clipping")
     if clip is None:
         lines.append(f"gradient clipping: global norm {CLIP_DEFAULT:g}, DeepSpeed's default where the config leaves "
@@ -122,3 +123,42 @@ def _zero_plus_plus(config: dict[str, Any]) -> list[str]:
             "zero_quantized_gradients": "qgZ: the gradients reduce-scattered in int4 by all-to-all, within then "
                                         "across nodes (zero_quantized_gradients)"}
     return [f"ZeRO++: {'; '.join(said[key] for key in zero.zeropp)}"] if zero.zeropp else []
+
+
+WARMUPS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
+OPTIMIZERS_LR = "the optimizer's lr"
+
+
+def _schedule_line(config: dict[str, Any]) -> str | None:
+    """The LR schedule in plain words, for DeepSpeed's warm-up schedulers: each value as the config states it, else
+    the class's default from its signature (the schema; DeepSpeed 0.19.8 runtime/lr_schedules.py), labelled so."""
+    scheduler = config.get("scheduler")
+    name = scheduler.get("type") if isinstance(scheduler, dict) else None
+    if not isinstance(name, str):
+        return None
+    params = scheduler.get("params")
+    how = load_schema().optimizers["schedulers"].get(name)
+    if name not in WARMUPS or how is None or not isinstance(params, dict | None):
+        return f"scheduler: {name}"
+    params = params or {}
+
+    def said(key: str) -> str:
+        if key in params:
+            return "'auto'" if params[key] == "auto" else str(params[key])
+        if key not in how["defaults"]:
+            return "(not set: DeepSpeed stops)"
+        default = how["defaults"][key]
+        return f"{OPTIMIZERS_LR if default is None else default} (DeepSpeed's default)"
+
+    curve = f"a {params['warmup_type']} curve" if "warmup_type" in params else (
+        f"a {how['defaults'].get('warmup_type')} curve (DeepSpeed's default)")
+    rise = f"over {said('warmup_num_steps')} optimizer steps on {curve}"
+    auto = "; 'auto': filled by the HF Trainer or dsbench's worker" if "auto" in params.values() else ""
+    if name == "WarmupCosineLR":
+        return (f"scheduler: WarmupCosineLR: the optimizer's lr times a ratio rising from {said('warmup_min_ratio')} "
+                f"to 1 {rise}, then a cosine down to {said('cos_min_ratio')} of it at step "
+                f"{said('total_num_steps')}{auto}")
+    then = "then held" if name == "WarmupLR" else f"then down linearly to 0 at step {said('total_num_steps')}"
+    return (f"scheduler: {name}: the LR rises from {said('warmup_min_lr')} to {said('warmup_max_lr')} {rise}, "
+            f"{then}{auto}")
+

@@ -132,3 +132,34 @@ def test_a_rank_completing_a_config_peaks_its_auto_warmup_at_the_lr_the_config_s
     config, _ = complete_ds_config(raw, "user.json", inputs, world_size=2)
     lrs = _deepspeeds_lrs(config, 12)
     assert max(lrs) == pytest.approx(1e-5) and config["scheduler"]["params"]["warmup_num_steps"] == 5
+
+
+@pytest.mark.parametrize(("kind", "params"), [
+    ("WarmupLR", {"warmup_num_steps": 10, "warmup_max_lr": 2e-5}),
+    ("WarmupLR", {"warmup_num_steps": 10}),
+    ("WarmupDecayLR", {"total_num_steps": 5000, "warmup_num_steps": 100, "warmup_max_lr": 1e-5}),
+    ("WarmupDecayLR", {"total_num_steps": 5000, "warmup_min_lr": 1e-7, "warmup_type": "linear"}),
+    ("WarmupCosineLR", {"total_num_steps": 5000, "warmup_num_steps": 100, "cos_min_ratio": 0.1}),
+])
+def test_explain_says_the_schedule_deepspeed_builds(kind, params):
+    """`dsbench explain`'s scheduler line names the values DeepSpeed's own scheduler object holds when built from
+    the params: stated ones as written, the rest its class defaults (until 2026-12-04 the line was the type only)."""
+    import torch
+    from deepspeed.runtime import lr_schedules
+
+    from dsbench.configs.explain import explain
+
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-5)
+    built = getattr(lr_schedules, kind)(optimizer, **params)
+    config = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "scheduler": {"type": kind, "params": params},
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}
+    line = next(line for line in explain(config) if line.startswith("scheduler:"))
+    # a value the config leaves out is labelled "(DeepSpeed's default)" after it
+    assert f"over {built.warmup_num_steps} " in line and f"optimizer steps on a {built.warmup_type} curve" in line
+    if kind == "WarmupCosineLR":
+        assert f"rising from {built.warmup_min_ratio}" in line and f"down to {built.cos_min_ratio}" in line
+    else:
+        # WarmupLR's default peak is the optimizer's lr (None in its signature), WarmupDecayLR's 0.001
+        peak = "the optimizer's lr" if kind == "WarmupLR" and "warmup_max_lr" not in params else built.max_lrs[0]
+        assert f"rises from {built.min_lrs[0]}" in line and f"to {peak}" in line, line
+    assert line.endswith("then held") if kind == "WarmupLR" else f"at step {built.total_num_steps}" in line
