@@ -11,6 +11,7 @@ from dsbench.configs.layout import data_parallel_size, parallel_degrees
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import config_precision
+from dsbench.configs.scheduler_check import warmup_curve
 from dsbench.configs.schema import load_schema
 from dsbench.zero_section import zero_settings
 
@@ -150,8 +151,10 @@ def _schedule_line(config: dict[str, Any]) -> str | None:
         default = how["defaults"][key]
         return f"{OPTIMIZERS_LR if default is None else default} (DeepSpeed's default)"
 
-    curve = f"a {params['warmup_type']} curve" if "warmup_type" in params else (
-        f"a {how['defaults'].get('warmup_type')} curve (DeepSpeed's default)")
+    drawn = warmup_curve(params, how["defaults"].get("warmup_type"))
+    stated = params.get("warmup_type")
+    curve = f"a {drawn} curve" + ("" if stated == drawn else " (DeepSpeed's default)" if stated is None else
+                                  f" (DeepSpeed's, for the {stated!r} it does not know)")
     rise = f"over {said('warmup_num_steps')} optimizer steps on {curve}"
     auto = "; 'auto': filled by the HF Trainer or dsbench's worker" if "auto" in params.values() else ""
     if name == "WarmupCosineLR":

@@ -65,7 +65,29 @@ def check_schedule(config: dict[str, Any]) -> list[Finding]:
     params = scheduler.get("params", {}) if how else None
     if not isinstance(params, dict):  # no scheduler DeepSpeed knows, or params of another type: check_types' line
         return []
-    return _warmup_outlasts_schedule(name, how, params) + _peak_not_the_optimizers(name, how, params, config)
+    return (_warmup_outlasts_schedule(name, how, params) + _peak_not_the_optimizers(name, how, params, config)
+            + _unknown_curve(name, params))
+
+
+WARMUP_CURVES = ("log", "linear")
+"""The warm-up curves DeepSpeed 0.19.8's warm-up schedulers draw (runtime/lr_schedules.py ``WARMUP_LOG_RATE``,
+``WARMUP_LINEAR_RATE``); any other ``warmup_type`` is logged and drawn as log."""
+
+
+def warmup_curve(params: dict[str, Any], default: Any) -> str:
+    """The curve DeepSpeed draws for the params: the stated warmup_type where it knows it, else log."""
+    stated = params.get("warmup_type", default)
+    return stated if stated in WARMUP_CURVES else "log"
+
+
+def _unknown_curve(name: str, params: dict[str, Any]) -> list[Finding]:
+    stated = params.get("warmup_type")
+    if "warmup_type" not in params or stated in WARMUP_CURVES or stated == "auto":
+        return []
+    return [Finding(severity="warning", code="warmup-curve-unknown", path="scheduler.params.warmup_type",
+                    message=f"{name} knows warm-up curves log and linear: for {stated!r} DeepSpeed draws log (it "
+                            "only logs it)",
+                    fix="use 'log' or 'linear' (WarmupCosineLR for a cosine after the warm-up)")]
 
 
 def _whole(value: Any) -> bool:

@@ -140,6 +140,7 @@ def test_a_rank_completing_a_config_peaks_its_auto_warmup_at_the_lr_the_config_s
     ("WarmupDecayLR", {"total_num_steps": 5000, "warmup_num_steps": 100, "warmup_max_lr": 1e-5}),
     ("WarmupDecayLR", {"total_num_steps": 5000, "warmup_min_lr": 1e-7, "warmup_type": "linear"}),
     ("WarmupCosineLR", {"total_num_steps": 5000, "warmup_num_steps": 100, "cos_min_ratio": 0.1}),
+    ("WarmupLR", {"warmup_num_steps": 10, "warmup_type": "cosine"}),  # a curve DeepSpeed does not know: log
 ])
 def test_explain_says_the_schedule_deepspeed_builds(kind, params):
     """`dsbench explain`'s scheduler line names the values DeepSpeed's own scheduler object holds when built from
@@ -163,3 +164,18 @@ def test_explain_says_the_schedule_deepspeed_builds(kind, params):
         peak = "the optimizer's lr" if kind == "WarmupLR" and "warmup_max_lr" not in params else built.max_lrs[0]
         assert f"rises from {built.min_lrs[0]}" in line and f"to {peak}" in line, line
     assert line.endswith("then held") if kind == "WarmupLR" else f"at step {built.total_num_steps}" in line
+
+
+@pytest.mark.parametrize("curve", ["log", "linear", "cosine", "Linear"])
+def test_a_warmup_curve_deepspeed_does_not_know_is_named_where_it_draws_another(curve):
+    """DeepSpeed logs an unknown warmup_type and draws log: the warning fires exactly where the curve its object
+    holds is not the one the config states."""
+    import torch
+    from deepspeed.runtime import lr_schedules
+
+    params = {"warmup_num_steps": 10, "warmup_type": curve}
+    built = lr_schedules.WarmupLR(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-5), **params)
+    finding = _findings({"type": "WarmupLR", "params": params}).get("warmup-curve-unknown")
+    assert (finding is not None) is (built.warmup_type != curve)
+    if finding:
+        assert f"for {curve!r} DeepSpeed draws {built.warmup_type}" in finding.message
