@@ -92,11 +92,12 @@ def _as_typed(message: str, req: LaunchRequest, world_size: int) -> str:
                                                                               _render_flags(req, world_size)))
 
 
-def _written_config(req: LaunchRequest, world: int, model: str) -> tuple[Path, dict[str, Any], Any, list[str]]:
-    """The DeepSpeed config as given (--config) or rendered from the flags for the ``model`` the ranks train, valid
-    for this launch's world, written into the run folder; its layout (worked out once: validation and the launch's
-    layout check read it, and that check, :func:`check_layout`, the one each rank makes again, is where the model
-    is checked) and the render's notes."""
+def _written_config(req: LaunchRequest, world: int, model: str, steps: int
+                    ) -> tuple[Path, dict[str, Any], Any, list[str]]:
+    """The DeepSpeed config as given (--config) or rendered from the flags for the ``model`` and ``steps`` the ranks
+    train (a decaying schedule ends there), valid for this launch's world, written into the run folder; its layout
+    (worked out once: validation and the launch's layout check read it, and that check, :func:`check_layout`, the
+    one each rank makes again, is where the model is checked) and the render's notes."""
     if req.config:
         config = load_config_strict(req.config)
         layout = layout_of(config, world) if isinstance(config, dict) else None
@@ -113,7 +114,7 @@ def _written_config(req: LaunchRequest, world: int, model: str) -> tuple[Path, d
                             "worker fills: set a value")
     else:  # the render's layout is the config's: make_render_spec takes the degrees a --set writes
         spec, _ = make_render_spec(_render_flags(req, world), req.preset, model, False, req.sets,
-                                   check_model=False)
+                                   check_model=False, defaults={"train_steps": steps})
         (config, notes), layout = render(spec), spec.dims()
         check_rendered(config, spec, world)  # refused as `dsbench render` refuses it: the --set that broke it
     return atomic_write_json(req.run_dir / "ds_config.json", config), config, layout, notes
@@ -154,7 +155,8 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     # the model the ranks train (one after -- wins, as in run.json) sizes ZeRO's buckets, as the HF Trainer does
     typed_model = given.get("model") or req.model
     model = typed_model or trainspec.DEFAULT_MODEL
-    config_path, config, layout, notes = (_written_config(req, world, model) if req.strategy == "deepspeed"
+    steps = max(1, given.get("steps", trainspec.DEFAULT_STEPS))  # a decaying LR schedule ends there (--steps 0: below)
+    config_path, config, layout, notes = (_written_config(req, world, model, steps) if req.strategy == "deepspeed"
                                           else (None, None, None, []))
     notes += _default_model_note(typed_model)
     spec = replace(base, ds_config=str(config_path) if config_path else None)

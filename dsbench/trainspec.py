@@ -34,6 +34,8 @@ TENSOR_SPLIT = tuple(engine for engine, degrees in SPLIT_ENGINES.items() if "tp"
 MAX_COUNT = 2**31 - 1
 """Largest step, batch, length or degree accepted: beyond it a value is a typo (and overflows int32 tensors)."""
 DEFAULT_MODEL = "gpt2-tiny"
+DEFAULT_STEPS = 20
+"""Optimizer steps a run trains when --steps is not given (a launch's decaying LR schedule ends there too)."""
 """The model a run trains when no --model is given (dsbench/models.py)."""
 
 
@@ -56,7 +58,7 @@ class TrainSpec:
     """Samples per rank per micro-step (a DeepSpeed config's value wins)."""
     grad_accum: int = 1
     """Micro-steps per optimizer step (a DeepSpeed config's value wins)."""
-    steps: int = 20
+    steps: int = DEFAULT_STEPS
     warmup: int = 3
     """Steps excluded from the summary (before the measured window); at most steps - 1 when not given."""
     lr: float = 3e-4

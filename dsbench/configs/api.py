@@ -43,11 +43,12 @@ optimizer states (the default stage 2 would be refused)."""
 
 
 def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, model: str | None = None,
-                     keep_auto: bool = False, sets: tuple[str, ...] = (), check_model: bool = True
-                     ) -> tuple[RenderSpec, ModelShape | None]:
+                     keep_auto: bool = False, sets: tuple[str, ...] = (), check_model: bool = True,
+                     defaults: dict[str, Any] | None = None) -> tuple[RenderSpec, ModelShape | None]:
     """Combine preset values, explicit flags (``None`` = not given) and the model into a spec.
 
-    Precedence: explicit flag > preset > RenderSpec default. ``check_model=False``: the caller checks the model
+    Precedence: explicit flag > preset > ``defaults`` (the caller's, not counted as given: a launch's
+    ``train_steps`` is its run's steps) > RenderSpec default. ``check_model=False``: the caller checks the model
     against the layout itself (``dsbench launch``: the one check every rank makes, layout_check.py).
     """
     values: dict[str, Any] = preset(preset_name) if preset_name else {}
@@ -59,6 +60,7 @@ def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, mode
     set_degrees = degrees_written(sets)
     values.update(set_degrees)  # applied after the flags, as render applies every --set
     chosen = set(values)
+    values = {**(defaults or {}), **values}
     if (values.get("pipeline_stages") or 1) > 1 and "zero" not in values:
         values["zero"] = PIPELINE_DEFAULT_ZERO  # no stage named: one the pipeline engine accepts (render notes it)
     shape = resolve_model(model) if model else None

@@ -5,6 +5,7 @@ stepped as the engine steps them (once per optimizer step)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -179,3 +180,24 @@ def test_a_warmup_curve_deepspeed_does_not_know_is_named_where_it_draws_another(
     assert (finding is not None) is (built.warmup_type != curve)
     if finding:
         assert f"for {curve!r} DeepSpeed draws {built.warmup_type}" in finding.message
+
+
+@pytest.mark.parametrize("after", [(), ("--", "--steps", "60")])
+def test_a_launchs_decaying_schedule_ends_at_the_steps_its_ranks_train(cli_run, after):
+    """`dsbench launch` with a decaying scheduler and no --train-steps: total_num_steps is the run's steps (`--steps`
+    after --, else the worker's 20), as the HF Trainer fills it from the steps it trains (oracle: transformers'
+    HfTrainerDeepSpeedConfig.trainer_config_finalize). Rendered without a run, it is --train-steps' 100."""
+    from types import SimpleNamespace
+
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    from dsbench.trainspec import DEFAULT_STEPS
+
+    result = cli_run("launch", "--warmup-steps", "5", "--set", 'scheduler.type="WarmupDecayLR"', "--run-dir", "r",
+                     "--dry-run", *after)
+    assert result.exit_code == 0, result.output
+    written = json.loads((Path("r") / "ds_config.json").read_text())["scheduler"]["params"]["total_num_steps"]
+    hf = HfTrainerDeepSpeedConfig({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto"}}})
+    steps = int(after[-1]) if after else DEFAULT_STEPS
+    hf.trainer_config_finalize(SimpleNamespace(get_warmup_steps=lambda n: 5), None, steps)
+    assert written == hf.config["scheduler"]["params"]["total_num_steps"] == steps
