@@ -5,11 +5,14 @@ ZeRO stage or its engine."""
 
 from __future__ import annotations
 
+import difflib
+import re
 from typing import Any
 
 from dsbench.strategies import (
     FAMILIES,
     FIXED,
+    LISTED,
     PLANNER,
     THREE_D_SHARDING,
     Strategy,
@@ -102,3 +105,20 @@ def name_of_run(engine: str, zero: int | None = None, offload: str = "none", off
         params = f"_params_{offload_param}" if offload_param not in ("none", offload) else ""
         return f"zero{zero}" + {"none": "", "cpu": "_offload"}.get(offload, f"_{offload}") + params
     return engine
+
+
+def did_you_mean(name: str) -> str:
+    """A hint for a strategy name the registry does not know, to follow it in an error: the name in lower case, a
+    family's degree below 2 (a degree splits over at least 2 ranks), else the closest listed name; '' for none."""
+    if (lowered := name.strip().lower()) != name and lookup(lowered) is not None:
+        return f" (did you mean {lowered!r}?)"
+    family = re.fullmatch(f"({'|'.join(FAMILIES)}|torch_3d_tp[0-9]+_pp)([0-9]+)(.*)", name)
+    if family is not None and int(family[2]) < 2:
+        return f" ({family[1]}{family[2]}: a degree is at least 2, as in {family[1]}2{family[3]})"
+    if family is not None and family[2].startswith("0"):
+        return f" (did you mean {family[1] + str(int(family[2])) + family[3]!r}?)"
+    close = difflib.get_close_matches(name, [*FIXED, *LISTED], n=1, cutoff=0.6)
+    # another number is another stage or degree, not a typo of it (zero9 is no zero0)
+    digits_only = bool(close) and re.sub("[0-9]", "#", close[0]) == re.sub("[0-9]", "#", name)
+    return f" (did you mean {close[0]!r}?)" if close and not digits_only else ""
+

@@ -18,6 +18,7 @@ from dsbench.layout_check import check_chunks
 from dsbench.model_checks import check_tensor_parallel, check_ulysses
 from dsbench.model_config import resolve_model
 from dsbench.spec import DEFAULT_MICRO_BATCH
+from dsbench.strategy_match import did_you_mean
 
 DEFAULTS: dict[str, Any] = {
     "strategies": list(registry.DEFAULT_COMPARE), "world_sizes": [2], "micro_batches": [DEFAULT_MICRO_BATCH],
@@ -109,8 +110,8 @@ def check_matrix(names: list[str], world_sizes: list[int], micro_batches: list[i
         raise UserError(f"{ACCEL} needs the YAML's path: {ACCEL}PATH.yaml")
     unknown = [s for s in names if not registry.known(s) and accelerate_yaml_of(s) is None]
     if unknown:
-        raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {registry.choices()}, or "
-                        f"{ACCEL}PATH.yaml (your accelerate YAML)")
+        raise UserError(f"unknown strategy {unknown[0]!r}{did_you_mean(unknown[0])}; choose from: "
+                        f"{registry.choices()}, or {ACCEL}PATH.yaml (your accelerate YAML)")
     labels = [label_of(s) for s in names]
     twice = next((label for label in labels if labels.count(label) > 1), None)
     if twice:

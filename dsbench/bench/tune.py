@@ -32,6 +32,7 @@ from dsbench.plan import search
 from dsbench.plan.profile import Profile
 from dsbench.plan.request import PlanRequest
 from dsbench.run_record import read_summary
+from dsbench.strategy_match import did_you_mean
 
 
 def default_strategies(model: str, world: int) -> list[str]:
@@ -114,7 +115,7 @@ def checked_strategies(req: TuneRequest) -> list[str]:
     strategies = req.strategies or [*default_strategies(req.model, req.world), *hybrid_strategies(req)]
     unknown = [s for s in strategies if not registry.known(s)]
     if unknown:
-        raise UserError(f"unknown strategy {unknown[0]!r}; choose from: {registry.choices()}")
+        raise UserError(f"unknown strategy {unknown[0]!r}{did_you_mean(unknown[0])}; choose from: {registry.choices()}")
     unplaced = next((s for s in strategies if req.world % registry.get(s).rank_multiple), None)
     if unplaced:
         raise UserError(f"--strategies {unplaced} runs on a multiple of {registry.get(unplaced).rank_multiple} ranks, "
