@@ -13,28 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
-from dsbench.run_record import count_field, number_field
+from dsbench.record_fields import count_field, flag_field, number_field, text_field
 
 CELL_FILE = "cell.json"
 STATUSES = ("running", "ok", "failed", "timeout", "interrupted")
 """What compare writes: ``running`` at the start, one of the others at the end."""
 FINISHED = ("ok", "failed", "timeout")
 """A cell that ran to its end: ``--resume`` keeps it (an interrupted or still-running one runs again)."""
-
-
-def _text(value: Any, where: str, name: str, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or (not optional and not value):
-        raise UserError(f"{where}: {name} is {value!r}, not {'a string' if optional else 'a non-empty string'}")
-    return value
-
-
-def _flag(value: Any, where: str, name: str) -> bool:
-    """A speed option: true or false, absent (a cell from before the option existed) as false."""
-    if not isinstance(value, bool):
-        raise UserError(f"{where}: {name} is {value!r}, not true or false")
-    return value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,13 +56,14 @@ class CellRecord:
         ranks, micro = (count_field(cell.get(key), where, f"cell.{key}") for key in ("world_size", "micro_batch"))
         if not ranks or not micro:
             raise UserError(f"{where}: cell.{'world_size' if not ranks else 'micro_batch'} is 0, not at least 1")
-        return cls(strategy=_text(cell.get("strategy"), where, "cell.strategy"), world_size=ranks, micro_batch=micro,
-                   model=_text(cell.get("model"), where, "cell.model"),
+        return cls(strategy=text_field(cell.get("strategy"), where, "cell.strategy"), world_size=ranks,
+                   micro_batch=micro, model=text_field(cell.get("model"), where, "cell.model"),
                    repeat=count_field(cell.get("repeat", 0), where, "cell.repeat"),
-                   compile=_flag(cell.get("compile", False), where, "cell.compile"),
-                   fused_optimizer=_flag(cell.get("fused_optimizer", False), where, "cell.fused_optimizer"),
-                   id=_text(data.get("id"), where, "id"), command=_text(data.get("command"), where, "command"),
-                   status=status, reason=_text(data.get("reason"), where, "reason", optional=True),
+                   compile=flag_field(cell.get("compile", False), where, "cell.compile"),
+                   fused_optimizer=flag_field(cell.get("fused_optimizer", False), where, "cell.fused_optimizer"),
+                   id=text_field(data.get("id"), where, "id"),
+                   command=text_field(data.get("command"), where, "command"),
+                   status=status, reason=text_field(data.get("reason"), where, "reason", optional=True),
                    started=number_field(data.get("started"), where, "started", optional=True))
 
 

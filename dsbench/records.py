@@ -133,6 +133,9 @@ class StepRecord:
         return {"type": "step", **asdict(self), "timed_tokens_per_s": rate}
 
 
+MEMORY_KINDS = ("rss", "cuda_max_allocated")
+"""What a run's memory figures are (``memory_kind``): the resident set size on CPU ranks, torch's CUDA max
+allocated on GPU ones (worker/metrics.py ``memory_now``)."""
 WALL_CLOCK = ("wall clock: rank 0's perf_counter from the first measured step's start to the last step's end, all "
               "ranks and the device synchronised at both ends; everything the worker does in between is inside")
 TIMED_REGION = "timed region: zero_grad + forward/backward + optimizer step, slowest rank, per step"

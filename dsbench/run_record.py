@@ -8,31 +8,14 @@ not a number is one line naming it, and readers use attributes, never string key
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dsbench.errors import UserError
 from dsbench.header_fields import header_problem
-from dsbench.records import SUMMARY
-
-
-def number_field(value: Any, where: str, name: str, optional: bool = False) -> Any:
-    """A figure that must be a finite number (or None where ``optional``): one line naming it otherwise."""
-    if value is None and optional:
-        return None
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise UserError(f"{where}: {name} is {value!r}, not a number")
-    return value
-
-
-def count_field(value: Any, where: str, name: str) -> int:
-    """A count that must be a whole number >= 0 (JSON's 3 or 3.0): one line naming it otherwise."""
-    number = number_field(value, where, name)
-    if number < 0 or number != int(number):
-        raise UserError(f"{where}: {name} is {value!r}, not a count")
-    return int(number)
+from dsbench.record_fields import count_field, number_field, text_field
+from dsbench.records import MEMORY_KINDS, SUMMARY
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -150,7 +133,7 @@ class RunSummary:
         if not isinstance(status, str):
             raise UserError(f"{where}: status is {status!r}, not a string")
         if status != "ok":
-            return cls(status=status, reason=data.get("reason"))
+            return cls(status=status, reason=text_field(data.get("reason"), where, "reason", optional=True))
         wall, timed = data.get("throughput"), data.get("timed_region")
         for name, value in (("throughput", wall), ("timed_region", timed)):
             if not isinstance(value, dict) and not (name == "throughput" and value is None):
@@ -163,7 +146,7 @@ class RunSummary:
             raise UserError(f"{where}: model_state_bytes_per_rank is {states!r}, not a record per rank")
         warmup = data.get("warmup")
         return cls(
-            status=status, reason=data.get("reason"),
+            status=status, reason=text_field(data.get("reason"), where, "reason", optional=True),
             measured_steps=number_field(data.get("measured_steps"), where, "measured_steps"),
             warmup_steps=number_field(data.get("warmup_steps"), where, "warmup_steps"),
             throughput=None if wall is None else Throughput.from_dict(wall, where),
@@ -175,10 +158,17 @@ class RunSummary:
             final_loss=number_field(data.get("final_loss"), where, "final_loss"),
             peak_memory_bytes_per_rank=tuple(number_field(peak, where, "peak_memory_bytes_per_rank[]")
                                              for peak in peaks),
-            memory_kind=data.get("memory_kind"),
+            memory_kind=_memory_kind(data.get("memory_kind"), where),
             model_state_bytes_per_rank=tuple(states),
             skipped_steps=count_field(data.get("skipped_steps", 0), where, "skipped_steps"),
             replicas=_replicas(data.get("replicas"), where))
+
+
+def _memory_kind(value: Any, where: str) -> str | None:
+    """What the memory figures are (None in summaries from before it was recorded)."""
+    if value is not None and value not in MEMORY_KINDS:
+        raise UserError(f"{where}: memory_kind is {value!r}, not one of {', '.join(MEMORY_KINDS)}")
+    return value
 
 
 def _replicas(value: Any, where: str) -> dict[str, Any] | None:

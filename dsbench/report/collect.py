@@ -17,9 +17,10 @@ from typing import Any
 
 from dsbench.cell_record import CELL_FILE, CellRecord, read_cell
 from dsbench.errors import UserError
+from dsbench.record_fields import number_field
 from dsbench.records import METRICS, header_of, read_records, scaling_efficiency, summarize
 from dsbench.rows import Row, Run
-from dsbench.run_record import RunHeader, RunSummary, number_field, read_summary
+from dsbench.run_record import RunHeader, RunSummary, read_summary
 from dsbench.strategy_match import name_of_run
 from dsbench.trainspec import INTERLEAVED
 from dsbench.zero_section import zero_settings

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from dsbench.errors import UserError
 from dsbench.gpus import by_device_name
 from dsbench.io import write_failed
+from dsbench.records import MEMORY_KINDS
 
 
 def gpu_peak_tflops(name: str, precision: str) -> float | None:
@@ -57,11 +58,11 @@ def memory_now(device: str) -> tuple[int, int, str]:
     if device.startswith("cuda"):
         import torch
 
-        return torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
+        return torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device), MEMORY_KINDS[1]
     page = os.sysconf("SC_PAGE_SIZE")
     with open("/proc/self/statm") as handle:
         rss = int(handle.read().split()[1]) * page
-    return rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "rss"
+    return rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, MEMORY_KINDS[0]
 
 
 class JsonlWriter:

@@ -1,6 +1,6 @@
-"""A compare cell's cell.json read back by its one reader (dsbench/cell_record.py): what compare writes reads back
-as the cell it ran; a field a hand edited to another type is one line naming it, in report (a corrupt folder),
-and compare's and tune's --resume run such a cell again rather than trust it."""
+"""A results folder edited by hand (a compare cell's cell.json, a step record, summary.json's fields): what compare
+writes reads back as the cell it ran (dsbench/cell_record.py); a field of another type is one line naming it, in
+report (a corrupt folder), and compare's and tune's --resume run such a cell again rather than trust it."""
 
 from __future__ import annotations
 
@@ -107,3 +107,21 @@ def test_a_step_record_edited_into_another_shape_is_one_line_naming_the_step(tmp
     run = load_run(folder)
     assert (run.status, run.reason) == ("corrupt", f"{folder / 'metrics.jsonl'}: step {record['step']}'s {message}")
     assert load_run(DATA / "runs" / "compare-cpu" / "cells" / "zero2-w2-mb2-gpt2-mini-r0").status == "ok"
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("memory_kind", [1], "memory_kind is [1], not one of rss, cuda_max_allocated"),
+    ("memory_kind", "gpu", "memory_kind is 'gpu', not one of rss, cuda_max_allocated"),
+    ("reason", 5, "reason is 5, not a string"),
+])
+def test_a_summary_field_edited_into_another_shape_is_one_line(tmp_path, field, value, message):
+    """summary.json's memory_kind and reason (until 2026-12-04 read as written: a list stopped the report with an
+    internal error in its table)."""
+    import shutil
+
+    folder = tmp_path / "cell"
+    shutil.copytree(DATA / "runs" / "compare-cpu" / "cells" / "zero2-w2-mb2-gpt2-mini-r0", folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    (folder / "summary.json").write_text(json.dumps({**summary, field: value}))
+    run = load_run(folder)
+    assert (run.status, run.reason) == ("corrupt", f"{folder / 'summary.json'}: {message}")
