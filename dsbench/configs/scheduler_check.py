@@ -123,12 +123,15 @@ def _peak_not_the_optimizers(name: str, how: dict[str, Any], params: dict[str, A
     if "warmup_max_lr" not in how["takes"] or "warmup_max_lr" in params or default is None:
         return []
     optimizer = config.get("optimizer")
-    lr = (optimizer.get("params") or {}).get("lr") if isinstance(optimizer, dict) else None
-    if isinstance(lr, int | float) and not isinstance(lr, bool) and lr == default:
+    given = optimizer.get("params") if isinstance(optimizer, dict) else None  # of another type: check_types' line
+    lr = given.get("lr") if isinstance(given, dict) else None
+    if not isinstance(lr, int | float) or isinstance(lr, bool):
+        lr = None
+    if lr == default:
         return []
-    theirs = f"optimizer.params.lr {lr}" if isinstance(lr, int | float) else "the optimizer's lr"
+    theirs = "the optimizer's lr" if lr is None else f"optimizer.params.lr {lr}"
     return [Finding(severity="warning", code="warmup-peak-default", path="scheduler.params.warmup_max_lr",
                     message=f"{name} without warmup_max_lr peaks at DeepSpeed's default {default}, not {theirs}: "
                             "the schedule sets every parameter group's LR (WarmupLR, without it, peaks at the "
                             "optimizer's lr)",
-                    fix=f"set scheduler.params.warmup_max_lr to {lr if isinstance(lr, int | float) else 'your lr'}")]
+                    fix=f"set scheduler.params.warmup_max_lr to {'your lr' if lr is None else lr}")]

@@ -201,3 +201,16 @@ def test_a_launchs_decaying_schedule_ends_at_the_steps_its_ranks_train(cli_run, 
     steps = int(after[-1]) if after else DEFAULT_STEPS
     hf.trainer_config_finalize(SimpleNamespace(get_warmup_steps=lambda n: 5), None, steps)
     assert written == hf.config["scheduler"]["params"]["total_num_steps"] == steps
+
+
+@pytest.mark.parametrize("optimizer", [{"type": "AdamW", "params": [1]}, {"type": "AdamW"}, "AdamW", None])
+def test_an_optimizer_of_another_shape_beside_a_warmup_is_named_once_not_a_crash(optimizer):
+    """validate's schedule check reads the optimizer's lr only where it is a number in an object; a section of
+    another shape is check_types' line (until 2026-12-04's first version of the check, a list of params stopped
+    it), and the peak's warning says "the optimizer's lr"."""
+    config = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2,
+              "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 50, "warmup_num_steps": 5}},
+              **({"optimizer": optimizer} if optimizer is not None else {})}
+    found = {f.code: f for f in validate(config, ValidateContext(world_size=1), deepspeed_check=False)}
+    assert "not the optimizer's lr" in found["warmup-peak-default"].message
+    assert found["warmup-peak-default"].fix == "set scheduler.params.warmup_max_lr to your lr"
