@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 
 import pytest
 
-from dsbench.bench.compare import run_matrix
+from dsbench.bench.compare import cell_command, run_matrix
 from dsbench.bench.matrix import Cell
 from tests.conftest import ROOT
 from tests.integration.conftest import dsbench
@@ -45,11 +46,13 @@ def test_failed_cell_is_recorded_and_matrix_goes_on_then_resume_skips(tmp_path):
     also_bad = Cell(strategy="ddp", world_size=2, micro_batch=2, model="no-such-model", steps=4, warmup=1)
     done = Cell(strategy="zero1", world_size=2, micro_batch=2, model="gpt2-tiny", steps=4, warmup=1)
     interrupted = Cell(strategy="zero3", world_size=2, micro_batch=2, model="no-such-model", steps=4, warmup=1)
-    # a finished cell from an earlier run, and one whose run was interrupted (status still "running")
+    # a finished cell from an earlier run, and one whose run was interrupted (status still "running"), each
+    # cell.json as compare writes it (a field missing or of another type: the cell runs again, tests/unit)
     for cell, status in ((done, "ok"), (interrupted, "running")):
         folder = tmp_path / "cells" / cell.id
         folder.mkdir(parents=True)
-        (folder / "cell.json").write_text(json.dumps({"cell": cell.to_dict(), "id": cell.id, "status": status}))
+        (folder / "cell.json").write_text(json.dumps({"cell": cell.to_dict(), "id": cell.id, "status": status,
+                                                      "command": shlex.join(cell_command(cell, folder, None))}))
         (folder / "metrics.jsonl").write_text('{"type": "header"}\n')
     reporter = Recorder()
     results = run_matrix([bad, also_bad, done, interrupted], tmp_path, resume=True, retry_failed=False, timeout=120,
