@@ -11,8 +11,7 @@ from dsbench.configs.layout import data_parallel_size, parallel_degrees
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
 from dsbench.configs.precision import config_precision
-from dsbench.configs.scheduler_check import warmup_curve
-from dsbench.configs.schema import load_schema
+from dsbench.configs.scheduler_check import known_scheduler, scheduler_name, warmup_curve
 from dsbench.zero_section import zero_settings
 
 _STAGES = {
@@ -133,15 +132,12 @@ OPTIMIZERS_LR = "the optimizer's lr"
 def _schedule_line(config: dict[str, Any]) -> str | None:
     """The LR schedule in plain words, for DeepSpeed's warm-up schedulers: each value as the config states it, else
     the class's default from its signature (the schema; DeepSpeed 0.19.8 runtime/lr_schedules.py), labelled so."""
-    scheduler = config.get("scheduler")
-    name = scheduler.get("type") if isinstance(scheduler, dict) else None
-    if not isinstance(name, str):
+    name, found = scheduler_name(config), known_scheduler(config)
+    if name is None:
         return None
-    params = scheduler.get("params")
-    how = load_schema().optimizers["schedulers"].get(name)
-    if name not in WARMUPS or how is None or not isinstance(params, dict | None):
+    if name not in WARMUPS or found is None:
         return f"scheduler: {name}"
-    params = params or {}
+    _, how, params = found
 
     def said(key: str) -> str:
         if key in params:

@@ -14,7 +14,7 @@ from typing import Any
 from dsbench.configs.autofill import AUTO, DEEPSPEED_DEFAULTS, AutoInputs, fill_auto
 from dsbench.configs.batch import for_deepspeed
 from dsbench.configs.overrides import apply_overrides, deep_merge, get_path, set_path
-from dsbench.configs.schema import load_schema
+from dsbench.configs.scheduler_check import known_scheduler, scheduler_class, scheduler_name
 from dsbench.configs.templates import load_template
 from dsbench.errors import UserError
 from dsbench.parallel import bubble_fraction
@@ -97,25 +97,25 @@ def schedule_from_flags(config: dict[str, Any], spec: RenderSpec) -> dict[str, A
     """The config with its scheduler's warm-up and length taken from the flags where a ``--set scheduler.type``
     left them out (DeepSpeed's own defaults, a 1000-step warm-up and WarmupDecayLR's peak of 0.001, are nobody's
     choice). An explicit ``--train-steps`` that no scheduler takes is refused, as every flag a run would ignore."""
-    scheduler = config.get("scheduler")
-    name = scheduler.get("type") if isinstance(scheduler, dict) else None
-    how = load_schema().optimizers["schedulers"].get(name) if isinstance(name, str) else None
-    takes = how["takes"] if how else []
-    if "train_steps" in spec.explicit and "total_num_steps" not in takes:
+    how = scheduler_class(config)
+    if "train_steps" in spec.explicit and "total_num_steps" not in (how["takes"] if how else ()):
+        name = scheduler_name(config)
         which = f"{name}, which holds its peak after the warm-up" if name else "none: a constant LR"
         raise UserError(f"--train-steps {spec.train_steps} sets a decaying scheduler's total_num_steps, and the "
                         f"rendered config's scheduler has none ({which}): drop it, or name one with "
                         "--set scheduler.type='\"WarmupDecayLR\"' (or WarmupCosineLR)")
-    params = scheduler.get("params", {}) if how else None
-    if not isinstance(params, dict):
+    found = known_scheduler(config)
+    if found is None:
         return config
+    _, how, params = found
+    takes = how["takes"]
     # a warm-up of 0 steps is what DeepSpeed refuses (validate's warmup check): then it stays DeepSpeed's default
     fill = [key for key in SCHEDULE_FLAGS if key in takes and key not in params
             and (key != "warmup_num_steps" or spec.warmup_steps >= 1 or spec.keep_auto)]
     # the warm-up template's "auto" values that a scheduler named by --set does not take (WarmupCosineLR has
     # ratios, not warmup_min_lr/warmup_max_lr); a value the user wrote stays, for validate to name
     kept = {key: value for key, value in params.items() if key in takes or value != AUTO}
-    return {**config, "scheduler": {**scheduler, "params": {**kept, **dict.fromkeys(fill, AUTO)}}}
+    return {**config, "scheduler": {**config["scheduler"], "params": {**kept, **dict.fromkeys(fill, AUTO)}}}
 
 
 def render(spec: RenderSpec) -> tuple[dict[str, Any], list[str]]:

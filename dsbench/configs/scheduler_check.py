@@ -17,14 +17,36 @@ from dsbench.configs.optimizer_check import unknown_argument
 from dsbench.configs.schema import load_schema
 
 
+def scheduler_name(config: dict[str, Any]) -> str | None:
+    """The config's ``scheduler.type`` where it is text (None without a scheduler)."""
+    scheduler = config.get("scheduler")
+    name = scheduler.get("type") if isinstance(scheduler, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def scheduler_class(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The class the config's scheduler names, as the schema reads it (takes, needs, defaults); None for none."""
+    name = scheduler_name(config)
+    return load_schema().optimizers["schedulers"].get(name) if name else None
+
+
+def known_scheduler(config: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+    """The config's scheduler as DeepSpeed would build it: its name, its class (:func:`scheduler_class`) and its
+    params ({} where absent); None without a scheduler DeepSpeed knows, or with params of another type (check_types
+    names those)."""
+    how = scheduler_class(config)
+    params = config["scheduler"].get("params", {}) if how else None
+    name = scheduler_name(config)
+    return (name, how, params) if how and isinstance(params, dict) else None
+
+
 def check_scheduler(config: dict[str, Any]) -> list[Finding]:
     """What the engine would stop at for the config's scheduler (none without one, or with "auto" params, which
     the HF Trainer and the worker fill)."""
-    scheduler = config.get("scheduler")
-    name = scheduler.get("type") if isinstance(scheduler, dict) else None
-    if not isinstance(name, str):
+    name = scheduler_name(config)
+    if name is None:
         return []
-    known = load_schema().optimizers["schedulers"]
+    scheduler, known = config["scheduler"], load_schema().optimizers["schedulers"]
     if name not in known:
         close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
         return [Finding(severity="error", code="deepspeed-rejects", path="scheduler.type",
@@ -59,12 +81,10 @@ def check_schedule(config: dict[str, Any]) -> list[Finding]:
     """What a schedule the engine builds and steps would do that its config does not say: a warm-up longer than
     the schedule, a peak that is not the optimizer's lr (none without a scheduler DeepSpeed knows, or with "auto"
     values, which the HF Trainer and the worker fill)."""
-    scheduler = config.get("scheduler")
-    name = scheduler.get("type") if isinstance(scheduler, dict) else None
-    how = load_schema().optimizers["schedulers"].get(name) if isinstance(name, str) else None
-    params = scheduler.get("params", {}) if how else None
-    if not isinstance(params, dict):  # no scheduler DeepSpeed knows, or params of another type: check_types' line
+    found = known_scheduler(config)
+    if found is None:
         return []
+    name, how, params = found
     return (_warmup_outlasts_schedule(name, how, params) + _peak_not_the_optimizers(name, how, params, config)
             + _unknown_curve(name, params))
 
@@ -90,10 +110,6 @@ def _unknown_curve(name: str, params: dict[str, Any]) -> list[Finding]:
                     fix="use 'log' or 'linear' (WarmupCosineLR for a cosine after the warm-up)")]
 
 
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _warmup_outlasts_schedule(name: str, how: dict[str, Any], params: dict[str, Any]) -> list[Finding]:
     """A decaying schedule whose warm-up is longer than the schedule itself. DeepSpeed 0.19.8 only logs "total_num_steps
     is less than warmup_num_steps" (runtime/lr_schedules.py, WarmupDecayLR and WarmupCosineLR): the LR is still
@@ -103,7 +119,8 @@ def _warmup_outlasts_schedule(name: str, how: dict[str, Any], params: dict[str, 
     stated = "warmup_num_steps" in params
     total = params.get("total_num_steps")
     warmup = params.get("warmup_num_steps", how["defaults"].get("warmup_num_steps"))
-    if not (_whole(total) and _whole(warmup) and total < warmup):
+    whole = all(isinstance(value, int) and not isinstance(value, bool) for value in (total, warmup))
+    if not (whole and total < warmup):
         return []
     source = "" if stated else ", DeepSpeed's default where warmup_num_steps is unset"
     return [Finding(severity="error", code="warmup-outlasts-schedule", path="scheduler.params.total_num_steps",
