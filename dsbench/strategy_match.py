@@ -112,7 +112,8 @@ def did_you_mean(name: str) -> str:
     family's degree below 2 (a degree splits over at least 2 ranks), else the closest listed name; '' for none."""
     if (lowered := name.strip().lower()) != name and lookup(lowered) is not None:
         return f" (did you mean {lowered!r}?)"
-    family = re.fullmatch(f"({'|'.join(FAMILIES)}|torch_3d_tp[0-9]+_pp)([0-9]+)(.*)", name)
+    # a degree of 1-4 digits, as the registry's names have (a longer one is no degree: int() refuses 4,300 digits)
+    family = re.fullmatch(f"({'|'.join(FAMILIES)}|torch_3d_tp[0-9]{{1,4}}_pp)([0-9]{{1,4}})(.*)", name)
     if family is not None and int(family[2]) < 2:
         return f" ({family[1]}{family[2]}: a degree is at least 2, as in {family[1]}2{family[3]})"
     if family is not None and family[2].startswith("0"):

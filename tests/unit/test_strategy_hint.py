@@ -24,6 +24,7 @@ from dsbench.strategy_match import did_you_mean
     ("fsdp_shard1", " (fsdp_shard1: a degree is at least 2, as in fsdp_shard2)"),
     ("banana", ""),
     ("zero9", ""),  # a stage that does not exist: not a typo of zero0
+    ("torch_tp" + "9" * 5000, ""),  # no degree (until the day it was written, an internal error: int() of 5000 digits)
 ])
 def test_an_unknown_name_gets_a_hint_that_names_a_known_strategy(typed, hint):
     assert not known(typed)
