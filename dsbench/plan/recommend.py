@@ -12,6 +12,7 @@ from dsbench.plan.candidate import Candidate, hybrid
 from dsbench.plan.estimate import Estimate, estimate
 from dsbench.plan.inputs import Cluster, Workload
 from dsbench.strategies import PLANNER, SIMPLICITY, ULYSSES_SHARDINGS, Strategy
+from dsbench.units import gib_text
 
 
 def candidates(cl: Cluster, shape: ModelShape, seq_len: int = 0) -> list[Candidate]:
@@ -66,21 +67,26 @@ class Ranked:
     """The layout of ``plan --config``'s file: shown first beside the ranking, never ranked or recommended."""
 
 
-def reason(e: Estimate, cl: Cluster, best: Estimate | None, ranked: bool = True) -> str:
-    """Why a candidate stands where it does: its memory, its step, and its step against the top choice's (a ranked
-    one faster than it lost a near tie; ``ranked=False``, plan --config's row, is only compared)."""
+def reason(e: Estimate, cl: Cluster, best: Estimate | None, ranked: bool = True,
+           above: tuple[Estimate, ...] = ()) -> str:
+    """Why a candidate stands where it does: its memory, its step, and its step against the top choice's. Ranked
+    below slower ones (``above``: the candidates placed before it), it lost a near tie, and says to which places;
+    ``ranked=False``, plan --config's row, is only compared."""
     need, have = e.device_total / 2**30, cl.gpu_mem_gib  # GiB, as the table's GiB/GPU column
     if not e.fits:
         host = e.host_per_node / 2**30
         if host > cl.host_mem_gib:
             return f"needs {host:,.0f} GiB of host RAM per node > {cl.host_mem_gib:,.0f} GiB"
-        return f"needs {need:,.1f} GiB per GPU > 90% of {have:g} GiB"
-    parts = [f"{need:,.1f} of {have:g} GiB per GPU", f"step ≈ {e.step_s * 1e3:,.0f} ms ({e.dominant}-bound)"]
+        return f"needs {gib_text(need)} GiB per GPU > 90% of {have:g} GiB"
+    parts = [f"{gib_text(need)} of {have:g} GiB per GPU", f"step ≈ {e.step_s * 1e3:,.0f} ms ({e.dominant}-bound)"]
     if best is not None and e is not best:
-        ratio = e.step_s / best.step_s
-        parts.append(f"{ratio:.2f}x the top choice's step time" + (  # faster than it: the tie it lost
-            f", placed below it as a near tie (within {NEAR_TIE:.0%}) that the simpler layout wins"
-            if ratio < 1 and ranked else ""))
+        parts.append(f"{e.step_s / best.step_s:.2f}x the top choice's step time")
+    slower = [place for place, other in enumerate(above, 1) if other.step_s > e.step_s] if ranked else []
+    if slower:  # faster than these: the ties it lost (near_tie_order never places one above a >5 % faster one)
+        most = max(above[place - 1].step_s for place in slower) / e.step_s - 1
+        places = " and ".join(filter(None, (", ".join(f"#{p}" for p in slower[:-1]), f"#{slower[-1]}")))
+        parts[-1] += (f", placed below {places} (up to {most:.1%} slower) as a near tie "
+                      f"(within {NEAR_TIE:.0%}) that the simpler layout wins")
     if e.bubble:
         parts.append(f"pipeline bubble {e.bubble:.0%}")
     if e.offload_s:
@@ -128,7 +134,7 @@ def rank(wl: Workload, cl: Cluster) -> list[Ranked]:
     estimates = [estimate(c, wl, cl) for c in candidates(cl, wl.shape, wl.seq_len)]
     fitting = near_tie_order([e for e in estimates if e.fits])
     best = fitting[0] if fitting else None
-    ranked = [Ranked(e, i + 1, reason(e, cl, best)) for i, e in enumerate(fitting)]
+    ranked = [Ranked(e, i + 1, reason(e, cl, best, above=tuple(fitting[:i]))) for i, e in enumerate(fitting)]
     rest = sorted((e for e in estimates if not e.fits), key=lambda e: e.device_total)
     return ranked + [Ranked(e, None, reason(e, cl, best)) for e in rest]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsbench.units import params_text
+
 
 def _terms(terms: dict[str, float], unit: str, scale: float = 1.0) -> str:
     """The non-zero terms, largest first: ``matmul 5.20 s, tp_comm 1.10 s``."""
@@ -19,7 +21,7 @@ def print_layout(result: dict[str, Any]) -> None:
     if lay["pp"] > 1:
         schedule = f" ({lay['schedule']}" + (f", {lay['virtual_stages']} virtual" if lay["schedule"] == "interleaved"
                                             else "") + ")"
-    click.echo(f"model {model['name']}: {model['params'] / 1e9:,.2f}B params, {model['layers']} layers x "
+    click.echo(f"model {model['name']}: {params_text(model['params'])} params, {model['layers']} layers x "
                f"{model['hidden']} ({model['arch']}); {lay['gpus']} x {gpu['kind']} ({lay['gpus_per_node']} per node)")
     split = "ulysses" if lay.get("cp_comm") == "a2a" else "cp"  # the sequence split: Ulysses' all-to-all or the ring
     offload = (" + offload (optimizer" + (" and parameters" if lay.get("offload_param") else "") + " on the host)"

@@ -7,6 +7,7 @@ from typing import Any
 
 from dsbench.report.grid import Col, Grid
 from dsbench.rows import VerifyRow
+from dsbench.units import gib_text, params_text
 
 
 def _header(result: dict[str, Any]) -> str:
@@ -21,7 +22,7 @@ def _header(result: dict[str, Any]) -> str:
         rate = f"{c['peak_tflops']:g} TFLOPS peak, the GPU time model's {c['gpu_model']} profile;"
     else:
         rate = f"{c['peak_tflops']:g} TFLOPS peak x {c['efficiency']:.0%} achievable;"
-    return (f"model {m['name']}: {m['params'] / 1e9:,.2f}B params, {m['layers']} layers x {m['hidden']} hidden "
+    return (f"model {m['name']}: {params_text(m['params'])} params, {m['layers']} layers x {m['hidden']} hidden "
             f"({m['source']}); cluster {c['nodes']} node(s) x {c['gpus_per_node']} GPUs, {c['gpu_mem_gib']:g} GiB "
             f"each, {rate} seq {w['seq_len']}, micro-batch {w['micro_batch']} x {w['grad_accum']} accumulation, "
             f"{w['precision']}")
@@ -38,7 +39,6 @@ def layout_text(row: dict[str, Any], micro_batch: int) -> str:
 
 
 def plan_grid(result: dict[str, Any], top_n: int) -> Grid:
-    gib = lambda v: f"{v:,.1f}"  # noqa: E731
     grid = Grid([Col("#", 80), Col("strategy", 80, left=True), Col("tp/pp/dp mb", 100, left=True), Col("fits", 80),
                  Col("GiB/GPU", 80), Col("step ms", 80), Col("tok/s/GPU", 80), Col("MFU", 100),
                  Col("dominant", 100, left=True), Col("note", 80, left=True), Col("params", 0), Col("grads", 0),
@@ -49,10 +49,10 @@ def plan_grid(result: dict[str, Any], top_n: int) -> Grid:
         mem = row["memory_gib"]
         place = "cfg" if row.get("given") else str(row["rank"] or "-")  # plan --config's file: beside the ranking
         grid.add(place, row["name"], layout_text(row, result["workload"]["micro_batch"]),
-                 "yes" if row["fits"] else "no", gib(mem["device_total"]), step_text(row),
+                 "yes" if row["fits"] else "no", gib_text(mem["device_total"]), step_text(row),
                  f"{row['tokens_per_s'] / gpus:,.0f}", f"{row['mfu']:.0%}", row["dominant"], grid.note(row["reason"]),
-                 gib(mem["params"]), gib(mem["grads"]), gib(mem["optimizer_states"] + mem["master_weights"]),
-                 gib(mem["activations"]), gib(mem["buffers"]), gib(row["host_gib_per_node"]),
+                 *map(gib_text, (mem["params"], mem["grads"], mem["optimizer_states"] + mem["master_weights"],
+                                 mem["activations"], mem["buffers"], row["host_gib_per_node"])),
                  f"{row['exposed_comm_s'] * 1e3:,.1f}", style=None if row["fits"] else "dim")
     grid.notes.append("GiB per GPU (2^30 bytes); tp/pp/dp: tensor x pipeline x data parallel, sp Ulysses' sequence "
                       "parallel (its ranks x tp x pp x dp = the GPUs), mb the micro-batch, "

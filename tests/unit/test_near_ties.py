@@ -61,6 +61,35 @@ def test_only_a_ranked_candidate_faster_than_the_top_is_said_to_have_lost_a_tie(
                                offload_s=0)
 
     cluster, top, faster = SimpleNamespace(gpu_mem_gib=80), est(1.0), est(0.97)
-    assert reason(faster, cluster, top).endswith("0.97x the top choice's step time, placed below it as a near tie "
-                                                 f"(within {NEAR_TIE:.0%}) that the simpler layout wins")
-    assert reason(faster, cluster, top, ranked=False).endswith("; 0.97x the top choice's step time")
+    assert reason(faster, cluster, top, above=(top,)).endswith(
+        "0.97x the top choice's step time, placed below #1 (up to 3.1% slower) as a near tie "
+        f"(within {NEAR_TIE:.0%}) that the simpler layout wins")
+    assert reason(faster, cluster, top, ranked=False, above=(top,)).endswith("; 0.97x the top choice's step time")
+
+
+def test_every_row_placed_below_a_slower_one_says_which_and_no_other_does():
+    """A CPU profile's plan for gpt2-mini on 8 GPUs placed ulysses2 (1,659 ms) 5th, below torch_pipe2 (1,718) and
+    torch_tp2 (1,719), near ties the simpler layouts won, and said nothing of it: its note compared it with the top
+    choice only, which was faster. Each such row now names the places above it that are slower (read from the
+    table's own step times) and by how much at most; a row above only faster ones names none."""
+    import re
+
+    from dsbench.plan.api import plan as make_plan
+    from dsbench.plan.machine_profile import read_profile
+    from dsbench.plan.request import PlanRequest
+    from tests.conftest import ROOT
+
+    profile = ROOT / "tests/data/runs/cpu-calibrated/oos-20261129-1831-gpt2-mini/profile.json"
+    request = PlanRequest(model="gpt2-mini", profile=read_profile(str(profile)))
+    rows = [r for r in make_plan(request)["candidates"] if r["rank"]]
+    said = 0
+    for i, row in enumerate(rows):
+        slower = [above["rank"] for above in rows[:i] if above["step_s"] > row["step_s"]]
+        named = re.search(r"placed below (#[\d, #and]+) \(up to ([\d.]+)% slower\)", row["reason"])
+        assert bool(named) == bool(slower), row["reason"]
+        if named:
+            said += 1
+            assert [int(n) for n in re.findall(r"#(\d+)", named[1])] == slower
+            most = max(rows[p - 1]["step_s"] for p in slower) / row["step_s"] - 1
+            assert float(named[2]) == round(most * 100, 1) and most <= NEAR_TIE
+    assert said >= 2  # ulysses2 below torch_pipe2 and torch_tp2, recompute's tp and pp layouts below fsdp
