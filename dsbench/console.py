@@ -27,10 +27,12 @@ def drop_unreadable_sizes(environ: dict[str, str] | os._Environ[str]) -> None:
 
 
 def table_console() -> Any:
-    """A rich Console for printing tables to stdout."""
+    """A rich Console for printing tables to stdout. Without rich's markup: what it prints holds text from files and
+    flags (a rank's error line, a folder's name), and rich took ``[rank 0]`` in a failed cell's reason for a style
+    tag and dropped it (until 2026-12-04); a cell's own style is a ``rich.text.Text``."""
     from rich.console import Console
 
-    console = Console()
+    console = Console(markup=False)
     if console.is_terminal:
         return console
-    return Console(width=terminal_size(os.environ.get("COLUMNS", "")) or DEFAULT_WIDTH)
+    return Console(width=terminal_size(os.environ.get("COLUMNS", "")) or DEFAULT_WIDTH, markup=False)

@@ -13,7 +13,7 @@ class RichReporter:
     def __init__(self, quiet: bool = False) -> None:
         from rich.console import Console
 
-        self.console = Console(stderr=True)
+        self.console = Console(stderr=True, markup=False)  # cell ids and errors as they are (console.table_console)
         self.quiet = quiet
         self.progress: Any = None
 
@@ -30,7 +30,7 @@ class RichReporter:
             TimeRemainingColumn,
         )
 
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console)
         self.progress.start()
         self.overall = self.progress.add_task("cells", total=total)

@@ -27,13 +27,14 @@ class Col:
 @dataclass
 class Grid:
     columns: list[Col]
-    rows: list[list[str]] = field(default_factory=list)
+    rows: list[list[Any]] = field(default_factory=list)
     styles: list[str | None] = field(default_factory=list)
     title: str | None = None
     notes: list[str] = field(default_factory=list)
     """Printed under the table as ``1. ...``, ``2. ...`` (a cell refers to one as ``[1]``)."""
 
-    def add(self, *cells: str, style: str | None = None) -> None:
+    def add(self, *cells: Any, style: str | None = None) -> None:
+        """A row: each cell a str, printed as it is (no rich markup), or a ``rich.text.Text`` with its style."""
         assert len(cells) == len(self.columns), (len(cells), [c.header for c in self.columns])
         self.rows.append(list(cells))
         self.styles.append(style)
@@ -94,4 +95,4 @@ class Grid:
 def _console(file: Any, width: int) -> Any:
     from rich.console import Console
 
-    return Console(file=file, width=width, highlight=False, soft_wrap=False)
+    return Console(file=file, width=width, highlight=False, soft_wrap=False, markup=False)  # as table_console

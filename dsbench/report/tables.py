@@ -230,12 +230,14 @@ def _print_tune_dry_run(result: dict[str, Any], console: Any) -> None:
 def doctor_grid(rows: list[Any]) -> Grid:
     """``dsbench doctor``'s checks (dsbench.doctor.Row): host, check, status; the detail and its fix are prose,
     numbered notes under the table."""
+    from rich.text import Text
+
     grid = Grid([Col("host", 80, left=True), Col("check", 80, left=True), Col("status", 80, left=True),
                  Col("note", 80, left=True)])
     for row in rows:
         style = {"FAIL": "bold red", "note": "yellow"}.get(row.status, "green")
         text = row.detail + (f"; fix: {row.fix}" if row.fix else "")
-        grid.add(row.host, row.check, f"[{style}]{row.status}[/]", grid.note(text) if text else "")
+        grid.add(row.host, row.check, Text(row.status, style=style), grid.note(text) if text else "")
     return grid
 
 

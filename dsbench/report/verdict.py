@@ -76,6 +76,14 @@ def _frugal_line(ok: list[Row], max_slowdown: float) -> list[str]:
     allowed = [head] + [row for row in ok[1:] if memory_of(row)[0] is not None
                         and head.tokens_per_s / row.tokens_per_s <= max_slowdown]
     frugal = min(allowed, key=lambda row: memory_of(row)[0])
+    if frugal is head and len(allowed) == 1:  # no other within the slowdown: what less memory would cost
+        leaner = [row for row in ok[1:] if (held := memory_of(row)[0]) is not None and held < memory]
+        if not leaner:
+            return [f"  It also holds the least {what} of them all ({memory:,.1f} MiB)."]
+        best = leaner[0]  # ok is fastest first
+        return [f"  Less memory costs more than {max_slowdown:.2f}x its step time (--max-slowdown): the fastest that "
+                f"holds less, {best.strategy}, {memory_of(best)[0]:,.1f} MiB of {what} against {memory:,.1f} MiB, "
+                f"at {head.tokens_per_s / best.tokens_per_s:.2f}x the step time."]
     if frugal is head:
         return [f"  It also holds the least {what} ({memory:,.1f} MiB) of those within {max_slowdown:.2f}x its "
                 "step time."]
@@ -109,7 +117,8 @@ def verdict(rows: list[Row], max_slowdown: float = MAX_SLOWDOWN) -> list[str]:
                     if group[0].world_size != 1 or (group[0].model, group[0].device) not in scaled]
                 or list(groups.values()))
     lines = [line for group in compared for line in _group_lines(group, max_slowdown)]
-    lines += [f"Failed: {_named(row)}: {row.status}: {row.reason}" for row in rows if row.status != "ok"]
+    lines += [f"Failed: {_named(row)}: " + (f"{row.status}: " if row.status != "failed" else "") + f"{row.reason}"
+              for row in rows if row.status != "ok"]  # the status said where it is not "failed" (timeout, corrupt)
     return lines + _prediction_line(rows)
 
 

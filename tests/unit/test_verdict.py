@@ -48,7 +48,7 @@ def test_gpu_rows_are_judged_by_peak_memory_and_failures_and_predictions_are_nam
             _row("zero3_nvme", None, status="failed", reason="no --nvme-path")]
     lines = verdict(rows)
     assert "zero2, 600.0 MiB of peak device memory per rank against 900.0 MiB" in lines[2]
-    assert "Failed: zero3_nvme x2 (m): failed: no --nvme-path" in lines
+    assert "Failed: zero3_nvme x2 (m): no --nvme-path" in lines
     assert lines[-1] == ("The planner (--profile) predicted 2 cells' step time with a median error of 20%, the worst "
                          "30% (zero2).")
 
@@ -110,6 +110,38 @@ def test_the_markdown_html_and_terminal_open_with_the_verdict(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert printed.index(built.verdict[0][:40]) < printed.index("dsbench compare")
 
+
+
+def test_with_none_close_enough_it_says_what_less_memory_costs():
+    """The stored gpt2-mini compares said "It also holds the least model states per rank (20.6 MiB) of those within
+    1.25x its step time" with no other cell within 1.25x: true of a set of one. It now names the fastest cell that
+    holds less and its step time, or says the fastest holds the least of all."""
+    rows = [_row("ddp", 1000, states=40), _row("zero3", 700, states=8), _row("fsdp", 600, states=10),
+            _row("zero1", 500, states=50)]
+    assert verdict(rows)[-1] == ("  Less memory costs more than 1.25x its step time (--max-slowdown): the fastest that "
+                                "holds less, zero3, 8.0 MiB of model states per rank against 40.0 MiB, at 1.43x the "
+                                "step time.")
+    lean = [_row("ddp", 1000, states=8), _row("zero3", 700, states=10)]
+    assert verdict(lean)[-1] == "  It also holds the least model states per rank of them all (8.0 MiB)."
+    close = [_row("ddp", 1000, states=8), _row("zero3", 900, states=10)]  # within 1.25x: the old line, true here
+    assert verdict(close)[-1] == ("  It also holds the least model states per rank (8.0 MiB) of those within 1.25x "
+                                  "its step time.")
+
+
+def test_a_failure_s_status_is_said_once_and_its_rank_tag_reaches_the_terminal(tmp_path, capsys):
+    """"Failed: zero3_nvme x2 (gpt2-mini): failed: exit code 1:  dsbench.train: ...": the status said twice, and the
+    reason's ``[rank 0]`` gone from the terminal, where rich read it as a style tag (report.md kept it)."""
+    from dsbench.report.build import build_report
+    from dsbench.report.terminal import print_report
+
+    rows = [_row("ddp", 1000), _row("zero3", None, status="failed", reason="exit code 1: [rank 0] boom"),
+            _row("zero2", None, status="timeout", reason="no step in 600 s")]
+    assert verdict(rows)[-2:] == ["Failed: zero3 x2 (m): exit code 1: [rank 0] boom",
+                                  "Failed: zero2 x2 (m): timeout: no step in 600 s"]
+    built = build_report([DATA / "runs" / "compare-cpu"], tmp_path / "report", plots=False)
+    print_report(built)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "Failed: zero3_nvme x2 (gpt2-mini): exit code 1: [rank 0] dsbench.train: error: RuntimeError" in printed
 
 
 def test_the_table_shows_the_range_the_verdict_compares():
