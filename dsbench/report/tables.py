@@ -151,7 +151,9 @@ def tune_grids(result: dict[str, Any], top: int = 12) -> list[Grid]:
     number = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
     ranking = Grid([Col("layout", 80, left=True), Col("fits", 100), Col("predicted", 80), Col("corrected", 100),
                     Col("measured", 80), Col("status", 80, left=True)])
-    for row in result["layouts"][:top]:
+    # the best ``top`` and every layout that ran (a slow or failed run ranks low, and stays in sight)
+    shown = [row for i, row in enumerate(result["layouts"]) if i < top or row["status"] != "not run"]
+    for row in shown:
         ranking.add(row["layout"], "yes" if row["fits"] else "no", number(row["predicted_tokens_per_s"]),
                     number(row["corrected_tokens_per_s"]), number(row["measured_tokens_per_s"]), row["status"])
     ranking.notes.append("tokens/s, global. predicted: the planner" + (
@@ -160,6 +162,9 @@ def tune_grids(result: dict[str, Any], top: int = 12) -> list[Grid]:
         "; corrected: scaled by the runs (measured/predicted of the same strategy, else the median ratio), a measured "
         "layout's by the runs before it, the figure that chose it; measured: the wall clock over the run's measured "
         "window")
+    if (left := len(result["layouts"]) - len(shown)):
+        ranking.notes.append(f"{left} more layout{'s' * (left != 1)}, not run, ranked below these "
+                             "(--json lists every one).")
     grids = [ranking]
     if result.get("speed"):
         speed = Grid([Col("layout", 80, left=True), Col("measured", 80), Col("vs without", 80)],

@@ -572,6 +572,24 @@ def test_tune_ends_with_the_winner_why_and_the_runner_up(capsys):
     assert "datasheet" not in capsys.readouterr().out  # a calibrated profile's figure is this machine's
 
 
+def test_tune_s_table_keeps_every_run_in_sight_and_counts_the_layouts_it_leaves_out():
+    """`dsbench tune --dry-run` on gpt2-mini scores 72 layouts and printed the first 12 with no word of the other 60;
+    a run whose measured figure ranked it below the 12th (a slow or failed layout) was not shown at all."""
+    from dsbench.report.tables import tune_grids
+
+    def layout(name, predicted, measured=None, status="not run"):
+        return {"layout": name, "fits": True, "predicted_tokens_per_s": predicted, "corrected_tokens_per_s": None,
+                "measured_tokens_per_s": measured, "status": status}
+
+    rows = [layout(f"ddp mb{n} x1", 9000 - n) for n in range(20)]
+    rows += [layout("zero3 mb1 x4", 5000, 900, "ok"), layout("fsdp mb1 x4", 4000, None, "failed")]
+    grid = tune_grids({"layouts": rows}, top=12)[0]
+    assert [cells[0] for cells in grid.rows] == [f"ddp mb{n} x1" for n in range(12)] + ["zero3 mb1 x4",
+                                                                                     "fsdp mb1 x4"]
+    assert grid.notes[-1] == "8 more layouts, not run, ranked below these (--json lists every one)."
+    assert len(tune_grids({"layouts": rows[:12]}, top=12)[0].notes) == 1  # nothing left out: no count
+
+
 def test_verify_rows_are_typed_and_a_run_without_figures_prints_dashes(tmp_path):
     """plan --verify's rows (dsbench.rows.VerifyRow): a stored ZeRO-1 cell beside its candidate gives the step by
     the run's own wall clock (the summary's window over its steps) and the planner's error against it; a failed run,
