@@ -137,6 +137,10 @@ def locate(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:
     tag = read_text(latest, "checkpoint's latest file").strip()
     if not tag or "/" in tag or "\0" in tag or tag in (".", "..") or len(tag) > 255:
         raise UserError(f"{latest}: holds {tag!r}, not a checkpoint tag")
+    if not (folder / tag).is_dir():  # DeepSpeed writes latest after the tag's files: the folder it names is gone
+        saved = sorted((p.name for p in folder.glob("global_step*") if p.is_dir()), key=lambda n: (len(n), n))
+        raise UserError(f"{latest} names {tag!r}, which is not a folder in {folder}"
+                        + (f" (it holds {', '.join(saved[-3:])}: give one of them)" if saved else ""))
     return folder / tag, read_manifest(folder / tag)
 
 

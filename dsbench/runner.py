@@ -43,15 +43,17 @@ def resolve_executable(name: str) -> str:
 
 
 def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | None = sys.stdout,
-        timeout: float | None = None, cwd: str | None = None) -> int:
-    """Run ``command`` to completion; returns its exit code (124 on timeout, 128+N on signal N)."""
+        timeout: float | None = None, cwd: str | None = None, errors: TextIO | None = None) -> int:
+    """Run ``command`` to completion; returns its exit code (124 on timeout, 128+N on signal N). Its stderr is
+    merged into its stdout (a launch's log holds both, in order), or, with ``errors``, written there as it comes
+    (``dsbench export``'s one error line on stderr, as every command's)."""
     env = {**os.environ, **command.env}
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     argv = [resolve_executable(command.argv[0]), *command.argv[1:]]  # a missing launcher: one line, no log opened
     if log_path:
         log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115 (closed below)
-    proc = _start(argv, env, cwd)
+    proc = _start(argv, env, cwd, merge=errors is None)
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
@@ -67,8 +69,7 @@ def run(command: LaunchCommand, log_path: Path | None = None, echo: TextIO | Non
     if timer:
         timer.start()
     try:
-        assert proc.stdout is not None
-        _tee(proc.stdout, echo, log)
+        _drain(proc, (echo, log), errors)
         return _finish(proc, received, timed_out)
     finally:
         if timer:
@@ -92,11 +93,24 @@ def _finish(proc: subprocess.Popen, received: list[int], timed_out: threading.Ev
     return 124 if timed_out.is_set() else code
 
 
-def _start(argv: list[str], env: dict[str, str], cwd: str | None) -> subprocess.Popen:
+def _start(argv: list[str], env: dict[str, str], cwd: str | None, merge: bool = True) -> subprocess.Popen:
     """The launcher, in a session (and process group) of its own that a signal reaches whole, its stderr merged
-    into its stdout, line-buffered for the tee."""
-    return subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1, start_new_session=True)
+    into its stdout (or a pipe of its own), line-buffered for the tee."""
+    return subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merge else subprocess.PIPE, text=True, bufsize=1,
+                            start_new_session=True)
+
+
+def _drain(proc: subprocess.Popen, outputs: tuple[TextIO | None, ...], errors: TextIO | None) -> None:
+    """The command's output to ``outputs`` until it ends; a separate stderr to ``errors`` beside it (a thread: either
+    pipe may fill while the other is read)."""
+    assert proc.stdout is not None
+    side = threading.Thread(target=_tee, args=(proc.stderr, errors), daemon=True) if proc.stderr else None
+    if side:
+        side.start()
+    _tee(proc.stdout, *outputs)
+    if side:
+        side.join()
 
 
 def _tee(lines: Iterable[str], *outputs: TextIO | None) -> None:

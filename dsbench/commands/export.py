@@ -30,7 +30,7 @@ def export(checkpoint: str, out: str, max_shard_size: str) -> None:
     # "--flag=value": a value that starts with "-" stays a value for the export program's parser
     command = LaunchCommand(argv=[sys.executable, "-m", "dsbench.worker.export", f"--max-shard-size={max_shard_size}",
                                   "--", checkpoint, out], env={"DS_ACCELERATOR": "cpu"})
-    sys.exit(run(command, echo=sys.stdout))
+    sys.exit(run(command, echo=sys.stdout, errors=sys.stderr))  # its error line on stderr, as every command's
 
 
 COMMAND = export

@@ -134,6 +134,11 @@ def damaged(target: Path) -> Iterator[None]:
     (a refused global is pickle.UnpicklingError; DCP wraps its readers' failures in CheckpointException)."""
     try:
         yield
+    except FileNotFoundError as exc:  # a file the reader looked for in the checkpoint (DeepSpeed's tool names none)
+        if exc.filename is not None and not Path(exc.filename).resolve().is_relative_to(Path(target).resolve()):
+            raise  # not the checkpoint's: an I/O error (exit 1)
+        raise UserError(f"{target}: the checkpoint is incomplete ({exc.strerror or exc}"
+                        + (f": {exc.filename}" if exc.filename else "") + ")") from None
     except (DsbenchError, OSError, KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # the readers raise ValueError, RuntimeError, KeyError, EOFError, CheckpointException

@@ -52,6 +52,10 @@ def test_resolve_reads_latest_or_a_tag_folder(tmp_path):
      "dsbench_checkpoint.json:1:2: malformed JSON"),
     (lambda d: (d / "global_step10" / manifests.MANIFEST).write_text('{"step": 1}'), "not a dsbench checkpoint"),
     (lambda d: (d / "latest").unlink(), "neither a checkpoint"),
+    # a latest naming a save that is gone: named as such, with the saves there (was "D/global_step9: no
+    # dsbench_checkpoint.json", a folder that does not exist)
+    (lambda d: (d / "latest").write_text("global_step9"),
+     r"latest names 'global_step9', which is not a folder in .* \(it holds global_step10: give one of them\)"),
 ])
 def test_resolve_refuses_what_is_not_a_complete_checkpoint(tmp_path, breakage, needle):
     write_checkpoint(tmp_path)
@@ -367,3 +371,20 @@ def test_a_rank_refuses_a_bad_checkpoint_or_dataset_path_before_it_imports_torch
     assert done.returncode == 2 and needle in done.stderr, done.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
     assert "dsbench.worker.run" in imported and "torch" not in imported
+
+
+def test_a_file_missing_from_the_checkpoint_is_a_damaged_checkpoint_not_an_io_error(tmp_path):
+    """DeepSpeed's consolidation raises FileNotFoundError("can't find *_model_states.pt files in directory ...")
+    with no filename for a tag folder missing its model states: `dsbench export` reported it as an I/O error
+    (exit 1) of OUT. A file missing inside the checkpoint is now its refusal (exit 2); one outside stays an OSError."""
+    from dsbench.worker.checkpoint import damaged
+
+    with pytest.raises(UserError, match=r"the checkpoint is incomplete \(can't find \*_model_states.pt"):
+        with damaged(tmp_path):
+            raise FileNotFoundError(f"can't find *_model_states.pt files in directory '{tmp_path}'")
+    with pytest.raises(UserError, match="incomplete .*layer_01-model_states.pt"):
+        with damaged(tmp_path):
+            open(tmp_path / "layer_01-model_states.pt")  # noqa: SIM115
+    with pytest.raises(FileNotFoundError):
+        with damaged(tmp_path / "ckpt"):
+            open(tmp_path / "elsewhere" / "x")  # noqa: SIM115
