@@ -28,30 +28,9 @@ from dsbench.checkpoints import Manifest
 from dsbench.errors import UserError
 from dsbench.io import parse_size
 from dsbench.worker import checkpoint, checkpoint_manifest, safe_load
+from dsbench.worker.export_model import matching, meta_model, tied_names
 
 WEIGHTS_INDEX = "model.safetensors.index.json"
-
-
-def tied_names(config_folder: Path) -> set[str]:
-    """Names of weights that are the same tensor as an earlier one in the model (dropped from the export)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    try:
-        config = AutoConfig.from_pretrained(config_folder)
-    except (ValueError, KeyError, OSError) as exc:  # an unknown model_type, a config transformers cannot read
-        raise UserError(f"{config_folder / 'config.json'}: transformers cannot build a model from it "
-                        f"({str(exc).splitlines()[0][:160]})") from None
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    first: dict[int, str] = {}
-    dropped = set()
-    for name, param in model.named_parameters(remove_duplicate=False):
-        if id(param) in first:
-            dropped.add(name)
-        else:
-            first[id(param)] = name
-    return dropped
 
 
 def deepspeed_weights(target: Path, manifest: Manifest) -> Iterator[tuple[str, Callable[[], Any]]]:
@@ -83,12 +62,10 @@ def pipeline_weights(target: Path) -> Iterator[tuple[str, Callable[[], Any]]]:
     a layer's tensor is the very object the whole model names.
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     from dsbench.worker.pipe_split import split_model, stage_layers
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(target / "hf"))
+    model = meta_model(target / "hf")
     named: dict[int, str] = {}
     for name, tensor in model.state_dict(keep_vars=True).items():
         named.setdefault(id(tensor), name)  # a tied weight keeps its first name, as save_pretrained writes it
@@ -246,13 +223,14 @@ def export(source: str, out: str, max_shard_size: str = "2GB") -> Path:
         raise UserError(f"{target}: an AutoTP checkpoint (tp {manifest.tp}); DeepSpeed's consolidation merges ZeRO "
                         "partitions only, so dsbench exports checkpoints written with tp 1")
     safe_load.install()  # every load below, DeepSpeed's zero_to_fp32 included, is weights-only
-    skip = tied_names(hf)
+    model = meta_model(hf)
+    skip = tied_names(model)
     work = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
     try:
         for item in hf.iterdir():
             shutil.copy2(item, work / item.name)
-        weights = (deepspeed_weights(target, manifest) if manifest.storage == "deepspeed"
-                   else dcp_weights(target, max_bytes))
+        weights = matching(deepspeed_weights(target, manifest) if manifest.storage == "deepspeed"
+                           else dcp_weights(target, max_bytes), model, hf / "config.json")
         with checkpoint.damaged(target):
             write_shards(weights, skip, work, max_bytes)
         (work / "dsbench_export.json").write_text(json.dumps(
