@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dsbench.checkpoint_files import MANIFEST, check_files, inside
 from dsbench.errors import UserError
 from dsbench.io import check_creatable_folder, read_json, read_text
 from dsbench.strategies import ENGINES
 
-MANIFEST = "dsbench_checkpoint.json"
 LATEST = "latest"
 FORMAT = 1
 # How each engine writes its checkpoints: DeepSpeed's engine (ZeRO 0-3, offload, its pipeline) its own files, the
@@ -62,6 +62,9 @@ class Manifest:
     run_id: str | None = None
     """The training run that wrote it, kept across its resumes (random hex); None in manifests written before it
     existed, which are judged by ``definition`` alone."""
+    files: dict[str, int] | None = None
+    """Every file of the tag folder but this manifest, by its path in the folder, with its size in bytes as the save
+    left it (:func:`files_of`); None in manifests written before 2026-12-04, whose files are not checked."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,7 +83,7 @@ def _typed(data: Any, path: Path) -> Manifest:
         raise UserError(f"{path}: not a dsbench checkpoint manifest (a JSON object is expected)")
     fields = set(Manifest.__dataclass_fields__)
     unknown = sorted(set(data) - fields)
-    missing = sorted(fields - set(data) - {"run_id"})
+    missing = sorted(fields - set(data) - {"run_id", "files"})
     if unknown or missing:
         what = f"unknown key {unknown[0]!r}" if unknown else f"no {missing[0]!r}"
         raise UserError(f"{path}: not a dsbench checkpoint manifest ({what})")
@@ -103,6 +106,10 @@ def _typed(data: Any, path: Path) -> Manifest:
         raise UserError(f"{path}: run_id must be 16 hex digits, got {json.dumps(run_id)[:40]}")
     if not isinstance(data["written_at"], str):
         raise UserError(f"{path}: written_at must be a string")
+    files = data.get("files")
+    if files is not None and not (isinstance(files, dict) and all(
+            inside(name) and type(size) is int and size >= 0 for name, size in files.items())):
+        raise UserError(f"{path}: files must map paths inside the folder to sizes in bytes (whole numbers >= 0)")
     return Manifest(**data)
 
 
@@ -130,7 +137,7 @@ def locate(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:
         raise UserError(f"{folder}: {'not a folder' if folder.exists() else 'no such folder'}; give a checkpoint "
                         "folder (--checkpoint-dir of a run) or one global_stepN folder in it")
     if (folder / MANIFEST).is_file() or folder.name.startswith("global_step") or any(folder.glob("dsbench_rank*")):
-        return folder, read_manifest(folder)  # a tag folder (refused by name when its save never finished)
+        return folder, _complete(folder)  # a tag folder (refused by name when its save never finished)
     latest = folder / LATEST
     if not latest.is_file():
         raise UserError(f"{folder}: neither a checkpoint (no {MANIFEST}) nor a checkpoint folder (no {LATEST} file)")
@@ -141,7 +148,14 @@ def locate(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:
         saved = sorted((p.name for p in folder.glob("global_step*") if p.is_dir()), key=lambda n: (len(n), n))
         raise UserError(f"{latest} names {tag!r}, which is not a folder in {folder}"
                         + (f" (it holds {', '.join(saved[-3:])}: give one of them)" if saved else ""))
-    return folder / tag, read_manifest(folder / tag)
+    return folder / tag, _complete(folder / tag)
+
+
+def _complete(tag: Path) -> Manifest:
+    """The tag folder's manifest, with every file it lists there as the save wrote it."""
+    manifest = read_manifest(tag)
+    check_files(tag, manifest.files)
+    return manifest
 
 
 def definition(model: dict[str, Any], seq_len: int, seed: int, global_batch: int | None,

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dsbench.checkpoint_files import files_of
 from dsbench.checkpoints import FORMAT, FORMATS, LATEST, MANIFEST, Manifest, move_aside, tag_for
 from dsbench.errors import DsbenchError, UserError
 from dsbench.io import (
@@ -147,11 +148,16 @@ def damaged(target: Path) -> Iterator[None]:
                         "truncated or incomplete") from None
 
 
-def _load_rank_file(folder: Path, rank: int) -> dict[str, Any]:
-    """This rank's extras; on another world size, rank 0's LR schedule and no RNG (ranks do not map)."""
+def _load_rank_file(folder: Path, rank: int, same_world: bool) -> dict[str, Any]:
+    """This rank's extras; on another world size, a rank the checkpoint had none of takes rank 0's LR schedule and
+    no RNG (ranks do not map). On the same world size every rank's file must be there: a missing one resumed that
+    rank without its RNG, silently (until 2026-12-04)."""
     import torch
 
     same = _rank_file(folder, rank)
+    if same_world and not same.is_file():
+        raise UserError(f"{folder}: {same.name} is missing: the checkpoint is incomplete (rank {rank}'s RNG and "
+                        "LR schedule)")
     path = same if same.is_file() else _rank_file(folder, 0)
     if not path.is_file():
         raise UserError(f"{folder}: {path.name} is missing: the checkpoint is incomplete")
@@ -183,7 +189,8 @@ def save(engine: Any, strategy: str, folder: Path, step: int, info: Any, manifes
     comm.barrier()  # sync point: every rank's files are on disk before the checkpoint is declared complete
     if info.is_main:
         manifest = Manifest(format=FORMAT, step=step, tag=tag, strategy=strategy, storage=storage,
-                            written_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), **manifest_fields)
+                            written_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), files=files_of(target),
+                            **manifest_fields)
         atomic_write_json(target / MANIFEST, manifest.to_dict())
         atomic_write_text(folder / LATEST, tag)  # last: a crash before this leaves latest on the previous save
     return target
@@ -249,7 +256,7 @@ def load(engine: Any, strategy: str, target: Path, manifest: Manifest, info: Any
          ) -> None:
     """Restore model, optimizer, LR schedule and RNG from a complete checkpoint (collective). ``universal``: the
     checkpoint's universal form, loaded instead (the engine was built with ``checkpoint.load_universal``)."""
-    extras = _load_rank_file(target, info.rank)
+    extras = _load_rank_file(target, info.rank, same_world=manifest.world_size == info.world_size)
     with damaged(target):
         _load_states(engine, target, manifest, extras, universal)
     if "rng" in extras:

@@ -388,3 +388,46 @@ def test_a_file_missing_from_the_checkpoint_is_a_damaged_checkpoint_not_an_io_er
     with pytest.raises(FileNotFoundError):
         with damaged(tmp_path / "ckpt"):
             open(tmp_path / "elsewhere" / "x")  # noqa: SIM115
+
+
+def _with_files(folder):
+    """A checkpoint whose manifest lists its files as a save does (checkpoint_files.files_of), as
+    worker/checkpoint.save writes it after every rank's files are on disk."""
+    from dsbench.checkpoint_files import files_of
+
+    tag = write_checkpoint(folder)
+    (tag / "mp_rank_00_model_states.pt").write_bytes(b"x" * 100)
+    (tag / "hf").mkdir()
+    (tag / "hf" / "config.json").write_text("{}")
+    data = json.loads((tag / manifests.MANIFEST).read_text())
+    (tag / manifests.MANIFEST).write_text(json.dumps({**data, "files": files_of(tag)}))
+    return tag
+
+
+def test_the_manifest_lists_every_file_and_a_resume_checks_them_first(tmp_path):
+    """A rank that met a missing ZeRO partition while the other waited in DeepSpeed's load stopped it with "lost the
+    connection to another rank" and gloo's traceback (found 2026-12-04 by resuming damaged copies of a checkpoint).
+    The save lists its files with their sizes; locate (the launch, every rank before it joins, export) checks them."""
+    tag = _with_files(tmp_path)
+    assert manifests.locate(tmp_path)[1].files == {"hf/config.json": 2, "mp_rank_00_model_states.pt": 100}
+    (tag / "mp_rank_00_model_states.pt").write_bytes(b"x" * 60)
+    with pytest.raises(UserError, match=r"mp_rank_00_model_states.pt: 60 bytes, where the save wrote 100: the file "
+                                        r"was truncated or replaced"):
+        manifests.locate(tmp_path)
+    (tag / "mp_rank_00_model_states.pt").unlink()
+    with pytest.raises(UserError, match=r"global_step10: mp_rank_00_model_states.pt is missing \(the save wrote 2 "
+                                        r"files\): the checkpoint is incomplete"):
+        manifests.locate(tag)
+    (tag / "mp_rank_00_model_states.pt").write_bytes(b"x" * 100)
+    (tag / "extra.txt").write_text("a note a user left")  # more than the save wrote is no damage
+    assert manifests.locate(tmp_path)[0] == tag
+
+
+@pytest.mark.parametrize("files", [[], {"../outside.pt": 1}, {"/etc/passwd": 1}, {"a.pt": -1}, {"a.pt": "100"},
+                                   {"a.pt": True}, {"": 0}])
+def test_a_file_list_that_is_not_paths_in_the_folder_with_sizes_is_refused(tmp_path, files):
+    tag = write_checkpoint(tmp_path)
+    data = json.loads((tag / manifests.MANIFEST).read_text())
+    (tag / manifests.MANIFEST).write_text(json.dumps({**data, "files": files}))
+    with pytest.raises(UserError, match="files must map paths inside the folder to sizes in bytes"):
+        manifests.locate(tmp_path)

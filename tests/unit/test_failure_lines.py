@@ -63,3 +63,26 @@ def test_a_rank_line_is_one_write_of_one_line(monkeypatch):
     stop.say("x" * 10_000)
     assert writes[0] == b"[rank 3 on h] dsbench.train: error: ValueError: two lines\n"
     assert len(writes) == 2 and len(writes[1]) == 4096 and writes[1].endswith(b"x\n")  # atomic on a pipe: <= PIPE_BUF
+
+
+def test_a_lost_peer_is_one_line_without_the_traceback_of_where_it_waited(capsys, monkeypatch):
+    """Resuming a checkpoint with one rank's ZeRO partition gone: rank 0 said why in one line, and rank 1, waiting in
+    a barrier, printed 20 lines of traceback through dist.barrier into gloo's pair.cc before its own line (found
+    2026-12-04). A lost peer is a symptom; its traceback only shows where this rank waited. Any other error keeps
+    its traceback, and DSBENCH_DEBUG=1 prints a lost peer's too."""
+    from dsbench.worker.guard import run_rank
+
+    said: list[str] = []
+
+    def lost() -> int:
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:410")
+
+    def broken() -> int:
+        raise ValueError("a bug")
+
+    monkeypatch.delenv("DSBENCH_DEBUG", raising=False)
+    assert run_rank(lost, said.append) == 1 and "Traceback" not in capsys.readouterr().err
+    assert said[-1].startswith("error: lost the connection to another rank, which stopped first (RuntimeError:")
+    assert run_rank(broken, said.append) == 1 and "Traceback" in capsys.readouterr().err
+    monkeypatch.setenv("DSBENCH_DEBUG", "1")
+    assert run_rank(lost, said.append) == 1 and "Traceback" in capsys.readouterr().err

@@ -18,7 +18,7 @@ CORE = {"errors", "io", "paths", "spec", "parallel", "records", "run_record", "m
         "trainflags", "envinfo", "console", "jitlocks", "launchstop", "strategies", "gpus", "rows", "checkpoints",
         "layout_check", "strategy_match", "zero_section", "model_checks", "model_config", "model_fields",
         "ds_schema_file", "run_dir", "cell_record", "record_fields", "local_ranks", "dataset_files", "header_fields",
-        "ssh_fix", "units", "__init__"}
+        "ssh_fix", "units", "checkpoint_files", "__init__"}
 ALLOWED: dict[str, set[str]] = {
     **{unit: CORE for unit in CORE},
     "configs": CORE,

@@ -130,10 +130,13 @@ def test_a_rank_file_that_is_a_list_is_one_line(tmp_path):
 
     torch.save([1, 2, 3], tmp_path / "dsbench_rank0.pt")
     with pytest.raises(UserError, match="dsbench_rank0.pt: not a dsbench rank file"):
-        checkpoint._load_rank_file(tmp_path, 0)
+        checkpoint._load_rank_file(tmp_path, 0, same_world=True)
     (tmp_path / "dsbench_rank0.pt").write_bytes(b"garbage")
     with pytest.raises(UserError, match="dsbench_rank0.pt: the checkpoint cannot be read"):
-        checkpoint._load_rank_file(tmp_path, 0)
+        checkpoint._load_rank_file(tmp_path, 0, same_world=True)
+    # on the same world size rank 1's own file must be there (it resumed with rank 0's schedule and no RNG, silently)
+    with pytest.raises(UserError, match=r"dsbench_rank1.pt is missing: the checkpoint is incomplete \(rank 1's RNG"):
+        checkpoint._load_rank_file(tmp_path, 1, same_world=True)
 
 
 @pytest.mark.parametrize("strategy", ["deepspeed", "ddp", "fsdp", "torch_tp", "torch_pp", "torch_3d", "single"])
