@@ -77,7 +77,7 @@ def _check_collectives(group: str, entry: Any, source: str) -> None:
         raise UserError(f"{source}: collectives.{group} must be a mapping of fitted collectives, got {_shown(entry)}")
     for kind in KINDS:
         fitted = entry.get(kind)
-        if fitted is not None and not isinstance(fitted, dict):
+        if kind in entry and not isinstance(fitted, dict):  # null too: calibrate leaves out a kind it did not measure
             raise UserError(f"{source}: collectives.{group}.{kind} must be a mapping, got {_shown(fitted)}")
         if isinstance(fitted, dict) and "bandwidth_gbs" in fitted:
             _check_figure(fitted["bandwidth_gbs"], f"collectives.{group}.{kind}.bandwidth_gbs", source, True)
