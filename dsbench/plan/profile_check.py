@@ -117,12 +117,21 @@ def _check_corrections(check: Any, source: str) -> None:
             _check_figure(value, f"check.{key}.{family}", source, positive=True)
 
 
+SANE = (1e-12, 1e15)
+"""The magnitudes a non-zero profile figure may take, in its unit (seconds, TFLOPS, GB/s, parameters/s): wider than
+any machine's by orders, narrow enough that a step's squared terms stay finite (a rate of 1e-300 TFLOPS made
+plan's step range overflow, an internal error until 2026-12-04)."""
+
+
 def _check_figure(value: Any, key: str, source: str, positive: bool | None) -> None:
-    """A profile figure must be a finite number, > 0 (``positive``), >= 0 (False) or of either sign (None): one line
-    naming the key otherwise."""
+    """A profile figure must be a finite number, > 0 (``positive``), >= 0 (False) or of either sign (None), and
+    zero or of a magnitude within :data:`SANE`: one line naming the key otherwise."""
     ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and
           (positive is None or (value > 0 if positive else value >= 0)))
     if not ok:
         bound = "" if positive is None else " > 0" if positive else " >= 0"
         raise UserError(f"{source}: {key} must be a finite number{bound}, got {_shown(value)} "
                         "(write the profile again with dsbench calibrate)")
+    if value and not SANE[0] <= abs(value) <= SANE[1]:
+        raise UserError(f"{source}: {key} is {value:g}, beyond any machine's (a figure other than 0 is "
+                        f"{SANE[0]:g} to {SANE[1]:g} in magnitude; write the profile again with dsbench calibrate)")

@@ -238,12 +238,16 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def _plant(tag: Path, name: str, marker: Path) -> Path:
-    """A copy of a real checkpoint tag folder whose file ``name`` also holds the payload."""
+def _plant(tag: Path, name: str, marker: Path, *, listed: bool = True) -> Path:
+    """A copy of a real checkpoint tag folder whose file ``name`` also holds the payload; ``listed``: its manifest's
+    file list rewritten to the planted size, as the author of a hostile checkpoint would (since 2026-12-04 a file
+    of another size than the save wrote is refused before any is read, below)."""
     import pickle
     import shutil
 
     import torch
+
+    from dsbench.checkpoint_files import files_of
 
     copy = tag.parent.parent / f"planted-{tag.parent.name}-{name.strip('.')}" / tag.name
     shutil.rmtree(copy.parent, ignore_errors=True)
@@ -253,6 +257,10 @@ def _plant(tag: Path, name: str, marker: Path) -> Path:
         target.write_bytes(pickle.dumps(_Payload(marker)))
     else:
         torch.save({"real": torch.load(target, weights_only=False), "extra": _Payload(marker)}, target)
+    manifest = json.loads((copy / "dsbench_checkpoint.json").read_text())
+    assert manifest["files"] == {**files_of(copy), name: manifest["files"][name]}  # the save listed every file
+    if listed:
+        (copy / "dsbench_checkpoint.json").write_text(json.dumps({**manifest, "files": files_of(copy)}))
     return copy
 
 
@@ -285,6 +293,12 @@ def test_a_planted_checkpoint_file_runs_nothing_in_export_or_resume(trained, tmp
         output = result.stdout + result.stderr
         assert result.returncode != 0 and f"{file}: holds posix.system" in output, output[-3000:]
     assert not marker.exists() and not (tmp_path / "hf").exists()
+    # replaced without the list rewritten: refused by its size before any file is read
+    replaced = _plant(checkpoints / SAVED, file, marker, listed=False)
+    with pytest.raises(UserError, match=f"{file}: [0-9,]+ bytes, where the save wrote [0-9,]+: the file was "
+                                        "truncated or replaced"):
+        checkpoint_manifest.resolve(replaced)
+    assert not marker.exists()
 
 
 def test_every_global_in_real_checkpoints_is_on_the_allow_list(trained):
