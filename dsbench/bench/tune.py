@@ -14,6 +14,7 @@ predicted. The layout runs again uncompiled in the same phase, so the ratio is o
 from __future__ import annotations
 
 import functools
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -131,11 +132,14 @@ spent its runs (until 2026-12-03 it was refused as another tune); the runs made 
 
 def definition_of(req: TuneRequest) -> dict[str, Any]:
     """What tune.json records of the request, and ``--resume`` checks: every setting that shapes the runs, the
-    profile by its path (the file it was read from)."""
-    def value(v: Any) -> Any:
-        return str(v) if isinstance(v, Path) else v.path if isinstance(v, Profile) else v
+    profile and the hostfile by their absolute paths (until 2026-12-04 as typed: `--profile p.json` refused to
+    resume a tune started with `--profile $PWD/p.json`, "a different matrix", the same file)."""
+    def value(k: str, v: Any) -> Any:
+        if isinstance(v, Profile):
+            return os.path.abspath(v.path)
+        return str(v) if isinstance(v, Path) else os.path.abspath(v) if k == "hostfile" and v else v
 
-    return {"tune": {k: value(v) for k, v in req.__dict__.items()
+    return {"tune": {k: value(k, v) for k, v in req.__dict__.items()
                      if k not in ("out", "resume", "timeout") and (k != "speed_options" or v)}}
 
 

@@ -267,6 +267,31 @@ def test_tune_records_its_profile_by_path(tmp_path):
     assert written["tune"]["profile"] == str(path) and written["tune"]["world"] == 4
 
 
+def test_a_tune_resumes_with_its_files_typed_either_way(tmp_path, monkeypatch):
+    """`tune --profile p.json --hostfile h` resumed as `--profile $PWD/p.json --hostfile ./h` (or the reverse) is the
+    same tune: it was refused as "a different matrix (tune.profile: ... there, ... now)". A file elsewhere is not."""
+    import shutil
+
+    from dsbench.bench.compare import check_out, prepare_out
+    from dsbench.bench.tune import RESUME_MAY_CHANGE, definition_of
+    from dsbench.errors import UserError
+
+    shutil.copy(STORED / "oos-20261126-0437-llama-tiny" / "profile.json", tmp_path / "p.json")
+    (tmp_path / "h").write_text("node1 slots=2\n")
+    (tmp_path / "other").mkdir()
+    shutil.copy(tmp_path / "p.json", tmp_path / "other" / "p.json")
+    monkeypatch.chdir(tmp_path)
+
+    def req(profile: str, hostfile: str) -> TuneRequest:
+        return TuneRequest(model="llama-tiny", world=2, global_batch=8, gpu_mem=12, profile=read_profile(profile),
+                           hostfile=hostfile, out=tmp_path / "out", resume=True)
+
+    prepare_out(tmp_path / "out", definition_of(req("p.json", "h")), resume=False)
+    check_out(tmp_path / "out", definition_of(req(str(tmp_path / "p.json"), "./h")), True, RESUME_MAY_CHANGE)
+    with pytest.raises(UserError, match="holds a different matrix \\(tune.profile: "):
+        check_out(tmp_path / "out", definition_of(req("other/p.json", "h")), True, RESUME_MAY_CHANGE)
+
+
 def test_tune_dry_run_ranks_the_layouts_names_its_first_run_and_runs_nothing(cli_run, tmp_path):
     """``tune --dry-run``: every layout ranked as the tune ranks them, the run it would start first (the best
     predicted that fits) with the launch it makes, which `dsbench launch` takes as typed; nothing written. With
