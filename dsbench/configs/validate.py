@@ -223,7 +223,7 @@ def _pipeline_combinations(config: dict[str, Any], stage: int, opt_dev: Any) -> 
             out.append(Finding(severity="error", code="pipeline-section", path="pipeline", message=str(exc),
                                fix="see docs/parallelism.md for the pipeline keys dsbench's worker reads"))
     micro_batches = int_or_none(get_path(config, "gradient_accumulation_steps"))
-    if pp > 1 and micro_batches is not None and micro_batches < pp:
+    if pp > 1 and micro_batches is not None and 1 <= micro_batches < pp:  # below 1: the type check's own error
         out.append(Finding(severity="warning", code="pipeline-bubble", path="gradient_accumulation_steps",
                            message=f"{micro_batches} micro-batch(es) for {pp} pipeline stages: each stage idles "
                                    f"(P-1)/(M+P-1) = {bubble_fraction(pp, micro_batches):.0%} of a step",

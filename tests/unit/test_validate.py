@@ -124,6 +124,16 @@ def test_a_zero0_fp32_pipeline_that_clips_is_warned(change, warned):
     assert (("warning", "pipeline-zero0-clip", "gradient_clipping") in codes(findings)) is warned
 
 
+@pytest.mark.parametrize("accumulation, bubble", [(1, True), (-1, False), (0, False), (2, False)])
+def test_a_pipeline_bubble_is_warned_for_a_real_count_of_micro_batches(accumulation, bubble):
+    """gradient_accumulation_steps -1 under a 2-stage pipeline stopped validate, explain and launch with an internal
+    ZeroDivisionError in the bubble's (P-1)/(M+P-1) (found 2026-12-04 by mutating corpus configs); below 1 it is the
+    type check's error alone."""
+    findings = codes(run({**PIPE_ZERO0, "gradient_accumulation_steps": accumulation}))
+    assert (("warning", "pipeline-bubble", "gradient_accumulation_steps") in findings) is bubble
+    assert (("error", "batch-type", "gradient_accumulation_steps") in findings) is (accumulation < 1)
+
+
 def test_tensor_parallel_must_divide_world():
     [finding] = run({**BASE, "tensor_parallel": {"autotp_size": 4}}, world=6)
     assert finding.code == "degree-not-dividing" and finding.path == "tensor_parallel.autotp_size"
