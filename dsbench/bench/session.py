@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -90,6 +91,8 @@ def checked_matrix(matrix_file: str | None, flags: dict[str, Any],
     """The matrix, its cells and its folder, checked as a run checks them before its first cell starts (a dry run
     stops here)."""
     matrix = matrix_from(matrix_file, flags)
+    if matrix.get("hostfile"):  # by the file it names: `--resume` with ./h for h is the same matrix (as tune's)
+        matrix["hostfile"] = os.path.abspath(matrix["hostfile"])
     cells = expand(**matrix)
     here = [cell.world_size for cell in cells if not cell.hostfile]
     if here:  # the cells that run on this machine's ranks, refused now rather than each failing in turn

@@ -81,6 +81,28 @@ def test_compare_takes_its_world_size_from_the_hostfile(cli_run, tmp_path):
     assert result.exit_code == 2 and "slots" in result.output and "Traceback" not in result.output
 
 
+def test_compare_resumes_with_its_hostfile_typed_either_way(tmp_path, monkeypatch):
+    """`compare --hostfile h` resumed as `--hostfile ./h` or `$PWD/h` is the same matrix (it was refused as "a
+    different matrix (hostfile: ...)"); a hostfile elsewhere is not."""
+    from dsbench.bench.compare import check_out, prepare_out
+    from dsbench.bench.session import checked_matrix
+    from dsbench.errors import UserError
+
+    for folder in (tmp_path, tmp_path / "other"):
+        folder.mkdir(exist_ok=True)
+        (folder / "h").write_text("n1 slots=1\nn2 slots=1\n")
+    monkeypatch.chdir(tmp_path)
+
+    def matrix(hostfile: str) -> dict:
+        return checked_matrix(None, {"strategies": ["ddp"], "hostfile": hostfile}, "out")[0]
+
+    prepare_out(tmp_path / "out", matrix("h"), resume=False)
+    for same in ("./h", str(tmp_path / "h")):
+        check_out(tmp_path / "out", matrix(same), resume=True)
+    with pytest.raises(UserError, match="holds a different matrix \\(hostfile: "):
+        check_out(tmp_path / "out", matrix("other/h"), resume=True)
+
+
 @pytest.mark.parametrize("kwargs, needle", [
     ({"strategies": ["zero4"]}, "unknown strategy 'zero4'"),
     ({"strategies": ["torch_pipe2_interleaved2"]},
