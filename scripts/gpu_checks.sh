@@ -15,7 +15,8 @@
 #                                                         --recompute on the 1.1B Llama's peak and step, and each
 #                                                         policy's losses on NCCL)
 #
-# tier: every strategy through its launcher at world size 1 on NCCL (tests/gpu); matrix-*: the bf16
+# tier: every strategy through its launcher at world size 1 on NCCL, their losses, the compiled strategies and
+# fp16's loss scale (tests/gpu; the run folders stay in OUT/tier-runs); matrix-*: the bf16
 # compare of single/ZeRO-1/2/3/offload (GPT-2 124M at seq 1024 x 16, a 1.1B Llama at seq 2048 x 4);
 # overhead: scripts/bench_harness_overhead.py on GPT-2 124M bf16. Logs and result folders (tar.gz) go
 # into OUT. Needs deepspeed importable (see ../shared/GPU.md for installing it from wheels).
@@ -45,8 +46,8 @@ for step in $steps; do
   start=$(date +%s)
   case $step in
     tier)
-      python3 -m pytest tests/gpu -m gpu -v -p no:cacheprovider -k "nccl or collectives or same_losses or compiled_strategies" \
-        > "$out/tier.log" 2>&1 || status=1 ;;
+      python3 -m pytest tests/gpu -m gpu -v -s -p no:cacheprovider --basetemp "$out/tier-runs" \
+        -k "nccl or collectives or same_losses or compiled_strategies or fp16" > "$out/tier.log" 2>&1 || status=1 ;;
     matrix-gpt2|matrix-llama)
       model=$([ "$step" = matrix-gpt2 ] && echo gpt2 || echo llama-1b)
       DSBENCH_GPU_OUT=$out/runs python3 -m pytest tests/gpu -m gpu -v -s -p no:cacheprovider \
