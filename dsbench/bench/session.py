@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dsbench.bench.compare import CellResult, prepare_out, run_matrix
-from dsbench.bench.matrix import ACCEL, DEFAULTS, Cell, expand
+from dsbench.bench.matrix import ACCEL, DEFAULTS, Cell, accelerate_yaml_of, expand
 from dsbench.bench.matrix_file import load_matrix_file
 from dsbench.bench.progress import RichReporter
 from dsbench.configs.precision import check_precision
@@ -99,4 +99,8 @@ def checked_matrix(matrix_file: str | None, flags: dict[str, Any],
         check_ranks_here(max(here), "--world-sizes")
     check_precision(matrix["precision"], cpu=local_gpu_count() == 0)  # as each cell's launch would
     cells = check_accelerate_yamls(cells)
+    # a user's YAMLs by the files they name once they are checked (errors name the path as typed): `--resume` with
+    # accel:$PWD/a.yaml for accel:a.yaml is the same matrix
+    matrix["strategies"] = [s if (yaml := accelerate_yaml_of(s)) is None else ACCEL + os.path.abspath(yaml)
+                            for s in matrix["strategies"]]
     return matrix, cells, Path(out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")

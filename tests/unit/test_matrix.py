@@ -103,6 +103,34 @@ def test_compare_resumes_with_its_hostfile_typed_either_way(tmp_path, monkeypatc
         check_out(tmp_path / "out", matrix("other/h"), resume=True)
 
 
+def test_compare_resumes_with_its_accelerate_yaml_typed_either_way(tmp_path, monkeypatch):
+    """`compare --strategies accel:a.yaml` resumed as `accel:./a.yaml` or `accel:$PWD/a.yaml` is the same matrix (it
+    was refused as "a different matrix (strategies: ...)"); a YAML of the same name elsewhere is not. The matrix
+    stored holds the file's absolute path; the cells keep the label `accel:a.yaml` and the path as typed."""
+    from dsbench.bench.compare import check_out, prepare_out
+    from dsbench.bench.session import checked_matrix
+    from dsbench.errors import UserError
+
+    yaml = "distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: 'no'\n"
+    for folder in (tmp_path, tmp_path / "other"):
+        folder.mkdir(exist_ok=True)
+        (folder / "a.yaml").write_text(yaml)
+    monkeypatch.chdir(tmp_path)
+
+    def checked(path: str) -> tuple[dict, list]:
+        matrix, cells, _ = checked_matrix(None, {"strategies": ["ddp", f"accel:{path}"], "world_sizes": [2]}, "out")
+        return matrix, cells
+
+    matrix, cells = checked("a.yaml")
+    assert matrix["strategies"] == ["ddp", f"accel:{tmp_path / 'a.yaml'}"]
+    assert [(c.strategy, c.accelerate_config) for c in cells] == [("ddp", None), ("accel:a.yaml", "a.yaml")]
+    prepare_out(tmp_path / "out", matrix, resume=False)
+    for same in ("./a.yaml", str(tmp_path / "a.yaml")):
+        check_out(tmp_path / "out", checked(same)[0], resume=True)
+    with pytest.raises(UserError, match="holds a different matrix \\(strategies: "):
+        check_out(tmp_path / "out", checked("other/a.yaml")[0], resume=True)
+
+
 @pytest.mark.parametrize("kwargs, needle", [
     ({"strategies": ["zero4"]}, "unknown strategy 'zero4'"),
     ({"strategies": ["torch_pipe2_interleaved2"]},
