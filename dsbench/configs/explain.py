@@ -6,6 +6,7 @@ from typing import Any
 
 from dsbench.configs.autofill import CLIP_DEFAULT
 from dsbench.configs.batch import BATCH_KEYS, config_batch
+from dsbench.configs.diagnostics import explain_diagnostics
 from dsbench.configs.inert_check import check_inert
 from dsbench.configs.layout import data_parallel_size, parallel_degrees
 from dsbench.configs.overrides import get_path
@@ -109,7 +110,7 @@ def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
     if check_inert(config):
         lines.append("activation_checkpointing: no effect under DeepSpeed's engine, the HF Trainer or accelerate "
                      "(only a script's own deepspeed.checkpointing.configure reads it)")
-    return lines
+    return lines + explain_diagnostics(config)
 
 
 def _zero_plus_plus(config: dict[str, Any]) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
 from dsbench.configs.batch import BATCH_KEYS, checked_twice, derive_batch
+from dsbench.configs.diagnostics import check_diagnostics
 from dsbench.configs.engine_checks import check_engine
 from dsbench.configs.findings import Finding
 from dsbench.configs.inert_check import check_inert
@@ -290,7 +291,8 @@ def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) ->
     findings = [*unknown_keys(config), *check_types(config, skip=BATCH_KEYS), *check_parallel_degrees(config, ctx),
                 *check_batch(config, ctx), *check_combinations(config, ctx), *check_auto(config, ctx),
                 *check_optimizer(config), *check_scheduler(config), *check_schedule(config), *check_reduction(config),
-                *check_inert(config), *device_findings(config, ctx.cpu_ranks), *check_engine(config, ctx.world_size)]
+                *check_inert(config), *check_diagnostics(config), *device_findings(config, ctx.cpu_ranks),
+                *check_engine(config, ctx.world_size)]
     if deepspeed_check:
         from dsbench.configs.deepspeed_check import deepspeed_findings
 

@@ -1,0 +1,100 @@
+"""DeepSpeed's diagnostics switches (dsbench/configs/diagnostics.py). The oracle: DeepSpeed's own functions as
+installed, called here with the accelerator's counters replaced, and its engine's sources for where it calls them."""
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+
+from dsbench.configs.diagnostics import check_diagnostics
+from dsbench.configs.explain import explain
+
+
+def _counted(monkeypatch, name: str) -> list:
+    from deepspeed.accelerator import get_accelerator
+
+    calls: list = []
+    monkeypatch.setattr(get_accelerator(), name, lambda *args, **kwargs: calls.append(args))
+    return calls
+
+
+def test_memory_breakdown_resets_the_peak_counter_around_forward_backward_and_step(monkeypatch):
+    from deepspeed.runtime import utils
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    resets = _counted(monkeypatch, "reset_peak_memory_stats")
+    utils.see_memory_usage("probe", force=True)
+    assert len(resets) == 1
+    utils.see_memory_usage("probe", force=False)  # memory_breakdown false: nothing
+    assert len(resets) == 1
+    engine = inspect.getsource(DeepSpeedEngine)
+    for when in ("before forward", "after forward", "before backward", "after backward", "before step",
+                 "after step"):
+        assert f'see_memory_usage("Engine {when}", force=self.memory_breakdown())' in engine, when
+
+
+def test_comms_logger_synchronises_after_every_collective_even_unprofiled(monkeypatch):
+    from deepspeed.comm import comm
+
+    syncs = _counted(monkeypatch, "synchronize")
+    monkeypatch.setattr(comm, "cdb", SimpleNamespace(using_mpi=False))
+    monkeypatch.setattr(comm.comms_logger, "prof_all", False)
+    monkeypatch.setattr(comm.comms_logger, "prof_ops", [])
+
+    def all_reduce(tensor, log_name="all_reduce", prof=False):
+        return tensor
+
+    op = comm.timed_op(all_reduce)
+    monkeypatch.setattr(comm.comms_logger, "enabled", False)
+    op(1)
+    assert syncs == []
+    monkeypatch.setattr(comm.comms_logger, "enabled", True)
+    op(1), op(2)
+    assert len(syncs) == 2
+
+
+def test_wall_clock_breakdown_reads_its_timers_at_every_step_call_and_a_read_waits(monkeypatch):
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.utils.timer import CudaEventTimer
+
+    monkeypatch.setattr(get_accelerator(), "current_stream", lambda: SimpleNamespace(wait_event=lambda event: None))
+    waited: list = []
+    end = SimpleNamespace(synchronize=lambda: waited.append(1))
+    start = SimpleNamespace(elapsed_time=lambda other: 2.5)
+    assert CudaEventTimer(start, end).get_elapsed_msec() == 2.5 and waited == [1]
+    step = inspect.getsource(DeepSpeedEngine.step)
+    assert "if self.wall_clock_breakdown():" in step
+    assert "self.timers.log(names=self.engine_timers.micro_timers" in step
+    assert "if self.wall_clock_breakdown() or self.flops_profiler_enabled():" in step  # the global timers too
+
+
+@pytest.mark.parametrize("config, paths", [
+    ({"wall_clock_breakdown": True}, ["wall_clock_breakdown"]),
+    ({"wall_clock_breakdown": False, "memory_breakdown": False}, []),
+    ({"memory_breakdown": True}, ["memory_breakdown"]),
+    ({"flops_profiler": {"enabled": True}}, ["flops_profiler.enabled"]),
+    ({"flops_profiler": {"enabled": False, "profile_step": 3}}, []),
+    ({"comms_logger": {"enabled": True, "verbose": True}}, ["comms_logger.enabled"]),
+    ({"comms_logger": {"enabled": False, "prof_all": True}}, []),
+    ({"wall_clock_breakdown": True, "memory_breakdown": True, "comms_logger": {"enabled": True}},
+     ["memory_breakdown", "wall_clock_breakdown", "comms_logger.enabled"]),
+])
+def test_each_switch_that_is_on_is_warned_of_and_explained(config, paths):
+    config = {"train_micro_batch_size_per_gpu": 1, **config}
+    findings = check_diagnostics(config)
+    assert [f.path for f in findings] == paths
+    assert all(f.severity == "warning" and f.code in ("peak-reset", "device-sync") for f in findings)
+    said = [line.split(":")[0] for line in explain(config) if line.split(":")[0] in (
+        "wall_clock_breakdown", "memory_breakdown", "flops_profiler", "comms_logger")]
+    assert said == sorted({path.split(".")[0] for path in paths}, key=[
+        "wall_clock_breakdown", "memory_breakdown", "flops_profiler", "comms_logger"].index)
+
+
+def test_the_profilers_own_settings_are_named():
+    config = {"train_micro_batch_size_per_gpu": 1,
+              "flops_profiler": {"enabled": True, "profile_step": 3, "output_file": "flops.txt"},
+              "comms_logger": {"enabled": True}}
+    lines = explain(config)
+    assert any("at optimizer step 3 (counted from 0) and prints them to flops.txt" in line for line in lines)
+    assert any("kept until the script calls deepspeed.comm.log_summary()" in line for line in lines)
