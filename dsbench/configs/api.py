@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 from dsbench.configs import accelerate, accelerate_check, accelerate_explain, accelerate_worker
+from dsbench.configs.batch import for_any_world
 from dsbench.configs.findings import Finding
 from dsbench.configs.layout import DEGREE_KEYS, in_config_keys, int_or_none
 from dsbench.configs.loader import load_config
@@ -49,8 +51,8 @@ def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, mode
 
     Precedence: explicit flag > preset > ``defaults`` (the caller's, not counted as given: a launch's
     ``train_steps`` is its run's steps) > RenderSpec default. ``check_model=False``: the caller checks the model
-    against the layout itself (``dsbench launch``: the one check every rank makes, layout_check.py).
-    """
+    against the layout itself (``dsbench launch``: the one check every rank makes, layout_check.py). No world size:
+    the fewest ranks the layout runs on, and ``render_config`` leaves the batch for DeepSpeed to derive."""
     values: dict[str, Any] = preset(preset_name) if preset_name else {}
     unknown = set(values) - _SPEC_FIELDS
     if unknown:
@@ -61,6 +63,8 @@ def make_render_spec(flags: dict[str, Any], preset_name: str | None = None, mode
     values.update(set_degrees)  # applied after the flags, as render applies every --set
     chosen = set(values)
     values = {**(defaults or {}), **values}
+    if "world_size" not in values:
+        values["world_size"] = math.prod(values.get(name) or 1 for name in ("pipeline_stages", "tp", "ulysses"))
     if (values.get("pipeline_stages") or 1) > 1 and "zero" not in values:
         values["zero"] = PIPELINE_DEFAULT_ZERO  # no stage named: one the pipeline engine accepts (render notes it)
     shape = resolve_model(model) if model else None
@@ -133,6 +137,9 @@ def render_config(flags: dict[str, Any], preset_name: str | None = None, model: 
     validate would reject is refused, naming the ``--set`` that broke it."""
     spec, _ = make_render_spec(flags, preset_name, model, keep_auto, sets)
     config, notes = render(spec)
+    if "world_size" not in spec.explicit and not keep_auto:  # no ranks named: a config for any number of them
+        config, note = for_any_world(config, spec.explicit, sets)
+        notes.append(note)
     check_rendered(config, spec, flags.get("world_size"))
     return config, notes
 
@@ -159,8 +166,7 @@ def _blame(finding: Finding, sets: tuple[str, ...]) -> str:
 
 def validate_file(path: str, world_size: int | None, allow_auto: bool,
                   deepspeed_check: bool = True) -> tuple[Any, list[Finding]]:
-    """Load and validate a config file (DeepSpeed JSON, or an accelerate YAML); returns ``(config or None,
-    findings)``."""
+    """Load and validate a config file (DeepSpeed JSON, or an accelerate YAML): ``(config or None, findings)``."""
     if accelerate.looks_like_accelerate(path):
         return validate_accelerate(path, world_size, deepspeed_check)
     config, findings = load_config(path)

@@ -14,6 +14,7 @@ from typing import Any
 
 from dsbench.configs.layout import data_parallel_size, int_or_none, parallel_degrees
 from dsbench.configs.overrides import get_path
+from dsbench.errors import UserError
 from dsbench.parallel import ParallelDims
 from dsbench.zero_section import zero_settings
 
@@ -78,3 +79,31 @@ def for_deepspeed(config: dict[str, Any]) -> dict[str, Any]:
     if checked_twice(config) and "train_batch_size" in config and "train_micro_batch_size_per_gpu" in config:
         return {key: value for key, value in config.items() if key != "train_batch_size"}
     return config
+
+
+def for_any_world(config: dict[str, Any], given: frozenset[str], sets: tuple[str, ...]) -> tuple[dict[str, Any], str]:
+    """A config rendered with no world size (no ``--world-size`` or hostfile), with the batch keys that hold on any
+    number of ranks, and the note that says which DeepSpeed derives at launch. DeepSpeed fills the missing key from
+    the other two over the ranks it counts (see this module's docstring), so the three keys together hold on one rank
+    count only: ``train_batch_size`` 2 with a micro-batch of 2 fails DeepSpeed's assertion on 8 ranks (2 != 2 x 1 x 8).
+    The key left out is the one the user did not ask for: the accumulation when a global batch was given, else the
+    global batch. Both given: they are kept, and they hold on ``train / (micro x accum)`` data-parallel ranks.
+    ``given``: the render's flags the user set (RenderSpec.explicit); ``sets``: its ``--set`` items."""
+    written = {item.partition("=")[0].strip() for item in sets}
+    global_given = "global_batch" in given or "train_batch_size" in written
+    accum_given = "grad_accum" in given or "gradient_accumulation_steps" in written
+    train, micro, accum = (config.get(key) for key in BATCH_KEYS)
+    if global_given and accum_given:
+        whole = all(isinstance(value, int) and value >= 1 for value in (train, micro, accum))
+        if not whole or train % (micro * accum):
+            raise UserError(f"train_batch_size {train} is not micro-batch {micro} x accumulation {accum} x a number "
+                            "of ranks: change one, or leave the accumulation out for DeepSpeed to derive")
+        return config, (f"no --world-size or --hostfile: train_batch_size {train}, micro-batch {micro} and "
+                        f"accumulation {accum} hold on {train // (micro * accum)} data-parallel rank(s) only "
+                        "(DeepSpeed asserts train = micro x accumulation x ranks at launch)")
+    dropped = "gradient_accumulation_steps" if global_given else "train_batch_size"
+    how = ("train_batch_size / (micro-batch x data-parallel ranks)" if global_given else
+           "micro-batch x gradient_accumulation_steps x data-parallel ranks")
+    return ({key: value for key, value in config.items() if key != dropped},
+            f"no --world-size or --hostfile: {dropped} left out, so that the config runs on any number of ranks; "
+            f"DeepSpeed derives it at launch as {how} (pass --world-size N or --hostfile to write it)")

@@ -143,3 +143,46 @@ def test_a_batch_fix_names_values_deepspeed_accepts(monkeypatch, train, micro, a
         assert validate(fixed, ValidateContext(world_size=world), deepspeed_check=False) == [], value
     if "multiple of" in finding.fix:  # the two nearest: one at or below the user's value (or the first), one above
         assert values[1] - values[0] == derived and values[0] <= max(train, derived) < values[1] + derived
+
+
+@pytest.mark.parametrize("flags, sets, left_out, batches", [
+    # (world: DeepSpeed's train, micro, accumulation) on 1, 2 and 8 data-parallel ranks
+    ({"zero": 2}, (), "train_batch_size", {1: (2, 2, 1), 2: (4, 2, 1), 8: (16, 2, 1)}),
+    ({"zero": 3, "grad_accum": 4}, (), "train_batch_size", {1: (8, 2, 4), 2: (16, 2, 4), 8: (64, 2, 4)}),
+    ({"zero": 2, "global_batch": 16}, (), "gradient_accumulation_steps", {1: (16, 2, 8), 2: (16, 2, 4),
+                                                                         8: (16, 2, 1)}),
+    ({"zero": 1}, ("train_batch_size=64",), "gradient_accumulation_steps", {1: (64, 2, 32), 2: (64, 2, 16),
+                                                                            8: (64, 2, 4)}),
+])
+def test_a_render_with_no_world_size_runs_on_any_number_of_ranks(monkeypatch, flags, sets, left_out, batches):
+    """`dsbench render --zero 2` (no --world-size, no hostfile) wrote train_batch_size 2 beside a micro-batch of 2
+    and 1 accumulation step: DeepSpeed refuses that on 8 ranks (2 != 2 x 1 x 8), so `deepspeed --hostfile ...` with
+    the rendered file failed. The key the user did not ask for is left for DeepSpeed to derive, and DeepSpeedConfig
+    (the oracle) accepts the file on every rank count, with the batch the flags asked for."""
+    from dsbench.configs.api import render_config
+
+    config, notes = render_config(flags, sets=sets)
+    assert left_out not in config and any(note.startswith(f"no --world-size or --hostfile: {left_out} left out")
+                                          for note in notes)
+    for world, batch in batches.items():
+        assert _deepspeed(config, world, monkeypatch) == batch, world
+    # what the file held before: the key as one rank derives it, which DeepSpeed refuses on 8
+    config[left_out] = batches[1][0 if left_out == "train_batch_size" else 2]
+    with pytest.raises(AssertionError, match="Check batch related parameters"):
+        _deepspeed(config, 8, monkeypatch)
+    if sets:  # with ranks given, a --set train_batch_size must match the flags' accumulation (refused otherwise)
+        return
+    sized, notes = render_config({**flags, "world_size": 8})  # given ranks: all three keys, for them
+    assert all(key in sized for key in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                        "gradient_accumulation_steps")) and not any("--world-size" in n for n in notes)
+
+
+def test_a_render_with_no_world_size_keeps_a_global_batch_and_accumulation_both_given(monkeypatch):
+    from dsbench.configs.api import render_config
+    from dsbench.errors import UserError
+
+    config, notes = render_config({"zero": 2, "grad_accum": 4}, sets=("train_batch_size=64",))
+    assert "hold on 8 data-parallel rank(s) only" in notes[-1]
+    assert _deepspeed(config, 8, monkeypatch) == (64, 2, 4)
+    with pytest.raises(UserError, match="train_batch_size 64 is not micro-batch 2 x accumulation 3 x a number of "):
+        render_config({"zero": 2, "grad_accum": 3}, sets=("train_batch_size=64",))

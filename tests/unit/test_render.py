@@ -59,7 +59,7 @@ def test_auto_values_resolve_like_the_hf_trainer():
 
 
 def test_without_model_bucket_sizes_fall_back_to_deepspeed_defaults_with_a_note():
-    config, notes = render_config({"zero": 3})
+    config, notes = render_config({"zero": 3, "world_size": 1})
     assert "reduce_bucket_size" not in config["zero_optimization"]
     # one line for the three sizes a plain `dsbench launch --zero 3` leaves to DeepSpeed (its defaults, by name)
     assert notes == ["no --model given, so DeepSpeed's defaults apply to reduce_bucket_size 500,000,000, "
@@ -120,9 +120,9 @@ def test_offload_nvme_and_parallel_fragments():
 
 
 def test_set_overrides_are_json_typed_and_applied_last():
-    config, _ = render_config({"zero": 2}, sets=("zero_optimization.stage=3", "optimizer.params.lr=1e-5",
-                                                  "zero_optimization.overlap_comm=false", "comms_logger.enabled=true",
-                                                  "optimizer.type=Adam", "train_micro_batch_size_per_gpu=7"))
+    config, _ = render_config({"zero": 2, "world_size": 1}, sets=(
+        "zero_optimization.stage=3", "optimizer.params.lr=1e-5", "zero_optimization.overlap_comm=false",
+        "comms_logger.enabled=true", "optimizer.type=Adam", "train_micro_batch_size_per_gpu=7"))
     assert config["zero_optimization"]["stage"] == 3 and config["optimizer"]["params"]["lr"] == 1e-5
     assert config["zero_optimization"]["overlap_comm"] is False and config["comms_logger"] == {"enabled": True}
     assert config["optimizer"]["type"] == "Adam"
