@@ -51,16 +51,15 @@ def _batch_line(config: dict[str, Any], world_size: int | None) -> str:
         tb, mb, ga = (f"{value}{'' if get_path(config, key) is not None else ' (derived)'}"
                       for key, value in zip(BATCH_KEYS, (batch.train, batch.micro, batch.accum), strict=True))
         return (f"batch: {mb} samples per rank per micro-step x {ga} accumulation steps x "
-                f"{data_parallel_size(config, world_size)} = {tb} samples per optimizer step")
+                f"{data_parallel_size(config, world_size)} data-parallel ranks = {tb} samples per optimizer step")
     tb, mb, ga = (get_path(config, k) for k in BATCH_KEYS)
     if "auto" in (tb, mb, ga):
         return ("batch: 'auto', the HF Trainer's (per-device batch x accumulation x data-parallel ranks) or dsbench's "
                 "worker's (--micro-batch x --grad-accum x ranks)")
-    dp: Any = data_parallel_size(config, world_size) if world_size else "data-parallel ranks"
+    dp: Any = data_parallel_size(config, world_size) if world_size else "the"
     return (f"batch: {mb if mb is not None else '(derived)'} samples per rank per micro-step x "
             f"{ga if ga is not None else '(derived)' if tb is not None and mb is not None else 1} accumulation steps x "
-            f"{dp} = {tb if tb is not None else '(derived)'} "
-            "samples per optimizer step")
+            f"{dp} data-parallel ranks = {tb if tb is not None else '(derived)'} samples per optimizer step")
 
 
 def _precision_line(config: dict[str, Any]) -> str:

@@ -46,7 +46,7 @@ def test_explain_and_plan_say_the_batch_deepspeed_runs(cli_run, tmp_path, monkey
         explained = cli_run("explain", str(path), "--world-size", str(world))
         assert explained.exit_code == 0, explained.output
         assert f"batch: {micro}" in explained.output and f"x {accum}" in explained.output
-        assert f"x {world} = {train} samples per optimizer step" in explained.output
+        assert f"x {world} data-parallel ranks = {train} samples per optimizer step" in explained.output
         planned = cli_run("plan", "--model", "llama-tiny", "--gpus", str(world), "--config", str(path), "--json")
         assert planned.exit_code == 0, planned.output
         workload = json.loads(planned.output)["workload"]
