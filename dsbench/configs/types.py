@@ -39,6 +39,17 @@ RULES: dict[str, tuple[str, float | None, bool]] = {
     "comet.enabled": ("bool", None, True),
     "csv_monitor.enabled": ("bool", None, True),
     "wall_clock_breakdown": ("bool", None, True),
+    # the diagnostics switches (configs/diagnostics.py): memory_breakdown is a truthy dict.get; the flops profiler
+    # compares its profile_step with the engine's global step, counted from 0 (a string never matches: no profile)
+    "memory_breakdown": ("bool", None, True),
+    "flops_profiler.enabled": ("bool", None, True),
+    "flops_profiler.detailed": ("bool", None, True),
+    "flops_profiler.profile_step": ("int", 0, True),
+    "flops_profiler.top_modules": ("int", 1, True),
+    "comms_logger.enabled": ("bool", None, True),
+    "comms_logger.verbose": ("bool", None, True),
+    "comms_logger.prof_all": ("bool", None, True),
+    "comms_logger.debug": ("bool", None, True),
     "bf16.enabled": ("bool", None, True),
     "fp16.enabled": ("bool", None, True),
     "fp16.loss_scale": ("number", 0, True),

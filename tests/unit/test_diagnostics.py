@@ -98,3 +98,24 @@ def test_the_profilers_own_settings_are_named():
     lines = explain(config)
     assert any("at optimizer step 3 (counted from 0) and prints them to flops.txt" in line for line in lines)
     assert any("kept until the script calls deepspeed.comm.log_summary()" in line for line in lines)
+
+
+@pytest.mark.parametrize("config, path, deepspeed_reads", [
+    ({"memory_breakdown": "x"}, "memory_breakdown", lambda c: bool(c.memory_breakdown)),
+    ({"comms_logger": {"enabled": "yes"}}, "comms_logger.enabled", lambda c: c.comms_config.comms_logger.enabled),
+    ({"flops_profiler": {"enabled": True, "profile_step": "2"}}, "flops_profiler.profile_step",
+     lambda c: c.flops_profiler_config.profile_step == "2"),  # never equal to the engine's int step: no profile
+])
+def test_a_switch_deepspeed_reads_as_on_but_no_bool_is_refused_by_name(monkeypatch, config, path, deepspeed_reads):
+    """DeepSpeed takes these (a truthy dict.get, pydantic's lax bool) and acts on them as written; dsbench names
+    each as an error instead of saying nothing (memory_breakdown "x" was valid, 0 warnings)."""
+    from deepspeed.runtime import config as ds_config
+
+    from dsbench.configs.validate import ValidateContext, validate
+
+    monkeypatch.setattr(ds_config.dist, "get_world_size", lambda *a, **k: 1)
+    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
+    assert deepspeed_reads(ds_config.DeepSpeedConfig({"train_batch_size": 2, **config}))
+    errors = [f for f in validate({"train_batch_size": 2, **config}, ValidateContext(world_size=1),
+                                  deepspeed_check=False) if f.severity == "error"]
+    assert [f.path for f in errors] == [path]
