@@ -16,6 +16,11 @@ Read in DeepSpeed 0.19.8's sources, the version pinned:
   ``get_accelerator().synchronize()`` (and a barrier under MPI, ``comm/comm.py`` ``timed_op``), so no communication
   overlaps computation; the timings are printed per op only with ``verbose``, else by ``deepspeed.comm.log_summary()``,
   which the script calls itself (dsbench's worker, the HF Trainer and accelerate do not).
+- ``autotuning.enabled``: the section is the input of DeepSpeed's autotuner (``deepspeed --autotuning tune``), which
+  runs experiments with it on. In any other run the engine profiles steps ``start_profile_step`` to
+  ``end_profile_step`` (3 and 5 by default), writes ``autotuning_metric.json`` (``metric_path``; into the working
+  folder by default) and calls ``exit()`` at the end of the step that makes ``global_steps`` end_profile_step + 1
+  (``DeepSpeedEngine.step``, ``_autotuning_exit``): the training ends after 6 optimizer steps, with status 0.
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ def explain_diagnostics(config: dict[str, Any]) -> list[str]:
         lines.append(f"flops_profiler: rank 0 profiles the FLOPs and time of each module at optimizer step {step} "
                      f"(counted from 0) and prints them to {where}; every rank waits for its GPU at each optimizer "
                      "step to read the step timers")
+    if _enabled(config, "autotuning"):
+        lines.append(f"autotuning: DeepSpeed's autotuner's settings; outside `deepspeed --autotuning` the engine ends "
+                     f"the process once {_autotuning_end(config) + 1} optimizer steps have run")
     if _enabled(config, "comms_logger"):
         shown = "printed as each op ends (verbose)" if config["comms_logger"].get("verbose") is True else (
             "kept until the script calls deepspeed.comm.log_summary()")
@@ -55,9 +63,23 @@ def explain_diagnostics(config: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _autotuning_end(config: dict[str, Any]) -> int:
+    end = config["autotuning"].get("end_profile_step", 5)  # DeepSpeed's AUTOTUNING_END_PROFILE_STEP_DEFAULT
+    return end if isinstance(end, int) and not isinstance(end, bool) else 5
+
+
 def check_diagnostics(config: dict[str, Any]) -> list[Finding]:
-    """Warnings for the switches that change what a run measures: its step time, or rank 0's peak memory."""
+    """Warnings for the switches that change what a run measures: its step time, or rank 0's peak memory; an error
+    for the autotuner's switch, which ends a training run after a few steps."""
     findings = []
+    if _enabled(config, "autotuning"):
+        end = _autotuning_end(config)
+        findings.append(Finding(
+            severity="error", code="autotuning-exits", path="autotuning.enabled",
+            message=f"outside `deepspeed --autotuning tune|run` DeepSpeed's engine writes autotuning_metric.json "
+                    f"and ends the process with exit() once end_profile_step + 1 = {end + 1} optimizer steps have run, "
+                    "status 0: a training run stops there",
+            fix="set it to false to train (keep it in the file you give `deepspeed --autotuning`)"))
     if config.get("memory_breakdown") is True:
         findings.append(Finding(
             severity="warning", code="peak-reset", path="memory_breakdown", fix=_FIX,

@@ -47,6 +47,8 @@ RULES: dict[str, tuple[str, float | None, bool]] = {
     "flops_profiler.profile_step": ("int", 0, True),
     "flops_profiler.top_modules": ("int", 1, True),
     "comms_logger.enabled": ("bool", None, True),
+    "autotuning.enabled": ("bool", None, True),
+    "autotuning.end_profile_step": ("int", 1, True),
     "comms_logger.verbose": ("bool", None, True),
     "comms_logger.prof_all": ("bool", None, True),
     "comms_logger.debug": ("bool", None, True),

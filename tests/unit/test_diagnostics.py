@@ -119,3 +119,27 @@ def test_a_switch_deepspeed_reads_as_on_but_no_bool_is_refused_by_name(monkeypat
     errors = [f for f in validate({"train_batch_size": 2, **config}, ValidateContext(world_size=1),
                                   deepspeed_check=False) if f.severity == "error"]
     assert [f.path for f in errors] == [path]
+
+
+def test_the_autotuners_switch_ends_a_training_run_after_end_profile_step_plus_one_steps(monkeypatch):
+    """DeepSpeed's engine, outside its autotuner, writes the metric file and calls exit() at the end of the step whose
+    global step count reaches end_profile_step + 1 (after incrementing it in _take_model_step); its config reads the
+    section as written (enabled, end_profile_step 5 by default). dsbench refuses it, naming the step count."""
+    from deepspeed.runtime import config as ds_config
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    monkeypatch.setattr(ds_config.dist, "get_world_size", lambda *a, **k: 1)
+    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
+    tuning = {"train_batch_size": 2, "autotuning": {"enabled": True}}
+    read = ds_config.DeepSpeedConfig(dict(tuning)).autotuning_config
+    assert read.enabled is True and read.end_profile_step == 5
+    step = inspect.getsource(DeepSpeedEngine.step)
+    assert step.index("self._take_model_step(") < step.index(
+        "if self.autotuning_enabled() and self.global_steps == (self.autotuning_end_profile_step() + 1):")
+    assert inspect.getsource(DeepSpeedEngine._take_model_step).count("self.global_steps += 1") == 1
+    assert inspect.getsource(DeepSpeedEngine._autotuning_exit).rstrip().endswith("exit()")
+    for config, steps in ((tuning, 6), ({**tuning, "autotuning": {"enabled": True, "end_profile_step": 9}}, 10)):
+        (finding,) = check_diagnostics(config)
+        assert finding.severity == "error" and f"+ 1 = {steps} optimizer steps" in finding.message
+        assert any(f"once {steps} optimizer steps have run" in line for line in explain(config))
+    assert check_diagnostics({**tuning, "autotuning": {"enabled": False}}) == []
