@@ -2,7 +2,7 @@
 # The GPU checks of the issues, on a machine with one CUDA GPU (e.g. the lent H100), from the project root:
 #
 #   scripts/gpu_checks.sh OUT [tier] [matrix-gpt2] [matrix-llama] [overhead] [compile-gpt2] [compile-llama] [profile]
-#                             [gpu-constants] [calibrate] [heldout-llama] [recompute]
+#                             [gpu-constants] [calibrate] [heldout-llama] [recompute] [timer-sync]
 #                                                        (default: the first four; compile-*: issue 15's eager vs
 #                                                         compiled bf16 compare, --compile both; profile: where
 #                                                         the matrix cells' step time goes, by kernel kind, with
@@ -13,7 +13,8 @@
 #                                                         zero_host_us; heldout-llama: the 1.1B Llama's ZeRO cells,
 #                                                         which that profile did not see; recompute: issue 28's
 #                                                         --recompute on the 1.1B Llama's peak and step, and each
-#                                                         policy's losses on NCCL)
+#                                                         policy's losses on NCCL; timer-sync: DeepSpeed's
+#                                                         throughput timer with and without its device waits)
 #
 # tier: every strategy through its launcher at world size 1 on NCCL, their losses, the compiled strategies and
 # fp16's loss scale (tests/gpu; the run folders stay in OUT/tier-runs); matrix-*: the bf16
@@ -93,6 +94,22 @@ json.dump(measure_gpu('cuda:0', 5), sys.stdout, indent=1)" > "$out/gpu-constants
         --precision bf16 --strategies zero1,zero2,zero3 --steps 20 --warmup 5 --timeout 100 \
         --out "$out/runs/heldout-llama-1b" > "$out/heldout-llama.log" 2>&1 || status=1
       tar czf "$out/heldout-llama.tgz" -C "$out/runs" heldout-llama-1b 2>/dev/null ;;
+    timer-sync)  # DeepSpeed's throughput timer, rendered without its device waits since 2026-12-04 (DeepSpeed
+      # PR #5363: synchronized=false), against the default that waits twice a micro-step: GPT-2 ZeRO-2 and ZeRO-3
+      # at GPU.md's shape, A B A B so that a drift of the machine shows as a spread; wall-clock tokens/s
+      for stage in 2 3; do
+        for round in 1 2; do
+          for sync in false true; do
+            run="$out/timer-sync/z$stage-$sync-$round"
+            timeout 240 python3 -m dsbench launch --zero $stage --num-gpus 1 --model gpt2 --precision bf16 \
+              --micro-batch 16 --set timers.throughput.synchronized=$sync --run-dir "$run" \
+              -- --steps 25 --warmup 5 --seq-len 1024 --quiet >> "$out/timer-sync.log" 2>&1 || status=1
+            python3 -c "import json, sys; print(sys.argv[2], json.load(open(sys.argv[1]))['throughput'])" \
+              "$run/summary.json" "zero$stage synchronized=$sync round $round" >> "$out/timer-sync.txt" 2>&1
+          done
+        done
+      done
+      find "$out/timer-sync" -name "*.log" -size +1M -delete ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
   echo "$step: $(( $(date +%s) - start )) s (status so far $status)" | tee -a "$out/steps.txt"

@@ -31,6 +31,8 @@ _SECTIONS = {
     "TPTrainingConfig": "tensor_parallel",
     "CompileConfig": "compile",
     "CommsLoggerConfig": "comms_logger",
+    "DeepSpeedThroughputTimerConfig": "timers.throughput",
+    "HybridEngineConfig": "hybrid_engine",
     "DeepSpeedMonitorConfig": "",
 }
 

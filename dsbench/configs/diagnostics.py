@@ -16,6 +16,12 @@ Read in DeepSpeed 0.19.8's sources, the version pinned:
   ``get_accelerator().synchronize()`` (and a barrier under MPI, ``comm/comm.py`` ``timed_op``), so no communication
   overlaps computation; the timings are printed per op only with ``verbose``, else by ``deepspeed.comm.log_summary()``,
   which the script calls itself (dsbench's worker, the HF Trainer and accelerate do not).
+- ``timers.throughput``: DeepSpeed's throughput timer (``utils/timer.ThroughputTimer``, built by the engine) starts at
+  every forward and stops at every ``engine.step()``, from its third optimizer step on, and with ``synchronized``
+  (true by default) each start and stop calls ``get_accelerator().synchronize()``: two waits for the GPU a
+  micro-step, in every DeepSpeed run that leaves the section out. Its own docs say the wait costs performance.
+  dsbench renders ``synchronized: false`` (the timer reads the host clock; dsbench's figures come from its own
+  clocks, worker/loop.py).
 - ``autotuning.enabled``: the section is the input of DeepSpeed's autotuner (``deepspeed --autotuning tune``), which
   runs experiments with it on. In any other run the engine profiles steps ``start_profile_step`` to
   ``end_profile_step`` (3 and 5 by default), writes ``autotuning_metric.json`` (``metric_path``; into the working
@@ -52,6 +58,9 @@ def explain_diagnostics(config: dict[str, Any]) -> list[str]:
         lines.append(f"flops_profiler: rank 0 profiles the FLOPs and time of each module at optimizer step {step} "
                      f"(counted from 0) and prints them to {where}; every rank waits for its GPU at each optimizer "
                      "step to read the step timers")
+    if _timer_waits(config):
+        lines.append("throughput timer: DeepSpeed waits for the GPU at the start of every forward and the end of every "
+                     "step() to time them (timers.throughput.synchronized, true by default; dsbench renders false)")
     if _enabled(config, "autotuning"):
         lines.append(f"autotuning: DeepSpeed's autotuner's settings; outside `deepspeed --autotuning` the engine ends "
                      f"the process once {_autotuning_end(config) + 1} optimizer steps have run")
@@ -61,6 +70,14 @@ def explain_diagnostics(config: dict[str, Any]) -> list[str]:
         lines.append("comms_logger: every collective through deepspeed.comm waits for the GPU before the next "
                      f"op starts, so none overlaps computation; the timings are {shown}")
     return lines
+
+
+def _timer_waits(config: dict[str, Any]) -> bool:
+    """Whether DeepSpeed's throughput timer synchronises the device (its defaults: enabled, synchronized)."""
+    timers = config.get("timers")
+    timer = timers.get("throughput") if isinstance(timers, dict) else None
+    timer = timer if isinstance(timer, dict) else {}
+    return timer.get("enabled", True) is True and timer.get("synchronized", True) is True
 
 
 def _autotuning_end(config: dict[str, Any]) -> int:

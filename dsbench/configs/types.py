@@ -48,6 +48,8 @@ RULES: dict[str, tuple[str, float | None, bool]] = {
     "flops_profiler.top_modules": ("int", 1, True),
     "comms_logger.enabled": ("bool", None, True),
     "autotuning.enabled": ("bool", None, True),
+    "timers.throughput.enabled": ("bool", None, True),
+    "timers.throughput.synchronized": ("bool", None, True),
     "autotuning.end_profile_step": ("int", 1, True),
     "comms_logger.verbose": ("bool", None, True),
     "comms_logger.prof_all": ("bool", None, True),
@@ -106,7 +108,7 @@ _EXPECTED = {"bool": "true or false", "int": "an integer", "count": "a whole num
 OBJECTS = ("fp16", "bf16", "amp", "zero_optimization", "zero_optimization.offload_optimizer",
            "zero_optimization.offload_param", "optimizer", "optimizer.params", "scheduler", "scheduler.params",
            "activation_checkpointing", "flops_profiler", "tensor_parallel", "pipeline", "checkpoint", "data_types",
-           "comms_logger", "aio")
+           "comms_logger", "aio", "timers", "timers.throughput")
 
 
 def _is(kind: str, value: Any) -> bool:

@@ -196,8 +196,11 @@ def zero_config(stage: int, precision: str, micro: int, width: int) -> dict[str,
     0.9·width², and only tensors under 10·width kept whole (the stack's biases; a model's norms), so ZeRO-3 gathers
     every weight matrix."""
     from dsbench.configs.autofill import AutoInputs, fill_auto
+    from dsbench.configs.templates import load_template
 
-    config, _ = fill_auto({"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": 1,
+    # the throughput timer as rendered (no device wait in it: configs/diagnostics.py)
+    config, _ = fill_auto({"timers": load_template("base")["timers"],
+                           "train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": 1,
                            "gradient_clipping": 1.0, "zero_optimization": {
                                "stage": stage, "reduce_bucket_size": "auto",
                                "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"},

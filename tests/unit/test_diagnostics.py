@@ -143,3 +143,42 @@ def test_the_autotuners_switch_ends_a_training_run_after_end_profile_step_plus_o
         assert finding.severity == "error" and f"+ 1 = {steps} optimizer steps" in finding.message
         assert any(f"once {steps} optimizer steps have run" in line for line in explain(config))
     assert check_diagnostics({**tuning, "autotuning": {"enabled": False}}) == []
+
+
+def _timer_waits(config: dict, monkeypatch, micro_steps: int = 5) -> int:
+    """How many times DeepSpeed's own ThroughputTimer, built from DeepSpeedConfig(config) as the engine builds it
+    (start_step 2), synchronises the device over ``micro_steps`` forward/step pairs."""
+    from deepspeed.runtime import config as ds_config
+    from deepspeed.utils.timer import ThroughputTimer
+
+    monkeypatch.setattr(ds_config.dist, "get_world_size", lambda *a, **k: 1)
+    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)
+    timer = ThroughputTimer(ds_config.DeepSpeedConfig(dict(config)).timers_config, batch_size=2, start_step=2)
+    syncs = _counted(monkeypatch, "synchronize")
+    for _ in range(micro_steps):
+        timer.start()
+        timer.stop(global_step=True)
+    return len(syncs)
+
+
+def test_deepspeeds_throughput_timer_waits_twice_a_step_unless_told_not_to_and_dsbench_renders_it_so(monkeypatch):
+    """DeepSpeed's default throughput timer synchronises the device at every start (each forward) and stop (each
+    step()) from its third step: 6 waits over 5 steps. DeepSpeed PR #5363 added `synchronized: false` for that cost
+    ("up to 20-25%" on some accelerators). What dsbench renders, and its calibration's configs, wait 0 times."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    from dsbench.configs.api import render_config
+    from dsbench.worker.calibrate_engines import zero_config
+
+    plain = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2}
+    assert _timer_waits(plain, monkeypatch) == 6
+    assert any(line.startswith("throughput timer: DeepSpeed waits for the GPU") for line in explain(plain))
+    for stage in (0, 2, 3):
+        rendered, _ = render_config({"zero": stage, "world_size": 1})
+        assert _timer_waits(rendered, monkeypatch) == 0 and not any(
+            line.startswith("throughput timer") for line in explain(rendered))
+    assert _timer_waits({**zero_config(3, "fp32", 2, 64), "train_batch_size": 2}, monkeypatch) == 0
+    forward, step = inspect.getsource(DeepSpeedEngine.forward), inspect.getsource(DeepSpeedEngine.step)
+    assert "self.tput_timer.start()" in inspect.getsource(DeepSpeedEngine._forward_prologue) or (
+        "self.tput_timer.start()" in forward)
+    assert "self.tput_timer.stop(global_step=self.is_gradient_accumulation_boundary()" in step
