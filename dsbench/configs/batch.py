@@ -90,9 +90,13 @@ def for_any_world(config: dict[str, Any], given: frozenset[str], sets: tuple[str
     global batch. Both given: they are kept, and they hold on ``train / (micro x accum)`` data-parallel ranks.
     ``given``: the render's flags the user set (RenderSpec.explicit); ``sets``: its ``--set`` items."""
     written = {item.partition("=")[0].strip() for item in sets}
-    global_given = "global_batch" in given or "train_batch_size" in written
-    accum_given = "grad_accum" in given or "gradient_accumulation_steps" in written
     train, micro, accum = (config.get(key) for key in BATCH_KEYS)
+    # a --set of null leaves the key to DeepSpeed (get_scalar_param reads null as absent)
+    global_given = "global_batch" in given or ("train_batch_size" in written and train is not None)
+    accum_given = "grad_accum" in given or ("gradient_accumulation_steps" in written and accum is not None)
+    if global_given and not accum_given and isinstance(train, int) and isinstance(micro, int) and train % micro:
+        raise UserError(f"train_batch_size {train} is not a multiple of micro-batch {micro}, so no number of ranks "
+                        "runs it (DeepSpeed derives accumulation = train / (micro x ranks) and asserts it whole)")
     if global_given and accum_given:
         whole = all(isinstance(value, int) and value >= 1 for value in (train, micro, accum))
         if not whole or train % (micro * accum):

@@ -186,3 +186,10 @@ def test_a_render_with_no_world_size_keeps_a_global_batch_and_accumulation_both_
     assert _deepspeed(config, 8, monkeypatch) == (64, 2, 4)
     with pytest.raises(UserError, match="train_batch_size 64 is not micro-batch 2 x accumulation 3 x a number of "):
         render_config({"zero": 2, "grad_accum": 3}, sets=("train_batch_size=64",))
+    # a global batch no rank count divides (DeepSpeed stopped the render on its own assertion, naming no key)
+    with pytest.raises(UserError, match="train_batch_size 65 is not a multiple of micro-batch 2, so no number of"):
+        render_config({"zero": 2}, sets=("train_batch_size=65",))
+    # null is DeepSpeed's "absent" (get_scalar_param): no global batch given, so the accumulation stays
+    config, notes = render_config({"zero": 2}, sets=("train_batch_size=null",))
+    assert "train_batch_size" not in config and config["gradient_accumulation_steps"] == 1
+    assert _deepspeed(config, 8, monkeypatch) == (16, 2, 1)
