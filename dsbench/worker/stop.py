@@ -15,8 +15,10 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import PurePath
 
 _hooks: list[Callable[[str], None]] = []
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -62,8 +64,36 @@ def _watch(reader: socket.socket, writer: socket.socket) -> None:
             hook(name)
         except Exception as exc:  # recording is best effort: the rank must still stop
             say(f"could not record the interruption: {exc}")
-    say(f"stopped by {name}")
+    say(f"stopped by {name} in {main_thread_at()}")
     os._exit(128 + signum)
+
+
+def _short(path: str) -> str:
+    """A source file as its package names it (``deepspeed/runtime/engine.py``), not the venv's absolute path."""
+    parts = PurePath(path).parts
+    for root in ("site-packages", "dist-packages"):
+        if root in parts:
+            return "/".join(parts[len(parts) - parts[::-1].index(root):])
+    if "dsbench" in parts[:-1]:
+        return "/".join(parts[len(parts) - 1 - parts[::-1].index("dsbench"):])
+    return "/".join(parts[-2:])
+
+
+def main_thread_at(depth: int = 3) -> str:
+    """Where the main thread is, innermost call first (``file:line function <- ...``): read by the stop and
+    watchdog threads, so that a run stopped while it hangs says where it hung (a frame blocked in a C call, an
+    NCCL wait or a JIT build's subprocess, shows the Python line that made the call)."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None:
+        return "an unknown place (no main thread)"
+    stack = [(_short(c.filename), c.lineno, c.name) for c in traceback.extract_stack(frame)][::-1]
+    shown = [f"{path}:{line} {name}" for path, line, name in stack[:depth]]
+    # and the innermost call of dsbench's own, where the ones above are all a library's (a wait in a collective)
+    ours = next((f"... <- {path}:{line} {name}" for path, line, name in stack[depth:] if path.startswith("dsbench/")),
+                None)
+    if ours and not any(call.startswith("dsbench/") for call in shown):
+        shown.append(ours)
+    return " <- ".join(shown)
 
 
 class _Watchdog:
@@ -87,7 +117,7 @@ class _Watchdog:
             idle = time.monotonic() - self.last
             if not self.paused and idle > self.seconds:
                 say(f"error: no training step finished for {idle:.0f} s (--dist-timeout {self.seconds:g}): a rank "
-                    "hung or died inside a collective")
+                    f"hung or died inside a collective (this rank in {main_thread_at()})")
                 os._exit(1)
 
 

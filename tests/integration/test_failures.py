@@ -185,6 +185,8 @@ def test_a_rank_that_hangs_or_never_joins_ends_with_the_timeout(tmp_path, fault,
     assert result.returncode == 1, result.stderr[-2000:]
     assert says in result.stderr.splitlines()[-1]
     assert time.monotonic() - started < 120
+    if fault == "1:3:hang":  # the watchdog names where the rank's main thread was (file:line function, innermost)
+        assert re.search(r"\(this rank in [^)]*dsbench/worker/\S+\.py:\d+ \w+\)", result.stderr), result.stderr[-2000:]
 
 
 def test_a_full_disk_while_writing_metrics_is_one_line_and_keeps_what_was_written(tmp_path):

@@ -86,3 +86,38 @@ def test_a_lost_peer_is_one_line_without_the_traceback_of_where_it_waited(capsys
     assert run_rank(broken, said.append) == 1 and "Traceback" in capsys.readouterr().err
     monkeypatch.setenv("DSBENCH_DEBUG", "1")
     assert run_rank(lost, said.append) == 1 and "Traceback" in capsys.readouterr().err
+
+
+def test_a_stopped_rank_says_where_its_main_thread_was():
+    """The stop and watchdog threads name the main thread's innermost calls, so a run killed while it hangs says
+    where (2026-12-04: a GPU launch stopped by its timeout said only 'stopped by SIGTERM')."""
+    import threading
+
+    from dsbench.worker import stop
+
+    seen: list[str] = []
+    ready, release = threading.Event(), threading.Event()
+
+    def watcher() -> None:
+        ready.wait()
+        seen.append(stop.main_thread_at())
+        release.set()
+
+    def waiting_in_a_known_place() -> None:
+        ready.set()
+        release.wait(timeout=30)
+
+    threading.Thread(target=watcher).start()
+    waiting_in_a_known_place()
+    calls = seen[0].split(" <- ")
+    assert calls[0].split(":")[0].endswith("/threading.py")  # innermost first: the wait it is blocked in
+    assert any(c.startswith("unit/test_failure_lines.py:") and c.endswith(" waiting_in_a_known_place")
+               for c in calls), seen
+
+
+def test_a_source_file_is_named_as_its_package_names_it():
+    from dsbench.worker.stop import _short
+
+    assert _short("/w/.venv/lib/python3.12/site-packages/deepspeed/runtime/engine.py") == "deepspeed/runtime/engine.py"
+    assert _short("/usr/lib/python3/dist-packages/torch/nn/modules/module.py") == "torch/nn/modules/module.py"
+    assert _short("/work/main/dsbench/worker/loop.py") == "dsbench/worker/loop.py"
