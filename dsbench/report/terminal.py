@@ -53,7 +53,7 @@ def compare_grid(rows: list[Row], wide: bool = False) -> Grid:
     grid = Grid([Col("strategy", 80, left=True), Col("ranks", 100), Col("tokens/s (range)", 80), Col("vs best", 80),
                  Col("MiB/rank", 80), Col("MFU %", 100), Col("loss", 100), Col("status", 80, left=True),
                  *(Col(header, 100 if several.get(key) else 0, left=key in TEXT_COLUMNS) for key, header, _ in rest)],
-                title="dsbench compare")
+                title="strategies compared")  # the same table under compare and report
     for row in rows:
         top = best.get(group_of(row))
         memory = memory_of(row)[0]

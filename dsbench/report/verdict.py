@@ -47,7 +47,7 @@ def _group_lines(rows: list[Row], max_slowdown: float) -> list[str]:
         return []
     head = ok[0]
     where = f"{head.model} on {head.world_size} {head.device} rank{'s' if head.world_size != 1 else ''}"
-    if len(ok) == 1 and head.scaling_efficiency is not None:  # scaling eff = N-rank / (N x 1-rank) tokens/s
+    if len(ok) == 1 and head.scaling_efficiency is not None and head.world_size > 1:  # N-rank / (N x 1-rank)
         return [f"{where}: only {head.strategy} ran ({head.tokens_per_s:,.0f} tokens/s), "
                 f"{head.scaling_efficiency * head.world_size:.2f}x {head.scaling_baseline} on 1 rank: a scaling "
                 f"efficiency of {head.scaling_efficiency:.0%}."]
@@ -111,7 +111,8 @@ def verdict(rows: list[Row], max_slowdown: float = MAX_SLOWDOWN) -> list[str]:
         groups.setdefault(group_of(row), []).append(row)
     # a lone cell (compare's 1-rank baseline beside the strategies it scales) says nothing when others compare, nor
     # when the lone cells it scales say their scaling against it
-    scaled = {(row.model, row.device) for row in rows if row.scaling_efficiency is not None}
+    scaled = {(row.model, row.device) for row in rows  # a 1-rank row's own efficiency (1.0, itself) scales nothing
+              if row.scaling_efficiency is not None and row.world_size > 1}
     compared = ([group for group in groups.values() if len(group) > 1]
                 or [group for group in groups.values()  # every group a lone cell here
                     if group[0].world_size != 1 or (group[0].model, group[0].device) not in scaled]

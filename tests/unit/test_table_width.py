@@ -166,5 +166,5 @@ def test_print_report_fits_100_columns(tmp_path, monkeypatch, capsys):
 
     print_report(built)
     out = capsys.readouterr().out
-    table = out[out.index("dsbench compare"):out.index("markdown ")]
+    table = out[out.index("strategies compared"):out.index("markdown ")]
     assert max(len(line.rstrip()) for line in table.splitlines()) <= 100 and "…" not in out

@@ -90,6 +90,17 @@ def test_one_strategy_beside_the_baseline_says_how_it_scales():
                                                                    "to compare."]
 
 
+def test_a_lone_one_rank_run_is_not_scaled_against_itself():
+    """`dsbench report RUN` of one `dsbench launch` on 1 rank: collect derives its efficiency against itself (1.0,
+    the scaling plot's first point), and until 2026-12-04 the verdict said "1.00x zero2 on 1 rank: a scaling
+    efficiency of 100%"."""
+    rows = [_row("zero2", 4, world=1, ok=1, scaling_efficiency=1.0, scaling_baseline="zero2")]
+    assert verdict(rows) == ["m on 1 cpu rank: only zero2 ran (4 tokens/s); nothing to compare."]
+    both = [*rows, _row("ddp", 800, ok=1, scaling_efficiency=0.8, scaling_baseline="zero2")]
+    assert verdict(both) == ["m on 2 cpu ranks: only ddp ran (800 tokens/s), 1.60x zero2 on 1 rank: a scaling "
+                             "efficiency of 80%."]
+
+
 def test_the_markdown_html_and_terminal_open_with_the_verdict(tmp_path, capsys):
     import shutil
 
@@ -108,7 +119,7 @@ def test_the_markdown_html_and_terminal_open_with_the_verdict(tmp_path, capsys):
     assert page.index("<h2>Verdict</h2>") < page.index('<table id="cells">')
     print_report(built)
     printed = capsys.readouterr().out
-    assert printed.index(built.verdict[0][:40]) < printed.index("dsbench compare")
+    assert printed.index(built.verdict[0][:40]) < printed.index("strategies compared")
 
 
 
