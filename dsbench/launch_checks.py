@@ -11,7 +11,7 @@ from dsbench import checkpoints, trainspec
 from dsbench.configs import accelerate, accelerate_worker
 from dsbench.configs.batch import config_batch
 from dsbench.configs.layout import config_dims, in_config_keys
-from dsbench.configs.precision import config_precision
+from dsbench.configs.precision import run_precision
 from dsbench.errors import UserError
 from dsbench.io import check_creatable_folder
 from dsbench.layout_check import check_run_layout
@@ -66,7 +66,7 @@ def _definition(train: trainspec.TrainSpec, shape: ModelShape, dims: ParallelDim
     else:
         batch = config_batch(config, dims.world, dims)  # as DeepSpeed derives what the config leaves out
         micro, accum = (batch.micro, batch.accum) if batch else (None, None)
-        precision = config_precision(config)
+        precision = run_precision(config)
     run = checkpoints.definition(shape.to_dict(), train.seq_len, train.seed,
                                  dims.samples_per_step(micro, accum) if micro and accum else None, precision)
     return {key: value for key, value in run.items() if value not in (None, "auto")}

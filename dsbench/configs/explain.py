@@ -11,7 +11,7 @@ from dsbench.configs.inert_check import check_inert
 from dsbench.configs.layout import data_parallel_size, parallel_degrees
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
-from dsbench.configs.precision import config_precision
+from dsbench.configs.precision import autocast_dtype, config_precision
 from dsbench.configs.scheduler_check import known_scheduler, scheduler_name, warmup_curve
 from dsbench.zero_section import zero_settings
 
@@ -72,6 +72,10 @@ def _precision_line(config: dict[str, Any]) -> str:
         return f"precision: fp16 with {kind}, fp32 master weights and optimizer states"
     if precision == "auto":
         return "precision: 'auto' (decided by the HF Trainer's --fp16/--bf16, or dsbench's worker's --precision)"
+    autocast = autocast_dtype(config)
+    if autocast:  # DeepSpeed's torch_autocast: configs/precision.autocast_dtype
+        return (f"precision: {autocast} autocast around the forward (torch_autocast) over fp32 weights and optimizer "
+                f"states; the Linear layers' gradients reduced (under ZeRO-3 their weights gathered too) in {autocast}")
     return "precision: fp32"
 
 

@@ -44,6 +44,38 @@ def config_precision(config: dict[str, Any]) -> ConfigPrecision:
     return "fp32"
 
 
+# DeepSpeed's DtypeEnum spellings of the other two it takes (runtime/config.py)
+_DTYPE_NAMES = {**dict.fromkeys(("fp32", "float32", "float", "torch.float32"), "fp32"),
+                **dict.fromkeys(("int8", "torch.int8"), "int8")}
+# DeepSpeed's DtypeEnum spellings of the two 16-bit types (runtime/config.py), as torch_autocast.dtype takes them
+_AUTOCAST_DTYPES = {**dict.fromkeys(("bf16", "bfloat16", "torch.bfloat16"), "bf16"),
+                    **dict.fromkeys(("fp16", "float16", "half", "torch.float16"), "fp16")}
+
+
+def autocast_dtype(config: dict[str, Any]) -> str | None:
+    """``bf16`` or ``fp16`` where DeepSpeed's ``torch_autocast`` section is on with that dtype, else None.
+
+    DeepSpeed 0.19.8 (runtime/torch_autocast.py ``autocast_if_enabled``, entered by ``DeepSpeedEngine.forward``)
+    runs the forward under ``torch.autocast(dtype)`` over fp32 weights, master copy and optimizer, and reduces the
+    gradients (and, under ZeRO-3, gathers the weights) of the Linear and Conv layers in that dtype
+    (``init_autocast_params``: ``comm_dtype``); the model dtype stays fp32 (``get_data_types``)."""
+    section = config.get("torch_autocast")
+    if not isinstance(section, dict) or section.get("enabled") is not True:
+        return None
+    dtype = section.get("dtype")
+    return _AUTOCAST_DTYPES.get(dtype) if isinstance(dtype, str) else None
+
+
+def run_precision(config: dict[str, Any]) -> ConfigPrecision:
+    """The precision a run under this config computes in, as its record, the planner and ``--precision`` name it:
+    the 16-bit weights of ``bf16``/``fp16``, else ``torch_autocast``'s dtype (autocast over fp32 weights, what the
+    torch engines' ``--precision bf16`` is too), else fp32. :func:`config_precision` is the weights' dtype alone."""
+    weights = config_precision(config)
+    if weights != "fp32":
+        return weights
+    return autocast_dtype(config) or "fp32"
+
+
 CPU_FP16 = "DeepSpeed's CPU accelerator has no fp16 (and accelerate trains fp32 for it on a CPU)"
 
 
@@ -54,6 +86,33 @@ def device_findings(config: dict[str, Any], cpu_ranks: bool) -> list[Finding]:
         return []
     return [Finding(severity="error", code="fp16-on-cpu", path="fp16.enabled", message=f"true on CPU ranks: {CPU_FP16}",
                     fix="set bf16.enabled true, or fp16.enabled false (fp32)")]
+
+
+def autocast_findings(config: dict[str, Any]) -> list[Finding]:
+    """``torch_autocast`` on with a dtype that autocasts to nothing or to the device's default: torch.autocast
+    lowers only to float16 or bfloat16 (any other dtype: "not supported. Disabling autocast"), with None it takes
+    the device's default (float16 on CUDA, bfloat16 on CPU), and DeepSpeed's ZeRO optimizers add a loss scaler for a
+    named fp16 alone (stage_1_and_2.py: ``get_autocast_dtype() == torch.float16``), while ``init_autocast_params``
+    gives the Linear layers' gradients the named dtype for their reduction whatever it is."""
+    section = config.get("torch_autocast")
+    if not isinstance(section, dict) or section.get("enabled") is not True:
+        return []
+    dtype = section.get("dtype")
+    fix = "set torch_autocast.dtype to bfloat16 (or float16)"
+    if dtype is None:
+        return [Finding(severity="warning", code="autocast-dtype", path="torch_autocast.dtype",
+                        message="not set: torch autocasts to the device's default, float16 on CUDA, where DeepSpeed "
+                                "then adds no loss scaler (it adds one for a named float16 only), bfloat16 on CPU",
+                        fix=fix)]
+    if not isinstance(dtype, str) or dtype in _AUTOCAST_DTYPES or dtype not in _DTYPE_NAMES:
+        return []  # a 16-bit dtype, or one DeepSpeed refuses (configs/types.py names it)
+    lowered = _DTYPE_NAMES[dtype]
+    return [Finding(severity="error" if lowered == "int8" else "warning", code="autocast-dtype",
+                    path="torch_autocast.dtype",
+                    message=f"{dtype}: torch autocasts only to float16 or bfloat16, so the run computes in fp32"
+                            + (", and DeepSpeed reduces the Linear layers' gradients as int8: the loss never moves"
+                               if lowered == "int8"
+                               else ""), fix=fix + ", or torch_autocast.enabled false")]
 
 
 def check_precision(precision: str, cpu: bool, what: str = "--precision fp16") -> None:

@@ -56,6 +56,7 @@ RULES: dict[str, tuple[str, float | None, bool]] = {
     "autotuning.end_profile_step": ("int", 1, True),
     "bf16.enabled": ("bool", None, True),
     "fp16.enabled": ("bool", None, True),
+    "torch_autocast.enabled": ("bool", None, True),
     "fp16.loss_scale": ("number", 0, True),
     "fp16.initial_scale_power": ("int", 0, True),
     "fp16.loss_scale_window": ("int", 1, True),
@@ -98,6 +99,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "zero_optimization.offload_optimizer.device": DEVICES,
     "zero_optimization.offload_param.device": DEVICES,
     "data_types.grad_accum_dtype": tuple(DTYPES),
+    "torch_autocast.dtype": tuple(DTYPES),  # DtypeEnum too (runtime/config.py get_torch_autocast_dtype)
 }
 
 _UNSET = object()
@@ -108,7 +110,7 @@ _EXPECTED = {"bool": "true or false", "int": "an integer", "count": "a whole num
 OBJECTS = ("fp16", "bf16", "amp", "zero_optimization", "zero_optimization.offload_optimizer",
            "zero_optimization.offload_param", "optimizer", "optimizer.params", "scheduler", "scheduler.params",
            "activation_checkpointing", "flops_profiler", "tensor_parallel", "pipeline", "checkpoint", "data_types",
-           "comms_logger", "aio", "timers", "timers.throughput")
+           "comms_logger", "aio", "timers", "timers.throughput", "torch_autocast")
 
 
 def _is(kind: str, value: Any) -> bool:

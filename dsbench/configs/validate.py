@@ -22,7 +22,7 @@ from dsbench.configs.layout import int_or_none, layout_of, parallel_degrees, uly
 from dsbench.configs.optimizer_check import check_optimizer
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
-from dsbench.configs.precision import bf16_enabled, device_findings, fp16_enabled
+from dsbench.configs.precision import autocast_findings, bf16_enabled, device_findings, fp16_enabled
 from dsbench.configs.reduction_check import check_reduction
 from dsbench.configs.scheduler_check import check_schedule, check_scheduler
 from dsbench.configs.schema import unknown_keys
@@ -292,7 +292,7 @@ def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) ->
                 *check_batch(config, ctx), *check_combinations(config, ctx), *check_auto(config, ctx),
                 *check_optimizer(config), *check_scheduler(config), *check_schedule(config), *check_reduction(config),
                 *check_inert(config), *check_diagnostics(config), *device_findings(config, ctx.cpu_ranks),
-                *check_engine(config, ctx.world_size)]
+                *autocast_findings(config), *check_engine(config, ctx.world_size)]
     if deepspeed_check:
         from dsbench.configs.deepspeed_check import deepspeed_findings
 

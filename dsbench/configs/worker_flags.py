@@ -10,7 +10,7 @@ from typing import Any
 
 from dsbench.configs.accelerate_worker import script_completes
 from dsbench.configs.autofill import CLIP_DEFAULT
-from dsbench.configs.precision import config_precision
+from dsbench.configs.precision import run_precision
 from dsbench.errors import UserError
 
 
@@ -29,7 +29,7 @@ _CONFIG_DECIDES = {
     "lr": ("--lr", "optimizer.params.lr", lambda c: ((c.get("optimizer") or {}).get("params") or {}).get("lr")),
     "grad_clip": ("--grad-clip", "gradient_clipping", lambda c: c.get("gradient_clipping")),
     "lr_warmup_steps": ("--warmup-steps", "scheduler.params.warmup_num_steps", _warmup_steps),
-    "precision": ("--precision", "precision (bf16.enabled, fp16.enabled)", config_precision),
+    "precision": ("--precision", "precision (bf16.enabled, fp16.enabled, torch_autocast)", run_precision),
 }
 
 

@@ -101,7 +101,7 @@ def _batch_and_precision(req: PlanRequest, world: int) -> tuple[int, int, str, d
         return req.micro_batch, req.grad_accum, req.precision, None
     from dsbench.configs.api import load_valid_config
     from dsbench.configs.batch import config_batch
-    from dsbench.configs.precision import config_precision
+    from dsbench.configs.precision import run_precision
 
     # refused as `dsbench explain` refuses it (a plan of a config DeepSpeed would not run is no plan), but for keys
     # that DeepSpeed 0.19.8 does not know, which the plan does not read either
@@ -110,7 +110,7 @@ def _batch_and_precision(req: PlanRequest, world: int) -> tuple[int, int, str, d
     # where the config leaves it to the Trainer ("auto")
     batch = config_batch(config, world)
     micro, accum = (batch.micro, batch.accum) if batch else (req.micro_batch, req.grad_accum)
-    found = config_precision(config)
+    found = run_precision(config)
     return micro, accum, req.precision if found == "auto" else found, config  # "auto": the Trainer decides
 
 

@@ -16,7 +16,7 @@ from dsbench.configs.autofill import AutoInputs, fill_auto
 from dsbench.configs.batch import BATCH_KEYS, config_batch
 from dsbench.configs.findings import has_errors
 from dsbench.configs.layout import layout_of
-from dsbench.configs.precision import config_precision, fp16_enabled
+from dsbench.configs.precision import fp16_enabled, run_precision
 from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validate
 from dsbench.envinfo import machine, versions
 from dsbench.errors import UserError
@@ -103,7 +103,7 @@ def precision_of(config: dict[str, Any] | None, flag: str | None) -> str:
     """Training precision: from the DeepSpeed config when there is one (``bf16`` or its legacy spelling
     ``bfloat16``), else the flag, else accelerate's ``ACCELERATE_MIXED_PRECISION`` (``no`` = fp32)."""
     if config is not None:
-        precision = config_precision(config)
+        precision = run_precision(config)
         return "fp32" if precision == "auto" else precision  # fill_auto resolved "auto" before; be safe
     if flag:
         return flag

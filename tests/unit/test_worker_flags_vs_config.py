@@ -28,7 +28,7 @@ def check_worker_flags(args: list[str], config: dict, config_file: str | None, *
     # no scheduler section: a constant LR, whatever the worker's flag says
     (["--lr-warmup-steps", "8"], "sets scheduler.params.warmup_num_steps to 0, which the ranks would use; give "
                                  "--warmup-steps 8 before -- instead"),
-    (["--precision", "bf16"], "sets precision (bf16.enabled, fp16.enabled) to fp32"),
+    (["--precision", "bf16"], "sets precision (bf16.enabled, fp16.enabled, torch_autocast) to fp32"),
 ])
 def test_a_contradicted_worker_flag_is_one_line_naming_the_launch_flag(args, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):

@@ -1,0 +1,88 @@
+"""DeepSpeed's ``torch_autocast`` section: the precision dsbench records, explains and plans for it, and what
+validate says of a dtype that autocasts to nothing or to the device's default.
+
+Oracle: DeepSpeed 0.19.8's own engine, one CPU rank under ZeRO-2 (gloo), three steps of a two-layer MLP per dtype:
+the forward's output dtype says what autocast computed in, and the losses say whether the model learned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dsbench.configs.explain import explain
+from dsbench.configs.precision import autocast_findings, config_precision, run_precision
+from dsbench.envinfo import free_port
+
+_ENGINE = r"""
+import json, os, sys, warnings
+os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+import torch, deepspeed
+warnings.simplefilter("ignore")
+out = {}
+for dtype in sys.argv[2:]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    section = {"enabled": True, **({"dtype": dtype} if dtype != "unset" else {})}
+    config = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+              "zero_optimization": {"stage": 2}, "torch_autocast": section}
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    x, y = torch.randn(4, 16), torch.randn(4, 1)
+    losses = []
+    for _ in range(3):
+        pred = engine(x)
+        loss = torch.nn.functional.mse_loss(pred.float(), y)
+        engine.backward(loss)
+        engine.step()
+        losses.append(float(loss))
+    out[dtype] = {"output": str(pred.dtype).removeprefix("torch."), "losses": losses}
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def deepspeed_runs():
+    """Each dtype's output dtype and losses under DeepSpeed's engine, in one process (one process group)."""
+    pytest.importorskip("deepspeed")
+    env = {**os.environ, "DS_ACCELERATOR": "cpu"}
+    done = subprocess.run([sys.executable, "-c", _ENGINE, str(free_port()), "bfloat16", "half", "fp32", "int8",
+                           "unset"], env=env, capture_output=True, text=True, timeout=300)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads(line.removeprefix("RESULT "))
+
+
+def _config(**section) -> dict:
+    return {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2},
+            "torch_autocast": {"enabled": True, **section}}
+
+
+def test_a_16_bit_autocast_is_the_run_s_precision_over_fp32_weights(deepspeed_runs):
+    assert deepspeed_runs["bfloat16"]["output"] == "bfloat16"  # DeepSpeed autocast the forward
+    for spelled in ("bfloat16", "bf16", "torch.bfloat16"):
+        config = _config(dtype=spelled)
+        assert run_precision(config) == "bf16" and config_precision(config) == "fp32"  # weights stay fp32
+        assert autocast_findings(config) == []
+    assert run_precision(_config(dtype="half")) == "fp16" and autocast_findings(_config(dtype="half")) == []
+    assert run_precision({**_config(dtype="bf16"), "fp16": {"enabled": True}}) == "fp16"  # 16-bit weights first
+    assert run_precision({"torch_autocast": {"enabled": False, "dtype": "bf16"}}) == "fp32"
+    line = next(x for x in explain(_config(dtype="bfloat16")) if x.startswith("precision"))
+    assert "bf16 autocast" in line and "fp32 weights" in line
+
+
+def test_validate_names_a_dtype_that_autocasts_nothing_or_the_device_default(deepspeed_runs):
+    fp32, int8, unset = (deepspeed_runs[k] for k in ("fp32", "int8", "unset"))
+    # fp32: torch disables autocast, the model trains in fp32: a warning
+    assert fp32["output"] == "float32" and fp32["losses"][2] < fp32["losses"][0]
+    assert [(f.severity, f.path) for f in autocast_findings(_config(dtype="fp32"))] == [
+        ("warning", "torch_autocast.dtype")]
+    # int8: no autocast, and the loss never moves (the gradients reduced as int8): an error
+    assert int8["output"] == "float32" and len(set(int8["losses"])) == 1
+    assert [f.severity for f in autocast_findings(_config(dtype="int8"))] == ["error"]
+    # unset: torch's default for the device (bfloat16 on this CPU rank; float16 on CUDA): a warning
+    assert unset["output"] == "bfloat16"
+    assert [(f.severity, f.path) for f in autocast_findings(_config())] == [("warning", "torch_autocast.dtype")]
