@@ -113,6 +113,10 @@ def explain(config: dict[str, Any], world_size: int | None = None) -> list[str]:
     if check_inert(config):
         lines.append("activation_checkpointing: no effect under DeepSpeed's engine, the HF Trainer or accelerate "
                      "(only a script's own deepspeed.checkpointing.configure reads it)")
+    if get_path(config, "compile.deepcompile") is True:  # deepspeed 0.19.8 engine.py forward: is_deepcompile_active
+        lines.append("compile.deepcompile: DeepSpeed's DeepCompile, active once the script calls engine.compile() "
+                     "(dsbench launch --compile; accelerate when its dynamo backend is set); until then the engine "
+                     "runs eager and says so once")
     return lines + explain_diagnostics(config)
 
 

@@ -182,3 +182,17 @@ def test_deepspeeds_throughput_timer_waits_twice_a_step_unless_told_not_to_and_d
     assert "self.tput_timer.start()" in inspect.getsource(DeepSpeedEngine._forward_prologue) or (
         "self.tput_timer.start()" in forward)
     assert "self.tput_timer.stop(global_step=self.is_gradient_accumulation_boundary()" in step
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_explain_says_deepcompile_waits_for_engine_compile(value):
+    """``compile.deepcompile`` changes nothing until the script calls ``engine.compile()`` (DeepSpeed 0.19.8's
+    forward logs "DeepCompile is enabled but engine.compile() has not been called"); the oracle for the switch being
+    read as on is DeepSpeed's own parser."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
+              "compile": {"deepcompile": value}}
+    said = [line for line in explain(config) if line.startswith("compile.deepcompile")]
+    assert DeepSpeedConfig(config).compile_config.deepcompile is value
+    assert bool(said) is value and (not said or "engine.compile()" in said[0])
