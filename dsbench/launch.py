@@ -33,7 +33,7 @@ from dsbench.launch_request import (
     DEEPSPEED_ONLY,
     WORKER_ONLY,
     LaunchRequest,
-    check_dataset_here,
+    check_paths_here,
     check_request,
     check_yaml_here,
 )
@@ -165,7 +165,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     train = trainflags.for_launch(given, launch_fields(req, req.strategy, config_path, base.rank_prints_summary()))
     if config is not None:  # each flag's value checked above; whether the config would ignore it, here
         check_worker_flags(given, config, req.config)
-    check_dataset_here(train.dataset, req.cwd, local=not req.hostfile and req.slurm is None)
+    notes += check_paths_here(train.dataset, config, req.cwd, local=not req.hostfile and req.slurm is None)
     try:
         notes += check_layout(train, config, world, resume=True,
                               dims=layout if isinstance(layout, ParallelDims) else None)
@@ -263,7 +263,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
                       user_accelerate_config=path, accelerate_args=tuple(args))
     base = with_inherited_env(base, req)
     train = trainflags.for_launch(given, launch_fields(req, "auto", None, base.rank_prints_summary()))
-    check_dataset_here(train.dataset, req.cwd, local=not req.hostfile)
+    check_paths_here(train.dataset, req.cwd, local=not req.hostfile)
     notes = check_yaml_layout(train, config, processes, path) + _default_model_note(given.get("model") or req.model)
     req.run_dir.mkdir(parents=True, exist_ok=True)
     copy = req.run_dir / "accelerate_config.yaml"

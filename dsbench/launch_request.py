@@ -168,12 +168,26 @@ _RENDER_FLAG_NAMES = {"precision": "--precision", "micro_batch": "--micro-batch"
                       "warmup_steps": "--warmup-steps"}
 
 
-def check_dataset_here(dataset: str | None, cwd: str, local: bool) -> None:
-    """A --dataset that no rank here could read (missing, a FIFO, no data file, empty) is refused before the ranks
-    start, where every rank reads it from this machine (``local``); across nodes it is the nodes' path, checked
-    there."""
-    if dataset and local:
+def check_paths_here(dataset: str | None, config: Mapping[str, Any] | None, cwd: str, local: bool) -> list[str]:
+    """The paths the ranks read or write, where every rank runs on this machine (``local``; across nodes they are
+    the nodes' paths, checked there): a --dataset that no rank could read (missing, a FIFO, no data file, empty) is
+    refused before the ranks start; an NVMe offload folder that does not exist gets a note, since DeepSpeed's ranks
+    create it (deepspeed 0.19.8 swap_tensor: os.makedirs of nvme_path/zero_stage_3, as root where they run as root)
+    and swap on the disk that holds its nearest existing parent, which may be no NVMe (a cluster config's
+    /local_nvme on a workstation: the root disk)."""
+    if not local:
+        return []
+    if dataset:
         dataset_files(dataset, cwd)
+    notes = []
+    for section in ("offload_optimizer", "offload_param"):
+        offload = ((config or {}).get("zero_optimization") or {}).get(section)
+        path = offload.get("nvme_path") if isinstance(offload, dict) and offload.get("device") == "nvme" else None
+        if isinstance(path, str) and path and not (folder := Path(cwd, path)).exists():
+            held = next(parent for parent in folder.parents if parent.exists())
+            notes.append(f"zero_optimization.{section}.nvme_path {path} does not exist on this machine: the ranks "
+                         f"will create it and swap on the disk that holds {held}")
+    return notes
 
 
 def check_yaml_here(req: LaunchRequest, config: Mapping[str, Any], processes: int, machines: int) -> None:
