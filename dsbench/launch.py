@@ -263,7 +263,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
                       user_accelerate_config=path, accelerate_args=tuple(args))
     base = with_inherited_env(base, req)
     train = trainflags.for_launch(given, launch_fields(req, "auto", None, base.rank_prints_summary()))
-    check_paths_here(train.dataset, req.cwd, local=not req.hostfile)
+    check_paths_here(train.dataset, None, req.cwd, local=not req.hostfile)
     notes = check_yaml_layout(train, config, processes, path) + _default_model_note(given.get("model") or req.model)
     req.run_dir.mkdir(parents=True, exist_ok=True)
     copy = req.run_dir / "accelerate_config.yaml"
