@@ -19,15 +19,9 @@ from typing import Any
 
 from dsbench.configs.findings import Finding
 from dsbench.configs.overrides import get_path
-from dsbench.configs.precision import config_precision
+from dsbench.configs.precision import DTYPES, config_precision
 from dsbench.zero_section import zero_settings
 
-# DeepSpeed's DtypeEnum (runtime/config.py): every spelling it accepts for each dtype, exactly so written (any other
-# value stops the engine: ``DtypeEnum(value)`` raises ValueError; configs/types.py refuses it by these spellings)
-DTYPES = {**dict.fromkeys(("fp32", "float32", "float", "torch.float32"), "fp32"),
-          **dict.fromkeys(("bf16", "bfloat16", "torch.bfloat16"), "bf16"),
-          **dict.fromkeys(("fp16", "float16", "half", "torch.float16"), "fp16"),
-          **dict.fromkeys(("int8", "torch.int8"), "int8")}
 PATH = "data_types.grad_accum_dtype"
 
 

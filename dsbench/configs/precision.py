@@ -44,26 +44,28 @@ def config_precision(config: dict[str, Any]) -> ConfigPrecision:
     return "fp32"
 
 
-# DeepSpeed's DtypeEnum spellings of the other two it takes (runtime/config.py)
-_DTYPE_NAMES = {**dict.fromkeys(("fp32", "float32", "float", "torch.float32"), "fp32"),
-                **dict.fromkeys(("int8", "torch.int8"), "int8")}
-# DeepSpeed's DtypeEnum spellings of the two 16-bit types (runtime/config.py), as torch_autocast.dtype takes them
-_AUTOCAST_DTYPES = {**dict.fromkeys(("bf16", "bfloat16", "torch.bfloat16"), "bf16"),
-                    **dict.fromkeys(("fp16", "float16", "half", "torch.float16"), "fp16")}
+# DeepSpeed's DtypeEnum (runtime/config.py): every spelling it accepts for each dtype, exactly so written (any other
+# value stops the engine: ``DtypeEnum(value)`` raises ValueError; configs/types.py refuses it by these spellings;
+# grad_accum_dtype and torch_autocast.dtype take them)
+DTYPES = {**dict.fromkeys(("fp32", "float32", "float", "torch.float32"), "fp32"),
+          **dict.fromkeys(("bf16", "bfloat16", "torch.bfloat16"), "bf16"),
+          **dict.fromkeys(("fp16", "float16", "half", "torch.float16"), "fp16"),
+          **dict.fromkeys(("int8", "torch.int8"), "int8")}
 
 
 def autocast_dtype(config: dict[str, Any]) -> str | None:
     """``bf16`` or ``fp16`` where DeepSpeed's ``torch_autocast`` section is on with that dtype, else None.
 
     DeepSpeed 0.19.8 (runtime/torch_autocast.py ``autocast_if_enabled``, entered by ``DeepSpeedEngine.forward``)
-    runs the forward under ``torch.autocast(dtype)`` over fp32 weights, master copy and optimizer, and reduces the
+    runs the forward under ``torch.autocast(dtype)`` over fp32 weights and optimizer states, and reduces the
     gradients (and, under ZeRO-3, gathers the weights) of the Linear and Conv layers in that dtype
     (``init_autocast_params``: ``comm_dtype``); the model dtype stays fp32 (``get_data_types``)."""
     section = config.get("torch_autocast")
     if not isinstance(section, dict) or section.get("enabled") is not True:
         return None
     dtype = section.get("dtype")
-    return _AUTOCAST_DTYPES.get(dtype) if isinstance(dtype, str) else None
+    lowered = DTYPES.get(dtype) if isinstance(dtype, str) else None
+    return lowered if lowered in ("bf16", "fp16") else None
 
 
 def run_precision(config: dict[str, Any]) -> ConfigPrecision:
@@ -104,9 +106,9 @@ def autocast_findings(config: dict[str, Any]) -> list[Finding]:
                         message="not set: torch autocasts to the device's default, float16 on CUDA, where DeepSpeed "
                                 "then adds no loss scaler (it adds one for a named float16 only), bfloat16 on CPU",
                         fix=fix)]
-    if not isinstance(dtype, str) or dtype in _AUTOCAST_DTYPES or dtype not in _DTYPE_NAMES:
+    lowered = DTYPES.get(dtype) if isinstance(dtype, str) else None
+    if lowered in (None, "bf16", "fp16"):
         return []  # a 16-bit dtype, or one DeepSpeed refuses (configs/types.py names it)
-    lowered = _DTYPE_NAMES[dtype]
     return [Finding(severity="error" if lowered == "int8" else "warning", code="autocast-dtype",
                     path="torch_autocast.dtype",
                     message=f"{dtype}: torch autocasts only to float16 or bfloat16, so the run computes in fp32"

@@ -13,9 +13,9 @@ import json
 import math
 from typing import Any
 
-from dsbench.configs.dtype_check import DTYPES
 from dsbench.configs.findings import Finding
 from dsbench.configs.overrides import get_path, iter_leaves
+from dsbench.configs.precision import DTYPES
 from dsbench.zero_section import DEVICES, whole
 
 # path -> (kind, lowest allowed, whether the lowest itself is allowed); ranges from DeepSpeed's docs and the

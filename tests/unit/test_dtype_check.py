@@ -64,7 +64,7 @@ def test_the_dtype_spellings_are_deepspeeds_and_any_other_is_refused():
     """Oracle: DeepSpeed's DtypeEnum, which the engine calls on the value (a ValueError for any other spelling)."""
     from deepspeed.runtime.config import DtypeEnum
 
-    from dsbench.configs.dtype_check import DTYPES
+    from dsbench.configs.precision import DTYPES
     from dsbench.configs.types import check_types
 
     spelled = {key: DtypeEnum(key).name for key in DtypeEnum._value2member_map_ if isinstance(key, str)}
