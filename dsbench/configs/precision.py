@@ -112,7 +112,7 @@ def autocast_findings(config: dict[str, Any]) -> list[Finding]:
     return [Finding(severity="error" if lowered == "int8" else "warning", code="autocast-dtype",
                     path="torch_autocast.dtype",
                     message=f"{dtype}: torch autocasts only to float16 or bfloat16, so the run computes in fp32"
-                            + (", and DeepSpeed reduces the Linear layers' gradients as int8: the loss never moves"
+                            + (", and DeepSpeed reduces the Linear layers' gradients as int8: the model learns nothing"
                                if lowered == "int8"
                                else ""), fix=fix + ", or torch_autocast.enabled false")]
 
