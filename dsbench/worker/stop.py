@@ -83,10 +83,13 @@ def main_thread_at(depth: int = 3) -> str:
     """Where the main thread is, innermost call first (``file:line function <- ...``): read by the stop and
     watchdog threads, so that a run stopped while it hangs says where it hung (a frame blocked in a C call, an
     NCCL wait or a JIT build's subprocess, shows the Python line that made the call)."""
-    frame = sys._current_frames().get(threading.main_thread().ident)
-    if frame is None:
-        return "an unknown place (no main thread)"
-    stack = [(_short(c.filename), c.lineno, c.name) for c in traceback.extract_stack(frame)][::-1]
+    try:  # on the stop path: whatever happens here, the rank must still say its line and exit
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        stack = [(_short(c.filename), c.lineno, c.name) for c in traceback.extract_stack(frame)][::-1] if frame else []
+    except Exception:  # noqa: BLE001
+        stack = []
+    if not stack:
+        return "an unknown place"
     shown = [f"{path}:{line} {name}" for path, line, name in stack[:depth]]
     # and the innermost call of dsbench's own, where the ones above are all a library's (a wait in a collective)
     ours = next((f"... <- {path}:{line} {name}" for path, line, name in stack[depth:] if path.startswith("dsbench/")),
