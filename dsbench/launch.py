@@ -36,6 +36,7 @@ from dsbench.launch_request import (
     check_paths_here,
     check_request,
     check_yaml_here,
+    nvme_folders,
 )
 from dsbench.launchers import LaunchCommand, LaunchSpec, build
 from dsbench.launchers.accelerate import ACCELERATE_PRECISION
@@ -72,11 +73,8 @@ def launch_fields(req: LaunchRequest, strategy: str, ds_config: Path | None, sum
         fields["model"] = req.model
     if ds_config is not None:
         fields["deepspeed_config"] = str(ds_config)
-    native = dict(_NATIVE_FIELDS)
-    for degree in SPLIT_ENGINES.get(strategy, ()):  # torch_pp / torch_tp / torch_3d take their degrees as fields
-        name = _DEGREE_FLAGS[degree][0]
-        native[name] = name
-    native.update({name: name for name in WORKER_ONLY})  # the worker's own fields (it checks them)
+    degrees = [_DEGREE_FLAGS[degree][0] for degree in SPLIT_ENGINES.get(strategy, ())]  # torch_pp/_tp/_3d take them
+    native = _NATIVE_FIELDS | {name: name for name in (*degrees, *WORKER_ONLY)}  # and the worker's own (it checks them)
     fields.update({field: req.render_flags[name] for name, field in native.items()
                    if req.render_flags.get(name) is not None})
     return fields
@@ -165,7 +163,8 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     train = trainflags.for_launch(given, launch_fields(req, req.strategy, config_path, base.rank_prints_summary()))
     if config is not None:  # each flag's value checked above; whether the config would ignore it, here
         check_worker_flags(given, config, req.config)
-    notes += check_paths_here(train.dataset, config, req.cwd, local=not req.hostfile and req.slurm is None)
+    notes += check_paths_here(train.dataset, nvme_folders(config), req.cwd,
+                              local=not req.hostfile and req.slurm is None)
     try:
         notes += check_layout(train, config, world, resume=True,
                               dims=layout if isinstance(layout, ParallelDims) else None)
@@ -248,7 +247,7 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
         # what the per-node commands pass (launchers/accelerate.py build): machine 0 is the first host
         overrides |= {"main_process_ip": selected.first_host(), "machine_rank": 0}
     given = trainflags.given_flags(req.script_args)  # the user's flags after --, parsed once
-    config, processes = _checked_user_yaml(req, path, overrides, given)
+    config, processes, nvme = _checked_user_yaml(req, path, overrides, given)
     machines = accelerate.machine_count(config)
     args = [item for key, value in overrides.items() if not hosts for item in (f"--{key}", str(value))]
     if req.render_flags.get("precision"):
@@ -263,8 +262,8 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
                       user_accelerate_config=path, accelerate_args=tuple(args))
     base = with_inherited_env(base, req)
     train = trainflags.for_launch(given, launch_fields(req, "auto", None, base.rank_prints_summary()))
-    check_paths_here(train.dataset, None, req.cwd, local=not req.hostfile)
-    notes = check_yaml_layout(train, config, processes, path) + _default_model_note(given.get("model") or req.model)
+    notes = (check_paths_here(train.dataset, nvme, req.cwd, local=not req.hostfile)
+             + check_yaml_layout(train, config, processes, path) + _default_model_note(given.get("model") or req.model))
     req.run_dir.mkdir(parents=True, exist_ok=True)
     copy = req.run_dir / "accelerate_config.yaml"
     if not (copy.exists() and copy.resolve() == Path(path).resolve()):
@@ -275,9 +274,9 @@ def _prepare_user_yaml(req: LaunchRequest) -> PreparedLaunch:
 
 
 def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any], given: dict[str, Any]
-                       ) -> tuple[dict[str, Any], int]:
+                       ) -> tuple[dict[str, Any], int, list[tuple[str, str]]]:
     """The user's YAML with the counts this launch gives it, valid, runnable by the worker, and not contradicted
-    by the flags typed beside it; and its process count."""
+    by the flags typed beside it; its process count; and the NVMe folders it swaps to, by the key that names each."""
     config, findings = validate_accelerate(path, None, overrides=overrides)
     if config is None or has_errors(findings):
         raise InvalidConfig(f"{path} is invalid for this launch:\n" + "\n".join(f.line() for f in findings
@@ -290,8 +289,9 @@ def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any],
         raise UserError(f"{path}: {refusal}")
     check_yaml_here(req, config, processes, machines=accelerate.machine_count(config))
     ds_path, _ = ds_file_of(config, path)
-    check_user_yaml_request(req, config, load_config_strict(ds_path) if ds_path else None, given)
-    return config, processes
+    ds_config = load_config_strict(ds_path) if ds_path else None
+    check_user_yaml_request(req, config, ds_config, given)
+    return config, processes, (nvme_folders(ds_config, f"{ds_path}: ") if ds_path else accelerate.nvme_folders(config))
 
 
 def materialize(prepared: PreparedLaunch) -> None:

@@ -168,25 +168,42 @@ _RENDER_FLAG_NAMES = {"precision": "--precision", "micro_batch": "--micro-batch"
                       "warmup_steps": "--warmup-steps"}
 
 
-def check_paths_here(dataset: str | None, config: Mapping[str, Any] | None, cwd: str, local: bool) -> list[str]:
+def nvme_folders(config: Mapping[str, Any] | None, named_in: str = "") -> list[tuple[str, str]]:
+    """The folders a DeepSpeed config's NVMe offload swaps to, each with the key that names it (after
+    ``named_in``, the file that holds the config, where that is not the file the user gave)."""
+    folders = []
+    for section in ("offload_optimizer", "offload_param"):
+        offload = ((config or {}).get("zero_optimization") or {}).get(section)
+        path = offload.get("nvme_path") if isinstance(offload, dict) and offload.get("device") == "nvme" else None
+        if isinstance(path, str) and path:
+            folders.append((f"{named_in}zero_optimization.{section}.nvme_path", path))
+    return folders
+
+
+def check_paths_here(dataset: str | None, nvme: list[tuple[str, str]], cwd: str, local: bool) -> list[str]:
     """The paths the ranks read or write, where every rank runs on this machine (``local``; across nodes they are
     the nodes' paths, checked there): a --dataset that no rank could read (missing, a FIFO, no data file, empty) is
-    refused before the ranks start; an NVMe offload folder that does not exist gets a note, since DeepSpeed's ranks
-    create it (deepspeed 0.19.8 swap_tensor: os.makedirs of nvme_path/zero_stage_3, as root where they run as root)
-    and swap on the disk that holds its nearest existing parent, which may be no NVMe (a cluster config's
-    /local_nvme on a workstation: the root disk)."""
+    refused before the ranks start, and so is an NVMe offload folder (``nvme``: key, path) at or under a file,
+    where DeepSpeed's ranks would fail to create it; one that does not exist gets a note, since the ranks create it
+    (deepspeed 0.19.8 swap_tensor: os.makedirs of nvme_path/zero_stage_3, as root where they run as root) and swap
+    on the disk that holds its nearest existing parent, which may be no NVMe (a cluster config's /local_nvme on a
+    workstation: the root disk)."""
     if not local:
         return []
     if dataset:
         dataset_files(dataset, cwd)
     notes = []
-    for section in ("offload_optimizer", "offload_param"):
-        offload = ((config or {}).get("zero_optimization") or {}).get(section)
-        path = offload.get("nvme_path") if isinstance(offload, dict) and offload.get("device") == "nvme" else None
-        if isinstance(path, str) and path and not (folder := Path(cwd, path)).exists():
-            held = next(parent for parent in folder.parents if parent.exists())
-            notes.append(f"zero_optimization.{section}.nvme_path {path} does not exist on this machine: the ranks "
-                         f"will create it and swap on the disk that holds {held}")
+    for key, path in nvme:
+        # the nearest existing place, spelled as the user spelled it (a relative path is the ranks' cwd's)
+        held, where = next((given, place) for given, place in zip((Path(path), *Path(path).parents),
+                                                                  (Path(cwd, path), *Path(cwd, path).parents))
+                           if place.exists())
+        if not where.is_dir():
+            raise UserError(f"{key} {path}: {held} is a file, not a folder, so DeepSpeed's ranks cannot make their "
+                            "swap folder there: give a folder")
+        if held != Path(path):
+            notes.append(f"{key} {path} does not exist on this machine: the ranks will create it and swap on the "
+                         f"disk that holds {held}")
     return notes
 
 

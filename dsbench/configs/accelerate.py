@@ -99,6 +99,16 @@ def ds_config_file(config: dict[str, Any]) -> str | None:
     return section_keys(config, "deepspeed_config").get("deepspeed_config_file")
 
 
+def nvme_folders(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """The folders an accelerate YAML's inline ``deepspeed_config`` offloads to NVMe, each with the key that names
+    it (accelerate 1.15 DeepSpeedPlugin: ``offload_{optimizer,param}_nvme_path``)."""
+    ds = section_keys(config, "deepspeed_config")
+    paths = {what: ds.get(f"offload_{what}_nvme_path") for what in ("optimizer", "param")
+             if ds.get(f"offload_{what}_device") == "nvme"}
+    return [(f"deepspeed_config.offload_{what}_nvme_path", path) for what, path in paths.items()
+            if isinstance(path, str) and path]
+
+
 def require_valid(findings: list[Finding], source: str) -> None:
     """Raise the first error as one line (for commands that need a usable YAML)."""
     for finding in findings:
