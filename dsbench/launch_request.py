@@ -195,9 +195,8 @@ def check_paths_here(dataset: str | None, nvme: list[tuple[str, str]], cwd: str,
     notes = []
     for key, path in nvme:
         # the nearest existing place, spelled as the user spelled it (a relative path is the ranks' cwd's)
-        held, where = next((given, place) for given, place in zip((Path(path), *Path(path).parents),
-                                                                  (Path(cwd, path), *Path(cwd, path).parents))
-                           if place.exists())
+        spelled, absolute = (Path(path), *Path(path).parents), (Path(cwd, path), *Path(cwd, path).parents)
+        held, where = next((given, place) for given, place in zip(spelled, absolute, strict=False) if place.exists())
         if not where.is_dir():
             raise UserError(f"{key} {path}: {held} is a file, not a folder, so DeepSpeed's ranks cannot make their "
                             "swap folder there: give a folder")

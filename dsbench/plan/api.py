@@ -203,7 +203,14 @@ def config_candidate(config: dict[str, Any]) -> Candidate:
     pp, tp = parallel_degrees(config)  # the degrees as validation read them (the config was refused otherwise)
     return Candidate(strategy=f"zero{zero.stage}", offload=zero.offload if zero.stage else "none",
                      offload_param=zero.offload_param if zero.stage == 3 else "none", tp=tp, pp=pp,
-                     ulysses=ulysses_degree(config))
+                     ulysses=ulysses_degree(config), autocast=_autocasts(config))
+
+
+def _autocasts(config: dict[str, Any]) -> bool:
+    """The config trains fp32 weights under DeepSpeed's torch_autocast (until 2026-12-04 priced as bf16 weights)."""
+    from dsbench.configs.precision import autocast_dtype, config_precision
+
+    return config_precision(config) == "fp32" and autocast_dtype(config) is not None
 
 
 def unpriced(config: dict[str, Any]) -> list[str]:
@@ -211,7 +218,10 @@ def unpriced(config: dict[str, Any]) -> list[str]:
     optimizer offload (its whole optimizer is priced on the host)."""
     zero = zero_settings(config)
     partial = zero.offload != "none" and zero.offload_ratio < 1
-    return [*zero.zeropp, *([f"offload_optimizer.ratio {zero.offload_ratio:g}"] if partial else [])]
+    # autocast's 16-bit weight copies, which autograd keeps from the forward to the backward, are counted by the
+    # GPU model for dsbench's DDP (plan/gpu_memory.py) but not by the ranking's model-state accounting
+    casts = ["torch_autocast's 16-bit weight copies (2 bytes per parameter)"] if _autocasts(config) else []
+    return [*zero.zeropp, *([f"offload_optimizer.ratio {zero.offload_ratio:g}"] if partial else []), *casts]
 
 
 def _config_estimate(config: dict[str, Any], wl: Workload, cl: Cluster, path: str | None) -> Estimate:

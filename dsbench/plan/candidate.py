@@ -37,6 +37,9 @@ class Candidate:
     """torch_tp's ``--sequence-parallel``: norms on sequence shards, reduce-scatter and all-gather for all-reduce."""
     loss_parallel: bool = False
     """torch_tp's ``--loss-parallel``: the LM head split over the vocabulary, the loss on its shards."""
+    autocast: bool = False
+    """A DeepSpeed config's ``torch_autocast``: fp32 weights, gradients and ZeRO's fp32 partition, the forward under
+    torch.autocast (only a given --config's row; dsbench's own DDP autocasts whatever this says)."""
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Candidate:
@@ -68,7 +71,7 @@ class Candidate:
     @property
     def planner_fields(self) -> dict[str, Any]:
         """Its fields as :attr:`dsbench.strategies.Strategy.planner_fields` spells them (all but checkpointing)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "checkpointing"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("checkpointing", "autocast")}
 
     @property
     def runs_as(self) -> Strategy:
@@ -77,7 +80,7 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        return self.runs_as.name + (" + ckpt" if self.checkpointing else "")
+        return self.runs_as.name + (" + autocast" if self.autocast else "") + (" + ckpt" if self.checkpointing else "")
 
 
 def hybrid(gpus_per_node: int, model_parallel: int = 1) -> Candidate:

@@ -102,7 +102,7 @@ class Estimate:
 def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     """Memory, time and MFU of ``cand`` for ``wl`` on ``cl``."""
     shape = wl.shape
-    acc = accounting_for(wl.precision, cand.strategy, wl.accounting)
+    acc = accounting_for(wl.precision, cand.strategy, wl.accounting, autocast=cand.autocast)
     dims = cand.dims(cl.world)
     model_parallel, dp = dims.model_parallel, dims.dp
     # ZeRO shards over (and reduces gradients across) the sequence-data-parallel group under Ulysses: dp x sp ranks

@@ -30,7 +30,8 @@ def layout_for(cand: Candidate, wl: Workload, cl: Cluster) -> Layout:
                   schedule="interleaved" if cand.virtual_stages > 1 else "1f1b", virtual_stages=cand.virtual_stages,
                   inter_gbs=cl.inter.bandwidth_gbs,  # --interconnect or --bandwidth
                   cp=cand.ulysses, cp_comm="a2a",  # Ulysses: the sequence split, all-to-alls around attention
-                  autocast=runs_autocast(cand.strategy, "hf"),  # zero0 is DeepSpeed's: 16-bit weights
+                  # zero0 is DeepSpeed's: 16-bit weights, unless its config asks for torch_autocast
+                  autocast=cand.autocast or runs_autocast(cand.strategy, "hf"),
                   offload=cand.offload != "none", offload_param=cand.offload_param != "none")  # NVMe: via the host
 
 

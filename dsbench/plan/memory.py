@@ -58,11 +58,13 @@ ACCOUNTINGS = {
 }
 
 
-def accounting_for(precision: str, strategy: str, explicit: str | None = None) -> Accounting:
-    """The accounting a run uses: explicit choice, else from precision and strategy."""
+def accounting_for(precision: str, strategy: str, explicit: str | None = None, autocast: bool = False) -> Accounting:
+    """The accounting a run uses: explicit choice, else from precision and strategy. ``autocast``: DeepSpeed's
+    ``torch_autocast``, a 16-bit forward over the model states of an fp32 run (the weights' dtype stays fp32:
+    deepspeed 0.19.8 runtime/torch_autocast.py; ZeRO keeps its fp32 copy of the partition as for any fp32 run)."""
     if explicit:
         return ACCOUNTINGS[explicit]
-    if precision in ("bf16", "fp16"):
+    if precision in ("bf16", "fp16") and not autocast:
         return ACCOUNTINGS["mixed16"]
     return ACCOUNTINGS["fp32_deepspeed" if strategy in ("zero1", "zero2", "zero3") else "fp32"]
 

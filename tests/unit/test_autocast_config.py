@@ -2,8 +2,8 @@
 validate says of a dtype that autocasts to nothing or to the device's default.
 
 Oracle: DeepSpeed 0.19.8's own engine, one CPU rank under ZeRO-2 (gloo) stepping torch's AdamW, three steps of a
-two-layer MLP per dtype: the forward's output dtype says what autocast computed in, and the losses whether the
-model learned.
+two-layer MLP per dtype: the forward's output dtype says what autocast computed in, the losses whether the
+model learned, and the bytes per parameter of the model states DeepSpeed holds what the planner prices.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import pytest
 from dsbench.configs.explain import explain
 from dsbench.configs.precision import autocast_findings, config_precision, run_precision
 from dsbench.envinfo import free_port
+from dsbench.plan.api import config_candidate, unpriced
+from dsbench.plan.memory import accounting_for
 
 _ENGINE = r"""
 import json, os, sys, warnings
@@ -35,13 +37,19 @@ for dtype in sys.argv[2:]:
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     x, y = torch.randn(4, 16), torch.randn(4, 1)
     losses = []
+    zero, n = engine.optimizer, sum(p.numel() for p in model.parameters())
+    size = lambda tensors: sum(t.numel() * t.element_size() for t in tensors) / n  # bytes per parameter
     for _ in range(3):
         pred = engine(x)
         loss = torch.nn.functional.mse_loss(pred.float(), y)
         engine.backward(loss)
+        grads = size(t for group in zero.averaged_gradients.values() for t in group)  # ZeRO's reduced partition
         engine.step()
         losses.append(float(loss))
-    out[dtype] = {"output": str(pred.dtype).removeprefix("torch."), "losses": losses}
+    moments = [t for state in zero.optimizer.state.values() for t in state.values() if torch.is_tensor(t) and t.dim()]
+    states = {"params": size(engine.module.parameters()), "grads": grads,
+              "master": size(zero.single_partition_of_fp32_groups), "optimizer": size(moments)}
+    out[dtype] = {"output": str(pred.dtype).removeprefix("torch."), "losses": losses, "states": states}
 print("RESULT " + json.dumps(out))
 """
 
@@ -74,6 +82,21 @@ def test_a_16_bit_autocast_is_the_run_s_precision_over_fp32_weights(deepspeed_ru
     assert run_precision({"torch_autocast": {"enabled": False, "dtype": "bf16"}}) == "fp32"
     line = next(x for x in explain(_config(dtype="bfloat16")) if x.startswith("precision"))
     assert "bf16 autocast" in line and "fp32 weights" in line
+
+
+def test_the_planner_prices_an_autocast_config_s_fp32_model_states(deepspeed_runs):
+    """Until 2026-12-04 a torch_autocast config's row in `dsbench plan --config` was priced as bf16 weights
+    (mixed16: 2 + 2 + 4 + 8 bytes per parameter); DeepSpeed holds fp32 weights and gradients beside ZeRO's fp32 copy
+    of the partition and the moments (measured: 4 + 4 + 4 + 8, padding aside)."""
+    measured = deepspeed_runs["bfloat16"]["states"]
+    cand = config_candidate(_config(dtype="bfloat16"))
+    assert cand.autocast and cand.name == "zero2 + autocast"
+    priced = accounting_for("bf16", cand.strategy, autocast=cand.autocast)
+    for part in ("params", "grads", "master", "optimizer"):
+        assert getattr(priced, part) == pytest.approx(measured[part], rel=0.02), part
+    assert accounting_for("bf16", cand.strategy).params == 2  # what it was priced as: half the weights' bytes
+    assert not config_candidate({"zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}).autocast
+    assert any("torch_autocast" in item for item in unpriced(_config(dtype="bfloat16")))
 
 
 def test_validate_names_a_dtype_that_autocasts_nothing_or_the_device_default(deepspeed_runs):
