@@ -42,6 +42,18 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 python3 -c "import torch, transformers, deepspeed, accelerate; print('torch', torch.__version__, 'cuda', \
 torch.version.cuda, 'transformers', transformers.__version__, 'deepspeed', deepspeed.__version__, \
 'accelerate', accelerate.__version__)" >> "$out/gpu.csv" 2>&1
+# Every WATCH_S seconds while process $1 runs: the processes on the machine and, where py-spy is installed (the
+# GPU.md recipe's wheels can carry it), each dsbench rank's Python stack; into $2. A cell that stalls before its
+# first step then says which process waits where (a rank stopped by `timeout` says its own place too: worker/stop.py).
+watch_processes() {
+  while sleep "${WATCH_S:-30}"; kill -0 "$1" 2> /dev/null; do
+    { echo "=== $(date +%T)"; ps -eo pid,ppid,etimes,pcpu,rss,args --sort=pid | grep -v " ps -eo" | cut -c1-200
+      nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+      if command -v py-spy > /dev/null; then
+        for pid in $(pgrep -f dsbench.train); do timeout 20 py-spy dump --pid "$pid" | head -40; done
+      fi; } >> "$2" 2>&1
+  done
+}
 status=0
 for step in $steps; do
   start=$(date +%s)
@@ -108,7 +120,10 @@ json.dump(measure_gpu('cuda:0', 5), sys.stdout, indent=1)" > "$out/gpu-constants
             run="$out/timer-sync-z$stage-$sync-$round"
             timeout "${TIMER_SYNC_TIMEOUT:-240}" python3 -m dsbench launch --zero $stage --num-gpus 1 --model gpt2 \
               --precision bf16 --micro-batch 16 --set timers.throughput.synchronized=$sync --run-dir "$run" \
-              -- --steps 25 --warmup 5 --seq-len 1024 >> "$out/timer-sync.log" 2>&1 || status=1
+              -- --steps 25 --warmup 5 --seq-len 1024 >> "$out/timer-sync.log" 2>&1 &
+            cell=$!
+            watch_processes $cell "$out/timer-sync-processes.log" &
+            wait $cell || status=1
             python3 -c "import json, sys; t = json.load(open(sys.argv[1])).get('throughput') or {}; \
 print(sys.argv[2], '%.0f tokens/s' % t.get('tokens_per_s', float('nan')))" "$run/summary.json" \
               "zero$stage synchronized=$sync round $round" >> "$out/timer-sync.txt" 2>&1
