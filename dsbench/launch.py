@@ -27,7 +27,7 @@ from dsbench.configs.validate import ValidateContext, validate
 from dsbench.configs.worker_flags import check_worker_flags
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import read_hostfile
-from dsbench.io import atomic_write_json, atomic_write_text, read_text
+from dsbench.io import atomic_write_json, atomic_write_text, check_output_path, read_text
 from dsbench.launch_checks import check_hostfile_overrides, check_layout, check_yaml_layout
 from dsbench.launch_request import (
     DEEPSPEED_ONLY,
@@ -90,12 +90,12 @@ def _as_typed(message: str, req: LaunchRequest, world_size: int) -> str:
                                                                               _render_flags(req, world_size)))
 
 
-def _written_config(req: LaunchRequest, world: int, model: str, steps: int
+def _checked_config(req: LaunchRequest, world: int, model: str, steps: int
                     ) -> tuple[Path, dict[str, Any], Any, list[str]]:
     """The DeepSpeed config as given (--config) or rendered from the flags for the ``model`` and ``steps`` the ranks
-    train (a decaying schedule ends there), valid for this launch's world, written into the run folder; its layout
-    (worked out once: validation and the launch's layout check read it, and that check, :func:`check_layout`, the
-    one each rank makes again, is where the model is checked) and the render's notes."""
+    train (a decaying schedule ends there), valid for this launch's world; the run folder's file for it, written once
+    every check passed (a refused launch leaves nothing in its folder); its layout (worked out once: validation and
+    :func:`check_layout`, which each rank makes again and where the model is checked, read it); the render's notes."""
     if req.config:
         config = load_config_strict(req.config)
         layout = layout_of(config, world) if isinstance(config, dict) else None
@@ -115,12 +115,11 @@ def _written_config(req: LaunchRequest, world: int, model: str, steps: int
                                    check_model=False, defaults={"train_steps": steps})
         (config, notes), layout = render(spec), spec.dims()
         check_rendered(config, spec, world)  # refused as `dsbench render` refuses it: the --set that broke it
-    return atomic_write_json(req.run_dir / "ds_config.json", config), config, layout, notes
+    return check_output_path(req.run_dir / "ds_config.json"), config, layout, notes
 
 
 def _render_flags(req: LaunchRequest, world_size: int) -> dict[str, Any]:
-    flags = {name: value for name, value in req.render_flags.items() if name not in WORKER_ONLY}
-    return {**flags, "world_size": world_size}
+    return {k: v for k, v in req.render_flags.items() if k not in WORKER_ONLY} | {"world_size": world_size}
 
 
 def _base_spec(req: LaunchRequest) -> LaunchSpec:
@@ -154,10 +153,9 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     typed_model = given.get("model") or req.model
     model = typed_model or trainspec.DEFAULT_MODEL
     steps = max(1, given.get("steps", trainspec.DEFAULT_STEPS))  # a decaying LR schedule ends there (--steps 0: below)
-    config_path, config, layout, notes = (_written_config(req, world, model, steps) if req.strategy == "deepspeed"
+    config_path, config, layout, notes = (_checked_config(req, world, model, steps) if req.strategy == "deepspeed"
                                           else (None, None, None, []))
     notes += _default_model_note(typed_model)
-    spec = replace(base, ds_config=str(config_path) if config_path else None)
     # The worker's whole input as one typed description, built here from the launch's own values and the user's
     # flags after --, checked now rather than on every rank later; the ranks read it back from run.json.
     train = trainflags.for_launch(given, launch_fields(req, req.strategy, config_path, base.rank_prints_summary()))
@@ -170,9 +168,11 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
                               dims=layout if isinstance(layout, ParallelDims) else None)
     except UserError as exc:
         raise UserError(_as_typed(str(exc), req, world)) from None
+    if config_path is not None:
+        atomic_write_json(config_path, config)
     # absolute: the per-node ssh script stops a failed job by this path (pkill -f), and nodes cd elsewhere
     run_file = trainspec.write(train, (Path(req.cwd) / req.run_dir / "run.json").resolve())
-    spec = replace(spec, run_file=str(run_file))
+    spec = replace(base, ds_config=str(config_path) if config_path else None, run_file=str(run_file))
     return PreparedLaunch(spec=spec, command=build(spec), notes=notes, train=train)
 
 

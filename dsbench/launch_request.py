@@ -194,9 +194,7 @@ def check_paths_here(dataset: str | None, nvme: list[tuple[str, str]], cwd: str,
         dataset_files(dataset, cwd)
     notes = []
     for key, path in nvme:
-        # the nearest existing place, spelled as the user spelled it (a relative path is the ranks' cwd's)
-        spelled, absolute = (Path(path), *Path(path).parents), (Path(cwd, path), *Path(cwd, path).parents)
-        held, where = next((given, place) for given, place in zip(spelled, absolute, strict=False) if place.exists())
+        held, where = _nearest_existing(key, path, cwd)
         if not where.is_dir():
             raise UserError(f"{key} {path}: {held} is a file, not a folder, so DeepSpeed's ranks cannot make their "
                             "swap folder there: give a folder")
@@ -204,6 +202,18 @@ def check_paths_here(dataset: str | None, nvme: list[tuple[str, str]], cwd: str,
             notes.append(f"{key} {path} does not exist on this machine: the ranks will create it and swap on the "
                          f"disk that holds {held}")
     return notes
+
+
+def _nearest_existing(key: str, path: str, cwd: str) -> tuple[Path, Path]:
+    """The nearest existing place at or above ``path``, as the user spelled it and as the ranks will find it (a
+    relative path is their cwd's); a path no system can hold is refused by ``key``."""
+    if "\0" in path:
+        raise UserError(f"{key}: {path!r} holds a NUL byte, which no path can: give a folder")
+    spelled, absolute = (Path(path), *Path(path).parents), (Path(cwd, path), *Path(cwd, path).parents)
+    try:
+        return next((given, place) for given, place in zip(spelled, absolute, strict=False) if place.exists())
+    except OSError as exc:  # a name longer than the file system allows, a path that loops
+        raise UserError(f"{key} {path[:60]}{'...' if len(path) > 60 else ''}: {exc.strerror}: give a folder") from None
 
 
 def check_yaml_here(req: LaunchRequest, config: Mapping[str, Any], processes: int, machines: int) -> None:

@@ -97,3 +97,26 @@ def test_a_dataset_no_rank_here_could_read_is_still_refused(tmp_path):
     with pytest.raises(UserError):
         check_paths_here(str(tmp_path / "absent"), [], str(tmp_path), local=True)
     assert check_paths_here(str(tmp_path / "absent"), [], str(tmp_path), local=False) == []
+
+
+def test_a_path_no_system_can_hold_is_refused_by_its_key(tmp_path):
+    with pytest.raises(UserError, match=r"offload_param.nvme_path: 'a\\x00b' holds a NUL byte"):
+        check_paths_here(None, _nvme("a\0b", "offload_param"), str(tmp_path), local=True)
+    with pytest.raises(UserError, match=r"offload_optimizer.nvme_path x{60}\.\.\.: File name too long"):
+        check_paths_here(None, _nvme("x" * 5000), str(tmp_path), local=True)
+
+
+def test_a_refused_launch_leaves_nothing_that_blocks_its_folder(cli_run, tmp_path):
+    """Found 2026-12-04: a launch refused after its config was rendered (a --dataset not there) had written
+    ds_config.json into --run-dir, so the corrected command was refused as a folder holding a file no launch
+    wrote. The config is now written once every check has passed."""
+    refused = cli_run("launch", "--run-dir", "r", "--dry-run", "--", "--dataset", "nowhere.txt")
+    assert refused.exit_code == 2 and "--dataset nowhere.txt" in refused.output
+    assert not (tmp_path / "r").exists()
+    (tmp_path / "nv.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, **_config("nv.json/swap")}))
+    refused = cli_run("launch", "--config", "nv.json", "--run-dir", "r", "--dry-run")
+    assert refused.exit_code == 2 and "nv.json is a file, not a folder" in refused.output
+    assert not (tmp_path / "r").exists()
+    result = cli_run("launch", "--run-dir", "r", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "r" / "ds_config.json").read_text())["zero_optimization"]["stage"] == 2
