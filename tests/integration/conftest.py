@@ -6,13 +6,13 @@ import fcntl
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bounded import communicate_bounded
 from tests.conftest import DATA, ROOT
 
 STEPS = 12
@@ -246,16 +246,9 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str] | None, timeout: int) -
     full_env = {**launch_env(), **(env or {})}
     proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    out, err, timed_out = communicate_bounded(proc, timeout)  # SIGTERM to its group first: the ranks stop cleanly
+    if timed_out:
         _TIMEOUTS.append(" ".join(argv[2:6]))
-        os.killpg(proc.pid, signal.SIGTERM)  # its whole group; dsbench forwards it to the launcher's group
-        try:
-            out, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
         pytest.fail(f"timed out after {timeout} s: {' '.join(argv)}\n{out[-3000:]}\n{err[-3000:]}")
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 

@@ -20,8 +20,9 @@ from dsbench.configs.precision import autocast_findings, config_precision, run_p
 from dsbench.envinfo import free_port
 from dsbench.plan.api import config_candidate, unpriced
 from dsbench.plan.memory import accounting_for
+from tests.bounded import GUARDED_BATON, communicate_bounded
 
-_ENGINE = r"""
+_ENGINE = GUARDED_BATON + r"""
 import json, os, sys, warnings
 os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 import torch, deepspeed
@@ -59,10 +60,11 @@ def deepspeed_runs():
     """Each dtype's output dtype and losses under DeepSpeed's engine, in one process (one process group)."""
     pytest.importorskip("deepspeed")
     env = {**os.environ, "DS_ACCELERATOR": "cpu"}
-    done = subprocess.run([sys.executable, "-c", _ENGINE, str(free_port()), "bfloat16", "half", "fp32", "int8",
-                           "unset"], env=env, capture_output=True, text=True, timeout=300)
-    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
-    assert line, done.stdout[-2000:] + done.stderr[-2000:]
+    child = subprocess.Popen([sys.executable, "-c", _ENGINE, str(free_port()), "bfloat16", "half", "fp32", "int8",
+                              "unset"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err, timed_out = communicate_bounded(child, timeout=300)  # SIGTERM first: no JIT lock left behind
+    line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
+    assert line and not timed_out, out[-2000:] + err[-2000:]
     return json.loads(line.removeprefix("RESULT "))
 
 

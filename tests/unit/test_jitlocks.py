@@ -175,3 +175,30 @@ def test_a_lock_left_in_another_op_s_folder_stops_no_run_that_does_not_load_it(t
     with pytest.raises(UserError) as refused:
         _guarded_baton()(str(loaded)).wait()  # torch's FileBaton.wait on the op the run loads, as jitbaton wraps it
     assert str(refused.value) == stale_lock_message([loaded])
+
+
+def test_a_test_s_bound_stops_its_child_without_leaving_the_lock_it_holds(tmp_path):
+    """tests/bounded.py, which every test's child that may build a DeepSpeed op runs under: past the bound the
+    child gets SIGTERM and removes its lock; what `subprocess.run(timeout=...)` did, SIGKILL, leaves it (the
+    shared cache's lock that failed a clean clone's `dsbench doctor` test, 2026-12-04)."""
+    import subprocess
+    import sys
+
+    from tests.bounded import GUARDED_BATON, communicate_bounded
+
+    building = GUARDED_BATON + (
+        "import sys, time\nfrom torch.utils.file_baton import FileBaton\n"
+        "assert FileBaton(sys.argv[1]).try_acquire()\nprint('building', flush=True)\ntime.sleep(120)\n")
+    for name, stop in (("killed", "kill"), ("bounded", "bound")):
+        lock = tmp_path / name / "lock"
+        lock.parent.mkdir()
+        child = subprocess.Popen([sys.executable, "-c", building, str(lock)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        assert child.stdout.readline() == "building\n" and lock.exists()
+        if stop == "kill":
+            child.kill()
+            child.communicate()
+            assert lock.exists()  # what a SIGKILL leaves
+        else:
+            _, err, timed_out = communicate_bounded(child, timeout=0.5, grace=30)
+            assert timed_out and child.returncode == 143 and not lock.exists(), err[-2000:]
