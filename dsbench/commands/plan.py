@@ -20,6 +20,7 @@ from dsbench.commands.options import (
 )
 from dsbench.errors import UserError
 from dsbench.plan.gpu_layout import ARCHS, KERNELS, PRICED, RECOMPUTE, SCHEDULES
+from dsbench.plan.memory import ACCOUNTINGS
 from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
 
 
@@ -55,7 +56,7 @@ from dsbench.plan.request import DEFAULTS, LAYOUT_DEFAULTS
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), default=DEFAULTS.precision,
               show_default=True, help="fp8: torchao's Float8 linears (tensorwise), with --layout on a GPU kind that "
               "has an fp8 peak.")
-@click.option("--accounting", type=click.Choice(["mixed16", "mixed12", "fp32", "fp32_deepspeed"]),
+@click.option("--accounting", type=click.Choice(list(ACCOUNTINGS)),
               help="Bytes/param accounting [mixed16 = ZeRO paper's 16; mixed12 = seeds' 12].")
 @click.option("--host-mem", type=POSITIVE, default=DEFAULTS.host_mem, show_default=True,
               help="CPU RAM per node, GiB (as `free -g` shows it).")

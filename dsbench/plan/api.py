@@ -203,14 +203,32 @@ def config_candidate(config: dict[str, Any]) -> Candidate:
     pp, tp = parallel_degrees(config)  # the degrees as validation read them (the config was refused otherwise)
     return Candidate(strategy=f"zero{zero.stage}", offload=zero.offload if zero.stage else "none",
                      offload_param=zero.offload_param if zero.stage == 3 else "none", tp=tp, pp=pp,
-                     ulysses=ulysses_degree(config), autocast=_autocasts(config))
+                     ulysses=ulysses_degree(config), autocast=_autocasts(config),
+                     config_accounting=config_accounting(config))
 
 
 def _autocasts(config: dict[str, Any]) -> bool:
-    """The config trains fp32 weights under DeepSpeed's torch_autocast (until 2026-12-04 priced as bf16 weights)."""
+    """The config trains fp32 weights under DeepSpeed's torch_autocast."""
     from dsbench.configs.precision import autocast_dtype, config_precision
 
     return config_precision(config) == "fp32" and autocast_dtype(config) is not None
+
+
+def config_accounting(config: dict[str, Any]) -> str | None:
+    """The model states a DeepSpeed run under this config holds, where its precision alone names others (until
+    2026-12-04 both were priced as bf16's ``mixed16``): torch_autocast's fp32 weights and gradients beside ZeRO's
+    fp32 copy (``fp32_deepspeed``), and 16-bit weights with ``data_types.grad_accum_dtype`` fp32, whose gradients
+    are fp32 at every ZeRO stage (``mixed16_fp32_grads``; without ZeRO DeepSpeed refuses the mix). Measured with
+    DeepSpeed 0.19.8's engine on a CPU rank (tests/unit/test_autocast_config.py)."""
+    from dsbench.configs.overrides import get_path
+    from dsbench.configs.precision import DTYPES, config_precision
+
+    if _autocasts(config):
+        return "fp32_deepspeed"
+    accum = get_path(config, "data_types.grad_accum_dtype")
+    if config_precision(config) in ("bf16", "fp16") and isinstance(accum, str) and DTYPES.get(accum) == "fp32":
+        return "mixed16_fp32_grads" if zero_settings(config).stage else None
+    return None
 
 
 def unpriced(config: dict[str, Any]) -> list[str]:

@@ -11,6 +11,8 @@ from dsbench.strategy_match import for_candidate
 
 _ALWAYS_WRITTEN = ("strategy", "offload", "offload_param", "tp", "pp")
 """The fields every plan result row has carried (:meth:`Candidate.from_dict` requires them)."""
+_NOT_PLANNER = ("checkpointing", "autocast", "config_accounting")
+"""Fields that say how a layout runs, not which layout it is (no strategy name holds them)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,8 +40,11 @@ class Candidate:
     loss_parallel: bool = False
     """torch_tp's ``--loss-parallel``: the LM head split over the vocabulary, the loss on its shards."""
     autocast: bool = False
-    """A DeepSpeed config's ``torch_autocast``: fp32 weights, gradients and ZeRO's fp32 partition, the forward under
-    torch.autocast (only a given --config's row; dsbench's own DDP autocasts whatever this says)."""
+    """A DeepSpeed config's ``torch_autocast``: the forward under torch.autocast over fp32 weights (only a given
+    --config's row; dsbench's own DDP autocasts whatever this says)."""
+    config_accounting: str | None = None
+    """The model-state accounting a given --config's dtypes hold where its precision alone would give another
+    (plan/api.config_accounting); None for every other row."""
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Candidate:
@@ -71,7 +76,7 @@ class Candidate:
     @property
     def planner_fields(self) -> dict[str, Any]:
         """Its fields as :attr:`dsbench.strategies.Strategy.planner_fields` spells them (all but checkpointing)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("checkpointing", "autocast")}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_PLANNER}
 
     @property
     def runs_as(self) -> Strategy:

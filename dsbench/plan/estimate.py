@@ -82,6 +82,7 @@ class Estimate:
         c = self.candidate
         return {"name": c.name, **c.planner_fields, "dp": self.dp,
                 "activation_checkpointing": c.checkpointing, "autocast": c.autocast,
+                "config_accounting": c.config_accounting,
                 "accounting": self.accounting.name, "fits": self.fits,
                 "memory_gib": {"params": self.states.params / GIB, "grads": self.states.grads / GIB,
                                "optimizer_states": self.states.optimizer / GIB,
@@ -102,7 +103,7 @@ class Estimate:
 def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     """Memory, time and MFU of ``cand`` for ``wl`` on ``cl``."""
     shape = wl.shape
-    acc = accounting_for(wl.precision, cand.strategy, wl.accounting, autocast=cand.autocast)
+    acc = accounting_for(wl.precision, cand.strategy, wl.accounting or cand.config_accounting)
     dims = cand.dims(cl.world)
     model_parallel, dp = dims.model_parallel, dims.dp
     # ZeRO shards over (and reduces gradients across) the sequence-data-parallel group under Ulysses: dp x sp ranks

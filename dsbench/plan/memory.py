@@ -55,16 +55,18 @@ ACCOUNTINGS = {
     "fp32": Accounting("fp32", 4, 4, 8, 0, "fp32 weights/grads, torch AdamW moments; 16 bytes/param"),
     "fp32_deepspeed": Accounting("fp32_deepspeed", 4, 4, 8, 4, "DeepSpeed ZeRO-1/2/3 in fp32: its optimizer keeps "
                                                                 "an fp32 copy of the partition; 20 bytes/param"),
+    "mixed16_fp32_grads": Accounting("mixed16_fp32_grads", 2, 4, 8, 4, "DeepSpeed ZeRO-1/2/3 with 16-bit weights and "
+                                                                        "data_types.grad_accum_dtype fp32: fp32 "
+                                                                        "gradients; 18 bytes/param"),
 }
 
 
-def accounting_for(precision: str, strategy: str, explicit: str | None = None, autocast: bool = False) -> Accounting:
-    """The accounting a run uses: explicit choice, else from precision and strategy. ``autocast``: DeepSpeed's
-    ``torch_autocast``, a 16-bit forward over the model states of an fp32 run (the weights' dtype stays fp32:
-    deepspeed 0.19.8 runtime/torch_autocast.py; ZeRO keeps its fp32 copy of the partition as for any fp32 run)."""
+def accounting_for(precision: str, strategy: str, explicit: str | None = None) -> Accounting:
+    """The accounting a run uses: explicit choice (``--accounting``, or what a given config's dtypes hold:
+    plan/api.config_accounting), else from precision and strategy."""
     if explicit:
         return ACCOUNTINGS[explicit]
-    if precision in ("bf16", "fp16") and not autocast:
+    if precision in ("bf16", "fp16"):
         return ACCOUNTINGS["mixed16"]
     return ACCOUNTINGS["fp32_deepspeed" if strategy in ("zero1", "zero2", "zero3") else "fp32"]
 

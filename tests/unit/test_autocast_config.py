@@ -3,7 +3,8 @@ validate says of a dtype that autocasts to nothing or to the device's default.
 
 Oracle: DeepSpeed 0.19.8's own engine, one CPU rank under ZeRO-2 (gloo) stepping torch's AdamW, three steps of a
 two-layer MLP per dtype: the forward's output dtype says what autocast computed in, the losses whether the
-model learned, and the bytes per parameter of the model states DeepSpeed holds what the planner prices.
+model learned, and the bytes per parameter of the model states DeepSpeed holds what the planner prices; and with
+bf16 weights at each ZeRO stage, the dtype DeepSpeed keeps gradients in with and without fp32 accumulation.
 """
 
 from __future__ import annotations
@@ -51,6 +52,21 @@ for dtype in sys.argv[2:]:
     states = {"params": size(engine.module.parameters()), "grads": grads,
               "master": size(zero.single_partition_of_fp32_groups), "optimizer": size(moments)}
     out[dtype] = {"output": str(pred.dtype).removeprefix("torch."), "losses": losses, "states": states}
+# bf16 weights, gradients accumulated as data_types.grad_accum_dtype says (unset: the weights' dtype): the bytes of
+# each element DeepSpeed keeps gradients in after a backward, at each ZeRO stage
+for stage in (1, 2, 3):
+    for accum in ("fp32", "unset"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        config = {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": stage}, "bf16": {"enabled": True},
+                  **({"data_types": {"grad_accum_dtype": accum}} if accum != "unset" else {})}
+        engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2),
+                                          config=config)
+        engine.backward(torch.nn.functional.mse_loss(engine(x.bfloat16()).float(), torch.randn(4, 1)))
+        zero = engine.optimizer  # BF16_Optimizer (ZeRO-1 with fp32 accumulation), ZeRO-1/2's, ZeRO-3's
+        held = [*getattr(zero, "fp32_groups_gradients_flat", []), getattr(zero, "grad_partitions_flat_buffer", None),
+                *(t for group in getattr(zero, "averaged_gradients", {}).values() for t in group)]
+        out[f"grads zero{stage} {accum}"] = sorted({t.element_size() for t in held if t is not None})
 print("RESULT " + json.dumps(out))
 """
 
@@ -92,13 +108,28 @@ def test_the_planner_prices_an_autocast_config_s_fp32_model_states(deepspeed_run
     of the partition and the moments (measured: 4 + 4 + 4 + 8, padding aside)."""
     measured = deepspeed_runs["bfloat16"]["states"]
     cand = config_candidate(_config(dtype="bfloat16"))
-    assert cand.autocast and cand.name == "zero2 + autocast"
-    priced = accounting_for("bf16", cand.strategy, autocast=cand.autocast)
+    assert cand.autocast and cand.name == "zero2 + autocast" and cand.config_accounting == "fp32_deepspeed"
+    priced = accounting_for("bf16", cand.strategy, cand.config_accounting)
     for part in ("params", "grads", "master", "optimizer"):
         assert getattr(priced, part) == pytest.approx(measured[part], rel=0.02), part
     assert accounting_for("bf16", cand.strategy).params == 2  # what it was priced as: half the weights' bytes
-    assert not config_candidate({"zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}).autocast
+    plain = config_candidate({"zero_optimization": {"stage": 2}, "bf16": {"enabled": True}})
+    assert not plain.autocast and plain.config_accounting is None
     assert any("torch_autocast" in item for item in unpriced(_config(dtype="bfloat16")))
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_fp32_gradient_accumulation_beside_bf16_weights_is_priced_at_every_stage(deepspeed_runs, stage):
+    """``data_types.grad_accum_dtype: fp32`` beside bf16 weights: DeepSpeed keeps the gradients in fp32 at every ZeRO
+    stage (BF16_Optimizer at ZeRO-1, the ZeRO optimizers' own buffers at 2 and 3), bf16 without it; until
+    2026-12-04 `dsbench plan --config` priced both at 2 bytes."""
+    assert deepspeed_runs[f"grads zero{stage} fp32"] == [4] and deepspeed_runs[f"grads zero{stage} unset"] == [2]
+    config = {"zero_optimization": {"stage": stage}, "bf16": {"enabled": True},
+              "data_types": {"grad_accum_dtype": "float32"}}
+    priced = accounting_for("bf16", f"zero{stage}", config_candidate(config).config_accounting)
+    assert (priced.params, priced.grads) == (2, 4)
+    assert "fp32 gradients" in next(line for line in explain(config) if line.startswith("precision"))
+    assert config_candidate({**config, "data_types": {"grad_accum_dtype": "bf16"}}).config_accounting is None
 
 
 def test_validate_names_a_dtype_that_autocasts_nothing_or_the_device_default(deepspeed_runs):
