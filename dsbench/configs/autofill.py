@@ -99,9 +99,22 @@ CLIP_DEFAULT = 1.0
 runtime/constants.py ``GRADIENT_CLIPPING_DEFAULT = 1.0`` (earlier releases: 0, no clipping)."""
 
 
+DEEPSPEED_AUTO = frozenset({
+    "pipeline.stages",
+    "data_types.keep_in_fp32_modules",
+    *(f"zero_optimization.zenflow.{key}" for key in ("select_strategy", "select_interval", "update_interval")),
+    *(f"expert_parallel.{key}" for key in ("score_apply", "combine_impl", "row_weighting_impl", "score_func", "top_k")),
+})
+"""Keys whose "auto" is DeepSpeed's own value, its default there, not a placeholder for the Trainer to fill
+(deepspeed 0.19.8: runtime/config.py's pipeline defaults and ``keep_in_fp32_modules``, runtime/zenflow/
+zenflow_config.py, module_inject/auto_ep_config.py). Until 2026-12-04 validate refused a ZenFlow config with
+``select_strategy: "auto"`` as a Trainer's unfilled value."""
+
+
 def auto_paths(config: dict[str, Any]) -> list[str]:
-    """Dotted paths whose value is the string "auto" (``pipeline.stages`` is DeepSpeed's own and excluded)."""
-    return [path for path, value in iter_leaves(config) if value == AUTO and path != "pipeline.stages"]
+    """Dotted paths whose value is the string "auto", left for the HF Trainer or accelerate to fill (DeepSpeed's own
+    "auto" values, :data:`DEEPSPEED_AUTO`, are not)."""
+    return [path for path, value in iter_leaves(config) if value == AUTO and path not in DEEPSPEED_AUTO]
 
 
 def resolve_value(path: str, inputs: AutoInputs) -> Any:

@@ -75,6 +75,7 @@ def finding_lines(findings: list[Finding]) -> list[str]:
     head = auto[0]
     said = (f"{head.severity.upper():7} {len(auto)} values are 'auto': {keys}; "
             + ("the HF Trainer, accelerate or `dsbench launch --config` fills them" if head.severity == "warning" else
-               "only the HF Trainer and accelerate fill them, plain DeepSpeed fails late on them")
+               "only the HF Trainer and accelerate fill them; plain DeepSpeed stops on some and quietly uses its own "
+               "default for others")
             + f"; in brackets what TrainingArguments' defaults make them. Fix: {head.fix}")
     return [said if f is head else f.line() for f in findings if f is head or f.code != "unresolved-auto"]

@@ -152,6 +152,32 @@ def test_auto_is_an_error_naming_the_value_unless_allowed():
     assert all("--allow-auto" not in f.text() and "becomes" in f.message for f in allowed)
 
 
+def test_deepspeed_s_own_auto_values_are_not_the_trainer_s_to_fill():
+    """ZenFlow's select_strategy, select_interval and update_interval, data_types.keep_in_fp32_modules, AutoEP's
+    router settings and pipeline.stages take "auto" as DeepSpeed's own value. Oracle: DeepSpeed 0.19.8's parsed
+    config, whose default at each of them is "auto". Until 2026-12-04 validate refused a ZenFlow config for two."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    from dsbench.configs.autofill import DEEPSPEED_AUTO
+
+    parsed = DeepSpeedConfig({"train_micro_batch_size_per_gpu": 1, "train_batch_size": 1, "expert_parallel": {},
+                              "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+                                                    "zenflow": {}}})
+    defaults = {"pipeline.stages": parsed.pipeline["stages"],
+                "data_types.keep_in_fp32_modules": parsed.keep_in_fp32_modules,
+                **{f"zero_optimization.zenflow.{key}": getattr(parsed.zero_config.zenflow, key)
+                   for key in ("select_strategy", "select_interval", "update_interval")},
+                **{f"expert_parallel.{key}": getattr(parsed.expert_parallel_config, key)
+                   for key in ("score_apply", "combine_impl", "row_weighting_impl", "score_func", "top_k")}}
+    assert set(defaults) == DEEPSPEED_AUTO and set(defaults.values()) == {"auto"}
+    config = {**BASE, "data_types": {"keep_in_fp32_modules": "auto"}, "zero_optimization": {
+        "stage": 2, "offload_optimizer": {"device": "cpu"},
+        "zenflow": {"topk_ratio": 0.05, "select_strategy": "auto", "select_interval": "auto", "update_interval": 4}}}
+    assert not [f for f in run(config) if f.code == "unresolved-auto"]
+    trainer = {**config, "gradient_clipping": "auto"}  # the Trainer's placeholder beside them is still named
+    assert [f.path for f in run(trainer) if f.code == "unresolved-auto"] == ["gradient_clipping"]
+
+
 def test_all_problems_are_listed_not_only_the_first():
     config = {"train_batch_size": 7, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
               "zero_optimization": {"stage": 1, "offload_param": {"device": "cpu"}, "bogus": 1},
