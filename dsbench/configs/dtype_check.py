@@ -46,3 +46,19 @@ def check_grad_accum_dtype(config: dict[str, Any]) -> list[Finding]:
                                 "BF16_Optimizer, which needs the norm: the engine stops at start-up",
                         fix="delete it, or accumulate in bf16 (data_types.grad_accum_dtype)")]
     return []
+
+
+def check_param_dtype(config: dict[str, Any]) -> list[Finding]:
+    """``data_types.param_dtype`` other than the model dtype the fp16/bf16 flags give: DeepSpeed's engine asserts
+    they agree before it casts the module (deepspeed 0.19.8 runtime/engine.py ``_assert_valid_mixed_precision_config``),
+    so every rank stops at start-up; DeepSpeed's config parser passes it."""
+    model = config_precision(config)
+    given = get_path(config, "data_types.param_dtype")
+    param = DTYPES.get(given) if isinstance(given, str) else None
+    if model == "auto" or param is None or param == model:
+        return []
+    return [Finding(severity="error", code="deepspeed-rejects", path="data_types.param_dtype",
+                    message=f"{given} beside {model} weights (from the fp16/bf16 flags): DeepSpeed's engine stops "
+                            "at start-up, as the two must agree",
+                    fix=f"delete it (the weights follow the fp16/bf16 flags), or set it to {model}")]
+

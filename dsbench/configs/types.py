@@ -99,6 +99,10 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "zero_optimization.offload_optimizer.device": DEVICES,
     "zero_optimization.offload_param.device": DEVICES,
     "data_types.grad_accum_dtype": tuple(DTYPES),
+    # DtypeEnum at the engine's start (deepspeed 0.19.8 runtime/engine.py _assert_valid_mixed_precision_config,
+    # _mixed_precision_dtypes): every rank stopped on another spelling, which the config parser passes
+    "data_types.param_dtype": tuple(DTYPES),
+    "data_types.buffer_dtype": tuple(DTYPES),
     "torch_autocast.dtype": tuple(DTYPES),  # DtypeEnum too (runtime/config.py get_torch_autocast_dtype)
 }
 

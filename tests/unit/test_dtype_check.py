@@ -74,3 +74,28 @@ def test_the_dtype_spellings_are_deepspeeds_and_any_other_is_refused():
             DtypeEnum(value)
         assert [f.path for f in check_types({"data_types": {"grad_accum_dtype": value}})] == [
             "data_types.grad_accum_dtype"], value
+
+
+@pytest.mark.parametrize("precision", list(PRECISIONS))
+def test_a_param_dtype_is_refused_exactly_where_deepspeeds_engine_asserts(precision):
+    """``data_types.param_dtype`` against the fp16/bf16 flags. Oracle: DeepSpeed's own
+    ``DeepSpeedEngine._assert_valid_mixed_precision_config`` on the parsed config (an AssertionError on every rank
+    at start-up, which validate said nothing of until 2026-12-04)."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    from dsbench.configs.dtype_check import check_param_dtype
+
+    for param in ("fp32", "float32", "bf16", "bfloat16", "fp16", "half"):
+        config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, **PRECISIONS[precision],
+                  "data_types": {"param_dtype": param}}
+        engine = DeepSpeedEngine.__new__(DeepSpeedEngine)  # no __init__: only what the check reads
+        object.__setattr__(engine, "_config", DeepSpeedConfig(config))
+        try:
+            engine._assert_valid_mixed_precision_config()
+            stops = False
+        except AssertionError:
+            stops = True
+        findings = check_param_dtype(config)
+        assert bool(findings) is stops, (precision, param)
+        assert all(f.path == "data_types.param_dtype" and f.severity == "error" for f in findings)
