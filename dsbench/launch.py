@@ -161,8 +161,8 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     train = trainflags.for_launch(given, launch_fields(req, req.strategy, config_path, base.rank_prints_summary()))
     if config is not None:  # each flag's value checked above; whether the config would ignore it, here
         check_worker_flags(given, config, req.config)
-    notes += check_paths_here(train.dataset, nvme_folders(config), req.cwd,
-                              local=not req.hostfile and req.slurm is None)
+    nvme = nvme_folders(config, typed=None if req.config else req.render_flags.get("nvme_path"))  # as typed
+    notes += check_paths_here(train.dataset, nvme, req.cwd, local=not req.hostfile and req.slurm is None)
     try:
         notes += check_layout(train, config, world, resume=True,
                               dims=layout if isinstance(layout, ParallelDims) else None)

@@ -168,16 +168,19 @@ _RENDER_FLAG_NAMES = {"precision": "--precision", "micro_batch": "--micro-batch"
                       "warmup_steps": "--warmup-steps"}
 
 
-def nvme_folders(config: Mapping[str, Any] | None, named_in: str = "") -> list[tuple[str, str]]:
+def nvme_folders(config: Mapping[str, Any] | None, named_in: str = "", typed: str | None = None
+                 ) -> list[tuple[str, str]]:
     """The folders a DeepSpeed config's NVMe offload swaps to, each with the key that names it (after
-    ``named_in``, the file that holds the config, where that is not the file the user gave)."""
-    folders = []
+    ``named_in``, the file that holds the config, where that is not the file the user gave), or, for the path the
+    launch rendered from ``--nvme-path`` (``typed``), that flag, once for both sections."""
+    folders: dict[tuple[str, str], None] = {}
     for section in ("offload_optimizer", "offload_param"):
         offload = ((config or {}).get("zero_optimization") or {}).get(section)
         path = offload.get("nvme_path") if isinstance(offload, dict) and offload.get("device") == "nvme" else None
         if isinstance(path, str) and path:
-            folders.append((f"{named_in}zero_optimization.{section}.nvme_path", path))
-    return folders
+            key = "--nvme-path" if path == typed else f"{named_in}zero_optimization.{section}.nvme_path"
+            folders[key, path] = None
+    return list(folders)
 
 
 def check_paths_here(dataset: str | None, nvme: list[tuple[str, str]], cwd: str, local: bool) -> list[str]:

@@ -120,3 +120,17 @@ def test_a_refused_launch_leaves_nothing_that_blocks_its_folder(cli_run, tmp_pat
     result = cli_run("launch", "--run-dir", "r", "--dry-run")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "r" / "ds_config.json").read_text())["zero_optimization"]["stage"] == 2
+
+
+def test_a_folder_the_launch_rendered_is_named_by_the_flag_that_gave_it(cli_run, tmp_path):
+    """`dsbench launch --nvme-path` names the flag typed, once for both offloads, not the rendered config's keys."""
+    both = cli_run("launch", "--zero", "3", "--offload", "nvme", "--offload-param", "nvme", "--nvme-path",
+                   str(tmp_path / "swap"), "--run-dir", "r1", "--dry-run")
+    assert both.exit_code == 0, both.output
+    notes = [line for line in both.output.splitlines() if "nvme" in line.lower() and line.startswith("note:")]
+    assert notes == [f"note: --nvme-path {tmp_path / 'swap'} does not exist on this machine: the ranks will create "
+                     f"it and swap on the disk that holds {tmp_path}"]
+    (tmp_path / "f").write_text("a file")
+    refused = cli_run("launch", "--zero", "3", "--offload-param", "nvme", "--nvme-path", "f", "--run-dir", "r2",
+                      "--dry-run")
+    assert refused.exit_code == 2 and "--nvme-path f: f is a file, not a folder" in refused.output
