@@ -113,6 +113,15 @@ def deepspeed_findings(config: dict[str, Any], world_size: int | None, reported:
     return _optimizer_findings(checked, ds_config)
 
 
+def optimizer_findings(config: dict[str, Any]) -> list[Finding]:
+    """The optimizer check alone, for a rank (which validates without DeepSpeed's parser, and has DeepSpeed
+    imported, its accelerator chosen as the launch set it: nothing here sets DS_ACCELERATOR): an
+    ``optimizer.type`` the engine would stop at, said before ``deepspeed.initialize``."""
+    from deepspeed.runtime import config as ds_config
+
+    return _optimizer_findings(config, ds_config)
+
+
 def _optimizer_findings(config: dict[str, Any], ds_config: Any) -> list[Finding]:
     """An ``optimizer.type`` the engine would not build: DeepSpeedConfig accepts any name, and the engine asserts
     at start-up. Its own test decides here (``DeepSpeedEngine._is_supported_optimizer``: one of DeepSpeed's own,

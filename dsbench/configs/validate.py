@@ -255,12 +255,10 @@ def _pipeline_clip(config: dict[str, Any], pp: int, stage: int) -> list[Finding]
 
 
 def check_auto(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
-    """"auto" is filled only by the HF Trainer / accelerate. Plain DeepSpeed 0.19.8 fills none: a batch key stops
-    its config parser (TypeError), and its pydantic sections drop the value for their own default
-    (runtime/config_utils.py DeepSpeedConfigModel: reduce_bucket_size "auto" is read as 5e8)."""
+    """"auto" is filled only by the HF Trainer / accelerate; plain DeepSpeed 0.19.8 stops on a batch key's and its
+    pydantic sections take their default for theirs (runtime/config_utils.py: reduce_bucket_size "auto" is 5e8)."""
     dp = _data_parallel_size(config, ctx)
-    mb = int_or_none(get_path(config, "train_micro_batch_size_per_gpu"))
-    ga = int_or_none(get_path(config, "gradient_accumulation_steps"))
+    _, mb, ga = (int_or_none(get_path(config, key)) for key in BATCH_KEYS)  # train, micro, accumulation
     # HF TrainingArguments defaults: per_device_train_batch_size 8, accumulation 1, learning_rate 5e-5
     inputs = AutoInputs(micro_batch=mb or 8, grad_accum=ga or 1, data_parallel_size=dp, lr=5e-5, train_steps=None)
     out = []
@@ -269,10 +267,9 @@ def check_auto(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
         would = f"; with TrainingArguments defaults it becomes {json.dumps(value)}" if value is not None else ""
         message, fix = ((f"'auto', left for the HF Trainer, accelerate or `dsbench launch --config` to fill{would}",
                          "set a value to run it under plain `deepspeed`") if ctx.allow_auto else
-                        (f"'auto' is filled only by the HF Trainer/accelerate; plain DeepSpeed stops on it or "
-                         f"quietly uses its own default{would}",
-                         "set a value, render with `dsbench render --model NAME`, or --allow-auto if the Trainer "
-                         "fills it"))
+                        (f"'auto' is filled only by the HF Trainer/accelerate; plain DeepSpeed stops on it or quietly "
+                         f"uses its own default{would}", "set a value, render with `dsbench render --model NAME`, or "
+                         "--allow-auto if the Trainer fills it"))
         out.append(Finding(severity="warning" if ctx.allow_auto else "error", code="unresolved-auto", path=path,
                            message=message, fix=fix, becomes="" if value is None else json.dumps(value)))
     return out

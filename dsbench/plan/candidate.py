@@ -44,7 +44,7 @@ class Candidate:
     --config's row; dsbench's own DDP autocasts whatever this says)."""
     config_accounting: str | None = None
     """The model-state accounting a given --config's dtypes hold where its precision alone would give another
-    (plan/api.config_accounting); None for every other row."""
+    (plan/config_row.config_accounting); None for every other row."""
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Candidate:

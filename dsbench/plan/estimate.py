@@ -80,9 +80,8 @@ class Estimate:
 
     def to_dict(self) -> dict[str, Any]:
         c = self.candidate
-        return {"name": c.name, **c.planner_fields, "dp": self.dp,
-                "activation_checkpointing": c.checkpointing, "autocast": c.autocast,
-                "config_accounting": c.config_accounting,
+        return {"name": c.name, **c.planner_fields, "dp": self.dp, "activation_checkpointing": c.checkpointing,
+                "autocast": c.autocast, "config_accounting": c.config_accounting,
                 "accounting": self.accounting.name, "fits": self.fits,
                 "memory_gib": {"params": self.states.params / GIB, "grads": self.states.grads / GIB,
                                "optimizer_states": self.states.optimizer / GIB,

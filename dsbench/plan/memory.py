@@ -63,7 +63,7 @@ ACCOUNTINGS = {
 
 def accounting_for(precision: str, strategy: str, explicit: str | None = None) -> Accounting:
     """The accounting a run uses: explicit choice (``--accounting``, or what a given config's dtypes hold:
-    plan/api.config_accounting), else from precision and strategy."""
+    plan/config_row.config_accounting), else from precision and strategy."""
     if explicit:
         return ACCOUNTINGS[explicit]
     if precision in ("bf16", "fp16"):

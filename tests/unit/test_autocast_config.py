@@ -19,7 +19,7 @@ import pytest
 from dsbench.configs.explain import explain
 from dsbench.configs.precision import autocast_findings, config_precision, run_precision
 from dsbench.envinfo import free_port
-from dsbench.plan.api import config_candidate, unpriced
+from dsbench.plan.config_row import config_candidate, unpriced
 from dsbench.plan.memory import accounting_for
 from tests.bounded import GUARDED_BATON, communicate_bounded
 

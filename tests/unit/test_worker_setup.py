@@ -53,6 +53,26 @@ def test_a_configs_own_accumulation_sizes_the_auto_batch():
         complete_ds_config({**raw, "train_batch_size": 5}, "plugin", inputs, world_size=2)
 
 
+def test_a_rank_refuses_an_optimizer_deepspeed_would_not_build_before_initialize():
+    """`dsbench launch --config` of a config naming OneBitAdam (removed from DeepSpeed 0.19.8) started its ranks,
+    which stopped in deepspeed.initialize on the engine's assertion with a traceback; the rank now says it in one
+    line first, by DeepSpeed's own test (``DeepSpeedEngine._is_supported_optimizer``), before its engine or the
+    shared-memory op are built."""
+    from dsbench.configs.autofill import AutoInputs
+    from dsbench.worker.setup import complete_ds_config
+
+    inputs = AutoInputs(micro_batch=2, grad_accum=1, data_parallel_size=2, grad_clip=1.0, lr=3e-4, weight_decay=0.0,
+                        warmup_steps=0, train_steps=10, precision="fp32", hidden_size=64)
+    raw = {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 0}}
+    for name, refused in (("OneBitAdam", True), ("ZeroOneAdam", True), ("AdamW", False), ("SGD", False)):
+        config = {**raw, "optimizer": {"type": name, "params": {"lr": 1e-4}}}
+        if refused:
+            with pytest.raises(UserError, match=f"ob.json: ERROR   optimizer.type: .* builds no optimizer '{name}'"):
+                complete_ds_config(config, "ob.json", inputs, world_size=2)
+        else:
+            complete_ds_config(config, "ob.json", inputs, world_size=2)
+
+
 def test_a_rank_works_out_its_config_s_layout_once(monkeypatch):
     """Issue 25: the rank's config completion builds one ParallelDims, which its validation reads; a config whose
     degrees do not divide the world is one line naming the file."""

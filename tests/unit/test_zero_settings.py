@@ -113,7 +113,7 @@ def test_the_planner_reads_a_bucket_written_as_5e8(tmp_path):
     workload, _, config = build(PlanRequest(model="llama-tiny", gpus=2, config=str(path)))
     assert workload.reduce_bucket == 500_000_000
 
-    from dsbench.plan.api import config_candidate
+    from dsbench.plan.config_row import config_candidate
 
     candidate = config_candidate(config)
     assert (candidate.strategy, candidate.offload) == ("zero2", "cpu")
