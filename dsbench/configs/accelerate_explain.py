@@ -53,6 +53,9 @@ def explain(config: dict[str, Any], ds_lines: list[str] | None = None) -> list[s
         lines.append(f"precision: {precision} weights, activations and gradients, fp32 main weights in Megatron's "
                      f"optimizer{' with dynamic loss scaling' * (precision == 'fp16')}" if precision in ("bf16", "fp16")
                      else f"precision: {'fp32' if precision == 'no' else precision}")
+    elif kind == "FSDP" and precision in ("bf16", "fp16"):  # accelerate's set_mixed_precision and native_amp
+        lines.append(f"precision: {precision} autocast around the forward; FSDP gathers the weights and reduces the "
+                     f"gradients in {precision} (accelerate's mixed-precision policy); fp32 shards and optimizer")
     elif kind != "DEEPSPEED":
         lines.append({"bf16": "precision: bf16 autocast around the forward; fp32 weights and optimizer",
                       "fp16": "precision: fp16 autocast with a gradient scaler; fp32 weights and optimizer",

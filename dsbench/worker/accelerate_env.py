@@ -129,6 +129,10 @@ def fsdp_settings(reshard: bool, cpu_offload: bool, activation_checkpointing: bo
     # utils/fsdp_utils.py, disable_fsdp_ram_efficient_loading); the run header records what `accelerate launch`
     # set, so the launcher's value is put back (nothing after this reads it)
     os.environ.update(launched)
+    mixed = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if mixed in ("bf16", "fp16"):  # what AcceleratorState does with the YAML's mixed_precision (accelerate state.py)
+        plugin.set_mixed_precision(mixed)
+    policy = plugin.mixed_precision_policy
     version = plugin.fsdp_version
     strategy = None
     if version == 1:
@@ -139,9 +143,10 @@ def fsdp_settings(reshard: bool, cpu_offload: bool, activation_checkpointing: bo
         from torch.distributed.fsdp import CPUOffloadPolicy
 
         reshard, cpu_offload = bool(plugin.reshard_after_forward), isinstance(plugin.cpu_offload, CPUOffloadPolicy)
-    return {"reshard": reshard, "cpu_offload": cpu_offload,
+    return {"reshard": reshard, "cpu_offload": cpu_offload, "accelerate_amp": policy is not None,
             "activation_checkpointing": activation_checkpointing or bool(plugin.activation_checkpointing),
             "accelerate": {"fsdp_version": version, "sharding_strategy": strategy,
+                           "reduce_dtype": str(policy.reduce_dtype).removeprefix("torch.") if policy else None,
                            "auto_wrap_policy": os.environ.get("FSDP_AUTO_WRAP_POLICY"),
                            "state_dict_type": os.environ.get("FSDP_STATE_DICT_TYPE")},
             "wrap": "every transformer block, then the root (fully_shard)"}

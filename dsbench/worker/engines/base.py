@@ -20,6 +20,10 @@ class EngineOptions:
     precision: str
     fsdp_reshard: bool = True
     fsdp_cpu_offload: bool = False
+    fsdp_accelerate_amp: bool = False
+    """FSDP2 in 16 bits as accelerate 1.15 prepares it (a user's FSDP YAML): gradients reduced and outputs cast in
+    the 16-bit dtype (``FullyShardedDataParallelPlugin.set_mixed_precision``), the forward under autocast
+    (``Accelerator.native_amp``); dsbench's own FSDP2 reduces in fp32 without autocast, as torchtitan does."""
     ds_config: dict[str, Any] | None = None
     dims: Any = None
     """The run's ParallelDims (torch_pp / torch_tp build their meshes from it)."""

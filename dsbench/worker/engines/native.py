@@ -39,7 +39,9 @@ def wrap_fsdp2(model: Any, options: EngineOptions, device: str, mesh: Any = None
     if options.precision in ("bf16", "fp16"):
         check_precision(options.precision, cpu=device == "cpu")  # a rank started by hand: the launch checked it
         dtype = torch.bfloat16 if options.precision == "bf16" else torch.float16
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        # accelerate's policy reduces and outputs in the 16-bit dtype; dsbench's (torchtitan's) reduces in fp32
+        amp = {"reduce_dtype": dtype, "output_dtype": dtype} if options.fsdp_accelerate_amp else {}
+        kwargs["mp_policy"] = MixedPrecisionPolicy(**{"param_dtype": dtype, "reduce_dtype": torch.float32, **amp})
     for block in transformer_blocks(model):
         fully_shard(block, **kwargs)
     return fully_shard(model, **kwargs)
@@ -124,7 +126,9 @@ class NativeEngine(TorchAdamWEngine):
             model = wrap_fsdp2(model, options, dist_info.device, self.mesh)
         self.model = model
         self.optimizer, self.scheduler = adamw(model.parameters(), options)
-        self._autocast = autocast(options, dist_info.device) if strategy != "fsdp" else contextlib.nullcontext
+        # FSDP2 casts through its policy; under accelerate's, the forward runs under autocast too
+        amp = strategy != "fsdp" or options.fsdp_accelerate_amp
+        self._autocast = autocast(options, dist_info.device) if amp else contextlib.nullcontext
         self.loss_scale = LossScale(options.precision, Collectives(dist_info))
         self.measure_states = False
 
