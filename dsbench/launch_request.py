@@ -198,8 +198,9 @@ def check_paths_here(dataset: str | None, nvme: list[tuple[str, str]], cwd: str,
     notes = []
     for key, path in nvme:
         held, where = _nearest_existing(key, path, cwd)
-        if not where.is_dir():
-            raise UserError(f"{key} {path}: {held} is a file, not a folder, so DeepSpeed's ranks cannot make their "
+        if not where.is_dir():  # a regular file, or a device or FIFO (/dev/null/x)
+            what = "a file" if where.is_file() else "a device or FIFO"
+            raise UserError(f"{key} {path}: {held} is {what}, not a folder, so DeepSpeed's ranks cannot make their "
                             "swap folder there: give a folder")
         if held != Path(path):
             notes.append(f"{key} {path} does not exist on this machine: the ranks will create it and swap on the "

@@ -54,6 +54,10 @@ def test_deepspeed_s_makedirs_fails_at_or_under_a_file(tmp_path):
         with pytest.raises(UserError, match=f"nvme_path {path}: disk is a file, not a folder"):
             check_paths_here(None, _nvme(path, "offload_param"), str(tmp_path), local=True)
     assert check_paths_here(None, _nvme("disk/swap"), str(tmp_path), local=False) == []  # the nodes' own disks
+    with pytest.raises(OSError):
+        os.makedirs("/dev/null/swap/zero_stage_3", exist_ok=True)
+    with pytest.raises(UserError, match="nvme_path /dev/null/swap: /dev/null is a device or FIFO, not a folder"):
+        check_paths_here(None, _nvme("/dev/null/swap"), str(tmp_path), local=True)
 
 
 def test_the_folder_is_named_by_the_key_that_names_it_in_the_users_file():
