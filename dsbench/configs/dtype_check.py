@@ -19,7 +19,7 @@ from typing import Any
 
 from dsbench.configs.findings import Finding
 from dsbench.configs.overrides import get_path
-from dsbench.configs.precision import DTYPES, config_precision
+from dsbench.configs.precision import config_precision, data_type
 from dsbench.zero_section import zero_settings
 
 PATH = "data_types.grad_accum_dtype"
@@ -30,7 +30,7 @@ def check_grad_accum_dtype(config: dict[str, Any]) -> list[Finding]:
     is left "auto", or the dtype is not one DeepSpeed names)."""
     model = config_precision(config)
     given = get_path(config, "data_types.grad_accum_dtype")
-    accum = DTYPES.get(given) if isinstance(given, str) else None
+    accum = data_type(config, "grad_accum_dtype")
     if model == "auto" or accum is None:
         return []
     zero = zero_settings(config)
@@ -54,7 +54,7 @@ def check_param_dtype(config: dict[str, Any]) -> list[Finding]:
     so every rank stops at start-up; DeepSpeed's config parser passes it."""
     model = config_precision(config)
     given = get_path(config, "data_types.param_dtype")
-    param = DTYPES.get(given) if isinstance(given, str) else None
+    param = data_type(config, "param_dtype")
     if model == "auto" or param is None or param == model:
         return []
     return [Finding(severity="error", code="deepspeed-rejects", path="data_types.param_dtype",

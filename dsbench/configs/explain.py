@@ -11,7 +11,7 @@ from dsbench.configs.inert_check import check_inert
 from dsbench.configs.layout import data_parallel_size, parallel_degrees
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
-from dsbench.configs.precision import DTYPES, autocast_dtype, config_precision
+from dsbench.configs.precision import autocast_dtype, config_precision, data_type
 from dsbench.configs.scheduler_check import known_scheduler, scheduler_name, warmup_curve
 from dsbench.zero_section import zero_settings
 
@@ -64,10 +64,8 @@ def _batch_line(config: dict[str, Any], world_size: int | None) -> str:
 
 def _precision_line(config: dict[str, Any]) -> str:
     precision = config_precision(config)
-    accum = get_path(config, "data_types.grad_accum_dtype")
     # DeepSpeed keeps the gradients in fp32 then, at every ZeRO stage (tests/unit/test_autocast_config.py)
-    grads = (", fp32 gradients (data_types.grad_accum_dtype)" if isinstance(accum, str) and DTYPES.get(accum) == "fp32"
-             else "")
+    grads = ", fp32 gradients (data_types.grad_accum_dtype)" if data_type(config, "grad_accum_dtype") == "fp32" else ""
     if precision == "bf16":
         return f"precision: bf16 weights and activations{grads}, fp32 master weights and optimizer states"
     if precision == "fp16":

@@ -53,6 +53,15 @@ DTYPES = {**dict.fromkeys(("fp32", "float32", "float", "torch.float32"), "fp32")
           **dict.fromkeys(("int8", "torch.int8"), "int8")}
 
 
+def data_type(config: dict[str, Any], key: str) -> str | None:
+    """``data_types.<key>`` (``grad_accum_dtype``, ``param_dtype``, ``buffer_dtype``) as :data:`DTYPES` names it:
+    ``fp32``, ``bf16``, ``fp16`` or ``int8``; None where unset or not one of DeepSpeed's spellings (configs/types.py
+    refuses those)."""
+    section = config.get("data_types")
+    given = section.get(key) if isinstance(section, dict) else None
+    return DTYPES.get(given) if isinstance(given, str) else None
+
+
 def autocast_dtype(config: dict[str, Any]) -> str | None:
     """``bf16`` or ``fp16`` where DeepSpeed's ``torch_autocast`` section is on with that dtype, else None.
 

@@ -41,13 +41,11 @@ def config_accounting(config: dict[str, Any]) -> str | None:
     fp32 copy (``fp32_deepspeed``), and 16-bit weights with ``data_types.grad_accum_dtype`` fp32, whose gradients
     are fp32 at every ZeRO stage (``mixed16_fp32_grads``; without ZeRO DeepSpeed refuses the mix). Measured with
     DeepSpeed 0.19.8's engine on a CPU rank (tests/unit/test_autocast_config.py)."""
-    from dsbench.configs.overrides import get_path
-    from dsbench.configs.precision import DTYPES, config_precision
+    from dsbench.configs.precision import config_precision, data_type
 
     if _autocasts(config):
         return "fp32_deepspeed"
-    accum = get_path(config, "data_types.grad_accum_dtype")
-    if config_precision(config) in ("bf16", "fp16") and isinstance(accum, str) and DTYPES.get(accum) == "fp32":
+    if config_precision(config) in ("bf16", "fp16") and data_type(config, "grad_accum_dtype") == "fp32":
         return "mixed16_fp32_grads" if zero_settings(config).stage else None
     return None
 
