@@ -19,7 +19,7 @@ from dsbench.configs.api import (
 )
 from dsbench.configs.autofill import RULES as AUTO_RULES
 from dsbench.configs.autofill import auto_paths
-from dsbench.configs.findings import has_errors, launch_notes
+from dsbench.configs.findings import has_errors, launch_notes, refused_for_launch
 from dsbench.configs.layout import in_config_keys, layout_of
 from dsbench.configs.loader import load_config_strict
 from dsbench.configs.render import render
@@ -104,7 +104,7 @@ def _checked_config(req: LaunchRequest, world: int, model: str, steps: int
         findings = validate(config, ValidateContext(world_size=world, layout=layout, allow_auto=True,
                                                     cpu_ranks=req.cpu), deepspeed_check=False)
         if has_errors(findings):
-            raise InvalidConfig("config is invalid for this launch:\n" + "\n".join(f.line() for f in findings))
+            raise InvalidConfig(refused_for_launch(req.config, findings))
         notes = launch_notes(req.config, findings)
         unfilled = [path for path in auto_paths(config) if path not in AUTO_RULES]
         if unfilled:  # a rank would stop at "cannot resolve 'auto'"
@@ -279,8 +279,7 @@ def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any],
     by the flags typed beside it; its process count; and the NVMe folders it swaps to, by the key that names each."""
     config, findings = validate_accelerate(path, None, overrides=overrides)
     if config is None or has_errors(findings):
-        raise InvalidConfig(f"{path} is invalid for this launch:\n" + "\n".join(f.line() for f in findings
-                                                                                 if f.severity == "error"))
+        raise InvalidConfig(refused_for_launch(path, findings))
     processes = accelerate.world_size(config)
     if processes is None:
         raise UserError(f"{path} has no num_processes: give --num-processes N")

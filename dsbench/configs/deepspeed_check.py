@@ -110,40 +110,7 @@ def deepspeed_findings(config: dict[str, Any], world_size: int | None, reported:
         return _from_exception(exc)
     finally:
         ds_config.dist.get_world_size, ds_config.dist.get_rank = saved
-    return _optimizer_findings(checked, ds_config)
-
-
-def optimizer_findings(config: dict[str, Any]) -> list[Finding]:
-    """The optimizer check alone, for a rank (which validates without DeepSpeed's parser, and has DeepSpeed
-    imported, its accelerator chosen as the launch set it: nothing here sets DS_ACCELERATOR): an
-    ``optimizer.type`` the engine would stop at, said before ``deepspeed.initialize``."""
-    from deepspeed.runtime import config as ds_config
-
-    return _optimizer_findings(config, ds_config)
-
-
-def _optimizer_findings(config: dict[str, Any], ds_config: Any) -> list[Finding]:
-    """An ``optimizer.type`` the engine would not build: DeepSpeedConfig accepts any name, and the engine asserts
-    at start-up. Its own test decides here (``DeepSpeedEngine._is_supported_optimizer``: one of DeepSpeed's own,
-    which DeepSpeedConfig lower-cases, or a ``torch.optim`` class as spelled)."""
-    name = get_path(config, "optimizer.type")
-    if not isinstance(name, str):
-        return []
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        from deepspeed.runtime.engine import DeepSpeedEngine
-    kept = name.lower() if name.lower() in ds_config.DEEPSPEED_OPTIMIZERS else name  # DeepSpeedConfig's own step
-    if DeepSpeedEngine._is_supported_optimizer(None, kept):  # a method that reads nothing of its engine
-        return []
-    return [Finding(severity="error", code="deepspeed-rejects", path="optimizer.type",
-                    message=f"DeepSpeed {_version()} builds no optimizer {name!r}: it steps its own "
-                            f"({', '.join(ds_config.DEEPSPEED_OPTIMIZERS)}) or a torch.optim class by its name",
-                    fix="use AdamW (or Adam, Lamb, ... or a torch.optim name such as SGD)")]
-
-
-def _version() -> str:
-    import deepspeed
-
-    return str(deepspeed.__version__)
+    return []
 
 
 def _from_exception(exc: Exception) -> list[Finding]:

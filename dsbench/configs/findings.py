@@ -54,6 +54,12 @@ def has_errors(findings: list[Finding]) -> bool:
     return any(f.severity == "error" for f in findings)
 
 
+def refused_for_launch(source: str, findings: list[Finding]) -> str:
+    """Why a launch refuses a config, DeepSpeed's or accelerate's: its errors under the file's name, before any
+    rank starts."""
+    return f"{source} is invalid for this launch:\n" + "\n".join(f.line() for f in findings if f.severity == "error")
+
+
 def launch_notes(source: str, findings: list[Finding]) -> list[str]:
     """A launched config's warnings as notes, said as validate says them, but its "auto" values in one line: the
     launch fills them (until 2026-12-02 a Trainer config's 15 "auto" keys were 15 notes, each telling the user to

@@ -50,8 +50,8 @@ def built_class(kept: str, params: dict[str, Any], offload: bool) -> str:
 
 
 def check_optimizer(config: dict[str, Any]) -> list[Finding]:
-    """What the engine would stop at for the config's optimizer (none for a config without one: the script brings
-    it, or for a name DeepSpeed cannot build, which configs/deepspeed_check.py reports)."""
+    """What the engine would stop at for the config's optimizer (none for a config without one: the script
+    brings it)."""
     optimizer = config.get("optimizer")
     name = optimizer.get("type") if isinstance(optimizer, dict) else None
     known = load_schema().optimizers
@@ -59,7 +59,7 @@ def check_optimizer(config: dict[str, Any]) -> list[Finding]:
         return []
     kept = name.lower() if name.lower() in known["deepspeed"] else name  # DeepSpeedConfig's own step
     if kept not in known["deepspeed"] and kept not in known["torch"]:
-        return []
+        return [_not_built(name, known)]
     zero = zero_settings(config)
     params = optimizer.get("params")
     offload = zero.offload in ("cpu", "nvme")
@@ -81,6 +81,32 @@ def check_optimizer(config: dict[str, Any]) -> list[Finding]:
                     f"{cls} for {name!r} and stops at start-up",
             fix='use AdamW, Adam or Lion (without torch_adam), or set "zero_force_ds_cpu_optimizer": false'))
     return out + _lamb_loss_scale(config, kept)
+
+
+def _not_built(name: str, known: dict[str, Any]) -> Finding:
+    """A name the engine builds nothing for: ``DeepSpeedConfig`` keeps any ``optimizer.type``, and the engine
+    asserts ``_is_supported_optimizer`` at start-up (one of its own names, lower-cased by the config, or a
+    ``torch.optim`` class as spelled; engine.py ``_configure_optimizer``). Both lists are DeepSpeed's and torch's
+    own, read by scripts/gen_ds_schema.py, so a launch refuses the name before any rank starts."""
+    spelled = _closest(name, [*known["torch"], *known["deepspeed"]])
+    hint = f"did you mean '{spelled}'? " if spelled else ""
+    return Finding(severity="error", code="deepspeed-rejects", path="optimizer.type",
+                   message=f"DeepSpeed {load_schema().deepspeed_version} builds no optimizer {name!r}: it steps its "
+                           f"own ({', '.join(known['deepspeed'])}) or a torch.optim class by its name",
+                   fix=f"{hint}use AdamW (or Adam, Lamb, ... or a torch.optim name such as SGD)")
+
+
+def _closest(name: str, names: list[str]) -> str | None:
+    """The built name a refused one most likely meant: the same in another case (``sgd``: torch's class is
+    ``SGD``, and only DeepSpeed's own names are lower-cased), the name before an underscore (the HF Trainer's
+    ``adamw_torch``), or a near spelling."""
+    lowered = {n.lower(): n for n in names}  # DeepSpeed's spelling wins where both have it (listed last)
+    head = name.lower()
+    for candidate in (head, head.split("_")[0]):
+        if candidate in lowered:
+            return lowered[candidate]
+    close = difflib.get_close_matches(head, list(lowered), n=1, cutoff=0.8)
+    return lowered[close[0]] if close else None
 
 
 def _lamb_loss_scale(config: dict[str, Any], kept: str) -> list[Finding]:

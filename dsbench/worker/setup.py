@@ -14,7 +14,6 @@ from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, fill_auto
 from dsbench.configs.batch import BATCH_KEYS, config_batch
-from dsbench.configs.deepspeed_check import optimizer_findings
 from dsbench.configs.findings import has_errors
 from dsbench.configs.layout import layout_of
 from dsbench.configs.precision import fp16_enabled, run_precision
@@ -88,7 +87,6 @@ def complete_ds_config(raw: dict[str, Any], path: str, inputs: AutoInputs,
         del config["scheduler"]
     # fill_auto changes batch values only: the layout is the one worked out above
     findings = validate(config, ValidateContext(world_size=world_size, layout=dims), deepspeed_check=False)
-    findings += optimizer_findings(config)  # the engine's own test, before it asserts (a OneBitAdam: removed)
     if has_errors(findings):
         raise UserError(f"{path}: " + "; ".join(f.line() for f in findings if f.severity == "error"))
     # the batch keys the config leaves out, written as DeepSpeed derives them (configs/batch.py), so that the loop

@@ -22,6 +22,42 @@ def test_the_schemas_optimizer_lists_are_deepspeeds_and_torchs():
     assert all(issubclass(getattr(torch.optim, name), torch.optim.Optimizer) for name in known["torch"])
 
 
+def _public_optimizers() -> list[str]:
+    import torch
+
+    return sorted(name for name in dir(torch.optim) if isinstance(getattr(torch.optim, name), type)
+                  and issubclass(getattr(torch.optim, name), torch.optim.Optimizer) and name != "Optimizer")
+
+
+@pytest.mark.parametrize("name", [*_public_optimizers(), "adam", "ADAMW", "Lamb", "lion", "Muon", "muadamw", "MuSGD",
+                                  "OneBitAdam", "ZeroOneAdam", "OneBitLamb", "adamw_torch", "FusedAdam",
+                                  "DeepSpeedCPUAdam", "adam8bit", "sgd", ""])
+def test_a_name_the_engine_builds_nothing_for_is_refused_without_deepspeed(name):
+    """The oracle: DeepSpeed's engine's own test (``_is_supported_optimizer``) of the name DeepSpeedConfig keeps,
+    over every optimizer class torch.optim has and DeepSpeed's own names in other cases; the check reads the
+    schema's lists only (a launch imports no DeepSpeed)."""
+    from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    kept = name.lower() if name.lower() in DEEPSPEED_OPTIMIZERS else name  # DeepSpeedConfig.optimizer_name
+    builds = DeepSpeedEngine._is_supported_optimizer(None, kept) if name else False
+    refused = [f for f in check_optimizer({"optimizer": {"type": name}, "zero_optimization": {"stage": 0}})
+               if "builds no optimizer" in f.message]
+    assert (not refused) is builds, refused
+    assert all(f.path == "optimizer.type" and f.severity == "error" for f in refused)
+
+
+def test_a_refused_name_suggests_the_closest_one_built():
+    [finding] = check_optimizer({"optimizer": {"type": "adamw_torch"}})
+    assert finding.fix.startswith("did you mean 'adamw'?"), finding.fix
+    [finding] = check_optimizer({"optimizer": {"type": "sgd"}})  # torch's class is SGD; DeepSpeed keeps "sgd"
+    assert finding.fix.startswith("did you mean 'SGD'?"), finding.fix
+    [finding] = check_optimizer({"optimizer": {"type": "adafactor"}})
+    assert finding.fix.startswith("did you mean 'Adafactor'?"), finding.fix
+    [finding] = check_optimizer({"optimizer": {"type": "OneBitAdam"}})
+    assert "did you mean" not in finding.fix  # nothing close (not NAdam): the plain advice
+
+
 def _standin(real):
     """A class of ``real``'s name whose constructor takes exactly ``real``'s arguments (binding them to its
     signature, so a wrong one is the same TypeError) and builds no op."""
@@ -86,7 +122,9 @@ def _errors(config):
     ({"optimizer": {"type": "Lion"}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}, []),
     ({"optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}, []),
     ({"zero_optimization": {"stage": 3}}, []),  # the script brings its optimizer
-    ({"optimizer": {"type": "OneBitAdam"}, "zero_optimization": {"stage": 2}}, []),  # deepspeed_check's to report
+    # removed from DeepSpeed 0.19.8: refused from the schema's lists, without DeepSpeed's code, so a launch refuses
+    # it before any rank starts (until 2026-12-04 the ranks did, each after importing DeepSpeed)
+    ({"optimizer": {"type": "OneBitAdam"}, "zero_optimization": {"stage": 2}}, ["builds no optimizer 'OneBitAdam'"]),
 ])
 def test_what_the_engine_would_stop_at_is_an_error_before_it_starts(config, needles):
     errors = _errors(config)
