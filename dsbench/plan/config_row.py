@@ -55,9 +55,11 @@ def unpriced(config: dict[str, Any]) -> list[str]:
     optimizer offload (its whole optimizer is priced on the host)."""
     zero = zero_settings(config)
     partial = zero.offload != "none" and zero.offload_ratio < 1
-    # autocast's 16-bit weight copies, which autograd keeps from the forward to the backward, are counted by the
-    # GPU model for dsbench's DDP (plan/gpu_memory.py) but not by the ranking's model-state accounting
-    casts = ["torch_autocast's 16-bit weight copies (2 bytes per parameter)"] if _autocasts(config) else []
+    # autocast's 16-bit weight casts, kept for the backward, are priced with the activations
+    # (plan/rank_memory.autocast_cast_params), but under ZeRO-3 as DeepSpeed's memory-efficient linear keeps none
+    plain = zero.stage == 3 and (config.get("zero_optimization") or {}).get("memory_efficient_linear") is False
+    casts = ["torch_autocast's 16-bit weight casts with memory_efficient_linear off"] if (
+        plain and _autocasts(config)) else []
     return [*zero.zeropp, *([f"offload_optimizer.ratio {zero.offload_ratio:g}"] if partial else []), *casts]
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from dsbench.models import DECODERS, PROJECTION_NORM
+from dsbench.models import PROJECTION_NORM
 from dsbench.plan import gpu_estimate, interval
 from dsbench.plan.calls import NO_LATENCY, collective_calls
 from dsbench.plan.candidate import Candidate
@@ -33,14 +33,10 @@ from dsbench.plan.memory import (
     Accounting,
     ModelStates,
     accounting_for,
-    activation_bytes,
-    buffer_bytes,
     held_params,
-    model_states,
 )
-from dsbench.plan.pipeline_peak import busiest
-from dsbench.plan.pipeline_time import pipeline_seconds, schedule_of, schedule_seconds
-from dsbench.plan.saved import SavedActivations, layer_norm_head_bytes, saved_activation_bytes
+from dsbench.plan.pipeline_time import pipeline_seconds, schedule_seconds
+from dsbench.plan.rank_memory import rank_memory
 from dsbench.records import flops_per_token
 
 GIB = 2**30
@@ -112,7 +108,7 @@ def estimate(cand: Candidate, wl: Workload, cl: Cluster) -> Estimate:
     # The global batch is fixed across candidates: with TP/PP the data-parallel degree shrinks, so each
     # replica accumulates tp x pp times more micro-batches per step.
     accum = dims.accumulation_for(wl.grad_accum)
-    states, activations, buffers = _memory(cand, wl, acc, held, shards, accum)
+    states, activations, buffers = rank_memory(cand, wl, acc, held, shards, accum)
     device_total = states.device + activations + buffers
     tokens = wl.micro_batch * accum * wl.seq_len  # per data-parallel replica per step
     # model FLOPs per token 6N + 12·L·h·s (PaLM App. B), for MFU
@@ -173,52 +169,6 @@ def _step_range(cand: Candidate, cl: Cluster, step: float, check: float,
     """The step's range from each calibrated timing's spread (plan/interval.py), scaled as the check scales it."""
     scale = (step + check) / step if step > 0 else 1.0
     return interval.step_range(step + check, parts, interval.framework_timings(cand), dict(cl.spread), scale)
-
-
-def _memory(cand: Candidate, wl: Workload, acc: Accounting, held: float, shards: int,
-            accum: int) -> tuple[ModelStates, float, float]:
-    """Bytes per rank: the model states it keeps (sharded over ``shards`` ranks), its saved activations at their
-    peak, and the engine's communication buffers."""
-    states = model_states(held, cand.strategy, shards, acc, cand.offload, cand.offload_param)
-    activations = _activations(cand, wl, accum, 2 if wl.precision in ("bf16", "fp16") else 4)
-    buffers = buffer_bytes(cand.strategy, cand.tp, wl.shape, acc, wl.reduce_bucket, wl.prefetch_bucket, held=held,
-                           micro_steps=accum, pipelined=cand.pp > 1)
-    return states, activations, buffers
-
-
-def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> float:
-    """Saved activations on the busiest rank: each pipeline rank's peak under its schedule's order (the micro-batches
-    in flight on its chunks, the head and loss on the last: plan/pipeline_peak.py), of Korthikanti et al.'s
-    per-layer bytes (memory.activation_bytes), or for Llama-family models what dsbench's HF blocks keep, counted
-    from their code (plan/saved.py). Under Ulysses each rank holds s/sp of every sequence for its linear layers and
-    the whole sequence for heads/sp in attention: the same formula at s/sp tokens and sp x the heads (the a·s² term
-    scales by heads·s²/sp either way). Full recompute adds the set of the block being recomputed."""
-    shape, seq = wl.shape, wl.seq_len // cand.ulysses
-    schedule = schedule_of(cand)
-    if shape.arch in DECODERS:
-        def kept(layers: int) -> SavedActivations:
-            return saved_activation_bytes(replace(shape, layers=layers), seq, wl.micro_batch, tp=cand.tp,
-                                          sequence_parallel=cand.sequence_parallel,
-                                          loss_parallel=cand.loss_parallel,
-                                          recompute="full" if cand.checkpointing else "none", element=act_bytes)
-        one, none = kept(1), kept(0)  # layers=0: what a chunk saves besides its blocks (the rotary tables)
-        layer, extra, recomputing = one.layers - none.layers, none.layers, one.recomputing
-        head, loss = one.head, one.loss
-    else:
-        def korthikanti(layers: int, vocab: int, checkpointing: bool) -> float:
-            return activation_bytes(seq, wl.micro_batch, shape.hidden, shape.heads * cand.ulysses, layers, vocab,
-                                    cand.tp, 1, checkpointing, True, act_bytes)
-        # GPT-2's tanh GELU (gelu_new, eager ops) keeps its tanh, 0.5·x and 1 + tanh, three ff-wide tensors the
-        # count leaves out (measured in-process: docs/planner.md)
-        tanh = 3 * seq * wl.micro_batch * shape.intermediate / cand.tp * act_bytes if (
-            shape.arch == "gpt2" and shape.extra.get("activation_function", "gelu_new") == "gelu_new") else 0.0
-        whole = korthikanti(0, 0, True) if cand.checkpointing else 0.0  # one block's whole set, being recomputed
-        recomputing = whole + tanh if cand.checkpointing else 0.0
-        layer, extra = korthikanti(1, 0, cand.checkpointing) - whole + (0.0 if cand.checkpointing else tanh), 0.0
-        head = loss = layer_norm_head_bytes(shape, seq * wl.micro_batch, act_bytes,
-                                            cand.tp if cand.loss_parallel else 1)
-    peak = busiest(cand.pp, accum, layer, head, loss, shape.layers, cand.virtual_stages, schedule, extra)
-    return peak.total + recomputing
 
 
 def stage_seconds(cand: Candidate, wl: Workload, cl: Cluster) -> list[float]:

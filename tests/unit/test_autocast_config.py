@@ -52,6 +52,28 @@ for dtype in sys.argv[2:]:
     states = {"params": size(engine.module.parameters()), "grads": grads,
               "master": size(zero.single_partition_of_fp32_groups), "optimizer": size(moments)}
     out[dtype] = {"output": str(pred.dtype).removeprefix("torch."), "losses": losses, "states": states}
+# the casts autograd keeps for the backward under torch_autocast: the bytes of the 16-bit tensors the forward saves
+# that have a weight's shape (one sequence of 40 tokens: no activation is), per model and ZeRO stage; ZeRO-3 last,
+# since it swaps torch.nn.functional.linear for the rest of the process (DeepSpeed says so)
+from dsbench.model_config import resolve_model
+from dsbench.worker.model import build_model
+for stage, name in ((0, "llama-tiny"), (2, "llama-tiny"), (2, "gpt2-tiny"), (3, "llama-tiny"), (3, "gpt2-tiny")):
+    model = build_model(resolve_model(name), seed=0)
+    shapes = {tuple(p.shape) for p in model.parameters() if p.dim() == 2}
+    config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": stage},
+              "torch_autocast": {"enabled": True, "dtype": "bfloat16"}}
+    engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3),
+                                      config=config)
+    kept = {}
+    def pack(t):
+        if t.dtype == torch.bfloat16 and {tuple(t.shape), tuple(t.shape[::-1])} & shapes:
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    ids = torch.randint(0, 4096, (1, 40))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = engine(input_ids=ids, labels=ids).loss
+    engine.backward(loss)
+    out[f"casts {name} zero{stage}"] = sum(kept.values())
 # bf16 weights, gradients accumulated as data_types.grad_accum_dtype says (unset: the weights' dtype): the bytes of
 # each element DeepSpeed keeps gradients in after a backward, at each ZeRO stage
 for stage in (1, 2, 3):
@@ -115,7 +137,26 @@ def test_the_planner_prices_an_autocast_config_s_fp32_model_states(deepspeed_run
     assert accounting_for("bf16", cand.strategy).params == 2  # what it was priced as: half the weights' bytes
     plain = config_candidate({"zero_optimization": {"stage": 2}, "bf16": {"enabled": True}})
     assert not plain.autocast and plain.config_accounting is None
-    assert any("torch_autocast" in item for item in unpriced(_config(dtype="bfloat16")))
+    assert unpriced(_config(dtype="bfloat16")) == []  # its casts too, since 2026-12-04 (below)
+
+
+@pytest.mark.parametrize("name, stage", [("llama-tiny", 0), ("llama-tiny", 2), ("gpt2-tiny", 2), ("llama-tiny", 3),
+                                         ("gpt2-tiny", 3)])
+def test_the_planner_prices_the_casts_autograd_keeps_under_autocast(deepspeed_runs, name, stage):
+    """Under torch_autocast autograd keeps a 16-bit copy of each matmul's weight from the forward to the backward
+    (2 bytes per parameter of the blocks' matrices and the head); until 2026-12-04 a config's row left them out.
+    Under ZeRO-3 DeepSpeed's memory-efficient linear saves the fp32 parameter instead (no copy for Llama's
+    nn.Linear), but GPT-2's Conv1D calls torch.addmm and keeps its casts. Oracle: the bytes autograd saved in
+    DeepSpeed's engine (one rank; their biases are not kept, 0.3% of GPT-2's priced bytes)."""
+    from dsbench.model_config import resolve_model
+    from dsbench.plan.rank_memory import autocast_cast_params
+
+    measured = deepspeed_runs[f"casts {name} zero{stage}"]
+    priced = 2 * autocast_cast_params(resolve_model(name), f"zero{stage}")
+    assert measured == pytest.approx(priced, rel=0.01, abs=0), (measured, priced)
+    assert (measured == 0) is (stage == 3 and name == "llama-tiny")
+    off = {**_config(dtype="bf16"), "zero_optimization": {"stage": 3, "memory_efficient_linear": False}}
+    assert unpriced(off) == ["torch_autocast's 16-bit weight casts with memory_efficient_linear off"]
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])

@@ -1,0 +1,84 @@
+"""Memory per rank of a planned layout: its model states, saved activations at their peak and communication
+buffers (pure, bytes)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dsbench.models import DECODERS, ModelShape
+from dsbench.plan.candidate import Candidate
+from dsbench.plan.inputs import Workload
+from dsbench.plan.memory import Accounting, ModelStates, activation_bytes, buffer_bytes, model_states
+from dsbench.plan.pipeline_peak import busiest
+from dsbench.plan.pipeline_time import schedule_of
+from dsbench.plan.saved import SavedActivations, layer_norm_head_bytes, saved_activation_bytes
+
+
+def rank_memory(cand: Candidate, wl: Workload, acc: Accounting, held: float, shards: int,
+                accum: int) -> tuple[ModelStates, float, float]:
+    """Bytes per rank: the model states it keeps (sharded over ``shards`` ranks), its saved activations at their
+    peak, with a DeepSpeed config's torch_autocast casts (16-bit copies of the weights, which autograd keeps for
+    the backward as it keeps the activations: :func:`autocast_cast_params`), and the engine's communication
+    buffers."""
+    states = model_states(held, cand.strategy, shards, acc, cand.offload, cand.offload_param)
+    casts = 2 * autocast_cast_params(wl.shape, cand.strategy, cand.tp, cand.pp, cand.vocab_parallel_head)
+    activations = _activations(cand, wl, accum, 2 if wl.precision in ("bf16", "fp16") else 4) + (
+        casts if cand.autocast else 0.0)
+    buffers = buffer_bytes(cand.strategy, cand.tp, wl.shape, acc, wl.reduce_bucket, wl.prefetch_bucket, held=held,
+                           micro_steps=accum, pipelined=cand.pp > 1)
+    return states, activations, buffers
+
+
+def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> float:
+    """Saved activations on the busiest rank: each pipeline rank's peak under its schedule's order (the micro-batches
+    in flight on its chunks, the head and loss on the last: plan/pipeline_peak.py), of Korthikanti et al.'s
+    per-layer bytes (memory.activation_bytes), or for Llama-family models what dsbench's HF blocks keep, counted
+    from their code (plan/saved.py). Under Ulysses each rank holds s/sp of every sequence for its linear layers and
+    the whole sequence for heads/sp in attention: the same formula at s/sp tokens and sp x the heads (the a·s² term
+    scales by heads·s²/sp either way). Full recompute adds the set of the block being recomputed."""
+    shape, seq = wl.shape, wl.seq_len // cand.ulysses
+    schedule = schedule_of(cand)
+    if shape.arch in DECODERS:
+        def kept(layers: int) -> SavedActivations:
+            return saved_activation_bytes(replace(shape, layers=layers), seq, wl.micro_batch, tp=cand.tp,
+                                          sequence_parallel=cand.sequence_parallel,
+                                          loss_parallel=cand.loss_parallel,
+                                          recompute="full" if cand.checkpointing else "none", element=act_bytes)
+        one, none = kept(1), kept(0)  # layers=0: what a chunk saves besides its blocks (the rotary tables)
+        layer, extra, recomputing = one.layers - none.layers, none.layers, one.recomputing
+        head, loss = one.head, one.loss
+    else:
+        def korthikanti(layers: int, vocab: int, checkpointing: bool) -> float:
+            return activation_bytes(seq, wl.micro_batch, shape.hidden, shape.heads * cand.ulysses, layers, vocab,
+                                    cand.tp, 1, checkpointing, True, act_bytes)
+        # GPT-2's tanh GELU (gelu_new, eager ops) keeps its tanh, 0.5·x and 1 + tanh, three ff-wide tensors the
+        # count leaves out (measured in-process: docs/planner.md)
+        tanh = 3 * seq * wl.micro_batch * shape.intermediate / cand.tp * act_bytes if (
+            shape.arch == "gpt2" and shape.extra.get("activation_function", "gelu_new") == "gelu_new") else 0.0
+        whole = korthikanti(0, 0, True) if cand.checkpointing else 0.0  # one block's whole set, being recomputed
+        recomputing = whole + tanh if cand.checkpointing else 0.0
+        layer, extra = korthikanti(1, 0, cand.checkpointing) - whole + (0.0 if cand.checkpointing else tanh), 0.0
+        head = loss = layer_norm_head_bytes(shape, seq * wl.micro_batch, act_bytes,
+                                            cand.tp if cand.loss_parallel else 1)
+    peak = busiest(cand.pp, accum, layer, head, loss, shape.layers, cand.virtual_stages, schedule, extra)
+    return peak.total + recomputing
+
+
+def autocast_cast_params(shape: ModelShape, strategy: str, tp: int = 1, pp: int = 1,
+                         vocab_parallel_head: bool = False) -> float:
+    """Parameters whose 16-bit casts autograd keeps from the forward to the backward, on the busiest rank, when
+    DeepSpeed's engine runs the forward under torch.autocast over fp32 weights (``torch_autocast``): each matmul's
+    weight (a block's matrices, split by TP; the head's, or the tied embedding's, on the last stage), where the
+    embedding lookup and the norms run in fp32 and cast nothing. Under ZeRO-3 DeepSpeed swaps
+    ``torch.nn.functional.linear`` for its own autograd function (runtime/zero/linear.py,
+    LinearFunctionForZeroStage3, ``memory_efficient_linear`` on by default), which saves the fp32 parameter and
+    gathers it again in the backward: no cast is kept, but GPT-2's Conv1D (``torch.addmm``) keeps its blocks'
+    casts, whole. Measured with DeepSpeed 0.19.8 on 2 CPU ranks, saved tensors counted by autograd's hooks
+    (tests/unit/test_autocast_config.py): llama-tiny 2 bytes per cast parameter at ZeRO-0 and 2, none at ZeRO-3."""
+    p = shape.parts()
+    head = (p["head"] or p["embedding"]) / (tp if vocab_parallel_head else 1)
+    if strategy == "zero3":
+        return shape.layers * p["block_split"] / tp if shape.arch == "gpt2" else 0.0
+    base, extra = divmod(shape.layers, pp)  # earlier stages take the remainder (memory.held_params)
+    return max((base + (stage < extra)) * p["block_split"] / tp + (head if stage == pp - 1 else 0.0)
+               for stage in range(pp))
