@@ -38,3 +38,19 @@ def accelerate_env(argv: list[str], prefixes: tuple[str, ...] = PREFIXES) -> dic
         finally:
             os.chdir(cwd)
     return {k: v for k, v in seen.items() if k.startswith(prefixes)}
+
+
+def accelerate_launcher(argv: list[str]) -> tuple[str, int]:
+    """Which of its launchers ``accelerate launch ARGV`` runs (``deepspeed``, ``multi_gpu`` or ``simple``) and how
+    many processes that starts: torchrun's and DeepSpeed's the YAML's count; the simple launcher's mpirun's count
+    with an mpirun hostfile, else one (accelerate 1.15 utils/launch.py ``prepare_simple_launcher_cmd_env``)."""
+    from accelerate.commands import launch
+
+    picked: list[tuple[str, int]] = []
+    with (mock.patch.object(launch, "deepspeed_launcher", lambda a: picked.append(("deepspeed", a.num_processes))),
+          mock.patch.object(launch, "multi_gpu_launcher", lambda a: picked.append(("multi_gpu", a.num_processes))),
+          mock.patch.object(launch, "simple_launcher", lambda a: picked.append(
+              ("simple", a.num_processes if a.mpirun_hostfile is not None else 1)))):
+        launch.launch_command(launch.launch_command_parser().parse_args(argv))
+    [choice] = picked
+    return choice

@@ -16,6 +16,7 @@ from dsbench.configs.accelerate import (
     schema,
     section_keys,
     size_of,
+    starts_one_process,
     unknown_setting_fix,
 )
 from dsbench.configs.accelerate_megatron import check as megatron_check
@@ -133,6 +134,10 @@ def _processes(config: dict[str, Any]) -> list[Finding]:
     if rank >= machines:
         out.append(_error("bad-value", "machine_rank", f"{rank} with {machines} machine(s): ranks are 0.."
                           f"{machines - 1}", "set machine_rank to this machine's index"))
+    if starts_one_process(config):  # accelerate's simple_launcher prepends mpirun only for an mpirun hostfile
+        out.append(_warning("ignored", "num_processes", f"MULTI_CPU with {processes} processes: `accelerate launch` "
+                            "starts the script once, without mpirun", "use MULTI_GPU (accelerate starts CPU processes "
+                            "through torchrun where there is no GPU), or set mpirun_config.mpirun_hostfile"))
     if machines > 1:
         address = config.get("main_process_ip")
         if address in (None, ""):

@@ -441,3 +441,26 @@ def test_render_from_an_alst_yaml_writes_the_ulysses_degree_deepspeed_divides_by
     plain = cli_run("render", "--from-accelerate", str(CORPUS / "huggingface__trl__examples_accelerate_configs_"
                                                                  "deepspeed_zero3.yaml"))
     assert plain.exit_code == 0 and "sequence_parallel_size" not in plain.output
+
+
+@pytest.mark.parametrize("config", [
+    {"distributed_type": "MULTI_CPU", "num_processes": 2},
+    {"distributed_type": "MULTI_CPU", "num_processes": 2, "mpirun_config": {"mpirun_hostfile": "hosts"}},
+    {"distributed_type": "MULTI_CPU", "num_processes": 1},
+    {"distributed_type": "MULTI_GPU", "num_processes": 2},
+    {"distributed_type": "MULTI_GPU", "num_processes": 2, "use_cpu": True},
+    {"distributed_type": "NO", "num_processes": 1},
+])
+def test_validate_warns_where_accelerate_starts_fewer_processes_than_the_yaml_asks(tmp_path, config):
+    """Until 2026-12-04 `dsbench validate` called a MULTI_CPU YAML of 2 processes valid without a word while explain
+    and the launch said accelerate starts one. Oracle: the launcher accelerate's own launch_command picks for it,
+    and the processes that launcher starts."""
+    from tests.accelerate_oracle import accelerate_launcher
+
+    full = {"compute_environment": "LOCAL_MACHINE", "num_machines": 1, "machine_rank": 0, "mixed_precision": "no",
+            **config}
+    path = tmp_path / "a.yaml"
+    path.write_text(yaml.safe_dump(full))
+    _, started = accelerate_launcher(["--config_file", str(path), "train.py"])
+    warned = [f for f in accelerate_check.check(full) if f.path == "num_processes" and f.severity == "warning"]
+    assert bool(warned) is (started < full["num_processes"]), (started, warned)
