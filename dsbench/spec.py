@@ -21,6 +21,15 @@ DEFAULT_MICRO_BATCH = 2
 launch, compare and the worker), so the same command with another strategy trains the same global batch."""
 
 
+def check_warmup(warmup: int, steps: int) -> None:
+    """The warm-up steps, left out of a run's figures, leave at least one step to measure: one rule for the worker,
+    compare and tune (until 2026-12-04 each stated it, as "--warmup must be in 0..N" without saying why)."""
+    if not 0 <= warmup < steps:
+        raise UserError(f"--warmup must be in 0..{steps - 1}: {warmup} warm-up steps (left out of the figures) "
+                        f"leave none of --steps {steps} to measure" if warmup >= steps else
+                        f"--warmup must be in 0..{steps - 1}, got {warmup}")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RenderSpec:
     """Everything ``dsbench render`` needs to produce a DeepSpeed config."""

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from dsbench.errors import UserError
 from dsbench.parallel import interleaved_accepts
-from dsbench.spec import DEFAULT_MICRO_BATCH
+from dsbench.spec import DEFAULT_MICRO_BATCH, check_warmup
 from dsbench.strategies import LAUNCH_STRATEGIES, SHARD_GROUPED, SPLIT_ENGINES
 
 STRATEGIES = LAUNCH_STRATEGIES
@@ -158,8 +158,7 @@ class TrainSpec:
                 raise UserError(f"--{name.replace('_', '-')} {getattr(self, name)} is beyond {MAX_COUNT:,}")
         if not 0 <= self.seed < 2**32:  # numpy's and torch's generators both take a 32-bit seed without surprises
             raise UserError(f"--seed must be in 0..{2**32 - 1}, got {self.seed}")
-        if not 0 <= self.warmup < self.steps:
-            raise UserError(f"--warmup must be in 0..{self.steps - 1} (steps excluded from the summary)")
+        check_warmup(self.warmup, self.steps)
         positive = {"lr": self.lr, "dist_timeout": self.dist_timeout,
                     "peak_tflops": self.peak_tflops if self.peak_tflops is not None else 1.0}
         at_least_0 = {"weight_decay": self.weight_decay, "grad_clip": self.grad_clip,

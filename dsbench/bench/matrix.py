@@ -17,7 +17,7 @@ from dsbench.errors import UserError
 from dsbench.layout_check import check_chunks
 from dsbench.model_checks import check_tensor_parallel, check_ulysses
 from dsbench.model_config import resolve_model
-from dsbench.spec import DEFAULT_MICRO_BATCH
+from dsbench.spec import DEFAULT_MICRO_BATCH, check_warmup
 from dsbench.strategy_match import did_you_mean
 
 DEFAULTS: dict[str, Any] = {
@@ -123,8 +123,7 @@ def check_matrix(names: list[str], world_sizes: list[int], micro_batches: list[i
         raise UserError("--world-sizes, --micro-batches and --repeats must be >= 1")
     if steps < 1:
         raise UserError(f"--steps must be >= 1, got {steps}")
-    if not 0 <= warmup < steps:
-        raise UserError(f"--warmup must be in 0..{steps - 1}")
+    check_warmup(warmup, steps)
 
 
 SPEED_MODES = {"off": (False,), "on": (True,), "both": (False, True)}

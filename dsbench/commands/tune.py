@@ -22,6 +22,7 @@ from dsbench.commands.options import (
     wide_option,
 )
 from dsbench.errors import UserError
+from dsbench.spec import check_warmup
 
 
 def _tune(name: str) -> object:
@@ -79,8 +80,7 @@ def tune(model: str, num_gpus: int | None, hostfile: str | None, global_batch: i
     if not hostfile:
         check_ranks_here(world, "--num-gpus")
     check_precision(precision, cpu=local_gpu_count() == 0)  # as each run's launch would
-    if not 0 <= warmup < steps:
-        raise UserError(f"--warmup must be in 0..{steps - 1}")
+    check_warmup(warmup, steps)
     check_seq_len(model, seq_len)
     req = TuneRequest(model=model, world=world, global_batch=global_batch or 4 * world, budget=budget,
                       exhaustive=exhaustive, speed_options=speed_options,

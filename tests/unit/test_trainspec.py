@@ -32,6 +32,19 @@ def test_default_warmup_fits_a_short_run():
         from_argv(["--steps", "3", "--warmup", "3"])
 
 
+@pytest.mark.parametrize("command", [["launch", "--dry-run", "--"], ["compare", "--dry-run"], ["tune", "--dry-run"]])
+def test_a_warm_up_that_leaves_nothing_to_measure_is_one_rule_everywhere(cli_run, command):
+    """The worker (through `dsbench launch`), compare and tune state one rule in one line that says why (until
+    2026-12-04 each had its own copy, which said only the range)."""
+    if command[0] == "launch":
+        result = cli_run(*command, "--steps", "2", "--warmup", "5")
+    else:
+        result = cli_run(*command, "--steps", "2", "--warmup", "5", "--out", "o")
+    assert result.exit_code == 2
+    assert ("--warmup must be in 0..1: 5 warm-up steps (left out of the figures) leave none of --steps 2 to "
+            "measure") in result.output, result.output
+
+
 @pytest.mark.parametrize("data, needle", [
     ({"stepz": 3}, "unknown key 'stepz'"),
     ({"steps": True}, "steps must be int, got true"),
