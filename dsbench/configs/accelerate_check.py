@@ -138,17 +138,22 @@ def _processes(config: dict[str, Any]) -> list[Finding]:
         out.append(_warning("ignored", "num_processes", f"MULTI_CPU with {processes} processes: `accelerate launch` "
                             "starts the script once, without mpirun", "use MULTI_GPU (accelerate starts CPU processes "
                             "through torchrun where there is no GPU), or set mpirun_config.mpirun_hostfile"))
-    if machines > 1:
-        address = config.get("main_process_ip")
-        if address in (None, ""):
-            out.append(_error("missing-key", "main_process_ip", f"{machines} machines and no main_process_ip: "
-                              "the other machines cannot find machine 0", "set it to machine 0's address"))
-        elif _PLACEHOLDER_ADDRESS.search(str(address)) or not is_valid_hostname(str(address)):
-            out.append(_error("placeholder", "main_process_ip", f"{address!r} is a template placeholder, not an "
-                              "address", "set machine 0's IP address or hostname"))
-        if "machine_rank" not in config:
-            out.append(_warning("missing-key", "machine_rank", f"{machines} machines and no machine_rank: every "
-                                "machine would claim rank 0", "give each machine its own --machine_rank (or YAML)"))
+    return out + (_machines(config, machines) if machines > 1 else [])
+
+
+def _machines(config: dict[str, Any], machines: int) -> list[Finding]:
+    """What several machines need of the file: machine 0's address, and a rank for each."""
+    out = []
+    address = config.get("main_process_ip")
+    if address in (None, ""):
+        out.append(_error("missing-key", "main_process_ip", f"{machines} machines and no main_process_ip: "
+                          "the other machines cannot find machine 0", "set it to machine 0's address"))
+    elif _PLACEHOLDER_ADDRESS.search(str(address)) or not is_valid_hostname(str(address)):
+        out.append(_error("placeholder", "main_process_ip", f"{address!r} is a template placeholder, not an "
+                          "address", "set machine 0's IP address or hostname"))
+    if "machine_rank" not in config:
+        out.append(_warning("missing-key", "machine_rank", f"{machines} machines and no machine_rank: every "
+                            "machine would claim rank 0", "give each machine its own --machine_rank (or YAML)"))
     return out
 
 
