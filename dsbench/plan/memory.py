@@ -53,6 +53,9 @@ ACCOUNTINGS = {
     "mixed12": Accounting("mixed12", 2, 2, 8, 0, "../shared/seeds/000 and 002: fp16 weights+grads, fp32 Adam m, v; "
                                                  "12 bytes/param"),
     "fp32": Accounting("fp32", 4, 4, 8, 0, "fp32 weights/grads, torch AdamW moments; 16 bytes/param"),
+    "amp": Accounting("amp", 4, 4, 8, 0, "torch AMP (dsbench's DDP, torch_tp and torch_pp in bf16/fp16): fp32 "
+                                         "weights and gradients, AdamW moments, the 16-bit casts priced with the "
+                                         "activations; 16 bytes/param"),
     "fp32_deepspeed": Accounting("fp32_deepspeed", 4, 4, 8, 4, "DeepSpeed ZeRO-1/2/3 in fp32: its optimizer keeps "
                                                                 "an fp32 copy of the partition; 20 bytes/param"),
     "mixed16_fp32_grads": Accounting("mixed16_fp32_grads", 2, 4, 8, 4, "DeepSpeed ZeRO-1/2/3 with 16-bit weights and "
@@ -66,8 +69,9 @@ def accounting_for(precision: str, strategy: str, explicit: str | None = None) -
     plan/config_row.config_accounting), else from precision and strategy."""
     if explicit:
         return ACCOUNTINGS[explicit]
-    if precision in ("bf16", "fp16"):
-        return ACCOUNTINGS["mixed16"]
+    if precision in ("bf16", "fp16"):  # dsbench's DDP, torch_tp and torch_pp (the planner's "ddp" with its tp and
+        # pp) train fp32 weights under torch.autocast (worker/engines/native.autocast); DeepSpeed and FSDP2 16-bit ones
+        return ACCOUNTINGS["amp" if strategy == "ddp" else "mixed16"]
     return ACCOUNTINGS["fp32_deepspeed" if strategy in ("zero1", "zero2", "zero3") else "fp32"]
 
 

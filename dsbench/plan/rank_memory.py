@@ -17,13 +17,14 @@ from dsbench.plan.saved import SavedActivations, layer_norm_head_bytes, saved_ac
 def rank_memory(cand: Candidate, wl: Workload, acc: Accounting, held: float, shards: int,
                 accum: int) -> tuple[ModelStates, float, float]:
     """Bytes per rank: the model states it keeps (sharded over ``shards`` ranks), its saved activations at their
-    peak, with a DeepSpeed config's torch_autocast casts (16-bit copies of the weights, which autograd keeps for
+    peak, with the casts of a layout that :func:`autocasts` (16-bit copies of the weights, which autograd keeps for
     the backward as it keeps the activations: :func:`autocast_cast_params`), and the engine's communication
     buffers."""
     states = model_states(held, cand.strategy, shards, acc, cand.offload, cand.offload_param)
-    casts = 2 * autocast_cast_params(wl.shape, cand.strategy, cand.tp, cand.pp, cand.vocab_parallel_head)
+    casts = 2 * autocast_cast_params(wl.shape, cand.strategy, cand.tp, cand.pp, cand.vocab_parallel_head,
+                                     cand.checkpointing)
     activations = _activations(cand, wl, accum, 2 if wl.precision in ("bf16", "fp16") else 4) + (
-        casts if cand.autocast else 0.0)
+        casts if autocasts(cand, wl.precision) else 0.0)
     buffers = buffer_bytes(cand.strategy, cand.tp, wl.shape, acc, wl.reduce_bucket, wl.prefetch_bucket, held=held,
                            micro_steps=accum, pipelined=cand.pp > 1)
     return states, activations, buffers
@@ -64,21 +65,32 @@ def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> f
     return peak.total + recomputing
 
 
+def autocasts(cand: Candidate, precision: str) -> bool:
+    """The layout's forward runs under torch.autocast over fp32 weights: a DeepSpeed config's ``torch_autocast``,
+    or dsbench's DDP, torch_tp and torch_pp (the planner's ``ddp``) in bf16 or fp16 (worker/engines/native.autocast;
+    memory.accounting_for prices their fp32 weights and gradients as ``amp``)."""
+    return cand.autocast or (cand.strategy == "ddp" and precision in ("bf16", "fp16"))
+
+
 def autocast_cast_params(shape: ModelShape, strategy: str, tp: int = 1, pp: int = 1,
-                         vocab_parallel_head: bool = False) -> float:
+                         vocab_parallel_head: bool = False, checkpointing: bool = False) -> float:
     """Parameters whose 16-bit casts autograd keeps from the forward to the backward, on the busiest rank, when
-    DeepSpeed's engine runs the forward under torch.autocast over fp32 weights (``torch_autocast``): each matmul's
-    weight (a block's matrices, split by TP; the head's, or the tied embedding's, on the last stage), where the
-    embedding lookup and the norms run in fp32 and cast nothing. Under ZeRO-3 DeepSpeed swaps
+    the forward runs under torch.autocast over fp32 weights (:func:`autocasts`): each matmul's weight (a block's
+    matrices, split by TP; the head's, or the tied embedding's, on the last stage), where the embedding lookup and
+    the norms run in fp32 and cast nothing. Under activation checkpointing a block saves none (its forward runs
+    again in the backward): the head's and the recomputed block's. Under ZeRO-3 DeepSpeed swaps
     ``torch.nn.functional.linear`` for its own autograd function (runtime/zero/linear.py,
     LinearFunctionForZeroStage3, ``memory_efficient_linear`` on by default), which saves the fp32 parameter and
     gathers it again in the backward: no cast is kept, but GPT-2's Conv1D (``torch.addmm``) keeps its blocks'
-    casts, whole. Measured with DeepSpeed 0.19.8 on 2 CPU ranks, saved tensors counted by autograd's hooks
-    (tests/unit/test_autocast_config.py): llama-tiny 2 bytes per cast parameter at ZeRO-0 and 2, none at ZeRO-3."""
+    casts, whole. Measured from the tensors autograd saved (tests/unit/test_autocast_config.py, DeepSpeed 0.19.8's
+    engine on one CPU rank, and tests/unit/test_amp_memory.py, torch.autocast alone): llama-tiny 2 bytes per cast
+    parameter at ZeRO-0 and 2 and under plain autocast, none at ZeRO-3, the head's alone under checkpointing."""
     p = shape.parts()
     head = (p["head"] or p["embedding"]) / (tp if vocab_parallel_head else 1)
     if strategy == "zero3":
-        return shape.layers * p["block_split"] / tp if shape.arch == "gpt2" else 0.0
+        blocks = 1 if checkpointing else shape.layers
+        return blocks * p["block_split"] / tp if shape.arch == "gpt2" else 0.0
     base, extra = divmod(shape.layers, pp)  # earlier stages take the remainder (memory.held_params)
-    return max((base + (stage < extra)) * p["block_split"] / tp + (head if stage == pp - 1 else 0.0)
-               for stage in range(pp))
+    held = [base + (stage < extra) for stage in range(pp)]
+    return max(min(blocks, 1 if checkpointing else blocks) * p["block_split"] / tp + (head if stage == pp - 1 else 0.0)
+               for stage, blocks in enumerate(held))
