@@ -58,9 +58,13 @@ def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
     # in fp32 buffers (main_grad)
     if lay.offload:
         return _offloaded_state_bytes(lay, params, shard, layer)
-    if strategy == "ddp" and lay.autocast:  # fp32 weights and the 16-bit casts autograd keeps until the backward;
-        # no gradients at the forward's peak (zero_grad(set_to_none=True), torch's default) but DDP's fp32 buckets
-        return {"weights": 6 * params, "grads": 4 * params if lay.dp > 1 else 0.0, "optimizer": 8 * params}
+    if strategy == "ddp" and lay.autocast:  # fp32 weights and the 16-bit casts autograd keeps until the backward
+        # (a block under full or per-op recompute keeps none, casting again as it runs again: the head's and the
+        # recomputed block's, tests/unit/test_amp_memory.py); no gradients at the forward's peak
+        # (zero_grad(set_to_none=True), torch's default) but DDP's fp32 buckets
+        casts = params if lay.recompute not in ("full", "op") else layer + (
+            lay.shape.vocab * lay.shape.hidden / lay.tp if lay.pp == 1 else 0.0)
+        return {"weights": 4 * params + 2 * casts, "grads": 4 * params if lay.dp > 1 else 0.0, "optimizer": 8 * params}
     if strategy == "ddp":
         return {"weights": 2 * params, "grads": grad * params, "optimizer": 12 * params}
     if strategy == "zero1":
