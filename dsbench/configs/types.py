@@ -21,6 +21,11 @@ from dsbench.zero_section import DEVICES, whole
 # path -> (kind, lowest allowed, whether the lowest itself is allowed); ranges from DeepSpeed's docs and the
 # checks its optimizers make (torch.optim.Adam: lr >= 0, eps >= 0, 0 <= beta < 1, weight_decay >= 0).
 RULES: dict[str, tuple[str, float | None, bool]] = {
+    # the names DeepSpeed looks up (runtime/config.py lower-cases the optimizer's, the engine's
+    # _scheduler_from_config hasattr()s the scheduler's): any other JSON value stops every rank at start-up, where
+    # DeepSpeedConfig passes a scheduler's and validate named only "AttributeError" for an optimizer's
+    "optimizer.type": ("name", None, True),
+    "scheduler.type": ("name", None, True),
     "optimizer.params.lr": ("number", 0, False),
     "optimizer.params.eps": ("number", 0, False),
     "optimizer.params.weight_decay": ("number", 0, True),
@@ -107,7 +112,8 @@ CHOICES: dict[str, tuple[Any, ...]] = {
 }
 
 _UNSET = object()
-_EXPECTED = {"bool": "true or false", "int": "an integer", "count": "a whole number", "number": "a number"}
+_EXPECTED = {"bool": "true or false", "int": "an integer", "count": "a whole number", "number": "a number",
+             "name": "a name in quotes"}
 
 # Sections DeepSpeed reads as objects: ``"fp16": true`` passes a truthiness check and then fails inside
 # DeepSpeedConfig (or, described by `explain`, reads as fp32); each is refused by name instead.
@@ -118,6 +124,8 @@ OBJECTS = ("fp16", "bf16", "amp", "zero_optimization", "zero_optimization.offloa
 
 
 def _is(kind: str, value: Any) -> bool:
+    if kind == "name":
+        return isinstance(value, str)
     if kind == "bool":
         return isinstance(value, bool)
     if isinstance(value, bool):

@@ -292,6 +292,37 @@ def test_an_optimizer_the_engine_would_not_build_is_an_error(name):
     assert (not [f for f in findings if f.path == "optimizer.type"]) is builds, findings
 
 
+@pytest.mark.parametrize("value", [123, 1.5, True, ["AdamW"], {"name": "AdamW"}, None, "AdamW", "WarmupLR"])
+def test_an_optimizer_or_scheduler_type_that_is_no_name_is_refused_by_its_path(value):
+    """Until 2026-12-04 `"type": 123` passed `dsbench launch --config` (and validate named only DeepSpeedConfig's
+    AttributeError for an optimizer's, and nothing for a scheduler's), to stop every rank at start-up. Oracles:
+    DeepSpeedConfig for the optimizer's (it lower-cases the name), and the engine's own _scheduler_from_config
+    for the scheduler's (it looks the name up with hasattr), on a stand-in engine and a real torch optimizer."""
+    import types
+
+    import torch
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    def stops(build) -> bool:
+        try:
+            build()
+        except (AttributeError, TypeError, AssertionError):
+            return True
+        return False
+
+    optimizer = {**BASE, "zero_optimization": {"stage": 0}, "optimizer": {"type": value, "params": {"lr": 1e-3}}}
+    # the type's own kind (a name DeepSpeedConfig keeps and the engine then refuses is the name check's, above)
+    refused = [f for f in run(optimizer, world=1) if f.path == "optimizer.type" and f.code == "value-type"]
+    assert bool(refused) is stops(lambda: DeepSpeedConfig(optimizer)), refused
+    engine = types.SimpleNamespace(scheduler_name=lambda: value, scheduler_params=lambda: {})
+    torch_optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    built = stops(lambda: DeepSpeedEngine._scheduler_from_config(engine, torch_optimizer))
+    scheduler = {**BASE, "scheduler": {"type": value}}
+    refused = [f for f in run(scheduler) if f.path == "scheduler.type"]
+    assert bool(refused) is built, refused
+
+
 def test_explain_names_the_clipping_deepspeed_applies_where_the_config_leaves_it_out():
     """Oracle: DeepSpeed's parsed config, whose gradient_clipping is what its engine clips at."""
     from deepspeed.runtime.config import DeepSpeedConfig
