@@ -102,7 +102,7 @@ def _checked_config(req: LaunchRequest, world: int, model: str, steps: int
         # "auto" is the HF Trainer's to fill, and each rank fills it so from the worker's flags
         # (worker/setup.complete_ds_config), as a config passed to `deepspeed --deepspeed_config` is filled
         findings = validate(config, ValidateContext(world_size=world, layout=layout, allow_auto=True,
-                                                    cpu_ranks=req.cpu), deepspeed_check=False)
+                                                    cpu_ranks=req.cpu))  # DeepSpeed's parser too, as for a YAML's
         if has_errors(findings):
             raise InvalidConfig(refused_for_launch(req.config, findings))
         notes = launch_notes(req.config, findings)

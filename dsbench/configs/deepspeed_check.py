@@ -14,6 +14,7 @@ import copy
 import io
 import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from dsbench.configs.autofill import auto_paths
@@ -37,8 +38,22 @@ _SECTIONS = {
 }
 
 
-def _quiet_import() -> Any:
+@contextlib.contextmanager
+def _cpu_accelerator_unless_named() -> Iterator[None]:
+    """DeepSpeed's CPU accelerator for the import and the parse where none is named (it picks one at its first
+    ``get_accelerator()``), without leaving ``DS_ACCELERATOR`` set: every process this one starts inherits its
+    environment (runner.py), and until 2026-12-04 a launch that had parsed a user's accelerate YAML's DeepSpeed
+    file handed ``DS_ACCELERATOR=cpu`` to its ranks, on GPUs too."""
+    named = "DS_ACCELERATOR" in os.environ
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        yield
+    finally:
+        if not named:
+            os.environ.pop("DS_ACCELERATOR", None)
+
+
+def _quiet_import() -> Any:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         from deepspeed.runtime import config as ds_config
     logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
@@ -92,6 +107,11 @@ def deepspeed_findings(config: dict[str, Any], world_size: int | None, reported:
                        layout: Any = None) -> list[Finding]:
     """Findings from DeepSpeed's own parser; an empty list when it accepts the config. ``layout``: the config's
     layout on ``world_size`` ranks, where validation worked it out (else it is worked out here)."""
+    with _cpu_accelerator_unless_named():
+        return _parsed(config, world_size, reported, layout)
+
+
+def _parsed(config: dict[str, Any], world_size: int | None, reported: list[Finding], layout: Any) -> list[Finding]:
     try:
         ds_config = _quiet_import()
     except Exception as exc:  # deepspeed missing or broken: say so, don't fail validation on it
@@ -113,7 +133,17 @@ def deepspeed_findings(config: dict[str, Any], world_size: int | None, reported:
     return []
 
 
-def _from_exception(exc: Exception) -> list[Finding]:
+def config_error(exc: BaseException) -> str | None:
+    """The first problem of a pydantic ValidationError DeepSpeed's config raised, by its key (a rank that reaches
+    ``deepspeed.initialize`` with a value DeepSpeed's parser refuses said only "ValidationError: 1 validation error
+    for DeepSpeedZeroConfig"); None for any other exception."""
+    if not (callable(getattr(exc, "errors", None)) and hasattr(exc, "title")):
+        return None
+    findings = _from_exception(exc)
+    return findings[0].text() if findings else None
+
+
+def _from_exception(exc: BaseException) -> list[Finding]:
     errors = getattr(exc, "errors", None)
     if callable(errors) and hasattr(exc, "title"):  # pydantic.ValidationError
         section = _SECTIONS.get(exc.title, "")

@@ -43,6 +43,12 @@ def run_rank(body: Callable[[], int], say: Callable[[str], None]) -> int:
         say(f"error: {exc}")
         return exc.exit_code
     except BaseException as exc:
+        from dsbench.configs.deepspeed_check import config_error
+
+        named = config_error(exc)  # a value DeepSpeed's config parser refuses: bad input, by its key
+        if named:
+            say(f"error: {named}")
+            return 2
         # a lost peer's traceback shows only where this rank waited (a barrier, a collective): the cause is the other
         # rank's own error line; DSBENCH_DEBUG=1 prints it anyway
         if not peer_lost(exc) or os.environ.get("DSBENCH_DEBUG", "") not in ("", "0"):

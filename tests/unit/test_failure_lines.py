@@ -121,3 +121,46 @@ def test_a_source_file_is_named_as_its_package_names_it():
     assert _short("/w/.venv/lib/python3.12/site-packages/deepspeed/runtime/engine.py") == "deepspeed/runtime/engine.py"
     assert _short("/usr/lib/python3/dist-packages/torch/nn/modules/module.py") == "torch/nn/modules/module.py"
     assert _short("/work/main/dsbench/worker/loop.py") == "dsbench/worker/loop.py"
+
+
+def test_a_value_deepspeeds_parser_refuses_on_a_rank_is_named_by_its_key(capsys):
+    """A config reaching ``deepspeed.initialize`` on a rank started by hand (`deepspeed ... --deepspeed_config`)
+    with a value DeepSpeed's pydantic sections refuse said "ValidationError: 1 validation error for
+    DeepSpeedZeroConfig" after a traceback; the line names the key, as validate does, and exits 2 (bad input).
+    Oracle: the error DeepSpeed's own DeepSpeedZeroConfig raises."""
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    from dsbench.worker.guard import run_rank
+
+    def initialize():
+        DeepSpeedZeroConfig(stage=2, zero_quantized_weights=123)
+        return 0
+
+    said: list[str] = []
+    assert run_rank(initialize, said.append) == 2
+    assert said == ["error: zero_optimization.zero_quantized_weights: DeepSpeed's DeepSpeedZeroConfig rejects 123: "
+                    "Input should be a valid boolean, unable to interpret input. Fix: correct "
+                    "zero_optimization.zero_quantized_weights (see DeepSpeed's config docs)"], said
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_parsing_a_config_leaves_no_accelerator_for_the_processes_a_launch_starts(tmp_path):
+    """DeepSpeed's parser runs under its CPU accelerator where none is named, and the variable is taken back: a
+    launch that parsed a user's accelerate YAML's DeepSpeed file handed DS_ACCELERATOR=cpu to every rank it started,
+    on GPUs too (runner.py passes its own environment on), until 2026-12-04."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    path = tmp_path / "ds.json"
+    path.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}')
+    script = ("import os\nfrom dsbench.configs.api import validate_file\n"
+              f"config, findings = validate_file({str(path)!r}, 2, False)\n"
+              "assert not [f for f in findings if f.code == 'deepspeed-unavailable'], findings\n"
+              "print(os.environ.get('DS_ACCELERATOR'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "None", done.stdout + done.stderr
