@@ -137,7 +137,9 @@ def config_error(exc: BaseException) -> str | None:
     """The first problem of a pydantic ValidationError DeepSpeed's config raised, by its key (a rank that reaches
     ``deepspeed.initialize`` with a value DeepSpeed's parser refuses said only "ValidationError: 1 validation error
     for DeepSpeedZeroConfig"); None for any other exception."""
-    if not (callable(getattr(exc, "errors", None)) and hasattr(exc, "title")):
+    title = getattr(exc, "title", None)
+    if not (callable(getattr(exc, "errors", None)) and isinstance(title, str)
+            and (title in _SECTIONS or title.startswith("DeepSpeed"))):  # another library's pydantic model: not this
         return None
     findings = _from_exception(exc)
     return findings[0].text() if findings else None

@@ -164,3 +164,17 @@ def test_parsing_a_config_leaves_no_accelerator_for_the_processes_a_launch_start
     done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "None", done.stdout + done.stderr
+
+
+def test_another_librarys_validation_error_is_not_called_deepspeeds():
+    import pydantic
+    import pytest
+
+    from dsbench.configs.deepspeed_check import config_error
+
+    class Settings(pydantic.BaseModel):
+        size: int
+
+    with pytest.raises(pydantic.ValidationError) as caught:
+        Settings(size="x")
+    assert config_error(caught.value) is None
