@@ -64,14 +64,20 @@ ACCOUNTINGS = {
 }
 
 
+def native_amp(strategy: str, precision: str) -> bool:
+    """dsbench's DDP, torch_tp and torch_pp (the planner's ``ddp`` with its tp and pp) train fp32 weights under
+    torch.autocast in bf16 or fp16 (worker/engines/native.autocast), as torch AMP does; DeepSpeed and FSDP2 train
+    16-bit weights."""
+    return strategy == "ddp" and precision in ("bf16", "fp16")
+
+
 def accounting_for(precision: str, strategy: str, explicit: str | None = None) -> Accounting:
     """The accounting a run uses: explicit choice (``--accounting``, or what a given config's dtypes hold:
     plan/config_row.config_accounting), else from precision and strategy."""
     if explicit:
         return ACCOUNTINGS[explicit]
-    if precision in ("bf16", "fp16"):  # dsbench's DDP, torch_tp and torch_pp (the planner's "ddp" with its tp and
-        # pp) train fp32 weights under torch.autocast (worker/engines/native.autocast); DeepSpeed and FSDP2 16-bit ones
-        return ACCOUNTINGS["amp" if strategy == "ddp" else "mixed16"]
+    if precision in ("bf16", "fp16"):
+        return ACCOUNTINGS["amp" if native_amp(strategy, precision) else "mixed16"]
     return ACCOUNTINGS["fp32_deepspeed" if strategy in ("zero1", "zero2", "zero3") else "fp32"]
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from dsbench.models import DECODERS, ModelShape
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.inputs import Workload
-from dsbench.plan.memory import Accounting, ModelStates, activation_bytes, buffer_bytes, model_states
+from dsbench.plan.memory import Accounting, ModelStates, activation_bytes, buffer_bytes, model_states, native_amp
 from dsbench.plan.pipeline_peak import busiest
 from dsbench.plan.pipeline_time import schedule_of
 from dsbench.plan.saved import SavedActivations, layer_norm_head_bytes, saved_activation_bytes
@@ -22,9 +22,8 @@ def rank_memory(cand: Candidate, wl: Workload, acc: Accounting, held: float, sha
     buffers."""
     states = model_states(held, cand.strategy, shards, acc, cand.offload, cand.offload_param)
     casts = 2 * autocast_cast_params(wl.shape, cand.strategy, cand.tp, cand.pp, cand.vocab_parallel_head,
-                                     cand.checkpointing)
-    activations = _activations(cand, wl, accum, 2 if wl.precision in ("bf16", "fp16") else 4) + (
-        casts if autocasts(cand, wl.precision) else 0.0)
+                                     cand.checkpointing) if autocasts(cand, wl.precision) else 0.0
+    activations = _activations(cand, wl, accum, 2 if wl.precision in ("bf16", "fp16") else 4) + casts
     buffers = buffer_bytes(cand.strategy, cand.tp, wl.shape, acc, wl.reduce_bucket, wl.prefetch_bucket, held=held,
                            micro_steps=accum, pipelined=cand.pp > 1)
     return states, activations, buffers
@@ -69,7 +68,7 @@ def autocasts(cand: Candidate, precision: str) -> bool:
     """The layout's forward runs under torch.autocast over fp32 weights: a DeepSpeed config's ``torch_autocast``,
     or dsbench's DDP, torch_tp and torch_pp (the planner's ``ddp``) in bf16 or fp16 (worker/engines/native.autocast;
     memory.accounting_for prices their fp32 weights and gradients as ``amp``)."""
-    return cand.autocast or (cand.strategy == "ddp" and precision in ("bf16", "fp16"))
+    return cand.autocast or native_amp(cand.strategy, precision)
 
 
 def autocast_cast_params(shape: ModelShape, strategy: str, tp: int = 1, pp: int = 1,
