@@ -101,8 +101,8 @@ def _checked_config(req: LaunchRequest, world: int, model: str, steps: int
         layout = layout_of(config, world) if isinstance(config, dict) else None
         # "auto" is the HF Trainer's to fill, and each rank fills it so from the worker's flags
         # (worker/setup.complete_ds_config), as a config passed to `deepspeed --deepspeed_config` is filled
-        findings = validate(config, ValidateContext(world_size=world, layout=layout, allow_auto=True,
-                                                    cpu_ranks=req.cpu))  # DeepSpeed's parser too, as for a YAML's
+        findings = validate(config, ValidateContext(world_size=world, layout=layout, allow_auto=True, cpu_ranks=req.cpu,
+                                                    ranks_here=req.ranks_here))  # DeepSpeed's parser too
         if has_errors(findings):
             raise InvalidConfig(refused_for_launch(req.config, findings))
         notes = launch_notes(req.config, findings)
@@ -162,7 +162,7 @@ def prepare(req: LaunchRequest) -> PreparedLaunch:
     if config is not None:  # each flag's value checked above; whether the config would ignore it, here
         check_worker_flags(given, config, req.config)
     nvme = nvme_folders(config, typed=None if req.config else req.render_flags.get("nvme_path"))  # as typed
-    notes += check_paths_here(train.dataset, nvme, req.cwd, local=not req.hostfile and req.slurm is None)
+    notes += check_paths_here(train.dataset, nvme, req.cwd, local=req.ranks_here)
     try:
         notes += check_layout(train, config, world, resume=True,
                               dims=layout if isinstance(layout, ParallelDims) else None)

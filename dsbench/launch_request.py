@@ -68,6 +68,11 @@ class LaunchRequest:
     """This machine's available memory in bytes (envinfo.memory_available; None: unknown): what CPU ranks it can
     hold (local_ranks.check_local_ranks)."""
 
+    @property
+    def ranks_here(self) -> bool:
+        """Every rank runs on this machine, in this environment (no hostfile, no SLURM job)."""
+        return not self.hostfile and self.slurm is None
+
 
 def inherited_env(environ: Mapping[str, str], python: str) -> tuple[tuple[str, str], ...]:
     """What ranks on other nodes need from this shell (an ssh command gets a login's bare environment):
@@ -138,7 +143,7 @@ def check_request(req: LaunchRequest) -> None:
         own = " (DeepSpeed's pipeline engine runs its own 1F1B)" if req.strategy == "deepspeed" else ""
         raise UserError(f"--{schedule[0].replace('_', '-')} orders torch's pipeline stages: it needs --strategy "
                         f"{' or '.join(trainspec.PIPELINED)}; --strategy {req.strategy} would ignore it{own}")
-    if not req.hostfile and req.slurm is None:  # every rank on this machine
+    if req.ranks_here:
         check_local_ranks(req.num_gpus, "--num-gpus", gpus=req.local_gpus, memory_available=req.memory_available)
     if not req.config:  # a config's own fp16 is a finding of its validation (ValidateContext.cpu_ranks)
         check_precision(req.render_flags.get("precision") or "fp32", cpu=req.cpu)

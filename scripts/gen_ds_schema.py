@@ -180,6 +180,18 @@ def model_keys(model, prefix: str, out: dict[str, set[str]], deprecated: dict[st
                     model_keys(arg, f"{prefix}.{name}", out, deprecated)
 
 
+def cpu_accelerator_ops() -> list[str]:
+    """The op builders DeepSpeed's CPU accelerator implements: every other name it is asked for gives its
+    NotImplementedBuilder (accelerator/cpu_accelerator.py ``get_op_builder``), which a rank stops at when it loads
+    the op. ALL_OPS lists the builders of the accelerator DS_ACCELERATOR names (cpu, above)."""
+    from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+    from deepspeed.ops.op_builder.all_ops import ALL_OPS
+
+    cpu = CPU_Accelerator()
+    names = {type(builder).__name__ for builder in ALL_OPS.values()}
+    return sorted(name for name in names if cpu.get_op_builder(name).__name__ != "NotImplementedBuilder")
+
+
 def main() -> int:
     import deepspeed
     from deepspeed.comm import torch as _  # noqa: F401  (import side effects of dist)
@@ -248,6 +260,7 @@ def main() -> int:
     schema = {
         "deepspeed_version": deepspeed.__version__,
         "optimizers": optimizers,
+        "cpu_accelerator_ops": cpu_accelerator_ops(),
         "removed": removed,
         "deprecated": {path: dict(sorted(found.items())) for path, found in sorted(deprecated.items())},
         "generated_by": "scripts/gen_ds_schema.py",

@@ -1,9 +1,8 @@
 """Validate a DeepSpeed config: the checks DeepSpeed lacks, then DeepSpeed's own parser.
 
-Every check is a pure function ``config -> list[Finding]``. :func:`validate` runs them all and
-collects every problem (never only the first). DeepSpeed's own ``DeepSpeedConfig`` is applied
-last, lazily imported, with its world size patched to the data-parallel size being checked
-(see :mod:`dsbench.configs.deepspeed_check`).
+Every check is a pure function ``config -> list[Finding]``. :func:`validate` runs them all and collects every
+problem (never only the first). DeepSpeed's own ``DeepSpeedConfig`` is applied last, lazily imported, with its world
+size patched to the data-parallel size being checked (see :mod:`dsbench.configs.deepspeed_check`).
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, auto_paths, resolve_value
 from dsbench.configs.batch import BATCH_KEYS, checked_twice, derive_batch
+from dsbench.configs.device_ops import rank_findings
 from dsbench.configs.diagnostics import check_diagnostics
 from dsbench.configs.engine_checks import check_engine
 from dsbench.configs.findings import Finding
@@ -22,7 +22,7 @@ from dsbench.configs.layout import int_or_none, layout_of, parallel_degrees, uly
 from dsbench.configs.optimizer_check import check_optimizer
 from dsbench.configs.overrides import get_path
 from dsbench.configs.pipeline import pipeline_settings
-from dsbench.configs.precision import autocast_findings, bf16_enabled, device_findings, fp16_enabled
+from dsbench.configs.precision import autocast_findings, bf16_enabled, fp16_enabled
 from dsbench.configs.reduction_check import check_reduction
 from dsbench.configs.scheduler_check import check_schedule, check_scheduler
 from dsbench.configs.schema import unknown_keys
@@ -43,10 +43,11 @@ class ValidateContext:
     allow_auto: bool = False
     """Downgrade unresolved "auto" values to warnings (for configs meant for the HF Trainer)."""
     layout: ParallelDims | str | None = None
-    """The config's layout on ``world_size`` ranks, or why its degrees cannot lay them out
-    (:func:`configs.layout.layout_of`): worked out once by :func:`validate`, which every check reads."""
+    """The layout on ``world_size`` ranks, or why the degrees cannot lay them out, worked out once (layout_of)."""
     cpu_ranks: bool = False
-    """The ranks are CPU processes (a launch on a machine without GPUs): fp16 is an error (precision.py)."""
+    """The ranks are CPU processes (a launch on a machine without GPUs): what they cannot run is an error."""
+    ranks_here: bool = False
+    """The ranks run on this machine, in this environment: a package a monitor imports must be here."""
 
 
 def _layout(config: dict[str, Any], ctx: ValidateContext) -> ParallelDims | str | None:
@@ -96,8 +97,7 @@ def check_batch(config: dict[str, Any], ctx: ValidateContext) -> list[Finding]:
                         fix="set train_micro_batch_size_per_gpu (and gradient_accumulation_steps)")]
     if ctx.world_size is None:
         return _batch_without_world(tb, mb, ga)
-    dp = _data_parallel_size(config, ctx)
-    if dp is None:
+    if (dp := _data_parallel_size(config, ctx)) is None:
         return []  # check_parallel_degrees reports it
     derived = derive_batch(tb, mb, ga, dp)
     tb2, mb2, ga2 = derived.train, derived.micro, derived.accum
@@ -291,7 +291,7 @@ def validate(config: Any, ctx: ValidateContext, deepspeed_check: bool = True) ->
     findings = [*unknown_keys(config), *check_types(config, skip=BATCH_KEYS), *check_parallel_degrees(config, ctx),
                 *check_batch(config, ctx), *check_combinations(config, ctx), *check_auto(config, ctx),
                 *check_optimizer(config), *check_scheduler(config), *check_schedule(config), *check_reduction(config),
-                *check_inert(config), *check_diagnostics(config), *device_findings(config, ctx.cpu_ranks),
+                *check_inert(config), *check_diagnostics(config), *rank_findings(config, ctx.cpu_ranks, ctx.ranks_here),
                 *autocast_findings(config), *check_engine(config, ctx.world_size)]
     if deepspeed_check:
         from dsbench.configs.deepspeed_check import deepspeed_findings

@@ -14,6 +14,7 @@ from typing import Any
 
 from dsbench.configs.autofill import AutoInputs, fill_auto
 from dsbench.configs.batch import BATCH_KEYS, config_batch
+from dsbench.configs.device_ops import installed, monitor_refusal, op_refusal
 from dsbench.configs.findings import has_errors
 from dsbench.configs.layout import layout_of
 from dsbench.configs.precision import fp16_enabled, run_precision
@@ -21,7 +22,6 @@ from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validat
 from dsbench.envinfo import machine, versions
 from dsbench.errors import UserError
 from dsbench.parallel import ParallelDims
-from dsbench.zero_section import zero_settings
 
 
 def resolve_strategy(requested: str, ds_config: str | None, world_size: int) -> str:
@@ -148,15 +148,10 @@ def header(**fields: Any) -> dict[str, Any]:
             "git_rev": git_revision(), "versions": versions(), "machine": machine(), **fields}
 
 
-# DeepSpeed's optimizers that load a fused op of the device when they stay on it (runtime/engine.py
-# ``_configure_basic_optimizer``: lamb -> FusedLamb, lion without optimizer offload -> FusedLion)
-_FUSED_OPS = {"lamb": "FusedLambBuilder", "lion": "FusedLionBuilder"}
-
-
 def check_on_device(ds_config: dict[str, Any], world_size: int = 1) -> None:
     """What the rank's DeepSpeed accelerator cannot run, refused in dsbench's words before ``deepspeed.initialize``
     (where DeepSpeed says "Type fp16 is not supported on your device" or, of its missing op, "This op had not been
-    implemented on CPU backend")."""
+    implemented on CPU backend"). A launch onto CPU ranks refuses the same before they start (configs/device_ops)."""
     from deepspeed.accelerator import get_accelerator
 
     accelerator = get_accelerator()
@@ -164,51 +159,20 @@ def check_on_device(ds_config: dict[str, Any], world_size: int = 1) -> None:
     if fp16_enabled(ds_config) and not accelerator.is_fp16_supported():
         raise UserError(f"fp16: DeepSpeed's {device} accelerator trains no fp16: set fp16.enabled false (fp32) or "
                         "bf16.enabled true in the config (dsbench launch renders either with --precision fp32|bf16)")
-    name = str((ds_config.get("optimizer") or {}).get("type", "")).lower()
-    op = _FUSED_OPS.get(name)
-    builder = accelerator.get_op_builder(op) if op else None
-    if op and not (name == "lion" and zero_settings(ds_config).offload != "none") and _missing(builder):
-        offload = "; or offload the optimizer, where Lion runs on the CPU" if name == "lion" else ""
-        raise UserError(f"optimizer {name}: DeepSpeed runs it with its {op} op, which its {device} accelerator does "
-                        f"not have: use AdamW, Adam, Adagrad or a torch.optim class{offload}")
-    key = _quantizer_key(ds_config, world_size // max(accelerator.device_count(), 1))
-    if key and _missing(accelerator.get_op_builder("QuantizerBuilder")):
-        raise UserError(f"zero_optimization.{key}: ZeRO++ quantizes with DeepSpeed's QuantizerBuilder op, which its "
-                        f"{device} accelerator does not have: set it false (ZeRO++'s hpZ, zero_hpz_partition_size, "
-                        "runs without it)")
-
-
-# DeepSpeed's monitors and the package each imports when enabled (deepspeed/monitor/utils.py, the
-# check_*_availability functions called as MonitorMaster builds them on rank 0)
-_MONITOR_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "comet": "comet_ml"}
+    refused = op_refusal(ds_config, device, lambda op: not _missing(accelerator.get_op_builder(op)),
+                         world_size // max(accelerator.device_count(), 1))
+    if refused is not None:
+        raise UserError(refused.line())
 
 
 def check_monitors(ds_config: dict[str, Any]) -> None:
     """A monitor the config enables whose package this environment lacks, refused in one line before
     ``deepspeed.initialize`` (where DeepSpeed raises ModuleNotFoundError)."""
-    import importlib.util
-
-    for section, package in _MONITOR_PACKAGES.items():
-        settings = ds_config.get(section)
-        if isinstance(settings, dict) and settings.get("enabled") is True and importlib.util.find_spec(package) is None:
-            raise UserError(f"{section}.enabled: DeepSpeed's {section} monitor needs the {package} package, which "
-                            f"this environment lacks: pip install {package}, or set {section}.enabled false")
+    refused = monitor_refusal(ds_config, installed)
+    if refused is not None:
+        raise UserError(refused.line())
 
 
 def _missing(builder: Any) -> bool:
     """Whether an accelerator's op builder is absent or its stand-in for an op it lacks."""
     return getattr(builder, "__name__", "NotImplementedBuilder") == "NotImplementedBuilder"
-
-
-def _quantizer_key(ds_config: dict[str, Any], nodes: int) -> str | None:
-    """The ZeRO++ key that makes a ZeRO-3 engine load DeepSpeed's quantizer op, if any: quantized weights at
-    ``zero.Init`` (runtime/zero/partition_parameters.py, ``CUDAQuantizer()``); quantized gradients at their first
-    reduction when DeepSpeed counts more than one node, world size // ``accelerator.device_count()``
-    (runtime/zero/stage3.py ``all_to_all_quant_reduce``; the CPU accelerator's count is LOCAL_SIZE, which torchrun
-    leaves unset, so there it counts every rank as a node)."""
-    zero = ds_config.get("zero_optimization")
-    if zero_settings(ds_config).stage != 3 or not isinstance(zero, dict):
-        return None
-    keys = ["zero_quantized_weights", "zero_quantized_nontrainable_weights"]
-    keys += ["zero_quantized_gradients"] if nodes > 1 else []
-    return next((key for key in keys if zero.get(key) is True), None)
