@@ -286,9 +286,9 @@ def _checked_user_yaml(req: LaunchRequest, path: str, overrides: dict[str, Any],
     refusal = accelerate_worker.worker_refusal(config, processes)
     if refusal:
         raise UserError(f"{path}: {refusal}")
-    check_yaml_here(req, config, processes, machines=accelerate.machine_count(config))
     ds_path, _ = ds_file_of(config, path)
     ds_config = load_config_strict(ds_path) if ds_path else None
+    check_yaml_here(req, config, processes, accelerate.machine_count(config), (ds_path, ds_config))
     check_user_yaml_request(req, config, ds_config, given)
     return config, processes, (nvme_folders(ds_config, f"{ds_path}: ") if ds_path else accelerate.nvme_folders(config))
 

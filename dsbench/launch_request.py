@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from dsbench import trainspec
+from dsbench.configs.device_ops import rank_findings
+from dsbench.configs.findings import has_errors, refused_for_launch
 from dsbench.configs.precision import check_precision
 from dsbench.dataset_files import dataset_files
-from dsbench.errors import UserError
+from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import is_valid_hostname
 from dsbench.launchers import SlurmJob
 from dsbench.local_ranks import check_local_ranks
@@ -225,15 +227,21 @@ def _nearest_existing(key: str, path: str, cwd: str) -> tuple[Path, Path]:
         raise UserError(f"{key} {path[:60]}{'...' if len(path) > 60 else ''}: {exc.strerror}: give a folder") from None
 
 
-def check_yaml_here(req: LaunchRequest, config: Mapping[str, Any], processes: int, machines: int) -> None:
+def check_yaml_here(req: LaunchRequest, config: Mapping[str, Any], processes: int, machines: int,
+                    ds_file: tuple[str | None, Any] = (None, None)) -> None:
     """A user's accelerate YAML against this machine: fp16 (its mixed_precision, unless --precision replaces it) on
-    CPU ranks, and, on one machine, its processes against what the machine holds."""
+    CPU ranks, and, on one machine, its processes against what the machine holds; the DeepSpeed file it names
+    (``ds_file``: its path and contents) as a ``--config`` is, for what the ranks would stop at (device_ops.py)."""
     typed = req.render_flags.get("precision")
     check_precision(str(typed or config.get("mixed_precision") or "fp32"), cpu=req.cpu,
                     what="--precision fp16" if typed else f"{req.accelerate_config}: mixed_precision fp16")
     if not req.hostfile and machines == 1:  # every process on this machine
         check_local_ranks(processes, "--num-processes" if req.num_processes else f"{req.accelerate_config}: "
                           "num_processes", gpus=req.local_gpus, memory_available=req.memory_available)
+    path, ds_config = ds_file
+    findings = rank_findings(ds_config, req.cpu, req.ranks_here) if path and isinstance(ds_config, dict) else []
+    if has_errors(findings):
+        raise InvalidConfig(refused_for_launch(str(path), findings))
 
 
 def strategy_and_launcher(strategy: str | None, launcher: str | None, accelerate_config: str | None) -> tuple[str, str]:

@@ -78,10 +78,23 @@ def _not_strict(text: str, source: str, strict_error: json.JSONDecodeError) -> t
             severity="warning", code="not-strict-json", path="",
             message=f"{at}: not strict JSON ({strict_error.msg}); "
                     "DeepSpeed reads it with hjson but the HF Trainer and accelerate (json.load) reject it",
-            fix="remove comments/trailing commas and quote keys")]
+            fix=_loose_fix(text))]
     return None, [Finding(severity="error", code="malformed-json", path="",
                           message=f"{at}: malformed JSON: {strict_error.msg}",
                           fix=f"correct line {strict_error.lineno}, column {strict_error.colno}")]
+
+
+def _loose_fix(text: str) -> str:
+    """What makes text that hjson reads strict JSON: no UTF-8 byte-order mark (a Windows editor's; json.load stops at
+    it, hjson skips it), no comments or trailing commas, quoted keys."""
+    loose = "remove comments/trailing commas and quote keys"
+    if not text.startswith("\ufeff"):
+        return loose
+    try:
+        json.loads(text[1:])
+    except ValueError:
+        return f"save it without the UTF-8 byte-order mark, and {loose}"
+    return "save it without the UTF-8 byte-order mark (UTF-8, not UTF-8 with BOM)"
 
 
 # An unquoted upper-case token or shell variable where a value belongs (``"train_batch_size": CONFIG_BATCH_SIZE,``,

@@ -119,3 +119,26 @@ def test_a_config_the_cpu_ranks_cannot_run_writes_nothing(cli_run, tmp_path):
     assert f"{config} is invalid for this launch:" in result.output
     assert 'optimizer.type: "Lion" on CPU ranks: DeepSpeed runs it with its FusedLionBuilder op' in result.output
     assert not (tmp_path / "run").exists()
+
+
+def test_an_accelerate_yamls_deepspeed_file_is_refused_as_a_config_is(cli_run, tmp_path):
+    """`dsbench launch --accelerate-config` of a YAML whose DeepSpeed file enables a monitor this environment lacks
+    the package of, or steps Lamb on CPU ranks: refused under the file's name before accelerate starts a process
+    (each rank reads the file through the same check: worker/resolve.py); on another machine's ranks
+    (--hostfile), the monitor is theirs to check."""
+    from dsbench.configs.device_ops import MONITOR_PACKAGES, installed
+
+    (tmp_path / "lamb.json").write_text('{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 0},'
+                                        ' "optimizer": {"type": "Lamb", "params": {"lr": 1e-3}}}')
+    missing = next(section for section, package in MONITOR_PACKAGES.items() if not installed(package))
+    (tmp_path / "monitor.json").write_text('{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": '
+                                           f'{{"stage": 2}}, "{missing}": {{"enabled": true}}}}')
+    for name in ("lamb", "monitor"):
+        (tmp_path / f"{name}.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
+                                               f"  deepspeed_config_file: {name}.json\n")
+    result = cli_run("launch", "--accelerate-config", "lamb.yaml", "--run-dir", "r1", "--dry-run")
+    assert result.exit_code == 1 and "lamb.json is invalid for this launch:" in result.output, result.output
+    assert 'optimizer.type: "Lamb" on CPU ranks: DeepSpeed runs it with its FusedLambBuilder op' in result.output
+    result = cli_run("launch", "--accelerate-config", "monitor.yaml", "--run-dir", "r2", "--dry-run")
+    assert result.exit_code == 1 and f"{missing}.enabled: true, but DeepSpeed's {missing} monitor" in result.output
+    assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()

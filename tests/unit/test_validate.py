@@ -238,6 +238,29 @@ def test_hjson_only_files_are_a_warning():
     assert findings[0].severity == "warning" and findings[0].code == "not-strict-json"
 
 
+@pytest.mark.parametrize("text", ['\ufeff{"train_micro_batch_size_per_gpu": 1}',
+                                  '\ufeff{"train_micro_batch_size_per_gpu": 1,}'])
+def test_a_byte_order_mark_is_named_as_what_to_remove(text):
+    """A Windows editor's "UTF-8 with BOM": DeepSpeed's hjson skips the mark, json.load (the HF Trainer's and
+    accelerate's reader) stops at it; the fix names it, and, the mark removed, what else strict JSON refuses.
+    Oracles: hjson and json themselves, on the file as the fix leaves it."""
+    import json
+
+    import hjson
+
+    config, findings = parse_config_text(text, "x.json")
+    assert config == dict(hjson.loads(text)) and findings[0].code == "not-strict-json"
+    with pytest.raises(ValueError, match="BOM"):
+        json.loads(text)
+    fix = findings[0].fix
+    assert "byte-order mark" in fix
+    try:
+        json.loads(text[1:])
+        assert "comments" not in fix  # the mark alone
+    except ValueError:
+        assert "trailing commas" in fix
+
+
 def test_template_placeholders():
     _, findings = parse_config_text('{"train_batch_size": CONFIG_BATCH_SIZE,\n "steps_per_print": 1}', "t.json")
     assert codes(findings) == [("error", "template-placeholder", "train_batch_size")]
