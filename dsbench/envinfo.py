@@ -6,16 +6,38 @@ import glob
 import os
 import platform
 import random
+import re
 import socket
 from importlib import metadata
 
 
-def local_gpu_count() -> int:
-    """NVIDIA GPUs visible through /dev (0 on a CPU machine); honours CUDA_VISIBLE_DEVICES."""
+def local_gpu_count(dev: str = "/dev") -> int:
+    """NVIDIA GPUs visible through /dev (0 on a CPU machine); honours CUDA_VISIBLE_DEVICES where there are GPUs.
+    A CUDA_VISIBLE_DEVICES left set on a machine without NVIDIA devices names none: CUDA finds no device whatever it
+    lists (torch.cuda.device_count() is 0), and until 2026-12-05 such a launch planned GPU ranks, without
+    DS_ACCELERATOR=cpu. WSL2's GPUs have no /dev/nvidiaN, only /dev/dxg: there the variable is taken as it is."""
+    devices = len(glob.glob(os.path.join(dev, "nvidia[0-9]*")))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    return len(glob.glob("/dev/nvidia[0-9]*"))
+    if visible is None:
+        return devices
+    if not devices and not os.path.exists(os.path.join(dev, "dxg")):
+        return 0
+    return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+
+
+_ARCH = re.compile(r"\d+\.\d+(\+PTX)?")
+
+
+def cuda_arch_list_problem(value: str) -> str | None:
+    """DeepSpeed 0.19.8's JIT op builder parses ``TORCH_CUDA_ARCH_LIST`` as numbers only: a Hopper-style entry such
+    as ``9.0a`` ends the first ZeRO run on GPUs with "invalid literal for int() with base 10: '0a'" (seen on an H100
+    image that exports 9.0a). The line that says so, or None; a launch onto GPU ranks here and each DeepSpeed rank on
+    a GPU ask it."""
+    bad = [entry for entry in re.split(r"[ ;]+", value.strip()) if entry and not _ARCH.fullmatch(entry)]
+    if not bad:
+        return None
+    return (f"TORCH_CUDA_ARCH_LIST={value!r}: DeepSpeed 0.19.8's JIT builder cannot parse {bad[0]!r}; use plain "
+            "versions such as 9.0 (or unset it)")
 
 
 def default_ranks() -> int:

@@ -16,6 +16,7 @@ from dsbench.configs.device_ops import rank_findings
 from dsbench.configs.findings import has_errors, refused_for_launch
 from dsbench.configs.precision import check_precision
 from dsbench.dataset_files import dataset_files
+from dsbench.envinfo import cuda_arch_list_problem
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import is_valid_hostname
 from dsbench.launchers import SlurmJob
@@ -69,6 +70,8 @@ class LaunchRequest:
     memory_available: int | None = None
     """This machine's available memory in bytes (envinfo.memory_available; None: unknown): what CPU ranks it can
     hold (local_ranks.check_local_ranks)."""
+    cuda_arch_list: str = ""
+    """This shell's TORCH_CUDA_ARCH_LIST, which ranks here inherit (envinfo.cuda_arch_list_problem)."""
 
     @property
     def ranks_here(self) -> bool:
@@ -147,6 +150,7 @@ def check_request(req: LaunchRequest) -> None:
                         f"{' or '.join(trainspec.PIPELINED)}; --strategy {req.strategy} would ignore it{own}")
     if req.ranks_here:
         check_local_ranks(req.num_gpus, "--num-gpus", gpus=req.local_gpus, memory_available=req.memory_available)
+        _check_jit_arch(req, req.strategy == "deepspeed")
     if not req.config:  # a config's own fp16 is a finding of its validation (ValidateContext.cpu_ranks)
         check_precision(req.render_flags.get("precision") or "fp32", cpu=req.cpu)
     if not is_valid_hostname(req.master_addr):
@@ -228,7 +232,7 @@ def _nearest_existing(key: str, path: str, cwd: str) -> tuple[Path, Path]:
 
 
 def check_yaml_here(req: LaunchRequest, config: Mapping[str, Any], processes: int, machines: int,
-                    ds_file: tuple[str | None, Any] = (None, None)) -> None:
+                    ds_file: tuple[str | None, Any]) -> None:
     """A user's accelerate YAML against this machine: fp16 (its mixed_precision, unless --precision replaces it) on
     CPU ranks, and, on one machine, its processes against what the machine holds; the DeepSpeed file it names
     (``ds_file``: its path and contents) as a ``--config`` is, for what the ranks would stop at (device_ops.py)."""
@@ -238,10 +242,19 @@ def check_yaml_here(req: LaunchRequest, config: Mapping[str, Any], processes: in
     if not req.hostfile and machines == 1:  # every process on this machine
         check_local_ranks(processes, "--num-processes" if req.num_processes else f"{req.accelerate_config}: "
                           "num_processes", gpus=req.local_gpus, memory_available=req.memory_available)
+    _check_jit_arch(req, req.ranks_here and config.get("distributed_type") == "DEEPSPEED")
     path, ds_config = ds_file
     findings = rank_findings(ds_config, req.cpu, req.ranks_here) if path and isinstance(ds_config, dict) else []
     if has_errors(findings):
         raise InvalidConfig(refused_for_launch(str(path), findings))
+
+
+def _check_jit_arch(req: LaunchRequest, deepspeed_here: bool) -> None:
+    """GPU ranks of DeepSpeed on this machine inherit this shell's TORCH_CUDA_ARCH_LIST, which DeepSpeed's JIT
+    builder must parse: refused before they start, as each would refuse it (worker/setup.check_cuda_arch_list)."""
+    problem = cuda_arch_list_problem(req.cuda_arch_list) if deepspeed_here and not req.cpu else None
+    if problem:
+        raise UserError(problem)
 
 
 def strategy_and_launcher(strategy: str | None, launcher: str | None, accelerate_config: str | None) -> tuple[str, str]:

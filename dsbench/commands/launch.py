@@ -186,7 +186,8 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
                         inherited_env=inherited_env(os.environ, sys.executable),
                         accelerate_config=accelerate_config, num_processes=num_processes,
                         num_machines=num_machines, port_given=master_port is not None,
-                        local_gpus=local_gpu_count(), memory_available=memory_available())
+                        local_gpus=local_gpu_count(), memory_available=memory_available(),
+                        cuda_arch_list=os.environ.get("TORCH_CUDA_ARCH_LIST", ""))
     prepared = prepare(req)
     materialize(prepared)
     _print_prepared(prepared)

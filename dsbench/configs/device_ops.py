@@ -31,9 +31,9 @@ MONITOR_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "comet": "co
 
 
 @dataclass(frozen=True, slots=True)
-class OpRefusal:
-    """An op the config makes DeepSpeed load that the accelerator lacks: the config's key, whose value it is
-    (``label``), why it stops, and the fix."""
+class RankRefusal:
+    """What a rank would stop at (an op its accelerator lacks, a monitor's missing package): the config's key, what
+    the rank names (``label``: the key, or the optimizer), why it stops, and the fix."""
 
     path: str
     label: str
@@ -45,7 +45,7 @@ class OpRefusal:
         return f"{self.label}: {self.reason}: {self.fix}"
 
 
-def op_refusal(config: dict[str, Any], device: str, has_op: Callable[[str], bool], nodes: int) -> OpRefusal | None:
+def op_refusal(config: dict[str, Any], device: str, has_op: Callable[[str], bool], nodes: int) -> RankRefusal | None:
     """The first op the config makes DeepSpeed load that the ``device`` accelerator lacks (``has_op(builder
     name)``), or None. ``nodes``: how many nodes DeepSpeed counts (ZeRO++'s quantized gradients load the quantizer
     only across nodes)."""
@@ -53,25 +53,25 @@ def op_refusal(config: dict[str, Any], device: str, has_op: Callable[[str], bool
     op = FUSED_OPS.get(name)
     if op and not (name == "lion" and zero_settings(config).offload != "none") and not has_op(op):
         offload = "; or offload the optimizer, where Lion runs on the CPU" if name == "lion" else ""
-        return OpRefusal("optimizer.type", f"optimizer {name}",
+        return RankRefusal("optimizer.type", f"optimizer {name}",
                          f"DeepSpeed runs it with its {op} op, which its {device} accelerator does not have",
                          f"use AdamW, Adam, Adagrad or a torch.optim class{offload}")
     key = _quantizer_key(config, nodes)
     if key and not has_op("QuantizerBuilder"):
         path = f"zero_optimization.{key}"
-        return OpRefusal(path, path, f"ZeRO++ quantizes with DeepSpeed's QuantizerBuilder op, which its {device} "
+        return RankRefusal(path, path, f"ZeRO++ quantizes with DeepSpeed's QuantizerBuilder op, which its {device} "
                                      "accelerator does not have",
                          "set it false (ZeRO++'s hpZ, zero_hpz_partition_size, runs without it)")
     return None
 
 
-def monitor_refusal(config: dict[str, Any], has_package: Callable[[str], bool]) -> OpRefusal | None:
+def monitor_refusal(config: dict[str, Any], has_package: Callable[[str], bool]) -> RankRefusal | None:
     """A monitor the config enables whose package ``has_package`` says is missing (where DeepSpeed would raise
     ModuleNotFoundError in ``deepspeed.initialize``), or None."""
     for section, package in MONITOR_PACKAGES.items():
         settings = config.get(section)
         if isinstance(settings, dict) and settings.get("enabled") is True and not has_package(package):
-            return OpRefusal(f"{section}.enabled", f"{section}.enabled",
+            return RankRefusal(f"{section}.enabled", f"{section}.enabled",
                              f"DeepSpeed's {section} monitor needs the {package} package, which this environment lacks",
                              f"pip install {package}, or set {section}.enabled false")
     return None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import replace
@@ -19,7 +18,7 @@ from dsbench.configs.findings import has_errors
 from dsbench.configs.layout import layout_of
 from dsbench.configs.precision import fp16_enabled, run_precision
 from dsbench.configs.validate import WARMUP_SCHEDULERS, ValidateContext, validate
-from dsbench.envinfo import machine, versions
+from dsbench.envinfo import cuda_arch_list_problem, machine, versions
 from dsbench.errors import UserError
 from dsbench.parallel import ParallelDims
 
@@ -36,18 +35,12 @@ def resolve_strategy(requested: str, ds_config: str | None, world_size: int) -> 
     return "ddp" if world_size > 1 else "single"
 
 
-_ARCH = re.compile(r"\d+\.\d+(\+PTX)?")
-
-
 def check_cuda_arch_list() -> None:
-    """DeepSpeed 0.19.8's JIT op builder parses ``TORCH_CUDA_ARCH_LIST`` as numbers only: a Hopper-style entry
-    such as ``9.0a`` ends the first ZeRO run with "invalid literal for int() with base 10: '0a'" (seen on an
-    H100 image that exports 9.0a). Say so before DeepSpeed starts building."""
-    value = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
-    bad = [entry for entry in re.split(r"[ ;]+", value.strip()) if entry and not _ARCH.fullmatch(entry)]
-    if bad:
-        raise UserError(f"TORCH_CUDA_ARCH_LIST={value!r}: DeepSpeed 0.19.8's JIT builder cannot parse {bad[0]!r}; "
-                        "use plain versions such as 9.0 (or unset it)")
+    """This GPU rank's TORCH_CUDA_ARCH_LIST, which DeepSpeed's JIT builder parses (envinfo.cuda_arch_list_problem),
+    said before DeepSpeed starts building."""
+    problem = cuda_arch_list_problem(os.environ.get("TORCH_CUDA_ARCH_LIST", ""))
+    if problem:
+        raise UserError(problem)
 
 
 def guard_jit_builds() -> None:

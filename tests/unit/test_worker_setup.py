@@ -36,6 +36,28 @@ def test_arch_lists_are_refused_exactly_when_deepspeed_cannot_parse_them(monkeyp
     assert accepted == (value in ("9.0", "8.0;9.0+PTX", "7.5 8.6"))
 
 
+@pytest.mark.parametrize("value", ["9.0", "9.0a", "8.0;9.0a"])
+def test_a_launch_onto_gpu_ranks_here_refuses_the_arch_list_deepspeed_cannot_parse(cli_run, monkeypatch, tmp_path,
+                                                                                   value):
+    """The ranks of a launch on this machine inherit its TORCH_CUDA_ARCH_LIST: where DeepSpeed's builder cannot parse
+    it, `dsbench launch` onto GPU ranks (two GPUs here, as test_cli does) refuses it before they start, exit 2, for
+    DeepSpeed and for an accelerate YAML under DeepSpeed; DDP and ranks on other nodes are not its to refuse."""
+    import dsbench.envinfo
+
+    accepted = deepspeed_accepts(monkeypatch, value)
+    monkeypatch.setattr(dsbench.envinfo, "local_gpu_count", lambda: 2)
+    (tmp_path / "ds.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
+                                      "  zero_stage: 2\n")
+    (tmp_path / "hosts").write_text("node1 slots=2\nnode2 slots=2\n")
+    for name, how in (("ds", ["--zero", "2"]), ("yaml", ["--accelerate-config", "ds.yaml"]),
+                      ("ddp", ["--strategy", "ddp", "--launcher", "torchrun"]),
+                      ("nodes", ["--zero", "2", "--hostfile", "hosts"])):
+        result = cli_run("launch", *how, "--run-dir", f"r-{name}", "--dry-run")
+        refused = not accepted and name in ("ds", "yaml")
+        assert result.exit_code == (2 if refused else 0), (name, result.output)
+        assert ("JIT builder cannot parse" in result.output) == refused, (name, result.output)
+
+
 def test_a_configs_own_accumulation_sizes_the_auto_batch():
     """accelerate's Accelerator._prepare_deepspeed sets train_batch_size = micro x the plugin's accumulation x
     processes: the config's 16 accumulation steps win over the worker's --grad-accum 1 there too."""
