@@ -13,6 +13,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 
 
+def file_digests(folder: Path) -> dict[str, str]:
+    """sha256 of every regular file under ``folder``, by its relative path: what a fixture whose files the tests
+    link to (``copy_function=os.link``, one copy for all of them) checks is unchanged after them, since a command
+    that wrote into a given file in place would change it for every test after."""
+    import hashlib
+
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
 def load_script(name: str) -> ModuleType:
     """``scripts/<name>.py`` as a module, so its pure functions are tested without running the program (scripts/
     is no package: its programs import each other from their own folder, which goes on the path)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -19,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from dsbench.cli import cli
-from tests.conftest import DATA
+from tests.conftest import DATA, file_digests
 
 # Values for any flag: empty, zero, negative, NaN, huge, non-ASCII digits, a trailing newline, metacharacters.
 VALUES = ["", "0", "-1", "nan", "inf", "1e400", "9" * 5000, "\u0661\u0662", "2\n", " 3 ", "$(touch pwned)",
@@ -66,7 +67,7 @@ def _cases() -> list[pytest.param]:
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory) -> Path:
+def inputs(tmp_path_factory) -> Iterator[Path]:
     folder = tmp_path_factory.mktemp("fuzz")
     for item in (DATA / "bad").iterdir():
         (shutil.copytree if item.is_dir() else shutil.copy)(item, folder / item.name)
@@ -81,7 +82,9 @@ def inputs(tmp_path_factory) -> Path:
     (folder / "hostfile").write_text("localhost slots=2\n")
     (folder / "runs").mkdir()
     shutil.copytree(DATA / "bad" / "report_runs" / "nan_loss", folder / "runs" / "nan_loss")
-    return folder
+    before = file_digests(folder)
+    yield folder  # each test links to these files (a copy each took a third of the file's time, 2026-12-05)
+    assert file_digests(folder) == before  # no hostile value made a command write into a file it was given
 
 
 def _argv(path: tuple[str, ...], command: click.Command, param: click.Parameter, value: str) -> list[str]:
@@ -98,7 +101,7 @@ def _argv(path: tuple[str, ...], command: click.Command, param: click.Parameter,
 @pytest.mark.parametrize("path, param, takes_path", _cases())
 def test_hostile_values_end_in_one_line(inputs, monkeypatch, tmp_path, path, param, takes_path):
     work = tmp_path / "work"
-    shutil.copytree(inputs, work, symlinks=True, ignore=shutil.ignore_patterns("fifo.json"))
+    shutil.copytree(inputs, work, symlinks=True, ignore=shutil.ignore_patterns("fifo.json"), copy_function=os.link)
     os.mkfifo(work / "fifo.json")
     monkeypatch.chdir(work)
     monkeypatch.setenv("DSBENCH_TESTBED_DIR", str(tmp_path / "testbed"))
