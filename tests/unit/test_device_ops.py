@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsbench.configs.device_ops import FUSED_OPS, rank_findings
+from dsbench.configs.device_ops import FUSED_OPS
 from dsbench.configs.validate import ValidateContext, validate
 from dsbench.ds_schema_file import raw_schema
 from dsbench.errors import UserError
@@ -84,29 +84,6 @@ def test_the_launch_refuses_for_cpu_ranks_what_each_rank_would(monkeypatch, conf
             assert error.path == "optimizer.type" and rank.startswith(f"optimizer {json.loads(value).lower()}:")
     assert not [f for f in validate(config, ValidateContext(world_size=2), deepspeed_check=False)
                 if f.code == "op-on-cpu"]  # ranks on GPUs: each asks its own accelerator
-
-
-@pytest.mark.parametrize("section, availability", [("tensorboard", "check_tb_availability"),
-                                                   ("wandb", "check_wandb_availability"),
-                                                   ("comet", "check_comet_availability")])
-def test_a_launch_whose_ranks_run_here_refuses_a_monitor_whose_package_is_missing(section, availability, capsys):
-    """DeepSpeed's own availability check for the monitor decides; the launch asks only where every rank runs in
-    this environment (no hostfile, no SLURM job: another node has its own packages, which its rank checks)."""
-    from deepspeed.monitor import utils
-
-    try:
-        getattr(utils, availability)()
-        available = True
-    except ImportError:
-        available = False
-    capsys.readouterr()
-    enabled = {section: {"enabled": True}}
-    here = [f for f in rank_findings(enabled, cpu_ranks=False, ranks_here=True) if f.code == "monitor-package"]
-    assert bool(here) != available
-    if here:
-        assert here[0].path == f"{section}.enabled" and here[0].fix.startswith("pip install ")
-    assert rank_findings(enabled, cpu_ranks=False, ranks_here=False) == []
-    assert rank_findings({section: {"enabled": False}}, cpu_ranks=True, ranks_here=True) == []
 
 
 def test_a_config_the_cpu_ranks_cannot_run_writes_nothing(cli_run, tmp_path):

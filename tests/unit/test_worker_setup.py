@@ -223,9 +223,11 @@ def test_a_monitor_whose_package_is_missing_is_said_before_deepspeed_starts(sect
     """The oracle: DeepSpeed's own availability check for the monitor (deepspeed/monitor/utils.py), which its
     MonitorMaster calls on rank 0; where it raises ImportError dsbench refuses the config in one line naming the
     key, and where it passes (the package installed) dsbench lets it through. A monitor left disabled is never
-    asked about."""
+    asked about. A launch asks the same (configs/device_ops.rank_findings), where every rank runs here (no
+    hostfile, no SLURM job: another node has its own packages, which its rank checks)."""
     from deepspeed.monitor import utils
 
+    from dsbench.configs.device_ops import rank_findings
     from dsbench.worker.setup import check_monitors
 
     try:
@@ -241,3 +243,10 @@ def test_a_monitor_whose_package_is_missing_is_said_before_deepspeed_starts(sect
     else:
         with pytest.raises(UserError, match=re.escape(f"{section}.enabled: DeepSpeed's {section} monitor needs")):
             check_monitors({section: {"enabled": True}})
+    enabled = {section: {"enabled": True}}
+    here = [f for f in rank_findings(enabled, cpu_ranks=False, ranks_here=True) if f.code == "monitor-package"]
+    assert bool(here) != available
+    if here:
+        assert here[0].path == f"{section}.enabled" and here[0].fix.startswith("pip install ")
+    assert rank_findings(enabled, cpu_ranks=False, ranks_here=False) == []
+    assert rank_findings({section: {"enabled": False}}, cpu_ranks=True, ranks_here=True) == []
