@@ -54,14 +54,14 @@ def op_refusal(config: dict[str, Any], device: str, has_op: Callable[[str], bool
     if op and not (name == "lion" and zero_settings(config).offload != "none") and not has_op(op):
         offload = "; or offload the optimizer, where Lion runs on the CPU" if name == "lion" else ""
         return RankRefusal("optimizer.type", f"optimizer {name}",
-                         f"DeepSpeed runs it with its {op} op, which its {device} accelerator does not have",
-                         f"use AdamW, Adam, Adagrad or a torch.optim class{offload}")
+                           f"DeepSpeed runs it with its {op} op, which its {device} accelerator does not have",
+                           f"use AdamW, Adam, Adagrad or a torch.optim class{offload}")
     key = _quantizer_key(config, nodes)
     if key and not has_op("QuantizerBuilder"):
         path = f"zero_optimization.{key}"
         return RankRefusal(path, path, f"ZeRO++ quantizes with DeepSpeed's QuantizerBuilder op, which its {device} "
-                                     "accelerator does not have",
-                         "set it false (ZeRO++'s hpZ, zero_hpz_partition_size, runs without it)")
+                                       "accelerator does not have",
+                           "set it false (ZeRO++'s hpZ, zero_hpz_partition_size, runs without it)")
     return None
 
 
@@ -71,9 +71,9 @@ def monitor_refusal(config: dict[str, Any], has_package: Callable[[str], bool]) 
     for section, package in MONITOR_PACKAGES.items():
         settings = config.get(section)
         if isinstance(settings, dict) and settings.get("enabled") is True and not has_package(package):
-            return RankRefusal(f"{section}.enabled", f"{section}.enabled",
-                             f"DeepSpeed's {section} monitor needs the {package} package, which this environment lacks",
-                             f"pip install {package}, or set {section}.enabled false")
+            why = f"DeepSpeed's {section} monitor needs the {package} package, which this environment lacks"
+            return RankRefusal(f"{section}.enabled", f"{section}.enabled", why,
+                               f"pip install {package}, or set {section}.enabled false")
     return None
 
 
