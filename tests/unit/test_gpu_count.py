@@ -4,6 +4,7 @@ CUDA_VISIBLE_DEVICES."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 
@@ -42,10 +43,14 @@ def test_a_stray_cuda_visible_devices_on_this_cpu_machine_counts_as_torch_counts
     assert ours == torch_count
 
 
-def test_a_launch_with_a_stray_cuda_visible_devices_plans_cpu_ranks(cli_run, monkeypatch):
+def test_a_launch_with_a_stray_cuda_visible_devices_plans_cpu_ranks(cli_run, monkeypatch, tmp_path):
+    """`CUDA_VISIBLE_DEVICES=0,1 dsbench launch --zero 2` where /dev holds no NVIDIA device (an empty folder stands
+    for it, whatever this machine has): two CPU ranks, as the launch plans them without the variable."""
+    import dsbench.envinfo
+
+    (tmp_path / "dev").mkdir()
+    monkeypatch.setattr(dsbench.envinfo, "local_gpu_count", functools.partial(local_gpu_count, str(tmp_path / "dev")))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    if local_gpu_count():
-        pytest.skip("this machine has NVIDIA devices")
     result = cli_run("launch", "--zero", "2", "--run-dir", "r", "--dry-run")
     assert result.exit_code == 0, result.output
     assert "DS_ACCELERATOR=cpu" in result.output and "--num_gpus 2" in result.output
