@@ -36,8 +36,9 @@ def cuda_arch_list_problem(value: str) -> str | None:
     bad = [entry for entry in re.split(r"[ ;]+", value.strip()) if entry and not _ARCH.fullmatch(entry)]
     if not bad:
         return None
-    return (f"TORCH_CUDA_ARCH_LIST={value!r}: DeepSpeed 0.19.8's JIT builder cannot parse {bad[0]!r}; use plain "
-            "versions such as 9.0 (or unset it)")
+    shown = value if len(value) <= 80 else value[:60] + f"... ({len(value):,} chars)"  # one line, whatever was set
+    return (f"TORCH_CUDA_ARCH_LIST={shown!r}: DeepSpeed 0.19.8's JIT builder cannot parse {bad[0][:40]!r}; use "
+            "plain versions such as 9.0 (or unset it)")
 
 
 def default_ranks() -> int:

@@ -36,6 +36,17 @@ def test_arch_lists_are_refused_exactly_when_deepspeed_cannot_parse_them(monkeyp
     assert accepted == (value in ("9.0", "8.0;9.0+PTX", "7.5 8.6"))
 
 
+@pytest.mark.parametrize("value", ["9.0;" * 5000 + "9.0a", "$(touch pwned)", "9.0\n8.0a", "é" * 300])
+def test_a_hostile_arch_list_is_one_short_line(monkeypatch, tmp_path, value):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", value)
+    with pytest.raises(UserError) as refused:
+        check_cuda_arch_list()
+    line = str(refused.value)
+    assert "\n" not in line.replace("\\n", "") and len(line) < 300 and "JIT builder cannot parse" in line
+    assert not (tmp_path / "pwned").exists()
+
+
 @pytest.mark.parametrize("value", ["9.0", "9.0a", "8.0;9.0a"])
 def test_a_launch_onto_gpu_ranks_here_refuses_the_arch_list_deepspeed_cannot_parse(cli_run, monkeypatch, tmp_path,
                                                                                    value):
