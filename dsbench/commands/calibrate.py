@@ -15,6 +15,7 @@ from dsbench.commands.options import (
     COUNT,
     POSITIVE,
     check_seq_len,
+    csv_list,
 )
 from dsbench.errors import DsbenchError, UserError
 
@@ -47,13 +48,17 @@ if TYPE_CHECKING:
                    "torch_pipe2 where the model allows; single on one rank), print predicted vs measured and store "
                    "each family's step scale in the profile. On one CUDA GPU: single and ZeRO-1/2/3, which fit "
                    "the host's zero_host_us.")
+@click.option("--check-strategies", callback=csv_list(str),
+              help="Comma list: only these of --check's cells (each family not named keeps no step scale) "
+                   "[every family's].")
 @click.option("--check-repeats", type=COUNT,
               help="Launches of each check cell, interleaved (every cell once, then again) [1]; a family's scale "
                    "takes each cell's median, so 3 keeps one slow minute out of it.")
 @click.option("--dry-run", is_flag=True, help="Print the command; run nothing.")
 def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batch: int, seq_len: int,
               precision: str, output: str | None, run_dir: str | None, master_port: int | None, timeout: float,
-              repeats: int, check: bool, check_repeats: int | None, dry_run: bool) -> None:
+              repeats: int, check: bool, check_strategies: list[str] | None, check_repeats: int | None,
+              dry_run: bool) -> None:
     """Measure this machine for the planner: compute rate per rank at the model's shapes, and latency and
     bandwidth of all-reduce, all-gather, reduce-scatter and point-to-point on the real ranks (`plan --profile`).
     On CUDA GPUs also the GPU time model's own constants: GEMM efficiency, HBM bandwidth, the flash kernel."""
@@ -63,7 +68,7 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     from dsbench.plan.profile import Profile
     from dsbench.plan.profile_summary import summary_lines
 
-    _refuse_conflicts(hostfile, num_gpus, check, check_repeats)
+    _refuse_conflicts(hostfile, num_gpus, check, check_repeats, check_strategies)
     check_seq_len(model, seq_len)
     folder, target = _new_paths(run_dir, output)
     measured = (folder / "measured.json").absolute()
@@ -77,7 +82,7 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     for path, text in launch.files.items():
         atomic_write_text(path, text)
     click.echo(launch.shell_line())
-    checked = _check_strategies(model, ranks, local_gpu_count() > 0) if check else []
+    checked = _check_strategies(model, ranks, local_gpu_count() > 0, check_strategies) if check else []
     if check:
         click.echo(f"then --check: {', '.join(checked)} (dsbench compare, into {folder / 'check'})")
     if dry_run:
@@ -89,7 +94,8 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     if check:
         cells = _run_cells(checked, model, ranks, micro_batch, seq_len, precision, folder / "check", timeout,
                            check_repeats or 1, str(target))
-        atomic_write_json(target, _with_check(Profile(str(target), profile), cells, check_repeats or 1))
+        atomic_write_json(target, _with_check(Profile(str(target), profile), cells, check_repeats or 1,
+                                              check_strategies))
     click.echo(f"profile: {target}  (dsbench plan --profile {target} ...)")
 
 
@@ -136,21 +142,31 @@ def _measure(launch: Any, folder: Path, measured: Path, timeout: float) -> dict[
     return fit_profile(read_json(str(measured), "calibration measurements"))
 
 
-def _refuse_conflicts(hostfile: str | None, num_gpus: int | None, check: bool, check_repeats: int | None) -> None:
+def _refuse_conflicts(hostfile: str | None, num_gpus: int | None, check: bool, check_repeats: int | None,
+                      check_strategies: list[str] | None) -> None:
     if hostfile and num_gpus:
         raise UserError("--num-gpus is the ranks on this machine; with --hostfile its slots say it: drop one")
     if hostfile and check:
         raise UserError("--check runs its cells on this machine's ranks (dsbench compare): drop --hostfile or --check")
     if check_repeats and not check:
         raise UserError("--check-repeats is how often --check launches each cell: add --check or drop it")
+    if check_strategies is not None and not check:
+        raise UserError("--check-strategies picks among --check's cells: add --check or drop it")
 
 
-def _check_strategies(model: str, ranks: int, gpus: bool) -> list[str]:
+def _check_strategies(model: str, ranks: int, gpus: bool, chosen: list[str] | None) -> list[str]:
+    """--check's cells for the model on the ranks: one per engine family, or those of them ``chosen`` names."""
     from dsbench.bench.tune import default_strategies
-    from dsbench.plan.selfcheck import check_strategies, gpu_check_strategies
+    from dsbench.plan.selfcheck import check_strategies, chosen_cells, gpu_check_strategies
 
     runnable = default_strategies(model, ranks)
-    return gpu_check_strategies(ranks, runnable) if gpus else check_strategies(runnable)
+    every = gpu_check_strategies(ranks, runnable) if gpus else check_strategies(runnable)
+    if chosen is None:
+        return every
+    found = chosen_cells(every, chosen)
+    if isinstance(found, str):
+        raise UserError(f"--check-strategies: {found} for {model} on {ranks} rank(s)")
+    return found
 
 
 def _run_cells(strategies: list[str], model: str, ranks: int, micro_batch: int, seq_len: int, precision: str,
@@ -176,15 +192,15 @@ def _run_cells(strategies: list[str], model: str, ranks: int, micro_batch: int, 
     return run.folder / "cells"
 
 
-def _with_check(profile: Profile, cells: Path, repeats: int) -> dict:
+def _with_check(profile: Profile, cells: Path, repeats: int, chosen: list[str] | None) -> dict:
     """The profile this command wrote, with its check: on a CUDA GPU the GPU model's check and the host's
     ``zero_host_us`` in the ``gpu`` section, on CPU ranks the per-family step scales."""
     if profile.data.get("gpu"):
         return {**profile.data, "gpu": _gpu_check(profile, cells)}
-    return {**profile.data, "check": _self_check(profile, cells, repeats)}
+    return {**profile.data, "check": _self_check(profile, cells, repeats, chosen)}
 
 
-def _self_check(profile: Profile, cells_folder: Path, repeats: int) -> dict:
+def _self_check(profile: Profile, cells_folder: Path, repeats: int, chosen: list[str] | None) -> dict:
     """The check cells on CPU ranks, each predicted from the fresh profile (selfcheck.py)."""
     from dsbench.console import table_console
     from dsbench.plan.selfcheck import check_record
@@ -202,7 +218,7 @@ def _self_check(profile: Profile, cells_folder: Path, repeats: int) -> dict:
         cells.append({"strategy": row.base_strategy, "family": get(row.base_strategy).family,
                       "measured_step_ms": median, "measured_range_ms": spread,
                       "predicted_step_ms": figures["predicted_step_ms"]})
-    record = check_record(cells, repeats)
+    record = check_record(cells, repeats, chosen)
     check_grid(record).print(table_console())
     for line in check_warnings(record):
         click.echo(line, err=True)

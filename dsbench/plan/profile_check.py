@@ -115,6 +115,10 @@ def _check_corrections(check: Any, source: str) -> None:
                             "again with dsbench calibrate --check)")
         for family, value in found.items():
             _check_figure(value, f"check.{key}.{family}", source, positive=True)
+    chosen = check.get("chosen", [])  # calibrate --check-strategies' cells (since 2026-12-05)
+    if not (isinstance(chosen, list) and all(isinstance(name, str) for name in chosen)):
+        raise UserError(f"{source}: check.chosen must list strategy names (write the profile again with dsbench "
+                        "calibrate --check)")
 
 
 SANE = (1e-12, 1e15)

@@ -54,11 +54,21 @@ def gpu_check_strategies(ranks: int, runnable: list[str]) -> list[str]:
     return list(GPU_ONE_RANK) if ranks == 1 else check_strategies(runnable)
 
 
-def check_record(cells: list[dict[str, Any]], repeats: int = 1) -> dict[str, Any]:
+def chosen_cells(every: list[str], chosen: list[str]) -> list[str] | str:
+    """``calibrate --check-strategies``: the cells of ``every`` (the check's own, in its order) that ``chosen``
+    names; or why not, one phrase naming the first name that is not one of them."""
+    stray = next((name for name in chosen if name not in every), None)
+    if stray is not None:
+        return f"{stray[:60]!r} is not one of --check's cells ({', '.join(every)})"
+    return [name for name in every if name in chosen]
+
+
+def check_record(cells: list[dict[str, Any]], repeats: int = 1, chosen: list[str] | None = None) -> dict[str, Any]:
     """The profile's ``check`` section from the check cells, each ``{"strategy", "family", "measured_step_ms",
     "predicted_step_ms"}`` (predicted from the profile before any scale; measured: the median over the cell's
     ``repeats`` launches): every cell with its relative error, and per family the median of measured / predicted
-    over its cells."""
+    over its cells. ``chosen``: the cells ``--check-strategies`` named, recorded so that a family left out stays
+    unscaled (:func:`step_scale`)."""
     rows = [{**cell, "error": cell["predicted_step_ms"] / cell["measured_step_ms"] - 1} for cell in cells]
     families = sorted({row["family"] for row in rows})
     scale = {family: statistics.median(row["measured_step_ms"] / row["predicted_step_ms"] for row in rows
@@ -68,7 +78,8 @@ def check_record(cells: list[dict[str, Any]], repeats: int = 1) -> dict[str, Any
     residual = {family: statistics.median(row["measured_step_ms"] - row["predicted_step_ms"] for row in rows
                                           if row["family"] == family) for family in families if family in PER_STEP}
     return {"goal": GOAL, "steps": CHECK_STEPS, "warmup": CHECK_WARMUP, "repeats": repeats, "cells": rows,
-            "step_scale": scale, "step_residual_ms": {family: ms for family, ms in residual.items() if ms > 0}}
+            "step_scale": scale, "step_residual_ms": {family: ms for family, ms in residual.items() if ms > 0},
+            **({"chosen": list(chosen)} if chosen is not None else {})}
 
 
 def step_scale(profile: dict[str, Any]) -> dict[str, float]:
@@ -77,8 +88,13 @@ def step_scale(profile: dict[str, Any]) -> dict[str, float]:
     family they were in (:data:`FAMILY_BEFORE`): read so. The offloaded ZeRO-1/2 (``zero_offload``) are unscaled
     where the profile timed the offload on its model (``rates.zero_offload_param_s``): better in 8 of the 12 stored
     runs that did (median cell error 5.9% vs 9.2%, worst 14.5% vs 21.2%; docs/planner.md). A profile without it
-    priced the offload from the host link's guess, and ZeRO-2's scale corrected it: read so."""
-    scale = dict((profile.get("check") or {}).get("step_scale") or {})
+    priced the offload from the host link's guess, and ZeRO-2's scale corrected it: read so. A check whose cells
+    ``--check-strategies`` chose (``check.chosen``) scales only the families it ran: the others were left out by
+    choice, not by age."""
+    check = profile.get("check") or {}
+    scale = dict(check.get("step_scale") or {})
+    if "chosen" in check:
+        return scale
     guessed = "zero_offload_param_s" not in profile.get("rates", {})
     before = {**FAMILY_BEFORE, **({"zero_offload": "zero"} if guessed else {})}
     for family, was in before.items():

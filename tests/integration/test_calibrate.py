@@ -20,7 +20,8 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
     # --repeats 3, the fewest: the default (5) is what the command hands its ranks by default
     # (tests/unit/test_calibrate_command.py); here the given count reaches every stored figure
     result = dsbench("calibrate", "--num-gpus", "2", "--model", "llama-tiny", "--run-dir", str(tmp_path / "cal"),
-                     "-o", str(profile_path), "--check", "--repeats", "3", cwd=ROOT, timeout=900)
+                     "-o", str(profile_path), "--check", "--check-strategies", "ddp,pipe2", "--repeats", "3", cwd=ROOT,
+                     timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     took = time.monotonic() - started
     profile = json.loads(profile_path.read_text())
@@ -85,13 +86,13 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
     assert plan.returncode == 0, plan.stderr[-2000:]
     planned = json.loads(plan.stdout)
     assert planned["cluster"]["compute_tflops"] == profile["rates"]["model_tflops"]
-    # --check: one real cell per engine family, run by dsbench compare into the run folder and predicted from the
-    # fresh profile; measured / predicted per family is stored, printed, and applied by the planner
+    # --check: real cells, run by dsbench compare into the run folder and predicted from the fresh profile;
+    # measured / predicted per family is stored, printed, and applied by the planner. Two of the ten a default
+    # check runs (one per engine family: tests/unit/test_selfcheck.py), a scaled family and a pipeline's added
+    # milliseconds (since 2026-12-05: the other eight engines train in other files, and each cell is 30 steps)
     check = profile["check"]
-    assert [cell["strategy"] for cell in check["cells"]] == ["ddp", "fsdp", "pipe2", "torch_pipe2", "torch_tp2",
-                                                            "ulysses2", "zero1", "zero1_tp2", "zero2", "zero3"]
-    assert set(check["step_scale"]) == {"ddp", "fsdp", "pipeline", "pipe_engine", "tensor", "autotp", "zero1",
-                                        "zero", "zero3", "ulysses"}
+    assert [cell["strategy"] for cell in check["cells"]] == check["chosen"] == ["ddp", "pipe2"]
+    assert set(check["step_scale"]) == {"ddp", "pipe_engine"}
     for cell in check["cells"]:
         folder = next((tmp_path / "cal" / "check" / "cells").glob(f"{cell['strategy']}-w2-*"))
         summary = json.loads((folder / "summary.json").read_text())
@@ -113,3 +114,4 @@ def test_calibrate_measures_the_ranks_checks_itself_and_plan_uses_it(tmp_path):
     rows = {row["name"]: row for row in planned["candidates"]}
     ddp = rows["ddp"]
     assert ddp["check_s"] == pytest.approx(ddp["step_s"] * (1 - 1 / check["step_scale"]["ddp"]))
+    assert rows["zero2"]["check_s"] == 0  # a family the check left out by choice keeps no scale

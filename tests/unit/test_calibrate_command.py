@@ -67,3 +67,16 @@ def test_the_printed_spread_says_how_many_samples_it_is_over():
             timed["samples"] = 15
     assert spread(layers).startswith(
         "spread over the samples (5 samples each, the ZeRO steps and split layers on the model 15, half ")
+
+
+def test_check_strategies_runs_only_the_cells_named(cli_run):
+    """The dry run names the check's cells: every family's by default, the chosen ones (in the check's order) with
+    ``--check-strategies``."""
+    def cells(*flags: str) -> str:
+        result = cli_run("calibrate", "--num-gpus", "2", "--model", "llama-tiny", "--check", "--dry-run", *flags)
+        assert result.exit_code == 0, result.output
+        return next(line for line in result.output.splitlines() if line.startswith("then --check: "))
+
+    assert cells().startswith("then --check: ddp, fsdp, zero1, zero2, zero3, torch_tp2, zero1_tp2, torch_pipe2, "
+                              "pipe2, ulysses2 (")
+    assert cells("--check-strategies", "pipe2, ddp").startswith("then --check: ddp, pipe2 (")

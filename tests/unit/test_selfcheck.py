@@ -12,7 +12,7 @@ from dsbench.errors import UserError
 from dsbench.plan.candidate import Candidate
 from dsbench.plan.estimate import estimate
 from dsbench.plan.machine_profile import read_profile
-from dsbench.plan.selfcheck import check_record, check_strategies
+from dsbench.plan.selfcheck import check_record, check_strategies, chosen_cells
 from dsbench.report.tables import check_warnings
 from tests.conftest import DATA
 
@@ -23,11 +23,49 @@ def test_one_cell_per_engine_family_where_the_model_allows():
     assert check_strategies(default_strategies("llama-tiny", 2)) == ["ddp", "fsdp", "zero1", "zero2", "zero3",
                                                                    "torch_tp2", "zero1_tp2", "torch_pipe2",
                                                                    "pipe2", "ulysses2"]
+    # one family each: the step scales a default check stores (tests/integration/test_calibrate.py runs two cells)
+    from dsbench.strategies import get
+
+    assert sorted(get(name).family for name in check_strategies(default_strategies("llama-tiny", 2))) == sorted(
+        ["ddp", "fsdp", "pipeline", "pipe_engine", "tensor", "autotp", "zero1", "zero", "zero3", "ulysses"])
     # GPT-2's Conv1D layers: torch_tp splits them (since 2026-12-01), DeepSpeed's AutoTP does not (no zero1_tp2);
     # Ulysses splits its sequence (since 2026-12-01: its attention exchanges whole heads like Llama's)
     assert check_strategies(default_strategies("gpt2-mini", 2)) == ["ddp", "fsdp", "zero1", "zero2", "zero3",
                                                                    "torch_tp2", "torch_pipe2", "pipe2", "ulysses2"]
     assert check_strategies(default_strategies("gpt2-mini", 1)) == ["single"]  # one rank (one GPU): the plain loop
+
+
+def test_check_strategies_picks_among_the_check_s_cells_in_its_order():
+    every = check_strategies(default_strategies("llama-tiny", 2))
+    assert chosen_cells(every, ["pipe2", "ddp"]) == ["ddp", "pipe2"]
+    assert chosen_cells(every, every) == every
+    # a strategy the planner prices but that is no check cell, a typo, one the model cannot run: named, with the cells
+    for stray in ("zero2_offload", "dpp", "zero1_tp2"):
+        among = every if stray != "zero1_tp2" else check_strategies(default_strategies("gpt2-mini", 2))
+        found = chosen_cells(among, ["ddp", stray])
+        assert isinstance(found, str) and found.startswith(f"'{stray}' is not one of --check's cells (ddp, fsdp")
+    assert len(chosen_cells(every, ["x" * 10_000])) < 200  # a hostile name is not echoed whole
+
+
+def test_a_chosen_check_scales_only_the_families_it_ran(tmp_path):
+    """Without ``check.chosen`` a profile missing ZeRO-1's family reads it at ZeRO-2's scale (a profile checked before
+    ZeRO-1 had its own cell); with it, ZeRO-1 was left out by choice and stays unscaled."""
+    from dsbench.plan.selfcheck import step_scale
+
+    cells = [{"strategy": "zero2", "family": "zero", "measured_step_ms": 120.0, "predicted_step_ms": 100.0}]
+    old = {"check": check_record(cells)}
+    chosen = {"check": check_record(cells, chosen=["zero2"])}
+    assert chosen["check"]["chosen"] == ["zero2"] and "chosen" not in old["check"]
+    assert step_scale(old)["zero1"] == pytest.approx(1.2)
+    assert step_scale(chosen) == {"zero": pytest.approx(1.2)}
+    folder = tmp_path / "chosen"
+    folder.mkdir()
+    data = json.loads(PROFILE.read_text())
+    (folder / "profile.json").write_text(json.dumps({**data, "check": chosen["check"]}))
+    plain = _with_scale(tmp_path, {})
+    zero1, zero2 = Candidate(strategy="zero1"), Candidate(strategy="zero2")
+    assert _step(folder / "profile.json", zero1).step_s == pytest.approx(_step(plain, zero1).step_s)
+    assert _step(folder / "profile.json", zero2).step_s == pytest.approx(_step(plain, zero2).step_s * 1.2)
 
 
 def test_the_scale_is_measured_over_predicted_per_family_and_the_error_its_inverse():
@@ -172,6 +210,8 @@ def test_the_offloaded_zero_steps_are_unscaled_where_the_profile_timed_the_offlo
      "check.step_residual_ms.pipeline must be a finite number > 0"),
     ({"step_scale": {}, "step_residual_ms": {"pipeline": float("nan")}},
      "check.step_residual_ms.pipeline must be a finite number > 0"),
+    ({"step_scale": {}, "chosen": "ddp"}, "check.chosen must list strategy names"),
+    ({"step_scale": {}, "chosen": [1]}, "check.chosen must list strategy names"),
 ])
 def test_a_bad_check_section_is_one_line(tmp_path, check, message):
     data = json.loads(PROFILE.read_text())
