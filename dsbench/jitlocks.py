@@ -14,11 +14,33 @@ lock in a folder where nothing changed for ``stale_s`` seconds is left over.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 STALE_S = 600.0
 """No build of a DeepSpeed op on 2 cores goes 10 minutes without writing a file (async_io, the longest,
 takes 4-5 minutes in all: ../shared/FINDINGS.md)."""
+
+
+SHM_COMM_OP = "deepspeed_shm_comm"
+"""The op every DeepSpeed run on CPU ranks loads first: its CPU accelerator's shared-memory comm, built as the
+ranks join (../shared/FINDINGS.md). A launch onto CPU ranks here refuses a stale lock of it before any rank starts;
+the other ops' locks stay the ranks' to refuse (which ops a run loads follows DeepSpeed's optimizer choice)."""
+
+
+def op_locks(op: str, environ: Mapping[str, str], cwd: str) -> list[Path]:
+    """The ``lock`` files of ``op``'s JIT build that ranks started here with ``environ`` would wait on, as torch
+    places the build (torch/utils/cpp_extension.py ``_get_build_directory``): ``$TORCH_EXTENSIONS_DIR/<op>``, else
+    ``<cache>/torch_extensions/py<XY><abiflags>_<accelerator>/<op>`` with the cache ``$XDG_CACHE_HOME`` or
+    ``~/.cache`` (torch/_appdirs.py ``user_cache_dir``). torch's accelerator tag (cpu, cuXYZ, rocmXYZ) is known only
+    by importing torch, so every tag of this Python is read; a relative path is the ranks' folder's (``cwd``)."""
+    explicit = environ.get("TORCH_EXTENSIONS_DIR")
+    if explicit is not None:  # set, even to "" (torch tests it against None)
+        return [lock for lock in [Path(cwd, explicit, op, "lock")] if lock.exists()]
+    cache = environ.get("XDG_CACHE_HOME", os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache"))
+    version = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+    return sorted(Path(cwd, cache, "torch_extensions").glob(f"{version}_*/{op}/lock"))
 
 
 def stale_locks(root: Path, now: float, stale_s: float = STALE_S) -> list[Path]:

@@ -19,6 +19,7 @@ from dsbench.dataset_files import dataset_files
 from dsbench.envinfo import cuda_arch_list_problem
 from dsbench.errors import InvalidConfig, UserError
 from dsbench.hostfile import is_valid_hostname
+from dsbench.jitlocks import stale_lock_message
 from dsbench.launchers import SlurmJob
 from dsbench.local_ranks import check_local_ranks
 from dsbench.strategies import TORCH_TP_ONLY
@@ -72,6 +73,8 @@ class LaunchRequest:
     hold (local_ranks.check_local_ranks)."""
     cuda_arch_list: str = ""
     """This shell's TORCH_CUDA_ARCH_LIST, which ranks here inherit (envinfo.cuda_arch_list_problem)."""
+    stale_shm_locks: tuple[str, ...] = ()
+    """Stale build locks of DeepSpeed's CPU comm op where ranks here would build it (jitlocks.SHM_COMM_OP)."""
 
     @property
     def ranks_here(self) -> bool:
@@ -151,6 +154,7 @@ def check_request(req: LaunchRequest) -> None:
     if req.ranks_here:
         check_local_ranks(req.num_gpus, "--num-gpus", gpus=req.local_gpus, memory_available=req.memory_available)
         _check_jit_arch(req, req.strategy == "deepspeed")
+        _check_jit_lock(req, req.strategy == "deepspeed")
     if not req.config:  # a config's own fp16 is a finding of its validation (ValidateContext.cpu_ranks)
         check_precision(req.render_flags.get("precision") or "fp32", cpu=req.cpu)
     if not is_valid_hostname(req.master_addr):
@@ -243,6 +247,7 @@ def check_yaml_here(req: LaunchRequest, config: Mapping[str, Any], processes: in
         check_local_ranks(processes, "--num-processes" if req.num_processes else f"{req.accelerate_config}: "
                           "num_processes", gpus=req.local_gpus, memory_available=req.memory_available)
     _check_jit_arch(req, req.ranks_here and config.get("distributed_type") == "DEEPSPEED")
+    _check_jit_lock(req, req.ranks_here and config.get("distributed_type") == "DEEPSPEED")
     path, ds_config = ds_file
     findings = rank_findings(ds_config, req.cpu, req.ranks_here) if path and isinstance(ds_config, dict) else []
     if has_errors(findings):
@@ -255,6 +260,13 @@ def _check_jit_arch(req: LaunchRequest, deepspeed_here: bool) -> None:
     problem = cuda_arch_list_problem(req.cuda_arch_list) if deepspeed_here and not req.cpu else None
     if problem:
         raise UserError(problem)
+
+
+def _check_jit_lock(req: LaunchRequest, deepspeed_here: bool) -> None:
+    """DeepSpeed's CPU ranks here would each wait forever on a stale build lock of its comm op: refused before they
+    start, in the line a rank refuses it with (worker/jitbaton.py)."""
+    if deepspeed_here and req.cpu and req.stale_shm_locks:
+        raise UserError(stale_lock_message([Path(lock) for lock in req.stale_shm_locks]))
 
 
 def strategy_and_launcher(strategy: str | None, launcher: str | None, accelerate_config: str | None) -> tuple[str, str]:

@@ -65,7 +65,6 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     from dsbench.envinfo import default_ranks, free_port, local_gpu_count
     from dsbench.io import atomic_write_json, atomic_write_text
     from dsbench.local_ranks import check_ranks_here
-    from dsbench.plan.profile import Profile
     from dsbench.plan.profile_summary import summary_lines
 
     _refuse_conflicts(hostfile, num_gpus, check, check_repeats, check_strategies)
@@ -75,6 +74,7 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     ranks = num_gpus or default_ranks()
     if not hostfile:
         check_ranks_here(ranks, "--num-gpus")
+    checked = _check_strategies(model, ranks, local_gpu_count() > 0, check_strategies) if check else []
     launch = _launch(hostfile, ranks, master_port or (29500 if dry_run else free_port()), folder, (
         "--model", model, "--micro-batch", str(micro_batch), "--seq-len", str(seq_len), "--precision", precision,
         "--repeats", str(repeats), "--out", str(measured), "--command",
@@ -82,20 +82,17 @@ def calibrate(hostfile: str | None, num_gpus: int | None, model: str, micro_batc
     for path, text in launch.files.items():
         atomic_write_text(path, text)
     click.echo(launch.shell_line())
-    checked = _check_strategies(model, ranks, local_gpu_count() > 0, check_strategies) if check else []
     if check:
         click.echo(f"then --check: {', '.join(checked)} (dsbench compare, into {folder / 'check'})")
     if dry_run:
         return
     profile = _measure(launch, folder, measured, timeout)
     atomic_write_json(target, profile)
-    for line in summary_lines(profile):
-        click.echo(line)
+    click.echo("\n".join(summary_lines(profile)))
     if check:
         cells = _run_cells(checked, model, ranks, micro_batch, seq_len, precision, folder / "check", timeout,
                            check_repeats or 1, str(target))
-        atomic_write_json(target, _with_check(Profile(str(target), profile), cells, check_repeats or 1,
-                                              check_strategies))
+        atomic_write_json(target, _with_check(target, profile, cells, check_repeats or 1, check_strategies))
     click.echo(f"profile: {target}  (dsbench plan --profile {target} ...)")
 
 
@@ -192,9 +189,12 @@ def _run_cells(strategies: list[str], model: str, ranks: int, micro_batch: int, 
     return run.folder / "cells"
 
 
-def _with_check(profile: Profile, cells: Path, repeats: int, chosen: list[str] | None) -> dict:
-    """The profile this command wrote, with its check: on a CUDA GPU the GPU model's check and the host's
-    ``zero_host_us`` in the ``gpu`` section, on CPU ranks the per-family step scales."""
+def _with_check(target: Path, data: dict[str, Any], cells: Path, repeats: int, chosen: list[str] | None) -> dict:
+    """The profile this command wrote (``data``, at ``target``), with its check: on a CUDA GPU the GPU model's check
+    and the host's ``zero_host_us`` in the ``gpu`` section, on CPU ranks the per-family step scales."""
+    from dsbench.plan.profile import Profile
+
+    profile = Profile(str(target), data)
     if profile.data.get("gpu"):
         return {**profile.data, "gpu": _gpu_check(profile, cells)}
     return {**profile.data, "check": _self_check(profile, cells, repeats, chosen)}

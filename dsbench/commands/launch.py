@@ -177,8 +177,7 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
     ranks = num_gpus if num_gpus is not None else default_ranks()
     req = LaunchRequest(launcher=launcher, strategy=strategy, render_flags=flags, preset=preset, model=model,
                         sets=sets, config=config_file, hostfile=hostfile, include=include, exclude=exclude,
-                        num_nodes=num_nodes, num_gpus=per_node or ranks,
-                        master_addr=master_addr, slurm=job,
+                        num_nodes=num_nodes, num_gpus=per_node or ranks, master_addr=master_addr, slurm=job,
                         master_port=port, run_dir=folder, cpu=local_gpu_count() == 0, python=sys.executable,
                         cwd=os.getcwd(), launcher_backend=launcher_backend, as_root=os.geteuid() == 0,
                         script_args=script_args,
@@ -187,12 +186,21 @@ def launch(preset: str | None, model: str | None, sets: tuple[str, ...], config_
                         accelerate_config=accelerate_config, num_processes=num_processes,
                         num_machines=num_machines, port_given=master_port is not None,
                         local_gpus=local_gpu_count(), memory_available=memory_available(),
-                        cuda_arch_list=os.environ.get("TORCH_CUDA_ARCH_LIST", ""))
+                        cuda_arch_list=os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+                        stale_shm_locks=_stale_shm_locks())
     prepared = prepare(req)
     materialize(prepared)
     _print_prepared(prepared)
     if not dry_run:
         sys.exit(_run_launch(prepared, folder, job, timeout))
+
+
+def _stale_shm_locks() -> tuple[str, ...]:
+    """Stale build locks of DeepSpeed's CPU comm op where this launch's ranks would build it (jitlocks.py)."""
+    from dsbench.jitlocks import SHM_COMM_OP, is_stale, op_locks
+
+    now = time.time()
+    return tuple(str(lock) for lock in op_locks(SHM_COMM_OP, os.environ, os.getcwd()) if is_stale(lock, now))
 
 
 def _refuse_rank_flags_of_another_launcher(accelerate_config: str | None, num_processes: int | None,

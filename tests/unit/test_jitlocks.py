@@ -202,3 +202,59 @@ def test_a_test_s_bound_stops_its_child_without_leaving_the_lock_it_holds(tmp_pa
         else:
             _, err, timed_out = communicate_bounded(child, timeout=0.5, grace=30)
             assert timed_out and child.returncode == 143 and not lock.exists(), err[-2000:]
+
+
+@pytest.mark.parametrize("explicit", [True, False])
+def test_the_launch_looks_for_the_lock_where_torch_builds_the_op(tmp_path, monkeypatch, explicit):
+    """Oracle: torch's own build folder for the op (torch/utils/cpp_extension.py ``_get_build_directory``), under
+    TORCH_EXTENSIONS_DIR and under torch's default root in XDG_CACHE_HOME."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    from dsbench.jitlocks import SHM_COMM_OP, op_locks
+
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    if explicit:
+        monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    else:
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = _get_build_directory(SHM_COMM_OP, verbose=False)  # torch makes the folder
+    assert op_locks(SHM_COMM_OP, os.environ, str(tmp_path)) == []
+    lock = _interrupted_build(tmp_path / "elsewhere", STALE_S + 60)
+    os.rename(lock, os.path.join(folder, "lock"))
+    found = op_locks(SHM_COMM_OP, os.environ, str(tmp_path))
+    assert [os.path.realpath(path) for path in found] == [os.path.realpath(os.path.join(folder, "lock"))]
+    assert op_locks("cpu_adam", os.environ, str(tmp_path)) == []  # another op's folder
+
+
+def _launch_env(tmp_path, monkeypatch, age_s: float):
+    import dsbench.envinfo
+
+    monkeypatch.setattr(dsbench.envinfo, "local_gpu_count", lambda: 0)  # CPU ranks, on any machine
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    return _interrupted_build(tmp_path / "ext" / "deepspeed_shm_comm", age_s)
+
+
+def test_a_deepspeed_launch_onto_cpu_ranks_here_refuses_a_stale_comm_op_lock(cli_run, tmp_path, monkeypatch):
+    """Refused before any rank starts (each rank refused it about 6 s later, worker/jitbaton.py), in the rank's line;
+    not for a launch whose ranks load no DeepSpeed, nor onto another machine's ranks, nor while a build is alive."""
+    lock = _launch_env(tmp_path, monkeypatch, STALE_S + 60)
+    result = cli_run("launch", "--zero", "1", "--run-dir", "r1", "--dry-run")
+    assert result.exit_code == 2 and f"{lock}: a JIT build lock left by an interrupted build" in result.output
+    assert not (tmp_path / "r1").exists()
+    (tmp_path / "ds.json").write_text('{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": '
+                                      '{"stage": 2}}')
+    (tmp_path / "ds.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n"
+                                      "  deepspeed_config_file: ds.json\n")
+    result = cli_run("launch", "--accelerate-config", "ds.yaml", "--run-dir", "r2", "--dry-run")
+    assert result.exit_code == 2 and f"{lock}: a JIT build lock" in result.output, result.output
+    for args in (("--strategy", "ddp", "--launcher", "torchrun"), ("--hostfile", str(_hostfile(tmp_path)))):
+        result = cli_run("launch", *args, "--run-dir", f"r-{args[0]}", "--dry-run")
+        assert result.exit_code == 0, result.output
+    os.utime(lock)  # written just now: a build at work
+    assert cli_run("launch", "--zero", "1", "--run-dir", "r3", "--dry-run").exit_code == 0
+
+
+def _hostfile(tmp_path):
+    path = tmp_path / "hostfile"
+    path.write_text("node1 slots=1\nnode2 slots=1\n")
+    return path
