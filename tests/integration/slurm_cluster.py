@@ -98,8 +98,8 @@ class Cluster:
         # a job step's socket: SPOOL/NODE/NODE_JOB.STEP, the step id up to 10 digits (the batch step's 4294967291)
         longest = max(len(str(self.sockets / "spool" / name / f"{name}_{'9' * 9}.4294967291")) for name in names)
         assert longest <= SOCKET_PATH_MAX or not self.check_sockets, f"a job step's socket would be {longest} long"
-        self.conf.write_text(slurm_conf(root, self.sockets, socket.gethostname(), os.cpu_count() or 2, free_port(),
-                                        free_port(), nodes, controller))
+        self.conf.write_text(slurm_conf(root, self.sockets, socket.gethostname(), os.cpu_count() or 2,
+                                        *two_free_ports(), nodes, controller))
         subprocess.run(["/usr/sbin/munged", f"--key-file={key}", f"--socket={self.sockets / 'munge.sock'}",
                         f"--pid-file={root / 'munged.pid'}", f"--log-file={root / 'munged.log'}",
                         f"--seed-file={root / 'munged.seed'}", "--force"], check=True, timeout=30)
@@ -148,3 +148,14 @@ class Cluster:
             if Path(f"/proc/{pid}").exists():
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+def two_free_ports() -> tuple[int, int]:
+    """Two distinct free ports (slurmctld's, slurmd's). Two calls of free_port can pick one port, each free only
+    until used: in the clean clone of e6968df1 (2026-12-05 05:28) both daemons got 22431, slurmctld logged "talking
+    with itself", slurmd could not bind, and the node never became idle."""
+    first = free_port()
+    second = free_port()
+    while second == first:
+        second = free_port()
+    return first, second
