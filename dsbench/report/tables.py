@@ -17,7 +17,7 @@ def _header(result: dict[str, Any]) -> str:
         rate = (f"{c['compute_tflops']:.3g} TFLOPS per rank measured (profile {c['profile']}"
                 + (", step times corrected by its calibrate --check: " + ", ".join(
                     f"{family} {_correction(c['step_scale'], added, family, 2)}" for family in c["step_scale"])
-                   if c.get("step_scale") else "") + ");")
+                   + "; other families as predicted" if c.get("step_scale") else "") + ");")
     elif c.get("gpu_model"):
         rate = f"{c['peak_tflops']:g} TFLOPS peak, the GPU time model's {c['gpu_model']} profile;"
     else:

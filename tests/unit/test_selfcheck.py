@@ -252,6 +252,8 @@ def test_plan_says_which_scales_a_checked_profile_applied():
         **scale, "zero1": scale["zero"], "pipe_engine": scale["pipeline"], "zero_offload": scale["zero"]}
     text = CliRunner().invoke(cli, args, terminal_width=400).output
     assert f"step times corrected by its calibrate --check: ddp x{scale['ddp']:.2f}" in " ".join(text.split())
+    # a family the check did not run (here the offload's, --check-strategies' left-out ones) is said to be uncorrected
+    assert "; other families as predicted)" in " ".join(text.split())
 
 
 def test_the_check_table_names_its_launches_and_their_range():
