@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from dsbench.plan.gpu_layout import Layout
-from dsbench.plan.pipeline_peak import busiest
+from dsbench.plan.pipeline_peak import busiest, in_flight_micro_batches
 
 GIB = 1024**3
 WORKSPACE_GIB = 1.5
@@ -58,13 +58,8 @@ def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
     # in fp32 buffers (main_grad)
     if lay.offload:
         return _offloaded_state_bytes(lay, params, shard, layer)
-    if strategy == "ddp" and lay.autocast:  # fp32 weights and the 16-bit casts autograd keeps until the backward
-        # (a block under full or per-op recompute keeps none, casting again as it runs again: the head's and the
-        # recomputed block's, tests/unit/test_amp_memory.py); no gradients at the forward's peak
-        # (zero_grad(set_to_none=True), torch's default) but DDP's fp32 buckets
-        casts = params if lay.recompute not in ("full", "op") else layer + (
-            lay.shape.vocab * lay.shape.hidden / lay.tp if lay.pp == 1 else 0.0)
-        return {"weights": 4 * params + 2 * casts, "grads": 4 * params if lay.dp > 1 else 0.0, "optimizer": 8 * params}
+    if strategy == "ddp" and lay.autocast:
+        return _amp_state_bytes(lay, params, layer)
     if strategy == "ddp":
         return {"weights": 2 * params, "grads": grad * params, "optimizer": 12 * params}
     if strategy == "zero1":
@@ -85,6 +80,24 @@ def _state_bytes(lay: Layout, params: float) -> dict[str, float]:
     # zero3, fsdp, fsdp_hybrid: fp32 shards, and two gathered 16-bit blocks (the current and the prefetched one)
     return {"weights": 4 * params / shard + 2 * 2 * layer, "grads": 4 * params / shard + 4 * layer,
             "optimizer": 8 * params / shard}
+
+
+def _amp_state_bytes(lay: Layout, params: float, layer: float) -> dict[str, float]:
+    """fp32 weights and the 16-bit casts autograd keeps until the backward (a block under full or per-op recompute
+    keeps none, casting again as it runs again: the head's and the recomputed block's, tests/unit/test_amp_memory.py);
+    no gradients at the forward's peak (zero_grad(set_to_none=True), torch's default) but DDP's fp32 buckets. A
+    pipeline's first stage keeps its blocks' casts for each micro-batch in flight, each forward casting again under
+    its own autocast (measured on 4 CPU ranks: tests/integration/test_engine_ranks.py), and its embedding lookup
+    casts nothing."""
+    if lay.recompute in ("full", "op"):
+        casts = layer + (lay.shape.vocab * lay.shape.hidden / lay.tp if lay.pp == 1 else 0.0)
+    elif lay.pp > 1:
+        casts = lay.stage_layers * layer * in_flight_micro_batches(
+            lay.pp, lay.micro_batches, lay.virtual_stages, gpipe=lay.schedule == "gpipe",
+            zero_bubble=lay.schedule.endswith("zb"))
+    else:
+        casts = params
+    return {"weights": 4 * params + 2 * casts, "grads": 4 * params if lay.dp > 1 else 0.0, "optimizer": 8 * params}
 
 
 def _offloaded_state_bytes(lay: Layout, params: float, shard: int, layer: float) -> dict[str, float]:

@@ -18,24 +18,26 @@ def rank_memory(cand: Candidate, wl: Workload, acc: Accounting, held: float, sha
                 accum: int) -> tuple[ModelStates, float, float]:
     """Bytes per rank: the model states it keeps (sharded over ``shards`` ranks), its saved activations at their
     peak, with the casts of a layout that :func:`autocasts` (16-bit copies of the weights, which autograd keeps for
-    the backward as it keeps the activations: :func:`autocast_cast_params`), and the engine's communication
-    buffers."""
+    the backward as it keeps the activations, per micro-batch in flight: :func:`cast_bytes`), and the engine's
+    communication buffers."""
     states = model_states(held, cand.strategy, shards, acc, cand.offload, cand.offload_param)
-    casts = 2 * autocast_cast_params(wl.shape, cand.strategy, cand.tp, cand.pp, cand.vocab_parallel_head,
-                                     cand.checkpointing) if autocasts(cand, wl.precision) else 0.0
-    activations = _activations(cand, wl, accum, 2 if wl.precision in ("bf16", "fp16") else 4) + casts
+    casts = cast_bytes(wl.shape, cand) if autocasts(cand, wl.precision) else (0.0, 0.0)
+    activations = _activations(cand, wl, accum, 2 if wl.precision in ("bf16", "fp16") else 4, casts)
     buffers = buffer_bytes(cand.strategy, cand.tp, wl.shape, acc, wl.reduce_bucket, wl.prefetch_bucket, held=held,
                            micro_steps=accum, pipelined=cand.pp > 1)
     return states, activations, buffers
 
 
-def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> float:
+def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int, casts: tuple[float, float]) -> float:
     """Saved activations on the busiest rank: each pipeline rank's peak under its schedule's order (the micro-batches
     in flight on its chunks, the head and loss on the last: plan/pipeline_peak.py), of Korthikanti et al.'s
     per-layer bytes (memory.activation_bytes), or for Llama-family models what dsbench's HF blocks keep, counted
     from their code (plan/saved.py). Under Ulysses each rank holds s/sp of every sequence for its linear layers and
     the whole sequence for heads/sp in attention: the same formula at s/sp tokens and sp x the heads (the a·s² term
-    scales by heads·s²/sp either way). Full recompute adds the set of the block being recomputed."""
+    scales by heads·s²/sp either way). Full recompute adds the set of the block being recomputed. ``casts``: the
+    autocast weight casts one micro-batch keeps per layer and for the head (:func:`cast_bytes`), held like the
+    activations, per micro-batch in flight (each pipeline forward casts again under its own autocast); under full
+    recompute only the recomputed block's and the head's."""
     shape, seq = wl.shape, wl.seq_len // cand.ulysses
     schedule = schedule_of(cand)
     if shape.arch in DECODERS:
@@ -60,7 +62,10 @@ def _activations(cand: Candidate, wl: Workload, accum: int, act_bytes: int) -> f
         layer, extra = korthikanti(1, 0, cand.checkpointing) - whole + (0.0 if cand.checkpointing else tanh), 0.0
         head = loss = layer_norm_head_bytes(shape, seq * wl.micro_batch, act_bytes,
                                             cand.tp if cand.loss_parallel else 1)
-    peak = busiest(cand.pp, accum, layer, head, loss, shape.layers, cand.virtual_stages, schedule, extra)
+    cast_layer, cast_head = casts
+    recomputing += cast_layer if cand.checkpointing else 0.0
+    layer += 0.0 if cand.checkpointing else cast_layer
+    peak = busiest(cand.pp, accum, layer, head + cast_head, loss, shape.layers, cand.virtual_stages, schedule, extra)
     return peak.total + recomputing
 
 
@@ -69,6 +74,20 @@ def autocasts(cand: Candidate, precision: str) -> bool:
     or dsbench's DDP, torch_tp and torch_pp (the planner's ``ddp``) in bf16 or fp16 (worker/engines/native.autocast;
     memory.accounting_for prices their fp32 weights and gradients as ``amp``)."""
     return cand.autocast or native_amp(cand.strategy, precision)
+
+
+def cast_bytes(shape: ModelShape, cand: Candidate) -> tuple[float, float]:
+    """Bytes of the 16-bit weight casts one micro-batch's forward keeps for the backward under autocast, per decoder
+    layer and for the head (2 bytes a cast parameter, :func:`autocast_cast_params`' parts; ZeRO-3 keeps GPT-2's
+    Conv1D casts alone). Measured on 4 ranks (tests/integration/test_engine_ranks.py): torch_tp's every rank and
+    torch_pp's busiest (its last stage, the head's) exactly, under 1F1B and GPipe; torch_pp's first stage held a
+    part of one more micro-batch's casts than its in-flight count (llama-tiny, pp 2, 4 micro-batches: 208,896 bytes
+    against 184,320 under 1F1B, 393,216 against 368,640 under GPipe), not priced."""
+    p = shape.parts()
+    head = (p["head"] or p["embedding"]) / (cand.tp if cand.vocab_parallel_head else 1)
+    if cand.strategy == "zero3":
+        return (2 * p["block_split"] / cand.tp if shape.arch == "gpt2" else 0.0), 0.0
+    return 2 * p["block_split"] / cand.tp, 2 * head
 
 
 def autocast_cast_params(shape: ModelShape, strategy: str, tp: int = 1, pp: int = 1,

@@ -52,3 +52,38 @@ def gathered_after_forward(engine: Any, batch: torch.Tensor) -> bool:
     gathered = not isinstance(next(transformer_blocks(engine.model)[0].parameters()), DTensor)
     loss.backward()  # a collective: FSDP2 reduce-scatters the gradients on every rank of the group
     return gathered
+
+
+def saved_casts_peak(engine: Any, batches: list) -> int:
+    """The most bytes of 16-bit weight casts (bf16 tensors of a local weight's shape, or its transpose) that autograd
+    held at once for the backward over one ``engine.train_step(batches)``: each saved tensor is counted from the
+    forward that packs it (``torch.autograd.graph.saved_tensors_hooks``) until it is freed, a storage once, a
+    DTensor by its local shard. Activations never take a weight's shape with 40-token sequences."""
+    import weakref
+
+    from torch.distributed.tensor import DTensor
+
+    shapes = {tuple(local_shard(p).shape) for p in engine.model.parameters() if p.dim() == 2}
+    live: dict[int, list[int]] = {}
+    held = {"now": 0, "peak": 0}
+
+    def release(ptr: int) -> None:
+        live[ptr][0] -= 1
+        if not live[ptr][0]:
+            held["now"] -= live.pop(ptr)[1]
+
+    def pack(saved: torch.Tensor) -> torch.Tensor:
+        local = saved.to_local() if isinstance(saved, DTensor) else saved
+        if local.dtype == torch.bfloat16 and {tuple(local.shape), tuple(local.shape[::-1])} & shapes:
+            ptr = local.untyped_storage().data_ptr()
+            if ptr not in live:
+                live[ptr] = [0, local.untyped_storage().nbytes()]
+                held["now"] += live[ptr][1]
+                held["peak"] = max(held["peak"], held["now"])
+            live[ptr][0] += 1
+            weakref.finalize(saved, release, ptr)
+        return saved
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved):
+        engine.train_step(batches)
+    return held["peak"]

@@ -26,6 +26,9 @@ built directly, for what a launch adds nothing to (one torchrun instead of a lau
 - The torch engines' checkpoints (tests/integration/engine_resume.py): 12 steps straight against 6, a save, and
   6 more in a second engine that loaded it (since 2026-12-02: test_checkpoint.py launched these resumes before).
 
+- The autocast weight casts each rank keeps in bf16 (since 2026-12-05): torch_tp (also with the vocabulary-parallel
+  head) and torch_pp under 1F1B and GPipe, llama-tiny, 4 micro-batches (engine_common.saved_casts_peak).
+
 - The replica check (worker/replicas.py) on real copies: after the unscaled run, every engine's verdict; then
   again with one weight of the last rank nudged by 1e-3, a copy that differs.
 
@@ -44,7 +47,14 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from engine_common import ds_adamw, engine_options, gathered_after_forward, step_batches, weight_sum
+from engine_common import (
+    ds_adamw,
+    engine_options,
+    gathered_after_forward,
+    saved_casts_peak,
+    step_batches,
+    weight_sum,
+)
 from engine_resume import RESUMES, resume  # beside this script (torchrun puts its folder on sys.path)
 
 from dsbench.models import PRESETS
@@ -63,7 +73,7 @@ LAYOUTS = {"ddp": {}, "fsdp": {}, "torch_tp": {"tp": 2}, "torch_pp": {"pp": 2}, 
            "hsdp": {"dp_shard": 2}}
 ENGINE = {"hsdp": "fsdp", "torch_tp_sp_lp": "torch_tp", "torch_tp_sp": "torch_tp", "fsdp_offload": "fsdp",
           "fsdp_no_reshard": "fsdp", "torch_pp_interleaved": "torch_pp", "torch_pp_zb": "torch_pp",
-          "torch_tp_fused": "torch_tp"}
+          "torch_tp_fused": "torch_tp", "torch_tp_lp": "torch_tp", "torch_pp_gpipe": "torch_pp"}
 """The engine of a layout or option set named apart: HSDP is the FSDP engine on 2 shard groups of 2 (--dp-shard 2)."""
 SPOILED_STEP = 1
 
@@ -237,6 +247,20 @@ def _family(model: str, strategy: str, info: DistInfo, recompute: str = "none") 
             "step_counter_bytes": _step_counter_bytes(engine) if states else None}
 
 
+CASTS = {"torch_tp": ({"tp": 2}, {}), "torch_tp_lp": ({"tp": 2}, {"sequence_parallel": True, "loss_parallel": True}),
+         "torch_pp": ({"pp": 2}, {}), "torch_pp_gpipe": ({"pp": 2}, {"pipeline_schedule": "gpipe"})}
+"""The layouts whose autocast weight casts each rank measures in bf16 (llama-tiny, 4 micro-batches of one 40-token
+sequence): DTensor TP (also with the vocabulary-parallel head), torch's pipeline under 1F1B and GPipe."""
+
+
+def _casts(name: str, info: DistInfo) -> int:
+    layout, extra = CASTS[name]
+    engine = _engine(name, "llama-tiny", info, ParallelDims(world=WORLD, **layout), precision="bf16", grad_accum=4,
+                     **extra)
+    batch = torch.randint(0, 4096, (1, 40), generator=torch.Generator().manual_seed(0))
+    return saved_casts_peak(engine, [batch] * 4)
+
+
 def _step_counter_bytes(engine: Any) -> int:
     """The bytes of torch AdamW's step counters (a float32 scalar tensor per tensor it steps), which the worker counts
     among the optimizer states; DeepSpeed's FusedAdam, which a launch steps, keeps its count as an int."""
@@ -271,6 +295,7 @@ def main() -> None:
     rank = info.rank
     safe_load.install(deepspeed=True)  # every torch.load weights-only, as on a DeepSpeed rank (the resumes load)
     out = {s: {mode: _train(s, info, mode) for mode in ("off", "on", "spoiled")} for s in LAYOUTS}
+    out["casts"] = {name: _casts(name, info) for name in CASTS}
     out["resume"] = {name: resume(name, info, Path(sys.argv[1], "checkpoints", name)) for name in RESUMES}
     out["families"] = {model: {s: _family(model, s, info) for s in strategies}
                        for model, strategies in FAMILIES.items()}

@@ -30,7 +30,10 @@ DeepSpeed's ZeRO-0 and ZeRO-1 on gpt2-tiny (dp 4) against one process, and the m
 (``--offload cpu``: DeepSpeed's CPU Adam on the host partitions), against one process (since 2026-12-02 (night);
 launched by test_launch_strategies.py before), and ZeRO-3 so (``dsbench launch --zero 3 --offload cpu``: the
 optimizer on the host, the parameters partitioned on the ranks; since 2026-12-03, launched nowhere before: the
-launched ZeRO-3 cells offload the parameters too)."""
+launched ZeRO-3 cells offload the parameters too).
+
+The 16-bit weight casts autograd keeps under bf16 autocast on each rank of torch_tp and torch_pp (1F1B, GPipe),
+against the planner's per-rank bytes (since 2026-12-05)."""
 
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ from pathlib import Path
 
 import pytest
 
+from dsbench.plan.candidate import Candidate
 from tests.conftest import ROOT
 from tests.integration.conftest import bin_path, run_command
 
@@ -241,3 +245,35 @@ def test_an_engine_resumed_from_its_checkpoint_continues_the_run(ranks, layout):
             assert max(abs(a - b) / b for (a, _), (b, _) in zip(resumed, straight, strict=True)) < 2.5e-7
         else:
             assert resumed == straight, (layout, resumed, straight)
+
+
+CASTS = {"torch_tp": (Candidate(strategy="ddp", tp=2, engine="torch"), "1f1b"),
+         "torch_tp_lp": (Candidate(strategy="ddp", tp=2, engine="torch", sequence_parallel=True, loss_parallel=True),
+                         "1f1b"),
+         "torch_pp": (Candidate(strategy="ddp", pp=2, engine="torch"), "1f1b"),
+         "torch_pp_gpipe": (Candidate(strategy="ddp", pp=2, engine="torch"), "gpipe")}
+"""engine_ranks.CASTS as the planner names them (dsbench's DDP-family engines autocast in bf16), with the schedule."""
+
+
+@pytest.mark.parametrize("name", list(CASTS))
+def test_the_autocast_casts_each_rank_keeps_are_priced(ranks, name):
+    """bf16 over fp32 weights (torch.autocast): each rank's 16-bit weight casts that autograd holds for the backward,
+    measured at their peak over one step of 4 micro-batches, against the planner's: one micro-batch's casts per
+    layer (TP's shards) and the head's, times the micro-batches its schedule holds in flight on each stage
+    (plan/rank_memory.cast_bytes, plan/pipeline_peak.peaks). Until 2026-12-05 the plan priced one micro-batch's
+    casts whatever the schedule: GPipe's last stage held 4 times that. The busiest rank, which the plan reports,
+    exactly; torch_pp's first stage holds up to a part of one more micro-batch's (unpriced: 13% under 1F1B)."""
+    from dsbench.models import PRESETS
+    from dsbench.plan.pipeline_peak import chunk_layers, peaks
+    from dsbench.plan.rank_memory import cast_bytes
+
+    cand, schedule = CASTS[name]
+    shape = PRESETS["llama-tiny"]
+    layer, head = cast_bytes(shape, cand)
+    stages = [n * layer for n in chunk_layers(shape.layers, cand.pp)]
+    stages[-1] += head
+    priced = [peak.total for peak in peaks(cand.pp, 4, stages, None, 1, schedule)] if cand.pp > 1 else stages
+    measured = [rank["casts"][name] for rank in ranks]
+    assert max(measured) == pytest.approx(max(priced), rel=0.005), (measured, priced)
+    for rank, held in enumerate(measured):  # a rank's stage: rank // dp (torch_pp's mesh, pp outermost)
+        assert priced[rank // (4 // cand.pp)] <= held <= 1.15 * priced[rank // (4 // cand.pp)], (measured, priced)

@@ -89,3 +89,37 @@ def test_under_checkpointing_only_the_head_keeps_its_cast(name):
     priced = 2 * autocast_cast_params(shape, "ddp", checkpointing=True)
     assert priced == pytest.approx(measured + 2 * p["block_split"], rel=1e-9)
     assert priced < 2 * autocast_cast_params(shape, "ddp")
+
+
+def test_a_pipeline_s_casts_are_held_per_micro_batch_in_flight():
+    """Each pipeline forward casts again under its own autocast, and its graph keeps those casts until its backward:
+    the ranking holds them as it holds the activations, per micro-batch in flight on each stage (measured on 4 ranks:
+    tests/integration/test_engine_ranks.py). Until 2026-12-05 one micro-batch's were added to the busiest stage. A
+    cast of 1 GB per layer on llama-tiny's two layers, pp 2 x 4 micro-batches under 1F1B: the first stage holds 2."""
+    from dsbench.plan.rank_memory import _activations
+
+    wl = Workload(shape=PRESETS["llama-tiny"], seq_len=128, micro_batch=1, grad_accum=4, precision="bf16")
+    cand = Candidate(strategy="ddp", pp=2, engine="torch")
+    added = _activations(cand, wl, 4, 2, (1e9, 0.0)) - _activations(cand, wl, 4, 2, (0.0, 0.0))
+    assert added == pytest.approx(2e9, rel=1e-3)
+    one = Candidate(strategy="ddp", engine="torch")  # no pipeline: one micro-batch, both layers
+    assert _activations(one, wl, 4, 2, (1e9, 5e8)) - _activations(one, wl, 4, 2, (0.0, 0.0)) == pytest.approx(2.5e9)
+    # under full recompute a block keeps none: the one being recomputed holds its casts, once
+    ckpt = Candidate(strategy="ddp", pp=2, engine="torch", checkpointing=True)
+    assert _activations(ckpt, wl, 4, 2, (1e9, 0.0)) - _activations(ckpt, wl, 4, 2, (0.0, 0.0)) == pytest.approx(1e9)
+
+
+@pytest.mark.parametrize("schedule, in_flight", [("1f1b", 2), ("gpipe", 4)])
+def test_the_gpu_model_holds_a_pipeline_s_casts_per_micro_batch_in_flight(schedule, in_flight):
+    """The GPU memory model's first stage (its busiest under these schedules): fp32 weights and, per micro-batch in
+    flight (2 of 4 under 1F1B on 2 stages, all 4 under GPipe), its blocks' 16-bit casts; its embedding, a lookup, casts
+    nothing. Until 2026-12-05 one micro-batch's casts of every weight the stage held, the embedding's included."""
+    from dsbench.plan.gpu_layout import Layout, Shape
+    from dsbench.plan.gpu_memory import GIB, peak_memory
+
+    llama = Shape("llama", 22, 2048, 32, 4, 5632, 32000)
+    lay = Layout(llama, 2048, "h100-sxm", 2, 2, pp=2, schedule=schedule, micro_batch=1, global_batch=4,
+                 kernels="hf", autocast=True).check()
+    params = 11 * llama.layer_params() + 32000 * 2048  # the first stage: 11 blocks and the embedding
+    expected = 4 * params + 2 * in_flight * 11 * llama.layer_params()
+    assert peak_memory(lay).terms["weights"] * GIB == pytest.approx(expected, rel=1e-9)
