@@ -80,9 +80,10 @@ def cast_bytes(shape: ModelShape, cand: Candidate) -> tuple[float, float]:
     """Bytes of the 16-bit weight casts one micro-batch's forward keeps for the backward under autocast, per decoder
     layer and for the head (2 bytes a cast parameter, :func:`autocast_cast_params`' parts; ZeRO-3 keeps GPT-2's
     Conv1D casts alone). Measured on 4 ranks (tests/integration/test_engine_ranks.py): torch_tp's every rank and
-    torch_pp's busiest (its last stage, the head's) exactly, under 1F1B and GPipe; torch_pp's first stage held a
-    part of one more micro-batch's casts than its in-flight count (llama-tiny, pp 2, 4 micro-batches: 208,896 bytes
-    against 184,320 under 1F1B, 393,216 against 368,640 under GPipe), not priced."""
+    torch_pp's busiest (its last stage, the head's) exactly, under 1F1B and GPipe. torch_pp's first stage holds
+    more on a run's first step, not priced: torch's PipelineStage infers its shapes by a forward of its own with
+    gradients on, and part of its casts stays alive (llama-tiny, pp 2, 4 micro-batches: 208,896 bytes against
+    184,320 under 1F1B; docs/planner.md)."""
     p = shape.parts()
     head = (p["head"] or p["embedding"]) / (cand.tp if cand.vocab_parallel_head else 1)
     if cand.strategy == "zero3":

@@ -262,7 +262,8 @@ def test_the_autocast_casts_each_rank_keeps_are_priced(ranks, name):
     layer (TP's shards) and the head's, times the micro-batches its schedule holds in flight on each stage
     (plan/rank_memory.cast_bytes, plan/pipeline_peak.peaks). Until 2026-12-05 the plan priced one micro-batch's
     casts whatever the schedule: GPipe's last stage held 4 times that. The busiest rank, which the plan reports,
-    exactly; torch_pp's first stage holds up to a part of one more micro-batch's (unpriced: 13% under 1F1B)."""
+    exactly; torch_pp's first stage holds some more on the first step (torch's PipelineStage infers its shapes by a
+    forward of its own, and part of its casts stays alive: 13% more under 1F1B, unpriced)."""
     from dsbench.models import PRESETS
     from dsbench.plan.pipeline_peak import chunk_layers, peaks
     from dsbench.plan.rank_memory import cast_bytes
