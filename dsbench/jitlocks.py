@@ -34,13 +34,17 @@ def op_locks(op: str, environ: Mapping[str, str], cwd: str) -> list[Path]:
     places the build (torch/utils/cpp_extension.py ``_get_build_directory``): ``$TORCH_EXTENSIONS_DIR/<op>``, else
     ``<cache>/torch_extensions/py<XY><abiflags>_<accelerator>/<op>`` with the cache ``$XDG_CACHE_HOME`` or
     ``~/.cache`` (torch/_appdirs.py ``user_cache_dir``). torch's accelerator tag (cpu, cuXYZ, rocmXYZ) is known only
-    by importing torch, so every tag of this Python is read; a relative path is the ranks' folder's (``cwd``)."""
+    by importing torch, so every tag of this Python is read; a relative path is the ranks' folder's (``cwd``). A path
+    this process cannot read (too long, not its to list) finds none: the ranks meet it in their own words."""
     explicit = environ.get("TORCH_EXTENSIONS_DIR")
-    if explicit is not None:  # set, even to "" (torch tests it against None)
-        return [lock for lock in [Path(cwd, explicit, op, "lock")] if lock.exists()]
-    cache = environ.get("XDG_CACHE_HOME", os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache"))
-    version = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
-    return sorted(Path(cwd, cache, "torch_extensions").glob(f"{version}_*/{op}/lock"))
+    try:
+        if explicit is not None:  # set, even to "" (torch tests it against None)
+            return [lock for lock in [Path(cwd, explicit, op, "lock")] if lock.exists()]
+        cache = environ.get("XDG_CACHE_HOME", os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache"))
+        version = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+        return sorted(Path(cwd, cache, "torch_extensions").glob(f"{version}_*/{op}/lock"))
+    except (OSError, ValueError):  # ValueError: a NUL byte in the variable
+        return []
 
 
 def stale_locks(root: Path, now: float, stale_s: float = STALE_S) -> list[Path]:

@@ -258,3 +258,24 @@ def _hostfile(tmp_path):
     path = tmp_path / "hostfile"
     path.write_text("node1 slots=1\nnode2 slots=1\n")
     return path
+
+
+@pytest.mark.parametrize("name, value", [
+    ("TORCH_EXTENSIONS_DIR", "x" * 20_000), ("XDG_CACHE_HOME", "y" * 20_000), ("TORCH_EXTENSIONS_DIR", "/proc/1/root"),
+    ("TORCH_EXTENSIONS_DIR", "a\0b"), ("TORCH_EXTENSIONS_DIR", "/etc/passwd"), ("TORCH_EXTENSIONS_DIR", "$(touch p)"),
+])
+def test_a_hostile_extensions_folder_finds_no_lock_and_stops_no_launch(cli_run, tmp_path, monkeypatch, name, value):
+    """Every launch looks for the lock, so a variable this process cannot follow (too long for a path, a folder not
+    its to list, a NUL byte) must not stop one: it finds no lock (until 2026-12-05 06:00, before a commit, an
+    OSError); the ranks meet the variable in torch's own words."""
+    import dsbench.envinfo
+    from dsbench.jitlocks import SHM_COMM_OP, op_locks
+
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    assert op_locks(SHM_COMM_OP, {name: value}, str(tmp_path)) == []
+    monkeypatch.setattr(dsbench.envinfo, "local_gpu_count", lambda: 0)
+    if "\0" not in value:  # the environment itself takes no NUL byte
+        monkeypatch.setenv(name, value)
+    result = cli_run("launch", "--zero", "1", "--run-dir", "r", "--dry-run")
+    assert result.exit_code == 0 and not (tmp_path / "p").exists(), result.output
+
