@@ -84,11 +84,17 @@ def cast_bytes(shape: ModelShape, cand: Candidate) -> tuple[float, float]:
     more on a run's first step, not priced: torch's PipelineStage infers its shapes by a forward of its own with
     gradients on, and part of its casts stays alive (llama-tiny, pp 2, 4 micro-batches: 208,896 bytes against
     184,320 under 1F1B; docs/planner.md)."""
+    layer, head = _cast_parts(shape, cand.strategy, cand.tp, cand.vocab_parallel_head)
+    return 2 * layer, 2 * head
+
+
+def _cast_parts(shape: ModelShape, strategy: str, tp: int, vocab_parallel_head: bool) -> tuple[float, float]:
+    """Parameters one micro-batch's forward keeps a cast of, per decoder layer and for the head
+    (:func:`autocast_cast_params` says which and why)."""
     p = shape.parts()
-    head = (p["head"] or p["embedding"]) / (cand.tp if cand.vocab_parallel_head else 1)
-    if cand.strategy == "zero3":
-        return (2 * p["block_split"] / cand.tp if shape.arch == "gpt2" else 0.0), 0.0
-    return 2 * p["block_split"] / cand.tp, 2 * head
+    if strategy == "zero3":
+        return (p["block_split"] / tp if shape.arch == "gpt2" else 0.0), 0.0
+    return p["block_split"] / tp, (p["head"] or p["embedding"]) / (tp if vocab_parallel_head else 1)
 
 
 def autocast_cast_params(shape: ModelShape, strategy: str, tp: int = 1, pp: int = 1,
@@ -104,12 +110,10 @@ def autocast_cast_params(shape: ModelShape, strategy: str, tp: int = 1, pp: int 
     casts, whole. Measured from the tensors autograd saved (tests/unit/test_autocast_config.py, DeepSpeed 0.19.8's
     engine on one CPU rank, and tests/unit/test_amp_memory.py, torch.autocast alone): llama-tiny 2 bytes per cast
     parameter at ZeRO-0 and 2 and under plain autocast, none at ZeRO-3, the head's alone under checkpointing."""
-    p = shape.parts()
-    head = (p["head"] or p["embedding"]) / (tp if vocab_parallel_head else 1)
+    layer, head = _cast_parts(shape, strategy, tp, vocab_parallel_head)
     if strategy == "zero3":
-        blocks = 1 if checkpointing else shape.layers
-        return blocks * p["block_split"] / tp if shape.arch == "gpt2" else 0.0
+        return (1 if checkpointing else shape.layers) * layer
     base, extra = divmod(shape.layers, pp)  # earlier stages take the remainder (memory.held_params)
     held = [base + (stage < extra) for stage in range(pp)]
-    return max(min(blocks, 1 if checkpointing else blocks) * p["block_split"] / tp + (head if stage == pp - 1 else 0.0)
+    return max(min(blocks, 1 if checkpointing else blocks) * layer + (head if stage == pp - 1 else 0.0)
                for stage, blocks in enumerate(held))
